@@ -1,0 +1,7 @@
+"""Lightning DataModules yielding ``(x, index)`` batches from in-memory uint8 splits."""
+
+from .base import DataNotFoundError, ImageDataModule
+from .cifar10 import CIFAR10DataModule
+from .mnist import MNISTDataModule
+
+__all__ = ["CIFAR10DataModule", "DataNotFoundError", "ImageDataModule", "MNISTDataModule"]

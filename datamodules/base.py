@@ -1,0 +1,227 @@
+"""Shared in-memory image DataModule.
+
+Small image benchmarks (MNIST, CIFAR-10) fit in RAM as uint8, so each split is
+kept as one contiguous ``(N, C, H, W)`` uint8 tensor and a whole batch is built
+with a single fancy-indexing op plus vectorised binarisation. This avoids the
+per-image PIL/``ToTensor`` round trip of the torchvision datasets, which
+dominates training time for small models (see ``benchmarks/datamodule_speed.py``).
+
+Every batch is ``(x, index)``; ``index`` is the example's position inside its
+split. JSA keeps a per-example cache keyed by the train-split index, so the
+index must not depend on shuffling or on how a DistributedSampler shards the
+split: it is the dataset index the sampler drew, never a batch-local position.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import ClassVar, Literal, get_args
+
+import lightning as L
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+Binarize = Literal["none", "dynamic", "static"]
+Batch = tuple[Tensor, Tensor]
+
+
+class DataNotFoundError(FileNotFoundError):
+    """The dataset files are not on disk and could not be downloaded."""
+
+
+class InMemoryImageDataset(Dataset[Batch]):
+    """A split held as one uint8 tensor; yields ``(x, index)`` with x in [0, 1].
+
+    ``__getitems__`` builds a whole batch at once. torch's map-style fetcher
+    calls ``dataset.__getitems__(batch_indices)`` and then hands the result to
+    ``collate_fn``, so the DataLoader must use :func:`collate_prebatched`.
+    Binarisation: ``dynamic`` draws ``bernoulli(x)`` afresh for every batch,
+    ``static`` thresholds at 0.5, ``none`` leaves grey values.
+    """
+
+    def __init__(self, images: Tensor, binarize: Binarize = "none") -> None:
+        if images.dtype != torch.uint8 or images.dim() != 4:
+            raise ValueError(f"expected a uint8 (N, C, H, W) tensor, got {images.dtype} {tuple(images.shape)}")
+        self.images = images.contiguous()
+        self.binarize = binarize
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    def __getitem__(self, i: int) -> Batch:
+        x, index = self.__getitems__([i])
+        return x[0], index[0]
+
+    def __getitems__(self, indices: list[int]) -> Batch:
+        index = torch.as_tensor(indices, dtype=torch.int64)
+        x = self.images[index].float().div_(255)
+        if self.binarize == "dynamic":
+            x = torch.bernoulli(x)
+        elif self.binarize == "static":
+            x = (x > 0.5).float()
+        return x, index
+
+
+def collate_prebatched(batch: Batch) -> Batch:
+    """Pass through a batch that ``InMemoryImageDataset.__getitems__`` already built."""
+    return batch
+
+
+class ImageDataModule(L.LightningDataModule):
+    """Base class: train/val split of the training file, fast in-memory loaders.
+
+    Subclasses set ``image_shape``, ``train_file_size``, ``test_file_size`` and
+    implement :meth:`_read` (load one file as uint8 ``(N, C, H, W)``) and
+    :meth:`_expected_files` (what must exist under ``data_dir``, for errors).
+
+    The validation split is carved from the training file with
+    ``perm = torch.randperm(n, generator=torch.Generator().manual_seed(split_seed))``:
+    the first ``n - val_size`` positions of ``perm`` form the train split, the
+    last ``val_size`` the val split, so the split is identical on every run
+    and rank. The same ``binarize`` mode applies to all three splits.
+    """
+
+    image_shape: ClassVar[tuple[int, int, int]]
+    train_file_size: ClassVar[int]
+    test_file_size: ClassVar[int]
+
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        binarize: Binarize = "none",
+        val_size: int = 5000,
+        split_seed: int = 0,
+        download: bool = True,
+        pin_memory: bool = False,
+        eval_batch_size: int | None = None,
+    ) -> None:
+        """
+        Args:
+            data_dir: Root holding the torchvision file layout. ``None`` falls
+                back to env ``DATA_DIR``, then ``./data``.
+            batch_size: Training batch size.
+            num_workers: DataLoader worker processes (each builds whole batches).
+            binarize: ``"none"`` (grey values in [0, 1]), ``"dynamic"`` (fresh
+                Bernoulli sample per batch) or ``"static"`` (threshold 0.5).
+            val_size: Examples moved from the training file to the val split.
+            split_seed: Seed of the train/val permutation.
+            download: Let ``prepare_data`` download missing files.
+            pin_memory: Pin batches in page-locked memory (for GPU training).
+            eval_batch_size: Val/test batch size; ``None`` means ``batch_size``.
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        if binarize not in get_args(Binarize):
+            raise ValueError(f"binarize must be one of {get_args(Binarize)}, got {binarize!r}")
+        if not 0 <= val_size < self.train_file_size:
+            raise ValueError(f"val_size must be in [0, {self.train_file_size}), got {val_size}")
+        self.data_dir = Path(data_dir or os.environ.get("DATA_DIR") or "./data").expanduser().resolve()
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.binarize = binarize
+        self.val_size = val_size
+        self.split_seed = split_seed
+        self.download = download
+        self.pin_memory = pin_memory
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.train_set: InMemoryImageDataset | None = None
+        self.val_set: InMemoryImageDataset | None = None
+        self.test_set: InMemoryImageDataset | None = None
+
+    @property
+    def num_train_examples(self) -> int:
+        return self.train_file_size - self.val_size
+
+    @property
+    def num_val_examples(self) -> int:
+        return self.val_size
+
+    @property
+    def num_test_examples(self) -> int:
+        return self.test_file_size
+
+    def _read(self, train: bool, download: bool) -> Tensor:
+        """Load the training or test file through torchvision as uint8 (N, C, H, W)."""
+        raise NotImplementedError
+
+    def _expected_files(self) -> list[str]:
+        """Absolute paths (files or folders) that must exist under ``data_dir``."""
+        raise NotImplementedError
+
+    def _load(self, train: bool, download: bool) -> Tensor:
+        """:meth:`_read`, turning torchvision's missing-file/download errors into DataNotFoundError."""
+        try:
+            images = self._read(train, download)
+        except (OSError, RuntimeError) as err:  # URLError and PermissionError are OSErrors
+            raise self._not_found(err, download) from err
+        expected = self.train_file_size if train else self.test_file_size
+        if images.shape[0] != expected or tuple(images.shape[1:]) != self.image_shape:
+            raise ValueError(
+                f"{type(self).__name__}: {'training' if train else 'test'} file in {self.data_dir} has shape "
+                f"{tuple(images.shape)}, expected ({expected}, {', '.join(map(str, self.image_shape))})"
+            )
+        return images
+
+    def _not_found(self, err: Exception, download: bool) -> DataNotFoundError:
+        if download:
+            reason = " ".join(str(err).split())  # torchvision's multi-line mirror report on one line
+            attempt = f"failed: {type(err).__name__}: {reason[:300]}"
+        else:
+            attempt = "not attempted (prepare_data() downloads when download=True)"
+        expected = "\n".join(f"  {path}" for path in self._expected_files())
+        return DataNotFoundError(
+            f"{type(self).__name__}: dataset not found in {self.data_dir}\n"
+            f"Expected there:\n{expected}\n"
+            f"Download: {attempt}\n"
+            "Fix: point the datamodule at the directory that contains them (env DATA_DIR=/path, "
+            "Hydra data.data_dir=/path, CLI --data.data_dir /path), "
+            "or run once with download=True on a machine with network access."
+        )
+
+    def prepare_data(self) -> None:
+        """Make sure both files are on disk, downloading them if allowed."""
+        for train in (True, False):
+            try:
+                self._load(train, download=False)
+            except DataNotFoundError:
+                if not self.download:
+                    raise
+                self._load(train, download=True)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load the splits ``stage`` needs (all for ``None``); never downloads."""
+        if stage in (None, "fit", "validate") and self.train_set is None:
+            images = self._load(train=True, download=False)
+            generator = torch.Generator().manual_seed(self.split_seed)
+            perm = torch.randperm(images.shape[0], generator=generator)
+            n_train = self.num_train_examples
+            self.train_set = InMemoryImageDataset(images[perm[:n_train]], self.binarize)
+            self.val_set = InMemoryImageDataset(images[perm[n_train:]], self.binarize)
+        if stage in (None, "test") and self.test_set is None:
+            self.test_set = InMemoryImageDataset(self._load(train=False, download=False), self.binarize)
+
+    def _loader(self, dataset: InMemoryImageDataset | None, batch_size: int, shuffle: bool) -> DataLoader[Batch]:
+        if dataset is None:
+            raise RuntimeError(f"{type(self).__name__}: call setup() before requesting dataloaders")
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.num_workers > 0,
+            collate_fn=collate_prebatched,
+        )
+
+    def train_dataloader(self) -> DataLoader[Batch]:
+        return self._loader(self.train_set, self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader[Batch]:
+        return self._loader(self.val_set, self.eval_batch_size, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader[Batch]:
+        return self._loader(self.test_set, self.eval_batch_size, shuffle=False)

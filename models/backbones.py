@@ -1,0 +1,145 @@
+"""Encoder/decoder networks shared by every model (VAE, VQ-VAE, JSA).
+
+Two families, each for 28x28x1 (MNIST) and 32x32x3 (CIFAR-10) images:
+
+* `mlp`: flatten -> 512 -> 256 -> features, and the mirror image. The latent is a
+  flat vector of `channels` numbers: shape (B, channels).
+* `conv`: the VQ-VAE paper's shape (van den Oord et al., 2017): two stride-2 4x4
+  convolutions, a 3x3 convolution and two residual blocks, then a 1x1 projection.
+  The latent is a grid: shape (B, channels, H/4, W/4), i.e. 7x7 for MNIST, 8x8 for
+  CIFAR-10.
+
+`build_backbone` returns (encoder, decoder, grid): the encoder maps an image to
+(B, encoder_channels, *grid), the decoder maps (B, decoder_channels, *grid) to a
+tensor of the image's shape (logits or means, interpreted by a likelihood).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Sequence
+
+from torch import Tensor, nn
+
+BackboneName = Literal["mlp", "conv"]
+
+
+def _mlp(sizes: Sequence[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(fan_in, fan_out))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class MLPEncoder(nn.Module):
+    def __init__(self, data_shape: Sequence[int], out_features: int, hidden: Sequence[int] = (512, 256)) -> None:
+        super().__init__()
+        num_pixels = data_shape[0] * data_shape[1] * data_shape[2]
+        self.net = _mlp([num_pixels, *hidden, out_features])
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x.flatten(1))
+
+
+class MLPDecoder(nn.Module):
+    def __init__(self, in_features: int, data_shape: Sequence[int], hidden: Sequence[int] = (256, 512)) -> None:
+        super().__init__()
+        self.data_shape = tuple(data_shape)
+        num_pixels = data_shape[0] * data_shape[1] * data_shape[2]
+        self.net = _mlp([in_features, *hidden, num_pixels])
+
+    def forward(self, z: Tensor) -> Tensor:
+        return self.net(z).unflatten(-1, self.data_shape)
+
+
+class ResidualBlock(nn.Module):
+    """x + conv1x1(relu(conv3x3(relu(x)))), as in the VQ-VAE paper."""
+
+    def __init__(self, channels: int, hidden_channels: int | None = None) -> None:
+        super().__init__()
+        hidden_channels = hidden_channels or channels
+        self.block = nn.Sequential(
+            nn.ReLU(),
+            nn.Conv2d(channels, hidden_channels, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(hidden_channels, channels, 1),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.block(x)
+
+
+class ConvEncoder(nn.Module):
+    def __init__(self, data_shape: Sequence[int], out_channels: int, hidden_channels: int = 64, num_res_blocks: int = 2) -> None:
+        super().__init__()
+        _check_conv_shape(data_shape)
+        c = hidden_channels
+        self.net = nn.Sequential(
+            nn.Conv2d(data_shape[0], c // 2, 4, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(c // 2, c, 4, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(c, c, 3, padding=1),
+            *[ResidualBlock(c) for _ in range(num_res_blocks)],
+            nn.ReLU(),
+            nn.Conv2d(c, out_channels, 1),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class ConvDecoder(nn.Module):
+    def __init__(self, in_channels: int, data_shape: Sequence[int], hidden_channels: int = 64, num_res_blocks: int = 2) -> None:
+        super().__init__()
+        _check_conv_shape(data_shape)
+        c = hidden_channels
+        self.net = nn.Sequential(
+            nn.Conv2d(in_channels, c, 3, padding=1),
+            *[ResidualBlock(c) for _ in range(num_res_blocks)],
+            nn.ReLU(),
+            nn.ConvTranspose2d(c, c // 2, 4, stride=2, padding=1),
+            nn.ReLU(),
+            nn.ConvTranspose2d(c // 2, data_shape[0], 4, stride=2, padding=1),
+        )
+
+    def forward(self, z: Tensor) -> Tensor:
+        return self.net(z)
+
+
+def _check_conv_shape(data_shape: Sequence[int]) -> None:
+    if len(data_shape) != 3 or data_shape[1] % 4 or data_shape[2] % 4:
+        raise ValueError(f"conv backbone needs images (C, H, W) with H and W divisible by 4, got {tuple(data_shape)}")
+
+
+def latent_grid(name: BackboneName, data_shape: Sequence[int]) -> tuple[int, ...]:
+    """The latent grid of backbone `name`: () for the MLP, (H/4, W/4) for the conv net."""
+    if name == "mlp":
+        return ()
+    if name == "conv":
+        _check_conv_shape(data_shape)
+        return (data_shape[1] // 4, data_shape[2] // 4)
+    raise ValueError(f"unknown backbone {name!r}; choose 'mlp' or 'conv'")
+
+
+def build_backbone(
+    name: BackboneName,
+    data_shape: Sequence[int],
+    encoder_channels: int,
+    decoder_channels: int,
+    hidden_channels: int = 64,
+    num_res_blocks: int = 2,
+) -> tuple[nn.Module, nn.Module, tuple[int, ...]]:
+    """Return (encoder, decoder, latent grid) for backbone `name`.
+
+    The grid is () for the MLP (latent (B, C)) and (H/4, W/4) for the conv net.
+    """
+    if len(data_shape) != 3:
+        raise ValueError(f"data_shape must be (C, H, W), got {tuple(data_shape)}")
+    grid = latent_grid(name, data_shape)
+    if name == "mlp":
+        return MLPEncoder(data_shape, encoder_channels), MLPDecoder(decoder_channels, data_shape), grid
+    encoder = ConvEncoder(data_shape, encoder_channels, hidden_channels, num_res_blocks)
+    decoder = ConvDecoder(decoder_channels, data_shape, hidden_channels, num_res_blocks)
+    return encoder, decoder, grid

@@ -1,0 +1,164 @@
+"""What every latent-variable model in the collection shares: one evaluation
+protocol, one set of TensorBoard tags, one optimizer set-up.
+
+A subclass says how to train and how to score; this class does the rest:
+
+* `training_loss(x, index) -> dict` with key "loss" (plus terms to log as `train/<name>`);
+* `log_importance_weights(x, num_samples) -> (S, B)` tensor of log p(x, z) - log q(z | x);
+* `reconstruct(x)` and `sample_prior(n)`: decoder outputs, turned into images by the likelihood.
+
+Tags (identical for every model, so TensorBoard overlays them):
+`train/loss`, `{val,test}/nll` (importance-sampled -log p(x), nats per image of the
+8-bit data), `{val,test}/bpd`, `{val,test}/elbo`, `{val,test}/recon_mse`, and the image
+grids `val/reconstructions`, `val/samples`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+from torch import Tensor
+from torchmetrics import MeanMetric
+from torchvision.utils import make_grid
+
+from models.likelihoods import bits_per_dim, build_likelihood
+from samplers.importance import importance_log_likelihood
+
+EVAL_METRICS = ("nll", "bpd", "elbo", "recon_mse")
+
+
+class LatentVariableModel(L.LightningModule):
+    """Shared base of VAE, VQ-VAE and JSA.
+
+    Args:
+        data_shape: (C, H, W) of the images.
+        likelihood: `bernoulli` (binarized data) or `gaussian` (continuous data, dequantized).
+        sigma: standard deviation of the gaussian likelihood (its initial value if learned).
+        learn_sigma: learn a scalar sigma of the gaussian likelihood.
+        lr: Adam learning rate.
+        val_num_samples: importance samples per image for `val/nll`.
+        test_num_samples: importance samples per image for `test/nll`.
+        eval_chunk_size: importance samples scored in one decoder pass (memory bound).
+        num_images: images shown in the reconstruction and sample grids.
+    """
+
+    def __init__(
+        self,
+        data_shape: Sequence[int] = (1, 28, 28),
+        likelihood: str = "bernoulli",
+        sigma: float = 0.1,
+        learn_sigma: bool = False,
+        lr: float = 1e-3,
+        val_num_samples: int = 100,
+        test_num_samples: int = 1000,
+        eval_chunk_size: int = 100,
+        num_images: int = 32,
+    ) -> None:
+        super().__init__()
+        self.data_shape = tuple(int(d) for d in data_shape)
+        self.num_dims = math.prod(self.data_shape)
+        self.likelihood = build_likelihood(likelihood, sigma=sigma, learn_sigma=learn_sigma)
+        self.lr = lr
+        self.num_samples = {"val": val_num_samples, "test": test_num_samples}
+        self.eval_chunk_size = eval_chunk_size
+        self.num_images = num_images
+        # torchmetrics accumulate over the epoch and reduce across devices under DDP.
+        self.eval_metrics = torch.nn.ModuleDict(
+            {stage: torch.nn.ModuleDict({name: MeanMetric() for name in EVAL_METRICS}) for stage in ("val", "test")}
+        )
+
+    # ---- what a subclass provides -------------------------------------------------
+    def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+    def log_importance_weights(self, x: Tensor, num_samples: int) -> Tensor:
+        raise NotImplementedError
+
+    def reconstruct(self, x: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def sample_prior(self, num_samples: int) -> Tensor:
+        raise NotImplementedError
+
+    # ---- checks --------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is None:
+            return
+        image_shape = tuple(getattr(datamodule, "image_shape", self.data_shape))
+        if image_shape != self.data_shape:
+            raise ValueError(
+                f"{type(self).__name__} was built for images of shape {self.data_shape} "
+                f"but the data module yields {image_shape}; set model.data_shape to match the data"
+            )
+        if self.likelihood.requires_binary_data and getattr(datamodule, "binarize", "none") == "none":
+            raise ValueError(
+                "the bernoulli likelihood needs binary pixels, but data.binarize='none'; "
+                "use data.binarize=dynamic (or static), or model.likelihood=gaussian for continuous images"
+            )
+
+    # ---- training ------------------------------------------------------------------
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        x, index = batch
+        terms = self.training_loss(self.likelihood.prepare(x), index)
+        # Logged per step only, so the tags are exactly `train/<name>` (no _step/_epoch suffix).
+        self.log("train/loss", terms["loss"], prog_bar=True)
+        self.log_dict({f"train/{k}": v for k, v in terms.items() if k != "loss"})
+        return terms["loss"]
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.lr)
+
+    # ---- evaluation: one protocol for every model ---------------------------------
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, batch_idx, "val")
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, batch_idx, "test")
+
+    @torch.no_grad()
+    def _evaluate(self, batch: tuple[Tensor, Tensor], batch_idx: int, stage: str) -> None:
+        x, _ = batch
+        x_eval = self.likelihood.prepare(x)
+        estimate = importance_log_likelihood(
+            lambda n: self.log_importance_weights(x_eval, n), self.num_samples[stage], self.eval_chunk_size
+        )
+        offset = self.likelihood.nll_offset(self.num_dims)
+        nll = offset - estimate.log_likelihood
+        recon = self.likelihood.mean(self.reconstruct(x_eval))
+        values = {
+            "nll": nll,
+            "bpd": bits_per_dim(nll, self.num_dims),
+            "elbo": estimate.elbo - offset,
+            "recon_mse": (recon - x).square().flatten(1).mean(1),
+        }
+        metrics = self.eval_metrics[stage]
+        for name, value in values.items():
+            metrics[name].update(value)
+            self.log(f"{stage}/{name}", metrics[name], prog_bar=name == "nll")
+        if batch_idx == 0 and stage == "val" and self.global_rank == 0:
+            self._log_images(x[: self.num_images], recon[: self.num_images])
+
+    def _log_images(self, x: Tensor, recon: Tensor) -> None:
+        if not isinstance(self.logger, TensorBoardLogger):
+            return
+        writer = self.logger.experiment
+        nrow = int(math.ceil(math.sqrt(2 * x.shape[0])))
+        nrow += nrow % 2  # keep each input next to its reconstruction
+        pairs = torch.stack([x, recon], dim=1).flatten(0, 1)
+        writer.add_image("val/reconstructions", make_grid(pairs.clamp(0, 1), nrow=nrow), self.global_step)
+        samples = self.likelihood.mean(self.sample_prior(self.num_images))
+        writer.add_image("val/samples", make_grid(samples.clamp(0, 1), nrow=int(math.sqrt(x.shape[0]))), self.global_step)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        expected = f"{type(self).__module__}.{type(self).__qualname__}"
+        found = checkpoint.get("model_class")
+        if found is not None and found != expected:
+            raise ValueError(f"this checkpoint was written by {found}, not {expected}; load it with that class")
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["model_class"] = f"{type(self).__module__}.{type(self).__qualname__}"

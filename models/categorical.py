@@ -1,0 +1,152 @@
+"""The categorical latent-variable model that JSA (and the discrete-VAE baselines) train.
+
+    p_θ(x, h) = p(h) p_θ(x | h),   h = (h_1, ..., h_V),  h_v ∈ {0, ..., K-1}
+    q_φ(h | x) = prod_v Cat(h_v; softmax(logits_v(x)))
+
+p(h) is uniform (log p(h) = -V log K) or a learned factorized prior. The decoder embeds the
+codes (a K x D table per latent position, or one table shared by all positions) and feeds
+the shared decoder backbone; p_θ(x | h) is one of the shared likelihoods.
+
+Two layouts, from the backbone:
+* flat (`mlp`): V latent positions chosen freely (e.g. V=20, K=10; or V=200, K=2, the
+  Bernoulli-latent model of the JSA paper); the V embeddings are concatenated.
+* spatial (`conv`): one latent per cell of the encoder's grid (7x7 for MNIST, 8x8 for
+  CIFAR-10), V = H/4 * W/4, as in a VQ-VAE, so JSA and VQ-VAE share the same networks.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from models.backbones import BackboneName, build_backbone, latent_grid
+from models.base import LatentVariableModel
+from samplers.mis import categorical_log_prob, sample_categorical
+
+Embedding = Literal["auto", "per_position", "shared"]
+Prior = Literal["uniform", "learned"]
+
+
+class CategoricalLatentModel(LatentVariableModel):
+    """Encoder q(h|x), code embedding + decoder p(x|h), prior p(h); training is left to subclasses.
+
+    Args:
+        backbone: `mlp` (flat latent) or `conv` (a grid of latents).
+        num_latents: V for the flat layout (default 20); for `conv` it is the grid size and may be
+            left out (given, it must equal H/4 * W/4).
+        num_categories: K, classes per latent position (>= 2).
+        embedding_dim: D, size of a code's embedding fed to the decoder.
+        embedding: `per_position` (a K x D table per position), `shared` (one table, like a VQ-VAE
+            codebook) or `auto` (per position for `mlp`, shared for `conv`).
+        prior: `uniform` or `learned` (factorized, trained with the decoder).
+        hidden_channels: width of the conv backbone.
+        Other arguments: see `LatentVariableModel`.
+    """
+
+    def __init__(
+        self,
+        data_shape: Sequence[int] = (1, 28, 28),
+        backbone: BackboneName = "mlp",
+        num_latents: int | None = None,
+        num_categories: int = 10,
+        embedding_dim: int = 16,
+        embedding: Embedding = "auto",
+        prior: Prior = "uniform",
+        hidden_channels: int = 64,
+        likelihood: str = "bernoulli",
+        sigma: float = 0.1,
+        learn_sigma: bool = False,
+        lr: float = 1e-3,
+        val_num_samples: int = 100,
+        test_num_samples: int = 1000,
+        eval_chunk_size: int = 100,
+        num_images: int = 32,
+    ) -> None:
+        super().__init__(
+            data_shape, likelihood, sigma, learn_sigma, lr, val_num_samples, test_num_samples, eval_chunk_size, num_images
+        )
+        if num_categories < 2:
+            raise ValueError(f"num_categories (K) must be >= 2, got {num_categories}")
+        if embedding_dim < 1:
+            raise ValueError(f"embedding_dim must be >= 1, got {embedding_dim}")
+        self.grid = latent_grid(backbone, self.data_shape)
+        if self.grid:
+            grid_size = math.prod(self.grid)
+            if num_latents not in (None, grid_size):
+                raise ValueError(
+                    f"with the conv backbone the latents are the {self.grid[0]}x{self.grid[1]} grid of the encoder "
+                    f"(num_latents={grid_size}); got num_latents={num_latents}. Leave it out or use backbone=mlp"
+                )
+            num_latents = grid_size
+        num_latents = 20 if num_latents is None else num_latents
+        if num_latents < 1:
+            raise ValueError(f"num_latents (V) must be >= 1, got {num_latents}")
+        self.num_latents, self.num_categories, self.embedding_dim = num_latents, num_categories, embedding_dim
+
+        # Flat: the encoder emits V*K logits and the decoder reads V concatenated embeddings.
+        # Spatial: K logit channels and D embedding channels per grid cell.
+        per_cell = bool(self.grid)
+        self.encoder, self.decoder, _ = build_backbone(
+            backbone,
+            self.data_shape,
+            encoder_channels=num_categories if per_cell else num_latents * num_categories,
+            decoder_channels=embedding_dim if per_cell else num_latents * embedding_dim,
+            hidden_channels=hidden_channels,
+        )
+        self.per_position = embedding == "per_position" or (embedding == "auto" and not per_cell)
+        table_size = num_latents * num_categories if self.per_position else num_categories
+        self.embedding = nn.Embedding(table_size, embedding_dim)
+        self.register_buffer("position_offset", torch.arange(num_latents) * num_categories, persistent=False)
+        self.prior_logits = nn.Parameter(torch.zeros(num_latents, num_categories), requires_grad=prior == "learned")
+
+    # ---- q(h | x) -----------------------------------------------------------------
+    def encode(self, x: Tensor) -> Tensor:
+        """Logits of q(h | x), (B, V, K)."""
+        out = self.encoder(x)
+        if self.grid:  # (B, K, H', W') -> (B, H'W', K)
+            return out.flatten(2).transpose(1, 2)
+        return out.view(x.shape[0], self.num_latents, self.num_categories)
+
+    # ---- p(x | h) p(h) --------------------------------------------------------------
+    def decode(self, latent: Tensor) -> Tensor:
+        """Decoder output (likelihood parameters) for codes (N, V): (N, C, H, W)."""
+        if self.per_position:
+            latent = latent + self.position_offset
+        embedded = self.embedding(latent)  # (N, V, D)
+        if self.grid:
+            embedded = embedded.transpose(1, 2).unflatten(-1, self.grid)  # (N, D, H', W')
+        else:
+            embedded = embedded.flatten(1)  # (N, V * D)
+        return self.decoder(embedded)
+
+    def log_prior(self, latent: Tensor) -> Tensor:
+        """log p(h) for codes (..., V), shape (...)."""
+        log_probs = self.prior_logits.log_softmax(-1)
+        flat = latent.reshape(-1, 1, self.num_latents)
+        return categorical_log_prob(log_probs.expand(flat.shape[0], -1, -1), flat).view(latent.shape[:-1])
+
+    def log_joint(self, x: Tensor, latent: Tensor) -> Tensor:
+        """log p(x, h) for every candidate: x (B, C, H, W), latent (B, N, V) -> (B, N).
+
+        All B * N candidates go through the decoder in one batched pass.
+        """
+        batch, num = latent.shape[:2]
+        out = self.decode(latent.flatten(0, 1)).unflatten(0, (batch, num))
+        return self.likelihood.log_prob(x.unsqueeze(1), out) + self.log_prior(latent)
+
+    # ---- evaluation (shared protocol, see LatentVariableModel) ---------------------
+    def log_importance_weights(self, x: Tensor, num_samples: int) -> Tensor:
+        log_q = self.encode(x).log_softmax(-1)
+        latent = sample_categorical(log_q, num_samples)
+        log_w = self.log_joint(x, latent) - categorical_log_prob(log_q, latent)
+        return log_w.T  # (S, B)
+
+    def reconstruct(self, x: Tensor) -> Tensor:
+        return self.decode(self.encode(x).argmax(-1))
+
+    def sample_prior(self, num_samples: int) -> Tensor:
+        log_probs = self.prior_logits.log_softmax(-1).expand(num_samples, -1, -1)
+        return self.decode(sample_categorical(log_probs, 1)[:, 0])

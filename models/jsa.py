@@ -1,0 +1,157 @@
+"""JSA: joint stochastic approximation (Song & Ou, 2020; Ou & Song, 2020) for the categorical model.
+
+JSA fits p_θ(x, h) and q_φ(h | x) by stochastic approximation of the two gradients
+
+    ∇θ: E_{p_θ(h|x)}[ ∇θ log p_θ(x, h) ]          (maximum likelihood for θ)
+    ∇φ: E_{p_θ(h|x)}[ ∇φ log q_φ(h | x) ]         (inclusive KL(p_θ(h|x) || q_φ(h|x)) for φ)
+
+with the expectations over the model's own posterior estimated by one MCMC sample h* per
+example. h* comes from Metropolis independence sampling with q_φ as the proposal, run in the
+index-cached form of seed 000 (samplers/mis.py): one encoder pass, one batched decoder pass over
+the L+1 candidates, the chain over candidate indices. Each example's chain persists across
+epochs in a per-example cache (samplers/cache.py): the next visit starts from the state the
+chain reached (re-scored under the current networks), so the chain keeps mixing.
+
+One training step (no gradient through the sampling):
+    h* <- MIS(x; start = cache[index], L steps);  cache[index] <- h*
+    loss = -log p_θ(x, h*) - log q_φ(h* | x)
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Sequence
+
+import torch
+from torch import Tensor
+
+from models.backbones import BackboneName
+from models.categorical import CategoricalLatentModel, Embedding, Prior
+from samplers.cache import LatentCache
+from samplers.mis import categorical_log_prob, index_cached_mis
+
+GradientStates = Literal["final", "chain"]
+
+
+class JSA(CategoricalLatentModel):
+    """Categorical latent-variable model trained by JSA with the index-cached MIS sampler.
+
+    Args:
+        mis_steps: L, Metropolis-Hastings steps per training example and step (>= 1).
+        use_cache: start each chain from the example's cached state (else from a fresh proposal).
+        cache_start_epoch: read the cache only from this epoch on (it is written from the start).
+        gradient_states: which states the gradient step uses: `final` (the chain's last state,
+            seed 000's design) or `chain` (the average over the L states the chain visited, as in
+            the official JSA code).
+        cache_size: number of training examples; filled in from the data module when left out.
+        Other arguments: see `CategoricalLatentModel`.
+    """
+
+    def __init__(
+        self,
+        data_shape: Sequence[int] = (1, 28, 28),
+        backbone: BackboneName = "mlp",
+        num_latents: int | None = None,
+        num_categories: int = 10,
+        embedding_dim: int = 16,
+        embedding: Embedding = "auto",
+        prior: Prior = "uniform",
+        mis_steps: int = 10,
+        use_cache: bool = True,
+        cache_start_epoch: int = 0,
+        gradient_states: GradientStates = "final",
+        cache_size: int | None = None,
+        hidden_channels: int = 64,
+        likelihood: str = "bernoulli",
+        sigma: float = 0.1,
+        learn_sigma: bool = False,
+        lr: float = 1e-3,
+        val_num_samples: int = 100,
+        test_num_samples: int = 1000,
+        eval_chunk_size: int = 100,
+        num_images: int = 32,
+    ) -> None:
+        super().__init__(
+            data_shape, backbone, num_latents, num_categories, embedding_dim, embedding, prior, hidden_channels,
+            likelihood, sigma, learn_sigma, lr, val_num_samples, test_num_samples, eval_chunk_size, num_images,
+        )  # fmt: skip
+        self.save_hyperparameters()
+        if mis_steps < 1:
+            raise ValueError(f"mis_steps (L) must be >= 1, got {mis_steps}")
+        if gradient_states not in ("final", "chain"):
+            raise ValueError(f"gradient_states must be 'final' or 'chain', got {gradient_states!r}")
+        if cache_start_epoch < 0:
+            raise ValueError(f"cache_start_epoch must be >= 0, got {cache_start_epoch}")
+        self.mis_steps = mis_steps
+        self.use_cache = use_cache
+        self.cache_start_epoch = cache_start_epoch
+        self.gradient_states = gradient_states
+        self.cache: LatentCache | None = None
+        if use_cache and cache_size is not None:
+            self._allocate_cache(cache_size)
+        # Classes that h* has used so far (for `train/classes_used`).
+        self.register_buffer("class_used", torch.zeros(num_categories, dtype=torch.bool))
+        # Every rank keeps the whole cache and updates it with the gathered pairs of each step
+        # (see `_write_cache`); DDP must not also broadcast these buffers from rank 0 each step.
+        self._ddp_params_and_buffers_to_ignore = ["cache.codes", "class_used"]
+
+    def _allocate_cache(self, num_examples: int) -> None:
+        self.cache = LatentCache(num_examples, (self.num_latents,), self.num_categories).to(self.device)
+        self.hparams["cache_size"] = num_examples  # so load_from_checkpoint rebuilds it
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if stage != "fit" or not self.use_cache or datamodule is None:
+            return
+        num_examples = datamodule.num_train_examples
+        if self.cache is None:
+            self._allocate_cache(num_examples)
+        elif self.cache.num_examples != num_examples:
+            raise ValueError(
+                f"the JSA cache holds {self.cache.num_examples} chains but the training split has {num_examples} "
+                "examples (another data set or validation split?); use the data settings it was trained with, "
+                "or start a new run"
+            )
+
+    # ---- one JSA step -------------------------------------------------------------
+    def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        log_q = self.encode(x).log_softmax(-1)  # the one encoder pass of this step
+        read_cache = self.cache is not None and self.current_epoch >= self.cache_start_epoch
+        with torch.no_grad():
+            start, has_start = self.cache.read(index) if read_cache else (None, None)
+            sample = index_cached_mis(
+                log_q.detach(), lambda latent: self.log_joint(x, latent), self.mis_steps, start, has_start
+            )
+        if self.cache is not None:
+            self._write_cache(index, sample.latent)
+
+        # h*: (B, 1, V) for `final`, (B, L, V) for `chain`; the loss averages over them.
+        states = sample.latent.unsqueeze(1) if self.gradient_states == "final" else sample.path
+        loss_p = -self.log_joint(x, states).mean()
+        loss_q = -categorical_log_prob(log_q, states).mean()
+
+        counts = torch.bincount(states.flatten(), minlength=self.num_categories).float()
+        usage = counts / counts.sum()
+        self.class_used |= counts > 0
+        zero = torch.zeros((), device=x.device)
+        return {
+            "loss": loss_p + loss_q,
+            "loss_p": loss_p,
+            "loss_q": loss_q,
+            "acceptance_rate": sample.accepted.float().mean() / self.mis_steps,
+            "cache_hit_rate": has_start.float().mean() if has_start is not None else zero,
+            "perplexity": torch.exp(-(usage * usage.clamp_min(1e-12).log()).sum()),
+            "classes_used": self.class_used.float().mean(),
+        }
+
+    def _write_cache(self, index: Tensor, latent: Tensor) -> None:
+        """Store this step's h* for its examples, on every rank.
+
+        Under DDP each rank samples only its shard; the (index, h*) pairs of all ranks are
+        gathered (B x V integers per rank, not the whole cache) and every rank writes all of
+        them, so the caches stay identical.
+        """
+        if self._trainer is not None and self.trainer.world_size > 1:
+            index = self.all_gather(index).flatten(0, 1)
+            latent = self.all_gather(latent).flatten(0, 1)
+        self.cache.write(index, latent)

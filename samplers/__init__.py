@@ -1,0 +1,29 @@
+"""Samplers and Monte Carlo estimators: plain functions and small classes on tensors, no Lightning."""
+
+from samplers.cache import LatentCache
+from samplers.importance import ImportanceEstimate, importance_log_likelihood, log_mean_exp
+from samplers.mis import (
+    MISChain,
+    MISSample,
+    NaiveMISSample,
+    categorical_log_prob,
+    index_cached_mis,
+    mis_chain,
+    naive_mis,
+    sample_categorical,
+)
+
+__all__ = [
+    "ImportanceEstimate",
+    "LatentCache",
+    "MISChain",
+    "MISSample",
+    "NaiveMISSample",
+    "categorical_log_prob",
+    "importance_log_likelihood",
+    "index_cached_mis",
+    "log_mean_exp",
+    "mis_chain",
+    "naive_mis",
+    "sample_categorical",
+]

@@ -1,0 +1,68 @@
+"""Shared fixtures: the real MNIST files and a tiny fake CIFAR-10 on disk."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from torchvision.datasets import CIFAR10, MNIST
+
+REPO = Path(__file__).resolve().parents[1]
+CIFAR_PER_BATCH = 20
+
+
+@pytest.fixture(scope="session")
+def mnist_dir() -> Path:
+    """Data root holding ``MNIST/raw``: env DATA_DIR, else ``<repo>/../shared/data``. Missing files fail, not skip."""
+    root = Path(os.environ.get("DATA_DIR") or REPO / ".." / "shared" / "data").resolve()
+    raw = root / "MNIST" / "raw"
+    names = [os.path.splitext(name)[0] for name, _ in MNIST.resources]
+    missing = [name for name in names if not (raw / name).is_file()]
+    if missing:
+        pytest.fail(f"MNIST raw files {missing} missing in {raw}; set DATA_DIR to the directory containing MNIST/raw")
+    return root
+
+
+@pytest.fixture(scope="session")
+def cifar10_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fake CIFAR-10 (20 images per batch file) in the real ``cifar-10-batches-py`` pickle format.
+
+    torchvision 0.29.1 verifies the md5 of every batch file in
+    ``CIFAR10._check_integrity`` (called by ``__init__``) and, separately, of
+    ``batches.meta`` in ``_load_meta``; both look the expected sums up in the
+    class attributes ``train_list``/``test_list``/``meta``. Patching only
+    ``_check_integrity`` would still fail in ``_load_meta``, so instead those
+    attributes are pointed at the md5 of the fake files: the real CIFAR10 class
+    then loads them with its integrity checks intact.
+    """
+    root = tmp_path_factory.mktemp("cifar10")
+    folder = root / CIFAR10.base_folder
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+
+    def dump(name: str, obj: dict) -> list[str]:
+        path = folder / name
+        path.write_bytes(pickle.dumps(obj))
+        return [name, hashlib.md5(path.read_bytes()).hexdigest()]
+
+    def batch(name: str) -> list[str]:
+        # Rows are 3072 bytes: 1024 red, then green, then blue, each row-major 32x32.
+        data = rng.integers(0, 256, size=(CIFAR_PER_BATCH, 3072), dtype=np.uint8)
+        labels = rng.integers(0, 10, size=CIFAR_PER_BATCH).tolist()
+        filenames = [f"{name}_{i}.png" for i in range(CIFAR_PER_BATCH)]
+        return dump(name, {"batch_label": name, "data": data, "labels": labels, "filenames": filenames})
+
+    train_list = [batch(f"data_batch_{k}") for k in range(1, 6)]
+    test_list = [batch("test_batch")]
+    meta = {"label_names": [f"class{k}" for k in range(10)], "num_cases_per_batch": CIFAR_PER_BATCH, "num_vis": 3072}
+    _, meta_md5 = dump("batches.meta", meta)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CIFAR10, "train_list", train_list)
+        mp.setattr(CIFAR10, "test_list", test_list)
+        mp.setattr(CIFAR10, "meta", {**CIFAR10.meta, "md5": meta_md5})
+        yield root

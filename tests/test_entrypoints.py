@@ -1,0 +1,63 @@
+"""Both front ends of train.py, run for real as a user would (subprocesses, few steps)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+TRAIN = Path(__file__).resolve().parents[1] / "train.py"
+FAST = ["trainer.max_steps=3", "trainer.log_every_n_steps=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=1", "model.val_num_samples=2"]
+
+
+def train(args: list[str], cwd: Path, mnist_dir: Path, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DATA_DIR": str(mnist_dir)}
+    result = subprocess.run(
+        [sys.executable, str(TRAIN), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+    if check:
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def tags(run_dir: Path) -> set[str]:
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    found = events.Tags()
+    return set(found["scalars"]) | set(found["images"])
+
+
+def test_hydra_run_writes_tensorboard_tags_and_checkpoints(tmp_path, mnist_dir):
+    train(["model=vae", "data=mnist", *FAST], tmp_path, mnist_dir)
+    run_dir = tmp_path / "logs" / "tensorboard" / "vae-mnist" / "version_0"
+    expected = {"train/loss", "val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/reconstructions", "val/samples"}
+    assert expected <= tags(run_dir)
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_hydra_multirun_gives_each_run_its_own_directory(tmp_path, mnist_dir):
+    train(["-m", "model=vae", "data=mnist", "model.latent_dim=4,8", *FAST], tmp_path, mnist_dir)
+    runs = sorted(p.name for p in (tmp_path / "logs" / "tensorboard" / "vae-mnist").iterdir())
+    assert runs == ["version_0", "version_1"]
+
+
+def test_hydra_rejects_an_unknown_model_with_the_valid_choices(tmp_path, mnist_dir):
+    result = train(["model=nosuchmodel"], tmp_path, mnist_dir, check=False)
+    assert result.returncode != 0
+    assert "nosuchmodel" in result.stderr and "vae" in result.stderr
+
+
+def test_lightning_cli_fit_on_the_same_classes(tmp_path, mnist_dir):
+    args = ["fit", "--model=VAE", "--data=MNISTDataModule", "--data.binarize=dynamic", "--trainer.max_steps=3", "--trainer.log_every_n_steps=1",
+            "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1", "--model.val_num_samples=2"]
+    train(args, tmp_path, mnist_dir)
+    run_dir = tmp_path / "logs" / "tensorboard" / "cli" / "version_0"
+    assert {"train/loss", "val/nll"} <= tags(run_dir)
+
+
+def test_help_names_both_front_ends(tmp_path, mnist_dir):
+    out = train(["--help"], tmp_path, mnist_dir).stdout
+    assert "model=vae" in out and "fit --model=VAE" in out and "data={cifar10,mnist}" in out
