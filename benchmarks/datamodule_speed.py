@@ -48,8 +48,8 @@ class PlainIndexed(Dataset[tuple[Tensor, int]]):
 def seconds_per_epoch(loader: Iterable[tuple[Tensor, Tensor]], epochs: int) -> float:
     start = time.perf_counter()
     for _ in range(epochs):
-        n = sum(x.shape[0] for x, _ in loader)
-    assert n == 55000, n
+        seen = sum(x.shape[0] for x, _ in loader)
+        assert seen == 55000, seen
     return (time.perf_counter() - start) / epochs
 
 
@@ -57,6 +57,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=1, help="epochs timed per path (mean is reported)")
     args = parser.parse_args()
+    if args.epochs < 1:
+        parser.error("--epochs must be >= 1")
     data_dir = os.environ.get("DATA_DIR", "../shared/data")
 
     base = MNIST(data_dir, train=True, transform=transforms.ToTensor())

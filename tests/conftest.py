@@ -12,8 +12,17 @@ import numpy as np
 import pytest
 from torchvision.datasets import CIFAR10, MNIST
 
+from datamodules import CIFAR10DataModule
+
 REPO = Path(__file__).resolve().parents[1]
 CIFAR_PER_BATCH = 20
+
+
+class TinyCIFAR10DataModule(CIFAR10DataModule):
+    """CIFAR-10 sized for the 20-images-per-batch fake written by the ``cifar10_dir`` fixture."""
+
+    train_file_size = 100
+    test_file_size = 20
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from torchvision.datasets import MNIST
 
 from datamodules import CIFAR10DataModule, DataNotFoundError, ImageDataModule, MNISTDataModule
 from datamodules.base import InMemoryImageDataset, collate_prebatched
+from tests.conftest import TinyCIFAR10DataModule
 
 
 @pytest.fixture(scope="session")
@@ -148,13 +149,6 @@ def test_simulated_ddp_shards_are_disjoint_and_cover(mnist_dm: MNISTDataModule) 
         seen.append(set(torch.cat(indices).tolist()))
     assert not seen[0] & seen[1]
     assert seen[0] | seen[1] == set(range(len(ds)))
-
-
-class TinyCIFAR10DataModule(CIFAR10DataModule):
-    """CIFAR-10 sized for the 20-images-per-batch fake written by the ``cifar10_dir`` fixture."""
-
-    train_file_size = 100
-    test_file_size = 20
 
 
 def read_pickled(folder: Path, names: list[str]) -> np.ndarray:

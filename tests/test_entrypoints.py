@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 TRAIN = Path(__file__).resolve().parents[1] / "train.py"
@@ -30,11 +31,18 @@ def tags(run_dir: Path) -> set[str]:
     return set(found["scalars"]) | set(found["images"])
 
 
-def test_hydra_run_writes_tensorboard_tags_and_checkpoints(tmp_path, mnist_dir):
-    train(["model=vae", "data=mnist", *FAST], tmp_path, mnist_dir)
-    run_dir = tmp_path / "logs" / "tensorboard" / "vae-mnist" / "version_0"
-    expected = {"train/loss", "val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/reconstructions", "val/samples"}
-    assert expected <= tags(run_dir)
+SHARED_TAGS = {"train/loss", "val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/reconstructions", "val/samples"}
+MODEL_TAGS = {
+    "vae": {"train/recon", "train/kl"},
+    "jsa": {"train/loss_p", "train/loss_q", "train/acceptance_rate", "train/cache_hit_rate", "train/perplexity", "train/classes_used"},
+}
+
+
+@pytest.mark.parametrize("model", ["vae", "jsa"])
+def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, tmp_path, mnist_dir):
+    train([f"model={model}", "data=mnist", *FAST], tmp_path, mnist_dir)
+    run_dir = tmp_path / "logs" / "tensorboard" / f"{model}-mnist" / "version_0"
+    assert SHARED_TAGS | MODEL_TAGS[model] <= tags(run_dir)
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
 
 
@@ -56,8 +64,9 @@ def test_lightning_cli_fit_on_the_same_classes(tmp_path, mnist_dir):
     train(args, tmp_path, mnist_dir)
     run_dir = tmp_path / "logs" / "tensorboard" / "cli" / "version_0"
     assert {"train/loss", "val/nll"} <= tags(run_dir)
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
 
 
 def test_help_names_both_front_ends(tmp_path, mnist_dir):
     out = train(["--help"], tmp_path, mnist_dir).stdout
-    assert "model=vae" in out and "fit --model=VAE" in out and "data={cifar10,mnist}" in out
+    assert "model=vae" in out and "fit --model=VAE" in out and "data={cifar10,mnist}" in out and "model={jsa,vae}" in out

@@ -1,0 +1,100 @@
+"""Index-cached MIS vs the naive MIS of seed 000, and JSA's training step vs the VAE's.
+
+    python -m benchmarks.mis_speed [--batch-size 128] [--device cpu]
+
+All timings are medians of torch.utils.benchmark's blocked_autorange, measured side by side in
+one run on the same networks (MNIST-sized MLP backbone, V=20, K=10) and the same batch.
+
+1. One MIS call, cached vs naive, for L in {1, 4, 16, 64}. Seed 000 puts the naive call at
+   T_q + L (2 T_p + 3 T_q) and the cached one at T_q + T_p(batch of L+1); with T_p ~ T_q and a
+   decoder whose cost grows with its batch (a CPU), the predicted speed-up is ~ (5L + 1)/(L + 2).
+2. One training step (forward, backward, Adam) of JSA vs the VAE on the same backbone. JSA adds
+   a no-grad decoder pass over L+1 candidates per example; with a forward+backward costing ~3
+   forwards, the floor of the ratio is ~ 1 + (L + 1) / 6.
+3. The share of a cached MIS call spent in the sequential accept/reject loop (`mis_chain`) at L=64.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch.utils.benchmark import Timer
+
+from models import JSA, VAE
+from samplers import index_cached_mis, mis_chain, naive_mis
+
+
+def median_ms(fn, min_run_time: float = 1.0) -> float:
+    return Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time).median * 1e3
+
+
+def mnist_like_batch(batch_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.bernoulli(torch.full((batch_size, 1, 28, 28), 0.13), generator=generator)
+    return x.to(device), torch.arange(batch_size, device=device)
+
+
+def bench_mis_calls(jsa: JSA, x: torch.Tensor, steps: list[int]) -> None:
+    print("\n1. One MIS call (ms): cached (index form) vs naive (seed 000, section 2)")
+    print(f"{'L':>4} {'naive':>10} {'cached':>10} {'speed-up':>9} {'predicted (5L+1)/(L+2)':>24}")
+    with torch.no_grad():
+        for num_steps in steps:
+            cached = median_ms(lambda: index_cached_mis(jsa.encode(x).log_softmax(-1), lambda h: jsa.log_joint(x, h), num_steps))
+            naive = median_ms(lambda: naive_mis(lambda: jsa.encode(x).log_softmax(-1), lambda h: jsa.log_joint(x, h), num_steps))
+            predicted = (5 * num_steps + 1) / (num_steps + 2)
+            print(f"{num_steps:>4} {naive:>10.2f} {cached:>10.2f} {naive / cached:>8.2f}x {predicted:>23.2f}x")
+
+
+def train_step_fn(model, x, index):
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        loss = model.training_loss(x, index)["loss"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def bench_train_steps(x: torch.Tensor, index: torch.Tensor, steps: list[int]) -> None:
+    print("\n2. One training step (forward + backward + Adam, ms): JSA vs VAE, same MLP backbone")
+    vae = VAE(latent_dim=32).to(x.device)
+    vae_ms = median_ms(train_step_fn(vae, x, index))
+    print(f"VAE: {vae_ms:.2f} ms")
+    print(f"{'L':>4} {'JSA':>10} {'JSA/VAE':>9} {'floor 1+(L+1)/6':>16}")
+    for num_steps in steps:
+        jsa = JSA(mis_steps=num_steps, cache_size=x.shape[0]).to(x.device)
+        jsa_ms = median_ms(train_step_fn(jsa, x, index))
+        print(f"{num_steps:>4} {jsa_ms:>10.2f} {jsa_ms / vae_ms:>8.2f}x {1 + (num_steps + 1) / 6:>15.2f}x")
+
+
+def bench_loop_share(jsa: JSA, x: torch.Tensor, num_steps: int = 64) -> None:
+    print(f"\n3. Share of one cached MIS call spent in the sequential accept/reject loop, L={num_steps}")
+    with torch.no_grad():
+        sample = index_cached_mis(jsa.encode(x).log_softmax(-1), lambda h: jsa.log_joint(x, h), num_steps)
+        total = median_ms(lambda: index_cached_mis(jsa.encode(x).log_softmax(-1), lambda h: jsa.log_joint(x, h), num_steps))
+        loop = median_ms(lambda: mis_chain(sample.log_target, sample.log_proposal))
+    print(f"MIS call {total:.2f} ms, mis_chain {loop:.2f} ms: {100 * loop / total:.1f}% (target < 10%)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--mis-steps", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--train-steps", type=int, nargs="+", default=[1, 4, 16])
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    device = torch.device(args.device)
+    x, index = mnist_like_batch(args.batch_size, device)
+    print(f"device={device} threads={torch.get_num_threads()} batch={args.batch_size} torch={torch.__version__}")
+    jsa = JSA(cache_size=args.batch_size).to(device)
+    bench_mis_calls(jsa, x, args.mis_steps)
+    bench_train_steps(x, index, args.train_steps)
+    bench_loop_share(jsa, x)
+
+
+if __name__ == "__main__":
+    main()

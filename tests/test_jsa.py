@@ -1,0 +1,210 @@
+"""JSA as a model: its MIS step against the exact posterior of a small model, the persistent
+cache (written, read, checkpointed), and training on real MNIST."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from scipy import stats
+
+from datamodules import MNISTDataModule
+from models import JSA
+from samplers import categorical_log_prob
+
+V, K = 2, 3  # 9 joint latent states: small enough to enumerate p(h | x)
+ALL_STATES = torch.tensor(list(itertools.product(range(K), repeat=V)))  # (9, V)
+
+
+def toy_jsa(**kwargs) -> JSA:
+    torch.manual_seed(0)
+    model = JSA(data_shape=(1, 2, 2), num_latents=V, num_categories=K, embedding_dim=2, likelihood="gaussian", sigma=1.0, **kwargs)
+    with torch.no_grad():  # larger weights: p(h | x) spread over the states and far from q (TV ~ 0.5)
+        for p in model.parameters():
+            p.mul_(1.5)
+    return model
+
+
+def toy_x() -> torch.Tensor:
+    return torch.rand(1, 1, 2, 2, generator=torch.Generator().manual_seed(5))
+
+
+def independence_sampler_matrix(log_target: torch.Tensor, log_proposal: torch.Tensor) -> torch.Tensor:
+    """Exact MIS transition matrix: P[i, j] = q_j min(1, w_j / w_i) for j != i."""
+    log_w = log_target - log_proposal
+    accept = torch.exp(torch.clamp(log_w[None, :] - log_w[:, None], max=0.0))
+    transition = log_proposal.exp()[None, :] * accept
+    transition.fill_diagonal_(0.0)
+    transition += torch.diag(1.0 - transition.sum(1))
+    return transition
+
+
+def chi_square_pvalue(states: torch.Tensor, expected_probs: torch.Tensor) -> float:
+    observed = torch.bincount(states, minlength=len(expected_probs)).double()
+    expected_probs = expected_probs.double() / expected_probs.double().sum()
+    expected = expected_probs * observed.sum()
+    keep = expected > 5  # pool the rare cells so the chi-square approximation holds
+    observed = torch.cat([observed[keep], observed[~keep].sum(0, keepdim=True)])
+    expected = torch.cat([expected[keep], expected[~keep].sum(0, keepdim=True)])
+    nonzero = expected > 0
+    return float(stats.chisquare(observed[nonzero], expected[nonzero]).pvalue)
+
+
+@pytest.mark.parametrize("calls", [1, 3])
+def test_mis_in_training_step_matches_exact_distribution(calls):
+    """B copies of one x, one chain each; `calls` training steps continue the chains via the
+    cache. The cached states must follow q P^(L * calls) exactly (P: the MIS transition
+    matrix over the 9 enumerated states), and approach p(h | x)."""
+    num_chains, steps = 20_000, 4
+    model = toy_jsa(mis_steps=steps, cache_size=num_chains)
+    x = toy_x()
+    with torch.no_grad():
+        log_target = model.log_joint(x, ALL_STATES[None])[0]
+        log_q = categorical_log_prob(model.encode(x).log_softmax(-1), ALL_STATES[None])[0]
+    log_target, log_q = log_target.double(), log_q.double()
+    posterior = torch.softmax(log_target, 0)
+    expected = log_q.exp() @ torch.linalg.matrix_power(independence_sampler_matrix(log_target, log_q), steps * calls)
+
+    torch.manual_seed(1)
+    batch, index = x.expand(num_chains, -1, -1, -1), torch.arange(num_chains)
+    for _ in range(calls):
+        model.training_loss(batch, index)
+    codes, filled = model.cache.read(index)
+    assert filled.all()
+    states = codes[:, 0] * K + codes[:, 1]
+    assert chi_square_pvalue(states, expected) > 1e-4
+    # The chains move toward the exact posterior as they run longer.
+    tv = 0.5 * (expected - posterior).abs().sum()
+    tv_start = 0.5 * (log_q.exp() - posterior).abs().sum()
+    assert tv_start > 0.4 and tv < tv_start
+
+
+def test_chains_started_at_the_posterior_stay_there():
+    """Stationarity through the model's own code path: cache filled with exact posterior draws."""
+    num_chains = 20_000
+    model = toy_jsa(mis_steps=3, cache_size=num_chains)
+    x = toy_x()
+    with torch.no_grad():
+        posterior = torch.softmax(model.log_joint(x, ALL_STATES[None])[0], 0)
+    torch.manual_seed(2)
+    start = torch.multinomial(posterior, num_chains, replacement=True)
+    index = torch.arange(num_chains)
+    model.cache.write(index, ALL_STATES[start])
+    terms = model.training_loss(x.expand(num_chains, -1, -1, -1), index)
+    assert terms["cache_hit_rate"] == 1.0
+    codes, _ = model.cache.read(index)
+    assert posterior.max() < 0.5  # a real distribution, not a point mass
+    assert chi_square_pvalue(codes[:, 0] * K + codes[:, 1], posterior) > 1e-4
+
+
+def test_cache_is_written_every_step_and_read_as_start_state():
+    model = toy_jsa(mis_steps=2, cache_size=10)
+    x = torch.rand(4, 1, 2, 2)
+    first = model.training_loss(x, torch.tensor([0, 1, 2, 3]))
+    assert first["cache_hit_rate"] == 0.0
+    _, filled = model.cache.read(torch.arange(10))
+    assert filled.tolist() == [True] * 4 + [False] * 6
+    second = model.training_loss(x, torch.tensor([2, 3, 4, 5]))
+    assert second["cache_hit_rate"] == 0.5
+    assert model.cache.codes.dtype == torch.uint8
+
+
+def test_without_cache_or_before_cache_start_epoch_chains_restart():
+    model = toy_jsa(mis_steps=2, use_cache=False)
+    assert model.cache is None
+    assert model.training_loss(torch.rand(4, 1, 2, 2), torch.arange(4))["cache_hit_rate"] == 0.0
+    late = toy_jsa(mis_steps=2, cache_size=4, cache_start_epoch=5)
+    late.training_loss(torch.rand(4, 1, 2, 2), torch.arange(4))
+    assert late.training_loss(torch.rand(4, 1, 2, 2), torch.arange(4))["cache_hit_rate"] == 0.0  # epoch 0 < 5
+    assert late.cache.read(torch.arange(4))[1].all()  # but written all along
+
+
+@pytest.mark.parametrize("gradient_states", ["final", "chain"])
+def test_loss_terms_and_gradients(gradient_states):
+    model = toy_jsa(mis_steps=3, cache_size=8, gradient_states=gradient_states, prior="learned")
+    terms = model.training_loss(torch.rand(8, 1, 2, 2), torch.arange(8))
+    torch.testing.assert_close(terms["loss"], terms["loss_p"] + terms["loss_q"])
+    assert 0.0 <= terms["acceptance_rate"] <= 1.0
+    terms["loss"].backward()
+    for name in ("encoder", "decoder", "embedding", "prior_logits"):
+        grads = [p.grad for n, p in model.named_parameters() if n.startswith(name)]
+        assert all(g is not None and torch.isfinite(g).all() for g in grads) and any(g.abs().sum() > 0 for g in grads), name
+
+
+@pytest.mark.parametrize("backbone,data_shape,num_latents", [("mlp", (1, 28, 28), 200), ("conv", (1, 28, 28), None), ("conv", (3, 32, 32), None)])
+def test_layouts(backbone, data_shape, num_latents):
+    model = JSA(data_shape=data_shape, backbone=backbone, num_latents=num_latents, num_categories=2 if num_latents else 16,
+                hidden_channels=16, mis_steps=2, cache_size=6, likelihood="gaussian")
+    x = torch.rand(3, *data_shape)
+    expected_v = num_latents or (data_shape[1] // 4) * (data_shape[2] // 4)
+    assert model.encode(x).shape == (3, expected_v, model.num_categories)
+    assert model.reconstruct(x).shape == x.shape and model.sample_prior(2).shape == (2, *data_shape)
+    assert model.log_importance_weights(x, 5).shape == (5, 3)
+    assert torch.isfinite(model.training_loss(x, torch.arange(3))["loss"])
+
+
+def test_invalid_settings_fail_early():
+    with pytest.raises(ValueError, match="num_categories"):
+        JSA(num_categories=1)
+    with pytest.raises(ValueError, match="mis_steps"):
+        JSA(mis_steps=0)
+    with pytest.raises(ValueError, match="grid"):
+        JSA(backbone="conv", num_latents=20)
+
+
+def _fit(model: JSA, dm: MNISTDataModule, ckpt_dir: Path, max_steps: int, ckpt_path: Path | None = None) -> L.Trainer:
+    trainer = L.Trainer(
+        max_steps=max_steps, limit_train_batches=4, limit_val_batches=1, num_sanity_val_steps=0, logger=False,
+        callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_last=True)], enable_progress_bar=False, enable_model_summary=False,
+    )
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    return trainer
+
+
+def test_cache_is_checkpointed_and_restored_on_mnist(mnist_dir, tmp_path):
+    dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", batch_size=32)
+    model = JSA(mis_steps=3, val_num_samples=2)
+    _fit(model, dm, tmp_path, max_steps=4)
+    assert model.cache.num_examples == 55_000
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=False)
+    codes = saved["state_dict"]["cache.codes"]
+    assert (codes != 255).all(1).sum() == 4 * 32  # one entry per example seen
+    torch.testing.assert_close(codes, model.cache.codes)
+
+    restored = JSA.load_from_checkpoint(tmp_path / "last.ckpt")
+    torch.testing.assert_close(restored.cache.codes, codes)
+
+    resumed = JSA(mis_steps=3, val_num_samples=2)
+    trainer = _fit(resumed, dm, tmp_path, max_steps=8, ckpt_path=tmp_path / "last.ckpt")
+    assert trainer.global_step == 8
+    assert (resumed.cache.codes != 255).all(1).sum() > 4 * 32  # the saved chains plus the new ones
+    assert ((resumed.cache.codes != 255).all(1) >= (codes != 255).all(1)).all()
+
+
+def test_cache_size_must_match_the_training_split(mnist_dir, tmp_path):
+    dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", val_size=10_000)
+    with pytest.raises(ValueError, match="cache holds 55000 chains"):
+        _fit(JSA(cache_size=55_000), dm, tmp_path, max_steps=1)
+
+
+def test_jsa_learns_on_real_mnist(mnist_dir):
+    dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="static")
+    dm.setup("fit")
+    x, index = dm.train_set.__getitems__(list(range(256)))
+    torch.manual_seed(0)
+    model = JSA(mis_steps=5, cache_size=256)
+    optimizer = model.configure_optimizers()
+    first = None
+    for _ in range(60):
+        terms = model.training_loss(x, index)
+        optimizer.zero_grad()
+        terms["loss"].backward()
+        optimizer.step()
+        first = first if first is not None else terms["loss_p"].item()
+    assert first > 450 and terms["loss_p"].item() < 250, (first, terms["loss_p"].item())
+    nll = -model.log_importance_weights(x[:64], 50).logsumexp(0).mean() + torch.log(torch.tensor(50.0))
+    assert nll < 250
