@@ -25,7 +25,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchvision.utils import make_grid
 
-from models.likelihoods import bits_per_dim, build_likelihood
+from models.likelihoods import LikelihoodName, bits_per_dim, build_likelihood
 from samplers.importance import importance_log_likelihood
 
 EVAL_METRICS = ("nll", "bpd", "elbo", "recon_mse")
@@ -49,7 +49,7 @@ class LatentVariableModel(L.LightningModule):
     def __init__(
         self,
         data_shape: Sequence[int] = (1, 28, 28),
-        likelihood: str = "bernoulli",
+        likelihood: LikelihoodName = "bernoulli",
         sigma: float = 0.1,
         learn_sigma: bool = False,
         lr: float = 1e-3,
@@ -152,7 +152,7 @@ class LatentVariableModel(L.LightningModule):
         pairs = torch.stack([x, recon], dim=1).flatten(0, 1)
         writer.add_image("val/reconstructions", make_grid(pairs.clamp(0, 1), nrow=nrow), self.global_step)
         samples = self.likelihood.mean(self.sample_prior(self.num_images))
-        writer.add_image("val/samples", make_grid(samples.clamp(0, 1), nrow=int(math.sqrt(x.shape[0]))), self.global_step)
+        writer.add_image("val/samples", make_grid(samples.clamp(0, 1), nrow=nrow // 2 or 1), self.global_step)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         expected = f"{type(self).__module__}.{type(self).__qualname__}"

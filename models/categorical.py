@@ -17,7 +17,7 @@ Two layouts, from the backbone:
 from __future__ import annotations
 
 import math
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -43,7 +43,7 @@ class CategoricalLatentModel(LatentVariableModel):
             codebook) or `auto` (per position for `mlp`, shared for `conv`).
         prior: `uniform` or `learned` (factorized, trained with the decoder).
         hidden_channels: width of the conv backbone.
-        Other arguments: see `LatentVariableModel`.
+        **kwargs: the shared arguments of `LatentVariableModel` (likelihood, lr, evaluation).
     """
 
     def __init__(
@@ -56,18 +56,9 @@ class CategoricalLatentModel(LatentVariableModel):
         embedding: Embedding = "auto",
         prior: Prior = "uniform",
         hidden_channels: int = 64,
-        likelihood: str = "bernoulli",
-        sigma: float = 0.1,
-        learn_sigma: bool = False,
-        lr: float = 1e-3,
-        val_num_samples: int = 100,
-        test_num_samples: int = 1000,
-        eval_chunk_size: int = 100,
-        num_images: int = 32,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            data_shape, likelihood, sigma, learn_sigma, lr, val_num_samples, test_num_samples, eval_chunk_size, num_images
-        )
+        super().__init__(data_shape=data_shape, **kwargs)
         if num_categories < 2:
             raise ValueError(f"num_categories (K) must be >= 2, got {num_categories}")
         if embedding_dim < 1:

@@ -19,13 +19,12 @@ One training step (no gradient through the sampling):
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-from models.backbones import BackboneName
-from models.categorical import CategoricalLatentModel, Embedding, Prior
+from models.categorical import CategoricalLatentModel
 from samplers.cache import LatentCache
 from samplers.mis import categorical_log_prob, index_cached_mis
 
@@ -43,37 +42,20 @@ class JSA(CategoricalLatentModel):
             seed 000's design) or `chain` (the average over the L states the chain visited, as in
             the official JSA code).
         cache_size: number of training examples; filled in from the data module when left out.
-        Other arguments: see `CategoricalLatentModel`.
+        **kwargs: the model's arguments (see `CategoricalLatentModel`: backbone, num_latents,
+            num_categories, ...) and the shared ones (see `LatentVariableModel`).
     """
 
     def __init__(
         self,
-        data_shape: Sequence[int] = (1, 28, 28),
-        backbone: BackboneName = "mlp",
-        num_latents: int | None = None,
-        num_categories: int = 10,
-        embedding_dim: int = 16,
-        embedding: Embedding = "auto",
-        prior: Prior = "uniform",
         mis_steps: int = 10,
         use_cache: bool = True,
         cache_start_epoch: int = 0,
         gradient_states: GradientStates = "final",
         cache_size: int | None = None,
-        hidden_channels: int = 64,
-        likelihood: str = "bernoulli",
-        sigma: float = 0.1,
-        learn_sigma: bool = False,
-        lr: float = 1e-3,
-        val_num_samples: int = 100,
-        test_num_samples: int = 1000,
-        eval_chunk_size: int = 100,
-        num_images: int = 32,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            data_shape, backbone, num_latents, num_categories, embedding_dim, embedding, prior, hidden_channels,
-            likelihood, sigma, learn_sigma, lr, val_num_samples, test_num_samples, eval_chunk_size, num_images,
-        )  # fmt: skip
+        super().__init__(**kwargs)
         self.save_hyperparameters()
         if mis_steps < 1:
             raise ValueError(f"mis_steps (L) must be >= 1, got {mis_steps}")
@@ -89,7 +71,7 @@ class JSA(CategoricalLatentModel):
         if use_cache and cache_size is not None:
             self._allocate_cache(cache_size)
         # Classes that h* has used so far (for `train/classes_used`).
-        self.register_buffer("class_used", torch.zeros(num_categories, dtype=torch.bool))
+        self.register_buffer("class_used", torch.zeros(self.num_categories, dtype=torch.bool))
         # Every rank keeps the whole cache and updates it with the gathered pairs of each step
         # (see `_write_cache`); DDP must not also broadcast these buffers from rank 0 each step.
         self._ddp_params_and_buffers_to_ignore = ["cache.codes", "class_used"]

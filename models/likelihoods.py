@@ -15,10 +15,14 @@ classes, so a `val/nll` of the VAE, the VQ-VAE and JSA means the same thing.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+
+LikelihoodName = Literal["bernoulli", "gaussian"]
 
 
 class Likelihood(nn.Module):
@@ -95,7 +99,7 @@ class GaussianLikelihood(Likelihood):
         return num_dims * math.log(256.0)
 
 
-def build_likelihood(name: str, sigma: float = 0.1, learn_sigma: bool = False) -> Likelihood:
+def build_likelihood(name: LikelihoodName, sigma: float = 0.1, learn_sigma: bool = False) -> Likelihood:
     """Likelihood by config name: `bernoulli` or `gaussian`."""
     if name == "bernoulli":
         return BernoulliLikelihood()

@@ -12,7 +12,7 @@ Trained on the ELBO with the reparameterization z = mu + sigma * eps, eps ~ N(0,
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
@@ -36,7 +36,7 @@ class VAE(LatentVariableModel):
         backbone: `mlp` (flat latent of `latent_dim`) or `conv` (a grid of `latent_dim`-channel latents).
         latent_dim: latent size (channels per grid position for `conv`).
         hidden_channels: width of the conv backbone.
-        Other arguments: see `LatentVariableModel`.
+        **kwargs: the shared arguments of `LatentVariableModel` (likelihood, lr, evaluation).
     """
 
     def __init__(
@@ -45,18 +45,9 @@ class VAE(LatentVariableModel):
         backbone: BackboneName = "mlp",
         latent_dim: int = 32,
         hidden_channels: int = 64,
-        likelihood: str = "bernoulli",
-        sigma: float = 0.1,
-        learn_sigma: bool = False,
-        lr: float = 1e-3,
-        val_num_samples: int = 100,
-        test_num_samples: int = 1000,
-        eval_chunk_size: int = 100,
-        num_images: int = 32,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            data_shape, likelihood, sigma, learn_sigma, lr, val_num_samples, test_num_samples, eval_chunk_size, num_images
-        )
+        super().__init__(data_shape=data_shape, **kwargs)
         self.save_hyperparameters()
         if latent_dim < 1:
             raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")

@@ -194,12 +194,12 @@ def test_cache_size_must_match_the_training_split(mnist_dir, tmp_path):
 def test_jsa_learns_on_real_mnist(mnist_dir):
     dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="static")
     dm.setup("fit")
-    x, index = dm.train_set.__getitems__(list(range(256)))
+    x, index = dm.train_set.__getitems__(list(range(128)))
     torch.manual_seed(0)
-    model = JSA(mis_steps=5, cache_size=256)
+    model = JSA(mis_steps=3, cache_size=128)
     optimizer = model.configure_optimizers()
     first = None
-    for _ in range(60):
+    for _ in range(50):
         terms = model.training_loss(x, index)
         optimizer.zero_grad()
         terms["loss"].backward()
