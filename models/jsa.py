@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from models.categorical import CategoricalLatentModel
+from models.metrics import usage_perplexity
 from samplers.cache import LatentCache
 from samplers.mis import categorical_log_prob, index_cached_mis
 
@@ -112,8 +113,7 @@ class JSA(CategoricalLatentModel):
         loss_p = -self.log_joint(x, states).mean()
         loss_q = -categorical_log_prob(log_q, states).mean()
 
-        counts = torch.bincount(states.flatten(), minlength=self.num_categories).float()
-        usage = counts / counts.sum()
+        counts = torch.bincount(states.flatten(), minlength=self.num_categories)
         self.class_used |= counts > 0
         zero = torch.zeros((), device=x.device)
         return {
@@ -122,7 +122,7 @@ class JSA(CategoricalLatentModel):
             "loss_q": loss_q,
             "acceptance_rate": sample.accepted.float().mean() / self.mis_steps,
             "cache_hit_rate": has_start.float().mean() if has_start is not None else zero,
-            "perplexity": torch.exp(-(usage * usage.clamp_min(1e-12).log()).sum()),
+            "perplexity": usage_perplexity(counts.float()),
             "classes_used": self.class_used.float().mean(),
         }
 

@@ -35,10 +35,12 @@ SHARED_TAGS = {"train/loss", "val/nll", "val/bpd", "val/elbo", "val/recon_mse", 
 MODEL_TAGS = {
     "vae": {"train/recon", "train/kl"},
     "jsa": {"train/loss_p", "train/loss_q", "train/acceptance_rate", "train/cache_hit_rate", "train/perplexity", "train/classes_used"},
+    "vqvae": {"train/recon", "train/codebook", "train/commitment", "train/perplexity", "train/codes_used", "train/restarts",
+              "val/perplexity", "val/codes_used"},
 }
 
 
-@pytest.mark.parametrize("model", ["vae", "jsa"])
+@pytest.mark.parametrize("model", ["vae", "jsa", "vqvae"])
 def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, tmp_path, mnist_dir):
     train([f"model={model}", "data=mnist", *FAST], tmp_path, mnist_dir)
     run_dir = tmp_path / "logs" / "tensorboard" / f"{model}-mnist" / "version_0"
@@ -69,4 +71,4 @@ def test_lightning_cli_fit_on_the_same_classes(tmp_path, mnist_dir):
 
 def test_help_names_both_front_ends(tmp_path, mnist_dir):
     out = train(["--help"], tmp_path, mnist_dir).stdout
-    assert "model=vae" in out and "fit --model=VAE" in out and "data={cifar10,mnist}" in out and "model={jsa,vae}" in out
+    assert "model=vae" in out and "fit --model=VAE" in out and "data={cifar10,mnist}" in out and "model={jsa,vae,vqvae}" in out

@@ -1,0 +1,144 @@
+"""VQ-VAE (van den Oord et al., 2017): a deterministic encoder, a codebook, a decoder.
+
+    z_e = encoder(x);  k = argmin_j ||z_e - e_j||^2;  z_q = e_k;  x ~ p(x | z_q)
+    loss = -log p(x | z_q) / D  +  ||sg[z_e] - e||^2  +  beta ||z_e - sg[e]||^2
+
+with the straight-through gradient (the decoder's input gradient is copied to the encoder) and
+either a learned codebook or an EMA codebook (models/quantizer.py). Every term is a mean over
+its elements (pixels for the reconstruction, latent entries for the codebook terms).
+
+Likelihood, comparable with the other models: with a uniform prior over the K codes at each of
+the n latent positions and the deterministic posterior q(k | x) = 1[k = k(x)],
+
+    -log p(x) <= -log p(x | z_q(x)) + n log K,
+
+which is what the shared importance-sampling evaluation gives for this q (every sample is the
+same code, so the estimate is this bound whatever the number of samples). `val/nll` and `val/bpd`
+of the VQ-VAE are therefore *upper bounds* under a uniform prior, not estimates.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from models.backbones import BackboneName, build_backbone, latent_grid
+from models.base import LatentVariableModel
+from models.metrics import CodeUsage
+from models.quantizer import QuantizerOutput, VectorQuantizer
+
+
+class VQVAE(LatentVariableModel):
+    """VQ-VAE on the shared backbones.
+
+    Args:
+        backbone: `conv` (the paper's encoder/decoder; one code per cell of the 7x7 / 8x8 grid)
+            or `mlp` (a flat latent of `num_latents` codes).
+        num_codes: K, codebook size.
+        code_dim: D, dimension of a code vector.
+        num_latents: codes per image for `mlp` (default 20); for `conv` the grid (leave it out).
+        hidden_channels: width of the conv backbone.
+        beta: commitment weight.
+        ema: move the codebook by exponential moving averages instead of the codebook loss.
+        decay: EMA decay (also for the usage statistics behind dead-code restarts).
+        dead_code_threshold: restart codes whose EMA usage falls below this (0 = off).
+        kmeans_init: initialize the codebook by k-means on the first training batch.
+        **kwargs: the shared arguments of `LatentVariableModel` (likelihood, lr, evaluation).
+    """
+
+    def __init__(
+        self,
+        data_shape: Sequence[int] = (1, 28, 28),
+        backbone: BackboneName = "conv",
+        num_codes: int = 512,
+        code_dim: int = 64,
+        num_latents: int | None = None,
+        hidden_channels: int = 64,
+        beta: float = 0.25,
+        ema: bool = False,
+        decay: float = 0.99,
+        dead_code_threshold: float = 0.0,
+        kmeans_init: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(data_shape=data_shape, **kwargs)
+        self.save_hyperparameters()
+        if num_codes < 2:
+            raise ValueError(f"num_codes (K) must be >= 2, got {num_codes}")
+        self.grid = latent_grid(backbone, self.data_shape)
+        if self.grid and num_latents not in (None, math.prod(self.grid)):
+            raise ValueError(f"with the conv backbone the codes are the {self.grid} grid; leave num_latents out (got {num_latents})")
+        self.num_latents = math.prod(self.grid) if self.grid else (num_latents or 20)
+        self.num_codes, self.code_dim = num_codes, code_dim
+        channels = code_dim if self.grid else self.num_latents * code_dim
+        self.encoder, self.decoder, _ = build_backbone(backbone, self.data_shape, channels, channels, hidden_channels)
+        self.quantizer = VectorQuantizer(num_codes, code_dim, beta, ema, decay, dead_code_threshold=dead_code_threshold, kmeans_init=kmeans_init)
+        # Spatial z_e is (B, D, H', W'): channels first; flat z_e is (B, V, D): channels last.
+        self.channel_dim = 1 if self.grid else -1
+        self.train_usage, self.val_usage = CodeUsage(num_codes), CodeUsage(num_codes)
+        # The quantizer keeps its buffers identical on all ranks itself (all-reduced statistics);
+        # DDP must not overwrite them with rank 0's copy each step.
+        self._ddp_params_and_buffers_to_ignore = [f"quantizer.{name}" for name, _ in self.quantizer.named_buffers()]
+
+    def encode(self, x: Tensor) -> Tensor:
+        """z_e: (B, D, H', W') for conv, (B, V, D) for mlp."""
+        z_e = self.encoder(x)
+        return z_e if self.grid else z_e.view(x.shape[0], self.num_latents, self.code_dim)
+
+    def quantize(self, x: Tensor) -> QuantizerOutput:
+        return self.quantizer(self.encode(x), channel_dim=self.channel_dim)
+
+    def decode(self, z_q: Tensor) -> Tensor:
+        return self.decoder(z_q if self.grid else z_q.flatten(1))
+
+    def decode_codes(self, codes: Tensor) -> Tensor:
+        """Decoder output for code indices (B, H', W') or (B, V), e.g. from a learned prior."""
+        return self.decode(self.quantizer.lookup(codes, channel_dim=self.channel_dim))
+
+    def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        vq = self.quantize(x)
+        recon = -self.likelihood.log_prob(x, self.decode(vq.quantized)).mean() / self.num_dims
+        self.train_usage.update(vq.codes)
+        return {
+            "loss": recon + vq.loss,
+            "recon": recon,
+            "codebook": vq.codebook_loss,
+            "commitment": vq.commitment_loss,
+            "perplexity": vq.perplexity,
+            "restarts": vq.restarts.float(),
+        }
+
+    def log_importance_weights(self, x: Tensor, num_samples: int) -> Tensor:
+        # q is a point mass on z_q(x): every weight is log p(x | z_q) + log p(z_q) - log 1.
+        log_px = self.likelihood.log_prob(x, self.decode(self.quantize(x).quantized))
+        return (log_px - self.num_latents * math.log(self.num_codes)).expand(num_samples, -1)
+
+    def reconstruct(self, x: Tensor) -> Tensor:
+        return self.decode(self.quantize(x).quantized)
+
+    def sample_prior(self, num_samples: int) -> Tensor:
+        """Codes drawn uniformly (the prior of the likelihood bound; no learned prior yet)."""
+        shape = (num_samples, *self.grid) if self.grid else (num_samples, self.num_latents)
+        return self.decode_codes(torch.randint(self.num_codes, shape, device=self.device))
+
+    # ---- code usage over an epoch (torchmetrics: summed across devices) ----------------
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        super().validation_step(batch, batch_idx)
+        self.val_usage.update(self.quantize(self.likelihood.prepare(batch[0])).codes)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_usage("val")
+
+    def on_train_epoch_end(self) -> None:
+        self._log_usage("train")
+
+    def _log_usage(self, stage: str) -> None:
+        usage = self.train_usage if stage == "train" else self.val_usage
+        perplexity, used = usage.compute()
+        # train/perplexity is logged per step; the epoch's pooled value gets its own tag.
+        self.log(f"{stage}/perplexity_epoch" if stage == "train" else f"{stage}/perplexity", perplexity)
+        self.log(f"{stage}/codes_used", used)
+        usage.reset()

@@ -1,0 +1,65 @@
+"""Train a model for a few steps under a real 2-process DDP run on CPU (gloo) and save, per rank,
+the state that must stay identical across ranks (JSA's cache, the VQ codebook and its statistics),
+the training indices that rank processed and what it logged. Run by the DDP tests as
+`python tests/scripts/ddp_fit.py MODEL OUT_DIR`; Lightning re-launches this script for rank 1."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from datamodules import MNISTDataModule
+from models import JSA, VQVAE
+
+
+class Record(L.Callback):
+    def __init__(self) -> None:
+        self.seen: list[torch.Tensor] = []
+        self.restarts = 0.0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.seen.append(batch[1].clone())
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.restarts += float(trainer.callback_metrics.get("train/restarts", 0.0))
+
+
+def build(name: str) -> L.LightningModule:
+    if name == "jsa":
+        return JSA(mis_steps=3, val_num_samples=2)
+    # EMA codebook with aggressive dead-code restarts, so restarts happen within a few steps.
+    return VQVAE(num_codes=32, code_dim=8, hidden_channels=16, ema=True, decay=0.5, dead_code_threshold=2.0, kmeans_init=True)
+
+
+def shared_state(model: L.LightningModule) -> dict[str, torch.Tensor]:
+    if isinstance(model, JSA):
+        return {"cache.codes": model.cache.codes}
+    return {f"quantizer.{k}": v for k, v in model.quantizer.state_dict().items()}
+
+
+def main(name: str, out_dir: Path) -> None:
+    L.seed_everything(0)
+    record = Record()
+    trainer = L.Trainer(
+        accelerator="cpu", devices=2, strategy="ddp", max_steps=4, limit_train_batches=4, limit_val_batches=1,
+        num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, callbacks=[record], log_every_n_steps=1,
+    )
+    model = build(name)
+    trainer.fit(model, datamodule=MNISTDataModule(binarize="dynamic", batch_size=16))
+    torch.save(
+        {
+            "state": shared_state(model),
+            "seen": torch.cat(record.seen),
+            "restarts": record.restarts,
+            "val_nll": trainer.callback_metrics["val/nll"],
+        },
+        out_dir / f"rank{trainer.global_rank}.pt",
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))
