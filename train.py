@@ -27,6 +27,8 @@ usage: python train.py [KEY=VALUE ...]             (Hydra; -m for multirun)
 Hydra, with the config tree in configs/:
   python train.py model=vae data=mnist trainer.max_epochs=5
   python train.py -m model=vae data=mnist,cifar10          # one run per combination
+  python train.py -m experiment=compare data=mnist         # VAE, VQ-VAE and JSA side by side, then:
+  python -m benchmarks.compare logs/tensorboard            # the comparison report (table and plots)
   python train.py ckpt_path=PATH/last.ckpt                 # resume
   config groups: {groups}
   python train.py --cfg job      prints the composed config; --hydra-help for Hydra's own options
@@ -41,7 +43,8 @@ TensorBoard: tensorboard --logdir logs/tensorboard
 
 def _config_groups() -> str:
     groups = []
-    for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir()):
+    # experiment_model/ is chosen by train.yaml itself (per experiment and model), not by the user.
+    for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name != "experiment_model"):
         choices = ",".join(sorted(f.stem for f in group.glob("*.yaml")))
         groups.append(f"{group.name}={{{choices}}}")
     return "  ".join(groups)

@@ -9,8 +9,10 @@ A subclass says how to train and how to score; this class does the rest:
 
 Tags (identical for every model, so TensorBoard overlays them):
 `train/loss`, `{val,test}/nll` (importance-sampled -log p(x), nats per image of the
-8-bit data), `{val,test}/bpd`, `{val,test}/elbo`, `{val,test}/recon_mse`, and the image
-grids `val/reconstructions`, `val/samples`.
+8-bit data), `{val,test}/bpd`, `{val,test}/elbo`, `{val,test}/recon_mse`, `{val,test}/psnr`,
+the image grids `{val,test}/reconstructions`, `{val,test}/samples`, the training speed
+(`train/step_time_ms`, `train/samples_per_s`, `train/epoch_time_s`, models/speed.py), and the
+final metrics `hp/*` that TensorBoard's HPARAMS tab shows next to the hyperparameters.
 """
 
 from __future__ import annotations
@@ -23,12 +25,16 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
 from torchmetrics import MeanMetric
+from torchmetrics.image import PeakSignalNoiseRatio
 from torchvision.utils import make_grid
 
 from models.likelihoods import LikelihoodName, bits_per_dim, build_likelihood
+from models.speed import TrainingSpeed
 from samplers.importance import importance_log_likelihood
 
 EVAL_METRICS = ("nll", "bpd", "elbo", "recon_mse")
+# Shown in TensorBoard's HPARAMS tab as `hp/<stage>_<name>` (the last value logged).
+HPARAM_METRICS = {"val": ("nll", "bpd"), "test": ("nll", "bpd", "recon_mse", "psnr")}
 
 
 class LatentVariableModel(L.LightningModule):
@@ -44,6 +50,8 @@ class LatentVariableModel(L.LightningModule):
         test_num_samples: importance samples per image for `test/nll`.
         eval_chunk_size: importance samples scored in one decoder pass (memory bound).
         num_images: images shown in the reconstruction and sample grids.
+        test_seed: seed of the test stage's randomness (importance samples, dynamic binarization),
+            so that every model is tested on the same binarized images with reproducible estimates.
     """
 
     def __init__(
@@ -57,6 +65,7 @@ class LatentVariableModel(L.LightningModule):
         test_num_samples: int = 1000,
         eval_chunk_size: int = 100,
         num_images: int = 32,
+        test_seed: int = 0,
     ) -> None:
         super().__init__()
         self.data_shape = tuple(int(d) for d in data_shape)
@@ -66,9 +75,16 @@ class LatentVariableModel(L.LightningModule):
         self.num_samples = {"val": val_num_samples, "test": test_num_samples}
         self.eval_chunk_size = eval_chunk_size
         self.num_images = num_images
+        self.test_seed = test_seed
         # torchmetrics accumulate over the epoch and reduce across devices under DDP.
+        # PSNR is that of the mean squared error over the whole split, 10 log10(1 / MSE), pixels in [0, 1].
         self.eval_metrics = torch.nn.ModuleDict(
-            {stage: torch.nn.ModuleDict({name: MeanMetric() for name in EVAL_METRICS}) for stage in ("val", "test")}
+            {
+                stage: torch.nn.ModuleDict(
+                    {**{name: MeanMetric() for name in EVAL_METRICS}, "psnr": PeakSignalNoiseRatio(data_range=1.0)}
+                )
+                for stage in ("val", "test")
+            }
         )
 
     # ---- what a subclass provides -------------------------------------------------
@@ -113,12 +129,31 @@ class LatentVariableModel(L.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.lr)
 
+    def configure_callbacks(self) -> list[L.Callback]:
+        return [TrainingSpeed()]
+
+    @property
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def on_train_start(self) -> None:
+        # Lightning has written the hyperparameters (model + data) without metrics; write them again
+        # with the metrics the HPARAMS tab should show, as Lightning documents for TensorBoard.
+        if isinstance(self.logger, TensorBoardLogger) and self.global_rank == 0:
+            metrics = {f"hp/{stage}_{name}": float("nan") for stage, names in HPARAM_METRICS.items() for name in names}
+            params = {**self.logger.hparams, "model_class": type(self).__name__, "num_params": self.num_params}
+            self.logger.log_hyperparams(params, metrics=metrics)
+
     # ---- evaluation: one protocol for every model ---------------------------------
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, "val")
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, "test")
+
+    def on_test_epoch_start(self) -> None:
+        # The batches are drawn (and dynamically binarized) after this hook, in this process.
+        torch.manual_seed(self.test_seed + self.global_rank)
 
     @torch.no_grad()
     def _evaluate(self, batch: tuple[Tensor, Tensor], batch_idx: int, stage: str) -> None:
@@ -139,20 +174,24 @@ class LatentVariableModel(L.LightningModule):
         metrics = self.eval_metrics[stage]
         for name, value in values.items():
             metrics[name].update(value)
-            self.log(f"{stage}/{name}", metrics[name], prog_bar=name == "nll")
-        if batch_idx == 0 and stage == "val" and self.global_rank == 0:
-            self._log_images(x[: self.num_images], recon[: self.num_images])
+        metrics["psnr"].update(recon, x)
+        for name, metric in metrics.items():
+            self.log(f"{stage}/{name}", metric, prog_bar=name == "nll")
+            if name in HPARAM_METRICS[stage]:
+                self.log(f"hp/{stage}_{name}", metric)
+        if batch_idx == 0 and self.global_rank == 0:
+            self._log_images(stage, x[: self.num_images], recon[: self.num_images])
 
-    def _log_images(self, x: Tensor, recon: Tensor) -> None:
+    def _log_images(self, stage: str, x: Tensor, recon: Tensor) -> None:
         if not isinstance(self.logger, TensorBoardLogger):
             return
         writer = self.logger.experiment
         nrow = int(math.ceil(math.sqrt(2 * x.shape[0])))
         nrow += nrow % 2  # keep each input next to its reconstruction
         pairs = torch.stack([x, recon], dim=1).flatten(0, 1)
-        writer.add_image("val/reconstructions", make_grid(pairs.clamp(0, 1), nrow=nrow), self.global_step)
+        writer.add_image(f"{stage}/reconstructions", make_grid(pairs.clamp(0, 1), nrow=nrow), self.global_step)
         samples = self.likelihood.mean(self.sample_prior(self.num_images))
-        writer.add_image("val/samples", make_grid(samples.clamp(0, 1), nrow=nrow // 2 or 1), self.global_step)
+        writer.add_image(f"{stage}/samples", make_grid(samples.clamp(0, 1), nrow=nrow // 2 or 1), self.global_step)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         expected = f"{type(self).__module__}.{type(self).__qualname__}"

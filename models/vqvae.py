@@ -44,7 +44,11 @@ class VQVAE(LatentVariableModel):
         beta: commitment weight.
         ema: move the codebook by exponential moving averages instead of the codebook loss.
         decay: EMA decay (also for the usage statistics behind dead-code restarts).
-        dead_code_threshold: restart codes whose EMA usage falls below this (0 = off).
+        dead_code_threshold: restart codes whose EMA usage (vectors per batch) falls below this (0 = off).
+
+    The defaults (EMA codebook, restarts below one vector per batch) are not the paper's main-text
+    model (`ema=False, dead_code_threshold=0`): on binarized MNIST, 5 epochs, that one used 22% of
+    its 512 codes (val/recon_mse 0.0136); these defaults used all of them (0.0081).
         kmeans_init: initialize the codebook by k-means on the first training batch.
         **kwargs: the shared arguments of `LatentVariableModel` (likelihood, lr, evaluation).
     """
@@ -58,9 +62,9 @@ class VQVAE(LatentVariableModel):
         num_latents: int | None = None,
         hidden_channels: int = 64,
         beta: float = 0.25,
-        ema: bool = False,
+        ema: bool = True,
         decay: float = 0.99,
-        dead_code_threshold: float = 0.0,
+        dead_code_threshold: float = 1.0,
         kmeans_init: bool = False,
         **kwargs: Any,
     ) -> None:

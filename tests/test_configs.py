@@ -27,7 +27,7 @@ def composed(overrides: list[str]):
 def test_default_is_jsa_on_mnist():
     cfg = composed([])
     assert cfg.model._target_ == "models.JSA" and cfg.data._target_ == "datamodules.MNISTDataModule"
-    assert cfg.run_name == "jsa-mnist"
+    assert cfg.run_name == "jsa-mnist-mlp-K10-L10"  # model, data and the model's key settings
 
 
 @pytest.mark.parametrize("data", DATA)
@@ -40,7 +40,7 @@ def test_every_model_builds_for_every_data_set(model, data, backbone):
     assert net.data_shape == datamodule.image_shape
     expected = BernoulliLikelihood if data == "mnist" else GaussianLikelihood
     assert isinstance(net.likelihood, expected)
-    assert cfg.run_name == f"{model}-{data}"
+    assert cfg.run_name.startswith(f"{model}-{data}-{backbone}-")
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -54,4 +54,26 @@ def test_conv_model_trains_on_cifar10_format_data(model, cifar10_dir: Path, tmp_
     metrics = train.run(cfg)
     assert {"train/loss", "val/nll", "val/bpd"} <= set(metrics)
     assert all(v == v for v in metrics.values())  # finite, no NaN
-    assert (tmp_path / "tensorboard" / f"{model}-cifar10" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    (run_dir,) = (tmp_path / "tensorboard").glob(f"{model}-cifar10-conv-*/version_0")
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.parametrize("data,backbone", [("mnist", "mlp"), ("cifar10", "conv")])
+def test_compare_experiment_matches_networks_and_latents(data, backbone):
+    """experiment=compare: every model on the data's backbone, one seed/optimizer/budget, and the
+    VQ-VAE on JSA's discrete latent (K codes of JSA's embedding size at the same positions)."""
+    built = {}
+    for model in ("vae", "vqvae", "jsa"):
+        cfg = composed(["experiment=compare", f"model={model}", f"data={data}"])
+        assert cfg.model.backbone == backbone and cfg.trainer.max_epochs == 10 and cfg.run_test
+        assert cfg.model.lr == 1e-3 and cfg.model.test_num_samples == 1000 and cfg.model.test_seed == cfg.seed == 0
+        datamodule = instantiate(cfg.data, _convert_="all")
+        built[model] = instantiate(cfg.model, data_shape=list(datamodule.image_shape), _convert_="all")
+    jsa, vqvae = built["jsa"], built["vqvae"]
+    assert (vqvae.num_codes, vqvae.code_dim, vqvae.num_latents) == (jsa.num_categories, jsa.embedding_dim, jsa.num_latents)
+    # The same encoder and decoder networks up to the layers that read or emit the latent.
+    for part in ("encoder", "decoder"):
+        assert [type(m) for m in getattr(vqvae, part).modules()] == [type(m) for m in getattr(jsa, part).modules()]
+    # The experiment's sweep covers the three models; a command-line setting overrides it.
+    assert composed(["experiment=compare"]).hydra.sweeper.params == {"model": "vae,vqvae,jsa"}
+    assert composed(["experiment=compare", "model=vqvae", "compare.num_categories=64"]).model.num_codes == 64

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
 
-TRAIN = Path(__file__).resolve().parents[1] / "train.py"
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = REPO / "train.py"
 FAST = ["trainer.max_steps=3", "trainer.log_every_n_steps=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=1", "model.val_num_samples=2"]
 
 
@@ -31,7 +33,22 @@ def tags(run_dir: Path) -> set[str]:
     return set(found["scalars"]) | set(found["images"])
 
 
-SHARED_TAGS = {"train/loss", "val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/reconstructions", "val/samples"}
+def hparams_tab(run_dir: Path) -> tuple[set[str], dict[str, object]]:
+    """What TensorBoard's HPARAMS tab shows for a run: its metric tags and its hyperparameters."""
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    content = events.PluginTagToContent("hparams")
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    session = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+    metrics = {info.name.tag for info in experiment.metric_infos}
+    params = {name: value.WhichOneof("kind") and getattr(value, value.WhichOneof("kind")) for name, value in session.hparams.items()}
+    return metrics, params
+
+
+SHARED_TAGS = {
+    "train/loss", "train/step_time_ms", "train/samples_per_s", "train/epoch_time_s",
+    "val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/psnr", "val/reconstructions", "val/samples", "hp/val_nll",
+}
 MODEL_TAGS = {
     "vae": {"train/recon", "train/kl"},
     "jsa": {"train/loss_p", "train/loss_q", "train/acceptance_rate", "train/cache_hit_rate", "train/perplexity", "train/classes_used"},
@@ -43,15 +60,19 @@ MODEL_TAGS = {
 @pytest.mark.parametrize("model", ["vae", "jsa", "vqvae"])
 def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, tmp_path, mnist_dir):
     train([f"model={model}", "data=mnist", *FAST], tmp_path, mnist_dir)
-    run_dir = tmp_path / "logs" / "tensorboard" / f"{model}-mnist" / "version_0"
+    (run_dir,) = (tmp_path / "logs" / "tensorboard").glob(f"{model}-mnist-*/version_0")
     assert SHARED_TAGS | MODEL_TAGS[model] <= tags(run_dir)
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    metrics, params = hparams_tab(run_dir)
+    assert {"hp/val_nll", "hp/test_nll", "hp/test_psnr"} <= metrics
+    assert params["model_class"] == {"vae": "VAE", "jsa": "JSA", "vqvae": "VQVAE"}[model] and params["num_params"] > 1000
+    assert params["batch_size"] == 128 and params["lr"] == 1e-3  # the data module's and the model's
 
 
 def test_hydra_multirun_gives_each_run_its_own_directory(tmp_path, mnist_dir):
     train(["-m", "model=vae", "data=mnist", "model.latent_dim=4,8", *FAST], tmp_path, mnist_dir)
-    runs = sorted(p.name for p in (tmp_path / "logs" / "tensorboard" / "vae-mnist").iterdir())
-    assert runs == ["version_0", "version_1"]
+    runs = sorted(str(p.relative_to(tmp_path / "logs" / "tensorboard")) for p in (tmp_path / "logs" / "tensorboard").glob("*/*"))
+    assert runs == ["vae-mnist-mlp-z4/version_0", "vae-mnist-mlp-z8/version_0"]  # named after the swept setting
 
 
 def test_hydra_rejects_an_unknown_model_with_the_valid_choices(tmp_path, mnist_dir):

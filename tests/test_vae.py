@@ -57,9 +57,11 @@ def test_evaluation_nll_is_at_most_negative_elbo(mnist_dir):
     model.log = lambda name, value, **kw: logged.__setitem__(name, value)
     model._evaluate((x, torch.arange(32)), batch_idx=1, stage="val")
     metrics = {name: m.compute() for name, m in model.eval_metrics["val"].items()}
-    assert set(logged) == {"val/nll", "val/bpd", "val/elbo", "val/recon_mse"}
+    assert set(logged) == {"val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/psnr", "hp/val_nll", "hp/val_bpd"}
     assert metrics["nll"] <= -metrics["elbo"]
     torch.testing.assert_close(metrics["bpd"], metrics["nll"] / (784 * torch.log(torch.tensor(2.0))))
+    # PSNR of the split's mean squared error (pixels in [0, 1]): 10 log10(1 / MSE).
+    torch.testing.assert_close(metrics["psnr"], -10 * torch.log10(metrics["recon_mse"]))
 
 
 def test_bernoulli_likelihood_refuses_grey_pixels(mnist_dir, tmp_path):
