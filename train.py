@@ -27,7 +27,7 @@ usage: python train.py [KEY=VALUE ...]             (Hydra; -m for multirun)
 Hydra, with the config tree in configs/:
   python train.py model=vae data=mnist trainer.max_epochs=5
   python train.py -m model=vae data=mnist,cifar10          # one run per combination
-  python train.py -m experiment=compare data=mnist         # VAE, VQ-VAE and JSA side by side, then:
+  python train.py -m experiment=compare data=mnist         # all models side by side, then:
   python -m benchmarks.compare logs/tensorboard            # the comparison report (table and plots)
   python train.py ckpt_path=PATH/last.ckpt                 # resume
   config groups: {groups}

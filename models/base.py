@@ -18,7 +18,7 @@ final metrics `hp/*` that TensorBoard's HPARAMS tab shows next to the hyperparam
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import lightning as L
 import torch
@@ -31,6 +31,9 @@ from torchvision.utils import make_grid
 from models.likelihoods import LikelihoodName, bits_per_dim, build_likelihood
 from models.speed import TrainingSpeed
 from samplers.importance import importance_log_likelihood
+from samplers.sgmcmc import SGMCMC
+
+OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 
 EVAL_METRICS = ("nll", "bpd", "elbo", "recon_mse")
 # Shown in TensorBoard's HPARAMS tab as `hp/<stage>_<name>` (the last value logged).
@@ -45,7 +48,12 @@ class LatentVariableModel(L.LightningModule):
         likelihood: `bernoulli` (binarized data) or `gaussian` (continuous data, dequantized).
         sigma: standard deviation of the gaussian likelihood (its initial value if learned).
         learn_sigma: learn a scalar sigma of the gaussian likelihood.
-        lr: Adam learning rate.
+        lr: Adam learning rate (when `optimizer` is left out).
+        optimizer: builds the optimizer from the parameters, e.g. `functools.partial(SGLD, lr=1e-7)`
+            (Hydra: `optimizer=sgld`; CLI: `--model.optimizer=samplers.SGLD`); None: Adam(lr). With a
+            stochastic-gradient MCMC sampler (samplers/sgmcmc.py) the loss handed to it is the
+            potential U(θ) = N · (the batch-mean loss), N the training-set size: the minibatch
+            estimate of -log p(X | θ) under a flat prior, so the sampler draws θ from the posterior.
         val_num_samples: importance samples per image for `val/nll`.
         test_num_samples: importance samples per image for `test/nll`.
         eval_chunk_size: importance samples scored in one decoder pass (memory bound).
@@ -61,6 +69,7 @@ class LatentVariableModel(L.LightningModule):
         sigma: float = 0.1,
         learn_sigma: bool = False,
         lr: float = 1e-3,
+        optimizer: OptimizerFactory | None = None,
         val_num_samples: int = 100,
         test_num_samples: int = 1000,
         eval_chunk_size: int = 100,
@@ -72,7 +81,9 @@ class LatentVariableModel(L.LightningModule):
         self.num_dims = math.prod(self.data_shape)
         self.likelihood = build_likelihood(likelihood, sigma=sigma, learn_sigma=learn_sigma)
         self.lr = lr
-        self.num_samples = {"val": val_num_samples, "test": test_num_samples}
+        self.optimizer_factory = optimizer
+        self.potential_scale = 1.0  # N under an SG-MCMC sampler (set in on_train_start), else 1
+        self.eval_num_samples = {"val": val_num_samples, "test": test_num_samples}
         self.eval_chunk_size = eval_chunk_size
         self.num_images = num_images
         self.test_seed = test_seed
@@ -124,10 +135,12 @@ class LatentVariableModel(L.LightningModule):
         # Logged per step only, so the tags are exactly `train/<name>` (no _step/_epoch suffix).
         self.log("train/loss", terms["loss"], prog_bar=True)
         self.log_dict({f"train/{k}": v for k, v in terms.items() if k != "loss"})
-        return terms["loss"]
+        return terms["loss"] * self.potential_scale
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.lr)
+        if self.optimizer_factory is None:
+            return torch.optim.Adam(self.parameters(), lr=self.lr)
+        return self.optimizer_factory(self.parameters())
 
     def configure_callbacks(self) -> list[L.Callback]:
         return [TrainingSpeed()]
@@ -137,11 +150,23 @@ class LatentVariableModel(L.LightningModule):
         return sum(p.numel() for p in self.parameters())
 
     def on_train_start(self) -> None:
+        if isinstance(self.trainer.optimizers[0], SGMCMC):
+            datamodule = getattr(self.trainer, "datamodule", None)
+            if datamodule is None or not hasattr(datamodule, "num_train_examples"):
+                raise ValueError("an SG-MCMC optimizer needs the training-set size: train with one of the data modules")
+            self.potential_scale = float(datamodule.num_train_examples)
         # Lightning has written the hyperparameters (model + data) without metrics; write them again
         # with the metrics the HPARAMS tab should show, as Lightning documents for TensorBoard.
         if isinstance(self.logger, TensorBoardLogger) and self.global_rank == 0:
             metrics = {f"hp/{stage}_{name}": float("nan") for stage, names in HPARAM_METRICS.items() for name in names}
-            params = {**self.logger.hparams, "model_class": type(self).__name__, "num_params": self.num_params}
+            optimizer = self.trainer.optimizers[0]
+            params = {
+                **self.logger.hparams,
+                "model_class": type(self).__name__,
+                "num_params": self.num_params,
+                "optimizer": type(optimizer).__name__,
+                "optimizer_lr": optimizer.defaults.get("lr"),
+            }
             self.logger.log_hyperparams(params, metrics=metrics)
 
     # ---- evaluation: one protocol for every model ---------------------------------
@@ -160,7 +185,7 @@ class LatentVariableModel(L.LightningModule):
         x, _ = batch
         x_eval = self.likelihood.prepare(x)
         estimate = importance_log_likelihood(
-            lambda n: self.log_importance_weights(x_eval, n), self.num_samples[stage], self.eval_chunk_size
+            lambda n: self.log_importance_weights(x_eval, n), self.eval_num_samples[stage], self.eval_chunk_size
         )
         offset = self.likelihood.nll_offset(self.num_dims)
         nll = offset - estimate.log_likelihood

@@ -106,7 +106,22 @@ class CategoricalLatentModel(LatentVariableModel):
         """Decoder output (likelihood parameters) for codes (N, V): (N, C, H, W)."""
         if self.per_position:
             latent = latent + self.position_offset
-        embedded = self.embedding(latent)  # (N, V, D)
+        return self._decode_embedded(self.embedding(latent))  # embeddings (N, V, D)
+
+    def decode_relaxed(self, one_hot: Tensor) -> Tensor:
+        """Decoder output for relaxed (or exact) one-hot codes (N, V, K), e.g. Gumbel-softmax samples.
+
+        The embedding of a relaxed code is the probability-weighted mix of its class embeddings,
+        so an exact one-hot gives the same output as `decode`.
+        """
+        table = self.embedding.weight
+        if self.per_position:
+            embedded = torch.einsum("nvk,vkd->nvd", one_hot, table.view(self.num_latents, self.num_categories, -1))
+        else:
+            embedded = one_hot @ table
+        return self._decode_embedded(embedded)
+
+    def _decode_embedded(self, embedded: Tensor) -> Tensor:
         if self.grid:
             embedded = embedded.transpose(1, 2).unflatten(-1, self.grid)  # (N, D, H', W')
         else:

@@ -57,7 +57,7 @@ class JSA(CategoricalLatentModel):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["optimizer"])  # a callable; logged by name in on_train_start
         if mis_steps < 1:
             raise ValueError(f"mis_steps (L) must be >= 1, got {mis_steps}")
         if gradient_states not in ("final", "chain"):

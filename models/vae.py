@@ -48,7 +48,7 @@ class VAE(LatentVariableModel):
         **kwargs: Any,
     ) -> None:
         super().__init__(data_shape=data_shape, **kwargs)
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["optimizer"])  # a callable; logged by name in on_train_start
         if latent_dim < 1:
             raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")
         self.encoder, self.decoder, self.grid = build_backbone(

@@ -69,7 +69,7 @@ class VQVAE(LatentVariableModel):
         **kwargs: Any,
     ) -> None:
         super().__init__(data_shape=data_shape, **kwargs)
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["optimizer"])  # a callable; logged by name in on_train_start
         if num_codes < 2:
             raise ValueError(f"num_codes (K) must be >= 2, got {num_codes}")
         self.grid = latent_grid(backbone, self.data_shape)

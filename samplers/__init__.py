@@ -12,6 +12,8 @@ from samplers.mis import (
     naive_mis,
     sample_categorical,
 )
+from samplers.score_function import categorical_score_norm_sq, leave_one_out_optimal_baseline, score_function_surrogate
+from samplers.sgmcmc import SGHMC, SGLD, SGMCMC, SGNHT, SampleCollector, minibatch_potential
 
 __all__ = [
     "ImportanceEstimate",
@@ -26,4 +28,13 @@ __all__ = [
     "mis_chain",
     "naive_mis",
     "sample_categorical",
+    "SGHMC",
+    "SGLD",
+    "SGMCMC",
+    "SGNHT",
+    "SampleCollector",
+    "categorical_score_norm_sq",
+    "leave_one_out_optimal_baseline",
+    "minibatch_potential",
+    "score_function_surrogate",
 ]

@@ -10,12 +10,33 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from torchvision.datasets import CIFAR10, MNIST
 
-from datamodules import CIFAR10DataModule
+from datamodules import CIFAR10DataModule, MNISTDataModule
 
 REPO = Path(__file__).resolve().parents[1]
 CIFAR_PER_BATCH = 20
+
+
+def mnist_slice(mnist_dir: Path, n: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first n images of the MNIST training split, statically binarized, and their indices."""
+    dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="static")
+    dm.setup("fit")
+    return dm.train_set.__getitems__(list(range(n)))
+
+
+def train_on_batch(model, x: torch.Tensor, index: torch.Tensor, steps: int) -> tuple[dict, dict]:
+    """`steps` Adam steps of `model.training_loss` on one batch; the loss terms of the first and the last."""
+    optimizer = model.configure_optimizers()
+    history = []
+    for _ in range(steps):
+        terms = model.training_loss(x, index)
+        optimizer.zero_grad()
+        terms["loss"].backward()
+        optimizer.step()
+        history.append({name: value.detach() for name, value in terms.items()})
+    return history[0], history[-1]
 
 
 class TinyCIFAR10DataModule(CIFAR10DataModule):

@@ -17,7 +17,10 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
     train(["-m", "experiment=compare", "data=mnist", *tiny], tmp_path, mnist_dir)
     root = tmp_path / "logs" / "tensorboard"
     runs = sorted(p.name for p in root.iterdir())
-    assert runs == ["jsa-mnist-mlp-K10-L10", "vae-mnist-mlp-z32", "vqvae-mnist-mlp-K10"]
+    assert runs == [
+        "dvae-mnist-mlp-K10-reinforce-optimal", "dvae_gumbel-mnist-mlp-K10-tau0.5", "jsa-mnist-mlp-K10-L10",
+        "vae-mnist-mlp-z32", "vqvae-mnist-mlp-K10",
+    ]
 
     out = tmp_path / "report"
     result = subprocess.run(
@@ -29,7 +32,7 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
     header = next(line for line in lines if line.startswith("| run"))
     columns = [c.strip() for c in header.strip("|").split("|")]
     rows = [dict(zip(columns, (c.strip() for c in line.strip("|").split("|")))) for line in lines if line.startswith("| ") and line != header]
-    assert sorted(row["model"] for row in rows) == ["JSA", "VAE", "VQVAE"]
+    assert sorted(row["model"] for row in rows) == ["DiscreteVAE", "DiscreteVAE", "JSA", "VAE", "VQVAE"]
     for row in rows:
         assert row["data"] == "mnist" and row["epochs"] == "1", row
         for column in ("nll (nats)", "bpd", "recon MSE", "PSNR (dB)", "ms/step", "params", "s/epoch"):

@@ -60,10 +60,10 @@ def test_conv_model_trains_on_cifar10_format_data(model, cifar10_dir: Path, tmp_
 
 @pytest.mark.parametrize("data,backbone", [("mnist", "mlp"), ("cifar10", "conv")])
 def test_compare_experiment_matches_networks_and_latents(data, backbone):
-    """experiment=compare: every model on the data's backbone, one seed/optimizer/budget, and the
-    VQ-VAE on JSA's discrete latent (K codes of JSA's embedding size at the same positions)."""
+    """experiment=compare: every model on the data's backbone, one seed/optimizer/budget, the discrete
+    VAEs on JSA's model, and the VQ-VAE on JSA's discrete latent (K codes of JSA's embedding size)."""
     built = {}
-    for model in ("vae", "vqvae", "jsa"):
+    for model in ("vae", "vqvae", "jsa", "dvae", "dvae_gumbel"):
         cfg = composed(["experiment=compare", f"model={model}", f"data={data}"])
         assert cfg.model.backbone == backbone and cfg.trainer.max_epochs == 10 and cfg.run_test
         assert cfg.model.lr == 1e-3 and cfg.model.test_num_samples == 1000 and cfg.model.test_seed == cfg.seed == 0
@@ -71,9 +71,12 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
         built[model] = instantiate(cfg.model, data_shape=list(datamodule.image_shape), _convert_="all")
     jsa, vqvae = built["jsa"], built["vqvae"]
     assert (vqvae.num_codes, vqvae.code_dim, vqvae.num_latents) == (jsa.num_categories, jsa.embedding_dim, jsa.num_latents)
+    for dvae in (built["dvae"], built["dvae_gumbel"]):  # exactly JSA's categorical model
+        assert {k: v.shape for k, v in dvae.state_dict().items() if k != "baseline_mean"} == {k: v.shape for k, v in jsa.state_dict().items() if not k.startswith(("cache", "class_used"))}
+    assert (built["dvae"].estimator, built["dvae_gumbel"].estimator) == ("reinforce", "gumbel")
     # The same encoder and decoder networks up to the layers that read or emit the latent.
     for part in ("encoder", "decoder"):
         assert [type(m) for m in getattr(vqvae, part).modules()] == [type(m) for m in getattr(jsa, part).modules()]
     # The experiment's sweep covers the three models; a command-line setting overrides it.
-    assert composed(["experiment=compare"]).hydra.sweeper.params == {"model": "vae,vqvae,jsa"}
+    assert composed(["experiment=compare"]).hydra.sweeper.params == {"model": "vae,vqvae,jsa,dvae,dvae_gumbel"}
     assert composed(["experiment=compare", "model=vqvae", "compare.num_categories=64"]).model.num_codes == 64

@@ -54,10 +54,12 @@ MODEL_TAGS = {
     "jsa": {"train/loss_p", "train/loss_q", "train/acceptance_rate", "train/cache_hit_rate", "train/perplexity", "train/classes_used"},
     "vqvae": {"train/recon", "train/codebook", "train/commitment", "train/perplexity", "train/codes_used", "train/restarts",
               "val/perplexity", "val/codes_used"},
+    "dvae": {"train/encoder_grad_variance", "train/encoder_grad_variance_no_cv"},
+    "dvae_gumbel": {"train/encoder_grad_variance", "train/temperature"},
 }
 
 
-@pytest.mark.parametrize("model", ["vae", "jsa", "vqvae"])
+@pytest.mark.parametrize("model", ["vae", "jsa", "vqvae", "dvae", "dvae_gumbel"])
 def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, tmp_path, mnist_dir):
     train([f"model={model}", "data=mnist", *FAST], tmp_path, mnist_dir)
     (run_dir,) = (tmp_path / "logs" / "tensorboard").glob(f"{model}-mnist-*/version_0")
@@ -65,7 +67,8 @@ def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, tmp_path, mnis
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     metrics, params = hparams_tab(run_dir)
     assert {"hp/val_nll", "hp/test_nll", "hp/test_psnr"} <= metrics
-    assert params["model_class"] == {"vae": "VAE", "jsa": "JSA", "vqvae": "VQVAE"}[model] and params["num_params"] > 1000
+    expected_class = {"vae": "VAE", "jsa": "JSA", "vqvae": "VQVAE", "dvae": "DiscreteVAE", "dvae_gumbel": "DiscreteVAE"}[model]
+    assert params["model_class"] == expected_class and params["num_params"] > 1000
     assert params["batch_size"] == 128 and params["lr"] == 1e-3  # the data module's and the model's
 
 
@@ -92,4 +95,4 @@ def test_lightning_cli_fit_on_the_same_classes(tmp_path, mnist_dir):
 
 def test_help_names_both_front_ends(tmp_path, mnist_dir):
     out = train(["--help"], tmp_path, mnist_dir).stdout
-    assert "model=vae" in out and "fit --model=VAE" in out and "data={cifar10,mnist}" in out and "model={jsa,vae,vqvae}" in out
+    assert "model=vae" in out and "fit --model=VAE" in out and "data={cifar10,mnist}" in out and "model={dvae,dvae_gumbel,jsa,vae,vqvae}" in out

@@ -15,6 +15,7 @@ from scipy import stats
 from datamodules import MNISTDataModule
 from models import JSA
 from samplers import categorical_log_prob
+from tests.conftest import mnist_slice, train_on_batch
 
 V, K = 2, 3  # 9 joint latent states: small enough to enumerate p(h | x)
 ALL_STATES = torch.tensor(list(itertools.product(range(K), repeat=V)))  # (9, V)
@@ -192,19 +193,10 @@ def test_cache_size_must_match_the_training_split(mnist_dir, tmp_path):
 
 
 def test_jsa_learns_on_real_mnist(mnist_dir):
-    dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="static")
-    dm.setup("fit")
-    x, index = dm.train_set.__getitems__(list(range(128)))
+    x, index = mnist_slice(mnist_dir, 128)
     torch.manual_seed(0)
     model = JSA(mis_steps=3, cache_size=128)
-    optimizer = model.configure_optimizers()
-    first = None
-    for _ in range(50):
-        terms = model.training_loss(x, index)
-        optimizer.zero_grad()
-        terms["loss"].backward()
-        optimizer.step()
-        first = first if first is not None else terms["loss_p"].item()
-    assert first > 450 and terms["loss_p"].item() < 250, (first, terms["loss_p"].item())
+    first, last = train_on_batch(model, x, index, steps=50)
+    assert first["loss_p"] > 450 and last["loss_p"] < 250, (first["loss_p"], last["loss_p"])
     nll = -model.log_importance_weights(x[:64], 50).logsumexp(0).mean() + torch.log(torch.tensor(50.0))
     assert nll < 250

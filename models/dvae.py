@@ -1,0 +1,163 @@
+"""Discrete VAE: JSA's categorical model trained by maximizing the ELBO, the baselines JSA is compared with.
+
+Exactly the model of `CategoricalLatentModel` (encoder q_φ(h | x), code embeddings, decoder
+p_θ(x | h), prior p(h)); only the training differs. JSA follows the model's posterior with MCMC;
+a discrete VAE maximizes
+
+    ELBO(x) = E_q[ f(h) ],    f(h) = log p_θ(x, h) - log q_φ(h | x),
+
+whose gradient for θ is E_q[∇θ log p_θ(x, h)] (sampled directly), while for φ the sampling
+distribution itself depends on φ and h is discrete, so no reparameterization exists. Two estimators:
+
+* `reinforce`: the score-function estimate with S samples per example (samplers/score_function.py,
+  seed 003), E_q[∇φ log q · (f - B)], with the control variate B = `optimal` (seed 003's B*,
+  leave-one-out over the S samples), `running_mean` (an exponential moving average of f over
+  training), or `none` (B = 0). Unbiased.
+* `gumbel`: the Gumbel-softmax / Concrete relaxation (Jang et al., 2017; Maddison et al., 2017).
+  h is replaced by y = softmax((logits + g) / τ), g ~ Gumbel(0, 1), which is reparameterized; the
+  decoder reads the mix of class embeddings y; the KL(q || p) to the prior is taken in closed form:
+  relaxed ELBO = E_g[log p_θ(x | y)] - KL(q_φ(h | x) || p(h)). Biased for τ > 0; τ is annealed
+  as τ_t = max(τ_min, τ_0 exp(-r t)). `straight_through`: the decoder reads the one-hot argmax in
+  the forward pass and the gradient of y in the backward pass.
+
+`train/loss` is the (relaxed, for `gumbel`) negative ELBO, comparable with the VAE's. Every
+`grad_variance_every` steps the trace of the covariance of the encoder's gradient estimate is
+measured over `grad_variance_repeats` independent estimates on the current batch and logged as
+`train/encoder_grad_variance` (and, for `reinforce`, `train/encoder_grad_variance_no_cv` with B = 0
+at the same parameters), so TensorBoard shows what a control variate buys.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from models.categorical import CategoricalLatentModel
+from samplers.mis import categorical_log_prob, sample_categorical
+from samplers.score_function import (
+    categorical_score_norm_sq,
+    leave_one_out_optimal_baseline,
+    score_function_surrogate,
+)
+
+Estimator = Literal["reinforce", "gumbel"]
+ControlVariate = Literal["optimal", "running_mean", "none"]
+
+
+class DiscreteVAE(CategoricalLatentModel):
+    """The categorical latent-variable model of JSA trained on the ELBO by REINFORCE or Gumbel-softmax.
+
+    Args:
+        estimator: `reinforce` (score function) or `gumbel` (Gumbel-softmax relaxation).
+        num_samples: S, samples of h per example and step (REINFORCE; >= 2 for the `optimal` baseline).
+        control_variate: REINFORCE's B: `optimal` (B*, leave-one-out), `running_mean` or `none`.
+        baseline_decay: decay of the running mean of f (`running_mean`).
+        temperature: τ_0 of the Gumbel-softmax; temperature_min: τ_min; anneal_rate: r per step.
+        straight_through: Gumbel: decode the hard argmax, back-propagate through the relaxed sample.
+        grad_variance_every: measure the encoder's gradient variance every this many steps (0: never).
+        grad_variance_repeats: independent gradient estimates per measurement.
+        **kwargs: the model's arguments (see `CategoricalLatentModel`) and the shared ones.
+    """
+
+    def __init__(
+        self,
+        estimator: Estimator = "reinforce",
+        num_samples: int = 4,
+        control_variate: ControlVariate = "optimal",
+        baseline_decay: float = 0.99,
+        temperature: float = 1.0,
+        temperature_min: float = 0.5,
+        anneal_rate: float = 1e-4,
+        straight_through: bool = False,
+        grad_variance_every: int = 200,
+        grad_variance_repeats: int = 8,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.save_hyperparameters(ignore=["optimizer"])  # a callable; logged by name in on_train_start
+        if estimator not in ("reinforce", "gumbel"):
+            raise ValueError(f"estimator must be 'reinforce' or 'gumbel', got {estimator!r}")
+        if control_variate not in ("optimal", "running_mean", "none"):
+            raise ValueError(f"control_variate must be 'optimal', 'running_mean' or 'none', got {control_variate!r}")
+        if num_samples < 1 or (estimator == "reinforce" and control_variate == "optimal" and num_samples < 2):
+            raise ValueError(f"num_samples must be >= 1 (>= 2 for the leave-one-out optimal baseline), got {num_samples}")
+        if not 0 < temperature_min <= temperature:
+            raise ValueError(f"need 0 < temperature_min <= temperature, got {temperature_min} and {temperature}")
+        if grad_variance_every and grad_variance_repeats < 2:
+            raise ValueError(f"grad_variance_repeats must be >= 2 to measure a variance, got {grad_variance_repeats}")
+        self.estimator, self.num_samples, self.control_variate = estimator, num_samples, control_variate
+        self.baseline_decay = baseline_decay
+        self.temperature, self.temperature_min, self.anneal_rate = temperature, temperature_min, anneal_rate
+        self.straight_through = straight_through
+        self.grad_variance_every, self.grad_variance_repeats = grad_variance_every, grad_variance_repeats
+        self.register_buffer("baseline_mean", torch.zeros(()))  # running mean of f (in checkpoints)
+
+    # ---- the two estimators: each returns (loss, -ELBO estimate, extra terms) ---------------
+    def reinforce_loss(self, x: Tensor, log_q: Tensor, control_variate: ControlVariate | None = None) -> tuple[Tensor, Tensor]:
+        """(loss whose gradient is the REINFORCE estimate, per-example ELBO estimate (B,))."""
+        control_variate = control_variate or self.control_variate
+        latent = sample_categorical(log_q.detach(), self.num_samples)  # (B, S, V)
+        log_joint = self.log_joint(x, latent)  # (B, S), gradient to θ
+        log_q_latent = categorical_log_prob(log_q, latent)  # (B, S), gradient to φ
+        signal = (log_joint - log_q_latent).detach()  # f(h_s)
+        if control_variate == "optimal":
+            baseline = leave_one_out_optimal_baseline(signal, categorical_score_norm_sq(log_q.detach(), latent))
+        elif control_variate == "running_mean":
+            baseline = self.baseline_mean
+        else:
+            baseline = 0.0
+        surrogate = log_joint.mean(1) + score_function_surrogate(log_q_latent, signal, baseline)
+        elbo = signal.mean(1)
+        # value: -ELBO; gradient: -(∇θ E[log p] + the score-function estimate for φ)
+        return -(elbo + surrogate - surrogate.detach()).mean(), elbo
+
+    def gumbel_loss(self, x: Tensor, log_q: Tensor) -> tuple[Tensor, Tensor]:
+        """(negative relaxed ELBO, per-example relaxed ELBO (B,)) at the current temperature."""
+        relaxed = F.gumbel_softmax(log_q, tau=self.current_temperature(), hard=self.straight_through)  # (B, V, K)
+        log_px = self.likelihood.log_prob(x, self.decode_relaxed(relaxed))
+        log_prior = self.prior_logits.log_softmax(-1)
+        kl = (log_q.exp() * (log_q - log_prior)).sum((-2, -1))  # KL(q(h|x) || p(h)), closed form
+        elbo = log_px - kl
+        return -elbo.mean(), elbo
+
+    def current_temperature(self) -> float:
+        step = self.global_step if self._trainer is not None else 0
+        return max(self.temperature_min, self.temperature * math.exp(-self.anneal_rate * step))
+
+    # ---- training (see LatentVariableModel.training_step) ---------------------------
+    def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        log_q = self.encode(x).log_softmax(-1)
+        if self.estimator == "reinforce":
+            loss, elbo = self.reinforce_loss(x, log_q)
+            if self.control_variate == "running_mean" and self.training:
+                self.baseline_mean.lerp_(elbo.mean().detach(), 1 - self.baseline_decay)
+            terms = {"loss": loss, "baseline": self.baseline_mean.clone()} if self.control_variate == "running_mean" else {"loss": loss}
+        else:
+            loss, _ = self.gumbel_loss(x, log_q)
+            terms = {"loss": loss, "temperature": x.new_tensor(self.current_temperature())}
+        if self.grad_variance_every and self._trainer is not None and self.global_step % self.grad_variance_every == 0:
+            terms.update(self.encoder_gradient_variance(x))
+        return terms
+
+    def encoder_gradient_variance(self, x: Tensor) -> dict[str, Tensor]:
+        """Trace of the covariance of the encoder's gradient estimate over repeated estimates on batch x."""
+        params = [p for p in self.encoder.parameters() if p.requires_grad]
+
+        def variance(loss_fn) -> Tensor:
+            grads = []
+            for _ in range(self.grad_variance_repeats):
+                loss, _ = loss_fn(x, self.encode(x).log_softmax(-1))
+                grads.append(torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)]))
+            return torch.stack(grads).var(0).sum()
+
+        with torch.enable_grad():
+            if self.estimator == "gumbel":
+                return {"encoder_grad_variance": variance(self.gumbel_loss)}
+            return {
+                "encoder_grad_variance": variance(self.reinforce_loss),
+                "encoder_grad_variance_no_cv": variance(lambda x_, log_q: self.reinforce_loss(x_, log_q, "none")),
+            }

@@ -1,0 +1,58 @@
+"""The score-function (REINFORCE) gradient of the ELBO for a categorical q, with control variates.
+
+For a latent h ~ q_φ(h | x) and the learning signal f(h) = log p_θ(x, h) - log q_φ(h | x),
+
+    ∇φ ELBO = ∇φ E_q[f(h)] = E_q[ ∇φ log q_φ(h | x) · f(h) ]              (seed 003, section 1)
+
+(the term E_q[∇φ log q] that the product rule adds is zero: seed 003, Lemma 2). Any constant B
+keeps the estimate unbiased, E_q[∇φ log q · (f - B)] = ∇φ ELBO (section 2), and the B that
+minimizes its variance is (section 3)
+
+    B* = E_q[ ||∇φ log q||² f ] / E_q[ ||∇φ log q||² ].
+
+Both expectations are estimated from the S samples drawn for the same example. So that B does
+not depend on the sample it multiplies (which would bias the estimate), sample s gets the
+leave-one-out estimate from the other S - 1 samples. ∇φ log q is taken with respect to the
+encoder's logits, where it has the closed form one_hot(h) - softmax(logits) for each latent
+position: B* is then the optimal baseline of the gradient the encoder back-propagates, and costs
+no extra backward pass.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def categorical_score_norm_sq(log_probs: Tensor, latent: Tensor) -> Tensor:
+    """||∇_logits log q(h | x)||² for every sample: sum over positions of ||one_hot(h_v) - π_v||².
+
+    log_probs: (B, V, K) normalized log-probabilities; latent: (B, S, V) long. Returns (B, S).
+    ||e_k - π||² = 1 - 2 π_k + ||π||², summed over the V positions.
+    """
+    probs = log_probs.exp()
+    chosen = probs.unsqueeze(1).expand(-1, latent.shape[1], -1, -1).gather(-1, latent.unsqueeze(-1)).squeeze(-1)
+    return (1.0 - 2.0 * chosen + probs.square().sum(-1).unsqueeze(1)).sum(-1)
+
+
+def leave_one_out_optimal_baseline(signal: Tensor, score_norm_sq: Tensor) -> Tensor:
+    """B*_s = sum_{s' != s} ||g_s'||² f_s' / sum_{s' != s} ||g_s'||²  for each of the S samples.
+
+    signal, score_norm_sq: (B, S), S >= 2. Returns (B, S); each entry uses only the other samples.
+    """
+    if signal.shape[1] < 2:
+        raise ValueError("the leave-one-out baseline needs at least 2 samples per example")
+    weighted = score_norm_sq * signal
+    numerator = weighted.sum(1, keepdim=True) - weighted
+    denominator = score_norm_sq.sum(1, keepdim=True) - score_norm_sq
+    return numerator / denominator.clamp_min(torch.finfo(signal.dtype).tiny)
+
+
+def score_function_surrogate(log_q: Tensor, signal: Tensor, baseline: Tensor | float = 0.0) -> Tensor:
+    """A (B,) surrogate whose gradient is the score-function estimate, averaged over the S samples.
+
+    log_q: (B, S) log q(h_s | x) with gradient to φ; signal, baseline: the learning signal f and
+    the control variate B (no gradient flows through either). Its value is meaningless; only
+    its gradient, mean_s (f_s - B_s) ∇φ log q(h_s | x), is.
+    """
+    return ((signal - baseline).detach() * log_q).mean(1)
