@@ -87,6 +87,8 @@ class LatentVariableModel(L.LightningModule):
         self.eval_chunk_size = eval_chunk_size
         self.num_images = num_images
         self.test_seed = test_seed
+        # Per loss term, whether it stayed finite since the last check (device tensors: no host sync per step).
+        self._finite_since_check: dict[str, Tensor] = {}
         # torchmetrics accumulate over the epoch and reduce across devices under DDP.
         # PSNR is that of the mean squared error over the whole split, 10 log10(1 / MSE), pixels in [0, 1].
         self.eval_metrics = torch.nn.ModuleDict(
@@ -132,10 +134,38 @@ class LatentVariableModel(L.LightningModule):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, index = batch
         terms = self.training_loss(self.likelihood.prepare(x), index)
+        self._track_finite(terms)
         # Logged per step only, so the tags are exactly `train/<name>` (no _step/_epoch suffix).
         self.log("train/loss", terms["loss"], prog_bar=True)
         self.log_dict({f"train/{k}": v for k, v in terms.items() if k != "loss"})
         return terms["loss"] * self.potential_scale
+
+    # ---- NaN / inf: stop with the name of the term, never checkpoint non-finite state ----
+    def _track_finite(self, terms: dict[str, Tensor]) -> None:
+        for name, value in terms.items():
+            finite = torch.isfinite(value.detach()).all()
+            previous = self._finite_since_check.get(name)
+            self._finite_since_check[name] = finite if previous is None else previous & finite
+
+    def _raise_if_nonfinite(self) -> None:
+        """One host sync: raise if a loss term was NaN or inf at any step since the last check."""
+        if not self._finite_since_check:
+            return
+        names = list(self._finite_since_check)
+        finite = torch.stack([self._finite_since_check[n] for n in names]).tolist()
+        self._finite_since_check = {}
+        bad = [f"train/{name}" for name, ok in zip(names, finite) if not ok]
+        if bad:
+            last = self.trainer.checkpoint_callback.last_model_path if self.trainer.checkpoint_callback else ""
+            raise FloatingPointError(
+                f"{', '.join(bad)} became NaN or inf (at or before step {self.global_step}); training stopped and no "
+                f"checkpoint was written with that state. Last good checkpoint: {last or 'none yet'}. Resume from it "
+                "with a smaller learning rate (model.lr) or gradient clipping (trainer.gradient_clip_val)."
+            )
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if (batch_idx + 1) % self.trainer.log_every_n_steps == 0:
+            self._raise_if_nonfinite()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self.optimizer_factory is None:
@@ -160,12 +190,15 @@ class LatentVariableModel(L.LightningModule):
         if isinstance(self.logger, TensorBoardLogger) and self.global_rank == 0:
             metrics = {f"hp/{stage}_{name}": float("nan") for stage, names in HPARAM_METRICS.items() for name in names}
             optimizer = self.trainer.optimizers[0]
+            batch_size = getattr(getattr(self.trainer, "datamodule", None), "batch_size", None)
             params = {
                 **self.logger.hparams,
                 "model_class": type(self).__name__,
                 "num_params": self.num_params,
                 "optimizer": type(optimizer).__name__,
                 "optimizer_lr": optimizer.defaults.get("lr"),
+                # data.batch_size is per device; one optimizer step sees this many examples:
+                "effective_batch_size": batch_size and batch_size * self.trainer.world_size * self.trainer.accumulate_grad_batches,
             }
             self.logger.log_hyperparams(params, metrics=metrics)
 
@@ -225,4 +258,5 @@ class LatentVariableModel(L.LightningModule):
             raise ValueError(f"this checkpoint was written by {found}, not {expected}; load it with that class")
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._raise_if_nonfinite()  # before anything is written
         checkpoint["model_class"] = f"{type(self).__module__}.{type(self).__qualname__}"

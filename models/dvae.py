@@ -139,7 +139,9 @@ class DiscreteVAE(CategoricalLatentModel):
         else:
             loss, _ = self.gumbel_loss(x, log_q)
             terms = {"loss": loss, "temperature": x.new_tensor(self.current_temperature())}
-        if self.grad_variance_every and self._trainer is not None and self.global_step % self.grad_variance_every == 0:
+        # Measured on the steps whose logs Lightning writes ((step + 1) % log_every_n_steps == 0) when the
+        # two intervals are multiples of each other, so each measurement lands at its own step.
+        if self.grad_variance_every and self._trainer is not None and (self.global_step + 1) % self.grad_variance_every == 0:
             terms.update(self.encoder_gradient_variance(x))
         return terms
 

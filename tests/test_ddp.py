@@ -1,5 +1,6 @@
-"""Real 2-process DDP runs on CPU (gloo) with shuffled shards: state that every rank keeps for
-itself (JSA's cache, the VQ-VAE's EMA codebook) must end identical on both ranks."""
+"""Real 2-process DDP runs on CPU (gloo) with shuffled shards: every model trains; state that every
+rank keeps for itself (JSA's cache, the VQ-VAE's EMA codebook) ends identical on both ranks; metrics
+are reduced across ranks, and validation under 2 processes agrees with 1 process on the same data."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
+import pytest
 import torch
+
+from tests.test_entrypoints import FAST, train
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "ddp_fit.py"
 
@@ -21,8 +26,17 @@ def run_ddp(model: str, out_dir: Path, mnist_dir: Path) -> tuple[dict, dict]:
     # Each rank trained on its own shard of the shuffled training split.
     seen0, seen1 = set(rank0["seen"].tolist()), set(rank1["seen"].tolist())
     assert len(seen0) == len(seen1) == 4 * 16 and not seen0 & seen1
-    # Validation metrics are reduced across ranks: both report the same value.
+    # Validation metrics are reduced across ranks: both report the same value ...
     assert torch.equal(rank0["val_nll"], rank1["val_nll"])
+    # ... which is the single-process value on the same 128 images, up to importance-sampling noise.
+    sys.path.insert(0, str(SCRIPT.parent))
+    from ddp_fit import build, datamodule  # noqa: E402
+
+    single = build(model)
+    single.load_state_dict({k: v for k, v in rank0["model_state"].items() if not k.startswith("cache.")})  # no training here
+    trainer = L.Trainer(accelerator="cpu", devices=1, limit_val_batches=8, logger=False, enable_progress_bar=False, enable_model_summary=False)
+    single_nll = trainer.validate(single, datamodule=datamodule(str(mnist_dir)), verbose=False)[0]["val/nll"]
+    assert abs(rank0["validate_nll"] - single_nll) < 0.005 * single_nll, (rank0["validate_nll"], single_nll)
     return rank0, rank1
 
 
@@ -34,8 +48,25 @@ def test_jsa_cache_identical_on_both_ranks_and_holds_both_shards(tmp_path, mnist
     assert filled == set(rank0["seen"].tolist()) | set(rank1["seen"].tolist())
 
 
+@pytest.mark.parametrize("model", ["vae", "dvae"])
+def test_model_trains_under_ddp_with_reduced_metrics(model, tmp_path, mnist_dir):
+    run_ddp(model, tmp_path, mnist_dir)
+
+
 def test_vqvae_ema_codebook_identical_on_both_ranks_after_restarts(tmp_path, mnist_dir):
     rank0, rank1 = run_ddp("vqvae", tmp_path, mnist_dir)
     assert rank0["restarts"] > 0 and rank0["restarts"] == rank1["restarts"]
     for name, tensor in rank0["state"].items():
         assert torch.equal(tensor, rank1["state"][name]), name
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+def test_hydra_ddp_run_writes_one_output_directory(strategy, tmp_path, mnist_dir):
+    """A known pitfall of Hydra + DDP: each re-launched rank making its own Hydra/TensorBoard directory."""
+    train([f"trainer={strategy}", "trainer.accelerator=cpu", "model=vae", *FAST], tmp_path, mnist_dir)
+    hydra_runs = list((tmp_path / "logs" / "hydra").glob("*/*"))
+    tensorboard_runs = list((tmp_path / "logs" / "tensorboard").glob("*/*"))
+    assert len(hydra_runs) == 1, hydra_runs
+    assert [p.relative_to(tmp_path / "logs" / "tensorboard").as_posix() for p in tensorboard_runs] == ["vae-mnist-mlp-z32/version_0"]
+    assert len(list(tensorboard_runs[0].glob("events.out.tfevents.*"))) == 1  # written by rank 0 only
+    assert (tensorboard_runs[0] / "checkpoints" / "last.ckpt").is_file()

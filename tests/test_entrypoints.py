@@ -61,7 +61,8 @@ MODEL_TAGS = {
 
 @pytest.mark.parametrize("model", ["vae", "jsa", "vqvae", "dvae", "dvae_gumbel"])
 def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, tmp_path, mnist_dir):
-    train([f"model={model}", "data=mnist", *FAST], tmp_path, mnist_dir)
+    measure = ["model.grad_variance_every=1"] if model.startswith("dvae") else []
+    train([f"model={model}", "data=mnist", *FAST, *measure], tmp_path, mnist_dir)
     (run_dir,) = (tmp_path / "logs" / "tensorboard").glob(f"{model}-mnist-*/version_0")
     assert SHARED_TAGS | MODEL_TAGS[model] <= tags(run_dir)
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
@@ -70,6 +71,7 @@ def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, tmp_path, mnis
     expected_class = {"vae": "VAE", "jsa": "JSA", "vqvae": "VQVAE", "dvae": "DiscreteVAE", "dvae_gumbel": "DiscreteVAE"}[model]
     assert params["model_class"] == expected_class and params["num_params"] > 1000
     assert params["batch_size"] == 128 and params["lr"] == 1e-3  # the data module's and the model's
+    assert params["optimizer"] == "Adam" and params["effective_batch_size"] == 128  # 1 device
 
 
 def test_hydra_multirun_gives_each_run_its_own_directory(tmp_path, mnist_dir):

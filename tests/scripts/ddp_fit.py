@@ -12,7 +12,7 @@ import lightning as L
 import torch
 
 from datamodules import MNISTDataModule
-from models import JSA, VQVAE
+from models import JSA, VAE, VQVAE, DiscreteVAE
 
 
 class Record(L.Callback):
@@ -28,31 +28,49 @@ class Record(L.Callback):
 
 
 def build(name: str) -> L.LightningModule:
+    """The model under test; test_ddp.py builds the same for its single-process comparison."""
+    torch.manual_seed(0)
     if name == "jsa":
-        return JSA(mis_steps=3, val_num_samples=2)
+        return JSA(mis_steps=3, val_num_samples=20)
+    if name == "vae":
+        return VAE(latent_dim=8, val_num_samples=20)
+    if name == "dvae":
+        return DiscreteVAE(num_samples=2, val_num_samples=20, grad_variance_every=0)
     # EMA codebook with aggressive dead-code restarts, so restarts happen within a few steps.
-    return VQVAE(num_codes=32, code_dim=8, hidden_channels=16, ema=True, decay=0.5, dead_code_threshold=2.0, kmeans_init=True)
+    return VQVAE(num_codes=32, code_dim=8, hidden_channels=16, ema=True, decay=0.5, dead_code_threshold=20.0, kmeans_init=True)
+
+
+def datamodule(data_dir: str | None = None) -> MNISTDataModule:
+    # Static binarization: the validation images are the same in every process and run.
+    return MNISTDataModule(data_dir=data_dir, binarize="static", batch_size=16)
 
 
 def shared_state(model: L.LightningModule) -> dict[str, torch.Tensor]:
     if isinstance(model, JSA):
         return {"cache.codes": model.cache.codes}
-    return {f"quantizer.{k}": v for k, v in model.quantizer.state_dict().items()}
+    if isinstance(model, VQVAE):
+        return {f"quantizer.{k}": v for k, v in model.quantizer.state_dict().items()}
+    return {}
 
 
 def main(name: str, out_dir: Path) -> None:
     L.seed_everything(0)
     record = Record()
     trainer = L.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp", max_steps=4, limit_train_batches=4, limit_val_batches=1,
+        accelerator="cpu", devices=2, strategy="ddp", max_steps=4, limit_train_batches=4, limit_val_batches=4,
         num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, callbacks=[record], log_every_n_steps=1,
     )
     model = build(name)
-    trainer.fit(model, datamodule=MNISTDataModule(binarize="dynamic", batch_size=16))
+    dm = datamodule()
+    trainer.fit(model, datamodule=dm)
+    # Validation of the trained weights over both shards: 4 batches of 16 per rank = val images 0..127.
+    validate_nll = trainer.validate(model, datamodule=dm, verbose=False)[0]["val/nll"]
     torch.save(
         {
             "state": shared_state(model),
+            "model_state": model.state_dict(),
+            "validate_nll": validate_nll,
             "seen": torch.cat(record.seen),
             "restarts": record.restarts,
             "val_nll": trainer.callback_metrics["val/nll"],

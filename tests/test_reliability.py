@@ -1,0 +1,72 @@
+"""Reliability: a loss that turns NaN stops training with the term's name and leaves the last good
+checkpoint intact; a checkpoint of another model class is refused; a seed makes a CPU run repeatable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+import train
+from datamodules import MNISTDataModule
+from models import JSA, VAE
+from tests.test_configs import composed
+
+
+class VAEWithNaNAfter3Steps(VAE):
+    """A VAE whose KL term becomes NaN from the fourth training step on."""
+
+    def training_loss(self, x, index):
+        terms = super().training_loss(x, index)
+        if self.global_step >= 3:
+            terms["kl"] = terms["kl"] * float("nan")
+            terms["loss"] = terms["loss"] + terms["kl"]
+        return terms
+
+
+def _fit(model: L.LightningModule, dm: MNISTDataModule, ckpt_dir: Path, ckpt_path: Path | None = None, **kwargs) -> L.Trainer:
+    trainer = L.Trainer(
+        max_steps=6, limit_train_batches=6, limit_val_batches=1, num_sanity_val_steps=0, logger=False,
+        callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=1)],
+        enable_progress_bar=False, enable_model_summary=False, **kwargs,
+    )
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    return trainer
+
+
+@pytest.fixture()
+def dm(mnist_dir: Path) -> MNISTDataModule:
+    return MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", batch_size=32)
+
+
+@pytest.mark.parametrize("log_every_n_steps", [1, 50])  # caught at the step, or only when a checkpoint is due
+def test_nan_loss_stops_with_the_term_and_keeps_the_last_good_checkpoint(dm, tmp_path, log_every_n_steps):
+    with pytest.raises(FloatingPointError, match=r"train/loss, train/kl became NaN or inf.*Last good checkpoint: .*last"):
+        _fit(VAEWithNaNAfter3Steps(latent_dim=4, val_num_samples=2), dm, tmp_path, log_every_n_steps=log_every_n_steps)
+    checkpoint = torch.load(tmp_path / "last.ckpt", weights_only=False)
+    assert checkpoint["global_step"] == 3  # written before the NaN step, never after
+    assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values())
+
+
+def test_checkpoint_of_another_model_class_is_refused(dm, tmp_path):
+    _fit(VAE(latent_dim=4, val_num_samples=2), dm, tmp_path, max_epochs=1)
+    with pytest.raises(ValueError, match=r"written by models\.vae\.VAE, not models\.jsa\.JSA"):
+        _fit(JSA(mis_steps=2, val_num_samples=2), dm, tmp_path / "jsa", ckpt_path=tmp_path / "last.ckpt")
+
+
+def test_a_seed_makes_a_cpu_run_repeatable(mnist_dir, tmp_path):
+    def run(seed: int, name: str) -> dict[str, float]:
+        cfg = composed([
+            "model=jsa", f"seed={seed}", f"data.data_dir={mnist_dir}", "data.batch_size=32", "trainer.max_steps=3",
+            "trainer.limit_train_batches=3", "trainer.limit_val_batches=2", "trainer.accelerator=cpu",
+            "trainer.enable_progress_bar=false", "model.val_num_samples=4", f"log_dir={tmp_path / name}",
+        ])
+        return train.run(cfg)
+
+    first, again, other = run(0, "a"), run(0, "b"), run(1, "c")
+    measured = {k: v for k, v in first.items() if "time" not in k and "per_s" not in k}  # wall-clock tags differ
+    assert {k: again[k] for k in measured} == measured
+    assert other["val/nll"] != first["val/nll"] and other["train/loss"] != first["train/loss"]
