@@ -23,6 +23,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from .resumable import ResumableDataLoader, ResumableSampler
+
 Binarize = Literal["none", "dynamic", "static"]
 Batch = tuple[Tensor, Tensor]
 
@@ -38,14 +40,19 @@ class InMemoryImageDataset(Dataset[Batch]):
     calls ``dataset.__getitems__(batch_indices)`` and then hands the result to
     ``collate_fn``, so the DataLoader must use :func:`collate_prebatched`.
     Binarisation: ``dynamic`` draws ``bernoulli(x)`` afresh for every batch,
-    ``static`` thresholds at 0.5, ``none`` leaves grey values.
+    ``static`` thresholds at 0.5, ``none`` leaves grey values. With ``seed`` set
+    (the training split), the dynamic draw comes from a generator seeded by
+    (seed, epoch, the batch's first index) instead of the global RNG, so that a
+    batch is identical whenever it is made (exact resume, datamodules/resumable.py).
     """
 
-    def __init__(self, images: Tensor, binarize: Binarize = "none") -> None:
+    def __init__(self, images: Tensor, binarize: Binarize = "none", seed: int | None = None) -> None:
         if images.dtype != torch.uint8 or images.dim() != 4:
             raise ValueError(f"expected a uint8 (N, C, H, W) tensor, got {images.dtype} {tuple(images.shape)}")
         self.images = images.contiguous()
         self.binarize = binarize
+        self.seed = seed
+        self.epoch = 0  # set by ResumableSampler.set_epoch
 
     def __len__(self) -> int:
         return self.images.shape[0]
@@ -58,7 +65,10 @@ class InMemoryImageDataset(Dataset[Batch]):
         index = torch.as_tensor(indices, dtype=torch.int64)
         x = self.images[index].float().div_(255)
         if self.binarize == "dynamic":
-            x = torch.bernoulli(x)
+            generator = None
+            if self.seed is not None:
+                generator = torch.Generator().manual_seed(hash((self.seed, self.epoch, indices[0], len(indices))) & (2**63 - 1))
+            x = torch.bernoulli(x, generator=generator)
         elif self.binarize == "static":
             x = (x > 0.5).float()
         return x, index
@@ -199,7 +209,7 @@ class ImageDataModule(L.LightningDataModule):
             generator = torch.Generator().manual_seed(self.split_seed)
             perm = torch.randperm(images.shape[0], generator=generator)
             n_train = self.num_train_examples
-            self.train_set = InMemoryImageDataset(images[perm[:n_train]], self.binarize)
+            self.train_set = InMemoryImageDataset(images[perm[:n_train]], self.binarize, seed=self.split_seed)
             self.val_set = InMemoryImageDataset(images[perm[n_train:]], self.binarize)
         if stage in (None, "test") and self.test_set is None:
             self.test_set = InMemoryImageDataset(self._load(train=False, download=False), self.binarize)
@@ -218,7 +228,25 @@ class ImageDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader[Batch]:
-        return self._loader(self.train_set, self.batch_size, shuffle=True)
+        """Shuffled per epoch by (seed, epoch) and sharded per rank; resumable mid-epoch (datamodules/resumable.py).
+
+        The seed is Lightning's global seed (``seed_everything``; 0 if unset), the same on every rank.
+        """
+        if self.train_set is None:
+            raise RuntimeError(f"{type(self).__name__}: call setup() before requesting dataloaders")
+        trainer = self.trainer
+        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        sampler = ResumableSampler(self.train_set, self.batch_size, num_replicas=world, rank=rank, seed=seed)
+
+        def batches_done() -> int:  # batches of the current epoch that training has finished
+            return trainer.fit_loop.epoch_loop.batch_progress.current.processed if trainer is not None else 0
+
+        return ResumableDataLoader(
+            self.train_set, sampler, batches_done, num_workers=self.num_workers, pin_memory=self.pin_memory,
+            persistent_workers=self.num_workers > 0, collate_fn=collate_prebatched,
+            generator=torch.Generator().manual_seed(seed),  # the loader's own draws leave the global RNG alone
+        )
 
     def val_dataloader(self) -> DataLoader[Batch]:
         return self._loader(self.val_set, self.eval_batch_size, shuffle=False)

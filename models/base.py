@@ -180,6 +180,13 @@ class LatentVariableModel(L.LightningModule):
         return sum(p.numel() for p in self.parameters())
 
     def on_train_start(self) -> None:
+        if getattr(self, "_rng_state_to_restore", None) is not None:
+            torch.set_rng_state(self._rng_state_to_restore)
+            self._rng_state_to_restore = None
+        elif self.trainer.world_size > 1:
+            # Every rank was seeded alike (seed_everything); give each its own stream, so that the
+            # ranks' MIS proposals and sampling noise are independent, and still determined by the seed.
+            torch.manual_seed(torch.initial_seed() + self.global_rank)
         if isinstance(self.trainer.optimizers[0], SGMCMC):
             datamodule = getattr(self.trainer, "datamodule", None)
             if datamodule is None or not hasattr(datamodule, "num_train_examples"):
@@ -256,7 +263,20 @@ class LatentVariableModel(L.LightningModule):
         found = checkpoint.get("model_class")
         if found is not None and found != expected:
             raise ValueError(f"this checkpoint was written by {found}, not {expected}; load it with that class")
+        # Resume the random streams (MIS proposals, reparameterization noise, ...) where they stopped,
+        # each rank its own, once training starts (after any sanity check, which draws numbers too);
+        # a checkpoint from another number of processes leaves them as seeded.
+        states = checkpoint.get("rng_states")
+        if states is not None and self._trainer is not None and len(states) == self.trainer.world_size:
+            self._rng_state_to_restore = states[self.global_rank]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._raise_if_nonfinite()  # before anything is written
         checkpoint["model_class"] = f"{type(self).__module__}.{type(self).__qualname__}"
+        # The CPU random state of every rank (called on all ranks; rank 0 writes the file), so that a
+        # resumed run draws the same random numbers as an uninterrupted one (tests/test_resume.py).
+        state = torch.get_rng_state()
+        if self._trainer is not None and self.trainer.world_size > 1:
+            checkpoint["rng_states"] = list(self.all_gather(state.to(self.device)).cpu())
+        else:
+            checkpoint["rng_states"] = [state]

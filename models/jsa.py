@@ -134,6 +134,7 @@ class JSA(CategoricalLatentModel):
         them, so the caches stay identical.
         """
         if self._trainer is not None and self.trainer.world_size > 1:
-            index = self.all_gather(index).flatten(0, 1)
-            latent = self.all_gather(latent).flatten(0, 1)
+            # One collective for both: rows (index, h*_1..h*_V) of all ranks.
+            pairs = self.all_gather(torch.cat([index.unsqueeze(1), latent], dim=1)).flatten(0, 1)
+            index, latent = pairs[:, 0], pairs[:, 1:]
         self.cache.write(index, latent)

@@ -26,6 +26,8 @@ def run_ddp(model: str, out_dir: Path, mnist_dir: Path) -> tuple[dict, dict]:
     # Each rank trained on its own shard of the shuffled training split.
     seen0, seen1 = set(rank0["seen"].tolist()), set(rank1["seen"].tolist())
     assert len(seen0) == len(seen1) == 4 * 16 and not seen0 & seen1
+    # ... and drew its random numbers (MIS proposals, noise) from its own seeded stream.
+    assert rank0["torch_seed"] == 0 and rank1["torch_seed"] == 1
     # Validation metrics are reduced across ranks: both report the same value ...
     assert torch.equal(rank0["val_nll"], rank1["val_nll"])
     # ... which is the single-process value on the same 128 images, up to importance-sampling noise.

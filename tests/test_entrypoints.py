@@ -80,10 +80,11 @@ def test_hydra_multirun_gives_each_run_its_own_directory(tmp_path, mnist_dir):
     assert runs == ["vae-mnist-mlp-z4/version_0", "vae-mnist-mlp-z8/version_0"]  # named after the swept setting
 
 
-def test_hydra_rejects_an_unknown_model_with_the_valid_choices(tmp_path, mnist_dir):
-    result = train(["model=nosuchmodel"], tmp_path, mnist_dir, check=False)
+@pytest.mark.parametrize("group,valid", [("model", "vae"), ("data", "cifar10"), ("trainer", "ddp"), ("optimizer", "sgld")])
+def test_hydra_rejects_an_unknown_choice_with_the_valid_ones(group, valid, tmp_path, mnist_dir):
+    result = train([f"{group}=nosuchthing"], tmp_path, mnist_dir, check=False)
     assert result.returncode != 0
-    assert "nosuchmodel" in result.stderr and "vae" in result.stderr
+    assert f"Could not find '{group}/nosuchthing'" in result.stderr and valid in result.stderr
 
 
 def test_lightning_cli_fit_on_the_same_classes(tmp_path, mnist_dir):

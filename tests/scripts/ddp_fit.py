@@ -22,6 +22,7 @@ class Record(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.seen.append(batch[1].clone())
+        self.torch_seed = torch.initial_seed()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.restarts += float(trainer.callback_metrics.get("train/restarts", 0.0))
@@ -73,6 +74,7 @@ def main(name: str, out_dir: Path) -> None:
             "validate_nll": validate_nll,
             "seen": torch.cat(record.seen),
             "restarts": record.restarts,
+            "torch_seed": record.torch_seed,
             "val_nll": trainer.callback_metrics["val/nll"],
         },
         out_dir / f"rank{trainer.global_rank}.pt",

@@ -1,0 +1,64 @@
+"""A training loader that a run resumed from a mid-epoch checkpoint continues exactly.
+
+Three things decide which batches training sees, and each is made a function of saved state:
+
+* the order: each epoch is a permutation seeded by (seed, epoch), sharded across ranks —
+  `DistributedSampler`'s rule, used with one replica too, so single- and multi-device runs shuffle
+  alike and Lightning keeps the sampler instead of injecting its own;
+* the position: `state_dict()` records the epoch and how many of its batches training has consumed
+  (Lightning's own progress counter, not the loader's: the loop fetches one batch ahead), and
+  `load_state_dict()` makes the next iteration start right after them. Lightning calls both
+  (`_Stateful` loaders) when it saves and restores a checkpoint;
+* the dynamic binarization: drawn from a generator seeded by (seed, epoch, the batch's first
+  index), not from the global RNG, so a batch is the same whenever it is made.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+
+class ResumableSampler(DistributedSampler):
+    """`DistributedSampler` (shuffled by seed + epoch, one shard per rank) that can start mid-epoch."""
+
+    def __init__(self, dataset: Dataset, batch_size: int, num_replicas: int = 1, rank: int = 0, seed: int = 0) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
+        self.batch_size = batch_size
+        self._resume: tuple[int, int] | None = None  # (epoch, batches to skip in it)
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        if hasattr(self.dataset, "epoch"):
+            self.dataset.epoch = epoch  # the binarization noise depends on it
+
+    def resume(self, epoch: int, batches_done: int) -> None:
+        self.set_epoch(epoch)
+        self._resume = (epoch, batches_done)
+
+    def __iter__(self) -> Iterator[int]:
+        indices = list(super().__iter__())
+        if self._resume is not None and self._resume[0] == self.epoch:
+            indices = indices[self._resume[1] * self.batch_size :]
+        self._resume = None
+        return iter(indices)
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader over a `ResumableSampler` with Lightning's `state_dict` / `load_state_dict` interface.
+
+    `batches_done()` returns how many batches of the current epoch training has finished (the
+    data module reads it from the trainer's fit loop).
+    """
+
+    def __init__(self, dataset: Dataset, sampler: ResumableSampler, batches_done: Callable[[], int], **kwargs: Any) -> None:
+        super().__init__(dataset, batch_size=sampler.batch_size, sampler=sampler, **kwargs)
+        self.batches_done = batches_done
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.sampler.epoch, "batches_done": self.batches_done()}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.sampler.resume(state["epoch"], state["batches_done"])
