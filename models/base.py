@@ -152,7 +152,10 @@ class LatentVariableModel(L.LightningModule):
         if not self._finite_since_check:
             return
         names = list(self._finite_since_check)
-        finite = torch.stack([self._finite_since_check[n] for n in names]).tolist()
+        finite = torch.stack([self._finite_since_check[n] for n in names])
+        if self._trainer is not None and self.trainer.world_size > 1:
+            finite = self.all_gather(finite.to(torch.uint8)).all(dim=0)  # all ranks stop together: none waits in a collective
+        finite = finite.tolist()
         self._finite_since_check = {}
         bad = [f"train/{name}" for name, ok in zip(names, finite) if not ok]
         if bad:
