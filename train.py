@@ -63,7 +63,9 @@ def run(cfg: Any) -> dict[str, float]:
     trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, _convert_="all")
     trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     if cfg.get("run_test"):
-        trainer.test(model, datamodule=datamodule, ckpt_path="best" if trainer.checkpoint_callback else None)
+        # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
+        use_model = any(getattr(c, "use_mean", False) for c in callbacks) or not trainer.checkpoint_callback
+        trainer.test(model, datamodule=datamodule, ckpt_path=None if use_model else "best")
     return {k: float(v) for k, v in trainer.callback_metrics.items()}
 
 

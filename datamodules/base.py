@@ -210,9 +210,11 @@ class ImageDataModule(L.LightningDataModule):
             perm = torch.randperm(images.shape[0], generator=generator)
             n_train = self.num_train_examples
             self.train_set = InMemoryImageDataset(images[perm[:n_train]], self.binarize, seed=self.split_seed)
-            self.val_set = InMemoryImageDataset(images[perm[n_train:]], self.binarize)
+            # val and test: each image's draw is fixed (seeded), so every model and every epoch is
+            # evaluated on the same binary images, whatever random numbers the models draw in between.
+            self.val_set = InMemoryImageDataset(images[perm[n_train:]], self.binarize, seed=self.split_seed)
         if stage in (None, "test") and self.test_set is None:
-            self.test_set = InMemoryImageDataset(self._load(train=False, download=False), self.binarize)
+            self.test_set = InMemoryImageDataset(self._load(train=False, download=False), self.binarize, seed=self.split_seed)
 
     def _loader(self, dataset: InMemoryImageDataset | None, batch_size: int, shuffle: bool) -> DataLoader[Batch]:
         if dataset is None:

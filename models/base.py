@@ -18,6 +18,7 @@ final metrics `hp/*` that TensorBoard's HPARAMS tab shows next to the hyperparam
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Callable, Iterable, Sequence
 
 import lightning as L
@@ -173,7 +174,12 @@ class LatentVariableModel(L.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self.optimizer_factory is None:
             return torch.optim.Adam(self.parameters(), lr=self.lr)
-        return self.optimizer_factory(self.parameters())
+        optimizer = self.optimizer_factory(self.parameters())
+        if isinstance(optimizer, SGMCMC) and optimizer.generator is None:
+            # The injected noise must be the same on every rank (DDP averages the gradients but never
+            # re-syncs the parameters), so it comes from a generator seeded alike on all of them.
+            optimizer.generator = torch.Generator(device=self.device).manual_seed(int(os.environ.get("PL_GLOBAL_SEED", 0)))
+        return optimizer
 
     def configure_callbacks(self) -> list[L.Callback]:
         return [TrainingSpeed()]
@@ -183,8 +189,14 @@ class LatentVariableModel(L.LightningModule):
         return sum(p.numel() for p in self.parameters())
 
     def on_train_start(self) -> None:
+        optimizer = self.trainer.optimizers[0]
+        if isinstance(optimizer, SGMCMC) and getattr(self, "_sampler_noise_state", None) is not None:
+            optimizer.generator.set_state(self._sampler_noise_state)
         if getattr(self, "_rng_state_to_restore", None) is not None:
-            torch.set_rng_state(self._rng_state_to_restore)
+            state = self._rng_state_to_restore
+            torch.set_rng_state(state["cpu"])
+            if "cuda" in state and self.device.type == "cuda":
+                torch.cuda.set_rng_state(state["cuda"], self.device)
             self._rng_state_to_restore = None
         elif self.trainer.world_size > 1:
             # Every rank was seeded alike (seed_everything); give each its own stream, so that the
@@ -272,14 +284,20 @@ class LatentVariableModel(L.LightningModule):
         states = checkpoint.get("rng_states")
         if states is not None and self._trainer is not None and len(states) == self.trainer.world_size:
             self._rng_state_to_restore = states[self.global_rank]
+        self._sampler_noise_state = checkpoint.get("sgmcmc_noise_state")
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._raise_if_nonfinite()  # before anything is written
         checkpoint["model_class"] = f"{type(self).__module__}.{type(self).__qualname__}"
         # The CPU random state of every rank (called on all ranks; rank 0 writes the file), so that a
         # resumed run draws the same random numbers as an uninterrupted one (tests/test_resume.py).
-        state = torch.get_rng_state()
+        state = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state(self.device)
         if self._trainer is not None and self.trainer.world_size > 1:
-            checkpoint["rng_states"] = list(self.all_gather(state.to(self.device)).cpu())
+            state = {k: self.all_gather(v.to(self.device)).cpu() for k, v in state.items()}
+            checkpoint["rng_states"] = [{k: v[rank] for k, v in state.items()} for rank in range(self.trainer.world_size)]
         else:
             checkpoint["rng_states"] = [state]
+        if self._trainer is not None and isinstance(self.trainer.optimizers[0], SGMCMC):
+            checkpoint["sgmcmc_noise_state"] = self.trainer.optimizers[0].generator.get_state()

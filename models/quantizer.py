@@ -30,9 +30,10 @@ Two training aids from lucidrains' `vector-quantize-pytorch`:
   moved onto a randomly chosen encoder output of the current batch;
 * k-means init: the first training batch initializes the codebook by Lloyd's k-means.
 
-Under DDP every rank keeps an identical codebook: batch statistics are summed over ranks, and random
-choices (restart rows, k-means) are made on the gathered batch (all ranks must then pass batches of
-equal size, as DistributedSampler ensures) and taken from rank 0. Collectives run
+Under DDP every rank keeps an identical codebook: batch statistics are summed over ranks, restart
+candidates are drawn from rank 0's batch and broadcast, and k-means runs on the gathered first batch
+(all ranks must then pass batches of equal size, as DistributedSampler ensures) with rank 0's
+result broadcast. Collectives run
 only in training forwards; in eval the statistics (perplexity) are those of the local batch, so that
 one rank may quantize alone (e.g. for logging samples) without waiting on the others.
 """
@@ -169,6 +170,9 @@ class VectorQuantizer(nn.Module):
             self.codebook = nn.Parameter(codebook)
             self.register_buffer("usage", torch.ones(num_codes))
         self.register_buffer("initialized", torch.tensor(not kmeans_init))
+        self._kmeans_pending = kmeans_init
+        # A loaded state (checkpoint, resume) says whether k-means has run already.
+        self.register_load_state_dict_post_hook(lambda module, _: setattr(module, "_kmeans_pending", not bool(module.initialized)))
 
     @property
     def code_usage(self) -> Tensor:
@@ -184,7 +188,7 @@ class VectorQuantizer(nn.Module):
             )
         z = z_e.movedim(channel_dim, -1)
         flat = z.reshape(-1, self.code_dim)
-        if self.training and not self.initialized:
+        if self.training and self._kmeans_pending:  # a Python mirror of `initialized`: no host sync per step
             self._kmeans_init(flat.detach())
 
         codes = _nearest(flat.detach(), self.codebook.detach())
@@ -236,26 +240,32 @@ class VectorQuantizer(nn.Module):
         return counts
 
     @torch.no_grad()
-    def _set_codes(self, index: Tensor, vectors: Tensor, counts: Tensor) -> None:
-        """Put `vectors` at codebook rows `index`, with usage `counts` (EMA: m_k = e_k N_k, so m/N = e)."""
-        self.codebook[index] = vectors
+    def _set_codes(self, mask: Tensor, vectors: Tensor, counts: Tensor) -> None:
+        """Where `mask` (K,), put `vectors` (K, D) with usage `counts` (K,) (EMA: m_k = e_k N_k, so m/N = e).
+
+        Selected on the device with `torch.where`, so the caller never reads the mask on the host.
+        """
+        rows = mask.unsqueeze(1)
+        self.codebook.copy_(torch.where(rows, vectors, self.codebook))
         if self.ema:
-            self.ema_cluster_size[index] = counts
-            self.ema_embed_sum[index] = vectors * counts.unsqueeze(1)
+            self.ema_cluster_size.copy_(torch.where(mask, counts, self.ema_cluster_size))
+            self.ema_embed_sum.copy_(torch.where(rows, vectors * counts.unsqueeze(1), self.ema_embed_sum))
         else:
-            self.usage[index] = counts
+            self.usage.copy_(torch.where(mask, counts, self.usage))
 
     @torch.no_grad()
     def _restart_dead_codes(self, flat: Tensor) -> Tensor:
-        """Move codes with usage < threshold onto random encoder outputs of the (gathered) batch."""
-        # usage is identical on every rank (pooled statistics), so all ranks agree on which codes are dead
-        dead = (self.code_usage < self.dead_code_threshold).nonzero().squeeze(1)
-        if len(dead) == 0:
-            return torch.zeros((), dtype=torch.long, device=flat.device)
-        vectors = _from_rank0(_sample_rows(_all_gather(flat), len(dead)))
+        """Move codes with usage < threshold onto random encoder outputs of the batch (rank 0's under DDP).
+
+        Every step draws a candidate for every code and keeps those of the dead ones: no host sync to
+        find out which (and how many) codes are dead. usage is identical on every rank (pooled
+        statistics) and the candidates come from rank 0, so every rank restarts the same codes alike.
+        """
+        dead = self.code_usage < self.dead_code_threshold
+        candidates = _from_rank0(_sample_rows(flat, self.num_codes))
         # usage = threshold: not dead now; dead again only if the new code attracts nothing
-        self._set_codes(dead, vectors, flat.new_full((len(dead),), self.dead_code_threshold))
-        return torch.tensor(len(dead), device=flat.device)
+        self._set_codes(dead, candidates, flat.new_full((self.num_codes,), self.dead_code_threshold))
+        return dead.sum()
 
     @torch.no_grad()
     def _kmeans_init(self, flat: Tensor) -> None:
@@ -263,5 +273,6 @@ class VectorQuantizer(nn.Module):
         centroids = _from_rank0(_kmeans(data, self.num_codes, self.kmeans_iters))
         # every rank holds the same data and centroids, so the same counts (in units of a pooled batch)
         counts = torch.bincount(_nearest(data, centroids), minlength=self.num_codes).to(data.dtype)
-        self._set_codes(torch.arange(self.num_codes, device=data.device), centroids, counts)
+        self._set_codes(torch.ones(self.num_codes, dtype=torch.bool, device=data.device), centroids, counts)
         self.initialized.fill_(True)
+        self._kmeans_pending = False

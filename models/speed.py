@@ -3,8 +3,9 @@
 
 A step's time is the wall time from the start of one training batch to the start of the next
 (the step itself, logging and fetching the next batch), minus any validation run in between. No
-device synchronization is added: on a GPU the host can run ahead of the device by a few kernels,
-but not for long, so the time between batches is the device's throughput in steady state.
+explicit synchronization is added (logging a Python float does copy it to the device): on a GPU the
+host can run ahead of the device by a few kernels, but not for long, so the time between batches is
+the device's throughput in steady state.
 """
 
 from __future__ import annotations

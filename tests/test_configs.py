@@ -66,7 +66,8 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
     for model in ("vae", "vqvae", "jsa", "dvae", "dvae_gumbel"):
         cfg = composed(["experiment=compare", f"model={model}", f"data={data}"])
         assert cfg.model.backbone == backbone and cfg.trainer.max_epochs == 10 and cfg.run_test
-        assert cfg.model.lr == 1e-3 and cfg.model.test_num_samples == 1000 and cfg.model.test_seed == cfg.seed == 0
+        assert cfg.model.lr == 1e-3 and cfg.model.test_seed == cfg.seed == 0
+        assert cfg.model.test_num_samples == (1 if model == "vqvae" else 1000)  # the VQ-VAE's bound needs one
         datamodule = instantiate(cfg.data, _convert_="all")
         built[model] = instantiate(cfg.model, data_shape=list(datamodule.image_shape), _convert_="all")
     jsa, vqvae = built["jsa"], built["vqvae"]

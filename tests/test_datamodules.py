@@ -136,6 +136,24 @@ def test_binarize_dynamic(mnist_dm: MNISTDataModule) -> None:
     assert (mean - target).mean().abs() < 0.005
 
 
+def test_eval_binarization_is_fixed_and_train_draws_are_fresh_per_epoch(mnist_dir: Path) -> None:
+    dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", batch_size=64)
+    dm.setup()
+    for loader in (dm.val_dataloader, dm.test_dataloader):  # every model and epoch sees the same binary images
+        torch.manual_seed(0)
+        first = next(iter(loader()))[0]
+        torch.manual_seed(1)
+        assert torch.equal(first, next(iter(loader()))[0])
+        assert set(first.unique().tolist()) == {0.0, 1.0}
+    train = dm.train_dataloader()
+    x0, i0 = next(iter(train))
+    assert torch.equal((x0, i0)[0], next(iter(train))[0])  # the same batch again: the same draw
+    train.sampler.set_epoch(1)
+    x1, i1 = next(iter(train))
+    assert not torch.equal(i0, i1)  # reshuffled, and binarized afresh:
+    assert not torch.equal(train.dataset.__getitems__(i0.tolist())[0], x0)
+
+
 def test_simulated_ddp_shards_are_disjoint_and_cover(mnist_dm: MNISTDataModule) -> None:
     ds = mnist_dm.val_set
     seen = []

@@ -50,9 +50,11 @@ def test_jsa_cache_identical_on_both_ranks_and_holds_both_shards(tmp_path, mnist
     assert filled == set(rank0["seen"].tolist()) | set(rank1["seen"].tolist())
 
 
-@pytest.mark.parametrize("model", ["vae", "dvae"])
-def test_model_trains_under_ddp_with_reduced_metrics(model, tmp_path, mnist_dir):
-    run_ddp(model, tmp_path, mnist_dir)
+@pytest.mark.parametrize("model", ["vae", "dvae", "sgld"])
+def test_model_trains_under_ddp_and_replicas_stay_identical(model, tmp_path, mnist_dir):
+    rank0, rank1 = run_ddp(model, tmp_path, mnist_dir)
+    for name, tensor in rank0["state"].items():  # sgld: the sampler's noise is drawn alike on both ranks
+        assert torch.equal(tensor, rank1["state"][name]), name
 
 
 def test_vqvae_ema_codebook_identical_on_both_ranks_after_restarts(tmp_path, mnist_dir):

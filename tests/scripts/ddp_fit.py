@@ -5,6 +5,7 @@ the training indices that rank processed and what it logged. Run by the DDP test
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch
 
 from datamodules import MNISTDataModule
 from models import JSA, VAE, VQVAE, DiscreteVAE
+from samplers import SGLD
 
 
 class Record(L.Callback):
@@ -35,6 +37,8 @@ def build(name: str) -> L.LightningModule:
         return JSA(mis_steps=3, val_num_samples=20)
     if name == "vae":
         return VAE(latent_dim=8, val_num_samples=20)
+    if name == "sgld":  # a sampler as the optimizer: its injected noise must be the same on both ranks
+        return VAE(latent_dim=8, val_num_samples=20, optimizer=functools.partial(SGLD, lr=1e-8))
     if name == "dvae":
         return DiscreteVAE(num_samples=2, val_num_samples=20, grad_variance_every=0)
     # EMA codebook with aggressive dead-code restarts, so restarts happen within a few steps.
@@ -51,7 +55,7 @@ def shared_state(model: L.LightningModule) -> dict[str, torch.Tensor]:
         return {"cache.codes": model.cache.codes}
     if isinstance(model, VQVAE):
         return {f"quantizer.{k}": v for k, v in model.quantizer.state_dict().items()}
-    return {}
+    return dict(model.state_dict())  # DDP keeps parameters in sync only through identical updates
 
 
 def main(name: str, out_dir: Path) -> None:
