@@ -90,6 +90,9 @@ class LatentVariableModel(L.LightningModule):
         self.test_seed = test_seed
         # Per loss term, whether it stayed finite since the last check (device tensors: no host sync per step).
         self._finite_since_check: dict[str, Tensor] = {}
+        # Random states read from a checkpoint, applied when training starts (on_train_start).
+        self._rng_state_to_restore: dict[str, Tensor] | None = None
+        self._sampler_noise_state: Tensor | None = None
         # torchmetrics accumulate over the epoch and reduce across devices under DDP.
         # PSNR is that of the mean squared error over the whole split, 10 log10(1 / MSE), pixels in [0, 1].
         self.eval_metrics = torch.nn.ModuleDict(
@@ -189,10 +192,21 @@ class LatentVariableModel(L.LightningModule):
         return sum(p.numel() for p in self.parameters())
 
     def on_train_start(self) -> None:
+        self._start_random_streams()
+        if isinstance(self.trainer.optimizers[0], SGMCMC):
+            datamodule = getattr(self.trainer, "datamodule", None)
+            if datamodule is None or not hasattr(datamodule, "num_train_examples"):
+                raise ValueError("an SG-MCMC optimizer needs the training-set size: train with one of the data modules")
+            self.potential_scale = float(datamodule.num_train_examples)
+        if isinstance(self.logger, TensorBoardLogger) and self.global_rank == 0:
+            self._log_hparams_with_metrics()
+
+    def _start_random_streams(self) -> None:
+        """Continue a checkpoint's random streams, or give each DDP rank its own seeded one."""
         optimizer = self.trainer.optimizers[0]
-        if isinstance(optimizer, SGMCMC) and getattr(self, "_sampler_noise_state", None) is not None:
+        if isinstance(optimizer, SGMCMC) and self._sampler_noise_state is not None:
             optimizer.generator.set_state(self._sampler_noise_state)
-        if getattr(self, "_rng_state_to_restore", None) is not None:
+        if self._rng_state_to_restore is not None:
             state = self._rng_state_to_restore
             torch.set_rng_state(state["cpu"])
             if "cuda" in state and self.device.type == "cuda":
@@ -202,27 +216,23 @@ class LatentVariableModel(L.LightningModule):
             # Every rank was seeded alike (seed_everything); give each its own stream, so that the
             # ranks' MIS proposals and sampling noise are independent, and still determined by the seed.
             torch.manual_seed(torch.initial_seed() + self.global_rank)
-        if isinstance(self.trainer.optimizers[0], SGMCMC):
-            datamodule = getattr(self.trainer, "datamodule", None)
-            if datamodule is None or not hasattr(datamodule, "num_train_examples"):
-                raise ValueError("an SG-MCMC optimizer needs the training-set size: train with one of the data modules")
-            self.potential_scale = float(datamodule.num_train_examples)
-        # Lightning has written the hyperparameters (model + data) without metrics; write them again
-        # with the metrics the HPARAMS tab should show, as Lightning documents for TensorBoard.
-        if isinstance(self.logger, TensorBoardLogger) and self.global_rank == 0:
-            metrics = {f"hp/{stage}_{name}": float("nan") for stage, names in HPARAM_METRICS.items() for name in names}
-            optimizer = self.trainer.optimizers[0]
-            batch_size = getattr(getattr(self.trainer, "datamodule", None), "batch_size", None)
-            params = {
-                **self.logger.hparams,
-                "model_class": type(self).__name__,
-                "num_params": self.num_params,
-                "optimizer": type(optimizer).__name__,
-                "optimizer_lr": optimizer.defaults.get("lr"),
-                # data.batch_size is per device; one optimizer step sees this many examples:
-                "effective_batch_size": batch_size and batch_size * self.trainer.world_size * self.trainer.accumulate_grad_batches,
-            }
-            self.logger.log_hyperparams(params, metrics=metrics)
+
+    def _log_hparams_with_metrics(self) -> None:
+        """Lightning has written the hyperparameters (model + data) without metrics; write them again
+        with the metrics the HPARAMS tab should show, as Lightning documents for TensorBoard."""
+        metrics = {f"hp/{stage}_{name}": float("nan") for stage, names in HPARAM_METRICS.items() for name in names}
+        optimizer = self.trainer.optimizers[0]
+        batch_size = getattr(getattr(self.trainer, "datamodule", None), "batch_size", None)
+        params = {
+            **self.logger.hparams,
+            "model_class": type(self).__name__,
+            "num_params": self.num_params,
+            "optimizer": type(optimizer).__name__,
+            "optimizer_lr": optimizer.defaults.get("lr"),
+            # data.batch_size is per device; one optimizer step sees this many examples:
+            "effective_batch_size": batch_size and batch_size * self.trainer.world_size * self.trainer.accumulate_grad_batches,
+        }
+        self.logger.log_hyperparams(params, metrics=metrics)
 
     # ---- evaluation: one protocol for every model ---------------------------------
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:

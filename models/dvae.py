@@ -96,7 +96,7 @@ class DiscreteVAE(CategoricalLatentModel):
         self.grad_variance_every, self.grad_variance_repeats = grad_variance_every, grad_variance_repeats
         self.register_buffer("baseline_mean", torch.zeros(()))  # running mean of f (in checkpoints)
 
-    # ---- the two estimators: each returns (loss, -ELBO estimate, extra terms) ---------------
+    # ---- the two estimators: each returns (loss to back-propagate, per-example ELBO estimate) ----
     def reinforce_loss(self, x: Tensor, log_q: Tensor, control_variate: ControlVariate | None = None) -> tuple[Tensor, Tensor]:
         """(loss whose gradient is the REINFORCE estimate, per-example ELBO estimate (B,))."""
         control_variate = control_variate or self.control_variate
@@ -135,7 +135,9 @@ class DiscreteVAE(CategoricalLatentModel):
             loss, elbo = self.reinforce_loss(x, log_q)
             if self.control_variate == "running_mean" and self.training:
                 self.baseline_mean.lerp_(elbo.mean().detach(), 1 - self.baseline_decay)
-            terms = {"loss": loss, "baseline": self.baseline_mean.clone()} if self.control_variate == "running_mean" else {"loss": loss}
+            terms = {"loss": loss}
+            if self.control_variate == "running_mean":
+                terms["baseline"] = self.baseline_mean.clone()
         else:
             loss, _ = self.gumbel_loss(x, log_q)
             terms = {"loss": loss, "temperature": x.new_tensor(self.current_temperature())}
