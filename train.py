@@ -43,11 +43,58 @@ TensorBoard: tensorboard --logdir logs/tensorboard
 
 def _config_groups() -> str:
     groups = []
-    # experiment_model/ is chosen by train.yaml itself (per experiment and model), not by the user.
-    for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name != "experiment_model"):
+    for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir()):
         choices = ",".join(sorted(f.stem for f in group.glob("*.yaml")))
         groups.append(f"{group.name}={{{choices}}}")
     return "  ".join(groups)
+
+
+def signature_defaults(cls: type) -> dict[str, Any]:
+    """The constructor arguments of `cls` with their defaults, following **kwargs up the class hierarchy:
+    the one source of the model's defaults, for Hydra as for LightningCLI."""
+    import inspect
+
+    defaults: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        for p in parameters:
+            if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("self", *defaults) and p.default is not p.empty:
+                defaults[p.name] = list(p.default) if isinstance(p.default, tuple) else p.default
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return defaults
+
+
+def register_model_defaults() -> None:
+    """Store every registered model's constructor defaults as Hydra config `model_defaults/<Class>`, which
+    each configs/model/*.yaml extends, so `--cfg job` shows them and `model.NAME=VALUE` needs no `+`."""
+    from hydra.core.config_store import ConfigStore
+
+    import models
+
+    store = ConfigStore.instance()
+    for name in models.__all__:
+        cls = getattr(models, name)
+        settings = {k: v for k, v in signature_defaults(cls).items() if k not in ("data_shape", "optimizer")}
+        store.store(group="model_defaults", name=name, node=settings)
+
+
+def model_settings(cfg: Any) -> dict[str, Any]:
+    """cfg.model as a dict, with the config's `discrete_latent` settings (experiment=compare) applied to a
+    model that has a discrete latent (JSA, DiscreteVAE, VQ-VAE), unless the command line sets them for the model."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    settings = OmegaConf.to_container(cfg.model, resolve=True)
+    shared = cfg.get("discrete_latent")
+    if shared and get_class(settings["_target_"]).has_discrete_latent:
+        overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
+        given = {o.split("=", 1)[0].lstrip("+~").removeprefix("model.") for o in overrides if o.lstrip("+~").startswith("model.")}
+        settings.update({k: v for k, v in OmegaConf.to_container(shared, resolve=True).items() if k not in given})
+    return settings
 
 
 def run(cfg: Any) -> dict[str, float]:
@@ -57,8 +104,9 @@ def run(cfg: Any) -> dict[str, float]:
 
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data, _convert_="all")
-    model = instantiate(cfg.model, data_shape=list(datamodule.image_shape), _convert_="all")
-    logger = instantiate(cfg.logger) if cfg.get("logger") else False
+    model = instantiate(model_settings(cfg), data_shape=list(datamodule.image_shape), _convert_="all")
+    # The run's directory: <model>-<data>-<the model's key settings>, e.g. jsa-mnist-mlp-K10-L10.
+    logger = instantiate(cfg.logger, name=f"{cfg.run_name}-{model.run_tag}") if cfg.get("logger") else False
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, _convert_="all")
     trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
@@ -71,6 +119,8 @@ def run(cfg: Any) -> dict[str, float]:
 
 def hydra_main() -> None:
     import hydra
+
+    register_model_defaults()
 
     @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
     def _main(cfg: Any) -> None:
@@ -87,6 +137,7 @@ def cli_main(args: list[str] | None = None) -> Any:
 
     import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
     import models  # noqa: F401  (registers the subclasses for --model=NAME)
+    from callbacks import default_callbacks
     from datamodules import ImageDataModule
     from models import LatentVariableModel
 
@@ -106,7 +157,8 @@ def cli_main(args: list[str] | None = None) -> Any:
         args=args,
         save_config_kwargs={"overwrite": True},
         trainer_defaults={
-            "logger": lazy_instance(TensorBoardLogger, save_dir="logs/tensorboard", name="cli", default_hp_metric=False)
+            "logger": lazy_instance(TensorBoardLogger, save_dir="logs/tensorboard", name="cli", default_hp_metric=False),
+            "callbacks": [lazy_instance(type(c)) for c in default_callbacks()],  # as configs/callbacks/default.yaml
         },
     )
 

@@ -1,4 +1,4 @@
-"""Index-cached MIS vs the naive MIS of seed 000, and JSA's training step vs the VAE's.
+"""Index-cached MIS vs the naive MIS (docs/mis.md#cost-model), and JSA's training step vs the VAE's.
 
     python -m benchmarks.mis_speed [--batch-size 128] [--device cpu]
 
@@ -36,7 +36,7 @@ def mnist_like_batch(batch_size: int, device: torch.device) -> tuple[torch.Tenso
 
 
 def bench_mis_calls(jsa: JSA, x: torch.Tensor, steps: list[int]) -> None:
-    print("\n1. One MIS call (ms): cached (index form) vs naive (seed 000, section 2)")
+    print("\n1. One MIS call (ms): cached (index form) vs naive (docs/mis.md#naive-mis)")
     print(f"{'L':>4} {'naive':>10} {'cached':>10} {'speed-up':>9} {'predicted (5L+1)/(L+2)':>24}")
     with torch.no_grad():
         for num_steps in steps:

@@ -108,6 +108,7 @@ class ImageDataModule(L.LightningDataModule):
         download: bool = True,
         pin_memory: bool = False,
         eval_batch_size: int | None = None,
+        seed: int = 0,
     ) -> None:
         """
         Args:
@@ -122,6 +123,8 @@ class ImageDataModule(L.LightningDataModule):
             download: Let ``prepare_data`` download missing files.
             pin_memory: Pin batches in page-locked memory (for GPU training).
             eval_batch_size: Val/test batch size; ``None`` means ``batch_size``.
+            seed: Seed of the training order (a permutation per epoch) and of the
+                dynamic binarization; Hydra passes the run's ``seed``.
         """
         super().__init__()
         self.save_hyperparameters()
@@ -138,6 +141,8 @@ class ImageDataModule(L.LightningDataModule):
         self.download = download
         self.pin_memory = pin_memory
         self.eval_batch_size = eval_batch_size or batch_size
+        self.seed = seed
+        self.train_sampler: ResumableSampler | None = None
         self.train_set: InMemoryImageDataset | None = None
         self.val_set: InMemoryImageDataset | None = None
         self.test_set: InMemoryImageDataset | None = None
@@ -230,25 +235,24 @@ class ImageDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader[Batch]:
-        """Shuffled per epoch by (seed, epoch) and sharded per rank; resumable mid-epoch (datamodules/resumable.py).
-
-        The seed is Lightning's global seed (``seed_everything``; 0 if unset), the same on every rank.
-        """
+        """Shuffled per epoch by (seed, epoch) and sharded per rank; resumable mid-epoch (datamodules/resumable.py)."""
         if self.train_set is None:
             raise RuntimeError(f"{type(self).__name__}: call setup() before requesting dataloaders")
         trainer = self.trainer
         world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
-        sampler = ResumableSampler(self.train_set, self.batch_size, num_replicas=world, rank=rank, seed=seed)
-
-        def batches_done() -> int:  # batches of the current epoch that training has finished
-            return trainer.fit_loop.epoch_loop.batch_progress.current.processed if trainer is not None else 0
-
+        self.train_sampler = ResumableSampler(self.train_set, self.batch_size, num_replicas=world, rank=rank, seed=self.seed)
         return ResumableDataLoader(
-            self.train_set, sampler, batches_done, num_workers=self.num_workers, pin_memory=self.pin_memory,
+            self.train_set, self.train_sampler, num_workers=self.num_workers, pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0, collate_fn=collate_prebatched,
-            generator=torch.Generator().manual_seed(seed),  # the loader's own draws leave the global RNG alone
+            generator=torch.Generator().manual_seed(self.seed),  # the loader's own draws leave the global RNG alone
         )
+
+    def on_before_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
+        # Lightning calls this for each batch a step consumes (the loader itself runs one batch ahead),
+        # so the count is the position a mid-epoch checkpoint must resume from.
+        if self.train_sampler is not None and self.trainer is not None and self.trainer.training:
+            self.train_sampler.batches_done += 1
+        return batch
 
     def val_dataloader(self) -> DataLoader[Batch]:
         return self._loader(self.val_set, self.eval_batch_size, shuffle=False)

@@ -6,16 +6,17 @@ Three things decide which batches training sees, and each is made a function of 
   `DistributedSampler`'s rule, used with one replica too, so single- and multi-device runs shuffle
   alike and Lightning keeps the sampler instead of injecting its own;
 * the position: `state_dict()` records the epoch and how many of its batches training has consumed
-  (Lightning's own progress counter, not the loader's: the loop fetches one batch ahead), and
-  `load_state_dict()` makes the next iteration start right after them. Lightning calls both
-  (`_Stateful` loaders) when it saves and restores a checkpoint;
+  (counted by the data module's `on_before_batch_transfer`, which Lightning calls once per batch a
+  step uses, not by the loader: the loop fetches one batch ahead), and `load_state_dict()` makes
+  the next iteration start right after them. Lightning calls both (stateful loaders) when it saves
+  and restores a checkpoint; it calls `set_epoch` at the start of every epoch;
 * the dynamic binarization: drawn from a generator seeded by (seed, epoch, the batch's first
   index), not from the global RNG, so a batch is the same whenever it is made.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
@@ -26,6 +27,7 @@ class ResumableSampler(DistributedSampler):
     def __init__(self, dataset: Dataset, batch_size: int, num_replicas: int = 1, rank: int = 0, seed: int = 0) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
         self.batch_size = batch_size
+        self.batches_done = 0  # batches of the current epoch that training has consumed
         self._resume: tuple[int, int] | None = None  # (epoch, batches to skip in it)
         self.set_epoch(0)
 
@@ -33,10 +35,12 @@ class ResumableSampler(DistributedSampler):
         super().set_epoch(epoch)
         if hasattr(self.dataset, "epoch"):
             self.dataset.epoch = epoch  # the binarization noise depends on it
+        resuming = self._resume is not None and self._resume[0] == epoch
+        self.batches_done = self._resume[1] if resuming else 0
 
     def resume(self, epoch: int, batches_done: int) -> None:
-        self.set_epoch(epoch)
         self._resume = (epoch, batches_done)
+        self.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[int]:
         indices = list(super().__iter__())
@@ -47,18 +51,13 @@ class ResumableSampler(DistributedSampler):
 
 
 class ResumableDataLoader(DataLoader):
-    """A DataLoader over a `ResumableSampler` with Lightning's `state_dict` / `load_state_dict` interface.
+    """A DataLoader over a `ResumableSampler` with Lightning's `state_dict` / `load_state_dict` interface."""
 
-    `batches_done()` returns how many batches of the current epoch training has finished (the
-    data module reads it from the trainer's fit loop).
-    """
-
-    def __init__(self, dataset: Dataset, sampler: ResumableSampler, batches_done: Callable[[], int], **kwargs: Any) -> None:
+    def __init__(self, dataset: Dataset, sampler: ResumableSampler, **kwargs: Any) -> None:
         super().__init__(dataset, batch_size=sampler.batch_size, sampler=sampler, **kwargs)
-        self.batches_done = batches_done
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.sampler.epoch, "batches_done": self.batches_done()}
+        return {"epoch": self.sampler.epoch, "batches_done": self.sampler.batches_done}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.sampler.resume(state["epoch"], state["batches_done"])

@@ -1,10 +1,16 @@
-"""LightningModules of the collection and the pieces they share."""
+"""The models a user picks (one module each) on the shared base `LatentVariableModel`; the
+building blocks they share (backbones, likelihoods, the categorical latent model, the vector
+quantizer, code-usage statistics) are in models/components/.
+
+The registry: LightningCLI's `--model=NAME` finds every class imported here, and each Hydra
+config in configs/model/ names one with `_target_`. Adding a model: its module, its config, one
+line here, one row in README.md (CONTRIBUTING.md).
+"""
 
 from models.base import LatentVariableModel
-from models.categorical import CategoricalLatentModel
 from models.dvae import DiscreteVAE
 from models.jsa import JSA
 from models.vae import VAE
 from models.vqvae import VQVAE
 
-__all__ = ["CategoricalLatentModel", "DiscreteVAE", "JSA", "LatentVariableModel", "VAE", "VQVAE"]
+__all__ = ["LatentVariableModel", "DiscreteVAE", "JSA", "VAE", "VQVAE"]

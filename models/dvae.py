@@ -10,8 +10,8 @@ whose gradient for θ is E_q[∇θ log p_θ(x, h)] (sampled directly), while for
 distribution itself depends on φ and h is discrete, so no reparameterization exists. Two estimators:
 
 * `reinforce`: the score-function estimate with S samples per example (samplers/score_function.py,
-  seed 003), E_q[∇φ log q · (f - B)], with the control variate B = `optimal` (seed 003's B*,
-  leave-one-out over the S samples), `running_mean` (an exponential moving average of f over
+  docs/score-function.md), E_q[∇φ log q · (f - B)], with the control variate B = `optimal` (B*,
+  docs/score-function.md#the-optimal-control-variate, leave-one-out over the S samples), `running_mean` (an exponential moving average of f over
   training), or `none` (B = 0). Unbiased.
 * `gumbel`: the Gumbel-softmax / Concrete relaxation (Jang et al., 2017; Maddison et al., 2017).
   h is replaced by y = softmax((logits + g) / τ), g ~ Gumbel(0, 1), which is reparameterized; the
@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.categorical import CategoricalLatentModel
+from models.components.categorical import CategoricalLatentModel
 from samplers.mis import categorical_log_prob, sample_categorical
 from samplers.score_function import (
     categorical_score_norm_sq,
@@ -97,6 +97,13 @@ class DiscreteVAE(CategoricalLatentModel):
         self.register_buffer("baseline_mean", torch.zeros(()))  # running mean of f (in checkpoints)
 
     # ---- the two estimators: each returns (loss to back-propagate, per-example ELBO estimate) ----
+    @property
+    def run_tag(self) -> str:
+        """Key settings, for the run's name (logs/tensorboard/<model>-<data>-<run_tag>)."""
+        if self.estimator == "gumbel":
+            return f"{self.hparams.backbone}-K{self.num_categories}-tau{self.temperature_min}"
+        return f"{self.hparams.backbone}-K{self.num_categories}-reinforce-{self.control_variate}"
+
     def reinforce_loss(self, x: Tensor, log_q: Tensor, control_variate: ControlVariate | None = None) -> tuple[Tensor, Tensor]:
         """(loss whose gradient is the REINFORCE estimate, per-example ELBO estimate (B,))."""
         control_variate = control_variate or self.control_variate
@@ -125,8 +132,7 @@ class DiscreteVAE(CategoricalLatentModel):
         return -elbo.mean(), elbo
 
     def current_temperature(self) -> float:
-        step = self.global_step if self._trainer is not None else 0
-        return max(self.temperature_min, self.temperature * math.exp(-self.anneal_rate * step))
+        return max(self.temperature_min, self.temperature * math.exp(-self.anneal_rate * self.global_step))
 
     # ---- training (see LatentVariableModel.training_step) ---------------------------
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
@@ -143,7 +149,7 @@ class DiscreteVAE(CategoricalLatentModel):
             terms = {"loss": loss, "temperature": x.new_tensor(self.current_temperature())}
         # Measured on the steps whose logs Lightning writes ((step + 1) % log_every_n_steps == 0) when the
         # two intervals are multiples of each other, so each measurement lands at its own step.
-        if self.grad_variance_every and self._trainer is not None and (self.global_step + 1) % self.grad_variance_every == 0:
+        if self.grad_variance_every and (self.global_step + 1) % self.grad_variance_every == 0:
             terms.update(self.encoder_gradient_variance(x))
         return terms
 

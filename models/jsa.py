@@ -1,4 +1,4 @@
-"""JSA: joint stochastic approximation (Song & Ou, 2020; Ou & Song, 2020) for the categorical model.
+"""JSA: joint stochastic approximation (Xu & Ou, 2016; Ou & Song, 2020) for the categorical model (docs/jsa.md).
 
 JSA fits p_θ(x, h) and q_φ(h | x) by stochastic approximation of the two gradients
 
@@ -7,8 +7,8 @@ JSA fits p_θ(x, h) and q_φ(h | x) by stochastic approximation of the two gradi
 
 with the expectations over the model's own posterior estimated by one MCMC sample h* per
 example. h* comes from Metropolis independence sampling with q_φ as the proposal, run in the
-index-cached form of seed 000 (samplers/mis.py): one encoder pass, one batched decoder pass over
-the L+1 candidates, the chain over candidate indices. Each example's chain persists across
+index-cached form (samplers/mis.py, docs/mis.md#index-cached-mis): one encoder pass, one batched
+decoder pass over the L+1 candidates, the chain over candidate indices. Each example's chain persists across
 epochs in a per-example cache (samplers/cache.py): the next visit starts from the state the
 chain reached (re-scored under the current networks), so the chain keeps mixing.
 
@@ -24,8 +24,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from models.categorical import CategoricalLatentModel
-from models.metrics import usage_perplexity
+from models.components.categorical import CategoricalLatentModel
+from models.components.code_usage import usage_perplexity
 from samplers.cache import LatentCache
 from samplers.mis import categorical_log_prob, index_cached_mis
 
@@ -40,7 +40,7 @@ class JSA(CategoricalLatentModel):
         use_cache: start each chain from the example's cached state (else from a fresh proposal).
         cache_start_epoch: read the cache only from this epoch on (it is written from the start).
         gradient_states: which states the gradient step uses: `final` (the chain's last state,
-            seed 000's design) or `chain` (the average over the L states the chain visited, as in
+            docs/jsa.md#final-state-or-chain-average) or `chain` (the average over the L states the chain visited, as in
             the official JSA code).
         cache_size: number of training examples; filled in from the data module when left out.
         **kwargs: the model's arguments (see `CategoricalLatentModel`: backbone, num_latents,
@@ -77,13 +77,18 @@ class JSA(CategoricalLatentModel):
         # (see `_write_cache`); DDP must not also broadcast these buffers from rank 0 each step.
         self._ddp_params_and_buffers_to_ignore = ["cache.codes", "class_used"]
 
+    @property
+    def run_tag(self) -> str:
+        """Key settings, for the run's name (logs/tensorboard/jsa-<data>-<run_tag>)."""
+        return f"{self.hparams.backbone}-K{self.num_categories}-L{self.mis_steps}"
+
     def _allocate_cache(self, num_examples: int) -> None:
         self.cache = LatentCache(num_examples, (self.num_latents,), self.num_categories).to(self.device)
         self.hparams["cache_size"] = num_examples  # so load_from_checkpoint rebuilds it
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
-        datamodule = getattr(self.trainer, "datamodule", None)
+        datamodule = self.trainer.datamodule
         if stage != "fit" or not self.use_cache or datamodule is None:
             return
         num_examples = datamodule.num_train_examples
@@ -133,7 +138,7 @@ class JSA(CategoricalLatentModel):
         gathered (B x V integers per rank, not the whole cache) and every rank writes all of
         them, so the caches stay identical.
         """
-        if self._trainer is not None and self.trainer.world_size > 1:
+        if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
             # One collective for both: rows (index, h*_1..h*_V) of all ranks.
             pairs = self.all_gather(torch.cat([index.unsqueeze(1), latent], dim=1)).flatten(0, 1)
             index, latent = pairs[:, 0], pairs[:, 1:]

@@ -3,7 +3,7 @@
     q(z | x) = N(z; mu(x), diag sigma^2(x)),  p(z) = N(0, I),  p(x | z) from the shared likelihoods.
 
 Trained on the ELBO with the reparameterization z = mu + sigma * eps, eps ~ N(0, I)
-(seeds 001/002), with the Gaussian KL in closed form:
+(docs/vae.md#reparameterization), with the Gaussian KL in closed form:
 
     ELBO = E_q[log p(x | z)] - KL(q(z | x) || p(z)),
     KL   = 1/2 sum(mu^2 + sigma^2 - 1 - log sigma^2).
@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from models.backbones import BackboneName, build_backbone
+from models.components.backbones import BackboneName, build_backbone
 from models.base import LatentVariableModel
 
 _LOG_2PI = math.log(2 * math.pi)
@@ -56,6 +56,11 @@ class VAE(LatentVariableModel):
         )
         self.latent_shape = (latent_dim, *self.grid)
 
+    @property
+    def run_tag(self) -> str:
+        """Key settings, for the run's name (logs/tensorboard/vae-<data>-<run_tag>)."""
+        return f"{self.hparams.backbone}-z{self.hparams.latent_dim}"
+
     def encode(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Mean and log-variance of q(z | x), each (B, *latent_shape)."""
         mean, log_var = self.encoder(x).chunk(2, dim=1)
@@ -68,8 +73,11 @@ class VAE(LatentVariableModel):
         kl = 0.5 * (mean.square() + log_var.exp() - 1.0 - log_var).flatten(1).sum(1)
         return {"loss": (kl - log_px).mean(), "recon": -log_px.mean(), "kl": kl.mean()}
 
-    def log_importance_weights(self, x: Tensor, num_samples: int) -> Tensor:
-        mean, log_var = self.encode(x)
+    def posterior(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        return self.encode(x)
+
+    def log_importance_weights(self, x: Tensor, posterior: tuple[Tensor, Tensor], num_samples: int) -> Tensor:
+        mean, log_var = posterior
         eps = torch.randn(num_samples, *mean.shape, device=x.device, dtype=mean.dtype)
         z = mean + torch.exp(0.5 * log_var) * eps  # (S, B, *latent_shape)
         out = self.decoder(z.flatten(0, 1)).unflatten(0, (num_samples, x.shape[0]))
@@ -78,8 +86,8 @@ class VAE(LatentVariableModel):
         log_qz = _log_normal(z, mean.expand_as(z), log_var.expand_as(z))
         return log_px + log_pz - log_qz
 
-    def reconstruct(self, x: Tensor) -> Tensor:
-        return self.decoder(self.encode(x)[0])
+    def decode_posterior_mode(self, posterior: tuple[Tensor, Tensor]) -> Tensor:
+        return self.decoder(posterior[0])
 
     def sample_prior(self, num_samples: int) -> Tensor:
         return self.decoder(torch.randn(num_samples, *self.latent_shape, device=self.device))

@@ -4,7 +4,7 @@
     loss = -log p(x | z_q) / D  +  ||sg[z_e] - e||^2  +  beta ||z_e - sg[e]||^2
 
 with the straight-through gradient (the decoder's input gradient is copied to the encoder) and
-either a learned codebook or an EMA codebook (models/quantizer.py). Every term is a mean over
+either a learned codebook or an EMA codebook (models/components/quantizer.py; docs/vqvae.md). Every term is a mean over
 its elements (pixels for the reconstruction, latent entries for the codebook terms).
 
 Likelihood, comparable with the other models: with a uniform prior over the K codes at each of
@@ -14,21 +14,29 @@ the n latent positions and the deterministic posterior q(k | x) = 1[k = k(x)],
 
 which is what the shared importance-sampling evaluation gives for this q (every sample is the
 same code, so the estimate is this bound whatever the number of samples). `val/nll` and `val/bpd`
-of the VQ-VAE are therefore *upper bounds* under a uniform prior, not estimates.
+of the VQ-VAE are therefore *upper bounds* under a uniform prior, not estimates
+(docs/vqvae.md#the-likelihood-bound).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import torch
 from torch import Tensor
 
-from models.backbones import BackboneName, build_backbone, latent_grid
 from models.base import LatentVariableModel
-from models.metrics import CodeUsage
-from models.quantizer import QuantizerOutput, VectorQuantizer
+from models.components.backbones import BackboneName, build_backbone, latent_grid
+from models.components.code_usage import CodeUsage
+from models.components.quantizer import QuantizerOutput, VectorQuantizer
+
+
+class PointMassPosterior(NamedTuple):
+    """q(k | x) = 1[k = k(x)]: the quantizer's output and the decoder's output at z_q(x)."""
+
+    quantized: QuantizerOutput
+    decoded: Tensor
 
 
 class VQVAE(LatentVariableModel):
@@ -37,7 +45,7 @@ class VQVAE(LatentVariableModel):
     Args:
         backbone: `conv` (the paper's encoder/decoder; one code per cell of the 7x7 / 8x8 grid)
             or `mlp` (a flat latent of `num_latents` codes).
-        num_codes: K, codebook size.
+        num_categories: K, the number of codes (the codebook size).
         code_dim: D, dimension of a code vector.
         num_latents: codes per image for `mlp` (default 20); for `conv` the grid (leave it out).
         hidden_channels: width of the conv backbone.
@@ -53,11 +61,13 @@ class VQVAE(LatentVariableModel):
         **kwargs: the shared arguments of `LatentVariableModel` (likelihood, lr, evaluation).
     """
 
+    has_discrete_latent = True
+
     def __init__(
         self,
         data_shape: Sequence[int] = (1, 28, 28),
         backbone: BackboneName = "conv",
-        num_codes: int = 512,
+        num_categories: int = 512,
         code_dim: int = 64,
         num_latents: int | None = None,
         hidden_channels: int = 64,
@@ -70,19 +80,19 @@ class VQVAE(LatentVariableModel):
     ) -> None:
         super().__init__(data_shape=data_shape, **kwargs)
         self.save_hyperparameters(ignore=["optimizer"])  # a callable; logged by name in on_train_start
-        if num_codes < 2:
-            raise ValueError(f"num_codes (K) must be >= 2, got {num_codes}")
+        if num_categories < 2:
+            raise ValueError(f"num_categories (K, the number of codes) must be >= 2, got {num_categories}")
         self.grid = latent_grid(backbone, self.data_shape)
         if self.grid and num_latents not in (None, math.prod(self.grid)):
             raise ValueError(f"with the conv backbone the codes are the {self.grid} grid; leave num_latents out (got {num_latents})")
         self.num_latents = math.prod(self.grid) if self.grid else (num_latents or 20)
-        self.num_codes, self.code_dim = num_codes, code_dim
+        self.num_categories, self.code_dim = num_categories, code_dim
         channels = code_dim if self.grid else self.num_latents * code_dim
         self.encoder, self.decoder, _ = build_backbone(backbone, self.data_shape, channels, channels, hidden_channels)
-        self.quantizer = VectorQuantizer(num_codes, code_dim, beta, ema, decay, dead_code_threshold=dead_code_threshold, kmeans_init=kmeans_init)
+        self.quantizer = VectorQuantizer(num_categories, code_dim, beta, ema, decay, dead_code_threshold=dead_code_threshold, kmeans_init=kmeans_init)
         # Spatial z_e is (B, D, H', W'): channels first; flat z_e is (B, V, D): channels last.
         self.channel_dim = 1 if self.grid else -1
-        self.train_usage, self.val_usage = CodeUsage(num_codes), CodeUsage(num_codes)
+        self.train_usage, self.val_usage = CodeUsage(num_categories), CodeUsage(num_categories)
         # The quantizer keeps its buffers identical on all ranks itself (all-reduced statistics);
         # DDP must not overwrite them with rank 0's copy each step.
         self._ddp_params_and_buffers_to_ignore = [f"quantizer.{name}" for name, _ in self.quantizer.named_buffers()]
@@ -115,23 +125,36 @@ class VQVAE(LatentVariableModel):
             "restarts": vq.restarts.float(),
         }
 
-    def log_importance_weights(self, x: Tensor, num_samples: int) -> Tensor:
-        # q is a point mass on z_q(x): every weight is log p(x | z_q) + log p(z_q) - log 1.
-        log_px = self.likelihood.log_prob(x, self.decode(self.quantize(x).quantized))
-        return (log_px - self.num_latents * math.log(self.num_codes)).expand(num_samples, -1)
+    @property
+    def run_tag(self) -> str:
+        """Key settings, for the run's name (logs/tensorboard/vqvae-<data>-<run_tag>)."""
+        return f"{self.hparams.backbone}-K{self.num_categories}"
 
-    def reconstruct(self, x: Tensor) -> Tensor:
-        return self.decode(self.quantize(x).quantized)
+    # ---- evaluation: q is a point mass, so one quantization and one decoder pass serve all -------
+    point_mass_posterior = True
+
+    def posterior(self, x: Tensor) -> PointMassPosterior:
+        quantized = self.quantize(x)
+        return PointMassPosterior(quantized, self.decode(quantized.quantized))
+
+    def log_importance_weights(self, x: Tensor, posterior: PointMassPosterior, num_samples: int) -> Tensor:
+        # Every weight is log p(x | z_q) + log p(z_q) - log 1, with the uniform prior p(z_q) = K^-n.
+        log_px = self.likelihood.log_prob(x, posterior.decoded)
+        return (log_px - self.num_latents * math.log(self.num_categories)).expand(num_samples, -1)
+
+    def decode_posterior_mode(self, posterior: PointMassPosterior) -> Tensor:
+        return posterior.decoded
 
     def sample_prior(self, num_samples: int) -> Tensor:
         """Codes drawn uniformly (the prior of the likelihood bound; no learned prior yet)."""
         shape = (num_samples, *self.grid) if self.grid else (num_samples, self.num_latents)
-        return self.decode_codes(torch.randint(self.num_codes, shape, device=self.device))
+        return self.decode_codes(torch.randint(self.num_categories, shape, device=self.device))
 
     # ---- code usage over an epoch (torchmetrics: summed across devices) ----------------
-    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        super().validation_step(batch, batch_idx)
-        self.val_usage.update(self.quantize(self.likelihood.prepare(batch[0])).codes)
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> dict[str, Any]:
+        outputs = super().validation_step(batch, batch_idx)
+        self.val_usage.update(outputs["posterior"].quantized.codes)
+        return outputs
 
     def on_validation_epoch_end(self) -> None:
         self._log_usage("val")

@@ -13,7 +13,7 @@ from samplers.mis import (
     sample_categorical,
 )
 from samplers.score_function import categorical_score_norm_sq, leave_one_out_optimal_baseline, score_function_surrogate
-from samplers.sgmcmc import SGHMC, SGLD, SGMCMC, SGNHT, SampleCollector, minibatch_potential
+from samplers.sgmcmc import SGHMC, SGLD, SGMCMC, SGNHT, SampleCollector
 
 __all__ = [
     "ImportanceEstimate",
@@ -35,6 +35,5 @@ __all__ = [
     "SampleCollector",
     "categorical_score_norm_sq",
     "leave_one_out_optimal_baseline",
-    "minibatch_potential",
     "score_function_surrogate",
 ]

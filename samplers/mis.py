@@ -5,9 +5,9 @@ from h_t with proposal h' ~ q accepts with probability min(1, r),
 
     r = [p(x, h') q(h_t | x)] / [p(x, h_t) q(h' | x)] = exp(w' - w_t),   w = log p(x, h) - log q(h | x),
 
-so the whole chain is decided by the importance log-weights w of its candidates. Following
-seed 000 (sections 4-8), one MIS call therefore costs one encoder pass and one batched
-decoder pass, O(T_q + T_p) instead of O(L (2 T_p + 3 T_q)):
+so the whole chain is decided by the importance log-weights w of its candidates
+(docs/mis.md#the-acceptance-ratio). One MIS call therefore costs one encoder pass and one batched
+decoder pass, O(T_q + T_p) instead of O(L (2 T_p + 3 T_q)) (docs/mis.md#cost-model):
 
 1. encoder once -> log q(. | x) for all V latent positions;
 2. draw the L proposals (plus a start state) in one call;
@@ -15,8 +15,9 @@ decoder pass, O(T_q + T_p) instead of O(L (2 T_p + 3 T_q)):
 4. score all L+1 candidates with one batched decoder pass -> log p(x, h_j);
 5. run the chain over candidate *indices* (`mis_chain`): only the accept/reject is sequential.
 
-`naive_mis` follows seed 000 section 2 literally (fresh passes every step) and is kept as the
-reference for tests and benchmarks.
+`naive_mis` is the textbook form (fresh network passes every step, docs/mis.md#naive-mis): the
+reference implementation that the tests compare the distribution against and that
+`benchmarks/mis_speed.py` measures the speed-up against.
 """
 
 from __future__ import annotations
@@ -144,7 +145,10 @@ def naive_mis(
     start: Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> NaiveMISSample:
-    """Reference MIS following seed 000 section 2 literally: every step re-runs the networks.
+    """Reference MIS in its textbook form (docs/mis.md#naive-mis): every step re-runs the networks.
+
+    Not used in training: it is what the tests check `index_cached_mis` against (same distribution)
+    and what `benchmarks/mis_speed.py` measures its speed-up against.
 
     Per step: an encoder pass to sample h' ~ q, decoder passes for p(x, h') and p(x, h_t),
     encoder passes for q(h' | x) and q(h_t | x): O(2 T_p + 3 T_q) per step.

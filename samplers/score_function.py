@@ -2,11 +2,12 @@
 
 For a latent h ~ q_φ(h | x) and the learning signal f(h) = log p_θ(x, h) - log q_φ(h | x),
 
-    ∇φ ELBO = ∇φ E_q[f(h)] = E_q[ ∇φ log q_φ(h | x) · f(h) ]              (seed 003, section 1)
+    ∇φ ELBO = ∇φ E_q[f(h)] = E_q[ ∇φ log q_φ(h | x) · f(h) ]     (docs/score-function.md#the-score-function-gradient)
 
-(the term E_q[∇φ log q] that the product rule adds is zero: seed 003, Lemma 2). Any constant B
-keeps the estimate unbiased, E_q[∇φ log q · (f - B)] = ∇φ ELBO (section 2), and the B that
-minimizes its variance is (section 3)
+(the term E_q[∇φ log q] that the product rule adds is zero, since Σ_h ∇q = ∇ Σ_h q = 0). Any
+constant B keeps the estimate unbiased, E_q[∇φ log q · (f - B)] = ∇φ ELBO
+(docs/score-function.md#control-variates), and the B that minimizes its variance is
+(docs/score-function.md#the-optimal-control-variate)
 
     B* = E_q[ ||∇φ log q||² f ] / E_q[ ||∇φ log q||² ].
 

@@ -1,37 +1,38 @@
-"""Stochastic-gradient MCMC (SGLD, SGHMC, SGNHT) as `torch.optim.Optimizer`s, following seed 004.
+"""Stochastic-gradient MCMC (SGLD, SGHMC, SGNHT) as `torch.optim.Optimizer`s (docs/sgmcmc.md).
 
-Target: the posterior p(θ | X) ∝ exp(-U(θ)) with the potential energy (seed 004, 'ポテンシャルエネルギーの勾配の計算')
+Target: the posterior p(θ | X) ∝ exp(-U(θ)) with the potential energy
 
     U(θ) = -log p(θ) - Σ_{x ∈ X} log p(x | θ).
 
 Each sampler is a discretised SDE whose stationary distribution is exp(-U(θ) / T), T = 1/β the
-temperature (seed 004, '統一的な理解'), and it needs only ∇U, which may be replaced by the
-unbiased minibatch estimate (seed 004, 'MCMCを確率的にする基本アイデア')
+temperature, and it needs only ∇U, which may be replaced by the
+unbiased minibatch estimate (docs/sgmcmc.md#the-minibatch-potential)
 
     Û(θ) = -log p(θ) - (N / n) Σ_{x ∈ X̃} log p(x | θ),     X̃ ⊂ X uniformly drawn, |X̃| = n, |X| = N.
 
 The factor N/n makes E[∇Û] = ∇U; without it the likelihood is down-weighted n/N times and the
-chain samples a posterior that has seen n data points, not N (see `minibatch_potential`).
+chain samples a posterior that has seen n data points, not N (`SGMCMC.attach` applies the factor to a
+batch-mean loss).
 
 The loss whose gradient sits in `.grad` when `.step()` is called is Û (or U). With step size
 h (the optimizer's `lr`), momentum p (kinetic energy K(p) = pᵀp / 2, mass I), temperature T,
 and ζ a fresh Gaussian each step:
 
-SGLD (seed 004, 'SGLD'): Euler-Maruyama for the first-order Langevin SDE dθ = -∇U dt + N(0, 2T I dt),
+SGLD (Welling & Teh, 2011; docs/sgmcmc.md#sgld): Euler-Maruyama for the first-order Langevin SDE dθ = -∇U dt + N(0, 2T I dt),
 
     θ ← θ - h ∇Û(θ) + ζ,                  ζ ~ N(0, 2 T h I).
 
-SGHMC (seed 004, 'SGHMC' and 'HMCからSGHMCへの変形'), friction C, gradient-noise estimate B̂:
+SGHMC (Chen et al., 2014; docs/sgmcmc.md#sghmc), friction C, gradient-noise estimate B̂:
 
     p ← p - h ∇Û(θ) - h C p + ζ,          ζ ~ N(0, 2 (C T - B̂) h I),
     θ ← θ + h p.
 
 The minibatch gradient brings its own noise: h ∇Û = h ∇U + N(0, h² V), i.e. a diffusion
 B = h V / 2 in p. Injecting 2(C T - B̂)h instead of 2 C T h cancels it when B̂ ≈ B (at T = 1
-this is the seed's 2(C - B̂)h; the minibatch noise is not tempered, so B̂ is not scaled by T).
+this is Chen et al.'s 2(C - B̂)h; the minibatch noise is not tempered, so B̂ is not scaled by T).
 With B̂ = 0 the error is B / C, which is O(h) and small for large C.
 
-SGNHT (seed 004, 'SGNHT' and 'SGNHTの直感的解釈'), noise amplitude A, thermostat ξ (starts at A):
+SGNHT (Ding et al., 2014; docs/sgmcmc.md#sgnht), noise amplitude A, thermostat ξ (starts at A):
 
     p ← p - h ∇Û(θ) - h ξ p + ζ,          ζ ~ N(0, 2 A T h I),
     θ ← θ + h p,
@@ -40,9 +41,9 @@ SGNHT (seed 004, 'SGNHT' and 'SGNHTの直感的解釈'), noise amplitude A, ther
 By equipartition E[pᵀp / d] = T at equilibrium, so ξ is a friction that grows when the system is
 too hot and shrinks when too cold; it absorbs the unknown minibatch noise (E[ξ] → A + B) without
 an estimate B̂. Here ξ is one scalar per parameter tensor (d = numel), or one per element with
-`multivariate=True` (mSGNHT, seed 004 'mSGNHT').
+`multivariate=True` (mSGNHT, docs/sgmcmc.md#sgnht).
 
-Large friction (seed 004, 'SGHMCからSGLDの導出'): as C → ∞ the momentum relaxes in time 1/C and θ
+Large friction (docs/sgmcmc.md#large-friction-sghmc-becomes-sgld): as C → ∞ the momentum relaxes in time 1/C and θ
 follows first-order Langevin dynamics on the slow clock s = t / C, so SGHMC with (h, C) moves like
 SGLD with step h / C per iteration. At C h = 1 (B̂ = 0) this is exact: the p update forgets the
 old p, p = -h∇U + N(0, 2T), and θ ← θ - h²∇U + N(0, 2 T h²) is SGLD with step h².
@@ -67,18 +68,6 @@ from torch import Tensor, nn
 Closure = Callable[[], Tensor]
 
 
-def minibatch_potential(log_prior: Tensor, log_likelihood_sum: Tensor, dataset_size: int, batch_size: int) -> Tensor:
-    """Û(θ) = -log p(θ) - (N / n) Σ_{x in batch} log p(x | θ), the unbiased minibatch potential.
-
-    Seed 004 'MCMCを確率的にする基本アイデア': rescaling the minibatch sum by N / n makes its
-    gradient an unbiased estimate of the full-data one. Works elementwise, so a (K,) log prior
-    and a (K,) per-chain likelihood sum give (K,) potentials for K independent chains.
-    """
-    if batch_size < 1 or dataset_size < batch_size:
-        raise ValueError(f"need 1 <= batch_size <= dataset_size, got batch_size={batch_size}, dataset_size={dataset_size}")
-    return -log_prior - (dataset_size / batch_size) * log_likelihood_sum
-
-
 def _gaussian_noise(like: Tensor, variance: float, generator: torch.Generator | None) -> Tensor:
     """ζ ~ N(0, variance · I) with the shape, dtype and device of `like`."""
     noise = torch.randn(like.shape, generator=generator, dtype=like.dtype, device=like.device)
@@ -91,11 +80,42 @@ def _require(condition: bool, message: str) -> None:
 
 
 class SGMCMC(torch.optim.Optimizer):
-    """Shared plumbing: argument checks on every param group, closure handling, the noise source."""
+    """Shared plumbing: argument checks on every param group, closure handling, the noise source,
+    and the scaling of a batch-mean loss to the minibatch potential.
+
+    `dataset_size`: when training code back-propagates the *mean* loss over a minibatch,
+    -(1/n) Σ_batch log p(x | θ), the gradient of the potential Û = -(N/n) Σ_batch log p(x | θ)
+    (flat prior) is N times `.grad`; `attach(dataset_size=N)` makes `step()` use N · `.grad`
+    (docs/sgmcmc.md#the-minibatch-potential). Left at None, `.grad` must already be ∇Û.
+    """
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any], generator: torch.Generator | None) -> None:
         self.generator = generator
+        self.dataset_size: int | None = None
         super().__init__(params, defaults)
+
+    def attach(self, dataset_size: int, seed: int) -> None:
+        """Set up for training on a batch-mean loss: scale gradients by `dataset_size`, and draw the noise
+        from a generator seeded with `seed` (unless one was given), the same on every DDP rank, because
+        DDP averages the gradients but never re-synchronizes the parameters."""
+        _require(dataset_size >= 1, f"dataset_size must be >= 1, got {dataset_size}")
+        self.dataset_size = dataset_size
+        if self.generator is None:
+            device = self.param_groups[0]["params"][0].device
+            self.generator = torch.Generator(device=device).manual_seed(seed)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.generator is not None:  # so that a resumed chain draws the noise an uninterrupted one would
+            state["generator_state"] = self.generator.get_state()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = dict(state_dict)
+        generator_state = state_dict.pop("generator_state", None)
+        super().load_state_dict(state_dict)
+        if generator_state is not None and self.generator is not None:
+            self.generator.set_state(generator_state)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
@@ -118,7 +138,8 @@ class SGMCMC(torch.optim.Optimizer):
                     continue
                 if param.grad.is_sparse:
                     raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
-                self._update(param, param.grad, group)
+                grad = param.grad if self.dataset_size is None else param.grad * self.dataset_size
+                self._update(param, grad, group)
         return loss
 
     def _update(self, param: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
@@ -214,7 +235,7 @@ class SGNHT(SGMCMC):
     Args:
         params: parameters (or param groups) to sample; their `.grad` must hold ∇U or ∇Û.
         lr: step size h > 0.
-        noise: A >= 0, the injected diffusion (seed 004 'SGNHT': N(0, 2 A I dt)). A = 0 relies
+        noise: A >= 0, the injected diffusion (docs/sgmcmc.md: N(0, 2 A I dt)). A = 0 relies
             on the minibatch noise alone.
         initial_thermostat: starting ξ (a friction); None means the group's A, the mode of the seed's
             V(ξ) = d(ξ - A)². With minibatch noise ξ settles near A + B, and it relaxes only on a

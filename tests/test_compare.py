@@ -7,9 +7,13 @@ import math
 import subprocess
 import sys
 
+import pytest
+
 from PIL import Image
 
 from tests.test_entrypoints import FAST, REPO, train
+
+pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 
 
 def test_compare_experiment_and_report(tmp_path, mnist_dir):

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import hydra
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 
 import train
-from models.likelihoods import BernoulliLikelihood, GaussianLikelihood
+from models.components.likelihoods import BernoulliLikelihood, GaussianLikelihood
 
 MODELS = sorted(p.stem for p in (train.CONFIG_DIR / "model").glob("*.yaml"))
 DATA = sorted(p.stem for p in (train.CONFIG_DIR / "data").glob("*.yaml"))
 
 
 def composed(overrides: list[str]):
+    train.register_model_defaults()
     with initialize_config_dir(config_dir=str(train.CONFIG_DIR), version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)  # resolves ${hydra:runtime.choices.*} as in a real run
@@ -27,7 +29,24 @@ def composed(overrides: list[str]):
 def test_default_is_jsa_on_mnist():
     cfg = composed([])
     assert cfg.model._target_ == "models.JSA" and cfg.data._target_ == "datamodules.MNISTDataModule"
-    assert cfg.run_name == "jsa-mnist-mlp-K10-L10"  # model, data and the model's key settings
+    model = instantiate(train.model_settings(cfg), _convert_="all")
+    assert f"{cfg.run_name}-{model.run_tag}" == "jsa-mnist-mlp-K10-L10"  # model, data and the model's key settings
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_model_configs_state_only_what_differs_from_the_class(model):
+    """Defaults live in the class signatures: a model config file holds _target_ and the links to the data
+    and the seed; the composed config has every constructor argument, with the class's default."""
+    from omegaconf import OmegaConf
+
+    written = OmegaConf.load(train.CONFIG_DIR / "model" / f"{model}.yaml").model
+    assert set(written) <= {"_target_", "likelihood", "test_seed", "estimator"}
+    cfg = composed([f"model={model}"])
+    cls = hydra.utils.get_class(cfg.model._target_)
+    for name, default in train.signature_defaults(cls).items():
+        if name not in ("data_shape", "optimizer", *written):
+            assert cfg.model[name] == default, name
+    assert composed([f"model={model}", "model.lr=0.5"]).model.lr == 0.5  # no `+` needed
 
 
 @pytest.mark.parametrize("data", DATA)
@@ -40,7 +59,7 @@ def test_every_model_builds_for_every_data_set(model, data, backbone):
     assert net.data_shape == datamodule.image_shape
     expected = BernoulliLikelihood if data == "mnist" else GaussianLikelihood
     assert isinstance(net.likelihood, expected)
-    assert cfg.run_name.startswith(f"{model}-{data}-{backbone}-")
+    assert f"{cfg.run_name}-{net.run_tag}".startswith(f"{model}-{data}-{backbone}-")
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -67,11 +86,12 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
         cfg = composed(["experiment=compare", f"model={model}", f"data={data}"])
         assert cfg.model.backbone == backbone and cfg.trainer.max_epochs == 10 and cfg.run_test
         assert cfg.model.lr == 1e-3 and cfg.model.test_seed == cfg.seed == 0
-        assert cfg.model.test_num_samples == (1 if model == "vqvae" else 1000)  # the VQ-VAE's bound needs one
+        assert cfg.model.test_num_samples == 1000
         datamodule = instantiate(cfg.data, _convert_="all")
-        built[model] = instantiate(cfg.model, data_shape=list(datamodule.image_shape), _convert_="all")
+        built[model] = instantiate(train.model_settings(cfg), data_shape=list(datamodule.image_shape), _convert_="all")
     jsa, vqvae = built["jsa"], built["vqvae"]
-    assert (vqvae.num_codes, vqvae.code_dim, vqvae.num_latents) == (jsa.num_categories, jsa.embedding_dim, jsa.num_latents)
+    assert (vqvae.num_categories, vqvae.code_dim, vqvae.num_latents) == (jsa.num_categories, jsa.code_dim, jsa.num_latents) == (10, 16, jsa.num_latents)
+    assert built["vqvae"].point_mass_posterior  # its bound is evaluated with one sample, whatever test_num_samples says
     for dvae in (built["dvae"], built["dvae_gumbel"]):  # exactly JSA's categorical model
         assert {k: v.shape for k, v in dvae.state_dict().items() if k != "baseline_mean"} == {k: v.shape for k, v in jsa.state_dict().items() if not k.startswith(("cache", "class_used"))}
     assert (built["dvae"].estimator, built["dvae_gumbel"].estimator) == ("reinforce", "gumbel")
@@ -80,4 +100,16 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
         assert [type(m) for m in getattr(vqvae, part).modules()] == [type(m) for m in getattr(jsa, part).modules()]
     # The experiment's sweep covers the three models; a command-line setting overrides it.
     assert composed(["experiment=compare"]).hydra.sweeper.params == {"model": "vae,vqvae,jsa,dvae,dvae_gumbel"}
-    assert composed(["experiment=compare", "model=vqvae", "compare.num_categories=64"]).model.num_codes == 64
+    assert train.model_settings(composed(["experiment=compare", "model=vqvae", "discrete_latent.num_categories=64"]))["num_categories"] == 64
+    assert train.model_settings(composed(["experiment=compare", "model=jsa", "model.num_categories=4"]))["num_categories"] == 4
+    assert "num_categories" not in train.model_settings(composed(["experiment=compare", "model=vae"]))  # no discrete latent
+
+
+def test_hydra_and_cli_switch_on_the_same_callbacks():
+    """configs/callbacks/default.yaml and callbacks.default_callbacks() (LightningCLI's defaults) agree."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from callbacks import default_callbacks
+
+    hydra_callbacks = [instantiate(c) for c in composed([]).callbacks.values()]
+    assert [type(c) for c in hydra_callbacks if not isinstance(c, ModelCheckpoint)] == [type(c) for c in default_callbacks()]

@@ -15,6 +15,8 @@ import torch
 
 from tests.test_entrypoints import FAST, train
 
+pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
+
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "ddp_fit.py"
 
 

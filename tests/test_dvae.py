@@ -22,7 +22,7 @@ Z_MAX = 4.5  # |mean - exact| / standard error, per checked coordinate
 def toy_dvae(num_latents: int = 2, num_categories: int = 3, **kwargs) -> DiscreteVAE:
     torch.manual_seed(0)
     model = DiscreteVAE(
-        data_shape=(1, 2, 2), num_latents=num_latents, num_categories=num_categories, embedding_dim=2,
+        data_shape=(1, 2, 2), num_latents=num_latents, num_categories=num_categories, code_dim=2,
         likelihood="gaussian", sigma=1.0, grad_variance_every=0, **kwargs,
     )
     with torch.no_grad():  # larger weights: q and p(h | x) far apart, so the gradients are not tiny

@@ -11,6 +11,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
+
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "train.py"
 FAST = ["trainer.max_steps=3", "trainer.log_every_n_steps=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=1", "model.val_num_samples=2"]

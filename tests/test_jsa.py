@@ -23,7 +23,7 @@ ALL_STATES = torch.tensor(list(itertools.product(range(K), repeat=V)))  # (9, V)
 
 def toy_jsa(**kwargs) -> JSA:
     torch.manual_seed(0)
-    model = JSA(data_shape=(1, 2, 2), num_latents=V, num_categories=K, embedding_dim=2, likelihood="gaussian", sigma=1.0, **kwargs)
+    model = JSA(data_shape=(1, 2, 2), num_latents=V, num_categories=K, code_dim=2, likelihood="gaussian", sigma=1.0, **kwargs)
     with torch.no_grad():  # larger weights: p(h | x) spread over the states and far from q (TV ~ 0.5)
         for p in model.parameters():
             p.mul_(1.5)
@@ -144,7 +144,7 @@ def test_layouts(backbone, data_shape, num_latents):
     expected_v = num_latents or (data_shape[1] // 4) * (data_shape[2] // 4)
     assert model.encode(x).shape == (3, expected_v, model.num_categories)
     assert model.reconstruct(x).shape == x.shape and model.sample_prior(2).shape == (2, *data_shape)
-    assert model.log_importance_weights(x, 5).shape == (5, 3)
+    assert model.log_importance_weights(x, model.posterior(x), 5).shape == (5, 3)
     assert torch.isfinite(model.training_loss(x, torch.arange(3))["loss"])
 
 
@@ -198,5 +198,5 @@ def test_jsa_learns_on_real_mnist(mnist_dir):
     model = JSA(mis_steps=3, cache_size=128)
     first, last = train_on_batch(model, x, index, steps=50)
     assert first["loss_p"] > 450 and last["loss_p"] < 250, (first["loss_p"], last["loss_p"])
-    nll = -model.log_importance_weights(x[:64], 50).logsumexp(0).mean() + torch.log(torch.tensor(50.0))
+    nll = -model.log_importance_weights(x[:64], model.posterior(x[:64]), 50).logsumexp(0).mean() + torch.log(torch.tensor(50.0))
     assert nll < 250

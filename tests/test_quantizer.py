@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from models.quantizer import VectorQuantizer
+from models.components.quantizer import VectorQuantizer
 
 # (input shape, channel_dim): the spatial (B, D, H', W') and the flat (B, V, D) layout, D = 3
 LAYOUTS = {"spatial": ((2, 3, 4, 5), 1), "flat": ((2, 7, 3), -1)}

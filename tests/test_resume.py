@@ -15,13 +15,15 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from datamodules import MNISTDataModule
 from models import JSA, VQVAE
 
+pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
+
 STOP, END = 13, 17  # 10 batches per epoch: the checkpoint falls in the middle of the second epoch
 
 
 def build(name: str) -> L.LightningModule:
     if name == "jsa":
         return JSA(mis_steps=3, val_num_samples=2)
-    return VQVAE(num_codes=16, code_dim=4, hidden_channels=16, val_num_samples=1)
+    return VQVAE(num_categories=16, code_dim=4, hidden_channels=16, val_num_samples=1)
 
 
 def fit(name: str, mnist_dir: Path, ckpt_dir: Path, max_steps: int, ckpt_path: Path | None = None) -> L.LightningModule:

@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from samplers import SGHMC, SGLD, SGNHT, SampleCollector, minibatch_potential
+from samplers import SGHMC, SGLD, SGNHT, SampleCollector
 
 MU = torch.tensor([1.0, -2.0])
 SIGMA = torch.tensor([[2.0, 0.6], [0.6, 0.5]])  # correlation 0.6; precision eigenvalues 0.45 and 3.45
@@ -55,6 +55,14 @@ def gaussian_potential(theta: Tensor, mean: Tensor = MU, precision: Tensor = PRE
     return 0.5 * ((offset @ precision.to(theta.dtype)) * offset).sum()
 
 
+def minibatch_potential(log_prior: Tensor, log_likelihood_sum: Tensor, dataset_size: int, batch_size: int) -> Tensor:
+    """Û(θ) = -log p(θ) - (N / n) Σ_{x in batch} log p(x | θ), the unbiased minibatch potential
+    (docs/sgmcmc.md#the-minibatch-potential). Elementwise: (K,) inputs give K chains' potentials."""
+    if batch_size < 1 or dataset_size < batch_size:
+        raise ValueError(f"need 1 <= batch_size <= dataset_size, got batch_size={batch_size}, dataset_size={dataset_size}")
+    return -log_prior - (dataset_size / batch_size) * log_likelihood_sum
+
+
 def standardized_errors(samples: Tensor, mean: Tensor, cov: Tensor) -> tuple[float, float]:
     """(mean error, covariance error) of (..., 2) samples, pooled over all leading dims, in target sd units."""
     flat = samples.reshape(-1, samples.shape[-1]).double()
@@ -77,7 +85,7 @@ def run_gaussian_chains(
     """Run chains from θ = 0 on the Gaussian target; returns the kept samples (num_kept, K, 2) and the sampler.
 
     `gradient_noise` > 0 adds N(0, gradient_noise · I) to every gradient, a stand-in for the
-    minibatch noise of known variance V (seed 004 'HMCからSGHMCへの変形': B = h V / 2).
+    minibatch noise of known variance V (docs/sgmcmc.md#sghmc: B = h V / 2).
     """
     generator = torch.Generator().manual_seed(seed)
     theta = torch.zeros(num_chains, 2, requires_grad=True)
@@ -123,7 +131,7 @@ def test_recovers_gaussian_mean_and_covariance(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["SGLD", "SGHMC", "SGNHT"])
 def test_temperature_scales_the_covariance(name: str) -> None:
-    """At temperature T the stationary law is exp(-U / T) = N(μ, T Σ) (seed 004 '統一的な理解', β = 1/T)."""
+    """At temperature T the stationary law is exp(-U / T) = N(μ, T Σ) (docs/sgmcmc.md, β = 1/T)."""
     temperature = 2.5
     make_sampler, burn_in, num_kept = GAUSSIAN_CASES[name]
     samples, sampler = run_gaussian_chains(lambda p, g: make_sampler(p, g, temperature=temperature), burn_in, num_kept)
@@ -137,7 +145,7 @@ def test_temperature_scales_the_covariance(name: str) -> None:
 
 
 def test_sghmc_noise_estimate_cancels_gradient_noise() -> None:
-    """Gradient noise N(0, V) is a diffusion B = hV/2 in p; B̂ = B removes it (seed 004 'HMCからSGHMCへの変形').
+    """Gradient noise N(0, V) is a diffusion B = hV/2 in p; B̂ = B removes it (docs/sgmcmc.md#sghmc).
 
     h = 0.02, V = 50: B = 0.5 against C = 1, so ignoring it (B̂ = 0) samples at about T = (C + B)/C = 1.5.
     """
@@ -155,7 +163,7 @@ def test_sghmc_noise_estimate_cancels_gradient_noise() -> None:
 
 
 def test_sgnht_thermostat_absorbs_gradient_noise() -> None:
-    """SGNHT needs no B̂: ξ rises from A to about A + B (seed 004 'SGNHTの直感的解釈') and θ is sampled correctly."""
+    """SGNHT needs no B̂: ξ rises from A to about A + B (docs/sgmcmc.md#sgnht) and θ is sampled correctly."""
     lr, amplitude, variance = 0.02, 1.0, 50.0
     noise_diffusion = lr * variance / 2
     samples, sampler = run_gaussian_chains(
@@ -169,7 +177,7 @@ def test_sgnht_thermostat_absorbs_gradient_noise() -> None:
 
 
 # ----------------------------------------------------------------------------------------
-# SGHMC with large friction is SGLD (seed 004 'SGHMCからSGLDの導出')
+# SGHMC with large friction is SGLD (docs/sgmcmc.md#large-friction-sghmc-becomes-sgld)
 # ----------------------------------------------------------------------------------------
 # Overdamped limit: for C → ∞, θ follows dθ = -∇U ds + N(0, 2 ds) on the clock s = t / C, so one
 # SGHMC step (h, C) is one SGLD step of size ε = h / C. At C h = 1 the correspondence is exact.
@@ -317,7 +325,7 @@ def sgnht_for_regression(params, generator: torch.Generator) -> SGNHT:
 
 # (factory, burn-in, kept, start). SGLD and SGHMC start at the prior mean w = 0, about 7 posterior sds
 # away. SGNHT starts at the posterior mode: from far away the descent turns potential energy into
-# kinetic energy, ξ (the integral of the excess, seed 004 'SGNHTの直感的解釈') overshoots, and the
+# kinetic energy, ξ (the integral of the excess, docs/sgmcmc.md) overshoots, and the
 # overshoot too decays only over ~ξ / h steps.
 REGRESSION_CASES = {
     "SGLD": (lambda params, g: SGLD(params, lr=6e-5, generator=g), 1400, 300, "prior"),
@@ -478,14 +486,14 @@ def test_sample_collector_running_mean_matches_list() -> None:
 
 
 def test_sgld_trains_a_collection_model_on_the_potential(mnist_dir, tmp_path):
-    """optimizer=SGLD: the loss handed to it is U = N x batch-mean loss; the callback collects samples."""
+    """optimizer=SGLD: the sampler moves on U = N x batch-mean loss; the callback collects samples."""
     import functools
 
     import lightning as L
 
+    from callbacks import PosteriorSamples
     from datamodules import MNISTDataModule
     from models import VAE
-    from models.posterior_samples import PosteriorSamples
 
     dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", batch_size=32)
     model = VAE(latent_dim=4, val_num_samples=2, optimizer=functools.partial(SGLD, lr=1e-8))
@@ -495,8 +503,37 @@ def test_sgld_trains_a_collection_model_on_the_potential(mnist_dir, tmp_path):
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[collect],
     )
     trainer.fit(model, datamodule=dm)
-    assert isinstance(trainer.optimizers[0], SGLD) and model.potential_scale == dm.num_train_examples == 55_000
+    assert isinstance(trainer.optimizers[0], SGLD) and trainer.optimizers[0].dataset_size == dm.num_train_examples == 55_000
     assert model.posterior_samples is collect.collector and collect.collector.num_kept == 3  # steps 4, 6, 8
     for param, mean in zip(model.parameters(), collect.collector.mean()):  # use_mean: the posterior mean is loaded
         assert torch.equal(param, mean)
     assert torch.isfinite(trainer.callback_metrics["train/loss"]) and trainer.callback_metrics["train/posterior_samples"] == 3
+
+
+def test_sgld_step_inside_training_is_scaled_by_the_dataset_size(mnist_dir):
+    """Catches the SG-MCMC loss not being multiplied by N: at a negligible temperature an SGLD step inside
+    `Trainer.fit` must move every parameter by exactly -h · N · ∇(batch-mean loss)."""
+    import functools
+
+    import lightning as L
+
+    from datamodules import MNISTDataModule
+    from models import VAE
+
+    class RecordStep(L.Callback):
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            self.before = [p.detach().clone() for p in pl_module.parameters()]
+            self.grads = [p.grad.detach().clone() for p in pl_module.parameters()]
+
+    lr = 1e-7
+    dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="static", batch_size=16)
+    model = VAE(latent_dim=4, val_num_samples=2, optimizer=functools.partial(SGLD, lr=lr, temperature=1e-30))
+    record = RecordStep()
+    trainer = L.Trainer(
+        max_steps=1, limit_val_batches=0, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, callbacks=[record], accelerator="cpu",
+        precision="64-true",  # so that the update is compared without float32 rounding
+    )
+    trainer.fit(model, datamodule=dm)
+    for before, grad, after in zip(record.before, record.grads, model.parameters()):
+        torch.testing.assert_close(after.detach() - before, -lr * dm.num_train_examples * grad, rtol=1e-6, atol=1e-15)

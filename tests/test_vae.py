@@ -21,7 +21,7 @@ def test_shapes(backbone, data_shape):
     x = torch.rand(3, *data_shape)
     assert model.reconstruct(x).shape == x.shape
     assert model.sample_prior(5).shape == (5, *data_shape)
-    assert model.log_importance_weights(x, 7).shape == (7, 3)
+    assert model.log_importance_weights(x, model.posterior(x), 7).shape == (7, 3)
     terms = model.training_loss(x, torch.arange(3))
     assert terms["loss"].shape == () and torch.isfinite(terms["loss"])
 
@@ -41,9 +41,9 @@ def test_evaluation_nll_is_at_most_negative_elbo(mnist_dir):
     x, _ = mnist_slice(mnist_dir, 32)
     logged = {}
     model.log = lambda name, value, **kw: logged.__setitem__(name, value)
-    model._evaluate((x, torch.arange(32)), batch_idx=1, stage="val")
+    model.evaluation_step((x, torch.arange(32)), stage="val")
     metrics = {name: m.compute() for name, m in model.eval_metrics["val"].items()}
-    assert set(logged) == {"val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/psnr", "hp/val_nll", "hp/val_bpd"}
+    assert set(logged) == {"val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/psnr"}
     assert metrics["nll"] <= -metrics["elbo"]
     torch.testing.assert_close(metrics["bpd"], metrics["nll"] / (784 * torch.log(torch.tensor(2.0))))
     # PSNR of the split's mean squared error (pixels in [0, 1]): 10 log10(1 / MSE).

@@ -42,7 +42,7 @@ def build(name: str) -> L.LightningModule:
     if name == "dvae":
         return DiscreteVAE(num_samples=2, val_num_samples=20, grad_variance_every=0)
     # EMA codebook with aggressive dead-code restarts, so restarts happen within a few steps.
-    return VQVAE(num_codes=32, code_dim=8, hidden_channels=16, ema=True, decay=0.5, dead_code_threshold=20.0, kmeans_init=True)
+    return VQVAE(num_categories=32, code_dim=8, hidden_channels=16, ema=True, decay=0.5, dead_code_threshold=20.0, kmeans_init=True)
 
 
 def datamodule(data_dir: str | None = None) -> MNISTDataModule:

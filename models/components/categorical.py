@@ -22,8 +22,8 @@ from typing import Any, Literal, Sequence
 import torch
 from torch import Tensor, nn
 
-from models.backbones import BackboneName, build_backbone, latent_grid
 from models.base import LatentVariableModel
+from models.components.backbones import BackboneName, build_backbone, latent_grid
 from samplers.mis import categorical_log_prob, sample_categorical
 
 Embedding = Literal["auto", "per_position", "shared"]
@@ -38,7 +38,7 @@ class CategoricalLatentModel(LatentVariableModel):
         num_latents: V for the flat layout (default 20); for `conv` it is the grid size and may be
             left out (given, it must equal H/4 * W/4).
         num_categories: K, classes per latent position (>= 2).
-        embedding_dim: D, size of a code's embedding fed to the decoder.
+        code_dim: D, size of a code's embedding fed to the decoder.
         embedding: `per_position` (a K x D table per position), `shared` (one table, like a VQ-VAE
             codebook) or `auto` (per position for `mlp`, shared for `conv`).
         prior: `uniform` or `learned` (factorized, trained with the decoder).
@@ -46,13 +46,15 @@ class CategoricalLatentModel(LatentVariableModel):
         **kwargs: the shared arguments of `LatentVariableModel` (likelihood, lr, evaluation).
     """
 
+    has_discrete_latent = True
+
     def __init__(
         self,
         data_shape: Sequence[int] = (1, 28, 28),
         backbone: BackboneName = "mlp",
         num_latents: int | None = None,
         num_categories: int = 10,
-        embedding_dim: int = 16,
+        code_dim: int = 16,
         embedding: Embedding = "auto",
         prior: Prior = "uniform",
         hidden_channels: int = 64,
@@ -61,8 +63,8 @@ class CategoricalLatentModel(LatentVariableModel):
         super().__init__(data_shape=data_shape, **kwargs)
         if num_categories < 2:
             raise ValueError(f"num_categories (K) must be >= 2, got {num_categories}")
-        if embedding_dim < 1:
-            raise ValueError(f"embedding_dim must be >= 1, got {embedding_dim}")
+        if code_dim < 1:
+            raise ValueError(f"code_dim must be >= 1, got {code_dim}")
         self.grid = latent_grid(backbone, self.data_shape)
         if self.grid:
             grid_size = math.prod(self.grid)
@@ -75,7 +77,7 @@ class CategoricalLatentModel(LatentVariableModel):
         num_latents = 20 if num_latents is None else num_latents
         if num_latents < 1:
             raise ValueError(f"num_latents (V) must be >= 1, got {num_latents}")
-        self.num_latents, self.num_categories, self.embedding_dim = num_latents, num_categories, embedding_dim
+        self.num_latents, self.num_categories, self.code_dim = num_latents, num_categories, code_dim
 
         # Flat: the encoder emits V*K logits and the decoder reads V concatenated embeddings.
         # Spatial: K logit channels and D embedding channels per grid cell.
@@ -84,12 +86,12 @@ class CategoricalLatentModel(LatentVariableModel):
             backbone,
             self.data_shape,
             encoder_channels=num_categories if per_cell else num_latents * num_categories,
-            decoder_channels=embedding_dim if per_cell else num_latents * embedding_dim,
+            decoder_channels=code_dim if per_cell else num_latents * code_dim,
             hidden_channels=hidden_channels,
         )
         self.per_position = embedding == "per_position" or (embedding == "auto" and not per_cell)
         table_size = num_latents * num_categories if self.per_position else num_categories
-        self.embedding = nn.Embedding(table_size, embedding_dim)
+        self.embedding = nn.Embedding(table_size, code_dim)
         self.register_buffer("position_offset", torch.arange(num_latents) * num_categories, persistent=False)
         self.prior_logits = nn.Parameter(torch.zeros(num_latents, num_categories), requires_grad=prior == "learned")
 
@@ -144,14 +146,17 @@ class CategoricalLatentModel(LatentVariableModel):
         return self.likelihood.log_prob(x.unsqueeze(1), out) + self.log_prior(latent)
 
     # ---- evaluation (shared protocol, see LatentVariableModel) ---------------------
-    def log_importance_weights(self, x: Tensor, num_samples: int) -> Tensor:
-        log_q = self.encode(x).log_softmax(-1)
-        latent = sample_categorical(log_q, num_samples)
-        log_w = self.log_joint(x, latent) - categorical_log_prob(log_q, latent)
+    def posterior(self, x: Tensor) -> Tensor:
+        """log q(h_v | x), (B, V, K)."""
+        return self.encode(x).log_softmax(-1)
+
+    def log_importance_weights(self, x: Tensor, posterior: Tensor, num_samples: int) -> Tensor:
+        latent = sample_categorical(posterior, num_samples)
+        log_w = self.log_joint(x, latent) - categorical_log_prob(posterior, latent)
         return log_w.T  # (S, B)
 
-    def reconstruct(self, x: Tensor) -> Tensor:
-        return self.decode(self.encode(x).argmax(-1))
+    def decode_posterior_mode(self, posterior: Tensor) -> Tensor:
+        return self.decode(posterior.argmax(-1))
 
     def sample_prior(self, num_samples: int) -> Tensor:
         log_probs = self.prior_logits.log_softmax(-1).expand(num_samples, -1, -1)

@@ -1,0 +1,54 @@
+"""Every rank's random state in the checkpoint, so that a resumed run draws the random numbers an
+uninterrupted run would have drawn (MIS proposals, reparameterization noise, ...).
+
+Saved: torch's CPU generator (and the device's CUDA generator where used) of every rank; the
+data order is the training loader's own state (datamodules/resumable.py), and an SG-MCMC
+sampler's noise generator is part of the optimizer's state (samplers/sgmcmc.py). The saved
+states are applied when training starts (after any sanity check, which draws numbers too). A run
+that does not resume gives each DDP rank its own stream, seed + rank, so that the ranks'
+samples are independent and still determined by the seed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+
+
+class RandomStateCheckpoint(L.Callback):
+    """Saves each rank's random state under `checkpoint["rng_states"]` and restores it at train start."""
+
+    def __init__(self) -> None:
+        self._to_restore: dict[str, Tensor] | None = None
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        # Called on every rank (rank 0 writes the file), so the gather is a collective all ranks join.
+        state = {"cpu": torch.get_rng_state()}
+        if pl_module.device.type == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state(pl_module.device)
+        if trainer.world_size > 1:
+            gathered = {k: trainer.strategy.all_gather(v.to(pl_module.device)).cpu() for k, v in state.items()}
+            # clone(): each rank's state its own tensor, not a view into the gathered stack
+            # (torch.set_rng_state refuses a tensor with a storage offset).
+            checkpoint["rng_states"] = [{k: v[rank].clone() for k, v in gathered.items()} for rank in range(trainer.world_size)]
+        else:
+            checkpoint["rng_states"] = [state]
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        states = checkpoint.get("rng_states")
+        # A checkpoint from another number of processes leaves the streams as seeded.
+        if states is not None and len(states) == trainer.world_size:
+            self._to_restore = states[trainer.global_rank]
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._to_restore is not None:
+            torch.set_rng_state(self._to_restore["cpu"].contiguous())
+            if "cuda" in self._to_restore and pl_module.device.type == "cuda":
+                torch.cuda.set_rng_state(self._to_restore["cuda"].contiguous(), pl_module.device)
+            self._to_restore = None
+        elif trainer.world_size > 1:
+            # Every rank was seeded alike (seed_everything): give each its own stream.
+            torch.manual_seed(torch.initial_seed() + trainer.global_rank)
