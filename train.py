@@ -24,18 +24,20 @@ USAGE = """\
 usage: python train.py [KEY=VALUE ...]             (Hydra; -m for multirun)
        python train.py {{fit,validate,test,predict}} [--OPTION VALUE ...]  (LightningCLI)
 
-Hydra, with the config tree in configs/:
+Hydra, with the config tree in configs/ (defaults: model=jsa data=mnist):
   python train.py model=vae data=mnist trainer.max_epochs=5
   python train.py -m model=vae data=mnist,cifar10          # one run per combination
   python train.py -m experiment=compare data=mnist         # all models side by side, then:
   python -m benchmarks.compare logs/tensorboard            # the comparison report (table and plots)
-  python train.py ckpt_path=PATH/last.ckpt                 # resume
+  python train.py model=vae optimizer=sgld optimizer.lr=1e-7 callbacks=sgmcmc   # sample the weights (SG-MCMC)
+  python train.py ckpt_path=PATH/last.ckpt                 # resume, in the same TensorBoard run
   config groups: {groups}
-  python train.py --cfg job      prints the composed config; --hydra-help for Hydra's own options
+  python train.py --cfg job      # prints the composed config (every default); --hydra-help for Hydra's options
 
-LightningCLI, the same classes through jsonargparse:
+LightningCLI, the same classes and defaults through jsonargparse (defaults: --model=JSA --data=MNISTDataModule):
   python train.py fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1
-  python train.py fit --help      lists every option of model, data and trainer
+  python train.py test --model=VAE --ckpt_path=PATH/last.ckpt   # logs into the run that wrote the checkpoint
+  python train.py fit --help     # lists every option of model, data and trainer
 
 TensorBoard: tensorboard --logdir logs/tensorboard
 """
@@ -49,52 +51,142 @@ def _config_groups() -> str:
     return "  ".join(groups)
 
 
-def signature_defaults(cls: type) -> dict[str, Any]:
-    """The constructor arguments of `cls` with their defaults, following **kwargs up the class hierarchy:
-    the one source of the model's defaults, for Hydra as for LightningCLI."""
-    import inspect
-
-    defaults: dict[str, Any] = {}
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass):
-            continue
-        parameters = inspect.signature(vars(klass)["__init__"]).parameters.values()
-        for p in parameters:
-            if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("self", *defaults) and p.default is not p.empty:
-                defaults[p.name] = list(p.default) if isinstance(p.default, tuple) else p.default
-        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
-            break
-    return defaults
+# ---- what both front ends share ------------------------------------------------------------
 
 
-def register_model_defaults() -> None:
-    """Store every registered model's constructor defaults as Hydra config `model_defaults/<Class>`, which
-    each configs/model/*.yaml extends, so `--cfg job` shows them and `model.NAME=VALUE` needs no `+`."""
+def quiet_console(hydra: bool) -> None:
+    """One line per message: no advertising tips; under Hydra, Lightning's messages go through Hydra's
+    logging handlers only (Lightning adds its own console handler when imported before Hydra's are set)."""
+    import logging
+
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda record: "💡 Tip" not in record.getMessage())
+    if hydra:
+        for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+            lightning_logger = logging.getLogger(name)
+            for handler in list(lightning_logger.handlers):
+                lightning_logger.removeHandler(handler)
+            lightning_logger.propagate = True
+
+
+def run_of_checkpoint(ckpt_path: str | None) -> tuple[str, str, str] | None:
+    """(save_dir, name, version) of the TensorBoard run a checkpoint lies in
+    (<save_dir>/<name>/<version>/checkpoints/<file>.ckpt), so that resuming, validating or testing
+    from it continues that run: one unbroken curve, no new version directory."""
+    if not ckpt_path:
+        return None
+    path = Path(ckpt_path).resolve()
+    if path.parent.name != "checkpoints" or not path.parents[1].name.startswith("version_"):
+        return None
+    return str(path.parents[3]), path.parents[2].name, path.parents[1].name
+
+
+def tensorboard_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs: Any) -> Any:
+    """A new version of run `name` under `save_dir`, or the run that wrote `ckpt_path`."""
+    import warnings
+
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    run = run_of_checkpoint(ckpt_path)
+    if run is None:
+        return TensorBoardLogger(save_dir, name=name, **{"default_hp_metric": False, **kwargs})
+    # Continuing in its own checkpoint directory is intended: Lightning's warning about it is not news.
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    return TensorBoardLogger(run[0], name=run[1], version=run[2], **{"default_hp_metric": False, **kwargs})
+
+
+def without_progress_bar(callbacks: list[Any], enabled: bool) -> list[Any]:
+    from lightning.pytorch.callbacks import ProgressBar
+
+    return callbacks if enabled else [c for c in callbacks if not isinstance(c, ProgressBar)]
+
+
+# ---- Hydra ------------------------------------------------------------------------------------
+
+
+def register_defaults() -> None:
+    """Store every registered model's and data module's constructor defaults as Hydra configs
+    `model_defaults/<Class>` and `data_defaults/<Class>`, which configs/model/*.yaml and configs/data/*.yaml
+    extend: the class signatures are the one source of defaults, `--cfg job` shows them, and
+    `model.NAME=VALUE` needs no `+`."""
     from hydra.core.config_store import ConfigStore
 
+    import datamodules
     import models
+    from callbacks.hparams import constructor_defaults
 
     store = ConfigStore.instance()
-    for name in models.__all__:
-        cls = getattr(models, name)
-        settings = {k: v for k, v in signature_defaults(cls).items() if k not in ("data_shape", "optimizer")}
-        store.store(group="model_defaults", name=name, node=settings)
+    groups = (("model_defaults", models, models.LatentVariableModel, ("data_shape", "optimizer")),
+              ("data_defaults", datamodules, datamodules.ImageDataModule, ()))
+    for group, package, base, skip in groups:
+        for name in package.__all__:
+            cls = getattr(package, name)
+            if isinstance(cls, type) and issubclass(cls, base):
+                store.store(group=group, name=name, node={k: v for k, v in constructor_defaults(cls).items() if k not in skip})
 
 
 def model_settings(cfg: Any) -> dict[str, Any]:
     """cfg.model as a dict, with the config's `discrete_latent` settings (experiment=compare) applied to a
     model that has a discrete latent (JSA, DiscreteVAE, VQ-VAE), unless the command line sets them for the model."""
-    from hydra.core.hydra_config import HydraConfig
     from hydra.utils import get_class
     from omegaconf import OmegaConf
 
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     shared = cfg.get("discrete_latent")
     if shared and get_class(settings["_target_"]).has_discrete_latent:
-        overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
-        given = {o.split("=", 1)[0].lstrip("+~").removeprefix("model.") for o in overrides if o.lstrip("+~").startswith("model.")}
+        given = {key.removeprefix("model.") for key in command_line_overrides() if key.startswith("model.")}
         settings.update({k: v for k, v in OmegaConf.to_container(shared, resolve=True).items() if k not in given})
     return settings
+
+
+def command_line_overrides() -> dict[str, str]:
+    """KEY -> VALUE of the command line's overrides of this (multirun) job, e.g. {"model.lr": "0.01"}."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return {}
+    pairs = (o.lstrip("+~").split("=", 1) for o in HydraConfig.get().overrides.task)
+    return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
+
+
+def run_name(cfg: Any, run_tag: str) -> str:
+    """<model>-<data>-<the model's key settings>, plus, in a multirun, every swept model or data setting
+    that the key settings do not already show (e.g. jsa-mnist-mlp-K10-L10-lr0.01)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    name = f"{cfg.run_name}-{run_tag}" if run_tag else cfg.run_name
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        shown = run_tag.split("-")
+        for key, value in command_line_overrides().items():
+            swept = key in swept_keys()
+            if swept and key.startswith(("model.", "data.")) and not any(part.endswith(value) for part in shown):
+                name += f"-{key.rsplit('.', 1)[-1]}{value}"
+    return name
+
+
+def swept_keys() -> set[str]:
+    """The keys a multirun sweeps: given on the command line as a list or range (a=1,2 / range(...)), or in
+    the config's hydra.sweeper.params."""
+    from hydra.core.hydra_config import HydraConfig
+
+    keys = set(HydraConfig.get().sweeper.get("params") or {})
+    for arg in sys.argv[1:]:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if "," in value or value.startswith(("range(", "choice(", "glob(", "interval(")):
+            keys.add(key)
+    return keys
+
+
+def build(cfg: Any) -> tuple[Any, Any]:
+    """The data module and the model of a composed config; the model's likelihood follows the data unless set."""
+    from hydra.utils import instantiate
+
+    datamodule = instantiate(cfg.data, _convert_="all")
+    settings = model_settings(cfg)
+    settings["likelihood"] = settings.get("likelihood") or datamodule.likelihood
+    optimizer = instantiate(cfg.optimizer) if cfg.get("optimizer") else None
+    model = instantiate(settings, data_shape=list(datamodule.image_shape), optimizer=optimizer, _convert_="all")
+    return datamodule, model
 
 
 def run(cfg: Any) -> dict[str, float]:
@@ -103,13 +195,16 @@ def run(cfg: Any) -> dict[str, float]:
     from hydra.utils import instantiate
 
     L.seed_everything(cfg.seed, workers=True)
-    datamodule = instantiate(cfg.data, _convert_="all")
-    model = instantiate(model_settings(cfg), data_shape=list(datamodule.image_shape), _convert_="all")
-    # The run's directory: <model>-<data>-<the model's key settings>, e.g. jsa-mnist-mlp-K10-L10.
-    logger = instantiate(cfg.logger, name=f"{cfg.run_name}-{model.run_tag}") if cfg.get("logger") else False
+    datamodule, model = build(cfg)
+    ckpt_path = cfg.get("ckpt_path")
+    logger = False
+    if cfg.get("logger"):
+        logger_settings = {k: v for k, v in cfg.logger.items() if k not in ("_target_", "save_dir", "name")}
+        logger = tensorboard_logger(cfg.logger.save_dir, run_name(cfg, model.run_tag), ckpt_path, **logger_settings)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    callbacks = without_progress_bar(callbacks, cfg.trainer.get("enable_progress_bar", True))
     trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, _convert_="all")
-    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     if cfg.get("run_test"):
         # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
         use_model = any(getattr(c, "use_mean", False) for c in callbacks) or not trainer.checkpoint_callback
@@ -120,26 +215,44 @@ def run(cfg: Any) -> dict[str, float]:
 def hydra_main() -> None:
     import hydra
 
-    register_model_defaults()
+    register_defaults()
 
     @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
     def _main(cfg: Any) -> None:
-        run(cfg)
+        quiet_console(hydra=True)
+        with user_errors_as_one_line():
+            run(cfg)
 
     _main()
 
 
-def cli_main(args: list[str] | None = None) -> Any:
+# ---- LightningCLI ------------------------------------------------------------------------------
+
+
+def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
+    """LightningCLI on the same classes, with the same defaults as the Hydra configs (JSA on MNIST, the
+    likelihood that suits the data, the same callbacks) and runs named like Hydra's."""
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.cli import LightningCLI
-    from lightning.pytorch.loggers import TensorBoardLogger
-    from jsonargparse import lazy_instance
 
     import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
     import models  # noqa: F401  (registers the subclasses for --model=NAME)
     from callbacks import default_callbacks
     from datamodules import ImageDataModule
     from models import LatentVariableModel
+
+    raw_args = list(sys.argv[1:] if args is None else args)
+    # JSA on MNIST unless told otherwise, as in the Hydra front end. Given as arguments, not as parser
+    # defaults: jsonargparse would carry a default class's settings over to another class the user picks.
+    defaults = [f"--{key}={value}" for key, value in (("model", "JSA"), ("data", "MNISTDataModule"))
+                if not any(a == f"--{key}" or a.startswith(f"--{key}=") for a in raw_args)]
+    if not any(a.startswith("--config") or a in ("-h", "--help") for a in raw_args):
+        subcommand = [raw_args.pop(0)] if raw_args and raw_args[0] in CLI_SUBCOMMANDS else []
+        raw_args = subcommand + defaults + raw_args
+        if args is None:  # from the command line: LightningCLI reads sys.argv (given both, it warns)
+            sys.argv[1:] = raw_args
+        else:
+            args = raw_args
 
     class CLI(LightningCLI):
         def add_arguments_to_parser(self, parser: Any) -> None:
@@ -148,25 +261,79 @@ def cli_main(args: list[str] | None = None) -> Any:
             # Same checkpointing as configs/callbacks/default.yaml: last + best on val/nll.
             parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
             parser.set_defaults({"checkpoint.monitor": "val/nll", "checkpoint.mode": "min", "checkpoint.save_last": True})
+            # The other default callbacks, as parser defaults: shown by --print_config, replaceable with
+            # --trainer.callbacks=..., extended with --trainer.callbacks+=...
+            parser.set_defaults({"trainer.max_epochs": 10})  # as configs/trainer/default.yaml
+            parser.set_defaults({"trainer.callbacks": [{"class_path": f"{type(c).__module__}.{type(c).__name__}"} for c in default_callbacks()]})
 
-    return CLI(
-        LatentVariableModel,
-        ImageDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        args=args,
-        save_config_kwargs={"overwrite": True},
-        trainer_defaults={
-            "logger": lazy_instance(TensorBoardLogger, save_dir="logs/tensorboard", name="cli", default_hp_metric=False),
-            "callbacks": [lazy_instance(type(c)) for c in default_callbacks()],  # as configs/callbacks/default.yaml
-        },
-    )
+        def before_instantiate_classes(self) -> None:
+            config = self.config[self.subcommand] if self.subcommand else self.config
+            # The training order and binarization follow --seed_everything (as data.seed follows seed in Hydra).
+            seed = config.get("seed_everything")
+            if _option_value(raw_args, "--data.seed") is None and isinstance(seed, int) and not isinstance(seed, bool):
+                config.data.init_args.seed = seed
+            if config.model.init_args.get("likelihood") is None:  # follows the data, as in the Hydra front end
+                config.model.init_args.likelihood = ImageDataModule.likelihood_for(config.data.init_args.binarize)
+
+        def instantiate_trainer(self, **kwargs: Any) -> Any:
+            trainer_config = self._get(self.config_init, "trainer", default={})
+            # jsonargparse reads `--trainer.limit_val_batches=1` as 1.0 (all batches): an integer given is a count.
+            for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"):
+                given = _option_value(raw_args, f"--trainer.{key}")
+                if given is not None and given.isdigit():
+                    trainer_config[key] = int(given)
+            if trainer_config.get("logger") in (None, True):  # the default: a TensorBoard run named like Hydra's
+                name = f"{self.model.config_name}-{self.datamodule.config_name}-{self.model.run_tag}"
+                kwargs["logger"] = tensorboard_logger("logs/tensorboard", name, self._get(self.config, "ckpt_path"))
+            if not trainer_config.get("enable_progress_bar", True):
+                trainer_config["callbacks"] = without_progress_bar(trainer_config.get("callbacks") or [], False)
+            return super().instantiate_trainer(**kwargs)
+
+    with user_errors_as_one_line():
+        return CLI(
+            LatentVariableModel,
+            ImageDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            args=args,
+            run=run,
+            save_config_kwargs={"overwrite": True},
+            seed_everything_default=0,  # as seed: 0 in configs/train.yaml
+        )
+
+
+def _option_value(args: list[str], option: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg.startswith(option + "="):
+            return arg.split("=", 1)[1]
+        if arg == option and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+# ---- errors a user can fix: one line, no traceback -----------------------------------------------
+
+
+class user_errors_as_one_line:
+    """Missing data and a diverged loss are the user's to fix: say so in one line and exit with status 2."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, error: BaseException | None, traceback: Any) -> bool:
+        from datamodules import DataNotFoundError
+
+        if error is not None and isinstance(error, (DataNotFoundError, FloatingPointError)):
+            print(f"error: {error}", file=sys.stderr)
+            raise SystemExit(2)
+        return False
 
 
 def main() -> None:
     argv = sys.argv[1:]
     if argv and argv[0] in CLI_SUBCOMMANDS:
-        cli_main(argv)
+        quiet_console(hydra=False)
+        cli_main()
     elif any(a in ("-h", "--help") for a in argv):
         print(USAGE.format(groups=_config_groups()))
     else:

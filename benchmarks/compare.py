@@ -42,6 +42,7 @@ class Run:
     hparams: dict
     scalars: dict[str, list[tuple[float, int, float]]]  # tag -> [(wall_time, step, value)]
     reconstructions: bytes | None = None
+    reconstructions_stage: str = "test"  # the split the reconstructions are of: "test", or "val" for an untested run
     row: dict[str, str] = field(default_factory=dict)
 
     def last(self, tag: str) -> float | None:
@@ -61,13 +62,13 @@ def read_run(path: Path, root: Path) -> Run:
     events.Reload()
     tags = events.Tags()
     scalars = {tag: [(e.wall_time, e.step, e.value) for e in events.Scalars(tag)] for tag in tags["scalars"]}
-    image = None
-    for tag in ("test/reconstructions", "val/reconstructions"):
-        if tag in tags["images"]:
-            image = events.Images(tag)[-1].encoded_image_string
+    image, stage = None, "test"
+    for stage in ("test", "val"):
+        if f"{stage}/reconstructions" in tags["images"]:
+            image = events.Images(f"{stage}/reconstructions")[-1].encoded_image_string
             break
     name = str(path.relative_to(root)) if path != root else path.name
-    return Run(path, name, read_hparams(events), scalars, image)
+    return Run(path, name, read_hparams(events), scalars, image, stage)
 
 
 def read_hparams(events: EventAccumulator) -> dict[str, object]:
@@ -86,7 +87,7 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 def table_row(run: Run) -> dict[str, str]:
     model = run.hparams.get("model_class", "?")
-    # Runs are named <model>-<data>-<key settings> (configs/train.yaml: run_name).
+    # Runs are named <model>-<data>-<key settings> (train.py: run_name, the model's run_tag).
     run_name = run.path.parent.name if run.path.name.startswith("version_") else run.path.name
     parts = run_name.split("-")
     data, settings = (parts[1] if len(parts) > 1 else "?"), "-".join(parts[2:])
@@ -141,6 +142,17 @@ def plot_val_nll(runs: list[Run], out: Path) -> None:
     plt.close(fig)
 
 
+def panel_title(run: Run) -> str:
+    """A run without a test stage shows its last validation images, and says so."""
+    return run.name + ("" if run.reconstructions_stage == "test" else "\n(validation images: not tested)")
+
+
+def figure_title(runs: list[Run]) -> str:
+    stages = {run.reconstructions_stage for run in runs}
+    split = "test" if stages == {"test"} else "validation" if stages == {"val"} else "test (validation where marked)"
+    return f"{split} images (left of each pair) and reconstructions (right)"
+
+
 def plot_reconstructions(runs: list[Run], out: Path) -> None:
     shown = [run for run in runs if run.reconstructions is not None]
     if not shown:
@@ -148,9 +160,9 @@ def plot_reconstructions(runs: list[Run], out: Path) -> None:
     fig, axes = plt.subplots(1, len(shown), figsize=(4 * len(shown), 4.4), squeeze=False)
     for ax, run in zip(axes[0], shown):
         ax.imshow(mpimg.imread(io.BytesIO(run.reconstructions), format="png"))
-        ax.set_title(run.name, fontsize=9)
+        ax.set_title(panel_title(run), fontsize=9)
         ax.axis("off")
-    fig.suptitle("test images (left of each pair) and reconstructions (right)")
+    fig.suptitle(figure_title(shown))
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)

@@ -59,9 +59,11 @@ def run(gather: bool, steps: int, batch_size: int) -> tuple[float, float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--steps", type=int, default=80, help="training steps per run (>= 12: the first 10 are warm-up)")
     parser.add_argument("--batch-size", type=int, default=128)
     args = parser.parse_args()
+    if args.steps < 12:
+        parser.error(f"--steps must be at least 12 (the first 10 steps are warm-up), got {args.steps}")
     with_gather = run(True, args.steps, args.batch_size)
     local_only = run(False, args.steps, args.batch_size)
     if with_gather[2] == 0:

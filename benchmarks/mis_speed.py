@@ -5,7 +5,7 @@
 All timings are medians of torch.utils.benchmark's blocked_autorange, measured side by side in
 one run on the same networks (MNIST-sized MLP backbone, V=20, K=10) and the same batch.
 
-1. One MIS call, cached vs naive, for L in {1, 4, 16, 64}. Seed 000 puts the naive call at
+1. One MIS call, cached vs naive, for L in {1, 4, 16, 64}. The cost model (docs/mis.md#cost-model) puts the naive call at
    T_q + L (2 T_p + 3 T_q) and the cached one at T_q + T_p(batch of L+1); with T_p ~ T_q and a
    decoder whose cost grows with its batch (a CPU), the predicted speed-up is ~ (5L + 1)/(L + 2).
 2. One training step (forward, backward, Adam) of JSA vs the VAE on the same backbone. JSA adds
@@ -40,8 +40,8 @@ def bench_mis_calls(jsa: JSA, x: torch.Tensor, steps: list[int]) -> None:
     print(f"{'L':>4} {'naive':>10} {'cached':>10} {'speed-up':>9} {'predicted (5L+1)/(L+2)':>24}")
     with torch.no_grad():
         for num_steps in steps:
-            cached = median_ms(lambda: index_cached_mis(jsa.encode(x).log_softmax(-1), lambda h: jsa.log_joint(x, h), num_steps))
-            naive = median_ms(lambda: naive_mis(lambda: jsa.encode(x).log_softmax(-1), lambda h: jsa.log_joint(x, h), num_steps))
+            cached = median_ms(lambda: index_cached_mis(jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps))
+            naive = median_ms(lambda: naive_mis(lambda: jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps))
             predicted = (5 * num_steps + 1) / (num_steps + 2)
             print(f"{num_steps:>4} {naive:>10.2f} {cached:>10.2f} {naive / cached:>8.2f}x {predicted:>23.2f}x")
 
@@ -73,8 +73,8 @@ def bench_train_steps(x: torch.Tensor, index: torch.Tensor, steps: list[int]) ->
 def bench_loop_share(jsa: JSA, x: torch.Tensor, num_steps: int = 64) -> None:
     print(f"\n3. Share of one cached MIS call spent in the sequential accept/reject loop, L={num_steps}")
     with torch.no_grad():
-        sample = index_cached_mis(jsa.encode(x).log_softmax(-1), lambda h: jsa.log_joint(x, h), num_steps)
-        total = median_ms(lambda: index_cached_mis(jsa.encode(x).log_softmax(-1), lambda h: jsa.log_joint(x, h), num_steps))
+        sample = index_cached_mis(jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps)
+        total = median_ms(lambda: index_cached_mis(jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps))
         loop = median_ms(lambda: mis_chain(sample.log_target, sample.log_proposal))
     print(f"MIS call {total:.2f} ms, mis_chain {loop:.2f} ms: {100 * loop / total:.1f}% (target < 10%)")
 

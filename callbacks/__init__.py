@@ -11,21 +11,24 @@ from callbacks.hparams import HparamsWithMetrics
 from callbacks.images import ImageGrids
 from callbacks.nonfinite import NonFiniteLossGuard
 from callbacks.posterior_samples import PosteriorSamples
+from callbacks.progress import LineProgressBar, progress_bar
 from callbacks.random_state import RandomStateCheckpoint
 from callbacks.speed import TrainingSpeed
 
 
 def default_callbacks() -> list:
     """The callbacks of `configs/callbacks/default.yaml` (besides checkpointing), with their defaults."""
-    return [NonFiniteLossGuard(), ImageGrids(), HparamsWithMetrics(), TrainingSpeed()]
+    return [NonFiniteLossGuard(), ImageGrids(), HparamsWithMetrics(), TrainingSpeed(), progress_bar()]
 
 
 __all__ = [
     "HparamsWithMetrics",
     "ImageGrids",
+    "LineProgressBar",
     "NonFiniteLossGuard",
     "PosteriorSamples",
     "RandomStateCheckpoint",
     "TrainingSpeed",
     "default_callbacks",
+    "progress_bar",
 ]

@@ -1,22 +1,47 @@
 """TensorBoard's HPARAMS tab: every run's hyperparameters next to its final metrics.
 
-Lightning writes the model's and the data module's hyperparameters without metrics; this
-callback writes them again at the start of training with the metric tags the tab should show
-(`hp/val_nll`, `hp/test_nll`, ...), the pattern Lightning documents for TensorBoard, and adds
-what the constructors do not say: the model class, its parameter count, the optimizer and the
-effective batch size. At the end of every validation and test run it logs the value of each
-metric under its `hp/` tag.
+At the start of training this callback writes every constructor setting of the model and the data
+module (the values the run was built with, defaults included), plus what the constructors do not
+say: the model class, its parameter count, the optimizer and the effective batch size. It declares
+the metric tags the tab shows (`hp/val_nll`, `hp/test_nll`, ...) without writing a value for them,
+so no placeholder appears at step 0; at the end of every validation and test run it logs the value
+of each under its `hp/` tag.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import lightning as L
+from lightning.fabric.loggers.tensorboard import _flatten_dict
 from lightning.pytorch.loggers import TensorBoardLogger
+from torch.utils.tensorboard.summary import hparams
 
 # Shown as `hp/<stage>_<name>`: the value of `<stage>/<name>` at the end of each run of that stage.
 HPARAM_METRICS = {"val": ("nll", "bpd"), "test": ("nll", "bpd", "recon_mse", "psnr")}
+
+
+def constructor_defaults(cls: type) -> dict[str, Any]:
+    """The constructor arguments of `cls` with their defaults, following **kwargs up the class hierarchy
+    (the one source of defaults: Hydra's configs are built from it, LightningCLI reads the same signatures)."""
+    defaults: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        for p in parameters:
+            if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("self", *defaults) and p.default is not p.empty:
+                defaults[p.name] = list(p.default) if isinstance(p.default, tuple) else p.default
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return defaults
+
+
+def settings_of(obj: Any) -> dict[str, Any]:
+    """Every constructor setting of a model or data module: its defaults, overridden by what it was given."""
+    given = {k: list(v) if isinstance(v, tuple) else v for k, v in getattr(obj, "hparams", {}).items() if not k.startswith("_")}
+    return {**constructor_defaults(type(obj)), **given}
 
 
 class HparamsWithMetrics(L.Callback):
@@ -24,11 +49,12 @@ class HparamsWithMetrics(L.Callback):
         logger = trainer.logger
         if not isinstance(logger, TensorBoardLogger) or not trainer.is_global_zero:
             return
-        metrics = {f"hp/{stage}_{name}": float("nan") for stage, names in HPARAM_METRICS.items() for name in names}
         optimizer = trainer.optimizers[0]
-        batch_size = getattr(trainer.datamodule, "batch_size", None)
+        datamodule = trainer.datamodule
+        batch_size = getattr(datamodule, "batch_size", None)
         params = {
-            **logger.hparams,
+            **(settings_of(datamodule) if datamodule is not None else {}),
+            **settings_of(pl_module),
             "model_class": type(pl_module).__name__,
             "num_params": sum(p.numel() for p in pl_module.parameters()),
             "optimizer": type(optimizer).__name__,
@@ -36,7 +62,13 @@ class HparamsWithMetrics(L.Callback):
             # data.batch_size is per device; one optimizer step sees this many examples:
             "effective_batch_size": batch_size and batch_size * trainer.world_size * trainer.accumulate_grad_batches,
         }
-        logger.log_hyperparams(params, metrics=metrics)
+        params = {k: v for k, v in _flatten_dict(params).items() if k != "optimizer" or isinstance(v, str)}
+        # TensorBoard's hparams plugin takes numbers, strings and booleans; anything else as its repr.
+        params = {k: v if isinstance(v, (bool, int, float, str)) else repr(v) for k, v in params.items()}
+        metrics = {f"hp/{stage}_{name}": 0.0 for stage, names in HPARAM_METRICS.items() for name in names}
+        writer = logger.experiment._get_file_writer()
+        for summary in hparams(params, metrics):  # the tags only: no value is written for them here
+            writer.add_summary(summary, trainer.global_step)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:

@@ -24,11 +24,11 @@ class ImageGrids(L.Callback):
         self.num_images = num_images
 
     def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        if batch_idx == 0:
+        if batch_idx == 0 and isinstance(outputs, dict) and "reconstructions" in outputs:
             self.log_grids(trainer, pl_module, "val", batch[0], outputs["reconstructions"])
 
     def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        if batch_idx == 0:
+        if batch_idx == 0 and isinstance(outputs, dict) and "reconstructions" in outputs:
             self.log_grids(trainer, pl_module, "test", batch[0], outputs["reconstructions"])
 
     def log_grids(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str, x: torch.Tensor, recon: torch.Tensor) -> None:

@@ -19,7 +19,7 @@ import lightning as L
 class TrainingSpeed(L.Callback):
     """Logs the step time and throughput (samples per second over all devices) of training.
 
-    Added to every model of the collection through `LatentVariableModel.configure_callbacks`.
+    One of the default callbacks of both front ends (callbacks.default_callbacks, configs/callbacks/default.yaml).
     """
 
     def __init__(self) -> None:

@@ -14,6 +14,7 @@ split: it is the dataset index the sampler drew, never a batch-local position.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import ClassVar, Literal, get_args
@@ -39,20 +40,22 @@ class InMemoryImageDataset(Dataset[Batch]):
     ``__getitems__`` builds a whole batch at once. torch's map-style fetcher
     calls ``dataset.__getitems__(batch_indices)`` and then hands the result to
     ``collate_fn``, so the DataLoader must use :func:`collate_prebatched`.
-    Binarisation: ``dynamic`` draws ``bernoulli(x)`` afresh for every batch,
-    ``static`` thresholds at 0.5, ``none`` leaves grey values. With ``seed`` set
-    (the training split), the dynamic draw comes from a generator seeded by
-    (seed, epoch, the batch's first index) instead of the global RNG, so that a
-    batch is identical whenever it is made (exact resume, datamodules/resumable.py).
+    Binarisation: ``dynamic`` draws ``bernoulli(x)``, ``static`` thresholds at 0.5,
+    ``none`` leaves grey values. With ``seed`` set, the dynamic draw of a pixel is a
+    function of (seed, epoch, the image's index, the pixel) alone (`pixel_uniforms`),
+    so an image is binarized alike whatever batch, batch size or rank it comes in:
+    a resumed run sees the same batches (datamodules/resumable.py), and with
+    ``fixed_draw`` (val and test) every model and epoch sees the same binary images.
     """
 
-    def __init__(self, images: Tensor, binarize: Binarize = "none", seed: int | None = None) -> None:
+    def __init__(self, images: Tensor, binarize: Binarize = "none", seed: int | None = None, fixed_draw: bool = False) -> None:
         if images.dtype != torch.uint8 or images.dim() != 4:
             raise ValueError(f"expected a uint8 (N, C, H, W) tensor, got {images.dtype} {tuple(images.shape)}")
         self.images = images.contiguous()
         self.binarize = binarize
         self.seed = seed
-        self.epoch = 0  # set by ResumableSampler.set_epoch
+        self.fixed_draw = fixed_draw
+        self.epoch = 0  # set by ResumableSampler.set_epoch (training split)
 
     def __len__(self) -> int:
         return self.images.shape[0]
@@ -64,14 +67,34 @@ class InMemoryImageDataset(Dataset[Batch]):
     def __getitems__(self, indices: list[int]) -> Batch:
         index = torch.as_tensor(indices, dtype=torch.int64)
         x = self.images[index].float().div_(255)
-        if self.binarize == "dynamic":
-            generator = None
-            if self.seed is not None:
-                generator = torch.Generator().manual_seed(hash((self.seed, self.epoch, indices[0], len(indices))) & (2**63 - 1))
-            x = torch.bernoulli(x, generator=generator)
+        if self.binarize == "dynamic" and self.seed is None:
+            x = torch.bernoulli(x)
+        elif self.binarize == "dynamic":
+            epoch = 0 if self.fixed_draw else self.epoch
+            x = (pixel_uniforms(index, x.shape[1:], self.seed, epoch) < x).float()
         elif self.binarize == "static":
             x = (x > 0.5).float()
         return x, index
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def pixel_uniforms(index: Tensor, image_shape: torch.Size, seed: int, epoch: int = 0) -> Tensor:
+    """Uniforms in [0, 1), (B, *image_shape), each a function of (seed, epoch, index[b], pixel) alone.
+
+    A counter-based generator: each pixel's counter goes through a 32-bit integer hash (the "lowbias32"
+    mixer of C. Wellons' hash-prospector), computed on int64 tensors where only the low 32 bits are kept.
+    """
+    num_pixels = math.prod(image_shape)
+    key = (seed * 0x9E3779B9 + epoch * 0x85EBCA6B) & _MASK32
+    h = ((index.unsqueeze(1) * num_pixels + torch.arange(num_pixels)) ^ key) & _MASK32
+    h = h ^ (h >> 16)
+    h = (h * 0x7FEB352D) & _MASK32
+    h = h ^ (h >> 15)
+    h = (h * 0x846CA68B) & _MASK32
+    h = h ^ (h >> 16)
+    return (h.double() / 2.0**32).float().clamp_max(1 - 2**-24).view(-1, *image_shape)
 
 
 def collate_prebatched(batch: Batch) -> Batch:
@@ -148,6 +171,16 @@ class ImageDataModule(L.LightningDataModule):
         self.test_set: InMemoryImageDataset | None = None
 
     @property
+    def likelihood(self) -> str:
+        """The likelihood that suits these images; a model whose `likelihood` is left out gets this one."""
+        return self.likelihood_for(self.binarize)
+
+    @staticmethod
+    def likelihood_for(binarize: Binarize) -> str:
+        """`bernoulli` for binarized pixels, `gaussian` (on dequantized 8-bit values) for grey or colour ones."""
+        return "gaussian" if binarize == "none" else "bernoulli"
+
+    @property
     def num_train_examples(self) -> int:
         return self.train_file_size - self.val_size
 
@@ -172,7 +205,7 @@ class ImageDataModule(L.LightningDataModule):
         try:
             images = self._read(train, download)
         except (OSError, RuntimeError) as err:  # URLError and PermissionError are OSErrors
-            raise self._not_found(err, download) from err
+            raise self._not_found(err, download) from None  # the message says all; no chained traceback
         expected = self.train_file_size if train else self.test_file_size
         if images.shape[0] != expected or tuple(images.shape[1:]) != self.image_shape:
             raise ValueError(
@@ -182,19 +215,16 @@ class ImageDataModule(L.LightningDataModule):
         return images
 
     def _not_found(self, err: Exception, download: bool) -> DataNotFoundError:
+        """A short message: where the files were looked for, which, why no download, and the fix."""
         if download:
-            reason = " ".join(str(err).split())  # torchvision's multi-line mirror report on one line
-            attempt = f"failed: {type(err).__name__}: {reason[:300]}"
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            attempt = f"the download failed ({reason[:120]})"
         else:
-            attempt = "not attempted (prepare_data() downloads when download=True)"
-        expected = "\n".join(f"  {path}" for path in self._expected_files())
+            attempt = "no download was attempted (download=False)"
         return DataNotFoundError(
-            f"{type(self).__name__}: dataset not found in {self.data_dir}\n"
-            f"Expected there:\n{expected}\n"
-            f"Download: {attempt}\n"
-            "Fix: point the datamodule at the directory that contains them (env DATA_DIR=/path, "
-            "Hydra data.data_dir=/path, CLI --data.data_dir /path), "
-            "or run once with download=True on a machine with network access."
+            f"{type(self).__name__}: no data set in {self.data_dir}: expected {', '.join(self._expected_files())}; "
+            f"{attempt}. Fix: point DATA_DIR (or data.data_dir=/path, or --data.data_dir /path) at the directory "
+            "that holds them, or run once where the network is reachable."
         )
 
     def prepare_data(self) -> None:
@@ -214,12 +244,12 @@ class ImageDataModule(L.LightningDataModule):
             generator = torch.Generator().manual_seed(self.split_seed)
             perm = torch.randperm(images.shape[0], generator=generator)
             n_train = self.num_train_examples
-            self.train_set = InMemoryImageDataset(images[perm[:n_train]], self.binarize, seed=self.split_seed)
-            # val and test: each image's draw is fixed (seeded), so every model and every epoch is
-            # evaluated on the same binary images, whatever random numbers the models draw in between.
-            self.val_set = InMemoryImageDataset(images[perm[n_train:]], self.binarize, seed=self.split_seed)
+            self.train_set = InMemoryImageDataset(images[perm[:n_train]], self.binarize, seed=self.seed)
+            # val and test: each image's draw is fixed by its index, so every model, epoch, batch size and
+            # number of devices is evaluated on the same binary images.
+            self.val_set = InMemoryImageDataset(images[perm[n_train:]], self.binarize, seed=self.split_seed, fixed_draw=True)
         if stage in (None, "test") and self.test_set is None:
-            self.test_set = InMemoryImageDataset(self._load(train=False, download=False), self.binarize, seed=self.split_seed)
+            self.test_set = InMemoryImageDataset(self._load(train=False, download=False), self.binarize, seed=self.split_seed, fixed_draw=True)
 
     def _loader(self, dataset: InMemoryImageDataset | None, batch_size: int, shuffle: bool) -> DataLoader[Batch]:
         if dataset is None:

@@ -12,6 +12,7 @@ from .base import ImageDataModule
 class CIFAR10DataModule(ImageDataModule):
     """CIFAR-10 from ``<data_dir>/cifar-10-batches-py`` (torchvision's layout); see :class:`ImageDataModule`."""
 
+    config_name = "cifar10"  # as in configs/data/ and the run names
     image_shape = (3, 32, 32)
     train_file_size = 50000
     test_file_size = 10000
@@ -23,5 +24,4 @@ class CIFAR10DataModule(ImageDataModule):
 
     def _expected_files(self) -> list[str]:
         folder = self.data_dir / CIFAR10.base_folder
-        names = [name for name, _ in CIFAR10.train_list + CIFAR10.test_list] + [CIFAR10.meta["filename"]]
-        return [f"{folder}/ ({', '.join(names)})"]
+        return [f"{folder}/{{data_batch_1..5,test_batch,batches.meta}}"]

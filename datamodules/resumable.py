@@ -35,8 +35,6 @@ class ResumableSampler(DistributedSampler):
         super().set_epoch(epoch)
         if hasattr(self.dataset, "epoch"):
             self.dataset.epoch = epoch  # the binarization noise depends on it
-        resuming = self._resume is not None and self._resume[0] == epoch
-        self.batches_done = self._resume[1] if resuming else 0
 
     def resume(self, epoch: int, batches_done: int) -> None:
         self._resume = (epoch, batches_done)
@@ -44,7 +42,11 @@ class ResumableSampler(DistributedSampler):
 
     def __iter__(self) -> Iterator[int]:
         indices = list(super().__iter__())
+        # The count restarts with every pass over the data; a resumed pass starts after the batches done.
+        # (Set here, not in set_epoch: a loader with workers asks for the indices before Lightning calls it.)
+        self.batches_done = 0
         if self._resume is not None and self._resume[0] == self.epoch:
+            self.batches_done = self._resume[1]
             indices = indices[self._resume[1] * self.batch_size :]
         self._resume = None
         return iter(indices)

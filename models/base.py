@@ -35,7 +35,9 @@ class LatentVariableModel(L.LightningModule):
 
     Args:
         data_shape: (C, H, W) of the images.
-        likelihood: `bernoulli` (binarized data) or `gaussian` (continuous data, dequantized).
+        likelihood: `bernoulli` (binarized data) or `gaussian` (continuous data, dequantized); None: the one
+            that suits the data, which both front ends of train.py take from the data module (`bernoulli`
+            when the model is built without one).
         sigma: standard deviation of the gaussian likelihood (its initial value if learned).
         learn_sigma: learn a scalar sigma of the gaussian likelihood.
         lr: Adam learning rate (when `optimizer` is left out).
@@ -53,12 +55,13 @@ class LatentVariableModel(L.LightningModule):
     point_mass_posterior: ClassVar[bool] = False
     # Takes `num_categories` (K) and `code_dim` (D) (JSA, DiscreteVAE, VQ-VAE): the config's `discrete_latent`.
     has_discrete_latent: ClassVar[bool] = False
+    config_name: str = "model"  # the model's name in configs/model/ and in run names
     run_tag: str = ""  # key settings in the run's name (logs/tensorboard/<model>-<data>-<run_tag>)
 
     def __init__(
         self,
         data_shape: Sequence[int] = (1, 28, 28),
-        likelihood: LikelihoodName = "bernoulli",
+        likelihood: LikelihoodName | None = None,
         sigma: float = 0.1,
         learn_sigma: bool = False,
         lr: float = 1e-3,
@@ -71,7 +74,7 @@ class LatentVariableModel(L.LightningModule):
         super().__init__()
         self.data_shape = tuple(int(d) for d in data_shape)
         self.num_dims = math.prod(self.data_shape)
-        self.likelihood = build_likelihood(likelihood, sigma=sigma, learn_sigma=learn_sigma)
+        self.likelihood = build_likelihood(likelihood or "bernoulli", sigma=sigma, learn_sigma=learn_sigma)
         self.lr = lr
         self.optimizer_factory = optimizer
         self.eval_num_samples = {"val": val_num_samples, "test": test_num_samples}
@@ -88,6 +91,14 @@ class LatentVariableModel(L.LightningModule):
         })
 
     # ---- what a subclass provides -------------------------------------------------
+    def encode(self, x: Tensor) -> Tensor:
+        """The latent of images x a user works with: codes (discrete latents) or the posterior mean (VAE)."""
+        raise NotImplementedError
+
+    def decoder_output(self, z: Tensor) -> Tensor:
+        """Decoder output (likelihood parameters, e.g. Bernoulli logits) for latents z as `encode` returns them."""
+        raise NotImplementedError
+
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
         """The training objective under key "loss", plus terms to log as `train/<name>`."""
         raise NotImplementedError
@@ -108,14 +119,41 @@ class LatentVariableModel(L.LightningModule):
         """Decoder output (likelihood parameters) for `num_samples` latents drawn from the prior."""
         raise NotImplementedError
 
-    # ---- images ---------------------------------------------------------------------
+    # ---- inference: the same questions, names and units for every model -------------
+    def decode(self, z: Tensor) -> Tensor:
+        """Images in [0, 1] (the likelihood's mean: probabilities or means) for latents z."""
+        return self.likelihood.mean(self.decoder_output(z))
+
     def reconstruct(self, x: Tensor) -> Tensor:
-        """Reconstructions of images x in [0, 1]: the likelihood's mean at the posterior mode."""
+        """Reconstructions of images x, in [0, 1]: decoded at the posterior's mean or mode."""
+        self.check_images(x)
         return self.likelihood.mean(self.decode_posterior_mode(self.posterior(x)))
 
     def sample(self, num_samples: int) -> Tensor:
         """`num_samples` images in [0, 1] from the model: the likelihood's mean for prior latents."""
         return self.likelihood.mean(self.sample_prior(num_samples))
+
+    def nll(self, x: Tensor, num_samples: int | None = None) -> Tensor:
+        """-log p(x) per image in nats, importance-sampled with `num_samples` (default `test_num_samples`);
+        for the VQ-VAE the uniform-prior upper bound."""
+        self.check_images(x)
+        return self.importance_estimate(self.likelihood.prepare(x), None, num_samples or self.eval_num_samples["test"])[0]
+
+    def elbo(self, x: Tensor, num_samples: int | None = None) -> Tensor:
+        """The ELBO per image in nats, averaged over `num_samples` draws from q (default `test_num_samples`);
+        for the VQ-VAE, its point-mass posterior's ELBO under the uniform prior, -(the bound)."""
+        self.check_images(x)
+        return self.importance_estimate(self.likelihood.prepare(x), None, num_samples or self.eval_num_samples["test"])[1]
+
+    def check_images(self, x: Tensor) -> None:
+        """Refuse images this model cannot score: another shape, or grey pixels under a Bernoulli likelihood."""
+        if tuple(x.shape[1:]) != self.data_shape:
+            raise ValueError(f"{type(self).__name__} takes images of shape (B, {', '.join(map(str, self.data_shape))}), got {tuple(x.shape)}")
+        if self.likelihood.requires_binary_data and not ((x == 0) | (x == 1)).all():
+            raise ValueError(
+                "this model has a bernoulli likelihood and needs binary pixels (0 or 1); binarize the images "
+                "first, e.g. torch.bernoulli(x) or (x > 0.5).float()"
+            )
 
     # ---- checks before training -----------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -158,22 +196,28 @@ class LatentVariableModel(L.LightningModule):
         x, _ = batch
         x_eval = self.likelihood.prepare(x)
         posterior = self.posterior(x_eval)
-        num_samples = 1 if self.point_mass_posterior else self.eval_num_samples[stage]
-        estimate = importance_log_likelihood(
-            lambda n: self.log_importance_weights(x_eval, posterior, n), num_samples, self.eval_chunk_size
-        )
+        nll, elbo = self.importance_estimate(x_eval, posterior, self.eval_num_samples[stage])
         recon = self.likelihood.mean(self.decode_posterior_mode(posterior))
-        offset = self.likelihood.nll_offset(self.num_dims)
-        nll = offset - estimate.log_likelihood
         metrics = self.eval_metrics[stage]
         metrics["nll"].update(nll)
         metrics["bpd"].update(bits_per_dim(nll, self.num_dims))
-        metrics["elbo"].update(estimate.elbo - offset)
+        metrics["elbo"].update(elbo)
         metrics["recon_mse"].update((recon - x).square().flatten(1).mean(1))
         metrics["psnr"].update(recon, x)
         for name, metric in metrics.items():
             self.log(f"{stage}/{name}", metric, prog_bar=name == "nll")
         return {"posterior": posterior, "reconstructions": recon}
+
+    def importance_estimate(self, x: Tensor, posterior: Any, num_samples: int) -> tuple[Tensor, Tensor]:
+        """(-log p(x), ELBO) per image in nats of the 8-bit data, from `num_samples` importance samples drawn
+        in chunks of `eval_chunk_size`; x as `likelihood.prepare` returns it, posterior None: computed here."""
+        posterior = self.posterior(x) if posterior is None else posterior
+        num_samples = 1 if self.point_mass_posterior else num_samples
+        estimate = importance_log_likelihood(
+            lambda n: self.log_importance_weights(x, posterior, n), num_samples, self.eval_chunk_size
+        )
+        offset = self.likelihood.nll_offset(self.num_dims)
+        return offset - estimate.log_likelihood, estimate.elbo - offset
 
     # ---- optimizer and the callbacks a model cannot do without ---------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -191,14 +235,31 @@ class LatentVariableModel(L.LightningModule):
     def configure_callbacks(self) -> list[L.Callback]:
         return [RandomStateCheckpoint()]
 
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> "LatentVariableModel":
+        """Lightning's loader, after checking that the checkpoint was written by this class (before the
+        class is built from the checkpoint's hyperparameters, which would fail on another class's)."""
+        found = torch.load(checkpoint_path, map_location="cpu", weights_only=False).get("model_class")
+        _check_model_class(found, cls)
+        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        found, expected = checkpoint.get("model_class"), _qualified_name(type(self))
-        if found is not None and found != expected:
-            raise ValueError(f"this checkpoint was written by {found}, not {expected}; load it with that class")
+        _check_model_class(checkpoint.get("model_class"), type(self))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["model_class"] = _qualified_name(type(self))
+        # Name the class the way LightningCLI does, so that `python train.py test --ckpt_path=...` and
+        # `load_from_checkpoint` rebuild it from any checkpoint, whichever front end wrote it.
+        hparams = checkpoint.setdefault("hyper_parameters", {})
+        hparams.setdefault("_class_path", _qualified_name(type(self)))
+        hparams.setdefault("_instantiator", "lightning.pytorch.cli.instantiate_module")
 
 
 def _qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _check_model_class(found: str | None, cls: type) -> None:
+    if found is not None and found != _qualified_name(cls):
+        name = found.rsplit(".", 1)[-1]
+        raise ValueError(f"this checkpoint was written by {found}, not {_qualified_name(cls)}; load it with {name}.load_from_checkpoint")

@@ -78,7 +78,7 @@ class DiscreteVAE(CategoricalLatentModel):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.save_hyperparameters(ignore=["optimizer"])  # a callable; logged by name in on_train_start
+        self.save_hyperparameters(ignore=["optimizer"])  # a callable; the HPARAMS tab names its class (callbacks/hparams.py)
         if estimator not in ("reinforce", "gumbel"):
             raise ValueError(f"estimator must be 'reinforce' or 'gumbel', got {estimator!r}")
         if control_variate not in ("optimal", "running_mean", "none"):
@@ -98,11 +98,16 @@ class DiscreteVAE(CategoricalLatentModel):
 
     # ---- the two estimators: each returns (loss to back-propagate, per-example ELBO estimate) ----
     @property
+    def config_name(self) -> str:
+        """As in configs/model/ and the run names."""
+        return "dvae_gumbel" if self.estimator == "gumbel" else "dvae"
+
+    @property
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/<model>-<data>-<run_tag>)."""
         if self.estimator == "gumbel":
-            return f"{self.hparams.backbone}-K{self.num_categories}-tau{self.temperature_min}"
-        return f"{self.hparams.backbone}-K{self.num_categories}-reinforce-{self.control_variate}"
+            return f"{self.backbone}-K{self.num_categories}-tau{self.temperature_min}"
+        return f"{self.backbone}-K{self.num_categories}-reinforce-{self.control_variate}"
 
     def reinforce_loss(self, x: Tensor, log_q: Tensor, control_variate: ControlVariate | None = None) -> tuple[Tensor, Tensor]:
         """(loss whose gradient is the REINFORCE estimate, per-example ELBO estimate (B,))."""
@@ -125,7 +130,7 @@ class DiscreteVAE(CategoricalLatentModel):
     def gumbel_loss(self, x: Tensor, log_q: Tensor) -> tuple[Tensor, Tensor]:
         """(negative relaxed ELBO, per-example relaxed ELBO (B,)) at the current temperature."""
         relaxed = F.gumbel_softmax(log_q, tau=self.current_temperature(), hard=self.straight_through)  # (B, V, K)
-        log_px = self.likelihood.log_prob(x, self.decode_relaxed(relaxed))
+        log_px = self.likelihood.log_prob(x, self.decoder_output_relaxed(relaxed))
         log_prior = self.prior_logits.log_softmax(-1)
         kl = (log_q.exp() * (log_q - log_prior)).sum((-2, -1))  # KL(q(h|x) || p(h)), closed form
         elbo = log_px - kl
@@ -136,7 +141,7 @@ class DiscreteVAE(CategoricalLatentModel):
 
     # ---- training (see LatentVariableModel.training_step) ---------------------------
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
-        log_q = self.encode(x).log_softmax(-1)
+        log_q = self.posterior(x)
         if self.estimator == "reinforce":
             loss, elbo = self.reinforce_loss(x, log_q)
             if self.control_variate == "running_mean" and self.training:
@@ -160,7 +165,7 @@ class DiscreteVAE(CategoricalLatentModel):
         def variance(loss_fn) -> Tensor:
             grads = []
             for _ in range(self.grad_variance_repeats):
-                loss, _ = loss_fn(x, self.encode(x).log_softmax(-1))
+                loss, _ = loss_fn(x, self.posterior(x))
                 grads.append(torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)]))
             return torch.stack(grads).var(0).sum()
 

@@ -57,7 +57,7 @@ class JSA(CategoricalLatentModel):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.save_hyperparameters(ignore=["optimizer"])  # a callable; logged by name in on_train_start
+        self.save_hyperparameters(ignore=["optimizer"])  # a callable; the HPARAMS tab names its class (callbacks/hparams.py)
         if mis_steps < 1:
             raise ValueError(f"mis_steps (L) must be >= 1, got {mis_steps}")
         if gradient_states not in ("final", "chain"):
@@ -77,10 +77,12 @@ class JSA(CategoricalLatentModel):
         # (see `_write_cache`); DDP must not also broadcast these buffers from rank 0 each step.
         self._ddp_params_and_buffers_to_ignore = ["cache.codes", "class_used"]
 
+    config_name = "jsa"  # as in configs/model/ and the run names
+
     @property
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/jsa-<data>-<run_tag>)."""
-        return f"{self.hparams.backbone}-K{self.num_categories}-L{self.mis_steps}"
+        return f"{self.backbone}-K{self.num_categories}-L{self.mis_steps}"
 
     def _allocate_cache(self, num_examples: int) -> None:
         self.cache = LatentCache(num_examples, (self.num_latents,), self.num_categories).to(self.device)
@@ -103,7 +105,7 @@ class JSA(CategoricalLatentModel):
 
     # ---- one JSA step -------------------------------------------------------------
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
-        log_q = self.encode(x).log_softmax(-1)  # the one encoder pass of this step
+        log_q = self.posterior(x)  # the one encoder pass of this step: log q(h | x), (B, V, K)
         read_cache = self.cache is not None and self.current_epoch >= self.cache_start_epoch
         with torch.no_grad():
             start, has_start = self.cache.read(index) if read_cache else (None, None)

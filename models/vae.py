@@ -39,6 +39,8 @@ class VAE(LatentVariableModel):
         **kwargs: the shared arguments of `LatentVariableModel` (likelihood, lr, evaluation).
     """
 
+    config_name = "vae"  # as in configs/model/ and the run names
+
     def __init__(
         self,
         data_shape: Sequence[int] = (1, 28, 28),
@@ -48,33 +50,39 @@ class VAE(LatentVariableModel):
         **kwargs: Any,
     ) -> None:
         super().__init__(data_shape=data_shape, **kwargs)
-        self.save_hyperparameters(ignore=["optimizer"])  # a callable; logged by name in on_train_start
+        self.save_hyperparameters(ignore=["optimizer"])  # a callable; the HPARAMS tab names its class (callbacks/hparams.py)
         if latent_dim < 1:
             raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")
         self.encoder, self.decoder, self.grid = build_backbone(
             backbone, self.data_shape, 2 * latent_dim, latent_dim, hidden_channels
         )
         self.latent_shape = (latent_dim, *self.grid)
+        self.backbone, self.latent_dim = backbone, latent_dim
 
     @property
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/vae-<data>-<run_tag>)."""
-        return f"{self.hparams.backbone}-z{self.hparams.latent_dim}"
+        return f"{self.backbone}-z{self.latent_dim}"
 
-    def encode(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def posterior(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Mean and log-variance of q(z | x), each (B, *latent_shape)."""
         mean, log_var = self.encoder(x).chunk(2, dim=1)
         return mean, log_var
 
+    def encode(self, x: Tensor) -> Tensor:
+        """The posterior mean of z, (B, *latent_shape)."""
+        self.check_images(x)
+        return self.posterior(x)[0]
+
+    def decoder_output(self, z: Tensor) -> Tensor:
+        return self.decoder(z)
+
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
-        mean, log_var = self.encode(x)
+        mean, log_var = self.posterior(x)
         z = mean + torch.exp(0.5 * log_var) * torch.randn_like(mean)
         log_px = self.likelihood.log_prob(x, self.decoder(z))
         kl = 0.5 * (mean.square() + log_var.exp() - 1.0 - log_var).flatten(1).sum(1)
         return {"loss": (kl - log_px).mean(), "recon": -log_px.mean(), "kl": kl.mean()}
-
-    def posterior(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        return self.encode(x)
 
     def log_importance_weights(self, x: Tensor, posterior: tuple[Tensor, Tensor], num_samples: int) -> Tensor:
         mean, log_var = posterior

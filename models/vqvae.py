@@ -61,6 +61,7 @@ class VQVAE(LatentVariableModel):
         **kwargs: the shared arguments of `LatentVariableModel` (likelihood, lr, evaluation).
     """
 
+    config_name = "vqvae"  # as in configs/model/ and the run names
     has_discrete_latent = True
 
     def __init__(
@@ -79,14 +80,14 @@ class VQVAE(LatentVariableModel):
         **kwargs: Any,
     ) -> None:
         super().__init__(data_shape=data_shape, **kwargs)
-        self.save_hyperparameters(ignore=["optimizer"])  # a callable; logged by name in on_train_start
+        self.save_hyperparameters(ignore=["optimizer"])  # a callable; the HPARAMS tab names its class (callbacks/hparams.py)
         if num_categories < 2:
             raise ValueError(f"num_categories (K, the number of codes) must be >= 2, got {num_categories}")
         self.grid = latent_grid(backbone, self.data_shape)
         if self.grid and num_latents not in (None, math.prod(self.grid)):
             raise ValueError(f"with the conv backbone the codes are the {self.grid} grid; leave num_latents out (got {num_latents})")
         self.num_latents = math.prod(self.grid) if self.grid else (num_latents or 20)
-        self.num_categories, self.code_dim = num_categories, code_dim
+        self.backbone, self.num_categories, self.code_dim = backbone, num_categories, code_dim
         channels = code_dim if self.grid else self.num_latents * code_dim
         self.encoder, self.decoder, _ = build_backbone(backbone, self.data_shape, channels, channels, hidden_channels)
         self.quantizer = VectorQuantizer(num_categories, code_dim, beta, ema, decay, dead_code_threshold=dead_code_threshold, kmeans_init=kmeans_init)
@@ -97,24 +98,29 @@ class VQVAE(LatentVariableModel):
         # DDP must not overwrite them with rank 0's copy each step.
         self._ddp_params_and_buffers_to_ignore = [f"quantizer.{name}" for name, _ in self.quantizer.named_buffers()]
 
-    def encode(self, x: Tensor) -> Tensor:
+    def encoder_output(self, x: Tensor) -> Tensor:
         """z_e: (B, D, H', W') for conv, (B, V, D) for mlp."""
         z_e = self.encoder(x)
         return z_e if self.grid else z_e.view(x.shape[0], self.num_latents, self.code_dim)
 
     def quantize(self, x: Tensor) -> QuantizerOutput:
-        return self.quantizer(self.encode(x), channel_dim=self.channel_dim)
+        return self.quantizer(self.encoder_output(x), channel_dim=self.channel_dim)
 
-    def decode(self, z_q: Tensor) -> Tensor:
+    def encode(self, x: Tensor) -> Tensor:
+        """The code indices of x: (B, H', W') for conv, (B, V) for mlp."""
+        self.check_images(x)
+        return self.quantize(x).codes
+
+    def decoder_output_quantized(self, z_q: Tensor) -> Tensor:
         return self.decoder(z_q if self.grid else z_q.flatten(1))
 
-    def decode_codes(self, codes: Tensor) -> Tensor:
+    def decoder_output(self, codes: Tensor) -> Tensor:
         """Decoder output for code indices (B, H', W') or (B, V), e.g. from a learned prior."""
-        return self.decode(self.quantizer.lookup(codes, channel_dim=self.channel_dim))
+        return self.decoder_output_quantized(self.quantizer.lookup(codes, channel_dim=self.channel_dim))
 
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
         vq = self.quantize(x)
-        recon = -self.likelihood.log_prob(x, self.decode(vq.quantized)).mean() / self.num_dims
+        recon = -self.likelihood.log_prob(x, self.decoder_output_quantized(vq.quantized)).mean() / self.num_dims
         self.train_usage.update(vq.codes)
         return {
             "loss": recon + vq.loss,
@@ -128,14 +134,14 @@ class VQVAE(LatentVariableModel):
     @property
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/vqvae-<data>-<run_tag>)."""
-        return f"{self.hparams.backbone}-K{self.num_categories}"
+        return f"{self.backbone}-K{self.num_categories}"
 
     # ---- evaluation: q is a point mass, so one quantization and one decoder pass serve all -------
     point_mass_posterior = True
 
     def posterior(self, x: Tensor) -> PointMassPosterior:
         quantized = self.quantize(x)
-        return PointMassPosterior(quantized, self.decode(quantized.quantized))
+        return PointMassPosterior(quantized, self.decoder_output_quantized(quantized.quantized))
 
     def log_importance_weights(self, x: Tensor, posterior: PointMassPosterior, num_samples: int) -> Tensor:
         # Every weight is log p(x | z_q) + log p(z_q) - log 1, with the uniform prior p(z_q) = K^-n.
@@ -148,7 +154,7 @@ class VQVAE(LatentVariableModel):
     def sample_prior(self, num_samples: int) -> Tensor:
         """Codes drawn uniformly (the prior of the likelihood bound; no learned prior yet)."""
         shape = (num_samples, *self.grid) if self.grid else (num_samples, self.num_latents)
-        return self.decode_codes(torch.randint(self.num_categories, shape, device=self.device))
+        return self.decoder_output(torch.randint(self.num_categories, shape, device=self.device))
 
     # ---- code usage over an epoch (torchmetrics: summed across devices) ----------------
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> dict[str, Any]:

@@ -14,7 +14,9 @@ The factor N/n makes E[∇Û] = ∇U; without it the likelihood is down-weighted
 chain samples a posterior that has seen n data points, not N (`SGMCMC.attach` applies the factor to a
 batch-mean loss).
 
-The loss whose gradient sits in `.grad` when `.step()` is called is Û (or U). With step size
+The loss whose gradient sits in `.grad` when `.step()` is called is Û (or U); after `attach(dataset_size=N)`
+it is the batch-mean loss and `step()` multiplies it by N. Gradient clipping (e.g. Lightning's
+`gradient_clip_val`) then acts on the batch-mean gradient, before the factor N. With step size
 h (the optimizer's `lr`), momentum p (kinetic energy K(p) = pᵀp / 2, mass I), temperature T,
 and ζ a fresh Gaussian each step:
 
@@ -163,7 +165,7 @@ class SGLD(SGMCMC):
 
     def _update(self, param: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
         h, temperature = group["lr"], group["temperature"]
-        # Seed 004 'SGLD': ζ ~ N(0, 2 I h), here with the temperature of '統一的な理解': N(0, (2/β) h).
+        # docs/sgmcmc.md#sgld: ζ ~ N(0, 2 I h), with the temperature T = 1/β: N(0, (2/β) h).
         noise = _gaussian_noise(param, 2.0 * temperature * h, self.generator)
         param.add_(grad, alpha=-h).add_(noise)
 
@@ -200,7 +202,7 @@ class SGHMC(SGMCMC):
         h, friction, noise_estimate = group["lr"], group["friction"], group["noise_estimate"]
         _require(friction > 0, f"friction C must be > 0, got {friction}")
         _require(noise_estimate >= 0, f"noise_estimate B̂ must be >= 0, got {noise_estimate}")
-        # Seed 004 'HMCからSGHMCへの変形': C ⪰ B̂, so that the injected variance 2(C T - B̂)h is >= 0.
+        # docs/sgmcmc.md#sghmc: C ⪰ B̂, so that the injected variance 2(C T - B̂)h is >= 0.
         _require(
             friction * group["temperature"] >= noise_estimate,
             f"need friction * temperature >= noise_estimate (injected noise variance 2(C T - B̂) h >= 0), "
@@ -214,12 +216,11 @@ class SGHMC(SGMCMC):
         if "momentum" not in state:
             state["momentum"] = torch.zeros_like(param)
         momentum = state["momentum"]
-        # Seed 004 'HMCからSGHMCへの変形': ζ ~ N(0, 2(C - B̂) h), with C → C T for the temperature.
+        # docs/sgmcmc.md#sghmc: ζ ~ N(0, 2(C - B̂) h), with C → C T for the temperature.
         noise = _gaussian_noise(param, 2.0 * (friction * group["temperature"] - group["noise_estimate"]) * h, self.generator)
-        # p ← (1 - C h) p - h ∇Û + ζ; the seed's SGHMC algorithm box writes '+ ∇U h', a sign slip:
-        # U = -log p, and its pseudo-code adds h ∇ log p.
+        # p ← (1 - C h) p - h ∇Û + ζ (U = -log p: the momentum moves down the potential).
         momentum.mul_(1.0 - friction * h).add_(grad, alpha=-h).add_(noise)
-        # θ ← θ + h p with the new p (the order of the seed's pseudo-code: a symplectic Euler step).
+        # θ ← θ + h p with the new p (Chen et al.'s order: a symplectic Euler step).
         param.add_(momentum, alpha=h)
 
 
@@ -235,10 +236,10 @@ class SGNHT(SGMCMC):
     Args:
         params: parameters (or param groups) to sample; their `.grad` must hold ∇U or ∇Û.
         lr: step size h > 0.
-        noise: A >= 0, the injected diffusion (docs/sgmcmc.md: N(0, 2 A I dt)). A = 0 relies
+        noise: A >= 0, the injected diffusion (docs/sgmcmc.md#sgnht: N(0, 2 A I dt)). A = 0 relies
             on the minibatch noise alone.
-        initial_thermostat: starting ξ (a friction); None means the group's A, the mode of the seed's
-            V(ξ) = d(ξ - A)². With minibatch noise ξ settles near A + B, and it relaxes only on a
+        initial_thermostat: starting ξ (a friction); None means the group's A, the mode of
+            V(ξ) = d(ξ - A)² (docs/sgmcmc.md#sgnht). With minibatch noise ξ settles near A + B, and it relaxes only on a
             time scale of about ξ SDE time units (ξ / h steps), so A + B̂ is a better start when
             B̂ is known. Far from equilibrium (a start far from the mode) ξ overshoots likewise.
         multivariate: one ξ per element (mSGNHT) instead of one per parameter tensor. A scalar ξ
@@ -278,7 +279,7 @@ class SGNHT(SGMCMC):
             thermostat_shape = param.shape if group["multivariate"] else ()
             state["thermostat"] = torch.full(thermostat_shape, initial, dtype=param.dtype, device=param.device)
         momentum, thermostat = state["momentum"], state["thermostat"]
-        # Seed 004 'SGNHT': p ← (1 - ξ h) p - h ∇Û + ζ, ζ ~ N(0, 2 A h) (× T, '統一的な理解').
+        # docs/sgmcmc.md#sgnht: p ← (1 - ξ h) p - h ∇Û + ζ, ζ ~ N(0, 2 A h) (× T at temperature T).
         noise = _gaussian_noise(param, 2.0 * group["noise"] * temperature * h, self.generator)
         momentum.sub_(momentum * thermostat, alpha=h).add_(grad, alpha=-h).add_(noise)
         param.add_(momentum, alpha=h)

@@ -12,6 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 
 import train
+from callbacks.hparams import constructor_defaults
 from models.components.likelihoods import BernoulliLikelihood, GaussianLikelihood
 
 MODELS = sorted(p.stem for p in (train.CONFIG_DIR / "model").glob("*.yaml"))
@@ -19,7 +20,7 @@ DATA = sorted(p.stem for p in (train.CONFIG_DIR / "data").glob("*.yaml"))
 
 
 def composed(overrides: list[str]):
-    train.register_model_defaults()
+    train.register_defaults()
     with initialize_config_dir(config_dir=str(train.CONFIG_DIR), version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)  # resolves ${hydra:runtime.choices.*} as in a real run
@@ -29,8 +30,8 @@ def composed(overrides: list[str]):
 def test_default_is_jsa_on_mnist():
     cfg = composed([])
     assert cfg.model._target_ == "models.JSA" and cfg.data._target_ == "datamodules.MNISTDataModule"
-    model = instantiate(train.model_settings(cfg), _convert_="all")
-    assert f"{cfg.run_name}-{model.run_tag}" == "jsa-mnist-mlp-K10-L10"  # model, data and the model's key settings
+    _, model = train.build(cfg)
+    assert train.run_name(cfg, model.run_tag) == "jsa-mnist-mlp-K10-L10"  # model, data and the model's key settings
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -40,10 +41,10 @@ def test_model_configs_state_only_what_differs_from_the_class(model):
     from omegaconf import OmegaConf
 
     written = OmegaConf.load(train.CONFIG_DIR / "model" / f"{model}.yaml").model
-    assert set(written) <= {"_target_", "likelihood", "test_seed", "estimator"}
+    assert set(written) <= {"_target_", "test_seed", "estimator"}
     cfg = composed([f"model={model}"])
     cls = hydra.utils.get_class(cfg.model._target_)
-    for name, default in train.signature_defaults(cls).items():
+    for name, default in constructor_defaults(cls).items():
         if name not in ("data_shape", "optimizer", *written):
             assert cfg.model[name] == default, name
     assert composed([f"model={model}", "model.lr=0.5"]).model.lr == 0.5  # no `+` needed
@@ -54,12 +55,11 @@ def test_model_configs_state_only_what_differs_from_the_class(model):
 @pytest.mark.parametrize("backbone", ["mlp", "conv"])
 def test_every_model_builds_for_every_data_set(model, data, backbone):
     cfg = composed([f"model={model}", f"data={data}", f"model.backbone={backbone}"])
-    datamodule = instantiate(cfg.data, _convert_="all")
-    net = instantiate(cfg.model, data_shape=list(datamodule.image_shape), _convert_="all")
+    datamodule, net = train.build(cfg)
     assert net.data_shape == datamodule.image_shape
     expected = BernoulliLikelihood if data == "mnist" else GaussianLikelihood
     assert isinstance(net.likelihood, expected)
-    assert f"{cfg.run_name}-{net.run_tag}".startswith(f"{model}-{data}-{backbone}-")
+    assert train.run_name(cfg, net.run_tag).startswith(f"{model}-{data}-{backbone}-")
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -87,8 +87,7 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
         assert cfg.model.backbone == backbone and cfg.trainer.max_epochs == 10 and cfg.run_test
         assert cfg.model.lr == 1e-3 and cfg.model.test_seed == cfg.seed == 0
         assert cfg.model.test_num_samples == 1000
-        datamodule = instantiate(cfg.data, _convert_="all")
-        built[model] = instantiate(train.model_settings(cfg), data_shape=list(datamodule.image_shape), _convert_="all")
+        _, built[model] = train.build(cfg)
     jsa, vqvae = built["jsa"], built["vqvae"]
     assert (vqvae.num_categories, vqvae.code_dim, vqvae.num_latents) == (jsa.num_categories, jsa.code_dim, jsa.num_latents) == (10, 16, jsa.num_latents)
     assert built["vqvae"].point_mass_posterior  # its bound is evaluated with one sample, whatever test_num_samples says

@@ -47,7 +47,7 @@ def flat_grad(value: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
 def estimates(model: DiscreteVAE, loss_fn, repeats: int = 40, batch: int = 500) -> torch.Tensor:
     """(repeats, P) gradient estimates of the ELBO, each the mean of `batch` independent ones."""
     x = toy_x().expand(batch, -1, -1, -1)
-    return torch.stack([-flat_grad(loss_fn(x, model.encode(x).log_softmax(-1))[0], checked_params(model)) for _ in range(repeats)])
+    return torch.stack([-flat_grad(loss_fn(x, model.posterior(x))[0], checked_params(model)) for _ in range(repeats)])
 
 
 def assert_unbiased(samples: torch.Tensor, exact: torch.Tensor) -> None:
@@ -63,7 +63,7 @@ def test_reinforce_is_unbiased_for_the_exact_elbo_gradient(control_variate):
     model.baseline_mean.fill_(-3.0)  # any constant keeps the estimate unbiased
     x = toy_x()
     states = torch.tensor(list(itertools.product(range(3), repeat=2)))[None]  # all 9 latent states
-    log_q = model.encode(x).log_softmax(-1)
+    log_q = model.posterior(x)
     log_q_states = categorical_log_prob(log_q, states)
     exact_elbo = (log_q_states.exp() * (model.log_joint(x, states) - log_q_states)).sum()
     exact = flat_grad(exact_elbo, checked_params(model))
@@ -78,7 +78,7 @@ def test_optimal_control_variate_lowers_the_variance():
     def encoder_estimates(control_variate: str) -> torch.Tensor:
         encoder_bias = checked_params(model)[:1]
         return torch.stack([
-            -flat_grad(model.reinforce_loss(x, model.encode(x).log_softmax(-1), control_variate)[0], encoder_bias)
+            -flat_grad(model.reinforce_loss(x, model.posterior(x), control_variate)[0], encoder_bias)
             for _ in range(200)
         ])
 
@@ -108,11 +108,11 @@ def test_gumbel_is_unbiased_for_the_relaxed_objective():
     tau = 0.7
     model = toy_dvae(num_latents=1, num_categories=2, estimator="gumbel", temperature=tau, temperature_min=tau)
     x = toy_x()
-    log_q = model.encode(x).log_softmax(-1)  # (1, 1, 2)
+    log_q = model.posterior(x)  # (1, 1, 2)
     v = (torch.arange(20_000, dtype=torch.float32) + 0.5) / 20_000
     y0 = torch.sigmoid((log_q[0, 0, 0] - log_q[0, 0, 1] + torch.logit(v)) / tau)
     relaxed = torch.stack([y0, 1 - y0], -1).unsqueeze(1)  # (N, 1, 2)
-    expected_log_px = model.likelihood.log_prob(x, model.decode_relaxed(relaxed)).mean()
+    expected_log_px = model.likelihood.log_prob(x, model.decoder_output_relaxed(relaxed)).mean()
     kl = (log_q.exp() * (log_q - model.prior_logits.log_softmax(-1))).sum()
     exact = flat_grad(expected_log_px - kl, checked_params(model))
     torch.manual_seed(3)
@@ -124,7 +124,7 @@ def test_straight_through_decodes_the_hard_sample_and_anneals():
     torch.manual_seed(4)
     relaxed = F.gumbel_softmax(torch.zeros(5, 2, 3), tau=1.0, hard=True)
     assert set(relaxed.unique().tolist()) == {0.0, 1.0}  # forward: exact one-hots
-    torch.testing.assert_close(model.decode_relaxed(relaxed), model.decode(relaxed.argmax(-1)))
+    torch.testing.assert_close(model.decoder_output_relaxed(relaxed), model.decoder_output(relaxed.argmax(-1)))
     assert model.current_temperature() == 1.0
 
 

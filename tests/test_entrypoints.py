@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
+
+from callbacks.hparams import constructor_defaults
 
 pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 
@@ -64,7 +67,7 @@ MODEL_TAGS = {
 @pytest.mark.parametrize("model", ["vae", "jsa", "vqvae", "dvae", "dvae_gumbel"])
 def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, tmp_path, mnist_dir):
     measure = ["model.grad_variance_every=1"] if model.startswith("dvae") else []
-    train([f"model={model}", "data=mnist", *FAST, *measure], tmp_path, mnist_dir)
+    result = train([f"model={model}", "data=mnist", *FAST, *measure], tmp_path, mnist_dir)
     (run_dir,) = (tmp_path / "logs" / "tensorboard").glob(f"{model}-mnist-*/version_0")
     assert SHARED_TAGS | MODEL_TAGS[model] <= tags(run_dir)
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
@@ -74,12 +77,48 @@ def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, tmp_path, mnis
     assert params["model_class"] == expected_class and params["num_params"] > 1000
     assert params["batch_size"] == 128 and params["lr"] == 1e-3  # the data module's and the model's
     assert params["optimizer"] == "Adam" and params["effective_batch_size"] == 128  # 1 device
+    # Every constructor setting of the model and the data module, with the value the run used.
+    import datamodules
+    import models
+    model_cls = getattr(models, expected_class)
+    expected = set(constructor_defaults(model_cls)) | set(constructor_defaults(datamodules.MNISTDataModule))
+    assert expected - {"optimizer"} <= set(params), expected - set(params)
+    if model == "jsa":
+        assert params["cache_size"] == 55_000
+    # The hp/ tags carry the measured values only: nothing is written for them at step 0.
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert all(e.step > 0 and math.isfinite(e.value) for e in events.Scalars("hp/val_nll"))
+    # One line per message, no advertising, no escape codes when the output is not a terminal.
+    output = result.stdout + result.stderr
+    assert output.count("GPU available") == 1 and "💡" not in output and "\x1b[" not in output and "\r" not in output
 
 
 def test_hydra_multirun_gives_each_run_its_own_directory(tmp_path, mnist_dir):
     train(["-m", "model=vae", "data=mnist", "model.latent_dim=4,8", *FAST], tmp_path, mnist_dir)
     runs = sorted(str(p.relative_to(tmp_path / "logs" / "tensorboard")) for p in (tmp_path / "logs" / "tensorboard").glob("*/*"))
     assert runs == ["vae-mnist-mlp-z4/version_0", "vae-mnist-mlp-z8/version_0"]  # named after the swept setting
+    train(["-m", "model=vae", "data=mnist", "model.lr=0.01,0.02", *FAST], tmp_path, mnist_dir)
+    names = {p.name for p in (tmp_path / "logs" / "tensorboard").glob("*")}
+    assert {"vae-mnist-mlp-z32-lr0.01", "vae-mnist-mlp-z32-lr0.02"} <= names  # a swept value the tag does not show
+
+
+def test_resuming_continues_the_same_tensorboard_run(tmp_path, mnist_dir):
+    train(["model=vae", "data=mnist", *FAST], tmp_path, mnist_dir)
+    run_dir = tmp_path / "logs" / "tensorboard" / "vae-mnist-mlp-z32" / "version_0"
+    steps_more = [a for a in FAST if not a.startswith(("trainer.max_steps", "trainer.limit_train_batches"))]
+    result = train(["model=vae", "data=mnist", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", "trainer.max_steps=6",
+                    "trainer.limit_train_batches=6", *steps_more], tmp_path, mnist_dir)
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == ["version_0"]  # no new version directory
+    assert "exists and is not empty" not in result.stdout + result.stderr
+    steps = [e.step for e in _scalars(run_dir, "train/loss")]
+    assert steps == sorted(steps) and max(steps) >= 5  # one curve, continued past the checkpoint
+
+
+def _scalars(run_dir: Path, tag: str) -> list:
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    return events.Scalars(tag)
 
 
 @pytest.mark.parametrize("group,valid", [("model", "vae"), ("data", "cifar10"), ("trainer", "ddp"), ("optimizer", "sgld")])
@@ -89,13 +128,32 @@ def test_hydra_rejects_an_unknown_choice_with_the_valid_ones(group, valid, tmp_p
     assert f"Could not find '{group}/nosuchthing'" in result.stderr and valid in result.stderr
 
 
-def test_lightning_cli_fit_on_the_same_classes(tmp_path, mnist_dir):
-    args = ["fit", "--model=VAE", "--data=MNISTDataModule", "--data.binarize=dynamic", "--trainer.max_steps=3", "--trainer.log_every_n_steps=1",
+@pytest.mark.parametrize("front_end", ["hydra", "cli"])
+def test_missing_data_is_one_line_without_traceback(front_end, tmp_path, mnist_dir):
+    args = ["data.download=false"] if front_end == "hydra" else ["fit", "--data.download=false"]
+    env_dir = tmp_path / "empty"
+    env_dir.mkdir()
+    result = subprocess.run([sys.executable, str(TRAIN), *args], cwd=tmp_path, env={**os.environ, "DATA_DIR": str(env_dir)},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(env_dir) in errors[0] and "DATA_DIR" in errors[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_lightning_cli_fit_then_test_in_the_same_run(tmp_path, mnist_dir):
+    args = ["fit", "--model=VAE", "--data=MNISTDataModule", "--trainer.max_steps=3", "--trainer.log_every_n_steps=1",
             "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1", "--model.val_num_samples=2"]
-    train(args, tmp_path, mnist_dir)
-    run_dir = tmp_path / "logs" / "tensorboard" / "cli" / "version_0"
+    result = train(args, tmp_path, mnist_dir)
+    assert "args parameter" not in result.stderr  # LightningCLI reads the command line itself
+    run_dir = tmp_path / "logs" / "tensorboard" / "vae-mnist-mlp-z32" / "version_0"  # named like a Hydra run
     assert {"train/loss", "val/nll"} <= tags(run_dir)
-    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    assert checkpoint.is_file()
+    train(["test", "--model=VAE", f"--ckpt_path={checkpoint}", "--trainer.limit_test_batches=1", "--model.test_num_samples=2"],
+          tmp_path, mnist_dir)
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == ["version_0"]
+    assert {"test/nll", "test/reconstructions"} <= tags(run_dir)
 
 
 def test_help_names_both_front_ends(tmp_path, mnist_dir):

@@ -76,15 +76,15 @@ def record_gumbel_calls(monkeypatch: pytest.MonkeyPatch, model=None) -> list[dic
 
 
 def record_decoder_inputs(monkeypatch: pytest.MonkeyPatch, model) -> list[torch.Tensor]:
-    """Wrap the model's `decode_relaxed`: record each (relaxed) one-hot input it receives, still in the graph."""
+    """Wrap the model's `decoder_output_relaxed`: record each (relaxed) one-hot input it receives, still in the graph."""
     inputs: list[torch.Tensor] = []
-    original = model.decode_relaxed
+    original = model.decoder_output_relaxed
 
     def wrapper(one_hot):
         inputs.append(one_hot)
         return original(one_hot)
 
-    monkeypatch.setattr(model, "decode_relaxed", wrapper)
+    monkeypatch.setattr(model, "decoder_output_relaxed", wrapper)
     return inputs
 
 

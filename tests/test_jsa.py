@@ -65,7 +65,7 @@ def test_mis_in_training_step_matches_exact_distribution(calls):
     x = toy_x()
     with torch.no_grad():
         log_target = model.log_joint(x, ALL_STATES[None])[0]
-        log_q = categorical_log_prob(model.encode(x).log_softmax(-1), ALL_STATES[None])[0]
+        log_q = categorical_log_prob(model.posterior(x), ALL_STATES[None])[0]
     log_target, log_q = log_target.double(), log_q.double()
     posterior = torch.softmax(log_target, 0)
     expected = log_q.exp() @ torch.linalg.matrix_power(independence_sampler_matrix(log_target, log_q), steps * calls)
@@ -142,7 +142,8 @@ def test_layouts(backbone, data_shape, num_latents):
                 hidden_channels=16, mis_steps=2, cache_size=6, likelihood="gaussian")
     x = torch.rand(3, *data_shape)
     expected_v = num_latents or (data_shape[1] // 4) * (data_shape[2] // 4)
-    assert model.encode(x).shape == (3, expected_v, model.num_categories)
+    assert model.encoder_logits(x).shape == (3, expected_v, model.num_categories)
+    assert model.encode(x).shape == (3, expected_v) and model.decode(model.encode(x)).shape == x.shape
     assert model.reconstruct(x).shape == x.shape and model.sample_prior(2).shape == (2, *data_shape)
     assert model.log_importance_weights(x, model.posterior(x), 5).shape == (5, 3)
     assert torch.isfinite(model.training_loss(x, torch.arange(3))["loss"])

@@ -32,8 +32,9 @@ def test_layouts(backbone, data_shape, code_shape):
     model.eval()  # a training forward moves the EMA codebook between the calls compared below
     vq = model.quantize(x)
     assert vq.codes.shape == (3, *code_shape)
-    assert model.decode_codes(vq.codes).shape == x.shape
-    torch.testing.assert_close(model.likelihood.mean(model.decode_codes(vq.codes)), model.reconstruct(x))  # z_q is the looked-up code
+    assert model.decoder_output(vq.codes).shape == x.shape
+    torch.testing.assert_close(model.encode(x), vq.codes)
+    torch.testing.assert_close(model.decode(vq.codes), model.reconstruct(x))  # z_q is the looked-up code
     assert model.sample_prior(5).shape == (5, *data_shape)
     terms = model.train().training_loss(x, torch.arange(3))
     assert {"loss", "recon", "codebook", "commitment", "perplexity", "restarts"} <= set(terms)
@@ -63,7 +64,7 @@ def test_nll_is_the_uniform_prior_bound_whatever_the_sample_count(likelihood):
     x = torch.rand(5, 1, 28, 28)
     x = x.round() if likelihood == "bernoulli" else x
     with torch.no_grad():
-        bound = -model.likelihood.log_prob(x, model.decode(model.quantize(x).quantized)) + 49 * math.log(16)
+        bound = -model.likelihood.log_prob(x, model.decoder_output_quantized(model.quantize(x).quantized)) + 49 * math.log(16)
         log_w = model.log_importance_weights(x, model.posterior(x), 7)
     assert log_w.shape == (7, 5)
     torch.testing.assert_close(-log_w, bound.expand(7, -1))

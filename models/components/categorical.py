@@ -77,7 +77,7 @@ class CategoricalLatentModel(LatentVariableModel):
         num_latents = 20 if num_latents is None else num_latents
         if num_latents < 1:
             raise ValueError(f"num_latents (V) must be >= 1, got {num_latents}")
-        self.num_latents, self.num_categories, self.code_dim = num_latents, num_categories, code_dim
+        self.backbone, self.num_latents, self.num_categories, self.code_dim = backbone, num_latents, num_categories, code_dim
 
         # Flat: the encoder emits V*K logits and the decoder reads V concatenated embeddings.
         # Spatial: K logit channels and D embedding channels per grid cell.
@@ -96,7 +96,7 @@ class CategoricalLatentModel(LatentVariableModel):
         self.prior_logits = nn.Parameter(torch.zeros(num_latents, num_categories), requires_grad=prior == "learned")
 
     # ---- q(h | x) -----------------------------------------------------------------
-    def encode(self, x: Tensor) -> Tensor:
+    def encoder_logits(self, x: Tensor) -> Tensor:
         """Logits of q(h | x), (B, V, K)."""
         out = self.encoder(x)
         if self.grid:  # (B, K, H', W') -> (B, H'W', K)
@@ -104,17 +104,17 @@ class CategoricalLatentModel(LatentVariableModel):
         return out.view(x.shape[0], self.num_latents, self.num_categories)
 
     # ---- p(x | h) p(h) --------------------------------------------------------------
-    def decode(self, latent: Tensor) -> Tensor:
+    def decoder_output(self, latent: Tensor) -> Tensor:
         """Decoder output (likelihood parameters) for codes (N, V): (N, C, H, W)."""
         if self.per_position:
             latent = latent + self.position_offset
         return self._decode_embedded(self.embedding(latent))  # embeddings (N, V, D)
 
-    def decode_relaxed(self, one_hot: Tensor) -> Tensor:
+    def decoder_output_relaxed(self, one_hot: Tensor) -> Tensor:
         """Decoder output for relaxed (or exact) one-hot codes (N, V, K), e.g. Gumbel-softmax samples.
 
         The embedding of a relaxed code is the probability-weighted mix of its class embeddings,
-        so an exact one-hot gives the same output as `decode`.
+        so an exact one-hot gives the same output as `decoder_output`.
         """
         table = self.embedding.weight
         if self.per_position:
@@ -142,13 +142,18 @@ class CategoricalLatentModel(LatentVariableModel):
         All B * N candidates go through the decoder in one batched pass.
         """
         batch, num = latent.shape[:2]
-        out = self.decode(latent.flatten(0, 1)).unflatten(0, (batch, num))
+        out = self.decoder_output(latent.flatten(0, 1)).unflatten(0, (batch, num))
         return self.likelihood.log_prob(x.unsqueeze(1), out) + self.log_prior(latent)
 
     # ---- evaluation (shared protocol, see LatentVariableModel) ---------------------
     def posterior(self, x: Tensor) -> Tensor:
         """log q(h_v | x), (B, V, K)."""
-        return self.encode(x).log_softmax(-1)
+        return self.encoder_logits(x).log_softmax(-1)
+
+    def encode(self, x: Tensor) -> Tensor:
+        """The most probable codes under q(h | x), (B, V)."""
+        self.check_images(x)
+        return self.posterior(x).argmax(-1)
 
     def log_importance_weights(self, x: Tensor, posterior: Tensor, num_samples: int) -> Tensor:
         latent = sample_categorical(posterior, num_samples)
@@ -156,8 +161,8 @@ class CategoricalLatentModel(LatentVariableModel):
         return log_w.T  # (S, B)
 
     def decode_posterior_mode(self, posterior: Tensor) -> Tensor:
-        return self.decode(posterior.argmax(-1))
+        return self.decoder_output(posterior.argmax(-1))
 
     def sample_prior(self, num_samples: int) -> Tensor:
         log_probs = self.prior_logits.log_softmax(-1).expand(num_samples, -1, -1)
-        return self.decode(sample_categorical(log_probs, 1)[:, 0])
+        return self.decoder_output(sample_categorical(log_probs, 1)[:, 0])

@@ -1,0 +1,106 @@
+"""Progress that reads well where the output goes: Lightning's TQDM bars on a terminal, and plain
+lines (no escape codes, no carriage returns) in a log file or a pipe, with an estimate of the time
+left for training epochs and for the (long) importance-sampled test stage."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
+
+
+def progress_bar(refresh_seconds: float = 30.0) -> ProgressBar:
+    """TQDM bars when standard output is a terminal, plain lines otherwise."""
+    return TQDMProgressBar() if sys.stdout.isatty() else LineProgressBar(refresh_seconds)
+
+
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}"
+
+
+class LineProgressBar(ProgressBar):
+    """One line at most every `refresh_seconds` per stage, and one when a stage ends."""
+
+    def __init__(self, refresh_seconds: float = 30.0) -> None:
+        super().__init__()
+        self.refresh_seconds = refresh_seconds
+        self._enabled = True
+        self._start = self._last = 0.0
+        self._done = 0  # batches of the current stage
+        self._train_start, self._train_done = time.monotonic(), 0
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def _begin(self) -> None:
+        self._start = self._last = time.monotonic()
+        self._done = 0
+
+    def _report(self, what: str, done: int, total: int | float, extra: str = "", force: bool = False, start: float | None = None) -> None:
+        now = time.monotonic()
+        if not self._enabled or not (force or now - self._last >= self.refresh_seconds):
+            return
+        self._last = now
+        elapsed = now - (self._start if start is None else start)
+        line = f"{what}: {done}/{total if total != float('inf') else '?'} batches, {_clock(elapsed)} elapsed"
+        if 0 < done < total != float("inf"):
+            line += f", about {_clock(elapsed / done * (total - done))} left"
+        print(line + (f"  {extra}" if extra else ""), flush=True)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._begin()
+        self._train_start, self._train_done = self._start, 0
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._train_done = batch_idx + 1
+        self._report(self._epoch(trainer), self._train_done, self.total_train_batches, self._metrics(trainer, pl_module), start=self._train_start)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        done = getattr(self, "_train_done", 0)
+        self._report(self._epoch(trainer) + " done", done, done, self._metrics(trainer, pl_module), force=True, start=self._train_start)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._begin()
+
+    def on_validation_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.has_dataloader_changed(dataloader_idx)  # tracks the loader whose batches are counted
+
+    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._done = batch_idx + 1
+        self._report("validation", self._done, self.total_val_batches_current_dataloader)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.reset_dataloader_idx_tracker()
+        if not trainer.sanity_checking:
+            self._report("validation done", self._done, self._done, self._metrics(trainer, pl_module, "val/"), force=True)
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._begin()
+
+    def on_test_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.has_dataloader_changed(dataloader_idx)
+
+    def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._done = batch_idx + 1
+        self._report("test", self._done, self.total_test_batches_current_dataloader)
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.reset_dataloader_idx_tracker()
+        self._report("test done", self._done, self._done, self._metrics(trainer, pl_module, "test/"), force=True)
+
+    @staticmethod
+    def _epoch(trainer: L.Trainer) -> str:
+        total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else "?"
+        return f"epoch {trainer.current_epoch + 1}/{total}"
+
+    def _metrics(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = "") -> str:
+        metrics = self.get_metrics(trainer, pl_module)
+        return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items() if k.startswith(prefix) and k != "v_num")

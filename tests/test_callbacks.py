@@ -1,0 +1,98 @@
+"""Each cross-cutting callback alone, on a tiny VAE for a few steps: what it writes, and only that."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from callbacks import HparamsWithMetrics, ImageGrids, NonFiniteLossGuard, RandomStateCheckpoint, TrainingSpeed
+from datamodules import MNISTDataModule
+from models import VAE
+
+
+def fit(tmp_path: Path, mnist_dir: Path, callbacks: list, steps: int = 4, **kwargs) -> tuple[L.Trainer, EventAccumulator]:
+    logger = TensorBoardLogger(tmp_path, name="run", default_hp_metric=False)
+    trainer = L.Trainer(max_steps=steps, limit_train_batches=steps, limit_val_batches=1, num_sanity_val_steps=0, logger=logger,
+                        callbacks=callbacks, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        log_every_n_steps=1, **kwargs)
+    trainer.fit(VAE(latent_dim=4, val_num_samples=2), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
+    events = EventAccumulator(logger.log_dir)
+    events.Reload()
+    return trainer, events
+
+
+def test_image_grids_alone(tmp_path, mnist_dir):
+    _, events = fit(tmp_path, mnist_dir, [ImageGrids(num_images=6)])
+    assert set(events.Tags()["images"]) == {"val/reconstructions", "val/samples"}
+    (grid,) = events.Images("val/reconstructions")
+    assert grid.step == 4 and grid.width > 28 * 2  # inputs beside reconstructions
+    _, without = fit(tmp_path / "b", mnist_dir, [])
+    assert without.Tags()["images"] == []
+
+
+def test_hparams_with_metrics_alone(tmp_path, mnist_dir):
+    _, events = fit(tmp_path, mnist_dir, [HparamsWithMetrics()])
+    assert "_hparams_/experiment" in events.PluginTagToContent("hparams")  # the HPARAMS tab has the run
+    steps = [e.step for e in events.Scalars("hp/val_nll")]
+    assert steps == [4]  # the value after validation, and no placeholder at step 0
+    assert not any(tag.startswith("hp/") for tag in fit(tmp_path / "b", mnist_dir, [])[1].Tags()["scalars"])
+
+
+def test_training_speed_alone(tmp_path, mnist_dir):
+    _, events = fit(tmp_path, mnist_dir, [TrainingSpeed()])
+    step_times = events.Scalars("train/step_time_ms")
+    assert len(step_times) == 3 and all(e.value > 0 for e in step_times)  # from the second step on
+    assert events.Scalars("train/samples_per_s")[0].value > 0 and len(events.Scalars("train/epoch_time_s")) == 1
+
+
+def test_random_state_checkpoint_saves_and_restores_every_rank_state():
+    class FakeTrainer:
+        world_size, global_rank = 1, 0
+
+    callback, module, checkpoint = RandomStateCheckpoint(), torch.nn.Linear(1, 1), {}
+    module.device = torch.device("cpu")
+    torch.manual_seed(123)
+    callback.on_save_checkpoint(FakeTrainer(), module, checkpoint)
+    expected = torch.rand(3)
+    torch.manual_seed(0)  # a resumed process starts elsewhere
+    restored = RandomStateCheckpoint()
+    restored.on_load_checkpoint(FakeTrainer(), module, checkpoint)
+    restored.on_train_start(FakeTrainer(), module)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_nonfinite_guard_alone_raises_and_names_the_term(tmp_path, mnist_dir):
+    class NaNVAE(VAE):
+        def training_loss(self, x, index):
+            terms = super().training_loss(x, index)
+            terms["kl"] = terms["kl"] * float("nan")
+            return terms
+
+    trainer = L.Trainer(max_steps=3, limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[NonFiniteLossGuard(check_every_n_steps=2)])
+    with pytest.raises(FloatingPointError, match=r"^train/kl became NaN or inf \(at or before step 2\)"):
+        trainer.fit(NaNVAE(latent_dim=4), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
+    with pytest.raises(ValueError, match="check_every_n_steps"):
+        NonFiniteLossGuard(check_every_n_steps=0)
+
+
+def test_comparison_report_labels_validation_images_of_an_untested_run(tmp_path):
+    """benchmarks.compare shows an untested run's validation reconstructions as such, never as test images."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from benchmarks.compare import figure_title, panel_title, read_run
+
+    for name, stages in (("tested", ("val", "test")), ("untested", ("val",))):
+        with SummaryWriter(tmp_path / name / "version_0") as writer:
+            for stage in stages:
+                writer.add_image(f"{stage}/reconstructions", torch.rand(3, 8, 8), 1)
+    tested, untested = (read_run(tmp_path / name / "version_0", tmp_path) for name in ("tested", "untested"))
+    assert (tested.reconstructions_stage, untested.reconstructions_stage) == ("test", "val")
+    assert "not tested" in panel_title(untested) and "not tested" not in panel_title(tested)
+    assert figure_title([tested]).startswith("test images") and figure_title([untested]).startswith("validation images")
+    assert figure_title([tested, untested]).startswith("test (validation where marked)")

@@ -1,0 +1,109 @@
+"""Every command that README.md and `python train.py --help` show runs as written.
+
+The commands are read from README's bash blocks and from train.py's USAGE text, in that order, and run
+one after the other in one working directory (so that the resume and test commands find the run an
+earlier command wrote), each with a few extra settings that cut it to a couple of steps. What cannot run
+on this machine is checked as far as it can be: commands on CIFAR-10 (no copy here), a GPU or several
+processes are composed and their model and data built, without training; `tensorboard` (a server) and
+the launchers `srun`/`torchrun` are left out. README's Python example runs against a checkpoint
+written by the commands.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import train
+from tests.test_configs import composed
+
+pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+HYDRA_FAST = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
+              "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=16", "trainer.num_sanity_val_steps=0"]
+CLI_FAST = ["--trainer.max_steps=2", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+            "--trainer.limit_test_batches=1", "--data.batch_size=16", "--trainer.num_sanity_val_steps=0"]
+BENCHMARK_FAST = {"benchmarks.mis_speed": ["--batch-size", "8", "--mis-steps", "1"], "benchmarks.ddp_cache_gather": ["--steps", "12", "--batch-size", "8"]}
+
+
+def documented_commands() -> list[str]:
+    """`python ...` commands of README's bash blocks and of train.py's USAGE, comments stripped, first seen first."""
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
+        lines += block.splitlines()
+    lines += train.USAGE.splitlines()
+    commands = []
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        line = line.rsplit("&& ", 1)[-1]  # the set-up command's last step: python train.py model=jsa
+        if line.startswith("python ") and "pytest" not in line and line not in commands and "{" not in line:
+            commands.append(line)
+    return commands
+
+
+COMMANDS = documented_commands()
+
+
+def can_run_here(args: list[str]) -> bool:
+    text = " ".join(args)
+    return not any(word in text for word in ("cifar10", "CIFAR10", "trainer=gpu", "trainer=ddp", "trainer=multinode", "strategy=ddp"))
+
+
+def test_the_commands_are_found():
+    assert "python train.py model=jsa" in COMMANDS  # the main job of the set-up command
+    assert any("ckpt_path=" in c for c in COMMANDS) and any(c.startswith("python -m benchmarks.compare") for c in COMMANDS)
+    assert len(COMMANDS) >= 20
+
+
+def test_every_documented_command_runs_as_written(tmp_path, mnist_dir):
+    env = {**os.environ, "DATA_DIR": str(mnist_dir), "PYTHONPATH": str(REPO)}
+    ran, composed_only = [], []
+    for command in COMMANDS:
+        # USAGE's placeholder: the run `python train.py model=jsa` (or the VAE's) wrote above.
+        run = "vae-mnist-mlp-z32" if "VAE" in command or "model=vae" in command else "jsa-mnist-mlp-K10-L10"
+        args = shlex.split(command.replace("PATH/", f"logs/tensorboard/{run}/version_0/checkpoints/"))[1:]  # after `python`
+        args = [str(REPO / "train.py") if a == "train.py" else a for a in args]  # run from the repository, written here
+        if args[0] == "-m":  # a benchmark or the report
+            extra = BENCHMARK_FAST.get(args[1], [])
+        elif "--help" in args or "--cfg" in args or "--print_config" in args:
+            extra = []
+        elif not can_run_here(args):
+            compose(args[1:])
+            composed_only.append(command)
+            continue
+        elif len(args) > 1 and args[1] in train.CLI_SUBCOMMANDS:  # LightningCLI
+            extra = CLI_FAST if args[1] == "fit" else ["--trainer.limit_test_batches=1", "--model.test_num_samples=2"]
+        else:
+            extra = HYDRA_FAST
+        result = subprocess.run([sys.executable, *args, *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+        ran.append(command)
+    assert len(ran) >= 15, ran
+    print(f"ran {len(ran)} commands; composed {len(composed_only)} without training: {composed_only}")
+
+    # README's Python example, on a checkpoint the commands above wrote.
+    example = re.search(r"<!-- inference-example -->\n```python\n(.*?)```", README, flags=re.S).group(1)
+    (checkpoint,) = (tmp_path / "logs" / "tensorboard" / "jsa-mnist-mlp-K10-L10").glob("version_0/checkpoints/last.ckpt")
+    assert "logs/tensorboard/jsa-mnist-mlp-K10-L10/version_0/checkpoints/last.ckpt" in example
+    script = example.replace("num_samples=1000", "num_samples=4").replace("num_samples=100", "num_samples=4")
+    script += "\nassert codes.shape == (x.shape[0], 20) and 0 <= images.min() and images.max() <= 1 and (nll > 0).all()\n"
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def compose(args: list[str]) -> None:
+    """Build the model and data module of a command that cannot train here (no CIFAR-10 copy, no GPU, one process)."""
+    if args and args[0] in train.CLI_SUBCOMMANDS:
+        train.cli_main([a for a in args[1:] if not a.startswith("--trainer.")], run=False)
+        return
+    overrides = [a.split("=", 1)[0] + "=" + a.split("=", 1)[1].split(",")[0] for a in args if a != "-m" and "=" in a]
+    overrides = [o for o in overrides if not o.startswith(("trainer=", "trainer."))]
+    train.build(composed(overrides))

@@ -1,0 +1,132 @@
+"""What a new user meets first, checked without training: both front ends build the same model and data
+from the same defaults, the likelihood follows the data, integer batch limits are counts, one inference
+API for every model, evaluation binarization that does not depend on batching, plain progress lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+import train
+from callbacks import LineProgressBar
+from callbacks.hparams import settings_of
+from datamodules import MNISTDataModule
+from models import JSA, VAE, VQVAE, DiscreteVAE
+from tests.conftest import mnist_slice
+from tests.test_configs import composed
+
+PAIRS = [(model, cls, data, data_cls) for model, cls in [("jsa", "JSA"), ("vae", "VAE"), ("vqvae", "VQVAE"), ("dvae", "DiscreteVAE")]
+         for data, data_cls in [("mnist", "MNISTDataModule"), ("cifar10", "CIFAR10DataModule")]]
+
+
+@pytest.mark.parametrize("model,model_cls,data,data_cls", PAIRS)
+def test_both_front_ends_build_the_same_model_and_data(model, model_cls, data, data_cls, tmp_path):
+    """`python train.py model=M data=D` and `python train.py fit --model=C --data=E` resolve to the same
+    settings (the class signatures are the one source of defaults; the likelihood follows the data)."""
+    _, hydra_model = train.build(composed([f"model={model}", f"data={data}"]))
+    hydra_data, _ = train.build(composed([f"model={model}", f"data={data}"]))
+    cli = train.cli_main([f"--model={model_cls}", f"--data={data_cls}", f"--trainer.default_root_dir={tmp_path}"], run=False)
+    without_optimizer = lambda settings: {k: v for k, v in settings.items() if k != "optimizer"}  # Hydra: Adam(model.lr), CLI: None -> the same Adam
+    assert without_optimizer(settings_of(cli.model)) == without_optimizer(settings_of(hydra_model))
+    assert settings_of(cli.datamodule) == settings_of(hydra_data)
+    assert cli.model.hparams["likelihood"] == ("bernoulli" if data == "mnist" else "gaussian")
+
+
+def test_cli_defaults_to_jsa_on_binarized_mnist(tmp_path):
+    cli = train.cli_main([f"--trainer.default_root_dir={tmp_path}"], run=False)
+    assert type(cli.model) is JSA and type(cli.datamodule) is MNISTDataModule and cli.datamodule.binarize == "dynamic"
+    grey = train.cli_main(["--data.binarize=none", f"--trainer.default_root_dir={tmp_path}"], run=False)
+    assert grey.model.hparams["likelihood"] == "gaussian"  # follows the data
+
+
+def test_cli_integer_batch_limits_are_counts(tmp_path):
+    """`--trainer.limit_val_batches=1` is one batch (jsonargparse alone reads it as 1.0, i.e. all of them)."""
+    cli = train.cli_main(["--trainer.limit_val_batches=1", "--trainer.limit_test_batches", "1", "--trainer.limit_train_batches=0.5",
+                          f"--trainer.default_root_dir={tmp_path}"], run=False)
+    assert (cli.trainer.limit_val_batches, cli.trainer.limit_test_batches, cli.trainer.limit_train_batches) == (1, 1, 0.5)
+    assert isinstance(cli.trainer.limit_val_batches, int)
+
+
+# ---- one inference API ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [lambda: VAE(latent_dim=4), lambda: JSA(), lambda: DiscreteVAE(), lambda: VQVAE(num_categories=16, code_dim=4, hidden_channels=16)])
+def test_every_model_answers_the_same_questions(make, mnist_dir):
+    torch.manual_seed(0)
+    model = make().eval()
+    x, _ = mnist_slice(mnist_dir, 8)
+    with torch.no_grad():
+        z = model.encode(x)
+        images = [model.decode(z), model.reconstruct(x), model.sample(5)]
+        torch.manual_seed(1)
+        nll = model.nll(x, num_samples=4)
+        torch.manual_seed(1)  # the same importance samples: their log-mean-exp bounds their mean from above
+        elbo = model.elbo(x, num_samples=4)
+    if isinstance(model, VAE):
+        assert z.dtype == torch.float32 and z.shape == (8, 4)  # the posterior mean
+    else:
+        assert z.dtype == torch.long and (z >= 0).all() and (z < model.num_categories).all()  # codes
+    for image in images:  # images in [0, 1]: probabilities, not logits
+        assert image.shape[1:] == x.shape[1:] and image.min() >= 0 and image.max() <= 1
+    assert nll.shape == elbo.shape == (8,) and (nll > 0).all() and (elbo <= -nll + 1e-3).all()  # nats per image
+    torch.testing.assert_close(model.decode(z), model.reconstruct(x))
+
+
+def test_bernoulli_model_refuses_grey_pixels_outside_the_trainer(mnist_dir):
+    model = VAE(latent_dim=4)
+    grey = torch.rand(2, 1, 28, 28)
+    for method in (model.encode, model.reconstruct, model.nll, model.elbo):
+        with pytest.raises(ValueError, match="binary pixels"):
+            method(grey)
+    with pytest.raises(ValueError, match=r"shape \(B, 1, 28, 28\)"):
+        model.nll(torch.zeros(2, 3, 32, 32))
+
+
+def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mnist_dir):
+    dm = MNISTDataModule(data_dir=str(mnist_dir), batch_size=16)
+    trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)])
+    trainer.fit(VAE(latent_dim=4), datamodule=dm)
+    with pytest.raises(ValueError, match=r"written by models\.vae\.VAE, not models\.jsa\.JSA; load it with VAE"):
+        JSA.load_from_checkpoint(tmp_path / "last.ckpt")
+    assert isinstance(VAE.load_from_checkpoint(tmp_path / "last.ckpt"), VAE)
+
+
+# ---- evaluation that does not depend on how it is run ----------------------------------------------
+
+
+def test_eval_binarization_depends_on_the_image_alone(mnist_dir):
+    """Val/test images get one binary draw each, whatever the batch size or the number of (simulated) ranks."""
+    def val_images(eval_batch_size: int, ranks: int) -> torch.Tensor:
+        dm = MNISTDataModule(data_dir=str(mnist_dir), eval_batch_size=eval_batch_size)
+        dm.setup("fit")
+        loaders = []
+        for rank in range(ranks):  # what Lightning's DistributedSampler gives each rank: every ranks-th image
+            sampler = torch.utils.data.DistributedSampler(dm.val_set, num_replicas=ranks, rank=rank, shuffle=False)
+            loaders.append(torch.utils.data.DataLoader(dm.val_set, batch_size=eval_batch_size, sampler=sampler, collate_fn=lambda b: b))
+        out = torch.empty(len(dm.val_set), 1, 28, 28)
+        for loader in loaders:
+            for x, index in (dm.val_set.__getitems__(list(i for i in batch_indices)) for batch_indices in loader.batch_sampler):
+                out[index] = x
+        return out
+
+    reference = val_images(500, 1)
+    assert set(reference.unique().tolist()) == {0.0, 1.0}
+    assert torch.equal(val_images(128, 1), reference)
+    assert torch.equal(val_images(100, 2), reference)
+
+
+# ---- progress a person can read ----------------------------------------------------------------------
+
+
+def test_plain_progress_lines_with_time_left_for_the_test_stage(mnist_dir, capsys):
+    dm = MNISTDataModule(data_dir=str(mnist_dir), batch_size=32, eval_batch_size=32)
+    trainer = L.Trainer(limit_test_batches=3, logger=False, enable_model_summary=False, callbacks=[LineProgressBar(refresh_seconds=0)])
+    trainer.test(VAE(latent_dim=4, test_num_samples=2), datamodule=dm)
+    out = capsys.readouterr().out
+    assert "test: 1/3 batches" in out and "left" in out and "test done: 3/3 batches" in out and "test/nll=" in out
+    assert "\r" not in out and "\x1b[" not in out
