@@ -95,6 +95,7 @@ def tensorboard_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs
 
 
 def without_progress_bar(callbacks: list[Any], enabled: bool) -> list[Any]:
+    """The callbacks without the progress bar when the trainer's is switched off (Lightning refuses both)."""
     from lightning.pytorch.callbacks import ProgressBar
 
     return callbacks if enabled else [c for c in callbacks if not isinstance(c, ProgressBar)]
@@ -105,8 +106,8 @@ def without_progress_bar(callbacks: list[Any], enabled: bool) -> list[Any]:
 
 def register_defaults() -> None:
     """Store every registered model's and data module's constructor defaults as Hydra configs
-    `model_defaults/<Class>` and `data_defaults/<Class>`, which configs/model/*.yaml and configs/data/*.yaml
-    extend: the class signatures are the one source of defaults, `--cfg job` shows them, and
+    `model_defaults/<Class>` and `data_defaults/<Class>` (and lightning.Trainer's as `trainer_defaults/Trainer`),
+    which configs/model/*.yaml, configs/data/*.yaml and configs/trainer/default.yaml extend: the class signatures are the one source of defaults, `--cfg job` shows them, and
     `model.NAME=VALUE` needs no `+`."""
     from hydra.core.config_store import ConfigStore
 
@@ -122,6 +123,12 @@ def register_defaults() -> None:
             cls = getattr(package, name)
             if isinstance(cls, type) and issubclass(cls, base):
                 store.store(group=group, name=name, node={k: v for k, v in constructor_defaults(cls).items() if k not in skip})
+    # Every lightning.Trainer argument, so that trainer.NAME=VALUE works for all of them (logger and callbacks
+    # come from their own config groups).
+    from lightning import Trainer
+
+    trainer_settings = {k: v for k, v in constructor_defaults(Trainer).items() if k not in ("logger", "callbacks", "plugins")}
+    store.store(group="trainer_defaults", name="Trainer", node=trainer_settings)
 
 
 def model_settings(cfg: Any) -> dict[str, Any]:
@@ -154,12 +161,14 @@ def run_name(cfg: Any, run_tag: str) -> str:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from hydra.utils import get_class
+
     name = f"{cfg.run_name}-{run_tag}" if run_tag else cfg.run_name
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        shown = run_tag.split("-")
+        shown = {f"model.{key}" for key in get_class(cfg.model._target_).run_tag_keys}  # already in the tag
+        swept = swept_keys()
         for key, value in command_line_overrides().items():
-            swept = key in swept_keys()
-            if swept and key.startswith(("model.", "data.")) and not any(part.endswith(value) for part in shown):
+            if key in swept and key not in shown and (key.startswith(("model.", "data.")) or key == "seed"):
                 name += f"-{key.rsplit('.', 1)[-1]}{value}"
     return name
 
@@ -178,12 +187,13 @@ def swept_keys() -> set[str]:
 
 
 def build(cfg: Any) -> tuple[Any, Any]:
-    """The data module and the model of a composed config; the model's likelihood follows the data unless set."""
+    """The data module and the model of a composed config; the model's likelihood and backbone follow the data unless set."""
     from hydra.utils import instantiate
 
     datamodule = instantiate(cfg.data, _convert_="all")
     settings = model_settings(cfg)
     settings["likelihood"] = settings.get("likelihood") or datamodule.likelihood
+    settings["backbone"] = settings.get("backbone") or datamodule.backbone
     optimizer = instantiate(cfg.optimizer) if cfg.get("optimizer") else None
     model = instantiate(settings, data_shape=list(datamodule.image_shape), optimizer=optimizer, _convert_="all")
     return datamodule, model
@@ -202,7 +212,7 @@ def run(cfg: Any) -> dict[str, float]:
         logger_settings = {k: v for k, v in cfg.logger.items() if k not in ("_target_", "save_dir", "name")}
         logger = tensorboard_logger(cfg.logger.save_dir, run_name(cfg, model.run_tag), ckpt_path, **logger_settings)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    callbacks = without_progress_bar(callbacks, cfg.trainer.get("enable_progress_bar", True))
+    callbacks = without_progress_bar(callbacks, cfg.trainer.get("enable_progress_bar") is not False)  # None: on
     trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, _convert_="all")
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     if cfg.get("run_test"):
@@ -233,6 +243,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
     """LightningCLI on the same classes, with the same defaults as the Hydra configs (JSA on MNIST, the
     likelihood that suits the data, the same callbacks) and runs named like Hydra's."""
     from lightning.pytorch.callbacks import ModelCheckpoint
+    from hydra.utils import get_class
     from lightning.pytorch.cli import LightningCLI
 
     import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
@@ -242,13 +253,14 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
     from models import LatentVariableModel
 
     raw_args = list(sys.argv[1:] if args is None else args)
+    subcommand = raw_args[0] if raw_args and raw_args[0] in CLI_SUBCOMMANDS else None
     # JSA on MNIST unless told otherwise, as in the Hydra front end. Given as arguments, not as parser
     # defaults: jsonargparse would carry a default class's settings over to another class the user picks.
     defaults = [f"--{key}={value}" for key, value in (("model", "JSA"), ("data", "MNISTDataModule"))
                 if not any(a == f"--{key}" or a.startswith(f"--{key}=") for a in raw_args)]
-    if not any(a.startswith("--config") or a in ("-h", "--help") for a in raw_args):
-        subcommand = [raw_args.pop(0)] if raw_args and raw_args[0] in CLI_SUBCOMMANDS else []
-        raw_args = subcommand + defaults + raw_args
+    if not any(a in ("-c", "--config", "-h", "--help") or a.startswith(("--config=", "-c=")) for a in raw_args):
+        first = [raw_args.pop(0)] if subcommand else []
+        raw_args = first + defaults + raw_args
         if args is None:  # from the command line: LightningCLI reads sys.argv (given both, it warns)
             sys.argv[1:] = raw_args
         else:
@@ -260,7 +272,10 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
             parser.link_arguments("data.image_shape", "model.init_args.data_shape", apply_on="instantiate")
             # Same checkpointing as configs/callbacks/default.yaml: last + best on val/nll.
             parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-            parser.set_defaults({"checkpoint.monitor": "val/nll", "checkpoint.mode": "min", "checkpoint.save_last": True})
+            parser.set_defaults({"checkpoint.monitor": "val/nll", "checkpoint.mode": "min", "checkpoint.save_last": True,
+                                 "checkpoint.save_top_k": 1, "checkpoint.filename": "epoch{epoch:03d}-step{step:06d}",
+                                 "checkpoint.auto_insert_metric_name": False})
+            parser.set_defaults({"trainer.devices": 1})  # as configs/trainer/default.yaml
             # The other default callbacks, as parser defaults: shown by --print_config, replaceable with
             # --trainer.callbacks=..., extended with --trainer.callbacks+=...
             parser.set_defaults({"trainer.max_epochs": 10})  # as configs/trainer/default.yaml
@@ -270,22 +285,37 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
             config = self.config[self.subcommand] if self.subcommand else self.config
             # The training order and binarization follow --seed_everything (as data.seed follows seed in Hydra).
             seed = config.get("seed_everything")
-            if _option_value(raw_args, "--data.seed") is None and isinstance(seed, int) and not isinstance(seed, bool):
-                config.data.init_args.seed = seed
+            if isinstance(seed, int) and not isinstance(seed, bool):
+                if not _given(raw_args, "data", "seed"):
+                    config.data.init_args.seed = seed
+                if not _given(raw_args, "model", "test_seed"):
+                    config.model.init_args.test_seed = seed
+            # A checkpoint's hyperparameters (test/validate --ckpt_path) are merged over the command line by
+            # LightningCLI: an option the user gives wins over them, as without a checkpoint.
+            if self.subcommand and config.get("ckpt_path"):
+                given = [a for a in raw_args if a.startswith("--model.") and "=" in a]
+                if given:
+                    fresh = self.parser.parse_args([a for a in raw_args if not a.startswith("--ckpt_path")])[self.subcommand]
+                    for arg in given:
+                        key = arg.split("=", 1)[0].removeprefix("--model.").removeprefix("init_args.")
+                        config.model.init_args[key] = fresh.model.init_args[key]
+                        if key in (config.model.get("dict_kwargs") or {}):
+                            del config.model.dict_kwargs[key]
+            for key, value in _integer_batch_limits(raw_args).items():
+                config.trainer[key] = value
             if config.model.init_args.get("likelihood") is None:  # follows the data, as in the Hydra front end
                 config.model.init_args.likelihood = ImageDataModule.likelihood_for(config.data.init_args.binarize)
+            if config.model.init_args.get("backbone") is None:
+                config.model.init_args.backbone = get_class(config.data.class_path).backbone
 
         def instantiate_trainer(self, **kwargs: Any) -> Any:
             trainer_config = self._get(self.config_init, "trainer", default={})
-            # jsonargparse reads `--trainer.limit_val_batches=1` as 1.0 (all batches): an integer given is a count.
-            for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"):
-                given = _option_value(raw_args, f"--trainer.{key}")
-                if given is not None and given.isdigit():
-                    trainer_config[key] = int(given)
+            for key, value in _integer_batch_limits(raw_args).items():
+                trainer_config[key] = value
             if trainer_config.get("logger") in (None, True):  # the default: a TensorBoard run named like Hydra's
                 name = f"{self.model.config_name}-{self.datamodule.config_name}-{self.model.run_tag}"
                 kwargs["logger"] = tensorboard_logger("logs/tensorboard", name, self._get(self.config, "ckpt_path"))
-            if not trainer_config.get("enable_progress_bar", True):
+            if trainer_config.get("enable_progress_bar") is False:
                 trainer_config["callbacks"] = without_progress_bar(trainer_config.get("callbacks") or [], False)
             return super().instantiate_trainer(**kwargs)
 
@@ -297,9 +327,25 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
             subclass_mode_data=True,
             args=args,
             run=run,
-            save_config_kwargs={"overwrite": True},
+            # fit writes config.yaml into the run; test/validate into the same run, under their own name
+            save_config_kwargs={"overwrite": True, "config_filename": "config.yaml" if subcommand in ("fit", None) else f"config_{subcommand}.yaml"},
             seed_everything_default=0,  # as seed: 0 in configs/train.yaml
         )
+
+
+def _given(args: list[str], group: str, key: str) -> bool:
+    """Whether the command line sets `key` of `group` (--group.key or --group.init_args.key)."""
+    return any(_option_value(args, f"--{group}.{prefix}{key}") is not None for prefix in ("", "init_args."))
+
+
+def _integer_batch_limits(args: list[str]) -> dict[str, int]:
+    """jsonargparse reads `--trainer.limit_val_batches=1` as 1.0 (all batches): an integer given is a count."""
+    limits = {}
+    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"):
+        value = _option_value(args, f"--trainer.{key}")
+        if value is not None and value.isdigit():
+            limits[key] = int(value)
+    return limits
 
 
 def _option_value(args: list[str], option: str) -> str | None:

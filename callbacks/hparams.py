@@ -31,7 +31,7 @@ def constructor_defaults(cls: type) -> dict[str, Any]:
             continue
         parameters = inspect.signature(vars(klass)["__init__"]).parameters.values()
         for p in parameters:
-            if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("self", *defaults) and p.default is not p.empty:
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in ("self", *defaults) and p.default is not p.empty:
                 defaults[p.name] = list(p.default) if isinstance(p.default, tuple) else p.default
         if not any(p.kind is p.VAR_KEYWORD for p in parameters):
             break

@@ -80,6 +80,12 @@ class InMemoryImageDataset(Dataset[Batch]):
 _MASK32 = 0xFFFFFFFF
 
 
+def _mul32(h: Tensor, constant: int) -> Tensor:
+    """(h * constant) mod 2^32 for h < 2^32, in 16-bit halves so that no int64 product overflows."""
+    low, high = constant & 0xFFFF, constant >> 16
+    return (h * low + (((h * high) & 0xFFFF) << 16)) & _MASK32
+
+
 def pixel_uniforms(index: Tensor, image_shape: torch.Size, seed: int, epoch: int = 0) -> Tensor:
     """Uniforms in [0, 1), (B, *image_shape), each a function of (seed, epoch, index[b], pixel) alone.
 
@@ -90,9 +96,9 @@ def pixel_uniforms(index: Tensor, image_shape: torch.Size, seed: int, epoch: int
     key = (seed * 0x9E3779B9 + epoch * 0x85EBCA6B) & _MASK32
     h = ((index.unsqueeze(1) * num_pixels + torch.arange(num_pixels)) ^ key) & _MASK32
     h = h ^ (h >> 16)
-    h = (h * 0x7FEB352D) & _MASK32
+    h = _mul32(h, 0x7FEB352D)
     h = h ^ (h >> 15)
-    h = (h * 0x846CA68B) & _MASK32
+    h = _mul32(h, 0x846CA68B)
     h = h ^ (h >> 16)
     return (h.double() / 2.0**32).float().clamp_max(1 - 2**-24).view(-1, *image_shape)
 
@@ -139,8 +145,9 @@ class ImageDataModule(L.LightningDataModule):
                 back to env ``DATA_DIR``, then ``./data``.
             batch_size: Training batch size.
             num_workers: DataLoader worker processes (each builds whole batches).
-            binarize: ``"none"`` (grey values in [0, 1]), ``"dynamic"`` (fresh
-                Bernoulli sample per batch) or ``"static"`` (threshold 0.5).
+            binarize: ``"none"`` (grey values in [0, 1]), ``"dynamic"`` (a Bernoulli
+                draw per image and epoch; one fixed draw per val/test image) or
+                ``"static"`` (threshold 0.5).
             val_size: Examples moved from the training file to the val split.
             split_seed: Seed of the train/val permutation.
             download: Let ``prepare_data`` download missing files.
@@ -170,6 +177,11 @@ class ImageDataModule(L.LightningDataModule):
         self.val_set: InMemoryImageDataset | None = None
         self.test_set: InMemoryImageDataset | None = None
 
+    #: The data set's name in run names (configs/data/<name>.yaml for the collection's own).
+    config_name: ClassVar[str] = "data"
+    #: The backbone that suits these images; a model whose `backbone` is left out gets it (None: the model's own).
+    backbone: ClassVar[str | None] = None
+
     @property
     def likelihood(self) -> str:
         """The likelihood that suits these images; a model whose `likelihood` is left out gets this one."""
@@ -177,8 +189,9 @@ class ImageDataModule(L.LightningDataModule):
 
     @staticmethod
     def likelihood_for(binarize: Binarize) -> str:
-        """`bernoulli` for binarized pixels, `gaussian` (on dequantized 8-bit values) for grey or colour ones."""
-        return "gaussian" if binarize == "none" else "bernoulli"
+        """`bernoulli` for binarized pixels; for 8-bit grey or colour ones the discretized logistic mixture,
+        whose probabilities of the 256 levels give exact bits/dim (models/components/likelihoods.py)."""
+        return "discretized_logistic" if binarize == "none" else "bernoulli"
 
     @property
     def num_train_examples(self) -> int:

@@ -13,6 +13,7 @@ class CIFAR10DataModule(ImageDataModule):
     """CIFAR-10 from ``<data_dir>/cifar-10-batches-py`` (torchvision's layout); see :class:`ImageDataModule`."""
 
     config_name = "cifar10"  # as in configs/data/ and the run names
+    backbone = "conv"  # colour images want the convolutional networks (the VQ-VAE paper's)
     image_shape = (3, 32, 32)
     train_file_size = 50000
     test_file_size = 10000

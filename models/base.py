@@ -12,6 +12,7 @@ Tags: `train/loss` and `train/<term>` for the other terms `training_loss` return
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, ClassVar, Iterable, Sequence
 
@@ -22,11 +23,28 @@ from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
 from callbacks.random_state import RandomStateCheckpoint
-from models.components.likelihoods import LikelihoodName, bits_per_dim, build_likelihood
+from models.components.likelihoods import LikelihoodName, SigmaShape, bits_per_dim, build_likelihood
 from samplers.importance import importance_log_likelihood
 from samplers.sgmcmc import SGMCMC
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
+
+
+def inference(method: Callable) -> Callable:
+    """For the inference methods (encode, decode, ...): no gradient, and the model in evaluation mode while
+    they run (so that a VQ-VAE's codebook statistics do not move), restored afterwards."""
+
+    @functools.wraps(method)
+    def wrapped(self: "LatentVariableModel", *args: Any, **kwargs: Any) -> Any:
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                return method(self, *args, **kwargs)
+        finally:
+            self.train(was_training)
+
+    return wrapped
 Batch = tuple[Tensor, Tensor]  # (images in [0, 1], their indices in the split)
 
 
@@ -35,11 +53,13 @@ class LatentVariableModel(L.LightningModule):
 
     Args:
         data_shape: (C, H, W) of the images.
-        likelihood: `bernoulli` (binarized data) or `gaussian` (continuous data, dequantized); None: the one
-            that suits the data, which both front ends of train.py take from the data module (`bernoulli`
-            when the model is built without one).
+        likelihood: `bernoulli` (binarized data), `discretized_logistic` or `categorical` (8-bit data, exact
+            bits/dim), `gaussian` (dequantized data); None: the one that suits the data, which both front
+            ends of train.py take from the data module (`bernoulli` when the model is built without one).
         sigma: standard deviation of the gaussian likelihood (its initial value if learned).
-        learn_sigma: learn a scalar sigma of the gaussian likelihood.
+        learn_sigma: learn the sigma of the gaussian likelihood.
+        sigma_shape: one sigma per `image`, per `channel` or per `pixel` (gaussian).
+        num_mixtures: logistics per channel and pixel of the discretized_logistic likelihood.
         lr: Adam learning rate (when `optimizer` is left out).
         optimizer: builds the optimizer from the parameters, e.g. `functools.partial(SGLD, lr=1e-7)`
             (Hydra: `optimizer=sgld`; CLI: `--model.optimizer=samplers.SGLD`); None: Adam(lr). An
@@ -57,6 +77,7 @@ class LatentVariableModel(L.LightningModule):
     has_discrete_latent: ClassVar[bool] = False
     config_name: str = "model"  # the model's name in configs/model/ and in run names
     run_tag: str = ""  # key settings in the run's name (logs/tensorboard/<model>-<data>-<run_tag>)
+    run_tag_keys: ClassVar[tuple[str, ...]] = ()  # the settings run_tag shows (a multirun names the others it sweeps)
 
     def __init__(
         self,
@@ -64,6 +85,8 @@ class LatentVariableModel(L.LightningModule):
         likelihood: LikelihoodName | None = None,
         sigma: float = 0.1,
         learn_sigma: bool = False,
+        sigma_shape: SigmaShape = "image",
+        num_mixtures: int = 5,
         lr: float = 1e-3,
         optimizer: OptimizerFactory | None = None,
         val_num_samples: int = 100,
@@ -74,7 +97,10 @@ class LatentVariableModel(L.LightningModule):
         super().__init__()
         self.data_shape = tuple(int(d) for d in data_shape)
         self.num_dims = math.prod(self.data_shape)
-        self.likelihood = build_likelihood(likelihood or "bernoulli", sigma=sigma, learn_sigma=learn_sigma)
+        self.likelihood = build_likelihood(likelihood or "bernoulli", sigma=sigma, learn_sigma=learn_sigma,
+                                           sigma_shape=sigma_shape, num_mixtures=num_mixtures, data_shape=self.data_shape)
+        # The decoder emits this many maps: the likelihood's parameters for every channel of the image.
+        self.output_channels = self.data_shape[0] * self.likelihood.params_per_channel
         self.lr = lr
         self.optimizer_factory = optimizer
         self.eval_num_samples = {"val": val_num_samples, "test": test_num_samples}
@@ -119,26 +145,31 @@ class LatentVariableModel(L.LightningModule):
         """Decoder output (likelihood parameters) for `num_samples` latents drawn from the prior."""
         raise NotImplementedError
 
-    # ---- inference: the same questions, names and units for every model -------------
+    # ---- inference: the same questions, names and units for every model (no gradient) --
+    @inference
     def decode(self, z: Tensor) -> Tensor:
         """Images in [0, 1] (the likelihood's mean: probabilities or means) for latents z."""
         return self.likelihood.mean(self.decoder_output(z))
 
+    @inference
     def reconstruct(self, x: Tensor) -> Tensor:
         """Reconstructions of images x, in [0, 1]: decoded at the posterior's mean or mode."""
         self.check_images(x)
         return self.likelihood.mean(self.decode_posterior_mode(self.posterior(x)))
 
+    @inference
     def sample(self, num_samples: int) -> Tensor:
         """`num_samples` images in [0, 1] from the model: the likelihood's mean for prior latents."""
         return self.likelihood.mean(self.sample_prior(num_samples))
 
+    @inference
     def nll(self, x: Tensor, num_samples: int | None = None) -> Tensor:
         """-log p(x) per image in nats, importance-sampled with `num_samples` (default `test_num_samples`);
         for the VQ-VAE the uniform-prior upper bound."""
         self.check_images(x)
         return self.importance_estimate(self.likelihood.prepare(x), None, num_samples or self.eval_num_samples["test"])[0]
 
+    @inference
     def elbo(self, x: Tensor, num_samples: int | None = None) -> Tensor:
         """The ELBO per image in nats, averaged over `num_samples` draws from q (default `test_num_samples`);
         for the VQ-VAE, its point-mass posterior's ELBO under the uniform prior, -(the bound)."""
@@ -168,8 +199,8 @@ class LatentVariableModel(L.LightningModule):
             )
         if self.likelihood.requires_binary_data and getattr(datamodule, "binarize", "none") == "none":
             raise ValueError(
-                "the bernoulli likelihood needs binary pixels, but data.binarize='none'; "
-                "use data.binarize=dynamic (or static), or model.likelihood=gaussian for continuous images"
+                "the bernoulli likelihood needs binary pixels, but data.binarize='none'; use data.binarize=dynamic "
+                "(or static; LightningCLI: --data.binarize=dynamic), or leave model.likelihood out: it then follows the data"
             )
 
     # ---- one step for training, one for validation and test ---------------------------
@@ -239,7 +270,12 @@ class LatentVariableModel(L.LightningModule):
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> "LatentVariableModel":
         """Lightning's loader, after checking that the checkpoint was written by this class (before the
         class is built from the checkpoint's hyperparameters, which would fail on another class's)."""
-        found = torch.load(checkpoint_path, map_location="cpu", weights_only=False).get("model_class")
+        from lightning.fabric.utilities.cloud_io import _load  # Lightning's loader: paths, URLs and streams
+
+        # The collection's checkpoints hold plain types only, so this read needs no unpickling of code.
+        found = _load(checkpoint_path, map_location="cpu", weights_only=True).get("model_class")
+        if hasattr(checkpoint_path, "seek"):
+            checkpoint_path.seek(0)
         _check_model_class(found, cls)
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 

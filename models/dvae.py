@@ -97,6 +97,8 @@ class DiscreteVAE(CategoricalLatentModel):
         self.register_buffer("baseline_mean", torch.zeros(()))  # running mean of f (in checkpoints)
 
     # ---- the two estimators: each returns (loss to back-propagate, per-example ELBO estimate) ----
+    run_tag_keys = ("backbone", "num_categories", "estimator", "control_variate", "temperature_min")
+
     @property
     def config_name(self) -> str:
         """As in configs/model/ and the run names."""

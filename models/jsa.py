@@ -78,6 +78,7 @@ class JSA(CategoricalLatentModel):
         self._ddp_params_and_buffers_to_ignore = ["cache.codes", "class_used"]
 
     config_name = "jsa"  # as in configs/model/ and the run names
+    run_tag_keys = ("backbone", "num_categories", "mis_steps")
 
     @property
     def run_tag(self) -> str:

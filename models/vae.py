@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from models.components.backbones import BackboneName, build_backbone
-from models.base import LatentVariableModel
+from models.base import LatentVariableModel, inference
 
 _LOG_2PI = math.log(2 * math.pi)
 
@@ -33,18 +33,20 @@ class VAE(LatentVariableModel):
     """Gaussian-latent VAE on the shared backbones.
 
     Args:
-        backbone: `mlp` (flat latent of `latent_dim`) or `conv` (a grid of `latent_dim`-channel latents).
+        backbone: `mlp` (flat latent of `latent_dim`) or `conv` (a grid of `latent_dim`-channel latents); None:
+            the one that suits the data (train.py takes it from the data module: conv for CIFAR-10), else mlp.
         latent_dim: latent size (channels per grid position for `conv`).
         hidden_channels: width of the conv backbone.
         **kwargs: the shared arguments of `LatentVariableModel` (likelihood, lr, evaluation).
     """
 
     config_name = "vae"  # as in configs/model/ and the run names
+    run_tag_keys = ("backbone", "latent_dim")
 
     def __init__(
         self,
         data_shape: Sequence[int] = (1, 28, 28),
-        backbone: BackboneName = "mlp",
+        backbone: BackboneName | None = None,
         latent_dim: int = 32,
         hidden_channels: int = 64,
         **kwargs: Any,
@@ -53,8 +55,9 @@ class VAE(LatentVariableModel):
         self.save_hyperparameters(ignore=["optimizer"])  # a callable; the HPARAMS tab names its class (callbacks/hparams.py)
         if latent_dim < 1:
             raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")
+        backbone = backbone or "mlp"
         self.encoder, self.decoder, self.grid = build_backbone(
-            backbone, self.data_shape, 2 * latent_dim, latent_dim, hidden_channels
+            backbone, self.data_shape, 2 * latent_dim, latent_dim, hidden_channels, output_channels=self.output_channels
         )
         self.latent_shape = (latent_dim, *self.grid)
         self.backbone, self.latent_dim = backbone, latent_dim
@@ -69,6 +72,7 @@ class VAE(LatentVariableModel):
         mean, log_var = self.encoder(x).chunk(2, dim=1)
         return mean, log_var
 
+    @inference
     def encode(self, x: Tensor) -> Tensor:
         """The posterior mean of z, (B, *latent_shape)."""
         self.check_images(x)

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, Sequence
 import torch
 from torch import Tensor
 
-from models.base import LatentVariableModel
+from models.base import LatentVariableModel, inference
 from models.components.backbones import BackboneName, build_backbone, latent_grid
 from models.components.code_usage import CodeUsage
 from models.components.quantizer import QuantizerOutput, VectorQuantizer
@@ -44,7 +44,7 @@ class VQVAE(LatentVariableModel):
 
     Args:
         backbone: `conv` (the paper's encoder/decoder; one code per cell of the 7x7 / 8x8 grid)
-            or `mlp` (a flat latent of `num_latents` codes).
+            or `mlp` (a flat latent of `num_latents` codes); None: the one that suits the data, else conv.
         num_categories: K, the number of codes (the codebook size).
         code_dim: D, dimension of a code vector.
         num_latents: codes per image for `mlp` (default 20); for `conv` the grid (leave it out).
@@ -62,12 +62,13 @@ class VQVAE(LatentVariableModel):
     """
 
     config_name = "vqvae"  # as in configs/model/ and the run names
+    run_tag_keys = ("backbone", "num_categories")
     has_discrete_latent = True
 
     def __init__(
         self,
         data_shape: Sequence[int] = (1, 28, 28),
-        backbone: BackboneName = "conv",
+        backbone: BackboneName | None = None,
         num_categories: int = 512,
         code_dim: int = 64,
         num_latents: int | None = None,
@@ -80,16 +81,18 @@ class VQVAE(LatentVariableModel):
         **kwargs: Any,
     ) -> None:
         super().__init__(data_shape=data_shape, **kwargs)
+        backbone_name = backbone or "conv"  # (the hyperparameters record what was given: None = the default)
         self.save_hyperparameters(ignore=["optimizer"])  # a callable; the HPARAMS tab names its class (callbacks/hparams.py)
         if num_categories < 2:
             raise ValueError(f"num_categories (K, the number of codes) must be >= 2, got {num_categories}")
-        self.grid = latent_grid(backbone, self.data_shape)
+        self.grid = latent_grid(backbone_name, self.data_shape)
         if self.grid and num_latents not in (None, math.prod(self.grid)):
             raise ValueError(f"with the conv backbone the codes are the {self.grid} grid; leave num_latents out (got {num_latents})")
         self.num_latents = math.prod(self.grid) if self.grid else (num_latents or 20)
-        self.backbone, self.num_categories, self.code_dim = backbone, num_categories, code_dim
+        self.backbone, self.num_categories, self.code_dim = backbone_name, num_categories, code_dim
         channels = code_dim if self.grid else self.num_latents * code_dim
-        self.encoder, self.decoder, _ = build_backbone(backbone, self.data_shape, channels, channels, hidden_channels)
+        self.encoder, self.decoder, _ = build_backbone(backbone_name, self.data_shape, channels, channels, hidden_channels,
+                                                       output_channels=self.output_channels)
         self.quantizer = VectorQuantizer(num_categories, code_dim, beta, ema, decay, dead_code_threshold=dead_code_threshold, kmeans_init=kmeans_init)
         # Spatial z_e is (B, D, H', W'): channels first; flat z_e is (B, V, D): channels last.
         self.channel_dim = 1 if self.grid else -1
@@ -106,6 +109,7 @@ class VQVAE(LatentVariableModel):
     def quantize(self, x: Tensor) -> QuantizerOutput:
         return self.quantizer(self.encoder_output(x), channel_dim=self.channel_dim)
 
+    @inference
     def encode(self, x: Tensor) -> Tensor:
         """The code indices of x: (B, H', W') for conv, (B, V) for mlp."""
         self.check_images(x)

@@ -3,6 +3,7 @@ model trains on CIFAR-10-format data through the same `run()` that train.py uses
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import hydra
@@ -13,7 +14,7 @@ from hydra.utils import instantiate
 
 import train
 from callbacks.hparams import constructor_defaults
-from models.components.likelihoods import BernoulliLikelihood, GaussianLikelihood
+from models.components.likelihoods import BernoulliLikelihood, DiscretizedLogisticLikelihood
 
 MODELS = sorted(p.stem for p in (train.CONFIG_DIR / "model").glob("*.yaml"))
 DATA = sorted(p.stem for p in (train.CONFIG_DIR / "data").glob("*.yaml"))
@@ -57,7 +58,7 @@ def test_every_model_builds_for_every_data_set(model, data, backbone):
     cfg = composed([f"model={model}", f"data={data}", f"model.backbone={backbone}"])
     datamodule, net = train.build(cfg)
     assert net.data_shape == datamodule.image_shape
-    expected = BernoulliLikelihood if data == "mnist" else GaussianLikelihood
+    expected = BernoulliLikelihood if data == "mnist" else DiscretizedLogisticLikelihood
     assert isinstance(net.likelihood, expected)
     assert train.run_name(cfg, net.run_tag).startswith(f"{model}-{data}-{backbone}-")
 
@@ -112,3 +113,30 @@ def test_hydra_and_cli_switch_on_the_same_callbacks():
 
     hydra_callbacks = [instantiate(c) for c in composed([]).callbacks.values()]
     assert [type(c) for c in hydra_callbacks if not isinstance(c, ModelCheckpoint)] == [type(c) for c in default_callbacks()]
+
+
+def test_cifar10_vqvae_paper_experiment_builds_the_paper_setting():
+    """experiment=cifar10_vqvae_paper: conv networks with 256 hidden units, K=512, Adam 2e-4, batch 128, 250k steps."""
+    for model in ("vqvae", "vae", "jsa"):
+        cfg = composed(["experiment=cifar10_vqvae_paper", f"model={model}"])
+        assert cfg.data._target_ == "datamodules.CIFAR10DataModule" and cfg.data.batch_size == 128
+        assert cfg.trainer.max_steps == 250_000 and cfg.run_test
+        datamodule, net = train.build(cfg)
+        assert net.backbone == "conv" and net.hparams.hidden_channels == 256 and net.lr == 2e-4
+        assert type(net.likelihood).__name__ == "DiscretizedLogisticLikelihood"
+        if model != "vae":
+            assert net.num_categories == 512 and net.num_latents == 64  # the 8x8 grid
+    assert composed(["experiment=cifar10_vqvae_paper"]).hydra.sweeper.params == {"model": "vqvae,vae,jsa"}
+
+
+@pytest.mark.parametrize("model", ["vqvae", "vae", "jsa"])
+def test_cifar10_vqvae_paper_experiment_runs_tiny_on_cpu(model, cifar10_dir, tmp_path):
+    cfg = composed([
+        "experiment=cifar10_vqvae_paper", f"model={model}", "model.hidden_channels=8", "discrete_latent.num_categories=16",
+        "discrete_latent.code_dim=4", f"data.data_dir={cifar10_dir}", "data._target_=tests.conftest.TinyCIFAR10DataModule",
+        "data.val_size=20", "data.batch_size=8", "trainer.max_steps=2", "trainer.accelerator=cpu", "trainer.check_val_every_n_epoch=1",
+        "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "model.val_num_samples=2",
+        "model.test_num_samples=2", "trainer.enable_progress_bar=false", f"log_dir={tmp_path}",
+    ])
+    metrics = train.run(cfg)
+    assert 0 < metrics["test/bpd"] < 20 and math.isfinite(metrics["test/nll"])  # exact bits/dim of 8-bit data

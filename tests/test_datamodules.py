@@ -45,7 +45,8 @@ def test_sizes_known_before_setup() -> None:
     assert (cifar.num_train_examples, cifar.num_val_examples, cifar.num_test_examples) == (45000, 5000, 10000)
     assert dm.eval_batch_size == dm.batch_size == 128
     assert dm.hparams["binarize"] == dm.binarize == "dynamic" and cifar.binarize == "none"  # the usual benchmarks
-    assert (dm.likelihood, cifar.likelihood) == ("bernoulli", "gaussian")
+    assert (dm.likelihood, cifar.likelihood) == ("bernoulli", "discretized_logistic")
+    assert (dm.backbone, cifar.backbone) == (None, "conv")  # CIFAR-10 asks for the conv networks; MNIST leaves the model its own
 
 
 def test_data_dir_falls_back_to_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -31,7 +31,8 @@ HYDRA_FAST = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.l
               "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=16", "trainer.num_sanity_val_steps=0"]
 CLI_FAST = ["--trainer.max_steps=2", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
             "--trainer.limit_test_batches=1", "--data.batch_size=16", "--trainer.num_sanity_val_steps=0"]
-BENCHMARK_FAST = {"benchmarks.mis_speed": ["--batch-size", "8", "--mis-steps", "1"], "benchmarks.ddp_cache_gather": ["--steps", "12", "--batch-size", "8"]}
+BENCHMARK_FAST = {"benchmarks.grey_mnist": ["--steps", "2", "--val-every", "1", "--test-batches", "1", "--test-samples", "2"],
+                  "benchmarks.mis_speed": ["--batch-size", "8", "--mis-steps", "1"], "benchmarks.ddp_cache_gather": ["--steps", "12", "--batch-size", "8"]}
 
 
 def documented_commands() -> list[str]:

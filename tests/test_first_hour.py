@@ -19,7 +19,7 @@ from models import JSA, VAE, VQVAE, DiscreteVAE
 from tests.conftest import mnist_slice
 from tests.test_configs import composed
 
-PAIRS = [(model, cls, data, data_cls) for model, cls in [("jsa", "JSA"), ("vae", "VAE"), ("vqvae", "VQVAE"), ("dvae", "DiscreteVAE")]
+PAIRS = [(model, cls, data, data_cls) for model, cls in [("jsa", "JSA"), ("vae", "VAE"), ("vqvae", "VQVAE"), ("dvae", "DiscreteVAE"), ("dvae_gumbel", "DiscreteVAE --model.estimator=gumbel")]
          for data, data_cls in [("mnist", "MNISTDataModule"), ("cifar10", "CIFAR10DataModule")]]
 
 
@@ -29,18 +29,24 @@ def test_both_front_ends_build_the_same_model_and_data(model, model_cls, data, d
     settings (the class signatures are the one source of defaults; the likelihood follows the data)."""
     _, hydra_model = train.build(composed([f"model={model}", f"data={data}"]))
     hydra_data, _ = train.build(composed([f"model={model}", f"data={data}"]))
-    cli = train.cli_main([f"--model={model_cls}", f"--data={data_cls}", f"--trainer.default_root_dir={tmp_path}"], run=False)
+    cli = train.cli_main([*f"--model={model_cls}".split(" "), f"--data={data_cls}", f"--trainer.default_root_dir={tmp_path}"], run=False)
     without_optimizer = lambda settings: {k: v for k, v in settings.items() if k != "optimizer"}  # Hydra: Adam(model.lr), CLI: None -> the same Adam
     assert without_optimizer(settings_of(cli.model)) == without_optimizer(settings_of(hydra_model))
     assert settings_of(cli.datamodule) == settings_of(hydra_data)
-    assert cli.model.hparams["likelihood"] == ("bernoulli" if data == "mnist" else "gaussian")
+    assert cli.model.hparams["likelihood"] == ("bernoulli" if data == "mnist" else "discretized_logistic")
+    if data == "cifar10":  # colour images get the conv networks in both front ends, unless told otherwise
+        assert cli.model.backbone == hydra_model.backbone == "conv"
 
 
 def test_cli_defaults_to_jsa_on_binarized_mnist(tmp_path):
     cli = train.cli_main([f"--trainer.default_root_dir={tmp_path}"], run=False)
     assert type(cli.model) is JSA and type(cli.datamodule) is MNISTDataModule and cli.datamodule.binarize == "dynamic"
+    # Off a terminal (as here), plain progress lines, not Lightning's default bar.
+    assert any(isinstance(c, LineProgressBar) for c in cli.trainer.callbacks)
+    seeded = train.cli_main(["--seed_everything=7", f"--trainer.default_root_dir={tmp_path}"], run=False)
+    assert seeded.datamodule.seed == seeded.model.test_seed == 7  # as seed=7 in Hydra
     grey = train.cli_main(["--data.binarize=none", f"--trainer.default_root_dir={tmp_path}"], run=False)
-    assert grey.model.hparams["likelihood"] == "gaussian"  # follows the data
+    assert grey.model.hparams["likelihood"] == "discretized_logistic"  # follows the data: 8-bit grey pixels
 
 
 def test_cli_integer_batch_limits_are_counts(tmp_path):
@@ -76,6 +82,17 @@ def test_every_model_answers_the_same_questions(make, mnist_dir):
     torch.testing.assert_close(model.decode(z), model.reconstruct(x))
 
 
+def test_inference_leaves_the_model_as_it_was(mnist_dir):
+    """No gradient, and a VQ-VAE's codebook statistics do not move when its inference methods run in training mode."""
+    model = VQVAE(num_categories=16, code_dim=4, hidden_channels=16).train()
+    x, _ = mnist_slice(mnist_dir, 8)
+    before = {k: v.clone() for k, v in model.quantizer.state_dict().items()}
+    model.encode(x), model.reconstruct(x)
+    nll = model.nll(x)
+    assert model.training and not nll.requires_grad
+    assert all(torch.equal(before[k], v) for k, v in model.quantizer.state_dict().items())
+
+
 def test_bernoulli_model_refuses_grey_pixels_outside_the_trainer(mnist_dir):
     model = VAE(latent_dim=4)
     grey = torch.rand(2, 1, 28, 28)
@@ -90,10 +107,17 @@ def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mn
     dm = MNISTDataModule(data_dir=str(mnist_dir), batch_size=16)
     trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)])
-    trainer.fit(VAE(latent_dim=4), datamodule=dm)
+    trainer.fit(VAE(latent_dim=4, test_num_samples=7), datamodule=dm)
     with pytest.raises(ValueError, match=r"written by models\.vae\.VAE, not models\.jsa\.JSA; load it with VAE"):
         JSA.load_from_checkpoint(tmp_path / "last.ckpt")
     assert isinstance(VAE.load_from_checkpoint(tmp_path / "last.ckpt"), VAE)
+    import io
+    assert isinstance(VAE.load_from_checkpoint(io.BytesIO((tmp_path / "last.ckpt").read_bytes())), VAE)  # a stream too
+    # `test --ckpt_path`: the checkpoint's settings come back, and an option given on the command line wins over them.
+    cli = train.cli_main(["test", "--model=VAE", f"--ckpt_path={tmp_path / 'last.ckpt'}", "--model.test_num_samples=3",
+                          "--trainer.limit_test_batches=1", "--data.eval_batch_size=4", "--trainer.logger=false",
+                          f"--trainer.default_root_dir={tmp_path}"])
+    assert cli.model.eval_num_samples["test"] == 3 and cli.model.latent_dim == 4
 
 
 # ---- evaluation that does not depend on how it is run ----------------------------------------------

@@ -130,16 +130,20 @@ def build_backbone(
     decoder_channels: int,
     hidden_channels: int = 64,
     num_res_blocks: int = 2,
+    output_channels: int | None = None,
 ) -> tuple[nn.Module, nn.Module, tuple[int, ...]]:
     """Return (encoder, decoder, latent grid) for backbone `name`.
 
-    The grid is () for the MLP (latent (B, C)) and (H/4, W/4) for the conv net.
+    The grid is () for the MLP (latent (B, C)) and (H/4, W/4) for the conv net. The decoder outputs
+    `output_channels` maps of the image's size (default C): a likelihood with several parameters per
+    pixel and channel (e.g. a mixture of discretized logistics) asks for C times that many.
     """
     if len(data_shape) != 3:
         raise ValueError(f"data_shape must be (C, H, W), got {tuple(data_shape)}")
     grid = latent_grid(name, data_shape)
+    output_shape = (output_channels or data_shape[0], *data_shape[1:])
     if name == "mlp":
-        return MLPEncoder(data_shape, encoder_channels), MLPDecoder(decoder_channels, data_shape), grid
+        return MLPEncoder(data_shape, encoder_channels), MLPDecoder(decoder_channels, output_shape), grid
     encoder = ConvEncoder(data_shape, encoder_channels, hidden_channels, num_res_blocks)
-    decoder = ConvDecoder(decoder_channels, data_shape, hidden_channels, num_res_blocks)
+    decoder = ConvDecoder(decoder_channels, output_shape, hidden_channels, num_res_blocks)
     return encoder, decoder, grid

@@ -22,7 +22,7 @@ from typing import Any, Literal, Sequence
 import torch
 from torch import Tensor, nn
 
-from models.base import LatentVariableModel
+from models.base import LatentVariableModel, inference
 from models.components.backbones import BackboneName, build_backbone, latent_grid
 from samplers.mis import categorical_log_prob, sample_categorical
 
@@ -34,7 +34,8 @@ class CategoricalLatentModel(LatentVariableModel):
     """Encoder q(h|x), code embedding + decoder p(x|h), prior p(h); training is left to subclasses.
 
     Args:
-        backbone: `mlp` (flat latent) or `conv` (a grid of latents).
+        backbone: `mlp` (flat latent) or `conv` (a grid of latents); None: the one that suits the data
+            (train.py takes it from the data module: conv for CIFAR-10), else mlp.
         num_latents: V for the flat layout (default 20); for `conv` it is the grid size and may be
             left out (given, it must equal H/4 * W/4).
         num_categories: K, classes per latent position (>= 2).
@@ -51,7 +52,7 @@ class CategoricalLatentModel(LatentVariableModel):
     def __init__(
         self,
         data_shape: Sequence[int] = (1, 28, 28),
-        backbone: BackboneName = "mlp",
+        backbone: BackboneName | None = None,
         num_latents: int | None = None,
         num_categories: int = 10,
         code_dim: int = 16,
@@ -61,6 +62,7 @@ class CategoricalLatentModel(LatentVariableModel):
         **kwargs: Any,
     ) -> None:
         super().__init__(data_shape=data_shape, **kwargs)
+        backbone = backbone or "mlp"
         if num_categories < 2:
             raise ValueError(f"num_categories (K) must be >= 2, got {num_categories}")
         if code_dim < 1:
@@ -88,6 +90,7 @@ class CategoricalLatentModel(LatentVariableModel):
             encoder_channels=num_categories if per_cell else num_latents * num_categories,
             decoder_channels=code_dim if per_cell else num_latents * code_dim,
             hidden_channels=hidden_channels,
+            output_channels=self.output_channels,
         )
         self.per_position = embedding == "per_position" or (embedding == "auto" and not per_cell)
         table_size = num_latents * num_categories if self.per_position else num_categories
@@ -150,6 +153,7 @@ class CategoricalLatentModel(LatentVariableModel):
         """log q(h_v | x), (B, V, K)."""
         return self.encoder_logits(x).log_softmax(-1)
 
+    @inference
     def encode(self, x: Tensor) -> Tensor:
         """The most probable codes under q(h | x), (B, V)."""
         self.check_images(x)

@@ -5,11 +5,17 @@ log p(x | h), summed over pixels, one number per example. All models use these
 classes, so a `val/nll` of the VAE, the VQ-VAE and JSA means the same thing.
 
 * `bernoulli`: for binarized images; the decoder outputs logits.
-* `gaussian`: for continuous images with fixed or learned sigma; the decoder
-  outputs the mean. Pixels are uniformly dequantized first
+* `discretized_logistic`: for 8-bit images (grey MNIST, CIFAR-10; the default for them): each
+  channel of each pixel is a mixture of M logistics discretized to the 256 levels (Salimans et al.,
+  2017, PixelCNN++, without its RGB coupling); an exact probability of the 8-bit value, so
+  bpd = -log2 P(x) / D. The decoder outputs 3M numbers per channel (mixture logits, means, log-scales).
+* `categorical`: for 8-bit images, a 256-way softmax per channel and pixel (van den Oord et al., 2016);
+  the decoder outputs 256 logits per channel.
+* `gaussian`: for continuous images with fixed or learned sigma (one, or one per channel or per
+  pixel); the decoder outputs the mean. Pixels are uniformly dequantized first
   (x~ = (255 x + u) / 256, u ~ U[0, 1)), so the density of x~ is a proper
   density of 8-bit data and `bits_per_dim` follows
-  bpd = (-log p(x~) + D log 256) / (D log 2).
+  bpd = (-log p(x~) + D log 256) / (D log 2). Its sigma floors the bits/dim that any model can reach.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-LikelihoodName = Literal["bernoulli", "gaussian"]
+LikelihoodName = Literal["bernoulli", "discretized_logistic", "categorical", "gaussian"]
+SigmaShape = Literal["image", "channel", "pixel"]
+NUM_LEVELS = 256  # 8-bit pixels
 
 
 class Likelihood(nn.Module):
@@ -32,6 +40,8 @@ class Likelihood(nn.Module):
     requires_binary_data: bool = False
     #: True when log_prob is a density over [0, 1]^D (then bits/dim is reported).
     continuous: bool = False
+    #: Decoder outputs per image channel (the decoder emits C times this many maps).
+    params_per_channel: int = 1
 
     def log_prob(self, x: Tensor, out: Tensor) -> Tensor:
         raise NotImplementedError
@@ -64,7 +74,7 @@ class BernoulliLikelihood(Likelihood):
 
 
 class GaussianLikelihood(Likelihood):
-    """p(x~ | h) = N(x~; mu(h), sigma^2 I), sigma fixed or a learned scalar.
+    """p(x~ | h) = N(x~; mu(h), sigma^2 I), sigma fixed or learned: one, one per channel, or one per pixel.
 
     Evaluated on uniformly dequantized pixels so that -log p(x~) + D log 256 is an
     upper bound on the negative log-probability of the 8-bit image (Theis et al., 2016).
@@ -72,11 +82,15 @@ class GaussianLikelihood(Likelihood):
 
     continuous = True
 
-    def __init__(self, sigma: float = 0.1, learn_sigma: bool = False) -> None:
+    def __init__(self, sigma: float = 0.1, learn_sigma: bool = False, sigma_shape: SigmaShape = "image",
+                 data_shape: tuple[int, ...] = (1, 28, 28)) -> None:
         super().__init__()
         if sigma <= 0:
             raise ValueError(f"gaussian likelihood needs sigma > 0, got {sigma}")
-        log_sigma = torch.tensor(math.log(sigma))
+        shapes = {"image": (), "channel": (data_shape[0], 1, 1), "pixel": tuple(data_shape)}
+        if sigma_shape not in shapes:
+            raise ValueError(f"sigma_shape must be one of {list(shapes)}, got {sigma_shape!r}")
+        log_sigma = torch.full(shapes[sigma_shape], math.log(sigma))
         if learn_sigma:
             self.log_sigma = nn.Parameter(log_sigma)
         else:
@@ -99,13 +113,86 @@ class GaussianLikelihood(Likelihood):
         return num_dims * math.log(256.0)
 
 
-def build_likelihood(name: LikelihoodName, sigma: float = 0.1, learn_sigma: bool = False) -> Likelihood:
-    """Likelihood by config name: `bernoulli` or `gaussian`."""
+def _levels(x: Tensor) -> Tensor:
+    """The 8-bit level k of pixels x = k / 255, as long."""
+    return (x * (NUM_LEVELS - 1)).round().long()
+
+
+def _split_channels(out: Tensor, num_channels: int, per_channel: int) -> Tensor:
+    """(..., C * P, H, W) decoder output -> (..., C, P, H, W)."""
+    return out.unflatten(-3, (num_channels, per_channel))
+
+
+class CategoricalLikelihood(Likelihood):
+    """p(x | h) = prod over pixels and channels of Cat(k; softmax(256 logits)): exact, no ordering assumed."""
+
+    params_per_channel = NUM_LEVELS
+
+    def log_prob(self, x: Tensor, out: Tensor) -> Tensor:
+        log_p = _split_channels(out, x.shape[-3], NUM_LEVELS).log_softmax(-3)  # (..., C, 256, H, W)
+        k = _levels(x).unsqueeze(-3).expand(*log_p.shape[:-3], 1, *log_p.shape[-2:])
+        return log_p.gather(-3, k).squeeze(-3).flatten(-3).sum(-1)
+
+    def mean(self, out: Tensor) -> Tensor:
+        probs = _split_channels(out, out.shape[-3] // NUM_LEVELS, NUM_LEVELS).softmax(-3)
+        levels = torch.arange(NUM_LEVELS, device=out.device, dtype=probs.dtype).view(NUM_LEVELS, 1, 1) / (NUM_LEVELS - 1)
+        return (probs * levels).sum(-3)
+
+
+class DiscretizedLogisticLikelihood(Likelihood):
+    """A mixture of M logistics per channel and pixel, discretized to the 256 levels (PixelCNN++).
+
+    With pixels rescaled to [-1, 1], level k covers [c_k - 1/255, c_k + 1/255], c_k = 2k/255 - 1, and
+    P(k) = Σ_m π_m [σ((c_k + 1/255 - μ_m)/s_m) - σ((c_k - 1/255 - μ_m)/s_m)], the two end levels taking
+    the tails (-∞ and +∞) so that the 256 probabilities sum to 1. All in log space:
+    log(σ(a) - σ(b)) = -softplus(-b) - softplus(a) + log(expm1(a - b)) for a > b, stable for any a, b.
+    """
+
+    def __init__(self, num_mixtures: int = 5) -> None:
+        super().__init__()
+        if num_mixtures < 1:
+            raise ValueError(f"num_mixtures must be >= 1, got {num_mixtures}")
+        self.num_mixtures = num_mixtures
+        self.params_per_channel = 3 * num_mixtures
+
+    def _mixture(self, out: Tensor, num_channels: int) -> tuple[Tensor, Tensor, Tensor]:
+        """(mixture log-weights, means in [-1, 1] space, log-scales), each (..., C, M, H, W)."""
+        params = _split_channels(out, num_channels, self.params_per_channel)
+        logits, means, log_scales = params.chunk(3, dim=-3)
+        return logits.log_softmax(-3), means, log_scales.clamp(min=-7.0)  # PixelCNN++'s floor on the scale
+
+    def log_prob(self, x: Tensor, out: Tensor) -> Tensor:
+        log_weights, means, log_scales = self._mixture(out, x.shape[-3])
+        k = _levels(x).unsqueeze(-3).to(means.dtype)  # (..., C, 1, H, W)
+        centre = 2 * k / (NUM_LEVELS - 1) - 1
+        inv_scale = torch.exp(-log_scales)
+        upper = (centre + 1 / (NUM_LEVELS - 1) - means) * inv_scale  # a
+        lower = (centre - 1 / (NUM_LEVELS - 1) - means) * inv_scale  # b
+        log_cdf_upper = -F.softplus(-upper)  # log σ(a): level 0 takes everything below
+        log_survival_lower = -F.softplus(lower)  # log (1 - σ(b)): level 255 takes everything above
+        width = (upper - lower).clamp_min(1e-12)
+        log_mass = -F.softplus(-lower) - F.softplus(upper) + width + torch.log(-torch.expm1(-width))  # log(σ(a) - σ(b))
+        log_p = torch.where(k == 0, log_cdf_upper, torch.where(k == NUM_LEVELS - 1, log_survival_lower, log_mass))
+        return torch.logsumexp(log_weights + log_p, dim=-3).flatten(-3).sum(-1)
+
+    def mean(self, out: Tensor) -> Tensor:
+        """The mixture's mean of the logistics' centres, in [0, 1] (a logistic is symmetric about μ)."""
+        log_weights, means, _ = self._mixture(out, out.shape[-3] // self.params_per_channel)
+        return ((log_weights.exp() * means.clamp(-1, 1)).sum(-3) + 1) / 2
+
+
+def build_likelihood(name: LikelihoodName, sigma: float = 0.1, learn_sigma: bool = False, sigma_shape: SigmaShape = "image",
+                     num_mixtures: int = 5, data_shape: tuple[int, ...] = (1, 28, 28)) -> Likelihood:
+    """Likelihood by config name: `bernoulli`, `discretized_logistic`, `categorical` or `gaussian`."""
     if name == "bernoulli":
         return BernoulliLikelihood()
+    if name == "discretized_logistic":
+        return DiscretizedLogisticLikelihood(num_mixtures)
+    if name == "categorical":
+        return CategoricalLikelihood()
     if name == "gaussian":
-        return GaussianLikelihood(sigma=sigma, learn_sigma=learn_sigma)
-    raise ValueError(f"unknown likelihood {name!r}; choose 'bernoulli' or 'gaussian'")
+        return GaussianLikelihood(sigma=sigma, learn_sigma=learn_sigma, sigma_shape=sigma_shape, data_shape=data_shape)
+    raise ValueError(f"unknown likelihood {name!r}; choose 'bernoulli', 'discretized_logistic', 'categorical' or 'gaussian'")
 
 
 def bits_per_dim(nll_nats: Tensor, num_dims: int) -> Tensor:

@@ -1,0 +1,51 @@
+"""Bits/dim on grey (8-bit) MNIST with the discretized logistic likelihood, every model, a short budget.
+
+Runs `experiment=compare` (same MLP networks, optimizer, batch size and seed for every model) on
+grey MNIST (`data.binarize=none`; the likelihood follows the data: a mixture of 5 discretized
+logistics per pixel, exact bits/dim), one model at a time so that an interrupted study continues
+with the models not yet done, then writes the comparison report. On a 2-core CPU the budget is
+cut to fit a session: `--steps` training steps, and the test bound from `--test-samples`
+importance samples on the first `--test-batches` batches of the test split (the same images for
+every model). Usage:
+
+    python -m benchmarks.grey_mnist --out benchmarks/results/grey-mnist
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+MODELS = ("vae", "vqvae", "jsa", "dvae", "dvae_gumbel")
+TRAIN = Path(__file__).resolve().parents[1] / "train.py"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/grey-mnist"))
+    parser.add_argument("--logs", type=Path, default=Path("logs/grey-mnist"), help="where the runs write (resumable)")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--val-every", type=int, default=100, help="validate every this many steps (<= --steps)")
+    parser.add_argument("--test-batches", type=int, default=16)
+    parser.add_argument("--test-samples", type=int, default=100)
+    args = parser.parse_args()
+    for model in MODELS:
+        if any((args.logs / "tensorboard").glob(f"{model}-mnist-*/version_*/checkpoints/*.ckpt")):
+            print(f"{model}: done earlier, skipped", flush=True)
+            continue
+        command = [
+            sys.executable, str(TRAIN), "experiment=compare", f"model={model}", "data=mnist", "data.binarize=none",
+            f"log_dir={args.logs}", f"trainer.max_steps={args.steps}", f"trainer.val_check_interval={min(args.val_every, args.steps)}",
+            "trainer.limit_val_batches=4", "model.val_num_samples=20", f"trainer.limit_test_batches={args.test_batches}",
+            f"model.test_num_samples={args.test_samples}",
+        ]
+        print("+ python train.py", " ".join(command[2:]), flush=True)
+        subprocess.run(command, check=True)
+    subprocess.run([sys.executable, "-m", "benchmarks.compare", str(args.logs / "tensorboard"), "--out", str(args.out)], check=True)
+    (args.out / "command.txt").write_text(" ".join(["python -m benchmarks.grey_mnist", *sys.argv[1:]]) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The likelihoods for 8-bit images against exact answers: each discrete one is a probability over the 256
+levels of every pixel (sums to 1 in float64), bits/dim by hand, gradients reach every parameter; the
+gaussian's learned sigma per image, channel or pixel."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from models.components.likelihoods import (
+    CategoricalLikelihood,
+    DiscretizedLogisticLikelihood,
+    GaussianLikelihood,
+    bits_per_dim,
+    build_likelihood,
+)
+
+ALL_LEVELS = torch.arange(256, dtype=torch.float64) / 255
+
+
+def log_prob_of_every_level(likelihood, out: torch.Tensor) -> torch.Tensor:
+    """(256, N) log P(level k) for N one-pixel, one-channel images with decoder outputs out (N, P, 1, 1)."""
+    return torch.stack([likelihood.log_prob(torch.full((out.shape[0], 1, 1, 1), float(k)), out) for k in ALL_LEVELS])
+
+
+@pytest.mark.parametrize("likelihood", [DiscretizedLogisticLikelihood(num_mixtures=1), DiscretizedLogisticLikelihood(num_mixtures=4), CategoricalLikelihood()],
+                         ids=["logistic-1", "logistic-4", "categorical"])
+def test_discrete_likelihoods_sum_to_one_over_the_256_levels(likelihood):
+    torch.manual_seed(0)
+    out = (3 * torch.randn(200, likelihood.params_per_channel, 1, 1)).double()
+    out[:20] *= 4  # sharp and flat mixtures, means far outside [-1, 1]
+    log_p = log_prob_of_every_level(likelihood, out)
+    assert torch.isfinite(log_p).all()
+    torch.testing.assert_close(log_p.logsumexp(0), torch.zeros(200, dtype=torch.float64), rtol=0, atol=1e-9)
+
+
+def test_discretized_logistic_matches_its_definition_by_hand():
+    """One logistic, mean 0, scale 0.1: P(k) = σ((c+1/255)/s) - σ((c-1/255)/s), the end levels take the tails."""
+    likelihood = DiscretizedLogisticLikelihood(num_mixtures=1)
+    s = 0.1
+    out = torch.tensor([0.0, 0.0, math.log(s)], dtype=torch.float64).view(1, 3, 1, 1)
+    for k in (0, 100, 127, 255):
+        c = 2 * k / 255 - 1
+        upper = 1.0 if k == 255 else torch.sigmoid(torch.tensor((c + 1 / 255) / s, dtype=torch.float64))
+        lower = 0.0 if k == 0 else torch.sigmoid(torch.tensor((c - 1 / 255) / s, dtype=torch.float64))
+        got = likelihood.log_prob(torch.full((1, 1, 1, 1), k / 255, dtype=torch.float64), out).exp()
+        torch.testing.assert_close(got, torch.as_tensor(upper - lower, dtype=torch.float64).view(1), rtol=1e-10, atol=0)
+
+
+def test_bits_per_dim_by_hand():
+    """A uniform categorical gives every 8-bit pixel probability 1/256: exactly 8 bits per dimension."""
+    likelihood = CategoricalLikelihood()
+    x = torch.randint(0, 256, (2, 3, 4, 4)).double() / 255
+    nll = -likelihood.log_prob(x, torch.zeros(2, 3 * 256, 4, 4, dtype=torch.float64))
+    torch.testing.assert_close(nll, torch.full((2,), 48 * math.log(256), dtype=torch.float64))
+    torch.testing.assert_close(bits_per_dim(nll, 48), torch.full((2,), 8.0, dtype=torch.float64))
+    assert likelihood.nll_offset(48) == 0.0 and DiscretizedLogisticLikelihood().nll_offset(48) == 0.0  # exact, not a density
+
+
+@pytest.mark.parametrize("name", ["discretized_logistic", "categorical", "gaussian"])
+def test_gradient_reaches_every_decoder_output_and_parameter(name):
+    likelihood = build_likelihood(name, learn_sigma=True, sigma_shape="pixel", num_mixtures=3, data_shape=(3, 4, 4))
+    out = torch.randn(2, 3 * likelihood.params_per_channel, 4, 4, requires_grad=True)
+    x = torch.randint(0, 256, (2, 3, 4, 4)) / 255
+    likelihood.log_prob(likelihood.prepare(x), out).sum().backward()
+    assert (out.grad != 0).float().mean() > 0.99  # every mixture weight, mean, scale or logit moves
+    for param in likelihood.parameters():
+        assert param.grad is not None and (param.grad != 0).all()
+    assert likelihood.mean(out).shape == x.shape and 0 <= likelihood.mean(out).min() and likelihood.mean(out).max() <= 1
+
+
+@pytest.mark.parametrize("shape,expected", [("image", ()), ("channel", (3, 1, 1)), ("pixel", (3, 4, 4))])
+def test_gaussian_sigma_per_image_channel_or_pixel(shape, expected):
+    likelihood = GaussianLikelihood(sigma=0.2, learn_sigma=True, sigma_shape=shape, data_shape=(3, 4, 4))
+    assert likelihood.log_sigma.shape == expected and isinstance(likelihood.log_sigma, torch.nn.Parameter)
+    x, mean = torch.rand(1, 3, 4, 4), torch.rand(1, 3, 4, 4)
+    expected_log_p = torch.distributions.Normal(mean, 0.2).log_prob(x).sum()
+    torch.testing.assert_close(likelihood.log_prob(x, mean)[0], expected_log_p)
+    with pytest.raises(ValueError, match="sigma_shape"):
+        GaussianLikelihood(sigma_shape="row")
