@@ -284,8 +284,9 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
         def before_instantiate_classes(self) -> None:
             config = self.config[self.subcommand] if self.subcommand else self.config
             # The training order and binarization follow --seed_everything (as data.seed follows seed in Hydra).
+            # --seed_everything=N also seeds the data order and the test stage, as seed=N does in Hydra.
             seed = config.get("seed_everything")
-            if isinstance(seed, int) and not isinstance(seed, bool):
+            if _option_value(raw_args, "--seed_everything") is not None and isinstance(seed, int) and not isinstance(seed, bool):
                 if not _given(raw_args, "data", "seed"):
                     config.data.init_args.seed = seed
                 if not _given(raw_args, "model", "test_seed"):
@@ -293,11 +294,11 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
             # A checkpoint's hyperparameters (test/validate --ckpt_path) are merged over the command line by
             # LightningCLI: an option the user gives wins over them, as without a checkpoint.
             if self.subcommand and config.get("ckpt_path"):
-                given = [a for a in raw_args if a.startswith("--model.") and "=" in a]
+                given = {a.split("=", 1)[0].removeprefix("--model.").removeprefix("init_args.").split(".")[0]
+                         for a in raw_args if a.startswith("--model.")}
                 if given:
-                    fresh = self.parser.parse_args([a for a in raw_args if not a.startswith("--ckpt_path")])[self.subcommand]
-                    for arg in given:
-                        key = arg.split("=", 1)[0].removeprefix("--model.").removeprefix("init_args.")
+                    fresh = self.parser.parse_args(_without_option(raw_args, "--ckpt_path"))[self.subcommand]
+                    for key in given:
                         config.model.init_args[key] = fresh.model.init_args[key]
                         if key in (config.model.get("dict_kwargs") or {}):
                             del config.model.dict_kwargs[key]
@@ -346,6 +347,19 @@ def _integer_batch_limits(args: list[str]) -> dict[str, int]:
         if value is not None and value.isdigit():
             limits[key] = int(value)
     return limits
+
+
+def _without_option(args: list[str], option: str) -> list[str]:
+    """args without `option=VALUE` or `option VALUE`."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(option + "="):
+            out.append(arg)
+    return out
 
 
 def _option_value(args: list[str], option: str) -> str | None:

@@ -272,10 +272,11 @@ class LatentVariableModel(L.LightningModule):
         class is built from the checkpoint's hyperparameters, which would fail on another class's)."""
         from lightning.fabric.utilities.cloud_io import _load  # Lightning's loader: paths, URLs and streams
 
-        # The collection's checkpoints hold plain types only, so this read needs no unpickling of code.
-        found = _load(checkpoint_path, map_location="cpu", weights_only=True).get("model_class")
-        if hasattr(checkpoint_path, "seek"):
-            checkpoint_path.seek(0)
+        # The collection's checkpoints hold plain types only, so by default this read unpickles no code.
+        start = checkpoint_path.tell() if hasattr(checkpoint_path, "seek") else None
+        found = _load(checkpoint_path, map_location="cpu", weights_only=kwargs.get("weights_only") is not False).get("model_class")
+        if start is not None:
+            checkpoint_path.seek(start)
         _check_model_class(found, cls)
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 

@@ -100,6 +100,8 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
         assert [type(m) for m in getattr(vqvae, part).modules()] == [type(m) for m in getattr(jsa, part).modules()]
     # The experiment's sweep covers the three models; a command-line setting overrides it.
     assert composed(["experiment=compare"]).hydra.sweeper.params == {"model": "vae,vqvae,jsa,dvae,dvae_gumbel"}
+    assert set(composed(["experiment=compare"]).compare_backbone) == {"mnist", "cifar10"}  # the map holds backbones only
+    assert composed(["experiment=compare", "model.hidden_channels=16"]).model.hidden_channels == 16
     assert train.model_settings(composed(["experiment=compare", "model=vqvae", "discrete_latent.num_categories=64"]))["num_categories"] == 64
     assert train.model_settings(composed(["experiment=compare", "model=jsa", "model.num_categories=4"]))["num_categories"] == 4
     assert "num_categories" not in train.model_settings(composed(["experiment=compare", "model=vae"]))  # no discrete latent

@@ -114,7 +114,7 @@ def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mn
     import io
     assert isinstance(VAE.load_from_checkpoint(io.BytesIO((tmp_path / "last.ckpt").read_bytes())), VAE)  # a stream too
     # `test --ckpt_path`: the checkpoint's settings come back, and an option given on the command line wins over them.
-    cli = train.cli_main(["test", "--model=VAE", f"--ckpt_path={tmp_path / 'last.ckpt'}", "--model.test_num_samples=3",
+    cli = train.cli_main(["test", "--model=VAE", "--ckpt_path", str(tmp_path / "last.ckpt"), "--model.test_num_samples", "3",
                           "--trainer.limit_test_batches=1", "--data.eval_batch_size=4", "--trainer.logger=false",
                           f"--trainer.default_root_dir={tmp_path}"])
     assert cli.model.eval_num_samples["test"] == 3 and cli.model.latent_dim == 4
