@@ -10,10 +10,11 @@ LightningCLI (jsonargparse; subcommands fit/validate/test/predict):
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 CLI_SUBCOMMANDS = ("fit", "validate", "test", "predict")
@@ -283,7 +284,6 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
 
         def before_instantiate_classes(self) -> None:
             config = self.config[self.subcommand] if self.subcommand else self.config
-            # The training order and binarization follow --seed_everything (as data.seed follows seed in Hydra).
             # --seed_everything=N also seeds the data order and the test stage, as seed=N does in Hydra.
             seed = config.get("seed_everything")
             if _option_value(raw_args, "--seed_everything") is not None and isinstance(seed, int) and not isinstance(seed, bool):
@@ -302,7 +302,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
                         config.model.init_args[key] = fresh.model.init_args[key]
                         if key in (config.model.get("dict_kwargs") or {}):
                             del config.model.dict_kwargs[key]
-            for key, value in _integer_batch_limits(raw_args).items():
+            for key, value in _integer_batch_limits(raw_args).items():  # as saved in config.yaml (see instantiate_trainer)
                 config.trainer[key] = value
             if config.model.init_args.get("likelihood") is None:  # follows the data, as in the Hydra front end
                 config.model.init_args.likelihood = ImageDataModule.likelihood_for(config.data.init_args.binarize)
@@ -311,6 +311,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
 
         def instantiate_trainer(self, **kwargs: Any) -> Any:
             trainer_config = self._get(self.config_init, "trainer", default={})
+            # Instantiation reads the limits back as floats; the integers the user gave are counts.
             for key, value in _integer_batch_limits(raw_args).items():
                 trainer_config[key] = value
             if trainer_config.get("logger") in (None, True):  # the default: a TensorBoard run named like Hydra's
@@ -374,19 +375,16 @@ def _option_value(args: list[str], option: str) -> str | None:
 # ---- errors a user can fix: one line, no traceback -----------------------------------------------
 
 
-class user_errors_as_one_line:
+@contextlib.contextmanager
+def user_errors_as_one_line() -> Iterator[None]:
     """Missing data and a diverged loss are the user's to fix: say so in one line and exit with status 2."""
+    from datamodules import DataNotFoundError
 
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type | None, error: BaseException | None, traceback: Any) -> bool:
-        from datamodules import DataNotFoundError
-
-        if error is not None and isinstance(error, (DataNotFoundError, FloatingPointError)):
-            print(f"error: {error}", file=sys.stderr)
-            raise SystemExit(2)
-        return False
+    try:
+        yield
+    except (DataNotFoundError, FloatingPointError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def main() -> None:

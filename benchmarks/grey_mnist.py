@@ -31,6 +31,9 @@ def main() -> None:
     parser.add_argument("--test-batches", type=int, default=16)
     parser.add_argument("--test-samples", type=int, default=100)
     args = parser.parse_args()
+    for option in ("steps", "val_every", "test_batches", "test_samples"):
+        if getattr(args, option) < 1:
+            parser.error(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
     for model in MODELS:
         if any((args.logs / "tensorboard").glob(f"{model}-mnist-*/version_*/checkpoints/*.ckpt")):
             print(f"{model}: done earlier, skipped", flush=True)

@@ -14,7 +14,6 @@ import inspect
 from typing import Any
 
 import lightning as L
-from lightning.fabric.loggers.tensorboard import _flatten_dict
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.tensorboard.summary import hparams
 
@@ -44,6 +43,17 @@ def settings_of(obj: Any) -> dict[str, Any]:
     return {**constructor_defaults(type(obj)), **given}
 
 
+def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as `outer/inner` keys, the form TensorBoard's HPARAMS tab lists."""
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 class HparamsWithMetrics(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         logger = trainer.logger
@@ -62,7 +72,7 @@ class HparamsWithMetrics(L.Callback):
             # data.batch_size is per device; one optimizer step sees this many examples:
             "effective_batch_size": batch_size and batch_size * trainer.world_size * trainer.accumulate_grad_batches,
         }
-        params = {k: v for k, v in _flatten_dict(params).items() if k != "optimizer" or isinstance(v, str)}
+        params = {k: v for k, v in _flatten(params).items() if k != "optimizer" or isinstance(v, str)}
         # TensorBoard's hparams plugin takes numbers, strings and booleans; anything else as its repr.
         params = {k: v if isinstance(v, (bool, int, float, str)) else repr(v) for k, v in params.items()}
         metrics = {f"hp/{stage}_{name}": 0.0 for stage, names in HPARAM_METRICS.items() for name in names}

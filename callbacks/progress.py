@@ -28,6 +28,8 @@ class LineProgressBar(ProgressBar):
 
     def __init__(self, refresh_seconds: float = 30.0) -> None:
         super().__init__()
+        if refresh_seconds < 0:
+            raise ValueError(f"refresh_seconds must be >= 0, got {refresh_seconds}")
         self.refresh_seconds = refresh_seconds
         self._enabled = True
         self._start = self._last = 0.0

@@ -270,13 +270,17 @@ class LatentVariableModel(L.LightningModule):
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> "LatentVariableModel":
         """Lightning's loader, after checking that the checkpoint was written by this class (before the
         class is built from the checkpoint's hyperparameters, which would fail on another class's)."""
-        from lightning.fabric.utilities.cloud_io import _load  # Lightning's loader: paths, URLs and streams
+        import fsspec  # paths and URLs, as Lightning reads them
 
         # The collection's checkpoints hold plain types only, so by default this read unpickles no code.
-        start = checkpoint_path.tell() if hasattr(checkpoint_path, "seek") else None
-        found = _load(checkpoint_path, map_location="cpu", weights_only=kwargs.get("weights_only") is not False).get("model_class")
-        if start is not None:
+        weights_only = kwargs.get("weights_only") is not False
+        if hasattr(checkpoint_path, "seek"):  # a stream: read it, then put it back where it was
+            start = checkpoint_path.tell()
+            found = torch.load(checkpoint_path, map_location="cpu", weights_only=weights_only).get("model_class")
             checkpoint_path.seek(start)
+        else:
+            with fsspec.open(str(checkpoint_path), "rb") as file:
+                found = torch.load(file, map_location="cpu", weights_only=weights_only).get("model_class")
         _check_model_class(found, cls)
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
