@@ -133,16 +133,22 @@ def register_defaults() -> None:
 
 
 def model_settings(cfg: Any) -> dict[str, Any]:
-    """cfg.model as a dict, with the config's `discrete_latent` settings (experiment=compare) applied to a
-    model that has a discrete latent (JSA, DiscreteVAE, VQ-VAE), unless the command line sets them for the model."""
+    """cfg.model as a dict, with an experiment's shared settings applied unless the command line sets them for
+    the model: `discrete_latent` (experiment=compare) to a model with a discrete latent (JSA, DiscreteVAE,
+    VQ-VAE), then `per_model.<the model's config name>` (experiment=jsa_paper: L for JSA, K for RWS, ...)."""
+    from hydra.core.hydra_config import HydraConfig
     from hydra.utils import get_class
     from omegaconf import OmegaConf
 
     settings = OmegaConf.to_container(cfg.model, resolve=True)
+    given = {key.removeprefix("model.") for key in command_line_overrides() if key.startswith("model.")}
     shared = cfg.get("discrete_latent")
     if shared and get_class(settings["_target_"]).has_discrete_latent:
-        given = {key.removeprefix("model.") for key in command_line_overrides() if key.startswith("model.")}
         settings.update({k: v for k, v in OmegaConf.to_container(shared, resolve=True).items() if k not in given})
+    choice = HydraConfig.get().runtime.choices.get("model") if HydraConfig.initialized() else None
+    own = (cfg.get("per_model") or {}).get(choice)
+    if own:
+        settings.update({k: v for k, v in OmegaConf.to_container(own, resolve=True).items() if k not in given})
     return settings
 
 
@@ -219,6 +225,13 @@ def run(cfg: Any) -> dict[str, float]:
     if cfg.get("run_test"):
         # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
         use_model = any(getattr(c, "use_mean", False) for c in callbacks) or not trainer.checkpoint_callback
+        if not use_model and not trainer.checkpoint_callback.best_model_path:
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "run_test: no validation ran before training stopped (trainer.check_val_every_n_epoch=%s), so there is "
+                "no best checkpoint on val/nll: testing the final weights", cfg.trainer.get("check_val_every_n_epoch"))
+            use_model = True
         trainer.test(model, datamodule=datamodule, ckpt_path=None if use_model else "best")
     return {k: float(v) for k, v in trainer.callback_metrics.items()}
 

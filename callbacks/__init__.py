@@ -1,5 +1,6 @@
 """Lightning callbacks for what every model shares but no model's algorithm needs to know:
-the NaN guard, random-state checkpointing, image grids, the HPARAMS tab, training speed, and the
+the NaN guard, random-state checkpointing, image grids, the HPARAMS tab, training speed, gradient
+variance, and the
 collection of SG-MCMC samples.
 
 `default_callbacks()` is the set both front ends switch on (Hydra: configs/callbacks/default.yaml;
@@ -7,6 +8,7 @@ LightningCLI: train.py); `RandomStateCheckpoint` is added by every model itself
 (`LatentVariableModel.configure_callbacks`), because exact resume cannot work without it.
 """
 
+from callbacks.gradient_variance import GradientVariance
 from callbacks.hparams import HparamsWithMetrics
 from callbacks.images import ImageGrids
 from callbacks.nonfinite import NonFiniteLossGuard
@@ -18,10 +20,11 @@ from callbacks.speed import TrainingSpeed
 
 def default_callbacks() -> list:
     """The callbacks of `configs/callbacks/default.yaml` (besides checkpointing), with their defaults."""
-    return [NonFiniteLossGuard(), ImageGrids(), HparamsWithMetrics(), TrainingSpeed(), progress_bar()]
+    return [NonFiniteLossGuard(), ImageGrids(), HparamsWithMetrics(), TrainingSpeed(), GradientVariance(), progress_bar()]
 
 
 __all__ = [
+    "GradientVariance",
     "HparamsWithMetrics",
     "ImageGrids",
     "LineProgressBar",

@@ -10,7 +10,9 @@ line here, one row in README.md (CONTRIBUTING.md).
 from models.base import LatentVariableModel
 from models.dvae import DiscreteVAE
 from models.jsa import JSA
+from models.rws import RWS
 from models.vae import VAE
+from models.vimco import VIMCO
 from models.vqvae import VQVAE
 
-__all__ = ["LatentVariableModel", "DiscreteVAE", "JSA", "VAE", "VQVAE"]
+__all__ = ["LatentVariableModel", "DiscreteVAE", "JSA", "RWS", "VAE", "VIMCO", "VQVAE"]

@@ -23,6 +23,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
 from callbacks.random_state import RandomStateCheckpoint
+from models.components.backbones import Activation
 from models.components.likelihoods import LikelihoodName, SigmaShape, bits_per_dim, build_likelihood
 from samplers.importance import importance_log_likelihood
 from samplers.sgmcmc import SGMCMC
@@ -69,6 +70,8 @@ class LatentVariableModel(L.LightningModule):
         test_num_samples: importance samples per image for `test/nll`.
         eval_chunk_size: importance samples scored in one decoder pass (bounds the memory).
         test_seed: seed of the test stage's importance samples, so that test estimates are reproducible.
+        activation: nonlinearity of the MLP backbone's hidden layers, `relu` or `leaky_relu` (slope 0.2, as
+            in the JSA paper's code).
     """
 
     # A model whose q(z | x) is a point mass (VQ-VAE): every importance sample is the same, so one suffices.
@@ -93,8 +96,10 @@ class LatentVariableModel(L.LightningModule):
         test_num_samples: int = 1000,
         eval_chunk_size: int = 100,
         test_seed: int = 0,
+        activation: Activation = "relu",
     ) -> None:
         super().__init__()
+        self.activation = activation
         self.data_shape = tuple(int(d) for d in data_shape)
         self.num_dims = math.prod(self.data_shape)
         self.likelihood = build_likelihood(likelihood or "bernoulli", sigma=sigma, learn_sigma=learn_sigma,
@@ -128,6 +133,16 @@ class LatentVariableModel(L.LightningModule):
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
         """The training objective under key "loss", plus terms to log as `train/<name>`."""
         raise NotImplementedError
+
+    def gradient_estimates(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        """Losses whose gradients are fresh, independent draws of the training gradient on batch x, with no side
+        effect (no cache write, no running statistics), for `callbacks.GradientVariance`: {"": the estimator,
+        "_<variant>": another estimator at the same parameters}. Empty (the default): nothing to measure."""
+        return {}
+
+    def encoder_parameters(self) -> Iterable[torch.nn.Parameter]:
+        """The parameters φ of q(z | x): `train/encoder_grad_variance` measures their gradient, the rest are θ."""
+        return self.encoder.parameters()
 
     def posterior(self, x: Tensor) -> Any:
         """What describes q(z | x) (e.g. a mean and log-variance, or log-probabilities), from one encoder pass."""

@@ -20,11 +20,11 @@ distribution itself depends on φ and h is discrete, so no reparameterization ex
   as τ_t = max(τ_min, τ_0 exp(-r t)). `straight_through`: the decoder reads the one-hot argmax in
   the forward pass and the gradient of y in the backward pass.
 
-`train/loss` is the (relaxed, for `gumbel`) negative ELBO, comparable with the VAE's. Every
-`grad_variance_every` steps the trace of the covariance of the encoder's gradient estimate is
-measured over `grad_variance_repeats` independent estimates on the current batch and logged as
-`train/encoder_grad_variance` (and, for `reinforce`, `train/encoder_grad_variance_no_cv` with B = 0
-at the same parameters), so TensorBoard shows what a control variate buys.
+`train/loss` is the (relaxed, for `gumbel`) negative ELBO, comparable with the VAE's. The gradient
+variance (`train/encoder_grad_variance`, `train/decoder_grad_variance`) is measured by the
+`GradientVariance` callback for every model on the same schedule (callbacks/gradient_variance.py);
+for `reinforce` it also measures the estimate without control variate (B = 0) at the same parameters,
+`train/encoder_grad_variance_no_cv`, so TensorBoard shows what a control variate buys.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from models.components.categorical import CategoricalLatentModel
-from samplers.mis import categorical_log_prob, sample_categorical
 from samplers.score_function import (
     categorical_score_norm_sq,
     leave_one_out_optimal_baseline,
@@ -58,8 +57,6 @@ class DiscreteVAE(CategoricalLatentModel):
         baseline_decay: decay of the running mean of f (`running_mean`).
         temperature: τ_0 of the Gumbel-softmax; temperature_min: τ_min; anneal_rate: r per step.
         straight_through: Gumbel: decode the hard argmax, back-propagate through the relaxed sample.
-        grad_variance_every: measure the encoder's gradient variance every this many steps (0: never).
-        grad_variance_repeats: independent gradient estimates per measurement.
         **kwargs: the model's arguments (see `CategoricalLatentModel`) and the shared ones.
     """
 
@@ -73,8 +70,6 @@ class DiscreteVAE(CategoricalLatentModel):
         temperature_min: float = 0.5,
         anneal_rate: float = 1e-4,
         straight_through: bool = False,
-        grad_variance_every: int = 200,
-        grad_variance_repeats: int = 8,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -87,13 +82,10 @@ class DiscreteVAE(CategoricalLatentModel):
             raise ValueError(f"num_samples must be >= 1 (>= 2 for the leave-one-out optimal baseline), got {num_samples}")
         if not 0 < temperature_min <= temperature:
             raise ValueError(f"need 0 < temperature_min <= temperature, got {temperature_min} and {temperature}")
-        if grad_variance_every and grad_variance_repeats < 2:
-            raise ValueError(f"grad_variance_repeats must be >= 2 to measure a variance, got {grad_variance_repeats}")
         self.estimator, self.num_samples, self.control_variate = estimator, num_samples, control_variate
         self.baseline_decay = baseline_decay
         self.temperature, self.temperature_min, self.anneal_rate = temperature, temperature_min, anneal_rate
         self.straight_through = straight_through
-        self.grad_variance_every, self.grad_variance_repeats = grad_variance_every, grad_variance_repeats
         self.register_buffer("baseline_mean", torch.zeros(()))  # running mean of f (in checkpoints)
 
     # ---- the two estimators: each returns (loss to back-propagate, per-example ELBO estimate) ----
@@ -114,9 +106,8 @@ class DiscreteVAE(CategoricalLatentModel):
     def reinforce_loss(self, x: Tensor, log_q: Tensor, control_variate: ControlVariate | None = None) -> tuple[Tensor, Tensor]:
         """(loss whose gradient is the REINFORCE estimate, per-example ELBO estimate (B,))."""
         control_variate = control_variate or self.control_variate
-        latent = sample_categorical(log_q.detach(), self.num_samples)  # (B, S, V)
-        log_joint = self.log_joint(x, latent)  # (B, S), gradient to θ
-        log_q_latent = categorical_log_prob(log_q, latent)  # (B, S), gradient to φ
+        # S samples (B, S, V); log p(x, h_s) with gradient to θ, log q(h_s | x) with gradient to φ, (B, S) each
+        latent, log_joint, log_q_latent = self.score_proposals(x, log_q, self.num_samples)
         signal = (log_joint - log_q_latent).detach()  # f(h_s)
         if control_variate == "optimal":
             baseline = leave_one_out_optimal_baseline(signal, categorical_score_norm_sq(log_q.detach(), latent))
@@ -154,27 +145,11 @@ class DiscreteVAE(CategoricalLatentModel):
         else:
             loss, _ = self.gumbel_loss(x, log_q)
             terms = {"loss": loss, "temperature": x.new_tensor(self.current_temperature())}
-        # Measured on the steps whose logs Lightning writes ((step + 1) % log_every_n_steps == 0) when the
-        # two intervals are multiples of each other, so each measurement lands at its own step.
-        if self.grad_variance_every and (self.global_step + 1) % self.grad_variance_every == 0:
-            terms.update(self.encoder_gradient_variance(x))
         return terms
 
-    def encoder_gradient_variance(self, x: Tensor) -> dict[str, Tensor]:
-        """Trace of the covariance of the encoder's gradient estimate over repeated estimates on batch x."""
-        params = [p for p in self.encoder.parameters() if p.requires_grad]
-
-        def variance(loss_fn) -> Tensor:
-            grads = []
-            for _ in range(self.grad_variance_repeats):
-                loss, _ = loss_fn(x, self.posterior(x))
-                grads.append(torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)]))
-            return torch.stack(grads).var(0).sum()
-
-        with torch.enable_grad():
-            if self.estimator == "gumbel":
-                return {"encoder_grad_variance": variance(self.gumbel_loss)}
-            return {
-                "encoder_grad_variance": variance(self.reinforce_loss),
-                "encoder_grad_variance_no_cv": variance(lambda x_, log_q: self.reinforce_loss(x_, log_q, "none")),
-            }
+    def gradient_estimates(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        """One fresh draw of the estimator (and, for REINFORCE, of the one without control variate, `_no_cv`)."""
+        log_q = self.posterior(x)
+        if self.estimator == "gumbel":
+            return {"": self.gumbel_loss(x, log_q)[0]}
+        return {"": self.reinforce_loss(x, log_q)[0], "_no_cv": self.reinforce_loss(x, log_q, "none")[0]}

@@ -106,6 +106,13 @@ class JSA(CategoricalLatentModel):
 
     # ---- one JSA step -------------------------------------------------------------
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        return self.jsa_step(x, index, write_cache=True)
+
+    def gradient_estimates(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        """A fresh MIS chain from the same cached states (the cache is read, not written) and its gradient."""
+        return {"": self.jsa_step(x, index, write_cache=False)["loss"]}
+
+    def jsa_step(self, x: Tensor, index: Tensor, write_cache: bool) -> dict[str, Tensor]:
         log_q = self.posterior(x)  # the one encoder pass of this step: log q(h | x), (B, V, K)
         read_cache = self.cache is not None and self.current_epoch >= self.cache_start_epoch
         with torch.no_grad():
@@ -113,13 +120,15 @@ class JSA(CategoricalLatentModel):
             sample = index_cached_mis(
                 log_q.detach(), lambda latent: self.log_joint(x, latent), self.mis_steps, start, has_start
             )
-        if self.cache is not None:
+        if self.cache is not None and write_cache:
             self._write_cache(index, sample.latent)
 
         # h*: (B, 1, V) for `final`, (B, L, V) for `chain`; the loss averages over them.
         states = sample.latent.unsqueeze(1) if self.gradient_states == "final" else sample.path
         loss_p = -self.log_joint(x, states).mean()
         loss_q = -categorical_log_prob(log_q, states).mean()
+        if not write_cache:
+            return {"loss": loss_p + loss_q}
 
         counts = torch.bincount(states.flatten(), minlength=self.num_categories)
         self.class_used |= counts > 0

@@ -57,7 +57,8 @@ class VAE(LatentVariableModel):
             raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")
         backbone = backbone or "mlp"
         self.encoder, self.decoder, self.grid = build_backbone(
-            backbone, self.data_shape, 2 * latent_dim, latent_dim, hidden_channels, output_channels=self.output_channels
+            backbone, self.data_shape, 2 * latent_dim, latent_dim, hidden_channels, output_channels=self.output_channels,
+            activation=self.activation,
         )
         self.latent_shape = (latent_dim, *self.grid)
         self.backbone, self.latent_dim = backbone, latent_dim
@@ -87,6 +88,10 @@ class VAE(LatentVariableModel):
         log_px = self.likelihood.log_prob(x, self.decoder(z))
         kl = 0.5 * (mean.square() + log_var.exp() - 1.0 - log_var).flatten(1).sum(1)
         return {"loss": (kl - log_px).mean(), "recon": -log_px.mean(), "kl": kl.mean()}
+
+    def gradient_estimates(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        """One fresh draw of the reparameterized ELBO gradient (the context for the discrete estimators' variance)."""
+        return {"": self.training_loss(x, index)["loss"]}
 
     def log_importance_weights(self, x: Tensor, posterior: tuple[Tensor, Tensor], num_samples: int) -> Tensor:
         mean, log_var = posterior

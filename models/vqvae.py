@@ -92,7 +92,7 @@ class VQVAE(LatentVariableModel):
         self.backbone, self.num_categories, self.code_dim = backbone_name, num_categories, code_dim
         channels = code_dim if self.grid else self.num_latents * code_dim
         self.encoder, self.decoder, _ = build_backbone(backbone_name, self.data_shape, channels, channels, hidden_channels,
-                                                       output_channels=self.output_channels)
+                                                       output_channels=self.output_channels, activation=self.activation)
         self.quantizer = VectorQuantizer(num_categories, code_dim, beta, ema, decay, dead_code_threshold=dead_code_threshold, kmeans_init=kmeans_init)
         # Spatial z_e is (B, D, H', W'): channels first; flat z_e is (B, V, D): channels last.
         self.channel_dim = 1 if self.grid else -1

@@ -96,3 +96,42 @@ def test_comparison_report_labels_validation_images_of_an_untested_run(tmp_path)
     assert "not tested" in panel_title(untested) and "not tested" not in panel_title(tested)
     assert figure_title([tested]).startswith("test images") and figure_title([untested]).startswith("validation images")
     assert figure_title([tested, untested]).startswith("test (validation where marked)")
+
+
+def test_gradient_variance_alone_measures_without_changing_training(tmp_path, mnist_dir):
+    """JSA with and without the measurement: the same parameters and MIS cache after training (the measurement
+    draws from a forked random state and writes no cache), and the two tags at the measured steps only."""
+    from callbacks import GradientVariance
+    from models import JSA
+
+    def run(callbacks: list, name: str):
+        L.seed_everything(0)
+        model = JSA(mis_steps=2, num_latents=4, val_num_samples=2)
+        logger = TensorBoardLogger(tmp_path, name=name, default_hp_metric=False)
+        trainer = L.Trainer(max_steps=4, limit_train_batches=4, limit_val_batches=0, logger=logger, callbacks=callbacks,
+                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1)
+        trainer.fit(model, datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16, binarize="dynamic"))
+        events = EventAccumulator(logger.log_dir)
+        events.Reload()
+        return model, events
+
+    measured, events = run([GradientVariance(every_n_steps=2, repeats=3)], "measured")
+    plain, plain_events = run([], "plain")
+    for p, q in zip(measured.parameters(), plain.parameters()):
+        assert torch.equal(p, q)
+    assert torch.equal(measured.cache.codes, plain.cache.codes)
+    for tag in ("train/encoder_grad_variance", "train/decoder_grad_variance"):
+        values = events.Scalars(tag)
+        assert [e.step for e in values] == [1, 3] and all(e.value > 0 for e in values)
+    assert not any("grad_variance" in tag for tag in plain_events.Tags()["scalars"])
+
+
+def test_trace_of_covariance_by_hand():
+    from callbacks.gradient_variance import trace_of_covariance
+
+    draws = [torch.tensor([1.0, 0.0]), torch.tensor([3.0, 0.0]), torch.tensor([2.0, 3.0])]
+    # per component: var(1, 3, 2) = 1, var(0, 0, 3) = 3 (unbiased): the trace is 4
+    assert trace_of_covariance(draws).item() == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="repeats"):
+        from callbacks import GradientVariance
+        GradientVariance(repeats=1)

@@ -142,3 +142,27 @@ def test_cifar10_vqvae_paper_experiment_runs_tiny_on_cpu(model, cifar10_dir, tmp
     ])
     metrics = train.run(cfg)
     assert 0 < metrics["test/bpd"] < 20 and math.isfinite(metrics["test/nll"])  # exact bits/dim of 8-bit data
+
+
+@pytest.mark.parametrize("model", ["jsa", "rws", "vimco", "dvae", "dvae_gumbel", "vae", "vqvae"])
+def test_jsa_paper_gives_every_model_the_papers_settings(model):
+    cfg = composed(["experiment=jsa_paper", f"model={model}"])
+    assert (cfg.data.binarize, cfg.data.batch_size, cfg.data.val_size) == ("static", 200, 5000)
+    assert (cfg.trainer.max_epochs, cfg.trainer.check_val_every_n_epoch, cfg.run_test) == (500, 5, True)
+    _, built = train.build(cfg)
+    assert built.lr == 3e-4 and built.eval_num_samples == {"val": 1000, "test": 1000}
+    assert built.activation == "leaky_relu" and any(type(m).__name__ == "LeakyReLU" for m in built.encoder.modules())
+    if built.has_discrete_latent:
+        assert (built.num_latents, built.num_categories, built.code_dim) == (20, 10, 10)
+    expected = {"jsa": {"mis_steps": 20, "gradient_states": "chain", "cache_start_epoch": 300, "use_cache": True},
+                "rws": {"num_samples": 20}, "vimco": {"num_samples": 20}, "dvae": {"num_samples": 20}, "vae": {"latent_dim": 20}}
+    for name, value in expected.get(model, {}).items():
+        assert getattr(built, name) == value, name
+    if model in ("jsa", "rws", "vimco", "dvae", "dvae_gumbel"):
+        assert not built.prior_logits.requires_grad  # the paper's prior is uniform and never trained
+
+
+def test_a_command_line_setting_wins_over_the_experiments_per_model_one():
+    cfg = composed(["experiment=jsa_paper", "model=jsa", "model.mis_steps=5", "model.code_dim=4"])
+    settings = train.model_settings(cfg)
+    assert settings["mis_steps"] == 5 and settings["code_dim"] == 4 and settings["gradient_states"] == "chain"

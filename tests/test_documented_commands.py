@@ -32,7 +32,10 @@ HYDRA_FAST = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.l
 CLI_FAST = ["--trainer.max_steps=2", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
             "--trainer.limit_test_batches=1", "--data.batch_size=16", "--trainer.num_sanity_val_steps=0"]
 BENCHMARK_FAST = {"benchmarks.grey_mnist": ["--steps", "2", "--val-every", "1", "--test-batches", "1", "--test-samples", "2"],
-                  "benchmarks.mis_speed": ["--batch-size", "8", "--mis-steps", "1"], "benchmarks.ddp_cache_gather": ["--steps", "12", "--batch-size", "8"]}
+                  "benchmarks.mis_speed": ["--batch-size", "8", "--mis-steps", "1"],
+                  "benchmarks.jsa_study": ["--models", "jsa", "--ablations", "L1", "--seeds", "2", "--epochs", "1", "--short-epochs", "1",
+                                           "--val-every", "1", "--val-samples", "2", "--steps-per-epoch", "2", "trainer.limit_train_batches=2",
+                                           "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "model.test_num_samples=2"], "benchmarks.ddp_cache_gather": ["--steps", "12", "--batch-size", "8"]}
 
 
 def documented_commands() -> list[str]:
@@ -71,7 +74,8 @@ def test_every_documented_command_runs_as_written(tmp_path, mnist_dir):
         # USAGE's placeholder: the run `python train.py model=jsa` (or the VAE's) wrote above.
         run = "vae-mnist-mlp-z32" if "VAE" in command or "model=vae" in command else "jsa-mnist-mlp-K10-L10"
         args = shlex.split(command.replace("PATH/", f"logs/tensorboard/{run}/version_0/checkpoints/"))[1:]  # after `python`
-        args = [str(REPO / "train.py") if a == "train.py" else a for a in args]  # run from the repository, written here
+        # Run from the repository (train.py, configs/...), written here.
+        args = [str(REPO / a) if a == "train.py" or a.startswith("configs/") else a for a in args]
         if args[0] == "-m":  # a benchmark or the report
             extra = BENCHMARK_FAST.get(args[1], [])
         elif "--help" in args or "--cfg" in args or "--print_config" in args:

@@ -59,21 +59,27 @@ MODEL_TAGS = {
     "jsa": {"train/loss_p", "train/loss_q", "train/acceptance_rate", "train/cache_hit_rate", "train/perplexity", "train/classes_used"},
     "vqvae": {"train/recon", "train/codebook", "train/commitment", "train/perplexity", "train/codes_used", "train/restarts",
               "val/perplexity", "val/codes_used"},
-    "dvae": {"train/encoder_grad_variance", "train/encoder_grad_variance_no_cv"},
-    "dvae_gumbel": {"train/encoder_grad_variance", "train/temperature"},
+    "dvae": {"train/encoder_grad_variance_no_cv", "train/decoder_grad_variance_no_cv"},
+    "dvae_gumbel": {"train/temperature"},
+    "rws": {"train/iw_bound"},
+    "vimco": set(),
 }
+# The same gradient-variance tags for every model that trains by a gradient estimate (callbacks.GradientVariance).
+GRADIENT_VARIANCE_TAGS = {"train/encoder_grad_variance", "train/decoder_grad_variance"}
 
 
-@pytest.mark.parametrize("model", ["vae", "jsa", "vqvae", "dvae", "dvae_gumbel"])
+@pytest.mark.parametrize("model", ["vae", "jsa", "vqvae", "dvae", "dvae_gumbel", "rws", "vimco"])
 def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, tmp_path, mnist_dir):
-    measure = ["model.grad_variance_every=1"] if model.startswith("dvae") else []
+    measure = ["callbacks.gradient_variance.every_n_steps=1", "callbacks.gradient_variance.repeats=2"]
     result = train([f"model={model}", "data=mnist", *FAST, *measure], tmp_path, mnist_dir)
     (run_dir,) = (tmp_path / "logs" / "tensorboard").glob(f"{model}-mnist-*/version_0")
-    assert SHARED_TAGS | MODEL_TAGS[model] <= tags(run_dir)
+    expected_tags = SHARED_TAGS | MODEL_TAGS[model] | (GRADIENT_VARIANCE_TAGS if model != "vqvae" else set())
+    assert expected_tags <= tags(run_dir), expected_tags - tags(run_dir)
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     metrics, params = hparams_tab(run_dir)
     assert {"hp/val_nll", "hp/test_nll", "hp/test_psnr"} <= metrics
-    expected_class = {"vae": "VAE", "jsa": "JSA", "vqvae": "VQVAE", "dvae": "DiscreteVAE", "dvae_gumbel": "DiscreteVAE"}[model]
+    expected_class = {"vae": "VAE", "jsa": "JSA", "vqvae": "VQVAE", "dvae": "DiscreteVAE", "dvae_gumbel": "DiscreteVAE",
+                      "rws": "RWS", "vimco": "VIMCO"}[model]
     assert params["model_class"] == expected_class and params["num_params"] > 1000
     assert params["batch_size"] == 128 and params["lr"] == 1e-3  # the data module's and the model's
     assert params["optimizer"] == "Adam" and params["effective_batch_size"] == 128  # 1 device

@@ -42,7 +42,7 @@ def binary_images(batch: int, seed: int = 0) -> torch.Tensor:
 def tiny_dvae(**kwargs) -> DiscreteVAE:
     """A Gumbel-softmax discrete VAE on the MLP backbone (default V, K), no gradient-variance measurements."""
     torch.manual_seed(0)
-    kwargs = {"backbone": "mlp", "grad_variance_every": 0, **kwargs}
+    kwargs = {"backbone": "mlp", **kwargs}
     return DiscreteVAE(estimator="gumbel", **kwargs)
 
 

@@ -21,33 +21,45 @@ from typing import Literal, Sequence
 from torch import Tensor, nn
 
 BackboneName = Literal["mlp", "conv"]
+Activation = Literal["relu", "leaky_relu"]
 
 
-def _mlp(sizes: Sequence[int]) -> nn.Sequential:
+def activation_layer(name: Activation) -> nn.Module:
+    """The hidden layers' nonlinearity: ReLU, or LeakyReLU with slope 0.2 (the JSA paper's code, `lrelu`)."""
+    if name == "relu":
+        return nn.ReLU()
+    if name == "leaky_relu":
+        return nn.LeakyReLU(0.2)
+    raise ValueError(f"unknown activation {name!r}; choose 'relu' or 'leaky_relu'")
+
+
+def _mlp(sizes: Sequence[int], activation: Activation = "relu") -> nn.Sequential:
     layers: list[nn.Module] = []
     for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
         layers.append(nn.Linear(fan_in, fan_out))
         if i < len(sizes) - 2:
-            layers.append(nn.ReLU())
+            layers.append(activation_layer(activation))
     return nn.Sequential(*layers)
 
 
 class MLPEncoder(nn.Module):
-    def __init__(self, data_shape: Sequence[int], out_features: int, hidden: Sequence[int] = (512, 256)) -> None:
+    def __init__(self, data_shape: Sequence[int], out_features: int, hidden: Sequence[int] = (512, 256),
+                 activation: Activation = "relu") -> None:
         super().__init__()
         num_pixels = data_shape[0] * data_shape[1] * data_shape[2]
-        self.net = _mlp([num_pixels, *hidden, out_features])
+        self.net = _mlp([num_pixels, *hidden, out_features], activation)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x.flatten(1))
 
 
 class MLPDecoder(nn.Module):
-    def __init__(self, in_features: int, data_shape: Sequence[int], hidden: Sequence[int] = (256, 512)) -> None:
+    def __init__(self, in_features: int, data_shape: Sequence[int], hidden: Sequence[int] = (256, 512),
+                 activation: Activation = "relu") -> None:
         super().__init__()
         self.data_shape = tuple(data_shape)
         num_pixels = data_shape[0] * data_shape[1] * data_shape[2]
-        self.net = _mlp([in_features, *hidden, num_pixels])
+        self.net = _mlp([in_features, *hidden, num_pixels], activation)
 
     def forward(self, z: Tensor) -> Tensor:
         return self.net(z).unflatten(-1, self.data_shape)
@@ -131,19 +143,23 @@ def build_backbone(
     hidden_channels: int = 64,
     num_res_blocks: int = 2,
     output_channels: int | None = None,
+    activation: Activation = "relu",
 ) -> tuple[nn.Module, nn.Module, tuple[int, ...]]:
     """Return (encoder, decoder, latent grid) for backbone `name`.
 
     The grid is () for the MLP (latent (B, C)) and (H/4, W/4) for the conv net. The decoder outputs
     `output_channels` maps of the image's size (default C): a likelihood with several parameters per
     pixel and channel (e.g. a mixture of discretized logistics) asks for C times that many.
+    `activation` is the MLP's nonlinearity (the conv nets keep the VQ-VAE paper's ReLU).
     """
     if len(data_shape) != 3:
         raise ValueError(f"data_shape must be (C, H, W), got {tuple(data_shape)}")
     grid = latent_grid(name, data_shape)
     output_shape = (output_channels or data_shape[0], *data_shape[1:])
     if name == "mlp":
-        return MLPEncoder(data_shape, encoder_channels), MLPDecoder(decoder_channels, output_shape), grid
+        return (MLPEncoder(data_shape, encoder_channels, activation=activation),
+                MLPDecoder(decoder_channels, output_shape, activation=activation), grid)
+    activation_layer(activation)  # an unknown name is an error here too
     encoder = ConvEncoder(data_shape, encoder_channels, hidden_channels, num_res_blocks)
     decoder = ConvDecoder(decoder_channels, output_shape, hidden_channels, num_res_blocks)
     return encoder, decoder, grid

@@ -91,6 +91,7 @@ class CategoricalLatentModel(LatentVariableModel):
             decoder_channels=code_dim if per_cell else num_latents * code_dim,
             hidden_channels=hidden_channels,
             output_channels=self.output_channels,
+            activation=self.activation,
         )
         self.per_position = embedding == "per_position" or (embedding == "auto" and not per_cell)
         table_size = num_latents * num_categories if self.per_position else num_categories
@@ -148,6 +149,12 @@ class CategoricalLatentModel(LatentVariableModel):
         out = self.decoder_output(latent.flatten(0, 1)).unflatten(0, (batch, num))
         return self.likelihood.log_prob(x.unsqueeze(1), out) + self.log_prior(latent)
 
+    def score_proposals(self, x: Tensor, log_q: Tensor, num_samples: int) -> tuple[Tensor, Tensor, Tensor]:
+        """K fresh samples h_k ~ q(h | x) (no gradient through the draw) with their log p(x, h_k) (gradient
+        to θ) and log q(h_k | x) (gradient to φ through log_q): (B, K, V), (B, K), (B, K)."""
+        latent = sample_categorical(log_q.detach(), num_samples)
+        return latent, self.log_joint(x, latent), categorical_log_prob(log_q, latent)
+
     # ---- evaluation (shared protocol, see LatentVariableModel) ---------------------
     def posterior(self, x: Tensor) -> Tensor:
         """log q(h_v | x), (B, V, K)."""
@@ -160,9 +167,8 @@ class CategoricalLatentModel(LatentVariableModel):
         return self.posterior(x).argmax(-1)
 
     def log_importance_weights(self, x: Tensor, posterior: Tensor, num_samples: int) -> Tensor:
-        latent = sample_categorical(posterior, num_samples)
-        log_w = self.log_joint(x, latent) - categorical_log_prob(posterior, latent)
-        return log_w.T  # (S, B)
+        _, log_joint, log_proposal = self.score_proposals(x, posterior, num_samples)
+        return (log_joint - log_proposal).T  # (S, B)
 
     def decode_posterior_mode(self, posterior: Tensor) -> Tensor:
         return self.decoder_output(posterior.argmax(-1))

@@ -50,6 +50,14 @@ class Likelihood(nn.Module):
         """The expected image E[x | h], used for reconstructions and samples."""
         raise NotImplementedError
 
+    def sample(self, out: Tensor) -> Tensor:
+        """Draw images x ~ p(x | h) (as `prepare` returns them) from decoder outputs; e.g. RWS's sleep phase."""
+        raise NotImplementedError(f"the {type(self).__name__} cannot draw samples")
+
+    @property
+    def can_sample(self) -> bool:
+        return type(self).sample is not Likelihood.sample
+
     def prepare(self, x: Tensor) -> Tensor:
         """Map a batch in [0, 1] to what `log_prob` is evaluated on (identity by default)."""
         return x
@@ -71,6 +79,9 @@ class BernoulliLikelihood(Likelihood):
 
     def mean(self, out: Tensor) -> Tensor:
         return torch.sigmoid(out)
+
+    def sample(self, out: Tensor) -> Tensor:
+        return torch.bernoulli(torch.sigmoid(out))
 
 
 class GaussianLikelihood(Likelihood):
@@ -104,6 +115,9 @@ class GaussianLikelihood(Likelihood):
 
     def mean(self, out: Tensor) -> Tensor:
         return out.clamp(0.0, 1.0)
+
+    def sample(self, out: Tensor) -> Tensor:
+        return out + torch.exp(self.log_sigma) * torch.randn_like(out)
 
     def prepare(self, x: Tensor) -> Tensor:
         # Uniform dequantization of 8-bit pixels: x in {0, 1/255, ..., 1} -> [0, 1).

@@ -40,7 +40,7 @@ def build(name: str) -> L.LightningModule:
     if name == "sgld":  # a sampler as the optimizer: its injected noise must be the same on both ranks
         return VAE(latent_dim=8, val_num_samples=20, optimizer=functools.partial(SGLD, lr=1e-8))
     if name == "dvae":
-        return DiscreteVAE(num_samples=2, val_num_samples=20, grad_variance_every=0)
+        return DiscreteVAE(num_samples=2, val_num_samples=20)
     # EMA codebook with aggressive dead-code restarts, so restarts happen within a few steps.
     return VQVAE(num_categories=32, code_dim=8, hidden_channels=16, ema=True, decay=0.5, dead_code_threshold=20.0, kmeans_init=True)
 

@@ -1,0 +1,352 @@
+"""The JSA study: JSA against RWS, VIMCO, REINFORCE+B* and Gumbel-softmax on one categorical model, under
+the JSA paper's protocol (configs/experiment/jsa_paper.yaml), with the Gaussian VAE and the VQ-VAE at
+matched networks as context, seed spread, and an ablation of JSA's settings.
+
+    python -m benchmarks.jsa_study                       # the whole study (resumable), then the report
+    python -m benchmarks.jsa_study --report-only         # the report from the finished runs
+    python -m benchmarks.jsa_study --epochs 500 --short-epochs 50 --val-samples 1000 --out benchmarks/results/jsa-study-500
+                                                         # the paper's 500 epochs: a GPU machine's job
+
+Each run is `python train.py experiment=jsa_paper model=... seed=...` (the command is recorded), logged to
+`--logs/<run>`; a finished run leaves `--out/runs/<run>.json` (its curves and test numbers read from
+TensorBoard), so an interrupted study continues where it stopped: finished runs are skipped and an
+unfinished one resumes from its last.ckpt. `--out` gets report.md, the PNG plots and commands.txt.
+
+Three groups, all under the same protocol except the number of epochs:
+* main: every model for `--epochs`, test IS-NLL with 1000 samples at the epoch of best val NLL;
+* seeds: the five discrete estimators with seeds 1..`--seeds`-1 for `--short-epochs` (seed 0 is the
+  main run at the same epoch: the runs are identical up to it);
+* ablation: JSA at `--short-epochs` with one setting changed each: L in {1, 5}, the cache read from
+  epoch 0, the final state's gradient, a learned prior.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ESTIMATORS = ["jsa", "rws", "vimco", "dvae", "dvae_gumbel"]  # the discrete estimators (dvae: REINFORCE with B*)
+CONTEXT = ["vae", "vqvae"]
+LABELS = {"jsa": "JSA", "rws": "RWS", "vimco": "VIMCO", "dvae": "REINFORCE+B*", "dvae_gumbel": "Gumbel-softmax",
+          "vae": "Gaussian VAE", "vqvae": "VQ-VAE (uniform-prior bound)"}
+ABLATION = {  # JSA's settings under jsa_paper, one changed at a time
+    "L1": ["model.mis_steps=1"],
+    "L5": ["model.mis_steps=5"],
+    "cache_from_epoch0": ["model.cache_start_epoch=0"],
+    "final_state_gradient": ["model.gradient_states=final"],
+    "learned_prior": ["model.prior=learned"],
+}
+
+
+@dataclass
+class Job:
+    name: str
+    group: str  # main | seeds | ablation
+    model: str
+    seed: int
+    epochs: int
+    overrides: list[str] = field(default_factory=list)
+    test: bool = False
+
+
+def plan(args: argparse.Namespace) -> list[Job]:
+    # The cheap context runs first, then JSA and the other estimators; the ablation before the extra seeds.
+    models = [m for m in CONTEXT + ["dvae_gumbel", "jsa", "vimco", "rws", "dvae"] if m in args.models]
+    jobs = [Job(f"main-{m}-s0", "main", m, 0, args.epochs, test=True) for m in models]
+    if "jsa" in args.models:
+        jobs += [Job(f"ablation-jsa-{name}-s0", "ablation", "jsa", 0, args.short_epochs, ABLATION[name]) for name in args.ablations]
+    jobs += [Job(f"seeds-{m}-s{s}", "seeds", m, s, args.short_epochs) for s in range(1, args.seeds) for m in ESTIMATORS if m in args.models]
+    return jobs
+
+
+def command(job: Job, args: argparse.Namespace, ckpt: Path | None) -> list[str]:
+    cmd = [sys.executable, str(REPO / "train.py"), "experiment=jsa_paper", f"model={job.model}", f"seed={job.seed}",
+           f"trainer.max_epochs={job.epochs}", f"trainer.check_val_every_n_epoch={args.val_every}",
+           f"model.val_num_samples={args.val_samples}", f"run_test={str(job.test).lower()}",
+           f"log_dir={args.logs / job.name}", *job.overrides, *args.extra]
+    return cmd + ([f"ckpt_path={ckpt}"] if ckpt else [])
+
+
+def last_checkpoint(log_dir: Path) -> Path | None:
+    found = sorted(log_dir.glob("tensorboard/*/version_0/checkpoints/last.ckpt"))
+    return found[0] if found else None
+
+
+def run_job(job: Job, args: argparse.Namespace) -> dict:
+    """Train (or resume) one run, then read its curves and test numbers from TensorBoard into a JSON record."""
+    log_dir = args.logs / job.name
+    log_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = last_checkpoint(log_dir)
+    cmd = command(job, args, ckpt)
+    start = time.perf_counter()
+    with open(log_dir / "train.log", "a") as log:
+        log.write(f"\n$ {shlex.join(cmd)}\n")
+        log.flush()
+        done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"run {job.name} failed (exit {done.returncode}); its output: {log_dir / 'train.log'}")
+    (run_dir,) = log_dir.glob("tensorboard/*/version_0")
+    shown = ["python", *(Path(a).relative_to(REPO).as_posix() if a.startswith(str(REPO)) else a for a in command(job, args, None)[1:])]
+    record = {**asdict(job), "command": shlex.join(shown),
+              "seconds": time.perf_counter() - start, **read_curves(run_dir)}
+    return record
+
+
+def read_curves(run_dir: Path) -> dict:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+
+    def series(tag: str) -> list[list[float]]:
+        points = [[e.step, e.value] for e in events.Scalars(tag)] if tag in tags else []
+        if "grad_variance" in tag:  # earlier versions of the callback wrote each measurement twice: keep one
+            points = [p for i, p in enumerate(points) if i == 0 or p[1] != points[i - 1][1]]
+        return points
+
+    epoch_time = series("train/epoch_time_s")
+    curves = {tag.split("/", 1)[1]: series(tag) for tag in (
+        "val/nll", "train/encoder_grad_variance", "train/decoder_grad_variance", "train/acceptance_rate",
+        "train/cache_hit_rate", "train/step_time_ms")}
+    test = {tag.split("/", 1)[1]: events.Scalars(tag)[-1].value for tag in tags if tag.startswith("test/")}
+    return {"curves": curves, "epoch_time_s": epoch_time, "test": test}
+
+
+# ---- the report ---------------------------------------------------------------------------------
+def decoder_evaluations(record: dict) -> str:
+    """Decoder passes per example and step, without / with gradient (the cost the estimators are compared at)."""
+    model, settings = record["model"], dict(o.split("=", 1) for o in record["overrides"])
+    if model == "jsa":
+        steps = int(settings.get("model.mis_steps", 20))
+        with_grad = steps if settings.get("model.gradient_states", "chain") == "chain" else 1
+        return f"{steps + 1} + {with_grad}"
+    if model in ("rws", "vimco", "dvae"):
+        return f"0 + {settings.get('model.num_samples', 20)}"
+    return "0 + 1"
+
+
+def epoch_of(step: float, steps_per_epoch: int) -> int:
+    """The epoch at whose end a value was logged (epoch-end logs carry the step of the epoch's last batch)."""
+    return round((step + 1) / steps_per_epoch)
+
+
+def value_at_epoch(record: dict, epoch: int, steps_per_epoch: int) -> float | None:
+    for step, value in record["curves"]["nll"]:
+        if epoch_of(step, steps_per_epoch) == epoch:
+            return value
+    return None
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def write_report(args: argparse.Namespace) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = {p.stem: json.loads(p.read_text()) for p in sorted((args.out / "runs").glob("*.json"))}
+    by_group = {g: [r for r in records.values() if r["group"] == g] for g in ("main", "seeds", "ablation")}
+    spe = args.steps_per_epoch
+    lines = ["# JSA study: JSA against RWS, VIMCO, REINFORCE+B* and Gumbel-softmax", "",
+             f"Protocol: `experiment=jsa_paper` (configs/experiment/jsa_paper.yaml; docs/jsa.md#the-papers-protocol) with "
+             f"val NLL from {args.val_samples} importance samples every {args.val_every} epochs and test NLL from 1000 "
+             "samples at the epoch of best val NLL. Written by `python -m benchmarks.jsa_study` "
+             f"({len(records)} of {len(plan(args))} runs finished); every run's command is in commands.txt.", ""]
+
+    main = sorted(by_group["main"], key=lambda r: (r["model"] in CONTEXT, r["test"].get("nll", math.inf)))
+    lines += [f"## Main runs: {args.epochs} epochs, seed 0", "",
+              "| model | test NLL (nats, 1000 samples) | best val NLL | epoch of best val | ms per step | "
+              "decoder passes per example and step (no grad + grad) | training time (min) | encoder grad variance (last) |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in main:
+        nll = r["curves"]["nll"]
+        best = min(nll, key=lambda sv: sv[1]) if nll else None
+        step_ms = statistics.median(v for _, v in r["curves"]["step_time_ms"]) if r["curves"]["step_time_ms"] else None
+        enc = r["curves"]["encoder_grad_variance"]
+        lines.append(f"| {LABELS[r['model']]} | {fmt(r['test'].get('nll'))} | {fmt(best[1] if best else None)} | "
+                     f"{epoch_of(best[0], spe) if best else '–'} | {fmt(step_ms, 0)} | {decoder_evaluations(r)} | "
+                     f"{fmt(sum(v for _, v in r['epoch_time_s']) / 60, 1)} | {fmt(enc[-1][1], 3) if enc else '–'} |")
+
+    # Equal wall time: the shortest total training time among the 20-particle estimators; each model's best
+    # val NLL among the validations it reached within that time.
+    budgets = [sum(v for _, v in r["epoch_time_s"]) for r in main if r["model"] in ("jsa", "rws", "vimco", "dvae")]
+    if budgets:
+        budget = min(budgets)
+        lines += ["", f"At equal training time ({budget / 60:.1f} min of training, validation excluded: the shortest run "
+                  f"of the 20-particle estimators), the best val NLL each model had reached:", "",
+                  "| model | best val NLL within the time | epochs done by then |", "|---|---|---|"]
+        for r in main:
+            elapsed, reached = 0.0, {}
+            for step, seconds in r["epoch_time_s"]:
+                elapsed += seconds
+                reached[epoch_of(step, spe)] = elapsed
+            within = [v for st, v in r["curves"]["nll"] if reached.get(epoch_of(st, spe), math.inf) <= budget * 1.001]
+            epochs = max((e for e, t in reached.items() if t <= budget * 1.001), default=0)
+            lines.append(f"| {LABELS[r['model']]} | {fmt(min(within) if within else None)} | {epochs} |")
+
+    lines += ["", f"## Seed spread: val NLL (nats, {args.val_samples} samples) after {args.short_epochs} epochs", "",
+              "| estimator | seeds | mean | sd | values |", "|---|---|---|---|---|"]
+    spread = {}
+    for model in ESTIMATORS:
+        runs = [r for r in by_group["main"] + by_group["seeds"] if r["model"] == model]
+        values = [v for v in (value_at_epoch(r, args.short_epochs, spe) for r in runs) if v is not None]
+        if values:
+            sd = statistics.stdev(values) if len(values) > 1 else float("nan")
+            spread[model] = (statistics.mean(values), sd, len(values))
+            lines.append(f"| {LABELS[model]} | {len(values)} | {fmt(spread[model][0])} | {fmt(sd)} | "
+                         f"{', '.join(fmt(v) for v in values)} |")
+    if "jsa" in spread:
+        lines += ["", "Differences from JSA (mean over seeds; a difference counts as real when it exceeds twice the "
+                  "standard error of the difference, sqrt(sd_a²/n_a + sd_b²/n_b)):", "",
+                  "| estimator | mean − JSA's mean | 2 × s.e. | larger than the seed noise? |", "|---|---|---|---|"]
+        mean_j, sd_j, n_j = spread["jsa"]
+        for model, (mean, sd, n) in spread.items():
+            if model == "jsa":
+                continue
+            se2 = 2 * math.sqrt(sd ** 2 / n + sd_j ** 2 / n_j) if n > 1 and n_j > 1 else float("nan")
+            verdict = "–" if not math.isfinite(se2) else ("yes" if abs(mean - mean_j) > se2 else "no")
+            lines.append(f"| {LABELS[model]} | {mean - mean_j:+.2f} | {fmt(se2)} | {verdict} |")
+
+    lines += ["", f"## JSA ablation: val NLL after {args.short_epochs} epochs, seed 0, one setting changed", "",
+              "| variant | val NLL | acceptance rate (last) | cache hit rate (last) | ms per step |", "|---|---|---|---|---|"]
+    base = next((r for r in by_group["main"] if r["model"] == "jsa"), None)
+    for name, r in [("paper setting (L=20, chain gradient, cache from epoch 300, uniform prior)", base)] + [
+            (r["name"].removeprefix("ablation-jsa-").removesuffix("-s0"), r) for r in by_group["ablation"]]:
+        if r is None:
+            continue
+        acc, hit = r["curves"]["acceptance_rate"], r["curves"]["cache_hit_rate"]
+        early = [v for s, v in r["curves"]["step_time_ms"] if s <= args.short_epochs * spe]
+        lines.append(f"| {name} | {fmt(value_at_epoch(r, args.short_epochs, spe))} | "
+                     f"{fmt(acc[-1][1], 3) if acc else '–'} | {fmt(hit[-1][1], 3) if hit else '–'} | "
+                     f"{fmt(statistics.median(early), 0) if early else '–'} |")
+    if "jsa" in spread:
+        lines.append(f"\nJSA's seed-to-seed sd at this budget is {fmt(spread['jsa'][1])} nats: smaller differences "
+                     "are noise.")
+
+    plot_study(plt, records, args)
+    lines += ["", "## Plots", "", "![val NLL against epochs](val_nll_epochs.png)", "",
+              "![val NLL against training time](val_nll_time.png)", "",
+              "![encoder gradient variance](grad_variance.png)", "", "![JSA's sampler](jsa_sampler.png)", ""]
+    findings = args.out / "FINDINGS.md"
+    if findings.exists():
+        lines += [findings.read_text()]
+    (args.out / "commands.txt").write_text("\n".join(r["command"] for r in records.values()) + "\n")
+    report = args.out / "report.md"
+    report.write_text("\n".join(lines) + "\n")
+    return report
+
+
+def plot_study(plt, records: dict, args: argparse.Namespace) -> None:
+    main = [r for r in records.values() if r["group"] == "main"]
+    spe = args.steps_per_epoch
+    for name, x_of in (("val_nll_epochs", lambda r, s: epoch_of(s, spe)), ("val_nll_time", None)):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for r in main:
+            points = r["curves"]["nll"]
+            if x_of is None:  # training seconds (validation excluded) up to the epoch of each val point
+                cumulative, total = {}, 0.0
+                for step, seconds in r["epoch_time_s"]:
+                    total += seconds
+                    cumulative[epoch_of(step, spe)] = total
+                xs = [cumulative.get(epoch_of(s, spe), math.nan) / 60 for s, _ in points]
+            else:
+                xs = [x_of(r, s) for s, _ in points]
+            ax.plot(xs, [v for _, v in points], marker="o", label=LABELS[r["model"]])
+        ax.set_xlabel("epoch" if x_of else "training time (min, CPU, 2 cores)")
+        ax.set_ylabel("val NLL (nats)")
+        ax.set_ylim(top=min(140, ax.get_ylim()[1]))
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(args.out / f"{name}.png", dpi=110)
+        plt.close(fig)
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, group in zip(axes, ("encoder", "decoder")):
+        for r in main:
+            points = r["curves"][f"{group}_grad_variance"]
+            if points:
+                ax.plot([s for s, _ in points], [v for _, v in points], label=LABELS[r["model"]])
+        ax.set_yscale("log")
+        ax.set_xlabel("training step")
+        ax.set_ylabel(f"trace of the {group}'s gradient covariance")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.out / "grad_variance.png", dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for r in records.values():
+        if r["model"] != "jsa" or r["group"] == "seeds":
+            continue
+        label = "paper setting" if r["group"] == "main" else r["name"].removeprefix("ablation-jsa-").removesuffix("-s0")
+        for ax, tag in zip(axes, ("acceptance_rate", "cache_hit_rate")):
+            points = r["curves"][tag]
+            ax.plot([(s + 1) / spe for s, _ in points], [v for _, v in points], label=label)
+    for ax, tag in zip(axes, ("MIS acceptance rate", "cache hit rate")):
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(tag)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.out / "jsa_sampler.png", dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=30, help="epochs of the main runs (default 30)")
+    parser.add_argument("--short-epochs", type=int, default=5, help="epochs of the seed and ablation runs (default 5)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per estimator at the short budget (default 3)")
+    parser.add_argument("--val-every", type=int, default=5, help="validate every this many epochs (the paper: 5)")
+    parser.add_argument("--val-samples", type=int, default=100, help="importance samples of val NLL (the paper: 1000)")
+    parser.add_argument("--steps-per-epoch", type=int, default=275, help="training steps per epoch (55,000 / 200)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/jsa-study"), help="report and run records")
+    parser.add_argument("--logs", type=Path, default=Path("logs/jsa-study"), help="the runs' TensorBoard logs and checkpoints")
+    parser.add_argument("--models", type=lambda text: text.split(","), default=CONTEXT + ESTIMATORS,
+                        help=f"comma-separated subset of {','.join(CONTEXT + ESTIMATORS)} (default: all)")
+    parser.add_argument("--ablations", type=lambda text: text.split(","), default=list(ABLATION),
+                        help=f"comma-separated subset of JSA's ablation runs {','.join(ABLATION)} (default: all)")
+    parser.add_argument("--report-only", action="store_true", help="write the report from the finished runs only")
+    parser.add_argument("extra", nargs="*", help="more train.py overrides for every run (e.g. trainer.limit_train_batches=2)")
+    args = parser.parse_args(argv)
+    for name in ("epochs", "short_epochs", "val_every", "val_samples", "steps_per_epoch"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.seeds < 1 or args.short_epochs % args.val_every or args.short_epochs > args.epochs:
+        parser.error("need --seeds >= 1, --short-epochs a multiple of --val-every and at most --epochs")
+    for name, given, known in (("models", args.models, CONTEXT + ESTIMATORS), ("ablations", args.ablations, list(ABLATION))):
+        if set(given) - set(known):
+            parser.error(f"--{name}: unknown {', '.join(sorted(set(given) - set(known)))}; choose from {', '.join(known)}")
+    args.out, args.logs = args.out.resolve(), args.logs.resolve()
+    (args.out / "runs").mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        jobs = plan(args)
+        for number, job in enumerate(jobs, 1):
+            record_path = args.out / "runs" / f"{job.name}.json"
+            if record_path.exists():
+                print(f"[{number}/{len(jobs)}] {job.name}: done before, skipped", flush=True)
+                continue
+            print(f"[{number}/{len(jobs)}] {job.name}: {job.epochs} epochs ... ", end="", flush=True)
+            record = run_job(job, args)
+            record_path.write_text(json.dumps(record) + "\n")
+            print(f"{record['seconds'] / 60:.1f} min" + (f", test NLL {record['test']['nll']:.2f}" if record["test"] else ""), flush=True)
+    print(f"report: {write_report(args)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""The variance of each model's gradient estimate, in the same tags for every model:
+`train/encoder_grad_variance` and `train/decoder_grad_variance` (plus `..._<variant>` where a model
+offers another estimator at the same parameters, e.g. REINFORCE without control variate, `_no_cv`).
+
+Every `every_n_steps` training steps, on that step's batch and at the current parameters, the model
+draws `repeats` independent gradient estimates (`LatentVariableModel.gradient_estimates`: fresh
+samples, fresh MIS chains from the same cached states, nothing written); the logged number is the
+trace of their sample covariance, Σ_i Var[g_i] over the parameters of the group (the encoder's φ:
+`encoder_parameters()`; the decoder's θ: all the others, prior and likelihood included). The
+measurement runs under a forked random state, so training draws the same random numbers with or
+without it; its time counts in the step's time (`train/step_time_ms`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+
+
+def flat_gradients(losses: dict[str, Tensor], groups: dict[str, list[torch.nn.Parameter]]) -> dict[str, Tensor]:
+    """{"<group>_grad_variance<variant>": the gradient of each loss for each parameter group, as one vector}."""
+    params = [p for group in groups.values() for p in group]
+    flat = {}
+    for variant, loss in losses.items():  # the variants may share the encoder's pass: keep the graph
+        grads = iter(torch.autograd.grad(loss, params, allow_unused=True, retain_graph=True))
+        for group, group_params in groups.items():
+            parts = [torch.zeros_like(p) if g is None else g for p, g in zip(group_params, grads)]
+            flat[f"{group}_grad_variance{variant}"] = torch.cat([g.flatten() for g in parts])
+    return flat
+
+
+def trace_of_covariance(draws: list[Tensor]) -> Tensor:
+    """Σ_i Var[g_i] over the components of repeated draws g (unbiased sample variance)."""
+    return torch.stack(draws).var(0).sum()
+
+
+class GradientVariance(L.Callback):
+    """Logs the trace of the covariance of the encoder's and the decoder's gradient estimates.
+
+    Args:
+        every_n_steps: measure on every this many training steps (0: never); each measurement is written
+            to the loggers at its step, whatever the trainer's `log_every_n_steps`.
+        repeats: independent gradient estimates per measurement (>= 2).
+    """
+
+    def __init__(self, every_n_steps: int = 200, repeats: int = 8) -> None:
+        if every_n_steps < 0:
+            raise ValueError(f"every_n_steps must be >= 0, got {every_n_steps}")
+        if repeats < 2:
+            raise ValueError(f"repeats must be >= 2 to measure a variance, got {repeats}")
+        self.every_n_steps, self.repeats = every_n_steps, repeats
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        if not self.every_n_steps or (trainer.global_step + 1) % self.every_n_steps:
+            return
+        x, index = batch
+        x = pl_module.likelihood.prepare(x)
+        encoder = [p for p in pl_module.encoder_parameters() if p.requires_grad]
+        encoder_ids = {id(p) for p in encoder}
+        groups = {"encoder": encoder, "decoder": [p for p in pl_module.parameters() if p.requires_grad and id(p) not in encoder_ids]}
+        devices = [pl_module.device] if pl_module.device.type == "cuda" else []
+        draws: dict[str, list[Tensor]] = defaultdict(list)
+        with torch.random.fork_rng(devices=devices), torch.enable_grad():
+            for _ in range(self.repeats):
+                losses = pl_module.gradient_estimates(x, index)
+                if not losses:
+                    return  # the model has no gradient estimate to measure (e.g. the VQ-VAE)
+                for name, gradient in flat_gradients(losses, groups).items():
+                    draws[name].append(gradient)
+        # Straight to the loggers at this step (rank 0's shard under DDP): a value given to self.log in a
+        # batch-start hook would be written again at the next logged step.
+        metrics = {f"train/{name}": trace_of_covariance(gradients).item() for name, gradients in draws.items()}
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)

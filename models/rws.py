@@ -1,0 +1,80 @@
+"""RWS: reweighted wake-sleep (Bornschein & Bengio, 2015) on JSA's categorical model (docs/multi-sample.md#rws).
+
+The model is `CategoricalLatentModel`'s (encoder q_φ(h | x), code embeddings, decoder p_θ(x | h),
+prior p(h)); only the training differs. Like JSA, RWS fits θ by maximum likelihood and φ by the
+inclusive KL(p_θ(h | x) || q_φ(h | x)), with both expectations over the posterior p_θ(h | x); where JSA
+draws one posterior sample by MCMC, RWS weights S proposals h_s ~ q_φ(h | x) by self-normalized
+importance weights w̃_s ∝ p_θ(x, h_s) / q_φ(h_s | x) (samplers/multi_sample.py):
+
+    wake, θ:  Σ_s w̃_s ∇θ log p_θ(x, h_s)        wake, φ:  Σ_s w̃_s ∇φ log q_φ(h_s | x)
+
+The estimates are biased for finite S (self-normalization), consistent as S grows. The sleep phase
+(optional, off by default as in the paper's best results): fit q to "dreams" (h, x) ~ p_θ(h) p_θ(x | h),
+∇φ log q_φ(h | x), one dream per training example.
+
+One step: S decoder passes with gradient per example (plus, with the sleep phase, one without).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from models.components.categorical import CategoricalLatentModel
+from samplers.mis import categorical_log_prob, sample_categorical
+from samplers.multi_sample import importance_weighted_bound, rws_surrogate
+
+
+class RWS(CategoricalLatentModel):
+    """The categorical latent-variable model of JSA trained by reweighted wake-sleep.
+
+    Args:
+        num_samples: S, proposals from q per example and step (>= 1).
+        sleep_phase: also fit q on samples (h, x) drawn from the model (needs a likelihood that can sample).
+        **kwargs: the model's arguments (see `CategoricalLatentModel`) and the shared ones.
+    """
+
+    config_name = "rws"  # as in configs/model/ and the run names
+    run_tag_keys = ("backbone", "num_categories", "num_samples")
+
+    def __init__(self, num_samples: int = 10, sleep_phase: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.save_hyperparameters(ignore=["optimizer"])  # a callable; the HPARAMS tab names its class (callbacks/hparams.py)
+        if num_samples < 1:
+            raise ValueError(f"num_samples (S) must be >= 1, got {num_samples}")
+        if sleep_phase and not self.likelihood.can_sample:
+            raise ValueError(f"sleep_phase=true draws images from the model, which the {type(self.likelihood).__name__} "
+                             "cannot do; use the bernoulli or gaussian likelihood, or sleep_phase=false")
+        self.num_samples, self.sleep_phase = num_samples, sleep_phase
+
+    @property
+    def run_tag(self) -> str:
+        """Key settings, for the run's name (logs/tensorboard/rws-<data>-<run_tag>)."""
+        return f"{self.backbone}-K{self.num_categories}-S{self.num_samples}" + ("-sleep" if self.sleep_phase else "")
+
+    def wake_loss(self, x: Tensor, log_q: Tensor) -> tuple[Tensor, Tensor]:
+        """(loss whose gradient is the wake-phase estimate for θ and φ, the S-sample bound per example (B,))."""
+        _, log_joint, log_proposal = self.score_proposals(x, log_q, self.num_samples)
+        loss = -rws_surrogate(log_joint, log_proposal).mean()
+        return loss, importance_weighted_bound((log_joint - log_proposal).detach())
+
+    def sleep_loss(self, batch_size: int) -> Tensor:
+        """-log q_φ(h | x) on dreams h ~ p(h), x ~ p_θ(x | h) (no gradient to θ)."""
+        with torch.no_grad():
+            prior = self.prior_logits.log_softmax(-1).expand(batch_size, -1, -1)
+            latent = sample_categorical(prior, 1)  # (B, 1, V)
+            dreams = self.likelihood.sample(self.decoder_output(latent[:, 0]))
+        return -categorical_log_prob(self.posterior(dreams), latent).mean()
+
+    def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        loss, bound = self.wake_loss(x, self.posterior(x))
+        terms = {"loss": loss, "iw_bound": bound.mean()}
+        if self.sleep_phase:
+            terms["sleep_loss"] = self.sleep_loss(x.shape[0])
+            terms["loss"] = loss + terms["sleep_loss"]
+        return terms
+
+    def gradient_estimates(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        return {"": self.training_loss(x, index)["loss"]}

@@ -1,0 +1,54 @@
+"""VIMCO (Mnih & Rezende, 2016) on JSA's categorical model (docs/multi-sample.md#vimco).
+
+The model is `CategoricalLatentModel`'s; only the training differs. VIMCO maximizes the S-sample
+importance-weighted bound (Burda et al., 2016)
+
+    L_S(x) = E_{h_1..h_S ~ q_φ(h|x)} [ log (1/S) Σ_s p_θ(x, h_s) / q_φ(h_s | x) ]  <=  log p_θ(x)
+
+whose gradient for θ back-propagates through the bound directly (Σ_s w̃_s ∇θ log p_θ(x, h_s)), and
+for φ adds a score-function term whose learning signal for sample s is L̂ - L̂_{-s}, with the
+leave-one-out baseline L̂_{-s} that replaces h_s's weight by the geometric mean of the others
+(samplers/multi_sample.py). Unbiased for the gradient of L_S; `train/loss` is -L̂, the negative bound.
+
+One step: S decoder passes with gradient per example.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from models.components.categorical import CategoricalLatentModel
+from samplers.multi_sample import vimco_surrogate
+
+
+class VIMCO(CategoricalLatentModel):
+    """The categorical latent-variable model of JSA trained on the S-sample bound with VIMCO's gradient.
+
+    Args:
+        num_samples: S, samples from q per example and step (>= 2, for the leave-one-out baselines).
+        **kwargs: the model's arguments (see `CategoricalLatentModel`) and the shared ones.
+    """
+
+    config_name = "vimco"  # as in configs/model/ and the run names
+    run_tag_keys = ("backbone", "num_categories", "num_samples")
+
+    def __init__(self, num_samples: int = 10, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.save_hyperparameters(ignore=["optimizer"])  # a callable; the HPARAMS tab names its class (callbacks/hparams.py)
+        if num_samples < 2:
+            raise ValueError(f"num_samples (S) must be >= 2 for VIMCO's leave-one-out baselines, got {num_samples}")
+        self.num_samples = num_samples
+
+    @property
+    def run_tag(self) -> str:
+        """Key settings, for the run's name (logs/tensorboard/vimco-<data>-<run_tag>)."""
+        return f"{self.backbone}-K{self.num_categories}-S{self.num_samples}"
+
+    def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        _, log_joint, log_proposal = self.score_proposals(x, self.posterior(x), self.num_samples)
+        return {"loss": -vimco_surrogate(log_joint, log_proposal).mean()}
+
+    def gradient_estimates(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        return {"": self.training_loss(x, index)["loss"]}

@@ -1,0 +1,71 @@
+"""Multi-sample estimators on S importance samples h_1..h_S ~ q(h | x): RWS and VIMCO (docs/multi-sample.md).
+
+Both start from the importance log-weights of S samples drawn from the encoder,
+
+    log w_s = log p_θ(x, h_s) - log q_φ(h_s | x),       w̃_s = w_s / Σ_j w_j  (self-normalized),
+
+and differ in what they do with them. Each function takes `log_joint` (B, S) with gradient to θ and
+`log_proposal` (B, S) with gradient to φ (the samples themselves carry no gradient) and returns a
+(B,) surrogate: a tensor whose *gradient* is the estimator; what its value means is said per function.
+Everything stays in log space: weights come from a softmax over log w, bounds from a logsumexp.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def importance_weighted_bound(log_weight: Tensor) -> Tensor:
+    """The S-sample bound L_S = log (1/S) Σ_s w_s (Burda et al., 2016), per example: (B, S) -> (B,)."""
+    return log_weight.logsumexp(1) - math.log(log_weight.shape[1])
+
+
+def rws_surrogate(log_joint: Tensor, log_proposal: Tensor) -> Tensor:
+    """Reweighted wake-sleep (Bornschein & Bengio, 2015), the wake phase for both networks (docs/multi-sample.md#rws):
+
+        θ: Σ_s w̃_s ∇θ log p_θ(x, h_s)      (self-normalized estimate of ∇θ log p_θ(x))
+        φ: Σ_s w̃_s ∇φ log q_φ(h_s | x)     (self-normalized estimate of -∇φ KL(p_θ(h|x) || q_φ(h|x)))
+
+    The weights w̃ are constants of the step (detached): each network climbs its own weighted
+    log-likelihood, and no gradient passes through the weights. Returns the (B,) weighted sum
+    Σ_s w̃_s (log p(x, h_s) + log q(h_s | x)); its value is not a bound.
+    """
+    weights = (log_joint - log_proposal).detach().softmax(1)
+    return (weights * (log_joint + log_proposal)).sum(1)
+
+
+def vimco_baselines(log_weight: Tensor) -> Tensor:
+    """VIMCO's leave-one-out baselines L̂_{-s} (Mnih & Rezende, 2016, eq. 9), (B, S) -> (B, S):
+
+        L̂_{-s} = log (1/S) [ Σ_{j≠s} w_j + f̂_{-s} ],   log f̂_{-s} = (1/(S-1)) Σ_{j≠s} log w_j,
+
+    the bound with sample s replaced by the geometric mean of the others, so L̂_{-s} does not depend
+    on h_s and subtracting it keeps the estimate unbiased. Needs S >= 2. Computed in log space: row s of
+    a (S, S) matrix holds log w with entry s replaced by log f̂_{-s}.
+    """
+    num = log_weight.shape[1]
+    if num < 2:
+        raise ValueError("VIMCO's leave-one-out baselines need at least 2 samples per example")
+    log_geometric = (log_weight.sum(1, keepdim=True) - log_weight) / (num - 1)  # (B, S): log f̂_{-s}
+    replaced = log_weight.unsqueeze(1).expand(-1, num, -1).clone()  # (B, S, S): row s = log w
+    replaced.diagonal(dim1=1, dim2=2).copy_(log_geometric)  # ... with entry s replaced
+    return replaced.logsumexp(-1) - math.log(num)
+
+
+def vimco_surrogate(log_joint: Tensor, log_proposal: Tensor) -> Tensor:
+    """VIMCO (Mnih & Rezende, 2016): the gradient of the S-sample bound L_S (docs/multi-sample.md#vimco):
+
+        ∇ E[L_S] = E[ Σ_s (L̂ - L̂_{-s}) ∇φ log q_φ(h_s | x) + Σ_s w̃_s ∇ log w_s ],
+
+    the score-function term with a per-sample learning signal L̂ - L̂_{-s}, and the gradient of L̂ through
+    the weights (for θ: Σ w̃_s ∇θ log p(x, h_s); for φ: -Σ w̃_s ∇φ log q(h_s | x)). The value of the
+    returned (B,) surrogate is L̂ = L_S of these samples.
+    """
+    log_weight = log_joint - log_proposal
+    bound = importance_weighted_bound(log_weight)  # gradient: Σ_s w̃_s ∇ log w_s
+    signal = (bound.unsqueeze(1) - vimco_baselines(log_weight)).detach()  # L̂ - L̂_{-s}, (B, S)
+    score_term = (signal * log_proposal).sum(1)
+    return bound + score_term - score_term.detach()
