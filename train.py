@@ -146,7 +146,7 @@ def model_settings(cfg: Any) -> dict[str, Any]:
     if shared and get_class(settings["_target_"]).has_discrete_latent:
         settings.update({k: v for k, v in OmegaConf.to_container(shared, resolve=True).items() if k not in given})
     choice = HydraConfig.get().runtime.choices.get("model") if HydraConfig.initialized() else None
-    own = (cfg.get("per_model") or {}).get(choice)
+    own = (cfg.get("per_model") or {}).get(choice) if choice is not None else None
     if own:
         settings.update({k: v for k, v in OmegaConf.to_container(own, resolve=True).items() if k not in given})
     return settings

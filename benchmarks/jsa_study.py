@@ -27,6 +27,7 @@ import json
 import math
 import shlex
 import statistics
+import shutil
 import subprocess
 import sys
 import time
@@ -86,6 +87,8 @@ def run_job(job: Job, args: argparse.Namespace) -> dict:
     log_dir = args.logs / job.name
     log_dir.mkdir(parents=True, exist_ok=True)
     ckpt = last_checkpoint(log_dir)
+    if ckpt is None:  # stopped before its first checkpoint (or never started): start it afresh, in version_0
+        shutil.rmtree(log_dir / "tensorboard", ignore_errors=True)
     cmd = command(job, args, ckpt)
     start = time.perf_counter()
     with open(log_dir / "train.log", "a") as log:
@@ -95,7 +98,7 @@ def run_job(job: Job, args: argparse.Namespace) -> dict:
     if done.returncode != 0:
         raise SystemExit(f"run {job.name} failed (exit {done.returncode}); its output: {log_dir / 'train.log'}")
     (run_dir,) = log_dir.glob("tensorboard/*/version_0")
-    shown = ["python", *(Path(a).relative_to(REPO).as_posix() if a.startswith(str(REPO)) else a for a in command(job, args, None)[1:])]
+    shown = ["python", *(a.replace(f"{REPO}/", "") for a in command(job, args, None)[1:])]
     record = {**asdict(job), "command": shlex.join(shown),
               "seconds": time.perf_counter() - start, **read_curves(run_dir)}
     return record
@@ -117,7 +120,7 @@ def read_curves(run_dir: Path) -> dict:
     epoch_time = series("train/epoch_time_s")
     curves = {tag.split("/", 1)[1]: series(tag) for tag in (
         "val/nll", "train/encoder_grad_variance", "train/decoder_grad_variance", "train/acceptance_rate",
-        "train/cache_hit_rate", "train/step_time_ms")}
+        "train/cache_hit_rate", "train/step_time_ms", "train/grad_variance_time_s")}
     test = {tag.split("/", 1)[1]: events.Scalars(tag)[-1].value for tag in tags if tag.startswith("test/")}
     return {"curves": curves, "epoch_time_s": epoch_time, "test": test}
 
@@ -145,6 +148,25 @@ def value_at_epoch(record: dict, epoch: int, steps_per_epoch: int) -> float | No
         if epoch_of(step, steps_per_epoch) == epoch:
             return value
     return None
+
+
+def training_minutes(record: dict, steps_per_epoch: int) -> dict[int, float]:
+    """Epoch -> minutes of training up to its end: the epochs' times (validation excluded) less the time the
+    gradient-variance measurements took (logged by runs from the callback's second version on)."""
+    measuring: dict[int, float] = {}
+    for step, seconds in record["curves"].get("grad_variance_time_s", []):
+        epoch = int(step // steps_per_epoch) + 1
+        measuring[epoch] = measuring.get(epoch, 0.0) + seconds
+    total, minutes = 0.0, {}
+    for step, seconds in record["epoch_time_s"]:
+        epoch = epoch_of(step, steps_per_epoch)
+        total += seconds - measuring.get(epoch, 0.0)
+        minutes[epoch] = total / 60
+    return minutes
+
+
+# Two-sided 97.5% quantiles of Student's t by degrees of freedom (for the seed comparison's 95% threshold).
+T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
 
 
 def fmt(value: float | None, digits: int = 2) -> str:
@@ -178,21 +200,18 @@ def write_report(args: argparse.Namespace) -> Path:
         enc = r["curves"]["encoder_grad_variance"]
         lines.append(f"| {LABELS[r['model']]} | {fmt(r['test'].get('nll'))} | {fmt(best[1] if best else None)} | "
                      f"{epoch_of(best[0], spe) if best else '–'} | {fmt(step_ms, 0)} | {decoder_evaluations(r)} | "
-                     f"{fmt(sum(v for _, v in r['epoch_time_s']) / 60, 1)} | {fmt(enc[-1][1], 3) if enc else '–'} |")
+                     f"{fmt(max(training_minutes(r, spe).values(), default=None), 1)} | {fmt(enc[-1][1], 3) if enc else '–'} |")
 
     # Equal wall time: the shortest total training time among the 20-particle estimators; each model's best
     # val NLL among the validations it reached within that time.
-    budgets = [sum(v for _, v in r["epoch_time_s"]) for r in main if r["model"] in ("jsa", "rws", "vimco", "dvae")]
+    budgets = [max(training_minutes(r, spe).values()) for r in main if r["model"] in ("jsa", "rws", "vimco", "dvae") and r["epoch_time_s"]]
     if budgets:
         budget = min(budgets)
-        lines += ["", f"At equal training time ({budget / 60:.1f} min of training, validation excluded: the shortest run "
-                  f"of the 20-particle estimators), the best val NLL each model had reached:", "",
+        lines += ["", f"At equal training time ({budget:.1f} min of training, validation and gradient-variance measurements "
+                  f"excluded: the shortest run of the 20-particle estimators), the best val NLL each model had reached:", "",
                   "| model | best val NLL within the time | epochs done by then |", "|---|---|---|"]
         for r in main:
-            elapsed, reached = 0.0, {}
-            for step, seconds in r["epoch_time_s"]:
-                elapsed += seconds
-                reached[epoch_of(step, spe)] = elapsed
+            reached = training_minutes(r, spe)
             within = [v for st, v in r["curves"]["nll"] if reached.get(epoch_of(st, spe), math.inf) <= budget * 1.001]
             epochs = max((e for e, t in reached.items() if t <= budget * 1.001), default=0)
             lines.append(f"| {LABELS[r['model']]} | {fmt(min(within) if within else None)} | {epochs} |")
@@ -209,14 +228,17 @@ def write_report(args: argparse.Namespace) -> Path:
             lines.append(f"| {LABELS[model]} | {len(values)} | {fmt(spread[model][0])} | {fmt(sd)} | "
                          f"{', '.join(fmt(v) for v in values)} |")
     if "jsa" in spread:
-        lines += ["", "Differences from JSA (mean over seeds; a difference counts as real when it exceeds twice the "
-                  "standard error of the difference, sqrt(sd_a²/n_a + sd_b²/n_b)):", "",
-                  "| estimator | mean − JSA's mean | 2 × s.e. | larger than the seed noise? |", "|---|---|---|---|"]
+        lines += ["", "Differences from JSA (means over seeds). A difference counts as larger than the seed noise when it "
+                  "exceeds t × s.e., the 95% threshold of a two-sample t-test with pooled variance (s.e. = "
+                  "s_pooled · sqrt(1/n_a + 1/n_b), t with n_a + n_b − 2 degrees of freedom):", "",
+                  "| estimator | mean − JSA's mean | t × s.e. | larger than the seed noise? |", "|---|---|---|---|"]
         mean_j, sd_j, n_j = spread["jsa"]
         for model, (mean, sd, n) in spread.items():
             if model == "jsa":
                 continue
-            se2 = 2 * math.sqrt(sd ** 2 / n + sd_j ** 2 / n_j) if n > 1 and n_j > 1 else float("nan")
+            dof = n + n_j - 2
+            pooled = math.sqrt(((n - 1) * sd ** 2 + (n_j - 1) * sd_j ** 2) / dof) if n > 1 and n_j > 1 else float("nan")
+            se2 = T_975.get(dof, 2.0) * pooled * math.sqrt(1 / n + 1 / n_j)
             verdict = "–" if not math.isfinite(se2) else ("yes" if abs(mean - mean_j) > se2 else "no")
             lines.append(f"| {LABELS[model]} | {mean - mean_j:+.2f} | {fmt(se2)} | {verdict} |")
 
@@ -227,14 +249,16 @@ def write_report(args: argparse.Namespace) -> Path:
             (r["name"].removeprefix("ablation-jsa-").removesuffix("-s0"), r) for r in by_group["ablation"]]:
         if r is None:
             continue
-        acc, hit = r["curves"]["acceptance_rate"], r["curves"]["cache_hit_rate"]
+        # The same budget for every row: the main run's values up to the short budget's end.
+        acc, hit = ([p for p in r["curves"][tag] if p[0] < args.short_epochs * spe] for tag in ("acceptance_rate", "cache_hit_rate"))
         early = [v for s, v in r["curves"]["step_time_ms"] if s <= args.short_epochs * spe]
         lines.append(f"| {name} | {fmt(value_at_epoch(r, args.short_epochs, spe))} | "
                      f"{fmt(acc[-1][1], 3) if acc else '–'} | {fmt(hit[-1][1], 3) if hit else '–'} | "
                      f"{fmt(statistics.median(early), 0) if early else '–'} |")
     if "jsa" in spread:
-        lines.append(f"\nJSA's seed-to-seed sd at this budget is {fmt(spread['jsa'][1])} nats: smaller differences "
-                     "are noise.")
+        lines.append(f"\nJSA's seed-to-seed sd at this budget is {fmt(spread['jsa'][1])} nats; two single runs differ by "
+                     f"sqrt(2) × that from noise alone, so differences below {fmt(2 * math.sqrt(2) * spread['jsa'][1])} nats "
+                     "(two standard deviations of the difference) are not evidence.")
 
     plot_study(plt, records, args)
     lines += ["", "## Plots", "", "![val NLL against epochs](val_nll_epochs.png)", "",
@@ -256,12 +280,9 @@ def plot_study(plt, records: dict, args: argparse.Namespace) -> None:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for r in main:
             points = r["curves"]["nll"]
-            if x_of is None:  # training seconds (validation excluded) up to the epoch of each val point
-                cumulative, total = {}, 0.0
-                for step, seconds in r["epoch_time_s"]:
-                    total += seconds
-                    cumulative[epoch_of(step, spe)] = total
-                xs = [cumulative.get(epoch_of(s, spe), math.nan) / 60 for s, _ in points]
+            if x_of is None:  # training minutes (validation and measurements excluded) up to each val point
+                minutes = training_minutes(r, spe)
+                xs = [minutes.get(epoch_of(s, spe), math.nan) for s, _ in points]
             else:
                 xs = [x_of(r, s) for s, _ in points]
             ax.plot(xs, [v for _, v in points], marker="o", label=LABELS[r["model"]])

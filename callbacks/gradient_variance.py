@@ -1,6 +1,6 @@
 """The variance of each model's gradient estimate, in the same tags for every model:
-`train/encoder_grad_variance` and `train/decoder_grad_variance` (plus `..._<variant>` where a model
-offers another estimator at the same parameters, e.g. REINFORCE without control variate, `_no_cv`).
+`train/encoder_grad_variance` and `train/decoder_grad_variance` (plus `train/encoder_grad_variance_<variant>` where a
+model offers another encoder estimator at the same parameters, e.g. REINFORCE without control variate, `_no_cv`).
 
 Every `every_n_steps` training steps, on that step's batch and at the current parameters, the model
 draws `repeats` independent gradient estimates (`LatentVariableModel.gradient_estimates`: fresh
@@ -8,11 +8,13 @@ samples, fresh MIS chains from the same cached states, nothing written); the log
 trace of their sample covariance, Σ_i Var[g_i] over the parameters of the group (the encoder's φ:
 `encoder_parameters()`; the decoder's θ: all the others, prior and likelihood included). The
 measurement runs under a forked random state, so training draws the same random numbers with or
-without it; its time counts in the step's time (`train/step_time_ms`).
+without it; its time counts in the step's time (`train/step_time_ms`) and is logged on its own
+(`train/grad_variance_time_s`).
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -28,6 +30,8 @@ def flat_gradients(losses: dict[str, Tensor], groups: dict[str, list[torch.nn.Pa
     for variant, loss in losses.items():  # the variants may share the encoder's pass: keep the graph
         grads = iter(torch.autograd.grad(loss, params, allow_unused=True, retain_graph=True))
         for group, group_params in groups.items():
+            if variant and group != "encoder":  # a variant (another control variate) changes only the encoder's estimate
+                break
             parts = [torch.zeros_like(p) if g is None else g for p, g in zip(group_params, grads)]
             flat[f"{group}_grad_variance{variant}"] = torch.cat([g.flatten() for g in parts])
     return flat
@@ -55,16 +59,17 @@ class GradientVariance(L.Callback):
         self.every_n_steps, self.repeats = every_n_steps, repeats
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        if not self.every_n_steps or (trainer.global_step + 1) % self.every_n_steps:
+        if not self.every_n_steps or (trainer.global_step + 1) % self.every_n_steps or not trainer.loggers:
             return
+        start = time.perf_counter()
         x, index = batch
-        x = pl_module.likelihood.prepare(x)
         encoder = [p for p in pl_module.encoder_parameters() if p.requires_grad]
         encoder_ids = {id(p) for p in encoder}
         groups = {"encoder": encoder, "decoder": [p for p in pl_module.parameters() if p.requires_grad and id(p) not in encoder_ids]}
         devices = [pl_module.device] if pl_module.device.type == "cuda" else []
         draws: dict[str, list[Tensor]] = defaultdict(list)
         with torch.random.fork_rng(devices=devices), torch.enable_grad():
+            x = pl_module.likelihood.prepare(x)  # (may draw dequantization noise: inside the forked state)
             for _ in range(self.repeats):
                 losses = pl_module.gradient_estimates(x, index)
                 if not losses:
@@ -72,7 +77,9 @@ class GradientVariance(L.Callback):
                 for name, gradient in flat_gradients(losses, groups).items():
                     draws[name].append(gradient)
         # Straight to the loggers at this step (rank 0's shard under DDP): a value given to self.log in a
-        # batch-start hook would be written again at the next logged step.
+        # batch-start hook would be written again at the next logged step. The measurement's own time is
+        # logged too, so that a comparison at equal training time can leave it out.
         metrics = {f"train/{name}": trace_of_covariance(gradients).item() for name, gradients in draws.items()}
+        metrics["train/grad_variance_time_s"] = time.perf_counter() - start
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)

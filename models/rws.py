@@ -9,8 +9,8 @@ importance weights w̃_s ∝ p_θ(x, h_s) / q_φ(h_s | x) (samplers/multi_sample
     wake, θ:  Σ_s w̃_s ∇θ log p_θ(x, h_s)        wake, φ:  Σ_s w̃_s ∇φ log q_φ(h_s | x)
 
 The estimates are biased for finite S (self-normalization), consistent as S grows. The sleep phase
-(optional, off by default as in the paper's best results): fit q to "dreams" (h, x) ~ p_θ(h) p_θ(x | h),
-∇φ log q_φ(h | x), one dream per training example.
+(optional, off by default): fit q to "dreams" (h, x) ~ p_θ(h) p_θ(x | h), ∇φ log q_φ(h | x), one dream per
+training example (the same inclusive KL, averaged over the model's images instead of the data).
 
 One step: S decoder passes with gradient per example (plus, with the sleep phase, one without).
 """

@@ -126,6 +126,24 @@ def test_gradient_variance_alone_measures_without_changing_training(tmp_path, mn
     assert not any("grad_variance" in tag for tag in plain_events.Tags()["scalars"])
 
 
+def test_jsa_gradient_estimates_start_from_the_cache_and_write_nothing(monkeypatch):
+    import models.jsa
+    from models import JSA
+
+    torch.manual_seed(0)
+    model = JSA(mis_steps=2, num_latents=4, cache_size=8)
+    x, index = (torch.rand(8, 1, 28, 28) > 0.5).float(), torch.arange(8)
+    model.training_loss(x, index)  # fills the cache for these examples
+    cached = model.cache.codes.clone()
+    starts = []
+    original = models.jsa.index_cached_mis
+    monkeypatch.setattr(models.jsa, "index_cached_mis", lambda *a: starts.append(a[3:5]) or original(*a))
+    model.gradient_estimates(x, index)[""].backward()
+    (start, has_start), = starts
+    assert has_start.all() and torch.equal(start, cached)  # fresh chains from the same cached states
+    assert torch.equal(model.cache.codes, cached)  # and the cache is not written
+
+
 def test_trace_of_covariance_by_hand():
     from callbacks.gradient_variance import trace_of_covariance
 

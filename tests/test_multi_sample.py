@@ -59,7 +59,7 @@ def expected_loss_gradient(model, num_samples: int, monkeypatch) -> torch.Tensor
 
 
 @pytest.mark.parametrize("num_samples", [2, 3])
-def test_vimco_is_unbiased_for_the_gradient_of_the_k_sample_bound(num_samples, monkeypatch):
+def test_vimco_is_unbiased_for_the_gradient_of_the_s_sample_bound(num_samples, monkeypatch):
     model = toy(VIMCO, num_samples)
     x = toy_x()
     log_q = categorical_log_prob(model.posterior(x), STATES[None])[0]  # (4,), with gradient to φ
@@ -69,7 +69,8 @@ def test_vimco_is_unbiased_for_the_gradient_of_the_k_sample_bound(num_samples, m
     exact = -flat_grad(exact_bound, params(model))
     estimated = expected_loss_gradient(model, num_samples, monkeypatch)
     torch.testing.assert_close(estimated, exact, rtol=1e-9, atol=1e-10)
-    assert exact.abs().max() > 1e-2  # not a vacuous comparison
+    assert exact.abs().max() > 1e-2  # not a vacuous comparison, for the encoder (the score term) too
+    assert flat_grad(exact_bound, list(model.encoder.parameters())).abs().max() > 1e-3
 
 
 def rws_exact_expectation(model, num_samples: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -98,25 +99,26 @@ def test_rws_expected_gradient_is_that_of_the_self_normalized_estimator(num_samp
     torch.testing.assert_close(expected_loss_gradient(model, num_samples, monkeypatch), expected, rtol=1e-9, atol=1e-10)
 
 
-def test_rws_approaches_the_log_likelihood_and_inclusive_kl_gradients_as_k_grows():
+def test_rws_approaches_the_log_likelihood_and_inclusive_kl_gradients_as_s_grows():
     model = toy(RWS, 1)
     errors = []
-    for k in (1, 2, 3, 4):
-        expected, target = rws_exact_expectation(model, k)
+    for num_samples in (1, 2, 3, 4):
+        expected, target = rws_exact_expectation(model, num_samples)
         errors.append((expected - target).norm().item())
     assert errors == sorted(errors, reverse=True) and errors[-1] < 0.5 * errors[0], errors
     assert errors[0] > 1.0  # the S=1 estimate, E_q[∇ log p(x, h) + ∇ log q(h | x)], is visibly biased
 
 
 def test_vimco_baselines_by_hand():
-    log_w = torch.tensor([[0.0, 1.0, 3.0]], dtype=torch.float64)
-    w = log_w.exp()[0]
-    by_hand = []
-    for k in range(3):
-        others = [j for j in range(3) if j != k]
-        geometric = torch.exp(log_w[0, others].mean())
-        by_hand.append(torch.log((w[others].sum() + geometric) / 3))
-    torch.testing.assert_close(vimco_baselines(log_w)[0], torch.stack(by_hand))
+    log_w = torch.tensor([[0.0, 1.0, 3.0], [-2.0, 0.5, 0.0]], dtype=torch.float64)  # two examples: no mixing across the batch
+    by_hand = torch.empty(2, 3, dtype=torch.float64)
+    for b in range(2):
+        w = log_w[b].exp()
+        for s in range(3):
+            others = [j for j in range(3) if j != s]
+            geometric = torch.exp(log_w[b, others].mean())
+            by_hand[b, s] = torch.log((w[others].sum() + geometric) / 3)
+    torch.testing.assert_close(vimco_baselines(log_w), by_hand)
     with pytest.raises(ValueError, match="at least 2"):
         vimco_baselines(log_w[:, :1])
 

@@ -150,8 +150,8 @@ class CategoricalLatentModel(LatentVariableModel):
         return self.likelihood.log_prob(x.unsqueeze(1), out) + self.log_prior(latent)
 
     def score_proposals(self, x: Tensor, log_q: Tensor, num_samples: int) -> tuple[Tensor, Tensor, Tensor]:
-        """K fresh samples h_k ~ q(h | x) (no gradient through the draw) with their log p(x, h_k) (gradient
-        to θ) and log q(h_k | x) (gradient to φ through log_q): (B, K, V), (B, K), (B, K)."""
+        """S fresh samples h_s ~ q(h | x) (no gradient through the draw) with their log p(x, h_s) (gradient
+        to θ) and log q(h_s | x) (gradient to φ through log_q): (B, S, V), (B, S), (B, S)."""
         latent = sample_categorical(log_q.detach(), num_samples)
         return latent, self.log_joint(x, latent), categorical_log_prob(log_q, latent)
 
