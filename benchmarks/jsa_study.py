@@ -151,18 +151,20 @@ def value_at_epoch(record: dict, epoch: int, steps_per_epoch: int) -> float | No
 
 
 def training_minutes(record: dict, steps_per_epoch: int) -> dict[int, float]:
-    """Epoch -> minutes of training up to its end: the epochs' times (validation excluded) less the time the
-    gradient-variance measurements took (logged by runs from the callback's second version on)."""
+    """Epoch -> minutes of training up to its end, as epochs × the run's median epoch time: the epochs' times
+    (validation excluded) less the time the gradient-variance measurements took (logged by runs from the
+    callback's second version on). The median keeps an epoch slowed by other load on the machine from
+    counting (a CPU benchmark shares the machine with the work around it)."""
     measuring: dict[int, float] = {}
     for step, seconds in record["curves"].get("grad_variance_time_s", []):
         epoch = int(step // steps_per_epoch) + 1
         measuring[epoch] = measuring.get(epoch, 0.0) + seconds
-    total, minutes = 0.0, {}
-    for step, seconds in record["epoch_time_s"]:
-        epoch = epoch_of(step, steps_per_epoch)
-        total += seconds - measuring.get(epoch, 0.0)
-        minutes[epoch] = total / 60
-    return minutes
+    net = {epoch_of(step, steps_per_epoch): seconds for step, seconds in record["epoch_time_s"]}
+    net = {epoch: seconds - measuring.get(epoch, 0.0) for epoch, seconds in net.items()}
+    if not net:
+        return {}
+    typical = statistics.median(net.values())
+    return {epoch: epoch * typical / 60 for epoch in sorted(net)}
 
 
 # Two-sided 97.5% quantiles of Student's t by degrees of freedom (for the seed comparison's 95% threshold).
