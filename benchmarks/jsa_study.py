@@ -39,6 +39,7 @@ ESTIMATORS = ["jsa", "rws", "vimco", "dvae", "dvae_gumbel"]  # the discrete esti
 CONTEXT = ["vae", "vqvae"]
 LABELS = {"jsa": "JSA", "rws": "RWS", "vimco": "VIMCO", "dvae": "REINFORCE+B*", "dvae_gumbel": "Gumbel-softmax",
           "vae": "Gaussian VAE", "vqvae": "VQ-VAE (uniform-prior bound)"}
+COLORS = {model: f"C{i}" for i, model in enumerate(ESTIMATORS + CONTEXT)}  # one colour per model in every plot
 ABLATION = {  # JSA's settings under jsa_paper, one changed at a time
     "L1": ["model.mis_steps=1"],
     "L5": ["model.mis_steps=5"],
@@ -287,7 +288,7 @@ def plot_study(plt, records: dict, args: argparse.Namespace) -> None:
                 xs = [minutes.get(epoch_of(s, spe), math.nan) for s, _ in points]
             else:
                 xs = [x_of(r, s) for s, _ in points]
-            ax.plot(xs, [v for _, v in points], marker="o", label=LABELS[r["model"]])
+            ax.plot(xs, [v for _, v in points], marker="o", label=LABELS[r["model"]], color=COLORS[r["model"]])
         ax.set_xlabel("epoch" if x_of else "training time (min, CPU, 2 cores)")
         ax.set_ylabel("val NLL (nats)")
         ax.set_ylim(top=min(140, ax.get_ylim()[1]))
@@ -302,7 +303,7 @@ def plot_study(plt, records: dict, args: argparse.Namespace) -> None:
         for r in main:
             points = r["curves"][f"{group}_grad_variance"]
             if points:
-                ax.plot([s for s, _ in points], [v for _, v in points], label=LABELS[r["model"]])
+                ax.plot([s for s, _ in points], [v for _, v in points], label=LABELS[r["model"]], color=COLORS[r["model"]])
         ax.set_yscale("log")
         ax.set_xlabel("training step")
         ax.set_ylabel(f"trace of the {group}'s gradient covariance")
