@@ -81,6 +81,12 @@ class LatentVariableModel(L.LightningModule):
     config_name: str = "model"  # the model's name in configs/model/ and in run names
     run_tag: str = ""  # key settings in the run's name (logs/tensorboard/<model>-<data>-<run_tag>)
     run_tag_keys: ClassVar[tuple[str, ...]] = ()  # the settings run_tag shows (a multirun names the others it sweeps)
+    prior_name: str = "uniform"  # of a discrete latent: uniform or a learned prior (models/components/priors.py)
+
+    @property
+    def prior_tag(self) -> str:
+        """A learned prior in the run's name, e.g. jsa-mnist-mlp-K10-L10-autoregressive (run_tag appends it)."""
+        return "" if self.prior_name == "uniform" else f"-{self.prior_name}"
 
     def __init__(
         self,
