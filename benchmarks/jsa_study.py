@@ -145,6 +145,16 @@ def training_minutes(record: dict, steps_per_epoch: int) -> dict[int, float]:
 T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
 
 
+def t_threshold(sd_a: float, n_a: int, sd_b: float, n_b: int) -> float:
+    """t × s.e., the 95% threshold of a two-sample t-test with pooled variance, for a difference of two means of n_a
+    and n_b seeds (s.e. = s_pooled · sqrt(1/n_a + 1/n_b), n_a + n_b − 2 degrees of freedom); nan below two seeds a side."""
+    if n_a < 2 or n_b < 2:
+        return float("nan")
+    dof = n_a + n_b - 2
+    pooled = math.sqrt(((n_a - 1) * sd_a ** 2 + (n_b - 1) * sd_b ** 2) / dof)
+    return T_975.get(dof, 2.0) * pooled * math.sqrt(1 / n_a + 1 / n_b)
+
+
 def fmt(value: float | None, digits: int = 2) -> str:
     return "–" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
 
@@ -212,9 +222,7 @@ def write_report(args: argparse.Namespace) -> Path:
         for model, (mean, sd, n) in spread.items():
             if model == "jsa":
                 continue
-            dof = n + n_j - 2
-            pooled = math.sqrt(((n - 1) * sd ** 2 + (n_j - 1) * sd_j ** 2) / dof) if n > 1 and n_j > 1 else float("nan")
-            se2 = T_975.get(dof, 2.0) * pooled * math.sqrt(1 / n + 1 / n_j)
+            se2 = t_threshold(sd, n, sd_j, n_j)
             verdict = "–" if not math.isfinite(se2) else ("yes" if abs(mean - mean_j) > se2 else "no")
             lines.append(f"| {LABELS[model]} | {mean - mean_j:+.2f} | {fmt(se2)} | {verdict} |")
 

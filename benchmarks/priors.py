@@ -1,7 +1,7 @@
 """Learned priors over discrete codes (docs/priors.md): what they cost per step, and what they buy.
 
     python -m benchmarks.priors                  # the cost table, the training runs (resumable), the report
-    python -m benchmarks.priors --cost-only      # the cost table only (a few minutes)
+    python -m benchmarks.priors --cost-only      # the cost table only, measured again (a few minutes)
     python -m benchmarks.priors --report-only    # the report from the finished runs
 
 Cost, measured side by side in one process (interleaved repeats, medians), on real MNIST batches:
@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from benchmarks import runner
+from benchmarks.jsa_study import read_curves, t_threshold
 
 JSA_PRIORS = ["uniform", "factorized", "autoregressive"]
 
@@ -98,8 +99,6 @@ def plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
 
 
 def run(name: str, overrides: list[str], args: argparse.Namespace) -> dict:
-    from benchmarks.jsa_study import read_curves
-
     run_dir, seconds, command = runner.train(name, [*overrides, *args.extra], args.logs / name)
     return {"name": name, "command": command, "seconds": seconds, **read_curves(run_dir)}
 
@@ -108,6 +107,10 @@ def run(name: str, overrides: list[str], args: argparse.Namespace) -> dict:
 def last(record: dict, curve: str) -> float | None:
     points = record["curves"].get(curve) or []
     return points[-1][1] if points else None
+
+
+def fmt(value: float | None) -> str:
+    return "—" if value is None or value != value else f"{value:.2f}"  # None or nan: not measured
 
 
 def write_report(args: argparse.Namespace) -> Path:
@@ -130,19 +133,26 @@ def write_report(args: argparse.Namespace) -> Path:
                              f"{row[prior + '/prior_scoring']:.2f} | {row[prior + '/decoder_scoring']:.1f} | "
                              f"{row[prior + '/prior_scoring'] / row[prior + '/decoder_scoring']:.3f} |")
         lines.append("")
-    jsa = {prior: [last(r, "nll") for name, r in records.items() if name.startswith(f"jsa-{prior}-s")] for prior in JSA_PRIORS}
+    jsa = {prior: [v for name, r in records.items() if name.startswith(f"jsa-{prior}-s") and (v := last(r, "nll")) is not None]
+           for prior in JSA_PRIORS}
     if any(jsa.values()):
         lines += ["## JSA with each prior", "",
                   f"MNIST (binarized), MLP, 20 latents × 10 classes, L = 10, {args.epochs} epochs; val IS-NLL (5,000 images, "
-                  "100 samples) in nats, per seed, mean ± sample sd over seeds.", "",
-                  "| prior | per seed | mean ± sd | minutes per run |", "|---|---|---|---|"]
+                  "100 samples) in nats, per seed; mean ± sample sd over seeds; the difference from the uniform prior "
+                  "against t × s.e., the 95% threshold of a pooled two-sample t-test. Their cost per step: the table above.", "",
+                  "| prior | per seed | mean ± sd | − uniform | t × s.e. |", "|---|---|---|---|---|"]
+        base = jsa["uniform"]
         for prior, values in jsa.items():
-            values = [v for v in values if v is not None]
             if not values:
                 continue
-            spread = f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
-            minutes = [r["seconds"] / 60 for n, r in records.items() if n.startswith(f"jsa-{prior}-s")]
-            lines.append(f"| {prior} | {', '.join(f'{v:.2f}' for v in values)} | {spread} | {statistics.mean(minutes):.1f} |")
+            sd = statistics.stdev(values) if len(values) > 1 else float("nan")
+            difference, threshold = "—", "—"
+            if prior != "uniform" and base:
+                difference = f"{statistics.mean(values) - statistics.mean(base):+.2f}"
+                base_sd = statistics.stdev(base) if len(base) > 1 else float("nan")
+                threshold = fmt(t_threshold(sd, len(values), base_sd, len(base)))
+            lines.append(f"| {prior} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.mean(values):.2f} ± {fmt(sd)} | "
+                         f"{difference} | {threshold} |")
         lines.append("")
     vq = [(n, r) for n, r in records.items() if n.startswith("vqvae-")]
     if vq:
@@ -155,8 +165,11 @@ def write_report(args: argparse.Namespace) -> Path:
             learned, uniform = last(record, "nll"), last(record, "nll_uniform_prior")
             epochs = len(record["epoch_time_s"])
             diff = f"{uniform - learned:.2f}" if learned is not None and uniform is not None else "—"
-            lines.append(f"| {name} | {epochs} | {uniform:.2f} | {learned:.2f} | {diff} |")
+            lines.append(f"| {name} | {epochs} | {fmt(uniform)} | {fmt(learned)} | {diff} |")
         lines.append("")
+    findings = args.out / "FINDINGS.md"  # written by hand from the numbers above, kept with them
+    if findings.exists():
+        lines += [findings.read_text().rstrip(), ""]
     if records:
         lines += ["## Commands", "", *[f"- `{r['command']}`" for r in records.values()], ""]
     report = args.out / "report.md"
@@ -174,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=10, help="timed repeats of each cost measurement (default 10)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/priors"), help="report, cost.json and run records")
     parser.add_argument("--logs", type=Path, default=Path("logs/priors"), help="the runs' TensorBoard logs and checkpoints")
-    parser.add_argument("--cost-only", action="store_true", help="measure the cost table only")
+    parser.add_argument("--cost-only", action="store_true", help="measure the cost table (again) and nothing else")
     parser.add_argument("--report-only", action="store_true", help="write the report from what was measured")
     parser.add_argument("extra", nargs="*", help="more train.py overrides for every run (e.g. trainer.limit_train_batches=2)")
     args = parser.parse_args(argv)
@@ -182,9 +195,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--epochs, --stage2-epochs, --seeds and --repeats must be >= 1")
     args.out, args.logs = args.out.resolve(), args.logs.resolve()
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
-    if not args.report_only:
+    cost_path = args.out / "cost.json"
+    if args.cost_only or not (args.report_only or cost_path.exists()):  # a resumed study keeps the costs it measured
         data_dir = os.environ.get("DATA_DIR", "data")
-        (args.out / "cost.json").write_text(json.dumps(measure_cost(data_dir, args.repeats), indent=1) + "\n")
+        cost_path.write_text(json.dumps(measure_cost(data_dir, args.repeats), indent=1) + "\n")
     if not (args.report_only or args.cost_only):
         # The plan is made again for each run: the second stage names the first stage's checkpoint.
         runner.run_pending([name for name, _ in plan(args)], args.out / "runs",

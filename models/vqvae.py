@@ -37,11 +37,17 @@ import torch
 from torch import Tensor
 from torchmetrics import MeanMetric
 
+from callbacks.hparams import constructor_defaults
 from models.base import LatentVariableModel, inference
 from models.components.backbones import BackboneName, build_backbone, latent_grid
 from models.components.code_usage import CodeUsage
-from models.components.priors import PriorName, build_prior
+from models.components.priors import PriorName, build_prior, canonical_prior_name
 from models.components.quantizer import QuantizerOutput, VectorQuantizer
+
+
+# The settings a second stage must share with the VQ-VAE whose autoencoder it loads.
+AUTOENCODER_SETTINGS = ("backbone", "num_latents", "num_categories", "code_dim", "hidden_channels", "activation", "likelihood",
+                        "sigma", "learn_sigma", "sigma_shape", "num_mixtures", "ema")
 
 
 class PointMassPosterior(NamedTuple):
@@ -121,7 +127,7 @@ class VQVAE(LatentVariableModel):
         # Spatial z_e is (B, D, H', W'): channels first; flat z_e is (B, V, D): channels last.
         self.channel_dim = 1 if self.grid else -1
         self.train_usage, self.val_usage = CodeUsage(num_categories), CodeUsage(num_categories)
-        self.prior_name = prior
+        self.prior_name = canonical_prior_name(prior)
         self.prior = build_prior(prior, self.num_latents, num_categories, self.grid, prior_hidden, prior_layers)
         if autoencoder_epochs is not None and autoencoder_epochs < 0:
             raise ValueError(f"autoencoder_epochs must be >= 0 or None (every epoch), got {autoencoder_epochs}")
@@ -130,7 +136,7 @@ class VQVAE(LatentVariableModel):
         if autoencoder_epochs == 0 and autoencoder_checkpoint is None:
             raise ValueError("autoencoder_epochs=0 freezes the autoencoder from the start: give the trained VQ-VAE's checkpoint "
                              "as model.autoencoder_checkpoint=PATH (its last.ckpt or best checkpoint)")
-        if autoencoder_epochs is not None and prior == "uniform":
+        if autoencoder_epochs is not None and self.prior_name == "uniform":
             raise ValueError("autoencoder_epochs / autoencoder_checkpoint: a second stage fits a learned prior; set model.prior "
                              "(pixelcnn for the conv grid, autoregressive for backbone=mlp)")
         self.autoencoder_epochs, self.autoencoder_checkpoint = autoencoder_epochs, autoencoder_checkpoint
@@ -192,6 +198,17 @@ class VQVAE(LatentVariableModel):
             terms["loss"] = terms["loss"] + terms["prior_nll"]
         return terms
 
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        strategy = self.trainer.strategy
+        if (stage == "fit" and self.autoencoder_epochs and self.trainer.world_size > 1
+                and not getattr(strategy, "_ddp_kwargs", {}).get("find_unused_parameters")):
+            raise ValueError(
+                f"model.autoencoder_epochs={self.autoencoder_epochs} under DDP: after that epoch the autoencoder's parameters get "
+                "no gradients, which DDP refuses; use trainer.strategy=ddp_find_unused_parameters_true, or train the second "
+                "stage as a run of its own (model=vqvae_prior model.autoencoder_checkpoint=PATH)"
+            )
+
     def on_fit_start(self) -> None:
         # After Lightning has restored a resumed run (trainer.ckpt_path is known from then on): a resumed run has
         # all of it in its own checkpoint, so only a new one reads the autoencoder from stage 1.
@@ -202,9 +219,21 @@ class VQVAE(LatentVariableModel):
         """Encoder, codebook and decoder from a VQ-VAE checkpoint with the same networks (the prior is not read)."""
         if not Path(path).is_file():
             raise FileNotFoundError(f"model.autoencoder_checkpoint: no file {path}; give the last.ckpt or best checkpoint of a VQ-VAE run")
-        checkpoint = torch.load(path, map_location=self.device, weights_only=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
         if checkpoint.get("model_class", "models.vqvae.VQVAE") != "models.vqvae.VQVAE":
             raise ValueError(f"model.autoencoder_checkpoint: {path} was written by {checkpoint['model_class']}, not a VQ-VAE")
+        # Settings that change what the networks compute without changing a tensor's shape (or that would be
+        # reported as one) must match too: a setting left out means the class's default; None on either side
+        # means the data's choice (both front ends fill it in), not compared. (A checkpoint without
+        # hyperparameters, e.g. a bare state_dict, is checked by its shapes only.)
+        defaults = constructor_defaults(VQVAE)
+        stage1 = {**defaults, **checkpoint["hyper_parameters"]} if "hyper_parameters" in checkpoint else {}
+        here = {**defaults, **self.hparams}
+        differing = [f"{key}={stage1[key]!r} there, {here[key]!r} here" for key in AUTOENCODER_SETTINGS
+                     if stage1 and stage1[key] is not None and here[key] is not None and stage1[key] != here[key]]
+        if differing:
+            raise ValueError(f"model.autoencoder_checkpoint: {path} was trained with other settings ({'; '.join(differing)}); "
+                             "give this run the stage-1 settings")
         state = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("prior.")}
         own = {k: v for k, v in self.state_dict().items() if not k.startswith("prior.")}
         mismatched = sorted(k for k in own if k not in state or state[k].shape != own[k].shape)
@@ -251,7 +280,7 @@ class VQVAE(LatentVariableModel):
         if stage == "val":
             self.val_usage.update(outputs["posterior"].quantized.codes)
         if self.prior_name != "uniform":
-            self.uniform_bound[stage].update(self.uniform_prior_bound(self.likelihood.prepare(batch[0]), outputs["posterior"]))
+            self.uniform_bound[stage].update(self.uniform_prior_bound(outputs["inputs"], outputs["posterior"]))  # the same x
             self.log(f"{stage}/nll_uniform_prior", self.uniform_bound[stage])
         return outputs
 

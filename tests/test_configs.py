@@ -44,7 +44,8 @@ def test_model_configs_state_only_what_differs_from_the_class(model):
     from omegaconf import OmegaConf
 
     written = OmegaConf.load(train.CONFIG_DIR / "model" / f"{model}.yaml").model
-    assert set(written) <= {"_target_", "test_seed", "estimator", "prior", "autoencoder_epochs", "autoencoder_checkpoint"}
+    second_stage = {"prior", "autoencoder_epochs", "autoencoder_checkpoint"} if model == "vqvae_prior" else set()
+    assert set(written) <= {"_target_", "test_seed", "estimator"} | second_stage
     cfg = composed([f"model={model}"])
     cls = hydra.utils.get_class(cfg.model._target_)
     for name, default in constructor_defaults(cls).items():
@@ -97,6 +98,8 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
     # ... with a learned prior over its codes, fit alongside: MADE over the flat codes, a PixelCNN over the grid
     assert vqvae.prior_name == {"mlp": "autoregressive", "conv": "pixelcnn"}[backbone] and vqvae.autoencoder_epochs is None
     assert jsa.prior_name == "uniform"  # the other models keep theirs
+    flat_on_cifar = train.model_settings(composed(["experiment=compare", "model=vqvae", "data=cifar10", "model.backbone=mlp"]))
+    assert flat_on_cifar["prior"] == "autoregressive"  # the prior follows the layout, not the data set
     for dvae in (built["dvae"], built["dvae_gumbel"]):  # exactly JSA's categorical model
         assert {k: v.shape for k, v in dvae.state_dict().items() if k != "baseline_mean"} == {k: v.shape for k, v in jsa.state_dict().items() if not k.startswith(("cache", "class_used"))}
     assert (built["dvae"].estimator, built["dvae_gumbel"].estimator) == ("reinforce", "gumbel")

@@ -14,12 +14,14 @@ from models.components.priors import AutoregressivePrior, FactorizedPrior, Pixel
 
 
 def randomized(prior: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """The prior with every parameter drawn at random (the learned priors start uniform, which would pass
-    the tests below trivially) and in float64."""
+    """The prior in float64 with its zero-initialized output layer (the learned priors start uniform, which would
+    pass the tests below trivially) drawn at random; the other layers keep their random initialization (weights of
+    N(0, 1) everywhere would saturate every gate of a deep PixelCNN)."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for parameter in prior.parameters():
-            parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
+            if not parameter.any():
+                parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
     return prior.double()
 
 
@@ -59,6 +61,21 @@ def test_causal(name):
             assert not torch.allclose(after[:, j + 1 :], logits[:, j + 1 :])
 
 
+@pytest.mark.parametrize("prior", [AutoregressivePrior(20, 3), PixelCNNPrior((7, 7), 3), PixelCNNPrior((8, 8), 3)],
+                         ids=["made-20", "pixelcnn-7x7", "pixelcnn-8x8"])
+def test_every_position_reads_every_earlier_one_and_no_other(prior):
+    """At the default sizes: the conditional at position i depends on the code at j exactly when j < i (raster
+    order), so there is neither a leak nor a blind spot nor a reach too short for the grid."""
+    prior = randomized(prior)
+    codes = torch.randint(3, (1, prior.num_latents), generator=torch.Generator().manual_seed(0))
+    base = prior.conditional_logits(codes)[0]
+    changed = torch.cat([codes.clone() for _ in range(prior.num_latents)])
+    positions = torch.arange(prior.num_latents)
+    changed[positions, positions] = (changed[positions, positions] + 1) % 3
+    depends = (prior.conditional_logits(changed) - base).abs().amax(-1) > 1e-12  # [j, i]: changing j moves i
+    assert torch.equal(depends, positions.unsqueeze(1) < positions.unsqueeze(0))
+
+
 @pytest.mark.parametrize("name", PRIORS)
 def test_sample_agrees_with_log_prob(name):
     """A chi-squared test of 20000 draws against exp(log_prob) over all code sets."""
@@ -94,10 +111,14 @@ def test_uniform_is_frozen_and_names_are_checked():
     uniform = build_prior("uniform", 4, 5)
     assert not any(p.requires_grad for p in uniform.parameters())
     assert build_prior("learned", 4, 5).logits.requires_grad  # the older name of `factorized`
-    with pytest.raises(ValueError, match="unknown prior 'made'; choose one of uniform, factorized, autoregressive, pixelcnn"):
+    with pytest.raises(ValueError, match="model.prior: unknown prior 'made'; choose one of uniform, factorized, autoregressive, pixelcnn"):
         build_prior("made", 4, 5)
     with pytest.raises(ValueError, match="needs a grid of codes .*prior=autoregressive"):
         build_prior("pixelcnn", 4, 5)
+    with pytest.raises(ValueError, match="model.prior_hidden and model.prior_layers size the autoregressive and pixelcnn priors"):
+        build_prior("factorized", 4, 5, hidden=32)
+    with pytest.raises(ValueError, match=r"needs prior_hidden >= V - 1 = 11"):
+        build_prior("autoregressive", 12, 5, hidden=5)
 
 
 # ---- the priors inside the models -------------------------------------------------------------

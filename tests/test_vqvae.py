@@ -161,6 +161,13 @@ def test_frozen_stage_trains_the_prior_only_and_the_bound_uses_it(mnist_dir):
     assert model.sample_prior(3).shape == (3, 1, 28, 28)
 
 
+def test_checkpoints_from_before_the_priors_load():
+    """A uniform-prior VQ-VAE stores no prior: state dicts written before the priors existed load strictly."""
+    old = {k: v for k, v in small_vqvae().state_dict().items() if not k.startswith("prior.")}
+    assert old.keys() == small_vqvae().state_dict().keys()
+    small_vqvae().load_state_dict(old)
+
+
 def test_second_stage_from_a_checkpoint(mnist_dir, tmp_path):
     stage1 = small_vqvae(backbone="mlp")
     path = tmp_path / "vqvae.ckpt"
@@ -173,6 +180,10 @@ def test_second_stage_from_a_checkpoint(mnist_dir, tmp_path):
     other = small_vqvae(backbone="mlp", num_categories=8, prior="autoregressive")
     with pytest.raises(ValueError, match="holds another VQ-VAE .*use the backbone, num_categories"):
         other.load_autoencoder(str(path))
+    relu_elsewhere = small_vqvae(backbone="mlp", activation="leaky_relu", prior="autoregressive")
+    torch.save({"state_dict": stage1.state_dict(), "model_class": "models.vqvae.VQVAE", "hyper_parameters": dict(stage1.hparams)}, path)
+    with pytest.raises(ValueError, match="was trained with other settings \\(activation='relu' there, 'leaky_relu' here\\)"):
+        relu_elsewhere.load_autoencoder(str(path))  # the same shapes, another network
     with pytest.raises(FileNotFoundError, match="model.autoencoder_checkpoint: no file"):
         other.load_autoencoder(str(tmp_path / "missing.ckpt"))
     with pytest.raises(ValueError, match="a second stage fits a learned prior; set model.prior"):

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from models.base import LatentVariableModel, inference
 from models.components.backbones import BackboneName, build_backbone, latent_grid
-from models.components.priors import build_prior
+from models.components.priors import FactorizedPrior, build_prior, canonical_prior_name
 from samplers.mis import categorical_log_prob, sample_categorical
 
 Embedding = Literal["auto", "per_position", "shared"]
@@ -106,8 +106,10 @@ class CategoricalLatentModel(LatentVariableModel):
         table_size = num_latents * num_categories if self.per_position else num_categories
         self.embedding = nn.Embedding(table_size, code_dim)
         self.register_buffer("position_offset", torch.arange(num_latents) * num_categories, persistent=False)
-        self.prior_name = "factorized" if prior == "learned" else prior
+        self.prior_name = canonical_prior_name(prior)
         self.prior = build_prior(prior, num_latents, num_categories, self.grid, prior_hidden, prior_layers)
+        if self.prior_name == "uniform":  # a frozen zero parameter, as before the priors were modules, so that older
+            self.prior = FactorizedPrior(num_latents, num_categories, learnable=False)  # checkpoints resume (optimizer state)
         # Checkpoints written before the priors became modules hold the factorized logits as `prior_logits`.
         self.register_load_state_dict_pre_hook(_rename_prior_logits)
 

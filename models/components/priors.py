@@ -9,7 +9,7 @@ network whose output at position v sees only the inputs at positions < v. So `lo
 number of code sets at once, e.g. all B·(L+1) candidates of a JSA step in one pass, and `sample`
 draws h_1, h_2, ... in V passes.
 
-* `uniform`: p(h_v) = 1/K, no parameters that train (zero logits, kept frozen).
+* `uniform`: p(h_v) = 1/K, nothing that trains (zero logits).
 * `factorized`: p(h_v) = softmax(logits_v), V x K learned logits; positions independent.
 * `autoregressive`: MADE (Germain et al., 2015): an MLP over the one-hot codes whose weight masks
   cut every path from input position v' to output position v unless v' < v.
@@ -59,7 +59,7 @@ class CodePrior(nn.Module):
     @torch.no_grad()
     def sample(self, num_samples: int) -> Tensor:
         """num_samples code sets (N, V) drawn from p(h): position by position, V forward passes."""
-        device = next(iter(self.parameters()), torch.empty(0)).device
+        device = next(self.parameters()).device
         codes = torch.zeros(num_samples, self.num_latents, dtype=torch.long, device=device)
         for v in range(self.num_latents):
             logits = self.conditional_logits(codes)[:, v]  # depends on codes[:, :v] only
@@ -88,6 +88,18 @@ class FactorizedPrior(CodePrior):
         return sample_categorical(self.log_probs().expand(num_samples, -1, -1), 1)[:, 0]  # positions independent: one draw
 
 
+class UniformPrior(FactorizedPrior):
+    """p(h_v) = 1/K: zero logits held in a buffer that no checkpoint stores (nothing to learn, nothing to save)."""
+
+    def __init__(self, num_latents: int, num_categories: int) -> None:
+        CodePrior.__init__(self, num_latents, num_categories)
+        self.register_buffer("logits", torch.zeros(num_latents, num_categories), persistent=False)
+
+    @torch.no_grad()
+    def sample(self, num_samples: int) -> Tensor:
+        return torch.randint(self.num_categories, (num_samples, self.num_latents), device=self.logits.device)
+
+
 class MaskedLinear(nn.Linear):
     """A linear layer whose weight is multiplied by a fixed 0/1 mask (out_features, in_features)."""
 
@@ -110,8 +122,11 @@ class AutoregressivePrior(CodePrior):
 
     def __init__(self, num_latents: int, num_categories: int, hidden: int = 256, num_layers: int = 2) -> None:
         super().__init__(num_latents, num_categories)
-        if hidden < 1 or num_layers < 1:
-            raise ValueError(f"the autoregressive prior needs prior_hidden >= 1 and prior_layers >= 1, got {hidden} and {num_layers}")
+        if hidden < max(num_latents - 1, 1) or num_layers < 1:
+            raise ValueError(
+                f"the autoregressive prior needs prior_hidden >= V - 1 = {num_latents - 1} (a hidden unit for each degree "
+                f"1..V-1, else some h_v cannot depend on some earlier h_u) and prior_layers >= 1, got {hidden} and {num_layers}"
+            )
         positions = torch.arange(1, num_latents + 1).repeat_interleave(num_categories)  # degree of each one-hot unit
         hidden_degrees = torch.arange(hidden) % max(num_latents - 1, 1) + 1
         layers: list[nn.Module] = []
@@ -203,16 +218,25 @@ class PixelCNNPrior(CodePrior):
         return self.output(horizontal).flatten(2).transpose(1, 2)  # (N, H'W', K), raster order
 
 
+def canonical_prior_name(name: str) -> str:
+    """`learned` is the name `factorized` had before the autoregressive priors existed."""
+    return "factorized" if name == "learned" else name
+
+
 def build_prior(name: str, num_latents: int, num_categories: int, grid: Sequence[int] = (),
                 hidden: int | None = None, num_layers: int | None = None) -> CodePrior:
     """The prior `name` over V = num_latents positions (a grid for `pixelcnn`); hidden / num_layers: its
     width and depth (None: the prior's default, 256 x 2 for `autoregressive`, 64 x 5 for `pixelcnn`)."""
-    if name == "learned":  # the name before the autoregressive priors existed
-        name = "factorized"
-    if name in ("uniform", "factorized"):
-        return FactorizedPrior(num_latents, num_categories, learnable=name == "factorized")
+    name = canonical_prior_name(name)
+    if name not in PRIORS:
+        raise ValueError(f"model.prior: unknown prior {name!r}; choose one of {', '.join(PRIORS)}")
+    if name in ("uniform", "factorized") and (hidden is not None or num_layers is not None):
+        raise ValueError(f"model.prior_hidden and model.prior_layers size the autoregressive and pixelcnn priors; "
+                         f"prior={name} has no network: leave them out")
+    if name == "uniform":
+        return UniformPrior(num_latents, num_categories)
+    if name == "factorized":
+        return FactorizedPrior(num_latents, num_categories)
     if name == "autoregressive":
         return AutoregressivePrior(num_latents, num_categories, hidden or 256, num_layers or 2)
-    if name == "pixelcnn":
-        return PixelCNNPrior(grid, num_categories, hidden or 64, num_layers or 5)
-    raise ValueError(f"unknown prior {name!r}; choose one of {', '.join(PRIORS)}")
+    return PixelCNNPrior(grid, num_categories, hidden or 64, num_layers or 5)
