@@ -288,7 +288,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
             parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
             parser.set_defaults({"checkpoint.monitor": "val/nll", "checkpoint.mode": "min", "checkpoint.save_last": True,
                                  "checkpoint.save_top_k": 1, "checkpoint.filename": "epoch{epoch:03d}-step{step:06d}",
-                                 "checkpoint.auto_insert_metric_name": False})
+                                 "checkpoint.auto_insert_metric_name": False, "checkpoint.enable_version_counter": False})
             parser.set_defaults({"trainer.devices": 1})  # as configs/trainer/default.yaml
             # The other default callbacks, as parser defaults: shown by --print_config, replaceable with
             # --trainer.callbacks=..., extended with --trainer.callbacks+=...

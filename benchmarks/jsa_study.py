@@ -25,16 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
 import statistics
-import shutil
-import subprocess
-import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks import runner
+
 ESTIMATORS = ["jsa", "rws", "vimco", "dvae", "dvae_gumbel"]  # the discrete estimators (dvae: REINFORCE with B*)
 CONTEXT = ["vae", "vqvae"]
 LABELS = {"jsa": "JSA", "rws": "RWS", "vimco": "VIMCO", "dvae": "REINFORCE+B*", "dvae_gumbel": "Gumbel-softmax",
@@ -70,39 +66,16 @@ def plan(args: argparse.Namespace) -> list[Job]:
     return jobs
 
 
-def command(job: Job, args: argparse.Namespace, ckpt: Path | None) -> list[str]:
-    cmd = [sys.executable, str(REPO / "train.py"), "experiment=jsa_paper", f"model={job.model}", f"seed={job.seed}",
-           f"trainer.max_epochs={job.epochs}", f"trainer.check_val_every_n_epoch={args.val_every}",
-           f"model.val_num_samples={args.val_samples}", f"run_test={str(job.test).lower()}",
-           f"log_dir={args.logs / job.name}", *job.overrides, *args.extra]
-    return cmd + ([f"ckpt_path={ckpt}"] if ckpt else [])
-
-
-def last_checkpoint(log_dir: Path) -> Path | None:
-    found = sorted(log_dir.glob("tensorboard/*/version_0/checkpoints/last.ckpt"))
-    return found[0] if found else None
+def overrides(job: Job, args: argparse.Namespace) -> list[str]:
+    return ["experiment=jsa_paper", f"model={job.model}", f"seed={job.seed}",
+            f"trainer.max_epochs={job.epochs}", f"trainer.check_val_every_n_epoch={args.val_every}",
+            f"model.val_num_samples={args.val_samples}", f"run_test={str(job.test).lower()}", *job.overrides, *args.extra]
 
 
 def run_job(job: Job, args: argparse.Namespace) -> dict:
     """Train (or resume) one run, then read its curves and test numbers from TensorBoard into a JSON record."""
-    log_dir = args.logs / job.name
-    log_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = last_checkpoint(log_dir)
-    if ckpt is None:  # stopped before its first checkpoint (or never started): start it afresh, in version_0
-        shutil.rmtree(log_dir / "tensorboard", ignore_errors=True)
-    cmd = command(job, args, ckpt)
-    start = time.perf_counter()
-    with open(log_dir / "train.log", "a") as log:
-        log.write(f"\n$ {shlex.join(cmd)}\n")
-        log.flush()
-        done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        raise SystemExit(f"run {job.name} failed (exit {done.returncode}); its output: {log_dir / 'train.log'}")
-    (run_dir,) = log_dir.glob("tensorboard/*/version_0")
-    shown = ["python", *(a.replace(f"{REPO}/", "") for a in command(job, args, None)[1:])]
-    record = {**asdict(job), "command": shlex.join(shown),
-              "seconds": time.perf_counter() - start, **read_curves(run_dir)}
-    return record
+    run_dir, seconds, command = runner.train(job.name, overrides(job, args), args.logs / job.name)
+    return {**asdict(job), "command": command, "seconds": seconds, **read_curves(run_dir)}
 
 
 def read_curves(run_dir: Path) -> dict:
@@ -120,7 +93,7 @@ def read_curves(run_dir: Path) -> dict:
 
     epoch_time = series("train/epoch_time_s")
     curves = {tag.split("/", 1)[1]: series(tag) for tag in (
-        "val/nll", "train/encoder_grad_variance", "train/decoder_grad_variance", "train/acceptance_rate",
+        "val/nll", "val/nll_uniform_prior", "train/encoder_grad_variance", "train/decoder_grad_variance", "train/acceptance_rate",
         "train/cache_hit_rate", "train/step_time_ms", "train/grad_variance_time_s")}
     test = {tag.split("/", 1)[1]: events.Scalars(tag)[-1].value for tag in tags if tag.startswith("test/")}
     return {"curves": curves, "epoch_time_s": epoch_time, "test": test}
@@ -170,6 +143,16 @@ def training_minutes(record: dict, steps_per_epoch: int) -> dict[int, float]:
 
 # Two-sided 97.5% quantiles of Student's t by degrees of freedom (for the seed comparison's 95% threshold).
 T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
+
+
+def t_threshold(sd_a: float, n_a: int, sd_b: float, n_b: int) -> float:
+    """t × s.e., the 95% threshold of a two-sample t-test with pooled variance, for a difference of two means of n_a
+    and n_b seeds (s.e. = s_pooled · sqrt(1/n_a + 1/n_b), n_a + n_b − 2 degrees of freedom); nan below two seeds a side."""
+    if n_a < 2 or n_b < 2:
+        return float("nan")
+    dof = n_a + n_b - 2
+    pooled = math.sqrt(((n_a - 1) * sd_a ** 2 + (n_b - 1) * sd_b ** 2) / dof)
+    return T_975.get(dof, 2.0) * pooled * math.sqrt(1 / n_a + 1 / n_b)
 
 
 def fmt(value: float | None, digits: int = 2) -> str:
@@ -239,9 +222,7 @@ def write_report(args: argparse.Namespace) -> Path:
         for model, (mean, sd, n) in spread.items():
             if model == "jsa":
                 continue
-            dof = n + n_j - 2
-            pooled = math.sqrt(((n - 1) * sd ** 2 + (n_j - 1) * sd_j ** 2) / dof) if n > 1 and n_j > 1 else float("nan")
-            se2 = T_975.get(dof, 2.0) * pooled * math.sqrt(1 / n + 1 / n_j)
+            se2 = t_threshold(sd, n, sd_j, n_j)
             verdict = "–" if not math.isfinite(se2) else ("yes" if abs(mean - mean_j) > se2 else "no")
             lines.append(f"| {LABELS[model]} | {mean - mean_j:+.2f} | {fmt(se2)} | {verdict} |")
 
@@ -359,16 +340,9 @@ def main(argv: list[str] | None = None) -> None:
     args.out, args.logs = args.out.resolve(), args.logs.resolve()
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
     if not args.report_only:
-        jobs = plan(args)
-        for number, job in enumerate(jobs, 1):
-            record_path = args.out / "runs" / f"{job.name}.json"
-            if record_path.exists():
-                print(f"[{number}/{len(jobs)}] {job.name}: done before, skipped", flush=True)
-                continue
-            print(f"[{number}/{len(jobs)}] {job.name}: {job.epochs} epochs ... ", end="", flush=True)
-            record = run_job(job, args)
-            record_path.write_text(json.dumps(record) + "\n")
-            print(f"{record['seconds'] / 60:.1f} min" + (f", test NLL {record['test']['nll']:.2f}" if record["test"] else ""), flush=True)
+        jobs = {job.name: job for job in plan(args)}
+        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(jobs[name], args),
+                           lambda record: f", test NLL {record['test']['nll']:.2f}" if record["test"] else "")
     print(f"report: {write_report(args)}")
 
 

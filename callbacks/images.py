@@ -1,7 +1,7 @@
 """Image grids in TensorBoard: each input next to its reconstruction, and decoded prior samples.
 
 Written for the first batch of every validation and test run (rank 0), under the tags
-`{val,test}/reconstructions` and `{val,test}/samples`. The reconstructions are the ones the
+`{val,test}/reconstructions` and `{val,test}/prior_samples` (latents drawn from the model's prior, decoded). The reconstructions are the ones the
 evaluation step already computed (returned as `outputs["reconstructions"]`, models/base.py), so
 only the prior samples cost a decoder pass.
 """
@@ -42,4 +42,4 @@ class ImageGrids(L.Callback):
         samples = pl_module.sample(self.num_images).clamp(0, 1)
         for logger in loggers:
             logger.experiment.add_image(f"{stage}/reconstructions", make_grid(pairs, nrow=nrow), trainer.global_step)
-            logger.experiment.add_image(f"{stage}/samples", make_grid(samples, nrow=nrow // 2 or 1), trainer.global_step)
+            logger.experiment.add_image(f"{stage}/prior_samples", make_grid(samples, nrow=nrow // 2 or 1), trainer.global_step)

@@ -81,6 +81,12 @@ class LatentVariableModel(L.LightningModule):
     config_name: str = "model"  # the model's name in configs/model/ and in run names
     run_tag: str = ""  # key settings in the run's name (logs/tensorboard/<model>-<data>-<run_tag>)
     run_tag_keys: ClassVar[tuple[str, ...]] = ()  # the settings run_tag shows (a multirun names the others it sweeps)
+    prior_name: str = "uniform"  # of a discrete latent: uniform or a learned prior (models/components/priors.py)
+
+    @property
+    def prior_tag(self) -> str:
+        """A learned prior in the run's name, e.g. jsa-mnist-mlp-K10-L10-autoregressive (run_tag appends it)."""
+        return "" if self.prior_name == "uniform" else f"-{self.prior_name}"
 
     def __init__(
         self,
@@ -180,14 +186,14 @@ class LatentVariableModel(L.LightningModule):
     @inference
     def nll(self, x: Tensor, num_samples: int | None = None) -> Tensor:
         """-log p(x) per image in nats, importance-sampled with `num_samples` (default `test_num_samples`);
-        for the VQ-VAE the uniform-prior upper bound."""
+        for the VQ-VAE the upper bound under its prior."""
         self.check_images(x)
         return self.importance_estimate(self.likelihood.prepare(x), None, num_samples or self.eval_num_samples["test"])[0]
 
     @inference
     def elbo(self, x: Tensor, num_samples: int | None = None) -> Tensor:
         """The ELBO per image in nats, averaged over `num_samples` draws from q (default `test_num_samples`);
-        for the VQ-VAE, its point-mass posterior's ELBO under the uniform prior, -(the bound)."""
+        for the VQ-VAE, its point-mass posterior's ELBO under its prior, -(the bound)."""
         self.check_images(x)
         return self.importance_estimate(self.likelihood.prepare(x), None, num_samples or self.eval_num_samples["test"])[1]
 
@@ -252,7 +258,7 @@ class LatentVariableModel(L.LightningModule):
         metrics["psnr"].update(recon, x)
         for name, metric in metrics.items():
             self.log(f"{stage}/{name}", metric, prog_bar=name == "nll")
-        return {"posterior": posterior, "reconstructions": recon}
+        return {"posterior": posterior, "reconstructions": recon, "inputs": x_eval}
 
     def importance_estimate(self, x: Tensor, posterior: Any, num_samples: int) -> tuple[Tensor, Tensor]:
         """(-log p(x), ELBO) per image in nats of the 8-bit data, from `num_samples` importance samples drawn

@@ -86,10 +86,16 @@ class DiscreteVAE(CategoricalLatentModel):
         self.baseline_decay = baseline_decay
         self.temperature, self.temperature_min, self.anneal_rate = temperature, temperature_min, anneal_rate
         self.straight_through = straight_through
+        if estimator == "gumbel" and not self.prior.is_factorized:
+            raise ValueError(
+                f"estimator=gumbel takes the KL to the prior in closed form, which needs a factorized prior "
+                f"(prior=uniform or factorized), not prior={self.prior_name}; use estimator=reinforce (model=dvae) "
+                "for an autoregressive prior"
+            )
         self.register_buffer("baseline_mean", torch.zeros(()))  # running mean of f (in checkpoints)
 
     # ---- the two estimators: each returns (loss to back-propagate, per-example ELBO estimate) ----
-    run_tag_keys = ("backbone", "num_categories", "estimator", "control_variate", "temperature_min")
+    run_tag_keys = ("backbone", "num_categories", "estimator", "control_variate", "temperature_min", "prior")
 
     @property
     def config_name(self) -> str:
@@ -100,8 +106,8 @@ class DiscreteVAE(CategoricalLatentModel):
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/<model>-<data>-<run_tag>)."""
         if self.estimator == "gumbel":
-            return f"{self.backbone}-K{self.num_categories}-tau{self.temperature_min}"
-        return f"{self.backbone}-K{self.num_categories}-reinforce-{self.control_variate}"
+            return f"{self.backbone}-K{self.num_categories}-tau{self.temperature_min}" + self.prior_tag
+        return f"{self.backbone}-K{self.num_categories}-reinforce-{self.control_variate}" + self.prior_tag
 
     def reinforce_loss(self, x: Tensor, log_q: Tensor, control_variate: ControlVariate | None = None) -> tuple[Tensor, Tensor]:
         """(loss whose gradient is the REINFORCE estimate, per-example ELBO estimate (B,))."""
@@ -124,7 +130,7 @@ class DiscreteVAE(CategoricalLatentModel):
         """(negative relaxed ELBO, per-example relaxed ELBO (B,)) at the current temperature."""
         relaxed = F.gumbel_softmax(log_q, tau=self.current_temperature(), hard=self.straight_through)  # (B, V, K)
         log_px = self.likelihood.log_prob(x, self.decoder_output_relaxed(relaxed))
-        log_prior = self.prior_logits.log_softmax(-1)
+        log_prior = self.prior.log_probs()
         kl = (log_q.exp() * (log_q - log_prior)).sum((-2, -1))  # KL(q(h|x) || p(h)), closed form
         elbo = log_px - kl
         return -elbo.mean(), elbo

@@ -78,12 +78,12 @@ class JSA(CategoricalLatentModel):
         self._ddp_params_and_buffers_to_ignore = ["cache.codes", "class_used"]
 
     config_name = "jsa"  # as in configs/model/ and the run names
-    run_tag_keys = ("backbone", "num_categories", "mis_steps")
+    run_tag_keys = ("backbone", "num_categories", "mis_steps", "prior")
 
     @property
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/jsa-<data>-<run_tag>)."""
-        return f"{self.backbone}-K{self.num_categories}-L{self.mis_steps}"
+        return f"{self.backbone}-K{self.num_categories}-L{self.mis_steps}" + self.prior_tag
 
     def _allocate_cache(self, num_examples: int) -> None:
         self.cache = LatentCache(num_examples, (self.num_latents,), self.num_categories).to(self.device)

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from models.components.categorical import CategoricalLatentModel
-from samplers.mis import categorical_log_prob, sample_categorical
+from samplers.mis import categorical_log_prob
 from samplers.multi_sample import importance_weighted_bound, rws_surrogate
 
 
@@ -37,7 +37,7 @@ class RWS(CategoricalLatentModel):
     """
 
     config_name = "rws"  # as in configs/model/ and the run names
-    run_tag_keys = ("backbone", "num_categories", "num_samples")
+    run_tag_keys = ("backbone", "num_categories", "num_samples", "prior")
 
     def __init__(self, num_samples: int = 10, sleep_phase: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -52,7 +52,7 @@ class RWS(CategoricalLatentModel):
     @property
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/rws-<data>-<run_tag>)."""
-        return f"{self.backbone}-K{self.num_categories}-S{self.num_samples}" + ("-sleep" if self.sleep_phase else "")
+        return f"{self.backbone}-K{self.num_categories}-S{self.num_samples}" + ("-sleep" if self.sleep_phase else "") + self.prior_tag
 
     def wake_loss(self, x: Tensor, log_q: Tensor) -> tuple[Tensor, Tensor]:
         """(loss whose gradient is the wake-phase estimate for θ and φ, the S-sample bound per example (B,))."""
@@ -63,8 +63,7 @@ class RWS(CategoricalLatentModel):
     def sleep_loss(self, batch_size: int) -> Tensor:
         """-log q_φ(h | x) on dreams h ~ p(h), x ~ p_θ(x | h) (no gradient to θ)."""
         with torch.no_grad():
-            prior = self.prior_logits.log_softmax(-1).expand(batch_size, -1, -1)
-            latent = sample_categorical(prior, 1)  # (B, 1, V)
+            latent = self.prior.sample(batch_size).unsqueeze(1)  # (B, 1, V)
             dreams = self.likelihood.sample(self.decoder_output(latent[:, 0]))
         return -categorical_log_prob(self.posterior(dreams), latent).mean()
 

@@ -32,7 +32,7 @@ class VIMCO(CategoricalLatentModel):
     """
 
     config_name = "vimco"  # as in configs/model/ and the run names
-    run_tag_keys = ("backbone", "num_categories", "num_samples")
+    run_tag_keys = ("backbone", "num_categories", "num_samples", "prior")
 
     def __init__(self, num_samples: int = 10, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -44,7 +44,7 @@ class VIMCO(CategoricalLatentModel):
     @property
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/vimco-<data>-<run_tag>)."""
-        return f"{self.backbone}-K{self.num_categories}-S{self.num_samples}"
+        return f"{self.backbone}-K{self.num_categories}-S{self.num_samples}" + self.prior_tag
 
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
         _, log_joint, log_proposal = self.score_proposals(x, self.posterior(x), self.num_samples)

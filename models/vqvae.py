@@ -14,22 +14,40 @@ the n latent positions and the deterministic posterior q(k | x) = 1[k = k(x)],
 
 which is what the shared importance-sampling evaluation gives for this q (every sample is the
 same code, so the estimate is this bound whatever the number of samples). `val/nll` and `val/bpd`
-of the VQ-VAE are therefore *upper bounds* under a uniform prior, not estimates
-(docs/vqvae.md#the-likelihood-bound).
+of the VQ-VAE are therefore *upper bounds*, not estimates (docs/vqvae.md#the-likelihood-bound).
+
+The paper's second stage (docs/priors.md#vq-vaes-second-stage): a learned prior p(k) over the code
+grid (`prior=pixelcnn`, or `autoregressive` for a flat latent) tightens the bound to
+-log p(x | z_q(x)) - log p(k(x)). The prior is fit to the stop-gradient codes, by maximum likelihood:
+
+    loss_prior = -log p(sg[k(x)])          (its parameters only; the autoencoder's gradients are unchanged)
+
+alongside the autoencoder from the first step, and alone once the autoencoder is frozen: after
+`autoencoder_epochs` epochs, or from the start when `autoencoder_checkpoint` names a trained VQ-VAE.
+With a learned prior, `{val,test}/nll_uniform_prior` keeps the uniform-prior bound beside it.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 import torch
 from torch import Tensor
+from torchmetrics import MeanMetric
 
+from callbacks.hparams import constructor_defaults
 from models.base import LatentVariableModel, inference
 from models.components.backbones import BackboneName, build_backbone, latent_grid
 from models.components.code_usage import CodeUsage
+from models.components.priors import PriorName, build_prior, canonical_prior_name
 from models.components.quantizer import QuantizerOutput, VectorQuantizer
+
+
+# The settings a second stage must share with the VQ-VAE whose autoencoder it loads.
+AUTOENCODER_SETTINGS = ("backbone", "num_latents", "num_categories", "code_dim", "hidden_channels", "activation", "likelihood",
+                        "sigma", "learn_sigma", "sigma_shape", "num_mixtures", "ema")
 
 
 class PointMassPosterior(NamedTuple):
@@ -58,11 +76,18 @@ class VQVAE(LatentVariableModel):
     model (`ema=False, dead_code_threshold=0`): on binarized MNIST, 5 epochs, that one used 22% of
     its 512 codes (val/recon_mse 0.0136); these defaults used all of them (0.0081).
         kmeans_init: initialize the codebook by k-means on the first training batch.
+        prior: p(k) of the likelihood bound: `uniform` (K^-n), or learned on the codes: `factorized`,
+            `autoregressive` (MADE) or `pixelcnn` (a gated PixelCNN over the grid; backbone=conv).
+        prior_hidden, prior_layers: width and depth of the autoregressive prior (None: its defaults).
+        autoencoder_epochs: epochs in which encoder, codebook and decoder train; after them they are frozen
+            and only the prior trains (the second stage). None: every epoch.
+        autoencoder_checkpoint: a trained VQ-VAE's checkpoint whose encoder, codebook and decoder this run
+            starts from (frozen unless autoencoder_epochs > 0): the second stage as a run of its own.
         **kwargs: the shared arguments of `LatentVariableModel` (likelihood, lr, evaluation).
     """
 
     config_name = "vqvae"  # as in configs/model/ and the run names
-    run_tag_keys = ("backbone", "num_categories")
+    run_tag_keys = ("backbone", "num_categories", "prior")
     has_discrete_latent = True
 
     def __init__(
@@ -78,6 +103,11 @@ class VQVAE(LatentVariableModel):
         decay: float = 0.99,
         dead_code_threshold: float = 1.0,
         kmeans_init: bool = False,
+        prior: PriorName = "uniform",
+        prior_hidden: int | None = None,
+        prior_layers: int | None = None,
+        autoencoder_epochs: int | None = None,
+        autoencoder_checkpoint: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(data_shape=data_shape, **kwargs)
@@ -97,6 +127,23 @@ class VQVAE(LatentVariableModel):
         # Spatial z_e is (B, D, H', W'): channels first; flat z_e is (B, V, D): channels last.
         self.channel_dim = 1 if self.grid else -1
         self.train_usage, self.val_usage = CodeUsage(num_categories), CodeUsage(num_categories)
+        self.prior_name = canonical_prior_name(prior)
+        self.prior = build_prior(prior, self.num_latents, num_categories, self.grid, prior_hidden, prior_layers)
+        if autoencoder_epochs is not None and autoencoder_epochs < 0:
+            raise ValueError(f"autoencoder_epochs must be >= 0 or None (every epoch), got {autoencoder_epochs}")
+        if autoencoder_checkpoint is not None and autoencoder_epochs is None:
+            autoencoder_epochs = 0  # a trained autoencoder: fit the prior only
+        if autoencoder_epochs == 0 and autoencoder_checkpoint is None:
+            raise ValueError("autoencoder_epochs=0 freezes the autoencoder from the start: give the trained VQ-VAE's checkpoint "
+                             "as model.autoencoder_checkpoint=PATH (its last.ckpt or best checkpoint)")
+        if autoencoder_epochs is not None and self.prior_name == "uniform":
+            raise ValueError("autoencoder_epochs / autoencoder_checkpoint: a second stage fits a learned prior; set model.prior "
+                             "(pixelcnn for the conv grid, autoregressive for backbone=mlp)")
+        self.autoencoder_epochs, self.autoencoder_checkpoint = autoencoder_epochs, autoencoder_checkpoint
+        if autoencoder_epochs == 0:  # frozen for good: only the prior's parameters take gradients (and DDP syncs only those)
+            for name, parameter in self.named_parameters():
+                parameter.requires_grad_(name.startswith("prior."))
+        self.uniform_bound = torch.nn.ModuleDict({stage: MeanMetric() for stage in ("val", "test")})
         # The quantizer keeps its buffers identical on all ranks itself (all-reduced statistics);
         # DDP must not overwrite them with rank 0's copy each step.
         self._ddp_params_and_buffers_to_ignore = [f"quantizer.{name}" for name, _ in self.quantizer.named_buffers()]
@@ -122,11 +169,23 @@ class VQVAE(LatentVariableModel):
         """Decoder output for code indices (B, H', W') or (B, V), e.g. from a learned prior."""
         return self.decoder_output_quantized(self.quantizer.lookup(codes, channel_dim=self.channel_dim))
 
+    @property
+    def autoencoder_frozen(self) -> bool:
+        return self.autoencoder_epochs is not None and self.current_epoch >= self.autoencoder_epochs
+
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        if self.autoencoder_frozen:  # the second stage: the codes of the frozen autoencoder, the prior's loss only
+            with torch.no_grad():
+                self.quantizer.eval()  # no codebook statistics, no restarts
+                codes = self.quantize(x).codes
+                self.quantizer.train(self.training)
+            self.train_usage.update(codes)
+            prior_nll = -self.prior.log_prob(codes.flatten(1)).mean()
+            return {"loss": prior_nll, "prior_nll": prior_nll}
         vq = self.quantize(x)
         recon = -self.likelihood.log_prob(x, self.decoder_output_quantized(vq.quantized)).mean() / self.num_dims
         self.train_usage.update(vq.codes)
-        return {
+        terms = {
             "loss": recon + vq.loss,
             "recon": recon,
             "codebook": vq.codebook_loss,
@@ -134,11 +193,61 @@ class VQVAE(LatentVariableModel):
             "perplexity": vq.perplexity,
             "restarts": vq.restarts.float(),
         }
+        if self.prior_name != "uniform":  # disjoint parameters: adding it leaves the autoencoder's gradients as they were
+            terms["prior_nll"] = -self.prior.log_prob(vq.codes.flatten(1)).mean()
+            terms["loss"] = terms["loss"] + terms["prior_nll"]
+        return terms
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        strategy = self.trainer.strategy
+        if (stage == "fit" and self.autoencoder_epochs and self.trainer.world_size > 1
+                and not getattr(strategy, "_ddp_kwargs", {}).get("find_unused_parameters")):
+            raise ValueError(
+                f"model.autoencoder_epochs={self.autoencoder_epochs} under DDP: after that epoch the autoencoder's parameters get "
+                "no gradients, which DDP refuses; use trainer.strategy=ddp_find_unused_parameters_true, or train the second "
+                "stage as a run of its own (model=vqvae_prior model.autoencoder_checkpoint=PATH)"
+            )
+
+    def on_fit_start(self) -> None:
+        # After Lightning has restored a resumed run (trainer.ckpt_path is known from then on): a resumed run has
+        # all of it in its own checkpoint, so only a new one reads the autoencoder from stage 1.
+        if self.autoencoder_checkpoint is not None and self.trainer.ckpt_path is None:
+            self.load_autoencoder(self.autoencoder_checkpoint)
+
+    def load_autoencoder(self, path: str) -> None:
+        """Encoder, codebook and decoder from a VQ-VAE checkpoint with the same networks (the prior is not read)."""
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"model.autoencoder_checkpoint: no file {path}; give the last.ckpt or best checkpoint of a VQ-VAE run")
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        if checkpoint.get("model_class", "models.vqvae.VQVAE") != "models.vqvae.VQVAE":
+            raise ValueError(f"model.autoencoder_checkpoint: {path} was written by {checkpoint['model_class']}, not a VQ-VAE")
+        # Settings that change what the networks compute without changing a tensor's shape (or that would be
+        # reported as one) must match too: a setting left out means the class's default; None on either side
+        # means the data's choice (both front ends fill it in), not compared. (A checkpoint without
+        # hyperparameters, e.g. a bare state_dict, is checked by its shapes only.)
+        defaults = constructor_defaults(VQVAE)
+        stage1 = {**defaults, **checkpoint["hyper_parameters"]} if "hyper_parameters" in checkpoint else {}
+        here = {**defaults, **self.hparams}
+        differing = [f"{key}={stage1[key]!r} there, {here[key]!r} here" for key in AUTOENCODER_SETTINGS
+                     if stage1 and stage1[key] is not None and here[key] is not None and stage1[key] != here[key]]
+        if differing:
+            raise ValueError(f"model.autoencoder_checkpoint: {path} was trained with other settings ({'; '.join(differing)}); "
+                             "give this run the stage-1 settings")
+        state = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("prior.")}
+        own = {k: v for k, v in self.state_dict().items() if not k.startswith("prior.")}
+        mismatched = sorted(k for k in own if k not in state or state[k].shape != own[k].shape)
+        if mismatched:
+            raise ValueError(
+                f"model.autoencoder_checkpoint: {path} holds another VQ-VAE (differs in {', '.join(mismatched[:3])}); "
+                "use the backbone, num_categories, code_dim and hidden_channels it was trained with"
+            )
+        self.load_state_dict(state, strict=False)
 
     @property
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/vqvae-<data>-<run_tag>)."""
-        return f"{self.backbone}-K{self.num_categories}"
+        return f"{self.backbone}-K{self.num_categories}" + self.prior_tag
 
     # ---- evaluation: q is a point mass, so one quantization and one decoder pass serve all -------
     point_mass_posterior = True
@@ -148,22 +257,31 @@ class VQVAE(LatentVariableModel):
         return PointMassPosterior(quantized, self.decoder_output_quantized(quantized.quantized))
 
     def log_importance_weights(self, x: Tensor, posterior: PointMassPosterior, num_samples: int) -> Tensor:
-        # Every weight is log p(x | z_q) + log p(z_q) - log 1, with the uniform prior p(z_q) = K^-n.
+        # Every weight is log p(x | z_q) + log p(k(x)) - log 1 (the uniform prior: log p(k) = -n log K).
         log_px = self.likelihood.log_prob(x, posterior.decoded)
-        return (log_px - self.num_latents * math.log(self.num_categories)).expand(num_samples, -1)
+        return (log_px + self.prior.log_prob(posterior.quantized.codes.flatten(1))).expand(num_samples, -1)
+
+    def uniform_prior_bound(self, x: Tensor, posterior: PointMassPosterior) -> Tensor:
+        """-log p(x | z_q(x)) + n log K in nats of the 8-bit data: the bound without the learned prior."""
+        log_px = self.likelihood.log_prob(x, posterior.decoded)
+        return self.likelihood.nll_offset(self.num_dims) - log_px + self.num_latents * math.log(self.num_categories)
 
     def decode_posterior_mode(self, posterior: PointMassPosterior) -> Tensor:
         return posterior.decoded
 
     def sample_prior(self, num_samples: int) -> Tensor:
-        """Codes drawn uniformly (the prior of the likelihood bound; no learned prior yet)."""
-        shape = (num_samples, *self.grid) if self.grid else (num_samples, self.num_latents)
-        return self.decoder_output(torch.randint(self.num_categories, shape, device=self.device))
+        """Codes drawn from the prior (uniform, or the learned one), decoded."""
+        codes = self.prior.sample(num_samples)
+        return self.decoder_output(codes.view(num_samples, *self.grid) if self.grid else codes)
 
     # ---- code usage over an epoch (torchmetrics: summed across devices) ----------------
-    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> dict[str, Any]:
-        outputs = super().validation_step(batch, batch_idx)
-        self.val_usage.update(outputs["posterior"].quantized.codes)
+    def evaluation_step(self, batch: tuple[Tensor, Tensor], stage: str) -> dict[str, Any]:
+        outputs = super().evaluation_step(batch, stage)
+        if stage == "val":
+            self.val_usage.update(outputs["posterior"].quantized.codes)
+        if self.prior_name != "uniform":
+            self.uniform_bound[stage].update(self.uniform_prior_bound(outputs["inputs"], outputs["posterior"]))  # the same x
+            self.log(f"{stage}/nll_uniform_prior", self.uniform_bound[stage])
         return outputs
 
     def on_validation_epoch_end(self) -> None:

@@ -28,7 +28,7 @@ def fit(tmp_path: Path, mnist_dir: Path, callbacks: list, steps: int = 4, **kwar
 
 def test_image_grids_alone(tmp_path, mnist_dir):
     _, events = fit(tmp_path, mnist_dir, [ImageGrids(num_images=6)])
-    assert set(events.Tags()["images"]) == {"val/reconstructions", "val/samples"}
+    assert set(events.Tags()["images"]) == {"val/reconstructions", "val/prior_samples"}
     (grid,) = events.Images("val/reconstructions")
     assert grid.step == 4 and grid.width > 28 * 2  # inputs beside reconstructions
     _, without = fit(tmp_path / "b", mnist_dir, [])

@@ -23,7 +23,7 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
     runs = sorted(p.name for p in root.iterdir())
     assert runs == [
         "dvae-mnist-mlp-K10-reinforce-optimal", "dvae_gumbel-mnist-mlp-K10-tau0.5", "jsa-mnist-mlp-K10-L10",
-        "vae-mnist-mlp-z32", "vqvae-mnist-mlp-K10",
+        "vae-mnist-mlp-z32", "vqvae-mnist-mlp-K10-autoregressive",
     ]
 
     out = tmp_path / "report"
@@ -43,6 +43,12 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
             number = float(row[column].removeprefix("≤ ").replace(",", ""))  # tested numbers, no "(val)"
             assert math.isfinite(number) and number > 0, (column, row)
         assert row["nll (nats)"].startswith("≤ ") == (row["model"] == "VQVAE")  # the bound is labelled
+        # the VQ-VAE has a learned prior (MADE, fit alongside): its uniform-prior bound stands beside the learned one
+        if row["model"] == "VQVAE":
+            uniform_bound = float(row["nll, uniform prior"].removeprefix("≤ ").replace(",", ""))
+            assert math.isfinite(uniform_bound) and uniform_bound > 0
+        else:
+            assert row["nll, uniform prior"] == "—"
 
     for name, min_size in (("val_nll.png", (600, 300)), ("reconstructions.png", (600, 300))):
         with Image.open(out / name) as image:

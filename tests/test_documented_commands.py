@@ -35,7 +35,9 @@ BENCHMARK_FAST = {"benchmarks.grey_mnist": ["--steps", "2", "--val-every", "1", 
                   "benchmarks.mis_speed": ["--batch-size", "8", "--mis-steps", "1"],
                   "benchmarks.jsa_study": ["--models", "jsa", "--ablations", "L1", "--seeds", "2", "--epochs", "1", "--short-epochs", "1",
                                            "--val-every", "1", "--val-samples", "2", "--steps-per-epoch", "2", "trainer.limit_train_batches=2",
-                                           "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "model.test_num_samples=2"], "benchmarks.ddp_cache_gather": ["--steps", "12", "--batch-size", "8"]}
+                                           "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "model.test_num_samples=2"], "benchmarks.ddp_cache_gather": ["--steps", "12", "--batch-size", "8"],
+                  "benchmarks.priors": ["--epochs", "1", "--stage2-epochs", "1", "--seeds", "1", "--repeats", "1", "trainer.limit_train_batches=2",
+                                        "trainer.limit_val_batches=1", "model.val_num_samples=2"]}
 
 
 def documented_commands() -> list[str]:
@@ -73,6 +75,8 @@ def test_every_documented_command_runs_as_written(tmp_path, mnist_dir):
     for command in COMMANDS:
         # USAGE's placeholder: the run `python train.py model=jsa` (or the VAE's) wrote above.
         run = "vae-mnist-mlp-z32" if "VAE" in command or "model=vae" in command else "jsa-mnist-mlp-K10-L10"
+        if "model=vqvae_prior" in command:  # the second stage starts from the VQ-VAE run above
+            run = "vqvae-mnist-conv-K512-pixelcnn"
         args = shlex.split(command.replace("PATH/", f"logs/tensorboard/{run}/version_0/checkpoints/"))[1:]  # after `python`
         # Run from the repository (train.py, configs/...), written here.
         args = [str(REPO / a) if a == "train.py" or a.startswith("configs/") else a for a in args]

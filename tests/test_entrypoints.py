@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -52,7 +53,7 @@ def hparams_tab(run_dir: Path) -> tuple[set[str], dict[str, object]]:
 
 SHARED_TAGS = {
     "train/loss", "train/step_time_ms", "train/samples_per_s", "train/epoch_time_s",
-    "val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/psnr", "val/reconstructions", "val/samples", "hp/val_nll",
+    "val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/psnr", "val/reconstructions", "val/prior_samples", "hp/val_nll",
 }
 MODEL_TAGS = {
     "vae": {"train/recon", "train/kl"},
@@ -116,6 +117,7 @@ def test_resuming_continues_the_same_tensorboard_run(tmp_path, mnist_dir):
     result = train(["model=vae", "data=mnist", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", "trainer.max_steps=6",
                     "trainer.limit_train_batches=6", *steps_more], tmp_path, mnist_dir)
     assert sorted(p.name for p in run_dir.parent.iterdir()) == ["version_0"]  # no new version directory
+    assert not list((run_dir / "checkpoints").glob("last-v*.ckpt"))  # last.ckpt itself goes on
     assert "exists and is not empty" not in result.stdout + result.stderr
     steps = [e.step for e in _scalars(run_dir, "train/loss")]
     assert steps == sorted(steps) and max(steps) >= 5  # one curve, continued past the checkpoint
@@ -165,3 +167,31 @@ def test_lightning_cli_fit_then_test_in_the_same_run(tmp_path, mnist_dir):
 def test_help_names_both_front_ends(tmp_path, mnist_dir):
     out = train(["--help"], tmp_path, mnist_dir).stdout
     assert "model=vae" in out and "fit --model=VAE" in out and "data={cifar10,mnist}" in out and "model={dvae,dvae_gumbel,jsa,rws,vae,vimco,vqvae}" in out
+
+
+def test_vqvae_second_stage_from_the_first_stages_checkpoint(tmp_path, mnist_dir):
+    """model=vqvae, then model=vqvae_prior from its last.ckpt: the autoencoder is loaded and stays frozen, the prior
+    trains, and the learned-prior bound, the uniform one and the prior's samples are logged."""
+    flat = ["model.backbone=mlp", "model.num_categories=16", "model.code_dim=4"]
+    (tmp_path / "one").mkdir(), (tmp_path / "two").mkdir()
+    train(["model=vqvae", "data=mnist", *FAST, *flat], tmp_path / "one", mnist_dir)
+    (stage1,) = (tmp_path / "one" / "logs" / "tensorboard").glob("vqvae-mnist-*/version_0/checkpoints/last.ckpt")
+    missing = train(["model=vqvae_prior", "data=mnist", *FAST, *flat, "model.prior=autoregressive"], tmp_path / "two", mnist_dir, check=False)
+    assert missing.returncode != 0 and "model.autoencoder_checkpoint" in missing.stderr + missing.stdout
+    train(["model=vqvae_prior", "data=mnist", *FAST, *flat, "model.prior=autoregressive",
+           f"model.autoencoder_checkpoint={stage1}"], tmp_path / "two", mnist_dir)
+    (run_dir,) = (tmp_path / "two" / "logs" / "tensorboard").glob("vqvae_prior-mnist-mlp-K16-autoregressive/version_0")
+    assert {"train/prior_nll", "val/nll", "val/nll_uniform_prior", "val/prior_samples"} <= tags(run_dir)
+    first = torch.load(stage1, weights_only=True)["state_dict"]
+    second = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    for name, value in first.items():
+        if name.startswith(("encoder.", "decoder.", "quantizer.")):
+            assert torch.equal(second[name], value), f"{name} moved in the second stage"
+    assert second["prior.output.weight"].abs().sum() > 0  # the prior trained (its output layer starts at zero)
+    # Resuming the second stage restores everything from its own checkpoint: stage 1's file is not needed any more.
+    stage1.unlink()
+    longer = [a for a in FAST if not a.startswith("trainer.max_steps")] + ["trainer.max_steps=6"]  # two epochs of 3
+    train(["model=vqvae_prior", "data=mnist", *longer, *flat, "model.prior=autoregressive",
+           f"model.autoencoder_checkpoint={stage1}", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"], tmp_path / "two", mnist_dir)
+    resumed = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert resumed["global_step"] == 6 and torch.equal(resumed["state_dict"]["encoder.net.0.weight"], first["encoder.net.0.weight"])

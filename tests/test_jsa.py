@@ -27,6 +27,9 @@ def toy_jsa(**kwargs) -> JSA:
     with torch.no_grad():  # larger weights: p(h | x) spread over the states and far from q (TV ~ 0.5)
         for p in model.parameters():
             p.mul_(1.5)
+        if kwargs.get("prior") == "autoregressive":  # it starts uniform; make it a real autoregressive p(h)
+            for p in model.prior.parameters():
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(3)))
     return model
 
 
@@ -55,13 +58,14 @@ def chi_square_pvalue(states: torch.Tensor, expected_probs: torch.Tensor) -> flo
     return float(stats.chisquare(observed[nonzero], expected[nonzero]).pvalue)
 
 
-@pytest.mark.parametrize("calls", [1, 3])
-def test_mis_in_training_step_matches_exact_distribution(calls):
+@pytest.mark.parametrize("calls, prior", [(1, "uniform"), (3, "uniform"), (3, "autoregressive")])
+def test_mis_in_training_step_matches_exact_distribution(calls, prior):
     """B copies of one x, one chain each; `calls` training steps continue the chains via the
     cache. The cached states must follow q P^(L * calls) exactly (P: the MIS transition
-    matrix over the 9 enumerated states), and approach p(h | x)."""
+    matrix over the 9 enumerated states), and approach p(h | x) ∝ p(h) p(x | h), also with a
+    learned autoregressive p(h)."""
     num_chains, steps = 20_000, 4
-    model = toy_jsa(mis_steps=steps, cache_size=num_chains)
+    model = toy_jsa(mis_steps=steps, cache_size=num_chains, prior=prior)
     x = toy_x()
     with torch.no_grad():
         log_target = model.log_joint(x, ALL_STATES[None])[0]
@@ -126,12 +130,12 @@ def test_without_cache_or_before_cache_start_epoch_chains_restart():
 
 @pytest.mark.parametrize("gradient_states", ["final", "chain"])
 def test_loss_terms_and_gradients(gradient_states):
-    model = toy_jsa(mis_steps=3, cache_size=8, gradient_states=gradient_states, prior="learned")
+    model = toy_jsa(mis_steps=3, cache_size=8, gradient_states=gradient_states, prior="factorized")
     terms = model.training_loss(torch.rand(8, 1, 2, 2), torch.arange(8))
     torch.testing.assert_close(terms["loss"], terms["loss_p"] + terms["loss_q"])
     assert 0.0 <= terms["acceptance_rate"] <= 1.0
     terms["loss"].backward()
-    for name in ("encoder", "decoder", "embedding", "prior_logits"):
+    for name in ("encoder", "decoder", "embedding", "prior.logits"):
         grads = [p.grad for n, p in model.named_parameters() if n.startswith(name)]
         assert all(g is not None and torch.isfinite(g).all() for g in grads) and any(g.abs().sum() > 0 for g in grads), name
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from unittest.mock import PropertyMock, patch
 
 import lightning as L
 import pytest
@@ -114,3 +115,78 @@ def test_code_usage_metrics_and_checkpoint_round_trip(mnist_dir, tmp_path):
     expected = torch.exp(-(probs * probs.clamp_min(1e-12).log()).sum())
     torch.testing.assert_close(metrics["val/perplexity"], expected, rtol=0.1, atol=0)  # fresh binarization
 
+
+
+# ---- the learned prior: the second stage (docs/priors.md#vq-vaes-second-stage) ----------------
+
+AUTOENCODER = ("encoder.", "decoder.", "quantizer.")
+
+
+def autoencoder_state(model: VQVAE) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in model.state_dict().items() if k.startswith(AUTOENCODER)}
+
+
+def test_fitting_the_prior_alongside_leaves_the_autoencoder_bit_for_bit(mnist_dir):
+    """The prior's loss is on sg[codes] and its parameters are its own: the autoencoder trains exactly as without it."""
+    x, index = mnist_slice(mnist_dir, 32)
+    states = {}
+    for prior in ("uniform", "autoregressive"):
+        model = small_vqvae(backbone="mlp", prior=prior)
+        torch.manual_seed(1)  # the dead-code restarts draw from the same stream in both runs
+        first, last = train_on_batch(model, x, index, steps=5)
+        states[prior] = autoencoder_state(model)
+    assert last["prior_nll"] < first["prior_nll"]  # and the prior learns
+    for name, value in states["uniform"].items():
+        assert torch.equal(value, states["autoregressive"][name]), name
+
+
+def test_frozen_stage_trains_the_prior_only_and_the_bound_uses_it(mnist_dir):
+    x, index = mnist_slice(mnist_dir, 32)
+    model = small_vqvae(backbone="conv", prior="pixelcnn", prior_hidden=8, prior_layers=2, autoencoder_epochs=1)
+    before = autoencoder_state(model)
+    prior_before = [p.clone() for p in model.prior.parameters()]
+    with patch.object(VQVAE, "current_epoch", new_callable=PropertyMock, return_value=1):  # past autoencoder_epochs
+        first, last = train_on_batch(model, x, index, steps=5)
+    assert set(first) == {"loss", "prior_nll"} and last["prior_nll"] < first["prior_nll"]
+    for name, value in autoencoder_state(model).items():
+        assert torch.equal(value, before[name]), f"{name} moved in the frozen stage"
+    assert any(not torch.equal(a, b) for a, b in zip(prior_before, model.prior.parameters()))
+
+    model.eval()
+    posterior = model.posterior(x)
+    log_px = model.likelihood.log_prob(x, posterior.decoded)
+    log_prior = model.prior.log_prob(posterior.quantized.codes.flatten(1))
+    torch.testing.assert_close(model.nll(x), -(log_px + log_prior))  # the bound with the learned prior
+    torch.testing.assert_close(model.uniform_prior_bound(x, posterior), -log_px + 49 * math.log(16))
+    assert model.sample_prior(3).shape == (3, 1, 28, 28)
+
+
+def test_checkpoints_from_before_the_priors_load():
+    """A uniform-prior VQ-VAE stores no prior: state dicts written before the priors existed load strictly."""
+    old = {k: v for k, v in small_vqvae().state_dict().items() if not k.startswith("prior.")}
+    assert old.keys() == small_vqvae().state_dict().keys()
+    small_vqvae().load_state_dict(old)
+
+
+def test_second_stage_from_a_checkpoint(mnist_dir, tmp_path):
+    stage1 = small_vqvae(backbone="mlp")
+    path = tmp_path / "vqvae.ckpt"
+    torch.save({"state_dict": stage1.state_dict(), "model_class": "models.vqvae.VQVAE"}, path)
+    stage2 = small_vqvae(backbone="mlp", prior="autoregressive", autoencoder_checkpoint=str(path))
+    assert stage2.autoencoder_epochs == 0  # frozen from the start
+    stage2.load_autoencoder(str(path))
+    for name, value in autoencoder_state(stage1).items():
+        assert torch.equal(stage2.state_dict()[name], value)
+    other = small_vqvae(backbone="mlp", num_categories=8, prior="autoregressive")
+    with pytest.raises(ValueError, match="holds another VQ-VAE .*use the backbone, num_categories"):
+        other.load_autoencoder(str(path))
+    relu_elsewhere = small_vqvae(backbone="mlp", activation="leaky_relu", prior="autoregressive")
+    torch.save({"state_dict": stage1.state_dict(), "model_class": "models.vqvae.VQVAE", "hyper_parameters": dict(stage1.hparams)}, path)
+    with pytest.raises(ValueError, match="was trained with other settings \\(activation='relu' there, 'leaky_relu' here\\)"):
+        relu_elsewhere.load_autoencoder(str(path))  # the same shapes, another network
+    with pytest.raises(FileNotFoundError, match="model.autoencoder_checkpoint: no file"):
+        other.load_autoencoder(str(tmp_path / "missing.ckpt"))
+    with pytest.raises(ValueError, match="a second stage fits a learned prior; set model.prior"):
+        small_vqvae(autoencoder_epochs=2)
+    with pytest.raises(ValueError, match="autoencoder_epochs=0 freezes the autoencoder from the start: give .*model.autoencoder_checkpoint"):
+        small_vqvae(prior="pixelcnn", autoencoder_epochs=0)

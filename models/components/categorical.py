@@ -3,7 +3,9 @@
     p_θ(x, h) = p(h) p_θ(x | h),   h = (h_1, ..., h_V),  h_v ∈ {0, ..., K-1}
     q_φ(h | x) = prod_v Cat(h_v; softmax(logits_v(x)))
 
-p(h) is uniform (log p(h) = -V log K) or a learned factorized prior. The decoder embeds the
+p(h) is one of the code priors of models/components/priors.py: uniform (log p(h) = -V log K), learned
+and factorized, or learned and autoregressive (MADE for any layout, a gated PixelCNN for the grid),
+trained with the decoder by every estimator that maximizes log p(x, h) in θ. The decoder embeds the
 codes (a K x D table per latent position, or one table shared by all positions) and feeds
 the shared decoder backbone; p_θ(x | h) is one of the shared likelihoods.
 
@@ -24,10 +26,11 @@ from torch import Tensor, nn
 
 from models.base import LatentVariableModel, inference
 from models.components.backbones import BackboneName, build_backbone, latent_grid
+from models.components.priors import FactorizedPrior, build_prior, canonical_prior_name
 from samplers.mis import categorical_log_prob, sample_categorical
 
 Embedding = Literal["auto", "per_position", "shared"]
-Prior = Literal["uniform", "learned"]
+Prior = Literal["uniform", "factorized", "autoregressive", "pixelcnn", "learned"]  # PriorName; `learned`: `factorized`
 
 
 class CategoricalLatentModel(LatentVariableModel):
@@ -42,7 +45,11 @@ class CategoricalLatentModel(LatentVariableModel):
         code_dim: D, size of a code's embedding fed to the decoder.
         embedding: `per_position` (a K x D table per position), `shared` (one table, like a VQ-VAE
             codebook) or `auto` (per position for `mlp`, shared for `conv`).
-        prior: `uniform` or `learned` (factorized, trained with the decoder).
+        prior: p(h): `uniform`, `factorized` (learned logits per position), `autoregressive` (MADE) or
+            `pixelcnn` (a gated PixelCNN over the grid; backbone=conv); the learned ones train with the
+            decoder (docs/priors.md). `learned` is the older name of `factorized`.
+        prior_hidden: width of the autoregressive prior (None: 256 for MADE, 64 channels for the PixelCNN).
+        prior_layers: its depth (None: 2 hidden layers for MADE, 5 gated layers for the PixelCNN).
         hidden_channels: width of the conv backbone.
         **kwargs: the shared arguments of `LatentVariableModel` (likelihood, lr, evaluation).
     """
@@ -58,6 +65,8 @@ class CategoricalLatentModel(LatentVariableModel):
         code_dim: int = 16,
         embedding: Embedding = "auto",
         prior: Prior = "uniform",
+        prior_hidden: int | None = None,
+        prior_layers: int | None = None,
         hidden_channels: int = 64,
         **kwargs: Any,
     ) -> None:
@@ -97,7 +106,12 @@ class CategoricalLatentModel(LatentVariableModel):
         table_size = num_latents * num_categories if self.per_position else num_categories
         self.embedding = nn.Embedding(table_size, code_dim)
         self.register_buffer("position_offset", torch.arange(num_latents) * num_categories, persistent=False)
-        self.prior_logits = nn.Parameter(torch.zeros(num_latents, num_categories), requires_grad=prior == "learned")
+        self.prior_name = canonical_prior_name(prior)
+        self.prior = build_prior(prior, num_latents, num_categories, self.grid, prior_hidden, prior_layers)
+        if self.prior_name == "uniform":  # a frozen zero parameter, as before the priors were modules, so that older
+            self.prior = FactorizedPrior(num_latents, num_categories, learnable=False)  # checkpoints resume (optimizer state)
+        # Checkpoints written before the priors became modules hold the factorized logits as `prior_logits`.
+        self.register_load_state_dict_pre_hook(_rename_prior_logits)
 
     # ---- q(h | x) -----------------------------------------------------------------
     def encoder_logits(self, x: Tensor) -> Tensor:
@@ -136,14 +150,12 @@ class CategoricalLatentModel(LatentVariableModel):
 
     def log_prior(self, latent: Tensor) -> Tensor:
         """log p(h) for codes (..., V), shape (...)."""
-        log_probs = self.prior_logits.log_softmax(-1)
-        flat = latent.reshape(-1, 1, self.num_latents)
-        return categorical_log_prob(log_probs.expand(flat.shape[0], -1, -1), flat).view(latent.shape[:-1])
+        return self.prior.log_prob(latent)
 
     def log_joint(self, x: Tensor, latent: Tensor) -> Tensor:
         """log p(x, h) for every candidate: x (B, C, H, W), latent (B, N, V) -> (B, N).
 
-        All B * N candidates go through the decoder in one batched pass.
+        All B * N candidates go through the decoder in one batched pass, and through the prior in another.
         """
         batch, num = latent.shape[:2]
         out = self.decoder_output(latent.flatten(0, 1)).unflatten(0, (batch, num))
@@ -174,5 +186,9 @@ class CategoricalLatentModel(LatentVariableModel):
         return self.decoder_output(posterior.argmax(-1))
 
     def sample_prior(self, num_samples: int) -> Tensor:
-        log_probs = self.prior_logits.log_softmax(-1).expand(num_samples, -1, -1)
-        return self.decoder_output(sample_categorical(log_probs, 1)[:, 0])
+        return self.decoder_output(self.prior.sample(num_samples))
+
+
+def _rename_prior_logits(module: nn.Module, state_dict: dict, prefix: str, *args: Any) -> None:
+    if prefix + "prior_logits" in state_dict:
+        state_dict[prefix + "prior.logits"] = state_dict.pop(prefix + "prior_logits")

@@ -1,0 +1,56 @@
+"""Resumable benchmark runs: each run is a `python train.py ...` subprocess whose finished record is a JSON file.
+
+A study (benchmarks/jsa_study.py, benchmarks/priors.py) names its runs and their train.py overrides; `run_pending`
+skips the runs whose record exists, and `train` resumes an unfinished run from its last.ckpt (or starts it afresh
+when it stopped before its first checkpoint), so an interrupted study continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def last_checkpoint(log_dir: Path) -> Path | None:
+    found = sorted(log_dir.glob("tensorboard/*/version_0/checkpoints/last.ckpt"))
+    return found[0] if found else None
+
+
+def train(name: str, overrides: Sequence[str], log_dir: Path) -> tuple[Path, float, str]:
+    """Train (or resume) one run with `log_dir=log_dir`: (its TensorBoard run directory, seconds, the command as shown)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = last_checkpoint(log_dir)
+    if ckpt is None:  # stopped before its first checkpoint (or never started): start it afresh, in version_0
+        shutil.rmtree(log_dir / "tensorboard", ignore_errors=True)
+    cmd = [sys.executable, str(REPO / "train.py"), *overrides, f"log_dir={log_dir}"] + ([f"ckpt_path={ckpt}"] if ckpt else [])
+    start = time.perf_counter()
+    with open(log_dir / "train.log", "a") as log:
+        log.write(f"\n$ {shlex.join(cmd)}\n")
+        log.flush()
+        done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"run {name} failed (exit {done.returncode}); its output: {log_dir / 'train.log'}")
+    (run_dir,) = log_dir.glob("tensorboard/*/version_0")
+    shown = shlex.join(["python", "train.py", *(o.replace(f"{REPO}/", "") for o in overrides)])
+    return run_dir, time.perf_counter() - start, shown
+
+
+def run_pending(names: Sequence[str], runs_dir: Path, run: Callable[[str], dict], summary: Callable[[dict], str]) -> None:
+    """run(name) -> record for every name without a record in runs_dir/<name>.json, in order; print progress."""
+    for number, name in enumerate(names, 1):
+        record_path = runs_dir / f"{name}.json"
+        if record_path.exists():
+            print(f"[{number}/{len(names)}] {name}: done before, skipped", flush=True)
+            continue
+        print(f"[{number}/{len(names)}] {name} ... ", end="", flush=True)
+        record = run(name)
+        record_path.write_text(json.dumps(record) + "\n")
+        print(f"{record['seconds'] / 60:.1f} min" + summary(record), flush=True)
