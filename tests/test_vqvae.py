@@ -190,3 +190,18 @@ def test_second_stage_from_a_checkpoint(mnist_dir, tmp_path):
         small_vqvae(autoencoder_epochs=2)
     with pytest.raises(ValueError, match="autoencoder_epochs=0 freezes the autoencoder from the start: give .*model.autoencoder_checkpoint"):
         small_vqvae(prior="pixelcnn", autoencoder_epochs=0)
+
+
+def test_a_freeze_mid_run_is_refused_under_ddp_without_unused_parameter_search():
+    """After autoencoder_epochs the autoencoder gets no gradients, which DDP's default strategy refuses: say so at set-up."""
+    from types import SimpleNamespace
+
+    model = small_vqvae(backbone="mlp", prior="autoregressive", autoencoder_epochs=2)
+    for kwargs, refused in (({}, True), ({"find_unused_parameters": True}, False)):
+        trainer = SimpleNamespace(datamodule=None, world_size=2, strategy=SimpleNamespace(_ddp_kwargs=kwargs))
+        with patch.object(VQVAE, "trainer", new_callable=PropertyMock, return_value=trainer):
+            if refused:
+                with pytest.raises(ValueError, match="model.autoencoder_epochs=2 under DDP: .*ddp_find_unused_parameters_true"):
+                    model.setup("fit")
+            else:
+                model.setup("fit")

@@ -83,6 +83,12 @@ class FactorizedPrior(CodePrior):
     def conditional_logits(self, codes: Tensor) -> Tensor:
         return self.logits.expand(codes.shape[0], -1, -1)
 
+    def log_prob(self, codes: Tensor) -> Tensor:
+        # The V x K log-probabilities once, gathered for every code set (not a log-softmax per set: MIS's hot path).
+        flat = codes.reshape(-1, self.num_latents)
+        log_probs = self.log_probs().expand(flat.shape[0], -1, -1)
+        return log_probs.gather(-1, flat.unsqueeze(-1)).squeeze(-1).sum(-1).view(codes.shape[:-1])
+
     @torch.no_grad()
     def sample(self, num_samples: int) -> Tensor:
         return sample_categorical(self.log_probs().expand(num_samples, -1, -1), 1)[:, 0]  # positions independent: one draw
