@@ -76,23 +76,58 @@ def run_of_checkpoint(ckpt_path: str | None) -> tuple[str, str, str] | None:
     if not ckpt_path:
         return None
     path = Path(ckpt_path).resolve()
-    if path.parent.name != "checkpoints" or not path.parents[1].name.startswith("version_"):
+    if path.parent.name != "checkpoints" or not path.parents[1].name.startswith(("version_", SLURM_VERSION)):
         return None
     return str(path.parents[3]), path.parents[2].name, path.parents[1].name
 
 
+SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
+
+
+def slurm_job_id() -> str | None:
+    """The SLURM job's id (<array job>_<task> in an array) when running as a batch job, else None."""
+    import os
+
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    if not SLURMEnvironment.detect():
+        return None
+    array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
+    return f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array_job else os.environ["SLURM_JOB_ID"]
+
+
 def tensorboard_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs: Any) -> Any:
-    """A new version of run `name` under `save_dir`, or the run that wrote `ckpt_path`."""
+    """The run that wrote `ckpt_path`; else, in a SLURM job, the job's run (a requeued job continues it);
+    else a new version of run `name` under `save_dir`, reserved atomically (two runs started at the same
+    moment get two directories: `os.mkdir` succeeds for one of them only)."""
     import warnings
 
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
     from lightning.pytorch.loggers import TensorBoardLogger
 
+    class ReservedVersionLogger(TensorBoardLogger):
+        def _get_next_version(self) -> int:
+            version = super()._get_next_version()
+            if rank_zero_only.rank != 0:  # other ranks never write here; rank 0's directory is broadcast
+                return version
+            Path(self.root_dir).mkdir(parents=True, exist_ok=True)
+            while True:
+                try:
+                    (Path(self.root_dir) / f"version_{version}").mkdir()
+                    return version
+                except FileExistsError:  # taken since the listing: by a run started at the same time
+                    version += 1
+
+    kwargs = {"default_hp_metric": False, **kwargs}
     run = run_of_checkpoint(ckpt_path)
+    job = slurm_job_id()
+    if run is None and job is not None:
+        run = (save_dir, name, f"{SLURM_VERSION}{job}")
     if run is None:
-        return TensorBoardLogger(save_dir, name=name, **{"default_hp_metric": False, **kwargs})
+        return ReservedVersionLogger(save_dir, name=name, **kwargs)
     # Continuing in its own checkpoint directory is intended: Lightning's warning about it is not news.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-    return TensorBoardLogger(run[0], name=run[1], version=run[2], **{"default_hp_metric": False, **kwargs})
+    return TensorBoardLogger(run[0], name=run[1], version=run[2], **kwargs)
 
 
 def without_progress_bar(callbacks: list[Any], enabled: bool) -> list[Any]:
@@ -100,6 +135,65 @@ def without_progress_bar(callbacks: list[Any], enabled: bool) -> list[Any]:
     from lightning.pytorch.callbacks import ProgressBar
 
     return callbacks if enabled else [c for c in callbacks if not isinstance(c, ProgressBar)]
+
+
+def strategy_with_timeout(strategy: Any, seconds: float) -> Any:
+    """A DDP-family strategy named by a string (ddp, ddp_spawn, ...) built with a collective timeout:
+    a process that waits longer than `seconds` for a stuck or dead peer stops with an error naming the
+    operation, instead of waiting torch's default 30 minutes in silence. Anything else unchanged."""
+    import inspect
+    from datetime import timedelta
+
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    if not isinstance(strategy, str) or strategy not in StrategyRegistry:
+        return strategy
+    entry = StrategyRegistry[strategy]
+    if "timeout" not in inspect.signature(entry["strategy"]).parameters:
+        return strategy
+    return entry["strategy"](**{**entry["init_params"], "timeout": timedelta(seconds=seconds)})
+
+
+def is_collective_timeout(error: BaseException) -> bool:
+    text = str(error).lower()
+    return "timed out" in text or "timeout" in text and ("gloo" in text or "nccl" in text or "collective" in text)
+
+
+def collective_timeout_message(error: BaseException) -> str:
+    first = next((line.strip() for line in str(error).splitlines() if "time" in line.lower()), str(error).strip())
+    return (f"a distributed collective timed out ({first[:240]}): another process is stuck or died. "
+            "Check the other ranks' logs; raise ddp_timeout_s (Hydra) or --trainer.strategy.timeout (LightningCLI) "
+            "if a rank legitimately works alone for longer")
+
+
+def check_launcher(trainer: Any) -> None:
+    """Several nodes need a launcher that starts a process per device on each (torchrun, srun): without
+    one, Lightning would wait forever for the other nodes. Lightning's manual layout (MASTER_ADDR,
+    NODE_RANK, WORLD_SIZE set by hand on each node) counts as a launcher."""
+    import os
+
+    from lightning.fabric.plugins.environments import LightningEnvironment
+
+    environment = getattr(trainer.strategy, "cluster_environment", None)
+    if trainer.num_nodes > 1 and type(environment) is LightningEnvironment and "NODE_RANK" not in os.environ:
+        from callbacks.settings import SettingsError
+
+        raise SettingsError(
+            f"trainer.num_nodes={trainer.num_nodes} needs a launcher that starts the processes on every node, and "
+            "none was found (no torchrun or SLURM environment). On each node run: torchrun --nnodes="
+            f"{trainer.num_nodes} --nproc-per-node=DEVICES --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 train.py "
+            f"trainer=multinode trainer.num_nodes={trainer.num_nodes} trainer.devices=DEVICES; or, in a SLURM job, "
+            "sbatch scripts/slurm/train.sbatch (srun python train.py trainer=multinode ...); see docs/cluster.md")
+
+
+def requeued_job_checkpoint(trainer: Any) -> str | None:
+    """In a SLURM job that was requeued, the newest checkpoint its earlier attempt left in the job's run
+    (Lightning's hpc_ckpt_N.ckpt from SIGUSR1, or last.ckpt from SIGTERM or the last save), else None."""
+    if slurm_job_id() is None or trainer.logger is None:
+        return None
+    run_dir = Path(trainer.logger.log_dir)
+    found = [*run_dir.glob("hpc_ckpt_*.ckpt"), *run_dir.glob("checkpoints/last.ckpt")]
+    return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
 
 
 # ---- Hydra ------------------------------------------------------------------------------------
@@ -195,14 +289,28 @@ def swept_keys() -> set[str]:
 
 def build(cfg: Any) -> tuple[Any, Any]:
     """The data module and the model of a composed config; the model's likelihood and backbone follow the data unless set."""
-    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
 
-    datamodule = instantiate(cfg.data, _convert_="all")
+    from hydra.errors import InstantiationException
+    from hydra.utils import get_class, instantiate
+
+    from callbacks.settings import SettingsError, check_settings
+
+    # Hydra passes any value through: check each against the constructor's type hints first (as LightningCLI does).
+    data_settings = OmegaConf.to_container(cfg.data, resolve=True)
+    check_settings(get_class(data_settings["_target_"]), data_settings, "data")
     settings = model_settings(cfg)
+    check_settings(get_class(settings["_target_"]), settings, "model")
+    datamodule = instantiate(cfg.data, _convert_="all")
     settings["likelihood"] = settings.get("likelihood") or datamodule.likelihood
     settings["backbone"] = settings.get("backbone") or datamodule.backbone
     optimizer = instantiate(cfg.optimizer) if cfg.get("optimizer") else None
-    model = instantiate(settings, data_shape=list(datamodule.image_shape), optimizer=optimizer, _convert_="all")
+    try:
+        model = instantiate(settings, data_shape=list(datamodule.image_shape), optimizer=optimizer, _convert_="all")
+    except InstantiationException as error:  # the constructor refused a combination of settings: its message
+        if not isinstance(error.__cause__, (ValueError, TypeError)):
+            raise
+        raise SettingsError(f"model ({cfg.model._target_.rsplit('.', 1)[-1]}): {error.__cause__}") from None
     return datamodule, model
 
 
@@ -211,16 +319,25 @@ def run(cfg: Any) -> dict[str, float]:
     import lightning as L
     from hydra.utils import instantiate
 
+    from callbacks.checkpoint_files import load_checkpoint_file
+
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model = build(cfg)
     ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path:  # an unusable checkpoint stops the run here, before anything is written
+        load_checkpoint_file(ckpt_path)
     logger = False
     if cfg.get("logger"):
         logger_settings = {k: v for k, v in cfg.logger.items() if k not in ("_target_", "save_dir", "name")}
         logger = tensorboard_logger(cfg.logger.save_dir, run_name(cfg, model.run_tag), ckpt_path, **logger_settings)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     callbacks = without_progress_bar(callbacks, cfg.trainer.get("enable_progress_bar") is not False)  # None: on
-    trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, _convert_="all")
+    trainer_settings: dict[str, Any] = {"strategy": strategy_with_timeout(cfg.trainer.get("strategy"), cfg.ddp_timeout_s)}
+    if logger and slurm_job_id() is not None:  # Lightning's auto-requeue saves and finds hpc_ckpt_N.ckpt here
+        trainer_settings["default_root_dir"] = logger.log_dir
+    trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, _convert_="all", **trainer_settings)
+    check_launcher(trainer)
+    ckpt_path = ckpt_path or requeued_job_checkpoint(trainer)
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     if cfg.get("run_test"):
         # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
@@ -237,9 +354,13 @@ def run(cfg: Any) -> dict[str, float]:
 
 
 def hydra_main() -> None:
+    import os
+
     import hydra
+    from omegaconf import OmegaConf
 
     register_defaults()
+    OmegaConf.register_new_resolver("pid", os.getpid, replace=True)  # ${pid:} in configs/train.yaml's run directories
 
     @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
     def _main(cfg: Any) -> None:
@@ -263,6 +384,8 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
     import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
     import models  # noqa: F401  (registers the subclasses for --model=NAME)
     from callbacks import default_callbacks
+    from callbacks.checkpoint_files import CheckpointError
+    from callbacks.settings import SettingsError
     from datamodules import ImageDataModule
     from models import LatentVariableModel
 
@@ -332,9 +455,29 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
                 kwargs["logger"] = tensorboard_logger("logs/tensorboard", name, self._get(self.config, "ckpt_path"))
             if trainer_config.get("enable_progress_bar") is False:
                 trainer_config["callbacks"] = without_progress_bar(trainer_config.get("callbacks") or [], False)
-            return super().instantiate_trainer(**kwargs)
+            if kwargs.get("logger") and slurm_job_id() is not None:  # as in the Hydra front end
+                trainer_config["default_root_dir"] = kwargs["logger"].log_dir
+            trainer = super().instantiate_trainer(**kwargs)
+            check_launcher(trainer)
+            config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+            if self.subcommand == "fit" and not config.get("ckpt_path"):
+                config["ckpt_path"] = requeued_job_checkpoint(trainer)
+            return trainer
+
+        def instantiate_classes(self) -> None:
+            try:
+                super().instantiate_classes()
+            except (ValueError, TypeError) as error:  # a constructor refused a setting: its message, one line
+                if isinstance(error, (CheckpointError, SettingsError)):
+                    raise
+                raise SettingsError(str(error)) from None
 
     with user_errors_as_one_line():
+        ckpt_path = _option_value(raw_args, "--ckpt_path")
+        if ckpt_path and ckpt_path != "null":  # before LightningCLI reads its hyperparameters: one clear line if unusable
+            from callbacks.checkpoint_files import load_checkpoint_file
+
+            load_checkpoint_file(ckpt_path)
         return CLI(
             LatentVariableModel,
             ImageDataModule,
@@ -390,14 +533,33 @@ def _option_value(args: list[str], option: str) -> str | None:
 
 @contextlib.contextmanager
 def user_errors_as_one_line() -> Iterator[None]:
-    """Missing data and a diverged loss are the user's to fix: say so in one line and exit with status 2."""
-    from datamodules import DataNotFoundError
+    """What the user can fix gets one line on stderr and exit status 2, no traceback: wrong settings,
+    missing or corrupt data, an unusable checkpoint, a diverged loss, a stuck distributed peer."""
+    from hydra.errors import InstantiationException
+
+    from callbacks.checkpoint_files import CheckpointError
+    from callbacks.settings import SettingsError
+    from datamodules import DataNotFoundError as DataError  # TODO merge
 
     try:
         yield
-    except (DataNotFoundError, FloatingPointError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except (DataError, CheckpointError, SettingsError, FloatingPointError) as error:
+        _exit_with(str(error))
+    except InstantiationException as error:  # a constructor refused a setting (its ValueError, its message)
+        cause = error.__cause__
+        if not isinstance(cause, (ValueError, TypeError)):
+            raise
+        key = str(error).rsplit("full_key:", 1)[-1].strip() if "full_key:" in str(error) else ""
+        _exit_with(f"{key + ': ' if key else ''}{cause}")
+    except RuntimeError as error:
+        if not is_collective_timeout(error):
+            raise
+        _exit_with(collective_timeout_message(error))
+
+
+def _exit_with(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2) from None
 
 
 def main() -> None:

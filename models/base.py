@@ -22,7 +22,10 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
+from callbacks.checkpoint_files import AtomicCheckpoints, CheckpointError, load_checkpoint_file
+from callbacks.preemption import SaveOnPreemption
 from callbacks.random_state import RandomStateCheckpoint
+from callbacks.resume_settings import ResumeSettings, changed_settings, state_mismatch
 from models.components.backbones import Activation
 from models.components.likelihoods import LikelihoodName, SigmaShape, bits_per_dim, build_likelihood
 from samplers.importance import importance_log_likelihood
@@ -285,7 +288,10 @@ class LatentVariableModel(L.LightningModule):
         return optimizer
 
     def configure_callbacks(self) -> list[L.Callback]:
-        return [RandomStateCheckpoint()]
+        # Exact resume needs the random state; nothing lost needs atomic, checksummed checkpoint files.
+        # A resumed run trains with the settings it records (callbacks/resume_settings.py); SIGTERM and
+        # Ctrl-C save a checkpoint before the run stops (callbacks/preemption.py).
+        return [RandomStateCheckpoint(), AtomicCheckpoints(), ResumeSettings(), SaveOnPreemption()]
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> "LatentVariableModel":
@@ -299,6 +305,8 @@ class LatentVariableModel(L.LightningModule):
             start = checkpoint_path.tell()
             found = torch.load(checkpoint_path, map_location="cpu", weights_only=weights_only).get("model_class")
             checkpoint_path.seek(start)
+        elif "://" not in str(checkpoint_path):  # a local file: its checksum is checked too
+            found = load_checkpoint_file(checkpoint_path, weights_only=weights_only).get("model_class")
         else:
             with fsspec.open(str(checkpoint_path), "rb") as file:
                 found = torch.load(file, map_location="cpu", weights_only=weights_only).get("model_class")
@@ -307,6 +315,13 @@ class LatentVariableModel(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         _check_model_class(checkpoint.get("model_class"), type(self))
+        self._changed_on_resume = changed_settings(checkpoint, self)  # named if the state does not fit
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        try:
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        except RuntimeError as error:  # a checkpoint of other settings: one line naming them
+            raise state_mismatch(error, getattr(self, "_changed_on_resume", {})) from None
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["model_class"] = _qualified_name(type(self))
@@ -324,4 +339,5 @@ def _qualified_name(cls: type) -> str:
 def _check_model_class(found: str | None, cls: type) -> None:
     if found is not None and found != _qualified_name(cls):
         name = found.rsplit(".", 1)[-1]
-        raise ValueError(f"this checkpoint was written by {found}, not {_qualified_name(cls)}; load it with {name}.load_from_checkpoint")
+        raise CheckpointError(f"this checkpoint was written by {found}, not {_qualified_name(cls)}; load it with "
+                              f"{name}.load_from_checkpoint (or resume with the model it was trained with)")

@@ -1,7 +1,9 @@
 """Train a model for a few steps under a real 2-process DDP run on CPU (gloo) and save, per rank,
 the state that must stay identical across ranks (JSA's cache, the VQ codebook and its statistics),
 the training indices that rank processed and what it logged. Run by the DDP tests as
-`python tests/scripts/ddp_fit.py MODEL OUT_DIR`; Lightning re-launches this script for rank 1."""
+`python tests/scripts/ddp_fit.py MODEL OUT_DIR [MAX_STEPS [CKPT_PATH]]`; Lightning re-launches this script
+for rank 1. With MAX_STEPS, it writes `last.ckpt` into OUT_DIR every step and resumes from CKPT_PATH if
+given (the multi-process resume test)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from datamodules import MNISTDataModule
 from models import JSA, VAE, VQVAE, DiscreteVAE
@@ -58,17 +61,24 @@ def shared_state(model: L.LightningModule) -> dict[str, torch.Tensor]:
     return dict(model.state_dict())  # DDP keeps parameters in sync only through identical updates
 
 
-def main(name: str, out_dir: Path) -> None:
+def main(name: str, out_dir: Path, max_steps: int | None = None, ckpt_path: str | None = None) -> None:
     L.seed_everything(0)
     record = Record()
+    callbacks: list[L.Callback] = [record]
+    if max_steps is not None:  # the resume test: a checkpoint after every step
+        callbacks.append(ModelCheckpoint(dirpath=out_dir, save_last=True, save_top_k=0, every_n_train_steps=1))
     trainer = L.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp", max_steps=4, limit_train_batches=4, limit_val_batches=4,
-        num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, callbacks=[record], log_every_n_steps=1,
+        accelerator="cpu", devices=2, strategy="ddp", max_steps=max_steps or 4, limit_train_batches=4, limit_val_batches=4,
+        num_sanity_val_steps=0, logger=False, enable_checkpointing=max_steps is not None, enable_progress_bar=False,
+        enable_model_summary=False, callbacks=callbacks, log_every_n_steps=1,
     )
     model = build(name)
     dm = datamodule()
-    trainer.fit(model, datamodule=dm)
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    if max_steps is not None:
+        torch.save({"model_state": model.state_dict(), "optimizer_state": trainer.optimizers[0].state_dict(),
+                    "rng_state": torch.get_rng_state()}, out_dir / f"rank{trainer.global_rank}.pt")
+        return
     # Validation of the trained weights over both shards: 4 batches of 16 per rank = val images 0..127.
     validate_nll = trainer.validate(model, datamodule=dm, verbose=False)[0]["val/nll"]
     torch.save(
@@ -86,4 +96,4 @@ def main(name: str, out_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]))
+    main(sys.argv[1], Path(sys.argv[2]), *([int(sys.argv[3])] if len(sys.argv) > 3 else []), *sys.argv[4:5])

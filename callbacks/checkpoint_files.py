@@ -1,0 +1,160 @@
+"""Checkpoint files that are never half-written and never silently wrong.
+
+Atomic writes. Lightning's own save streams the bytes through fsspec, whose local "transaction"
+writes a temporary file in TMPDIR and moves it over the checkpoint: across filesystems (TMPDIR on
+/dev/shm or a node-local disk, checkpoints on shared storage) that move is a copy, and a process
+killed during it leaves a truncated `last.ckpt`. Here the bytes go to a temporary file beside the
+checkpoint, are flushed to the disk (fsync), and `os.replace` swaps the name: a reader, or a
+resume after a kill at any moment, finds the old file or the new one, whole.
+
+Checksums. Beside every checkpoint `X.ckpt` lies `X.ckpt.sha256`, the SHA-256 of its bytes; a load
+checks it and refuses a file whose bytes changed (a flipped bit, a truncated copy) with one line
+naming the file. The two files cannot be replaced together, so while a checkpoint is replaced the
+checksum file lists both the old and the new digest, and afterwards only the new one: a kill at
+any moment leaves a checkpoint whose digest is listed. Checkpoints without a checksum file (from
+elsewhere, or older ones) still load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.plugins import TorchCheckpointIO
+from lightning.fabric.utilities.cloud_io import _load as pl_load
+
+CHECKSUM_SUFFIX = ".sha256"
+TEMPORARY_MARK = ".tmp-"  # `.<name>.tmp-<pid>`: a temporary file of process <pid>
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, unreadable or not what it should be (the user's to fix)."""
+
+
+def write_atomically(path: Path, data: bytes | memoryview) -> None:
+    """`path` holds `data` afterwards, or (killed on the way) what it held before: never a part."""
+    temporary = path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid()}")
+    with open(temporary, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)  # atomic within one directory (POSIX rename)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself reaches the disk
+    finally:
+        os.close(directory)
+
+
+def listed_digests(path: Path) -> list[str] | None:
+    """The digests the checksum file of `path` accepts, or None without a checksum file."""
+    checksum_file = path.with_name(path.name + CHECKSUM_SUFFIX)
+    if not checksum_file.is_file():
+        return None
+    return checksum_file.read_text().split()
+
+
+def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
+    """torch.save `checkpoint` to `path` atomically, with its checksum beside it (module docstring)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    data = buffer.getbuffer()
+    digest = hashlib.sha256(data).hexdigest()
+    checksum_file = path.with_name(path.name + CHECKSUM_SUFFIX)
+    old = (listed_digests(path) or [])[:1] if path.exists() else []
+    write_atomically(checksum_file, " ".join([digest, *old]).encode())  # both, while the checkpoint is replaced
+    write_atomically(path, data)
+    write_atomically(checksum_file, digest.encode())
+    remove_stale_temporaries(path.parent)
+
+
+def remove_stale_temporaries(directory: Path) -> None:
+    """Delete temporary files left in `directory` by processes killed while writing (their pid is gone)."""
+    for temporary in directory.glob(f".*{TEMPORARY_MARK}*"):
+        pid = temporary.name.rsplit(TEMPORARY_MARK, 1)[-1]
+        if pid.isdigit() and not _process_exists(int(pid)):
+            temporary.unlink(missing_ok=True)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def file_digest(path: Path) -> str:
+    sha256 = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            sha256.update(block)
+    return sha256.hexdigest()
+
+
+def verify_checkpoint_file(path: str | os.PathLike) -> None:
+    """Raise CheckpointError naming `path` if it is missing, empty or its bytes differ from its checksum."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist (ckpt_path expects a .ckpt file written by a run)")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty: the run that wrote it was probably killed; use another one")
+    digests = listed_digests(path)
+    if digests is not None:
+        digest = file_digest(path)
+        if digest not in digests:
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: its SHA-256 {digest[:12]}... differs from the one recorded in "
+                f"{path.name}{CHECKSUM_SUFFIX} when it was written ({digests[0][:12]}...); use another checkpoint")
+
+
+def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", weights_only: bool | None = None) -> dict[str, Any]:
+    """Lightning's load after `verify_checkpoint_file`; a file torch cannot read is a CheckpointError naming it."""
+    verify_checkpoint_file(path)
+    try:
+        checkpoint = pl_load(path, map_location=map_location, weights_only=weights_only)
+    except Exception as error:  # truncated zip, pickled garbage, a file that is not a checkpoint at all
+        reason = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"checkpoint {path} is not a readable checkpoint ({type(error).__name__}: {reason}); "
+                              "it is truncated or was not written by torch.save") from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise CheckpointError(f"checkpoint {path} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
+    return checkpoint
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint I/O with atomic, checksummed writes and verified reads (local paths)."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        if "://" in str(path):  # object storage: its uploads are atomic already
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        save_checkpoint_file(checkpoint, path)
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        if "://" in str(path):
+            return super().load_checkpoint(path, map_location, weights_only)
+        return load_checkpoint_file(path, map_location or (lambda storage, loc: storage), weights_only)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        super().remove_checkpoint(path)
+        Path(str(path) + CHECKSUM_SUFFIX).unlink(missing_ok=True)
+
+
+class AtomicCheckpoints(L.Callback):
+    """Makes the trainer write and read checkpoints through `AtomicCheckpointIO`. Added by every model
+    (`LatentVariableModel.configure_callbacks`): the guarantee holds whichever script builds the Trainer.
+    A checkpoint I/O plugin the user gave is kept."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # setup runs before Lightning restores a checkpoint, so resuming reads through the plugin too.
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()

@@ -1,0 +1,78 @@
+"""SIGTERM (how SLURM and Kubernetes preempt) and Ctrl-C save a resumable checkpoint and stop.
+
+Lightning turns SIGTERM into a flag that ends training at the next step boundary (in DDP, rank 0's
+flag is broadcast so that every rank stops at the same step) by raising `SIGTERMException`. This
+callback, on that exception:
+
+* writes `last.ckpt` into the checkpoint directory (every rank takes part, as in any save), the
+  state after the last finished step: resuming from it continues bit-for-bit like any resume;
+* sets the exit status to 128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C), the shell's
+  convention for "killed by a signal": a scheduler or a script sees that the run did not finish.
+  (Lightning's own `SIGTERMException` exits with status 0.)
+
+Ctrl-C (SIGINT) is made to take the same path: the first one asks the process to stop after the
+current step, the way SIGTERM does; a second one interrupts at once, saving nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+log = logging.getLogger(__name__)
+
+
+class SaveOnPreemption(L.Callback):
+    """On SIGTERM or the first Ctrl-C: save `last.ckpt` at the next step boundary and exit with 128 + signal."""
+
+    def __init__(self) -> None:
+        self.signal: int = signal.SIGTERM
+        self._previous_sigint: Any = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # After Lightning registered its SIGTERM handler; its teardown puts back the handlers of before fit.
+        self.signal = signal.SIGTERM
+        if threading.current_thread() is threading.main_thread():
+            self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.signal = signal.SIGINT
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C: KeyboardInterrupt, now
+        log.warning("Ctrl-C: stopping after this step and saving a checkpoint (press Ctrl-C again to abort at once)")
+        os.kill(os.getpid(), signal.SIGTERM)  # Lightning's SIGTERM path: stop at the step boundary, all ranks
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._restore_sigint()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._restore_sigint()
+        if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
+            return
+        path = checkpoint_directory(trainer) / "last.ckpt"
+        trainer.save_checkpoint(path)
+        name = signal.Signals(self.signal).name
+        if trainer.is_global_zero:
+            log.warning("%s: saved a resumable checkpoint at step %d to %s; resume with ckpt_path=%s",
+                        name, trainer.global_step, path, path)
+        exception.code = 128 + self.signal  # SystemExit's status: the run was stopped by a signal
+
+    def _restore_sigint(self) -> None:
+        if self._previous_sigint is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._previous_sigint)
+            self._previous_sigint = None
+
+
+def checkpoint_directory(trainer: L.Trainer) -> Path:
+    """Where the run's ModelCheckpoint writes (its `last.ckpt` is the one to resume from), else
+    <default_root_dir>/checkpoints."""
+    callback = trainer.checkpoint_callback
+    if callback is not None and getattr(callback, "dirpath", None):
+        return Path(callback.dirpath)
+    return Path(trainer.default_root_dir) / "checkpoints"

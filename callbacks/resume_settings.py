@@ -1,0 +1,101 @@
+"""Resuming with settings that differ from the checkpoint's: train with what the run records, or refuse.
+
+A resumed run is built from this run's settings (and records them: config.yaml, the HPARAMS tab), then
+Lightning loads the checkpoint's state into it. Two things could silently disagree with the record:
+
+* the shapes: a setting that changes a tensor (the latent size, a width, the cache's size or whether
+  there is a cache) cannot take the checkpoint's state. `state_mismatch` turns torch's refusal into
+  one line naming the settings that differ;
+* the optimizer: Lightning restores the optimizer's state, hyperparameters included, so a new
+  `model.lr` would be recorded and ignored. `ResumeSettings` sets every optimizer hyperparameter
+  back to this run's value after the restore, and logs each setting that changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import lightning as L
+import torch
+
+from callbacks.checkpoint_files import CheckpointError
+from callbacks.hparams import constructor_defaults, settings_of
+
+log = logging.getLogger(__name__)
+
+# Optimizer constructor flags that choose an implementation, not a hyperparameter of the update.
+IMPLEMENTATION_FLAGS = {"foreach", "fused", "capturable", "differentiable", "maximize"}
+
+
+def changed_settings(checkpoint: dict[str, Any], module: L.LightningModule) -> dict[str, tuple[Any, Any]]:
+    """name -> (the checkpoint's value, this run's value) for every hyperparameter that differs."""
+    defaults = constructor_defaults(type(module))  # a setting left out of either is its default
+    saved = {**defaults, **(checkpoint.get("hyper_parameters") or {})}
+    return {key: (saved[key], value) for key, value in settings_of(module).items()
+            if key in saved and not key.startswith("_") and not _same(saved[key], value)}
+
+
+def state_mismatch(error: RuntimeError, changed: dict[str, tuple[Any, Any]]) -> Exception:
+    """torch's "Error(s) in loading state_dict" (missing, unexpected or reshaped tensors) as one line that
+    names the settings that differ from the checkpoint's; any other error unchanged."""
+    text = str(error)
+    if "Error(s) in loading state_dict" not in text:
+        return error
+    details = [_shorter(line.strip().rstrip(".")) for line in text.splitlines()[1:] if line.strip()]
+    summary = "; ".join(details)
+    summary = summary if len(summary) <= 300 else summary[:300] + " ..."
+    settings = ", ".join(f"model.{k}={old!r} -> {new!r}" for k, (old, new) in changed.items())
+    return CheckpointError(
+        f"the checkpoint does not fit this model ({summary}): "
+        + (f"the settings differ from the checkpoint's ({settings}); " if settings else "")
+        + "resume with the checkpoint's settings, or start a new run without ckpt_path")
+
+
+def _shorter(detail: str) -> str:
+    """"size mismatch for w: copying a param with shape torch.Size([2, 3]) from checkpoint, the shape in
+    current model is torch.Size([4, 3])" -> "w (2, 3) in the checkpoint, (4, 3) here"."""
+    match = re.match(r"size mismatch for (\S+): .*?torch\.Size\(\[(.*?)\]\).*?torch\.Size\(\[(.*?)\]\)", detail)
+    return f"{match[1]} ({match[2]}) in the checkpoint, ({match[3]}) here" if match else detail
+
+
+class ResumeSettings(L.Callback):
+    """Logs the settings a resumed run changes, and applies this run's optimizer hyperparameters."""
+
+    def __init__(self) -> None:
+        self._resumed = False
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        changed = changed_settings(checkpoint, pl_module)
+        if changed and trainer.is_global_zero:
+            log.warning("resuming with changed settings (this run's values are used and recorded): %s",
+                        ", ".join(f"model.{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items()))
+        self._resumed = True
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # After Lightning restored the optimizers: `defaults` still holds what this run's constructor got.
+        if not self._resumed:
+            return
+        for optimizer in trainer.optimizers:
+            for group in optimizer.param_groups:
+                for key, value in optimizer.defaults.items():
+                    if key in IMPLEMENTATION_FLAGS or key not in group or _same(group[key], value):
+                        continue
+                    if trainer.is_global_zero:
+                        log.warning("resuming: optimizer %s %r (checkpoint) -> %r (this run)", key, group[key], value)
+                    group[key] = value
+        self._resumed = False
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return bool(torch.equal(torch.as_tensor(a), torch.as_tensor(b)))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):  # saved lists may come back as tuples
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if callable(a) or callable(b):  # an optimizer factory: rebuilt each run, compared by what it says
+        return repr(a) == repr(b)
+    try:
+        return bool(a == b)
+    except Exception:  # values that cannot be compared (an optimizer factory): not reported
+        return True

@@ -1,0 +1,81 @@
+"""Settings checked against the constructors' type hints before anything is built (the Hydra front end).
+
+LightningCLI (jsonargparse) refuses a value that does not match a constructor's annotation; Hydra
+passes whatever the command line says (`model.lr=abc` arrives as the string 'abc', an unknown
+`model.prior=gaussian` as a string the model may never look at). `check_settings` applies the same
+annotations to a Hydra config: a Literal lists the choices, int/float/bool/str the type, `X | None`
+allows null. One error names every wrong setting, with what was expected.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from typing import Any, Literal, Union, get_args, get_origin
+
+from callbacks.hparams import constructor_defaults
+
+
+class SettingsError(ValueError):
+    """A setting has a value its constructor does not take (the user's to fix)."""
+
+
+def constructor_hints(cls: type) -> dict[str, Any]:
+    """The type hint of every constructor argument of `cls`, following **kwargs up the class hierarchy."""
+    hints: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        own = typing.get_type_hints(init, include_extras=False)
+        parameters = inspect.signature(init).parameters.values()
+        for p in parameters:
+            if p.name in own and p.name not in hints and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                hints[p.name] = own[p.name]
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return hints
+
+
+def expected(hint: Any, value: Any) -> str | None:
+    """None if `value` fits `hint`, else what was expected (checks Literal, int, float, bool, str, None)."""
+    origin = get_origin(hint)
+    if origin is Literal:
+        choices = get_args(hint)
+        return None if value in choices else "one of " + ", ".join(map(repr, choices))
+    if origin in (Union, types.UnionType):
+        options = get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        failures = [expected(option, value) for option in options if option is not type(None)]
+        if any(f is None for f in failures):
+            return None
+        return " or ".join(f for f in failures if f) + (" or null" if type(None) in options else "")
+    if hint is bool:
+        return None if isinstance(value, bool) else "true or false"
+    if hint is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
+    if hint is float:
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
+    if hint is str:
+        return None if isinstance(value, str) else "a string"
+    return None  # sequences, callables, ...: left to the constructor
+
+
+def check_settings(cls: type, settings: dict[str, Any], prefix: str) -> None:
+    """Raise SettingsError naming every `prefix.key` whose value does not fit `cls`'s constructor."""
+    hints = constructor_hints(cls)
+    known = set(hints) | set(constructor_defaults(cls))
+    problems = []
+    for key, value in settings.items():
+        if key.startswith("_"):
+            continue
+        if key not in known:
+            problems.append(f"{prefix}.{key} is not a setting of {cls.__name__}")
+            continue
+        want = expected(hints[key], value) if key in hints else None
+        if want is not None:
+            problems.append(f"{prefix}.{key}={value!r}: expected {want}")
+    if problems:
+        raise SettingsError("; ".join(problems))

@@ -1,0 +1,131 @@
+"""Checkpoint files: atomic writes, checksums verified on load, clear errors for unusable files, and
+resuming with changed settings (callbacks/checkpoint_files.py, callbacks/resume_settings.py). The kill
+tests against a real training process are in test_interruptions.py."""
+
+from __future__ import annotations
+
+import os
+
+import lightning as L
+import pytest
+import torch
+
+from callbacks.checkpoint_files import (
+    AtomicCheckpointIO,
+    CheckpointError,
+    file_digest,
+    load_checkpoint_file,
+    remove_stale_temporaries,
+    save_checkpoint_file,
+)
+from callbacks.resume_settings import ResumeSettings
+from models import JSA, VAE
+
+CHECKPOINT = {"state_dict": {"w": torch.arange(1000.0)}, "epoch": 3}
+
+
+def test_save_writes_the_checksum_and_load_verifies_it(tmp_path):
+    path = tmp_path / "last.ckpt"
+    save_checkpoint_file(CHECKPOINT, path)
+    assert (tmp_path / "last.ckpt.sha256").read_text() == file_digest(path)
+    assert torch.equal(load_checkpoint_file(path)["state_dict"]["w"], CHECKPOINT["state_dict"]["w"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "last.ckpt.sha256"]  # no temporaries left
+
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one flipped bit in the tensor data: torch.load alone would not notice
+    path.write_bytes(bytes(data))
+    assert torch.load(path, weights_only=True)["epoch"] == 3
+    with pytest.raises(CheckpointError, match=r"last\.ckpt is corrupt: its SHA-256"):
+        load_checkpoint_file(path)
+
+    (tmp_path / "last.ckpt.sha256").unlink()  # a checkpoint without a checksum (older, or from elsewhere) loads
+    assert load_checkpoint_file(path)["epoch"] == 3
+
+
+def test_a_kill_between_the_two_renames_leaves_a_loadable_pair(tmp_path, monkeypatch):
+    """While the checkpoint is replaced, its checksum file lists the old and the new digest: killed after the
+    checksum file was replaced but before the checkpoint was, the old checkpoint still verifies."""
+    path = tmp_path / "last.ckpt"
+    save_checkpoint_file(CHECKPOINT, path)
+    old_digest = file_digest(path)
+    real_replace = os.replace
+
+    def killed_before_the_checkpoint_is_replaced(src, dst):
+        if str(dst).endswith(".ckpt"):
+            raise KeyboardInterrupt  # the process dies here
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed_before_the_checkpoint_is_replaced)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint_file({**CHECKPOINT, "epoch": 4}, path)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert file_digest(path) == old_digest and old_digest in (tmp_path / "last.ckpt.sha256").read_text()
+    assert load_checkpoint_file(path)["epoch"] == 3
+
+
+def test_stale_temporaries_of_dead_processes_are_removed(tmp_path):
+    dead = tmp_path / ".last.ckpt.tmp-999999999"  # no such process
+    alive = tmp_path / f".last.ckpt.tmp-{os.getpid()}"
+    dead.write_bytes(b"half")
+    alive.write_bytes(b"being written")
+    remove_stale_temporaries(tmp_path)
+    assert not dead.exists() and alive.exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "does not exist"),
+    (b"", "is empty"),
+    (b"not a checkpoint at all" * 10, "is not a readable checkpoint"),
+    ("truncated", "is not a readable checkpoint"),
+    ("no_state", "holds no model state"),
+])
+def test_unusable_checkpoints_are_one_clear_error_naming_the_file(tmp_path, content, message):
+    path = tmp_path / "bad.ckpt"
+    if content == "truncated":
+        save_checkpoint_file(CHECKPOINT, path)
+        path.write_bytes(path.read_bytes()[:2000])
+        (tmp_path / "bad.ckpt.sha256").unlink()
+    elif content == "no_state":
+        torch.save({"epoch": 1}, path)
+    elif content is not None:
+        path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=message) as error:
+        load_checkpoint_file(path)
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+def fit(model: L.LightningModule, tmp_path, steps: int, ckpt_path=None) -> L.Trainer:
+    x = torch.rand(64, 1, 28, 28).bernoulli()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, torch.arange(64)), batch_size=16)
+    trainer = L.Trainer(max_steps=steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path, limit_val_batches=0)
+    trainer.fit(model, train_dataloaders=loader, ckpt_path=ckpt_path)
+    return trainer
+
+
+def test_trainer_writes_through_the_atomic_io_and_resume_applies_the_new_learning_rate(tmp_path, caplog):
+    trainer = fit(VAE(latent_dim=4, lr=1e-3), tmp_path, 2)
+    assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+    path = tmp_path / "ckpt.ckpt"
+    trainer.save_checkpoint(path)
+    assert (tmp_path / "ckpt.ckpt.sha256").is_file()
+
+    with caplog.at_level("WARNING"):
+        trainer = fit(VAE(latent_dim=4, lr=5e-4), tmp_path, 3, ckpt_path=path)
+    assert trainer.optimizers[0].param_groups[0]["lr"] == 5e-4  # Lightning alone would restore 1e-3
+    assert "model.lr: 0.001 -> 0.0005" in caplog.text and "optimizer lr 0.001 (checkpoint) -> 0.0005" in caplog.text
+
+
+def test_resume_into_other_shapes_names_the_settings(tmp_path):
+    trainer = fit(JSA(mis_steps=2, val_num_samples=2, cache_size=64), tmp_path, 1)
+    path = tmp_path / "ckpt.ckpt"
+    trainer.save_checkpoint(path)
+    with pytest.raises(CheckpointError, match=r"does not fit this model .*model\.num_latents=None -> 12") as error:
+        fit(JSA(mis_steps=2, val_num_samples=2, cache_size=64, num_latents=12), tmp_path, 2, ckpt_path=path)
+    assert "\n" not in str(error.value)
+    with pytest.raises(CheckpointError, match=r"cache\.codes.*model\.use_cache=True -> False"):
+        fit(JSA(mis_steps=2, val_num_samples=2, use_cache=False), tmp_path, 2, ckpt_path=path)
+
+
+def test_resume_settings_is_one_of_every_models_callbacks():
+    assert any(isinstance(c, ResumeSettings) for c in VAE(latent_dim=4).configure_callbacks())

@@ -1,0 +1,178 @@
+"""Faults injected into real `python train.py` processes: kill -9 while a checkpoint is written (TMPDIR on
+another filesystem), SIGTERM and Ctrl-C (a checkpoint, exit 143/130, a bit-for-bit resume), two runs
+started at the same moment, a frozen DDP peer, a run on several nodes without a launcher, and SLURM's
+preempt-and-requeue cycle with a stand-in `scontrol`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from callbacks.checkpoint_files import load_checkpoint_file
+
+pytestmark = pytest.mark.slow  # real processes: run by the full suite (README), not the quick loop
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = 40
+# Tiny and fast, long enough to be interrupted: 20 batches of 32 an epoch, a checkpoint every 2 steps.
+SETTINGS = ["model=jsa", "model.mis_steps=2", "model.val_num_samples=2", "data.batch_size=32", f"trainer.max_steps={STEPS}",
+            "trainer.limit_train_batches=20", "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0",
+            "trainer.enable_progress_bar=false", "callbacks.model_checkpoint.every_n_train_steps=2",
+            "callbacks.gradient_variance.every_n_steps=0"]
+RUN = "logs/tensorboard/jsa-mnist-mlp-K10-L2"
+
+
+def start(cwd: Path, mnist_dir: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    environment = {**os.environ, "DATA_DIR": str(mnist_dir), **(env or {})}
+    return subprocess.Popen([sys.executable, str(REPO / "train.py"), *SETTINGS, *args], cwd=cwd, env=environment,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def finish(process: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
+    output, _ = process.communicate(timeout=timeout)
+    return process.returncode, output
+
+
+def wait_for(condition, process: subprocess.Popen, timeout: float = 120, poll: float = 0.002) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process.poll() is None, f"the run ended first:\n{process.communicate()[0][-3000:]}"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(poll)
+
+
+def state(checkpoint_path: Path) -> dict:
+    checkpoint = load_checkpoint_file(checkpoint_path)
+    return {"step": checkpoint["global_step"], "state_dict": checkpoint["state_dict"],
+            "optimizer": checkpoint["optimizer_states"][0]["state"]}
+
+
+def assert_same_training_state(a: dict, b: dict) -> None:
+    assert a["step"] == b["step"] == STEPS
+    for key, value in a["state_dict"].items():  # parameters and the MIS cache
+        assert torch.equal(value, b["state_dict"][key]), key
+    for index, moments in a["optimizer"].items():
+        assert all(torch.equal(moments[k], b["optimizer"][index][k]) for k in moments)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, mnist_dir) -> dict:
+    cwd = tmp_path_factory.mktemp("uninterrupted")
+    code, output = finish(start(cwd, mnist_dir))
+    assert code == 0, output[-3000:]
+    return state(cwd / RUN / "version_0" / "checkpoints" / "last.ckpt")
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_sigterm_and_ctrl_c_save_a_checkpoint_exit_nonzero_and_resume_bit_for_bit(signum, status, uninterrupted, tmp_path, mnist_dir):
+    last = tmp_path / RUN / "version_0" / "checkpoints" / "last.ckpt"
+    process = start(tmp_path, mnist_dir)
+    wait_for(last.exists, process)
+    process.send_signal(signum)
+    code, output = finish(process)
+    assert code == status, output[-3000:]
+    assert f"{signal.Signals(signum).name}: saved a resumable checkpoint" in output
+    stopped_at = load_checkpoint_file(last)["global_step"]
+    assert 0 < stopped_at < STEPS
+
+    code, output = finish(start(tmp_path, mnist_dir, f"ckpt_path={last}"))
+    assert code == 0, output[-3000:]
+    assert_same_training_state(uninterrupted, state(last))
+
+
+def test_kill_during_checkpoint_writes_never_leaves_a_broken_checkpoint(tmp_path, mnist_dir):
+    """SIGKILL the moment a temporary checkpoint file appears (a save in progress), with TMPDIR on another
+    filesystem than the checkpoints (/dev/shm); each surviving checkpoint verifies and loads, and the
+    next run resumes from last.ckpt and removes the killed processes' temporaries."""
+    checkpoints = tmp_path / RUN / "version_0" / "checkpoints"
+    tmpdir = Path("/dev/shm") if Path("/dev/shm").is_dir() else tmp_path / "tmp"
+    env = {"TMPDIR": str(tmpdir)}
+    every_step = ["callbacks.model_checkpoint.every_n_train_steps=1"]
+    kills = 0
+    for attempt in range(3):
+        resume = [f"ckpt_path={checkpoints / 'last.ckpt'}"] if (checkpoints / "last.ckpt").exists() else []
+        process = start(tmp_path, mnist_dir, *every_step, *resume, env=env)
+        saving = lambda: checkpoints.is_dir() and any(".tmp-" in p.name for p in os.scandir(checkpoints))  # noqa: E731
+        wait_for(saving, process, poll=0.0005)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        kills += 1
+        for checkpoint in checkpoints.glob("*.ckpt"):
+            load_checkpoint_file(checkpoint)  # raises on a truncated or mismatched file
+    assert kills == 3 and any(".tmp-" in p.name for p in os.scandir(checkpoints))  # a save was in progress
+    code, output = finish(start(tmp_path, mnist_dir, *every_step, f"ckpt_path={checkpoints / 'last.ckpt'}", env=env))
+    assert code == 0, output[-3000:]
+    assert load_checkpoint_file(checkpoints / "last.ckpt")["global_step"] == STEPS
+    assert not [p.name for p in os.scandir(checkpoints) if ".tmp-" in p.name]
+
+
+def test_runs_started_at_the_same_moment_get_their_own_directories(tmp_path, mnist_dir):
+    quick = ["trainer.max_steps=2"]
+    processes = [start(tmp_path, mnist_dir, *quick) for _ in range(2)]
+    for process in processes:
+        code, output = finish(process)
+        assert code == 0, output[-3000:]
+    versions = sorted(p.name for p in (tmp_path / RUN).iterdir())
+    assert versions == ["version_0", "version_1"]
+    assert all((tmp_path / RUN / v / "checkpoints" / "last.ckpt").is_file() for v in versions)
+    assert len(list((tmp_path / "logs" / "hydra").glob("*/*"))) == 2
+
+
+def test_a_frozen_ddp_peer_stops_the_run_with_a_message_after_the_timeout(tmp_path, mnist_dir):
+    freeze = ["trainer=ddp", "trainer.accelerator=cpu", "ddp_timeout_s=5", "+callbacks.freeze._target_=tests.scripts.freeze.FreezeRank1"]
+    process = start(tmp_path, mnist_dir, *freeze)
+    try:
+        started = time.monotonic()
+        code, output = finish(process, timeout=120)
+        assert code == 2, output[-3000:]
+        assert "rank 1 stops itself (SIGSTOP)" in output
+        error = output.strip().splitlines()[-1]
+        assert error.startswith("error: a distributed collective timed out") and "ddp_timeout_s" in error, output[-3000:]
+        assert time.monotonic() - started < 90
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the stopped rank 1
+
+
+def test_several_nodes_without_a_launcher_stop_at_once_with_the_commands(tmp_path, mnist_dir):
+    code, output = finish(start(tmp_path, mnist_dir, "trainer=multinode"), timeout=60)
+    assert code == 2
+    assert "error: trainer.num_nodes=2 needs a launcher" in output and "torchrun --nnodes=2" in output and "sbatch" in output
+    assert "Traceback" not in output and not (tmp_path / RUN).exists()
+
+
+def test_slurm_preemption_requeues_and_the_requeued_job_resumes_by_itself(uninterrupted, tmp_path, mnist_dir):
+    """SIGUSR1 (sbatch --signal=SIGUSR1@90): Lightning saves hpc_ckpt_1.ckpt and calls `scontrol requeue`
+    (a stand-in records it); SLURM's SIGTERM then stops the job with last.ckpt; the requeued job (same job
+    id, no ckpt_path) continues in the same run and ends where an uninterrupted run ends."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "scontrol.log"
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {record}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1",
+             "SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+             "SLURM_NODELIST": "localhost", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    run_dir = tmp_path / RUN / "slurm_job_4242"
+
+    process = start(tmp_path, mnist_dir, env=slurm)
+    wait_for((run_dir / "checkpoints" / "last.ckpt").exists, process)
+    process.send_signal(signal.SIGUSR1)
+    wait_for(record.exists, process)
+    process.send_signal(signal.SIGTERM)
+    code, output = finish(process)
+    assert code == 143, output[-3000:]
+    assert record.read_text().split() == ["requeue", "4242"]
+    assert (run_dir / "hpc_ckpt_1.ckpt").is_file()
+
+    code, output = finish(start(tmp_path, mnist_dir, env={**slurm, "SLURM_RESTART_COUNT": "1"}))
+    assert code == 0, output[-3000:]
+    assert "Restored all states from the checkpoint" in output
+    assert [p.name for p in (tmp_path / RUN).iterdir()] == ["slurm_job_4242"]
+    assert_same_training_state(uninterrupted, state(run_dir / "checkpoints" / "last.ckpt"))

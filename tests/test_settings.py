@@ -1,0 +1,50 @@
+"""Settings checked against the constructors' type hints (callbacks/settings.py): what LightningCLI refuses,
+the Hydra front end refuses too, with the choices listed."""
+
+from __future__ import annotations
+
+import pytest
+
+from callbacks.settings import SettingsError, check_settings
+from datamodules import MNISTDataModule
+from models import JSA, VQVAE, DiscreteVAE
+
+
+@pytest.mark.parametrize("cls, settings, message", [
+    (JSA, {"prior": "gaussian"}, "model.prior='gaussian': expected one of 'uniform', 'factorized', 'autoregressive', 'pixelcnn'"),
+    (JSA, {"embedding": "foo"}, "model.embedding='foo': expected one of 'auto', 'per_position', 'shared'"),
+    (JSA, {"lr": "abc"}, "model.lr='abc': expected a number"),
+    (JSA, {"mis_steps": 2.5}, "model.mis_steps=2.5: expected an integer"),
+    (JSA, {"mis_steps": "ten"}, "model.mis_steps='ten': expected an integer"),
+    (JSA, {"use_cache": "yes"}, "model.use_cache='yes': expected true or false"),
+    (JSA, {"cache_size": "big"}, "model.cache_size='big': expected an integer or null"),
+    (JSA, {"gradient_states": "all"}, "expected one of 'final', 'chain'"),
+    (JSA, {"backbone": "resnet"}, "expected one of 'mlp', 'conv' or null"),
+    (DiscreteVAE, {"estimator": "gumbell"}, "expected one of 'reinforce', 'gumbel'"),
+    (VQVAE, {"prior": "gaussian", "beta": "x"}, "model.prior='gaussian'"),
+    (JSA, {"unknown_setting": 1}, "model.unknown_setting is not a setting of JSA"),
+    (MNISTDataModule, {"binarize": "yes"}, "data.binarize='yes': expected one of 'none', 'dynamic', 'static'"),
+    (MNISTDataModule, {"batch_size": 12.5}, "data.batch_size=12.5: expected an integer"),
+])
+def test_a_wrong_setting_is_refused_with_what_was_expected(cls, settings, message):
+    prefix = "data" if cls is MNISTDataModule else "model"
+    with pytest.raises(SettingsError) as error:
+        check_settings(cls, settings, prefix)
+    assert message in str(error.value)
+
+
+def test_every_wrong_setting_is_named_in_one_line():
+    with pytest.raises(SettingsError) as error:
+        check_settings(VQVAE, {"prior": "gaussian", "beta": "x"}, "model")
+    assert "model.prior" in str(error.value) and "model.beta='x': expected a number" in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("cls, settings", [
+    (JSA, {"prior": "autoregressive", "lr": 1e-3, "mis_steps": 20, "cache_size": None, "num_latents": None,
+           "likelihood": None, "_target_": "models.JSA"}),
+    (JSA, {"lr": 1, "sigma": 2}),  # an integer where a number is expected
+    (MNISTDataModule, {"batch_size": 64, "eval_batch_size": None, "data_dir": None}),
+])
+def test_right_settings_pass(cls, settings):
+    check_settings(cls, settings, "model")
