@@ -391,11 +391,11 @@ def _option_value(args: list[str], option: str) -> str | None:
 @contextlib.contextmanager
 def user_errors_as_one_line() -> Iterator[None]:
     """Missing data and a diverged loss are the user's to fix: say so in one line and exit with status 2."""
-    from datamodules import DataNotFoundError
+    from datamodules import DataError
 
     try:
         yield
-    except (DataNotFoundError, FloatingPointError) as error:
+    except (DataError, FloatingPointError) as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
 
