@@ -539,7 +539,7 @@ def user_errors_as_one_line() -> Iterator[None]:
 
     from callbacks.checkpoint_files import CheckpointError
     from callbacks.settings import SettingsError
-    from datamodules import DataNotFoundError as DataError  # TODO merge
+    from datamodules import DataError
 
     try:
         yield

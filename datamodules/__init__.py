@@ -1,7 +1,7 @@
 """Lightning DataModules yielding ``(x, index)`` batches from in-memory uint8 splits."""
 
-from .base import DataNotFoundError, ImageDataModule
+from .base import DataCorruptError, DataError, DataNotFoundError, ImageDataModule
 from .cifar10 import CIFAR10DataModule
 from .mnist import MNISTDataModule
 
-__all__ = ["CIFAR10DataModule", "DataNotFoundError", "ImageDataModule", "MNISTDataModule"]
+__all__ = ["CIFAR10DataModule", "DataCorruptError", "DataError", "DataNotFoundError", "ImageDataModule", "MNISTDataModule"]

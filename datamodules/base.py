@@ -30,8 +30,16 @@ Binarize = Literal["none", "dynamic", "static"]
 Batch = tuple[Tensor, Tensor]
 
 
-class DataNotFoundError(FileNotFoundError):
+class DataError(Exception):
+    """The user's data is wrong or missing: said in one line (train.py prints it without a traceback)."""
+
+
+class DataNotFoundError(DataError, FileNotFoundError):
     """The dataset files are not on disk and could not be downloaded."""
+
+
+class DataCorruptError(DataError, ValueError):
+    """A dataset file is on disk but its contents are wrong (truncated, swapped, another format, altered)."""
 
 
 class InMemoryImageDataset(Dataset[Batch]):
@@ -103,6 +111,16 @@ def pixel_uniforms(index: Tensor, image_shape: torch.Size, seed: int, epoch: int
     return (h.double() / 2.0**32).float().clamp_max(1 - 2**-24).view(-1, *image_shape)
 
 
+def _check_int(name: str, value: object, minimum: int | None) -> None:
+    """An integer option: not a bool (True would pass for 1), a string or a float (128.0, 1e3); nor a numpy
+    integer, which torch's BatchSampler refuses later."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        expected = "an integer" if minimum is None else f"an integer >= {minimum}"
+        raise ValueError(f"{name} must be {expected}, got {value!r} ({type(value).__name__})")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+
+
 def collate_prebatched(batch: Batch) -> Batch:
     """Pass through a batch that ``InMemoryImageDataset.__getitems__`` already built."""
     return batch
@@ -112,8 +130,11 @@ class ImageDataModule(L.LightningDataModule):
     """Base class: train/val split of the training file, fast in-memory loaders.
 
     Subclasses set ``image_shape``, ``train_file_size``, ``test_file_size`` and
-    implement :meth:`_read` (load one file as uint8 ``(N, C, H, W)``) and
-    :meth:`_expected_files` (what must exist under ``data_dir``, for errors).
+    implement :meth:`_files` (the files a split is read from), :meth:`_read` (read
+    and check them as uint8 ``(N, C, H, W)``) and :meth:`_download` (fetch the
+    missing ones). Bad data is one line, never a traceback: missing files raise
+    :class:`DataNotFoundError`, files with wrong contents :class:`DataCorruptError`
+    (never replaced by a download), unreadable ones :class:`DataError`.
 
     The validation split is carved from the training file with
     ``perm = torch.randperm(n, generator=torch.Generator().manual_seed(split_seed))``:
@@ -143,7 +164,9 @@ class ImageDataModule(L.LightningDataModule):
         Args:
             data_dir: Root holding the torchvision file layout. ``None`` falls
                 back to env ``DATA_DIR``, then ``./data``.
-            batch_size: Training batch size.
+            batch_size: Training batch size, at most the training split
+                (``train_file_size - val_size``): a larger one is refused, as it is
+                surely a mistake (one step per epoch, every image in it).
             num_workers: DataLoader worker processes (each builds whole batches).
             binarize: ``"none"`` (grey values in [0, 1]), ``"dynamic"`` (a Bernoulli
                 draw per image and epoch; one fixed draw per val/test image) or
@@ -152,7 +175,10 @@ class ImageDataModule(L.LightningDataModule):
             split_seed: Seed of the train/val permutation.
             download: Let ``prepare_data`` download missing files.
             pin_memory: Pin batches in page-locked memory (for GPU training).
-            eval_batch_size: Val/test batch size; ``None`` means ``batch_size``.
+            eval_batch_size: Val/test batch size, at most the larger of the val and
+                test splits (a loader over the smaller one yields it in one batch).
+                ``None`` means ``batch_size``, not checked against these splits: a
+                batch larger than a split is then just the whole split.
             seed: Seed of the training order (a permutation per epoch) and of the
                 dynamic binarization; Hydra passes the run's ``seed``.
         """
@@ -160,8 +186,24 @@ class ImageDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if binarize not in get_args(Binarize):
             raise ValueError(f"binarize must be one of {get_args(Binarize)}, got {binarize!r}")
+        for name, value, minimum in [("batch_size", batch_size, 1), ("num_workers", num_workers, 0), ("val_size", val_size, None),
+                                     ("split_seed", split_seed, None), ("seed", seed, None)]:
+            _check_int(name, value, minimum)
+        if eval_batch_size is not None:
+            _check_int("eval_batch_size", eval_batch_size, 1)
+        for name, value in (("download", download), ("pin_memory", pin_memory)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be true or false, got {value!r} ({type(value).__name__})")
         if not 0 <= val_size < self.train_file_size:
             raise ValueError(f"val_size must be in [0, {self.train_file_size}), got {val_size}")
+        n_train = self.train_file_size - val_size
+        if batch_size > n_train:
+            raise ValueError(f"batch_size={batch_size} is larger than the training split ({n_train} images with "
+                             f"val_size={val_size}): use at most {n_train}")
+        n_eval = max(val_size, self.test_file_size)
+        if eval_batch_size is not None and eval_batch_size > n_eval:
+            raise ValueError(f"eval_batch_size={eval_batch_size} is larger than both the val split ({val_size} images) and "
+                             f"the test split ({self.test_file_size}): use at most {n_eval}")
         self.data_dir = Path(data_dir or os.environ.get("DATA_DIR") or "./data").expanduser().resolve()
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -170,7 +212,7 @@ class ImageDataModule(L.LightningDataModule):
         self.split_seed = split_seed
         self.download = download
         self.pin_memory = pin_memory
-        self.eval_batch_size = eval_batch_size or batch_size
+        self.eval_batch_size = batch_size if eval_batch_size is None else eval_batch_size
         self.seed = seed
         self.train_sampler: ResumableSampler | None = None
         self.train_set: InMemoryImageDataset | None = None
@@ -205,55 +247,74 @@ class ImageDataModule(L.LightningDataModule):
     def num_test_examples(self) -> int:
         return self.test_file_size
 
-    def _read(self, train: bool, download: bool) -> Tensor:
-        """Load the training or test file through torchvision as uint8 (N, C, H, W)."""
+    def _files(self, train: bool) -> list[Path]:
+        """The files the training (or test) split is read from, all of which must exist."""
         raise NotImplementedError
 
-    def _expected_files(self) -> list[str]:
-        """Absolute paths (files or folders) that must exist under ``data_dir``."""
+    def _read(self, train: bool) -> Tensor:
+        """The split as uint8 (N, C, H, W) from its (present) files; DataCorruptError if their contents are wrong."""
         raise NotImplementedError
 
-    def _load(self, train: bool, download: bool) -> Tensor:
-        """:meth:`_read`, turning torchvision's missing-file/download errors into DataNotFoundError."""
+    def _download(self) -> None:
+        """Fetch the missing files; a file already there is left as it is (if corrupt, the user must see it)."""
+        raise NotImplementedError
+
+    def _ensure_files(self, train: bool, download: bool) -> None:
+        """DataNotFoundError unless the split's files are all there, after downloading the missing ones if allowed."""
+        # exists(), not is_file(): a folder or an unreadable file of that name is reported by _load, not as missing
+        missing = [f for f in self._files(train) if not f.exists()]
+        if missing and download:
+            try:
+                self._download()
+            except (OSError, RuntimeError) as err:  # URLError, a bad md5 of the archive, a full disk
+                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                raise self._not_found(f"the download failed ({reason[:120]})") from None  # no chained traceback
+            missing = [f for f in missing if not f.exists()]
+            if missing:
+                raise self._not_found("the download did not provide them")
+        elif missing:
+            attempt = "setup() does not download, prepare_data() does" if self.download else "download=False"
+            raise self._not_found(f"no download was attempted ({attempt})")
+
+    def _load(self, train: bool) -> Tensor:
+        """:meth:`_read` of files known to be there, any error said in one line."""
+        self._ensure_files(train, download=False)
         try:
-            images = self._read(train, download)
-        except (OSError, RuntimeError) as err:  # URLError and PermissionError are OSErrors
-            raise self._not_found(err, download) from None  # the message says all; no chained traceback
-        expected = self.train_file_size if train else self.test_file_size
-        if images.shape[0] != expected or tuple(images.shape[1:]) != self.image_shape:
-            raise ValueError(
-                f"{type(self).__name__}: {'training' if train else 'test'} file in {self.data_dir} has shape "
-                f"{tuple(images.shape)}, expected ({expected}, {', '.join(map(str, self.image_shape))})"
-            )
+            images = self._read(train)
+        except OSError as err:  # present but unreadable (permissions, a folder of that name): not "not found"
+            raise DataError(f"{type(self).__name__}: cannot read {err.filename or self.data_dir}: {err.strerror or err}. "
+                            "Fix: make it a readable file, or delete it so that it is downloaded again.") from None
+        expected = (self.train_file_size if train else self.test_file_size, *self.image_shape)
+        if tuple(images.shape) != expected:  # a subclass's _read checks its files; this is the last line of defence
+            raise DataCorruptError(f"{type(self).__name__}: {', '.join(map(str, self._files(train)))} are corrupt: they hold "
+                                   f"images of shape {tuple(images.shape)}, expected {expected}")
         return images
 
-    def _not_found(self, err: Exception, download: bool) -> DataNotFoundError:
+    def _not_found(self, attempt: str) -> DataNotFoundError:
         """A short message: where the files were looked for, which, why no download, and the fix."""
-        if download:
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            attempt = f"the download failed ({reason[:120]})"
-        else:
-            attempt = "no download was attempted (download=False)"
+        files = self._files(True) + self._files(False)
+        missing = [f for f in files if not f.exists()]  # of both splits, whichever split was asked for
+        folders = {f.parent for f in files}
+        expected = (f"{files[0].parent}/{{{','.join(f.name for f in files)}}}" if len(folders) == 1
+                    else ", ".join(map(str, files)))
+        some = len(missing) < len(files)
+        which = f"; missing {', '.join(f.name for f in missing)}" if some else ""
         return DataNotFoundError(
-            f"{type(self).__name__}: no data set in {self.data_dir}: expected {', '.join(self._expected_files())}; "
-            f"{attempt}. Fix: point DATA_DIR (or data.data_dir=/path, or --data.data_dir /path) at the directory "
-            "that holds them, or run once where the network is reachable."
+            f"{type(self).__name__}: {'incomplete' if some else 'no'} data set in {self.data_dir}: expected {expected}"
+            f"{which}; {attempt}. Fix: point DATA_DIR (or data.data_dir=/path, or --data.data_dir /path) at the "
+            "directory that holds them, or run once where the network is reachable."
         )
 
     def prepare_data(self) -> None:
-        """Make sure both files are on disk, downloading them if allowed."""
+        """Make sure the files are on disk, downloading the missing ones if allowed. Their contents are checked
+        by setup, which reads them (on every rank: each sees a corrupt file and stops alike)."""
         for train in (True, False):
-            try:
-                self._load(train, download=False)
-            except DataNotFoundError:
-                if not self.download:
-                    raise
-                self._load(train, download=True)
+            self._ensure_files(train, download=self.download)
 
     def setup(self, stage: str | None = None) -> None:
         """Load the splits ``stage`` needs (all for ``None``); never downloads."""
         if stage in (None, "fit", "validate") and self.train_set is None:
-            images = self._load(train=True, download=False)
+            images = self._load(train=True)
             generator = torch.Generator().manual_seed(self.split_seed)
             perm = torch.randperm(images.shape[0], generator=generator)
             n_train = self.num_train_examples
@@ -262,7 +323,7 @@ class ImageDataModule(L.LightningDataModule):
             # number of devices is evaluated on the same binary images.
             self.val_set = InMemoryImageDataset(images[perm[n_train:]], self.binarize, seed=self.split_seed, fixed_draw=True)
         if stage in (None, "test") and self.test_set is None:
-            self.test_set = InMemoryImageDataset(self._load(train=False, download=False), self.binarize, seed=self.split_seed, fixed_draw=True)
+            self.test_set = InMemoryImageDataset(self._load(train=False), self.binarize, seed=self.split_seed, fixed_draw=True)
 
     def _loader(self, dataset: InMemoryImageDataset | None, batch_size: int, shuffle: bool) -> DataLoader[Batch]:
         if dataset is None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
-
+from pathlib import Path
 from typing import Any
 
 from torch import Tensor
 from torchvision.datasets import MNIST
+from torchvision.datasets import utils as tv_utils
 
 from .base import Binarize, ImageDataModule
+from .files import read_idx
 
 
 class MNISTDataModule(ImageDataModule):
@@ -27,10 +28,34 @@ class MNISTDataModule(ImageDataModule):
     def __init__(self, data_dir: str | None = None, binarize: Binarize = "dynamic", **kwargs: Any) -> None:
         super().__init__(data_dir=data_dir, binarize=binarize, **kwargs)
 
-    def _read(self, train: bool, download: bool) -> Tensor:
-        return MNIST(str(self.data_dir), train=train, download=download).data.unsqueeze(1)
+    @property
+    def raw_folder(self) -> Path:
+        return self.data_dir / "MNIST" / "raw"
 
-    def _expected_files(self) -> list[str]:
-        # torchvision reads the uncompressed files named after its .gz resources.
-        raw = self.data_dir / "MNIST" / "raw"
-        return [f"{raw}/{{{','.join(os.path.splitext(name)[0] for name, _ in MNIST.resources)}}}"]
+    def _files(self, train: bool) -> list[Path]:
+        # torchvision's uncompressed files, named after its .gz resources: images, then labels.
+        prefix = "train" if train else "t10k"
+        return [self.raw_folder / f"{prefix}-images-idx3-ubyte", self.raw_folder / f"{prefix}-labels-idx1-ubyte"]
+
+    def _read(self, train: bool) -> Tensor:
+        # Read here rather than through torchvision's MNIST, which asserts on a bad header and reads a swapped
+        # or truncated file as images. The labels are not used, but a bad labels file means a bad copy of MNIST.
+        images, labels = self._files(train)
+        n = self.train_file_size if train else self.test_file_size
+        pixels = read_idx(images, (n, *self.image_shape[1:]))
+        read_idx(labels, (n,), values=False)
+        return pixels.unsqueeze(1)
+
+    def _download(self) -> None:
+        # torchvision's MNIST.download, but only for the files that are missing: one already there stays as it is.
+        self.raw_folder.mkdir(parents=True, exist_ok=True)
+        for filename, md5 in MNIST.resources:
+            if (self.raw_folder / filename.removesuffix(".gz")).exists():
+                continue
+            for i, mirror in enumerate(MNIST.mirrors):
+                try:
+                    tv_utils.download_and_extract_archive(f"{mirror}{filename}", str(self.raw_folder), filename=filename, md5=md5)
+                    break
+                except (OSError, RuntimeError):  # URLError is an OSError; a bad md5 a RuntimeError
+                    if i == len(MNIST.mirrors) - 1:
+                        raise

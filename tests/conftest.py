@@ -46,6 +46,36 @@ class TinyCIFAR10DataModule(CIFAR10DataModule):
     test_file_size = 20
 
 
+def write_fake_cifar10(root: Path, seed: int = 0) -> tuple[list[list[str]], list[list[str]], str]:
+    """Write a fake CIFAR-10 (CIFAR_PER_BATCH images per batch file) under ``root/cifar-10-batches-py``.
+
+    Returns torchvision's ``train_list``/``test_list`` for it (``[name, md5]`` rows) and the md5 of ``batches.meta``.
+    """
+    folder = root / CIFAR10.base_folder
+    folder.mkdir()
+    rng = np.random.default_rng(seed)
+
+    def dump(name: str, obj: dict) -> list[str]:
+        path = folder / name
+        path.write_bytes(pickle.dumps(obj))
+        return [name, hashlib.md5(path.read_bytes()).hexdigest()]
+
+    train_list = [dump(name, fake_cifar_batch(name, rng)) for name in [f"data_batch_{k}" for k in range(1, 6)]]
+    test_list = [dump("test_batch", fake_cifar_batch("test_batch", rng))]
+    meta = {"label_names": [f"class{k}" for k in range(10)], "num_cases_per_batch": CIFAR_PER_BATCH, "num_vis": 3072}
+    _, meta_md5 = dump("batches.meta", meta)
+    return train_list, test_list, meta_md5
+
+
+def fake_cifar_batch(name: str, rng: np.random.Generator) -> dict:
+    """One batch file's dict, in the official format."""
+    # Rows are 3072 bytes: 1024 red, then green, then blue, each row-major 32x32.
+    data = rng.integers(0, 256, size=(CIFAR_PER_BATCH, 3072), dtype=np.uint8)
+    labels = rng.integers(0, 10, size=CIFAR_PER_BATCH).tolist()
+    filenames = [f"{name}_{i}.png" for i in range(CIFAR_PER_BATCH)]
+    return {"batch_label": name, "data": data, "labels": labels, "filenames": filenames}
+
+
 @pytest.fixture(scope="session")
 def mnist_dir() -> Path:
     """Data root holding ``MNIST/raw``: env DATA_DIR, else ``<repo>/../shared/data``. Missing files fail, not skip."""
@@ -62,35 +92,13 @@ def mnist_dir() -> Path:
 def cifar10_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A fake CIFAR-10 (20 images per batch file) in the real ``cifar-10-batches-py`` pickle format.
 
-    torchvision 0.29.1 verifies the md5 of every batch file in
-    ``CIFAR10._check_integrity`` (called by ``__init__``) and, separately, of
-    ``batches.meta`` in ``_load_meta``; both look the expected sums up in the
-    class attributes ``train_list``/``test_list``/``meta``. Patching only
-    ``_check_integrity`` would still fail in ``_load_meta``, so instead those
-    attributes are pointed at the md5 of the fake files: the real CIFAR10 class
-    then loads them with its integrity checks intact.
+    The data module checks every batch file against the official md5 in torchvision's
+    ``CIFAR10.train_list``/``test_list`` (and torchvision's CIFAR10 class, ``batches.meta``
+    against ``CIFAR10.meta``), looked up when read: those attributes are pointed at the
+    md5 of the fake files, so the files load with the integrity checks intact.
     """
     root = tmp_path_factory.mktemp("cifar10")
-    folder = root / CIFAR10.base_folder
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-
-    def dump(name: str, obj: dict) -> list[str]:
-        path = folder / name
-        path.write_bytes(pickle.dumps(obj))
-        return [name, hashlib.md5(path.read_bytes()).hexdigest()]
-
-    def batch(name: str) -> list[str]:
-        # Rows are 3072 bytes: 1024 red, then green, then blue, each row-major 32x32.
-        data = rng.integers(0, 256, size=(CIFAR_PER_BATCH, 3072), dtype=np.uint8)
-        labels = rng.integers(0, 10, size=CIFAR_PER_BATCH).tolist()
-        filenames = [f"{name}_{i}.png" for i in range(CIFAR_PER_BATCH)]
-        return dump(name, {"batch_label": name, "data": data, "labels": labels, "filenames": filenames})
-
-    train_list = [batch(f"data_batch_{k}") for k in range(1, 6)]
-    test_list = [batch("test_batch")]
-    meta = {"label_names": [f"class{k}" for k in range(10)], "num_cases_per_batch": CIFAR_PER_BATCH, "num_vis": 3072}
-    _, meta_md5 = dump("batches.meta", meta)
+    train_list, test_list, meta_md5 = write_fake_cifar10(root)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(CIFAR10, "train_list", train_list)
         mp.setattr(CIFAR10, "test_list", test_list)

@@ -1,21 +1,29 @@
-"""DataModule contract: (x, index) batches, stable split indices, binarisation, offline errors."""
+"""DataModule contract: (x, index) batches, stable split indices, binarisation, offline errors, bad data and
+options said in one line."""
 
 from __future__ import annotations
 
+import gzip
+import os
 import pickle
+import re
+import subprocess
+import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
-from torchvision.datasets import MNIST
+from torchvision.datasets import CIFAR10, MNIST
+from torchvision.datasets import utils as tv_utils
 
-from datamodules import CIFAR10DataModule, DataNotFoundError, ImageDataModule, MNISTDataModule
+from datamodules import CIFAR10DataModule, DataCorruptError, DataError, DataNotFoundError, ImageDataModule, MNISTDataModule
 from datamodules.base import InMemoryImageDataset, collate_prebatched
-from tests.conftest import TinyCIFAR10DataModule
+from tests.conftest import CIFAR_PER_BATCH, REPO, TinyCIFAR10DataModule, fake_cifar_batch, write_fake_cifar10
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +38,11 @@ def mnist_dm(mnist_dir: Path) -> MNISTDataModule:
 def mnist_train_file(mnist_dir: Path) -> torch.Tensor:
     """The raw training file read independently of the datamodule, (60000, 1, 28, 28) uint8."""
     return MNIST(str(mnist_dir), train=True).data.unsqueeze(1)
+
+
+def one_line(error: BaseException) -> bool:
+    """Said once: no chained error (a torchvision one, say) printed before it in a traceback."""
+    return error.__cause__ is None and (error.__context__ is None or error.__suppress_context__)
 
 
 def grey(images: torch.Tensor) -> torch.Tensor:
@@ -209,7 +222,7 @@ def test_missing_data_without_download(cls: type[ImageDataModule], tmp_path: Pat
     assert ("MNIST/raw/{train-images-idx3-ubyte" if cls is MNISTDataModule else "cifar-10-batches-py") in message
     assert isinstance(info.value, FileNotFoundError)
     # One short line, said once: no chained torchvision error printed before it.
-    assert "\n" not in message and len(message) < 600 and info.value.__suppress_context__ and info.value.__cause__ is None
+    assert "\n" not in message and len(message) < 600 and one_line(info.value)
     with pytest.raises(DataNotFoundError, match="DATA_DIR"):
         cls(data_dir=str(tmp_path)).setup("fit")  # setup alone also explains
 
@@ -226,3 +239,220 @@ def test_missing_data_download_fails_offline(
     with pytest.raises(DataNotFoundError, match="no data set in .*the download failed.*DATA_DIR") as info:
         cls(data_dir=str(tmp_path), download=True).prepare_data()
     assert str(tmp_path.resolve()) in str(info.value) and "\n" not in str(info.value) and len(str(info.value)) < 600
+
+
+# ---- options: refused in __init__, naming the option -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"batch_size": 100000}, "batch_size=100000 is larger than the training split (55000 images with val_size=5000): use at most 55000"),
+    ({"batch_size": 59001, "val_size": 1000}, "batch_size=59001 is larger than the training split (59000 images with val_size=1000)"),
+    ({"eval_batch_size": 10001}, "eval_batch_size=10001 is larger than both the val split (5000 images) and the test split (10000): use at most 10000"),
+    ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
+    ({"batch_size": True}, "batch_size must be an integer >= 1, got True (bool)"),
+    ({"batch_size": "128"}, "batch_size must be an integer >= 1, got '128' (str)"),
+    ({"batch_size": 128.0}, "batch_size must be an integer >= 1, got 128.0 (float)"),
+    ({"eval_batch_size": 0}, "eval_batch_size must be an integer >= 1, got 0"),
+    ({"num_workers": -1}, "num_workers must be an integer >= 0, got -1"),
+    ({"val_size": 5000.0}, "val_size must be an integer, got 5000.0 (float)"),
+    ({"val_size": -1}, "val_size must be in [0, 60000), got -1"),
+    ({"seed": "0"}, "seed must be an integer, got '0' (str)"),
+    ({"batch_size": np.int64(64)}, "batch_size must be an integer >= 1, got np.int64(64) (int64)"),
+    ({"download": "no"}, "download must be true or false, got 'no' (str)"),
+])
+def test_options_are_checked_in_init(options: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        MNISTDataModule(data_dir="/nonexistent", **options)
+
+
+def test_batch_sizes_up_to_the_splits_are_accepted() -> None:
+    dm = MNISTDataModule(data_dir="/nonexistent", batch_size=55000, eval_batch_size=10000)
+    assert (dm.batch_size, dm.eval_batch_size) == (55000, 10000)
+    # Left out, eval_batch_size is batch_size, which may exceed val and test: each is then one batch.
+    assert MNISTDataModule(data_dir="/nonexistent", batch_size=20000).eval_batch_size == 20000
+
+
+# ---- bad files: one line naming the file, what is wrong and the fix; never a download over them ------------------
+
+
+def no_download(*args: object, **kwargs: object) -> None:
+    pytest.fail("a download was attempted although the files are on disk")
+
+
+@pytest.fixture
+def mnist_copy(mnist_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A data root whose MNIST/raw links to the real files; `corrupt_file` swaps one for a bad one. Downloads fail the test."""
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    real = [mnist_dir / "MNIST" / "raw" / name.removesuffix(".gz") for name, _ in MNIST.resources]
+    for target in real:
+        (raw / target.name).symlink_to(target)
+    monkeypatch.setattr(tv_utils, "download_and_extract_archive", no_download)
+    monkeypatch.setattr(urllib.request, "urlopen", no_download)
+    before = [(f.stat().st_size, f.stat().st_mtime_ns) for f in real]
+    yield tmp_path
+    assert [(f.stat().st_size, f.stat().st_mtime_ns) for f in real] == before, "the shared MNIST files were changed"
+
+
+def corrupt_file(path: Path, contents: bytes) -> None:
+    """Replace the link `path` by a file of `contents`; never writes through it to the shared real file."""
+    if not path.is_symlink():
+        raise AssertionError(f"{path} is not a link of mnist_copy: refusing to overwrite it")
+    path.unlink()
+    path.write_bytes(contents)
+
+
+def real_mnist(name: str, size: int = -1) -> bytes:
+    with open(Path(os.environ["DATA_DIR"]) / "MNIST" / "raw" / name, "rb") as f:
+        return f.read(size)
+
+
+# (file, its bad contents, what the message says). The test files are the smaller ones to copy.
+MNIST_CORRUPTIONS = {
+    "empty": ("t10k-images-idx3-ubyte", lambda: b"", "the file is empty"),
+    "garbage": ("train-images-idx3-ubyte", lambda: b"<!DOCTYPE html> an error page saved under the file's name" * 20,
+                "expected IDX magic 2051 (images), found 1008813135 (not an MNIST IDX file)"),
+    "truncated": ("train-images-idx3-ubyte", lambda: real_mnist("train-images-idx3-ubyte", 1000),
+                  "header says 60000 images of 28x28 = 47040000 bytes, the file has 984 after its 16-byte header (truncated)"),
+    "float type": ("t10k-images-idx3-ubyte", lambda: b"\x00\x00\x0d\x03" + real_mnist("t10k-images-idx3-ubyte")[4:], "expected IDX magic 2051 (images), found 3331"),
+    "header count": ("t10k-images-idx3-ubyte", lambda: real_mnist("t10k-images-idx3-ubyte")[:4] + (10001).to_bytes(4, "big") + real_mnist("t10k-images-idx3-ubyte")[8:],
+                     "header says 10001 images of 28x28 = 7840784 bytes, the file has 7840000 after its 16-byte header (truncated)"),
+    "extra bytes": ("t10k-labels-idx1-ubyte", lambda: real_mnist("t10k-labels-idx1-ubyte") + b"\0", "header says 10000 labels = 10000 bytes, the file has 10001 after its 8-byte header (extra bytes at its end)"),
+    "labels as images": ("t10k-images-idx3-ubyte", lambda: real_mnist("t10k-labels-idx1-ubyte"), "expected IDX magic 2051 (images), found 2049 (labels: the labels file under this name?)"),
+    "images as labels": ("t10k-labels-idx1-ubyte", lambda: real_mnist("t10k-images-idx3-ubyte"), "expected IDX magic 2049 (labels), found 2051 (images"),
+    "test as train": ("train-labels-idx1-ubyte", lambda: real_mnist("t10k-labels-idx1-ubyte"), "it holds 10000 labels, expected 60000 labels"),
+    "gzipped": ("t10k-labels-idx1-ubyte", lambda: gzip.compress(real_mnist("t10k-labels-idx1-ubyte")), "it is still gzip-compressed. Fix: unpack it (gunzip)"),
+}
+
+
+@pytest.mark.parametrize("case", MNIST_CORRUPTIONS)
+def test_corrupt_mnist_file_is_one_line_naming_it(case: str, mnist_copy: Path) -> None:
+    name, contents, what = MNIST_CORRUPTIONS[case]
+    path = mnist_copy / "MNIST" / "raw" / name
+    corrupt_file(path, contents())
+    dm = MNISTDataModule(data_dir=str(mnist_copy), download=True)
+    dm.prepare_data()  # the files are all there: nothing to download
+    with pytest.raises(DataCorruptError) as info:
+        dm.setup("fit" if name.startswith("train") else "test")
+    message = str(info.value)
+    assert message.startswith(f"{mnist_copy.resolve() / 'MNIST' / 'raw' / name} is corrupt: {what}") and "Fix: " in message and "delete it" in message
+    assert isinstance(info.value, ValueError) and isinstance(info.value, DataError) and not isinstance(info.value, FileNotFoundError)
+    assert "\n" not in message and one_line(info.value)
+
+
+@pytest.fixture
+def cifar_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh fake CIFAR-10 whose md5s are the "official" ones (torchvision's lists); downloads fail the test."""
+    train_list, test_list, meta_md5 = write_fake_cifar10(tmp_path)
+    monkeypatch.setattr(CIFAR10, "train_list", train_list)
+    monkeypatch.setattr(CIFAR10, "test_list", test_list)
+    monkeypatch.setattr(CIFAR10, "meta", {**CIFAR10.meta, "md5": meta_md5})
+    monkeypatch.setattr(tv_utils, "download_and_extract_archive", no_download)
+    monkeypatch.setattr(urllib.request, "urlopen", no_download)
+    return tmp_path
+
+
+def other_batch(change) -> bytes:
+    batch = fake_cifar_batch("data_batch_1", np.random.default_rng(1))
+    return pickle.dumps(change(batch))
+
+
+CIFAR_CORRUPTIONS = {
+    "md5": (lambda good: other_batch(lambda b: b), "its md5 "),
+    "truncated": (lambda good: good[: len(good) // 2], "it cannot be unpickled (UnpicklingError: pickle data was truncated): truncated, or not a CIFAR-10 python batch"),
+    "not a pickle": (lambda good: b"P6 32 32 255\n" + bytes(100), "it cannot be unpickled ("),
+    "empty": (lambda good: b"", "the file is empty"),
+    "not a dict": (lambda good: other_batch(lambda b: [b["data"]]), "it holds a list, not a CIFAR-10 batch (a dict with 'data' and 'labels')"),
+    "no labels": (lambda good: other_batch(lambda b: {k: v for k, v in b.items() if k != "labels"}),
+                  "it has no 'labels' entry (its keys: 'batch_label', 'data', 'filenames')"),
+    "wrong size": (lambda good: other_batch(lambda b: {**b, "data": b["data"][:, :3000]}),
+                   f"'data' is a uint8 array of shape ({CIFAR_PER_BATCH}, 3000), expected uint8 ({CIFAR_PER_BATCH}, 3072): {CIFAR_PER_BATCH} images of 3x32x32"),
+    "float data": (lambda good: other_batch(lambda b: {**b, "data": b["data"] / 255}), "'data' is a float64 array of shape"),
+    "labels short": (lambda good: other_batch(lambda b: {**b, "labels": b["labels"][:-1]}), f"'labels' has {CIFAR_PER_BATCH - 1} entries, expected one for each"),
+}
+
+
+@pytest.mark.parametrize("case", CIFAR_CORRUPTIONS)
+def test_corrupt_cifar10_file_is_one_line_naming_it(case: str, cifar_copy: Path) -> None:
+    change, what = CIFAR_CORRUPTIONS[case]
+    path = cifar_copy / "cifar-10-batches-py" / "data_batch_2"
+    path.write_bytes(change(path.read_bytes()))
+    dm = TinyCIFAR10DataModule(data_dir=str(cifar_copy), batch_size=16, val_size=20, download=True)
+    dm.prepare_data()  # present files are never downloaded again, whatever their md5
+    with pytest.raises(DataCorruptError) as info:
+        dm.setup()
+    message = str(info.value)
+    assert message.startswith(f"{path.resolve()} is corrupt: {what}") and message.endswith("Fix: delete it so that it is downloaded again, or copy a good one in its place.")
+    assert "\n" not in message and len(message) < 600 and one_line(info.value)
+    if case == "md5":
+        assert re.search(r"its md5 [0-9a-f]{32} differs from the official [0-9a-f]{32}; the file is corrupt or not the official CIFAR-10 python version", message)
+
+
+def test_only_missing_files_are_downloaded(cifar_copy: Path, mnist_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A download brings the missing files only: one already there, corrupt or not, is left for setup to report."""
+    folder = cifar_copy / "cifar-10-batches-py"
+    (folder / "test_batch").unlink()
+    (folder / "data_batch_3").write_bytes(b"")
+    urls = []
+
+    def fake_archive(url: str, download_root: str, extract_root: str | None = None, **kwargs: object) -> None:
+        urls.append(url)
+        if "cifar" in url:  # every file of the archive, as the real one unpacks
+            write_fake_cifar10(Path(extract_root), seed=0)
+        else:
+            target = Path(download_root) / kwargs["filename"].removesuffix(".gz")
+            assert not target.exists()  # nor a link: writing would go through it to the shared file
+            target.write_bytes(real_mnist(target.name))
+
+    monkeypatch.setattr(tv_utils, "download_and_extract_archive", fake_archive)
+    dm = TinyCIFAR10DataModule(data_dir=str(cifar_copy), batch_size=16, val_size=20)
+    dm.prepare_data()
+    assert urls == [CIFAR10.url] and (folder / "test_batch").stat().st_size > 0 and (folder / "data_batch_3").stat().st_size == 0
+    dm.prepare_data()  # all there now
+    assert len(urls) == 1
+    with pytest.raises(DataCorruptError, match="data_batch_3 is corrupt: the file is empty"):
+        dm.setup()
+
+    (mnist_copy / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").unlink()
+    MNISTDataModule(data_dir=str(mnist_copy)).prepare_data()
+    assert urls[1:] == [f"{MNIST.mirrors[0]}t10k-labels-idx1-ubyte.gz"]  # the missing file only
+
+
+def test_unreadable_file_is_not_reported_missing(mnist_copy: Path) -> None:
+    path = mnist_copy / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
+    path.unlink()
+    path.mkdir()  # there, but not a file
+    dm = MNISTDataModule(data_dir=str(mnist_copy))
+    dm.prepare_data()
+    with pytest.raises(DataError, match=f"cannot read {re.escape(str(mnist_copy.resolve() / 'MNIST' / 'raw' / path.name))}: Is a directory") as info:
+        dm.setup("test")
+    assert not isinstance(info.value, DataNotFoundError) and one_line(info.value)
+
+
+def test_partly_missing_data_names_the_missing_files(mnist_copy: Path) -> None:
+    (mnist_copy / "MNIST" / "raw" / "train-labels-idx1-ubyte").unlink()
+    with pytest.raises(DataNotFoundError, match=r"incomplete data set in .*; missing train-labels-idx1-ubyte; no download was attempted \(download=False\)"):
+        MNISTDataModule(data_dir=str(mnist_copy), download=False).prepare_data()
+
+
+def test_train_py_turns_any_data_error_into_one_line(mnist_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import train
+
+    corrupt_file(mnist_copy / "MNIST" / "raw" / "t10k-labels-idx1-ubyte", b"")
+    with pytest.raises(SystemExit) as info, train.user_errors_as_one_line():
+        MNISTDataModule(data_dir=str(mnist_copy)).setup("test")
+    assert info.value.code == 2
+    assert capsys.readouterr().err == (f"error: {mnist_copy.resolve() / 'MNIST' / 'raw' / 't10k-labels-idx1-ubyte'} is corrupt: "
+                                       "the file is empty. Fix: delete it so that it is downloaded again, or copy a good one in its place.\n")
+
+
+@pytest.mark.slow  # a train.py process: the same, end to end (several seconds: imports Lightning and Hydra)
+def test_train_py_process_says_corrupt_data_in_one_line(mnist_copy: Path, tmp_path: Path) -> None:
+    path = mnist_copy / "MNIST" / "raw" / "train-images-idx3-ubyte"
+    corrupt_file(path, real_mnist("train-images-idx3-ubyte", 1000))
+    result = subprocess.run([sys.executable, str(REPO / "train.py"), f"data.data_dir={mnist_copy}", "trainer.max_steps=1",
+                             "trainer.accelerator=cpu", "trainer.enable_progress_bar=false"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {mnist_copy.resolve() / 'MNIST' / 'raw' / path.name} is corrupt: header says 60000 images") and "Traceback" not in result.stderr
