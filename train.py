@@ -137,6 +137,9 @@ def without_progress_bar(callbacks: list[Any], enabled: bool) -> list[Any]:
     return callbacks if enabled else [c for c in callbacks if not isinstance(c, ProgressBar)]
 
 
+DDP_TIMEOUT_S = 600  # as ddp_timeout_s in configs/train.yaml
+
+
 def strategy_with_timeout(strategy: Any, seconds: float) -> Any:
     """A DDP-family strategy named by a string (ddp, ddp_spawn, ...) built with a collective timeout:
     a process that waits longer than `seconds` for a stuck or dead peer stops with an error naming the
@@ -155,15 +158,23 @@ def strategy_with_timeout(strategy: Any, seconds: float) -> Any:
 
 
 def is_collective_timeout(error: BaseException) -> bool:
+    """gloo: "Timed out waiting ... for recv" / "Application timeout caused pair closure"; NCCL's watchdog:
+    "... collective operation timeout"."""
     text = str(error).lower()
-    return "timed out" in text or "timeout" in text and ("gloo" in text or "nccl" in text or "collective" in text)
+    return "timed out" in text or "timeout" in text
 
 
 def collective_timeout_message(error: BaseException) -> str:
-    first = next((line.strip() for line in str(error).splitlines() if "time" in line.lower()), str(error).strip())
-    return (f"a distributed collective timed out ({first[:240]}): another process is stuck or died. "
-            "Check the other ranks' logs; raise ddp_timeout_s (Hydra) or --trainer.strategy.timeout (LightningCLI) "
-            "if a rank legitimately works alone for longer")
+    """One line: the collective that waited (the innermost torch.distributed / DDP frame) and the fix."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if "/torch/distributed/" in f.filename
+              or "/torch/nn/parallel/" in f.filename]
+    where = f" in {frames[-1].name} ({frames[-1].filename.split('/torch/', 1)[-1]})" if frames else ""
+    reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+    return (f"a distributed collective timed out{where}: {reason}. Another process is stuck or died: check the "
+            "other ranks' logs; raise ddp_timeout_s (Hydra) or --trainer.strategy=DDPStrategy --trainer.strategy.timeout=H:MM:SS (LightningCLI) if a "
+            "rank legitimately works alone for longer")
 
 
 def check_launcher(trainer: Any) -> None:
@@ -455,6 +466,9 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
                 kwargs["logger"] = tensorboard_logger("logs/tensorboard", name, self._get(self.config, "ckpt_path"))
             if trainer_config.get("enable_progress_bar") is False:
                 trainer_config["callbacks"] = without_progress_bar(trainer_config.get("callbacks") or [], False)
+            # A DDP strategy named by a string gets the Hydra front end's collective timeout (configs/train.yaml);
+            # --trainer.strategy=DDPStrategy --trainer.strategy.timeout=H:MM:SS sets another.
+            trainer_config["strategy"] = strategy_with_timeout(trainer_config.get("strategy"), DDP_TIMEOUT_S)
             if kwargs.get("logger") and slurm_job_id() is not None:  # as in the Hydra front end
                 trainer_config["default_root_dir"] = kwargs["logger"].log_dir
             trainer = super().instantiate_trainer(**kwargs)

@@ -30,20 +30,24 @@ RUN = "logs/tensorboard/jsa-mnist-mlp-K10-L2"
 
 
 def start(cwd: Path, mnist_dir: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    """train.py in its own process group, its output in a file (a stopped child would hold a pipe open)."""
     environment = {**os.environ, "DATA_DIR": str(mnist_dir), **(env or {})}
-    return subprocess.Popen([sys.executable, str(REPO / "train.py"), *SETTINGS, *args], cwd=cwd, env=environment,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    log = cwd / f"output-{time.monotonic_ns()}.txt"
+    process = subprocess.Popen([sys.executable, str(REPO / "train.py"), *SETTINGS, *args], cwd=cwd, env=environment,
+                               stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    process.log = log
+    return process
 
 
 def finish(process: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
-    output, _ = process.communicate(timeout=timeout)
-    return process.returncode, output
+    process.wait(timeout=timeout)
+    return process.returncode, process.log.read_text()
 
 
 def wait_for(condition, process: subprocess.Popen, timeout: float = 120, poll: float = 0.002) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
-        assert process.poll() is None, f"the run ended first:\n{process.communicate()[0][-3000:]}"
+        assert process.poll() is None, f"the run ended first:\n{process.log.read_text()[-3000:]}"
         assert time.monotonic() < deadline, "timed out"
         time.sleep(poll)
 
@@ -99,7 +103,8 @@ def test_kill_during_checkpoint_writes_never_leaves_a_broken_checkpoint(tmp_path
     for attempt in range(3):
         resume = [f"ckpt_path={checkpoints / 'last.ckpt'}"] if (checkpoints / "last.ckpt").exists() else []
         process = start(tmp_path, mnist_dir, *every_step, *resume, env=env)
-        saving = lambda: checkpoints.is_dir() and any(".tmp-" in p.name for p in os.scandir(checkpoints))  # noqa: E731
+        # a save in progress while last.ckpt exists: the file a kill must not destroy
+        saving = lambda: (checkpoints / "last.ckpt").exists() and any(".tmp-" in p.name for p in os.scandir(checkpoints))  # noqa: E731
         wait_for(saving, process, poll=0.0005)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
@@ -176,3 +181,21 @@ def test_slurm_preemption_requeues_and_the_requeued_job_resumes_by_itself(uninte
     assert "Restored all states from the checkpoint" in output
     assert [p.name for p in (tmp_path / RUN).iterdir()] == ["slurm_job_4242"]
     assert_same_training_state(uninterrupted, state(run_dir / "checkpoints" / "last.ckpt"))
+
+
+def test_the_sbatch_script_runs_train_py_under_a_stand_in_srun(tmp_path, mnist_dir):
+    """scripts/slurm/train.sbatch as sbatch would run it (its #SBATCH lines are comments to bash), with a
+    stand-in `srun` that runs the task once, on one node with one task: the job's run is slurm_job_<id>."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text('#!/bin/sh\nexec "$@"\n')
+    (bin_dir / "srun").chmod(0o755)
+    env = {**os.environ, "DATA_DIR": str(mnist_dir), "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_SUBMIT_DIR": str(REPO),
+           "SLURM_JOB_ID": "77", "SLURM_JOB_NAME": "latent-zoo", "SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1",
+           "SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODELIST": "localhost"}
+    args = ["trainer.accelerator=cpu", "trainer.max_steps=2", "trainer.limit_val_batches=1", "model.val_num_samples=2",
+            "trainer.enable_progress_bar=false", f"log_dir={tmp_path / 'logs'}"]
+    result = subprocess.run(["bash", str(REPO / "scripts" / "slurm" / "train.sbatch"), *args], env=env,
+                            capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (tmp_path / "logs" / "tensorboard" / "jsa-mnist-mlp-K10-L10" / "slurm_job_77" / "checkpoints" / "last.ckpt").is_file()
