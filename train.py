@@ -69,142 +69,11 @@ def quiet_console(hydra: bool) -> None:
             lightning_logger.propagate = True
 
 
-def run_of_checkpoint(ckpt_path: str | None) -> tuple[str, str, str] | None:
-    """(save_dir, name, version) of the TensorBoard run a checkpoint lies in
-    (<save_dir>/<name>/<version>/checkpoints/<file>.ckpt), so that resuming, validating or testing
-    from it continues that run: one unbroken curve, no new version directory."""
-    if not ckpt_path:
-        return None
-    path = Path(ckpt_path).resolve()
-    if path.parent.name != "checkpoints" or not path.parents[1].name.startswith(("version_", SLURM_VERSION)):
-        return None
-    return str(path.parents[3]), path.parents[2].name, path.parents[1].name
-
-
-SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
-
-
-def slurm_job_id() -> str | None:
-    """The SLURM job's id (<array job>_<task> in an array) when running as a batch job, else None."""
-    import os
-
-    from lightning.fabric.plugins.environments import SLURMEnvironment
-
-    if not SLURMEnvironment.detect():
-        return None
-    array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
-    return f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array_job else os.environ["SLURM_JOB_ID"]
-
-
-def tensorboard_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs: Any) -> Any:
-    """The run that wrote `ckpt_path`; else, in a SLURM job, the job's run (a requeued job continues it);
-    else a new version of run `name` under `save_dir`, reserved atomically (two runs started at the same
-    moment get two directories: `os.mkdir` succeeds for one of them only)."""
-    import warnings
-
-    from lightning.fabric.utilities.rank_zero import rank_zero_only
-    from lightning.pytorch.loggers import TensorBoardLogger
-
-    class ReservedVersionLogger(TensorBoardLogger):
-        def _get_next_version(self) -> int:
-            version = super()._get_next_version()
-            if rank_zero_only.rank != 0:  # other ranks never write here; rank 0's directory is broadcast
-                return version
-            Path(self.root_dir).mkdir(parents=True, exist_ok=True)
-            while True:
-                try:
-                    (Path(self.root_dir) / f"version_{version}").mkdir()
-                    return version
-                except FileExistsError:  # taken since the listing: by a run started at the same time
-                    version += 1
-
-    kwargs = {"default_hp_metric": False, **kwargs}
-    run = run_of_checkpoint(ckpt_path)
-    job = slurm_job_id()
-    if run is None and job is not None:
-        run = (save_dir, name, f"{SLURM_VERSION}{job}")
-    if run is None:
-        return ReservedVersionLogger(save_dir, name=name, **kwargs)
-    # Continuing in its own checkpoint directory is intended: Lightning's warning about it is not news.
-    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-    return TensorBoardLogger(run[0], name=run[1], version=run[2], **kwargs)
-
-
 def without_progress_bar(callbacks: list[Any], enabled: bool) -> list[Any]:
     """The callbacks without the progress bar when the trainer's is switched off (Lightning refuses both)."""
     from lightning.pytorch.callbacks import ProgressBar
 
     return callbacks if enabled else [c for c in callbacks if not isinstance(c, ProgressBar)]
-
-
-DDP_TIMEOUT_S = 600  # as ddp_timeout_s in configs/train.yaml
-
-
-def strategy_with_timeout(strategy: Any, seconds: float) -> Any:
-    """A DDP-family strategy named by a string (ddp, ddp_spawn, ...) built with a collective timeout:
-    a process that waits longer than `seconds` for a stuck or dead peer stops with an error naming the
-    operation, instead of waiting torch's default 30 minutes in silence. Anything else unchanged."""
-    import inspect
-    from datetime import timedelta
-
-    from lightning.pytorch.strategies import StrategyRegistry
-
-    if not isinstance(strategy, str) or strategy not in StrategyRegistry:
-        return strategy
-    entry = StrategyRegistry[strategy]
-    if "timeout" not in inspect.signature(entry["strategy"]).parameters:
-        return strategy
-    return entry["strategy"](**{**entry["init_params"], "timeout": timedelta(seconds=seconds)})
-
-
-def is_collective_timeout(error: BaseException) -> bool:
-    """gloo: "Timed out waiting ... for recv" / "Application timeout caused pair closure"; NCCL's watchdog:
-    "... collective operation timeout"."""
-    text = str(error).lower()
-    return "timed out" in text or "timeout" in text
-
-
-def collective_timeout_message(error: BaseException) -> str:
-    """One line: the collective that waited (the innermost torch.distributed / DDP frame) and the fix."""
-    import traceback
-
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if "/torch/distributed/" in f.filename
-              or "/torch/nn/parallel/" in f.filename]
-    where = f" in {frames[-1].name} ({frames[-1].filename.split('/torch/', 1)[-1]})" if frames else ""
-    reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
-    return (f"a distributed collective timed out{where}: {reason}. Another process is stuck or died: check the "
-            "other ranks' logs; raise ddp_timeout_s (Hydra) or --trainer.strategy=DDPStrategy --trainer.strategy.timeout=H:MM:SS (LightningCLI) if a "
-            "rank legitimately works alone for longer")
-
-
-def check_launcher(trainer: Any) -> None:
-    """Several nodes need a launcher that starts a process per device on each (torchrun, srun): without
-    one, Lightning would wait forever for the other nodes. Lightning's manual layout (MASTER_ADDR,
-    NODE_RANK, WORLD_SIZE set by hand on each node) counts as a launcher."""
-    import os
-
-    from lightning.fabric.plugins.environments import LightningEnvironment
-
-    environment = getattr(trainer.strategy, "cluster_environment", None)
-    if trainer.num_nodes > 1 and type(environment) is LightningEnvironment and "NODE_RANK" not in os.environ:
-        from callbacks.settings import SettingsError
-
-        raise SettingsError(
-            f"trainer.num_nodes={trainer.num_nodes} needs a launcher that starts the processes on every node, and "
-            "none was found (no torchrun or SLURM environment). On each node run: torchrun --nnodes="
-            f"{trainer.num_nodes} --nproc-per-node=DEVICES --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 train.py "
-            f"trainer=multinode trainer.num_nodes={trainer.num_nodes} trainer.devices=DEVICES; or, in a SLURM job, "
-            "sbatch scripts/slurm/train.sbatch (srun python train.py trainer=multinode ...); see docs/cluster.md")
-
-
-def requeued_job_checkpoint(trainer: Any) -> str | None:
-    """In a SLURM job that was requeued, the newest checkpoint its earlier attempt left in the job's run
-    (Lightning's hpc_ckpt_N.ckpt from SIGUSR1, or last.ckpt from SIGTERM or the last save), else None."""
-    if slurm_job_id() is None or trainer.logger is None:
-        return None
-    run_dir = Path(trainer.logger.log_dir)
-    found = [*run_dir.glob("hpc_ckpt_*.ckpt"), *run_dir.glob("checkpoints/last.ckpt")]
-    return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
 
 
 # ---- Hydra ------------------------------------------------------------------------------------
@@ -331,6 +200,8 @@ def run(cfg: Any) -> dict[str, float]:
     from hydra.utils import instantiate
 
     from callbacks.checkpoint_files import load_checkpoint_file
+    from callbacks.distributed import check_launcher, strategy_with_timeout
+    from callbacks.run_directory import requeued_job_checkpoint, slurm_job_id, tensorboard_logger
 
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model = build(cfg)
@@ -396,6 +267,8 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
     import models  # noqa: F401  (registers the subclasses for --model=NAME)
     from callbacks import default_callbacks
     from callbacks.checkpoint_files import CheckpointError
+    from callbacks.distributed import DDP_TIMEOUT_S, check_launcher, strategy_with_timeout
+    from callbacks.run_directory import requeued_job_checkpoint, slurm_job_id, tensorboard_logger
     from callbacks.settings import SettingsError
     from datamodules import ImageDataModule
     from models import LatentVariableModel
@@ -552,6 +425,7 @@ def user_errors_as_one_line() -> Iterator[None]:
     from hydra.errors import InstantiationException
 
     from callbacks.checkpoint_files import CheckpointError
+    from callbacks.distributed import collective_timeout_message, is_collective_timeout
     from callbacks.settings import SettingsError
     from datamodules import DataError
 

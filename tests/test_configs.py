@@ -13,6 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 
 import train
+from callbacks import distributed
 from callbacks.hparams import constructor_defaults
 from models.components.likelihoods import BernoulliLikelihood, DiscretizedLogisticLikelihood
 
@@ -179,9 +180,9 @@ def test_a_command_line_setting_wins_over_the_experiments_per_model_one():
 def test_ddp_strategies_get_the_collective_timeout_in_both_front_ends():
     from datetime import timedelta
 
-    assert composed([]).ddp_timeout_s == train.DDP_TIMEOUT_S  # Hydra's default is the LightningCLI's
+    assert composed([]).ddp_timeout_s == distributed.DDP_TIMEOUT_S  # Hydra's default is the LightningCLI's
     for name in ("ddp", "ddp_spawn", "ddp_find_unused_parameters_true"):
-        strategy = train.strategy_with_timeout(name, 5)
+        strategy = distributed.strategy_with_timeout(name, 5)
         assert strategy._timeout == timedelta(seconds=5), name
-    assert train.strategy_with_timeout("ddp_spawn", 5)._start_method == "spawn"  # the registry's own settings kept
-    assert train.strategy_with_timeout("auto", 5) == "auto" and train.strategy_with_timeout(None, 5) is None
+    assert distributed.strategy_with_timeout("ddp_spawn", 5)._start_method == "spawn"  # the registry's own settings kept
+    assert distributed.strategy_with_timeout("auto", 5) == "auto" and distributed.strategy_with_timeout(None, 5) is None

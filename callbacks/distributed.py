@@ -1,0 +1,65 @@
+"""Distributed runs that cannot hang in silence: a collective timeout for every DDP-family strategy, its
+error turned into one line, and a check that several nodes were started by a launcher (docs/cluster.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+DDP_TIMEOUT_S = 600  # as ddp_timeout_s in configs/train.yaml
+
+
+def strategy_with_timeout(strategy: Any, seconds: float) -> Any:
+    """A DDP-family strategy named by a string (ddp, ddp_spawn, ...) built with a collective timeout:
+    a process that waits longer than `seconds` for a stuck or dead peer stops with an error naming the
+    operation, instead of waiting torch's default 30 minutes in silence. Anything else unchanged."""
+    import inspect
+    from datetime import timedelta
+
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    if not isinstance(strategy, str) or strategy not in StrategyRegistry:
+        return strategy
+    entry = StrategyRegistry[strategy]
+    if "timeout" not in inspect.signature(entry["strategy"]).parameters:
+        return strategy
+    return entry["strategy"](**{**entry["init_params"], "timeout": timedelta(seconds=seconds)})
+
+
+def is_collective_timeout(error: BaseException) -> bool:
+    """gloo: "Timed out waiting ... for recv" / "Application timeout caused pair closure"; NCCL's watchdog:
+    "... collective operation timeout"."""
+    text = str(error).lower()
+    return "timed out" in text or "timeout" in text
+
+
+def collective_timeout_message(error: BaseException) -> str:
+    """One line: the collective that waited (the innermost torch.distributed / DDP frame) and the fix."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if "/torch/distributed/" in f.filename
+              or "/torch/nn/parallel/" in f.filename]
+    where = f" in {frames[-1].name} ({frames[-1].filename.split('/torch/', 1)[-1]})" if frames else ""
+    reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+    return (f"a distributed collective timed out{where}: {reason}. Another process is stuck or died: check the "
+            "other ranks' logs; raise ddp_timeout_s (Hydra) or --trainer.strategy=DDPStrategy --trainer.strategy.timeout=H:MM:SS (LightningCLI) if a "
+            "rank legitimately works alone for longer")
+
+
+def check_launcher(trainer: Any) -> None:
+    """Several nodes need a launcher that starts a process per device on each (torchrun, srun): without
+    one, Lightning would wait forever for the other nodes. Lightning's manual layout (MASTER_ADDR,
+    NODE_RANK, WORLD_SIZE set by hand on each node) counts as a launcher."""
+    import os
+
+    from lightning.fabric.plugins.environments import LightningEnvironment
+
+    environment = getattr(trainer.strategy, "cluster_environment", None)
+    if trainer.num_nodes > 1 and type(environment) is LightningEnvironment and "NODE_RANK" not in os.environ:
+        from callbacks.settings import SettingsError
+
+        raise SettingsError(
+            f"trainer.num_nodes={trainer.num_nodes} needs a launcher that starts the processes on every node, and "
+            "none was found (no torchrun or SLURM environment). On each node run: torchrun --nnodes="
+            f"{trainer.num_nodes} --nproc-per-node=DEVICES --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 train.py "
+            f"trainer=multinode trainer.num_nodes={trainer.num_nodes} trainer.devices=DEVICES; or, in a SLURM job, "
+            "sbatch scripts/slurm/train.sbatch (srun python train.py trainer=multinode ...); see docs/cluster.md")

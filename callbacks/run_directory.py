@@ -1,0 +1,80 @@
+"""Where a run writes: its TensorBoard run directory, found again from a checkpoint or a SLURM job id,
+and reserved atomically for a new run (docs/cluster.md, README "Reliability")."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.loggers import TensorBoardLogger
+
+SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
+
+
+def run_of_checkpoint(ckpt_path: str | None) -> tuple[str, str, str] | None:
+    """(save_dir, name, version) of the TensorBoard run a checkpoint lies in
+    (<save_dir>/<name>/<version>/checkpoints/<file>.ckpt), so that resuming, validating or testing
+    from it continues that run: one unbroken curve, no new version directory."""
+    if not ckpt_path:
+        return None
+    path = Path(ckpt_path).resolve()
+    if path.parent.name != "checkpoints" or not path.parents[1].name.startswith(("version_", SLURM_VERSION)):
+        return None
+    return str(path.parents[3]), path.parents[2].name, path.parents[1].name
+
+
+def slurm_job_id() -> str | None:
+    """The SLURM job's id (<array job>_<task> in an array) when running as a batch job, else None."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    if not SLURMEnvironment.detect():
+        return None
+    array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
+    return f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array_job else os.environ["SLURM_JOB_ID"]
+
+
+def tensorboard_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs: Any) -> Any:
+    """The run that wrote `ckpt_path`; else, in a SLURM job, the job's run (a requeued job continues it);
+    else a new version of run `name` under `save_dir`, reserved atomically (two runs started at the same
+    moment get two directories: `os.mkdir` succeeds for one of them only)."""
+    kwargs = {"default_hp_metric": False, **kwargs}
+    run = run_of_checkpoint(ckpt_path)
+    job = slurm_job_id()
+    if run is None and job is not None:
+        run = (save_dir, name, f"{SLURM_VERSION}{job}")
+    if run is None:
+        return ReservedVersionLogger(save_dir, name=name, **kwargs)
+    # Continuing in its own checkpoint directory is intended: Lightning's warning about it is not news.
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    return TensorBoardLogger(run[0], name=run[1], version=run[2], **kwargs)
+
+
+class ReservedVersionLogger(TensorBoardLogger):
+    """A TensorBoard logger whose new version directory is reserved with `os.mkdir`, which succeeds for one
+    process only: two runs started in the same second get two versions. Module level, so that ddp_spawn
+    can pickle it."""
+
+    def _get_next_version(self) -> int:
+        version = super()._get_next_version()
+        if rank_zero_only.rank != 0:  # other ranks never write here; rank 0's directory is broadcast
+            return version
+        Path(self.root_dir).mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                (Path(self.root_dir) / f"version_{version}").mkdir()
+                return version
+            except FileExistsError:  # taken since the listing: by a run started at the same time
+                version += 1
+
+
+def requeued_job_checkpoint(trainer: Any) -> str | None:
+    """In a SLURM job that was requeued, the newest checkpoint its earlier attempt left in the job's run
+    (Lightning's hpc_ckpt_N.ckpt from SIGUSR1, or last.ckpt from SIGTERM or the last save), else None."""
+    if slurm_job_id() is None or trainer.logger is None:
+        return None
+    run_dir = Path(trainer.logger.log_dir)
+    found = [*run_dir.glob("hpc_ckpt_*.ckpt"), *run_dir.glob("checkpoints/last.ckpt")]
+    return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
