@@ -167,6 +167,41 @@ def swept_keys() -> set[str]:
     return keys
 
 
+# The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
+TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
+                      "run_name": str, "discrete_latent": dict | None, "per_model": dict | None,
+                      "compare_backbone": dict | None, "compare_prior": dict | None}
+CONFIG_GROUPS = ("model", "data", "optimizer", "trainer", "logger", "callbacks", "experiment", "hydra")
+
+
+def check_run_settings(cfg: Any) -> None:
+    """The top-level settings and the trainer's, checked before anything is seeded, built or written:
+    a `+key=value` that nothing reads (a typo of a setting, say `+ckpt_pth=...`) is refused, not ignored."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    from callbacks.settings import SettingsError, check_settings, expected
+
+    problems = []
+    for arg in sys.argv[1:]:
+        key = arg.lstrip("+~").partition("=")[0]
+        if arg.startswith("+") and "." not in key and "/" not in key and key not in (*TOP_LEVEL_SETTINGS, *CONFIG_GROUPS):
+            problems.append(f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})")
+    top_level = {key: cfg[key] for key in TOP_LEVEL_SETTINGS if key in cfg}
+    for key, value in OmegaConf.to_container(OmegaConf.create(top_level), resolve=False).items():
+        want = expected(TOP_LEVEL_SETTINGS[key], value)
+        if want is not None:
+            problems.append(f"{key}={value!r}: expected {want}")
+    if isinstance(cfg.get("seed"), int) and not 0 <= cfg.seed < 2**32:
+        problems.append(f"seed={cfg.seed}: expected an integer in [0, 2^32 - 1]")
+    if isinstance(cfg.get("ddp_timeout_s"), (int, float)) and not cfg.ddp_timeout_s > 0:
+        problems.append(f"ddp_timeout_s={cfg.ddp_timeout_s}: expected a number of seconds > 0")
+    if problems:
+        raise SettingsError("; ".join(problems))
+    trainer_settings = OmegaConf.to_container(cfg.trainer, resolve=True)
+    check_settings(get_class(trainer_settings["_target_"]), trainer_settings, "trainer")
+
+
 def build(cfg: Any) -> tuple[Any, Any]:
     """The data module and the model of a composed config; the model's likelihood and backbone follow the data unless set."""
     from omegaconf import OmegaConf
@@ -203,6 +238,7 @@ def run(cfg: Any) -> dict[str, float]:
     from callbacks.distributed import check_launcher, strategy_with_timeout
     from callbacks.run_directory import requeued_job_checkpoint, slurm_job_id, tensorboard_logger
 
+    check_run_settings(cfg)
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model = build(cfg)
     ckpt_path = cfg.get("ckpt_path")
@@ -235,20 +271,57 @@ def run(cfg: Any) -> dict[str, float]:
     return {k: float(v) for k, v in trainer.callback_metrics.items()}
 
 
+def check_output_directories(argv: list[str]) -> None:
+    """Hydra makes its run directory under log_dir before any of our code runs: a path given there that
+    names a file would end in Hydra's traceback, so it is checked first."""
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key in ("log_dir", "hydra.run.dir", "hydra.sweep.dir", "logger.save_dir") and value and "${" not in value:
+            blocking = next((p for p in (Path(value), *Path(value).parents) if p.exists() and not p.is_dir()), None)
+            if blocking is not None:
+                print(f"error: {key}={value}: {blocking} is a file, not a directory; give a directory to write the run in",
+                      file=sys.stderr)
+                raise SystemExit(2)
+
+
+def remove_if_only_hydra_files(directory: str) -> None:
+    """Remove Hydra's run directory when it holds only Hydra's own record (.hydra/, the job's log), and
+    the directories above it that this leaves empty."""
+    import shutil
+
+    path = Path(directory).resolve()
+    if not path.is_dir() or any(p.name != ".hydra" and p.suffix != ".log" for p in path.iterdir()):
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    for parent in path.parents:
+        try:
+            if parent == Path.cwd() or any(parent.iterdir()):
+                break
+            parent.rmdir()
+        except OSError:  # gone, or filled meanwhile by another run
+            break
+
+
 def hydra_main() -> None:
     import os
 
     import hydra
+    from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
     register_defaults()
+    check_output_directories(sys.argv[1:])
     OmegaConf.register_new_resolver("pid", os.getpid, replace=True)  # ${pid:} in configs/train.yaml's run directories
 
     @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
     def _main(cfg: Any) -> None:
         quiet_console(hydra=True)
-        with user_errors_as_one_line():
-            run(cfg)
+        try:
+            with user_errors_as_one_line():
+                run(cfg)
+        except SystemExit:  # a setting refused: the output directory Hydra made holds nothing of a run
+            remove_if_only_hydra_files(HydraConfig.get().runtime.output_dir)
+            raise
 
     _main()
 
@@ -275,6 +348,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
 
     raw_args = list(sys.argv[1:] if args is None else args)
     subcommand = raw_args[0] if raw_args and raw_args[0] in CLI_SUBCOMMANDS else None
+    given_model = _option_value(raw_args, "--model")
     # JSA on MNIST unless told otherwise, as in the Hydra front end. Given as arguments, not as parser
     # defaults: jsonargparse would carry a default class's settings over to another class the user picks.
     defaults = [f"--{key}={value}" for key, value in (("model", "JSA"), ("data", "MNISTDataModule"))
@@ -357,14 +431,17 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
             except (ValueError, TypeError) as error:  # a constructor refused a setting: its message, one line
                 if isinstance(error, (CheckpointError, SettingsError)):
                     raise
-                raise SettingsError(str(error)) from None
+                raise SettingsError(_constructor_message(str(error))) from None
 
     with user_errors_as_one_line():
         ckpt_path = _option_value(raw_args, "--ckpt_path")
         if ckpt_path and ckpt_path != "null":  # before LightningCLI reads its hyperparameters: one clear line if unusable
             from callbacks.checkpoint_files import load_checkpoint_file
 
-            load_checkpoint_file(ckpt_path)
+            written_by = load_checkpoint_file(ckpt_path).get("model_class") or ""
+            if given_model and written_by and given_model.rsplit(".", 1)[-1] != written_by.rsplit(".", 1)[-1]:
+                raise CheckpointError(f"--ckpt_path={ckpt_path} was written by {written_by.rsplit('.', 1)[-1]}, not "
+                                      f"--model={given_model}: give --model={written_by.rsplit('.', 1)[-1]} or leave --model out")
         return CLI(
             LatentVariableModel,
             ImageDataModule,
@@ -376,6 +453,16 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
             save_config_kwargs={"overwrite": True, "config_filename": "config.yaml" if subcommand in ("fit", None) else f"config_{subcommand}.yaml"},
             seed_everything_default=0,  # as seed: 0 in configs/train.yaml
         )
+
+
+def _constructor_message(text: str) -> str:
+    """jsonargparse reports a constructor's refusal inside its union-subtype report (Errors: / - ... /
+    Given value: <the whole namespace>): keep the constructor's own message."""
+    if "Errors:" not in text:
+        return text
+    reasons = [line.strip()[2:] for line in text.split("Errors:", 1)[1].splitlines()
+               if line.strip().startswith("- ") and not line.strip().startswith("- Expected a <class 'NoneType'>")]
+    return "; ".join(reasons) or text.splitlines()[0]
 
 
 def _given(args: list[str], group: str, key: str) -> bool:
@@ -423,6 +510,7 @@ def user_errors_as_one_line() -> Iterator[None]:
     """What the user can fix gets one line on stderr and exit status 2, no traceback: wrong settings,
     missing or corrupt data, an unusable checkpoint, a diverged loss, a stuck distributed peer."""
     from hydra.errors import InstantiationException
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     from callbacks.checkpoint_files import CheckpointError
     from callbacks.distributed import collective_timeout_message, is_collective_timeout
@@ -433,9 +521,11 @@ def user_errors_as_one_line() -> Iterator[None]:
         yield
     except (DataError, CheckpointError, SettingsError, FloatingPointError) as error:
         _exit_with(str(error))
+    except MisconfigurationException as error:  # Lightning refused a trainer or callback setting
+        _exit_with(" ".join(str(error).split()))
     except InstantiationException as error:  # a constructor refused a setting (its ValueError, its message)
         cause = error.__cause__
-        if not isinstance(cause, (ValueError, TypeError)):
+        if not isinstance(cause, (ValueError, TypeError, MisconfigurationException)):
             raise
         key = str(error).rsplit("full_key:", 1)[-1].strip() if "full_key:" in str(error) else ""
         _exit_with(f"{key + ': ' if key else ''}{cause}")

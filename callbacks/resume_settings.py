@@ -8,7 +8,11 @@ Lightning loads the checkpoint's state into it. Two things could silently disagr
   one line naming the settings that differ;
 * the optimizer: Lightning restores the optimizer's state, hyperparameters included, so a new
   `model.lr` would be recorded and ignored. `ResumeSettings` sets every optimizer hyperparameter
-  back to this run's value after the restore, and logs each setting that changed.
+  back to this run's value after the restore, and logs each setting that changed. Another optimizer
+  class (Adam's moments loaded into an SG-MCMC sampler) has no such meaning: it is refused.
+
+The data module's settings are logged the same way; its loader resumes at the same example of the
+epoch whatever the batch size (datamodules/resumable.py).
 """
 
 from __future__ import annotations
@@ -29,12 +33,17 @@ log = logging.getLogger(__name__)
 IMPLEMENTATION_FLAGS = {"foreach", "fused", "capturable", "differentiable", "maximize"}
 
 
-def changed_settings(checkpoint: dict[str, Any], module: L.LightningModule) -> dict[str, tuple[Any, Any]]:
-    """name -> (the checkpoint's value, this run's value) for every hyperparameter that differs."""
+def changed_settings(checkpoint: dict[str, Any], module: L.LightningModule, datamodule: Any = None) -> dict[str, tuple[Any, Any]]:
+    """"model.NAME" / "data.NAME" -> (the checkpoint's value, this run's value) for every setting that differs."""
     defaults = constructor_defaults(type(module))  # a setting left out of either is its default
     saved = {**defaults, **(checkpoint.get("hyper_parameters") or {})}
-    return {key: (saved[key], value) for key, value in settings_of(module).items()
-            if key in saved and not key.startswith("_") and not _same(saved[key], value)}
+    changed = {f"model.{key}": (saved[key], value) for key, value in settings_of(module).items()
+               if key in saved and not key.startswith("_") and not _same(saved[key], value)}
+    saved_data, data = checkpoint.get("datamodule_hyper_parameters"), getattr(datamodule, "hparams", None)
+    if saved_data and data:  # (none if either has no record)
+        changed.update({f"data.{key}": (saved_data[key], value) for key, value in data.items()
+                        if key in saved_data and not _same(saved_data[key], value)})
+    return changed
 
 
 def state_mismatch(error: RuntimeError, changed: dict[str, tuple[Any, Any]]) -> Exception:
@@ -46,7 +55,7 @@ def state_mismatch(error: RuntimeError, changed: dict[str, tuple[Any, Any]]) -> 
     details = [_shorter(line.strip().rstrip(".")) for line in text.splitlines()[1:] if line.strip()]
     summary = "; ".join(details)
     summary = summary if len(summary) <= 300 else summary[:300] + " ..."
-    settings = ", ".join(f"model.{k}={old!r} -> {new!r}" for k, (old, new) in changed.items())
+    settings = ", ".join(f"{k}={old!r} -> {new!r}" for k, (old, new) in changed.items())
     return CheckpointError(
         f"the checkpoint does not fit this model ({summary}): "
         + (f"the settings differ from the checkpoint's ({settings}); " if settings else "")
@@ -60,23 +69,38 @@ def _shorter(detail: str) -> str:
     return f"{match[1]} ({match[2]}) in the checkpoint, ({match[3]}) here" if match else detail
 
 
+def optimizer_names(optimizers: list[torch.optim.Optimizer]) -> list[str]:
+    return [f"{type(o).__module__}.{type(o).__qualname__}" for o in optimizers]
+
+
 class ResumeSettings(L.Callback):
-    """Logs the settings a resumed run changes, and applies this run's optimizer hyperparameters."""
+    """Logs the settings a resumed run changes, applies this run's optimizer hyperparameters, and refuses
+    to load one optimizer's state into another."""
 
     def __init__(self) -> None:
+        self._saved_optimizers: list[str] | None = None
         self._resumed = False
 
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        checkpoint["optimizer_classes"] = optimizer_names(trainer.optimizers)
+
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
-        changed = changed_settings(checkpoint, pl_module)
+        changed = changed_settings(checkpoint, pl_module, trainer.datamodule)
         if changed and trainer.is_global_zero:
             log.warning("resuming with changed settings (this run's values are used and recorded): %s",
-                        ", ".join(f"model.{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items()))
+                        ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items()))
+        self._saved_optimizers = checkpoint.get("optimizer_classes")
         self._resumed = True
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # After Lightning restored the optimizers: `defaults` still holds what this run's constructor got.
         if not self._resumed:
             return
+        current = optimizer_names(trainer.optimizers)
+        if self._saved_optimizers is not None and self._saved_optimizers != current:
+            raise CheckpointError(
+                f"the checkpoint holds the state of optimizer {', '.join(self._saved_optimizers)}, this run uses "
+                f"{', '.join(current)}: resume with the checkpoint's optimizer, or start a new run")
         for optimizer in trainer.optimizers:
             for group in optimizer.param_groups:
                 for key, value in optimizer.defaults.items():

@@ -5,10 +5,10 @@ Three things decide which batches training sees, and each is made a function of 
 * the order: each epoch is a permutation seeded by (seed, epoch), sharded across ranks —
   `DistributedSampler`'s rule, used with one replica too, so single- and multi-device runs shuffle
   alike and Lightning keeps the sampler instead of injecting its own;
-* the position: `state_dict()` records the epoch and how many of its batches training has consumed
-  (counted by the data module's `on_before_batch_transfer`, which Lightning calls once per batch a
-  step uses, not by the loader: the loop fetches one batch ahead), and `load_state_dict()` makes
-  the next iteration start right after them. Lightning calls both (stateful loaders) when it saves
+* the position: `state_dict()` records the epoch and how many of its examples training has consumed
+  (batches counted by the data module's `on_before_batch_transfer`, which Lightning calls once per
+  batch a step uses, not by the loader: the loop fetches one batch ahead), and `load_state_dict()`
+  makes the next iteration start right after them, also when the resumed run's batch size differs. Lightning calls both (stateful loaders) when it saves
   and restores a checkpoint; it calls `set_epoch` at the start of every epoch;
 * the dynamic binarization: drawn from a generator seeded by (seed, epoch, the batch's first
   index), not from the global RNG, so a batch is the same whenever it is made.
@@ -27,8 +27,9 @@ class ResumableSampler(DistributedSampler):
     def __init__(self, dataset: Dataset, batch_size: int, num_replicas: int = 1, rank: int = 0, seed: int = 0) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
         self.batch_size = batch_size
-        self.batches_done = 0  # batches of the current epoch that training has consumed
-        self._resume: tuple[int, int] | None = None  # (epoch, batches to skip in it)
+        self.batches_done = 0  # batches of the current epoch that training has consumed (this pass)
+        self.examples_skipped = 0  # examples a resumed pass skipped (consumed before the checkpoint)
+        self._resume: tuple[int, int] | None = None  # (epoch, examples to skip in it)
         self.set_epoch(0)
 
     def set_epoch(self, epoch: int) -> None:
@@ -36,18 +37,23 @@ class ResumableSampler(DistributedSampler):
         if hasattr(self.dataset, "epoch"):
             self.dataset.epoch = epoch  # the binarization noise depends on it
 
-    def resume(self, epoch: int, batches_done: int) -> None:
-        self._resume = (epoch, batches_done)
+    @property
+    def examples_done(self) -> int:
+        """The position in the epoch, in examples of this rank's shard: it holds across a change of batch size."""
+        return self.examples_skipped + self.batches_done * self.batch_size
+
+    def resume(self, epoch: int, examples_done: int) -> None:
+        self._resume = (epoch, examples_done)
         self.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[int]:
         indices = list(super().__iter__())
         # The count restarts with every pass over the data; a resumed pass starts after the batches done.
         # (Set here, not in set_epoch: a loader with workers asks for the indices before Lightning calls it.)
-        self.batches_done = 0
+        self.batches_done, self.examples_skipped = 0, 0
         if self._resume is not None and self._resume[0] == self.epoch:
-            self.batches_done = self._resume[1]
-            indices = indices[self._resume[1] * self.batch_size :]
+            self.examples_skipped = self._resume[1]
+            indices = indices[self.examples_skipped :]
         self._resume = None
         return iter(indices)
 
@@ -59,7 +65,9 @@ class ResumableDataLoader(DataLoader):
         super().__init__(dataset, batch_size=sampler.batch_size, sampler=sampler, **kwargs)
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.sampler.epoch, "batches_done": self.sampler.batches_done}
+        return {"epoch": self.sampler.epoch, "examples_done": self.sampler.examples_done}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        self.sampler.resume(state["epoch"], state["batches_done"])
+        # Checkpoints written before positions were counted in examples hold batches of this batch size.
+        examples_done = state.get("examples_done", state.get("batches_done", 0) * self.sampler.batch_size)
+        self.sampler.resume(state["epoch"], examples_done)

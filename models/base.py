@@ -108,6 +108,13 @@ class LatentVariableModel(L.LightningModule):
         activation: Activation = "relu",
     ) -> None:
         super().__init__()
+        for name, value, least in (("lr", lr, 0.0), ("sigma", sigma, 0.0)):
+            if not value > least:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        for name, value in (("num_mixtures", num_mixtures), ("val_num_samples", val_num_samples),
+                            ("test_num_samples", test_num_samples), ("eval_chunk_size", eval_chunk_size)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
         self.activation = activation
         self.data_shape = tuple(int(d) for d in data_shape)
         self.num_dims = math.prod(self.data_shape)
@@ -315,7 +322,9 @@ class LatentVariableModel(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         _check_model_class(checkpoint.get("model_class"), type(self))
-        self._changed_on_resume = changed_settings(checkpoint, self)  # named if the state does not fit
+        trainer = self._trainer  # None in load_from_checkpoint
+        datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
+        self._changed_on_resume = changed_settings(checkpoint, self, datamodule)  # named if the state does not fit
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         try:

@@ -82,6 +82,10 @@ class DiscreteVAE(CategoricalLatentModel):
             raise ValueError(f"num_samples must be >= 1 (>= 2 for the leave-one-out optimal baseline), got {num_samples}")
         if not 0 < temperature_min <= temperature:
             raise ValueError(f"need 0 < temperature_min <= temperature, got {temperature_min} and {temperature}")
+        if not 0 <= baseline_decay < 1:
+            raise ValueError(f"baseline_decay must be in [0, 1), got {baseline_decay}")
+        if anneal_rate < 0:
+            raise ValueError(f"anneal_rate must be >= 0, got {anneal_rate}")
         self.estimator, self.num_samples, self.control_variate = estimator, num_samples, control_variate
         self.baseline_decay = baseline_decay
         self.temperature, self.temperature_min, self.anneal_rate = temperature, temperature_min, anneal_rate

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from callbacks.checkpoint_files import CheckpointError
 from models.components.categorical import CategoricalLatentModel
 from models.components.code_usage import usage_perplexity
 from samplers.cache import LatentCache
@@ -97,9 +98,9 @@ class JSA(CategoricalLatentModel):
         num_examples = datamodule.num_train_examples
         if self.cache is None:
             self._allocate_cache(num_examples)
-        elif self.cache.num_examples != num_examples:
-            raise ValueError(
-                f"the JSA cache holds {self.cache.num_examples} chains but the training split has {num_examples} "
+        elif self.cache.num_examples != num_examples:  # a cache sized by a checkpoint (cache_size)
+            raise CheckpointError(
+                f"the checkpoint's JSA cache holds {self.cache.num_examples} chains but the training split has {num_examples} "
                 "examples (another data set or validation split?); use the data settings it was trained with, "
                 "or start a new run"
             )

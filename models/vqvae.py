@@ -118,7 +118,9 @@ class VQVAE(LatentVariableModel):
         self.grid = latent_grid(backbone_name, self.data_shape)
         if self.grid and num_latents not in (None, math.prod(self.grid)):
             raise ValueError(f"with the conv backbone the codes are the {self.grid} grid; leave num_latents out (got {num_latents})")
-        self.num_latents = math.prod(self.grid) if self.grid else (num_latents or 20)
+        self.num_latents = math.prod(self.grid) if self.grid else (20 if num_latents is None else num_latents)
+        if self.num_latents < 1:
+            raise ValueError(f"num_latents (codes per image) must be >= 1, got {self.num_latents}")
         self.backbone, self.num_categories, self.code_dim = backbone_name, num_categories, code_dim
         channels = code_dim if self.grid else self.num_latents * code_dim
         self.encoder, self.decoder, _ = build_backbone(backbone_name, self.data_shape, channels, channels, hidden_channels,

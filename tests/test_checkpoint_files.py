@@ -127,5 +127,20 @@ def test_resume_into_other_shapes_names_the_settings(tmp_path):
         fit(JSA(mis_steps=2, val_num_samples=2, use_cache=False), tmp_path, 2, ckpt_path=path)
 
 
+def test_resume_into_another_optimizer_class_is_refused_before_a_step(tmp_path):
+    import functools
+
+    trainer = fit(VAE(latent_dim=4), tmp_path, 1)  # Adam
+    path = tmp_path / "ckpt.ckpt"
+    trainer.save_checkpoint(path)
+    model = VAE(latent_dim=4, optimizer=functools.partial(torch.optim.SGD, lr=1e-3))
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(CheckpointError, match=r"optimizer torch\.optim\.adam\.Adam, this run uses torch\.optim\.sgd\.SGD"):
+        fit(model, tmp_path, 3, ckpt_path=path)
+    restored = torch.load(path, weights_only=True)["state_dict"]
+    assert all(torch.equal(p, restored[name]) for name, p in model.state_dict().items() if name in restored)
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # restored, then stopped: no step
+
+
 def test_resume_settings_is_one_of_every_models_callbacks():
     assert any(isinstance(c, ResumeSettings) for c in VAE(latent_dim=4).configure_callbacks())

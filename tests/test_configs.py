@@ -186,3 +186,62 @@ def test_ddp_strategies_get_the_collective_timeout_in_both_front_ends():
         assert strategy._timeout == timedelta(seconds=5), name
     assert distributed.strategy_with_timeout("ddp_spawn", 5)._start_method == "spawn"  # the registry's own settings kept
     assert distributed.strategy_with_timeout("auto", 5) == "auto" and distributed.strategy_with_timeout(None, 5) is None
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["+ckpt_pth=x"], "ckpt_pth: no such setting"),
+    (["seed=abc"], "seed='abc': expected an integer"),
+    (["seed=-1"], "seed=-1: expected an integer in [0, 2^32 - 1]"),
+    (["run_test=maybe"], "run_test='maybe': expected true or false"),
+    (["ddp_timeout_s=0"], "ddp_timeout_s=0: expected a number of seconds > 0"),
+    (["trainer.max_epochs=abc"], "trainer.max_epochs='abc': expected an integer or null"),
+    (["trainer.precision=foo"], "trainer.precision='foo': expected one of"),
+    (["+trainer.max_epoch=3"], "trainer.max_epoch is not a setting of Trainer"),
+])
+def test_top_level_and_trainer_settings_are_checked_before_the_run(overrides, message, monkeypatch):
+    from callbacks.settings import SettingsError
+
+    cfg = composed(overrides)
+    monkeypatch.setattr("sys.argv", ["train.py", *overrides])
+    with pytest.raises(SettingsError) as error:
+        train.check_run_settings(cfg)
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize("experiment", [None, "compare", "jsa_paper", "cifar10_vqvae_paper"])
+def test_every_shipped_config_passes_the_run_settings_check(experiment, monkeypatch):
+    overrides = [f"experiment={experiment}"] if experiment else []
+    monkeypatch.setattr("sys.argv", ["train.py", *overrides, "+discrete_latent.code_dim=4"])
+    train.check_run_settings(composed(overrides))
+
+
+def test_an_unknown_experiment_is_refused_with_the_choices():
+    with pytest.raises(hydra.errors.MissingConfigException, match="experiment/nope"):
+        composed(["experiment=nope"])
+
+
+def test_an_output_directory_that_is_a_file_is_refused_before_hydra_writes(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(SystemExit) as exit_:
+        train.check_output_directories([f"log_dir={tmp_path}/afile/runs"])
+    assert exit_.value.code == 2 and "afile is a file, not a directory" in capsys.readouterr().err
+    train.check_output_directories([f"log_dir={tmp_path}/new/dir"])  # a directory still to be made is fine
+
+
+def test_a_refused_run_leaves_no_hydra_directory_behind(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "logs" / "hydra" / "jsa-mnist" / "2026-01-01_00-00-00-1"
+    (run / ".hydra").mkdir(parents=True)
+    (run / "train.log").write_text("")
+    (tmp_path / "logs" / "hydra" / "other").mkdir()
+    train.remove_if_only_hydra_files(str(run))
+    assert not (tmp_path / "logs" / "hydra" / "jsa-mnist").exists() and (tmp_path / "logs" / "hydra" / "other").is_dir()
+    (run / "checkpoints").mkdir(parents=True)  # anything of a run's own is kept
+    train.remove_if_only_hydra_files(str(run))
+    assert (run / "checkpoints").is_dir()
+
+
+def test_the_cli_keeps_the_constructors_own_message_from_jsonargparses_report():
+    report = ("Does not validate against any of the Union subtypes\nSubtypes: [...]\nErrors:\n"
+              "  - lr must be > 0, got -1.0\n  - Expected a <class 'NoneType'>\nGiven value type: ...\nGiven value: Namespace(...)")
+    assert train._constructor_message(report) == "lr must be > 0, got -1.0"

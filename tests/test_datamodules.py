@@ -456,3 +456,25 @@ def test_train_py_process_says_corrupt_data_in_one_line(mnist_copy: Path, tmp_pa
     assert result.returncode == 2, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {mnist_copy.resolve() / 'MNIST' / 'raw' / path.name} is corrupt: header says 60000 images") and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("new_batch_size", [4, 6, 3])
+def test_a_resumed_loader_continues_at_the_same_example_whatever_its_batch_size(new_batch_size: int) -> None:
+    """The loader's saved position counts examples: a run resumed with another data.batch_size (logged as a changed
+    setting) sees the rest of the epoch, in the same order, from the first example the checkpointed run had not seen."""
+    from datamodules.resumable import ResumableDataLoader, ResumableSampler
+
+    dataset = torch.utils.data.TensorDataset(torch.arange(40))
+    first = ResumableDataLoader(dataset, ResumableSampler(dataset, 4, seed=3))
+    order = [int(i) for i in first.sampler]  # the epoch's permutation
+    for batch in first:
+        first.sampler.batches_done += 1  # as the data module's on_before_batch_transfer counts them
+        if first.sampler.batches_done == 3:
+            break
+    state = first.state_dict()
+    resumed = ResumableDataLoader(dataset, ResumableSampler(dataset, new_batch_size, seed=3))
+    resumed.load_state_dict(state)
+    rest = [int(i) for (batch,) in resumed for i in batch]
+    assert rest == order[12:]
+    resumed.sampler.batches_done = 2  # and its own position is again in examples
+    assert resumed.state_dict()["examples_done"] == 12 + 2 * new_batch_size

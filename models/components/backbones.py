@@ -154,6 +154,8 @@ def build_backbone(
     """
     if len(data_shape) != 3:
         raise ValueError(f"data_shape must be (C, H, W), got {tuple(data_shape)}")
+    if hidden_channels < 1:
+        raise ValueError(f"hidden_channels (the conv backbone's width) must be >= 1, got {hidden_channels}")
     grid = latent_grid(name, data_shape)
     output_shape = (output_channels or data_shape[0], *data_shape[1:])
     if name == "mlp":

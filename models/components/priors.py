@@ -236,6 +236,9 @@ def build_prior(name: str, num_latents: int, num_categories: int, grid: Sequence
     name = canonical_prior_name(name)
     if name not in PRIORS:
         raise ValueError(f"model.prior: unknown prior {name!r}; choose one of {', '.join(PRIORS)}")
+    for option, value in (("prior_hidden", hidden), ("prior_layers", num_layers)):
+        if value is not None and value < 1:
+            raise ValueError(f"model.{option} must be >= 1 (or null: the prior's default), got {value}")
     if name in ("uniform", "factorized") and (hidden is not None or num_layers is not None):
         raise ValueError(f"model.prior_hidden and model.prior_layers size the autoregressive and pixelcnn priors; "
                          f"prior={name} has no network: leave them out")

@@ -153,6 +153,14 @@ class VectorQuantizer(nn.Module):
         kmeans_iters: int = 10,
     ) -> None:
         super().__init__()
+        if num_codes < 1 or code_dim < 1:
+            raise ValueError(f"num_categories and code_dim must be >= 1, got {num_codes} and {code_dim}")
+        if beta < 0:
+            raise ValueError(f"beta (the commitment weight) must be >= 0, got {beta}")
+        if ema and not 0 < decay < 1:
+            raise ValueError(f"decay (of the EMA codebook statistics) must be in (0, 1), got {decay}")
+        if dead_code_threshold < 0:
+            raise ValueError(f"dead_code_threshold must be >= 0, got {dead_code_threshold}")
         self.num_codes, self.code_dim, self.beta, self.ema = num_codes, code_dim, beta, ema
         self.decay, self.epsilon = decay, epsilon
         self.dead_code_threshold, self.kmeans_iters = dead_code_threshold, kmeans_iters
