@@ -14,7 +14,7 @@ import contextlib
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NoReturn
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 CLI_SUBCOMMANDS = ("fit", "validate", "test", "predict")
@@ -236,7 +236,7 @@ def run(cfg: Any) -> dict[str, float]:
 
     from callbacks.checkpoint_files import load_checkpoint_file
     from callbacks.distributed import check_launcher, strategy_with_timeout
-    from callbacks.run_directory import requeued_job_checkpoint, slurm_job_id, tensorboard_logger
+    from callbacks.run_directory import no_traces_if_refused, requeued_job_checkpoint, slurm_job_id, tensorboard_logger
 
     check_run_settings(cfg)
     L.seed_everything(cfg.seed, workers=True)
@@ -256,7 +256,8 @@ def run(cfg: Any) -> dict[str, float]:
     trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, _convert_="all", **trainer_settings)
     check_launcher(trainer)
     ckpt_path = ckpt_path or requeued_job_checkpoint(trainer)
-    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+    with no_traces_if_refused(logger, refusals()):
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     if cfg.get("run_test"):
         # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
         use_model = any(getattr(c, "use_mean", False) for c in callbacks) or not trainer.checkpoint_callback
@@ -284,24 +285,6 @@ def check_output_directories(argv: list[str]) -> None:
                 raise SystemExit(2)
 
 
-def remove_if_only_hydra_files(directory: str) -> None:
-    """Remove Hydra's run directory when it holds only Hydra's own record (.hydra/, the job's log), and
-    the directories above it that this leaves empty."""
-    import shutil
-
-    path = Path(directory).resolve()
-    if not path.is_dir() or any(p.name != ".hydra" and p.suffix != ".log" for p in path.iterdir()):
-        return
-    shutil.rmtree(path, ignore_errors=True)
-    for parent in path.parents:
-        try:
-            if parent == Path.cwd() or any(parent.iterdir()):
-                break
-            parent.rmdir()
-        except OSError:  # gone, or filled meanwhile by another run
-            break
-
-
 def hydra_main() -> None:
     import os
 
@@ -320,6 +303,8 @@ def hydra_main() -> None:
             with user_errors_as_one_line():
                 run(cfg)
         except SystemExit:  # a setting refused: the output directory Hydra made holds nothing of a run
+            from callbacks.run_directory import remove_if_only_hydra_files
+
             remove_if_only_hydra_files(HydraConfig.get().runtime.output_dir)
             raise
 
@@ -334,14 +319,14 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
     likelihood that suits the data, the same callbacks) and runs named like Hydra's."""
     from lightning.pytorch.callbacks import ModelCheckpoint
     from hydra.utils import get_class
-    from lightning.pytorch.cli import LightningCLI
+    from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
     import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
     import models  # noqa: F401  (registers the subclasses for --model=NAME)
     from callbacks import default_callbacks
     from callbacks.checkpoint_files import CheckpointError
     from callbacks.distributed import DDP_TIMEOUT_S, check_launcher, strategy_with_timeout
-    from callbacks.run_directory import requeued_job_checkpoint, slurm_job_id, tensorboard_logger
+    from callbacks.run_directory import no_traces_if_refused, requeued_job_checkpoint, slurm_job_id, tensorboard_logger
     from callbacks.settings import SettingsError
     from datamodules import ImageDataModule
     from models import LatentVariableModel
@@ -360,6 +345,10 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
             sys.argv[1:] = raw_args
         else:
             args = raw_args
+
+    class Parser(LightningArgumentParser):
+        def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
+            _exit_with(f"{_parser_message(message, raw_args)} (python train.py {subcommand or 'fit'} --help lists the options)")
 
     class CLI(LightningCLI):
         def add_arguments_to_parser(self, parser: Any) -> None:
@@ -425,6 +414,10 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
                 config["ckpt_path"] = requeued_job_checkpoint(trainer)
             return trainer
 
+        def _run_subcommand(self, subcommand: str) -> None:
+            with no_traces_if_refused(self.trainer.logger, refusals()):
+                super()._run_subcommand(subcommand)
+
         def instantiate_classes(self) -> None:
             try:
                 super().instantiate_classes()
@@ -447,12 +440,37 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
             ImageDataModule,
             subclass_mode_model=True,
             subclass_mode_data=True,
+            parser_class=Parser,
             args=args,
             run=run,
             # fit writes config.yaml into the run; test/validate into the same run, under their own name
             save_config_kwargs={"overwrite": True, "config_filename": "config.yaml" if subcommand in ("fit", None) else f"config_{subcommand}.yaml"},
             seed_everything_default=0,  # as seed: 0 in configs/train.yaml
         )
+
+
+def _parser_message(text: str, args: list[str]) -> str:
+    """jsonargparse's nested report ('Parser key "model": ... Parser key "mis_steps": Expected a <class 'int'>.
+    Got value: ten') as one line naming the option as given: '--model.mis_steps: Expected a <class 'int'>. Got value: ten'."""
+    import re
+
+    import datamodules
+    import models
+
+    keys = list(dict.fromkeys(re.findall(r'Parser key "([^"]+)"', text)))
+    noise = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path", "Parser key",
+             "- Expected a <class 'NoneType'>")
+    reasons = [line.strip().removeprefix("- ") for line in text.splitlines()[1:] if line.strip() and not line.strip().startswith(noise)]
+    if not keys or not reasons:
+        return " ".join(text.split())
+    given = [a.split("=", 1)[0] for a in args if a.startswith("--")]
+    option = next((g for g in given if g.endswith(("." + keys[-1], "--" + keys[-1]))), "--" + ".".join(keys))
+    if option in ("--model", "--data") and any("dot import path" in r for r in reasons):  # an unknown class name
+        package, base = (models, models.LatentVariableModel) if option == "--model" else (datamodules, datamodules.ImageDataModule)
+        names = [n for n in package.__all__ if isinstance(getattr(package, n), type) and issubclass(getattr(package, n), base)
+                 and getattr(package, n) is not base]
+        return f"{option}={_option_value(args, option)} is not one of {', '.join(names)}"
+    return f"{option}: {'; '.join(dict.fromkeys(reasons))}"
 
 
 def _constructor_message(text: str) -> str:
@@ -505,6 +523,17 @@ def _option_value(args: list[str], option: str) -> str | None:
 # ---- errors a user can fix: one line, no traceback -----------------------------------------------
 
 
+def refusals() -> tuple[type[Exception], ...]:
+    """What refuses a run before it trains: a setting, the data, a checkpoint (the user's to fix)."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    from callbacks.checkpoint_files import CheckpointError
+    from callbacks.settings import SettingsError
+    from datamodules import DataError
+
+    return DataError, CheckpointError, SettingsError, MisconfigurationException
+
+
 @contextlib.contextmanager
 def user_errors_as_one_line() -> Iterator[None]:
     """What the user can fix gets one line on stderr and exit status 2, no traceback: wrong settings,
@@ -512,17 +541,14 @@ def user_errors_as_one_line() -> Iterator[None]:
     from hydra.errors import InstantiationException
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-    from callbacks.checkpoint_files import CheckpointError
     from callbacks.distributed import collective_timeout_message, is_collective_timeout
-    from callbacks.settings import SettingsError
-    from datamodules import DataError
 
     try:
         yield
-    except (DataError, CheckpointError, SettingsError, FloatingPointError) as error:
-        _exit_with(str(error))
     except MisconfigurationException as error:  # Lightning refused a trainer or callback setting
         _exit_with(" ".join(str(error).split()))
+    except (*refusals(), FloatingPointError) as error:
+        _exit_with(str(error))
     except InstantiationException as error:  # a constructor refused a setting (its ValueError, its message)
         cause = error.__cause__
         if not isinstance(cause, (ValueError, TypeError, MisconfigurationException)):

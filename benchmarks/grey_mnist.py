@@ -30,11 +30,16 @@ def main() -> None:
     parser.add_argument("--val-every", type=int, default=100, help="validate every this many steps (<= --steps)")
     parser.add_argument("--test-batches", type=int, default=16)
     parser.add_argument("--test-samples", type=int, default=100)
+    parser.add_argument("--models", type=lambda text: text.split(","), default=list(MODELS),
+                        help=f"comma-separated subset of {','.join(MODELS)} (default: all)")
     args = parser.parse_args()
+    unknown = sorted(set(args.models) - set(MODELS))
+    if unknown:
+        parser.error(f"--models: unknown {', '.join(unknown)}; choose from {', '.join(MODELS)}")
     for option in ("steps", "val_every", "test_batches", "test_samples"):
         if getattr(args, option) < 1:
             parser.error(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
-    for model in MODELS:
+    for model in args.models:
         if any((args.logs / "tensorboard").glob(f"{model}-mnist-*/version_*/checkpoints/*.ckpt")):
             print(f"{model}: done earlier, skipped", flush=True)
             continue

@@ -1,12 +1,16 @@
 """Where a run writes: its TensorBoard run directory, found again from a checkpoint or a SLURM job id,
-and reserved atomically for a new run (docs/cluster.md, README "Reliability")."""
+reserved atomically for a new run, and removed again when the run is refused before it saved anything
+(docs/cluster.md, README "Reliability")."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -78,3 +82,57 @@ def requeued_job_checkpoint(trainer: Any) -> str | None:
     run_dir = Path(trainer.logger.log_dir)
     found = [*run_dir.glob("hpc_ckpt_*.ckpt"), *run_dir.glob("checkpoints/last.ckpt")]
     return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
+
+
+@contextlib.contextmanager
+def no_traces_if_refused(logger: Any, refusals: tuple[type[BaseException], ...]) -> Iterator[None]:
+    """A run refused before it saved a checkpoint (bad data, an unusable checkpoint, a setting Lightning
+    refuses) leaves nothing behind: the TensorBoard run it had just made is removed; when it resumed an
+    existing run, the event file this process added goes and the run's config files are put back as they
+    were (LightningCLI rewrites config.yaml at setup). A run that saved a checkpoint keeps everything."""
+    started = time.time()
+    run_dir = Path(logger.log_dir) if logger and rank_zero_only.rank == 0 else None
+    kept = {p: p.read_bytes() for p in run_dir.glob("*.yaml")} if run_dir is not None and run_dir.is_dir() else {}
+    try:
+        yield
+    except refusals:
+        if run_dir is not None and run_dir.is_dir():
+            remove_traces(run_dir, started, kept)
+        raise
+
+
+def remove_traces(run_dir: Path, since: float, kept: dict[Path, bytes]) -> None:
+    if any(p.stat().st_mtime >= since for p in run_dir.glob("checkpoints/*.ckpt")):
+        return
+    if all(p.stat().st_mtime >= since for p in run_dir.rglob("*") if p.is_file()):  # the run's own new directory
+        remove_with_empty_parents(run_dir)
+        return
+    for event_file in run_dir.glob(f"events.out.tfevents.*.{os.getpid()}.*"):  # a resumed run: this process's file
+        if event_file.stat().st_mtime >= since:
+            event_file.unlink(missing_ok=True)
+    for config in run_dir.glob("*.yaml"):
+        if config not in kept and config.stat().st_mtime >= since:
+            config.unlink(missing_ok=True)
+    for config, content in kept.items():
+        if config.read_bytes() != content:
+            config.write_bytes(content)
+
+
+def remove_if_only_hydra_files(directory: str) -> None:
+    """Remove Hydra's run directory of a refused run: it holds only Hydra's own record (.hydra/, the job's log)."""
+    path = Path(directory).resolve()
+    if path.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in path.iterdir()):
+        remove_with_empty_parents(path)
+
+
+def remove_with_empty_parents(path: Path) -> None:
+    """Remove `path` and the directories above it (up to the working directory) that this leaves empty."""
+    path = path.resolve()
+    shutil.rmtree(path, ignore_errors=True)
+    for parent in path.parents:
+        try:
+            if parent == Path.cwd() or any(parent.iterdir()):
+                break
+            parent.rmdir()
+        except OSError:  # gone, or filled meanwhile by another run
+            break

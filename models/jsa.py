@@ -101,8 +101,8 @@ class JSA(CategoricalLatentModel):
         elif self.cache.num_examples != num_examples:  # a cache sized by a checkpoint (cache_size)
             raise CheckpointError(
                 f"the checkpoint's JSA cache holds {self.cache.num_examples} chains but the training split has {num_examples} "
-                "examples (another data set or validation split?); use the data settings it was trained with, "
-                "or start a new run"
+                f"examples (data.val_size={getattr(datamodule, 'val_size', '?')}: another validation split or data set?); use the "
+                "data settings it was trained with, or start a new run"
             )
 
     # ---- one JSA step -------------------------------------------------------------

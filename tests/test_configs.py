@@ -13,7 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 
 import train
-from callbacks import distributed
+from callbacks import distributed, run_directory
 from callbacks.hparams import constructor_defaults
 from models.components.likelihoods import BernoulliLikelihood, DiscretizedLogisticLikelihood
 
@@ -234,10 +234,10 @@ def test_a_refused_run_leaves_no_hydra_directory_behind(tmp_path, monkeypatch):
     (run / ".hydra").mkdir(parents=True)
     (run / "train.log").write_text("")
     (tmp_path / "logs" / "hydra" / "other").mkdir()
-    train.remove_if_only_hydra_files(str(run))
+    run_directory.remove_if_only_hydra_files(str(run))
     assert not (tmp_path / "logs" / "hydra" / "jsa-mnist").exists() and (tmp_path / "logs" / "hydra" / "other").is_dir()
     (run / "checkpoints").mkdir(parents=True)  # anything of a run's own is kept
-    train.remove_if_only_hydra_files(str(run))
+    run_directory.remove_if_only_hydra_files(str(run))
     assert (run / "checkpoints").is_dir()
 
 
@@ -245,3 +245,13 @@ def test_the_cli_keeps_the_constructors_own_message_from_jsonargparses_report():
     report = ("Does not validate against any of the Union subtypes\nSubtypes: [...]\nErrors:\n"
               "  - lr must be > 0, got -1.0\n  - Expected a <class 'NoneType'>\nGiven value type: ...\nGiven value: Namespace(...)")
     assert train._constructor_message(report) == "lr must be > 0, got -1.0"
+
+
+def test_the_cli_names_a_wrong_option_as_given_in_one_line():
+    report = ('Parser key "model":\n  Does not validate against any of the Union subtypes\n  Errors:\n'
+              "    - Problem with given class_path 'models.JSA':\n        Parser key \"mis_steps\":\n"
+              "          Expected a <class 'int'>. Got value: ten\n    - Expected a <class 'NoneType'>\n  Given value type: x")
+    assert train._parser_message(report, ["fit", "--model.mis_steps=ten"]) == "--model.mis_steps: Expected a <class 'int'>. Got value: ten"
+    unknown = 'Parser key "model":\n  Errors:\n    - Expected a dot import path string: Nope\n'
+    assert train._parser_message(unknown, ["fit", "--model=Nope"]).startswith("--model=Nope is not one of DiscreteVAE, JSA")
+    assert train._parser_message("unrecognized arguments: --foo=1", []) == "unrecognized arguments: --foo=1"

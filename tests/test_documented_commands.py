@@ -16,6 +16,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,8 @@ HYDRA_FAST = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.l
               "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=16", "trainer.num_sanity_val_steps=0"]
 CLI_FAST = ["--trainer.max_steps=2", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
             "--trainer.limit_test_batches=1", "--data.batch_size=16", "--trainer.num_sanity_val_steps=0"]
-BENCHMARK_FAST = {"benchmarks.grey_mnist": ["--steps", "2", "--val-every", "1", "--test-batches", "1", "--test-samples", "2"],
-                  "benchmarks.mis_speed": ["--batch-size", "8", "--mis-steps", "1"],
+BENCHMARK_FAST = {"benchmarks.grey_mnist": ["--steps", "2", "--val-every", "1", "--test-batches", "1", "--test-samples", "2", "--models", "vae,jsa"],
+                  "benchmarks.mis_speed": ["--batch-size", "8", "--mis-steps", "1", "--min-run-time", "0.02"],
                   "benchmarks.jsa_study": ["--models", "jsa", "--ablations", "L1", "--seeds", "2", "--epochs", "1", "--short-epochs", "1",
                                            "--val-every", "1", "--val-samples", "2", "--steps-per-epoch", "2", "trainer.limit_train_batches=2",
                                            "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "model.test_num_samples=2"], "benchmarks.ddp_cache_gather": ["--steps", "12", "--batch-size", "8"],
@@ -69,34 +70,65 @@ def test_the_commands_are_found():
     assert len(COMMANDS) >= 20
 
 
-def test_every_documented_command_runs_as_written(tmp_path, mnist_dir):
-    env = {**os.environ, "DATA_DIR": str(mnist_dir), "PYTHONPATH": str(REPO)}
-    ran, composed_only = [], []
-    for command in COMMANDS:
-        # USAGE's placeholder: the run `python train.py model=jsa` (or the VAE's) wrote above.
-        run = "vae-mnist-mlp-z32" if "VAE" in command or "model=vae" in command else "jsa-mnist-mlp-K10-L10"
-        if "model=vqvae_prior" in command:  # the second stage starts from the VQ-VAE run above
-            run = "vqvae-mnist-conv-K512-pixelcnn"
-        args = shlex.split(command.replace("PATH/", f"logs/tensorboard/{run}/version_0/checkpoints/"))[1:]  # after `python`
-        # Run from the repository (train.py, configs/...), written here.
-        args = [str(REPO / a) if a == "train.py" or a.startswith("configs/") else a for a in args]
-        if args[0] == "-m":  # a benchmark or the report
-            extra = BENCHMARK_FAST.get(args[1], [])
-        elif "--help" in args or "--cfg" in args or "--print_config" in args:
-            extra = []
-        elif not can_run_here(args):
-            compose(args[1:])
-            composed_only.append(command)
+def command_line(command: str) -> list[str] | None:
+    """The argv that runs `command` here, cut to a couple of steps; None for one that can only be composed here."""
+    # USAGE's placeholder: the run `python train.py model=jsa` (or the VAE's) wrote above.
+    run = "vae-mnist-mlp-z32" if "VAE" in command or "model=vae" in command else "jsa-mnist-mlp-K10-L10"
+    if "model=vqvae_prior" in command:  # the second stage starts from the VQ-VAE run above
+        run = "vqvae-mnist-conv-K512-pixelcnn"
+    args = shlex.split(command.replace("PATH/", f"logs/tensorboard/{run}/version_0/checkpoints/"))[1:]  # after `python`
+    # Run from the repository (train.py, configs/...), written here.
+    args = [str(REPO / a) if a == "train.py" or a.startswith("configs/") else a for a in args]
+    if args[0] == "-m":  # a benchmark or the report
+        extra = BENCHMARK_FAST.get(args[1], [])
+    elif "--help" in args or "--cfg" in args or "--print_config" in args:
+        extra = []
+    elif not can_run_here(args):
+        return None
+    elif len(args) > 1 and args[1] in train.CLI_SUBCOMMANDS:  # LightningCLI
+        extra = CLI_FAST if args[1] == "fit" else ["--trainer.limit_test_batches=1", "--model.test_num_samples=2"]
+    else:
+        extra = HYDRA_FAST
+    return [sys.executable, *args, *extra]
+
+
+def is_benchmark(command: str) -> bool:
+    """A benchmark writes under its own --out/--logs only, so it runs beside the train.py commands (two lanes on
+    two cores); the comparison report reads logs/tensorboard, which the train.py commands write, so it runs with them."""
+    return command.startswith("python -m benchmarks.") and not command.startswith("python -m benchmarks.compare")
+
+
+def run_in_order(commands: list[str], cwd: Path, env: dict) -> list[tuple[str, float, subprocess.CompletedProcess | None]]:
+    """Each command in turn (a later one may read what an earlier one wrote); stops at the first failure."""
+    done = []
+    for command in commands:
+        argv = command_line(command)
+        if argv is None:
+            done.append((command, 0.0, None))
             continue
-        elif len(args) > 1 and args[1] in train.CLI_SUBCOMMANDS:  # LightningCLI
-            extra = CLI_FAST if args[1] == "fit" else ["--trainer.limit_test_batches=1", "--model.test_num_samples=2"]
+        began = time.monotonic()
+        result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+        done.append((command, time.monotonic() - began, result))
+        if result.returncode != 0:
+            break
+    return done
+
+
+def test_every_documented_command_runs_as_written(tmp_path, mnist_dir):
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = {**os.environ, "DATA_DIR": str(mnist_dir), "PYTHONPATH": str(REPO)}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        benchmarks = pool.submit(run_in_order, [c for c in COMMANDS if is_benchmark(c)], tmp_path, env)
+        done = run_in_order([c for c in COMMANDS if not is_benchmark(c)], tmp_path, env) + benchmarks.result()
+    for command, seconds, result in done:
+        print(f"{seconds:6.1f} s  {command}" if result is not None else f"composed  {command}")
+        if result is None:  # cannot train here (CIFAR-10, a GPU, several processes): its model and data are built
+            compose(shlex.split(command)[2:])
         else:
-            extra = HYDRA_FAST
-        result = subprocess.run([sys.executable, *args, *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
-        ran.append(command)
-    assert len(ran) >= 15, ran
-    print(f"ran {len(ran)} commands; composed {len(composed_only)} without training: {composed_only}")
+            assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    ran = [command for command, _, result in done if result is not None]
+    assert len(ran) >= 15 and len(done) == len(COMMANDS), ran
 
     # README's Python example, on a checkpoint the commands above wrote.
     example = re.search(r"<!-- inference-example -->\n```python\n(.*?)```", README, flags=re.S).group(1)

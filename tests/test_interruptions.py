@@ -8,48 +8,23 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from benchmarks import faults
+from benchmarks.faults import RUN, STEPS, finish, wait_for
 from callbacks.checkpoint_files import load_checkpoint_file
 
 pytestmark = pytest.mark.slow  # real processes: run by the full suite (README), not the quick loop
 
 REPO = Path(__file__).resolve().parents[1]
-STEPS = 40
-# Tiny and fast, long enough to be interrupted: 20 batches of 32 an epoch, a checkpoint every 2 steps.
-SETTINGS = ["model=jsa", "model.mis_steps=2", "model.val_num_samples=2", "data.batch_size=32", f"trainer.max_steps={STEPS}",
-            "trainer.limit_train_batches=20", "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0",
-            "trainer.enable_progress_bar=false", "callbacks.model_checkpoint.every_n_train_steps=2",
-            "callbacks.gradient_variance.every_n_steps=0"]
-RUN = "logs/tensorboard/jsa-mnist-mlp-K10-L2"
 
 
 def start(cwd: Path, mnist_dir: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
-    """train.py in its own process group, its output in a file (a stopped child would hold a pipe open)."""
-    environment = {**os.environ, "DATA_DIR": str(mnist_dir), **(env or {})}
-    log = cwd / f"output-{time.monotonic_ns()}.txt"
-    process = subprocess.Popen([sys.executable, str(REPO / "train.py"), *SETTINGS, *args], cwd=cwd, env=environment,
-                               stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    process.log = log
-    return process
-
-
-def finish(process: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
-    process.wait(timeout=timeout)
-    return process.returncode, process.log.read_text()
-
-
-def wait_for(condition, process: subprocess.Popen, timeout: float = 120, poll: float = 0.002) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert process.poll() is None, f"the run ended first:\n{process.log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(poll)
+    return faults.start(cwd, *args, env={"DATA_DIR": str(mnist_dir), **(env or {})})
 
 
 def state(checkpoint_path: Path) -> dict:
@@ -91,43 +66,21 @@ def test_sigterm_and_ctrl_c_save_a_checkpoint_exit_nonzero_and_resume_bit_for_bi
     assert_same_training_state(uninterrupted, state(last))
 
 
-def test_kill_during_checkpoint_writes_never_leaves_a_broken_checkpoint(tmp_path, mnist_dir):
+def test_kill_during_checkpoint_writes_never_leaves_a_broken_checkpoint(tmp_path, mnist_dir, monkeypatch):
     """SIGKILL the moment a temporary checkpoint file appears (a save in progress), with TMPDIR on another
     filesystem than the checkpoints (/dev/shm); each surviving checkpoint verifies and loads, and the
-    next run resumes from last.ckpt and removes the killed processes' temporaries."""
-    checkpoints = tmp_path / RUN / "version_0" / "checkpoints"
-    tmpdir = Path("/dev/shm") if Path("/dev/shm").is_dir() else tmp_path / "tmp"
-    env = {"TMPDIR": str(tmpdir)}
-    every_step = ["callbacks.model_checkpoint.every_n_train_steps=1"]
-    kills = 0
-    for attempt in range(3):
-        resume = [f"ckpt_path={checkpoints / 'last.ckpt'}"] if (checkpoints / "last.ckpt").exists() else []
-        process = start(tmp_path, mnist_dir, *every_step, *resume, env=env)
-        # a save in progress while last.ckpt exists: the file a kill must not destroy
-        saving = lambda: (checkpoints / "last.ckpt").exists() and any(".tmp-" in p.name for p in os.scandir(checkpoints))  # noqa: E731
-        wait_for(saving, process, poll=0.0005)
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        kills += 1
-        for checkpoint in checkpoints.glob("*.ckpt"):
-            load_checkpoint_file(checkpoint)  # raises on a truncated or mismatched file
-    assert kills == 3 and any(".tmp-" in p.name for p in os.scandir(checkpoints))  # a save was in progress
-    code, output = finish(start(tmp_path, mnist_dir, *every_step, f"ckpt_path={checkpoints / 'last.ckpt'}", env=env))
-    assert code == 0, output[-3000:]
-    assert load_checkpoint_file(checkpoints / "last.ckpt")["global_step"] == STEPS
-    assert not [p.name for p in os.scandir(checkpoints) if ".tmp-" in p.name]
+    next run resumes from last.ckpt and removes the killed processes' temporaries. `python -m
+    benchmarks.faults` repeats it 20 times."""
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    result = faults.kill_during_saves(tmp_path, kills=3)
+    assert result["kills_mid_save"] == 3, result  # each kill hit a save in progress
+    assert result["kills_with_every_checkpoint_loadable"] == 3, result
+    assert result["resumed_to_the_end"] and result["temporaries_left_after_resume"] == 0, result
 
 
-def test_runs_started_at_the_same_moment_get_their_own_directories(tmp_path, mnist_dir):
-    quick = ["trainer.max_steps=2"]
-    processes = [start(tmp_path, mnist_dir, *quick) for _ in range(2)]
-    for process in processes:
-        code, output = finish(process)
-        assert code == 0, output[-3000:]
-    versions = sorted(p.name for p in (tmp_path / RUN).iterdir())
-    assert versions == ["version_0", "version_1"]
-    assert all((tmp_path / RUN / v / "checkpoints" / "last.ckpt").is_file() for v in versions)
-    assert len(list((tmp_path / "logs" / "hydra").glob("*/*"))) == 2
+def test_runs_started_at_the_same_moment_get_their_own_directories(tmp_path, mnist_dir, monkeypatch):
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    assert faults.concurrent_starts(tmp_path, pairs=1)["pairs_with_separate_directories"] == 1
 
 
 def test_a_frozen_ddp_peer_stops_the_run_with_a_message_after_the_timeout(tmp_path, mnist_dir):

@@ -1,0 +1,399 @@
+"""Bad input, case by case: what the collection answers to each, in both front ends, data, checkpoints and resume.
+
+    python -m benchmarks.bad_inputs [--quick] [--only ID,ID] [--jobs 2] [--out benchmarks/results/bad_inputs]
+
+Every case runs `python train.py ...` (or a few lines of Python against the library) in a directory of its own,
+with DATA_DIR set and the training cut to a couple of steps, and is classified:
+
+- clear:       exit status != 0, no traceback, a message that names the option or file, nothing written;
+- documented:  the run goes on, and says what it does (a logged line README documents);
+- traceback:   a Python traceback was printed;
+- silent:      an error was expected and the run went on (or a documented behaviour was not logged);
+- unclear:     it stopped without a traceback, but the message does not name the option or file;
+- wrote:       it stopped with a clear message, but left files behind.
+
+Writes table.md (a row per case: input, outcome, the message's first line) and table.json under --out.
+`--only` re-runs some cases and merges them into an existing table.json. tests/test_bad_inputs.py runs --quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = str(REPO / "train.py")
+HYDRA_FAST = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
+              "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=16", "trainer.num_sanity_val_steps=0",
+              "trainer.enable_progress_bar=false", "callbacks.gradient_variance.every_n_steps=0", "model.mis_steps=2"]
+CLI_FAST = [f"--{a}" for a in HYDRA_FAST if not a.startswith(("callbacks.", "model.mis_steps"))]
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+@dataclass
+class Case:
+    id: str
+    family: str  # hydra, cli, data, checkpoint, resume, library
+    args: list[str]  # train.py's arguments; or ["-c", code] for the library; {placeholders} filled in per run
+    expect: str = "error"  # error | documented
+    mention: str | None = None  # a clear message names this (default: the option's last key)
+    documented_by: str | None = None  # for expect=documented: the line the run logs
+    data: str | None = None  # another DATA_DIR prepared by `prepare` (a corrupt copy)
+    copy_runs: bool = False  # copy the prepared runs (checkpoints) into the case's directory first
+    quick: bool = False  # in --quick (tests/test_bad_inputs.py)
+    fast: bool = True  # append the settings that cut the run to a couple of steps
+
+    @property
+    def input(self) -> str:
+        return " ".join(self.args) if self.args[:1] != ["-c"] else self.args[1].strip().splitlines()[-1]
+
+
+def option_cases() -> list[Case]:
+    """Settings of the wrong type, out of range or not among the choices: each in both front ends."""
+    model_options = [  # (model, key, value, other settings it needs)
+        ("jsa", "lr", "abc", []), ("jsa", "lr", "-1", []), ("jsa", "lr", "0", []), ("jsa", "mis_steps", "2.5", []),
+        ("jsa", "mis_steps", "ten", []), ("jsa", "mis_steps", "0", []), ("jsa", "num_categories", "1", []),
+        ("jsa", "num_categories", "abc", []), ("jsa", "num_latents", "0", []), ("jsa", "prior", "gaussian", []),
+        ("jsa", "embedding", "foo", []), ("jsa", "backbone", "foo", []), ("jsa", "likelihood", "foo", []),
+        ("jsa", "use_cache", "maybe", []), ("jsa", "test_num_samples", "0", []), ("jsa", "val_num_samples", "-3", []),
+        ("jsa", "eval_chunk_size", "0", []), ("jsa", "code_dim", "0", []), ("jsa", "gradient_states", "all", []),
+        ("jsa", "cache_start_epoch", "-1", []), ("jsa", "activation", "tanh", []), ("jsa", "sigma", "0", []),
+        ("jsa", "prior_hidden", "0", ["prior=autoregressive"]), ("jsa", "hidden_channels", "0", ["backbone=conv"]),
+        ("vae", "latent_dim", "0", []), ("vqvae", "beta", "-1", []), ("vqvae", "decay", "2", []),
+        ("vqvae", "num_categories", "1", []), ("dvae", "temperature_min", "0", []), ("dvae", "num_samples", "0", []),
+        ("dvae", "baseline_decay", "1.5", []), ("rws", "num_samples", "0", []), ("vimco", "num_samples", "1", []),
+    ]
+    classes = {"jsa": "JSA", "vae": "VAE", "vqvae": "VQVAE", "dvae": "DiscreteVAE", "rws": "RWS", "vimco": "VIMCO"}
+    data_options = [("batch_size", "0"), ("batch_size", "100000"), ("batch_size", "abc"), ("val_size", "-1"),
+                    ("val_size", "1000000000"), ("binarize", "foo"), ("num_workers", "-1"), ("eval_batch_size", "0")]
+    trainer_options = [("max_epochs", "abc"), ("max_steps", "-5"), ("devices", "0"), ("accelerator", "gpu"),
+                       ("precision", "foo"), ("accumulate_grad_batches", "0"), ("limit_train_batches", "abc"),
+                       ("gradient_clip_val", "abc")]
+    cases = []
+    for model, key, value, needs in model_options:
+        name = f"{model}.{key}={value}"
+        cases.append(Case(f"hydra model {name}", "hydra", [f"model={model}", f"model.{key}={value}", *[f"model.{n}" for n in needs]],
+                          mention=key, quick=key in ("lr", "prior") and value != "0"))
+        cases.append(Case(f"cli model {name}", "cli", ["fit", f"--model={classes[model]}", f"--model.{key}={value}",
+                                                       *[f"--model.{n}" for n in needs]], mention=key, quick=key == "mis_steps" and value == "ten"))
+    for key, value in data_options:
+        cases.append(Case(f"hydra data.{key}={value}", "hydra", [f"data.{key}={value}"], mention=key, quick=value == "100000"))
+        cases.append(Case(f"cli data.{key}={value}", "cli", ["fit", f"--data.{key}={value}"], mention=key))
+    for key, value in trainer_options:
+        cases.append(Case(f"hydra trainer.{key}={value}", "hydra", [f"trainer.{key}={value}"], mention=key, quick=key == "devices"))
+        cases.append(Case(f"cli trainer.{key}={value}", "cli", ["fit", f"--trainer.{key}={value}"], mention=key))
+    return cases
+
+
+def front_end_cases() -> list[Case]:
+    return [
+        Case("hydra seed=abc", "hydra", ["seed=abc"]),
+        Case("hydra seed=-1", "hydra", ["seed=-1"]),
+        Case("hydra run_test=maybe", "hydra", ["run_test=maybe"]),
+        Case("hydra +foo=1 (a key nothing reads)", "hydra", ["+foo=1"], mention="foo"),
+        Case("hydra +ckpt_pth= (a typo)", "hydra", ["+ckpt_pth=x.ckpt"], mention="ckpt_pth", quick=True),
+        Case("hydra ddp_timeout_s=abc", "hydra", ["ddp_timeout_s=abc"]),
+        Case("hydra ddp_timeout_s=0", "hydra", ["ddp_timeout_s=0"]),
+        Case("hydra log_dir is a file", "hydra", ["log_dir=afile"], mention="afile"),
+        Case("hydra model=nope", "hydra", ["model=nope"], mention="nope", fast=False),
+        Case("hydra data=nope", "hydra", ["data=nope"], mention="nope", fast=False),
+        Case("hydra trainer=nope", "hydra", ["trainer=nope"], mention="nope", fast=False),
+        Case("hydra experiment=nope", "hydra", ["experiment=nope"], mention="nope", fast=False, quick=True),
+        Case("hydra optimizer=nope", "hydra", ["optimizer=nope"], mention="nope", fast=False),
+        Case("hydra optimizer.lr=abc", "hydra", ["optimizer.lr=abc"], mention="lr"),
+        Case("hydra model.foo=1 (not a setting)", "hydra", ["model.foo=1"], mention="foo", fast=False),
+        Case("hydra callbacks.model_checkpoint.monitor=val/nope", "hydra", ["callbacks.model_checkpoint.monitor=val/nope"],
+             mention="val/nope"),
+        Case("hydra trainer=multinode without a launcher", "hydra", ["trainer=multinode"], mention="torchrun"),
+        Case("cli --model=Nope", "cli", ["fit", "--model=Nope"], mention="Nope"),
+        Case("cli --data=Nope", "cli", ["fit", "--data=Nope"], mention="Nope"),
+        Case("cli --seed_everything=abc", "cli", ["fit", "--seed_everything=abc"]),
+        Case("cli --foo=1", "cli", ["fit", "--foo=1"], mention="foo"),
+        Case("cli --model.foo=1", "cli", ["fit", "--model.foo=1"], mention="foo"),
+        Case("cli --trainer.num_nodes=2 without a launcher", "cli", ["fit", "--trainer.strategy=ddp", "--trainer.num_nodes=2"],
+             mention="torchrun"),
+    ]
+
+
+def data_cases() -> list[Case]:
+    cases = [Case("hydra DATA_DIR empty, no network", "data", [], data="empty", mention="MNIST", quick=True),
+             Case("cli DATA_DIR empty, no network", "data", ["fit"], data="empty", mention="MNIST")]
+    for variant, _ in MNIST_CORRUPTIONS:
+        cases.append(Case(f"hydra MNIST {variant}", "data", [], data=variant, mention="train-images-idx3-ubyte",
+                          quick=variant == "truncated train images"))
+    cases.append(Case("cli MNIST truncated train images", "data", ["fit"], data="truncated train images",
+                      mention="train-images-idx3-ubyte"))
+    for variant in CIFAR_CORRUPTIONS:
+        cases.append(Case(f"hydra CIFAR-10 {variant}", "data", ["data=cifar10"], data=f"cifar {variant}", mention="data_batch_1"))
+    return cases
+
+
+def checkpoint_cases() -> list[Case]:
+    hydra = ["model=jsa"]
+    return [
+        Case("hydra ckpt_path missing", "checkpoint", [*hydra, "ckpt_path=nope.ckpt"], mention="nope.ckpt"),
+        Case("hydra ckpt_path a directory", "checkpoint", [*hydra, "ckpt_path=adir"], mention="adir"),
+        Case("hydra ckpt_path empty file", "checkpoint", [*hydra, "ckpt_path={root}/empty.ckpt"], mention="empty.ckpt"),
+        Case("hydra ckpt_path garbage", "checkpoint", [*hydra, "ckpt_path={root}/garbage.ckpt"], mention="garbage.ckpt", quick=True),
+        Case("hydra ckpt_path truncated", "checkpoint", [*hydra, "ckpt_path={root}/truncated.ckpt"], mention="truncated.ckpt"),
+        Case("hydra ckpt_path a flipped byte", "checkpoint", [*hydra, "ckpt_path={root}/flipped.ckpt"], mention="flipped.ckpt", quick=True),
+        Case("hydra ckpt_path without its .sha256 (loads)", "checkpoint", [*hydra, "ckpt_path={root}/nosidecar.ckpt",
+                                                                           "trainer.max_steps=3"],
+             expect="documented", documented_by="Restored all states"),
+        Case("hydra a VAE checkpoint resumed as JSA", "checkpoint", [*hydra, "ckpt_path={vae}"], mention="VAE"),
+        Case("cli fit --ckpt_path garbage", "checkpoint", ["fit", "--ckpt_path={root}/garbage.ckpt"], mention="garbage.ckpt"),
+        Case("cli fit --ckpt_path missing", "checkpoint", ["fit", "--ckpt_path=nope.ckpt"], mention="nope.ckpt"),
+        Case("cli test --model=VAE on a JSA checkpoint", "checkpoint", ["test", "--model=VAE", "--ckpt_path={jsa}"], mention="JSA",
+             quick=True),
+        Case("cli test on a flipped checkpoint", "checkpoint", ["test", "--ckpt_path={root}/flipped.ckpt"], mention="flipped.ckpt"),
+        Case("library load_from_checkpoint(garbage)", "library",
+             ["-c", "from models import JSA\nJSA.load_from_checkpoint('{root}/garbage.ckpt')"], mention="garbage.ckpt"),
+        Case("library JSA.load_from_checkpoint(a VAE's)", "library",
+             ["-c", "from models import JSA\nJSA.load_from_checkpoint('{vae}')"], mention="VAE"),
+        Case("library MNISTDataModule(batch_size=0)", "library",
+             ["-c", "from datamodules import MNISTDataModule\nMNISTDataModule(batch_size=0)"], mention="batch_size"),
+    ]
+
+
+def resume_cases() -> list[Case]:
+    resume = ["model=jsa", "ckpt_path={jsa}", "trainer.max_steps=4"]
+    changed = "resuming with changed settings"
+    return [
+        Case("resume model.num_latents changed", "resume", [*resume, "model.num_latents=5"], mention="num_latents", copy_runs=True),
+        Case("resume model.num_categories changed", "resume", [*resume, "model.num_categories=4"], mention="num_categories",
+             copy_runs=True),
+        Case("resume model.use_cache=false", "resume", [*resume, "model.use_cache=false"], mention="use_cache", copy_runs=True,
+             quick=True),
+        Case("resume data.val_size changed (cache size)", "resume", [*resume, "data.val_size=300"], mention="val_size", copy_runs=True),
+        Case("resume optimizer=sgld on Adam's state", "resume", [*resume, "optimizer=sgld"], mention="SGLD", copy_runs=True),
+        Case("resume model.lr changed", "resume", [*resume, "model.lr=0.0005"], expect="documented",
+             documented_by="model.lr: 0.001 -> 0.0005", copy_runs=True, quick=True),
+        Case("resume model.mis_steps changed", "resume", [*resume, "model.mis_steps=3"], expect="documented",
+             documented_by="model.mis_steps: 2 -> 3", copy_runs=True),
+        Case("resume data.batch_size changed", "resume", [*resume, "data.batch_size=8"], expect="documented",
+             documented_by="data.batch_size: 16 -> 8", copy_runs=True),
+        Case("cli resume --model.num_latents changed", "resume", ["fit", "--ckpt_path={jsa}", "--model.num_latents=5"],
+             mention="num_latents", copy_runs=True),
+        Case("cli resume --data.val_size changed", "resume", ["fit", "--ckpt_path={jsa}", "--data.val_size=300"],
+             mention="val_size", copy_runs=True),
+    ]
+
+
+def all_cases() -> list[Case]:
+    return option_cases() + front_end_cases() + data_cases() + checkpoint_cases() + resume_cases()
+
+
+# ---- the inputs the cases need, made once -----------------------------------------------------------
+
+def _flip(data: bytes) -> bytes:
+    middle = len(data) // 2
+    return data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:]
+
+
+MNIST_CORRUPTIONS = [  # (variant, how the train images file is made from the real one)
+    ("truncated train images", lambda data: data[: len(data) // 2]),
+    ("train images with a wrong magic number", lambda data: b"\x00\x00\x08\x01" + data[4:]),
+    ("train images replaced by the labels", None),  # swapped files
+    ("empty train images", lambda data: b""),
+    ("gzip-compressed train images", lambda data: b"\x1f\x8b" + data[2:]),
+]
+CIFAR_CORRUPTIONS = ["truncated", "garbage", "wrong shape", "altered (checksum)"]
+
+
+def prepare(root: Path, data_dir: Path) -> None:
+    """Corrupt data copies, broken checkpoints, and two tiny real runs (JSA and VAE) to resume from."""
+    import pickle
+
+    import numpy as np
+    import torch
+
+    real = data_dir / "MNIST" / "raw"
+    (root / "data-empty").mkdir()
+    for variant, make in MNIST_CORRUPTIONS:
+        raw = root / f"data-{variant}" / "MNIST" / "raw"
+        raw.mkdir(parents=True)
+        for name in MNIST_FILES[1:]:
+            (raw / name).symlink_to(real / name)  # read only: never written through
+        target = raw / MNIST_FILES[0]
+        if make is None:
+            shutil.copyfile(real / "train-labels-idx1-ubyte", target)
+        else:
+            target.write_bytes(make((real / MNIST_FILES[0]).read_bytes()))
+    from tests.conftest import write_fake_cifar10
+
+    for variant in CIFAR_CORRUPTIONS:
+        folder_root = root / f"data-cifar {variant}"
+        folder_root.mkdir()
+        write_fake_cifar10(folder_root)
+        batch = folder_root / "cifar-10-batches-py" / "data_batch_1"
+        content = batch.read_bytes()
+        if variant == "truncated":
+            batch.write_bytes(content[: len(content) // 2])
+        elif variant == "garbage":
+            batch.write_bytes(os.urandom(len(content)))
+        elif variant == "wrong shape":
+            entry = pickle.loads(content, encoding="latin1")
+            entry["data"] = np.zeros((7, 100), dtype=np.uint8)
+            batch.write_bytes(pickle.dumps(entry))
+    # Two tiny real runs, then broken copies of the JSA checkpoint.
+    env = {**os.environ, "DATA_DIR": str(data_dir)}
+    (root / "runs").mkdir()
+    for model in ("jsa", "vae"):
+        fast = [a for a in HYDRA_FAST if model == "jsa" or not a.startswith("model.mis_steps")]
+        subprocess.run([sys.executable, TRAIN, f"model={model}", *fast], cwd=root / "runs", env=env, check=True, capture_output=True)
+    jsa = run_checkpoint(root, "jsa")
+    content = jsa.read_bytes()
+    (root / "empty.ckpt").write_bytes(b"")
+    (root / "garbage.ckpt").write_bytes(random.Random(0).randbytes(4096))
+    (root / "truncated.ckpt").write_bytes(content[: len(content) // 2])
+    shutil.copyfile(jsa.with_name(jsa.name + ".sha256"), root / "truncated.ckpt.sha256")
+    (root / "flipped.ckpt").write_bytes(_flip(content))
+    (root / "flipped.ckpt.sha256").write_text((jsa.with_name(jsa.name + ".sha256")).read_text().replace(jsa.name, "flipped.ckpt"))
+    shutil.copyfile(jsa, root / "nosidecar.ckpt")
+    torch.load(root / "nosidecar.ckpt", weights_only=True)  # the copy itself is sound
+
+
+def run_checkpoint(root: Path, model: str, runs: Path | None = None) -> Path:
+    (path,) = ((runs or root / "runs") / "logs" / "tensorboard").glob(f"{model}-*/version_0/checkpoints/last.ckpt")
+    return path
+
+
+# ---- running and classifying ---------------------------------------------------------------------------
+
+def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in directory.rglob("*") if p.is_file() and not p.is_symlink()}
+
+
+def run_case(case: Case, root: Path, data_dir: Path) -> dict:
+    cwd = Path(tempfile.mkdtemp(prefix="case-", dir=root))
+    (cwd / "afile").write_text("")
+    (cwd / "adir").mkdir()
+    places = {"root": str(root), "jsa": str(run_checkpoint(root, "jsa")), "vae": str(run_checkpoint(root, "vae"))}
+    if case.copy_runs:  # the case resumes its own copy: what it writes there is seen
+        shutil.copytree(root / "runs" / "logs", cwd / "logs")
+        places["jsa"] = str(run_checkpoint(root, "jsa", runs=cwd))
+    args = [a.format(**places) for a in case.args]
+    if args[:1] == ["-c"]:
+        argv = [sys.executable, "-c", args[1]]
+    else:
+        fast = (CLI_FAST if args[:1] and args[0] in ("fit", "validate", "test") else HYDRA_FAST) if case.fast else []
+        given = {a.lstrip("+-").split("=", 1)[0] for a in args}
+        fast = [a for a in fast if a.lstrip("-").split("=", 1)[0] not in given]  # Hydra refuses a key given twice
+        if any(a.startswith("model=") and a != "model=jsa" for a in args):
+            fast = [a for a in fast if not a.startswith("model.mis_steps")]  # JSA's only
+        if args[:1] in (["test"], ["validate"]):
+            fast = [a for a in fast if not a.startswith(("--trainer.max_steps", "--trainer.limit_train", "--data.batch_size"))]
+        argv = [sys.executable, TRAIN, *args, *fast]
+    env = {**os.environ, "DATA_DIR": str(root / f"data-{case.data}") if case.data else str(data_dir),
+           "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
+    before = snapshot(cwd)
+    began = time.monotonic()
+    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    seconds = time.monotonic() - began
+    written = sorted(k for k, v in snapshot(cwd).items() if before.get(k) != v)
+    outcome, message = classify(case, result.returncode, result.stdout, result.stderr, written)
+    shutil.rmtree(cwd, ignore_errors=True)
+    return {**asdict(case), "input": case.input, "outcome": outcome, "message": message, "exit": result.returncode,
+            "written": written[:5], "seconds": round(seconds, 1)}
+
+
+def classify(case: Case, code: int, stdout: str, stderr: str, written: list[str]) -> tuple[str, str]:
+    output = stdout + "\n" + stderr
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if "Traceback (most recent call last)" in output:
+        return "traceback", next((line for line in reversed(lines) if not line.startswith("Set the environment")), "")[:300]
+    if case.expect == "documented":
+        if code == 0 and case.documented_by in output:
+            return "documented", next(line for line in output.splitlines() if case.documented_by in line).strip()[:300]
+        return ("silent" if code == 0 else "unclear"), (lines[-1] if lines else "")[:300]
+    if code == 0:
+        return "silent", "exit status 0"
+    message = next((line for line in lines if line.startswith("error:") or "error:" in line), None)
+    message = message or next((line for line in lines if not line.startswith(("[", "Set the environment"))), "")
+    mention = case.mention or case.args[-1].lstrip("-+").split("=", 1)[0].rsplit(".", 1)[-1]
+    if mention not in " ".join(lines):
+        return "unclear", message[:300]
+    if written:
+        return "wrote", f"{message[:240]} (wrote {', '.join(written[:3])})"
+    return "clear", message[:300]
+
+
+# ---- the table ----------------------------------------------------------------------------------
+
+def write_table(rows: list[dict], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.json").write_text(json.dumps(rows, indent=1) + "\n")
+    counts = {k: sum(r["outcome"] == k for r in rows) for k in ("clear", "documented", "traceback", "silent", "unclear", "wrote")}
+    lines = ["# Bad inputs", "", "Written by `python -m benchmarks.bad_inputs` (its docstring defines the outcomes). "
+             f"{len(rows)} cases: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + ".", "",
+             "| case | front end | input | outcome | message (first line) |", "|---|---|---|---|---|"]
+    for row in rows:
+        message = row["message"].replace("|", "\\|")
+        message = message if len(message) <= 200 else message[:200] + " …"
+        lines.append(f"| {row['id']} | {row['family']} | `{row['input'].replace('|', '/')}` | {row['outcome']} | {message} |")
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a case of each kind only (tests/test_bad_inputs.py)")
+    parser.add_argument("--only", type=lambda text: text.split(","), help="re-run these case ids (comma-separated), merged into table.json")
+    parser.add_argument("--jobs", type=int, default=2, help="cases run at the same time (default 2)")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "bad_inputs")
+    parser.add_argument("--table-only", action="store_true", help="rewrite table.md from table.json")
+    args = parser.parse_args(argv)
+    if args.table_only:
+        write_table(json.loads((args.out / "table.json").read_text()), args.out)
+        return 0
+    data_dir = Path(os.environ.get("DATA_DIR") or REPO.parent / "shared" / "data")
+    if not (data_dir / "MNIST" / "raw").is_dir():
+        parser.error(f"no MNIST under {data_dir}: set DATA_DIR to the directory that holds MNIST/raw")
+    cases = all_cases()
+    known = {c.id for c in cases}
+    if args.only:
+        unknown = [i for i in args.only if i not in known]
+        if unknown:
+            parser.error(f"--only: unknown case ids {unknown}; see table.json for the ids")
+        cases = [c for c in cases if c.id in args.only]
+    elif args.quick:
+        cases = [c for c in cases if c.quick]
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bad-inputs-") as work:
+        root = Path(work)
+        prepare(root, data_dir)
+        print(f"prepared in {time.monotonic() - started:.0f} s; {len(cases)} cases", flush=True)
+
+        def one(case: Case) -> dict:
+            row = run_case(case, root, data_dir)
+            print(f"{row['outcome']:>10}  {case.id}: {row['message'][:120]}", flush=True)
+            return row
+
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            rows = list(pool.map(one, cases))
+    if args.only and (args.out / "table.json").exists():
+        fresh = {r["id"]: r for r in rows}
+        rows = [fresh.get(r["id"], r) for r in json.loads((args.out / "table.json").read_text()) if r["id"] in known]
+        rows += [r for r in fresh.values() if r["id"] not in {x["id"] for x in rows}]
+    if not args.quick:
+        write_table(rows, args.out)
+    bad = [r for r in rows if r["outcome"] not in ("clear", "documented")]
+    print(f"{len(rows)} cases in {time.monotonic() - started:.0f} s: "
+          + ", ".join(f"{sum(r['outcome'] == k for r in rows)} {k}" for k in ("clear", "documented", "traceback", "silent", "unclear", "wrote")))
+    for row in bad:
+        print(f"  {row['outcome']}: {row['id']}: {row['message'][:200]}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

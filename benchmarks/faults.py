@@ -1,0 +1,152 @@
+"""Faults injected into real `python train.py` processes, repeated to count how often each holds.
+
+    python -m benchmarks.faults [--kills 20] [--concurrent 10] [--out benchmarks/results/faults]
+
+1. kill -9 during checkpoint writes: a training run that saves every step is killed the moment a temporary
+   checkpoint file appears beside `last.ckpt` (a save in progress), with TMPDIR on another filesystem
+   (/dev/shm); every checkpoint left must verify against its checksum and load, and the next run resumes
+   from `last.ckpt`. Repeated `--kills` times in one run directory, then resumed to the end once.
+2. Runs started at the same moment: two identical runs are started together, `--concurrent` times; each
+   must get its own TensorBoard version and Hydra directory and finish with its own `last.ckpt`.
+
+Writes results.json and results.md under --out. tests/test_interruptions.py runs both with small counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = 40
+# Tiny and fast, long enough to be interrupted: 20 batches of 32 an epoch, a checkpoint every 2 steps.
+SETTINGS = ["model=jsa", "model.mis_steps=2", "model.val_num_samples=2", "data.batch_size=32", f"trainer.max_steps={STEPS}",
+            "trainer.limit_train_batches=20", "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0",
+            "trainer.enable_progress_bar=false", "callbacks.model_checkpoint.every_n_train_steps=2",
+            "callbacks.gradient_variance.every_n_steps=0"]
+RUN = "logs/tensorboard/jsa-mnist-mlp-K10-L2"  # the run's name under these settings
+
+
+def start(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    """train.py with SETTINGS in its own process group, its output in a file (a stopped child would hold a pipe open)."""
+    log = cwd / f"output-{time.monotonic_ns()}.txt"
+    process = subprocess.Popen([sys.executable, str(REPO / "train.py"), *SETTINGS, *args], cwd=cwd,
+                               env={**os.environ, **(env or {})}, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    process.log = log
+    return process
+
+
+def finish(process: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
+    process.wait(timeout=timeout)
+    return process.returncode, process.log.read_text()
+
+
+def wait_for(condition: Callable[[], bool], process: subprocess.Popen, timeout: float = 120, poll: float = 0.002) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended first:\n{process.log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(poll)
+
+
+def kill_during_saves(cwd: Path, kills: int) -> dict:
+    """SIGKILL `kills` runs mid-save (each resuming the last), check every checkpoint left, then finish the run."""
+    from callbacks.checkpoint_files import load_checkpoint_file
+
+    checkpoints = cwd / RUN / "version_0" / "checkpoints"
+    env = {"TMPDIR": "/dev/shm" if Path("/dev/shm").is_dir() else str(cwd / "tmp")}
+    every_step = ["callbacks.model_checkpoint.every_n_train_steps=1"]
+    outcomes = []
+    for _ in range(kills):
+        resume = [f"ckpt_path={checkpoints / 'last.ckpt'}"] if (checkpoints / "last.ckpt").exists() else []
+        process = start(cwd, *every_step, *resume, env=env)
+
+        def saving() -> bool:  # a save in progress while last.ckpt exists: the file a kill must not destroy
+            return (checkpoints / "last.ckpt").exists() and any(".tmp-" in p.name for p in os.scandir(checkpoints))
+
+        wait_for(saving, process, poll=0.0005)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        left = sorted(checkpoints.glob("*.ckpt"))
+        broken = []
+        for checkpoint in left:
+            try:
+                load_checkpoint_file(checkpoint)  # raises on a truncated or mismatched file
+            except ValueError as error:
+                broken.append(f"{checkpoint.name}: {error}")
+        outcomes.append({"checkpoints": len(left), "broken": broken,
+                         "temporaries": sum(".tmp-" in p.name for p in os.scandir(checkpoints)),
+                         "step": load_checkpoint_file(checkpoints / "last.ckpt")["global_step"] if not broken else None})
+    code, output = finish(start(cwd, *every_step, f"ckpt_path={checkpoints / 'last.ckpt'}", env=env))
+    return {
+        "kills": kills,
+        "kills_with_every_checkpoint_loadable": sum(not o["broken"] for o in outcomes),
+        "kills_mid_save": sum(o["temporaries"] > 0 for o in outcomes),
+        "attempts": outcomes,
+        "resumed_to_the_end": code == 0 and load_checkpoint_file(checkpoints / "last.ckpt")["global_step"] == STEPS,
+        "temporaries_left_after_resume": sum(".tmp-" in p.name for p in os.scandir(checkpoints)),
+        "resume_output_tail": "" if code == 0 else output[-2000:],
+    }
+
+
+def concurrent_starts(cwd: Path, pairs: int) -> dict:
+    """Start two identical short runs together, `pairs` times in one directory; count separate outputs."""
+    separate = 0
+    for attempt in range(pairs):
+        root = cwd / f"pair-{attempt}"
+        root.mkdir()
+        processes = [start(root, "trainer.max_steps=2") for _ in range(2)]
+        codes = [finish(p)[0] for p in processes]
+        versions = sorted(p.name for p in (root / RUN).iterdir()) if (root / RUN).is_dir() else []
+        separate += (codes == [0, 0] and versions == ["version_0", "version_1"]
+                     and all((root / RUN / v / "checkpoints" / "last.ckpt").is_file() for v in versions)
+                     and len(list((root / "logs" / "hydra").glob("*/*"))) == 2)
+    return {"pairs": pairs, "pairs_with_separate_directories": separate}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--concurrent", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "faults")
+    args = parser.parse_args()
+    if "DATA_DIR" not in os.environ:
+        raise SystemExit("error: set DATA_DIR to the directory that holds MNIST/raw (the runs read real MNIST)")
+    results = {}
+    with tempfile.TemporaryDirectory() as work:
+        started = time.monotonic()
+        results["kill_during_saves"] = kill_during_saves(Path(work) / "kills", args.kills) if args.kills else None
+        print(f"kill -9 during saves: {json.dumps({k: v for k, v in (results['kill_during_saves'] or {}).items() if k != 'attempts'})}")
+        results["concurrent_starts"] = concurrent_starts(Path(work) / "concurrent", args.concurrent) if args.concurrent else None
+        print(f"concurrent starts: {results['concurrent_starts']}")
+        results["seconds"] = round(time.monotonic() - started, 1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    kills, pairs = results["kill_during_saves"], results["concurrent_starts"]
+    lines = ["# Fault injection (`python -m benchmarks.faults`)", ""]
+    if kills:
+        lines.append(f"- kill -9 during a checkpoint write, TMPDIR=/dev/shm: {kills['kills_with_every_checkpoint_loadable']}/"
+                     f"{kills['kills']} kills left every checkpoint loadable ({kills['kills_mid_save']} of them with a save in "
+                     f"progress); resumed to step {STEPS}: {kills['resumed_to_the_end']}; temporaries left after the resume: "
+                     f"{kills['temporaries_left_after_resume']}")
+    if pairs:
+        lines.append(f"- two runs started at the same moment: {pairs['pairs_with_separate_directories']}/{pairs['pairs']} "
+                     "pairs got their own TensorBoard version and Hydra directory and each finished with its own last.ckpt")
+    lines.append(f"- {results['seconds']} s on {os.cpu_count()} CPU cores")
+    (args.out / "results.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
