@@ -459,8 +459,9 @@ def _parser_message(text: str, args: list[str]) -> str:
 
     keys = list(dict.fromkeys(re.findall(r'Parser key "([^"]+)"', text)))
     noise = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path", "Parser key",
-             "- Expected a <class 'NoneType'>")
-    reasons = [line.strip().removeprefix("- ") for line in text.splitlines()[1:] if line.strip() and not line.strip().startswith(noise)]
+             "Expected a <class 'NoneType'>")
+    lines = [line.strip().removeprefix("- ") for line in text.splitlines()[1:]]
+    reasons = [line for line in lines if line and not line.startswith(noise)]
     if not keys or not reasons:
         return " ".join(text.split())
     given = [a.split("=", 1)[0] for a in args if a.startswith("--")]
