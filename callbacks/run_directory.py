@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -90,32 +89,34 @@ def no_traces_if_refused(logger: Any, refusals: tuple[type[BaseException], ...])
     refuses) leaves nothing behind: the TensorBoard run it had just made is removed; when it resumed an
     existing run, the event file this process added goes and the run's config files are put back as they
     were (LightningCLI rewrites config.yaml at setup). A run that saved a checkpoint keeps everything."""
-    started = time.time()
     run_dir = Path(logger.log_dir) if logger and rank_zero_only.rank == 0 else None
-    kept = {p: p.read_bytes() for p in run_dir.glob("*.yaml")} if run_dir is not None and run_dir.is_dir() else {}
+    before = files_of(run_dir) if run_dir is not None else {}
+    kept = {p: p.read_bytes() for p in before if p.suffix == ".yaml"}
     try:
         yield
     except refusals:
         if run_dir is not None and run_dir.is_dir():
-            remove_traces(run_dir, started, kept)
+            remove_traces(run_dir, before, kept)
         raise
 
 
-def remove_traces(run_dir: Path, since: float, kept: dict[Path, bytes]) -> None:
-    if any(p.stat().st_mtime >= since for p in run_dir.glob("checkpoints/*.ckpt")):
+def files_of(directory: Path) -> dict[Path, int]:
+    """Every file below `directory`, with its modification time (ns)."""
+    return {p: p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file()} if directory.is_dir() else {}
+
+
+def remove_traces(run_dir: Path, before: dict[Path, int], kept: dict[Path, bytes]) -> None:
+    changed = [p for p, mtime in files_of(run_dir).items() if before.get(p) != mtime]
+    if any(p.suffix == ".ckpt" for p in changed):  # it saved a checkpoint: a run, kept whole
         return
-    if all(p.stat().st_mtime >= since for p in run_dir.rglob("*") if p.is_file()):  # the run's own new directory
+    if not before:  # the run's own new directory: all of it
         remove_with_empty_parents(run_dir)
         return
-    for event_file in run_dir.glob(f"events.out.tfevents.*.{os.getpid()}.*"):  # a resumed run: this process's file
-        if event_file.stat().st_mtime >= since:
-            event_file.unlink(missing_ok=True)
-    for config in run_dir.glob("*.yaml"):
-        if config not in kept and config.stat().st_mtime >= since:
-            config.unlink(missing_ok=True)
-    for config, content in kept.items():
-        if config.read_bytes() != content:
-            config.write_bytes(content)
+    for path in changed:  # a resumed run: what this process added goes, what it rewrote is put back
+        if path in kept:
+            path.write_bytes(kept[path])
+        elif path not in before:
+            path.unlink(missing_ok=True)
 
 
 def remove_if_only_hydra_files(directory: str) -> None:

@@ -1,0 +1,66 @@
+"""A run refused before it saved anything leaves nothing behind (callbacks/run_directory.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from callbacks.run_directory import no_traces_if_refused
+
+
+class Refused(ValueError):
+    pass
+
+
+def logger_at(run_dir: Path) -> SimpleNamespace:
+    return SimpleNamespace(log_dir=str(run_dir), _version=run_dir.name)
+
+
+def test_a_new_run_refused_before_saving_is_removed_with_its_empty_parents(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "logs" / "tensorboard" / "other").mkdir(parents=True)
+    run_dir = tmp_path / "logs" / "tensorboard" / "jsa" / "version_0"
+    with pytest.raises(Refused), no_traces_if_refused(logger_at(run_dir), (Refused,)):
+        run_dir.mkdir(parents=True)
+        (run_dir / f"events.out.tfevents.1.host.{os.getpid()}.0").write_text("")
+        raise Refused
+    assert not (tmp_path / "logs" / "tensorboard" / "jsa").exists() and (tmp_path / "logs" / "tensorboard" / "other").is_dir()
+
+
+def test_a_refused_resume_keeps_the_run_as_it_was(tmp_path):
+    run_dir = tmp_path / "version_0"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    old = [run_dir / "events.out.tfevents.1.host.1.0", run_dir / "checkpoints" / "last.ckpt"]
+    for path in old:
+        path.write_text("earlier run")
+    (run_dir / "config.yaml").write_text("lr: 0.001\n")
+    past = time.time() - 60
+    for path in [*old, run_dir / "config.yaml"]:
+        os.utime(path, (past, past))
+    with pytest.raises(Refused), no_traces_if_refused(logger_at(run_dir), (Refused,)):
+        (run_dir / f"events.out.tfevents.2.host.{os.getpid()}.0").write_text("")
+        (run_dir / "config.yaml").write_text("lr: 0.5\n")  # LightningCLI rewrites it at setup
+        raise Refused
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.yaml", "events.out.tfevents.1.host.1.0"]
+    assert (run_dir / "config.yaml").read_text() == "lr: 0.001\n"
+
+
+def test_a_run_that_saved_a_checkpoint_keeps_everything(tmp_path):
+    run_dir = tmp_path / "version_0"
+    with pytest.raises(Refused), no_traces_if_refused(logger_at(run_dir), (Refused,)):
+        (run_dir / "checkpoints").mkdir(parents=True)
+        (run_dir / "checkpoints" / "last.ckpt").write_text("trained")
+        raise Refused
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_other_errors_are_not_cleaned_up(tmp_path):
+    run_dir = tmp_path / "version_0"
+    with pytest.raises(RuntimeError), no_traces_if_refused(logger_at(run_dir), (Refused,)):
+        run_dir.mkdir()
+        raise RuntimeError("a bug: its traces are evidence")
+    assert run_dir.is_dir()
