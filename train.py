@@ -180,7 +180,7 @@ def check_run_settings(cfg: Any) -> None:
     from hydra.utils import get_class
     from omegaconf import OmegaConf
 
-    from callbacks.settings import SettingsError, check_settings, expected
+    from callbacks.settings import SettingsError, check_settings, check_trainer_values, expected
 
     problems = []
     for arg in sys.argv[1:]:
@@ -200,6 +200,10 @@ def check_run_settings(cfg: Any) -> None:
         raise SettingsError("; ".join(problems))
     trainer_settings = OmegaConf.to_container(cfg.trainer, resolve=True)
     check_settings(get_class(trainer_settings["_target_"]), trainer_settings, "trainer")
+    check_trainer_values(trainer_settings, "trainer")
+    if cfg.get("optimizer"):
+        optimizer_settings = OmegaConf.to_container(cfg.optimizer, resolve=True)
+        check_settings(get_class(optimizer_settings["_target_"]), optimizer_settings, "optimizer")
 
 
 def build(cfg: Any) -> tuple[Any, Any]:
@@ -327,7 +331,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
     from callbacks.checkpoint_files import CheckpointError
     from callbacks.distributed import DDP_TIMEOUT_S, check_launcher, strategy_with_timeout
     from callbacks.run_directory import no_traces_if_refused, requeued_job_checkpoint, slurm_job_id, tensorboard_logger
-    from callbacks.settings import SettingsError
+    from callbacks.settings import SettingsError, check_trainer_values
     from datamodules import ImageDataModule
     from models import LatentVariableModel
 
@@ -394,6 +398,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
 
         def instantiate_trainer(self, **kwargs: Any) -> Any:
             trainer_config = self._get(self.config_init, "trainer", default={})
+            check_trainer_values(trainer_config, "--trainer")
             # Instantiation reads the limits back as floats; the integers the user gave are counts.
             for key, value in _integer_batch_limits(raw_args).items():
                 trainer_config[key] = value

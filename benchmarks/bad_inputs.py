@@ -5,7 +5,8 @@
 Every case runs `python train.py ...` (or a few lines of Python against the library) in a directory of its own,
 with DATA_DIR set and the training cut to a couple of steps, and is classified:
 
-- clear:       exit status != 0, no traceback, a message that names the option or file, nothing written;
+- clear:       exit status != 0, no traceback, a message that names the option or file, nothing written
+               (library calls: an exception of the collection's error types, or ValueError, naming it);
 - documented:  the run goes on, and says what it does (a logged line README documents);
 - traceback:   a Python traceback was printed;
 - silent:      an error was expected and the run went on (or a documented behaviour was not logged);
@@ -37,6 +38,7 @@ HYDRA_FAST = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.l
               "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=16", "trainer.num_sanity_val_steps=0",
               "trainer.enable_progress_bar=false", "callbacks.gradient_variance.every_n_steps=0", "model.mis_steps=2"]
 CLI_FAST = [f"--{a}" for a in HYDRA_FAST if not a.startswith(("callbacks.", "model.mis_steps"))]
+LIBRARY_ERRORS = ("CheckpointError", "DataError", "DataNotFoundError", "DataCorruptError", "SettingsError", "ValueError")
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
@@ -311,6 +313,10 @@ def run_case(case: Case, root: Path, data_dir: Path) -> dict:
 def classify(case: Case, code: int, stdout: str, stderr: str, written: list[str]) -> tuple[str, str]:
     output = stdout + "\n" + stderr
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if case.family == "library" and code != 0 and lines:  # Python code gets an exception: of a documented type, named
+        exception, _, message = lines[-1].partition(": ")
+        named = (case.mention or "") in message
+        return ("clear" if exception.rsplit(".", 1)[-1] in LIBRARY_ERRORS and named else "unclear"), lines[-1][:300]
     if "Traceback (most recent call last)" in output:
         return "traceback", next((line for line in reversed(lines) if not line.startswith("Set the environment")), "")[:300]
     if case.expect == "documented":

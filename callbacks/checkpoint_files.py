@@ -123,7 +123,10 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", wei
     try:
         checkpoint = pl_load(path, map_location=map_location, weights_only=weights_only)
     except Exception as error:  # truncated zip, pickled garbage, a file that is not a checkpoint at all
-        reason = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
+        text = str(error).strip()
+        # torch's weights_only refusal wraps the real reason in advice about weights_only that does not apply here
+        text = text.rsplit("WeightsUnpickler error:", 1)[-1].strip() if "WeightsUnpickler error:" in text else text
+        reason = text.splitlines()[0][:160] if text else type(error).__name__
         raise CheckpointError(f"checkpoint {path} is not a readable checkpoint ({type(error).__name__}: {reason}); "
                               "it is truncated or was not written by torch.save") from None
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:

@@ -60,7 +60,23 @@ def expected(hint: Any, value: Any) -> str | None:
         return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
     if hint is str:
         return None if isinstance(value, str) else "a string"
-    return None  # sequences, callables, ...: left to the constructor
+    if isinstance(hint, type) and isinstance(value, (str, int, float, bool)):  # a plain value is never a Tensor, ...
+        return None if isinstance(value, hint) else f"a {hint.__name__}"
+    return None  # sequences, callables, nested configs: left to the constructor
+
+
+def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:
+    """What lightning.Trainer accepts but cannot run: an accelerator this machine lacks (Lightning's own message
+    does not name the option), and accumulate_grad_batches < 1 (a ZeroDivisionError at the first step)."""
+    import torch
+
+    accelerator, accumulate = settings.get("accelerator"), settings.get("accumulate_grad_batches")
+    available = {"gpu": torch.cuda.is_available(), "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    if isinstance(accelerator, str) and not available.get(accelerator, True):
+        raise SettingsError(f"{prefix}.accelerator={accelerator}: no such device is visible here; use {prefix}.accelerator=cpu "
+                            "(or auto)")
+    if isinstance(accumulate, int) and accumulate < 1:
+        raise SettingsError(f"{prefix}.accumulate_grad_batches={accumulate}: expected an integer >= 1")
 
 
 def check_settings(cls: type, settings: dict[str, Any], prefix: str) -> None:

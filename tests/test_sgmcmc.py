@@ -334,6 +334,7 @@ REGRESSION_CASES = {
 }
 
 
+@pytest.mark.slow  # thousands of sampler steps: the full suite's, not the quick loop's
 @pytest.mark.parametrize("name", list(REGRESSION_CASES))
 def test_bayesian_linear_regression_posterior(name: str) -> None:
     make_sampler, burn_in, num_kept, start = REGRESSION_CASES[name]

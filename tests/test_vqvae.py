@@ -73,6 +73,7 @@ def test_nll_is_the_uniform_prior_bound_whatever_the_sample_count(likelihood):
     torch.testing.assert_close(nll, bound)
 
 
+@pytest.mark.slow  # trains on real MNIST: the full suite's, not the quick loop's
 def test_vqvae_learns_on_real_mnist(mnist_dir):
     x, index = mnist_slice(mnist_dir)
     model = small_vqvae(num_categories=32, code_dim=8, hidden_channels=32, ema=False, dead_code_threshold=0.0)
