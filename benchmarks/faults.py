@@ -64,6 +64,7 @@ def kill_during_saves(cwd: Path, kills: int) -> dict:
     """SIGKILL `kills` runs mid-save (each resuming the last), check every checkpoint left, then finish the run."""
     from callbacks.checkpoint_files import load_checkpoint_file
 
+    cwd.mkdir(parents=True, exist_ok=True)
     checkpoints = cwd / RUN / "version_0" / "checkpoints"
     env = {"TMPDIR": "/dev/shm" if Path("/dev/shm").is_dir() else str(cwd / "tmp")}
     every_step = ["callbacks.model_checkpoint.every_n_train_steps=1"]
@@ -105,7 +106,7 @@ def concurrent_starts(cwd: Path, pairs: int) -> dict:
     separate = 0
     for attempt in range(pairs):
         root = cwd / f"pair-{attempt}"
-        root.mkdir()
+        root.mkdir(parents=True)
         processes = [start(root, "trainer.max_steps=2") for _ in range(2)]
         codes = [finish(p)[0] for p in processes]
         versions = sorted(p.name for p in (root / RUN).iterdir()) if (root / RUN).is_dir() else []
