@@ -201,9 +201,6 @@ def check_run_settings(cfg: Any) -> None:
     trainer_settings = OmegaConf.to_container(cfg.trainer, resolve=True)
     check_settings(get_class(trainer_settings["_target_"]), trainer_settings, "trainer")
     check_trainer_values(trainer_settings, "trainer")
-    if cfg.get("optimizer"):
-        optimizer_settings = OmegaConf.to_container(cfg.optimizer, resolve=True)
-        check_settings(get_class(optimizer_settings["_target_"]), optimizer_settings, "optimizer")
 
 
 def build(cfg: Any) -> tuple[Any, Any]:
@@ -220,6 +217,9 @@ def build(cfg: Any) -> tuple[Any, Any]:
     check_settings(get_class(data_settings["_target_"]), data_settings, "data")
     settings = model_settings(cfg)
     check_settings(get_class(settings["_target_"]), settings, "model")
+    if cfg.get("optimizer"):  # after the model's: the optimizer's lr is ${model.lr} unless set
+        optimizer_settings = OmegaConf.to_container(cfg.optimizer, resolve=True)
+        check_settings(get_class(optimizer_settings["_target_"]), optimizer_settings, "optimizer")
     datamodule = instantiate(cfg.data, _convert_="all")
     settings["likelihood"] = settings.get("likelihood") or datamodule.likelihood
     settings["backbone"] = settings.get("backbone") or datamodule.backbone
@@ -482,11 +482,15 @@ def _parser_message(text: str, args: list[str]) -> str:
 def _constructor_message(text: str) -> str:
     """jsonargparse reports a constructor's refusal inside its union-subtype report (Errors: / - ... /
     Given value: <the whole namespace>): keep the constructor's own message."""
+    import re
+
     if "Errors:" not in text:
         return text
     reasons = [line.strip()[2:] for line in text.split("Errors:", 1)[1].splitlines()
                if line.strip().startswith("- ") and not line.strip().startswith("- Expected a <class 'NoneType'>")]
-    return "; ".join(reasons) or text.splitlines()[0]
+    refused_by = re.search(r"class_path='([\w.]+)'", text)
+    prefix = f"{refused_by[1].rsplit('.', 1)[-1]}: " if refused_by else ""
+    return prefix + ("; ".join(reasons) or text.splitlines()[0])
 
 
 def _given(args: list[str], group: str, key: str) -> bool:

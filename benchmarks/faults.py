@@ -5,7 +5,8 @@
 1. kill -9 during checkpoint writes: a training run that saves every step is killed the moment a temporary
    checkpoint file appears beside `last.ckpt` (a save in progress), with TMPDIR on another filesystem
    (/dev/shm); every checkpoint left must verify against its checksum and load, and the next run resumes
-   from `last.ckpt`. Repeated `--kills` times in one run directory, then resumed to the end once.
+   from `last.ckpt`. Repeated until `--kills` kills have hit a save in progress (a kill that lands just
+   after the save is checked too and counted apart), in one run directory, then resumed to the end once.
 2. Runs started at the same moment: two identical runs are started together, `--concurrent` times; each
    must get its own TensorBoard version and Hydra directory and finish with its own `last.ckpt`.
 
@@ -61,22 +62,25 @@ def wait_for(condition: Callable[[], bool], process: subprocess.Popen, timeout: 
 
 
 def kill_during_saves(cwd: Path, kills: int) -> dict:
-    """SIGKILL `kills` runs mid-save (each resuming the last), check every checkpoint left, then finish the run."""
+    """SIGKILL runs mid-save (each resuming the last) until `kills` kills have hit a save in progress, check every
+    checkpoint left after each kill, then finish the run. A kill can land just after the save it aimed at has
+    finished (the write is fast); such a kill is checked too but not counted, at most 3 * `kills` kills in all."""
     from callbacks.checkpoint_files import load_checkpoint_file
 
     cwd.mkdir(parents=True, exist_ok=True)
     checkpoints = cwd / RUN / "version_0" / "checkpoints"
     env = {"TMPDIR": "/dev/shm" if Path("/dev/shm").is_dir() else str(cwd / "tmp")}
     every_step = ["callbacks.model_checkpoint.every_n_train_steps=1"]
+
+    def temporaries() -> int:
+        return sum(".tmp-" in p.name for p in os.scandir(checkpoints))
+
     outcomes = []
-    for _ in range(kills):
+    while sum(o["temporaries"] > 0 for o in outcomes) < kills and len(outcomes) < 3 * kills:
         resume = [f"ckpt_path={checkpoints / 'last.ckpt'}"] if (checkpoints / "last.ckpt").exists() else []
         process = start(cwd, *every_step, *resume, env=env)
-
-        def saving() -> bool:  # a save in progress while last.ckpt exists: the file a kill must not destroy
-            return (checkpoints / "last.ckpt").exists() and any(".tmp-" in p.name for p in os.scandir(checkpoints))
-
-        wait_for(saving, process, poll=0.0005)
+        # a save in progress while last.ckpt exists: the file a kill must not destroy
+        wait_for(lambda: (checkpoints / "last.ckpt").exists() and temporaries() > 0, process, poll=0.0005)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         left = sorted(checkpoints.glob("*.ckpt"))
@@ -86,17 +90,16 @@ def kill_during_saves(cwd: Path, kills: int) -> dict:
                 load_checkpoint_file(checkpoint)  # raises on a truncated or mismatched file
             except ValueError as error:
                 broken.append(f"{checkpoint.name}: {error}")
-        outcomes.append({"checkpoints": len(left), "broken": broken,
-                         "temporaries": sum(".tmp-" in p.name for p in os.scandir(checkpoints)),
+        outcomes.append({"checkpoints": len(left), "broken": broken, "temporaries": temporaries(),
                          "step": load_checkpoint_file(checkpoints / "last.ckpt")["global_step"] if not broken else None})
     code, output = finish(start(cwd, *every_step, f"ckpt_path={checkpoints / 'last.ckpt'}", env=env))
     return {
-        "kills": kills,
+        "kills": len(outcomes),
         "kills_with_every_checkpoint_loadable": sum(not o["broken"] for o in outcomes),
         "kills_mid_save": sum(o["temporaries"] > 0 for o in outcomes),
         "attempts": outcomes,
         "resumed_to_the_end": code == 0 and load_checkpoint_file(checkpoints / "last.ckpt")["global_step"] == STEPS,
-        "temporaries_left_after_resume": sum(".tmp-" in p.name for p in os.scandir(checkpoints)),
+        "temporaries_left_after_resume": temporaries(),
         "resume_output_tail": "" if code == 0 else output[-2000:],
     }
 

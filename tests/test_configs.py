@@ -245,6 +245,8 @@ def test_the_cli_keeps_the_constructors_own_message_from_jsonargparses_report():
     report = ("Does not validate against any of the Union subtypes\nSubtypes: [...]\nErrors:\n"
               "  - lr must be > 0, got -1.0\n  - Expected a <class 'NoneType'>\nGiven value type: ...\nGiven value: Namespace(...)")
     assert train._constructor_message(report) == "lr must be > 0, got -1.0"
+    named = report.replace("Namespace(...)", "Namespace(class_path='models.JSA', init_args=Namespace(lr=-1.0))")
+    assert train._constructor_message(named) == "JSA: lr must be > 0, got -1.0"
 
 
 def test_the_cli_names_a_wrong_option_as_given_in_one_line():

@@ -73,8 +73,8 @@ def test_kill_during_checkpoint_writes_never_leaves_a_broken_checkpoint(tmp_path
     benchmarks.faults` repeats it 20 times."""
     monkeypatch.setenv("DATA_DIR", str(mnist_dir))
     result = faults.kill_during_saves(tmp_path, kills=3)
-    assert result["kills_mid_save"] == 3, result  # each kill hit a save in progress
-    assert result["kills_with_every_checkpoint_loadable"] == 3, result
+    assert result["kills_mid_save"] == 3, result  # three kills hit a save in progress (more may have missed)
+    assert result["kills_with_every_checkpoint_loadable"] == result["kills"], result
     assert result["resumed_to_the_end"] and result["temporaries_left_after_resume"] == 0, result
 
 
@@ -84,7 +84,7 @@ def test_runs_started_at_the_same_moment_get_their_own_directories(tmp_path, mni
 
 
 def test_a_frozen_ddp_peer_stops_the_run_with_a_message_after_the_timeout(tmp_path, mnist_dir):
-    freeze = ["trainer=ddp", "trainer.accelerator=cpu", "ddp_timeout_s=5", "+callbacks.freeze._target_=tests.scripts.freeze.FreezeRank1"]
+    freeze = ["trainer=ddp", "trainer.accelerator=cpu", "ddp_timeout_s=20", "+callbacks.freeze._target_=tests.scripts.freeze.FreezeRank1"]
     process = start(tmp_path, mnist_dir, *freeze)
     try:
         started = time.monotonic()
