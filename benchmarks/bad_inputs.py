@@ -250,9 +250,15 @@ def prepare(root: Path, data_dir: Path) -> None:
     # Two tiny real runs, then broken copies of the JSA checkpoint.
     env = {**os.environ, "DATA_DIR": str(data_dir)}
     (root / "runs").mkdir()
+    runs = []  # side by side: each run has its own directory
     for model in ("jsa", "vae"):
         fast = [a for a in HYDRA_FAST if model == "jsa" or not a.startswith("model.mis_steps")]
-        subprocess.run([sys.executable, TRAIN, f"model={model}", *fast], cwd=root / "runs", env=env, check=True, capture_output=True)
+        runs.append(subprocess.Popen([sys.executable, TRAIN, f"model={model}", *fast], cwd=root / "runs", env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for run in runs:
+        output = run.communicate()[0]
+        if run.returncode != 0:
+            raise RuntimeError(f"a run to resume from failed ({' '.join(run.args[2:4])}):\n{output[-3000:]}")
     jsa = run_checkpoint(root, "jsa")
     content = jsa.read_bytes()
     (root / "empty.ckpt").write_bytes(b"")

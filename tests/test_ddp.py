@@ -20,11 +20,23 @@ pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "ddp_fit.py"
 
 
-def run_ddp(model: str, out_dir: Path, mnist_dir: Path) -> tuple[dict, dict]:
+DDP_MODELS = ["jsa", "vae", "dvae", "sgld", "vqvae"]
+
+
+@pytest.fixture(scope="module")
+def ddp_runs(tmp_path_factory, mnist_dir) -> Path:
+    """Every model of DDP_MODELS trained in one 2-process run (the processes and imports are paid once)."""
+    out_dir = tmp_path_factory.mktemp("ddp")
     env = {**os.environ, "DATA_DIR": str(mnist_dir)}
-    result = subprocess.run([sys.executable, str(SCRIPT), model, str(out_dir)], env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, str(SCRIPT), ",".join(DDP_MODELS), str(out_dir)], env=env,
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    rank0, rank1 = (torch.load(out_dir / f"rank{r}.pt") for r in (0, 1))
+    return out_dir
+
+
+def ranks(model: str, out_dir: Path, mnist_dir: Path) -> tuple[dict, dict]:
+    """What each rank saved for `model`, after the checks that hold for every model."""
+    rank0, rank1 = (torch.load(out_dir / model / f"rank{r}.pt") for r in (0, 1))
     # Each rank trained on its own shard of the shuffled training split.
     seen0, seen1 = set(rank0["seen"].tolist()), set(rank1["seen"].tolist())
     assert len(seen0) == len(seen1) == 4 * 16 and not seen0 & seen1
@@ -44,8 +56,8 @@ def run_ddp(model: str, out_dir: Path, mnist_dir: Path) -> tuple[dict, dict]:
     return rank0, rank1
 
 
-def test_jsa_cache_identical_on_both_ranks_and_holds_both_shards(tmp_path, mnist_dir):
-    rank0, rank1 = run_ddp("jsa", tmp_path, mnist_dir)
+def test_jsa_cache_identical_on_both_ranks_and_holds_both_shards(ddp_runs, mnist_dir):
+    rank0, rank1 = ranks("jsa", ddp_runs, mnist_dir)
     codes = rank0["state"]["cache.codes"]
     assert torch.equal(codes, rank1["state"]["cache.codes"])
     filled = set(torch.nonzero((codes != 255).all(1)).flatten().tolist())
@@ -53,14 +65,14 @@ def test_jsa_cache_identical_on_both_ranks_and_holds_both_shards(tmp_path, mnist
 
 
 @pytest.mark.parametrize("model", ["vae", "dvae", "sgld"])
-def test_model_trains_under_ddp_and_replicas_stay_identical(model, tmp_path, mnist_dir):
-    rank0, rank1 = run_ddp(model, tmp_path, mnist_dir)
+def test_model_trains_under_ddp_and_replicas_stay_identical(model, ddp_runs, mnist_dir):
+    rank0, rank1 = ranks(model, ddp_runs, mnist_dir)
     for name, tensor in rank0["state"].items():  # sgld: the sampler's noise is drawn alike on both ranks
         assert torch.equal(tensor, rank1["state"][name]), name
 
 
-def test_vqvae_ema_codebook_identical_on_both_ranks_after_restarts(tmp_path, mnist_dir):
-    rank0, rank1 = run_ddp("vqvae", tmp_path, mnist_dir)
+def test_vqvae_ema_codebook_identical_on_both_ranks_after_restarts(ddp_runs, mnist_dir):
+    rank0, rank1 = ranks("vqvae", ddp_runs, mnist_dir)
     assert rank0["restarts"] > 0 and rank0["restarts"] == rank1["restarts"]
     for name, tensor in rank0["state"].items():
         assert torch.equal(tensor, rank1["state"][name]), name

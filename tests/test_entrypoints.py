@@ -69,11 +69,21 @@ MODEL_TAGS = {
 GRADIENT_VARIANCE_TAGS = {"train/encoder_grad_variance", "train/decoder_grad_variance"}
 
 
-@pytest.mark.parametrize("model", ["vae", "jsa", "vqvae", "dvae", "dvae_gumbel", "rws", "vimco"])
-def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, tmp_path, mnist_dir):
+EVERY_MODEL = ["vae", "jsa", "vqvae", "dvae", "dvae_gumbel", "rws", "vimco"]
+
+
+@pytest.fixture(scope="module")
+def every_model_run(tmp_path_factory, mnist_dir) -> tuple[Path, subprocess.CompletedProcess]:
+    """One Hydra multirun over every model (one process: the imports are paid once)."""
+    cwd = tmp_path_factory.mktemp("every-model")
     measure = ["callbacks.gradient_variance.every_n_steps=1", "callbacks.gradient_variance.repeats=2"]
-    result = train([f"model={model}", "data=mnist", *FAST, *measure], tmp_path, mnist_dir)
-    (run_dir,) = (tmp_path / "logs" / "tensorboard").glob(f"{model}-mnist-*/version_0")
+    return cwd, train(["-m", f"model={','.join(EVERY_MODEL)}", "data=mnist", *FAST, *measure], cwd, mnist_dir)
+
+
+@pytest.mark.parametrize("model", EVERY_MODEL)
+def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, every_model_run):
+    cwd, result = every_model_run
+    (run_dir,) = (cwd / "logs" / "tensorboard").glob(f"{model}-mnist-*/version_0")
     expected_tags = SHARED_TAGS | MODEL_TAGS[model] | (GRADIENT_VARIANCE_TAGS if model != "vqvae" else set())
     assert expected_tags <= tags(run_dir), expected_tags - tags(run_dir)
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
@@ -96,9 +106,9 @@ def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, tmp_path, mnis
     events = EventAccumulator(str(run_dir))
     events.Reload()
     assert all(e.step > 0 and math.isfinite(e.value) for e in events.Scalars("hp/val_nll"))
-    # One line per message, no advertising, no escape codes when the output is not a terminal.
+    # One line per message (per run of the multirun), no advertising, no escape codes when the output is not a terminal.
     output = result.stdout + result.stderr
-    assert output.count("GPU available") == 1 and "💡" not in output and "\x1b[" not in output and "\r" not in output
+    assert output.count("GPU available") == len(EVERY_MODEL) and "💡" not in output and "\x1b[" not in output and "\r" not in output
 
 
 def test_hydra_multirun_gives_each_run_its_own_directory(tmp_path, mnist_dir):

@@ -1,8 +1,10 @@
 """Train a model for a few steps under a real 2-process DDP run on CPU (gloo) and save, per rank,
 the state that must stay identical across ranks (JSA's cache, the VQ codebook and its statistics),
 the training indices that rank processed and what it logged. Run by the DDP tests as
-`python tests/scripts/ddp_fit.py MODEL OUT_DIR [MAX_STEPS [CKPT_PATH]]`; Lightning re-launches this script
-for rank 1. With MAX_STEPS, it writes `last.ckpt` into OUT_DIR every step and resumes from CKPT_PATH if
+`python tests/scripts/ddp_fit.py MODEL[,MODEL...] OUT_DIR [MAX_STEPS [CKPT_PATH]]`; Lightning re-launches this
+script for rank 1. Several models are trained one after the other in the same two processes (the first
+Trainer starts rank 1 and the process group, the later ones reuse them), each writing under OUT_DIR/MODEL.
+With MAX_STEPS (one model), it writes `last.ckpt` into OUT_DIR every step and resumes from CKPT_PATH if
 given (the multi-process resume test)."""
 
 from __future__ import annotations
@@ -96,4 +98,10 @@ def main(name: str, out_dir: Path, max_steps: int | None = None, ckpt_path: str 
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]), *([int(sys.argv[3])] if len(sys.argv) > 3 else []), *sys.argv[4:5])
+    names, out = sys.argv[1].split(","), Path(sys.argv[2])
+    if len(names) == 1:
+        main(names[0], out, *([int(sys.argv[3])] if len(sys.argv) > 3 else []), *sys.argv[4:5])
+    else:
+        for name in names:
+            (out / name).mkdir(parents=True, exist_ok=True)
+            main(name, out / name)

@@ -1,0 +1,158 @@
+"""Importance-sampled evaluation against the machine's matmul throughput (docs/vae.md#importance-sampled-log-likelihood).
+
+    python -m benchmarks.eval_speed [--batch-size 64] [--samples 200] [--models vae,jsa] [--min-run-time 1]
+
+For each model (MNIST, its default MLP, untrained weights: the cost does not depend on them), measured side by
+side in one run (medians of torch.utils.benchmark's blocked_autorange, under torch.inference_mode as Lightning's
+val/test loops run):
+
+* `eval`: one call of `model.importance_estimate` on a batch: the encoder pass and `--samples` importance
+  samples in chunks of `eval_chunk_size` (what a val/test step costs, without the reconstruction metrics);
+* `matmul floor`: the matrix products that call performs, recorded with their shapes (aten.mm/addmm/bmm) and
+  replayed alone on random float32 tensors: the time its FLOPs take as plain matmuls on this machine;
+* the FLOPs counted by `torch.utils.flop_counter` (one multiply-add = 2 FLOPs) and the achieved GFLOP/s;
+* `ratio` = eval / matmul floor (issue target <= 1.5), and where the rest of the time goes: the top operators
+  of torch.profiler's table for one call.
+
+With `--test-images N`, also the test stage as a whole (`Trainer.test` on N real MNIST test images with the
+model's `test_num_samples`), against N / batch x the per-batch time of the same evaluation: what the loop around
+the step (metrics, image grids, logging, the data loader) adds. Needs DATA_DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+
+import torch
+from torch.utils.benchmark import Timer
+from torch.utils.flop_counter import FlopCounterMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from models import JSA, VAE, VQVAE, DiscreteVAE
+
+MODELS = {"vae": lambda: VAE(), "jsa": lambda: JSA(), "dvae": lambda: DiscreteVAE(), "vqvae": lambda: VQVAE()}
+MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+
+
+def median_s(fn, min_run_time: float) -> float:
+    return Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time).median
+
+
+class RecordMatmuls(TorchDispatchMode):
+    """The shapes of every matrix product run inside the mode, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in MATMULS:
+            self.calls.append((func, tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)))
+        return func(*args, **(kwargs or {}))
+
+
+def replay(calls: list[tuple]):
+    """A function that runs the recorded matmuls on random float32 tensors of the same shapes."""
+    inputs = [(func, [torch.randn(s) if isinstance(s, tuple) else s for s in shapes]) for func, shapes in calls]
+
+    def run() -> None:
+        for func, args in inputs:
+            func(*args)
+
+    return run
+
+
+def top_operators(fn, rows: int = 8) -> str:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        fn()
+    return profile.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+
+
+def bench_model(name: str, x: torch.Tensor, num_samples: int, min_run_time: float, profile: bool) -> dict:
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    prepared = model.likelihood.prepare(x)
+
+    def evaluate() -> None:
+        with torch.inference_mode():
+            model.importance_estimate(prepared, None, num_samples)
+
+    evaluate()  # warm-up
+    with FlopCounterMode(display=False) as flops:
+        evaluate()
+    with RecordMatmuls() as record:
+        evaluate()
+    eval_s = median_s(evaluate, min_run_time)
+    floor_s = median_s(replay(record.calls), min_run_time)
+    total = flops.get_total_flops()
+    row = {"model": name, "eval_ms": 1e3 * eval_s, "floor_ms": 1e3 * floor_s, "ratio": eval_s / floor_s,
+           "gflop": total / 1e9, "gflops_eval": total / eval_s / 1e9, "gflops_floor": total / floor_s / 1e9,
+           "matmuls": dict(Counter(str(f).split(".")[-2] for f, _ in record.calls))}
+    if profile:
+        row["profile"] = top_operators(evaluate)
+    return row
+
+
+def bench_test_stage(name: str, num_images: int, batch_size: int, min_run_time: float) -> dict:
+    import lightning as L
+
+    from datamodules import MNISTDataModule
+
+    torch.manual_seed(0)
+    model = MODELS[name]()
+    data = MNISTDataModule(batch_size=batch_size, eval_batch_size=batch_size, binarize="dynamic")
+    data.setup("test")
+    batch = next(iter(data.test_dataloader()))[0]
+    prepared = model.likelihood.prepare(batch)
+
+    def step() -> None:
+        with torch.inference_mode():
+            model.importance_estimate(prepared, None, model.eval_num_samples["test"])
+
+    step()
+    per_batch = median_s(step, min_run_time)
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_test_batches=num_images // batch_size)
+    started = time.perf_counter()
+    trainer.test(model, datamodule=data, verbose=False)
+    stage = time.perf_counter() - started
+    batches = num_images // batch_size
+    return {"model": name, "images": batches * batch_size, "samples": model.eval_num_samples["test"], "stage_s": stage,
+            "steps_s": batches * per_batch, "ratio": stage / (batches * per_batch),
+            "full_test_min": stage / (batches * batch_size) * 10_000 / 60}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--models", type=lambda text: text.split(","), default=["vae", "jsa"])
+    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds each timing runs for (default 1)")
+    parser.add_argument("--profile", action="store_true", help="print torch.profiler's top operators of one call per model")
+    parser.add_argument("--test-images", type=int, default=0, help="also time Trainer.test on this many test images")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.models) - set(MODELS))
+    if unknown:
+        parser.error(f"--models: unknown {unknown}; choose from {sorted(MODELS)}")
+    generator = torch.Generator().manual_seed(0)
+    x = torch.bernoulli(torch.full((args.batch_size, 1, 28, 28), 0.13), generator=generator)
+    print(f"threads={torch.get_num_threads()} batch={args.batch_size} samples={args.samples} torch={torch.__version__}")
+    print(f"{'model':>6} {'eval ms':>9} {'matmul floor ms':>16} {'ratio':>6} {'GFLOP':>7} {'GFLOP/s eval':>13} {'GFLOP/s matmuls':>16}")
+    for name in args.models:
+        row = bench_model(name, x, args.samples, args.min_run_time, args.profile)
+        print(f"{name:>6} {row['eval_ms']:>9.1f} {row['floor_ms']:>16.1f} {row['ratio']:>5.2f}x {row['gflop']:>7.2f} "
+              f"{row['gflops_eval']:>13.1f} {row['gflops_floor']:>16.1f}   {row['matmuls']}")
+        if args.profile:
+            print(row["profile"])
+    if args.test_images:
+        print(f"\nThe test stage (Trainer.test) vs its steps alone, {args.test_images} MNIST test images")
+        for name in args.models:
+            row = bench_test_stage(name, args.test_images, args.batch_size, args.min_run_time)
+            print(f"{name:>6}: {row['images']} images x {row['samples']} samples: stage {row['stage_s']:.1f} s, steps alone "
+                  f"{row['steps_s']:.1f} s ({row['ratio']:.2f}x); the full 10k test set at this rate: {row['full_test_min']:.1f} min")
+
+
+if __name__ == "__main__":
+    main()
