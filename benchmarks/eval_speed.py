@@ -8,7 +8,8 @@ val/test loops run):
 
 * `eval`: one call of `model.importance_estimate` on a batch: the encoder pass and `--samples` importance
   samples in chunks of `eval_chunk_size` (what a val/test step costs, without the reconstruction metrics);
-* `matmul floor`: the matrix products that call performs, recorded with their shapes (aten.mm/addmm/bmm) and
+* `matmul floor`: the matrix products that call performs, recorded with their shapes (aten.mm/addmm/bmm/linear,
+  and convolutions for a conv backbone) and
   replayed alone on random float32 tensors: the time its FLOPs take as plain matmuls on this machine;
 * the FLOPs counted by `torch.utils.flop_counter` (one multiply-add = 2 FLOPs) and the achieved GFLOP/s;
 * `ratio` = eval / matmul floor (issue target <= 1.5), and where the rest of the time goes: the top operators
@@ -33,11 +34,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from models import JSA, VAE, VQVAE, DiscreteVAE
 
 MODELS = {"vae": lambda: VAE(), "jsa": lambda: JSA(), "dvae": lambda: DiscreteVAE(), "vqvae": lambda: VQVAE()}
-MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+# Under inference_mode nn.Linear reaches the dispatcher as aten.linear (with grad mode, as addmm).
+MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default, torch.ops.aten.linear.default,
+           torch.ops.aten.convolution.default}
 
 
 def median_s(fn, min_run_time: float) -> float:
-    return Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time).median
+    # Timer runs on one thread unless told: evaluation runs on all of torch's threads.
+    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    return timer.blocked_autorange(min_run_time=min_run_time).median
 
 
 class RecordMatmuls(TorchDispatchMode):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import lightning as L
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
@@ -14,7 +14,23 @@ from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 
 def progress_bar(refresh_seconds: float = 30.0) -> ProgressBar:
     """TQDM bars when standard output is a terminal, plain lines otherwise."""
-    return TQDMProgressBar() if sys.stdout.isatty() else LineProgressBar(refresh_seconds)
+    return LossTQDMProgressBar() if sys.stdout.isatty() else LineProgressBar(refresh_seconds)
+
+
+class ShowsTrainingLoss:
+    """The bar's metrics plus `train/loss`, read from the trainer's callback metrics when the bar is drawn.
+
+    Models log `train/loss` without prog_bar=True: Lightning converts every prog_bar metric to a Python float
+    after every training step, a host sync on a GPU; a bar reads it only when it refreshes."""
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        metrics = super().get_metrics(trainer, pl_module)
+        loss = trainer.callback_metrics.get("train/loss")
+        return {"train/loss": float(loss), **metrics} if loss is not None else metrics
+
+
+class LossTQDMProgressBar(ShowsTrainingLoss, TQDMProgressBar):
+    """Lightning's TQDM bars with the training loss."""
 
 
 def _clock(seconds: float) -> str:
@@ -23,7 +39,7 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{seconds:02d}"
 
 
-class LineProgressBar(ProgressBar):
+class LineProgressBar(ShowsTrainingLoss, ProgressBar):
     """One line at most every `refresh_seconds` per stage, and one when a stage ends."""
 
     def __init__(self, refresh_seconds: float = 30.0) -> None:
@@ -46,7 +62,10 @@ class LineProgressBar(ProgressBar):
         self._start = self._last = time.monotonic()
         self._done = 0
 
-    def _report(self, what: str, done: int, total: int | float, extra: str = "", force: bool = False, start: float | None = None) -> None:
+    def _report(self, what: str, done: int, total: int | float, extra: Callable[[], str] | None = None, force: bool = False,
+                start: float | None = None) -> None:
+        """`extra` (the metrics) is called only when a line is printed: reading the progress-bar metrics converts
+        them to Python floats, a host sync that must not happen at every step."""
         now = time.monotonic()
         if not self._enabled or not (force or now - self._last >= self.refresh_seconds):
             return
@@ -55,7 +74,8 @@ class LineProgressBar(ProgressBar):
         line = f"{what}: {done}/{total if total != float('inf') else '?'} batches, {_clock(elapsed)} elapsed"
         if 0 < done < total != float("inf"):
             line += f", about {_clock(elapsed / done * (total - done))} left"
-        print(line + (f"  {extra}" if extra else ""), flush=True)
+        text = extra() if extra else ""
+        print(line + (f"  {text}" if text else ""), flush=True)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._begin()
@@ -63,11 +83,11 @@ class LineProgressBar(ProgressBar):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._train_done = batch_idx + 1
-        self._report(self._epoch(trainer), self._train_done, self.total_train_batches, self._metrics(trainer, pl_module), start=self._train_start)
+        self._report(self._epoch(trainer), self._train_done, self.total_train_batches, lambda: self._metrics(trainer, pl_module), start=self._train_start)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         done = getattr(self, "_train_done", 0)
-        self._report(self._epoch(trainer) + " done", done, done, self._metrics(trainer, pl_module), force=True, start=self._train_start)
+        self._report(self._epoch(trainer) + " done", done, done, lambda: self._metrics(trainer, pl_module), force=True, start=self._train_start)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._begin()
@@ -82,7 +102,7 @@ class LineProgressBar(ProgressBar):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.reset_dataloader_idx_tracker()
         if not trainer.sanity_checking:
-            self._report("validation done", self._done, self._done, self._metrics(trainer, pl_module, "val/"), force=True)
+            self._report("validation done", self._done, self._done, lambda: self._metrics(trainer, pl_module, "val/"), force=True)
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._begin()
@@ -96,7 +116,7 @@ class LineProgressBar(ProgressBar):
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.reset_dataloader_idx_tracker()
-        self._report("test done", self._done, self._done, self._metrics(trainer, pl_module, "test/"), force=True)
+        self._report("test done", self._done, self._done, lambda: self._metrics(trainer, pl_module, "test/"), force=True)
 
     @staticmethod
     def _epoch(trainer: L.Trainer) -> str:

@@ -2,7 +2,8 @@
 `train/epoch_time_s`.
 
 A step's time is the wall time from the start of one training batch to the start of the next
-(the step itself, logging and fetching the next batch), minus any validation run in between. No
+(the step itself, logging and fetching the next batch), minus any validation run in between; at each
+logging step (`trainer.log_every_n_steps`) the mean over the steps since the last one is logged. No
 explicit synchronization is added (logging a Python float does copy it to the device): on a GPU the
 host can run ahead of the device by a few kernels, but not for long, so the time between batches is
 the device's throughput in steady state.
@@ -14,6 +15,8 @@ import time
 from typing import Any
 
 import lightning as L
+
+from callbacks.log_steps import is_logging_step
 
 
 class TrainingSpeed(L.Callback):
@@ -28,19 +31,24 @@ class TrainingSpeed(L.Callback):
         self._paused = 0.0  # seconds of validation since the last batch started
         self._paused_in_epoch = 0.0
         self._pause_start = 0.0
+        self._seconds, self._samples, self._steps = 0.0, 0, 0  # since the last logged step
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch_start = time.perf_counter()
         self._last_batch_start = None
+        self._seconds, self._samples, self._steps = 0.0, 0, 0  # since the last logged step
         self._paused = self._paused_in_epoch = 0.0
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()
         if self._last_batch_start is not None:
-            seconds = now - self._last_batch_start - self._paused
-            batch_size = batch[0].shape[0] * trainer.world_size
-            pl_module.log("train/step_time_ms", 1e3 * seconds)
-            pl_module.log("train/samples_per_s", batch_size / seconds)
+            self._seconds += now - self._last_batch_start - self._paused
+            self._samples += batch[0].shape[0] * trainer.world_size
+            self._steps += 1
+            if is_logging_step(trainer):  # the mean over the steps since the last logged one (callbacks/log_steps.py)
+                pl_module.log("train/step_time_ms", 1e3 * self._seconds / self._steps)
+                pl_module.log("train/samples_per_s", self._samples / self._seconds)
+                self._seconds, self._samples, self._steps = 0.0, 0, 0
         self._last_batch_start, self._paused = now, 0.0
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -23,6 +23,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
 from callbacks.checkpoint_files import AtomicCheckpoints, CheckpointError, load_checkpoint_file
+from callbacks.log_steps import is_logging_step
 from callbacks.preemption import SaveOnPreemption
 from callbacks.random_state import RandomStateCheckpoint
 from callbacks.resume_settings import ResumeSettings, changed_settings, state_mismatch
@@ -238,9 +239,11 @@ class LatentVariableModel(L.LightningModule):
     def training_step(self, batch: Batch, batch_idx: int) -> dict[str, Any]:
         x, index = batch
         terms = self.training_loss(self.likelihood.prepare(x), index)
-        # Logged per step only, so the tags are exactly `train/<name>` (no _step/_epoch suffix).
-        self.log("train/loss", terms["loss"], prog_bar=True)
-        self.log_dict({f"train/{name}": value for name, value in terms.items() if name != "loss"})
+        if is_logging_step(self.trainer):  # the only steps whose values reach the loggers (callbacks/log_steps.py)
+            # Logged per step only, so the tags are exactly `train/<name>` (no _step/_epoch suffix). Not
+            # prog_bar=True: Lightning would convert it to a Python float after every step (a host sync on a
+            # GPU); the progress bars read it themselves when they print (callbacks/progress.py).
+            self.log_dict({f"train/{name}": value for name, value in terms.items()})
         return {"loss": terms["loss"], "terms": {name: value.detach() for name, value in terms.items()}}
 
     def validation_step(self, batch: Batch, batch_idx: int) -> dict[str, Any]:

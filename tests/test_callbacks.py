@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
 
 import lightning as L
@@ -153,3 +154,37 @@ def test_trace_of_covariance_by_hand():
     with pytest.raises(ValueError, match="repeats"):
         from callbacks import GradientVariance
         GradientVariance(repeats=1)
+
+
+def test_default_callbacks_read_nothing_back_from_the_device_between_logging_steps(tmp_path, mnist_dir, monkeypatch):
+    """Every callback of configs/callbacks/default.yaml and a JSA step (MIS included) run a step without converting a
+    tensor to a Python value (`.item()`, `.tolist()`, `float()`, `bool()`): on a GPU each is a host sync. Only
+    logging steps (every trainer.log_every_n_steps) may read values back."""
+    from hydra.utils import instantiate
+
+    from models import JSA
+    from tests.test_configs import composed
+
+    callbacks = [instantiate(c) for c in composed([]).callbacks.values()]
+    reads: list[str] = []  # where each read happened
+
+    class CountReads(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.counting = 2 <= batch_idx < 8  # between the first steps and the logging step (10)
+
+    counter = CountReads()
+    for name in ("item", "tolist", "__float__", "__bool__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, **kwargs):
+            if getattr(counter, "counting", False):
+                stack = "".join(traceback.format_stack(limit=8)[:-1])
+                if "torch/optim/" not in stack:  # Adam's step count is a CPU tensor on every device (no sync)
+                    reads.append(stack)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    trainer = L.Trainer(max_steps=9, limit_train_batches=9, limit_val_batches=0, logger=TensorBoardLogger(tmp_path, name="run"),
+                        callbacks=[counter, *callbacks], log_every_n_steps=10, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(JSA(mis_steps=2), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
+    assert trainer.global_step == 9 and len(reads) == 0, f"{len(reads)} tensors read back during steps 2..7, first at:\n{reads[:1]}"
