@@ -1,0 +1,86 @@
+"""Peak resident memory of `python train.py` runs, beside what the data and the model must hold.
+
+    python -m benchmarks.memory [--models jsa,vae] [--steps 200] [--test-batches 20]
+
+For each model, three real `python train.py model=<name>` processes on MNIST (DATA_DIR), each measured alone
+(the peak resident set of a child process, `ru_maxrss` of a wrapper that runs only it):
+
+* `start`: 1 training step, no validation, no test: the interpreter, torch, Lightning and the data in memory;
+* `train`: `--steps` training steps with validation on 4 batches;
+* `test`: 1 training step, then the test stage on `--test-batches` batches of 128 with the model's
+  `test_num_samples` importance samples (memory bounded by `eval_chunk_size`).
+
+Beside them: the bytes of the data module's uint8 tensors (one per split, no float copy), the model's parameters
+and buffers (JSA's cache included) and Adam's two moments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WRAPPER = ("import json, resource, subprocess, sys; code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, "
+           "stderr=subprocess.PIPE, text=True); print(json.dumps({'code': code.returncode, 'tail': code.stderr[-1500:], "
+           "'max_rss_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))")
+
+
+def peak_rss_mib(args: list[str], cwd: Path) -> float:
+    """Peak resident memory (MiB) of `python train.py *args`, run alone under a wrapper process."""
+    command = [sys.executable, "-c", WRAPPER, sys.executable, str(REPO / "train.py"), *args]
+    result = json.loads(subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=True).stdout)
+    if result["code"] != 0:
+        raise RuntimeError(f"train.py {' '.join(args)} failed:\n{result['tail']}")
+    return result["max_rss_kib"] / 1024
+
+
+def held_bytes(model_name: str) -> dict[str, float]:
+    """MiB the data module's tensors, the model's state and Adam's moments take."""
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    from tests.test_configs import composed
+    import train
+
+    datamodule, model = train.build(composed([f"model={model_name}"]))
+    datamodule.setup("fit"), datamodule.setup("test")
+    if getattr(model, "use_cache", False) and getattr(model, "cache", None) is None:  # JSA sizes it in setup
+        model._allocate_cache(datamodule.num_train_examples)
+    data = sum(s.images.numel() * s.images.element_size() for s in (datamodule.train_set, datamodule.val_set, datamodule.test_set))
+    state = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    parameters = sum(p.numel() * p.element_size() for p in model.parameters())
+    mib = 2 ** 20
+    return {"data_mib": data / mib, "model_state_mib": state / mib, "adam_moments_mib": 2 * parameters / mib,
+            "data_dtypes": sorted({str(s.images.dtype) for s in (datamodule.train_set, datamodule.val_set, datamodule.test_set)})}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", type=lambda text: text.split(","), default=["jsa", "vae"])
+    parser.add_argument("--steps", type=int, default=200, help="training steps of the `train` run (default 200)")
+    parser.add_argument("--test-batches", type=int, default=20, help="test batches of the `test` run (default 20)")
+    args = parser.parse_args(argv)
+    if "DATA_DIR" not in os.environ:
+        parser.error("set DATA_DIR to the directory that holds MNIST/raw (the runs read real MNIST)")
+    quiet = ["trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0", "callbacks.gradient_variance.every_n_steps=0"]
+    print(f"{'model':>6} {'start MiB':>10} {'train MiB':>10} {'test MiB':>9} {'data MiB':>9} {'model MiB':>10} {'Adam MiB':>9}  data dtype")
+    for name in args.models:
+        with tempfile.TemporaryDirectory() as work:
+            base = [f"model={name}", f"log_dir={work}/logs", *quiet]
+            start = peak_rss_mib([*base, "trainer.max_steps=1", "trainer.limit_val_batches=0", "run_test=false"], Path(work))
+            trained = peak_rss_mib([*base, f"trainer.max_steps={args.steps}", "trainer.limit_val_batches=4",
+                                    f"trainer.val_check_interval={args.steps}", "run_test=false"], Path(work))
+            tested = peak_rss_mib([*base, "trainer.max_steps=1", "trainer.limit_val_batches=0", "run_test=true",
+                                   f"trainer.limit_test_batches={args.test_batches}"], Path(work))
+        held = held_bytes(name)
+        print(f"{name:>6} {start:>10.0f} {trained:>10.0f} {tested:>9.0f} {held['data_mib']:>9.1f} {held['model_state_mib']:>10.1f} "
+              f"{held['adam_moments_mib']:>9.1f}  {','.join(held['data_dtypes'])}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
