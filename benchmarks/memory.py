@@ -41,14 +41,12 @@ def peak_rss_mib(args: list[str], cwd: Path) -> float:
 
 def held_bytes(model_name: str) -> dict[str, float]:
     """MiB the data module's tensors, the model's state and Adam's moments take."""
-    import torch
-
     sys.path.insert(0, str(REPO))
     from tests.test_configs import composed
     import train
 
     datamodule, model = train.build(composed([f"model={model_name}"]))
-    datamodule.setup("fit"), datamodule.setup("test")
+    datamodule.setup(None)  # every split
     if getattr(model, "use_cache", False) and getattr(model, "cache", None) is None:  # JSA sizes it in setup
         model._allocate_cache(datamodule.num_train_examples)
     data = sum(s.images.numel() * s.images.element_size() for s in (datamodule.train_set, datamodule.val_set, datamodule.test_set))

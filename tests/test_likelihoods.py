@@ -80,3 +80,15 @@ def test_gaussian_sigma_per_image_channel_or_pixel(shape, expected):
     torch.testing.assert_close(likelihood.log_prob(x, mean)[0], expected_log_p)
     with pytest.raises(ValueError, match="sigma_shape"):
         GaussianLikelihood(sigma_shape="row")
+
+
+def test_bernoulli_log_prob_equals_torch_bernoulli_for_every_candidate():
+    """x l - softplus(l) with x broadcast over the candidates, against torch.distributions.Bernoulli (extreme logits too)."""
+    from models.components.likelihoods import BernoulliLikelihood
+
+    torch.manual_seed(0)
+    x = torch.bernoulli(torch.full((3, 1, 4, 4), 0.4))
+    logits = torch.randn(3, 5, 1, 4, 4) * 30  # (B, candidates, C, H, W)
+    expected = torch.distributions.Bernoulli(logits=logits.double()).log_prob(x.unsqueeze(1).double()).flatten(2).sum(-1)
+    got = BernoulliLikelihood().log_prob(x.unsqueeze(1), logits)
+    assert got.shape == (3, 5) and torch.allclose(got.double(), expected, atol=1e-3, rtol=1e-5)
