@@ -49,11 +49,13 @@ def bench_mis_calls(jsa: JSA, x: torch.Tensor, steps: list[int]) -> None:
             print(f"{num_steps:>4} {naive:>10.2f} {cached:>10.2f} {naive / cached:>8.2f}x {predicted:>23.2f}x")
 
 
-def train_step_fn(model, x, index):
+def train_step_fn(model, x, index, autocast_dtype: torch.dtype | None = None):
+    """One forward + backward + Adam step of `model.training_loss`, under autocast to `autocast_dtype` if given."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
     def step() -> None:
-        loss = model.training_loss(x, index)["loss"]
+        with torch.autocast(x.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            loss = model.training_loss(x, index)["loss"]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -76,6 +76,10 @@ class LatentVariableModel(L.LightningModule):
         test_seed: seed of the test stage's importance samples, so that test estimates are reproducible.
         activation: nonlinearity of the MLP backbone's hidden layers, `relu` or `leaky_relu` (slope 0.2, as
             in the JSA paper's code).
+        compile: compile the encoder and decoder networks with torch.compile when a Trainer runs the model
+            (`nn.Module.compile`, in place: parameter names and checkpoints are unchanged); the samplers,
+            estimators and log-likelihoods run eagerly around them. The first steps and evaluations of each
+            new batch shape pay the compilation.
     """
 
     # A model whose q(z | x) is a point mass (VQ-VAE): every importance sample is the same, so one suffices.
@@ -107,6 +111,7 @@ class LatentVariableModel(L.LightningModule):
         eval_chunk_size: int = 100,
         test_seed: int = 0,
         activation: Activation = "relu",
+        compile: bool = False,
     ) -> None:
         super().__init__()
         for name, value, least in (("lr", lr, 0.0), ("sigma", sigma, 0.0)):
@@ -117,6 +122,7 @@ class LatentVariableModel(L.LightningModule):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         self.activation = activation
+        self.compile_networks = compile
         self.data_shape = tuple(int(d) for d in data_shape)
         self.num_dims = math.prod(self.data_shape)
         self.likelihood = build_likelihood(likelihood or "bernoulli", sigma=sigma, learn_sigma=learn_sigma,
@@ -217,6 +223,13 @@ class LatentVariableModel(L.LightningModule):
                 "this model has a bernoulli likelihood and needs binary pixels (0 or 1); binarize the images "
                 "first, e.g. torch.bernoulli(x) or (x > 0.5).float()"
             )
+
+    # ---- set-up when a Trainer runs the model ---------------------------------------------
+    def configure_model(self) -> None:
+        if self.compile_networks:  # once: Lightning calls this hook at every fit, validate and test
+            for network in (self.encoder, self.decoder):
+                if getattr(network, "_compiled_call_impl", None) is None:
+                    network.compile()
 
     # ---- checks before training -----------------------------------------------------
     def setup(self, stage: str) -> None:

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from models.components.backbones import BackboneName, build_backbone
+from models.components.precision import full_precision
 from models.base import LatentVariableModel, inference
 
 _LOG_2PI = math.log(2 * math.pi)
@@ -70,7 +71,7 @@ class VAE(LatentVariableModel):
 
     def posterior(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Mean and log-variance of q(z | x), each (B, *latent_shape)."""
-        mean, log_var = self.encoder(x).chunk(2, dim=1)
+        mean, log_var = full_precision(self.encoder(x)).chunk(2, dim=1)  # float32 (models/components/precision.py)
         return mean, log_var
 
     @inference

@@ -41,6 +41,7 @@ BENCHMARK_FAST = {"benchmarks.grey_mnist": ["--steps", "2", "--val-every", "1", 
                   "benchmarks.faults": ["--kills", "0", "--concurrent", "0", "--out", "faults"],
                   "benchmarks.eval_speed": ["--batch-size", "4", "--samples", "4", "--min-run-time", "0.02", "--test-images", "8"],
                   "benchmarks.loop_overhead": ["--models", "vae", "--steps", "14", "--repeats", "1"],
+                  "benchmarks.memory": ["--models", "jsa", "--steps", "2", "--test-batches", "1"],
                   "benchmarks.priors": ["--epochs", "1", "--stage2-epochs", "1", "--seeds", "1", "--repeats", "1", "trainer.limit_train_batches=2",
                                         "trainer.limit_val_batches=1", "model.val_num_samples=2"]}
 

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from models.base import LatentVariableModel, inference
 from models.components.backbones import BackboneName, build_backbone, latent_grid
+from models.components.precision import full_precision
 from models.components.priors import FactorizedPrior, build_prior, canonical_prior_name
 from samplers.mis import categorical_log_prob, sample_categorical
 
@@ -169,8 +170,8 @@ class CategoricalLatentModel(LatentVariableModel):
 
     # ---- evaluation (shared protocol, see LatentVariableModel) ---------------------
     def posterior(self, x: Tensor) -> Tensor:
-        """log q(h_v | x), (B, V, K)."""
-        return self.encoder_logits(x).log_softmax(-1)
+        """log q(h_v | x), (B, V, K), in float32 (models/components/precision.py)."""
+        return full_precision(self.encoder_logits(x)).log_softmax(-1)
 
     @inference
     def encode(self, x: Tensor) -> Tensor:

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from models.components.precision import full_precision
+
 
 LikelihoodName = Literal["bernoulli", "discretized_logistic", "categorical", "gaussian"]
 SigmaShape = Literal["image", "channel", "pixel"]
@@ -77,6 +79,7 @@ class BernoulliLikelihood(Likelihood):
         # multiply-add over the S * B decoder outputs, with x broadcast, not expanded: 1.3x faster on CPU than
         # BCE-with-logits, which is most of the importance-sampled evaluation's cost beside the matmuls
         # (benchmarks/eval_speed.py).
+        out = full_precision(out)  # summed in float32 under bf16-mixed (models/components/precision.py)
         return torch.addcmul(F.softplus(out), x, out, value=-1.0).flatten(-3).sum(-1).neg()
 
     def mean(self, out: Tensor) -> Tensor:
@@ -111,6 +114,7 @@ class GaussianLikelihood(Likelihood):
 
     def log_prob(self, x: Tensor, out: Tensor) -> Tensor:
         # Written as -0.5 ||(x - mu) / sigma||^2 - D log sigma - D/2 log 2 pi, never expanded.
+        out = full_precision(out)
         z = (x - out) * torch.exp(-self.log_sigma)
         log_density = -0.5 * z.square() - self.log_sigma - 0.5 * math.log(2 * math.pi)
         return log_density.flatten(-3).sum(-1)
@@ -145,7 +149,7 @@ class CategoricalLikelihood(Likelihood):
     params_per_channel = NUM_LEVELS
 
     def log_prob(self, x: Tensor, out: Tensor) -> Tensor:
-        log_p = _split_channels(out, x.shape[-3], NUM_LEVELS).log_softmax(-3)  # (..., C, 256, H, W)
+        log_p = _split_channels(full_precision(out), x.shape[-3], NUM_LEVELS).log_softmax(-3)  # (..., C, 256, H, W)
         k = _levels(x).unsqueeze(-3).expand(*log_p.shape[:-3], 1, *log_p.shape[-2:])
         return log_p.gather(-3, k).squeeze(-3).flatten(-3).sum(-1)
 
@@ -178,7 +182,7 @@ class DiscretizedLogisticLikelihood(Likelihood):
         return logits.log_softmax(-3), means, log_scales.clamp(min=-7.0)  # PixelCNN++'s floor on the scale
 
     def log_prob(self, x: Tensor, out: Tensor) -> Tensor:
-        log_weights, means, log_scales = self._mixture(out, x.shape[-3])
+        log_weights, means, log_scales = self._mixture(full_precision(out), x.shape[-3])
         k = _levels(x).unsqueeze(-3).to(means.dtype)  # (..., C, 1, H, W)
         centre = 2 * k / (NUM_LEVELS - 1) - 1
         inv_scale = torch.exp(-log_scales)

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from models.components.precision import full_precision
 from samplers.mis import sample_categorical
 
 PriorName = Literal["uniform", "factorized", "autoregressive", "pixelcnn"]
@@ -53,7 +54,7 @@ class CodePrior(nn.Module):
     def log_prob(self, codes: Tensor) -> Tensor:
         """log p(h) for code sets (..., V) (long), shape (...); all of them in one forward pass."""
         flat = codes.reshape(-1, self.num_latents)
-        log_probs = self.conditional_logits(flat).log_softmax(-1)
+        log_probs = full_precision(self.conditional_logits(flat)).log_softmax(-1)
         return log_probs.gather(-1, flat.unsqueeze(-1)).squeeze(-1).sum(-1).view(codes.shape[:-1])
 
     @torch.no_grad()

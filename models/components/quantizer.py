@@ -47,6 +47,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from models.components.precision import full_precision
+
 
 class QuantizerOutput(NamedTuple):
     quantized: Tensor  # z_e + sg[z_q - z_e]: value z_q, gradient straight through to z_e; layout of z_e
@@ -85,10 +87,13 @@ def _from_rank0(x: Tensor) -> Tensor:
 
 
 def _nearest(x: Tensor, codebook: Tensor) -> Tensor:
-    """Index of the nearest code for each row of x (N, D); the (N, K, D) differences are never built."""
-    squared_distances = torch.addmm(
-        x.square().sum(1, keepdim=True) + codebook.square().sum(1), x, codebook.t(), alpha=-2
-    )
+    """Index of the nearest code for each row of x (N, D); the (N, K, D) differences are never built.
+    In float32 even under bf16-mixed, whose rounding would change which code is nearest
+    (models/components/precision.py)."""
+    with torch.autocast(x.device.type, enabled=False):
+        squared_distances = torch.addmm(
+            x.square().sum(1, keepdim=True) + codebook.square().sum(1), x, codebook.t(), alpha=-2
+        )
     return squared_distances.argmin(1)
 
 
@@ -194,7 +199,7 @@ class VectorQuantizer(nn.Module):
                 f"z_e has {z_e.shape[channel_dim]} channels along dim {channel_dim} (shape {tuple(z_e.shape)}), "
                 f"but code_dim is {self.code_dim}"
             )
-        z = z_e.movedim(channel_dim, -1)
+        z = full_precision(z_e).movedim(channel_dim, -1)  # the codebook and its statistics stay float32
         flat = z.reshape(-1, self.code_dim)
         if self.training and self._kmeans_pending:  # a Python mirror of `initialized`: no host sync per step
             self._kmeans_init(flat.detach())

@@ -1,0 +1,114 @@
+"""How JSA's training step scales with the number of MIS steps L on a GPU (docs/mis.md#cost-model).
+
+    python -m benchmarks.gpu_scaling                      # on a CUDA machine: CIFAR-10 conv nets, batch 128
+    python -m benchmarks.gpu_scaling --precision bf16-mixed --compile
+    python -m benchmarks.gpu_scaling --tiny               # a CPU smoke run of the same code, tiny networks
+
+JSA's index-cached MIS scores the L+1 candidates of every example in one batched decoder pass. On a
+CPU that pass costs in proportion to its B (L+1) rows, so the JSA step grows like the floor
+1 + (L+1)/6 VAE steps (a forward pass ~ 1/6 of a forward+backward+Adam step). On a GPU the pass is
+nearly free while the device is not saturated: the JSA/VAE ratio stays flat as L grows, until the
+candidate rows fill the device; the `µs/row` column (the step's extra time per added candidate row)
+shows where that happens.
+
+For each L, measured side by side in one run (medians of torch.utils.benchmark's blocked_autorange,
+which synchronizes CUDA): one MIS call (encoder, candidate pass, chain; no gradient), one JSA training
+step (MIS, forward, backward, Adam) and one VAE step on the same conv backbone and batch. The networks
+are those `python train.py model=jsa data=cifar10` trains (conv backbone, discretized-logistic likelihood,
+K=10, D=16 codes on the 8x8 grid; the VAE with 16 latent channels per cell), on random 8-bit images
+(the cost does not depend on the pixels). `--precision bf16-mixed` runs the steps under bfloat16 autocast
+(log-probabilities stay float32, models/components/precision.py); `--compile` compiles the encoder and
+decoder as `model.compile=true` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from torch.utils.benchmark import Timer
+
+from benchmarks.mis_speed import train_step_fn
+from models import JSA, VAE
+from samplers import index_cached_mis
+
+PRECISIONS = {"32-true": None, "bf16-mixed": torch.bfloat16}
+TINY = dict(device="cpu", batch_size=8, hidden_channels=8, mis_steps=[1, 4], min_run_time=0.05)
+
+
+def median_ms(fn, min_run_time: float) -> float:
+    for _ in range(3):  # warm-up: cuDNN's algorithm search, and compilation for each new batch shape
+        fn()
+    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    return timer.blocked_autorange(min_run_time=min_run_time).median * 1e3
+
+
+def build(cls, args, device: torch.device, **kwargs):
+    model = cls(data_shape=(3, 32, 32), backbone="conv", likelihood="discretized_logistic",
+                hidden_channels=args.hidden_channels, compile=args.compile, **kwargs).to(device)
+    model.configure_model()  # what a Trainer calls first: compiles the networks when `compile` is set
+    return model
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--hidden-channels", type=int, default=64, help="width of the conv backbone (train.py's default)")
+    parser.add_argument("--mis-steps", type=int, nargs="+", default=[1, 4, 16, 64], help="the values of L")
+    parser.add_argument("--precision", choices=PRECISIONS, default="32-true")
+    parser.add_argument("--compile", action="store_true", help="compile the encoder and decoder (model.compile=true)")
+    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds each timing runs for (default 1)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="CPU smoke run: batch 8, 8 channels, L in {1, 4}, 0.05 s a timing (overrides those options)")
+    parser.add_argument("--out", type=Path, help="also write the table to this file")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        vars(args).update(TINY)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        sys.exit(f"error: --device {args.device}: no CUDA device on this machine; run it on a GPU machine, "
+                 "or use --tiny (a CPU smoke run) or --device cpu")
+    device = torch.device(args.device)
+    dtype = PRECISIONS[args.precision]
+    torch.manual_seed(0)
+    x = (torch.randint(0, 256, (args.batch_size, 3, 32, 32)) / 255).to(device)
+    index = torch.arange(args.batch_size, device=device)
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
+    lines: list[str] = []
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        print(line, flush=True)
+
+    emit(f"device={name} precision={args.precision} compile={args.compile} batch={args.batch_size} "
+             f"hidden_channels={args.hidden_channels} torch={torch.__version__}" + (" (--tiny: a smoke run, not a measurement)" if args.tiny else ""))
+    vae_ms = median_ms(train_step_fn(build(VAE, args, device, latent_dim=16), x, index, dtype), args.min_run_time)
+    emit(f"VAE step: {vae_ms:.2f} ms")
+    emit(f"{'L':>4} {'rows B(L+1)':>12} {'MIS call ms':>12} {'JSA step ms':>12} {'JSA/VAE':>8} "
+                 f"{'CPU floor 1+(L+1)/6':>20} {'µs/row':>8}")
+    previous = None
+    for num_steps in args.mis_steps:
+        jsa = build(JSA, args, device, mis_steps=num_steps, cache_size=args.batch_size)
+        rows = args.batch_size * (num_steps + 1)
+
+        def mis_call() -> None:
+            with torch.no_grad(), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                index_cached_mis(jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps)
+
+        mis_ms = median_ms(mis_call, args.min_run_time)
+        jsa_ms = median_ms(train_step_fn(jsa, x, index, dtype), args.min_run_time)
+        # The step's extra time per added candidate row, from the previous L: ~0 while the device has room.
+        per_row = "" if previous is None else f"{1e3 * (jsa_ms - previous[1]) / (rows - previous[0]):>8.2f}"
+        emit(f"{num_steps:>4} {rows:>12} {mis_ms:>12.2f} {jsa_ms:>12.2f} {jsa_ms / vae_ms:>7.2f}x "
+                     f"{1 + (num_steps + 1) / 6:>19.2f}x {per_row:>8}")
+        previous = (rows, jsa_ms)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
