@@ -1,6 +1,6 @@
 """Importance-sampled evaluation against the machine's matmul throughput (docs/vae.md#importance-sampled-log-likelihood).
 
-    python -m benchmarks.eval_speed [--batch-size 64] [--samples 200] [--models vae,jsa] [--min-run-time 1]
+    python -m benchmarks.eval_speed [--batch-size 64] [--samples 200] [--models vae,jsa] [--chunk-sizes 20 100]
 
 For each model (MNIST, its default MLP, untrained weights: the cost does not depend on them), measured side by
 side in one run (medians of torch.utils.benchmark's blocked_autorange, under torch.inference_mode as Lightning's
@@ -15,6 +15,7 @@ val/test loops run):
 * `ratio` = eval / matmul floor (issue target <= 1.5), and where the rest of the time goes: the top operators
   of torch.profiler's table for one call.
 
+`--chunk-sizes` measures each model at several `eval_chunk_size` values side by side (default: the models' default).
 With `--test-images N`, also the test stage as a whole (`Trainer.test` on N real MNIST test images with the
 model's `test_num_samples`), against N / batch x the per-batch time of the same evaluation: what the loop around
 the step (metrics, image grids, logging, the data loader) adds. Needs DATA_DIR.
@@ -23,6 +24,8 @@ the step (metrics, image grids, logging, the data loader) adds. Needs DATA_DIR.
 from __future__ import annotations
 
 import argparse
+import inspect
+import itertools
 import time
 from collections import Counter
 
@@ -32,8 +35,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from models import JSA, VAE, VQVAE, DiscreteVAE
+from models.base import LatentVariableModel
 
-MODELS = {"vae": lambda: VAE(), "jsa": lambda: JSA(), "dvae": lambda: DiscreteVAE(), "vqvae": lambda: VQVAE()}
+MODELS = {"vae": VAE, "jsa": JSA, "dvae": DiscreteVAE, "vqvae": VQVAE}
 # Under inference_mode nn.Linear reaches the dispatcher as aten.linear (with grad mode, as addmm).
 MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default, torch.ops.aten.linear.default,
            torch.ops.aten.convolution.default}
@@ -75,9 +79,9 @@ def top_operators(fn, rows: int = 8) -> str:
     return profile.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
 
 
-def bench_model(name: str, x: torch.Tensor, num_samples: int, min_run_time: float, profile: bool) -> dict:
+def bench_model(name: str, x: torch.Tensor, num_samples: int, chunk_size: int, min_run_time: float, profile: bool) -> dict:
     torch.manual_seed(0)
-    model = MODELS[name]().eval()
+    model = MODELS[name](eval_chunk_size=chunk_size).eval()
     prepared = model.likelihood.prepare(x)
 
     def evaluate() -> None:
@@ -100,13 +104,13 @@ def bench_model(name: str, x: torch.Tensor, num_samples: int, min_run_time: floa
     return row
 
 
-def bench_test_stage(name: str, num_images: int, batch_size: int, min_run_time: float) -> dict:
+def bench_test_stage(name: str, num_images: int, batch_size: int, chunk_size: int, min_run_time: float) -> dict:
     import lightning as L
 
     from datamodules import MNISTDataModule
 
     torch.manual_seed(0)
-    model = MODELS[name]()
+    model = MODELS[name](eval_chunk_size=chunk_size)
     data = MNISTDataModule(batch_size=batch_size, eval_batch_size=batch_size, binarize="dynamic")
     data.setup("test")
     batch = next(iter(data.test_dataloader()))[0]
@@ -137,6 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds each timing runs for (default 1)")
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's top operators of one call per model")
     parser.add_argument("--test-images", type=int, default=0, help="also time Trainer.test on this many test images")
+    parser.add_argument("--chunk-sizes", type=int, nargs="+", default=[inspect.signature(LatentVariableModel).parameters["eval_chunk_size"].default],
+                        help="eval_chunk_size values to measure side by side (default: the models' default)")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.models) - set(MODELS))
     if unknown:
@@ -144,18 +150,18 @@ def main(argv: list[str] | None = None) -> None:
     generator = torch.Generator().manual_seed(0)
     x = torch.bernoulli(torch.full((args.batch_size, 1, 28, 28), 0.13), generator=generator)
     print(f"threads={torch.get_num_threads()} batch={args.batch_size} samples={args.samples} torch={torch.__version__}")
-    print(f"{'model':>6} {'eval ms':>9} {'matmul floor ms':>16} {'ratio':>6} {'GFLOP':>7} {'GFLOP/s eval':>13} {'GFLOP/s matmuls':>16}")
-    for name in args.models:
-        row = bench_model(name, x, args.samples, args.min_run_time, args.profile)
-        print(f"{name:>6} {row['eval_ms']:>9.1f} {row['floor_ms']:>16.1f} {row['ratio']:>5.2f}x {row['gflop']:>7.2f} "
+    print(f"{'model':>6} {'chunk':>6} {'eval ms':>9} {'matmul floor ms':>16} {'ratio':>6} {'GFLOP':>7} {'GFLOP/s eval':>13} {'GFLOP/s matmuls':>16}")
+    for name, chunk in itertools.product(args.models, args.chunk_sizes):
+        row = bench_model(name, x, args.samples, chunk, args.min_run_time, args.profile)
+        print(f"{name:>6} {chunk:>6} {row['eval_ms']:>9.1f} {row['floor_ms']:>16.1f} {row['ratio']:>5.2f}x {row['gflop']:>7.2f} "
               f"{row['gflops_eval']:>13.1f} {row['gflops_floor']:>16.1f}   {row['matmuls']}")
         if args.profile:
             print(row["profile"])
     if args.test_images:
         print(f"\nThe test stage (Trainer.test) vs its steps alone, {args.test_images} MNIST test images")
-        for name in args.models:
-            row = bench_test_stage(name, args.test_images, args.batch_size, args.min_run_time)
-            print(f"{name:>6}: {row['images']} images x {row['samples']} samples: stage {row['stage_s']:.1f} s, steps alone "
+        for name, chunk in itertools.product(args.models, args.chunk_sizes):
+            row = bench_test_stage(name, args.test_images, args.batch_size, chunk, args.min_run_time)
+            print(f"{name:>6}, chunk {chunk}: {row['images']} images x {row['samples']} samples: stage {row['stage_s']:.1f} s, steps alone "
                   f"{row['steps_s']:.1f} s ({row['ratio']:.2f}x); the full 10k test set at this rate: {row['full_test_min']:.1f} min")
 
 

@@ -30,11 +30,10 @@ from pathlib import Path
 import torch
 from torch.utils.benchmark import Timer
 
-from benchmarks.mis_speed import train_step_fn
+from benchmarks.mis_speed import PRECISIONS, autocast, train_step_fn
 from models import JSA, VAE
 from samplers import index_cached_mis
 
-PRECISIONS = {"32-true": None, "bf16-mixed": torch.bfloat16}
 TINY = dict(device="cpu", batch_size=8, hidden_channels=8, mis_steps=[1, 4], min_run_time=0.05)
 
 
@@ -95,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         rows = args.batch_size * (num_steps + 1)
 
         def mis_call() -> None:
-            with torch.no_grad(), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            with torch.no_grad(), autocast(x, dtype):
                 index_cached_mis(jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps)
 
         mis_ms = median_ms(mis_call, args.min_run_time)

@@ -1,6 +1,6 @@
 """Index-cached MIS vs the naive MIS (docs/mis.md#cost-model), and JSA's training step vs the VAE's.
 
-    python -m benchmarks.mis_speed [--batch-size 128] [--device cpu]
+    python -m benchmarks.mis_speed [--batch-size 128] [--device cpu] [--precision bf16-mixed]
 
 All timings are medians of torch.utils.benchmark's blocked_autorange, measured side by side in
 one run on the same networks (MNIST-sized MLP backbone, V=20, K=10) and the same batch.
@@ -12,6 +12,10 @@ one run on the same networks (MNIST-sized MLP backbone, V=20, K=10) and the same
    a no-grad decoder pass over L+1 candidates per example; with a forward+backward costing ~3
    forwards, the floor of the ratio is ~ 1 + (L + 1) / 6.
 3. The share of a cached MIS call spent in the sequential accept/reject loop (`mis_chain`) at L=64.
+
+`--precision bf16-mixed` runs every call and step under bfloat16 autocast, as `trainer.precision=bf16-mixed`
+does (the log-probabilities stay float32, models/components/precision.py): faster on a CPU with bfloat16
+matrix units (AMX) as well as on a GPU.
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ from samplers import index_cached_mis, mis_chain, naive_mis
 
 
 MIN_RUN_TIME_S = 1.0  # per measurement (--min-run-time)
+PRECISIONS = {"32-true": None, "bf16-mixed": torch.bfloat16}  # trainer.precision -> the autocast dtype
+AUTOCAST_DTYPE: torch.dtype | None = None  # --precision
+
+
+def autocast(x: torch.Tensor, dtype: torch.dtype | None):
+    return torch.autocast(x.device.type, dtype=dtype, enabled=dtype is not None)
 
 
 def median_ms(fn) -> float:
@@ -41,7 +51,7 @@ def mnist_like_batch(batch_size: int, device: torch.device) -> tuple[torch.Tenso
 def bench_mis_calls(jsa: JSA, x: torch.Tensor, steps: list[int]) -> None:
     print("\n1. One MIS call (ms): cached (index form) vs naive (docs/mis.md#naive-mis)")
     print(f"{'L':>4} {'naive':>10} {'cached':>10} {'speed-up':>9} {'predicted (5L+1)/(L+2)':>24}")
-    with torch.no_grad():
+    with torch.no_grad(), autocast(x, AUTOCAST_DTYPE):
         for num_steps in steps:
             cached = median_ms(lambda: index_cached_mis(jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps))
             naive = median_ms(lambda: naive_mis(lambda: jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps))
@@ -54,7 +64,7 @@ def train_step_fn(model, x, index, autocast_dtype: torch.dtype | None = None):
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
     def step() -> None:
-        with torch.autocast(x.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        with autocast(x, autocast_dtype):
             loss = model.training_loss(x, index)["loss"]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -66,18 +76,18 @@ def train_step_fn(model, x, index, autocast_dtype: torch.dtype | None = None):
 def bench_train_steps(x: torch.Tensor, index: torch.Tensor, steps: list[int]) -> None:
     print("\n2. One training step (forward + backward + Adam, ms): JSA vs VAE, same MLP backbone")
     vae = VAE(latent_dim=32).to(x.device)
-    vae_ms = median_ms(train_step_fn(vae, x, index))
+    vae_ms = median_ms(train_step_fn(vae, x, index, AUTOCAST_DTYPE))
     print(f"VAE: {vae_ms:.2f} ms")
     print(f"{'L':>4} {'JSA':>10} {'JSA/VAE':>9} {'floor 1+(L+1)/6':>16}")
     for num_steps in steps:
         jsa = JSA(mis_steps=num_steps, cache_size=x.shape[0]).to(x.device)
-        jsa_ms = median_ms(train_step_fn(jsa, x, index))
+        jsa_ms = median_ms(train_step_fn(jsa, x, index, AUTOCAST_DTYPE))
         print(f"{num_steps:>4} {jsa_ms:>10.2f} {jsa_ms / vae_ms:>8.2f}x {1 + (num_steps + 1) / 6:>15.2f}x")
 
 
 def bench_loop_share(jsa: JSA, x: torch.Tensor, num_steps: int = 64) -> None:
     print(f"\n3. Share of one cached MIS call spent in the sequential accept/reject loop, L={num_steps}")
-    with torch.no_grad():
+    with torch.no_grad(), autocast(x, AUTOCAST_DTYPE):
         sample = index_cached_mis(jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps)
         total = median_ms(lambda: index_cached_mis(jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps))
         loop = median_ms(lambda: mis_chain(sample.log_target, sample.log_proposal))
@@ -91,13 +101,15 @@ def main() -> None:
     parser.add_argument("--mis-steps", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--train-steps", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds each timing runs for (default 1)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="32-true", help="32-true (default) or bf16-mixed")
     args = parser.parse_args()
-    global MIN_RUN_TIME_S
-    MIN_RUN_TIME_S = args.min_run_time
+    global MIN_RUN_TIME_S, AUTOCAST_DTYPE
+    MIN_RUN_TIME_S, AUTOCAST_DTYPE = args.min_run_time, PRECISIONS[args.precision]
     torch.manual_seed(0)
     device = torch.device(args.device)
     x, index = mnist_like_batch(args.batch_size, device)
-    print(f"device={device} threads={torch.get_num_threads()} batch={args.batch_size} torch={torch.__version__}")
+    print(f"device={device} threads={torch.get_num_threads()} (timings on 1) batch={args.batch_size} precision={args.precision} "
+          f"torch={torch.__version__}")
     jsa = JSA(cache_size=args.batch_size).to(device)
     bench_mis_calls(jsa, x, args.mis_steps)
     bench_train_steps(x, index, args.train_steps)
