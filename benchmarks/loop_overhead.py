@@ -3,16 +3,25 @@ progress bar) against the bare step, so that a feature cannot quietly add host s
 
     python -m benchmarks.loop_overhead [--models jsa,vae] [--steps 120] [--repeats 3]
 
-For each model, alternately `--repeats` times, on the same real MNIST batches (DATA_DIR):
+For each model, `--repeats` times, on real MNIST batches (DATA_DIR), two runs:
 
 * `fit`: `train.run` on the composed Hydra config (`model=<name>`, fewer steps than an epoch so that only training
-  steps run), with one more callback that notes the time at the start of every training batch: a step is the time from
-  one batch's start to the next (the step, logging, callbacks, fetching the next batch);
-* `bare`: the same model and data module built from the same config, and a plain loop over the same loader:
-  `training_loss`, `zero_grad`, `backward`, `optimizer.step`, the next batch.
+  steps run);
+* `lightning`: the same model in a plain `lightning.Trainer` with nothing of the collection's (no logger, progress
+  bar, checkpointing or callback, not even the model's own `configure_callbacks`): the floor of `Trainer.fit`'s loop.
 
-The first 10 steps of each are left out (warm-up). Reported: the median step of each, their ratio (issue target
-<= 1.05), and the mean ratio (which also carries what happens every N steps, e.g. logging every 50).
+In both, one more callback runs a `bare` step at the start of every training batch: a second copy of the model, built
+from the same config, in a plain loop over its own loader (`training_loss`, `zero_grad`, `backward`,
+`optimizer.step`, the next batch). Each step inside the trainer (from the end of that bare step to the next batch's
+start: the step, logging, callbacks, fetching the next batch) is thus paired with a bare step taken just before it,
+so that the machine's drift over a run (seen here: 15% between runs minutes apart on a shared 2-core VM) affects
+both alike.
+
+The first 10 steps of each run are left out (warm-up). Reported: the median step of each; fit / bare (issue target
+<= 1.05), split into lightning / bare (Lightning's own loop: hooks, closure, batch transfer) and fit / lightning
+(what the collection adds: its callbacks, logger and progress bar); and the mean ratio fit / bare, which also
+carries what happens every N steps (logging every 50 steps; the gradient-variance callback, every 200, is not
+reached by runs shorter than 200 steps).
 """
 
 from __future__ import annotations
@@ -21,7 +30,6 @@ import argparse
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 import lightning as L
 import torch
@@ -29,13 +37,52 @@ import torch
 WARM_UP = 10
 
 
-class StepClock(L.Callback):
-    """Notes the time at the start of every training batch (benchmarks.loop_overhead)."""
+class BareStep:
+    """One training step of a model built from `cfg`, without Lightning: the next batch, the loss, backward, Adam."""
 
-    starts: list[float] = []  # class-level: train.run builds the instance from the config
+    def __init__(self, cfg) -> None:
+        import train
+
+        datamodule, self.module = train.build(cfg)
+        datamodule.setup("fit")
+        self.optimizer = self.module.configure_optimizers()
+        self.module.train()
+        self.batches = iter(datamodule.train_dataloader())
+
+    def __call__(self) -> None:
+        x, index = next(self.batches)
+        loss = self.module.training_loss(self.module.likelihood.prepare(x), index)["loss"]
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+
+
+class StepClock(L.Callback):
+    """At the start of every training batch: note the time, then take one bare step, timed (benchmarks.loop_overhead).
+
+    Class-level state: `train.run` builds the instance from the config."""
+
+    bare: BareStep | None = None
+    trainer_steps: list[float] = []
+    bare_steps: list[float] = []
+    _last: float | None = None
+
+    @classmethod
+    def reset(cls, bare: BareStep) -> None:
+        cls.bare, cls.trainer_steps, cls.bare_steps, cls._last = bare, [], [], None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        StepClock.starts.append(time.perf_counter())
+        now = time.perf_counter()
+        if StepClock._last is not None:
+            StepClock.trainer_steps.append(now - StepClock._last)
+        StepClock.bare()
+        StepClock._last = time.perf_counter()
+        StepClock.bare_steps.append(StepClock._last - now)
+
+    @classmethod
+    def pairs(cls) -> tuple[list[float], list[float]]:
+        """(trainer step, the bare step taken just before it), warm-up left out."""
+        return cls.trainer_steps[WARM_UP:], cls.bare_steps[WARM_UP:len(cls.trainer_steps)]
 
 
 def compose(model: str, steps: int, log_dir: str):
@@ -46,60 +93,62 @@ def compose(model: str, steps: int, log_dir: str):
                      "run_test=false", f"log_dir={log_dir}", "+callbacks.step_clock._target_=benchmarks.loop_overhead.StepClock"])
 
 
-def fit_steps(model: str, steps: int) -> list[float]:
+def fit_steps(model: str, steps: int) -> tuple[list[float], list[float]]:
+    """(steps inside `train.run`, the bare steps paired with them)."""
     import train
 
     from benchmarks import loop_overhead  # the module the config names (this file may run as __main__)
 
     with tempfile.TemporaryDirectory() as log_dir:
-        loop_overhead.StepClock.starts = []
-        train.run(compose(model, steps, log_dir))
-        starts = loop_overhead.StepClock.starts
-    return [b - a for a, b in zip(starts, starts[1:])][WARM_UP:]
+        cfg = compose(model, steps, log_dir)
+        loop_overhead.StepClock.reset(BareStep(cfg))
+        train.run(cfg)
+    return loop_overhead.StepClock.pairs()
 
 
-def bare_steps(model: str, steps: int) -> list[float]:
+def lightning_steps(model: str, steps: int) -> tuple[list[float], list[float]]:
+    """(steps inside a plain `lightning.Trainer`, the bare steps paired with them)."""
     import train
+
+    from benchmarks import loop_overhead
 
     with tempfile.TemporaryDirectory() as log_dir:
         cfg = compose(model, steps, log_dir)
     L.seed_everything(cfg.seed, workers=True)
     datamodule, module = train.build(cfg)
-    datamodule.setup("fit")
-    optimizer = module.configure_optimizers()
-    module.train()
-    batches = iter(datamodule.train_dataloader())
-    starts = []
-    for _ in range(steps):
-        starts.append(time.perf_counter())
-        x, index = next(batches)
-        loss = module.training_loss(module.likelihood.prepare(x), index)["loss"]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    starts.append(time.perf_counter())
-    return [b - a for a, b in zip(starts, starts[1:])][WARM_UP:]
+    module.configure_callbacks = lambda: []  # this instance only: nothing but the loop itself
+    loop_overhead.StepClock.reset(BareStep(cfg))
+    trainer = L.Trainer(accelerator=cfg.trainer.accelerator, devices=1, precision=cfg.trainer.precision, max_steps=steps,
+                        num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[loop_overhead.StepClock()])
+    trainer.fit(module, datamodule=datamodule)
+    return loop_overhead.StepClock.pairs()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", type=lambda text: text.split(","), default=["jsa", "vae"])
     parser.add_argument("--steps", type=int, default=120, help="training steps of each timed run (default 120, < 430)")
-    parser.add_argument("--repeats", type=int, default=3, help="fit and bare runs, alternately, per model (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="fit and lightning runs, in turn, per model (default 3)")
     args = parser.parse_args(argv)
     if not WARM_UP + 1 < args.steps < 430:
         parser.error(f"--steps must be > {WARM_UP + 1} (the first {WARM_UP} steps are warm-up) and < 430 (one epoch)")
     print(f"threads={torch.get_num_threads()} steps={args.steps} repeats={args.repeats} torch={torch.__version__}")
-    print(f"{'model':>6} {'fit median ms':>14} {'bare median ms':>15} {'ratio':>6} {'fit mean ms':>12} {'bare mean ms':>13} {'mean ratio':>11}")
+    print("median ms of steps paired with a bare step taken just before each (fit's bare / lightning's bare)")
+    print(f"{'model':>6} {'fit ms':>7} {'bare ms':>8} {'lightning ms':>13} {'bare ms':>8} {'fit/bare':>9} "
+          f"{'lightning/bare':>15} {'fit/lightning':>14} {'mean fit/bare':>14}")
     for model in args.models:
-        fit, bare = [], []
+        fit, fit_bare, floor, floor_bare = [], [], [], []
         for _ in range(args.repeats):
-            bare += bare_steps(model, args.steps)
-            fit += fit_steps(model, args.steps)
-        fit_median, bare_median = statistics.median(fit), statistics.median(bare)
-        fit_mean, bare_mean = statistics.fmean(fit), statistics.fmean(bare)
-        print(f"{model:>6} {1e3 * fit_median:>14.2f} {1e3 * bare_median:>15.2f} {fit_median / bare_median:>5.3f}x "
-              f"{1e3 * fit_mean:>12.2f} {1e3 * bare_mean:>13.2f} {fit_mean / bare_mean:>10.3f}x", flush=True)
+            for trainer_steps, bare_steps, run in ((fit, fit_bare, fit_steps), (floor, floor_bare, lightning_steps)):
+                paired_trainer, paired_bare = run(model, args.steps)
+                trainer_steps += paired_trainer
+                bare_steps += paired_bare
+        fit_ms, fit_bare_ms, floor_ms, floor_bare_ms = (1e3 * statistics.median(t) for t in (fit, fit_bare, floor, floor_bare))
+        fit_ratio, floor_ratio = fit_ms / fit_bare_ms, floor_ms / floor_bare_ms
+        mean_ratio = statistics.fmean(fit) / statistics.fmean(fit_bare)
+        print(f"{model:>6} {fit_ms:>7.2f} {fit_bare_ms:>8.2f} {floor_ms:>13.2f} {floor_bare_ms:>8.2f} {fit_ratio:>8.3f}x "
+              f"{floor_ratio:>14.3f}x {fit_ratio / floor_ratio:>13.3f}x {mean_ratio:>13.3f}x", flush=True)
 
 
 if __name__ == "__main__":

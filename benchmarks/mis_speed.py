@@ -1,9 +1,11 @@
 """Index-cached MIS vs the naive MIS (docs/mis.md#cost-model), and JSA's training step vs the VAE's.
 
-    python -m benchmarks.mis_speed [--batch-size 128] [--device cpu] [--precision bf16-mixed]
+    python -m benchmarks.mis_speed [--batch-size 128] [--device cpu] [--precision bf16-mixed] [--rounds 5]
 
-All timings are medians of torch.utils.benchmark's blocked_autorange, measured side by side in
-one run on the same networks (MNIST-sized MLP backbone, V=20, K=10) and the same batch.
+All timings come from torch.utils.benchmark's blocked_autorange, on the same networks (MNIST-sized MLP backbone,
+V=20, K=10) and the same batch. Each pair compared (naive and cached; JSA and VAE) is measured in `--rounds`
+alternating rounds, and a ratio is the median of the rounds' ratios: the machine's drift over a run (seen here: 20%
+within minutes on a shared 2-core VM) then falls on both sides alike instead of on one.
 
 1. One MIS call, cached vs naive, for L in {1, 4, 16, 64}. The cost model (docs/mis.md#cost-model) puts the naive call at
    T_q + L (2 T_p + 3 T_q) and the cached one at T_q + T_p(batch of L+1); with T_p ~ T_q and a
@@ -21,6 +23,8 @@ matrix units (AMX) as well as on a GPU.
 from __future__ import annotations
 
 import argparse
+import statistics
+from typing import Callable
 
 import torch
 from torch.utils.benchmark import Timer
@@ -29,7 +33,8 @@ from models import JSA, VAE
 from samplers import index_cached_mis, mis_chain, naive_mis
 
 
-MIN_RUN_TIME_S = 1.0  # per measurement (--min-run-time)
+MIN_RUN_TIME_S = 1.0  # per measurement, over all its rounds (--min-run-time)
+ROUNDS = 5  # --rounds
 PRECISIONS = {"32-true": None, "bf16-mixed": torch.bfloat16}  # trainer.precision -> the autocast dtype
 AUTOCAST_DTYPE: torch.dtype | None = None  # --precision
 
@@ -38,8 +43,16 @@ def autocast(x: torch.Tensor, dtype: torch.dtype | None):
     return torch.autocast(x.device.type, dtype=dtype, enabled=dtype is not None)
 
 
-def median_ms(fn) -> float:
-    return Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=MIN_RUN_TIME_S).median * 1e3
+def median_ms(fn, min_run_time: float | None = None) -> float:
+    timer = Timer(stmt="fn()", globals={"fn": fn})
+    return timer.blocked_autorange(min_run_time=MIN_RUN_TIME_S if min_run_time is None else min_run_time).median * 1e3
+
+
+def paired_ms(first: Callable[[], object], second: Callable[[], object]) -> tuple[float, float, float]:
+    """(first ms, second ms, first / second): medians over `ROUNDS` rounds that time one, then the other."""
+    rounds = [(median_ms(first, MIN_RUN_TIME_S / ROUNDS), median_ms(second, MIN_RUN_TIME_S / ROUNDS)) for _ in range(ROUNDS)]
+    return (statistics.median(a for a, _ in rounds), statistics.median(b for _, b in rounds),
+            statistics.median(a / b for a, b in rounds))
 
 
 def mnist_like_batch(batch_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,10 +66,12 @@ def bench_mis_calls(jsa: JSA, x: torch.Tensor, steps: list[int]) -> None:
     print(f"{'L':>4} {'naive':>10} {'cached':>10} {'speed-up':>9} {'predicted (5L+1)/(L+2)':>24}")
     with torch.no_grad(), autocast(x, AUTOCAST_DTYPE):
         for num_steps in steps:
-            cached = median_ms(lambda: index_cached_mis(jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps))
-            naive = median_ms(lambda: naive_mis(lambda: jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps))
+            naive, cached, speed_up = paired_ms(
+                lambda: naive_mis(lambda: jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps),
+                lambda: index_cached_mis(jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps),
+            )
             predicted = (5 * num_steps + 1) / (num_steps + 2)
-            print(f"{num_steps:>4} {naive:>10.2f} {cached:>10.2f} {naive / cached:>8.2f}x {predicted:>23.2f}x")
+            print(f"{num_steps:>4} {naive:>10.2f} {cached:>10.2f} {speed_up:>8.2f}x {predicted:>23.2f}x")
 
 
 def train_step_fn(model, x, index, autocast_dtype: torch.dtype | None = None):
@@ -75,14 +90,12 @@ def train_step_fn(model, x, index, autocast_dtype: torch.dtype | None = None):
 
 def bench_train_steps(x: torch.Tensor, index: torch.Tensor, steps: list[int]) -> None:
     print("\n2. One training step (forward + backward + Adam, ms): JSA vs VAE, same MLP backbone")
-    vae = VAE(latent_dim=32).to(x.device)
-    vae_ms = median_ms(train_step_fn(vae, x, index, AUTOCAST_DTYPE))
-    print(f"VAE: {vae_ms:.2f} ms")
-    print(f"{'L':>4} {'JSA':>10} {'JSA/VAE':>9} {'floor 1+(L+1)/6':>16}")
+    vae_step = train_step_fn(VAE(latent_dim=32).to(x.device), x, index, AUTOCAST_DTYPE)
+    print(f"{'L':>4} {'JSA':>10} {'VAE':>10} {'JSA/VAE':>9} {'floor 1+(L+1)/6':>16}")
     for num_steps in steps:
         jsa = JSA(mis_steps=num_steps, cache_size=x.shape[0]).to(x.device)
-        jsa_ms = median_ms(train_step_fn(jsa, x, index, AUTOCAST_DTYPE))
-        print(f"{num_steps:>4} {jsa_ms:>10.2f} {jsa_ms / vae_ms:>8.2f}x {1 + (num_steps + 1) / 6:>15.2f}x")
+        jsa_ms, vae_ms, ratio = paired_ms(train_step_fn(jsa, x, index, AUTOCAST_DTYPE), vae_step)
+        print(f"{num_steps:>4} {jsa_ms:>10.2f} {vae_ms:>10.2f} {ratio:>8.2f}x {1 + (num_steps + 1) / 6:>15.2f}x")
 
 
 def bench_loop_share(jsa: JSA, x: torch.Tensor, num_steps: int = 64) -> None:
@@ -100,15 +113,18 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--mis-steps", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--train-steps", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds each timing runs for (default 1)")
+    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds each timing runs for, over all its rounds (default 1)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of each compared pair (default 5)")
     parser.add_argument("--precision", choices=PRECISIONS, default="32-true", help="32-true (default) or bf16-mixed")
     args = parser.parse_args()
-    global MIN_RUN_TIME_S, AUTOCAST_DTYPE
-    MIN_RUN_TIME_S, AUTOCAST_DTYPE = args.min_run_time, PRECISIONS[args.precision]
+    global MIN_RUN_TIME_S, AUTOCAST_DTYPE, ROUNDS
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    MIN_RUN_TIME_S, AUTOCAST_DTYPE, ROUNDS = args.min_run_time, PRECISIONS[args.precision], args.rounds
     torch.manual_seed(0)
     device = torch.device(args.device)
     x, index = mnist_like_batch(args.batch_size, device)
-    print(f"device={device} threads={torch.get_num_threads()} (timings on 1) batch={args.batch_size} precision={args.precision} "
+    print(f"device={device} threads={torch.get_num_threads()} (timings on 1) batch={args.batch_size} rounds={args.rounds} precision={args.precision} "
           f"torch={torch.__version__}")
     jsa = JSA(cache_size=args.batch_size).to(device)
     bench_mis_calls(jsa, x, args.mis_steps)

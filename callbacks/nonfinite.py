@@ -23,14 +23,19 @@ class NonFiniteLossGuard(L.Callback):
         if check_every_n_steps is not None and check_every_n_steps < 1:
             raise ValueError(f"check_every_n_steps must be >= 1 (or null for trainer.log_every_n_steps), got {check_every_n_steps}")
         self.check_every_n_steps = check_every_n_steps
-        self._finite: dict[str, Tensor] = {}  # per term: stayed finite since the last check (device tensors)
+        self._names: tuple[str, ...] = ()  # the loss terms, in the order of `_finite`
+        self._finite: Tensor | None = None  # per term: stayed finite since the last check (one device tensor)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         terms = outputs.get("terms", {"loss": outputs["loss"]}) if isinstance(outputs, dict) else {}
-        for name, value in terms.items():
-            finite = torch.isfinite(value).all()
-            previous = self._finite.get(name)
-            self._finite[name] = finite if previous is None else previous & finite
+        if terms:
+            names = tuple(terms)
+            if self._finite is not None and names != self._names:  # other terms than before: settle the old ones first
+                self.check(trainer)
+            # The terms are detached scalars (models/base.py): one stack, one isfinite and one `&` per step, whatever
+            # their number (each torch call costs microseconds of dispatch on a CPU; benchmarks/loop_overhead.py).
+            finite = torch.isfinite(torch.stack(list(terms.values())))
+            self._names, self._finite = names, finite if self._finite is None else self._finite & finite
         every = self.check_every_n_steps or trainer.log_every_n_steps
         if (batch_idx + 1) % every == 0:
             self.check(trainer)
@@ -40,13 +45,12 @@ class NonFiniteLossGuard(L.Callback):
 
     def check(self, trainer: L.Trainer) -> None:
         """One host sync: raise if a term was NaN or inf at any step since the last check."""
-        if not self._finite:
+        if self._finite is None:
             return
-        names = list(self._finite)
-        finite = torch.stack([self._finite[name] for name in names])
+        names, finite = self._names, self._finite
         if trainer.world_size > 1:
             finite = trainer.strategy.all_gather(finite.to(torch.uint8)).all(dim=0)
-        self._finite = {}
+        self._finite = None
         bad = [f"train/{name}" for name, ok in zip(names, finite.tolist()) if not ok]
         if bad:
             last = trainer.checkpoint_callback.last_model_path if trainer.checkpoint_callback else ""

@@ -82,6 +82,22 @@ def test_nonfinite_guard_alone_raises_and_names_the_term(tmp_path, mnist_dir):
         NonFiniteLossGuard(check_every_n_steps=0)
 
 
+def test_nonfinite_guard_remembers_a_nan_step_until_the_check():
+    """A term that was NaN at one step and finite again at the next is still reported at the next check."""
+
+    class FakeTrainer:
+        log_every_n_steps, world_size, global_step, checkpoint_callback = 3, 1, 2, None
+
+    guard, nan, one = NonFiniteLossGuard(), torch.tensor(float("nan")), torch.tensor(1.0)
+    for batch_idx, kl in enumerate([one, nan, one]):
+        step = lambda: guard.on_train_batch_end(FakeTrainer(), None, {"loss": one, "terms": {"loss": one, "kl": kl}}, None, batch_idx)
+        if batch_idx < 2:
+            step()
+    with pytest.raises(FloatingPointError, match=r"^train/kl became NaN or inf \(at or before step 2\)"):
+        step()
+    step()  # the check started afresh: finite terms pass
+
+
 def test_comparison_report_labels_validation_images_of_an_untested_run(tmp_path):
     """benchmarks.compare shows an untested run's validation reconstructions as such, never as test images."""
     from torch.utils.tensorboard import SummaryWriter
