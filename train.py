@@ -243,6 +243,10 @@ def run(cfg: Any) -> dict[str, float]:
     from callbacks.run_directory import no_traces_if_refused, requeued_job_checkpoint, slurm_job_id, tensorboard_logger
 
     check_run_settings(cfg)
+    if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
+        import torch._dynamo
+
+        torch._dynamo.reset()
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model = build(cfg)
     ckpt_path = cfg.get("ckpt_path")

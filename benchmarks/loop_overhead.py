@@ -42,9 +42,17 @@ class BareStep:
 
     def __init__(self, cfg) -> None:
         import train
+        from omegaconf import open_dict
 
         datamodule, self.module = train.build(cfg)
         datamodule.setup("fit")
+        if self.module.hparams.get("use_cache") and self.module.hparams.get("cache_size") is None:
+            # JSA's per-example cache, which the trainer's copy sizes in `setup` (no trainer here): read and
+            # written at every step, as there.
+            cfg = cfg.copy()
+            with open_dict(cfg):
+                cfg.model.cache_size = datamodule.num_train_examples
+            self.module = train.build(cfg)[1]
         self.optimizer = self.module.configure_optimizers()
         self.module.train()
         self.batches = iter(datamodule.train_dataloader())

@@ -71,7 +71,8 @@ class GradientVariance(L.Callback):
         with torch.random.fork_rng(devices=devices), torch.enable_grad():
             x = pl_module.likelihood.prepare(x)  # (may draw dequantization noise: inside the forked state)
             for _ in range(self.repeats):
-                losses = pl_module.gradient_estimates(x, index)
+                with trainer.precision_plugin.train_step_context():  # the estimator as trained (e.g. under bf16 autocast)
+                    losses = pl_module.gradient_estimates(x, index)
                 if not losses:
                     return  # the model has no gradient estimate to measure (e.g. the VQ-VAE)
                 for name, gradient in flat_gradients(losses, groups).items():

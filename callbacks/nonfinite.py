@@ -32,9 +32,13 @@ class NonFiniteLossGuard(L.Callback):
             names = tuple(terms)
             if self._finite is not None and names != self._names:  # other terms than before: settle the old ones first
                 self.check(trainer)
-            # The terms are detached scalars (models/base.py): one stack, one isfinite and one `&` per step, whatever
-            # their number (each torch call costs microseconds of dispatch on a CPU; benchmarks/loop_overhead.py).
-            finite = torch.isfinite(torch.stack(list(terms.values())))
+            values = list(terms.values())
+            if all(value.dim() == 0 for value in values):
+                # The usual case, detached scalars (models/base.py): one stack, one isfinite and one `&` per step,
+                # whatever their number (each torch call costs microseconds of dispatch on a CPU).
+                finite = torch.isfinite(torch.stack(values))
+            else:  # a term of another shape (self.log also takes one-element tensors): each reduced on its own
+                finite = torch.stack([torch.isfinite(value).all() for value in values])
             self._names, self._finite = names, finite if self._finite is None else self._finite & finite
         every = self.check_every_n_steps or trainer.log_every_n_steps
         if (batch_idx + 1) % every == 0:

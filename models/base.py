@@ -33,6 +33,7 @@ from samplers.importance import importance_log_likelihood
 from samplers.sgmcmc import SGMCMC
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
+COMPILED_GRAPHS_LIMIT = 64  # Dynamo's recompile_limit with model.compile=true (configure_model): about ten models
 
 
 def inference(method: Callable) -> Callable:
@@ -73,8 +74,8 @@ class LatentVariableModel(L.LightningModule):
         val_num_samples: importance samples per image for `val/nll`.
         test_num_samples: importance samples per image for `test/nll`.
         eval_chunk_size: importance samples scored in one decoder pass (bounds the memory). The default, 20, keeps
-            a pass of a 128-image batch (2,560 rows) small enough for the CPU's caches: 1.6x faster than 100 there
-            (benchmarks/eval_speed.py); on a GPU a larger chunk (fewer, fuller passes) may be faster.
+            a pass of a 128-image batch (2,560 rows) small enough for the CPU's caches: 1.4-1.8x faster than 100 on
+            two 2-core CPUs (benchmarks/eval_speed.py); on a GPU a larger chunk (fewer, fuller passes) may be faster.
         test_seed: seed of the test stage's importance samples, so that test estimates are reproducible.
         activation: nonlinearity of the MLP backbone's hidden layers, `relu` or `leaky_relu` (slope 0.2, as
             in the JSA paper's code).
@@ -230,6 +231,12 @@ class LatentVariableModel(L.LightningModule):
     # ---- set-up when a Trainer runs the model ---------------------------------------------
     def configure_model(self) -> None:
         if self.compile_networks and not self._networks_compiled:  # once: Lightning calls this at every fit, validate, test
+            # nn.Module.compile sends every compiled module through one frame, whose graphs Dynamo caps per process
+            # (recompile_limit, 8 by default) before it runs the networks eagerly with a mere log warning: one model's
+            # encoder and decoder, in training and evaluation, with and without gradients and on a short last batch,
+            # already take 6. train.run clears them between the jobs of a multirun.
+            limit = torch._dynamo.config.recompile_limit
+            torch._dynamo.config.recompile_limit = max(limit, COMPILED_GRAPHS_LIMIT)
             self.encoder.compile()
             self.decoder.compile()
             self._networks_compiled = True

@@ -96,6 +96,9 @@ def test_nonfinite_guard_remembers_a_nan_step_until_the_check():
     with pytest.raises(FloatingPointError, match=r"^train/kl became NaN or inf \(at or before step 2\)"):
         step()
     step()  # the check started afresh: finite terms pass
+    shaped = {"loss": one, "kl": torch.tensor([1.0, float("nan")])}  # a term that is not 0-dim
+    with pytest.raises(FloatingPointError, match=r"^train/kl became NaN"):
+        guard.on_train_batch_end(FakeTrainer(), None, {"loss": one, "terms": shaped}, None, 2)
 
 
 def test_comparison_report_labels_validation_images_of_an_untested_run(tmp_path):

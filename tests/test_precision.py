@@ -88,6 +88,27 @@ def smoke_run(model: str, tmp_path: Path, *overrides: str) -> dict[str, float]:
     return train.run(cfg)
 
 
+def test_gradient_variance_measures_the_estimator_under_the_trainers_precision(mnist_dir: Path, tmp_path: Path):
+    """Under bf16-mixed the gradient-variance callback draws the estimates under the same autocast as training."""
+    import lightning as L
+    from lightning.pytorch.loggers import CSVLogger
+
+    from callbacks import GradientVariance
+    from datamodules import MNISTDataModule
+
+    autocast_in_estimates = []
+
+    class RecordingVAE(VAE):
+        def gradient_estimates(self, x, index):
+            autocast_in_estimates.append(torch.is_autocast_enabled("cpu"))
+            return super().gradient_estimates(x, index)
+
+    trainer = L.Trainer(max_steps=1, limit_val_batches=0, precision="bf16-mixed", logger=CSVLogger(tmp_path), enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False, callbacks=[GradientVariance(every_n_steps=1, repeats=2)])
+    trainer.fit(RecordingVAE(latent_dim=4), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=8))
+    assert autocast_in_estimates == [True, True]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model", STANDALONE)
 def test_every_model_trains_and_tests_under_bf16_mixed(model, mnist_dir, tmp_path):
@@ -102,14 +123,32 @@ def test_every_model_trains_and_tests_with_compiled_networks(mnist_dir, tmp_path
     compiled = []
     original = torch.nn.Module.compile
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *a, **k: (compiled.append(type(self).__name__), original(self, *a, **k)))
-    for model in STANDALONE:
+    resets, reset = [], torch._dynamo.reset
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: (resets.append(True), reset()))
+    for model in STANDALONE:  # one after the other in one process, as a multirun's jobs
         compiled.clear()
-        torch._dynamo.reset()  # no graph of the previous model's networks reused: each model's own are traced
         torch._dynamo.utils.counters.clear()
         metrics = smoke_run(model, tmp_path / model, "model.compile=true")
         assert all(math.isfinite(value) for value in metrics.values()), (model, metrics)
         assert len(compiled) == 2, (model, compiled)  # the encoder and the decoder, once each
-        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2, model  # and they ran compiled
+        frames = torch._dynamo.utils.counters["frames"]
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2, model  # they ran compiled
+        assert frames["ok"] == frames["total"], (model, dict(frames))  # every call traced, none left eager at a limit
+    assert len(resets) == len(STANDALONE)  # train.run cleared the previous job's graphs
+    # Without train.run, as in a notebook, models of other shapes built one after the other still run compiled
+    # (configure_model's limit): with Dynamo's default of 8, the fifth's networks ran eagerly.
+    reset()
+    torch._dynamo.utils.counters.clear()
+    for num_categories in range(2, 8):
+        lightning_module = train.build(composed(["model=jsa", "model.compile=true", f"model.num_categories={num_categories}"]))[1]
+        lightning_module.configure_model()
+        x = torch.bernoulli(torch.full((4, 1, 28, 28), 0.2))
+        for training in (True, False):
+            lightning_module.train(training)
+            with torch.set_grad_enabled(training):
+                lightning_module.training_loss(x, torch.arange(4)) if training else lightning_module.nll(x, num_samples=2)
+    frames = torch._dynamo.utils.counters["frames"]
+    assert frames["ok"] == frames["total"], dict(frames)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the message is for a machine without a GPU")

@@ -64,7 +64,7 @@ class CodePrior(nn.Module):
         codes = torch.zeros(num_samples, self.num_latents, dtype=torch.long, device=device)
         for v in range(self.num_latents):
             logits = self.conditional_logits(codes)[:, v]  # depends on codes[:, :v] only
-            codes[:, v] = torch.multinomial(logits.softmax(-1), 1).squeeze(1)
+            codes[:, v] = torch.multinomial(full_precision(logits).softmax(-1), 1).squeeze(1)
         return codes
 
 
