@@ -4,7 +4,7 @@
 
 For each model (MNIST, its default MLP, untrained weights: the cost does not depend on them), measured side by
 side in one run (medians of torch.utils.benchmark's blocked_autorange, under torch.inference_mode as Lightning's
-val/test loops run):
+val/test loops run; eval and its matmul floor timed in 5 alternating rounds, the ratio the median of the rounds'):
 
 * `eval`: one call of `model.importance_estimate` on a batch: the encoder pass and `--samples` importance
   samples in chunks of `eval_chunk_size` (what a val/test step costs, without the reconstruction metrics);
@@ -34,10 +34,12 @@ from torch.utils.benchmark import Timer
 from torch.utils.flop_counter import FlopCounterMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.timing import paired
 from models import JSA, VAE, VQVAE, DiscreteVAE
 from models.base import LatentVariableModel
 
 MODELS = {"vae": VAE, "jsa": JSA, "dvae": DiscreteVAE, "vqvae": VQVAE}
+ROUNDS = 5  # alternating rounds of eval and its matmul floor (benchmarks/timing.py)
 # Under inference_mode nn.Linear reaches the dispatcher as aten.linear (with grad mode, as addmm).
 MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default, torch.ops.aten.linear.default,
            torch.ops.aten.convolution.default}
@@ -93,10 +95,9 @@ def bench_model(name: str, x: torch.Tensor, num_samples: int, chunk_size: int, m
         evaluate()
     with RecordMatmuls() as record:
         evaluate()
-    eval_s = median_s(evaluate, min_run_time)
-    floor_s = median_s(replay(record.calls), min_run_time)
+    eval_s, floor_s, ratio = paired(evaluate, replay(record.calls), lambda fn: median_s(fn, min_run_time / ROUNDS), ROUNDS)
     total = flops.get_total_flops()
-    row = {"model": name, "eval_ms": 1e3 * eval_s, "floor_ms": 1e3 * floor_s, "ratio": eval_s / floor_s,
+    row = {"model": name, "eval_ms": 1e3 * eval_s, "floor_ms": 1e3 * floor_s, "ratio": ratio,
            "gflop": total / 1e9, "gflops_eval": total / eval_s / 1e9, "gflops_floor": total / floor_s / 1e9,
            "matmuls": dict(Counter(str(f).split(".")[-2] for f, _ in record.calls))}
     if profile:
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--models", type=lambda text: text.split(","), default=["vae", "jsa"])
-    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds each timing runs for (default 1)")
+    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds each timing runs for, over its 5 rounds (default 1)")
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's top operators of one call per model")
     parser.add_argument("--test-images", type=int, default=0, help="also time Trainer.test on this many test images")
     parser.add_argument("--chunk-sizes", type=int, nargs="+", default=[inspect.signature(LatentVariableModel).parameters["eval_chunk_size"].default],

@@ -23,12 +23,12 @@ matrix units (AMX) as well as on a GPU.
 from __future__ import annotations
 
 import argparse
-import statistics
 from typing import Callable
 
 import torch
 from torch.utils.benchmark import Timer
 
+from benchmarks.timing import paired
 from models import JSA, VAE
 from samplers import index_cached_mis, mis_chain, naive_mis
 
@@ -49,10 +49,8 @@ def median_ms(fn, min_run_time: float | None = None) -> float:
 
 
 def paired_ms(first: Callable[[], object], second: Callable[[], object]) -> tuple[float, float, float]:
-    """(first ms, second ms, first / second): medians over `ROUNDS` rounds that time one, then the other."""
-    rounds = [(median_ms(first, MIN_RUN_TIME_S / ROUNDS), median_ms(second, MIN_RUN_TIME_S / ROUNDS)) for _ in range(ROUNDS)]
-    return (statistics.median(a for a, _ in rounds), statistics.median(b for _, b in rounds),
-            statistics.median(a / b for a, b in rounds))
+    """(first ms, second ms, first / second) over `ROUNDS` alternating rounds (benchmarks/timing.py)."""
+    return paired(first, second, lambda fn: median_ms(fn, MIN_RUN_TIME_S / ROUNDS), ROUNDS)
 
 
 def mnist_like_batch(batch_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
