@@ -13,7 +13,8 @@ shows where that happens.
 
 For each L, measured side by side in one run (medians of torch.utils.benchmark's blocked_autorange,
 which synchronizes CUDA): one MIS call (encoder, candidate pass, chain; no gradient), one JSA training
-step (MIS, forward, backward, Adam) and one VAE step on the same conv backbone and batch. The networks
+step (MIS, forward, backward, Adam) and one VAE step on the same conv backbone and batch, these two in 3
+alternating rounds (benchmarks/timing.py) so that the ratio holds on a machine whose speed drifts. The networks
 are those `python train.py model=jsa data=cifar10` trains (conv backbone, discretized-logistic likelihood,
 K=10, D=16 codes on the 8x8 grid; the VAE with 16 latent channels per cell), on random 8-bit images
 (the cost does not depend on the pixels). `--precision bf16-mixed` runs the steps under bfloat16 autocast
@@ -31,9 +32,11 @@ import torch
 from torch.utils.benchmark import Timer
 
 from benchmarks.mis_speed import PRECISIONS, autocast, train_step_fn
+from benchmarks.timing import paired
 from models import JSA, VAE
 from samplers import index_cached_mis
 
+ROUNDS = 3  # alternating rounds of the JSA and the VAE step for each L
 TINY = dict(device="cpu", batch_size=8, hidden_channels=8, mis_steps=[1, 4], min_run_time=0.05)
 
 
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mis-steps", type=int, nargs="+", default=[1, 4, 16, 64], help="the values of L")
     parser.add_argument("--precision", choices=PRECISIONS, default="32-true")
     parser.add_argument("--compile", action="store_true", help="compile the encoder and decoder (model.compile=true)")
-    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds each timing runs for (default 1)")
+    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds each timing runs for; the JSA and VAE steps: over their rounds (default 1)")
     parser.add_argument("--tiny", action="store_true",
                         help="CPU smoke run: batch 8, 8 channels, L in {1, 4}, 0.05 s a timing (overrides those options)")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
@@ -84,9 +87,8 @@ def main(argv: list[str] | None = None) -> None:
 
     emit(f"device={name} precision={args.precision} compile={args.compile} batch={args.batch_size} "
              f"hidden_channels={args.hidden_channels} torch={torch.__version__}" + (" (--tiny: a smoke run, not a measurement)" if args.tiny else ""))
-    vae_ms = median_ms(train_step_fn(build(VAE, args, device, latent_dim=16), x, index, dtype), args.min_run_time)
-    emit(f"VAE step: {vae_ms:.2f} ms")
-    emit(f"{'L':>4} {'rows B(L+1)':>12} {'MIS call ms':>12} {'JSA step ms':>12} {'JSA/VAE':>8} "
+    vae_step = train_step_fn(build(VAE, args, device, latent_dim=16), x, index, dtype)
+    emit(f"{'L':>4} {'rows B(L+1)':>12} {'MIS call ms':>12} {'JSA step ms':>12} {'VAE step ms':>12} {'JSA/VAE':>8} "
                  f"{'CPU floor 1+(L+1)/6':>20} {'µs/row':>8}")
     previous = None
     for num_steps in args.mis_steps:
@@ -98,10 +100,12 @@ def main(argv: list[str] | None = None) -> None:
                 index_cached_mis(jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps)
 
         mis_ms = median_ms(mis_call, args.min_run_time)
-        jsa_ms = median_ms(train_step_fn(jsa, x, index, dtype), args.min_run_time)
+        # The JSA and VAE steps in alternating rounds (benchmarks/timing.py): a drift of the machine falls on both.
+        jsa_ms, vae_ms, ratio = paired(train_step_fn(jsa, x, index, dtype), vae_step,
+                                       lambda fn: median_ms(fn, args.min_run_time / ROUNDS), ROUNDS)
         # The step's extra time per added candidate row, from the previous L: ~0 while the device has room.
         per_row = "" if previous is None else f"{1e3 * (jsa_ms - previous[1]) / (rows - previous[0]):>8.2f}"
-        emit(f"{num_steps:>4} {rows:>12} {mis_ms:>12.2f} {jsa_ms:>12.2f} {jsa_ms / vae_ms:>7.2f}x "
+        emit(f"{num_steps:>4} {rows:>12} {mis_ms:>12.2f} {jsa_ms:>12.2f} {vae_ms:>12.2f} {ratio:>7.2f}x "
                      f"{1 + (num_steps + 1) / 6:>19.2f}x {per_row:>8}")
         previous = (rows, jsa_ms)
     if args.out:
