@@ -30,11 +30,10 @@ import time
 from collections import Counter
 
 import torch
-from torch.utils.benchmark import Timer
 from torch.utils.flop_counter import FlopCounterMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.timing import paired
+from benchmarks.timing import median_seconds, paired
 from models import JSA, VAE, VQVAE, DiscreteVAE
 from models.base import LatentVariableModel
 
@@ -46,9 +45,7 @@ MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.at
 
 
 def median_s(fn, min_run_time: float) -> float:
-    # Timer runs on one thread unless told: evaluation runs on all of torch's threads.
-    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    return timer.blocked_autorange(min_run_time=min_run_time).median
+    return median_seconds(fn, min_run_time, num_threads=torch.get_num_threads())  # evaluation runs on all threads
 
 
 class RecordMatmuls(TorchDispatchMode):

@@ -29,10 +29,9 @@ import sys
 from pathlib import Path
 
 import torch
-from torch.utils.benchmark import Timer
 
 from benchmarks.mis_speed import PRECISIONS, autocast, train_step_fn
-from benchmarks.timing import paired
+from benchmarks.timing import median_seconds, paired
 from models import JSA, VAE
 from samplers import index_cached_mis
 
@@ -41,10 +40,7 @@ TINY = dict(device="cpu", batch_size=8, hidden_channels=8, mis_steps=[1, 4], min
 
 
 def median_ms(fn, min_run_time: float) -> float:
-    for _ in range(3):  # warm-up: cuDNN's algorithm search, and compilation for each new batch shape
-        fn()
-    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    return timer.blocked_autorange(min_run_time=min_run_time).median * 1e3
+    return 1e3 * median_seconds(fn, min_run_time, num_threads=torch.get_num_threads(), warm_up=3)
 
 
 def build(cls, args, device: torch.device, **kwargs):

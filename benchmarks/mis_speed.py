@@ -26,9 +26,8 @@ import argparse
 from typing import Callable
 
 import torch
-from torch.utils.benchmark import Timer
 
-from benchmarks.timing import paired
+from benchmarks.timing import median_seconds, paired
 from models import JSA, VAE
 from samplers import index_cached_mis, mis_chain, naive_mis
 
@@ -44,8 +43,7 @@ def autocast(x: torch.Tensor, dtype: torch.dtype | None):
 
 
 def median_ms(fn, min_run_time: float | None = None) -> float:
-    timer = Timer(stmt="fn()", globals={"fn": fn})
-    return timer.blocked_autorange(min_run_time=MIN_RUN_TIME_S if min_run_time is None else min_run_time).median * 1e3
+    return 1e3 * median_seconds(fn, MIN_RUN_TIME_S if min_run_time is None else min_run_time)  # on one thread
 
 
 def paired_ms(first: Callable[[], object], second: Callable[[], object]) -> tuple[float, float, float]:
