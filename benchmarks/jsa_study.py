@@ -78,7 +78,7 @@ def run_job(job: Job, args: argparse.Namespace) -> dict:
     return {**asdict(job), "command": command, "seconds": seconds, **read_curves(run_dir)}
 
 
-def read_curves(run_dir: Path) -> dict:
+def read_curves(run_dir: Path, extra_tags: list[str] = ()) -> dict:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
@@ -94,7 +94,7 @@ def read_curves(run_dir: Path) -> dict:
     epoch_time = series("train/epoch_time_s")
     curves = {tag.split("/", 1)[1]: series(tag) for tag in (
         "val/nll", "val/nll_uniform_prior", "train/encoder_grad_variance", "train/decoder_grad_variance", "train/acceptance_rate",
-        "train/cache_hit_rate", "train/step_time_ms", "train/grad_variance_time_s")}
+        "train/cache_hit_rate", "train/step_time_ms", "train/grad_variance_time_s", *extra_tags)}
     test = {tag.split("/", 1)[1]: events.Scalars(tag)[-1].value for tag in tags if tag.startswith("test/")}
     return {"curves": curves, "epoch_time_s": epoch_time, "test": test}
 

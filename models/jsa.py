@@ -13,8 +13,11 @@ epochs in a per-example cache (samplers/cache.py): the next visit starts from th
 chain reached (re-scored under the current networks), so the chain keeps mixing.
 
 One training step (no gradient through the sampling):
-    h* <- MIS(x; start = cache[index], L steps);  cache[index] <- h*
-    loss = -log p_θ(x, h*) - log q_φ(h* | x)
+    h_0..h_L <- candidates (start = cache[index], L proposals from q); the chain over them ends in h*
+    cache[index] <- h*
+    loss = -Σ_j w_j [log p_θ(x, h_j) + log q_φ(h_j | x)]
+with the weights w_j of `gradient_states` (samplers/visits.py): 1 on h* (`final`), the chain's visit
+frequencies (`chain`), or their expectation given the candidates (`expected`).
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ from callbacks.checkpoint_files import CheckpointError
 from models.components.categorical import CategoricalLatentModel
 from models.components.code_usage import usage_perplexity
 from samplers.cache import LatentCache
-from samplers.mis import categorical_log_prob, index_cached_mis
+from samplers.mis import MISSample, categorical_log_prob, index_cached_mis
+from samplers.visits import expected_visits, visit_counts
 
-GradientStates = Literal["final", "chain"]
+GradientStates = Literal["final", "chain", "expected"]
 
 
 class JSA(CategoricalLatentModel):
@@ -40,9 +44,10 @@ class JSA(CategoricalLatentModel):
         mis_steps: L, Metropolis-Hastings steps per training example and step (>= 1).
         use_cache: start each chain from the example's cached state (else from a fresh proposal).
         cache_start_epoch: read the cache only from this epoch on (it is written from the start).
-        gradient_states: which states the gradient step uses: `final` (the chain's last state,
-            docs/jsa.md#final-state-or-chain-average) or `chain` (the average over the L states the chain visited, as in
-            the official JSA code).
+        gradient_states: which states the gradient step uses (docs/jsa.md#which-states-the-gradient-uses): `final`
+            (the chain's last state), `chain` (the average over the L states the chain visited, as in the official
+            JSA code; each distinct state is scored once) or `expected` (that average's expectation over the
+            accept/reject draws given the candidates: Rao-Blackwellized, same mean, lower variance).
         cache_size: number of training examples; filled in from the data module when left out.
         **kwargs: the model's arguments (see `CategoricalLatentModel`: backbone, num_latents,
             num_categories, ...) and the shared ones (see `LatentVariableModel`).
@@ -61,8 +66,8 @@ class JSA(CategoricalLatentModel):
         self.save_hyperparameters(ignore=["optimizer"])  # a callable; the HPARAMS tab names its class (callbacks/hparams.py)
         if mis_steps < 1:
             raise ValueError(f"mis_steps (L) must be >= 1, got {mis_steps}")
-        if gradient_states not in ("final", "chain"):
-            raise ValueError(f"gradient_states must be 'final' or 'chain', got {gradient_states!r}")
+        if gradient_states not in ("final", "chain", "expected"):
+            raise ValueError(f"gradient_states must be 'final', 'chain' or 'expected', got {gradient_states!r}")
         if cache_start_epoch < 0:
             raise ValueError(f"cache_start_epoch must be >= 0, got {cache_start_epoch}")
         self.mis_steps = mis_steps
@@ -76,7 +81,7 @@ class JSA(CategoricalLatentModel):
         self.register_buffer("class_used", torch.zeros(self.num_categories, dtype=torch.bool))
         # Every rank keeps the whole cache and updates it with the gathered pairs of each step
         # (see `_write_cache`); DDP must not also broadcast these buffers from rank 0 each step.
-        self._ddp_params_and_buffers_to_ignore = ["cache.codes", "class_used"]
+        self._ddp_params_and_buffers_to_ignore = ["cache.codes", "cache.written_epoch", "class_used"]
 
     config_name = "jsa"  # as in configs/model/ and the run names
     run_tag_keys = ("backbone", "num_categories", "mis_steps", "prior")
@@ -116,25 +121,22 @@ class JSA(CategoricalLatentModel):
     def jsa_step(self, x: Tensor, index: Tensor, write_cache: bool) -> dict[str, Tensor]:
         log_q = self.posterior(x)  # the one encoder pass of this step: log q(h | x), (B, V, K)
         read_cache = self.cache is not None and self.current_epoch >= self.cache_start_epoch
-        with torch.no_grad():
-            start, has_start = self.cache.read(index) if read_cache else (None, None)
-            sample = index_cached_mis(
-                log_q.detach(), lambda latent: self.log_joint(x, latent), self.mis_steps, start, has_start
-            )
+        start, has_start = self.cache.read(index) if read_cache else (None, None)
+        # `expected` weights every candidate, so its one decoder pass keeps the graph and serves the chain and
+        # the loss alike; `final` and `chain` score the candidates without gradient and re-score the few they keep.
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.gradient_states == "expected"):
+            sample = index_cached_mis(log_q.detach(), lambda latent: self.log_joint(x, latent), self.mis_steps, start, has_start)
         if self.cache is not None and write_cache:
             self._write_cache(index, sample.latent)
 
-        # h*: (B, 1, V) for `final`, (B, L, V) for `chain`; the loss averages over them.
-        states = sample.latent.unsqueeze(1) if self.gradient_states == "final" else sample.path
-        loss_p = -self.log_joint(x, states).mean()
-        loss_q = -categorical_log_prob(log_q, states).mean()
+        loss_p, loss_q = self.jsa_loss(x, log_q, sample)
         if not write_cache:
             return {"loss": loss_p + loss_q}
 
-        counts = torch.bincount(states.flatten(), minlength=self.num_categories)
+        counts = torch.bincount(sample.latent.flatten(), minlength=self.num_categories)
         self.class_used |= counts > 0
         zero = torch.zeros((), device=x.device)
-        return {
+        terms = {
             "loss": loss_p + loss_q,
             "loss_p": loss_p,
             "loss_q": loss_q,
@@ -142,6 +144,63 @@ class JSA(CategoricalLatentModel):
             "cache_hit_rate": has_start.float().mean() if has_start is not None else zero,
             "perplexity": usage_perplexity(counts.float()),
             "classes_used": self.class_used.float().mean(),
+        }
+        if read_cache:
+            terms.update(self.cache_diagnostics(sample, index, has_start))
+        return terms
+
+    def jsa_loss(self, x: Tensor, log_q: Tensor, sample: MISSample) -> tuple[Tensor, Tensor]:
+        """-E_w[log p_θ(x, h)] and -E_w[log q_φ(h | x)], batch means: weighted sums over the L+1 candidates, the
+        weights summing to 1 per example (`candidate_weights`)."""
+        weight = self.candidate_weights(sample)
+        loss_p = -self.weighted_log_joint(x, sample, weight).mean()
+        loss_q = -(weight * categorical_log_prob(log_q, sample.candidates)).sum(1).mean()
+        return loss_p, loss_q
+
+    def candidate_weights(self, sample: MISSample) -> Tensor:
+        """(B, L+1): how much each candidate counts in the gradient, for `gradient_states` (docs/jsa.md)."""
+        num_candidates, dtype = sample.candidates.shape[1], sample.log_target.dtype
+        if self.gradient_states == "final":
+            return visit_counts(sample.path_index[:, -1:], num_candidates, dtype)
+        if self.gradient_states == "chain":
+            return visit_counts(sample.path_index, num_candidates, dtype) / self.mis_steps
+        return expected_visits(sample.log_target, sample.log_proposal) / self.mis_steps
+
+    def weighted_log_joint(self, x: Tensor, sample: MISSample, weight: Tensor) -> Tensor:
+        """Σ_j weight_j log p(x, h_j) per example, (B,), with gradient to θ.
+
+        `expected`: the candidates' scores already carry the graph. `final`: one row per example. `chain`: one
+        row per distinct (example, candidate) pair the chain visited, in one decoder pass; a rejection repeats
+        the current state, so at acceptance rate a there are about 1 + aL such rows per example, not L.
+        Selecting them costs one host sync (their number depends on the data).
+        """
+        if self.gradient_states == "expected":
+            return (weight * sample.log_target).sum(1)
+        if self.gradient_states == "final":
+            return self.log_joint(x, sample.latent.unsqueeze(1))[:, 0]
+        example, candidate = weight.nonzero(as_tuple=True)
+        log_joint = self.log_joint(x[example], sample.candidates[example, candidate].unsqueeze(1))[:, 0]  # (R,)
+        return torch.zeros(x.shape[0], dtype=log_joint.dtype, device=x.device).index_add(0, example, weight[example, candidate] * log_joint)
+
+    def cache_diagnostics(self, sample: MISSample, index: Tensor, has_start: Tensor) -> dict[str, Tensor]:
+        """Over the chains that start from a cached state (docs/mis.md#when-the-cache-helps):
+
+        cache_stuck_rate: the fraction that never leave it in this step's L proposals;
+        cache_age_epochs: the mean number of epochs since their state was written;
+        cache_log_weight_gap: the mean of w(cached) - max_j w(proposal j), w = log p(x, h) - log q(h | x); > 0 where the
+            cached state outweighs every fresh proposal (a stale state the chain cannot leave, or a mode q misses).
+        """
+        log_weight = (sample.log_target - sample.log_proposal).detach()
+        started = has_start.float()
+        num_started = started.sum().clamp(min=1.0)
+
+        def mean_over_started(value: Tensor) -> Tensor:
+            return (value * started).sum() / num_started
+
+        return {
+            "cache_stuck_rate": mean_over_started((sample.accepted == 0).float()),
+            "cache_age_epochs": mean_over_started(self.cache.age(index, self.current_epoch)),
+            "cache_log_weight_gap": mean_over_started(log_weight[:, 0] - log_weight[:, 1:].max(1).values),
         }
 
     def _write_cache(self, index: Tensor, latent: Tensor) -> None:
@@ -155,4 +214,4 @@ class JSA(CategoricalLatentModel):
             # One collective for both: rows (index, h*_1..h*_V) of all ranks.
             pairs = self.all_gather(torch.cat([index.unsqueeze(1), latent], dim=1)).flatten(0, 1)
             index, latent = pairs[:, 0], pairs[:, 1:]
-        self.cache.write(index, latent)
+        self.cache.write(index, latent, self.current_epoch)

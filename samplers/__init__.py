@@ -14,6 +14,7 @@ from samplers.mis import (
 )
 from samplers.score_function import categorical_score_norm_sq, leave_one_out_optimal_baseline, score_function_surrogate
 from samplers.sgmcmc import SGHMC, SGLD, SGMCMC, SGNHT, SampleCollector
+from samplers.visits import expected_visits, visit_counts
 
 __all__ = [
     "ImportanceEstimate",
@@ -22,6 +23,7 @@ __all__ = [
     "MISSample",
     "NaiveMISSample",
     "categorical_log_prob",
+    "expected_visits",
     "importance_log_likelihood",
     "index_cached_mis",
     "log_mean_exp",
@@ -36,4 +38,5 @@ __all__ = [
     "categorical_score_norm_sq",
     "leave_one_out_optimal_baseline",
     "score_function_surrogate",
+    "visit_counts",
 ]

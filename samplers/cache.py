@@ -4,8 +4,9 @@ JSA runs one Markov chain per training example across the whole of training: eac
 starts from the state the example's chain reached the last time the example was seen
 (re-scored under the current networks), so the chain keeps mixing instead of restarting.
 The states live in one integer tensor (num_examples, *latent_shape) of the smallest dtype that
-holds the K classes plus an "empty" sentinel; it is a registered buffer, so every checkpoint
-carries it and a resumed run continues the saved chains.
+holds the K classes plus an "empty" sentinel, beside the epoch each state was written in (for the
+cache's age, a diagnostic); both are registered buffers, so every checkpoint carries them and a resumed
+run continues the saved chains.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class LatentCache(nn.Module):
         dtype = cache_dtype(num_categories)
         self.sentinel = torch.iinfo(dtype).max
         self.register_buffer("codes", torch.full((num_examples, *latent_shape), self.sentinel, dtype=dtype))
+        self.register_buffer("written_epoch", torch.zeros(num_examples, dtype=torch.int32))
+        self.register_load_state_dict_pre_hook(_add_written_epoch)
 
     @property
     def num_examples(self) -> int:
@@ -43,8 +46,12 @@ class LatentCache(nn.Module):
         has_entry = (codes != self.sentinel).flatten(1).all(dim=1)
         return codes.long(), has_entry
 
-    def write(self, index: Tensor, latent: Tensor) -> None:
-        """Store `latent[i]` for example `index[i]`.
+    def age(self, index: Tensor, epoch: int) -> Tensor:
+        """Epochs since each example's cached state was written, (B,) float."""
+        return (epoch - self.written_epoch[index]).float()
+
+    def write(self, index: Tensor, latent: Tensor, epoch: int = 0) -> None:
+        """Store `latent[i]` for example `index[i]`, written in `epoch`.
 
         If an index occurs more than once (DDP pads shards by repeating examples), the last
         occurrence wins, decided without relying on the scatter order, so that every rank
@@ -54,6 +61,13 @@ class LatentCache(nn.Module):
         position = torch.arange(index.shape[0], device=index.device)
         last = torch.full_like(unique, -1).scatter_reduce_(0, inverse, position, reduce="amax")
         self.codes[unique] = latent[last].to(self.codes.dtype)
+        self.written_epoch[unique] = epoch
 
     def fill_rate(self) -> Tensor:
         return (self.codes != self.sentinel).flatten(1).all(dim=1).float().mean()
+
+
+def _add_written_epoch(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """Checkpoints from before the cache kept its epochs: their states count as written at epoch 0."""
+    if prefix + "codes" in state_dict and prefix + "written_epoch" not in state_dict:
+        state_dict[prefix + "written_epoch"] = torch.zeros(state_dict[prefix + "codes"].shape[0], dtype=torch.int32)

@@ -47,8 +47,9 @@ class MISSample(NamedTuple):
     path: Tensor  # (B, L, V) the states after each of the L steps (path[:, -1] == latent)
     accepted: Tensor  # (B,) accepted moves out of L
     candidates: Tensor  # (B, L+1, V) candidate 0 = start state, 1..L = proposals in order
-    log_target: Tensor  # (B, L+1) log p(x, h_j)
+    log_target: Tensor  # (B, L+1) log p(x, h_j) (with the graph of `log_joint`, if it was built under grad)
     log_proposal: Tensor  # (B, L+1) log q(h_j | x)
+    path_index: Tensor  # (B, L) candidate index of the state after each step
 
 
 def mis_chain(log_target: Tensor, log_proposal: Tensor, generator: torch.Generator | None = None) -> MISChain:
@@ -116,7 +117,7 @@ def index_cached_mis(
     """One MIS call of JSA in the index-cached form.
 
     Args:
-        log_q: (B, V, K) log q(h_v | x) from one encoder pass.
+        log_q: (B, V, K) log q(h_v | x) from one encoder pass (its gradient is not used).
         log_joint: scores candidates, (B, N, V) -> (B, N) log p(x, h), in one batched decoder pass.
         num_steps: L, the number of MH steps (= proposals).
         start: (B, V) start states (e.g. the per-example cache); used where `has_start`.
@@ -133,9 +134,9 @@ def index_cached_mis(
         candidates[:, 0] = torch.where(keep.unsqueeze(-1), start.to(candidates.dtype), candidates[:, 0])
     log_proposal = categorical_log_prob(log_q, candidates)
     log_target = log_joint(candidates)
-    chain = mis_chain(log_target, log_proposal, generator)
+    chain = mis_chain(log_target.detach(), log_proposal, generator)  # the accept/reject takes no gradient
     path = candidates.gather(1, chain.path.unsqueeze(-1).expand(-1, -1, candidates.shape[-1]))
-    return MISSample(path[:, -1], path, chain.accepted, candidates, log_target, log_proposal)
+    return MISSample(path[:, -1], path, chain.accepted, candidates, log_target, log_proposal, chain.path)
 
 
 def naive_mis(

@@ -1,0 +1,189 @@
+"""When does JSA's persistent MIS cache help? The same model trained with the cache read from epoch 0, from the
+middle of the run, and never, under the JSA paper's protocol (configs/experiment/jsa_paper.yaml), for three
+models: the paper's categorical model at L = 20 and at L = 5 (fewer fresh proposals per step), and the paper's
+Bernoulli model (200 binary latents, `model.num_latents=200 model.num_categories=2`), where q is a poorer proposal.
+
+    python -m benchmarks.cache_study                  # every run (resumable), then the report
+    python -m benchmarks.cache_study --report-only    # the report from the finished runs
+
+The runs go in order of how much they tell: seed 0 of every arm of the L = 20 and the Bernoulli models, then
+their seeds 1 and 2, then L = 5 (one seed). Each run is `python train.py experiment=jsa_paper ...` (the command
+is recorded in its JSON record under `--out/runs/`); a finished run is skipped, an unfinished one resumes from its
+last.ckpt (benchmarks/runner.py). The report (`--out/report.md`, `cache_diagnostics.png`) gives val/test NLL
+mean ± sd per arm and JSA's sampler diagnostics over training: acceptance rate, and where the cache is read the
+share of chains stuck on their cached state, the cached states' age and their log-weight gap to the best proposal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+
+from benchmarks import runner
+from benchmarks.jsa_study import epoch_of, fmt, read_curves, t_threshold
+
+MODELS = {  # name -> (label, overrides)
+    "L20": ("categorical 20×10, L = 20", ["model.mis_steps=20"]),
+    "bern200": ("Bernoulli 200×2, L = 20", ["model.mis_steps=20", "model.num_latents=200", "model.num_categories=2"]),
+    "L5": ("categorical 20×10, L = 5", ["model.mis_steps=5"]),
+}
+CACHE_ARMS = ("epoch0", "middle", "never")
+DIAGNOSTICS = ("acceptance_rate", "cache_stuck_rate", "cache_age_epochs", "cache_log_weight_gap")
+
+
+def cache_overrides(arm: str, epochs: int) -> list[str]:
+    if arm == "never":
+        return ["model.use_cache=false"]
+    return [f"model.cache_start_epoch={0 if arm == 'epoch0' else epochs // 2}"]
+
+
+def plan(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
+    """(run name, model, cache arm, seed), most informative first."""
+    jobs = [(m, arm, s) for s in range(args.seeds) for m in ("L20", "bern200") for arm in CACHE_ARMS]
+    jobs += [("L5", arm, s) for s in range(args.small_l_seeds) for arm in CACHE_ARMS]
+    return [(f"{m}-{arm}-s{s}", m, arm, s) for m, arm, s in jobs if m in args.models]
+
+
+def overrides(model: str, arm: str, seed: int, args: argparse.Namespace) -> list[str]:
+    return ["experiment=jsa_paper", "model=jsa", f"seed={seed}", f"trainer.max_epochs={args.epochs}",
+            f"trainer.check_val_every_n_epoch={args.val_every}", f"model.val_num_samples={args.val_samples}",
+            *MODELS[model][1], *cache_overrides(arm, args.epochs), *args.extra]
+
+
+def run_job(name: str, model: str, arm: str, seed: int, args: argparse.Namespace) -> dict:
+    run_dir, seconds, command = runner.train(name, overrides(model, arm, seed, args), args.logs / name)
+    record = {"name": name, "model": model, "arm": arm, "seed": seed, "epochs": args.epochs, "command": command, "seconds": seconds}
+    return {**record, **read_curves(run_dir, extra_tags=[f"train/{tag}" for tag in DIAGNOSTICS])}
+
+
+def mean_sd(values: list[float]) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.2f} (1 seed)"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def late_mean(points: list[list[float]], after_step: float) -> float | None:
+    """The mean of a logged series over the steps after `after_step` (the last fifth of training)."""
+    values = [v for s, v in points if s > after_step]
+    return statistics.mean(values) if values else None
+
+
+def write_report(args: argparse.Namespace) -> Path:
+    records = [json.loads(p.read_text()) for p in sorted((args.out / "runs").glob("*.json"))]
+    spe = args.steps_per_epoch
+    last_fifth = 0.8 * args.epochs * spe
+    lines = ["# JSA's persistent MIS cache: when does it help?", "",
+             f"Protocol: `experiment=jsa_paper` (chain-average gradient, batch 200, Adam 3e-4, static binarization), "
+             f"{args.epochs} epochs, val NLL from {args.val_samples} importance samples every {args.val_every} epochs, "
+             "test NLL from 1000 samples at the best val epoch; the cache read from epoch 0, from epoch "
+             f"{args.epochs // 2}, or never (`model.use_cache=false`). Written by `python -m benchmarks.cache_study` "
+             f"({len(records)} of {len(plan(args))} runs finished); the commands are in commands.txt. Diagnostics are "
+             "means over the last fifth of training.", "",
+             "| model | cache read | seeds | test NLL | best val NLL | acceptance | stuck on the cached state | "
+             "age of cached states (epochs) | log-weight gap, cached − best proposal | min per run |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    arms: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        arms.setdefault((r["model"], r["arm"]), []).append(r)
+    for model in MODELS:
+        for arm in CACHE_ARMS:
+            runs = arms.get((model, arm), [])
+            if not runs:
+                continue
+            test = [r["test"]["nll"] for r in runs if "nll" in r["test"]]
+            val = [min(v for _, v in r["curves"]["nll"]) for r in runs if r["curves"]["nll"]]
+            diagnostics = [statistics.mean(d) if (d := [x for r in runs if (x := late_mean(r["curves"].get(tag, []), last_fifth)) is not None]) else None
+                           for tag in DIAGNOSTICS]
+            lines.append(f"| {MODELS[model][0]} | {arm} | {len(runs)} | {mean_sd(test)} | {mean_sd(val)} | "
+                         + " | ".join(fmt(d, 3) for d in diagnostics)
+                         + f" | {statistics.mean(r['seconds'] for r in runs) / 60:.0f} |")
+
+    lines += ["", "Test-NLL differences from the arm without the cache (a difference counts when it exceeds t × s.e., the 95% "
+              "threshold of a two-sample t-test with pooled variance; – below two seeds an arm):", "",
+              "| model | cache read | mean − never's mean | t × s.e. | beyond the seed noise? |", "|---|---|---|---|---|"]
+    for model in MODELS:
+        never = [r["test"]["nll"] for r in arms.get((model, "never"), []) if "nll" in r["test"]]
+        for arm in ("epoch0", "middle"):
+            test = [r["test"]["nll"] for r in arms.get((model, arm), []) if "nll" in r["test"]]
+            if not test or not never:
+                continue
+            threshold = t_threshold(statistics.stdev(test) if len(test) > 1 else math.nan, len(test),
+                                    statistics.stdev(never) if len(never) > 1 else math.nan, len(never))
+            difference = statistics.mean(test) - statistics.mean(never)
+            verdict = "–" if not math.isfinite(threshold) else ("yes" if abs(difference) > threshold else "no")
+            lines.append(f"| {MODELS[model][0]} | {arm} | {difference:+.2f} | {fmt(threshold)} | {verdict} |")
+
+    plot(records, args)
+    lines += ["", "![JSA's sampler over training](cache_diagnostics.png)", ""]
+    findings = args.out / "FINDINGS.md"
+    if findings.exists():
+        lines += [findings.read_text()]
+    (args.out / "commands.txt").write_text("\n".join(r["command"] for r in records) + "\n")
+    report = args.out / "report.md"
+    report.write_text("\n".join(lines) + "\n")
+    return report
+
+
+def plot(records: list[dict], args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = [m for m in MODELS if any(r["model"] == m for r in records)]
+    if not models:
+        return
+    fig, axes = plt.subplots(len(models), len(DIAGNOSTICS) + 1, figsize=(4 * (len(DIAGNOSTICS) + 1), 3.2 * len(models)), squeeze=False)
+    for row, model in zip(axes, models):
+        for r in (r for r in records if r["model"] == model):
+            color = f"C{CACHE_ARMS.index(r['arm'])}"
+            label = f"cache {r['arm']}" if r["seed"] == 0 else None
+            for ax, tag in zip(row, ("nll", *DIAGNOSTICS)):
+                points = r["curves"].get(tag, [])
+                xs = [epoch_of(s, args.steps_per_epoch) if tag == "nll" else (s + 1) / args.steps_per_epoch for s, _ in points]
+                ax.plot(xs, [v for _, v in points], color=color, alpha=0.8, label=label, marker="o" if tag == "nll" else None, lw=1)
+        for ax, tag in zip(row, ("val NLL (nats)", *DIAGNOSTICS)):
+            ax.set_title(f"{MODELS[model][0]}: {tag}", fontsize=9)
+            ax.set_xlabel("epoch")
+            ax.grid(alpha=0.3)
+        row[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.out / "cache_diagnostics.png", dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=30, help="epochs per run (default 30)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds of the L = 20 and Bernoulli arms (default 3)")
+    parser.add_argument("--small-l-seeds", type=int, default=1, help="seeds of the L = 5 arms (default 1)")
+    parser.add_argument("--val-every", type=int, default=5, help="validate every this many epochs (the paper: 5)")
+    parser.add_argument("--val-samples", type=int, default=100, help="importance samples of val NLL (the paper: 1000)")
+    parser.add_argument("--steps-per-epoch", type=int, default=275, help="training steps per epoch (55,000 / 200)")
+    parser.add_argument("--models", type=lambda text: text.split(","), default=list(MODELS), help=f"subset of {','.join(MODELS)}")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cache-study"), help="report and run records")
+    parser.add_argument("--logs", type=Path, default=Path("logs/cache-study"), help="the runs' TensorBoard logs and checkpoints")
+    parser.add_argument("--report-only", action="store_true", help="write the report from the finished runs only")
+    parser.add_argument("extra", nargs="*", help="more train.py overrides for every run (e.g. trainer.limit_train_batches=2)")
+    args = parser.parse_args(argv)
+    for name in ("epochs", "seeds", "val_every", "val_samples", "steps_per_epoch"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if set(args.models) - set(MODELS):
+        parser.error(f"--models: unknown {', '.join(sorted(set(args.models) - set(MODELS)))}; choose from {', '.join(MODELS)}")
+    args.out, args.logs = args.out.resolve(), args.logs.resolve()
+    (args.out / "runs").mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        jobs = {name: job for name, *job in plan(args)}
+        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(name, *jobs[name], args),
+                           lambda record: f", test NLL {record['test']['nll']:.2f}" if record["test"].get("nll") else "")
+    print(f"report: {write_report(args)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""How much each of an MIS call's L+1 candidates counts in JSA's gradient (docs/jsa.md#which-states-the-gradient-uses).
+
+JSA's gradient averages −∇ log p_θ(x, h) − ∇ log q_φ(h | x) over MCMC states. Given the candidates of one
+index-cached MIS call (candidate 0 the start state, 1..L the proposals), every such average is a weighted
+sum over the candidates, with weights that sum to 1 per example:
+
+* `final`:    the chain's last state, weight 1;
+* `chain`:    the L states after each step (the JSA paper's code), weight n_j / L with n_j the number of
+              steps that ended on candidate j (`visit_counts`); a rejection repeats the current state,
+              so only the distinct candidates need a decoder pass with gradient;
+* `expected`: weight E[n_j | candidates] / L (`expected_visits`), the conditional expectation of the
+              `chain` weights given the candidates, over the accept/reject uniforms alone. Same
+              expectation as `chain`, variance no larger (Rao-Blackwell), and no sampled path needed.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def visit_counts(path_index: Tensor, num_candidates: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """n_j: how many of the chain's L steps ended on candidate j. path_index (B, L) long -> (B, L+1) of `dtype`."""
+    counts = torch.zeros(path_index.shape[0], num_candidates, dtype=dtype, device=path_index.device)
+    return counts.scatter_add_(1, path_index, torch.ones_like(path_index, dtype=counts.dtype))
+
+
+def expected_visits(log_target: Tensor, log_proposal: Tensor) -> Tensor:
+    """E[n_j | candidates]: the expected number of the L steps that end on candidate j, (B, L+1).
+
+    The chain of `samplers.mis.mis_chain` is random only through its uniforms once the candidates are
+    scored. Let π_t(i) be the probability that it sits on candidate i after step t (π_0 = δ_0). Step t
+    proposes candidate t and accepts from i with probability a_it = min(1, exp(w_t − w_i)),
+    w = log p(x, h) − log q(h | x), so
+
+        π_t(t) = Σ_{i<t} π_{t−1}(i) a_it,    π_t(i) = π_{t−1}(i) (1 − a_it)  (i < t),
+
+    and E[n_j] = Σ_{t=1..L} π_t(j). O(L²) tensor operations per batch; a NaN log-ratio (both weights
+    −inf) never accepts, as in `mis_chain`.
+    """
+    if log_target.shape != log_proposal.shape or log_target.dim() != 2:
+        raise ValueError(f"log_target and log_proposal must both be (B, L+1), got {tuple(log_target.shape)} and {tuple(log_proposal.shape)}")
+    log_weight = (log_target - log_proposal).detach()
+    batch, num_candidates = log_weight.shape
+    occupancy = torch.zeros_like(log_weight)  # π_t
+    occupancy[:, 0] = 1.0
+    visits = torch.zeros_like(log_weight)
+    for t in range(1, num_candidates):  # sequential in t only, as the chain itself
+        log_ratio = torch.nan_to_num(log_weight[:, t : t + 1] - log_weight[:, :t], nan=-torch.inf)
+        moved = occupancy[:, :t] * log_ratio.clamp(max=0.0).exp()  # (B, t): mass that jumps to candidate t
+        occupancy[:, :t] -= moved
+        occupancy[:, t] = moved.sum(1)
+        visits += occupancy
+    return visits

@@ -1,0 +1,212 @@
+"""Which states JSA's gradient uses (samplers/visits.py, models/jsa.py): the chain average computed once per
+distinct state, its Rao-Blackwellized expectation, and the cache's diagnostics."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from callbacks.gradient_variance import flat_gradients, trace_of_covariance
+from models import JSA
+from samplers import MISSample, categorical_log_prob, expected_visits, index_cached_mis, mis_chain, visit_counts
+from tests.conftest import mnist_slice, train_on_batch
+from tests.test_jsa import toy_jsa
+
+L = 5
+
+
+def enumerated_visits(log_weight: torch.Tensor) -> torch.Tensor:
+    """E[n_j] for one chain by summing over all 2^L accept/reject outcomes, each with its exact probability."""
+    num_steps = log_weight.shape[0] - 1
+    visits = torch.zeros_like(log_weight)
+    for outcome in itertools.product([False, True], repeat=num_steps):
+        probability, current, counts = 1.0, 0, torch.zeros_like(log_weight)
+        for t, accept in enumerate(outcome, 1):
+            log_ratio = log_weight[t] - log_weight[current]
+            a = 0.0 if torch.isnan(log_ratio) else float(torch.exp(log_ratio.clamp(max=0.0)))
+            probability *= a if accept else 1.0 - a
+            current = t if accept else current
+            counts[current] += 1
+        visits += probability * counts
+    return visits
+
+
+def test_expected_visits_equal_the_enumeration_of_the_uniforms():
+    generator = torch.Generator().manual_seed(0)
+    log_target = torch.randn(6, L + 1, dtype=torch.float64, generator=generator) * 3
+    log_proposal = torch.randn(6, L + 1, dtype=torch.float64, generator=generator)
+    log_target[1, 2] = log_target[1, 4] = 10.0  # ties
+    log_target[2, 0] = -torch.inf  # a start state of zero probability: the first proposal is always taken
+    log_target[3, :] = -torch.inf  # every ratio NaN: never accepts
+    visits = expected_visits(log_target, log_proposal)
+    exact = torch.stack([enumerated_visits(w) for w in log_target - log_proposal])
+    torch.testing.assert_close(visits, exact, rtol=0, atol=1e-12)
+    torch.testing.assert_close(visits.sum(1), torch.full((6,), float(L), dtype=torch.float64))
+    assert visits[3, 0] == L and visits[2, 0] == 0
+
+
+def test_expected_visits_equal_the_average_of_many_chains():
+    generator = torch.Generator().manual_seed(1)
+    log_target = torch.randn(1, L + 1, generator=generator) * 2
+    log_proposal = torch.randn(1, L + 1, generator=generator)
+    num_chains = 200_000
+    chains = mis_chain(log_target.expand(num_chains, -1), log_proposal.expand(num_chains, -1), torch.Generator().manual_seed(2))
+    counts = visit_counts(chains.path, L + 1, torch.float64)
+    standard_error = counts.std(0) / num_chains**0.5
+    z = (counts.mean(0) - expected_visits(log_target, log_proposal)[0].double()) / standard_error.clamp(min=1e-12)
+    assert z.abs().max() < 5, z
+
+
+def test_visit_counts():
+    path = torch.tensor([[0, 0, 2, 2, 2], [1, 2, 3, 4, 5]])
+    assert visit_counts(path, 6).tolist() == [[2, 0, 3, 0, 0, 0], [0, 1, 1, 1, 1, 1]]
+
+
+def toy64(**kwargs) -> JSA:
+    return toy_jsa(mis_steps=L, prior="autoregressive", **kwargs).double()
+
+
+def gradients(model: JSA, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+    model.zero_grad()
+    loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def path_average_loss(model: JSA, x: torch.Tensor, log_q: torch.Tensor, path: torch.Tensor) -> torch.Tensor:
+    """The chain-average loss as the JSA paper's code writes it: every one of the L states scored, with gradient."""
+    return -model.log_joint(x, path).mean() - categorical_log_prob(log_q, path).mean()
+
+
+def with_path(sample: MISSample, path_index: torch.Tensor) -> MISSample:
+    path = sample.candidates.gather(1, path_index.unsqueeze(-1).expand(-1, -1, sample.candidates.shape[-1]))
+    return sample._replace(path_index=path_index, path=path, latent=path[:, -1])
+
+
+@pytest.mark.parametrize("path_kind", ["sampled", "shuffled", "repeated", "all_rejected", "all_accepted"])
+def test_chain_gradient_from_distinct_states_equals_the_path_average(path_kind):
+    """Every parameter (encoder, decoder, embedding, the MADE prior) to 1e-10 in float64."""
+    model = toy64(gradient_states="chain")
+    x = torch.rand(7, 1, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(4)
+    log_q = model.posterior(x)
+    with torch.no_grad():
+        sample = index_cached_mis(log_q.detach(), lambda h: model.log_joint(x, h), L)
+    steps = torch.arange(1, L + 1).expand(7, -1)
+    path_index = {
+        "sampled": sample.path_index,
+        "shuffled": sample.path_index[:, torch.randperm(L)],
+        "repeated": torch.tensor([0, 3, 3, 1, 3]).expand(7, -1),
+        "all_rejected": torch.zeros(7, L, dtype=torch.long),
+        "all_accepted": steps,
+    }[path_kind]
+    sample = with_path(sample, path_index)
+    ours = gradients(model, sum(model.jsa_loss(x, log_q, sample)))
+    log_q = model.posterior(x)
+    reference = gradients(model, path_average_loss(model, x, log_q, sample.path))
+    assert ours.keys() == reference.keys() and any(n.startswith("prior.") for n in ours)
+    for name in reference:
+        torch.testing.assert_close(ours[name], reference[name], rtol=0, atol=1e-10, msg=name)
+
+
+def test_chain_training_step_equals_the_path_average_with_a_shared_random_stream():
+    model = toy64(gradient_states="chain", cache_size=6)
+    x = torch.rand(6, 1, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    index = torch.arange(6)
+    model.training_loss(x, index)  # fill the cache: the next step starts from it
+    start, has_start = model.cache.read(index)
+    torch.manual_seed(6)
+    ours = gradients(model, model.training_loss(x, index)["loss"])
+    torch.manual_seed(6)
+    log_q = model.posterior(x)
+    with torch.no_grad():
+        sample = index_cached_mis(log_q.detach(), lambda h: model.log_joint(x, h), L, start, has_start)
+    reference = gradients(model, path_average_loss(model, x, log_q, sample.path))
+    for name in reference:
+        torch.testing.assert_close(ours[name], reference[name], rtol=0, atol=1e-10, msg=name)
+
+
+def test_expected_gradient_is_the_chain_gradient_in_expectation():
+    """Same candidates, 2000 chains: the mean of their gradients is the `expected` gradient, within Monte Carlo error:
+    E||mean - expected||^2 = trace(Cov)/n for an unbiased mean, so a ratio far above 1 means a bias."""
+    model = toy_jsa(mis_steps=L, prior="factorized", gradient_states="expected").double()  # moderate log-weights
+    x = torch.rand(3, 1, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    torch.manual_seed(8)
+    log_q = model.posterior(x)
+    sample = index_cached_mis(log_q.detach(), lambda h: model.log_joint(x, h), L)
+    expected = torch.cat([g.flatten() for g in gradients(model, sum(model.jsa_loss(x, log_q, sample))).values()])
+
+    model.gradient_states = "chain"
+    generator = torch.Generator().manual_seed(9)
+    draws = []
+    for _ in range(2000):
+        chain = mis_chain(sample.log_target.detach(), sample.log_proposal, generator)
+        log_q = model.posterior(x)
+        draws.append(torch.cat([g.flatten() for g in gradients(model, sum(model.jsa_loss(x, log_q, with_path(sample, chain.path)))).values()]))
+    draws = torch.stack(draws)
+    squared_error = (draws.mean(0) - expected).square().sum()
+    monte_carlo = draws.var(0).sum() / len(draws)
+    assert monte_carlo > 0 and squared_error / monte_carlo < 4, (squared_error, monte_carlo)
+
+
+def test_expected_gradient_varies_less_than_the_chain_gradient_on_a_trained_model(mnist_dir):
+    """Rao-Blackwell: at the parameters of a model trained for 40 steps on real MNIST, fresh gradient estimates
+    (new proposals and chains from the same cached states) vary less with `expected` than with `chain`."""
+    x, index = mnist_slice(mnist_dir, 64)
+    torch.manual_seed(0)
+    model = JSA(mis_steps=10, cache_size=64, gradient_states="chain")
+    train_on_batch(model, x, index, steps=40)
+    encoder = list(model.encoder_parameters())
+    groups = {"encoder": encoder, "decoder": [p for p in model.parameters() if p.requires_grad and all(p is not e for e in encoder)]}
+    variance = {}
+    for mode in ("chain", "expected"):
+        model.gradient_states = mode
+        torch.manual_seed(1)
+        draws = [flat_gradients(model.gradient_estimates(x, index), groups) for _ in range(12)]
+        variance[mode] = {name: float(trace_of_covariance([d[name] for d in draws])) for name in draws[0]}
+    for name in variance["chain"]:
+        assert variance["expected"][name] < 0.8 * variance["chain"][name], variance
+
+
+def test_expected_and_final_train_and_the_cache_starts_the_chain():
+    for mode in ("expected", "final"):
+        model = toy_jsa(mis_steps=3, cache_size=8, gradient_states=mode, prior="factorized")
+        terms = model.training_loss(torch.rand(8, 1, 2, 2), torch.arange(8))
+        terms["loss"].backward()
+        assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
+        assert model.cache.read(torch.arange(8))[1].all()
+
+
+def test_cache_diagnostics_on_a_constructed_case():
+    model = toy_jsa(mis_steps=2, cache_size=4)
+    model.cache.write(torch.tensor([0, 1]), torch.zeros(2, 2, dtype=torch.long), epoch=0)
+    model.cache.write(torch.tensor([2]), torch.zeros(1, 2, dtype=torch.long), epoch=2)
+    log_target = torch.tensor([[5.0, 1.0, 2.0], [0.0, 4.0, 1.0], [3.0, 3.0, 0.0], [9.0, 0.0, 0.0]])
+    sample = MISSample(
+        latent=None, path=None, accepted=torch.tensor([0, 1, 0, 0]), candidates=None,
+        log_target=log_target, log_proposal=torch.zeros(4, 3), path_index=None,
+    )
+    model.trainer = None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(JSA, "current_epoch", property(lambda self: 3))
+        has_start = torch.tensor([True, True, True, False])  # example 3 started from a fresh proposal: not counted
+        diagnostics = model.cache_diagnostics(sample, torch.arange(4), has_start)
+    assert diagnostics["cache_stuck_rate"] == pytest.approx(2 / 3)
+    assert diagnostics["cache_age_epochs"] == pytest.approx((3 + 3 + 1) / 3)
+    assert diagnostics["cache_log_weight_gap"] == pytest.approx((3.0 - 4.0 + 0.0) / 3)
+
+
+def test_cache_diagnostics_are_logged_only_when_the_cache_is_read():
+    model = toy_jsa(mis_steps=2, cache_size=4)
+    first = model.training_loss(torch.rand(4, 1, 2, 2), torch.arange(4))
+    assert "cache_stuck_rate" in first and first["cache_age_epochs"] == 0  # read, but nothing cached yet: 0
+    late = toy_jsa(mis_steps=2, cache_size=4, cache_start_epoch=1)
+    assert "cache_stuck_rate" not in late.training_loss(torch.rand(4, 1, 2, 2), torch.arange(4))
+
+
+def test_a_cache_from_before_the_written_epochs_loads():
+    model = toy_jsa(mis_steps=2, cache_size=4)
+    state = {k: v for k, v in model.state_dict().items() if k != "cache.written_epoch"}
+    model.load_state_dict(state)
+    assert model.cache.written_epoch.tolist() == [0, 0, 0, 0]
