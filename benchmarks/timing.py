@@ -20,9 +20,15 @@ def median_seconds(fn: Callable[[], object], min_run_time: float, num_threads: i
     return timer.blocked_autorange(min_run_time=min_run_time).median
 
 
+def alternating(fns: dict[str, Callable[[], object]], measure: Measure, rounds: int, reference: str) -> dict[str, tuple[float, float]]:
+    """name -> (median time, median of the rounds' ratios to `reference`): `rounds` rounds, each measuring every fn
+    in turn. The machine's drift then falls on all of them alike instead of on one."""
+    times = [{name: measure(fn) for name, fn in fns.items()} for _ in range(rounds)]
+    return {name: (statistics.median(t[name] for t in times), statistics.median(t[name] / t[reference] for t in times))
+            for name in fns}
+
+
 def paired(first: Callable[[], object], second: Callable[[], object], measure: Measure, rounds: int) -> tuple[float, float, float]:
-    """(first, second, first / second): `rounds` alternating rounds each `measure` one, then the other; the medians
-    of each side and the median of the rounds' ratios. The drift then falls on both sides alike instead of on one."""
-    times = [(measure(first), measure(second)) for _ in range(rounds)]
-    return (statistics.median(a for a, _ in times), statistics.median(b for _, b in times),
-            statistics.median(a / b for a, b in times))
+    """(first, second, first / second): `alternating` for two."""
+    (a, ratio), (b, _) = alternating({"first": first, "second": second}, measure, rounds, reference="second").values()
+    return a, b, ratio

@@ -81,7 +81,7 @@ class JSA(CategoricalLatentModel):
         self.register_buffer("class_used", torch.zeros(self.num_categories, dtype=torch.bool))
         # Every rank keeps the whole cache and updates it with the gathered pairs of each step
         # (see `_write_cache`); DDP must not also broadcast these buffers from rank 0 each step.
-        self._ddp_params_and_buffers_to_ignore = ["cache.codes", "cache.written_epoch", "class_used"]
+        self._ddp_params_and_buffers_to_ignore = ["cache.codes", "cache.changed_epoch", "class_used"]
 
     config_name = "jsa"  # as in configs/model/ and the run names
     run_tag_keys = ("backbone", "num_categories", "mis_steps", "prior")
@@ -122,6 +122,7 @@ class JSA(CategoricalLatentModel):
         log_q = self.posterior(x)  # the one encoder pass of this step: log q(h | x), (B, V, K)
         read_cache = self.cache is not None and self.current_epoch >= self.cache_start_epoch
         start, has_start = self.cache.read(index) if read_cache else (None, None)
+        age = self.cache.age(index, self.current_epoch) if read_cache else None  # before this step's write
         # `expected` weights every candidate, so its one decoder pass keeps the graph and serves the chain and
         # the loss alike; `final` and `chain` score the candidates without gradient and re-score the few they keep.
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.gradient_states == "expected"):
@@ -146,7 +147,7 @@ class JSA(CategoricalLatentModel):
             "classes_used": self.class_used.float().mean(),
         }
         if read_cache:
-            terms.update(self.cache_diagnostics(sample, index, has_start))
+            terms.update(self.cache_diagnostics(sample, age, has_start))
         return terms
 
     def jsa_loss(self, x: Tensor, log_q: Tensor, sample: MISSample) -> tuple[Tensor, Tensor]:
@@ -182,11 +183,11 @@ class JSA(CategoricalLatentModel):
         log_joint = self.log_joint(x[example], sample.candidates[example, candidate].unsqueeze(1))[:, 0]  # (R,)
         return torch.zeros(x.shape[0], dtype=log_joint.dtype, device=x.device).index_add(0, example, weight[example, candidate] * log_joint)
 
-    def cache_diagnostics(self, sample: MISSample, index: Tensor, has_start: Tensor) -> dict[str, Tensor]:
+    def cache_diagnostics(self, sample: MISSample, age: Tensor, has_start: Tensor) -> dict[str, Tensor]:
         """Over the chains that start from a cached state (docs/mis.md#when-the-cache-helps):
 
         cache_stuck_rate: the fraction that never leave it in this step's L proposals;
-        cache_age_epochs: the mean number of epochs since their state was written;
+        cache_age_epochs: the mean number of epochs since their state last changed (`age`, read before this step's write);
         cache_log_weight_gap: the mean of w(cached) - max_j w(proposal j), w = log p(x, h) - log q(h | x); > 0 where the
             cached state outweighs every fresh proposal (a stale state the chain cannot leave, or a mode q misses).
         """
@@ -199,7 +200,7 @@ class JSA(CategoricalLatentModel):
 
         return {
             "cache_stuck_rate": mean_over_started((sample.accepted == 0).float()),
-            "cache_age_epochs": mean_over_started(self.cache.age(index, self.current_epoch)),
+            "cache_age_epochs": mean_over_started(age),
             "cache_log_weight_gap": mean_over_started(log_weight[:, 0] - log_weight[:, 1:].max(1).values),
         }
 

@@ -4,8 +4,9 @@ JSA runs one Markov chain per training example across the whole of training: eac
 starts from the state the example's chain reached the last time the example was seen
 (re-scored under the current networks), so the chain keeps mixing instead of restarting.
 The states live in one integer tensor (num_examples, *latent_shape) of the smallest dtype that
-holds the K classes plus an "empty" sentinel, beside the epoch each state was written in (for the
-cache's age, a diagnostic); both are registered buffers, so every checkpoint carries them and a resumed
+holds the K classes plus an "empty" sentinel, beside the epoch in which each example's state last changed (how
+long its chain has stayed put, a diagnostic: every example is written once an epoch, so the age of the write alone
+would always be one epoch); both are registered buffers, so every checkpoint carries them and a resumed
 run continues the saved chains.
 """
 
@@ -33,8 +34,8 @@ class LatentCache(nn.Module):
         dtype = cache_dtype(num_categories)
         self.sentinel = torch.iinfo(dtype).max
         self.register_buffer("codes", torch.full((num_examples, *latent_shape), self.sentinel, dtype=dtype))
-        self.register_buffer("written_epoch", torch.zeros(num_examples, dtype=torch.int32))
-        self.register_load_state_dict_pre_hook(_add_written_epoch)
+        self.register_buffer("changed_epoch", torch.zeros(num_examples, dtype=torch.int32))
+        self.register_load_state_dict_pre_hook(_add_changed_epoch)
 
     @property
     def num_examples(self) -> int:
@@ -47,11 +48,11 @@ class LatentCache(nn.Module):
         return codes.long(), has_entry
 
     def age(self, index: Tensor, epoch: int) -> Tensor:
-        """Epochs since each example's cached state was written, (B,) float."""
-        return (epoch - self.written_epoch[index]).float()
+        """Epochs since each example's cached state last changed, (B,) float."""
+        return (epoch - self.changed_epoch[index]).float()
 
     def write(self, index: Tensor, latent: Tensor, epoch: int = 0) -> None:
-        """Store `latent[i]` for example `index[i]`, written in `epoch`.
+        """Store `latent[i]` for example `index[i]`, in `epoch` (the changed epoch of the entries whose state changes).
 
         If an index occurs more than once (DDP pads shards by repeating examples), the last
         occurrence wins, decided without relying on the scatter order, so that every rank
@@ -60,14 +61,16 @@ class LatentCache(nn.Module):
         unique, inverse = torch.unique(index, return_inverse=True)
         position = torch.arange(index.shape[0], device=index.device)
         last = torch.full_like(unique, -1).scatter_reduce_(0, inverse, position, reduce="amax")
-        self.codes[unique] = latent[last].to(self.codes.dtype)
-        self.written_epoch[unique] = epoch
+        new = latent[last].to(self.codes.dtype)
+        changed = (self.codes[unique] != new).flatten(1).any(1)
+        self.codes[unique] = new
+        self.changed_epoch[unique] = torch.where(changed, epoch, self.changed_epoch[unique])
 
     def fill_rate(self) -> Tensor:
         return (self.codes != self.sentinel).flatten(1).all(dim=1).float().mean()
 
 
-def _add_written_epoch(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
-    """Checkpoints from before the cache kept its epochs: their states count as written at epoch 0."""
-    if prefix + "codes" in state_dict and prefix + "written_epoch" not in state_dict:
-        state_dict[prefix + "written_epoch"] = torch.zeros(state_dict[prefix + "codes"].shape[0], dtype=torch.int32)
+def _add_changed_epoch(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """Checkpoints from before the cache kept its epochs: their states count as changed at epoch 0."""
+    if prefix + "codes" in state_dict and prefix + "changed_epoch" not in state_dict:
+        state_dict[prefix + "changed_epoch"] = torch.zeros(state_dict[prefix + "codes"].shape[0], dtype=torch.int32)

@@ -205,3 +205,17 @@ def test_vqvae_second_stage_from_the_first_stages_checkpoint(tmp_path, mnist_dir
            f"model.autoencoder_checkpoint={stage1}", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"], tmp_path / "two", mnist_dir)
     resumed = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert resumed["global_step"] == 6 and torch.equal(resumed["state_dict"]["encoder.net.0.weight"], first["encoder.net.0.weight"])
+
+
+def test_jsa_rao_blackwellized_gradient_trains_from_both_front_ends(tmp_path, mnist_dir):
+    """`gradient_states=expected` from Hydra and from LightningCLI, with the cache read and its diagnostics logged."""
+    train(["model=jsa", "model.gradient_states=expected", "model.use_cache=true", "model.cache_start_epoch=0", *FAST], tmp_path, mnist_dir)
+    (run_dir,) = (tmp_path / "logs" / "tensorboard").glob("jsa-mnist-*/version_0")
+    assert {"train/loss", "train/cache_stuck_rate", "train/cache_age_epochs", "train/cache_log_weight_gap"} <= tags(run_dir)
+    args = ["fit", "--model=JSA", "--model.gradient_states=expected", "--data=MNISTDataModule", "--trainer.max_steps=3",
+            "--trainer.log_every_n_steps=1", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1",
+            "--model.val_num_samples=2"]
+    (tmp_path / "cli").mkdir()
+    train(args, tmp_path / "cli", mnist_dir)
+    (run_dir,) = (tmp_path / "cli" / "logs" / "tensorboard").glob("jsa-mnist-*/version_0")
+    assert {"train/loss", "train/acceptance_rate", "val/nll"} <= tags(run_dir)

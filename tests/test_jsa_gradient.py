@@ -179,22 +179,28 @@ def test_expected_and_final_train_and_the_cache_starts_the_chain():
 
 
 def test_cache_diagnostics_on_a_constructed_case():
-    model = toy_jsa(mis_steps=2, cache_size=4)
-    model.cache.write(torch.tensor([0, 1]), torch.zeros(2, 2, dtype=torch.long), epoch=0)
-    model.cache.write(torch.tensor([2]), torch.zeros(1, 2, dtype=torch.long), epoch=2)
     log_target = torch.tensor([[5.0, 1.0, 2.0], [0.0, 4.0, 1.0], [3.0, 3.0, 0.0], [9.0, 0.0, 0.0]])
-    sample = MISSample(
-        latent=None, path=None, accepted=torch.tensor([0, 1, 0, 0]), candidates=None,
-        log_target=log_target, log_proposal=torch.zeros(4, 3), path_index=None,
-    )
-    model.trainer = None
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(JSA, "current_epoch", property(lambda self: 3))
-        has_start = torch.tensor([True, True, True, False])  # example 3 started from a fresh proposal: not counted
-        diagnostics = model.cache_diagnostics(sample, torch.arange(4), has_start)
+    sample = MISSample(latent=None, path=None, accepted=torch.tensor([0, 1, 0, 0]), candidates=None,
+                       log_target=log_target, log_proposal=torch.zeros(4, 3), path_index=None)
+    has_start = torch.tensor([True, True, True, False])  # example 3 started from a fresh proposal: not counted
+    diagnostics = toy_jsa().cache_diagnostics(sample, torch.tensor([3.0, 3.0, 1.0, 7.0]), has_start)
     assert diagnostics["cache_stuck_rate"] == pytest.approx(2 / 3)
     assert diagnostics["cache_age_epochs"] == pytest.approx((3 + 3 + 1) / 3)
     assert diagnostics["cache_log_weight_gap"] == pytest.approx((3.0 - 4.0 + 0.0) / 3)
+
+
+def test_the_age_of_a_cached_state_counts_from_its_last_change_and_is_read_before_the_step_writes():
+    model = toy_jsa(mis_steps=2, cache_size=4)
+    model.cache.write(torch.arange(4), torch.zeros(4, 2, dtype=torch.long), epoch=0)
+    model.cache.write(torch.arange(4), torch.tensor([[0, 0], [0, 0], [1, 0], [2, 2]]), epoch=2)  # 0, 1 stayed put
+    assert model.cache.age(torch.arange(4), 3).tolist() == [3, 3, 1, 1]
+    model.cache.codes[:] = torch.tensor([[0, 1], [1, 1], [2, 1], [0, 2]])  # states no chain will propose again below
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(JSA, "current_epoch", property(lambda self: 3))
+        terms = model.training_loss(torch.rand(4, 1, 2, 2), torch.arange(4))
+    assert terms["cache_age_epochs"] == pytest.approx(2.0)
+    moved = (model.cache.codes.long() != torch.tensor([[0, 1], [1, 1], [2, 1], [0, 2]])).any(1)
+    assert model.cache.changed_epoch.tolist() == torch.where(moved, 3, torch.tensor([0, 0, 2, 2])).tolist()
 
 
 def test_cache_diagnostics_are_logged_only_when_the_cache_is_read():
@@ -205,8 +211,8 @@ def test_cache_diagnostics_are_logged_only_when_the_cache_is_read():
     assert "cache_stuck_rate" not in late.training_loss(torch.rand(4, 1, 2, 2), torch.arange(4))
 
 
-def test_a_cache_from_before_the_written_epochs_loads():
+def test_a_cache_from_before_the_changed_epochs_loads():
     model = toy_jsa(mis_steps=2, cache_size=4)
-    state = {k: v for k, v in model.state_dict().items() if k != "cache.written_epoch"}
+    state = {k: v for k, v in model.state_dict().items() if k != "cache.changed_epoch"}
     model.load_state_dict(state)
-    assert model.cache.written_epoch.tolist() == [0, 0, 0, 0]
+    assert model.cache.changed_epoch.tolist() == [0, 0, 0, 0]

@@ -475,7 +475,7 @@ def test_cache_survives_state_dict_roundtrip():
     cache = LatentCache(8, (2,), 256)
     cache.write(torch.tensor([0, 5]), torch.tensor([[255, 3], [17, 0]]))
     state = cache.state_dict()
-    assert set(state) == {"codes", "written_epoch"}
+    assert set(state) == {"codes", "changed_epoch"}
     fresh = LatentCache(8, (2,), 256)
     fresh.load_state_dict(state)
     for reader in (cache, fresh):
