@@ -478,3 +478,35 @@ def test_a_resumed_loader_continues_at_the_same_example_whatever_its_batch_size(
     assert rest == order[12:]
     resumed.sampler.batches_done = 2  # and its own position is again in examples
     assert resumed.state_dict()["examples_done"] == 12 + 2 * new_batch_size
+
+
+class PlantedPayload:
+    """What a stranger's pickle can hold: unpickling it calls `Path.touch` on a marker file (any callable would do)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize("md5_matches", [False, True], ids=["foreign md5", "payload's md5 listed as official"])
+@pytest.mark.parametrize("where", ["top level", "inside the dict"])
+def test_a_cifar10_batch_with_a_payload_never_runs_it(where: str, md5_matches: bool, cifar_copy: Path, monkeypatch) -> None:
+    """Whether or not the planted file's md5 is the one the data module expects, nothing in it runs: the unpickler
+    imports numpy's array constructors only, and the refusal is one line naming the file."""
+    marker = cifar_copy / "payload-ran"
+    path = cifar_copy / "cifar-10-batches-py" / "data_batch_2"
+    batch = fake_cifar_batch("data_batch_2", np.random.default_rng(2))
+    path.write_bytes(pickle.dumps(PlantedPayload(marker) if where == "top level" else {**batch, "labels": PlantedPayload(marker)}))
+    if md5_matches:
+        import hashlib
+        listed = [[name, hashlib.md5(path.read_bytes()).hexdigest() if name == "data_batch_2" else md5] for name, md5 in CIFAR10.train_list]
+        monkeypatch.setattr(CIFAR10, "train_list", listed)
+    dm = TinyCIFAR10DataModule(data_dir=str(cifar_copy), batch_size=16, val_size=20)
+    with pytest.raises(DataCorruptError) as info:
+        dm.setup()
+    assert not marker.exists()
+    message = str(info.value)
+    assert message.startswith(f"{path.resolve()} is corrupt: it cannot be unpickled (UnpicklingError: it refers to pathlib")
+    assert "which a CIFAR-10 batch never does" in message and "\n" not in message
