@@ -423,6 +423,21 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
                 config["ckpt_path"] = requeued_job_checkpoint(trainer)
             return trainer
 
+        def _parse_ckpt_path(self) -> None:
+            # LightningCLI builds the model named in the checkpoint's hyperparameters (test/validate --ckpt_path, from
+            # the command line, a repeated flag or a -c config file alike): the file is read the safe way first and
+            # the class it names must be a registered model before anything imports it.
+            ckpt_path = self.config[self.config.subcommand].get("ckpt_path") if self.config.get("subcommand") else None
+            if ckpt_path:
+                from models import is_registered_model
+                from callbacks.checkpoint_files import load_checkpoint_file
+
+                class_path = (load_checkpoint_file(ckpt_path).get("hyper_parameters") or {}).get("_class_path")
+                if class_path is not None and not is_registered_model(class_path):
+                    raise CheckpointError(f"--ckpt_path={ckpt_path} names the class {class_path!r}, which is not one of the "
+                                          "collection's models; it is not imported")
+            super()._parse_ckpt_path()
+
         def _run_subcommand(self, subcommand: str) -> None:
             with no_traces_if_refused(self.trainer.logger, refusals()):
                 super()._run_subcommand(subcommand)

@@ -117,18 +117,28 @@ def verify_checkpoint_file(path: str | os.PathLike) -> None:
                 f"{path.name}{CHECKSUM_SUFFIX} when it was written ({digests[0][:12]}...); use another checkpoint")
 
 
-def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", weights_only: bool | None = None) -> dict[str, Any]:
-    """Lightning's load after `verify_checkpoint_file`; a file torch cannot read is a CheckpointError naming it."""
+def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False) -> dict[str, Any]:
+    """Lightning's load after `verify_checkpoint_file`; a file torch cannot read is a CheckpointError naming it.
+
+    A checkpoint may come from anyone, and unpickling can run code: it is read with `weights_only=True`, passed
+    explicitly so that no environment variable (TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD) turns it off, unless the caller
+    says in code that it trusts the file (`trusted`, e.g. `load_from_checkpoint(path, weights_only=False)`). Only
+    local files: a URL is refused, so nothing is fetched and unpickled that nobody has looked at.
+    """
+    if "://" in str(path):
+        raise CheckpointError(f"checkpoint {path} is a URL: checkpoints are read from local files only; download it, make "
+                              "sure you trust where it came from, and give the local path")
     verify_checkpoint_file(path)
     try:
-        checkpoint = pl_load(path, map_location=map_location, weights_only=weights_only)
-    except Exception as error:  # truncated zip, pickled garbage, a file that is not a checkpoint at all
+        checkpoint = pl_load(path, map_location=map_location, weights_only=not trusted)
+    except Exception as error:  # truncated zip, pickled garbage, code planted in the pickle, not a checkpoint at all
         text = str(error).strip()
         # torch's weights_only refusal wraps the real reason in advice about weights_only that does not apply here
         text = text.rsplit("WeightsUnpickler error:", 1)[-1].strip() if "WeightsUnpickler error:" in text else text
-        reason = text.splitlines()[0][:160] if text else type(error).__name__
-        raise CheckpointError(f"checkpoint {path} is not a readable checkpoint ({type(error).__name__}: {reason}); "
-                              "it is truncated or was not written by torch.save") from None
+        reason = " ".join(text.split())[:160] if text else type(error).__name__
+        raise CheckpointError(f"checkpoint {path} is not a readable checkpoint ({type(error).__name__}: {reason}); it is "
+                              "truncated, was not written by torch.save, or holds objects other than tensors and plain "
+                              "values (which are never unpickled: they could run code)") from None
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointError(f"checkpoint {path} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
     return checkpoint
@@ -143,9 +153,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         save_checkpoint_file(checkpoint, path)
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
-        if "://" in str(path):
-            return super().load_checkpoint(path, map_location, weights_only)
-        return load_checkpoint_file(path, map_location or (lambda storage, loc: storage), weights_only)
+        # Every read the trainer makes (resume, test/validate ckpt_path) is the safe one; only an explicit
+        # `weights_only=False` given to the trainer in code trusts the file.
+        return load_checkpoint_file(path, map_location or (lambda storage, loc: storage), trusted=weights_only is False)
 
     def remove_checkpoint(self, path: Any) -> None:
         super().remove_checkpoint(path)

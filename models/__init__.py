@@ -15,4 +15,12 @@ from models.vae import VAE
 from models.vimco import VIMCO
 from models.vqvae import VQVAE
 
-__all__ = ["LatentVariableModel", "DiscreteVAE", "JSA", "RWS", "VAE", "VIMCO", "VQVAE"]
+__all__ = ["LatentVariableModel", "DiscreteVAE", "JSA", "RWS", "VAE", "VIMCO", "VQVAE", "is_registered_model"]
+
+_MODELS = (DiscreteVAE, JSA, RWS, VAE, VIMCO, VQVAE)
+
+
+def is_registered_model(class_path: object) -> bool:
+    """Whether a class path (as a checkpoint names its model, e.g. `models.jsa.JSA` or `models.JSA`) is one of the
+    registered models: checked before a checkpoint's class path is imported, since importing runs code."""
+    return any(class_path in (f"{cls.__module__}.{cls.__qualname__}", f"models.{cls.__name__}") for cls in _MODELS)

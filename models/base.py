@@ -330,19 +330,16 @@ class LatentVariableModel(L.LightningModule):
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> "LatentVariableModel":
         """Lightning's loader, after checking that the checkpoint was written by this class (before the
         class is built from the checkpoint's hyperparameters, which would fail on another class's)."""
-        import fsspec  # paths and URLs, as Lightning reads them
-
-        # The collection's checkpoints hold plain types only, so by default this read unpickles no code.
-        weights_only = kwargs.get("weights_only") is not False
+        # The collection's checkpoints hold plain types only, so this read unpickles no code, whatever the
+        # environment says; only the caller's own `weights_only=False` trusts the file. URLs are refused.
+        trusted = kwargs.get("weights_only") is False
+        kwargs["weights_only"] = not trusted
         if hasattr(checkpoint_path, "seek"):  # a stream: read it, then put it back where it was
             start = checkpoint_path.tell()
-            found = torch.load(checkpoint_path, map_location="cpu", weights_only=weights_only).get("model_class")
+            found = torch.load(checkpoint_path, map_location="cpu", weights_only=not trusted).get("model_class")
             checkpoint_path.seek(start)
-        elif "://" not in str(checkpoint_path):  # a local file: its checksum is checked too
-            found = load_checkpoint_file(checkpoint_path, weights_only=weights_only).get("model_class")
-        else:
-            with fsspec.open(str(checkpoint_path), "rb") as file:
-                found = torch.load(file, map_location="cpu", weights_only=weights_only).get("model_class")
+        else:  # a local file: its checksum is checked too
+            found = load_checkpoint_file(checkpoint_path, trusted=trusted).get("model_class")
         _check_model_class(found, cls)
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 

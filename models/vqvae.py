@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 from torchmetrics import MeanMetric
 
+from callbacks.checkpoint_files import load_checkpoint_file
 from callbacks.hparams import constructor_defaults
 from models.base import LatentVariableModel, inference
 from models.components.backbones import BackboneName, build_backbone, latent_grid
@@ -219,9 +220,9 @@ class VQVAE(LatentVariableModel):
 
     def load_autoencoder(self, path: str) -> None:
         """Encoder, codebook and decoder from a VQ-VAE checkpoint with the same networks (the prior is not read)."""
-        if not Path(path).is_file():
+        if "://" not in str(path) and not Path(path).is_file():
             raise FileNotFoundError(f"model.autoencoder_checkpoint: no file {path}; give the last.ckpt or best checkpoint of a VQ-VAE run")
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = load_checkpoint_file(path)  # the one safe loader: checksum, weights only, no URLs
         if checkpoint.get("model_class", "models.vqvae.VQVAE") != "models.vqvae.VQVAE":
             raise ValueError(f"model.autoencoder_checkpoint: {path} was written by {checkpoint['model_class']}, not a VQ-VAE")
         # Settings that change what the networks compute without changing a tensor's shape (or that would be
