@@ -1,6 +1,6 @@
 """Faults injected into real `python train.py` processes, repeated to count how often each holds.
 
-    python -m benchmarks.faults [--kills 20] [--concurrent 10] [--out benchmarks/results/faults]
+    python -m benchmarks.faults [--kills 20] [--concurrent 10] [--resumes 10] [--out benchmarks/results/faults]
 
 1. kill -9 during checkpoint writes: a training run that saves every step is killed the moment a temporary
    checkpoint file appears beside `last.ckpt` (a save in progress), with TMPDIR on another filesystem
@@ -9,6 +9,8 @@
    after the save is checked too and counted apart), in one run directory, then resumed to the end once.
 2. Runs started at the same moment: two identical runs are started together, `--concurrent` times; each
    must get its own TensorBoard version and Hydra directory and finish with its own `last.ckpt`.
+3. Two resumes of one run started at the same moment, `--resumes` times: one writes the run to its end, the
+   other is refused in one line naming the owner (exit 2), and the run's `last.ckpt` is the finished one's.
 
 Writes results.json and results.md under --out. tests/test_interruptions.py runs both with small counts.
 """
@@ -119,10 +121,33 @@ def concurrent_starts(cwd: Path, pairs: int) -> dict:
     return {"pairs": pairs, "pairs_with_separate_directories": separate}
 
 
+def concurrent_resumes(cwd: Path, pairs: int) -> dict:
+    """A short run, then two resumes of it started together, `pairs` times: count the pairs where exactly one resumed
+    (to its end) and the other was refused with the owner's name, leaving the run's checkpoint whole."""
+    held = 0
+    outputs = []
+    for attempt in range(pairs):
+        root = cwd / f"resume-{attempt}"
+        root.mkdir(parents=True)
+        assert finish(start(root, "trainer.max_steps=2"))[0] == 0
+        checkpoint = root / RUN / "version_0" / "checkpoints" / "last.ckpt"
+        processes = [start(root, "trainer.max_steps=6", f"ckpt_path={checkpoint}") for _ in range(2)]
+        results = [finish(p) for p in processes]
+        codes = sorted(code for code, _ in results)
+        refusal = next((out for code, out in results if code == 2), "")
+        from callbacks.checkpoint_files import load_checkpoint_file
+
+        held += (codes == [0, 2] and "is being written by process" in refusal and "Traceback" not in refusal
+                 and load_checkpoint_file(checkpoint)["global_step"] == 6)
+        outputs.append(refusal.strip().splitlines()[-1] if refusal.strip() else results[0][1][-500:])
+    return {"pairs": pairs, "pairs_with_one_writer": held, "refusal": outputs[0] if outputs else ""}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--concurrent", type=int, default=10)
+    parser.add_argument("--resumes", type=int, default=10)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "faults")
     args = parser.parse_args()
     if "DATA_DIR" not in os.environ:
@@ -134,6 +159,8 @@ def main() -> None:
         print(f"kill -9 during saves: {json.dumps({k: v for k, v in (results['kill_during_saves'] or {}).items() if k != 'attempts'})}")
         results["concurrent_starts"] = concurrent_starts(Path(work) / "concurrent", args.concurrent) if args.concurrent else None
         print(f"concurrent starts: {results['concurrent_starts']}")
+        results["concurrent_resumes"] = concurrent_resumes(Path(work) / "resumes", args.resumes) if args.resumes else None
+        print(f"concurrent resumes: {results['concurrent_resumes']}")
         results["seconds"] = round(time.monotonic() - started, 1)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -147,6 +174,11 @@ def main() -> None:
     if pairs:
         lines.append(f"- two runs started at the same moment: {pairs['pairs_with_separate_directories']}/{pairs['pairs']} "
                      "pairs got their own TensorBoard version and Hydra directory and each finished with its own last.ckpt")
+    resumes = results["concurrent_resumes"]
+    if resumes:
+        lines.append(f"- two resumes of one run started at the same moment: {resumes['pairs_with_one_writer']}/{resumes['pairs']} "
+                     "pairs had one writer (one resumed to its end, the other refused in one line naming it; the run's "
+                     f"last.ckpt the finished one's). The refusal: `{resumes['refusal']}`")
     lines.append(f"- {results['seconds']} s on {os.cpu_count()} CPU cores")
     (args.out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -13,15 +13,22 @@ naming the file. The two files cannot be replaced together, so while a checkpoin
 checksum file lists both the old and the new digest, and afterwards only the new one: a kill at
 any moment leaves a checkpoint whose digest is listed. Checkpoints without a checksum file (from
 elsewhere, or older ones) still load.
+
+One unit. Two processes saving one path at once could interleave those steps and leave a checksum file that
+describes the other's checkpoint. A save holds an exclusive `flock` on the checkpoint's directory for its three
+writes, and a read (check and load) a shared one, so a reader sees a checkpoint and its checksum file from one
+save, and writers take turns.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import lightning as L
 import torch
@@ -68,11 +75,28 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike) ->
     data = buffer.getbuffer()
     digest = hashlib.sha256(data).hexdigest()
     checksum_file = path.with_name(path.name + CHECKSUM_SUFFIX)
-    old = (listed_digests(path) or [])[:1] if path.exists() else []
-    write_atomically(checksum_file, " ".join([digest, *old]).encode())  # both, while the checkpoint is replaced
-    write_atomically(path, data)
-    write_atomically(checksum_file, digest.encode())
+    with directory_lock(path.parent, exclusive=True):
+        old = (listed_digests(path) or [])[:1] if path.exists() else []
+        write_atomically(checksum_file, " ".join([digest, *old]).encode())  # both, while the checkpoint is replaced
+        write_atomically(path, data)
+        write_atomically(checksum_file, digest.encode())
     remove_stale_temporaries(path.parent)
+
+
+@contextlib.contextmanager
+def directory_lock(directory: Path, exclusive: bool) -> Iterator[None]:
+    """An advisory `flock` on `directory` (exclusive for a save, shared for a read), released on leaving; none where
+    the directory cannot be opened (missing: the read reports the missing file)."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 def remove_stale_temporaries(directory: Path) -> None:
@@ -128,9 +152,12 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
     if "://" in str(path):
         raise CheckpointError(f"checkpoint {path} is a URL: checkpoints are read from local files only; download it, make "
                               "sure you trust where it came from, and give the local path")
-    verify_checkpoint_file(path)
     try:
-        checkpoint = pl_load(path, map_location=map_location, weights_only=not trusted)
+        with directory_lock(Path(path).parent, exclusive=False):  # no save of this path in between (module docstring)
+            verify_checkpoint_file(path)
+            checkpoint = pl_load(path, map_location=map_location, weights_only=not trusted)
+    except CheckpointError:
+        raise
     except Exception as error:  # truncated zip, pickled garbage, code planted in the pickle, not a checkpoint at all
         text = str(error).strip()
         # torch's weights_only refusal wraps the real reason in advice about weights_only that does not apply here

@@ -1,12 +1,15 @@
 """Where a run writes: its TensorBoard run directory, found again from a checkpoint or a SLURM job id,
-reserved atomically for a new run, and removed again when the run is refused before it saved anything
-(docs/cluster.md, README "Reliability")."""
+reserved atomically for a new run, owned by one process at a time, and removed again when the run is refused
+before it saved anything (docs/cluster.md, README "Reliability")."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import fcntl
 import os
 import shutil
+import socket
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -14,7 +17,46 @@ from typing import Any, Iterator
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from callbacks.checkpoint_files import CheckpointError
+
 SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
+OWNER_FILE = ".owner"  # <run>/.owner names the process that writes the run, while it runs
+_owned: dict[Path, int] = {}  # the run directories this process holds locked (the open descriptors)
+
+
+class RunInUseError(CheckpointError):
+    """Another live process writes the run that a checkpoint belongs to."""
+
+
+def own_run_directory(run_dir: str | os.PathLike) -> None:
+    """Make this process the one writer of `run_dir`, or refuse in one line naming the process that is.
+
+    Two processes resuming one run would write the same checkpoint and event files, and the second's checkpoints
+    would replace the first's. The owner holds an exclusive `flock` on the run directory itself for as long as it
+    lives; the kernel releases it when the process ends, however it ends (a kill, a crash), so a dead owner's lock
+    is simply taken over. `<run>/.owner` names the owner for the message, and goes when it exits normally. Rank 0
+    owns a distributed run (the other ranks do not write its files)."""
+    if rank_zero_only.rank != 0:
+        return
+    run_dir = Path(run_dir).resolve()
+    if run_dir in _owned:
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        try:
+            owner = (run_dir / OWNER_FILE).read_text().strip()
+        except OSError:  # between the owner's lock and its note
+            owner = "another process"
+        raise RunInUseError(f"the run {run_dir} is being written by {owner}; a second writer would replace its "
+                            "checkpoints: wait until that process ends, or resume from a copy of the checkpoint in "
+                            "another directory") from None
+    _owned[run_dir] = descriptor
+    (run_dir / OWNER_FILE).write_text(f"process {os.getpid()} on {socket.gethostname()}\n")
+    atexit.register(lambda: (run_dir / OWNER_FILE).unlink(missing_ok=True))
 
 
 def run_of_checkpoint(ckpt_path: str | None) -> tuple[str, str, str] | None:
@@ -50,6 +92,7 @@ def tensorboard_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs
         run = (save_dir, name, f"{SLURM_VERSION}{job}")
     if run is None:
         return ReservedVersionLogger(save_dir, name=name, **kwargs)
+    own_run_directory(Path(run[0]) / run[1] / run[2])  # before anything is written there
     # Continuing in its own checkpoint directory is intended: Lightning's warning about it is not news.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
     return TensorBoardLogger(run[0], name=run[1], version=run[2], **kwargs)
@@ -68,6 +111,7 @@ class ReservedVersionLogger(TensorBoardLogger):
         while True:
             try:
                 (Path(self.root_dir) / f"version_{version}").mkdir()
+                own_run_directory(Path(self.root_dir) / f"version_{version}")  # so that no resume writes into it meanwhile
                 return version
             except FileExistsError:  # taken since the listing: by a run started at the same time
                 version += 1
@@ -101,8 +145,10 @@ def no_traces_if_refused(logger: Any, refusals: tuple[type[BaseException], ...])
 
 
 def files_of(directory: Path) -> dict[Path, int]:
-    """Every file below `directory`, with its modification time (ns)."""
-    return {p: p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file()} if directory.is_dir() else {}
+    """Every file below `directory`, with its modification time (ns); the owner's note (which goes with its process) aside."""
+    if not directory.is_dir():
+        return {}
+    return {p: p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file() and p.name != OWNER_FILE}
 
 
 def remove_traces(run_dir: Path, before: dict[Path, int], kept: dict[Path, bytes]) -> None:

@@ -5,6 +5,9 @@ tests against a real training process are in test_interruptions.py."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -14,12 +17,15 @@ from callbacks.checkpoint_files import (
     AtomicCheckpointIO,
     CheckpointError,
     file_digest,
+    listed_digests,
     load_checkpoint_file,
     remove_stale_temporaries,
     save_checkpoint_file,
 )
 from callbacks.resume_settings import ResumeSettings
 from models import JSA, VAE
+
+REPO = Path(__file__).resolve().parents[1]
 
 CHECKPOINT = {"state_dict": {"w": torch.arange(1000.0)}, "epoch": 3}
 
@@ -144,3 +150,43 @@ def test_resume_into_another_optimizer_class_is_refused_before_a_step(tmp_path):
 
 def test_resume_settings_is_one_of_every_models_callbacks():
     assert any(isinstance(c, ResumeSettings) for c in VAE(latent_dim=4).configure_callbacks())
+
+
+WRITER = """
+import sys, torch
+from callbacks.checkpoint_files import save_checkpoint_file
+path, writer, saves = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for i in range(saves):
+    save_checkpoint_file({"state_dict": {"w": torch.full((2000,), float(writer * 100000 + i))}}, path)
+"""
+READER = """
+import sys, time
+from callbacks.checkpoint_files import CheckpointError, load_checkpoint_file
+path, seconds = sys.argv[1], float(sys.argv[2])
+reads = refused = 0
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    try:
+        load_checkpoint_file(path)
+        reads += 1
+    except CheckpointError as error:
+        refused += 1
+        print(error, file=sys.stderr)
+print(reads, refused)
+"""
+
+
+@pytest.mark.slow  # three processes, hundreds of saves
+def test_two_processes_saving_one_path_leave_a_consistent_pair_and_no_reader_refuses(tmp_path):
+    path = tmp_path / "last.ckpt"
+    save_checkpoint_file({"state_dict": {"w": torch.zeros(2000)}}, path)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(w), "300"], env=env) for w in (1, 2)]
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(path), "8"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    assert [w.wait(timeout=600) for w in writers] == [0, 0]
+    out, err = reader.communicate(timeout=600)
+    reads, refused = map(int, out.split())
+    assert refused == 0 and reads > 10, (reads, err[-2000:])
+    assert listed_digests(path) == [file_digest(path)]  # the final pair is one save's
+    assert load_checkpoint_file(path)["state_dict"]["w"][0] in (100299, 200299)

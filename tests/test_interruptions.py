@@ -83,6 +83,14 @@ def test_runs_started_at_the_same_moment_get_their_own_directories(tmp_path, mni
     assert faults.concurrent_starts(tmp_path, pairs=1)["pairs_with_separate_directories"] == 1
 
 
+def test_two_resumes_of_one_run_started_together_have_one_writer(tmp_path, mnist_dir, monkeypatch):
+    """One resumes to its end; the other is refused in one line naming the owner (benchmarks/faults.py, --resumes)."""
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    result = faults.concurrent_resumes(tmp_path, pairs=2)
+    assert result["pairs_with_one_writer"] == 2, result
+    assert result["refusal"].startswith("error: the run ") and "is being written by process" in result["refusal"]
+
+
 def test_a_frozen_ddp_peer_stops_the_run_with_a_message_after_the_timeout(tmp_path, mnist_dir):
     freeze = ["trainer=ddp", "trainer.accelerator=cpu", "ddp_timeout_s=20", "+callbacks.freeze._target_=tests.scripts.freeze.FreezeRank1"]
     process = start(tmp_path, mnist_dir, *freeze)
