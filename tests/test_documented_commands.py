@@ -34,6 +34,8 @@ CLI_FAST = ["--trainer.max_steps=2", "--trainer.limit_train_batches=2", "--train
             "--trainer.limit_test_batches=1", "--data.batch_size=16", "--trainer.num_sanity_val_steps=0"]
 BENCHMARK_FAST = {"benchmarks.grey_mnist": ["--steps", "2", "--val-every", "1", "--test-batches", "1", "--test-samples", "2", "--models", "vae,jsa"],
                   "benchmarks.mis_speed": ["--batch-size", "8", "--mis-steps", "1", "--min-run-time", "0.02"],
+                  "benchmarks.jsa_gradient_cost": ["--batch-size", "8", "--num-steps", "2", "--warm-up-steps", "1", "--rounds", "1",
+                                                   "--min-run-time", "0.05"],
                   "benchmarks.jsa_study": ["--models", "jsa", "--ablations", "L1", "--seeds", "2", "--epochs", "1", "--short-epochs", "1",
                                            "--val-every", "1", "--val-samples", "2", "--steps-per-epoch", "2", "trainer.limit_train_batches=2",
                                            "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "model.test_num_samples=2"], "benchmarks.ddp_cache_gather": ["--steps", "12", "--batch-size", "8"],
