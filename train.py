@@ -285,6 +285,11 @@ def check_output_directories(argv: list[str]) -> None:
     names a file would end in Hydra's traceback, so it is checked first."""
     for arg in argv:
         key, _, value = arg.lstrip("+").partition("=")
+        if key == "run_name" and (not value or value in (".", "..") or any(sep in value for sep in "/\\")):
+            # It names directories under log_dir (TensorBoard's run, Hydra's): a path would write outside it.
+            print(f"error: run_name={value}: expected a name (no '/', not '.' or '..'): runs are written under log_dir",
+                  file=sys.stderr)
+            raise SystemExit(2)
         if key in ("log_dir", "hydra.run.dir", "hydra.sweep.dir", "logger.save_dir") and value and "${" not in value:
             blocking = next((p for p in (Path(value), *Path(value).parents) if p.exists() and not p.is_dir()), None)
             if blocking is not None:
@@ -569,6 +574,7 @@ def user_errors_as_one_line() -> Iterator[None]:
     missing or corrupt data, an unusable checkpoint, a diverged loss, a stuck distributed peer."""
     from hydra.errors import InstantiationException
     from lightning.fabric.utilities.exceptions import MisconfigurationException
+    from omegaconf.errors import OmegaConfBaseException
 
     from callbacks.distributed import collective_timeout_message, is_collective_timeout
 
@@ -576,6 +582,10 @@ def user_errors_as_one_line() -> Iterator[None]:
         yield
     except MisconfigurationException as error:  # Lightning refused a trainer or callback setting
         _exit_with(" ".join(str(error).split()))
+    except OmegaConfBaseException as error:  # an interpolation that cannot resolve (model.lr='${nope}'), ...
+        key = getattr(error, "full_key", None)
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        _exit_with(f"{key}: {reason}" if key else reason)
     except (*refusals(), FloatingPointError) as error:
         _exit_with(str(error))
     except InstantiationException as error:  # a constructor refused a setting (its ValueError, its message)

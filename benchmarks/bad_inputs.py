@@ -191,8 +191,33 @@ def resume_cases() -> list[Case]:
     ]
 
 
+def stranger_cases() -> list[Case]:
+    """Files and settings from elsewhere: checkpoints with code planted in them, of the wrong structure or diverged,
+    checksum files in another form, URLs, interpolations that cannot resolve, run names that leave log_dir."""
+    hydra = ["model=jsa"]
+    return [
+        Case("hydra ckpt_path with a planted payload", "checkpoint", [*hydra, "ckpt_path={root}/payload.ckpt"], mention="payload.ckpt",
+             quick=True),
+        Case("cli test --ckpt_path with a planted payload", "checkpoint", ["test", "--ckpt_path={root}/payload.ckpt"],
+             mention="payload.ckpt"),
+        Case("hydra ckpt_path a URL", "checkpoint", [*hydra, "ckpt_path=http://127.0.0.1:9/last.ckpt"], mention="URL"),
+        Case("cli fit --ckpt_path a URL", "checkpoint", ["fit", "--ckpt_path=http://127.0.0.1:9/last.ckpt"], mention="URL"),
+        Case("hydra ckpt_path with NaN weights", "checkpoint", [*hydra, "ckpt_path={root}/nan.ckpt"], mention="nan.ckpt"),
+        Case("cli test --ckpt_path with NaN weights", "checkpoint", ["test", "--ckpt_path={root}/nan.ckpt"], mention="nan.ckpt"),
+        Case("hydra ckpt_path whose state_dict is a list", "checkpoint", [*hydra, "ckpt_path={root}/liststate.ckpt"],
+             mention="liststate.ckpt"),
+        Case("hydra ckpt_path with a garbled .sha256", "checkpoint", [*hydra, "ckpt_path={root}/garbledsum.ckpt"],
+             mention="garbledsum.ckpt.sha256"),
+        Case("hydra ckpt_path with a sha256sum-style .sha256 (loads)", "checkpoint",
+             [*hydra, "ckpt_path={root}/sha256sum.ckpt", "trainer.max_steps=3"], expect="documented", documented_by="Restored all states"),
+        Case("hydra model.lr an interpolation that cannot resolve", "hydra", ["model.lr=${{nope}}"], mention="model.lr"),
+        Case("hydra seed from an unset environment variable", "hydra", ["seed=${{oc.env:LATENT_ZOO_UNSET}}"], mention="seed"),
+        Case("hydra run_name reaching outside log_dir", "hydra", ["run_name=../../outside"], mention="run_name"),
+    ]
+
+
 def all_cases() -> list[Case]:
-    return option_cases() + front_end_cases() + data_cases() + checkpoint_cases() + resume_cases()
+    return option_cases() + front_end_cases() + data_cases() + checkpoint_cases() + resume_cases() + stranger_cases()
 
 
 # ---- the inputs the cases need, made once -----------------------------------------------------------
@@ -269,6 +294,21 @@ def prepare(root: Path, data_dir: Path) -> None:
     (root / "flipped.ckpt.sha256").write_text((jsa.with_name(jsa.name + ".sha256")).read_text().replace(jsa.name, "flipped.ckpt"))
     shutil.copyfile(jsa, root / "nosidecar.ckpt")
     torch.load(root / "nosidecar.ckpt", weights_only=True)  # the copy itself is sound
+    from callbacks.checkpoint_files import file_digest, save_checkpoint_file
+
+    class Planted:  # unpickling it would write a marker: the table's run checks that nothing did
+        def __reduce__(self):
+            return (exec, (f"open({str(root / 'PAYLOAD-RAN')!r}, 'w').close()",))
+
+    sound = torch.load(jsa, weights_only=True)
+    save_checkpoint_file({**sound, "extra": Planted()}, root / "payload.ckpt")
+    first = next(k for k, v in sound["state_dict"].items() if v.is_floating_point())
+    save_checkpoint_file({**sound, "state_dict": {**sound["state_dict"], first: sound["state_dict"][first] * float("nan")}},
+                         root / "nan.ckpt")
+    save_checkpoint_file({**sound, "state_dict": list(sound["state_dict"].values())}, root / "liststate.ckpt")
+    for name, sidecar in (("garbledsum", "not a checksum\n"), ("sha256sum", f"{file_digest(jsa).upper()}  sha256sum.ckpt\n")):
+        shutil.copyfile(jsa, root / f"{name}.ckpt")
+        (root / f"{name}.ckpt.sha256").write_text(sidecar)
 
 
 def run_checkpoint(root: Path, model: str, runs: Path | None = None) -> Path:
@@ -393,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
 
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             rows = list(pool.map(one, cases))
+        if (root / "PAYLOAD-RAN").exists():  # a planted checkpoint's code ran somewhere: every payload row fails
+            rows = [{**r, "outcome": "traceback", "message": "the planted payload ran"} if "payload" in r["id"] else r for r in rows]
     if args.only and (args.out / "table.json").exists():
         fresh = {r["id"]: r for r in rows}
         rows = [fresh.get(r["id"], r) for r in json.loads((args.out / "table.json").read_text()) if r["id"] in known]

@@ -46,11 +46,16 @@ class CheckpointError(ValueError):
 def write_atomically(path: Path, data: bytes | memoryview) -> None:
     """`path` holds `data` afterwards, or (killed on the way) what it held before: never a part."""
     temporary = path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid()}")
-    with open(temporary, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)  # atomic within one directory (POSIX rename)
+    try:
+        with open(temporary, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)  # atomic within one directory (POSIX rename)
+    except OSError as error:  # a full disk, a read-only directory: no partial file is left, the old one stays
+        temporary.unlink(missing_ok=True)
+        raise CheckpointError(f"could not write {path} ({error.strerror or error}): free space on its disk or give a "
+                              "directory the run can write to; the previous file, if any, is unchanged") from None
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)  # the rename itself reaches the disk
@@ -63,7 +68,13 @@ def listed_digests(path: Path) -> list[str] | None:
     checksum_file = path.with_name(path.name + CHECKSUM_SUFFIX)
     if not checksum_file.is_file():
         return None
-    return checksum_file.read_text().split()
+    # As written here ("<digest> [<previous digest>]"), or as `sha256sum` writes it ("<DIGEST>  <name>"), any case.
+    digests = [word.lower() for word in checksum_file.read_text(errors="replace").split()
+               if len(word) == 64 and all(c in "0123456789abcdefABCDEF" for c in word)]
+    if not digests:
+        raise CheckpointError(f"checksum file {checksum_file} holds no SHA-256 digest (64 hexadecimal digits): restore it, "
+                              f"or delete it to load {path.name} unchecked")
+    return digests
 
 
 def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
@@ -168,6 +179,13 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
                               "values (which are never unpickled: they could run code)") from None
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointError(f"checkpoint {path} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
+    state = checkpoint["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(value, torch.Tensor) for value in state.values()):
+        raise CheckpointError(f"checkpoint {path}: its 'state_dict' is not a mapping of parameter names to tensors")
+    broken = [name for name, value in state.items() if value.is_floating_point() and not torch.isfinite(value).all()]
+    if broken:  # resuming or testing from it would only propagate NaN
+        raise CheckpointError(f"checkpoint {path} holds non-finite weights ({', '.join(broken[:3])}"
+                              f"{', ...' if len(broken) > 3 else ''}): the run diverged before it was written; use an earlier one")
     return checkpoint
 
 

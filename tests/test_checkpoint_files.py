@@ -190,3 +190,52 @@ def test_two_processes_saving_one_path_leave_a_consistent_pair_and_no_reader_ref
     assert refused == 0 and reads > 10, (reads, err[-2000:])
     assert listed_digests(path) == [file_digest(path)]  # the final pair is one save's
     assert load_checkpoint_file(path)["state_dict"]["w"][0] in (100299, 200299)
+
+
+def small_checkpoint(**state) -> dict:
+    return {"state_dict": {"w": torch.ones(3), **state}}
+
+
+def test_checksum_files_written_by_sha256sum_or_in_capitals_are_read(tmp_path):
+    path = tmp_path / "x.ckpt"
+    save_checkpoint_file(small_checkpoint(), path)
+    digest = file_digest(path)
+    sidecar = tmp_path / "x.ckpt.sha256"
+    for text in (f"{digest.upper()}\n", f"{digest}  x.ckpt\n", f"{digest} *x.ckpt\n"):
+        sidecar.write_text(text)
+        assert load_checkpoint_file(path)["state_dict"]["w"].sum() == 3
+    sidecar.write_text(f"{'0' * 64}  x.ckpt\n")
+    with pytest.raises(CheckpointError, match="is corrupt: its SHA-256"):
+        load_checkpoint_file(path)
+    sidecar.write_text("not a digest\n")
+    with pytest.raises(CheckpointError, match=r"x.ckpt.sha256 holds no SHA-256 digest \(64 hexadecimal digits\)"):
+        load_checkpoint_file(path)
+
+
+@pytest.mark.parametrize("state, message", [
+    ({"w": torch.tensor([1.0, float("nan")])}, r"holds non-finite weights \(w\): the run diverged"),
+    ({"b": torch.tensor([float("inf")])}, r"holds non-finite weights \(b\)"),
+    ({"w": [1.0, 2.0]}, "its 'state_dict' is not a mapping of parameter names to tensors"),
+])
+def test_checkpoints_of_the_wrong_structure_or_with_non_finite_weights_are_refused(state, message, tmp_path):
+    path = tmp_path / "x.ckpt"
+    save_checkpoint_file({"state_dict": state}, path)
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint_file(path)
+
+
+def test_a_save_that_fails_on_a_full_disk_leaves_the_old_file_and_no_partial_one(tmp_path, monkeypatch):
+    path = tmp_path / "last.ckpt"
+    save_checkpoint_file(small_checkpoint(), path)
+    before = (path.read_bytes(), (tmp_path / "last.ckpt.sha256").read_bytes())
+
+    def full_disk(descriptor):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(CheckpointError, match=r"could not write .*last.ckpt.sha256 \(No space left on device\)"):
+        save_checkpoint_file(small_checkpoint(w=torch.zeros(3)), path)
+    monkeypatch.undo()
+    assert (path.read_bytes(), (tmp_path / "last.ckpt.sha256").read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "last.ckpt.sha256"]
+    assert load_checkpoint_file(path)["state_dict"]["w"].sum() == 3
