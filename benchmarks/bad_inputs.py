@@ -210,9 +210,9 @@ def stranger_cases() -> list[Case]:
              mention="garbledsum.ckpt.sha256"),
         Case("hydra ckpt_path with a sha256sum-style .sha256 (loads)", "checkpoint",
              [*hydra, "ckpt_path={root}/sha256sum.ckpt", "trainer.max_steps=3"], expect="documented", documented_by="Restored all states"),
-        Case("hydra model.lr an interpolation that cannot resolve", "hydra", ["model.lr=${{nope}}"], mention="model.lr"),
+        Case("hydra model.lr an interpolation that cannot resolve", "hydra", ["model.lr=${{nope}}"], mention="model.lr", quick=True),
         Case("hydra seed from an unset environment variable", "hydra", ["seed=${{oc.env:LATENT_ZOO_UNSET}}"], mention="seed"),
-        Case("hydra run_name reaching outside log_dir", "hydra", ["run_name=../../outside"], mention="run_name"),
+        Case("hydra run_name reaching outside log_dir", "hydra", ["run_name=../../outside"], mention="run_name", quick=True),
     ]
 
 

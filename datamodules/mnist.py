@@ -10,7 +10,7 @@ from torchvision.datasets import MNIST
 from torchvision.datasets import utils as tv_utils
 
 from .base import Binarize, ImageDataModule
-from .files import read_idx
+from .files import corrupt, read_idx
 
 
 class MNISTDataModule(ImageDataModule):
@@ -43,7 +43,12 @@ class MNISTDataModule(ImageDataModule):
         images, labels = self._files(train)
         n = self.train_file_size if train else self.test_file_size
         pixels = read_idx(images, (n, *self.image_shape[1:]))
-        read_idx(labels, (n,), values=False)
+        classes = read_idx(labels, (n,))
+        # Files with the right header can still hold nothing of MNIST (zeroed, or another data set's labels).
+        if int(classes.max()) >= 10:
+            raise corrupt(labels, f"its labels run up to {int(classes.max())}, where MNIST's classes are 0-9")
+        if int(pixels.max()) == 0:
+            raise corrupt(images, f"every pixel of its {n} images is 0: it holds no images")
         return pixels.unsqueeze(1)
 
     def _download(self) -> None:

@@ -322,6 +322,11 @@ MNIST_CORRUPTIONS = {
     "images as labels": ("t10k-labels-idx1-ubyte", lambda: real_mnist("t10k-images-idx3-ubyte"), "expected IDX magic 2049 (labels), found 2051 (images"),
     "test as train": ("train-labels-idx1-ubyte", lambda: real_mnist("t10k-labels-idx1-ubyte"), "it holds 10000 labels, expected 60000 labels"),
     "gzipped": ("t10k-labels-idx1-ubyte", lambda: gzip.compress(real_mnist("t10k-labels-idx1-ubyte")), "it is still gzip-compressed. Fix: unpack it (gunzip)"),
+    # Valid headers, degenerate contents.
+    "labels past 9": ("t10k-labels-idx1-ubyte", lambda: real_mnist("t10k-labels-idx1-ubyte")[:8] + bytes(range(100)) * 100,
+                      "its labels run up to 99, where MNIST's classes are 0-9"),
+    "zeroed images": ("t10k-images-idx3-ubyte", lambda: real_mnist("t10k-images-idx3-ubyte")[:16] + bytes(7_840_000),
+                      "every pixel of its 10000 images is 0: it holds no images"),
 }
 
 
