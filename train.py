@@ -138,7 +138,7 @@ def command_line_overrides() -> dict[str, str]:
 
 def run_name(cfg: Any, run_tag: str) -> str:
     """<model>-<data>-<the model's key settings>, plus, in a multirun, every swept model or data setting
-    that the key settings do not already show (e.g. jsa-mnist-mlp-K10-L10-lr0.01)."""
+    that the key settings do not already show (e.g. jsa-mnist-mlp-K10-L20-lr0.01)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 

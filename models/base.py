@@ -96,7 +96,7 @@ class LatentVariableModel(L.LightningModule):
 
     @property
     def prior_tag(self) -> str:
-        """A learned prior in the run's name, e.g. jsa-mnist-mlp-K10-L10-autoregressive (run_tag appends it)."""
+        """A learned prior in the run's name, e.g. jsa-mnist-mlp-K10-L20-autoregressive (run_tag appends it)."""
         return "" if self.prior_name == "uniform" else f"-{self.prior_name}"
 
     def __init__(

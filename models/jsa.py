@@ -43,7 +43,8 @@ class JSA(CategoricalLatentModel):
     Args:
         mis_steps: L, Metropolis-Hastings steps per training example and step (>= 1).
         use_cache: start each chain from the example's cached state (else from a fresh proposal).
-        cache_start_epoch: read the cache only from this epoch on (it is written from the start).
+        cache_start_epoch: read the cache from this epoch on (it is written from the start); None (the default): never,
+            each chain starts from a fresh proposal, the best setting of the cache study (docs/mis.md#when-does-the-cache-help).
         gradient_states: which states the gradient step uses (docs/jsa.md#which-states-the-gradient-uses): `final`
             (the chain's last state), `chain` (the average over the L states the chain visited, as in the official
             JSA code; each distinct state is scored once) or `expected` (that average's expectation over the
@@ -55,10 +56,10 @@ class JSA(CategoricalLatentModel):
 
     def __init__(
         self,
-        mis_steps: int = 10,
+        mis_steps: int = 20,
         use_cache: bool = True,
-        cache_start_epoch: int = 0,
-        gradient_states: GradientStates = "final",
+        cache_start_epoch: int | None = None,
+        gradient_states: GradientStates = "chain",
         cache_size: int | None = None,
         **kwargs: Any,
     ) -> None:
@@ -68,7 +69,7 @@ class JSA(CategoricalLatentModel):
             raise ValueError(f"mis_steps (L) must be >= 1, got {mis_steps}")
         if gradient_states not in ("final", "chain", "expected"):
             raise ValueError(f"gradient_states must be 'final', 'chain' or 'expected', got {gradient_states!r}")
-        if cache_start_epoch < 0:
+        if cache_start_epoch is not None and cache_start_epoch < 0:
             raise ValueError(f"cache_start_epoch must be >= 0, got {cache_start_epoch}")
         self.mis_steps = mis_steps
         self.use_cache = use_cache
@@ -120,7 +121,7 @@ class JSA(CategoricalLatentModel):
 
     def jsa_step(self, x: Tensor, index: Tensor, write_cache: bool) -> dict[str, Tensor]:
         log_q = self.posterior(x)  # the one encoder pass of this step: log q(h | x), (B, V, K)
-        read_cache = self.cache is not None and self.current_epoch >= self.cache_start_epoch
+        read_cache = self.cache is not None and self.cache_start_epoch is not None and self.current_epoch >= self.cache_start_epoch
         start, has_start = self.cache.read(index) if read_cache else (None, None)
         age = self.cache.age(index, self.current_epoch) if read_cache else None  # before this step's write
         # `expected` weights every candidate, so its one decoder pass keeps the graph and serves the chain and

@@ -151,7 +151,7 @@ def test_jsa_gradient_estimates_start_from_the_cache_and_write_nothing(monkeypat
     from models import JSA
 
     torch.manual_seed(0)
-    model = JSA(mis_steps=2, num_latents=4, cache_size=8)
+    model = JSA(mis_steps=2, num_latents=4, cache_size=8, cache_start_epoch=0)
     x, index = (torch.rand(8, 1, 28, 28) > 0.5).float(), torch.arange(8)
     model.training_loss(x, index)  # fills the cache for these examples
     cached = model.cache.codes.clone()

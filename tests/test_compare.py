@@ -22,7 +22,7 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
     root = tmp_path / "logs" / "tensorboard"
     runs = sorted(p.name for p in root.iterdir())
     assert runs == [
-        "dvae-mnist-mlp-K10-reinforce-optimal", "dvae_gumbel-mnist-mlp-K10-tau0.5", "jsa-mnist-mlp-K10-L10",
+        "dvae-mnist-mlp-K10-reinforce-optimal", "dvae_gumbel-mnist-mlp-K10-tau0.5", "jsa-mnist-mlp-K10-L20",
         "vae-mnist-mlp-z32", "vqvae-mnist-mlp-K10-autoregressive",
     ]
 

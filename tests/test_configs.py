@@ -35,7 +35,7 @@ def test_default_is_jsa_on_mnist():
     cfg = composed([])
     assert cfg.model._target_ == "models.JSA" and cfg.data._target_ == "datamodules.MNISTDataModule"
     _, model = train.build(cfg)
-    assert train.run_name(cfg, model.run_tag) == "jsa-mnist-mlp-K10-L10"  # model, data and the model's key settings
+    assert train.run_name(cfg, model.run_tag) == "jsa-mnist-mlp-K10-L20"  # model, data and the model's key settings
 
 
 @pytest.mark.parametrize("model", MODELS)

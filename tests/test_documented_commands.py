@@ -80,7 +80,7 @@ def test_the_commands_are_found():
 def command_line(command: str) -> list[str] | None:
     """The argv that runs `command` here, cut to a couple of steps; None for one that can only be composed here."""
     # USAGE's placeholder: the run `python train.py model=jsa` (or the VAE's) wrote above.
-    run = "vae-mnist-mlp-z32" if "VAE" in command or "model=vae" in command else "jsa-mnist-mlp-K10-L10"
+    run = "vae-mnist-mlp-z32" if "VAE" in command or "model=vae" in command else "jsa-mnist-mlp-K10-L20"
     if "model=vqvae_prior" in command:  # the second stage starts from the VQ-VAE run above
         run = "vqvae-mnist-conv-K512-pixelcnn"
     args = shlex.split(command.replace("PATH/", f"logs/tensorboard/{run}/version_0/checkpoints/"))[1:]  # after `python`
@@ -139,8 +139,8 @@ def test_every_documented_command_runs_as_written(tmp_path, mnist_dir):
 
     # README's Python example, on a checkpoint the commands above wrote.
     example = re.search(r"<!-- inference-example -->\n```python\n(.*?)```", README, flags=re.S).group(1)
-    (checkpoint,) = (tmp_path / "logs" / "tensorboard" / "jsa-mnist-mlp-K10-L10").glob("version_0/checkpoints/last.ckpt")
-    assert "logs/tensorboard/jsa-mnist-mlp-K10-L10/version_0/checkpoints/last.ckpt" in example
+    (checkpoint,) = (tmp_path / "logs" / "tensorboard" / "jsa-mnist-mlp-K10-L20").glob("version_0/checkpoints/last.ckpt")
+    assert "logs/tensorboard/jsa-mnist-mlp-K10-L20/version_0/checkpoints/last.ckpt" in example
     script = example.replace("num_samples=1000", "num_samples=4").replace("num_samples=100", "num_samples=4")
     script += "\nassert codes.shape == (x.shape[0], 20) and 0 <= images.min() and images.max() <= 1 and (nll > 0).all()\n"
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

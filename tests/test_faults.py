@@ -245,7 +245,7 @@ def test_mis_cache_is_keyed_by_example_index_not_batch_position(monkeypatch):
     """
     num_examples, batch, steps = 1000, 16, 3
     torch.manual_seed(0)
-    model = JSA(backbone="mlp", mis_steps=steps, cache_size=num_examples)
+    model = JSA(backbone="mlp", mis_steps=steps, cache_size=num_examples, cache_start_epoch=0)
     samples = record_mis_samples(monkeypatch)
     generator = torch.Generator().manual_seed(0)
     index = batch + torch.randperm(num_examples - batch, generator=generator)[:batch]

@@ -159,4 +159,4 @@ def test_the_sbatch_script_runs_train_py_under_a_stand_in_srun(tmp_path, mnist_d
     result = subprocess.run(["bash", str(REPO / "scripts" / "slurm" / "train.sbatch"), *args], env=env,
                             capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert (tmp_path / "logs" / "tensorboard" / "jsa-mnist-mlp-K10-L10" / "slurm_job_77" / "checkpoints" / "last.ckpt").is_file()
+    assert (tmp_path / "logs" / "tensorboard" / "jsa-mnist-mlp-K10-L20" / "slurm_job_77" / "checkpoints" / "last.ckpt").is_file()

@@ -22,6 +22,8 @@ ALL_STATES = torch.tensor(list(itertools.product(range(K), repeat=V)))  # (9, V)
 
 
 def toy_jsa(**kwargs) -> JSA:
+    """A JSA whose 9 latent states can be enumerated; its chains continue from the cache from the first epoch."""
+    kwargs.setdefault("cache_start_epoch", 0)
     torch.manual_seed(0)
     model = JSA(data_shape=(1, 2, 2), num_latents=V, num_categories=K, code_dim=2, likelihood="gaussian", sigma=1.0, **kwargs)
     with torch.no_grad():  # larger weights: p(h | x) spread over the states and far from q (TV ~ 0.5)
