@@ -162,14 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=30, help="epochs per run (default 30)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds of the L = 20 and Bernoulli arms (default 3)")
     parser.add_argument("--small-l-seeds", type=int, default=1, help="seeds of the L = 5 arms (default 1)")
-    parser.add_argument("--val-every", type=int, default=5, help="validate every this many epochs (the paper: 5)")
-    parser.add_argument("--val-samples", type=int, default=100, help="importance samples of val NLL (the paper: 1000)")
-    parser.add_argument("--steps-per-epoch", type=int, default=275, help="training steps per epoch (55,000 / 200)")
     parser.add_argument("--models", type=lambda text: text.split(","), default=list(MODELS), help=f"subset of {','.join(MODELS)}")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cache-study"), help="report and run records")
-    parser.add_argument("--logs", type=Path, default=Path("logs/cache-study"), help="the runs' TensorBoard logs and checkpoints")
-    parser.add_argument("--report-only", action="store_true", help="write the report from the finished runs only")
-    parser.add_argument("extra", nargs="*", help="more train.py overrides for every run (e.g. trainer.limit_train_batches=2)")
+    runner.add_study_arguments(parser, out="benchmarks/results/cache-study", logs="logs/cache-study")
     args = parser.parse_args(argv)
     for name in ("epochs", "seeds", "val_every", "val_samples", "steps_per_epoch"):
         if getattr(args, name) < 1:

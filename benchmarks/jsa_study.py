@@ -317,17 +317,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=30, help="epochs of the main runs (default 30)")
     parser.add_argument("--short-epochs", type=int, default=5, help="epochs of the seed and ablation runs (default 5)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per estimator at the short budget (default 3)")
-    parser.add_argument("--val-every", type=int, default=5, help="validate every this many epochs (the paper: 5)")
-    parser.add_argument("--val-samples", type=int, default=100, help="importance samples of val NLL (the paper: 1000)")
-    parser.add_argument("--steps-per-epoch", type=int, default=275, help="training steps per epoch (55,000 / 200)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/jsa-study"), help="report and run records")
-    parser.add_argument("--logs", type=Path, default=Path("logs/jsa-study"), help="the runs' TensorBoard logs and checkpoints")
+    runner.add_study_arguments(parser, out="benchmarks/results/jsa-study", logs="logs/jsa-study")
     parser.add_argument("--models", type=lambda text: text.split(","), default=CONTEXT + ESTIMATORS,
                         help=f"comma-separated subset of {','.join(CONTEXT + ESTIMATORS)} (default: all)")
     parser.add_argument("--ablations", type=lambda text: text.split(","), default=list(ABLATION),
                         help=f"comma-separated subset of JSA's ablation runs {','.join(ABLATION)} (default: all)")
-    parser.add_argument("--report-only", action="store_true", help="write the report from the finished runs only")
-    parser.add_argument("extra", nargs="*", help="more train.py overrides for every run (e.g. trainer.limit_train_batches=2)")
     args = parser.parse_args(argv)
     for name in ("epochs", "short_epochs", "val_every", "val_samples", "steps_per_epoch"):
         if getattr(args, name) < 1:

@@ -7,6 +7,7 @@ when it stopped before its first checkpoint), so an interrupted study continues 
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import shutil
@@ -54,3 +55,14 @@ def run_pending(names: Sequence[str], runs_dir: Path, run: Callable[[str], dict]
         record = run(name)
         record_path.write_text(json.dumps(record) + "\n")
         print(f"{record['seconds'] / 60:.1f} min" + summary(record), flush=True)
+
+
+def add_study_arguments(parser: argparse.ArgumentParser, out: str, logs: str) -> None:
+    """The options every study of runs under the JSA paper's protocol shares (benchmarks/jsa_study.py, cache_study.py)."""
+    parser.add_argument("--val-every", type=int, default=5, help="validate every this many epochs (the paper: 5)")
+    parser.add_argument("--val-samples", type=int, default=100, help="importance samples of val NLL (the paper: 1000)")
+    parser.add_argument("--steps-per-epoch", type=int, default=275, help="training steps per epoch (55,000 / 200)")
+    parser.add_argument("--out", type=Path, default=Path(out), help="report and run records")
+    parser.add_argument("--logs", type=Path, default=Path(logs), help="the runs' TensorBoard logs and checkpoints")
+    parser.add_argument("--report-only", action="store_true", help="write the report from the finished runs only")
+    parser.add_argument("extra", nargs="*", help="more train.py overrides for every run (e.g. trainer.limit_train_batches=2)")
