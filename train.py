@@ -11,6 +11,7 @@ LightningCLI (jsonargparse; subcommands fit/validate/test/predict):
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -240,7 +241,13 @@ def run(cfg: Any) -> dict[str, float]:
 
     from callbacks.checkpoint_files import load_checkpoint_file
     from callbacks.distributed import check_launcher, strategy_with_timeout
-    from callbacks.run_directory import no_traces_if_refused, requeued_job_checkpoint, slurm_job_id, tensorboard_logger
+    from callbacks.run_directory import (
+        no_traces_if_refused,
+        note_existing_directories,
+        requeued_job_checkpoint,
+        slurm_job_id,
+        tensorboard_logger,
+    )
 
     check_run_settings(cfg)
     if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
@@ -296,17 +303,40 @@ def check_output_directories(argv: list[str]) -> None:
                 print(f"error: {key}={value}: {blocking} is a file, not a directory; give a directory to write the run in",
                       file=sys.stderr)
                 raise SystemExit(2)
+            refusal = unwritable(Path(value))
+            if refusal:
+                print(f"error: {key}={value}: {refusal}; give a directory the run can write to", file=sys.stderr)
+                raise SystemExit(2)
+    if not any(arg.lstrip("+").startswith("log_dir=") for arg in argv) and unwritable(Path("logs")):  # the default
+        print(f"error: log_dir=logs (the default): {unwritable(Path('logs'))}; run from a directory you can write to, or "
+              "give log_dir=DIR", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def unwritable(directory: Path) -> str | None:
+    """Why nothing can be written under `directory` (read-only, immutable, not permitted), or None. Tried for real
+    with a probe directory in its nearest existing ancestor, removed at once: access() cannot see every reason."""
+    import tempfile
+
+    existing = next((p for p in (directory, *directory.parents) if p.is_dir()), Path.cwd()).resolve()
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".write-probe-", dir=existing))
+    except OSError as error:
+        return f"{existing} cannot be written to ({error.strerror})"
+    return None
 
 
 def hydra_main() -> None:
-    import os
-
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
     register_defaults()
     check_output_directories(sys.argv[1:])
+    from callbacks.run_directory import note_existing_directories
+
+    given = [a.split("=", 1)[1] for a in sys.argv[1:] if a.lstrip("+").startswith("log_dir=")]
+    note_existing_directories(given[-1] if given and "${" not in given[-1] else "logs")
     OmegaConf.register_new_resolver("pid", os.getpid, replace=True)  # ${pid:} in configs/train.yaml's run directories
 
     @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
@@ -455,6 +485,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
                     raise
                 raise SettingsError(_constructor_message(str(error))) from None
 
+    note_existing_directories("logs")  # where the CLI writes its runs
     with user_errors_as_one_line():
         ckpt_path = _option_value(raw_args, "--ckpt_path")
         if ckpt_path and ckpt_path != "null":  # before LightningCLI reads its hyperparameters: one clear line if unusable

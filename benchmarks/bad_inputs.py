@@ -233,6 +233,7 @@ MNIST_CORRUPTIONS = [  # (variant, how the train images file is made from the re
     ("train images replaced by the labels", None),  # swapped files
     ("empty train images", lambda data: b""),
     ("gzip-compressed train images", lambda data: b"\x1f\x8b" + data[2:]),
+    ("train images all 0 (a valid header)", lambda data: data[:16] + bytes(len(data) - 16)),
 ]
 CIFAR_CORRUPTIONS = ["truncated", "garbage", "wrong shape", "altered (checksum)"]
 

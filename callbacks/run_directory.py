@@ -172,13 +172,26 @@ def remove_if_only_hydra_files(directory: str) -> None:
         remove_with_empty_parents(path)
 
 
+_existing_before: set[Path] = set()  # directories that were there when the process started (`note_existing_directories`)
+
+
+def note_existing_directories(log_dir: str | os.PathLike) -> None:
+    """Remember the directories under `log_dir` (two levels: logs/tensorboard/<name>) and above it that exist when the
+    process starts, so that a refused run removes only the directories it made, never an empty one the user made."""
+    root = Path(log_dir).resolve()
+    _existing_before.update(p for p in (root, *root.parents) if p.is_dir())
+    if root.is_dir():
+        _existing_before.update(p for p in (*root.glob("*"), *root.glob("*/*")) if p.is_dir())
+
+
 def remove_with_empty_parents(path: Path) -> None:
-    """Remove `path` and the directories above it (up to the working directory) that this leaves empty."""
+    """Remove `path` and the directories above it (up to the working directory) that this leaves empty, but none
+    that existed when the process started."""
     path = path.resolve()
     shutil.rmtree(path, ignore_errors=True)
     for parent in path.parents:
         try:
-            if parent == Path.cwd() or any(parent.iterdir()):
+            if parent == Path.cwd() or parent in _existing_before or any(parent.iterdir()):
                 break
             parent.rmdir()
         except OSError:  # gone, or filled meanwhile by another run

@@ -64,3 +64,44 @@ def test_other_errors_are_not_cleaned_up(tmp_path):
         run_dir.mkdir()
         raise RuntimeError("a bug: its traces are evidence")
     assert run_dir.is_dir()
+
+
+def test_a_refused_run_keeps_the_empty_directories_the_user_made(tmp_path, monkeypatch):
+    """Directories that existed when the process started stay, empty or not; those the run made go."""
+    from callbacks import run_directory
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(run_directory, "_existing_before", set())
+    (tmp_path / "logs" / "tensorboard").mkdir(parents=True)  # made by the user, empty
+    run_directory.note_existing_directories("logs")
+    run_dir = tmp_path / "logs" / "tensorboard" / "jsa" / "version_0"
+    with pytest.raises(Refused), no_traces_if_refused(logger_at(run_dir), (Refused,)):
+        run_dir.mkdir(parents=True)
+        (run_dir / f"events.out.tfevents.1.host.{os.getpid()}.0").write_text("")
+        raise Refused
+    assert (tmp_path / "logs" / "tensorboard").is_dir() and not (tmp_path / "logs" / "tensorboard" / "jsa").exists()
+
+
+@pytest.mark.slow  # real processes
+def test_a_log_dir_nobody_can_write_to_is_one_line(tmp_path, mnist_dir):
+    """An immutable directory (chattr +i: read-only even for root) as log_dir, or as the working directory."""
+    import subprocess
+    import sys
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    if subprocess.run(["chattr", "+i", str(locked)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available on this filesystem")
+    try:
+        env = {**os.environ, "DATA_DIR": str(mnist_dir)}
+        train = str(Path(__file__).resolve().parents[1] / "train.py")
+        given = subprocess.run([sys.executable, train, "model=vae", f"log_dir={locked}/runs"], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=300)
+        default = subprocess.run([sys.executable, train, "model=vae"], cwd=locked, env=env, capture_output=True, text=True,
+                                 timeout=300)
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], check=True)
+    assert given.returncode == 2 and given.stderr.strip() == (
+        f"error: log_dir={locked}/runs: {locked} cannot be written to (Operation not permitted); give a directory the run can write to")
+    assert default.returncode == 2 and default.stderr.strip().startswith("error: log_dir=logs (the default): ")
+    assert list(locked.iterdir()) == []
