@@ -213,6 +213,8 @@ def stranger_cases() -> list[Case]:
         Case("hydra model.lr an interpolation that cannot resolve", "hydra", ["model.lr=${{nope}}"], mention="model.lr", quick=True),
         Case("hydra seed from an unset environment variable", "hydra", ["seed=${{oc.env:LATENT_ZOO_UNSET}}"], mention="seed"),
         Case("hydra run_name reaching outside log_dir", "hydra", ["run_name=../../outside"], mention="run_name", quick=True),
+        Case("hydra log_dir an immutable directory (read-only even for root)", "hydra", ["log_dir={root}/locked/runs"],
+             mention="cannot be written to"),
     ]
 
 
@@ -310,6 +312,12 @@ def prepare(root: Path, data_dir: Path) -> None:
     for name, sidecar in (("garbledsum", "not a checksum\n"), ("sha256sum", f"{file_digest(jsa).upper()}  sha256sum.ckpt\n")):
         shutil.copyfile(jsa, root / f"{name}.ckpt")
         (root / f"{name}.ckpt.sha256").write_text(sidecar)
+    (root / "locked").mkdir()  # immutable (chattr +i) until `unlock`: not even root writes there
+    subprocess.run(["chattr", "+i", str(root / "locked")], capture_output=True)  # (on ext4 and the like)
+
+
+def unlock(root: Path) -> None:
+    subprocess.run(["chattr", "-i", str(root / "locked")], capture_output=True)
 
 
 def run_checkpoint(root: Path, model: str, runs: Path | None = None) -> Path:
@@ -432,8 +440,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['outcome']:>10}  {case.id}: {row['message'][:120]}", flush=True)
             return row
 
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            rows = list(pool.map(one, cases))
+        try:
+            with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+                rows = list(pool.map(one, cases))
+        finally:
+            unlock(root)  # or the temporary directory cannot be removed
         if (root / "PAYLOAD-RAN").exists():  # a planted checkpoint's code ran somewhere: every payload row fails
             rows = [{**r, "outcome": "traceback", "message": "the planted payload ran"} if "payload" in r["id"] else r for r in rows]
     if args.only and (args.out / "table.json").exists():
