@@ -241,13 +241,7 @@ def run(cfg: Any) -> dict[str, float]:
 
     from callbacks.checkpoint_files import load_checkpoint_file
     from callbacks.distributed import check_launcher, strategy_with_timeout
-    from callbacks.run_directory import (
-        no_traces_if_refused,
-        note_existing_directories,
-        requeued_job_checkpoint,
-        slurm_job_id,
-        tensorboard_logger,
-    )
+    from callbacks.run_directory import no_traces_if_refused, requeued_job_checkpoint, slurm_job_id, tensorboard_logger
 
     check_run_settings(cfg)
     if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
@@ -369,7 +363,13 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
     from callbacks import default_callbacks
     from callbacks.checkpoint_files import CheckpointError
     from callbacks.distributed import DDP_TIMEOUT_S, check_launcher, strategy_with_timeout
-    from callbacks.run_directory import no_traces_if_refused, requeued_job_checkpoint, slurm_job_id, tensorboard_logger
+    from callbacks.run_directory import (
+        no_traces_if_refused,
+        note_existing_directories,
+        requeued_job_checkpoint,
+        slurm_job_id,
+        tensorboard_logger,
+    )
     from callbacks.settings import SettingsError, check_trainer_values
     from datamodules import ImageDataModule
     from models import LatentVariableModel

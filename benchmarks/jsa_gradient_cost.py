@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-from pathlib import Path
 
 import torch
 
@@ -117,7 +116,7 @@ def main() -> None:
     times = alternating(variants, lambda fn: median_seconds(fn, args.min_run_time / args.rounds), args.rounds, reference="JSA final")
     print(f"threads for timing: 1; batch {args.batch_size}, L = S = {L}, after {args.warm_up_steps} warm-up steps on real MNIST: "
           f"acceptance rate {acceptance:.3f}, {distinct:.2f} distinct states per chain of {L}; torch {torch.__version__}")
-    print(f"\n| variant | ms per step | / JSA final | decoder rows per example and step (no grad + grad) |\n|---|---|---|---|")
+    print("\n| variant | ms per step | / JSA final | decoder rows per example and step (no grad + grad) |\n|---|---|---|---|")
     for name, (seconds, ratio) in times.items():
         print(f"| {name} | {1e3 * seconds:.1f} | {ratio:.2f} | {rows[name]} |")
 

@@ -40,7 +40,7 @@ BENCHMARK_FAST = {"benchmarks.grey_mnist": ["--steps", "2", "--val-every", "1", 
                                            "--val-every", "1", "--val-samples", "2", "--steps-per-epoch", "2", "trainer.limit_train_batches=2",
                                            "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "model.test_num_samples=2"], "benchmarks.ddp_cache_gather": ["--steps", "12", "--batch-size", "8"],
                   "benchmarks.bad_inputs": ["--quick", "--out", "bad-inputs"],  # exits 1 unless each case is clear or documented
-                  "benchmarks.faults": ["--kills", "0", "--concurrent", "0", "--out", "faults"],
+                  "benchmarks.faults": ["--kills", "0", "--concurrent", "0", "--resumes", "0", "--out", "faults"],
                   "benchmarks.eval_speed": ["--batch-size", "4", "--samples", "4", "--min-run-time", "0.02", "--test-images", "8"],
                   "benchmarks.loop_overhead": ["--models", "vae", "--steps", "14", "--repeats", "1"],
                   "benchmarks.memory": ["--models", "jsa", "--steps", "2", "--test-batches", "1"],
