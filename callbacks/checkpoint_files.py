@@ -94,10 +94,18 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike) ->
     remove_stale_temporaries(path.parent)
 
 
+# Directories this process already holds an exclusive flock on (its run directory, callbacks/run_directory.py): a second
+# flock there from this process would wait for itself, and the held one already keeps other writers out.
+held_directories: set[Path] = set()
+
+
 @contextlib.contextmanager
 def directory_lock(directory: Path, exclusive: bool) -> Iterator[None]:
     """An advisory `flock` on `directory` (exclusive for a save, shared for a read), released on leaving; none where
     the directory cannot be opened (missing: the read reports the missing file)."""
+    if Path(directory).resolve() in held_directories:
+        yield
+        return
     try:
         descriptor = os.open(directory, os.O_RDONLY)
     except OSError:

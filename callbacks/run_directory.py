@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from callbacks.checkpoint_files import CheckpointError
+from callbacks.checkpoint_files import CheckpointError, held_directories
 
 SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
 OWNER_FILE = ".owner"  # <run>/.owner names the process that writes the run, while it runs
@@ -55,6 +55,7 @@ def own_run_directory(run_dir: str | os.PathLike) -> None:
                             "checkpoints: wait until that process ends, or resume from a copy of the checkpoint in "
                             "another directory") from None
     _owned[run_dir] = descriptor
+    held_directories.add(run_dir)  # its checkpoint saves (hpc_ckpt_N.ckpt lies here) need no second lock
     (run_dir / OWNER_FILE).write_text(f"process {os.getpid()} on {socket.gethostname()}\n")
     atexit.register(lambda: (run_dir / OWNER_FILE).unlink(missing_ok=True))
 

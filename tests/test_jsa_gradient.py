@@ -168,7 +168,7 @@ def test_expected_gradient_varies_less_than_the_chain_gradient_on_a_trained_mode
     (new proposals and chains from the same cached states) vary less with `expected` than with `chain`."""
     x, index = mnist_slice(mnist_dir, 64)
     torch.manual_seed(0)
-    model = JSA(mis_steps=10, cache_size=64, gradient_states="chain")
+    model = JSA(mis_steps=10, cache_size=64, cache_start_epoch=0, gradient_states="chain")
     train_on_batch(model, x, index, steps=40)
     encoder = list(model.encoder_parameters())
     groups = {"encoder": encoder, "decoder": [p for p in model.parameters() if p.requires_grad and all(p is not e for e in encoder)]}
