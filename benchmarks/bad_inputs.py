@@ -20,6 +20,7 @@ Writes table.md (a row per case: input, outcome, the message's first line) and t
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import random
@@ -259,6 +260,7 @@ def prepare(root: Path, data_dir: Path) -> None:
             shutil.copyfile(real / "train-labels-idx1-ubyte", target)
         else:
             target.write_bytes(make((real / MNIST_FILES[0]).read_bytes()))
+    from datamodules.files import CifarUnpickler
     from tests.conftest import write_fake_cifar10
 
     for variant in CIFAR_CORRUPTIONS:
@@ -272,7 +274,7 @@ def prepare(root: Path, data_dir: Path) -> None:
         elif variant == "garbage":
             batch.write_bytes(os.urandom(len(content)))
         elif variant == "wrong shape":
-            entry = pickle.loads(content, encoding="latin1")
+            entry = CifarUnpickler(io.BytesIO(content), encoding="latin1").load()  # numpy arrays only
             entry["data"] = np.zeros((7, 100), dtype=np.uint8)
             batch.write_bytes(pickle.dumps(entry))
     # Two tiny real runs, then broken copies of the JSA checkpoint.

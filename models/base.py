@@ -336,7 +336,7 @@ class LatentVariableModel(L.LightningModule):
         kwargs["weights_only"] = not trusted
         if hasattr(checkpoint_path, "seek"):  # a stream: read it, then put it back where it was
             start = checkpoint_path.tell()
-            found = torch.load(checkpoint_path, map_location="cpu", weights_only=not trusted).get("model_class")
+            found = torch.load(checkpoint_path, map_location="cpu", weights_only=not trusted).get("model_class")  # safe: True unless the caller wrote weights_only=False
             checkpoint_path.seek(start)
         else:  # a local file: its checksum is checked too
             found = load_checkpoint_file(checkpoint_path, trusted=trusted).get("model_class")
