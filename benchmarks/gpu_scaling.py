@@ -5,7 +5,7 @@
     python -m benchmarks.gpu_scaling --tiny               # a CPU smoke run of the same code, tiny networks
 
 JSA's index-cached MIS scores the L+1 candidates of every example in one batched decoder pass. On a
-CPU that pass costs in proportion to its B (L+1) rows, so the JSA step grows like the floor
+CPU that pass costs in proportion to its B (L+1) rows, so the linear cost model predicts a JSA step of
 1 + (L+1)/6 VAE steps (a forward pass ~ 1/6 of a forward+backward+Adam step). On a GPU the pass is
 nearly free while the device is not saturated: the JSA/VAE ratio stays flat as L grows, until the
 candidate rows fill the device; the `µs/row` column (the step's extra time per added candidate row)
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
              f"hidden_channels={args.hidden_channels} torch={torch.__version__}" + (" (--tiny: a smoke run, not a measurement)" if args.tiny else ""))
     vae_step = train_step_fn(build(VAE, args, device, latent_dim=16), x, index, dtype)
     emit(f"{'L':>4} {'rows B(L+1)':>12} {'MIS call ms':>12} {'JSA step ms':>12} {'VAE step ms':>12} {'JSA/VAE':>8} "
-                 f"{'CPU floor 1+(L+1)/6':>20} {'µs/row':>8}")
+                 f"{'CPU model 1+(L+1)/6':>20} {'µs/row':>8}")
     previous = None
     for num_steps in args.mis_steps:
         jsa = build(JSA, args, device, mis_steps=num_steps, cache_size=args.batch_size)
