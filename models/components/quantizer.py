@@ -23,7 +23,10 @@ the vectors assigned to code k (pooled over all DDP ranks) and decay d,
     e_k  = m_k / Ñ_k,   Ñ_k = (N_k + eps) / (n + K eps) * n,   n = sum_k N_k,
 
 where Ñ is Laplace-smoothed so that a code with N_k ≈ 0 does not divide by zero (as in Sonnet, the
-buffer keeps the raw N_k; the smoothing only enters the division).
+buffer keeps the raw N_k; the smoothing only enters the division). Unlike Sonnet, the averages start at
+N_k = 1, m_k = e_k and are not debiased (Sonnet starts them at zero and divides by 1 - d^t): a code no
+batch uses stays at its start (until the smoothing shrinks it) instead of sitting at the origin
+(docs/vqvae.md#ema-codebook).
 
 Two training aids from lucidrains' `vector-quantize-pytorch`:
 * dead-code restart: a code whose running usage (EMA of n_k) falls below `dead_code_threshold` is
