@@ -68,7 +68,7 @@ def test_references_are_cited_and_complete(name):
     uncited = [f"{s} ({y})" for s, y in sorted(listed) if not re.search(rf"{re.escape(s)}\b[^()]{{0,60}}\(?{y}", body)]
     assert not uncited, f"docs/{name} lists works it never cites: {uncited}"
     # Every "Surname (Year)", "Surname et al. (Year)", "(Surname, Year" or "Surname & Other, Year" in the text is listed.
-    cited = set(re.findall(r"([A-Z][A-Za-z\u00C0-\u017F'-]+)(?:\s+et al\.|\s+&\s+[A-Z][\w'-]+)?,?\s\(?(\d{4})\b", body))
+    cited = set(re.findall(r"([A-Z][A-Za-z\u00C0-\u017F'-]+)(?:\s+et al\.|\s+&\s+[A-Z][\w'-]+)?,?\s\(?(\d{4})[a-z]?\b", body))
     missing = [f"{s} ({y})" for s, y in sorted(cited) if (s, y) not in listed]
     assert not missing, f"docs/{name} cites works its References section does not list: {missing}"
 
