@@ -241,7 +241,8 @@ def run(cfg: Any) -> dict[str, float]:
 
     from callbacks.checkpoint_files import load_checkpoint_file
     from callbacks.distributed import check_launcher, strategy_with_timeout
-    from callbacks.run_directory import no_traces_if_refused, requeued_job_checkpoint, slurm_job_id, tensorboard_logger
+    from callbacks.run_directory import (
+        no_traces_if_refused, note_hydra_job, requeued_job_checkpoint, slurm_job_id, tensorboard_logger)
 
     check_run_settings(cfg)
     if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
@@ -266,6 +267,7 @@ def run(cfg: Any) -> dict[str, float]:
     check_launcher(trainer)
     ckpt_path = ckpt_path or requeued_job_checkpoint(trainer)
     with no_traces_if_refused(logger, refusals()):
+        note_hydra_job(logger)  # after the run's files are listed: a refused new run still leaves nothing
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     if cfg.get("run_test"):
         # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
@@ -339,11 +341,12 @@ def hydra_main() -> None:
         try:
             with user_errors_as_one_line():
                 run(cfg)
-        except SystemExit:  # a setting refused: the output directory Hydra made holds nothing of a run
-            from callbacks.run_directory import remove_if_only_hydra_files
+        except SystemExit as stop:
+            if stop.code == 2:  # a setting refused: the output directory Hydra made holds nothing of a run
+                from callbacks.run_directory import remove_if_only_hydra_files
 
-            remove_if_only_hydra_files(HydraConfig.get().runtime.output_dir)
-            raise
+                remove_if_only_hydra_files(HydraConfig.get().runtime.output_dir)
+            raise  # 130/143 (Ctrl-C, SIGTERM): a stopped run keeps its config.yaml and train.log
 
     _main()
 

@@ -1,27 +1,49 @@
 """The comparison report: one table and a few plots from the TensorBoard runs of several models.
 
-    python -m benchmarks.compare logs/tensorboard [--out reports/compare]
+    python -m benchmarks.compare logs/tensorboard [--out reports/compare] [--runs GLOB ... | --all]
 
-Every directory under the given roots that holds TensorBoard event files is a run (e.g. the runs
-of `python train.py -m experiment=compare data=mnist`). The event files are read with
-TensorBoard's own `EventAccumulator`: scalars, images, and the hyperparameters of the HPARAMS tab
-(model class, parameter count, every constructor argument). Written to --out:
+Every directory under the given roots that holds TensorBoard event files is a run. The report compares the
+runs of the latest multirun under the roots (e.g. the last `python train.py -m experiment=compare data=mnist`),
+and lists every run it found, compared or left out, with the reason: a run of an earlier multirun, or a single
+run (`python train.py ...` without -m, a LightningCLI run). A run belongs to a multirun by, in this order:
+
+1. `<run>/hydra_job.yaml`, where the training code wrote one: its `sweep_dir`, the Hydra multirun's directory
+   (without one, the file says the run was a single Hydra run);
+2. Hydra's own directories beside the root (`<log_dir>/hydra/multirun/<date>_<time>-<pid>/<n>-<run_name>`, and
+   `<log_dir>/hydra/<run_name>/<date>_<time>-<pid>` for a single run): the process id in the name of the run's
+   first event file (`events.out.tfevents.<time>.<host>.<pid>.<n>`) and the run's name tie it to the latest such
+   directory that started before the run;
+3. else the process that wrote the run's first event file: the runs one process made are one multirun (Hydra's
+   basic launcher runs the jobs one after another in its own process), a process that made one run is a single run.
+
+A multirun's start is its first run's. `--runs GLOB` (repeatable) compares the runs whose directory relative to
+the root matches instead (`'jsa-*'`, `'*/version_0'`, or a run name: all its versions), `--all` every run. The
+event files are read with TensorBoard's own `EventAccumulator`: scalars, images, and the hyperparameters of the
+HPARAMS tab (model class, parameter count, every constructor argument). Each run is labelled by its name, with
+its version and the settings that differ (or its start) where two compared runs share a name. Written to --out:
 
 * `report.md`: a row per run: model, data, key settings, test NLL (nats), bpd, reconstruction MSE,
   PSNR, ms per training step, epochs, parameters, seconds per epoch. Where a run was not tested the
   val numbers stand in, marked `(val)`. The VQ-VAE's NLL is an upper bound, marked `≤`: with its learned
-  prior when it has one, and the uniform-prior bound beside it (`nll, uniform prior`).
+  prior when it has one, and the uniform-prior bound beside it (`nll, uniform prior`). Then a line per run
+  found: compared (as which label) or left out, and why.
 * `val_nll.png`: val/nll against training step and against wall time, a line per run.
 * `reconstructions.png`: each run's test reconstructions (the same test images for every run: the
-  test stage is seeded), inputs and reconstructions side by side as in TensorBoard.
+  test stage is seeded), inputs and reconstructions side by side as in TensorBoard, at most four runs a row.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import io
 import math
+import os
+import re
 import statistics
+import textwrap
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,10 +52,21 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+import yaml  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
 
 BOUND_MODELS = {"VQVAE"}  # whose nll is an upper bound (under its prior), not an estimate
+VERSION_PREFIXES = ("version_", "slurm_job_")  # a run's version directory (TensorBoardLogger's, a SLURM job's)
+JOB_FILE = "hydra_job.yaml"  # <run>/hydra_job.yaml: the Hydra job that made the run (sweep_dir: its multirun's directory)
+OWNER_FILE = ".owner"  # callbacks/run_directory.py: there while the run's process lives (or after it was killed)
+# events.out.tfevents.<unix time>.<host>.<pid>.<n>[suffix], the name torch's (and TensorFlow's) writer gives the file
+EVENT_FILE = re.compile(r"^events\.out\.tfevents\.(\d+)\.(.+)\.(\d+)\.(\d+)(?:\..*)?$")
+HYDRA_DIR = re.compile(r"^(\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2})-(\d+)$")  # configs/train.yaml: ${now:...}-${pid:}
+MAX_COLUMNS = 4  # reconstruction panels a row
+LABEL_SETTINGS = 3  # differing settings a label names at most
+NOT_IN_LABELS = {"data_dir", "eval_chunk_size"}  # settings that do not change what a run is
+DERIVED = {"num_params", "effective_batch_size"}  # settings that follow from others: named only when alone
 
 
 @dataclass
@@ -45,6 +78,12 @@ class Run:
     reconstructions: bytes | None = None
     reconstructions_stage: str = "test"  # the split the reconstructions are of: "test", or "val" for an untested run
     row: dict[str, str] = field(default_factory=dict)
+    label: str = ""  # what the table, legends and panels call it (run_labels); its name until set
+    start: float | None = None  # when its first event file was made (unix time)
+    root: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.name
 
     def last(self, tag: str) -> float | None:
         values = [v for _, _, v in self.scalars.get(tag, []) if math.isfinite(v)]
@@ -58,6 +97,183 @@ def find_runs(roots: list[Path]) -> list[Path]:
     return sorted(dirs)
 
 
+# ---- which runs: the latest multirun, --runs GLOB, or --all ---------------------------------------------------
+
+
+@dataclass
+class Found:
+    """A run directory, who made it, and the multirun it belongs to (`group`) or what single run it is (`single`)."""
+
+    root: Path
+    path: Path
+    rel: str  # the run directory relative to its root
+    start: float  # when its first event file was made
+    process: str  # "process <pid> on <host>": the one that made it
+    pid: int | None
+    group: str | None = None  # its multirun: a Hydra sweep directory, or a process that made several runs
+    single: str = ""  # for a run of no multirun: what it is
+    busy: bool = False  # its .owner file remains: still running, or interrupted
+
+    @property
+    def name(self) -> str:
+        """The run's name: the directory above its version directory (train.py: <model>-<data>-<settings>)."""
+        return self.path.parent.name if self.path.name.startswith(VERSION_PREFIXES) else self.path.name
+
+
+@dataclass
+class HydraProcess:
+    """A Hydra process's output directory: `<log_dir>/hydra/multirun/<stamp>-<pid>` or `<log_dir>/hydra/<name>/<stamp>-<pid>`."""
+
+    path: Path
+    start: float
+    pid: int
+    multirun: bool
+    jobs: set[str]  # the run names of its jobs (a multirun's <n>-<run_name> subdirectories), each a prefix of its runs' names
+
+
+def origin(path: Path) -> tuple[float, str, int | None]:
+    """(start time, host, pid) of the process that made a run: the one named by its first event file."""
+    made = []
+    for file in path.glob("events.out.tfevents.*"):
+        match = EVENT_FILE.match(file.name)
+        made.append((int(match[1]), int(match[4]), match[2], int(match[3])) if match else (file.stat().st_mtime, 0, "?", None))
+    start, _, host, pid = min(made, key=lambda m: m[:2])
+    return float(start), host, pid
+
+
+def hydra_processes(root: Path) -> list[HydraProcess]:
+    """Hydra's output directories of the log_dir that holds `root` (logs/tensorboard -> logs/hydra)."""
+    resolved = root.resolve()
+    hydra = next((d / "hydra" for d in (resolved, *resolved.parents[:2]) if (d / "hydra").is_dir()), None)
+    if hydra is None:
+        return []
+    processes = []
+    for group in (g for g in hydra.iterdir() if g.is_dir()):
+        for directory in (d for d in group.iterdir() if d.is_dir()):
+            match = HYDRA_DIR.match(directory.name)
+            if not match:
+                continue
+            try:
+                start = time.mktime(time.strptime(match[1], "%Y-%m-%d_%H-%M-%S"))  # Hydra's ${now:} is local time
+            except (ValueError, OverflowError):
+                continue
+            multirun = group.name == "multirun"
+            jobs = {j.name.split("-", 1)[1] for j in directory.iterdir() if j.is_dir() and re.match(r"\d+-.", j.name)} if multirun else {group.name}
+            processes.append(HydraProcess(directory, start, int(match[2]), multirun, jobs))
+    return processes
+
+
+def hydra_process_of(run: Found, processes: list[HydraProcess]) -> HydraProcess | None:
+    """The Hydra process that made `run`: its pid, started before it (the latest such: a pid is used again in
+    time), with a job whose run name begins the run's name (where the directory names its jobs)."""
+    fits = [p for p in processes if p.pid == run.pid and p.start <= run.start + 1
+            and (not p.jobs or any(run.name == job or run.name.startswith(job + "-") for job in p.jobs))]
+    return max(fits, key=lambda p: p.start) if fits else None
+
+
+def shown(path: str | os.PathLike) -> str:
+    """A path as the report shows it: relative to the working directory where it lies under it."""
+    path = Path(path).resolve()
+    try:
+        return path.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def read_job_file(path: Path) -> dict | None:
+    try:
+        job = yaml.safe_load((path / JOB_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return job if isinstance(job, dict) else None
+
+
+def place_runs(roots: list[Path]) -> list[Found]:
+    """Every run under the roots, each with its multirun (or what single run it is)."""
+    found = []
+    for root in roots:
+        processes = hydra_processes(root)
+        for path in find_runs([root]):
+            start, host, pid = origin(path)
+            rel = path.relative_to(root).as_posix() if path != root else path.name
+            process = f"process {pid} on {host}" if pid is not None else "an unknown process"
+            run = Found(root, path, rel, start, process, pid, busy=(path / OWNER_FILE).exists())
+            job = read_job_file(path)
+            hydra = hydra_process_of(run, processes) if job is None else None
+            if job is not None and job.get("sweep_dir"):
+                run.group = shown(job["sweep_dir"])
+            elif job is not None:
+                run.single = f"a single Hydra run ({shown(job['output_dir']) if job.get('output_dir') else run.process})"
+            elif hydra is not None and hydra.multirun:
+                run.group = shown(hydra.path)
+            elif hydra is not None:
+                run.single = f"a single Hydra run ({shown(hydra.path)})"
+            found.append(run)
+    # The rest (no Hydra directory found for them): the runs one process made are one multirun.
+    made = Counter(run.process for run in found if run.group is None and not run.single and run.pid is not None)
+    for run in found:
+        if run.group is None and not run.single:
+            if run.pid is not None and made[run.process] > 1:
+                run.group = f"the runs of {run.process} (no Hydra directory of it found)"
+            else:
+                run.single = f"a single run ({run.process})"
+    return found
+
+
+def when(start: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(start))
+
+
+def matches(run: Found, globs: list[str]) -> bool:
+    """Whether a glob matches the run's directory relative to its root, a directory above it (a run name: all
+    its versions), or its path as given with the root."""
+    parts = run.rel.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))] + [(run.root / run.rel).as_posix()]
+    return any(fnmatch.fnmatchcase(candidate, glob) for glob in globs for candidate in candidates)
+
+
+@dataclass
+class Selection:
+    compared: list[tuple[Found, str]]  # (run, why it is compared)
+    left_out: list[tuple[Found, str]]  # (run, why it is not)
+    summary: str  # one sentence: which runs, chosen how
+
+
+def select_runs(found: list[Found], globs: list[str] | None = None, everything: bool = False) -> Selection:
+    """The runs to compare: those matching one of `globs`; else all (`everything`); else the latest multirun's
+    (all runs where there is no multirun). Every other run is kept with the reason it was left out."""
+    if everything:
+        return Selection([(run, "--all") for run in found], [], "Every run found (--all).")
+    if globs:
+        chosen = [run for run in found if matches(run, globs)]
+        if not chosen:
+            raise SystemExit(f"--runs {' '.join(globs)}: no run matches; the runs: {', '.join(run.rel for run in found)}")
+        given = " ".join(f"'{glob}'" for glob in globs)
+        return Selection([(run, f"matches --runs {given}") for run in chosen],
+                         [(run, f"does not match --runs {given}") for run in found if run not in chosen],
+                         f"The runs matching --runs {given}.")
+    groups: dict[str, list[Found]] = {}
+    for run in found:
+        if run.group is not None:
+            groups.setdefault(run.group, []).append(run)
+    if not groups:
+        return Selection([(run, run.single) for run in found], [], "No multirun found: every run (--runs GLOB chooses).")
+    started = {group: min(run.start for run in runs) for group, runs in groups.items()}
+    latest = max(groups, key=started.get)
+    left_out = []
+    for run in found:
+        if run.group is not None and run.group != latest:
+            left_out.append((run, f"an earlier multirun, {run.group}, started {when(started[run.group])}"))
+        elif run.group is None:
+            left_out.append((run, f"{run.single}, started {when(run.start)}: not part of a multirun"))
+    return Selection([(run, "the latest multirun") for run in groups[latest]], left_out,
+                     f"The runs of the latest multirun, {latest} (started {when(started[latest])}); the other runs found "
+                     "are listed below with why they were left out (--runs GLOB or --all to compare them).")
+
+
+# ---- reading a run, labelling it -----------------------------------------------------------------------------
+
+
 def read_run(path: Path, root: Path) -> Run:
     events = EventAccumulator(str(path), size_guidance={"scalars": 0, "images": 1})
     events.Reload()
@@ -69,7 +285,7 @@ def read_run(path: Path, root: Path) -> Run:
             image = events.Images(f"{stage}/reconstructions")[-1].encoded_image_string
             break
     name = str(path.relative_to(root)) if path != root else path.name
-    return Run(path, name, read_hparams(events), scalars, image, stage)
+    return Run(path, name, read_hparams(events), scalars, image, stage, root=root)
 
 
 def read_hparams(events: EventAccumulator) -> dict[str, object]:
@@ -80,6 +296,45 @@ def read_hparams(events: EventAccumulator) -> dict[str, object]:
         return {}
     hparams = plugin_data_pb2.HParamsPluginData.FromString(session).session_start_info.hparams
     return {name: getattr(value, value.WhichOneof("kind")) for name, value in hparams.items() if value.WhichOneof("kind")}
+
+
+def name_and_version(run: Run) -> tuple[str, str | None]:
+    """("jsa-mnist-mlp-K10-L20", "version_1") of the run jsa-mnist-mlp-K10-L20/version_1."""
+    rel = Path(run.name)
+    if rel.name.startswith(VERSION_PREFIXES) and len(rel.parts) > 1:
+        return rel.parent.as_posix(), rel.name
+    return rel.as_posix(), None
+
+
+def _value(value: object) -> str:
+    return "—" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def differing_settings(hparams: list[dict]) -> list[str]:
+    """The settings whose values are not the same in all of `hparams` (the derived ones only when nothing else differs)."""
+    keys = dict.fromkeys(key for h in hparams for key in h if key not in NOT_IN_LABELS)
+    differing = [key for key in keys if len({repr(h.get(key)) for h in hparams}) > 1]
+    return [key for key in differing if key not in DERIVED] or differing
+
+
+def run_labels(runs: list[Run]) -> list[str]:
+    """A label per run, no two alike: its name; where runs share a name, each with its version and the settings
+    that differ between them (or, where none does, when it started); under several roots, the root where still alike."""
+    names = [name_and_version(run) for run in runs]
+    labels = [name for name, _ in names]
+    counts = Counter(labels)
+    for name in (name for name, count in counts.items() if count > 1):
+        group = [i for i, label in enumerate(labels) if label == name]
+        settings = differing_settings([runs[i].hparams for i in group])
+        for i in group:
+            extra = [names[i][1]] if names[i][1] else []
+            extra += [f"{key}={_value(runs[i].hparams.get(key))}" for key in settings[:LABEL_SETTINGS]]
+            extra += ["…"] if len(settings) > LABEL_SETTINGS else []
+            if not settings and runs[i].start is not None:
+                extra.append(f"started {when(runs[i].start)}")
+            labels[i] = f"{name} ({', '.join(extra)})" if extra else name
+    counts = Counter(labels)
+    return [f"{label} [{run.root}]" if counts[label] > 1 and run.root is not None else label for label, run in zip(labels, runs)]
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -100,7 +355,7 @@ def table_row(run: Run) -> dict[str, str]:
     epoch_times = [v for _, _, v in run.scalars.get("train/epoch_time_s", [])]
     epochs = len(epoch_times)  # one per completed training epoch
     return {
-        "run": run.name,
+        "run": run.label,
         "model": model,
         "data": data,
         "settings": settings,
@@ -123,31 +378,34 @@ def markdown_table(rows: list[dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
+# ---- the figures ----------------------------------------------------------------------------------------------
+
+
 def plot_val_nll(runs: list[Run], out: Path) -> None:
-    fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for run in runs:
-        points = [p for p in run.scalars.get("val/nll", []) if math.isfinite(p[2])]
-        if not points:
-            continue
+    plotted = [run for run in runs if any(math.isfinite(p[2]) for p in run.scalars.get("val/nll", []))]
+    legend_rows = math.ceil(len(plotted) / 2)
+    fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 4.5 + 0.25 * legend_rows), layout="constrained")
+    for run in plotted:
+        points = [p for p in run.scalars["val/nll"] if math.isfinite(p[2])]
         start = min(t for t, _, _ in run.scalars.get("train/loss", points))
         wall, step, value = zip(*points)
-        by_step.plot(step, value, marker="o", markersize=3, label=run.name)
-        by_time.plot([(t - start) / 60 for t in wall], value, marker="o", markersize=3, label=run.name)
+        by_step.plot(step, value, marker="o", markersize=3, label=run.label)
+        by_time.plot([(t - start) / 60 for t in wall], value, marker="o", markersize=3, label=run.label)
     for ax, xlabel in ((by_step, "training step"), (by_time, "wall time (minutes)")):
         ax.set_xlabel(xlabel)
         ax.set_ylabel("val/nll (nats per image)")
         ax.grid(alpha=0.3)
     by_step.set_title("val/nll by step (VQ-VAE: an upper bound)")
     by_time.set_title("val/nll by wall time")
-    by_time.legend(fontsize=8)
-    fig.tight_layout()
+    if plotted:  # below both panels, where it hides no curve
+        fig.legend(*by_step.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8)
     fig.savefig(out, dpi=100)
     plt.close(fig)
 
 
 def panel_title(run: Run) -> str:
-    """A run without a test stage shows its last validation images, and says so."""
-    return run.name + ("" if run.reconstructions_stage == "test" else "\n(validation images: not tested)")
+    """The run's label, wrapped to its panel; a run without a test stage shows its last validation images, and says so."""
+    return textwrap.fill(run.label, 40) + ("" if run.reconstructions_stage == "test" else "\n(validation images: not tested)")
 
 
 def figure_title(runs: list[Run]) -> str:
@@ -156,48 +414,87 @@ def figure_title(runs: list[Run]) -> str:
     return f"{split} images (left of each pair) and reconstructions (right)"
 
 
+def grid_shape(panels: int, max_columns: int = MAX_COLUMNS) -> tuple[int, int]:
+    """(rows, columns) for `panels` panels: as few rows as `max_columns` allows, the panels spread evenly over them
+    (7 -> 2 x 4, 5 -> 2 x 3, 9 -> 3 x 3)."""
+    rows = max(1, math.ceil(panels / max_columns))
+    return rows, max(1, math.ceil(panels / rows))
+
+
 def plot_reconstructions(runs: list[Run], out: Path) -> None:
-    shown = [run for run in runs if run.reconstructions is not None]
-    if not shown:
+    shown_runs = [run for run in runs if run.reconstructions is not None]
+    if not shown_runs:
         return
-    fig, axes = plt.subplots(1, len(shown), figsize=(4 * len(shown), 4.4), squeeze=False)
-    for ax, run in zip(axes[0], shown):
+    rows, columns = grid_shape(len(shown_runs))
+    # Constrained layout keeps the figure title above the panel titles, however many lines those take.
+    fig = plt.figure(figsize=(3.6 * columns, 3.9 * rows + 0.4), layout="constrained")
+    axes = list(fig.subplots(rows, columns, squeeze=False).flat)
+    for ax, run in zip(axes, shown_runs):
         ax.imshow(mpimg.imread(io.BytesIO(run.reconstructions), format="png"))
         ax.set_title(panel_title(run), fontsize=9)
-        ax.axis("off")
-    fig.suptitle(figure_title(shown))
-    fig.tight_layout()
+    for ax in axes:
+        ax.axis("off")  # the images' pixel axes, and the empty cells of the last row
+    fig.suptitle(figure_title(shown_runs))
     fig.savefig(out, dpi=100)
     plt.close(fig)
 
 
-def write_report(roots: list[Path], out: Path) -> Path:
-    runs = [read_run(path, root) for root in roots for path in find_runs([root])]
-    rows = [table_row(run) for run in runs]
+# ---- the report -----------------------------------------------------------------------------------------------
+
+
+def runs_section(selection: Selection, labels: dict[Path, str]) -> str:
+    """A line per run found: compared (as which label) or left out, and why."""
+    def note(run: Found) -> str:
+        return "; still running, or interrupted (its .owner file remains)" if run.busy else ""
+
+    lines = [f"- compared: `{run.rel}` as **{labels[run.path]}**: {why}{note(run)}" for run, why in selection.compared]
+    lines += [f"- left out: `{run.rel}`: {why}{note(run)}" for run, why in selection.left_out]
+    return "## Runs\n\n" + selection.summary + "\n\n" + "\n".join(lines)
+
+
+def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, everything: bool = False) -> Path:
+    """The report of the runs under `roots`: the latest multirun's; those matching a glob of `runs`; or all (`everything`)."""
+    selection = select_runs(place_runs(roots), runs, everything)
+    compared = []
+    for found, _ in selection.compared:
+        run = read_run(found.path, found.root)
+        run.start = found.start
+        compared.append(run)
+    for run, label in zip(compared, run_labels(compared)):
+        run.label = label
+    rows = [table_row(run) for run in compared]
     out.mkdir(parents=True, exist_ok=True)
-    plot_val_nll(runs, out / "val_nll.png")
-    plot_reconstructions(runs, out / "reconstructions.png")
+    plot_val_nll(compared, out / "val_nll.png")
+    plot_reconstructions(compared, out / "reconstructions.png")
     report = out / "report.md"
     report.write_text(
         "# Comparison\n\n"
-        f"Runs under {', '.join(f'`{r}`' for r in roots)}. Test-split numbers of the best checkpoint on val/nll "
+        f"Runs under {', '.join(f'`{r}`' for r in roots)}. {selection.summary} Test-split numbers of the best checkpoint on val/nll "
         "(`(val)`: the run was not tested, its last validation numbers). NLL in nats per image, importance-sampled "
         "with the encoder as proposal; `≤`: the VQ-VAE's upper bound under its prior over the codes (uniform, or learned: "
         "then the uniform-prior bound stands beside it). "
         "ms/step and s/epoch: medians over training.\n\n"
         + markdown_table(rows)
+        + "\n\n" + runs_section(selection, {run.path: run.label for run in compared})
         + "\n\n![val/nll](val_nll.png)\n\n![reconstructions](reconstructions.png)\n"
     )
     return report
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("roots", nargs="+", type=Path, help="TensorBoard log directories (searched recursively)")
     parser.add_argument("--out", type=Path, default=Path("reports/compare"), help="where report.md and the PNGs go")
-    args = parser.parse_args()
-    report = write_report(args.roots, args.out)
-    print(report.read_text().split("\n\n")[2])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--runs", action="append", metavar="GLOB",
+                       help="compare the runs whose directory relative to the root matches GLOB ('jsa-*', '*/version_0'); "
+                            "repeatable (default: the runs of the latest multirun)")
+    which.add_argument("--all", action="store_true", help="compare every run under the roots")
+    args = parser.parse_args(argv)
+    report = write_report(args.roots, args.out, args.runs, args.all)
+    text = report.read_text()
+    table = next(paragraph for paragraph in text.split("\n\n") if paragraph.startswith("| "))
+    print(table + "\n\n" + text.split("## Runs\n\n", 1)[1].split("\n\n![", 1)[0])  # the table, the runs found
     print(f"\nwritten: {report}, {args.out / 'val_nll.png'}, {args.out / 'reconstructions.png'}")
 
 

@@ -25,12 +25,26 @@ class ShowsTrainingLoss:
 
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         metrics = super().get_metrics(trainer, pl_module)
+        metrics.pop("v_num", None)  # the last 4 characters of the version ("on_0"): the run directory says it whole
         loss = trainer.callback_metrics.get("train/loss")
         return {"train/loss": float(loss), **metrics} if loss is not None else metrics
 
 
 class LossTQDMProgressBar(ShowsTrainingLoss, TQDMProgressBar):
-    """Lightning's TQDM bars with the training loss."""
+    """Lightning's TQDM bars with the training loss; after a mid-epoch resume the bar shows the epoch, its length and
+    a rate (hence the time left) over the batches this process ran."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        # On a resume from a mid-epoch checkpoint Lightning does not call on_train_epoch_start: start the epoch here.
+        self._resumed_mid_epoch = trainer.fit_loop.restarted_mid_epoch
+        if self._resumed_mid_epoch:
+            self.on_train_epoch_start(trainer, pl_module)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        if getattr(self, "_resumed_mid_epoch", False):  # the batches before batch_idx ran in an earlier process
+            self.train_progress_bar.initial = self.train_progress_bar.n = batch_idx
+            self._resumed_mid_epoch = False
 
 
 def _clock(seconds: float) -> str:
@@ -50,7 +64,8 @@ class LineProgressBar(ShowsTrainingLoss, ProgressBar):
         self._enabled = True
         self._start = self._last = 0.0
         self._done = 0  # batches of the current stage
-        self._train_start, self._train_done = time.monotonic(), 0
+        self._train_start, self._train_done, self._resumed_at = time.monotonic(), 0, 0
+        self._resumed_mid_epoch = False
 
     def disable(self) -> None:
         self._enabled = False
@@ -63,7 +78,7 @@ class LineProgressBar(ShowsTrainingLoss, ProgressBar):
         self._done = 0
 
     def _report(self, what: str, done: int, total: int | float, extra: Callable[[], str] | None = None, force: bool = False,
-                start: float | None = None) -> None:
+                start: float | None = None, done_before: int = 0) -> None:
         """`extra` (the metrics) is called only when a line is printed: reading the progress-bar metrics converts
         them to Python floats, a host sync that must not happen at every step."""
         now = time.monotonic()
@@ -72,18 +87,30 @@ class LineProgressBar(ShowsTrainingLoss, ProgressBar):
         self._last = now
         elapsed = now - (self._start if start is None else start)
         line = f"{what}: {done}/{total if total != float('inf') else '?'} batches, {_clock(elapsed)} elapsed"
-        if 0 < done < total != float("inf"):
-            line += f", about {_clock(elapsed / done * (total - done))} left"
+        if done_before < done < total != float("inf"):  # the rate over the batches this process ran
+            line += f", about {_clock(elapsed / (done - done_before) * (total - done))} left"
         text = extra() if extra else ""
         print(line + (f"  {text}" if text else ""), flush=True)
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # On a resume from a mid-epoch checkpoint Lightning does not call on_train_epoch_start: start the epoch here.
+        self._resumed_mid_epoch = trainer.fit_loop.restarted_mid_epoch
+        if self._resumed_mid_epoch:
+            self.on_train_epoch_start(trainer, pl_module)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        if self._resumed_mid_epoch:  # the batches before batch_idx ran in an earlier process: no part of the rate
+            self._train_done = self._resumed_at = batch_idx
+            self._resumed_mid_epoch = False
+
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._begin()
-        self._train_start, self._train_done = self._start, 0
+        self._train_start, self._train_done, self._resumed_at = self._start, 0, 0
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._train_done = batch_idx + 1
-        self._report(self._epoch(trainer), self._train_done, self.total_train_batches, lambda: self._metrics(trainer, pl_module), start=self._train_start)
+        self._report(self._epoch(trainer), self._train_done, self.total_train_batches, lambda: self._metrics(trainer, pl_module),
+                     start=self._train_start, done_before=self._resumed_at)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         done = getattr(self, "_train_done", 0)

@@ -87,6 +87,8 @@ def tensorboard_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs
     else a new version of run `name` under `save_dir`, reserved atomically (two runs started at the same
     moment get two directories: `os.mkdir` succeeds for one of them only)."""
     kwargs = {"default_hp_metric": False, **kwargs}
+    if "://" not in save_dir:  # one canonical path: a resumed run's checkpoint directory (found from the checkpoint's
+        save_dir = str(Path(save_dir).resolve())  # absolute path) then equals the first's, and best-model tracking goes on
     run = run_of_checkpoint(ckpt_path)
     job = slurm_job_id()
     if run is None and job is not None:
@@ -197,3 +199,24 @@ def remove_with_empty_parents(path: Path) -> None:
             parent.rmdir()
         except OSError:  # gone, or filled meanwhile by another run
             break
+
+
+def note_hydra_job(logger: Any) -> None:
+    """<run>/hydra_job.yaml: the Hydra job (and multirun) that made the run, so that `benchmarks.compare` reports the
+    runs of one multirun together. Written once: a resumed run keeps its origin. Absolute paths; the multirun is the
+    parent of the job's output directory (configs/train.yaml: hydra.sweep.subdir is one level)."""
+    import yaml
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not logger or rank_zero_only.rank != 0 or not HydraConfig.initialized():
+        return
+    path = Path(logger.log_dir) / "hydra_job.yaml"
+    if path.exists():
+        return
+    hydra = HydraConfig.get()
+    output_dir = Path(hydra.runtime.output_dir).resolve()
+    job: dict[str, Any] = {"output_dir": str(output_dir)}
+    if hydra.mode == RunMode.MULTIRUN:
+        job |= {"sweep_dir": str(output_dir.parent), "job_num": hydra.job.num}
+    path.write_text(yaml.safe_dump(job))

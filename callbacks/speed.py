@@ -7,6 +7,9 @@ logging step (`trainer.log_every_n_steps`) the mean over the steps since the las
 explicit synchronization is added (logging a Python float does copy it to the device): on a GPU the
 host can run ahead of the device by a few kernels, but not for long, so the time between batches is
 the device's throughput in steady state.
+
+An epoch's time is logged only for an epoch that ran whole in this process: a run resumed from a mid-epoch
+checkpoint starts inside an epoch without `on_train_epoch_start`, and the part it runs is not an epoch's time.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ class TrainingSpeed(L.Callback):
 
     def __init__(self) -> None:
         self._last_batch_start: float | None = None
-        self._epoch_start = 0.0
+        self._epoch_start: float | None = None  # None: this process did not see the epoch start (a mid-epoch resume)
         self._paused = 0.0  # seconds of validation since the last batch started
         self._paused_in_epoch = 0.0
         self._pause_start = 0.0
@@ -62,5 +65,8 @@ class TrainingSpeed(L.Callback):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Validation at the end of an epoch runs before this hook: leave it out of the epoch's time.
+        if self._epoch_start is None:
+            return
         seconds = time.perf_counter() - self._epoch_start - self._paused_in_epoch
         pl_module.log("train/epoch_time_s", seconds)
+        self._epoch_start = None

@@ -18,7 +18,7 @@ from models import VAE
 
 def fit(tmp_path: Path, mnist_dir: Path, callbacks: list, steps: int = 4, **kwargs) -> tuple[L.Trainer, EventAccumulator]:
     logger = TensorBoardLogger(tmp_path, name="run", default_hp_metric=False)
-    trainer = L.Trainer(max_steps=steps, limit_train_batches=steps, limit_val_batches=1, num_sanity_val_steps=0, logger=logger,
+    trainer = L.Trainer(max_steps=steps, limit_train_batches=kwargs.pop("limit_train_batches", steps), limit_val_batches=1, num_sanity_val_steps=0, logger=logger,
                         callbacks=callbacks, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         log_every_n_steps=1, **kwargs)
     trainer.fit(VAE(latent_dim=4, val_num_samples=2), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
@@ -49,6 +49,66 @@ def test_training_speed_alone(tmp_path, mnist_dir):
     step_times = events.Scalars("train/step_time_ms")
     assert len(step_times) == 3 and all(e.value > 0 for e in step_times)  # from the second step on
     assert events.Scalars("train/samples_per_s")[0].value > 0 and len(events.Scalars("train/epoch_time_s")) == 1
+
+
+def mid_epoch_checkpoint(tmp_path: Path, mnist_dir: Path) -> Path:
+    """A checkpoint saved at step 3 of a 6-batch epoch (as Ctrl-C saves one), of a tiny VAE."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    every_third_step = ModelCheckpoint(dirpath=tmp_path / "ckpt", filename="mid", every_n_train_steps=3, save_top_k=1,
+                                       monitor="step", mode="min")  # keeps the first, saved inside epoch 0
+    trainer = L.Trainer(max_steps=6, limit_train_batches=6, limit_val_batches=0, logger=False, callbacks=[every_third_step],
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(VAE(latent_dim=4, val_num_samples=2), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
+    path = tmp_path / "ckpt" / "mid.ckpt"
+    assert torch.load(path, weights_only=True)["global_step"] == 3
+    return path
+
+
+def resume(tmp_path: Path, mnist_dir: Path, callbacks: list, **kwargs) -> L.Trainer:
+    logger = TensorBoardLogger(tmp_path, name="resumed", default_hp_metric=False)
+    trainer = L.Trainer(max_steps=12, limit_train_batches=6, limit_val_batches=1, num_sanity_val_steps=0, logger=logger,
+                        callbacks=callbacks, enable_checkpointing=False, enable_model_summary=False, log_every_n_steps=1,
+                        **kwargs)
+    trainer.fit(VAE(latent_dim=4, val_num_samples=2), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16),
+                ckpt_path=mid_epoch_checkpoint(tmp_path, mnist_dir))
+    return trainer
+
+
+def test_training_speed_after_a_mid_epoch_resume_logs_no_epoch_time_it_did_not_measure(tmp_path, mnist_dir):
+    """Resumed at step 3 of a 6-batch epoch, the process never sees the epoch start: the epoch's time it could log is
+    either absent or within the resumed fit's wall time (it was seconds since boot)."""
+    import time
+
+    start = time.perf_counter()
+    trainer = resume(tmp_path, mnist_dir, [TrainingSpeed()], enable_progress_bar=False)
+    wall = time.perf_counter() - start
+    events = EventAccumulator(trainer.logger.log_dir)
+    events.Reload()
+    epoch_times = [e.value for e in events.Scalars("train/epoch_time_s")]
+    assert len(epoch_times) == 1 and 0 < epoch_times[0] < wall  # the second epoch, run whole; not the resumed first
+
+
+def test_progress_bars_after_a_mid_epoch_resume_show_the_epoch_its_length_and_no_version_fragment(tmp_path, mnist_dir, capsys):
+    from callbacks.progress import LineProgressBar, LossTQDMProgressBar
+
+    seen = []
+
+    class Probe(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            bar = trainer.progress_bar_callback.train_progress_bar
+            seen.append((bar.desc, bar.total, bar.n, bar.initial, dict(bar.postfix and [kv.split("=") for kv in bar.postfix.split(", ")] or [])))
+
+    resume(tmp_path, mnist_dir, [LossTQDMProgressBar(), Probe()])
+    desc, total, n, initial, postfix = seen[0]  # batch 4 of epoch 0, the first this process ran
+    assert (desc.rstrip(": "), total, n, initial) == ("Epoch 0", 6, 4, 3)  # 3 batches ran before the resume
+    assert "v_num" not in postfix and "train/loss" in postfix
+
+    resume(tmp_path / "line", mnist_dir, [LineProgressBar(refresh_seconds=0)])
+    lines = capsys.readouterr().out.splitlines()
+    first = next(line for line in lines if line.startswith("epoch 1/"))
+    assert first.startswith("epoch 1/? : 4/6 batches".replace(" :", ":")) and "left" in first, first
+    assert "v_num" not in "".join(lines)
 
 
 def test_random_state_checkpoint_saves_and_restores_every_rank_state():

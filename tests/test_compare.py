@@ -1,21 +1,199 @@
-"""The comparison end to end, as a user runs it: `train.py -m experiment=compare` on a tiny slice of
-MNIST, then `python -m benchmarks.compare` on its TensorBoard root."""
+"""The comparison report: which runs it compares (the latest multirun's, --runs GLOB, --all) and says so, how it
+labels them, how it lays out its figures (on fake TensorBoard runs, fast); and end to end, as a user runs it:
+`train.py -m experiment=compare` on a tiny slice of MNIST, then `python -m benchmarks.compare` on its TensorBoard root."""
 
 from __future__ import annotations
 
+import io
 import math
+import re
+import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
+import matplotlib.figure
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 import pytest
-
+import torch
 from PIL import Image
+from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
 
+from benchmarks import compare
 from tests.test_entrypoints import FAST, REPO, train
 
-pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
+T0 = 1_767_261_600  # 2026-01-01: the earlier multirun starts here, the latest an hour later, the strays after it
+VAE, JSA = "vae-mnist-mlp-z32", "jsa-mnist-mlp-K10-L20"
 
 
+def stamp(start: float) -> str:
+    return time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(start))  # Hydra's ${now:...} in configs/train.yaml
+
+
+def fake_run(root: Path, rel: str, start: int, pid: int, settings: dict, tested: bool = True) -> Path:
+    """A TensorBoard run as train.py writes it (HPARAMS session, val/test scalars, reconstructions), its event
+    file named as if process `pid` on host `box` had made it at `start`."""
+    path = root / rel
+    with SummaryWriter(path) as writer:
+        for summary in hparams({"model_class": settings["model_class"], "num_params": 1000, **settings}, {"hp/val_nll": 0.0}):
+            writer._get_file_writer().add_summary(summary)
+        for stage in ("val", "test") if tested else ("val",):
+            writer.add_scalar(f"{stage}/nll", float(pid), 1)  # tells the processes apart
+            writer.add_image(f"{stage}/reconstructions", torch.rand(3, 16, 16), 1)
+    (event,) = path.glob("events.out.tfevents.*")
+    event.rename(path / f"events.out.tfevents.{start}.box.{pid}.0")
+    return path
+
+
+def hydra_multirun(log_dir: Path, start: int, pid: int, jobs: list[str]) -> Path:
+    sweep = log_dir / "hydra" / "multirun" / f"{stamp(start)}-{pid}"
+    for num, job in enumerate(jobs):
+        (sweep / f"{num}-{job}" / ".hydra").mkdir(parents=True)
+    return sweep
+
+
+@pytest.fixture(scope="module")
+def made_logs(tmp_path_factory) -> Path:
+    """logs/ after two `train.py -m model=vae,jsa` (JSA with lr 1e-3, then 1e-2), then a single Hydra run of JSA that
+    was interrupted (its .owner remains; its pid that of the first multirun's process, used again) and a
+    50-batch LightningCLI run of the VAE."""
+    logs = tmp_path_factory.mktemp("made") / "logs"
+    tb = logs / "tensorboard"
+    vae, jsa = {"model_class": "VAE", "lr": 1e-3}, {"model_class": "JSA", "lr": 1e-3}
+    hydra_multirun(logs, T0, 111, ["vae-mnist", "jsa-mnist"])
+    fake_run(tb, f"{VAE}/version_0", T0 + 5, 111, vae)
+    fake_run(tb, f"{JSA}/version_0", T0 + 10, 111, jsa)
+    hydra_multirun(logs, T0 + 3600, 222, ["vae-mnist", "jsa-mnist"])
+    fake_run(tb, f"{VAE}/version_1", T0 + 3605, 222, vae)
+    fake_run(tb, f"{JSA}/version_1", T0 + 3610, 222, {**jsa, "lr": 1e-2})
+    (logs / "hydra" / "jsa-mnist" / f"{stamp(T0 + 7200)}-111" / ".hydra").mkdir(parents=True)
+    (fake_run(tb, f"{JSA}/version_2", T0 + 7203, 111, {**jsa, "lr": 1e-2}, tested=False) / ".owner").write_text("process 111 on box\n")
+    fake_run(tb, f"{VAE}/version_2", T0 + 7300, 444, vae)  # LightningCLI: no Hydra directory
+    return logs
+
+
+@pytest.fixture
+def logs(made_logs, tmp_path) -> Path:
+    """A copy of made_logs for one test to read or change."""
+    return Path(shutil.copytree(made_logs, tmp_path / "logs"))
+
+
+def report_of(out: Path) -> tuple[list[dict[str, str]], dict[str, str], dict[str, str]]:
+    """report.md's table rows, and the runs it lists: compared (directory -> label) and left out (directory -> why)."""
+    lines = (out / "report.md").read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| run"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    rows = [dict(zip(columns, (c.strip() for c in line.strip("|").split("|")))) for line in lines
+            if line.startswith("| ") and line != header]
+    compared = dict(m.groups() for line in lines if (m := re.match(r"- compared: `(.+?)` as \*\*(.+?)\*\*", line)))
+    left_out = dict(m.groups() for line in lines if (m := re.match(r"- left out: `(.+?)`: (.+)", line)))
+    return rows, compared, left_out
+
+
+def run_compare(monkeypatch, root: Path, out: Path, *options: str) -> tuple[list[dict[str, str]], dict[str, str], dict[str, str]]:
+    """`python -m benchmarks.compare ROOT --out OUT [OPTIONS]`, in this process (fast)."""
+    monkeypatch.setattr(sys, "argv", ["compare", str(root), "--out", str(out), *options])
+    compare.main()
+    return report_of(out)
+
+
+def test_the_latest_multirun_is_compared_and_every_other_run_is_listed_with_why(logs, tmp_path, monkeypatch):
+    rows, compared, left_out = run_compare(monkeypatch, logs / "tensorboard", tmp_path / "report")
+    assert sorted(row["run"] for row in rows) == [JSA, VAE]  # the second multirun's runs; their names tell them apart
+    assert sorted(compared) == [f"{JSA}/version_1", f"{VAE}/version_1"]
+    assert [row["nll (nats)"] for row in rows] == ["222.00", "222.00"]  # process 222's numbers, tested
+    assert sorted(left_out) == [f"{JSA}/version_0", f"{JSA}/version_2", f"{VAE}/version_0", f"{VAE}/version_2"]
+    for run in (f"{JSA}/version_0", f"{VAE}/version_0"):
+        assert left_out[run].startswith("an earlier multirun") and f"{stamp(T0)}-111" in left_out[run], left_out[run]
+    # the single Hydra run of process 111 again (a pid used twice): not the first multirun's; interrupted
+    assert left_out[f"{JSA}/version_2"].startswith("a single Hydra run") and f"jsa-mnist/{stamp(T0 + 7200)}-111" in left_out[f"{JSA}/version_2"]
+    assert "interrupted" in left_out[f"{JSA}/version_2"]
+    assert left_out[f"{VAE}/version_2"].startswith("a single run (process 444 on box)")
+    assert f"{stamp(T0 + 3600)}-222" in (tmp_path / "report" / "report.md").read_text()  # which multirun, said once
+
+
+def test_without_hydra_directories_the_runs_one_process_made_are_a_multirun(logs, tmp_path, monkeypatch):
+    shutil.rmtree(logs / "hydra")  # e.g. logs/tensorboard copied on its own
+    _, compared, left_out = run_compare(monkeypatch, logs / "tensorboard", tmp_path / "report")
+    assert sorted(compared) == [f"{JSA}/version_1", f"{VAE}/version_1"]
+    assert left_out[f"{VAE}/version_0"].startswith("an earlier multirun") and "process 111 on box" in left_out[f"{VAE}/version_0"]
+    assert left_out[f"{VAE}/version_2"].startswith("a single run (process 444 on box)")
+
+
+def test_the_multirun_named_in_the_run_directory_wins(logs, tmp_path, monkeypatch):
+    """<run>/hydra_job.yaml, where the training code writes one, names the run's multirun: it holds where process
+    ids are no guide (every run made by process 1, as in a container) and no Hydra directory is at hand."""
+    shutil.rmtree(logs / "hydra")
+    tb = logs / "tensorboard"
+    for event in tb.rglob("events.out.tfevents.*"):
+        event.rename(event.with_name(re.sub(r"\.box\.\d+\.", ".box.1.", event.name)))
+    for version, job in ((0, "sweep_dir: /x/logs/hydra/multirun/a\n"), (1, "sweep_dir: /x/logs/hydra/multirun/b\n"),
+                         (2, "output_dir: /x/logs/hydra/single\n")):
+        for name in (VAE, JSA):
+            (tb / name / f"version_{version}" / "hydra_job.yaml").write_text(job)
+    _, compared, left_out = run_compare(monkeypatch, tb, tmp_path / "report")
+    assert sorted(compared) == [f"{JSA}/version_1", f"{VAE}/version_1"]
+    assert "/x/logs/hydra/multirun/a" in left_out[f"{JSA}/version_0"] and "single Hydra run" in left_out[f"{VAE}/version_2"]
+
+
+def test_runs_glob_and_all_choose_the_runs(logs, tmp_path, monkeypatch):
+    root = logs / "tensorboard"
+    _, compared, left_out = run_compare(monkeypatch, root, tmp_path / "jsa", "--runs", "jsa-*")
+    assert sorted(compared) == [f"{JSA}/version_{v}" for v in range(3)]
+    assert sorted(left_out) == [f"{VAE}/version_{v}" for v in range(3)] and "does not match --runs 'jsa-*'" in left_out[f"{VAE}/version_0"]
+    _, compared, _ = run_compare(monkeypatch, root, tmp_path / "v0", "--runs", "*/version_0")
+    assert sorted(compared) == [f"{JSA}/version_0", f"{VAE}/version_0"]
+    _, compared, _ = run_compare(monkeypatch, root, tmp_path / "two", "--runs", f"{VAE}", "--runs", f"{JSA}/version_2")
+    assert sorted(compared) == [f"{JSA}/version_2", *(f"{VAE}/version_{v}" for v in range(3))]  # a run name: all its versions
+    _, compared, left_out = run_compare(monkeypatch, root, tmp_path / "all", "--all")
+    assert len(compared) == 6 and not left_out
+    with pytest.raises(SystemExit, match=r"--runs nothing-\*: no run matches; the runs: .*jsa-mnist-mlp-K10-L20/version_0"):
+        run_compare(monkeypatch, root, tmp_path / "none", "--runs", "nothing-*")
+
+
+def test_runs_of_one_name_are_labelled_apart(logs, tmp_path, monkeypatch):
+    rows, compared, _ = run_compare(monkeypatch, logs / "tensorboard", tmp_path / "all", "--all")
+    labels = [row["run"] for row in rows]
+    assert len(set(labels)) == len(labels) == 6 and sorted(labels) == sorted(compared.values())
+    # the version, and the setting the JSA runs differ in; the VAE runs differ in none: when each started
+    assert compared[f"{JSA}/version_0"] == f"{JSA} (version_0, lr=0.001)"
+    assert compared[f"{JSA}/version_1"] == f"{JSA} (version_1, lr=0.01)"
+    assert compared[f"{VAE}/version_2"] == f"{VAE} (version_2, started {time.strftime('%Y-%m-%d %H:%M', time.localtime(T0 + 7300))})"
+    # one run directory under two roots: the root tells them apart
+    a, b = (compare.Run(Path(root) / JSA / "version_0", f"{JSA}/version_0", {}, {}, root=Path(root)) for root in ("x", "y"))
+    assert compare.run_labels([a, b]) == [f"{JSA} (version_0) [x]", f"{JSA} (version_0) [y]"]
+
+
+def test_reconstruction_panels_wrap_into_a_grid_under_the_title(tmp_path, monkeypatch):
+    """Seven runs: two rows of at most four panels, not one 2800-pixel row; the figure title above the panel titles."""
+    png = io.BytesIO()
+    Image.new("RGB", (242, 242), (90, 90, 90)).save(png, format="PNG")
+    names = [f"{name}-mnist-mlp-K10-some-long-settings-{i}/version_0" for i, name in enumerate(["vae", "vqvae", "jsa", "dvae", "dvae_gumbel", "rws", "vimco"])]
+    runs = [compare.Run(tmp_path / name, name, {}, {}, png.getvalue(), "test" if i else "val") for i, name in enumerate(names)]
+    saved = []
+    original = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), original(fig, *a, **k))[1])
+    compare.plot_reconstructions(runs, tmp_path / "reconstructions.png")
+    (fig,) = saved
+    renderer = FigureCanvasAgg(fig).get_renderer()  # closed: drawn again, as saved
+    fig.canvas.draw()
+    panels = [ax for ax in fig.axes if ax.images]
+    rows = sorted({round(ax.get_position().y0, 3) for ax in panels}, reverse=True)
+    per_row = [sum(round(ax.get_position().y0, 3) == y for ax in panels) for y in rows]
+    assert len(panels) == 7 and per_row == [4, 3], per_row
+    title = fig._suptitle.get_window_extent(renderer)
+    panel_titles = [ax.title.get_window_extent(renderer) for ax in panels]
+    for ax, panel_title in zip(panels, panel_titles):
+        assert title.y0 >= panel_title.y1, ("the figure title overlaps a panel title", ax.title.get_text())
+    assert not any(a.overlaps(b) for i, a in enumerate(panel_titles) for b in panel_titles[i + 1:])  # long names wrap
+    with Image.open(tmp_path / "reconstructions.png") as image:
+        assert 1000 <= image.size[0] <= 1600 and image.size[1] >= 600, image.size  # readable at 100 dpi, not a strip
+    assert [compare.grid_shape(n) for n in (1, 3, 4, 5, 7, 9)] == [(1, 1), (1, 3), (1, 4), (2, 3), (2, 4), (3, 3)]
+
+
+@pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 def test_compare_experiment_and_report(tmp_path, mnist_dir):
     tiny = [*FAST, "trainer.limit_test_batches=1", "model.test_num_samples=2", "data.batch_size=32"]
     train(["-m", "experiment=compare", "data=mnist", *tiny], tmp_path, mnist_dir)
@@ -25,6 +203,10 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
         "dvae-mnist-mlp-K10-reinforce-optimal", "dvae_gumbel-mnist-mlp-K10-tau0.5", "jsa-mnist-mlp-K10-L20",
         "vae-mnist-mlp-z32", "vqvae-mnist-mlp-K10-autoregressive",
     ]
+    import yaml  # each run names its multirun (callbacks.run_directory.note_hydra_job): one sweep directory for all
+
+    jobs = [yaml.safe_load(p.read_text()) for p in sorted(root.glob("*/version_0/hydra_job.yaml"))]
+    assert len(jobs) == 5 and len({job["sweep_dir"] for job in jobs}) == 1 and sorted(j["job_num"] for j in jobs) == list(range(5))
 
     out = tmp_path / "report"
     result = subprocess.run(

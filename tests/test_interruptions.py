@@ -60,6 +60,9 @@ def test_sigterm_and_ctrl_c_save_a_checkpoint_exit_nonzero_and_resume_bit_for_bi
     assert f"{signal.Signals(signum).name}: saved a resumable checkpoint" in output
     stopped_at = load_checkpoint_file(last)["global_step"]
     assert 0 < stopped_at < STEPS
+    hydra_dirs = list((tmp_path / "logs" / "hydra").glob("*/*/"))  # the stopped run keeps its Hydra record
+    assert len(hydra_dirs) == 1 and (hydra_dirs[0] / ".hydra" / "config.yaml").is_file(), hydra_dirs
+    assert (hydra_dirs[0] / "train.log").is_file()
 
     code, output = finish(start(tmp_path, mnist_dir, f"ckpt_path={last}"))
     assert code == 0, output[-3000:]

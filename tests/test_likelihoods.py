@@ -36,6 +36,32 @@ def test_discrete_likelihoods_sum_to_one_over_the_256_levels(likelihood):
     torch.testing.assert_close(log_p.logsumexp(0), torch.zeros(200, dtype=torch.float64), rtol=0, atol=1e-9)
 
 
+
+# (mixture logits, means in [-1, 1], log-scales), all at PixelCNN++'s floor -7: mass on one or two levels, where the
+# float32 rounding of the bin edges shows most. 0 is the edge between levels 127 and 128; 1/255 is level 128's centre.
+SHARP_LOGISTICS = {
+    "edge-127-128": ([0.0], [0.0], [-7.0]),
+    "centre-128": ([0.0], [1 / 255], [-7.0]),
+    "minus-half": ([0.0], [-0.5], [-7.0]),
+    "near-0": ([0.0], [-0.999], [-7.0]),
+    "between-254-255": ([0.0], [1 - 1 / 255], [-7.0]),
+    "at-1": ([0.0], [1.0], [-7.0]),
+    "mixture": ([0.0, 0.5, -1.0], [0.0, -0.5, 0.3], [-7.0, -7.0, -7.0]),
+}
+
+
+@pytest.mark.parametrize("params", SHARP_LOGISTICS.values(), ids=SHARP_LOGISTICS.keys())
+def test_discretized_logistic_sums_to_one_in_float32_at_the_smallest_scale(params):
+    """Issue 31: level k's upper edge and level k + 1's lower edge must be the same float, or the 256 masses do not
+    telescope: with edges c_k ± 1/255 the float32 sum was off by 1.6e-5 for a logistic centred on an edge."""
+    logits, means, log_scales = (torch.tensor(v) for v in params)
+    likelihood = DiscretizedLogisticLikelihood(num_mixtures=len(logits))
+    out = torch.cat([logits, means, log_scales]).view(1, -1, 1, 1).expand(256, -1, -1, -1)
+    levels = (torch.arange(256) / 255).view(256, 1, 1, 1)  # float32, as the data module gives them
+    log_p = likelihood.log_prob(levels, out)
+    assert log_p.dtype == torch.float32 and torch.isfinite(log_p).all()
+    assert abs(log_p.double().exp().sum().item() - 1) < 2e-6
+
 def test_discretized_logistic_matches_its_definition_by_hand():
     """One logistic, mean 0, scale 0.1: P(k) = σ((c+1/255)/s) - σ((c-1/255)/s), the end levels take the tails."""
     likelihood = DiscretizedLogisticLikelihood(num_mixtures=1)

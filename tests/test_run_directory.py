@@ -1,4 +1,4 @@
-"""A run refused before it saved anything leaves nothing behind (callbacks/run_directory.py)."""
+"""Run directories: a run refused before it saved anything leaves nothing behind; a resumed run keeps its own (callbacks/run_directory.py)."""
 
 from __future__ import annotations
 
@@ -105,3 +105,34 @@ def test_a_log_dir_nobody_can_write_to_is_one_line(tmp_path, mnist_dir):
         f"error: log_dir={locked}/runs: {locked} cannot be written to (Operation not permitted); give a directory the run can write to")
     assert default.returncode == 2 and default.stderr.strip().startswith("error: log_dir=logs (the default): ")
     assert list(locked.iterdir()) == []
+
+
+def test_a_resumed_run_keeps_tracking_its_best_checkpoint(tmp_path, mnist_dir, monkeypatch):
+    """The first run is given a relative log directory, the resume an absolute checkpoint path: both must name the
+    checkpoint directory alike, or Lightning warns "The dirpath has changed" and forgets the best val/nll so far."""
+    import warnings
+
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from callbacks.run_directory import tensorboard_logger
+    from datamodules import MNISTDataModule
+    from models import VAE
+
+    monkeypatch.chdir(tmp_path)
+
+    def fit(steps: int, ckpt_path: str | None) -> ModelCheckpoint:
+        checkpoint = ModelCheckpoint(monitor="val/nll", save_last=True)
+        trainer = L.Trainer(max_steps=steps, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=0,
+                            logger=tensorboard_logger("logs/tensorboard", "run", ckpt_path), callbacks=[checkpoint],
+                            enable_progress_bar=False, enable_model_summary=False)
+        trainer.fit(VAE(latent_dim=4, val_num_samples=2), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16),
+                    ckpt_path=ckpt_path)
+        return checkpoint
+
+    first = fit(2, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed = fit(4, str((tmp_path / first.last_model_path).resolve()))
+    assert not [w for w in caught if "dirpath has changed" in str(w.message)]
+    assert Path(resumed.dirpath) == Path(first.dirpath) and Path(first.dirpath).is_absolute()
