@@ -184,13 +184,18 @@ class DiscretizedLogisticLikelihood(Likelihood):
     def log_prob(self, x: Tensor, out: Tensor) -> Tensor:
         log_weights, means, log_scales = self._mixture(full_precision(out), x.shape[-3])
         k = _levels(x).unsqueeze(-3).to(means.dtype)  # (..., C, 1, H, W)
-        centre = 2 * k / (NUM_LEVELS - 1) - 1
+        # Each edge computed once from the integer level, (2k ± 1)/255 - 1, not as c_k ± 1/255: the upper edge of
+        # level k and the lower edge of level k + 1 are then the same float, so the 256 masses telescope to 1 (issue 31).
+        edge_upper = (2 * k + 1) / (NUM_LEVELS - 1) - 1
+        edge_lower = (2 * k - 1) / (NUM_LEVELS - 1) - 1
         inv_scale = torch.exp(-log_scales)
-        upper = (centre + 1 / (NUM_LEVELS - 1) - means) * inv_scale  # a
-        lower = (centre - 1 / (NUM_LEVELS - 1) - means) * inv_scale  # b
+        upper = (edge_upper - means) * inv_scale  # a
+        lower = (edge_lower - means) * inv_scale  # b
         log_cdf_upper = -F.softplus(-upper)  # log σ(a): level 0 takes everything below
         log_survival_lower = -F.softplus(lower)  # log (1 - σ(b)): level 255 takes everything above
-        width = ((2 / (NUM_LEVELS - 1)) * inv_scale).clamp_min(torch.finfo(means.dtype).tiny)  # a - b, without cancellation
+        # a - b from the distance between those same float edges: the exact 2/255 misses it by up to ~1e-7 (1e-4 in
+        # a - b at the scale floor), enough to break the telescoping; upper - lower would cancel at large scales.
+        width = ((edge_upper - edge_lower) * inv_scale).clamp_min(torch.finfo(means.dtype).tiny)
         log_mass = -F.softplus(-lower) - F.softplus(upper) + width + torch.log(-torch.expm1(-width))  # log(σ(a) - σ(b))
         log_p = torch.where(k == 0, log_cdf_upper, torch.where(k == NUM_LEVELS - 1, log_survival_lower, log_mass))
         return torch.logsumexp(log_weights + log_p, dim=-3).flatten(-3).sum(-1)
