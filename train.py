@@ -40,6 +40,7 @@ LightningCLI, the same classes and defaults through jsonargparse (defaults: --mo
   python train.py fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1
   python train.py test --model=VAE --ckpt_path=PATH/last.ckpt   # logs into the run that wrote the checkpoint
   python train.py fit --help     # lists every option of model, data and trainer
+  python train.py fit --config configs/cli/jsa_paper.yaml   # the JSA paper's protocol, from a config file
 
 TensorBoard: tensorboard --logdir logs/tensorboard
 """
@@ -47,7 +48,7 @@ TensorBoard: tensorboard --logdir logs/tensorboard
 
 def _config_groups() -> str:
     groups = []
-    for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir()):
+    for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name != "cli"):  # cli/: LightningCLI's files
         choices = ",".join(sorted(f.stem for f in group.glob("*.yaml")))
         groups.append(f"{group.name}={{{choices}}}")
     return "  ".join(groups)
@@ -168,13 +169,6 @@ def swept_keys() -> set[str]:
     return keys
 
 
-# The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
-TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
-                      "run_name": str, "discrete_latent": dict | None, "per_model": dict | None,
-                      "compare_backbone": dict | None, "compare_prior": dict | None}
-CONFIG_GROUPS = ("model", "data", "optimizer", "trainer", "logger", "callbacks", "experiment", "hydra")
-
-
 def check_run_settings(cfg: Any) -> None:
     """The top-level settings and the trainer's, checked before anything is seeded, built or written:
     a `+key=value` that nothing reads (a typo of a setting, say `+ckpt_pth=...`) is refused, not ignored."""
@@ -182,6 +176,7 @@ def check_run_settings(cfg: Any) -> None:
     from omegaconf import OmegaConf
 
     from callbacks.settings import SettingsError, check_settings, check_trainer_values, expected
+    from launch.precheck import CONFIG_GROUPS, TOP_LEVEL_SETTINGS
 
     problems = []
     for arg in sys.argv[1:]:
@@ -236,13 +231,16 @@ def build(cfg: Any) -> tuple[Any, Any]:
 
 def run(cfg: Any) -> dict[str, float]:
     """Build data, model, logger, callbacks and trainer from a composed Hydra config and fit."""
+    import logging
+
     import lightning as L
     from hydra.utils import instantiate
 
     from callbacks.checkpoint_files import load_checkpoint_file
     from callbacks.distributed import check_launcher, strategy_with_timeout
     from callbacks.run_directory import (
-        no_traces_if_refused, note_hydra_job, requeued_job_checkpoint, slurm_job_id, tensorboard_logger)
+        no_traces_if_refused, note_hydra_job, requeued_job_checkpoint, run_summary_at_end, slurm_job_id, tensorboard_logger)
+    from models.base import check_model_class
 
     check_run_settings(cfg)
     if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
@@ -252,8 +250,8 @@ def run(cfg: Any) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model = build(cfg)
     ckpt_path = cfg.get("ckpt_path")
-    if ckpt_path:  # an unusable checkpoint stops the run here, before anything is written
-        load_checkpoint_file(ckpt_path)
+    if ckpt_path:  # an unusable checkpoint (or another model's) stops the run here, before anything is written
+        check_model_class(load_checkpoint_file(ckpt_path), type(model), ckpt_path)
     logger = False
     if cfg.get("logger"):
         logger_settings = {k: v for k, v in cfg.logger.items() if k not in ("_target_", "save_dir", "name")}
@@ -266,20 +264,19 @@ def run(cfg: Any) -> dict[str, float]:
     trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, _convert_="all", **trainer_settings)
     check_launcher(trainer)
     ckpt_path = ckpt_path or requeued_job_checkpoint(trainer)
-    with no_traces_if_refused(logger, refusals()):
-        note_hydra_job(logger)  # after the run's files are listed: a refused new run still leaves nothing
-        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
-    if cfg.get("run_test"):
-        # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
-        use_model = any(getattr(c, "use_mean", False) for c in callbacks) or not trainer.checkpoint_callback
-        if not use_model and not trainer.checkpoint_callback.best_model_path:
-            import logging
-
-            logging.getLogger(__name__).warning(
-                "run_test: no validation ran before training stopped (trainer.check_val_every_n_epoch=%s), so there is "
-                "no best checkpoint on val/nll: testing the final weights", cfg.trainer.get("check_val_every_n_epoch"))
-            use_model = True
-        trainer.test(model, datamodule=datamodule, ckpt_path=None if use_model else "best")
+    with run_summary_at_end(trainer, logging.getLogger(__name__).info):  # the last line: run, last.ckpt, tensorboard
+        with no_traces_if_refused(logger, refusals()):
+            note_hydra_job(logger)  # after the run's files are listed: a refused new run still leaves nothing
+            trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+        if cfg.get("run_test"):
+            # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
+            use_model = any(getattr(c, "use_mean", False) for c in callbacks) or not trainer.checkpoint_callback
+            if not use_model and not trainer.checkpoint_callback.best_model_path:
+                logging.getLogger(__name__).warning(
+                    "run_test: no validation ran before training stopped (trainer.check_val_every_n_epoch=%s), so there "
+                    "is no best checkpoint on val/nll: testing the final weights", cfg.trainer.get("check_val_every_n_epoch"))
+                use_model = True
+            trainer.test(model, datamodule=datamodule, ckpt_path=None if use_model else "best")
     return {k: float(v) for k, v in trainer.callback_metrics.items()}
 
 
@@ -370,6 +367,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
         no_traces_if_refused,
         note_existing_directories,
         requeued_job_checkpoint,
+        run_summary_at_end,
         slurm_job_id,
         tensorboard_logger,
     )
@@ -393,7 +391,16 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
             args = raw_args
 
     class Parser(LightningArgumentParser):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            # argparse takes --trainer.max_epoch as an abbreviation of --trainer.max_epochs: a typo would run silently.
+            super().__init__(*args, **{**kwargs, "allow_abbrev": False})
+
         def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
+            from launch.precheck import refuse_early
+
+            early = refuse_early(raw_args, cli=True)  # the same line as before the imports, with "did you mean"
+            if early:
+                _exit_with(early)
             _exit_with(f"{_parser_message(message, raw_args)} (python train.py {subcommand or 'fit'} --help lists the options)")
 
     class CLI(LightningCLI):
@@ -477,7 +484,8 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> Any:
             super()._parse_ckpt_path()
 
         def _run_subcommand(self, subcommand: str) -> None:
-            with no_traces_if_refused(self.trainer.logger, refusals()):
+            # The last line (also after Ctrl-C/SIGTERM): the run, its last.ckpt and the TensorBoard command.
+            with run_summary_at_end(self.trainer, lambda line: print(line, flush=True)), no_traces_if_refused(self.trainer.logger, refusals()):
                 super()._run_subcommand(subcommand)
 
         def instantiate_classes(self) -> None:
@@ -641,6 +649,11 @@ def _exit_with(message: str) -> None:
 
 def main() -> None:
     argv = sys.argv[1:]
+    from launch.precheck import refuse_early  # before the imports of torch and Lightning: typos are refused at once
+
+    refusal = refuse_early(argv, cli=bool(argv) and argv[0] in CLI_SUBCOMMANDS)
+    if refusal:
+        _exit_with(refusal)
     if argv and argv[0] in CLI_SUBCOMMANDS:
         quiet_console(hydra=False)
         cli_main()

@@ -12,12 +12,16 @@ callback, on that exception:
 
 Ctrl-C (SIGINT) is made to take the same path: the first one asks the process to stop after the
 current step, the way SIGTERM does; a second one interrupts at once, saving nothing.
+
+The message names the command that resumes the run (`resume_command`); Lightning's own "Received SIGTERM: 15"
+line, which would say the same less clearly (and, after Ctrl-C, name the wrong signal), is left out.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import threading
 from pathlib import Path
@@ -29,18 +33,58 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 log = logging.getLogger(__name__)
 
 
+class _WithoutLightningsSigtermLine(logging.Filter):
+    """Drops Lightning's "[rank: N] Received SIGTERM: 15" while a SaveOnPreemption callback trains: the callback's own
+    message says which signal stopped the run (after Ctrl-C, SIGINT, not the SIGTERM it sends itself) and how to resume."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.active = 0  # SaveOnPreemption callbacks between on_train_start and the end of fit
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.active and "Received SIGTERM: " in record.getMessage())
+
+
+_sigterm_line = _WithoutLightningsSigtermLine()
+logging.getLogger("lightning.pytorch.trainer.connectors.signal_connector").addFilter(_sigterm_line)
+
+
+def resume_command(ckpt_path: str | os.PathLike, class_name: str, config_name: str | None = None) -> str:
+    """The command that resumes a run from `ckpt_path` in the front end that runs it. Under Hydra, this job's own
+    overrides with `model=<config_name>` (default: this job's model choice) and `ckpt_path=`:
+    `python train.py model=jsa model.mis_steps=2 ckpt_path=PATH` (another model drops the model.* ones); otherwise
+    LightningCLI's `python train.py fit --model=<class_name> --ckpt_path=PATH` (it restores the model's settings
+    from the checkpoint)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    path = shlex.quote(str(ckpt_path))
+    if not HydraConfig.initialized():
+        return f"python train.py fit --model={class_name} --ckpt_path={path}"
+    hydra = HydraConfig.get()
+    current = hydra.runtime.choices.get("model")
+    config_name = config_name or current
+    keys = {override: override.lstrip("+~").split("=", 1)[0] for override in hydra.overrides.task}
+    kept = [override for override, key in keys.items() if key not in ("model", "ckpt_path")
+            and (config_name == current or not key.startswith("model."))]
+    return " ".join(["python train.py", f"model={config_name}", *map(shlex.quote, kept), f"ckpt_path={path}"])
+
+
 class SaveOnPreemption(L.Callback):
     """On SIGTERM or the first Ctrl-C: save `last.ckpt` at the next step boundary and exit with 128 + signal."""
 
     def __init__(self) -> None:
         self.signal: int = signal.SIGTERM
         self._previous_sigint: Any = None
+        self._filtering = False  # counted in _sigterm_line.active
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # After Lightning registered its SIGTERM handler; its teardown puts back the handlers of before fit.
         self.signal = signal.SIGTERM
         if threading.current_thread() is threading.main_thread():
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+        if not self._filtering:
+            _sigterm_line.active += 1
+            self._filtering = True
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         self.signal = signal.SIGINT
@@ -56,14 +100,17 @@ class SaveOnPreemption(L.Callback):
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
             return
         path = checkpoint_directory(trainer) / "last.ckpt"
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)  # the full state (Lightning's default, said: no log line about it)
         name = signal.Signals(self.signal).name
         if trainer.is_global_zero:
-            log.warning("%s: saved a resumable checkpoint at step %d to %s; resume with ckpt_path=%s",
-                        name, trainer.global_step, path, path)
+            log.warning("%s: saved a resumable checkpoint at step %d to %s; resume with: %s", name, trainer.global_step,
+                        path, resume_command(path, type(pl_module).__name__))
         exception.code = 128 + self.signal  # SystemExit's status: the run was stopped by a signal
 
     def _restore_sigint(self) -> None:
+        if self._filtering:
+            _sigterm_line.active -= 1
+            self._filtering = False
         if self._previous_sigint is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, self._previous_sigint)
             self._previous_sigint = None

@@ -208,6 +208,7 @@ def note_hydra_job(logger: Any) -> None:
     import yaml
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
+    from omegaconf import OmegaConf
 
     if not logger or rank_zero_only.rank != 0 or not HydraConfig.initialized():
         return
@@ -215,8 +216,64 @@ def note_hydra_job(logger: Any) -> None:
     if path.exists():
         return
     hydra = HydraConfig.get()
+    if OmegaConf.is_missing(hydra.runtime, "output_dir"):  # a config composed in Python (tests): no Hydra job
+        return
     output_dir = Path(hydra.runtime.output_dir).resolve()
     job: dict[str, Any] = {"output_dir": str(output_dir)}
     if hydra.mode == RunMode.MULTIRUN:
         job |= {"sweep_dir": str(output_dir.parent), "job_num": hydra.job.num}
     path.write_text(yaml.safe_dump(job))
+
+
+def run_summary(trainer: Any) -> str | None:
+    """One line naming where a run is: its TensorBoard run directory, its last checkpoint and the command that shows
+    it, e.g. `run: logs/tensorboard/jsa-mnist-mlp-K10-L20/version_0 · checkpoint: logs/.../checkpoints/last.ckpt ·
+    tensorboard --logdir logs/tensorboard` (paths below the working directory relative to it); None when there is
+    nothing to name (no logger directory, no checkpoint)."""
+    from callbacks.preemption import checkpoint_directory
+
+    parts = []
+    logger = trainer.logger
+    tensorboard = isinstance(logger, TensorBoardLogger) and "://" not in str(logger.save_dir)
+    if tensorboard:
+        parts.append(f"run: {_shown(logger.log_dir)}")
+    last = checkpoint_directory(trainer) / "last.ckpt"
+    if last.is_file():
+        parts.append(f"checkpoint: {_shown(last)}")
+    if tensorboard:
+        parts.append(f"tensorboard --logdir {_shown(logger.save_dir)}")
+    return " · ".join(parts) or None
+
+
+def _shown(path: str | os.PathLike) -> str:
+    """`path` relative to the working directory when below it (as a user would type it there), else absolute."""
+    import shlex
+
+    path = Path(path).resolve()
+    try:
+        path = path.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return shlex.quote(str(path))
+
+
+@contextlib.contextmanager
+def run_summary_at_end(trainer: Any, say: Any) -> Iterator[None]:
+    """`say(run_summary(trainer))` on rank 0 when the block ends: after the run, or after SIGTERM or Ctrl-C stopped it
+    with a checkpoint (exit 143 or 130); not when the run was refused or failed (nothing of a run to point at)."""
+    import signal
+
+    stopped = (128 + signal.SIGTERM, 128 + signal.SIGINT)
+    try:
+        yield
+    except SystemExit as stop:
+        if stop.code in stopped:
+            _say_summary(trainer, say)
+        raise
+    _say_summary(trainer, say)
+
+
+def _say_summary(trainer: Any, say: Any) -> None:
+    line = run_summary(trainer) if trainer.is_global_zero else None
+    if line:
+        say(line)

@@ -10,11 +10,12 @@ allows null. One error names every wrong setting, with what was expected.
 from __future__ import annotations
 
 import inspect
-import types
 import typing
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any
 
 from callbacks.hparams import constructor_defaults
+from launch.schema import expected as expected_by_spec
+from launch.schema import type_spec
 
 
 class SettingsError(ValueError):
@@ -39,30 +40,8 @@ def constructor_hints(cls: type) -> dict[str, Any]:
 
 
 def expected(hint: Any, value: Any) -> str | None:
-    """None if `value` fits `hint`, else what was expected (checks Literal, int, float, bool, str, None)."""
-    origin = get_origin(hint)
-    if origin is Literal:
-        choices = get_args(hint)
-        return None if value in choices else "one of " + ", ".join(map(repr, choices))
-    if origin in (Union, types.UnionType):
-        options = get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        failures = [expected(option, value) for option in options if option is not type(None)]
-        if any(f is None for f in failures):
-            return None
-        return " or ".join(f for f in failures if f) + (" or null" if type(None) in options else "")
-    if hint is bool:
-        return None if isinstance(value, bool) else "true or false"
-    if hint is int:
-        return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
-    if hint is float:
-        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
-    if hint is str:
-        return None if isinstance(value, str) else "a string"
-    if isinstance(hint, type) and isinstance(value, (str, int, float, bool)):  # a plain value is never a Tensor, ...
-        return None if isinstance(value, hint) else f"a {hint.__name__}"
-    return None  # sequences, callables, nested configs: left to the constructor
+    """None if `value` fits the type hint `hint`, else what was expected (launch/schema.py's check, on the hint's spec)."""
+    return expected_by_spec(type_spec(hint), value)
 
 
 def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:

@@ -14,10 +14,12 @@ split: it is the dataset index the sampler drew, never a batch-local position.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import shutil
 from pathlib import Path
-from typing import ClassVar, Literal, get_args
+from typing import ClassVar, Iterator, Literal, get_args
 
 import lightning as L
 import torch
@@ -264,17 +266,41 @@ class ImageDataModule(L.LightningDataModule):
         # exists(), not is_file(): a folder or an unreadable file of that name is reported by _load, not as missing
         missing = [f for f in self._files(train) if not f.exists()]
         if missing and download:
-            try:
-                self._download()
-            except (OSError, RuntimeError) as err:  # URLError, a bad md5 of the archive, a full disk
-                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                raise self._not_found(f"the download failed ({reason[:120]})") from None  # no chained traceback
-            missing = [f for f in missing if not f.exists()]
-            if missing:
-                raise self._not_found("the download did not provide them")
+            with self._undone_if_refused():
+                try:
+                    self._download()
+                except (OSError, RuntimeError) as err:  # URLError, a bad md5 of the archive, a full disk
+                    reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                    raise self._not_found(f"the download failed ({reason[:120]})") from None  # no chained traceback
+                missing = [f for f in missing if not f.exists()]
+                if missing:
+                    raise self._not_found("the download did not provide them")
         elif missing:
             attempt = "setup() does not download, prepare_data() does" if self.download else "download=False"
             raise self._not_found(f"no download was attempted ({attempt})")
+
+    def _download_places(self) -> list[Path]:
+        """Where :meth:`_download` writes: the folders of the split files, and a subclass's archive if it has one."""
+        return sorted({f.parent for f in self._files(True) + self._files(False)})
+
+    @contextlib.contextmanager
+    def _undone_if_refused(self) -> Iterator[None]:
+        """A download that fails (no network, as in CI; a DATA_DIR one level off, say .../MNIST) refuses the run, which
+        then leaves the user's data folder as it was: what the download made goes again, i.e. the outermost missing
+        folder (or file) of each place it writes (MNIST/, or MNIST/MNIST/ with its raw/), and what it added to a
+        dataset folder that was there already (a partial download)."""
+        places = self._download_places()
+        made = {[p for p in (place, *place.parents) if not p.exists()][-1] for place in places if not place.exists()}
+        listed = {place: set(os.listdir(place)) for place in places if place.is_dir()}
+        try:
+            yield
+        except BaseException:
+            for path in [*made, *(place / name for place, names in listed.items() for name in set(os.listdir(place)) - names)]:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+            raise
 
     def _load(self, train: bool) -> Tensor:
         """:meth:`_read` of files known to be there, any error said in one line."""

@@ -45,6 +45,9 @@ class CIFAR10DataModule(ImageDataModule):
         # Rows are planar RGB (1024 red, then green, then blue values), so (N, 3, 32, 32) is a plain view.
         return torch.from_numpy(rows).view(-1, *self.image_shape)
 
+    def _download_places(self) -> list[Path]:
+        return [*super()._download_places(), self.data_dir / CIFAR10.filename]  # the archive, beside the folder
+
     def _download(self) -> None:
         # The archive holds every file: unpack it aside and move in only the missing ones, so that a file
         # already there (perhaps corrupt: setup says so) is never replaced behind the user's back.

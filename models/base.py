@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+import types
 from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 import lightning as L
@@ -24,7 +25,7 @@ from torchmetrics.image import PeakSignalNoiseRatio
 
 from callbacks.checkpoint_files import AtomicCheckpoints, CheckpointError, load_checkpoint_file
 from callbacks.log_steps import is_logging_step
-from callbacks.preemption import SaveOnPreemption
+from callbacks.preemption import SaveOnPreemption, resume_command
 from callbacks.random_state import RandomStateCheckpoint
 from callbacks.resume_settings import ResumeSettings, changed_settings, state_mismatch
 from models.components.backbones import Activation
@@ -324,7 +325,12 @@ class LatentVariableModel(L.LightningModule):
         # Exact resume needs the random state; nothing lost needs atomic, checksummed checkpoint files.
         # A resumed run trains with the settings it records (callbacks/resume_settings.py); SIGTERM and
         # Ctrl-C save a checkpoint before the run stops (callbacks/preemption.py).
-        return [RandomStateCheckpoint(), AtomicCheckpoints(), ResumeSettings(), SaveOnPreemption()]
+        needed = (RandomStateCheckpoint, AtomicCheckpoints, ResumeSettings, SaveOnPreemption)
+        # Lightning calls this at every fit, validate and test: the trainer holds them from an earlier one (test after
+        # fit, run_test=true), or the user gave one. Returned again, they would replace themselves with a log line
+        # ("... will override existing callbacks passed to Trainer") in every job of a multirun.
+        held = self._trainer.callbacks if self._trainer is not None else []
+        return [callback() for callback in needed if not any(isinstance(c, callback) for c in held)]
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> "LatentVariableModel":
@@ -340,12 +346,14 @@ class LatentVariableModel(L.LightningModule):
             checkpoint_path.seek(start)
         else:  # a local file: its checksum is checked too
             found = load_checkpoint_file(checkpoint_path, trusted=trusted).get("model_class")
-        _check_model_class(found, cls)
+        if found is not None and found != _qualified_name(cls):
+            raise CheckpointError(f"this checkpoint was written by {found}, not {_qualified_name(cls)}; load it with "
+                                  f"{found.rsplit('.', 1)[-1]}.load_from_checkpoint")
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        _check_model_class(checkpoint.get("model_class"), type(self))
         trainer = self._trainer  # None in load_from_checkpoint
+        check_model_class(checkpoint, type(self), getattr(trainer, "ckpt_path", None) if trainer is not None else None)
         datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
         self._changed_on_resume = changed_settings(checkpoint, self, datamodule)  # named if the state does not fit
 
@@ -368,8 +376,30 @@ def _qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _check_model_class(found: str | None, cls: type) -> None:
-    if found is not None and found != _qualified_name(cls):
-        name = found.rsplit(".", 1)[-1]
-        raise CheckpointError(f"this checkpoint was written by {found}, not {_qualified_name(cls)}; load it with "
-                              f"{name}.load_from_checkpoint (or resume with the model it was trained with)")
+def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = None) -> None:
+    """Refuse to resume (or evaluate) `cls` from a checkpoint another model wrote, with the command that resumes it
+    with that model: `python train.py model=vae ckpt_path=PATH` (Hydra), `... fit --model=VAE --ckpt_path=PATH` (CLI)."""
+    found = checkpoint.get("model_class")
+    if found is None or found == _qualified_name(cls):
+        return
+    name = found.rsplit(".", 1)[-1]
+    checkpoint_name = f"checkpoint {ckpt_path}" if ckpt_path else "this checkpoint"
+    written_by = next((model for model in _registered_models() if _qualified_name(model) == found), None)
+    if written_by is None:  # not one of the collection's models (never imported): nothing to resume it with here
+        raise CheckpointError(f"{checkpoint_name} was written by {found}, not {_qualified_name(cls)}, and "
+                              "that is not one of the collection's models")
+    config_name = written_by.config_name
+    if not isinstance(config_name, str):  # a property (DiscreteVAE: dvae or dvae_gumbel): of the checkpoint's settings
+        try:
+            config_name = config_name.fget(types.SimpleNamespace(**(checkpoint.get("hyper_parameters") or {})))
+        except AttributeError:  # a setting it reads is not recorded
+            config_name = name.lower()
+    raise CheckpointError(f"{checkpoint_name} was written by {found}, not {_qualified_name(cls)}: resume it "
+                          f"with the model that wrote it: {resume_command(ckpt_path or 'PATH', name, config_name)} (in "
+                          f"Python: {name}.load_from_checkpoint)")
+
+
+def _registered_models() -> tuple[type, ...]:
+    import models
+
+    return models._MODELS

@@ -228,17 +228,24 @@ def test_missing_data_without_download(cls: type[ImageDataModule], tmp_path: Pat
 
 
 @pytest.mark.parametrize("cls", [MNISTDataModule, CIFAR10DataModule])
+@pytest.mark.parametrize("data_dir", [".", "MNIST", "not/there"])  # an empty folder, one level too deep, a typo
 def test_missing_data_download_fails_offline(
-    cls: type[ImageDataModule], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cls: type[ImageDataModule], data_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def offline(*args: object, **kwargs: object) -> None:
         raise urllib.error.URLError("network disabled in tests")
 
     # Guarantees nothing is downloaded even on a machine with network access.
     monkeypatch.setattr(urllib.request, "urlopen", offline)
+    (tmp_path / "MNIST" / "raw").mkdir(parents=True)  # the user's folder: MNIST/raw without the files
+    (tmp_path / "notes.txt").write_text("mine")
+    before = sorted(tmp_path.rglob("*"))
+    root = tmp_path / data_dir
     with pytest.raises(DataNotFoundError, match="no data set in .*the download failed.*DATA_DIR") as info:
-        cls(data_dir=str(tmp_path), download=True).prepare_data()
-    assert str(tmp_path.resolve()) in str(info.value) and "\n" not in str(info.value) and len(str(info.value)) < 600
+        cls(data_dir=str(root), download=True).prepare_data()
+    assert str(root.resolve()) in str(info.value) and "\n" not in str(info.value) and len(str(info.value)) < 600
+    # The refused run leaves the user's data folder as it was: no MNIST/MNIST/raw, cifar-10-batches-py, not/there.
+    assert sorted(tmp_path.rglob("*")) == before
 
 
 # ---- options: refused in __init__, naming the option -----------------------------------------------------------

@@ -1,9 +1,15 @@
 """What a new user meets first, checked without training: both front ends build the same model and data
 from the same defaults, the likelihood follows the data, integer batch limits are counts, one inference
-API for every model, evaluation binarization that does not depend on batching, plain progress lines."""
+API for every model, evaluation binarization that does not depend on batching, plain progress lines; a run
+that ends (or is stopped with Ctrl-C) says where it is and how to resume it, in the project's words only."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import re
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import lightning as L
@@ -110,6 +116,20 @@ def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mn
     trainer.fit(VAE(latent_dim=4, test_num_samples=7), datamodule=dm)
     with pytest.raises(ValueError, match=r"written by models\.vae\.VAE, not models\.jsa\.JSA; load it with VAE"):
         JSA.load_from_checkpoint(tmp_path / "last.ckpt")
+    # Resumed as the default model (JSA), as the Ctrl-C message's command would be without model=: the refusal names
+    # the model to resume with, in the front end's own words.
+    last = tmp_path / "last.ckpt"
+    logs = tmp_path / "logs"
+    with pytest.raises(ValueError, match=re.escape(f"written by models.vae.VAE, not models.jsa.JSA: resume it with the model that wrote "
+                                                   f"it: python train.py model=vae data.batch_size=16 log_dir={logs} ckpt_path={last} (")):
+        train.run(composed(["data.batch_size=16", "model.mis_steps=2", f"log_dir={logs}", f"ckpt_path={last}"]))  # JSA's setting goes
+    assert not logs.exists()  # refused before anything was written
+    from hydra.core.hydra_config import HydraConfig
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(HydraConfig.instance(), "cfg", None)  # no Hydra run: LightningCLI's command
+        with pytest.raises(ValueError, match=re.escape(f"resume it with the model that wrote it: python train.py fit --model=VAE --ckpt_path={last} (")):
+            L.Trainer(max_steps=2, logger=False, enable_progress_bar=False, enable_model_summary=False).fit(JSA(), datamodule=dm, ckpt_path=last)
     assert isinstance(VAE.load_from_checkpoint(tmp_path / "last.ckpt"), VAE)
     import io
     assert isinstance(VAE.load_from_checkpoint(io.BytesIO((tmp_path / "last.ckpt").read_bytes())), VAE)  # a stream too
@@ -154,3 +174,85 @@ def test_plain_progress_lines_with_time_left_for_the_test_stage(mnist_dir, capsy
     out = capsys.readouterr().out
     assert "test: 1/3 batches" in out and "left" in out and "test done: 3/3 batches" in out and "test/nll=" in out
     assert "\r" not in out and "\x1b[" not in out
+
+
+# ---- the end of a run: where it is, how to resume it ----------------------------------------------------
+
+
+@contextlib.contextmanager
+def logged() -> Iterator[list[str]]:
+    """The messages logged at INFO and above while the block runs, whichever handlers would print them (Lightning's
+    own logger may not propagate to the root)."""
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if not any(r is record for r in records):  # once, though it reaches both loggers' handlers
+                records.append(record)
+
+    handler, root = Collect(logging.INFO), logging.getLogger()
+    loggers, level = [root, logging.getLogger("lightning.pytorch"), logging.getLogger("lightning.fabric")], root.level
+    root.setLevel(logging.INFO)  # as under Hydra
+    for logger in loggers:
+        logger.addHandler(handler)
+    messages: list[str] = []
+    try:
+        yield messages
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+        root.setLevel(level)
+        messages.extend(r.getMessage() for r in records)
+
+
+def test_ctrl_c_says_how_to_resume_in_the_projects_words_only(tmp_path, mnist_dir, monkeypatch):
+    """The first Ctrl-C saves last.ckpt and exits 130 with one message that names the command to resume with;
+    Lightning's "Received SIGTERM: 15" (the callback sends itself SIGTERM) and "`weights_only` was not set" are not shown."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from callbacks.preemption import resume_command
+
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # no Hydra run: LightningCLI's command
+
+    class CtrlC(L.Callback):
+        def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+            if trainer.global_step == 2:
+                signal.raise_signal(signal.SIGINT)
+
+    trainer = L.Trainer(max_steps=20, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[CtrlC(), ModelCheckpoint(dirpath=tmp_path, save_last=True)])
+    with logged() as messages, pytest.raises(SystemExit) as stop:
+        trainer.fit(VAE(latent_dim=4), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
+    assert stop.value.code == 130
+    last = tmp_path / "last.ckpt"
+    assert messages[-1] == f"SIGINT: saved a resumable checkpoint at step 2 to {last}; resume with: python train.py fit --model=VAE --ckpt_path={last}"
+    assert not [m for m in messages if "Received SIGTERM" in m or "weights_only" in m], messages
+    # Under Hydra: the job's own overrides, with model= (the job's choice, or the model that wrote the checkpoint).
+    composed(["model=vae", "model.latent_dim=4", "data.batch_size=16"])
+    assert resume_command(last, "VAE") == f"python train.py model=vae model.latent_dim=4 data.batch_size=16 ckpt_path={last}"
+    assert resume_command(last, "JSA", "jsa") == f"python train.py model=jsa data.batch_size=16 ckpt_path={last}"
+
+
+@pytest.mark.parametrize("front_end", ["hydra", "cli"])
+def test_a_run_ends_with_one_line_naming_its_directory_checkpoint_and_tensorboard(front_end, tmp_path, mnist_dir, monkeypatch, capsys):
+    """The last line of a run (Hydra: after its test stage, run_test=true): the run directory, its last.ckpt and the
+    TensorBoard command, paths relative to where it was started; Lightning's "callbacks returned in
+    configure_callbacks will override existing callbacks" does not appear when the test stage follows the fit."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    run = "logs/tensorboard/vae-mnist-mlp-z4/version_0"
+    expected = f"run: {run} · checkpoint: {run}/checkpoints/last.ckpt · tensorboard --logdir logs/tensorboard"
+    if front_end == "hydra":
+        with logged() as messages:
+            train.run(composed(["model=vae", "model.latent_dim=4", "data.batch_size=16", "trainer.max_steps=2",
+                                "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
+                                "model.val_num_samples=2", "model.test_num_samples=2", "run_test=true",
+                                "trainer.enable_progress_bar=false"]))
+        assert messages[-1] == expected
+        assert not [m for m in messages if "will override existing callbacks" in m], messages
+    else:
+        train.cli_main(["fit", "--model=VAE", "--model.latent_dim=4", "--data.batch_size=16", "--trainer.max_steps=2",
+                        "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--model.val_num_samples=2",
+                        "--trainer.enable_progress_bar=false"])
+        assert capsys.readouterr().out.strip().splitlines()[-1:] == [expected]
+    assert (tmp_path / run / "checkpoints" / "last.ckpt").is_file()

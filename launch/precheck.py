@@ -1,0 +1,231 @@
+"""The command line checked before torch, Lightning and the models are imported: the common mistakes (an unknown
+option, a config that does not exist, a value of the wrong type) are refused in about a second with one `error:`
+line and the closest valid names, instead of after ten seconds of imports or as Hydra's six-line report.
+
+Only what can be decided from the command line and `launch/settings_schema.json` is checked here; a setting this
+module cannot judge (an interpolation, a list, a config file, a class whose schema entry is stale) passes, and the
+full checks after the imports (callbacks/settings.py, the constructors, jsonargparse) still run on everything.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from launch.schema import CONFIGS, GROUPS, NOT_SETTINGS, expected, load, type_spec
+
+# The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
+TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
+                      "run_name": str, "discrete_latent": dict | None, "per_model": dict | None,
+                      "compare_backbone": dict | None, "compare_prior": dict | None}
+TOP_LEVEL_SPECS = {key: type_spec(hint) for key, hint in TOP_LEVEL_SETTINGS.items()}
+CONFIG_GROUPS = ("model", "data", "optimizer", "trainer", "logger", "callbacks", "experiment", "hydra")
+# Hydra options after which the config tree is another one, or that take the next word as their value.
+OTHER_TREE = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd", "--info", "-i", "--hydra-help",
+              "--shell-completion", "-sc")
+TAKES_VALUE = ("--cfg", "-c", "--package", "-p")
+
+
+class EarlyRefusal(ValueError):
+    """A command-line mistake found before the imports (the message is the whole `error:` line)."""
+
+
+def did_you_mean(word: str, candidates: list[str]) -> str:
+    """'; did you mean X?' for the candidate whose last part is closest to `word`'s (the same last part first)."""
+    def leaf(name: str) -> str:
+        return name.rsplit(".", 1)[-1]
+
+    same = [c for c in candidates if leaf(c) == leaf(word) and c != word]
+    by_leaf = {leaf(c): c for c in candidates}
+    close = same or [by_leaf[m] for m in difflib.get_close_matches(leaf(word), list(by_leaf), n=1, cutoff=0.75)]
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+_INT = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.I)
+
+
+def scalar(text: str) -> tuple[bool, Any]:
+    """(True, value) for a plain value as Hydra's grammar reads it (null, true/false, int, float, a quoted or bare
+    string); (False, None) for anything richer (an interpolation, a list, a dict, a function such as range())."""
+    if any(mark in text for mark in ("${", "[", "]", "{", "}", "(", ")")):
+        return False, None
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return True, text[1:-1]
+    lowered = text.lower()
+    if lowered == "null":
+        return True, None
+    if lowered in ("true", "false"):
+        return True, lowered == "true"
+    if _INT.fullmatch(text):
+        return True, int(text)
+    if _FLOAT.fullmatch(text):
+        return True, float(text)
+    return True, text
+
+
+def values_of(text: str) -> list[Any] | None:
+    """The values a Hydra override sets: one, or each of a simple sweep a,b,c; None if they cannot be read here."""
+    parts = [scalar(part) for part in text.split(",")] if text else [(True, "")]
+    return [value for _, value in parts] if all(ok for ok, _ in parts) else None
+
+
+def check_value(option: str, value_text: str, specs: list[dict[str, Any]]) -> None:
+    """Refuse a value that fits none of the classes that take the setting (each spec: that class's settings)."""
+    values = values_of(value_text)
+    for value in values or []:
+        failures = [expected(settings[option.rsplit(".", 1)[-1]], value) for settings in specs]
+        if failures and all(failures):
+            raise EarlyRefusal(f"{option}={value!r}: expected {failures[0]}")
+
+
+def default_choices() -> dict[str, str]:
+    """group -> the default choice of configs/train.yaml's defaults list (`- model: jsa`)."""
+    choices = {}
+    for line in (CONFIGS / "train.yaml").read_text().splitlines():
+        match = re.match(r"\s*-\s*(\w+)\s*:\s*([\w.]+)", line)
+        if match:
+            choices[match[1]] = match[2]
+    return choices
+
+
+def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
+    """Raise EarlyRefusal for the first mistake of a Hydra command line that can be seen without the imports."""
+    if any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
+        return
+    overrides, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("-"):
+            skip = not skip and arg in TAKES_VALUE
+            continue
+        if "=" in arg and not arg.startswith("~"):
+            key, _, value = arg.lstrip("+").partition("=")
+            overrides.append((key, value))
+
+    choices = {group: [choice] for group, choice in default_choices().items()}
+    for key, value in overrides:
+        if key in CONFIG_GROUPS and key != "hydra":
+            available = sorted(p.stem for p in (CONFIGS / key).glob("*.yaml"))
+            wanted = [v.strip() for v in value.split(",")] if values_of(value) is not None else []
+            for choice in wanted:
+                if choice not in available and not (key == "experiment" and choice in ("null", "")):
+                    raise EarlyRefusal(f"{key}={choice}: no such config in configs/{key}/; expected one of "
+                                       f"{', '.join(available)}{did_you_mean(choice, available)}")
+            choices[key] = wanted or [None]
+    experiment = [c for c in choices.get("experiment", [None]) if c not in (None, "null", "")]
+
+    def settings_of(group: str) -> list[dict[str, Any]] | None:
+        """The settings of every class `group` may build in this command; None where one is unknown or stale."""
+        picked = choices.get(group, [None])
+        if group == "model" and experiment:  # an experiment may choose the models itself
+            picked = list(schema["choices"]["model"])
+        targets = [schema["choices"][group].get(choice) for choice in picked] if group != "trainer" else ["lightning.Trainer"]
+        if any(target is None or target not in schema["classes"] for target in targets):
+            return None
+        return [schema["classes"][target] for target in targets]
+
+    def all_options() -> list[str]:
+        options = list(TOP_LEVEL_SETTINGS)
+        for group in GROUPS:
+            for settings in settings_of(group) or []:
+                options += [f"{group}.{name}" for name in settings]
+        return sorted(set(options))
+
+    for key, value in overrides:
+        group, dot, name = key.partition(".")
+        if key in CONFIG_GROUPS or group in ("hydra", "callbacks", "logger"):
+            continue
+        if not dot:
+            if key not in TOP_LEVEL_SETTINGS:
+                raise EarlyRefusal(f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})"
+                                   f"{did_you_mean(key, all_options())}")
+            check_value(key, value, [{key: TOP_LEVEL_SPECS[key]}])
+            continue
+        specs = settings_of(group) if group in GROUPS and "." not in name else None
+        if specs is None:
+            continue
+        if not any(name in settings for settings in specs):
+            names = sorted({f"{group}.{n}" for settings in specs for n in settings})
+            owner = ", ".join(sorted({schema_name(schema, group, choice) for choice in choices.get(group, [])} - {None}))
+            raise EarlyRefusal(f"{key}: no such setting{f' of {owner}' if owner and not experiment else ''}"
+                               f"{did_you_mean(key, names) or elsewhere(schema, group, name)}")
+        check_value(key, value, [settings for settings in specs if name in settings])
+
+
+def elsewhere(schema: dict[str, Any], group: str, name: str) -> str:
+    """'; it is a setting of JSA (model=jsa)' when another choice of the group takes `name`, else ''."""
+    owners = {choice: target for choice, target in schema["choices"].get(group, {}).items()
+              if name in schema["classes"].get(target, {})}
+    if not owners:
+        return ""
+    choice, target = next(iter(owners.items()))
+    return f"; it is a setting of {target.rsplit('.', 1)[-1]} ({group}={choice})"
+
+
+def schema_name(schema: dict[str, Any], group: str, choice: str | None) -> str | None:
+    target = "lightning.Trainer" if group == "trainer" else schema["choices"].get(group, {}).get(choice or "")
+    return target.rsplit(".", 1)[-1] if target else None
+
+
+def option_values(argv: list[str]) -> list[tuple[str, str | None]]:
+    """(--option, value) pairs of a LightningCLI command line: --key=value, --key value, or a flag alone."""
+    pairs, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--") and "=" in arg:
+            pairs.append(tuple(arg.split("=", 1)))
+        elif arg.startswith("--"):
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else None
+            pairs.append((arg, value))
+            i += value is not None
+        i += 1
+    return pairs
+
+
+def check_cli(argv: list[str], schema: dict[str, Any]) -> None:
+    """Raise EarlyRefusal for the first mistake of a LightningCLI command line that can be seen without the imports."""
+    pairs = option_values(argv[1:])
+    given = dict(pairs)
+    if any(o in ("--config", "--help", "--print_config") for o, _ in pairs) or any(a in ("-c", "-h") for a in argv):
+        return  # a config file may choose the classes; help and print_config refuse nothing
+    registered = schema["cli_classes"]
+    chosen = {}
+    for group, default in (("model", "JSA"), ("data", "MNISTDataModule")):
+        name = given.get(f"--{group}") or default
+        targets = {**registered[group], **{path: path for path in registered[group].values()}}
+        if name not in targets:
+            names = sorted(registered[group])
+            raise EarlyRefusal(f"--{group}={name} is not one of {', '.join(names)}{did_you_mean(name, names)}")
+        chosen[group] = targets[name]
+    chosen["trainer"] = "lightning.Trainer"
+    for option, value in pairs:
+        group, dot, name = option[2:].rstrip("+").partition(".")
+        if not dot or group not in chosen:
+            continue
+        name = name.removeprefix("init_args.")
+        settings = schema["classes"].get(chosen[group])
+        if settings is None or "." in name:
+            continue
+        known = [*settings, *NOT_SETTINGS.get(group, ())]  # LightningCLI exposes these too (--model.optimizer, ...)
+        if name not in known:
+            candidates = [f"--{group}.{n}" for n in known]
+            owners = [cls for cls, target in registered.get(group, {}).items() if name in schema["classes"].get(target, {})]
+            hint = f"; it is an option of {owners[0]} (--{group}={owners[0]})" if owners else ""
+            raise EarlyRefusal(f"--{group}.{name}: no such option of {chosen[group].rsplit('.', 1)[-1]}"
+                               f"{did_you_mean(f'--{group}.{name}', candidates) or hint}")
+        if value is not None and name in settings:
+            check_value(f"--{group}.{name}", value, [settings])
+
+
+def refuse_early(argv: list[str], cli: bool) -> str | None:
+    """The `error:` line for a mistake seen before the imports, or None (then the full checks decide)."""
+    schema = load()
+    if schema is None:
+        return None
+    try:
+        (check_cli if cli else check_hydra)(argv, schema)
+    except EarlyRefusal as refusal:
+        return str(refusal)
+    return None
+

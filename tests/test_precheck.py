@@ -1,0 +1,96 @@
+"""The command-line checks that run before torch is imported (launch/precheck.py): typos and wrong values are one
+`error:` line with the closest valid name, exit 2, in both front ends; nothing valid is refused; the schema they read
+is the one the classes give."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launch import schema
+from launch.precheck import refuse_early
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_committed_schema_is_what_the_classes_give():
+    committed = json.loads(schema.SCHEMA_FILE.read_text())
+    assert committed == json.loads(json.dumps(schema.build())), (
+        "launch/settings_schema.json is stale: run `python -m launch.schema` and commit the file")
+
+
+@pytest.mark.parametrize("command, line", [
+    ("trainer.max_epoch=1", "trainer.max_epoch: no such setting of Trainer; did you mean trainer.max_epochs?"),
+    ("max_epochs=3", "did you mean trainer.max_epochs?"),
+    ("+ckpt_pth=x.ckpt", "ckpt_pth: no such setting (the top-level ones are seed, ckpt_path,"),
+    ("model.mis_step=3", "model.mis_step: no such setting of JSA; did you mean model.mis_steps?"),
+    ("model=vae model.mis_steps=3", "model.mis_steps: no such setting of VAE; it is a setting of JSA (model=jsa)"),
+    ("model=nope", "model=nope: no such config in configs/model/; expected one of dvae, dvae_gumbel, jsa,"),
+    ("data=mnsit", "did you mean mnist?"),
+    ("trainer.max_epochs=abc", "trainer.max_epochs='abc': expected an integer or null"),
+    ("seed=abc", "seed='abc': expected an integer"),
+    ("model.prior=gaussian", "model.prior='gaussian': expected one of 'uniform',"),
+    ("-m model=vae,jsa model.lr=1e-3,abc", "model.lr='abc': expected a number"),
+    ("fit --trainer.max_epoch=1", "--trainer.max_epoch: no such option of Trainer; did you mean --trainer.max_epochs?"),
+    ("fit --model=Nope", "--model=Nope is not one of DiscreteVAE, JSA, RWS, VAE, VIMCO, VQVAE"),
+    ("fit --model=VAE --model.mis_steps=3", "--model.mis_steps: no such option of VAE; it is an option of JSA (--model=JSA)"),
+    ("fit --model.mis_steps ten", "--model.mis_steps='ten': expected an integer"),
+    ("fit --data.batch_sise=3", "did you mean --data.batch_size?"),
+])
+def test_mistakes_are_one_line_with_the_closest_name(command, line):
+    argv = shlex.split(command)
+    refusal = refuse_early(argv, cli=argv[0] == "fit")
+    assert refusal is not None and line in refusal, refusal
+    assert "\n" not in refusal
+
+
+VALID = [
+    "", "model=vae data=mnist trainer.max_epochs=5", "-m model=vae data=mnist,cifar10", "-m experiment=compare data=mnist",
+    "model=vae optimizer=sgld optimizer.lr=1e-7 callbacks=sgmcmc", "ckpt_path=PATH/last.ckpt", "--cfg job",
+    "experiment=jsa_paper model=rws", "model=jsa model.cache_start_epoch=null model.gradient_states=expected",
+    "model=vqvae model.prior=pixelcnn model.backbone=conv data=cifar10", "trainer.devices=auto trainer.precision=bf16-mixed",
+    "model.lr='${optimizer.lr}'", "+trainer.max_time=00:00:10:00", "model=dvae_gumbel model.temperature=0.5", "trainer=ddp",
+    "callbacks.gradient_variance.every_n_steps=0 hydra.run.dir=x", "-m model.mis_steps=1,5,20 seed=range(3)",
+    "fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1", "test --model=VAE --ckpt_path=PATH/last.ckpt",
+    "fit --help", "fit --config configs/cli/jsa_paper.yaml", "fit --trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping",
+    "fit --model=JSA --model.init_args.mis_steps=5 --checkpoint.save_top_k=3 --seed_everything=1",
+]
+
+
+@pytest.mark.parametrize("command", VALID)
+def test_valid_commands_pass(command):
+    argv = shlex.split(command)
+    assert refuse_early(argv, cli=bool(argv) and argv[0] in ("fit", "test")) is None
+
+
+def test_every_documented_train_command_passes():
+    from tests.test_documented_commands import COMMANDS
+
+    commands = [shlex.split(c)[2:] for c in COMMANDS if c.startswith("python train.py")]
+    assert len(commands) > 10
+    for argv in commands:
+        assert refuse_early(argv, cli=bool(argv) and argv[0] in ("fit", "validate", "test", "predict")) is None, argv
+
+
+def test_a_stale_schema_entry_checks_nothing_of_that_class(monkeypatch):
+    """A class whose source changed since the schema was written is left to the full checks: no false refusal."""
+    monkeypatch.setattr(schema, "project_fingerprint", lambda: "edited since")
+    assert refuse_early(["model.new_setting=1"], cli=False) is None
+    assert refuse_early(["trainer.max_epoch=1"], cli=False) is not None  # Lightning's entry still holds
+
+
+@pytest.mark.parametrize("argv", [["trainer.max_epoch=1"], ["fit", "--trainer.max_epoch=1"]])
+def test_the_refusal_comes_before_torch_is_imported(argv, tmp_path):
+    """The real entry point: exit 2, one line on stderr, and torch never imported (so it is there in a second or so)."""
+    probe = ("import runpy, sys; sys.argv = ['train.py', *sys.argv[1:]]\n"
+             "try:\n    runpy.run_path('train.py', run_name='__main__')\n"
+             "except SystemExit as stop:\n    print('torch' in sys.modules, file=sys.stdout); raise\n")
+    result = subprocess.run([sys.executable, "-c", probe, *argv], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout.strip() == "False", (result.stdout, result.stderr)
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1 and "did you mean" in result.stderr
+    assert not (tmp_path / "logs").exists() and not (REPO / "logs" / "hydra" / "default").exists()
