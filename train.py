@@ -48,7 +48,8 @@ TensorBoard: tensorboard --logdir logs/tensorboard
 
 def _config_groups() -> str:
     groups = []
-    for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name != "cli"):  # cli/: LightningCLI's files
+    # cli/ holds LightningCLI's config files, hydra/ Hydra's own launcher and sweeper groups (hydra/launcher=joblib).
+    for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name not in ("cli", "hydra")):
         choices = ",".join(sorted(f.stem for f in group.glob("*.yaml")))
         groups.append(f"{group.name}={{{choices}}}")
     return "  ".join(groups)
