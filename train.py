@@ -262,6 +262,32 @@ def run(cfg: Any) -> dict[str, float]:
     trainer_settings: dict[str, Any] = {"strategy": strategy_with_timeout(cfg.trainer.get("strategy"), cfg.ddp_timeout_s)}
     if logger and slurm_job_id() is not None:  # Lightning's auto-requeue saves and finds hpc_ckpt_N.ckpt here
         trainer_settings["default_root_dir"] = logger.log_dir
+    # A job of a multirun whose launcher runs several at once (configs/hydra/launcher/): joblib's n_jobs jobs share the
+    # machine, so each gets its own GPU where there are several (job k -> cuda:k mod GPUs) and CPU cores // n_jobs
+    # torch threads; a submitit job gets cpus_per_task threads. The basic launcher's jobs, one at a time, keep torch's.
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hydra_job = HydraConfig.get() if HydraConfig.initialized() else None
+    launcher = hydra_job.launcher if hydra_job is not None and hydra_job.mode == RunMode.MULTIRUN else {}
+    threads, shared = None, ""
+    if launcher.get("n_jobs") is not None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        n_jobs = int(launcher.n_jobs) if int(launcher.n_jobs) > 0 else max(1, cores + 1 + int(launcher.n_jobs))  # joblib's -1: all
+        threads, shared = max(1, cores // n_jobs), f"{cores} CPU cores // n_jobs={n_jobs}"
+        import torch
+
+        gpus = torch.cuda.device_count() if str(cfg.trainer.get("accelerator")) in ("auto", "gpu", "cuda") else 0
+        if gpus > 1 and str(cfg.trainer.get("devices")) == "1":  # one device per job (not a DDP job of several)
+            trainer_settings["devices"] = [hydra_job.job.num % gpus]
+            shared += f"; cuda:{hydra_job.job.num % gpus} of {gpus} GPUs"
+    elif launcher.get("cpus_per_task"):
+        threads, shared = int(launcher.cpus_per_task), "hydra.launcher.cpus_per_task"
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+        logging.getLogger(__name__).info("parallel job %s: torch threads %d (%s)", hydra_job.job.num, threads, shared)
     trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, _convert_="all", **trainer_settings)
     check_launcher(trainer)
     ckpt_path = ckpt_path or requeued_job_checkpoint(trainer)
@@ -278,7 +304,12 @@ def run(cfg: Any) -> dict[str, float]:
                     "is no best checkpoint on val/nll: testing the final weights", cfg.trainer.get("check_val_every_n_epoch"))
                 use_model = True
             trainer.test(model, datamodule=datamodule, ckpt_path=None if use_model else "best")
-    return {k: float(v) for k, v in trainer.callback_metrics.items()}
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    # The best val/nll of the run (the checkpoint callback's score: what run_test tests), the sweeper's objective.
+    best = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
+    if best is not None and getattr(trainer.checkpoint_callback, "monitor", None) == "val/nll":
+        metrics["val/nll_best"] = float(best)
+    return metrics
 
 
 def check_output_directories(argv: list[str]) -> None:
@@ -321,6 +352,8 @@ def unwritable(directory: Path) -> str | None:
 
 
 def hydra_main() -> None:
+    import logging
+
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
@@ -331,20 +364,47 @@ def hydra_main() -> None:
 
     given = [a.split("=", 1)[1] for a in sys.argv[1:] if a.lstrip("+").startswith("log_dir=")]
     note_existing_directories(given[-1] if given and "${" not in given[-1] else "logs")
-    OmegaConf.register_new_resolver("pid", os.getpid, replace=True)  # ${pid:} in configs/train.yaml's run directories
+    # The jobs a launcher starts as new processes (hydra/launcher=slurm, slurm_local: `python -m submitit...` from the
+    # working directory) import the collection's modules as this process does, from wherever it was started.
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(CONFIG_DIR.parent) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(CONFIG_DIR.parent), *paths])
+    # ${pid:} in configs/train.yaml's run and sweep directories: this process's id, also where a parallel launcher's
+    # jobs resolve it in their own processes (Hydra hands them its resolvers), so that they share the sweep directory.
+    launching_pid = os.getpid()
+    OmegaConf.register_new_resolver("pid", lambda: launching_pid, replace=True)
+
+    def parallel_jobs() -> int:
+        """configs/hydra/launcher/parallel.yaml's n_jobs: one job per GPU where there are several, else 2."""
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.device_count() > 1 else 2
+
+    OmegaConf.register_new_resolver("parallel_jobs", parallel_jobs, replace=True)
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # Optuna's storage imports it: a line per plugin it sets up
 
     @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
-    def _main(cfg: Any) -> None:
+    def _main(cfg: Any) -> float:
+        """One run; returns its best val/nll, the objective of hydra/sweeper=tune (Optuna minimizes it)."""
         quiet_console(hydra=True)
+        tuning = "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")).lower()
         try:
             with user_errors_as_one_line():
-                run(cfg)
+                try:
+                    metrics = run(cfg)
+                except FloatingPointError as diverged:
+                    if not tuning:
+                        raise
+                    # A trial whose loss diverged (its lr too high, say) is the worst value, and the study goes on.
+                    logging.getLogger(__name__).warning("this trial diverged and counts as val/nll = inf: %s", diverged)
+                    return float("inf")
         except SystemExit as stop:
             if stop.code == 2:  # a setting refused: the output directory Hydra made holds nothing of a run
                 from callbacks.run_directory import remove_if_only_hydra_files
 
                 remove_if_only_hydra_files(HydraConfig.get().runtime.output_dir)
             raise  # 130/143 (Ctrl-C, SIGTERM): a stopped run keeps its config.yaml and train.log
+        return metrics.get("val/nll_best", metrics.get("val/nll", float("nan")))  # NaN: no validation ran (a failed trial)
 
     _main()
 

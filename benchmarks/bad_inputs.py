@@ -136,6 +136,10 @@ def data_cases() -> list[Case]:
                           quick=variant == "truncated train images"))
     cases.append(Case("cli MNIST truncated train images", "data", ["fit"], data="truncated train images",
                       mention="train-images-idx3-ubyte"))
+    for front_end, args in (("hydra", ["data=fashion_mnist"]), ("cli", ["fit", "--data=FashionMNISTDataModule"])):
+        cases.append(Case(f"{front_end} Fashion-MNIST DATA_DIR empty (no network)", "data", args, data="empty", mention="FashionMNIST"))
+        cases.append(Case(f"{front_end} Fashion-MNIST truncated train images", "data", args, data="fashion truncated train images",
+                          mention="FashionMNIST/raw/train-images-idx3-ubyte"))
     for variant in CIFAR_CORRUPTIONS:
         cases.append(Case(f"hydra CIFAR-10 {variant}", "data", ["data=cifar10"], data=f"cifar {variant}", mention="data_batch_1"))
     return cases
@@ -238,6 +242,7 @@ MNIST_CORRUPTIONS = [  # (variant, how the train images file is made from the re
     ("gzip-compressed train images", lambda data: b"\x1f\x8b" + data[2:]),
     ("train images all 0 (a valid header)", lambda data: data[:16] + bytes(len(data) - 16)),
 ]
+FASHION_CORRUPTION = ("FashionMNIST", "fashion truncated train images", MNIST_CORRUPTIONS[0][1])  # (folder, variant, how)
 CIFAR_CORRUPTIONS = ["truncated", "garbage", "wrong shape", "altered (checksum)"]
 
 
@@ -248,10 +253,10 @@ def prepare(root: Path, data_dir: Path) -> None:
     import numpy as np
     import torch
 
-    real = data_dir / "MNIST" / "raw"
     (root / "data-empty").mkdir()
-    for variant, make in MNIST_CORRUPTIONS:
-        raw = root / f"data-{variant}" / "MNIST" / "raw"
+    for folder, variant, make in [("MNIST", variant, make) for variant, make in MNIST_CORRUPTIONS] + [FASHION_CORRUPTION]:
+        real = data_dir / folder / "raw"
+        raw = root / f"data-{variant}" / folder / "raw"
         raw.mkdir(parents=True)
         for name in MNIST_FILES[1:]:
             (raw / name).symlink_to(real / name)  # read only: never written through

@@ -27,6 +27,8 @@ its version and the settings that differ (or its start) where two compared runs 
   val numbers stand in, marked `(val)`. The VQ-VAE's NLL is an upper bound, marked `≤`: with its learned
   prior when it has one, and the uniform-prior bound beside it (`nll, uniform prior`). Then a line per run
   found: compared (as which label) or left out, and why.
+  Where a multirun found was an Optuna study (`python train.py -m ... model=NAME hydra/sweeper=tune`), a line per
+  study: its model, the best trial's settings (its lr, ...) and val NLL, from `<sweep dir>/optimization_results.yaml`.
 * `val_nll.png`: val/nll against training step and against wall time, a line per run.
 * `reconstructions.png`: each run's test reconstructions (the same test images for every run: the
   test stage is seeded), inputs and reconstructions side by side as in TensorBoard, at most four runs a row.
@@ -59,6 +61,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
 BOUND_MODELS = {"VQVAE"}  # whose nll is an upper bound (under its prior), not an estimate
 VERSION_PREFIXES = ("version_", "slurm_job_")  # a run's version directory (TensorBoardLogger's, a SLURM job's)
 JOB_FILE = "hydra_job.yaml"  # <run>/hydra_job.yaml: the Hydra job that made the run (sweep_dir: its multirun's directory)
+STUDY_FILE = "optimization_results.yaml"  # <sweep dir>/...: Hydra's Optuna sweeper writes the best trial's settings there
 OWNER_FILE = ".owner"  # callbacks/run_directory.py: there while the run's process lives (or after it was killed)
 # events.out.tfevents.<unix time>.<host>.<pid>.<n>[suffix], the name torch's (and TensorFlow's) writer gives the file
 EVENT_FILE = re.compile(r"^events\.out\.tfevents\.(\d+)\.(.+)\.(\d+)\.(\d+)(?:\..*)?$")
@@ -452,9 +455,36 @@ def runs_section(selection: Selection, labels: dict[Path, str]) -> str:
     return "## Runs\n\n" + selection.summary + "\n\n" + "\n".join(lines)
 
 
+def tuning_section(found: list[Found]) -> str:
+    """A line per Optuna study among the multiruns found (hydra/sweeper=tune): the model it tuned, how many trials,
+    the best trial's settings and val NLL (`<sweep dir>/optimization_results.yaml`); '' where there is none."""
+    studies: dict[Path, list[Found]] = {}
+    for run in found:
+        job = read_job_file(run.path) or {}
+        if job.get("sweep_dir") and (Path(job["sweep_dir"]) / STUDY_FILE).is_file():
+            studies.setdefault(Path(job["sweep_dir"]), []).append(run)
+    lines = []
+    for sweep_dir, trials in sorted(studies.items(), key=lambda item: min(run.start for run in item[1])):
+        try:
+            result = yaml.safe_load((sweep_dir / STUDY_FILE).read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        models = ", ".join(sorted({run.name.split("-", 1)[0] for run in trials}))
+        settings = ", ".join(f"{key}={_value(value)}" for key, value in (result.get("best_params") or {}).items())
+        best = result.get("best_value")
+        lines.append(f"- {models}: best val/nll {_fmt(best) if isinstance(best, (int, float)) else best} with {settings or 'its defaults'} "
+                     f"({len(trials)} trials; `{shown(sweep_dir / STUDY_FILE)}`)")
+    if not lines:
+        return ""
+    return ("## Tuned settings (Optuna)\n\nThe best trial of each study found, on val/nll (every trial with the same "
+            "budget):\n\n" + "\n".join(lines))
+
+
 def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, everything: bool = False) -> Path:
     """The report of the runs under `roots`: the latest multirun's; those matching a glob of `runs`; or all (`everything`)."""
-    selection = select_runs(place_runs(roots), runs, everything)
+    every_run = place_runs(roots)
+    selection = select_runs(every_run, runs, everything)
+    tuned = tuning_section(every_run)  # every study found, whichever runs are compared
     compared = []
     for found, _ in selection.compared:
         run = read_run(found.path, found.root)
@@ -475,6 +505,7 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
         "then the uniform-prior bound stands beside it). "
         "ms/step and s/epoch: medians over training.\n\n"
         + markdown_table(rows)
+        + (f"\n\n{tuned}" if tuned else "")
         + "\n\n" + runs_section(selection, {run.path: run.label for run in compared})
         + "\n\n![val/nll](val_nll.png)\n\n![reconstructions](reconstructions.png)\n"
     )
@@ -494,7 +525,9 @@ def main(argv: list[str] | None = None) -> None:
     report = write_report(args.roots, args.out, args.runs, args.all)
     text = report.read_text()
     table = next(paragraph for paragraph in text.split("\n\n") if paragraph.startswith("| "))
-    print(table + "\n\n" + text.split("## Runs\n\n", 1)[1].split("\n\n![", 1)[0])  # the table, the runs found
+    studies = text.split("\n\n## Tuned settings", 1)[1].split("\n\n## Runs", 1)[0] if "## Tuned settings" in text else None
+    tuned = f"## Tuned settings{studies}\n\n" if studies is not None else ""
+    print(table + "\n\n" + tuned + text.split("## Runs\n\n", 1)[1].split("\n\n![", 1)[0])  # the table, studies, the runs found
     print(f"\nwritten: {report}, {args.out / 'val_nll.png'}, {args.out / 'reconstructions.png'}")
 
 

@@ -2,6 +2,7 @@
 
 from .base import DataCorruptError, DataError, DataNotFoundError, ImageDataModule
 from .cifar10 import CIFAR10DataModule
-from .mnist import MNISTDataModule
+from .mnist import FashionMNISTDataModule, MNISTDataModule
 
-__all__ = ["CIFAR10DataModule", "DataCorruptError", "DataError", "DataNotFoundError", "ImageDataModule", "MNISTDataModule"]
+__all__ = ["CIFAR10DataModule", "DataCorruptError", "DataError", "DataNotFoundError", "FashionMNISTDataModule",
+           "ImageDataModule", "MNISTDataModule"]

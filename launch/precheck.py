@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from pathlib import Path
 from typing import Any
 
 from launch.schema import CONFIGS, GROUPS, NOT_SETTINGS, expected, load, type_spec
@@ -90,6 +91,76 @@ def default_choices() -> dict[str, str]:
     return choices
 
 
+# Hydra's launcher and sweeper groups: `basic` (Hydra's own), the configs of the Hydra plugins pyproject's `cluster`
+# extra installs (by the plugin's name), this project's configs/hydra/<group>/*.yaml, which extend one of those
+# (`defaults: - joblib`), and whatever other installed Hydra plugins register.
+PLUGIN_GROUPS = {"hydra/launcher": "launcher", "hydra/sweeper": "sweeper"}
+PLUGIN_PACKAGES = {"joblib": "hydra-joblib-launcher", "submitit_local": "hydra-submitit-launcher",
+                   "submitit_slurm": "hydra-submitit-launcher", "optuna": "hydra-optuna-sweeper"}
+CLUSTER_EXTRA = "pip install -e '.[cluster]'"
+_STORED = re.compile(r"""group\s*=\s*["'](hydra/(?:launcher|sweeper))["']\s*,\s*name\s*=\s*["'](\w+)["']""")
+_EXTENDS = re.compile(rf"^\s*-\s*({'|'.join(PLUGIN_PACKAGES)})\s*(?:#.*)?$", re.M)
+
+
+def installed_plugin_choices() -> dict[str, set[str]]:
+    """group -> the choices the installed Hydra plugins register (their ConfigStore calls, read as text: no imports)."""
+    import importlib.util
+
+    found: dict[str, set[str]] = {group: set() for group in PLUGIN_GROUPS}
+    try:
+        spec = importlib.util.find_spec("hydra_plugins")
+    except (ImportError, ValueError):
+        return found
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        for source in Path(location).glob("*/*.py"):
+            for group, name in _STORED.findall(source.read_text(errors="replace")):
+                found[group].add(name)
+    return found
+
+
+def plugin_installed(package: str) -> bool:
+    """Whether the Hydra plugin distribution `package` (hydra-joblib-launcher) is importable, without importing it."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(f"hydra_plugins.{package.replace('-', '_')}") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
+    """`hydra/launcher=NAME` / `hydra/sweeper=NAME`: a config that exists, whose plugin is installed, in a multirun."""
+    kind = PLUGIN_GROUPS[group]
+    ours = {p.stem: p for p in (CONFIGS / group).glob("*.yaml")}
+    installed = installed_plugin_choices()[group]
+    for choice in (v.strip() for v in value.split(",")):
+        extends = _EXTENDS.search(ours[choice].read_text()) if choice in ours else None
+        plugin = extends[1] if extends else choice if choice in PLUGIN_PACKAGES else None
+        if plugin is not None and not plugin_installed(PLUGIN_PACKAGES[plugin]):
+            package = PLUGIN_PACKAGES[plugin]
+            raise EarlyRefusal(f"{group}={choice}: the {plugin} {kind} plugin is not installed: {CLUSTER_EXTRA} "
+                               f"(or pip install {package})")
+        if plugin is None and choice not in ("basic", *ours, *installed):
+            plugins = [name for name, package in PLUGIN_PACKAGES.items() if package.endswith(kind)]  # installed or not
+            available = sorted({"basic", *ours, *plugins, *installed})
+            raise EarlyRefusal(f"{group}={choice}: no such {kind}; expected one of {', '.join(available)} "
+                               f"(configs/{group}/ and the Hydra plugins of {CLUSTER_EXTRA}){did_you_mean(choice, available)}")
+        if not multirun and choice != "basic":
+            raise EarlyRefusal(f"{group}={choice}: a {kind} runs the jobs of a multirun only; add -m "
+                               f"(python train.py -m {group}={choice} ...)")
+
+
+def check_one_model_per_study(model: str | None, experiment: list[str]) -> None:
+    """hydra/sweeper=tune runs one Optuna study of one model: a swept model (model=a,b, or experiment=compare's list
+    of models) would make Optuna pick the model too, with another model's search space."""
+    sweeps_models = any(re.search(r"^\s+params:\s*\n\s+model:", (CONFIGS / "experiment" / f"{e}.yaml").read_text(), re.M)
+                        for e in experiment if (CONFIGS / "experiment" / f"{e}.yaml").is_file())
+    if (model is not None and "," in model) or (model is None and sweeps_models):
+        raise EarlyRefusal("hydra/sweeper=tune tunes one model per study: give model=NAME (every estimator in turn: "
+                           "for m in vae vqvae jsa dvae dvae_gumbel; do python train.py -m experiment=compare model=$m "
+                           "hydra/sweeper=tune; done)")
+
+
 def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
     """Raise EarlyRefusal for the first mistake of a Hydra command line that can be seen without the imports."""
     if any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
@@ -102,6 +173,11 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
         if "=" in arg and not arg.startswith("~"):
             key, _, value = arg.lstrip("+").partition("=")
             overrides.append((key, value))
+    # (--cfg only prints the config: a sweeper or launcher is fine there without -m)
+    multirun = any(arg in ("-m", "--multirun", "--cfg", "-c") for arg in argv) or ("hydra.mode", "MULTIRUN") in overrides
+    for key, value in overrides:
+        if key in PLUGIN_GROUPS:
+            check_plugin_choice(key, value, multirun)
 
     choices = {group: [choice] for group, choice in default_choices().items()}
     for key, value in overrides:
@@ -114,6 +190,8 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
                                        f"{', '.join(available)}{did_you_mean(choice, available)}")
             choices[key] = wanted or [None]
     experiment = [c for c in choices.get("experiment", [None]) if c not in (None, "null", "")]
+    if ("hydra/sweeper", "tune") in overrides:
+        check_one_model_per_study(dict(overrides).get("model"), experiment)
 
     def settings_of(group: str) -> list[dict[str, Any]] | None:
         """The settings of every class `group` may build in this command; None where one is unknown or stale."""
@@ -134,7 +212,7 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
 
     for key, value in overrides:
         group, dot, name = key.partition(".")
-        if key in CONFIG_GROUPS or group in ("hydra", "callbacks", "logger"):
+        if key in CONFIG_GROUPS or group in ("hydra", "callbacks", "logger") or key.startswith("hydra/"):
             continue
         if not dot:
             if key not in TOP_LEVEL_SETTINGS:

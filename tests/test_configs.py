@@ -82,7 +82,7 @@ def test_conv_model_trains_on_cifar10_format_data(model, cifar10_dir: Path, tmp_
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
 
 
-@pytest.mark.parametrize("data,backbone", [("mnist", "mlp"), ("cifar10", "conv")])
+@pytest.mark.parametrize("data,backbone", [("mnist", "mlp"), ("fashion_mnist", "mlp"), ("cifar10", "conv")])
 def test_compare_experiment_matches_networks_and_latents(data, backbone):
     """experiment=compare: every model on the data's backbone, one seed/optimizer/budget, the discrete
     VAEs on JSA's model, and the VQ-VAE on JSA's discrete latent (K codes of JSA's embedding size)."""
@@ -109,7 +109,7 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
         assert [type(m) for m in getattr(vqvae, part).modules()] == [type(m) for m in getattr(jsa, part).modules()]
     # The experiment's sweep covers the three models; a command-line setting overrides it.
     assert composed(["experiment=compare"]).hydra.sweeper.params == {"model": "vae,vqvae,jsa,dvae,dvae_gumbel"}
-    assert set(composed(["experiment=compare"]).compare_backbone) == {"mnist", "cifar10"}  # the map holds backbones only
+    assert set(composed(["experiment=compare"]).compare_backbone) == {"mnist", "fashion_mnist", "cifar10"}  # the map holds backbones only
     assert composed(["experiment=compare", "model.hidden_channels=16"]).model.hidden_channels == 16
     assert train.model_settings(composed(["experiment=compare", "model=vqvae", "discrete_latent.num_categories=64"]))["num_categories"] == 64
     assert train.model_settings(composed(["experiment=compare", "model=jsa", "model.num_categories=4"]))["num_categories"] == 4

@@ -18,26 +18,42 @@ import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
-from torchvision.datasets import CIFAR10, MNIST
+from torchvision.datasets import CIFAR10, FashionMNIST
 from torchvision.datasets import utils as tv_utils
 
-from datamodules import CIFAR10DataModule, DataCorruptError, DataError, DataNotFoundError, ImageDataModule, MNISTDataModule
+from datamodules import (CIFAR10DataModule, DataCorruptError, DataError, DataNotFoundError, FashionMNISTDataModule, ImageDataModule,
+                         MNISTDataModule)
 from datamodules.base import InMemoryImageDataset, collate_prebatched
 from tests.conftest import CIFAR_PER_BATCH, REPO, TinyCIFAR10DataModule, fake_cifar_batch, write_fake_cifar10
 
+# The two data sets of torchvision's IDX layout, one data module class (MNIST's, parameterized by the torchvision class).
+IDX_MODULES = [pytest.param(MNISTDataModule, id="mnist"), pytest.param(FashionMNISTDataModule, id="fashion_mnist")]
+
+
+@pytest.fixture(scope="session", params=IDX_MODULES)
+def idx_cls(request: pytest.FixtureRequest, mnist_dir: Path) -> type[MNISTDataModule]:
+    """MNISTDataModule, then FashionMNISTDataModule: a test that takes it runs on the real files of each.
+    The shared data root holds both; a missing file fails, not skips."""
+    cls = request.param
+    raw = mnist_dir / cls.dataset.__name__ / "raw"
+    missing = [name.removesuffix(".gz") for name, _ in cls.dataset.resources if not (raw / name.removesuffix(".gz")).is_file()]
+    if missing:
+        pytest.fail(f"{cls.title} raw files {missing} missing in {raw}; set DATA_DIR to the directory holding {raw.parent.name}/raw")
+    return cls
+
 
 @pytest.fixture(scope="session")
-def mnist_dm(mnist_dir: Path) -> MNISTDataModule:
-    dm = MNISTDataModule(data_dir=str(mnist_dir), batch_size=128, eval_batch_size=500, download=False, binarize="none")
+def idx_dm(idx_cls: type[MNISTDataModule], mnist_dir: Path) -> MNISTDataModule:
+    dm = idx_cls(data_dir=str(mnist_dir), batch_size=128, eval_batch_size=500, download=False, binarize="none")
     dm.prepare_data()
     dm.setup()
     return dm
 
 
 @pytest.fixture(scope="session")
-def mnist_train_file(mnist_dir: Path) -> torch.Tensor:
-    """The raw training file read independently of the datamodule, (60000, 1, 28, 28) uint8."""
-    return MNIST(str(mnist_dir), train=True).data.unsqueeze(1)
+def idx_train_file(idx_cls: type[MNISTDataModule], mnist_dir: Path) -> torch.Tensor:
+    """The raw training file read independently of the datamodule (by torchvision), (60000, 1, 28, 28) uint8."""
+    return idx_cls.dataset(str(mnist_dir), train=True).data.unsqueeze(1)
 
 
 def one_line(error: BaseException) -> bool:
@@ -53,6 +69,11 @@ def test_sizes_known_before_setup() -> None:
     dm = MNISTDataModule(data_dir="/nonexistent")
     assert dm.image_shape == (1, 28, 28)
     assert (dm.num_train_examples, dm.num_val_examples, dm.num_test_examples) == (55000, 5000, 10000)
+    fashion = FashionMNISTDataModule(data_dir="/nonexistent")
+    assert fashion.dataset is FashionMNIST and fashion.title == "Fashion-MNIST"  # torchvision's files, mirrors and md5s
+    assert fashion.image_shape == (1, 28, 28) and fashion.raw_folder == Path("/nonexistent/FashionMNIST/raw")
+    assert (fashion.num_train_examples, fashion.num_val_examples, fashion.num_test_examples) == (55000, 5000, 10000)
+    assert (fashion.binarize, fashion.likelihood, fashion.backbone, fashion.config_name) == ("dynamic", "bernoulli", None, "fashion_mnist")
     cifar = CIFAR10DataModule(data_dir="/nonexistent")
     assert cifar.image_shape == (3, 32, 32)
     assert (cifar.num_train_examples, cifar.num_val_examples, cifar.num_test_examples) == (45000, 5000, 10000)
@@ -74,12 +95,12 @@ def test_invalid_arguments_rejected() -> None:
         MNISTDataModule(val_size=60000)
 
 
-def test_mnist_batches(mnist_dm: MNISTDataModule) -> None:
-    assert [len(s) for s in (mnist_dm.train_set, mnist_dm.val_set, mnist_dm.test_set)] == [55000, 5000, 10000]
+def test_batches(idx_dm: MNISTDataModule) -> None:
+    assert [len(s) for s in (idx_dm.train_set, idx_dm.val_set, idx_dm.test_set)] == [55000, 5000, 10000]
     for loader, split, size in [
-        (mnist_dm.train_dataloader(), mnist_dm.train_set, 128),
-        (mnist_dm.val_dataloader(), mnist_dm.val_set, 500),
-        (mnist_dm.test_dataloader(), mnist_dm.test_set, 500),
+        (idx_dm.train_dataloader(), idx_dm.train_set, 128),
+        (idx_dm.val_dataloader(), idx_dm.val_set, 500),
+        (idx_dm.test_dataloader(), idx_dm.test_set, 500),
     ]:
         x, index = next(iter(loader))
         assert x.shape == (size, 1, 28, 28) and x.dtype == torch.float32
@@ -89,55 +110,55 @@ def test_mnist_batches(mnist_dm: MNISTDataModule) -> None:
         torch.testing.assert_close(x, grey(split.images[index]), rtol=0, atol=0)
 
 
-def test_epoch_indices_cover_split(mnist_dm: MNISTDataModule) -> None:
-    val = torch.cat([index for _, index in mnist_dm.val_dataloader()])
+def test_epoch_indices_cover_split(idx_dm: MNISTDataModule) -> None:
+    val = torch.cat([index for _, index in idx_dm.val_dataloader()])
     assert torch.equal(val, torch.arange(5000))  # unshuffled: positions in order
-    train = torch.cat([index for _, index in mnist_dm.train_dataloader()])
+    train = torch.cat([index for _, index in idx_dm.train_dataloader()])
     assert not torch.equal(train, torch.arange(55000))  # shuffled ...
     assert torch.equal(train.sort().values, torch.arange(55000))  # ... but a permutation of the split
 
 
-def test_single_item_matches_batch(mnist_dm: MNISTDataModule) -> None:
-    x, index = mnist_dm.train_set[7]
+def test_single_item_matches_batch(idx_dm: MNISTDataModule) -> None:
+    x, index = idx_dm.train_set[7]
     assert x.shape == (1, 28, 28) and int(index) == 7
-    torch.testing.assert_close(x, grey(mnist_dm.train_set.images[7]), rtol=0, atol=0)
+    torch.testing.assert_close(x, grey(idx_dm.train_set.images[7]), rtol=0, atol=0)
 
 
 def test_split_deterministic_and_disjoint(
-    mnist_dir: Path, mnist_dm: MNISTDataModule, mnist_train_file: torch.Tensor
+    idx_cls: type[MNISTDataModule], mnist_dir: Path, idx_dm: MNISTDataModule, idx_train_file: torch.Tensor
 ) -> None:
     perm = torch.randperm(60000, generator=torch.Generator().manual_seed(0))
     train_pos, val_pos = perm[:55000], perm[55000:]
     assert not set(train_pos.tolist()) & set(val_pos.tolist())
-    assert torch.equal(mnist_dm.train_set.images, mnist_train_file[train_pos])
-    assert torch.equal(mnist_dm.val_set.images, mnist_train_file[val_pos])
+    assert torch.equal(idx_dm.train_set.images, idx_train_file[train_pos])
+    assert torch.equal(idx_dm.val_set.images, idx_train_file[val_pos])
 
-    again = MNISTDataModule(data_dir=str(mnist_dir), binarize="none")
+    again = idx_cls(data_dir=str(mnist_dir), binarize="none")
     again.setup("fit")
-    assert torch.equal(again.val_set.images, mnist_dm.val_set.images)
+    assert torch.equal(again.val_set.images, idx_dm.val_set.images)
     assert again.test_set is None  # "fit" does not load the test file
 
-    other = MNISTDataModule(data_dir=str(mnist_dir), split_seed=1, binarize="none")
+    other = idx_cls(data_dir=str(mnist_dir), split_seed=1, binarize="none")
     other.setup("validate")
-    assert not torch.equal(other.val_set.images, mnist_dm.val_set.images)
+    assert not torch.equal(other.val_set.images, idx_dm.val_set.images)
 
 
-def test_binarize_none(mnist_dm: MNISTDataModule) -> None:
-    x, _ = InMemoryImageDataset(mnist_dm.train_set.images, "none").__getitems__(list(range(64)))
+def test_binarize_none(idx_dm: MNISTDataModule) -> None:
+    x, _ = InMemoryImageDataset(idx_dm.train_set.images, "none").__getitems__(list(range(64)))
     assert ((x > 0) & (x < 1)).any()
 
 
-def test_binarize_static(mnist_dir: Path) -> None:
-    dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="static")
+def test_binarize_static(idx_cls: type[MNISTDataModule], mnist_dir: Path) -> None:
+    dm = idx_cls(data_dir=str(mnist_dir), binarize="static")
     dm.setup("fit")
     x, index = next(iter(dm.train_dataloader()))
     assert set(x.unique().tolist()) <= {0.0, 1.0}
     assert torch.equal(x, (grey(dm.train_set.images[index]) > 0.5).float())
 
 
-def test_binarize_dynamic(mnist_dm: MNISTDataModule) -> None:
+def test_binarize_dynamic(idx_dm: MNISTDataModule) -> None:
     torch.manual_seed(0)
-    ds = InMemoryImageDataset(mnist_dm.train_set.images, "dynamic")
+    ds = InMemoryImageDataset(idx_dm.train_set.images, "dynamic")
     indices = list(range(16))
     first, index = ds.__getitems__(indices)
     second, _ = ds.__getitems__(indices)
@@ -151,8 +172,8 @@ def test_binarize_dynamic(mnist_dm: MNISTDataModule) -> None:
     assert (mean - target).mean().abs() < 0.005
 
 
-def test_eval_binarization_is_fixed_and_train_draws_are_fresh_per_epoch(mnist_dir: Path) -> None:
-    dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", batch_size=64)
+def test_eval_binarization_is_fixed_and_train_draws_are_fresh_per_epoch(idx_cls: type[MNISTDataModule], mnist_dir: Path) -> None:
+    dm = idx_cls(data_dir=str(mnist_dir), binarize="dynamic", batch_size=64)
     dm.setup()
     for loader in (dm.val_dataloader, dm.test_dataloader):  # every model and epoch sees the same binary images
         torch.manual_seed(0)
@@ -169,8 +190,8 @@ def test_eval_binarization_is_fixed_and_train_draws_are_fresh_per_epoch(mnist_di
     assert not torch.equal(train.dataset.__getitems__(i0.tolist())[0], x0)
 
 
-def test_simulated_ddp_shards_are_disjoint_and_cover(mnist_dm: MNISTDataModule) -> None:
-    ds = mnist_dm.val_set
+def test_simulated_ddp_shards_are_disjoint_and_cover(idx_dm: MNISTDataModule) -> None:
+    ds = idx_dm.val_set
     seen = []
     for rank in range(2):
         sampler = DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=True, seed=0)
@@ -212,14 +233,15 @@ def test_cifar10(cifar10_dir: Path) -> None:
     torch.testing.assert_close(x, grey(torch.from_numpy(test_rows[:16]).view(16, 3, 32, 32)), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("cls", [MNISTDataModule, CIFAR10DataModule])
+@pytest.mark.parametrize("cls", [MNISTDataModule, FashionMNISTDataModule, CIFAR10DataModule])
 def test_missing_data_without_download(cls: type[ImageDataModule], tmp_path: Path) -> None:
     dm = cls(data_dir=str(tmp_path), download=False)
     with pytest.raises(DataNotFoundError) as info:
         dm.prepare_data()
     message = str(info.value)
     assert str(tmp_path.resolve()) in message and "DATA_DIR" in message
-    assert ("MNIST/raw/{train-images-idx3-ubyte" if cls is MNISTDataModule else "cifar-10-batches-py") in message
+    folder = f"/{cls.dataset.__name__}/raw/{{train-images-idx3-ubyte" if issubclass(cls, MNISTDataModule) else "/cifar-10-batches-py/"
+    assert message.startswith(f"{cls.__name__}: no data set in ") and folder in message
     assert isinstance(info.value, FileNotFoundError)
     # One short line, said once: no chained torchvision error printed before it.
     assert "\n" not in message and len(message) < 600 and one_line(info.value)
@@ -227,7 +249,7 @@ def test_missing_data_without_download(cls: type[ImageDataModule], tmp_path: Pat
         cls(data_dir=str(tmp_path)).setup("fit")  # setup alone also explains
 
 
-@pytest.mark.parametrize("cls", [MNISTDataModule, CIFAR10DataModule])
+@pytest.mark.parametrize("cls", [MNISTDataModule, FashionMNISTDataModule, CIFAR10DataModule])
 @pytest.mark.parametrize("data_dir", [".", "MNIST", "not/there"])  # an empty folder, one level too deep, a typo
 def test_missing_data_download_fails_offline(
     cls: type[ImageDataModule], data_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -286,68 +308,76 @@ def no_download(*args: object, **kwargs: object) -> None:
     pytest.fail("a download was attempted although the files are on disk")
 
 
+def raw_folder(root: Path, cls: type[MNISTDataModule]) -> Path:
+    """Where `cls` reads its files under the data root `root`: MNIST/raw, FashionMNIST/raw (resolved, as messages say it)."""
+    return root.resolve() / cls.dataset.__name__ / "raw"
+
+
 @pytest.fixture
-def mnist_copy(mnist_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A data root whose MNIST/raw links to the real files; `corrupt_file` swaps one for a bad one. Downloads fail the test."""
-    raw = tmp_path / "MNIST" / "raw"
+def idx_copy(idx_cls: type[MNISTDataModule], mnist_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A data root whose MNIST/raw (or FashionMNIST/raw) links to the real files; `corrupt_file` swaps one for a bad one.
+    Downloads fail the test."""
+    raw = raw_folder(tmp_path, idx_cls)
     raw.mkdir(parents=True)
-    real = [mnist_dir / "MNIST" / "raw" / name.removesuffix(".gz") for name, _ in MNIST.resources]
+    real = [raw_folder(mnist_dir, idx_cls) / name.removesuffix(".gz") for name, _ in idx_cls.dataset.resources]
     for target in real:
         (raw / target.name).symlink_to(target)
     monkeypatch.setattr(tv_utils, "download_and_extract_archive", no_download)
     monkeypatch.setattr(urllib.request, "urlopen", no_download)
     before = [(f.stat().st_size, f.stat().st_mtime_ns) for f in real]
     yield tmp_path
-    assert [(f.stat().st_size, f.stat().st_mtime_ns) for f in real] == before, "the shared MNIST files were changed"
+    assert [(f.stat().st_size, f.stat().st_mtime_ns) for f in real] == before, f"the shared {idx_cls.title} files were changed"
 
 
 def corrupt_file(path: Path, contents: bytes) -> None:
     """Replace the link `path` by a file of `contents`; never writes through it to the shared real file."""
     if not path.is_symlink():
-        raise AssertionError(f"{path} is not a link of mnist_copy: refusing to overwrite it")
+        raise AssertionError(f"{path} is not a link of idx_copy: refusing to overwrite it")
     path.unlink()
     path.write_bytes(contents)
 
 
-def real_mnist(name: str, size: int = -1) -> bytes:
-    with open(Path(os.environ["DATA_DIR"]) / "MNIST" / "raw" / name, "rb") as f:
+def real_file(cls: type[MNISTDataModule], name: str, size: int = -1) -> bytes:
+    """The first `size` bytes (all: -1) of one of the shared real files of `cls`'s data set."""
+    with open(raw_folder(Path(os.environ["DATA_DIR"]), cls) / name, "rb") as f:
         return f.read(size)
 
 
-# (file, its bad contents, what the message says). The test files are the smaller ones to copy.
-MNIST_CORRUPTIONS = {
-    "empty": ("t10k-images-idx3-ubyte", lambda: b"", "the file is empty"),
-    "garbage": ("train-images-idx3-ubyte", lambda: b"<!DOCTYPE html> an error page saved under the file's name" * 20,
+# (file, its bad contents from `real` (name, size=-1) -> the real file's bytes, what the message says). The test
+# files are the smaller ones to copy. Each case is tried on MNIST and on Fashion-MNIST ({title}: the data set's name).
+IDX_CORRUPTIONS = {
+    "empty": ("t10k-images-idx3-ubyte", lambda real: b"", "the file is empty"),
+    "garbage": ("train-images-idx3-ubyte", lambda real: b"<!DOCTYPE html> an error page saved under the file's name" * 20,
                 "expected IDX magic 2051 (images), found 1008813135 (not an MNIST IDX file)"),
-    "truncated": ("train-images-idx3-ubyte", lambda: real_mnist("train-images-idx3-ubyte", 1000),
+    "truncated": ("train-images-idx3-ubyte", lambda real: real("train-images-idx3-ubyte", 1000),
                   "header says 60000 images of 28x28 = 47040000 bytes, the file has 984 after its 16-byte header (truncated)"),
-    "float type": ("t10k-images-idx3-ubyte", lambda: b"\x00\x00\x0d\x03" + real_mnist("t10k-images-idx3-ubyte")[4:], "expected IDX magic 2051 (images), found 3331"),
-    "header count": ("t10k-images-idx3-ubyte", lambda: real_mnist("t10k-images-idx3-ubyte")[:4] + (10001).to_bytes(4, "big") + real_mnist("t10k-images-idx3-ubyte")[8:],
+    "float type": ("t10k-images-idx3-ubyte", lambda real: b"\x00\x00\x0d\x03" + real("t10k-images-idx3-ubyte")[4:], "expected IDX magic 2051 (images), found 3331"),
+    "header count": ("t10k-images-idx3-ubyte", lambda real: real("t10k-images-idx3-ubyte")[:4] + (10001).to_bytes(4, "big") + real("t10k-images-idx3-ubyte")[8:],
                      "header says 10001 images of 28x28 = 7840784 bytes, the file has 7840000 after its 16-byte header (truncated)"),
-    "extra bytes": ("t10k-labels-idx1-ubyte", lambda: real_mnist("t10k-labels-idx1-ubyte") + b"\0", "header says 10000 labels = 10000 bytes, the file has 10001 after its 8-byte header (extra bytes at its end)"),
-    "labels as images": ("t10k-images-idx3-ubyte", lambda: real_mnist("t10k-labels-idx1-ubyte"), "expected IDX magic 2051 (images), found 2049 (labels: the labels file under this name?)"),
-    "images as labels": ("t10k-labels-idx1-ubyte", lambda: real_mnist("t10k-images-idx3-ubyte"), "expected IDX magic 2049 (labels), found 2051 (images"),
-    "test as train": ("train-labels-idx1-ubyte", lambda: real_mnist("t10k-labels-idx1-ubyte"), "it holds 10000 labels, expected 60000 labels"),
-    "gzipped": ("t10k-labels-idx1-ubyte", lambda: gzip.compress(real_mnist("t10k-labels-idx1-ubyte")), "it is still gzip-compressed. Fix: unpack it (gunzip)"),
+    "extra bytes": ("t10k-labels-idx1-ubyte", lambda real: real("t10k-labels-idx1-ubyte") + b"\0", "header says 10000 labels = 10000 bytes, the file has 10001 after its 8-byte header (extra bytes at its end)"),
+    "labels as images": ("t10k-images-idx3-ubyte", lambda real: real("t10k-labels-idx1-ubyte"), "expected IDX magic 2051 (images), found 2049 (labels: the labels file under this name?)"),
+    "images as labels": ("t10k-labels-idx1-ubyte", lambda real: real("t10k-images-idx3-ubyte"), "expected IDX magic 2049 (labels), found 2051 (images"),
+    "test as train": ("train-labels-idx1-ubyte", lambda real: real("t10k-labels-idx1-ubyte"), "it holds 10000 labels, expected 60000 labels"),
+    "gzipped": ("t10k-labels-idx1-ubyte", lambda real: gzip.compress(real("t10k-labels-idx1-ubyte")), "it is still gzip-compressed. Fix: unpack it (gunzip)"),
     # Valid headers, degenerate contents.
-    "labels past 9": ("t10k-labels-idx1-ubyte", lambda: real_mnist("t10k-labels-idx1-ubyte")[:8] + bytes(range(100)) * 100,
-                      "its labels run up to 99, where MNIST's classes are 0-9"),
-    "zeroed images": ("t10k-images-idx3-ubyte", lambda: real_mnist("t10k-images-idx3-ubyte")[:16] + bytes(7_840_000),
+    "labels past 9": ("t10k-labels-idx1-ubyte", lambda real: real("t10k-labels-idx1-ubyte")[:8] + bytes(range(100)) * 100,
+                      "its labels run up to 99, where {title}'s classes are 0-9"),
+    "zeroed images": ("t10k-images-idx3-ubyte", lambda real: real("t10k-images-idx3-ubyte")[:16] + bytes(7_840_000),
                       "every pixel of its 10000 images is 0: it holds no images"),
 }
 
 
-@pytest.mark.parametrize("case", MNIST_CORRUPTIONS)
-def test_corrupt_mnist_file_is_one_line_naming_it(case: str, mnist_copy: Path) -> None:
-    name, contents, what = MNIST_CORRUPTIONS[case]
-    path = mnist_copy / "MNIST" / "raw" / name
-    corrupt_file(path, contents())
-    dm = MNISTDataModule(data_dir=str(mnist_copy), download=True)
+@pytest.mark.parametrize("case", IDX_CORRUPTIONS)
+def test_corrupt_idx_file_is_one_line_naming_it(case: str, idx_cls: type[MNISTDataModule], idx_copy: Path) -> None:
+    name, contents, what = IDX_CORRUPTIONS[case]
+    path = raw_folder(idx_copy, idx_cls) / name
+    corrupt_file(path, contents(lambda name, size=-1: real_file(idx_cls, name, size)))
+    dm = idx_cls(data_dir=str(idx_copy), download=True)
     dm.prepare_data()  # the files are all there: nothing to download
     with pytest.raises(DataCorruptError) as info:
         dm.setup("fit" if name.startswith("train") else "test")
     message = str(info.value)
-    assert message.startswith(f"{mnist_copy.resolve() / 'MNIST' / 'raw' / name} is corrupt: {what}") and "Fix: " in message and "delete it" in message
+    assert message.startswith(f"{path} is corrupt: {what.format(title=idx_cls.title)}") and "Fix: " in message and "delete it" in message
     assert isinstance(info.value, ValueError) and isinstance(info.value, DataError) and not isinstance(info.value, FileNotFoundError)
     assert "\n" not in message and one_line(info.value)
 
@@ -400,7 +430,8 @@ def test_corrupt_cifar10_file_is_one_line_naming_it(case: str, cifar_copy: Path)
         assert re.search(r"its md5 [0-9a-f]{32} differs from the official [0-9a-f]{32}; the file is corrupt or not the official CIFAR-10 python version", message)
 
 
-def test_only_missing_files_are_downloaded(cifar_copy: Path, mnist_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_missing_files_are_downloaded(cifar_copy: Path, idx_cls: type[MNISTDataModule], idx_copy: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """A download brings the missing files only: one already there, corrupt or not, is left for setup to report."""
     folder = cifar_copy / "cifar-10-batches-py"
     (folder / "test_batch").unlink()
@@ -414,7 +445,7 @@ def test_only_missing_files_are_downloaded(cifar_copy: Path, mnist_copy: Path, m
         else:
             target = Path(download_root) / kwargs["filename"].removesuffix(".gz")
             assert not target.exists()  # nor a link: writing would go through it to the shared file
-            target.write_bytes(real_mnist(target.name))
+            target.write_bytes(real_file(idx_cls, target.name))
 
     monkeypatch.setattr(tv_utils, "download_and_extract_archive", fake_archive)
     dm = TinyCIFAR10DataModule(data_dir=str(cifar_copy), batch_size=16, val_size=20)
@@ -425,49 +456,95 @@ def test_only_missing_files_are_downloaded(cifar_copy: Path, mnist_copy: Path, m
     with pytest.raises(DataCorruptError, match="data_batch_3 is corrupt: the file is empty"):
         dm.setup()
 
-    (mnist_copy / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").unlink()
-    MNISTDataModule(data_dir=str(mnist_copy)).prepare_data()
-    assert urls[1:] == [f"{MNIST.mirrors[0]}t10k-labels-idx1-ubyte.gz"]  # the missing file only
+    (raw_folder(idx_copy, idx_cls) / "t10k-labels-idx1-ubyte").unlink()
+    idx_cls(data_dir=str(idx_copy)).prepare_data()
+    assert urls[1:] == [f"{idx_cls.dataset.mirrors[0]}t10k-labels-idx1-ubyte.gz"]  # the missing file only, from the data set's mirror
 
 
-def test_unreadable_file_is_not_reported_missing(mnist_copy: Path) -> None:
-    path = mnist_copy / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
+def test_unreadable_file_is_not_reported_missing(idx_cls: type[MNISTDataModule], idx_copy: Path) -> None:
+    path = raw_folder(idx_copy, idx_cls) / "t10k-images-idx3-ubyte"
     path.unlink()
     path.mkdir()  # there, but not a file
-    dm = MNISTDataModule(data_dir=str(mnist_copy))
+    dm = idx_cls(data_dir=str(idx_copy))
     dm.prepare_data()
-    with pytest.raises(DataError, match=f"cannot read {re.escape(str(mnist_copy.resolve() / 'MNIST' / 'raw' / path.name))}: Is a directory") as info:
+    with pytest.raises(DataError, match=f"cannot read {re.escape(str(path))}: Is a directory") as info:
         dm.setup("test")
     assert not isinstance(info.value, DataNotFoundError) and one_line(info.value)
 
 
-def test_partly_missing_data_names_the_missing_files(mnist_copy: Path) -> None:
-    (mnist_copy / "MNIST" / "raw" / "train-labels-idx1-ubyte").unlink()
-    with pytest.raises(DataNotFoundError, match=r"incomplete data set in .*; missing train-labels-idx1-ubyte; no download was attempted \(download=False\)"):
-        MNISTDataModule(data_dir=str(mnist_copy), download=False).prepare_data()
+def test_partly_missing_data_names_the_missing_files(idx_cls: type[MNISTDataModule], idx_copy: Path) -> None:
+    (raw_folder(idx_copy, idx_cls) / "train-labels-idx1-ubyte").unlink()
+    with pytest.raises(DataNotFoundError, match=rf"^{idx_cls.__name__}: incomplete data set in {re.escape(str(idx_copy.resolve()))}: expected "
+                                                 rf"{re.escape(str(raw_folder(idx_copy, idx_cls)))}/{{train-images-idx3-ubyte,.*; missing "
+                                                 r"train-labels-idx1-ubyte; no download was attempted \(download=False\)") as info:
+        idx_cls(data_dir=str(idx_copy), download=False).prepare_data()
+    assert "\n" not in str(info.value) and one_line(info.value)
 
 
-def test_train_py_turns_any_data_error_into_one_line(mnist_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_py_turns_any_data_error_into_one_line(idx_cls: type[MNISTDataModule], idx_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import train
 
-    corrupt_file(mnist_copy / "MNIST" / "raw" / "t10k-labels-idx1-ubyte", b"")
+    corrupt_file(raw_folder(idx_copy, idx_cls) / "t10k-labels-idx1-ubyte", b"")
     with pytest.raises(SystemExit) as info, train.user_errors_as_one_line():
-        MNISTDataModule(data_dir=str(mnist_copy)).setup("test")
+        idx_cls(data_dir=str(idx_copy)).setup("test")
     assert info.value.code == 2
-    assert capsys.readouterr().err == (f"error: {mnist_copy.resolve() / 'MNIST' / 'raw' / 't10k-labels-idx1-ubyte'} is corrupt: "
+    assert capsys.readouterr().err == (f"error: {raw_folder(idx_copy, idx_cls) / 't10k-labels-idx1-ubyte'} is corrupt: "
                                        "the file is empty. Fix: delete it so that it is downloaded again, or copy a good one in its place.\n")
 
 
+def front_end_args(cls: type[MNISTDataModule], front_end: str, settings: dict[str, object]) -> list[str]:
+    """`python train.py` arguments choosing `cls` and setting `settings` (trainer.NAME or data.NAME) in that front end."""
+    if front_end == "hydra":
+        return [f"data={cls.config_name}", *(f"{key}={value}" for key, value in settings.items())]
+    return ["fit", f"--data={cls.__name__}", *(f"--{key}={value}" for key, value in settings.items())]
+
+
 @pytest.mark.slow  # a train.py process: the same, end to end (several seconds: imports Lightning and Hydra)
-def test_train_py_process_says_corrupt_data_in_one_line(mnist_copy: Path, tmp_path: Path) -> None:
-    path = mnist_copy / "MNIST" / "raw" / "train-images-idx3-ubyte"
-    corrupt_file(path, real_mnist("train-images-idx3-ubyte", 1000))
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), f"data.data_dir={mnist_copy}", "trainer.max_steps=1",
-                             "trainer.accelerator=cpu", "trainer.enable_progress_bar=false"],
+@pytest.mark.parametrize("idx_cls,front_end,problem", [
+    (MNISTDataModule, "hydra", "corrupt"), (FashionMNISTDataModule, "hydra", "corrupt"), (FashionMNISTDataModule, "cli", "corrupt"),
+    (FashionMNISTDataModule, "hydra", "missing"), (FashionMNISTDataModule, "cli", "missing"),
+], indirect=["idx_cls"], ids=lambda value: getattr(value, "config_name", value))
+def test_train_py_process_says_bad_data_in_one_line(idx_cls: type[MNISTDataModule], front_end: str, problem: str, idx_copy: Path,
+                                                    tmp_path: Path) -> None:
+    raw = raw_folder(idx_copy, idx_cls)
+    settings = {"data.data_dir": idx_copy, "trainer.max_steps": 1, "trainer.accelerator": "cpu", "trainer.enable_progress_bar": "false"}
+    if problem == "corrupt":
+        corrupt_file(raw / "train-images-idx3-ubyte", real_file(idx_cls, "train-images-idx3-ubyte", 1000))
+        said = f"error: {raw / 'train-images-idx3-ubyte'} is corrupt: header says 60000 images"
+    else:
+        (raw / "t10k-labels-idx1-ubyte").unlink()
+        settings["data.download"] = "false"
+        said = f"error: {idx_cls.__name__}: incomplete data set in {idx_copy.resolve()}: expected {raw}/{{train-images-idx3-ubyte,"
+    result = subprocess.run([sys.executable, str(REPO / "train.py"), *front_end_args(idx_cls, front_end, settings)],
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"error: {mnist_copy.resolve() / 'MNIST' / 'raw' / path.name} is corrupt: header says 60000 images") and "Traceback" not in result.stderr
+    assert last.startswith(said) and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert problem == "corrupt" or "; missing t10k-labels-idx1-ubyte; no download was attempted (download=False)" in last
+
+
+@pytest.mark.slow  # train.py processes: a few steps of a model on Fashion-MNIST, as a user would run them
+@pytest.mark.parametrize("front_end", ["hydra", "cli"])
+def test_train_py_trains_on_fashion_mnist(front_end: str, mnist_dir: Path, tmp_path: Path) -> None:
+    from tests.test_entrypoints import FAST, tags, train
+
+    settings = dict(setting.split("=", 1) for setting in FAST)
+    args = front_end_args(FashionMNISTDataModule, front_end, settings)
+    train([*args, "model=vae"] if front_end == "hydra" else [*args, "--model=VAE"], tmp_path, mnist_dir)
+    run_dir = tmp_path / "logs" / "tensorboard" / "vae-fashion_mnist-mlp-z32" / "version_0"  # named after the data set
+    assert {"train/loss", "val/nll"} <= tags(run_dir) and (run_dir / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_compare_experiment_on_fashion_mnist() -> None:
+    """`experiment=compare data=fashion_mnist`: the MLP networks, as on MNIST, and the Bernoulli likelihood of binarized pixels."""
+    import train
+    from tests.test_configs import composed
+
+    cfg = composed(["experiment=compare", "model=jsa", "data=fashion_mnist"])
+    assert cfg.model.backbone == "mlp" and cfg.data._target_ == "datamodules.FashionMNISTDataModule"
+    data, model = train.build(cfg)
+    assert type(data) is FashionMNISTDataModule and model.hparams["likelihood"] == "bernoulli"
+    assert train.run_name(cfg, model.run_tag) == "jsa-fashion_mnist-mlp-K10-L20"
 
 
 @pytest.mark.parametrize("new_batch_size", [4, 6, 3])

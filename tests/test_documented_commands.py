@@ -94,8 +94,8 @@ def command_line(command: str) -> list[str] | None:
         return None
     elif len(args) > 1 and args[1] in train.CLI_SUBCOMMANDS:  # LightningCLI
         extra = CLI_FAST if args[1] == "fit" else ["--trainer.limit_test_batches=1", "--model.test_num_samples=2"]
-    else:
-        extra = HYDRA_FAST
+    else:  # an Optuna study: two trials show it works
+        extra = HYDRA_FAST + (["hydra.sweeper.n_trials=2"] if "hydra/sweeper=tune" in args else [])
     return [sys.executable, *args, *extra]
 
 

@@ -176,7 +176,7 @@ def test_lightning_cli_fit_then_test_in_the_same_run(tmp_path, mnist_dir):
 
 def test_help_names_both_front_ends(tmp_path, mnist_dir):
     out = train(["--help"], tmp_path, mnist_dir).stdout
-    assert "model=vae" in out and "fit --model=VAE" in out and "data={cifar10,mnist}" in out and "model={dvae,dvae_gumbel,jsa,rws,vae,vimco,vqvae,vqvae_prior}" in out
+    assert "model=vae" in out and "fit --model=VAE" in out and "data={cifar10,fashion_mnist,mnist}" in out and "model={dvae,dvae_gumbel,jsa,rws,vae,vimco,vqvae,vqvae_prior}" in out
 
 
 def test_vqvae_second_stage_from_the_first_stages_checkpoint(tmp_path, mnist_dir):
