@@ -1,6 +1,7 @@
 """Samplers and Monte Carlo estimators: plain functions and small classes on tensors, no Lightning."""
 
 from samplers.cache import LatentCache
+from samplers.hmc import HMC, leapfrog
 from samplers.importance import ImportanceEstimate, importance_log_likelihood, log_mean_exp
 from samplers.mis import (
     MISChain,
@@ -13,10 +14,11 @@ from samplers.mis import (
     sample_categorical,
 )
 from samplers.score_function import categorical_score_norm_sq, leave_one_out_optimal_baseline, score_function_surrogate
-from samplers.sgmcmc import SGHMC, SGLD, SGMCMC, SGNHT, SampleCollector
+from samplers.sgmcmc import SGHMC, SGLD, SGMCMC, SGNHT, SampleCollector, Santa
 from samplers.visits import expected_visits, visit_counts
 
 __all__ = [
+    "HMC",
     "ImportanceEstimate",
     "LatentCache",
     "MISChain",
@@ -35,7 +37,9 @@ __all__ = [
     "SGMCMC",
     "SGNHT",
     "SampleCollector",
+    "Santa",
     "categorical_score_norm_sq",
+    "leapfrog",
     "leave_one_out_optimal_baseline",
     "score_function_surrogate",
     "visit_counts",

@@ -1,4 +1,4 @@
-"""Stochastic-gradient MCMC (SGLD, SGHMC, SGNHT) as `torch.optim.Optimizer`s (docs/sgmcmc.md).
+"""Stochastic-gradient MCMC (SGLD, SGHMC, SGNHT, Santa) as `torch.optim.Optimizer`s (docs/sgmcmc.md).
 
 Target: the posterior p(θ | X) ∝ exp(-U(θ)) with the potential energy
 
@@ -45,14 +45,26 @@ too hot and shrinks when too cold; it absorbs the unknown minibatch noise (E[ξ]
 an estimate B̂. Here ξ is one scalar per parameter tensor (d = numel), or one per element with
 `multivariate=True` (mSGNHT, docs/sgmcmc.md#sgnht).
 
+Symmetric splitting (`integrator="splitting"` for SGHMC and SGNHT; Chen, Ding & Carin, 2015;
+docs/sgmcmc.md#symmetric-splitting): the A-B-O-B-A composition of the exactly solvable parts A (θ ← θ + h p, and
+SGNHT's ξ), B (p ← e^{-γh} p, γ = C or ξ) and O (p ← p - h ∇Û + ζ) has a stationary law off by O(h²) instead of
+Euler's O(h), for the same one gradient per step. With the A half steps of consecutive steps merged:
+
+    p ← e^{-γh/2} (e^{-γh/2} p - h ∇Û(θ) + ζ),    θ ← θ + h p    (SGNHT: then ξ ← ξ + h (pᵀp / d - T)).
+
+Santa (Chen, Carlson, Gan, Li & Carin, 2016; docs/sgmcmc.md#santa): mSGNHT with an RMSprop preconditioner g
+(θ ← θ + h g ⊙ p, force g ⊙ ∇Û, noise 2 T_t h g) and an annealed temperature T_t = T₀ t^(-γ), exploring for a
+number of steps and then refining as a noiseless momentum optimizer with frozen thermostats. Exact HMC, with a
+Metropolis-Hastings test on the full-data energy, is samplers/hmc.py.
+
 Large friction (docs/sgmcmc.md#large-friction-sghmc-becomes-sgld): as C → ∞ the momentum relaxes in time 1/C and θ
 follows first-order Langevin dynamics on the slow clock s = t / C, so SGHMC with (h, C) moves like
 SGLD with step h / C per iteration. At C h = 1 (B̂ = 0) this is exact: the p update forgets the
 old p, p = -h∇U + N(0, 2T), and θ ← θ - h²∇U + N(0, 2 T h²) is SGLD with step h².
 
-Momentum starts at 0 and is never resampled. All per-parameter state ('momentum', 'thermostat')
-lives in `self.state`, so `state_dict()` / `load_state_dict()` round-trip it; the noise comes from
-an optional `torch.Generator` (not part of the state dict).
+Momentum starts at 0 (Santa's at N(0, T₁), the paper's u₀) and is never resampled. All per-parameter state
+('momentum', 'thermostat', Santa's 'square_average', 'preconditioner' and 'step') lives in `self.state`, so
+`state_dict()` / `load_state_dict()` round-trip it; the noise comes from an optional `torch.Generator`.
 
 `SampleCollector` keeps, after a burn-in, every `thin`-th snapshot of the parameters (or only
 their running mean and variance).
@@ -62,12 +74,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 Closure = Callable[[], Tensor]
+Integrator = Literal["euler", "splitting"]
+INTEGRATORS = ("euler", "splitting")
 
 
 def _gaussian_noise(like: Tensor, variance: float, generator: torch.Generator | None) -> Tensor:
@@ -79,6 +93,32 @@ def _gaussian_noise(like: Tensor, variance: float, generator: torch.Generator | 
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
+
+
+def _check_integrator(integrator: str) -> None:
+    _require(integrator in INTEGRATORS, f"integrator must be 'euler' or 'splitting', got {integrator!r}")
+
+
+def _damped_kick(momentum: Tensor, friction: float | Tensor, kick: Tensor, h: float, integrator: str) -> None:
+    """Friction for a time h and one kick (gradient and noise) on p, in place (docs/sgmcmc.md#symmetric-splitting).
+
+        euler:      p ← (1 - h γ) p + kick
+        splitting:  p ← e^{-h γ / 2} (e^{-h γ / 2} p + kick)     (friction half step, kick, friction half step)
+
+    γ is SGHMC's friction C, SGNHT's thermostat ξ (a scalar or one per element), or Santa's ξ. The splitting's
+    friction half steps are exact solutions of dp = -γ p dt, so they never overshoot (no C h < 2 limit).
+    """
+    if integrator == "euler":
+        momentum.mul_(1.0 - h * friction).add_(kick)
+        return
+    decay = torch.exp(friction * (-0.5 * h)) if isinstance(friction, Tensor) else math.exp(-0.5 * h * friction)
+    momentum.mul_(decay).add_(kick).mul_(decay)
+
+
+def _thermostat_step(thermostat: Tensor, momentum: Tensor, dt: float, temperature: float, multivariate: bool) -> None:
+    """ξ ← ξ + dt (pᵀp / d - T), or per element ξ ← ξ + dt (p ⊙ p - T) (docs/sgmcmc.md#sgnht)."""
+    kinetic = momentum.square() if multivariate else momentum.square().mean()
+    thermostat.add_(kinetic - temperature, alpha=dt)
 
 
 class SGMCMC(torch.optim.Optimizer):
@@ -173,15 +213,22 @@ class SGLD(SGMCMC):
 class SGHMC(SGMCMC):
     """Stochastic gradient Hamiltonian Monte Carlo with friction C and noise estimate B̂.
 
-        p ← p - h ∇Û(θ) - h C p + N(0, 2 (C T - B̂) h I),    θ ← θ + h p.
+    euler (Chen et al.'s symplectic Euler step):
+        p ← (1 - h C) p - h ∇Û(θ) + N(0, 2 (C T - B̂) h I),    θ ← θ + h p.
+    splitting (A-B-O-B-A; docs/sgmcmc.md#symmetric-splitting), with the θ half steps of consecutive
+    iterations merged, so that ∇Û is taken where the splitting needs it:
+        p ← e^{-Ch/2} (e^{-Ch/2} p - h ∇Û(θ) + N(0, 2 (C T - B̂) h I)),    θ ← θ + h p.
 
     Args:
         params: parameters (or param groups) to sample; their `.grad` must hold ∇U or ∇Û.
         lr: step size h > 0.
-        friction: C > 0 (scalar). Needs C h < 2, otherwise |1 - C h| >= 1 and p diverges.
+        friction: C > 0 (scalar). Euler needs C h < 2, otherwise |1 - C h| >= 1 and p diverges; the
+            splitting's e^{-Ch/2} has no such limit (its accuracy still wants C h small).
         noise_estimate: B̂ >= 0, estimate of the minibatch-gradient diffusion B = h V / 2
             (V the covariance of ∇Û, taken as scalar); must satisfy C T >= B̂.
         temperature: T = 1/β > 0; samples exp(-U / T).
+        integrator: "euler" (first order: the stationary law is off by O(h)) or "splitting" (second
+            order, O(h²), at the same one gradient per step).
         generator: source of the injected noise (the global RNG if None).
     """
 
@@ -192,9 +239,12 @@ class SGHMC(SGMCMC):
         friction: float = 1.0,
         noise_estimate: float = 0.0,
         temperature: float = 1.0,
+        integrator: Integrator = "euler",
         generator: torch.Generator | None = None,
     ) -> None:
-        defaults = dict(lr=lr, friction=friction, noise_estimate=noise_estimate, temperature=temperature)
+        defaults = dict(
+            lr=lr, friction=friction, noise_estimate=noise_estimate, temperature=temperature, integrator=integrator
+        )
         super().__init__(params, defaults, generator)
 
     def _check_group(self, group: dict[str, Any]) -> None:
@@ -208,20 +258,24 @@ class SGHMC(SGMCMC):
             f"need friction * temperature >= noise_estimate (injected noise variance 2(C T - B̂) h >= 0), "
             f"got C={friction}, T={group['temperature']}, B̂={noise_estimate}",
         )
-        _require(friction * h < 2, f"need friction * lr < 2 (momentum decay factor 1 - C h must stay in (-1, 1)), got C h = {friction * h}")
+        _check_integrator(group["integrator"])
+        _require(
+            group["integrator"] == "splitting" or friction * h < 2,
+            f"need friction * lr < 2 with integrator='euler' (momentum decay factor 1 - C h must stay in (-1, 1)), "
+            f"got C h = {friction * h}",
+        )
 
     def _update(self, param: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
         h, friction = group["lr"], group["friction"]
         state = self.state[param]
         if "momentum" not in state:
             state["momentum"] = torch.zeros_like(param)
-        momentum = state["momentum"]
         # docs/sgmcmc.md#sghmc: ζ ~ N(0, 2(C - B̂) h), with C → C T for the temperature.
         noise = _gaussian_noise(param, 2.0 * (friction * group["temperature"] - group["noise_estimate"]) * h, self.generator)
-        # p ← (1 - C h) p - h ∇Û + ζ (U = -log p: the momentum moves down the potential).
-        momentum.mul_(1.0 - friction * h).add_(grad, alpha=-h).add_(noise)
-        # θ ← θ + h p with the new p (Chen et al.'s order: a symplectic Euler step).
-        param.add_(momentum, alpha=h)
+        # The kick -h ∇Û + ζ (U = -log p: the momentum moves down the potential), between the friction.
+        _damped_kick(state["momentum"], friction, noise.add_(grad, alpha=-h), h, group["integrator"])
+        # θ ← θ + h p with the new p (euler: a symplectic Euler step; splitting: two merged half steps).
+        param.add_(state["momentum"], alpha=h)
 
 
 class SGNHT(SGMCMC):
@@ -246,6 +300,10 @@ class SGNHT(SGMCMC):
             cools the whole tensor by one friction, so it corrects the average of an anisotropic
             minibatch noise, not each direction.
         temperature: T = 1/β > 0; samples exp(-U / T).
+        integrator: "euler" (above; first order) or "splitting" (A-B-O-B-A, second order;
+            docs/sgmcmc.md#symmetric-splitting): p ← e^{-ξh/2} (e^{-ξh/2} p - h ∇Û + ζ), then the
+            merged half steps θ ← θ + h p, ξ ← ξ + h (pᵀp / d - T). Its ξ settles at A + B and θ is
+            sampled at T up to O(h²).
         generator: source of the injected noise (the global RNG if None).
     """
 
@@ -257,10 +315,12 @@ class SGNHT(SGMCMC):
         initial_thermostat: float | None = None,
         multivariate: bool = False,
         temperature: float = 1.0,
+        integrator: Integrator = "euler",
         generator: torch.Generator | None = None,
     ) -> None:
         defaults = dict(
-            lr=lr, noise=noise, initial_thermostat=initial_thermostat, multivariate=multivariate, temperature=temperature
+            lr=lr, noise=noise, initial_thermostat=initial_thermostat, multivariate=multivariate, temperature=temperature,
+            integrator=integrator,
         )
         super().__init__(params, defaults, generator)
 
@@ -269,6 +329,7 @@ class SGNHT(SGMCMC):
         _require(group["noise"] >= 0, f"noise A must be >= 0, got {group['noise']}")
         initial = group["initial_thermostat"]
         _require(initial is None or math.isfinite(initial), f"initial_thermostat must be finite or None, got {initial}")
+        _check_integrator(group["integrator"])
 
     def _update(self, param: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
         h, temperature = group["lr"], group["temperature"]
@@ -279,13 +340,145 @@ class SGNHT(SGMCMC):
             thermostat_shape = param.shape if group["multivariate"] else ()
             state["thermostat"] = torch.full(thermostat_shape, initial, dtype=param.dtype, device=param.device)
         momentum, thermostat = state["momentum"], state["thermostat"]
-        # docs/sgmcmc.md#sgnht: p ← (1 - ξ h) p - h ∇Û + ζ, ζ ~ N(0, 2 A h) (× T at temperature T).
+        # docs/sgmcmc.md#sgnht: p ← (1 - ξ h) p - h ∇Û + ζ, ζ ~ N(0, 2 A h) (× T at temperature T);
+        # splitting: the friction e^{-ξh/2} on either side of the kick.
         noise = _gaussian_noise(param, 2.0 * group["noise"] * temperature * h, self.generator)
-        momentum.sub_(momentum * thermostat, alpha=h).add_(grad, alpha=-h).add_(noise)
+        _damped_kick(momentum, thermostat, noise.add_(grad, alpha=-h), h, group["integrator"])
         param.add_(momentum, alpha=h)
-        # ξ ← ξ + h (pᵀp / d - T) with the new p; per element (mSGNHT) ξ ← ξ + h (p ⊙ p - T).
-        kinetic = momentum.square() if group["multivariate"] else momentum.square().mean()
-        thermostat.add_(kinetic - temperature, alpha=h)
+        # ξ ← ξ + h (pᵀp / d - T) with the new p; per element (mSGNHT) ξ ← ξ + h (p ⊙ p - T). With the
+        # splitting this is its two merged half steps: p does not change between them.
+        _thermostat_step(thermostat, momentum, h, temperature, group["multivariate"])
+
+
+class Santa(SGMCMC):
+    """Santa: stochastic annealing thermostats with an RMSprop preconditioner (Chen, Carlson, Gan, Li & Carin, 2016;
+    docs/sgmcmc.md#santa). It samples exp(-U / T_t) while the temperature T_t = T₀ t^(-γ) anneals (exploration),
+    then drops the stochastic terms and is a momentum optimizer with one adaptive momentum per element
+    (refinement), ending in a mode of U.
+
+    `lr` is the paper's learning rate η; its dynamics run in step h = √η with momentum p = u / h and
+    thermostat ξ = α / h (the paper's u, α), per element, as mSGNHT's. With g the preconditioner,
+
+        v ← σ v + (1 - σ) ḡ ⊙ ḡ,     g = 1 / √(λ + √v)     (ḡ: `.grad`; after `attach`, the batch-mean gradient ∇Û / N)
+
+    exploration (steps t <= exploration_steps), Algorithm 2 (integrator="splitting", symmetric splitting):
+        p ← e^{-hξ/2} (e^{-hξ/2} p - h g ⊙ ∇Û + ζ),    ζ ~ N(0, 2 T_t h g_{t-1})
+        θ ← θ + h g ⊙ p,    ξ ← ξ + h (p ⊙ p - T_t)
+    Algorithm 1 (integrator="euler"): ξ ← ξ + h (p ⊙ p - T_t) first (with the old p), then
+        p ← (1 - hξ) p - h g ⊙ ∇Û + ζ,    θ ← θ + h g ⊙ p.
+    refinement (t > exploration_steps): ξ frozen, no noise:
+        p ← e^{-hξ/2} (e^{-hξ/2} p - h g ⊙ ∇Û)   (euler: (1 - hξ) p - h g ⊙ ∇Û),     θ ← θ + h g ⊙ p.
+
+    In the paper's units (u = h p, α = h ξ) the refinement is u ← e^{-α} u - η g ⊙ ∇Û, θ ← θ + g ⊙ u: RMSprop
+    with learning rate η and one momentum per element (euler with α = 1 is exactly RMSprop(lr=η, alpha=σ, eps=λ)).
+    The splitting's two θ half steps of consecutive iterations are merged, so that the gradient is taken at the
+    point where the splitting needs it (the paper takes it half a drift earlier); both halves use the current g.
+
+    `drift_correction=True` adds the paper's estimate of the drift T ∇_θ g that a θ-dependent preconditioner
+    needs, T_t (1 - g_{t-1} / g) ⊘ p (its (η / β)(1 - g_{t-1} ⊘ g_t) ⊘ u_{t-1}), with |p| floored at 1e-3 √T_t.
+    It is off by default, as in the authors' released code: g follows the gradient history, not θ, and the
+    estimate divides the history's change of g by a momentum: small noise while g is stationary, large kicks
+    where g drifts and p is near 0 (tests/test_hmc.py). v starts at the first ḡ ⊙ ḡ, also as in the authors'
+    code: from the paper's v₀ = 0 the first g would be (1 - σ)^(-1/4) times too large (5.6 at σ = 0.999) and
+    decrease over ~1 / (1 - σ) steps.
+
+    Args:
+        params: parameters (or param groups); their `.grad` must hold ∇U or ∇Û (after `attach`, the batch-mean
+            gradient, which the preconditioner uses as ḡ).
+        lr: the learning rate η > 0 (the step is h = √η).
+        exploration_steps: the number of exploration steps (the paper's burn-in); 0 makes Santa a pure optimizer.
+        anneal_rate: γ >= 0 in T_t = T₀ t^(-γ) (β_t = t^γ / T₀); 0 keeps the temperature at T₀.
+        temperature: T₀ > 0, the temperature of the first step.
+        rms_decay: σ in [0, 1), the decay of the squared-gradient average v.
+        eps: λ > 0, keeps g finite where v = 0.
+        initial_thermostat: ξ at the start (the paper's α₀ = √η C: C), or None for the first preconditioner g,
+            the thermostat's equilibrium when the injected noise 2 T g h is all the noise there is.
+        integrator: "splitting" (Santa-SSS, the paper's Algorithm 2) or "euler" (Santa-E, Algorithm 1).
+        drift_correction: add the paper's finite-difference T ∇_θ g term (above) in the exploration stage.
+        generator: source of the injected noise and of the initial momentum (the global RNG if None).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float,
+        exploration_steps: int = 10_000,
+        anneal_rate: float = 0.5,
+        temperature: float = 1.0,
+        rms_decay: float = 0.999,
+        eps: float = 1e-8,
+        initial_thermostat: float | None = None,
+        integrator: Integrator = "splitting",
+        drift_correction: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        defaults = dict(
+            lr=lr, exploration_steps=exploration_steps, anneal_rate=anneal_rate, temperature=temperature,
+            rms_decay=rms_decay, eps=eps, initial_thermostat=initial_thermostat, integrator=integrator,
+            drift_correction=drift_correction,
+        )
+        super().__init__(params, defaults, generator)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        super()._check_group(group)
+        steps = group["exploration_steps"]
+        _require(isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0,
+                 f"exploration_steps must be an integer >= 0, got {steps!r}")
+        _require(group["anneal_rate"] >= 0, f"anneal_rate γ must be >= 0, got {group['anneal_rate']}")
+        _require(0 <= group["rms_decay"] < 1, f"rms_decay σ must be in [0, 1), got {group['rms_decay']}")
+        _require(group["eps"] > 0, f"eps λ must be > 0, got {group['eps']}")
+        initial = group["initial_thermostat"]
+        _require(initial is None or math.isfinite(initial), f"initial_thermostat must be finite or None, got {initial}")
+        _check_integrator(group["integrator"])
+
+    def temperature_at(self, step: int, group: dict[str, Any] | None = None) -> float:
+        """T_t = T₀ t^(-γ) of step t (1, 2, ...)."""
+        group = self.param_groups[0] if group is None else group
+        return group["temperature"] * step ** (-group["anneal_rate"])
+
+    def _update(self, param: Tensor, grad: Tensor, group: dict[str, Any]) -> None:
+        h, integrator = math.sqrt(group["lr"]), group["integrator"]
+        state = self.state[param]
+        if not state:
+            state["step"] = 0
+            # v starts at the first ḡ ⊙ ḡ (the authors' code), not at the paper's v₀ = 0: see the docstring.
+            state["square_average"] = param.grad.square()
+            # The paper's u₀ = √η N(0, I): p ~ N(0, T₁ I), the equilibrium; a pure optimizer starts at rest.
+            exploring = group["exploration_steps"] > 0
+            state["momentum"] = (_gaussian_noise(param, self.temperature_at(1, group), self.generator) if exploring
+                                 else torch.zeros_like(param))
+        state["step"] += 1
+        step = state["step"]
+        momentum, square_average = state["momentum"], state["square_average"]
+        # v ← σ v + (1 - σ) ḡ², with ḡ the batch-mean gradient (the paper's f̃ / N); g = 1 / √(λ + √v).
+        mean_grad = param.grad
+        square_average.mul_(group["rms_decay"]).addcmul_(mean_grad, mean_grad, value=1 - group["rms_decay"])
+        preconditioner = square_average.sqrt().add_(group["eps"]).rsqrt_()
+        previous = state.get("preconditioner", preconditioner)
+        if "thermostat" not in state:
+            initial = group["initial_thermostat"]
+            state["thermostat"] = preconditioner.clone() if initial is None else torch.full_like(param, initial)
+        thermostat = state["thermostat"]
+        force = grad * preconditioner  # g ⊙ ∇Û
+        if step <= group["exploration_steps"]:
+            temperature = self.temperature_at(step, group)
+            kick = _gaussian_noise(param, 2.0 * temperature * h, self.generator).mul_(previous.sqrt())
+            kick.sub_(force, alpha=h)
+            if group["drift_correction"]:
+                # T ∇_θ g ≈ T (g - g_{t-1}) / Δθ, Δθ = h g p: the paper's (η/β)(1 - g_{t-1} / g) ⊘ u, in p's units.
+                floor = 1e-3 * math.sqrt(temperature)
+                floored = torch.full_like(momentum, floor).copysign(momentum)
+                safe = torch.where(momentum.abs() < floor, floored, momentum)
+                kick.add_((1.0 - previous / preconditioner).div_(safe), alpha=temperature)
+            if integrator == "euler":  # Algorithm 1: α ← α + (u ⊙ u - η / β) with the old u
+                _thermostat_step(thermostat, momentum, h, temperature, multivariate=True)
+            _damped_kick(momentum, thermostat, kick, h, integrator)
+            if integrator == "splitting":  # Algorithm 2's two half updates of α, merged as θ's are
+                _thermostat_step(thermostat, momentum, h, temperature, multivariate=True)
+        else:
+            _damped_kick(momentum, thermostat, force.mul_(-h), h, integrator)
+        param.addcmul_(preconditioner, momentum, value=h)
+        state["preconditioner"] = preconditioner
 
 
 def _parameter_list(params: nn.Module | Tensor | Iterable[Tensor]) -> list[Tensor]:

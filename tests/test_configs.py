@@ -62,7 +62,7 @@ def test_every_model_builds_for_every_data_set(model, data, backbone):
     cfg = composed([f"model={model}", f"data={data}", f"model.backbone={backbone}"])
     datamodule, net = train.build(cfg)
     assert net.data_shape == datamodule.image_shape
-    expected = BernoulliLikelihood if data == "mnist" else DiscretizedLogisticLikelihood
+    expected = BernoulliLikelihood if data in ("mnist", "fashion_mnist") else DiscretizedLogisticLikelihood  # binarized by default
     assert isinstance(net.likelihood, expected)
     assert train.run_name(cfg, net.run_tag).startswith(f"{model}-{data}-{backbone}-")
 
