@@ -43,38 +43,51 @@ def did_you_mean(word: str, candidates: list[str]) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
-_INT = re.compile(r"[+-]?\d+")
-_FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.I)
+# Hydra's grammar (hydra/grammar/OverrideLexer.g4): 007 is a string, 1_000 an int, 1_0.5 a float.
+_DIGITS = r"\d(?:_?\d)*"
+_INT = re.compile(rf"[+-]?(?:0|[1-9](?:_?\d)*)")
+_FLOAT = re.compile(rf"[+-]?(?:(?:(?:{_DIGITS})?\.{_DIGITS}|{_DIGITS}\.)(?:[eE][+-]?{_DIGITS})?|{_DIGITS}[eE][+-]?{_DIGITS}|inf|nan)",
+                    re.I)
+_YAML_BOOLS = {"yes": True, "on": True, "no": False, "off": False}  # LightningCLI reads values as YAML 1.1
 
 
-def scalar(text: str) -> tuple[bool, Any]:
+def scalar(text: str, cli: bool = False) -> tuple[bool, Any]:
     """(True, value) for a plain value as Hydra's grammar reads it (null, true/false, int, float, a quoted or bare
-    string); (False, None) for anything richer (an interpolation, a list, a dict, a function such as range())."""
-    if any(mark in text for mark in ("${", "[", "]", "{", "}", "(", ")")):
+    string; with `cli`, as LightningCLI's YAML reads it); (False, None) for anything richer (an interpolation, a list,
+    a dict, a function such as range(), an escape)."""
+    text = text.strip()
+    if any(mark in text for mark in ("${", "[", "]", "{", "}", "(", ")", "\\")):
         return False, None
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return True, text[1:-1]
     lowered = text.lower()
-    if lowered == "null":
+    if lowered in ("null", "none" if cli else "null", "~" if cli else "null"):
         return True, None
     if lowered in ("true", "false"):
         return True, lowered == "true"
-    if _INT.fullmatch(text):
-        return True, int(text)
+    if cli and lowered in _YAML_BOOLS:
+        return True, _YAML_BOOLS[lowered]
+    if _INT.fullmatch(text) or (cli and re.fullmatch(rf"[+-]?{_DIGITS}", text)):
+        return True, int(text.replace("_", ""))
     if _FLOAT.fullmatch(text):
-        return True, float(text)
+        return True, float(text.replace("_", ""))
     return True, text
 
 
-def values_of(text: str) -> list[Any] | None:
-    """The values a Hydra override sets: one, or each of a simple sweep a,b,c; None if they cannot be read here."""
+def values_of(text: str, cli: bool = False) -> list[Any] | None:
+    """The values an override sets: one, or (Hydra) each of a simple sweep a,b,c; None if they cannot be read here."""
+    if cli:
+        ok, value = scalar(text, cli=True)
+        return [value] if ok else None
+    if any(quote in text for quote in "'\"") and "," in text:
+        return None  # a quoted value may hold commas: left to Hydra's parser
     parts = [scalar(part) for part in text.split(",")] if text else [(True, "")]
     return [value for _, value in parts] if all(ok for ok, _ in parts) else None
 
 
-def check_value(option: str, value_text: str, specs: list[dict[str, Any]]) -> None:
+def check_value(option: str, value_text: str, specs: list[dict[str, Any]], cli: bool = False) -> None:
     """Refuse a value that fits none of the classes that take the setting (each spec: that class's settings)."""
-    values = values_of(value_text)
+    values = values_of(value_text, cli)
     for value in values or []:
         failures = [expected(settings[option.rsplit(".", 1)[-1]], value) for settings in specs]
         if failures and all(failures):
@@ -133,7 +146,7 @@ def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
     kind = PLUGIN_GROUPS[group]
     ours = {p.stem: p for p in (CONFIGS / group).glob("*.yaml")}
     installed = installed_plugin_choices()[group]
-    for choice in (v.strip() for v in value.split(",")):
+    for choice in [str(v) for v in values_of(value) or []]:
         extends = _EXTENDS.search(ours[choice].read_text()) if choice in ours else None
         plugin = extends[1] if extends else choice if choice in PLUGIN_PACKAGES else None
         if plugin is not None and not plugin_installed(PLUGIN_PACKAGES[plugin]):
@@ -172,9 +185,12 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
             continue
         if "=" in arg and not arg.startswith("~"):
             key, _, value = arg.lstrip("+").partition("=")
-            overrides.append((key, value))
-    # (--cfg only prints the config: a sweeper or launcher is fine there without -m)
-    multirun = any(arg in ("-m", "--multirun", "--cfg", "-c") for arg in argv) or ("hydra.mode", "MULTIRUN") in overrides
+            overrides.append((key.split("@", 1)[0], value.strip()))
+    # Hydra's argparse takes abbreviations (--multi) and joined values (--cfg=job, -cjob). --cfg only prints the
+    # config: a sweeper or launcher is fine there without -m.
+    flags = [arg.split("=", 1)[0] for arg in argv if arg.startswith("-")]
+    multirun = any(f == "-m" or (len(f) > 3 and "--multirun".startswith(f)) or f.startswith(("--cfg", "-c"))
+                   for f in flags) or ("hydra.mode", "MULTIRUN") in overrides
     for key, value in overrides:
         if key in PLUGIN_GROUPS:
             check_plugin_choice(key, value, multirun)
@@ -183,7 +199,8 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
     for key, value in overrides:
         if key in CONFIG_GROUPS and key != "hydra":
             available = sorted(p.stem for p in (CONFIGS / key).glob("*.yaml"))
-            wanted = [v.strip() for v in value.split(",")] if values_of(value) is not None else []
+            read = values_of(value)  # quotes and spaces are Hydra's syntax, not part of the name
+            wanted = [str(v) if v is not None else "null" for v in read] if read is not None else []
             for choice in wanted:
                 if choice not in available and not (key == "experiment" and choice in ("null", "")):
                     raise EarlyRefusal(f"{key}={choice}: no such config in configs/{key}/; expected one of "
@@ -215,12 +232,13 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
         if key in CONFIG_GROUPS or group in ("hydra", "callbacks", "logger") or key.startswith("hydra/"):
             continue
         if not dot:
-            if key not in TOP_LEVEL_SETTINGS:
+            if key not in TOP_LEVEL_SETTINGS and not key.startswith("_"):
                 raise EarlyRefusal(f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})"
                                    f"{did_you_mean(key, all_options())}")
-            check_value(key, value, [{key: TOP_LEVEL_SPECS[key]}])
+            if key in TOP_LEVEL_SPECS:
+                check_value(key, value, [{key: TOP_LEVEL_SPECS[key]}])
             continue
-        specs = settings_of(group) if group in GROUPS and "." not in name else None
+        specs = settings_of(group) if group in GROUPS and "." not in name and not name.startswith("_") else None
         if specs is None:
             continue
         if not any(name in settings for settings in specs):
@@ -265,25 +283,31 @@ def check_cli(argv: list[str], schema: dict[str, Any]) -> None:
     """Raise EarlyRefusal for the first mistake of a LightningCLI command line that can be seen without the imports."""
     pairs = option_values(argv[1:])
     given = dict(pairs)
-    if any(o in ("--config", "--help", "--print_config") for o, _ in pairs) or any(a in ("-c", "-h") for a in argv):
-        return  # a config file may choose the classes; help and print_config refuse nothing
+    if any(o in ("--config", "--help", "--print_config", "--model.help", "--data.help") for o, _ in pairs) or any(
+            a.startswith(("-c", "-h")) and not a.startswith("--") for a in argv):
+        return  # a config file may choose the classes; the help options and print_config refuse nothing
     registered = schema["cli_classes"]
-    chosen = {}
+    chosen: dict[str, str | None] = {}
     for group, default in (("model", "JSA"), ("data", "MNISTDataModule")):
-        name = given.get(f"--{group}") or default
+        name = given.get(f"--{group}.class_path") or given.get(f"--{group}") or default
         targets = {**registered[group], **{path: path for path in registered[group].values()}}
+        if name.lstrip().startswith("{") or ("." in name and name not in targets):
+            # --model='{"class_path": ...}', or a class of the user's own package: left to jsonargparse
+            chosen[group] = None
+            continue
         if name not in targets:
             names = sorted(registered[group])
-            raise EarlyRefusal(f"--{group}={name} is not one of {', '.join(names)}{did_you_mean(name, names)}")
+            option = f"--{group}.class_path" if f"--{group}.class_path" in given else f"--{group}"
+            raise EarlyRefusal(f"{option}={name} is not one of {', '.join(names)}{did_you_mean(name, names)}")
         chosen[group] = targets[name]
     chosen["trainer"] = "lightning.Trainer"
     for option, value in pairs:
         group, dot, name = option[2:].rstrip("+").partition(".")
-        if not dot or group not in chosen:
+        if not dot or group not in chosen or chosen[group] is None:
             continue
         name = name.removeprefix("init_args.")
         settings = schema["classes"].get(chosen[group])
-        if settings is None or "." in name:
+        if settings is None or "." in name or name in ("class_path", "init_args", "dict_kwargs", "help"):
             continue
         known = [*settings, *NOT_SETTINGS.get(group, ())]  # LightningCLI exposes these too (--model.optimizer, ...)
         if name not in known:
@@ -293,7 +317,7 @@ def check_cli(argv: list[str], schema: dict[str, Any]) -> None:
             raise EarlyRefusal(f"--{group}.{name}: no such option of {chosen[group].rsplit('.', 1)[-1]}"
                                f"{did_you_mean(f'--{group}.{name}', candidates) or hint}")
         if value is not None and name in settings:
-            check_value(f"--{group}.{name}", value, [settings])
+            check_value(f"--{group}.{name}", value, [settings], cli=True)
 
 
 def refuse_early(argv: list[str], cli: bool) -> str | None:

@@ -41,6 +41,8 @@ def test_the_committed_schema_is_what_the_classes_give():
     ("fit --model=VAE --model.mis_steps=3", "--model.mis_steps: no such option of VAE; it is an option of JSA (--model=JSA)"),
     ("fit --model.mis_steps ten", "--model.mis_steps='ten': expected an integer"),
     ("fit --data.batch_sise=3", "did you mean --data.batch_size?"),
+    ("seed=01", "seed='01': expected an integer"),  # Hydra reads 01 as a string
+    ("-m 'seed=1, x'", "seed='x': expected an integer"),
 ])
 def test_mistakes_are_one_line_with_the_closest_name(command, line):
     argv = shlex.split(command)
@@ -59,6 +61,16 @@ VALID = [
     "fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1", "test --model=VAE --ckpt_path=PATH/last.ckpt",
     "fit --help", "fit --config configs/cli/jsa_paper.yaml", "fit --trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping",
     "fit --model=JSA --model.init_args.mis_steps=5 --checkpoint.save_top_k=3 --seed_everything=1",
+    # what a review found refused by an earlier version, each accepted by Hydra or jsonargparse
+    "seed=1_000", "trainer.max_steps=250_000", "model.lr=1_0.5", "-m 'seed=1, 2'", "-m 'data.binarize=static, dynamic'",
+    "'seed= 1'", "model='vae'", "trainer='cpu'", "experiment='jsa_paper'", "-m model='vae','jsa'", "run_name=007",
+    "log_dir=01", "trainer._target_=lightning.pytorch.Trainer", "optimizer._partial_=true", "--cfg=job hydra/launcher=parallel",
+    "-cjob hydra/launcher=parallel", "--multi hydra/launcher=parallel", "model.lr=1",
+    "fit --model.class_path=models.VAE --model.init_args.latent_dim=8",
+    """fit '--model={"class_path":"models.VAE","init_args":{"latent_dim":8}}'""", """fit '--model.init_args={"lr":0.1}'""",
+    "fit --model.help=VAE", "fit --model.help VAE", "fit -c=/tmp/vae.yaml --model.latent_dim=8", "fit --data.download=no",
+    "fit --data.download=off", "fit --model.lr=1_000", "fit --trainer.max_epochs=1_000", "fit --model.lr=1e-3",
+    "fit --model=mypackage.MyModel --model.anything=1",
 ]
 
 
