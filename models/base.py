@@ -136,6 +136,11 @@ class LatentVariableModel(L.LightningModule):
         self.output_channels = self.data_shape[0] * self.likelihood.params_per_channel
         self.lr = lr
         self.optimizer_factory = optimizer
+        if optimizer is not None:  # its settings are checked now, not at the first training step (a traceback there)
+            try:
+                optimizer([torch.nn.Parameter(torch.zeros(1))])
+            except (ValueError, TypeError) as error:
+                raise ValueError(f"optimizer: {error}") from None
         self.eval_num_samples = {"val": val_num_samples, "test": test_num_samples}
         self.eval_chunk_size = eval_chunk_size
         self.test_seed = test_seed

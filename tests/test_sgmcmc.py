@@ -538,3 +538,19 @@ def test_sgld_step_inside_training_is_scaled_by_the_dataset_size(mnist_dir):
     trainer.fit(model, datamodule=dm)
     for before, grad, after in zip(record.before, record.grads, model.parameters()):
         torch.testing.assert_close(after.detach() - before, -lr * dm.num_train_examples * grad, rtol=1e-6, atol=1e-15)
+
+
+def test_a_bad_sampler_setting_is_refused_when_the_model_is_built_not_at_the_first_step():
+    """Both front ends turn a constructor's ValueError into one line; the optimizer's own checks must run there too."""
+    import functools
+
+    import train
+    from callbacks.settings import SettingsError
+    from models import VAE
+    from samplers import SGLD
+    from tests.test_configs import composed
+
+    with pytest.raises(ValueError, match="optimizer: step size lr must be > 0"):
+        VAE(optimizer=functools.partial(SGLD, lr=-1.0))
+    with pytest.raises(SettingsError, match="optimizer: step size lr must be > 0"):
+        train.build(composed(["model=vae", "optimizer=santa", "optimizer.lr=-1"]))
