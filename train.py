@@ -94,7 +94,9 @@ def register_defaults() -> None:
     from callbacks.hparams import constructor_defaults
 
     store = ConfigStore.instance()
-    groups = (("model_defaults", models, models.LatentVariableModel, ("data_shape", "optimizer")),
+    from launch.schema import NOT_SETTINGS  # constructor arguments the front ends pass themselves
+
+    groups = (("model_defaults", models, models.LatentVariableModel, NOT_SETTINGS["model"]),
               ("data_defaults", datamodules, datamodules.ImageDataModule, ()))
     for group, package, base, skip in groups:
         for name in package.__all__:
@@ -105,7 +107,7 @@ def register_defaults() -> None:
     # come from their own config groups).
     from lightning import Trainer
 
-    trainer_settings = {k: v for k, v in constructor_defaults(Trainer).items() if k not in ("logger", "callbacks", "plugins")}
+    trainer_settings = {k: v for k, v in constructor_defaults(Trainer).items() if k not in NOT_SETTINGS["trainer"]}
     store.store(group="trainer_defaults", name="Trainer", node=trainer_settings)
 
 
