@@ -5,7 +5,7 @@ progress bar) against the bare step, so that a feature cannot quietly add host s
 
 For each model, `--repeats` times, on real MNIST batches (DATA_DIR), two runs:
 
-* `fit`: `train.run` on the composed Hydra config (`model=<name>`, fewer steps than an epoch so that only training
+* `fit`: `launch.hydra_app.run` on the composed Hydra config (`model=<name>`, fewer steps than an epoch so that only training
   steps run);
 * `lightning`: the same model in a plain `lightning.Trainer` with nothing of the collection's (no logger, progress
   bar, checkpointing or callback, not even the model's own `configure_callbacks`): the floor of `Trainer.fit`'s loop.
@@ -41,10 +41,11 @@ class BareStep:
     """One training step of a model built from `cfg`, without Lightning: the next batch, the loss, backward, Adam."""
 
     def __init__(self, cfg) -> None:
-        import train
+        import launch.build
+        import launch.hydra_app
         from omegaconf import open_dict
 
-        datamodule, self.module = train.build(cfg)
+        datamodule, self.module = launch.build.build(cfg)
         datamodule.setup("fit")
         if self.module.hparams.get("use_cache") and self.module.hparams.get("cache_size") is None:
             # JSA's per-example cache, which the trainer's copy sizes in `setup` (no trainer here): read and
@@ -52,7 +53,7 @@ class BareStep:
             cfg = cfg.copy()
             with open_dict(cfg):
                 cfg.model.cache_size = datamodule.num_train_examples
-            self.module = train.build(cfg)[1]
+            self.module = launch.build.build(cfg)[1]
         self.optimizer = self.module.configure_optimizers()
         self.module.train()
         self.batches = iter(datamodule.train_dataloader())
@@ -68,7 +69,7 @@ class BareStep:
 class StepClock(L.Callback):
     """At the start of every training batch: note the time, then take one bare step, timed (benchmarks.loop_overhead).
 
-    Class-level state: `train.run` builds the instance from the config."""
+    Class-level state: `launch.hydra_app.run` builds the instance from the config."""
 
     bare: BareStep | None = None
     trainer_steps: list[float] = []
@@ -102,28 +103,30 @@ def compose(model: str, steps: int, log_dir: str):
 
 
 def fit_steps(model: str, steps: int) -> tuple[list[float], list[float]]:
-    """(steps inside `train.run`, the bare steps paired with them)."""
-    import train
+    """(steps inside `launch.hydra_app.run`, the bare steps paired with them)."""
+    import launch.build
+    import launch.hydra_app
 
     from benchmarks import loop_overhead  # the module the config names (this file may run as __main__)
 
     with tempfile.TemporaryDirectory() as log_dir:
         cfg = compose(model, steps, log_dir)
         loop_overhead.StepClock.reset(BareStep(cfg))
-        train.run(cfg)
+        launch.hydra_app.run(cfg)
     return loop_overhead.StepClock.pairs()
 
 
 def lightning_steps(model: str, steps: int) -> tuple[list[float], list[float]]:
     """(steps inside a plain `lightning.Trainer`, the bare steps paired with them)."""
-    import train
+    import launch.build
+    import launch.hydra_app
 
     from benchmarks import loop_overhead
 
     with tempfile.TemporaryDirectory() as log_dir:
         cfg = compose(model, steps, log_dir)
     L.seed_everything(cfg.seed, workers=True)
-    datamodule, module = train.build(cfg)
+    datamodule, module = launch.build.build(cfg)
     module.configure_callbacks = lambda: []  # this instance only: nothing but the loop itself
     loop_overhead.StepClock.reset(BareStep(cfg))
     trainer = L.Trainer(accelerator=cfg.trainer.accelerator, devices=1, precision=cfg.trainer.precision, max_steps=steps,

@@ -33,7 +33,8 @@ from typing import Any, Iterator
 import lightning as L
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
-from lightning.fabric.utilities.cloud_io import _load as pl_load
+
+from common.private_api import lightning_load
 
 CHECKSUM_SUFFIX = ".sha256"
 TEMPORARY_MARK = ".tmp-"  # `.<name>.tmp-<pid>`: a temporary file of process <pid>
@@ -94,7 +95,7 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike) ->
     remove_stale_temporaries(path.parent)
 
 
-# Directories this process already holds an exclusive flock on (its run directory, callbacks/run_directory.py): a second
+# Directories this process already holds an exclusive flock on (its run directory, launch/run_directory.py): a second
 # flock there from this process would wait for itself, and the held one already keeps other writers out.
 held_directories: set[Path] = set()
 
@@ -174,7 +175,7 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
     try:
         with directory_lock(Path(path).parent, exclusive=False):  # no save of this path in between (module docstring)
             verify_checkpoint_file(path)
-            checkpoint = pl_load(path, map_location=map_location, weights_only=not trusted)
+            checkpoint = lightning_load(path, map_location=map_location, weights_only=not trusted)
     except CheckpointError:
         raise
     except Exception as error:  # truncated zip, pickled garbage, code planted in the pickle, not a checkpoint at all

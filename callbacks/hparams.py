@@ -10,37 +10,17 @@ of each under its `hp/` tag.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.tensorboard.summary import hparams
 
+from common.private_api import file_writer
+from common.signatures import settings_of
+
 # Shown as `hp/<stage>_<name>`: the value of `<stage>/<name>` at the end of each run of that stage.
 HPARAM_METRICS = {"val": ("nll", "bpd"), "test": ("nll", "bpd", "recon_mse", "psnr")}
-
-
-def constructor_defaults(cls: type) -> dict[str, Any]:
-    """The constructor arguments of `cls` with their defaults, following **kwargs up the class hierarchy
-    (the one source of defaults: Hydra's configs are built from it, LightningCLI reads the same signatures)."""
-    defaults: dict[str, Any] = {}
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass):
-            continue
-        parameters = inspect.signature(vars(klass)["__init__"]).parameters.values()
-        for p in parameters:
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in ("self", *defaults) and p.default is not p.empty:
-                defaults[p.name] = list(p.default) if isinstance(p.default, tuple) else p.default
-        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
-            break
-    return defaults
-
-
-def settings_of(obj: Any) -> dict[str, Any]:
-    """Every constructor setting of a model or data module: its defaults, overridden by what it was given."""
-    given = {k: list(v) if isinstance(v, tuple) else v for k, v in getattr(obj, "hparams", {}).items() if not k.startswith("_")}
-    return {**constructor_defaults(type(obj)), **given}
 
 
 def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -76,7 +56,7 @@ class HparamsWithMetrics(L.Callback):
         # TensorBoard's hparams plugin takes numbers, strings and booleans; anything else as its repr.
         params = {k: v if isinstance(v, (bool, int, float, str)) else repr(v) for k, v in params.items()}
         metrics = {f"hp/{stage}_{name}": 0.0 for stage, names in HPARAM_METRICS.items() for name in names}
-        writer = logger.experiment._get_file_writer()
+        writer = file_writer(logger.experiment)
         for summary in hparams(params, metrics):  # the tags only: no value is written for them here
             writer.add_summary(summary, trainer.global_step)
 

@@ -25,7 +25,7 @@ import lightning as L
 import torch
 
 from callbacks.checkpoint_files import CheckpointError
-from callbacks.hparams import constructor_defaults, settings_of
+from common.signatures import constructor_defaults, settings_of
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import lightning as L
 
-from callbacks.log_steps import is_logging_step
+from common.log_steps import is_logging_step
 
 
 class TrainingSpeed(L.Callback):
@@ -48,7 +48,7 @@ class TrainingSpeed(L.Callback):
             self._seconds += now - self._last_batch_start - self._paused
             self._samples += batch[0].shape[0] * trainer.world_size
             self._steps += 1
-            if is_logging_step(trainer):  # the mean over the steps since the last logged one (callbacks/log_steps.py)
+            if is_logging_step(trainer):  # the mean over the steps since the last logged one (common/log_steps.py)
                 pl_module.log("train/step_time_ms", 1e3 * self._seconds / self._steps)
                 pl_module.log("train/samples_per_s", self._samples / self._seconds)
                 self._seconds, self._samples, self._steps = 0.0, 0, 0

@@ -4,7 +4,7 @@ line and the closest valid names, instead of after ten seconds of imports or as 
 
 Only what can be decided from the command line and `launch/settings_schema.json` is checked here; a setting this
 module cannot judge (an interpolation, a list, a config file, a class whose schema entry is stale) passes, and the
-full checks after the imports (callbacks/settings.py, the constructors, jsonargparse) still run on everything.
+full checks after the imports (launch/settings.py, the constructors, jsonargparse) still run on everything.
 """
 
 from __future__ import annotations

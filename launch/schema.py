@@ -1,7 +1,7 @@
 """Every configurable class's settings and their types, as JSON, so that a command line can be checked without
 importing torch.
 
-The constructors' signatures stay the one source (`callbacks.settings.constructor_hints`, `constructor_defaults`):
+The constructors' signatures stay the one source (`launch.settings.constructor_hints`, `constructor_defaults`):
 `python -m launch.schema` reads them and writes `settings_schema.json` beside this file, each class with the
 fingerprint of what it was read from (the project's source files, or the version of torch or Lightning).
 `launch.precheck` uses a class's entry only while its fingerprint still matches; otherwise it checks nothing of that
@@ -10,13 +10,14 @@ tests/test_precheck.py fails when the committed file is stale.
 
 A type is stored as a spec: "int", "float", "bool", "str", "any", {"choices": [...]} (a Literal),
 {"class": NAME} (any other class) or {"any_of": [specs], "null": bool} (a Union). `expected(spec, value)` is the
-check both the pre-check and `callbacks.settings.check_settings` apply.
+check both the pre-check and `launch.settings.check_settings` apply.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import types
 from importlib import metadata
 from pathlib import Path
@@ -106,8 +107,7 @@ def build() -> dict[str, Any]:
     """The schema, read from the classes (imports torch, Lightning and the project)."""
     from hydra.utils import get_class
 
-    from callbacks.hparams import constructor_defaults
-    from callbacks.settings import constructor_hints
+    from common.signatures import constructor_defaults, constructor_hints
 
     choices = {group: config_targets(group) for group in GROUPS}
     classes = {}
@@ -138,9 +138,14 @@ def load() -> dict[str, Any] | None:
         project = project_fingerprint()
         schema["classes"] = {target: entry["settings"] for target, entry in schema["classes"].items()
                              if entry["fingerprint"] == fingerprint(target, project)}
-        return schema
     except (OSError, ValueError, KeyError, TypeError, metadata.PackageNotFoundError):
         return None
+    priors = sys.modules.get("models.components.priors")  # imported: a prior may have been registered since the file was written
+    if priors is not None:
+        for settings in schema["classes"].values():
+            if "prior" in settings:
+                settings["prior"] = type_spec(priors.PriorName)
+    return schema
 
 
 def main() -> None:

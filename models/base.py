@@ -24,8 +24,9 @@ from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
 from callbacks.checkpoint_files import AtomicCheckpoints, CheckpointError, load_checkpoint_file
-from callbacks.log_steps import is_logging_step
-from callbacks.preemption import SaveOnPreemption, resume_command
+from common.log_steps import is_logging_step
+from common.private_api import attached_trainer, raise_recompile_limit
+from callbacks.preemption import resume_command
 from callbacks.random_state import RandomStateCheckpoint
 from callbacks.resume_settings import ResumeSettings, changed_settings, state_mismatch
 from models.components.backbones import Activation
@@ -75,8 +76,8 @@ class LatentVariableModel(L.LightningModule):
         val_num_samples: importance samples per image for `val/nll`.
         test_num_samples: importance samples per image for `test/nll`.
         eval_chunk_size: importance samples scored in one decoder pass (bounds the memory). The default, 20, keeps
-            a pass of a 128-image batch (2,560 rows) small enough for the CPU's caches: 1.4-1.8x faster than 100 on
-            two 2-core CPUs (benchmarks/eval_speed.py); on a GPU a larger chunk (fewer, fuller passes) may be faster.
+            a pass of a 128-image batch (2,560 rows) small enough for the CPU's caches (benchmarks/eval_speed.py
+            compares chunk sizes; figures in benchmarks/results/speed/); on a GPU a larger chunk may be faster.
         test_seed: seed of the test stage's importance samples, so that test estimates are reproducible.
         activation: nonlinearity of the MLP backbone's hidden layers, `relu` or `leaky_relu` (slope 0.2, as
             in the JSA paper's code).
@@ -240,9 +241,8 @@ class LatentVariableModel(L.LightningModule):
             # nn.Module.compile sends every compiled module through one frame, whose graphs Dynamo caps per process
             # (recompile_limit, 8 by default) before it runs the networks eagerly with a mere log warning: one model's
             # encoder and decoder, in training and evaluation, with and without gradients and on a short last batch,
-            # already take 6. train.run clears them between the jobs of a multirun.
-            limit = torch._dynamo.config.recompile_limit
-            torch._dynamo.config.recompile_limit = max(limit, COMPILED_GRAPHS_LIMIT)
+            # already take 6. launch/build.py clears them between the jobs of a multirun.
+            raise_recompile_limit(COMPILED_GRAPHS_LIMIT)
             self.encoder.compile()
             self.decoder.compile()
             self._networks_compiled = True
@@ -268,7 +268,7 @@ class LatentVariableModel(L.LightningModule):
     def training_step(self, batch: Batch, batch_idx: int) -> dict[str, Any]:
         x, index = batch
         terms = self.training_loss(self.likelihood.prepare(x), index)
-        if is_logging_step(self.trainer):  # the only steps whose values reach the loggers (callbacks/log_steps.py)
+        if is_logging_step(self.trainer):  # the only steps whose values reach the loggers (common/log_steps.py)
             # Logged per step only, so the tags are exactly `train/<name>` (no _step/_epoch suffix). Not
             # prog_bar=True: Lightning would convert it to a Python float after every step (a host sync on a
             # GPU); the progress bars read it themselves when they print (callbacks/progress.py).
@@ -328,13 +328,14 @@ class LatentVariableModel(L.LightningModule):
 
     def configure_callbacks(self) -> list[L.Callback]:
         # Exact resume needs the random state; nothing lost needs atomic, checksummed checkpoint files.
-        # A resumed run trains with the settings it records (callbacks/resume_settings.py); SIGTERM and
-        # Ctrl-C save a checkpoint before the run stops (callbacks/preemption.py).
-        needed = (RandomStateCheckpoint, AtomicCheckpoints, ResumeSettings, SaveOnPreemption)
+        # A resumed run trains with the settings it records (callbacks/resume_settings.py). (Signals are the
+        # launch side's: launch/rules.py adds callbacks/preemption.py's SaveOnPreemption to the trainer.)
+        needed = (RandomStateCheckpoint, AtomicCheckpoints, ResumeSettings)
         # Lightning calls this at every fit, validate and test: the trainer holds them from an earlier one (test after
         # fit, run_test=true), or the user gave one. Returned again, they would replace themselves with a log line
         # ("... will override existing callbacks passed to Trainer") in every job of a multirun.
-        held = self._trainer.callbacks if self._trainer is not None else []
+        trainer = attached_trainer(self)
+        held = trainer.callbacks if trainer is not None else []
         return [callback() for callback in needed if not any(isinstance(c, callback) for c in held)]
 
     @classmethod
@@ -357,7 +358,7 @@ class LatentVariableModel(L.LightningModule):
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        trainer = self._trainer  # None in load_from_checkpoint
+        trainer = attached_trainer(self)  # None in load_from_checkpoint
         check_model_class(checkpoint, type(self), getattr(trainer, "ckpt_path", None) if trainer is not None else None)
         datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
         self._changed_on_resume = changed_settings(checkpoint, self, datamodule)  # named if the state does not fit

@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.components.categorical import CategoricalLatentModel
+from models.categorical import CategoricalLatentModel
+from models.components.priors import factorized_priors
 from samplers.score_function import (
     categorical_score_norm_sq,
     leave_one_out_optimal_baseline,
@@ -93,7 +94,7 @@ class DiscreteVAE(CategoricalLatentModel):
         if estimator == "gumbel" and not self.prior.is_factorized:
             raise ValueError(
                 f"estimator=gumbel takes the KL to the prior in closed form, which needs a factorized prior "
-                f"(prior=uniform or factorized), not prior={self.prior_name}; use estimator=reinforce (model=dvae) "
+                f"(prior={' or '.join(factorized_priors())}), not prior={self.prior_name}; use estimator=reinforce (model=dvae) "
                 "for an autoregressive prior"
             )
         self.register_buffer("baseline_mean", torch.zeros(()))  # running mean of f (in checkpoints)

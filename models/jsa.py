@@ -28,7 +28,8 @@ import torch
 from torch import Tensor
 
 from callbacks.checkpoint_files import CheckpointError
-from models.components.categorical import CategoricalLatentModel
+from common.private_api import ignore_in_ddp
+from models.categorical import CategoricalLatentModel
 from models.components.code_usage import usage_perplexity
 from samplers.cache import LatentCache
 from samplers.mis import MISSample, categorical_log_prob, index_cached_mis
@@ -82,7 +83,7 @@ class JSA(CategoricalLatentModel):
         self.register_buffer("class_used", torch.zeros(self.num_categories, dtype=torch.bool))
         # Every rank keeps the whole cache and updates it with the gathered pairs of each step
         # (see `_write_cache`); DDP must not also broadcast these buffers from rank 0 each step.
-        self._ddp_params_and_buffers_to_ignore = ["cache.codes", "cache.changed_epoch", "class_used"]
+        ignore_in_ddp(self, ["cache.codes", "cache.changed_epoch", "class_used"])
 
     config_name = "jsa"  # as in configs/model/ and the run names
     run_tag_keys = ("backbone", "num_categories", "mis_steps", "prior")

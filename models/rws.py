@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.components.categorical import CategoricalLatentModel
+from models.categorical import CategoricalLatentModel
 from samplers.mis import categorical_log_prob
 from samplers.multi_sample import importance_weighted_bound, rws_surrogate
 

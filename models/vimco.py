@@ -19,7 +19,7 @@ from typing import Any
 
 from torch import Tensor
 
-from models.components.categorical import CategoricalLatentModel
+from models.categorical import CategoricalLatentModel
 from samplers.multi_sample import vimco_surrogate
 
 

@@ -38,11 +38,13 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 
 from callbacks.checkpoint_files import load_checkpoint_file
-from callbacks.hparams import constructor_defaults
+from common.private_api import finds_unused_parameters, ignore_in_ddp
+from common.signatures import constructor_defaults
 from models.base import LatentVariableModel, inference
 from models.components.backbones import BackboneName, build_backbone, latent_grid
 from models.components.code_usage import CodeUsage
-from models.components.priors import PriorName, build_prior, canonical_prior_name
+from models.components import priors
+from models.components.priors import build_prior, canonical_prior_name
 from models.components.quantizer import QuantizerOutput, VectorQuantizer
 
 
@@ -75,8 +77,9 @@ class VQVAE(LatentVariableModel):
         (The defaults, EMA codebook and restarts, are not the paper's main-text model:
         `ema=False, dead_code_threshold=0`; docs/vqvae.md says why.)
         kmeans_init: initialize the codebook by k-means on the first training batch.
-        prior: p(k) of the likelihood bound: `uniform` (K^-n), or learned on the codes: `factorized`,
-            `autoregressive` (MADE) or `pixelcnn` (a gated PixelCNN over the grid; backbone=conv).
+        prior: p(k) of the likelihood bound, a name in models/components/priors.py's PRIORS: `uniform` (K^-n),
+            or learned on the codes: `factorized`, `autoregressive` (MADE) or `pixelcnn` (a gated PixelCNN over
+            the grid; backbone=conv).
         prior_hidden, prior_layers: width and depth of the autoregressive prior (None: its defaults).
         autoencoder_epochs: epochs in which encoder, codebook and decoder train; after them they are frozen
             and only the prior trains (the second stage). None: every epoch.
@@ -102,7 +105,7 @@ class VQVAE(LatentVariableModel):
         decay: float = 0.99,
         dead_code_threshold: float = 1.0,
         kmeans_init: bool = False,
-        prior: PriorName = "uniform",
+        prior: priors.PriorName = "uniform",
         prior_hidden: int | None = None,
         prior_layers: int | None = None,
         autoencoder_epochs: int | None = None,
@@ -147,7 +150,7 @@ class VQVAE(LatentVariableModel):
         self.uniform_bound = torch.nn.ModuleDict({stage: MeanMetric() for stage in ("val", "test")})
         # The quantizer keeps its buffers identical on all ranks itself (all-reduced statistics);
         # DDP must not overwrite them with rank 0's copy each step.
-        self._ddp_params_and_buffers_to_ignore = [f"quantizer.{name}" for name, _ in self.quantizer.named_buffers()]
+        ignore_in_ddp(self, [f"quantizer.{name}" for name, _ in self.quantizer.named_buffers()])
 
     def encoder_output(self, x: Tensor) -> Tensor:
         """z_e: (B, D, H', W') for conv, (B, V, D) for mlp."""
@@ -203,7 +206,7 @@ class VQVAE(LatentVariableModel):
         super().setup(stage)
         strategy = self.trainer.strategy
         if (stage == "fit" and self.autoencoder_epochs and self.trainer.world_size > 1
-                and not getattr(strategy, "_ddp_kwargs", {}).get("find_unused_parameters")):
+                and not finds_unused_parameters(strategy)):
             raise ValueError(
                 f"model.autoencoder_epochs={self.autoencoder_epochs} under DDP: after that epoch the autoencoder's parameters get "
                 "no gradients, which DDP refuses; use trainer.strategy=ddp_find_unused_parameters_true, or train the second "

@@ -88,12 +88,13 @@ def test_the_refusal_comes_before_torch_is_imported(tmp_path):
 
 
 def hydra_config(overrides: list[str]):
+    import launch.hydra_config
     import train
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    train.register_defaults()
-    if not OmegaConf.has_resolver("pid"):  # train.hydra_main's (which replaces it)
+    launch.hydra_config.register_defaults()
+    if not OmegaConf.has_resolver("pid"):  # launch.hydra_app.main's (which replaces it)
         OmegaConf.register_new_resolver("pid", os.getpid)
     with initialize_config_dir(config_dir=str(train.CONFIG_DIR), version_base="1.3"):
         return compose("train", overrides=overrides, return_hydra_config=True)

@@ -203,7 +203,7 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
         "dvae-mnist-mlp-K10-reinforce-optimal", "dvae_gumbel-mnist-mlp-K10-tau0.5", "jsa-mnist-mlp-K10-L20",
         "vae-mnist-mlp-z32", "vqvae-mnist-mlp-K10-autoregressive",
     ]
-    import yaml  # each run names its multirun (callbacks.run_directory.note_hydra_job): one sweep directory for all
+    import yaml  # each run names its multirun (launch.run_directory.note_hydra_job): one sweep directory for all
 
     jobs = [yaml.safe_load(p.read_text()) for p in sorted(root.glob("*/version_0/hydra_job.yaml"))]
     assert len(jobs) == 5 and len({job["sweep_dir"] for job in jobs}) == 1 and sorted(j["job_num"] for j in jobs) == list(range(5))

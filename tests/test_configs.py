@@ -12,9 +12,13 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 
+import launch.build
+import launch.cli_app
+import launch.hydra_app
+import launch.hydra_config
 import train
-from callbacks import distributed, run_directory
-from callbacks.hparams import constructor_defaults
+from launch import distributed, run_directory
+from common.signatures import constructor_defaults
 from models.components.likelihoods import BernoulliLikelihood, DiscretizedLogisticLikelihood
 
 MODELS = sorted(p.stem for p in (train.CONFIG_DIR / "model").glob("*.yaml"))
@@ -24,7 +28,7 @@ DATA = sorted(p.stem for p in (train.CONFIG_DIR / "data").glob("*.yaml"))
 
 
 def composed(overrides: list[str]):
-    train.register_defaults()
+    launch.hydra_config.register_defaults()
     with initialize_config_dir(config_dir=str(train.CONFIG_DIR), version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)  # resolves ${hydra:runtime.choices.*} as in a real run
@@ -34,8 +38,8 @@ def composed(overrides: list[str]):
 def test_default_is_jsa_on_mnist():
     cfg = composed([])
     assert cfg.model._target_ == "models.JSA" and cfg.data._target_ == "datamodules.MNISTDataModule"
-    _, model = train.build(cfg)
-    assert train.run_name(cfg, model.run_tag) == "jsa-mnist-mlp-K10-L20"  # model, data and the model's key settings
+    _, model = launch.build.build(cfg)
+    assert launch.build.run_name(cfg, model.run_tag) == "jsa-mnist-mlp-K10-L20"  # model, data and the model's key settings
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -60,11 +64,11 @@ def test_model_configs_state_only_what_differs_from_the_class(model):
 @pytest.mark.parametrize("backbone", ["mlp", "conv"])
 def test_every_model_builds_for_every_data_set(model, data, backbone):
     cfg = composed([f"model={model}", f"data={data}", f"model.backbone={backbone}"])
-    datamodule, net = train.build(cfg)
+    datamodule, net = launch.build.build(cfg)
     assert net.data_shape == datamodule.image_shape
     expected = BernoulliLikelihood if data in ("mnist", "fashion_mnist") else DiscretizedLogisticLikelihood  # binarized by default
     assert isinstance(net.likelihood, expected)
-    assert train.run_name(cfg, net.run_tag).startswith(f"{model}-{data}-{backbone}-")
+    assert launch.build.run_name(cfg, net.run_tag).startswith(f"{model}-{data}-{backbone}-")
 
 
 @pytest.mark.parametrize("model", STANDALONE)
@@ -75,7 +79,7 @@ def test_conv_model_trains_on_cifar10_format_data(model, cifar10_dir: Path, tmp_
         "data.batch_size=16", "trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.accelerator=cpu", "trainer.limit_val_batches=1",
         "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false", f"log_dir={tmp_path}",
     ])
-    metrics = train.run(cfg)
+    metrics = launch.hydra_app.run(cfg)
     assert {"train/loss", "val/nll", "val/bpd"} <= set(metrics)
     assert all(v == v for v in metrics.values())  # finite, no NaN
     (run_dir,) = (tmp_path / "tensorboard").glob(f"{model}-cifar10-conv-*/version_0")
@@ -92,14 +96,14 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
         assert cfg.model.backbone == backbone and cfg.trainer.max_epochs == 10 and cfg.run_test
         assert cfg.model.lr == 1e-3 and cfg.model.test_seed == cfg.seed == 0
         assert cfg.model.test_num_samples == 1000
-        _, built[model] = train.build(cfg)
+        _, built[model] = launch.build.build(cfg)
     jsa, vqvae = built["jsa"], built["vqvae"]
     assert (vqvae.num_categories, vqvae.code_dim, vqvae.num_latents) == (jsa.num_categories, jsa.code_dim, jsa.num_latents) == (10, 16, jsa.num_latents)
     assert built["vqvae"].point_mass_posterior  # its bound is evaluated with one sample, whatever test_num_samples says
     # ... with a learned prior over its codes, fit alongside: MADE over the flat codes, a PixelCNN over the grid
     assert vqvae.prior_name == {"mlp": "autoregressive", "conv": "pixelcnn"}[backbone] and vqvae.autoencoder_epochs is None
     assert jsa.prior_name == "uniform"  # the other models keep theirs
-    flat_on_cifar = train.model_settings(composed(["experiment=compare", "model=vqvae", "data=cifar10", "model.backbone=mlp"]))
+    flat_on_cifar = launch.hydra_config.model_settings(composed(["experiment=compare", "model=vqvae", "data=cifar10", "model.backbone=mlp"]))
     assert flat_on_cifar["prior"] == "autoregressive"  # the prior follows the layout, not the data set
     for dvae in (built["dvae"], built["dvae_gumbel"]):  # exactly JSA's categorical model
         assert {k: v.shape for k, v in dvae.state_dict().items() if k != "baseline_mean"} == {k: v.shape for k, v in jsa.state_dict().items() if not k.startswith(("cache", "class_used"))}
@@ -111,19 +115,9 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
     assert composed(["experiment=compare"]).hydra.sweeper.params == {"model": "vae,vqvae,jsa,dvae,dvae_gumbel"}
     assert set(composed(["experiment=compare"]).compare_backbone) == {"mnist", "fashion_mnist", "cifar10"}  # the map holds backbones only
     assert composed(["experiment=compare", "model.hidden_channels=16"]).model.hidden_channels == 16
-    assert train.model_settings(composed(["experiment=compare", "model=vqvae", "discrete_latent.num_categories=64"]))["num_categories"] == 64
-    assert train.model_settings(composed(["experiment=compare", "model=jsa", "model.num_categories=4"]))["num_categories"] == 4
-    assert "num_categories" not in train.model_settings(composed(["experiment=compare", "model=vae"]))  # no discrete latent
-
-
-def test_hydra_and_cli_switch_on_the_same_callbacks():
-    """configs/callbacks/default.yaml and callbacks.default_callbacks() (LightningCLI's defaults) agree."""
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
-    from callbacks import default_callbacks
-
-    hydra_callbacks = [instantiate(c) for c in composed([]).callbacks.values()]
-    assert [type(c) for c in hydra_callbacks if not isinstance(c, ModelCheckpoint)] == [type(c) for c in default_callbacks()]
+    assert launch.hydra_config.model_settings(composed(["experiment=compare", "model=vqvae", "discrete_latent.num_categories=64"]))["num_categories"] == 64
+    assert launch.hydra_config.model_settings(composed(["experiment=compare", "model=jsa", "model.num_categories=4"]))["num_categories"] == 4
+    assert "num_categories" not in launch.hydra_config.model_settings(composed(["experiment=compare", "model=vae"]))  # no discrete latent
 
 
 def test_cifar10_vqvae_paper_experiment_builds_the_paper_setting():
@@ -132,7 +126,7 @@ def test_cifar10_vqvae_paper_experiment_builds_the_paper_setting():
         cfg = composed(["experiment=cifar10_vqvae_paper", f"model={model}"])
         assert cfg.data._target_ == "datamodules.CIFAR10DataModule" and cfg.data.batch_size == 128
         assert cfg.trainer.max_steps == 250_000 and cfg.run_test
-        datamodule, net = train.build(cfg)
+        datamodule, net = launch.build.build(cfg)
         assert net.backbone == "conv" and net.hparams.hidden_channels == 256 and net.lr == 2e-4
         assert type(net.likelihood).__name__ == "DiscretizedLogisticLikelihood"
         if model != "vae":
@@ -149,7 +143,7 @@ def test_cifar10_vqvae_paper_experiment_runs_tiny_on_cpu(model, cifar10_dir, tmp
         "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "model.val_num_samples=2",
         "model.test_num_samples=2", "trainer.enable_progress_bar=false", f"log_dir={tmp_path}",
     ])
-    metrics = train.run(cfg)
+    metrics = launch.hydra_app.run(cfg)
     assert 0 < metrics["test/bpd"] < 20 and math.isfinite(metrics["test/nll"])  # exact bits/dim of 8-bit data
 
 
@@ -158,7 +152,7 @@ def test_jsa_paper_gives_every_model_the_papers_settings(model):
     cfg = composed(["experiment=jsa_paper", f"model={model}"])
     assert (cfg.data.binarize, cfg.data.batch_size, cfg.data.val_size) == ("static", 200, 5000)
     assert (cfg.trainer.max_epochs, cfg.trainer.check_val_every_n_epoch, cfg.run_test) == (500, 5, True)
-    _, built = train.build(cfg)
+    _, built = launch.build.build(cfg)
     assert built.lr == 3e-4 and built.eval_num_samples == {"val": 1000, "test": 1000}
     assert built.activation == "leaky_relu" and any(type(m).__name__ == "LeakyReLU" for m in built.encoder.modules())
     if built.has_discrete_latent:
@@ -173,14 +167,13 @@ def test_jsa_paper_gives_every_model_the_papers_settings(model):
 
 def test_a_command_line_setting_wins_over_the_experiments_per_model_one():
     cfg = composed(["experiment=jsa_paper", "model=jsa", "model.mis_steps=5", "model.code_dim=4"])
-    settings = train.model_settings(cfg)
+    settings = launch.hydra_config.model_settings(cfg)
     assert settings["mis_steps"] == 5 and settings["code_dim"] == 4 and settings["gradient_states"] == "chain"
 
 
-def test_ddp_strategies_get_the_collective_timeout_in_both_front_ends():
+def test_ddp_strategies_get_the_collective_timeout():
     from datetime import timedelta
 
-    assert composed([]).ddp_timeout_s == distributed.DDP_TIMEOUT_S  # Hydra's default is the LightningCLI's
     for name in ("ddp", "ddp_spawn", "ddp_find_unused_parameters_true"):
         strategy = distributed.strategy_with_timeout(name, 5)
         assert strategy._timeout == timedelta(seconds=5), name
@@ -199,12 +192,12 @@ def test_ddp_strategies_get_the_collective_timeout_in_both_front_ends():
     (["+trainer.max_epoch=3"], "trainer.max_epoch is not a setting of Trainer"),
 ])
 def test_top_level_and_trainer_settings_are_checked_before_the_run(overrides, message, monkeypatch):
-    from callbacks.settings import SettingsError
+    from launch.settings import SettingsError
 
     cfg = composed(overrides)
     monkeypatch.setattr("sys.argv", ["train.py", *overrides])
     with pytest.raises(SettingsError) as error:
-        train.check_run_settings(cfg)
+        launch.hydra_config.check_run_settings(cfg)
     assert message in str(error.value)
 
 
@@ -212,7 +205,7 @@ def test_top_level_and_trainer_settings_are_checked_before_the_run(overrides, me
 def test_every_shipped_config_passes_the_run_settings_check(experiment, monkeypatch):
     overrides = [f"experiment={experiment}"] if experiment else []
     monkeypatch.setattr("sys.argv", ["train.py", *overrides, "+discrete_latent.code_dim=4"])
-    train.check_run_settings(composed(overrides))
+    launch.hydra_config.check_run_settings(composed(overrides))
 
 
 def test_an_unknown_experiment_is_refused_with_the_choices():
@@ -223,9 +216,9 @@ def test_an_unknown_experiment_is_refused_with_the_choices():
 def test_an_output_directory_that_is_a_file_is_refused_before_hydra_writes(tmp_path, capsys):
     (tmp_path / "afile").write_text("")
     with pytest.raises(SystemExit) as exit_:
-        train.check_output_directories([f"log_dir={tmp_path}/afile/runs"])
+        launch.hydra_config.check_output_directories([f"log_dir={tmp_path}/afile/runs"])
     assert exit_.value.code == 2 and "afile is a file, not a directory" in capsys.readouterr().err
-    train.check_output_directories([f"log_dir={tmp_path}/new/dir"])  # a directory still to be made is fine
+    launch.hydra_config.check_output_directories([f"log_dir={tmp_path}/new/dir"])  # a directory still to be made is fine
 
 
 def test_a_refused_run_leaves_no_hydra_directory_behind(tmp_path, monkeypatch):
@@ -244,16 +237,16 @@ def test_a_refused_run_leaves_no_hydra_directory_behind(tmp_path, monkeypatch):
 def test_the_cli_keeps_the_constructors_own_message_from_jsonargparses_report():
     report = ("Does not validate against any of the Union subtypes\nSubtypes: [...]\nErrors:\n"
               "  - lr must be > 0, got -1.0\n  - Expected a <class 'NoneType'>\nGiven value type: ...\nGiven value: Namespace(...)")
-    assert train._constructor_message(report) == "lr must be > 0, got -1.0"
+    assert launch.cli_app._constructor_message(report) == "lr must be > 0, got -1.0"
     named = report.replace("Namespace(...)", "Namespace(class_path='models.JSA', init_args=Namespace(lr=-1.0))")
-    assert train._constructor_message(named) == "JSA: lr must be > 0, got -1.0"
+    assert launch.cli_app._constructor_message(named) == "JSA: lr must be > 0, got -1.0"
 
 
 def test_the_cli_names_a_wrong_option_as_given_in_one_line():
     report = ('Parser key "model":\n  Does not validate against any of the Union subtypes\n  Errors:\n'
               "    - Problem with given class_path 'models.JSA':\n        Parser key \"mis_steps\":\n"
               "          Expected a <class 'int'>. Got value: ten\n    - Expected a <class 'NoneType'>\n  Given value type: x")
-    assert train._parser_message(report, ["fit", "--model.mis_steps=ten"]) == "--model.mis_steps: Expected a <class 'int'>. Got value: ten"
+    assert launch.cli_app._parser_message(report, ["fit", "--model.mis_steps=ten"]) == "--model.mis_steps: Expected a <class 'int'>. Got value: ten"
     unknown = 'Parser key "model":\n  Errors:\n    - Expected a dot import path string: Nope\n'
-    assert train._parser_message(unknown, ["fit", "--model=Nope"]).startswith("--model=Nope is not one of DiscreteVAE, JSA")
-    assert train._parser_message("unrecognized arguments: --foo=1", []) == "unrecognized arguments: --foo=1"
+    assert launch.cli_app._parser_message(unknown, ["fit", "--model=Nope"]).startswith("--model=Nope is not one of DiscreteVAE, JSA")
+    assert launch.cli_app._parser_message("unrecognized arguments: --foo=1", []) == "unrecognized arguments: --foo=1"

@@ -482,10 +482,11 @@ def test_partly_missing_data_names_the_missing_files(idx_cls: type[MNISTDataModu
 
 
 def test_train_py_turns_any_data_error_into_one_line(idx_cls: type[MNISTDataModule], idx_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import train
+    import launch.build
+    import launch.errors
 
     corrupt_file(raw_folder(idx_copy, idx_cls) / "t10k-labels-idx1-ubyte", b"")
-    with pytest.raises(SystemExit) as info, train.user_errors_as_one_line():
+    with pytest.raises(SystemExit) as info, launch.errors.user_errors_as_one_line():
         idx_cls(data_dir=str(idx_copy)).setup("test")
     assert info.value.code == 2
     assert capsys.readouterr().err == (f"error: {raw_folder(idx_copy, idx_cls) / 't10k-labels-idx1-ubyte'} is corrupt: "
@@ -537,14 +538,15 @@ def test_train_py_trains_on_fashion_mnist(front_end: str, mnist_dir: Path, tmp_p
 
 def test_compare_experiment_on_fashion_mnist() -> None:
     """`experiment=compare data=fashion_mnist`: the MLP networks, as on MNIST, and the Bernoulli likelihood of binarized pixels."""
-    import train
+    import launch.build
+    import launch.errors
     from tests.test_configs import composed
 
     cfg = composed(["experiment=compare", "model=jsa", "data=fashion_mnist"])
     assert cfg.model.backbone == "mlp" and cfg.data._target_ == "datamodules.FashionMNISTDataModule"
-    data, model = train.build(cfg)
+    data, model = launch.build.build(cfg)
     assert type(data) is FashionMNISTDataModule and model.hparams["likelihood"] == "bernoulli"
-    assert train.run_name(cfg, model.run_tag) == "jsa-fashion_mnist-mlp-K10-L20"
+    assert launch.build.run_name(cfg, model.run_tag) == "jsa-fashion_mnist-mlp-K10-L20"
 
 
 @pytest.mark.parametrize("new_batch_size", [4, 6, 3])

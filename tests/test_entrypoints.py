@@ -13,7 +13,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from callbacks.hparams import constructor_defaults
+from common.signatures import constructor_defaults
 
 pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 

@@ -17,25 +17,27 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-import train
+import launch.build
+import launch.cli_app
+import launch.hydra_app
 from callbacks import LineProgressBar
-from callbacks.hparams import settings_of
+from common.signatures import settings_of
 from datamodules import MNISTDataModule
 from models import JSA, VAE, VQVAE, DiscreteVAE
 from tests.conftest import mnist_slice
 from tests.test_configs import composed
 
-PAIRS = [(model, cls, data, data_cls) for model, cls in [("jsa", "JSA"), ("vae", "VAE"), ("vqvae", "VQVAE"), ("dvae", "DiscreteVAE"), ("dvae_gumbel", "DiscreteVAE --model.estimator=gumbel")]
-         for data, data_cls in [("mnist", "MNISTDataModule"), ("cifar10", "CIFAR10DataModule")]]
+# The rules are written once (launch/rules.py); two pairs check that both front ends apply them.
+PAIRS = [("jsa", "JSA", "mnist", "MNISTDataModule"), ("dvae_gumbel", "DiscreteVAE --model.estimator=gumbel", "cifar10", "CIFAR10DataModule")]
 
 
 @pytest.mark.parametrize("model,model_cls,data,data_cls", PAIRS)
 def test_both_front_ends_build_the_same_model_and_data(model, model_cls, data, data_cls, tmp_path):
     """`python train.py model=M data=D` and `python train.py fit --model=C --data=E` resolve to the same
     settings (the class signatures are the one source of defaults; the likelihood follows the data)."""
-    _, hydra_model = train.build(composed([f"model={model}", f"data={data}"]))
-    hydra_data, _ = train.build(composed([f"model={model}", f"data={data}"]))
-    cli = train.cli_main([*f"--model={model_cls}".split(" "), f"--data={data_cls}", f"--trainer.default_root_dir={tmp_path}"], run=False)
+    _, hydra_model = launch.build.build(composed([f"model={model}", f"data={data}"]))
+    hydra_data, _ = launch.build.build(composed([f"model={model}", f"data={data}"]))
+    cli = launch.cli_app.main([*f"--model={model_cls}".split(" "), f"--data={data_cls}", f"--trainer.default_root_dir={tmp_path}"], run=False)
     without_optimizer = lambda settings: {k: v for k, v in settings.items() if k != "optimizer"}  # Hydra: Adam(model.lr), CLI: None -> the same Adam
     assert without_optimizer(settings_of(cli.model)) == without_optimizer(settings_of(hydra_model))
     assert settings_of(cli.datamodule) == settings_of(hydra_data)
@@ -45,19 +47,19 @@ def test_both_front_ends_build_the_same_model_and_data(model, model_cls, data, d
 
 
 def test_cli_defaults_to_jsa_on_binarized_mnist(tmp_path):
-    cli = train.cli_main([f"--trainer.default_root_dir={tmp_path}"], run=False)
+    cli = launch.cli_app.main([f"--trainer.default_root_dir={tmp_path}"], run=False)
     assert type(cli.model) is JSA and type(cli.datamodule) is MNISTDataModule and cli.datamodule.binarize == "dynamic"
     # Off a terminal (as here), plain progress lines, not Lightning's default bar.
     assert any(isinstance(c, LineProgressBar) for c in cli.trainer.callbacks)
-    seeded = train.cli_main(["--seed_everything=7", f"--trainer.default_root_dir={tmp_path}"], run=False)
+    seeded = launch.cli_app.main(["--seed_everything=7", f"--trainer.default_root_dir={tmp_path}"], run=False)
     assert seeded.datamodule.seed == seeded.model.test_seed == 7  # as seed=7 in Hydra
-    grey = train.cli_main(["--data.binarize=none", f"--trainer.default_root_dir={tmp_path}"], run=False)
+    grey = launch.cli_app.main(["--data.binarize=none", f"--trainer.default_root_dir={tmp_path}"], run=False)
     assert grey.model.hparams["likelihood"] == "discretized_logistic"  # follows the data: 8-bit grey pixels
 
 
 def test_cli_integer_batch_limits_are_counts(tmp_path):
     """`--trainer.limit_val_batches=1` is one batch (jsonargparse alone reads it as 1.0, i.e. all of them)."""
-    cli = train.cli_main(["--trainer.limit_val_batches=1", "--trainer.limit_test_batches", "1", "--trainer.limit_train_batches=0.5",
+    cli = launch.cli_app.main(["--trainer.limit_val_batches=1", "--trainer.limit_test_batches", "1", "--trainer.limit_train_batches=0.5",
                           f"--trainer.default_root_dir={tmp_path}"], run=False)
     assert (cli.trainer.limit_val_batches, cli.trainer.limit_test_batches, cli.trainer.limit_train_batches) == (1, 1, 0.5)
     assert isinstance(cli.trainer.limit_val_batches, int)
@@ -122,7 +124,7 @@ def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mn
     logs = tmp_path / "logs"
     with pytest.raises(ValueError, match=re.escape(f"written by models.vae.VAE, not models.jsa.JSA: resume it with the model that wrote "
                                                    f"it: python train.py model=vae data.batch_size=16 log_dir={logs} ckpt_path={last} (")):
-        train.run(composed(["data.batch_size=16", "model.mis_steps=2", f"log_dir={logs}", f"ckpt_path={last}"]))  # JSA's setting goes
+        launch.hydra_app.run(composed(["data.batch_size=16", "model.mis_steps=2", f"log_dir={logs}", f"ckpt_path={last}"]))  # JSA's setting goes
     assert not logs.exists()  # refused before anything was written
     from hydra.core.hydra_config import HydraConfig
 
@@ -134,7 +136,7 @@ def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mn
     import io
     assert isinstance(VAE.load_from_checkpoint(io.BytesIO((tmp_path / "last.ckpt").read_bytes())), VAE)  # a stream too
     # `test --ckpt_path`: the checkpoint's settings come back, and an option given on the command line wins over them.
-    cli = train.cli_main(["test", "--model=VAE", "--ckpt_path", str(tmp_path / "last.ckpt"), "--model.test_num_samples", "3",
+    cli = launch.cli_app.main(["test", "--model=VAE", "--ckpt_path", str(tmp_path / "last.ckpt"), "--model.test_num_samples", "3",
                           "--trainer.limit_test_batches=1", "--data.eval_batch_size=4", "--trainer.logger=false",
                           f"--trainer.default_root_dir={tmp_path}"])
     assert cli.model.eval_num_samples["test"] == 3 and cli.model.latent_dim == 4
@@ -210,7 +212,7 @@ def test_ctrl_c_says_how_to_resume_in_the_projects_words_only(tmp_path, mnist_di
     Lightning's "Received SIGTERM: 15" (the callback sends itself SIGTERM) and "`weights_only` was not set" are not shown."""
     from hydra.core.hydra_config import HydraConfig
 
-    from callbacks.preemption import resume_command
+    from callbacks.preemption import SaveOnPreemption, resume_command
 
     monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # no Hydra run: LightningCLI's command
 
@@ -220,7 +222,7 @@ def test_ctrl_c_says_how_to_resume_in_the_projects_words_only(tmp_path, mnist_di
                 signal.raise_signal(signal.SIGINT)
 
     trainer = L.Trainer(max_steps=20, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[CtrlC(), ModelCheckpoint(dirpath=tmp_path, save_last=True)])
+                        callbacks=[CtrlC(), ModelCheckpoint(dirpath=tmp_path, save_last=True), SaveOnPreemption()])  # launch/rules.py adds it
     with logged() as messages, pytest.raises(SystemExit) as stop:
         trainer.fit(VAE(latent_dim=4), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
     assert stop.value.code == 130
@@ -244,14 +246,14 @@ def test_a_run_ends_with_one_line_naming_its_directory_checkpoint_and_tensorboar
     expected = f"run: {run} · checkpoint: {run}/checkpoints/last.ckpt · tensorboard --logdir logs/tensorboard"
     if front_end == "hydra":
         with logged() as messages:
-            train.run(composed(["model=vae", "model.latent_dim=4", "data.batch_size=16", "trainer.max_steps=2",
+            launch.hydra_app.run(composed(["model=vae", "model.latent_dim=4", "data.batch_size=16", "trainer.max_steps=2",
                                 "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
                                 "model.val_num_samples=2", "model.test_num_samples=2", "run_test=true",
                                 "trainer.enable_progress_bar=false"]))
         assert messages[-1] == expected
         assert not [m for m in messages if "will override existing callbacks" in m], messages
     else:
-        train.cli_main(["fit", "--model=VAE", "--model.latent_dim=4", "--data.batch_size=16", "--trainer.max_steps=2",
+        launch.cli_app.main(["fit", "--model=VAE", "--model.latent_dim=4", "--data.batch_size=16", "--trainer.max_steps=2",
                         "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--model.val_num_samples=2",
                         "--trainer.enable_progress_bar=false"])
         assert capsys.readouterr().out.strip().splitlines()[-1:] == [expected]

@@ -52,7 +52,7 @@ def expected_loss_gradient(model, num_samples: int, monkeypatch) -> torch.Tensor
     total = 0
     for tuple_ in itertools.product(range(len(STATES)), repeat=num_samples):
         latent = STATES[list(tuple_)][None]  # (1, S, V)
-        monkeypatch.setattr("models.components.categorical.sample_categorical", lambda log_q, n, latent=latent: latent)
+        monkeypatch.setattr("models.categorical.sample_categorical", lambda log_q, n, latent=latent: latent)
         loss = model.training_loss(x, torch.zeros(1, dtype=torch.long))["loss"]
         total = total + log_q_states[list(tuple_)].sum().exp() * flat_grad(loss, params(model))
     return total

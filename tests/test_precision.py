@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import train
+import launch.build
+import launch.hydra_app
 from models import JSA, VAE, VQVAE
 from models.components.likelihoods import build_likelihood
 from models.components.quantizer import _nearest
@@ -85,7 +86,7 @@ def smoke_run(model: str, tmp_path: Path, *overrides: str) -> dict[str, float]:
         "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "model.val_num_samples=2", "model.test_num_samples=2",
         "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false", f"log_dir={tmp_path}",
     ])
-    return train.run(cfg)
+    return launch.hydra_app.run(cfg)
 
 
 def test_gradient_variance_measures_the_estimator_under_the_trainers_precision(mnist_dir: Path, tmp_path: Path):
@@ -134,13 +135,13 @@ def test_every_model_trains_and_tests_with_compiled_networks(mnist_dir, tmp_path
         frames = torch._dynamo.utils.counters["frames"]
         assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2, model  # they ran compiled
         assert frames["ok"] == frames["total"], (model, dict(frames))  # every call traced, none left eager at a limit
-    assert len(resets) == len(STANDALONE)  # train.run cleared the previous job's graphs
-    # Without train.run, as in a notebook, models of other shapes built one after the other still run compiled
+    assert len(resets) == len(STANDALONE)  # launch.build cleared the previous job's graphs
+    # Without launch.build, as in a notebook, models of other shapes built one after the other still run compiled
     # (configure_model's limit): with Dynamo's default of 8, the fifth's networks ran eagerly.
     reset()
     torch._dynamo.utils.counters.clear()
     for num_categories in range(2, 8):
-        lightning_module = train.build(composed(["model=jsa", "model.compile=true", f"model.num_categories={num_categories}"]))[1]
+        lightning_module = launch.build.build(composed(["model=jsa", "model.compile=true", f"model.num_categories={num_categories}"]))[1]
         lightning_module.configure_model()
         x = torch.bernoulli(torch.full((4, 1, 28, 28), 0.2))
         for training in (True, False):

@@ -1,16 +1,22 @@
 """The code priors (models/components/priors.py) against exact answers on spaces small enough to enumerate:
 normalized, causal, `sample` distributed as `log_prob` says, the batched candidate path equal to the
-per-set path."""
+per-set path; the registry `PRIORS` as the one list every model and both front ends take their choices from;
+checkpoints of the earlier layouts of the prior."""
 
 from __future__ import annotations
 
+import copy
 import itertools
+import json
+import math
+import typing
 
 import pytest
 import torch
 from scipy.stats import chisquare
 
-from models.components.priors import AutoregressivePrior, FactorizedPrior, PixelCNNPrior, build_prior
+from models.components import priors
+from models.components.priors import AutoregressivePrior, FactorizedPrior, PixelCNNPrior, UniformPrior, build_prior
 
 
 def randomized(prior: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -49,6 +55,7 @@ def test_normalized(name):
 @pytest.mark.parametrize("name", PRIORS)
 def test_causal(name):
     """Changing the code at position j never changes the conditionals at positions <= j."""
+    torch.manual_seed(0)  # the hidden layers' initialization: a tiny MADE's could leave a later position blind by chance
     prior = randomized(PRIORS[name]())
     codes = all_code_sets(prior)
     logits = prior.conditional_logits(codes)
@@ -109,7 +116,7 @@ def test_learned_priors_start_uniform(name):
 
 def test_uniform_is_frozen_and_names_are_checked():
     uniform = build_prior("uniform", 4, 5)
-    assert not any(p.requires_grad for p in uniform.parameters())
+    assert type(uniform) is UniformPrior and not list(uniform.parameters()) and not uniform.state_dict()
     assert build_prior("learned", 4, 5).logits.requires_grad  # the older name of `factorized`
     with pytest.raises(ValueError, match="model.prior: unknown prior 'made'; choose one of uniform, factorized, autoregressive, pixelcnn"):
         build_prior("made", 4, 5)
@@ -123,7 +130,8 @@ def test_uniform_is_frozen_and_names_are_checked():
 
 # ---- the priors inside the models -------------------------------------------------------------
 
-from models import JSA, RWS, VIMCO, DiscreteVAE  # noqa: E402
+import models  # noqa: E402
+from models import JSA, RWS, VIMCO, VQVAE, DiscreteVAE  # noqa: E402
 
 
 def tiny_model(cls, prior: str, **kwargs):
@@ -182,3 +190,196 @@ def test_checkpoints_with_the_old_prior_logits_load():
     del state["prior.logits"]
     model.load_state_dict(state)
     torch.testing.assert_close(model.prior.logits.detach(), state["prior_logits"])
+
+
+def test_the_uniform_prior_is_one_class_that_stores_nothing():
+    for model in (JSA(num_latents=4, num_categories=3), VQVAE(backbone="mlp", num_latents=4, num_categories=3)):
+        assert type(model.prior) is UniformPrior
+        assert not [name for name in model.state_dict() if name.startswith("prior")]
+        assert not [name for name, _ in model.named_parameters() if name.startswith("prior")]
+
+
+# ---- checkpoints of the earlier layouts -------------------------------------------------------
+
+def written_with(layout: str, prior: str = "uniform") -> tuple[JSA, dict]:
+    """A JSA as an earlier version built it, after one Adam step, and the state it saved: `frozen` (the uniform
+    prior a frozen zero parameter `prior.logits`, where the prior module is), `pre_module` (the logits the model's
+    own parameter `prior_logits`, first in parameters(); frozen for the uniform prior, learned for `learned`)."""
+    torch.manual_seed(0)
+    model = JSA(num_latents=4, num_categories=3, code_dim=2, prior="factorized" if prior == "learned" else prior)
+    if layout == "frozen":
+        model.prior = FactorizedPrior(4, 3)  # replaces the module in its place, as the older constructor did
+        model.prior.logits.requires_grad_(False)
+    else:
+        del model.prior
+        model.prior_logits = torch.nn.Parameter(torch.zeros(4, 3), requires_grad=prior == "learned")
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    for parameter in model.parameters():
+        if parameter.requires_grad:
+            parameter.grad = torch.randn_like(parameter)
+    optimizer.step()  # the frozen logits stay zero and get no optimizer state
+    return model, {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()]}
+
+
+def adam_states(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, dict[str, torch.Tensor]]:
+    """The optimizer's state of each parameter, by the name it has now (`prior_logits` is `prior.logits`)."""
+    return {name.replace("prior_logits", "prior.logits"): optimizer.state.get(parameter, {})
+            for name, parameter in model.named_parameters()}
+
+
+@pytest.mark.parametrize("layout, prior", [("frozen", "uniform"), ("pre_module", "uniform"), ("pre_module", "learned")])
+def test_older_checkpoints_resume_with_their_optimizer_state(layout, prior):
+    """As Lightning resumes (on_load_checkpoint, the model's state, then the optimizer's): every parameter gets its
+    own Adam moments back, although the list of parameters changed (the uniform prior's frozen logits went,
+    `prior_logits` became `prior.logits`, later in the list). Unmigrated, torch refuses them or misplaces them."""
+    old, checkpoint = written_with(layout, prior)
+    reference = torch.optim.Adam(old.parameters())
+    reference.load_state_dict(checkpoint["optimizer_states"][0])
+    expected = adam_states(old, reference)
+
+    model = JSA(num_latents=4, num_categories=3, code_dim=2, prior=prior)
+    unmigrated = model.configure_optimizers()
+    if prior == "uniform":  # one parameter fewer than the state names
+        with pytest.raises(ValueError, match="parameter group that doesn't match the size"):
+            unmigrated.load_state_dict(copy.deepcopy(checkpoint["optimizer_states"][0]))
+    else:  # as many: each state lands on the parameter before it in the older list
+        unmigrated.load_state_dict(copy.deepcopy(checkpoint["optimizer_states"][0]))
+        first = next(model.parameters())
+        assert unmigrated.state[first]["exp_avg"].shape != first.shape
+
+    model.on_load_checkpoint(checkpoint)
+    model.load_state_dict(checkpoint["state_dict"])  # strict
+    optimizer = model.configure_optimizers()
+    optimizer.load_state_dict(checkpoint["optimizer_states"][0])
+    old_parameters = {name.replace("prior_logits", "prior.logits"): p for name, p in old.named_parameters()}
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(parameter, old_parameters[name], msg=name)
+    resumed = adam_states(model, optimizer)
+    assert resumed.keys() == expected.keys() - ({"prior.logits"} if prior == "uniform" else set())
+    for name, state in resumed.items():
+        assert state.keys() == expected[name].keys(), name
+        for key, value in state.items():
+            torch.testing.assert_close(value, expected[name][key], msg=f"{name} {key}")
+
+    current = {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()]}
+    unchanged = copy.deepcopy(current)
+    model.on_load_checkpoint(current)  # a checkpoint of the layout of now is left as it is
+    assert current["optimizer_states"][0]["param_groups"] == unchanged["optimizer_states"][0]["param_groups"]
+    assert current["optimizer_states"][0]["state"].keys() == unchanged["optimizer_states"][0]["state"].keys()
+
+
+def test_logits_that_are_not_uniform_are_refused_by_a_uniform_prior():
+    learned = JSA(num_latents=4, num_categories=3, prior="factorized")
+    with torch.no_grad():
+        learned.prior.logits.normal_()
+    with pytest.raises(Exception, match='Unexpected key.*"prior.logits"'):  # another prior's: not dropped as uniform
+        JSA(num_latents=4, num_categories=3).load_state_dict(learned.state_dict())
+
+
+# ---- the registry: a prior is its class and one line in PRIORS ---------------------------------
+
+class ToyPrior(priors.CodePrior):
+    """A fixed prior that is not uniform: p(h_v = k) ∝ k + 1 at every position. Factorized, so that the
+    Gumbel-softmax estimator takes it too."""
+
+    is_factorized = True
+
+    def __init__(self, num_latents: int, num_categories: int) -> None:
+        super().__init__(num_latents, num_categories)
+        logits = torch.arange(1, num_categories + 1).log().expand(num_latents, -1).clone()
+        self.register_buffer("logits", logits, persistent=False)
+
+    def log_probs(self) -> torch.Tensor:
+        return self.logits.log_softmax(-1)
+
+    def conditional_logits(self, codes: torch.Tensor) -> torch.Tensor:
+        return self.logits.expand(codes.shape[0], -1, -1)
+
+
+DISCRETE = [cls for name in models.__all__ if isinstance(cls := getattr(models, name), type)
+            and issubclass(cls, models.LatentVariableModel) and cls.has_discrete_latent]
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """`toy` registered the way CONTRIBUTING.md says: one line in the registry (undone after the test)."""
+    monkeypatch.setitem(priors.PRIORS, "toy", ToyPrior)
+
+
+def test_every_discrete_latent_model_takes_a_registered_prior(toy):
+    from common.signatures import constructor_hints
+
+    assert {DiscreteVAE, JSA, RWS, VIMCO, VQVAE} <= set(DISCRETE)
+    for cls in DISCRETE:
+        assert typing.get_args(constructor_hints(cls)["prior"]) == (*priors.PRIORS, *priors.PRIOR_ALIASES), cls.__name__
+        model = cls(prior="toy")
+        assert type(model.prior) is ToyPrior and model.prior_name == "toy" and model.run_tag.endswith("-toy")
+        codes = torch.tensor([[0] * model.num_latents, [model.num_categories - 1] * model.num_latents])
+        expected = model.num_latents * (torch.tensor([1.0, model.num_categories]).log()
+                                        - math.log(model.num_categories * (model.num_categories + 1) / 2))
+        torch.testing.assert_close(model.prior.log_prob(codes), expected)
+        assert model.sample_prior(2).shape == (2, *model.data_shape)
+        assert type(cls(prior="learned").prior) is FactorizedPrior  # the older name, everywhere
+    DiscreteVAE(estimator="gumbel", prior="toy")  # factorized: its KL has a closed form
+
+
+def test_lightning_cli_takes_a_registered_prior(toy, tmp_path, monkeypatch):
+    """jsonargparse checks --model.prior against the constructor's type hint, read when the parser is built."""
+    from lightning.pytorch.cli import LightningCLI
+
+    monkeypatch.setattr("sys.argv", ["train.py"])  # the arguments are given below, not pytest's
+    for cls in DISCRETE:
+        cli = LightningCLI(cls, run=False, save_config_callback=None,
+                           args=["--model.prior=toy", "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"])
+        assert type(cli.model.prior) is ToyPrior, cls.__name__
+
+
+def test_hydra_takes_a_registered_prior(toy):
+    """model.prior=toy composes, passes the Hydra front end's settings check (the constructor's type hints) and builds,
+    in every model config of a discrete latent."""
+    from hydra.utils import get_class, instantiate
+    from omegaconf import OmegaConf
+
+    from launch.schema import config_targets
+    from launch.settings import check_settings
+    from tests.test_configs import STANDALONE, composed
+
+    built = set()
+    for name in STANDALONE:
+        cls = get_class(config_targets("model")[name])
+        if not cls.has_discrete_latent:
+            continue
+        cfg = composed([f"model={name}", "model.prior=toy"])
+        check_settings(cls, OmegaConf.to_container(cfg.model, resolve=True), "model")
+        model = instantiate(cfg.model, _convert_="all")
+        assert type(model.prior) is ToyPrior, name
+        built.add(cls)
+    assert built == set(DISCRETE)
+
+
+def test_the_precheck_takes_a_registered_prior(toy, tmp_path, monkeypatch):
+    """The precheck reads launch/settings_schema.json, which `python -m launch.schema` writes from the constructors'
+    type hints: written with `toy` registered, it lists `toy` for every discrete-latent model, in both front ends."""
+    from launch import schema
+    from launch.precheck import refuse_early
+
+    monkeypatch.setattr(schema, "SCHEMA_FILE", tmp_path / "settings_schema.json")
+    schema.SCHEMA_FILE.write_text(json.dumps(schema.build()))
+    assert refuse_early(["model.prior=toy"], cli=False) is None
+    assert refuse_early(["fit", "--model.prior=toy"], cli=True) is None
+    configs = schema.config_targets("model")
+    for cls in DISCRETE:
+        for config in [name for name, target in configs.items() if target.rsplit(".", 1)[-1] == cls.__name__]:
+            assert refuse_early([f"model={config}", "model.prior=toy"], cli=False) is None, config
+        assert refuse_early(["fit", f"--model={cls.__name__}", "--model.prior=toy"], cli=True) is None, cls.__name__
+    assert "expected one of 'uniform'" in refuse_early(["model.prior=gaussian"], cli=False)  # the schema is in use
+
+
+def test_the_precheck_takes_a_prior_registered_in_the_running_process(toy):
+    """The committed schema was written without `toy`; once the priors are imported (a script that registers one, then
+    calls train.main()), the precheck takes their choices from the registry."""
+    from launch.precheck import refuse_early
+
+    assert refuse_early(["model=jsa", "model.prior=toy"], cli=False) is None
+    assert refuse_early(["fit", "--model=VQVAE", "--model.prior=toy"], cli=True) is None
+    assert "expected one of 'uniform'" in refuse_early(["model.prior=gaussian"], cli=False)

@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from callbacks import NonFiniteLossGuard
 
-import train
+import launch.hydra_app
 from datamodules import MNISTDataModule
 from models import JSA, VAE
 from tests.test_configs import composed
@@ -66,7 +66,7 @@ def test_a_seed_makes_a_cpu_run_repeatable(mnist_dir, tmp_path):
             "trainer.limit_train_batches=3", "trainer.limit_val_batches=2", "trainer.accelerator=cpu",
             "trainer.enable_progress_bar=false", "model.val_num_samples=4", f"log_dir={tmp_path / name}",
         ])
-        return train.run(cfg)
+        return launch.hydra_app.run(cfg)
 
     first, again, other = run(0, "a"), run(0, "b"), run(1, "c")
     measured = {k: v for k, v in first.items() if "time" not in k and "per_s" not in k}  # wall-clock tags differ

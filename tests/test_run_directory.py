@@ -1,4 +1,4 @@
-"""Run directories: a run refused before it saved anything leaves nothing behind; a resumed run keeps its own (callbacks/run_directory.py)."""
+"""Run directories: a run refused before it saved anything leaves nothing behind; a resumed run keeps its own (launch/run_directory.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from callbacks.run_directory import no_traces_if_refused
+from launch.run_directory import no_traces_if_refused
 
 
 class Refused(ValueError):
@@ -68,7 +68,7 @@ def test_other_errors_are_not_cleaned_up(tmp_path):
 
 def test_a_refused_run_keeps_the_empty_directories_the_user_made(tmp_path, monkeypatch):
     """Directories that existed when the process started stay, empty or not; those the run made go."""
-    from callbacks import run_directory
+    from launch import run_directory
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(run_directory, "_existing_before", set())
@@ -115,7 +115,7 @@ def test_a_resumed_run_keeps_tracking_its_best_checkpoint(tmp_path, mnist_dir, m
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from callbacks.run_directory import tensorboard_logger
+    from launch.run_directory import tensorboard_logger
     from datamodules import MNISTDataModule
     from models import VAE
 

@@ -1,11 +1,11 @@
-"""Settings checked against the constructors' type hints (callbacks/settings.py): what LightningCLI refuses,
+"""Settings checked against the constructors' type hints (launch/settings.py): what LightningCLI refuses,
 the Hydra front end refuses too, with the choices listed."""
 
 from __future__ import annotations
 
 import pytest
 
-from callbacks.settings import SettingsError, check_settings
+from launch.settings import SettingsError, check_settings
 from datamodules import MNISTDataModule
 from models import JSA, VQVAE, DiscreteVAE
 

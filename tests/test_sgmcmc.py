@@ -544,8 +544,8 @@ def test_a_bad_sampler_setting_is_refused_when_the_model_is_built_not_at_the_fir
     """Both front ends turn a constructor's ValueError into one line; the optimizer's own checks must run there too."""
     import functools
 
-    import train
-    from callbacks.settings import SettingsError
+    import launch.build
+    from launch.settings import SettingsError
     from models import VAE
     from samplers import SGLD
     from tests.test_configs import composed
@@ -553,4 +553,4 @@ def test_a_bad_sampler_setting_is_refused_when_the_model_is_built_not_at_the_fir
     with pytest.raises(ValueError, match="optimizer: step size lr must be > 0"):
         VAE(optimizer=functools.partial(SGLD, lr=-1.0))
     with pytest.raises(SettingsError, match="optimizer: step size lr must be > 0"):
-        train.build(composed(["model=vae", "optimizer=santa", "optimizer.lr=-1"]))
+        launch.build.build(composed(["model=vae", "optimizer=santa", "optimizer.lr=-1"]))

@@ -76,9 +76,9 @@ class BernoulliLikelihood(Likelihood):
 
     def log_prob(self, x: Tensor, out: Tensor) -> Tensor:
         # log Bernoulli(x; sigmoid(l)) = x l - softplus(l), softplus computed stably. One softplus pass and one fused
-        # multiply-add over the S * B decoder outputs, with x broadcast, not expanded: 1.3x faster on CPU than
+        # multiply-add over the S * B decoder outputs, with x broadcast, not expanded: faster on CPU than
         # BCE-with-logits, which is most of the importance-sampled evaluation's cost beside the matmuls
-        # (benchmarks/eval_speed.py).
+        # (python -m benchmarks.eval_speed measures it; figures in benchmarks/results/speed/).
         out = full_precision(out)  # summed in float32 under bf16-mixed (models/components/precision.py)
         return torch.addcmul(F.softplus(out), x, out, value=-1.0).flatten(-3).sum(-1).neg()
 

@@ -20,12 +20,18 @@ draws h_1, h_2, ... in V passes.
 
 The learned priors start as the uniform prior (their output layer is zero), so a run that switches
 one on starts from where a uniform-prior run starts.
+
+The registry `PRIORS` (name -> class, at the end of this module) is the one list of priors: `build_prior` looks
+a name up there, and `PriorName`, the type of every model's `prior` argument (which LightningCLI, the Hydra
+settings check and launch/settings_schema.json read their choices from), is derived from it. Adding a prior is
+its class and one line there (CONTRIBUTING.md).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -34,18 +40,29 @@ from torch import Tensor, nn
 from models.components.precision import full_precision
 from samplers.mis import sample_categorical
 
-PriorName = Literal["uniform", "factorized", "autoregressive", "pixelcnn"]
-PRIORS = ("uniform", "factorized", "autoregressive", "pixelcnn")
-
 
 class CodePrior(nn.Module):
     """p(h) over V positions with K classes each. A subclass gives the conditionals' logits."""
 
-    is_factorized = False  # p(h) = prod_v p(h_v): log-probabilities (V, K) exist in closed form
+    is_factorized = False  # p(h) = prod_v p(h_v): log-probabilities (V, K) exist in closed form, as `log_probs()`
+    has_network = False  # sized by model.prior_hidden / prior_layers (the constructor's `hidden` and `num_layers`)
 
     def __init__(self, num_latents: int, num_categories: int) -> None:
         super().__init__()
         self.num_latents, self.num_categories = num_latents, num_categories
+
+    @classmethod
+    def from_settings(cls, num_latents: int, num_categories: int, grid: tuple[int, ...] = (),
+                      hidden: int | None = None, num_layers: int | None = None) -> CodePrior:
+        """The prior a model's settings describe (what `build_prior` calls): V positions, laid out on the H' x W'
+        `grid` of a conv backbone (else `grid` is ()), K classes; hidden / num_layers are model.prior_hidden and
+        prior_layers, None where not given (then the constructor's defaults), and always None unless `has_network`.
+        A prior whose constructor takes other arguments overrides this (PixelCNNPrior takes the grid)."""
+        return cls(num_latents, num_categories, **_given(hidden=hidden, num_layers=num_layers))
+
+    def _device(self) -> torch.device:
+        """Where the prior's tensors are (a prior without parameters, such as the uniform one, holds buffers)."""
+        return next(itertools.chain(self.parameters(), self.buffers())).device
 
     def conditional_logits(self, codes: Tensor) -> Tensor:
         """Logits of p(h_v | h_<v) at every position, (N, V, K), for code sets (N, V)."""
@@ -60,22 +77,25 @@ class CodePrior(nn.Module):
     @torch.no_grad()
     def sample(self, num_samples: int) -> Tensor:
         """num_samples code sets (N, V) drawn from p(h): position by position, V forward passes."""
-        device = next(self.parameters()).device
-        codes = torch.zeros(num_samples, self.num_latents, dtype=torch.long, device=device)
+        codes = torch.zeros(num_samples, self.num_latents, dtype=torch.long, device=self._device())
         for v in range(self.num_latents):
             logits = self.conditional_logits(codes)[:, v]  # depends on codes[:, :v] only
             codes[:, v] = torch.multinomial(full_precision(logits).softmax(-1), 1).squeeze(1)
         return codes
 
 
+def _given(**sizes: int | None) -> dict[str, int]:
+    return {name: value for name, value in sizes.items() if value is not None}
+
+
 class FactorizedPrior(CodePrior):
-    """p(h) = prod_v softmax(logits_v)[h_v]; `learnable=False` keeps the logits at zero: the uniform prior."""
+    """p(h) = prod_v softmax(logits_v)[h_v], V x K learned logits (zero at first: the uniform prior)."""
 
     is_factorized = True
 
-    def __init__(self, num_latents: int, num_categories: int, learnable: bool = True) -> None:
+    def __init__(self, num_latents: int, num_categories: int) -> None:
         super().__init__(num_latents, num_categories)
-        self.logits = nn.Parameter(torch.zeros(num_latents, num_categories), requires_grad=learnable)
+        self.logits = nn.Parameter(torch.zeros(num_latents, num_categories))
 
     def log_probs(self) -> Tensor:
         """log p(h_v = k), (V, K): what a closed-form KL to the prior needs."""
@@ -96,7 +116,8 @@ class FactorizedPrior(CodePrior):
 
 
 class UniformPrior(FactorizedPrior):
-    """p(h_v) = 1/K: zero logits held in a buffer that no checkpoint stores (nothing to learn, nothing to save)."""
+    """p(h_v) = 1/K: zero logits held in a buffer that no checkpoint stores (nothing to learn, nothing to save).
+    Checkpoints that stored it as a frozen zero parameter load through `migrate_prior_state`."""
 
     def __init__(self, num_latents: int, num_categories: int) -> None:
         CodePrior.__init__(self, num_latents, num_categories)
@@ -126,6 +147,8 @@ class AutoregressivePrior(CodePrior):
     hidden unit of degree < v: every path from input v' to output v then has v' < v, so output v is
     p(h_v | h_<v). Output 1 reads nothing but its bias: the marginal p(h_1).
     """
+
+    has_network = True
 
     def __init__(self, num_latents: int, num_categories: int, hidden: int = 256, num_layers: int = 2) -> None:
         super().__init__(num_latents, num_categories)
@@ -201,6 +224,8 @@ class PixelCNNPrior(CodePrior):
     to K logits per cell. The reach grows one row per layer: with the defaults (5 layers) a cell sees 7
     rows above it, all of a 7x7 or 8x8 grid."""
 
+    has_network = True
+
     def __init__(self, grid: Sequence[int], num_categories: int, hidden: int = 64, num_layers: int = 5) -> None:
         if len(grid) != 2:
             raise ValueError(
@@ -217,6 +242,11 @@ class PixelCNNPrior(CodePrior):
         nn.init.zeros_(self.output[-1].weight)  # start as the uniform prior
         nn.init.zeros_(self.output[-1].bias)
 
+    @classmethod
+    def from_settings(cls, num_latents: int, num_categories: int, grid: tuple[int, ...] = (),
+                      hidden: int | None = None, num_layers: int | None = None) -> PixelCNNPrior:
+        return cls(grid, num_categories, **_given(hidden=hidden, num_layers=num_layers))
+
     def conditional_logits(self, codes: Tensor) -> Tensor:
         x = self.embedding(codes.view(-1, *self.grid)).permute(0, 3, 1, 2)  # (N, C, H', W')
         vertical, horizontal = x, x
@@ -225,28 +255,103 @@ class PixelCNNPrior(CodePrior):
         return self.output(horizontal).flatten(2).transpose(1, 2)  # (N, H'W', K), raster order
 
 
+# ---- the registry -------------------------------------------------------------------------------
+
+# Every prior by the name a model's `prior` setting gives (model.prior=NAME, --model.prior=NAME).
+PRIORS: dict[str, type[CodePrior]] = {
+    "uniform": UniformPrior,
+    "factorized": FactorizedPrior,
+    "autoregressive": AutoregressivePrior,
+    "pixelcnn": PixelCNNPrior,
+}
+# Older names, still accepted: `learned` is what `factorized` was called before the autoregressive priors existed.
+PRIOR_ALIASES = {"learned": "factorized"}
+
+
+def __getattr__(name: str) -> Any:
+    """`PriorName`, the type of every model's `prior` argument: a Literal of the names in PRIORS and PRIOR_ALIASES,
+    made when it is read, so that it lists what the registry holds at that moment (a prior registered at run time
+    too). Annotate with the module attribute, `prior: priors.PriorName` (the annotations are read when LightningCLI
+    or a settings check asks); `from models.components.priors import PriorName` would fix the list at import."""
+    if name == "PriorName":
+        return Literal[(*PRIORS, *PRIOR_ALIASES)]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def factorized_priors() -> list[str]:
+    """The registered priors with a closed-form (V, K) table of log-probabilities (`is_factorized`)."""
+    return [name for name, prior in PRIORS.items() if prior.is_factorized]
+
+
 def canonical_prior_name(name: str) -> str:
-    """`learned` is the name `factorized` had before the autoregressive priors existed."""
-    return "factorized" if name == "learned" else name
+    """The registry's name of a prior given by an older alias (`learned`: `factorized`), else the name as given."""
+    return PRIOR_ALIASES.get(name, name)
 
 
 def build_prior(name: str, num_latents: int, num_categories: int, grid: Sequence[int] = (),
                 hidden: int | None = None, num_layers: int | None = None) -> CodePrior:
-    """The prior `name` over V = num_latents positions (a grid for `pixelcnn`); hidden / num_layers: its
-    width and depth (None: the prior's default, 256 x 2 for `autoregressive`, 64 x 5 for `pixelcnn`)."""
+    """The prior registered as `name` (or an alias of it) over V = num_latents positions (on `grid` for a conv
+    backbone); hidden / num_layers: the width and depth of a prior with a network (None: its constructor's default,
+    256 x 2 for `autoregressive`, 64 x 5 for `pixelcnn`)."""
     name = canonical_prior_name(name)
     if name not in PRIORS:
         raise ValueError(f"model.prior: unknown prior {name!r}; choose one of {', '.join(PRIORS)}")
     for option, value in (("prior_hidden", hidden), ("prior_layers", num_layers)):
         if value is not None and value < 1:
             raise ValueError(f"model.{option} must be >= 1 (or null: the prior's default), got {value}")
-    if name in ("uniform", "factorized") and (hidden is not None or num_layers is not None):
-        raise ValueError(f"model.prior_hidden and model.prior_layers size the autoregressive and pixelcnn priors; "
+    cls = PRIORS[name]
+    if not cls.has_network and (hidden is not None or num_layers is not None):
+        sized = " and ".join(other for other, prior in PRIORS.items() if prior.has_network)
+        raise ValueError(f"model.prior_hidden and model.prior_layers size the {sized} priors; "
                          f"prior={name} has no network: leave them out")
-    if name == "uniform":
-        return UniformPrior(num_latents, num_categories)
-    if name == "factorized":
-        return FactorizedPrior(num_latents, num_categories)
-    if name == "autoregressive":
-        return AutoregressivePrior(num_latents, num_categories, hidden or 256, num_layers or 2)
-    return PixelCNNPrior(grid, num_categories, hidden or 64, num_layers or 5)
+    return cls.from_settings(num_latents, num_categories, tuple(grid), hidden, num_layers)
+
+
+# ---- checkpoints written with the earlier layouts of the prior ---------------------------------
+
+def migrate_prior_state(module: nn.Module, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
+    """Older entries of the prior at `module.prior`, in place, as that prior stores them now (a load_state_dict
+    pre-hook of the categorical model). Until the priors were modules the factorized logits were the model's own
+    parameter `prior_logits`, since then `prior.logits`; until the uniform prior was one class the categorical
+    models stored it as a frozen parameter `prior.logits` of zeros, which UniformPrior does not store. Logits that
+    are not zero are left for a uniform prior to refuse (they are another prior's)."""
+    if prefix + "prior_logits" in state_dict:
+        state_dict[prefix + "prior.logits"] = state_dict.pop(prefix + "prior_logits")
+    logits = state_dict.get(prefix + "prior.logits")
+    if isinstance(module.prior, UniformPrior) and logits is not None and not logits.any():
+        del state_dict[prefix + "prior.logits"]
+
+
+def migrate_optimizer_states(checkpoint: dict[str, Any], module: nn.Module) -> None:
+    """The optimizer states of a checkpoint written with an earlier layout of the prior, renumbered for `module`'s
+    parameters, in place (an on_load_checkpoint step, before Lightning restores the optimizers).
+
+    A torch optimizer's state names each parameter by its position in `module.parameters()`, and that list changed
+    with the prior: `prior_logits`, a parameter of the model itself, came first, `prior.logits` (a submodule's)
+    comes after the embedding, and the uniform prior's frozen zero logits (which never had optimizer state) are no
+    parameter at all now. The checkpoint's state_dict lists the parameters in their order then; a state that
+    cannot be placed that way (another model, several parameter groups) is left as it is.
+    """
+    state_dict = checkpoint.get("state_dict") or {}
+    current = [name for name, _ in module.named_parameters()]
+    legacy = ("prior_logits", "prior.logits")
+    before = [name for name in state_dict if name in current or name in legacy]  # the parameters, in their order then
+    migrated = dict(state_dict)
+    migrate_prior_state(module, migrated, "")
+    renamed = ["prior.logits" if name == "prior_logits" else name for name in before]
+    if renamed == current or any(name in migrated and name not in current for name in renamed):
+        return  # the layout of now, or one this cannot map (strict loading names the difference)
+    position = {name: index for index, name in enumerate(current)}
+    new_index = [position[name] if name in migrated else None for name in renamed]  # None: no longer a parameter
+    if sorted(index for index in new_index if index is not None) != list(range(len(current))):
+        return
+    for optimizer in checkpoint.get("optimizer_states") or []:
+        groups = optimizer.get("param_groups") or []
+        if len(groups) != 1 or len(groups[0].get("params", ())) != len(before):
+            continue
+        saved, state = groups[0]["params"], optimizer.get("state", {})
+        optimizer["state"] = {new_index[i]: state[key] for i, key in enumerate(saved)
+                              if new_index[i] is not None and key in state}
+        groups[0]["params"] = list(range(len(current)))
+        if "param_names" in groups[0]:
+            groups[0]["param_names"] = current

@@ -27,11 +27,11 @@ from torch import Tensor, nn
 from models.base import LatentVariableModel, inference
 from models.components.backbones import BackboneName, build_backbone, latent_grid
 from models.components.precision import full_precision
-from models.components.priors import FactorizedPrior, build_prior, canonical_prior_name
+from models.components import priors
+from models.components.priors import build_prior, canonical_prior_name, migrate_optimizer_states, migrate_prior_state
 from samplers.mis import categorical_log_prob, sample_categorical
 
 Embedding = Literal["auto", "per_position", "shared"]
-Prior = Literal["uniform", "factorized", "autoregressive", "pixelcnn", "learned"]  # PriorName; `learned`: `factorized`
 
 
 class CategoricalLatentModel(LatentVariableModel):
@@ -46,9 +46,9 @@ class CategoricalLatentModel(LatentVariableModel):
         code_dim: D, size of a code's embedding fed to the decoder.
         embedding: `per_position` (a K x D table per position), `shared` (one table, like a VQ-VAE
             codebook) or `auto` (per position for `mlp`, shared for `conv`).
-        prior: p(h): `uniform`, `factorized` (learned logits per position), `autoregressive` (MADE) or
-            `pixelcnn` (a gated PixelCNN over the grid; backbone=conv); the learned ones train with the
-            decoder (docs/priors.md). `learned` is the older name of `factorized`.
+        prior: p(h), a name in models/components/priors.py's PRIORS: `uniform`, `factorized` (learned logits
+            per position), `autoregressive` (MADE) or `pixelcnn` (a gated PixelCNN over the grid; backbone=conv);
+            the learned ones train with the decoder (docs/priors.md). `learned` is the older name of `factorized`.
         prior_hidden: width of the autoregressive prior (None: 256 for MADE, 64 channels for the PixelCNN).
         prior_layers: its depth (None: 2 hidden layers for MADE, 5 gated layers for the PixelCNN).
         hidden_channels: width of the conv backbone.
@@ -65,7 +65,7 @@ class CategoricalLatentModel(LatentVariableModel):
         num_categories: int = 10,
         code_dim: int = 16,
         embedding: Embedding = "auto",
-        prior: Prior = "uniform",
+        prior: priors.PriorName = "uniform",
         prior_hidden: int | None = None,
         prior_layers: int | None = None,
         hidden_channels: int = 64,
@@ -109,10 +109,12 @@ class CategoricalLatentModel(LatentVariableModel):
         self.register_buffer("position_offset", torch.arange(num_latents) * num_categories, persistent=False)
         self.prior_name = canonical_prior_name(prior)
         self.prior = build_prior(prior, num_latents, num_categories, self.grid, prior_hidden, prior_layers)
-        if self.prior_name == "uniform":  # a frozen zero parameter, as before the priors were modules, so that older
-            self.prior = FactorizedPrior(num_latents, num_categories, learnable=False)  # checkpoints resume (optimizer state)
-        # Checkpoints written before the priors became modules hold the factorized logits as `prior_logits`.
-        self.register_load_state_dict_pre_hook(_rename_prior_logits)
+        # Older checkpoints hold the prior's logits as `prior_logits`, or the uniform prior as frozen zero logits.
+        self.register_load_state_dict_pre_hook(migrate_prior_state)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        migrate_optimizer_states(checkpoint, self)  # an older checkpoint's optimizer state, for the parameters of now
 
     # ---- q(h | x) -----------------------------------------------------------------
     def encoder_logits(self, x: Tensor) -> Tensor:
@@ -189,7 +191,3 @@ class CategoricalLatentModel(LatentVariableModel):
     def sample_prior(self, num_samples: int) -> Tensor:
         return self.decoder_output(self.prior.sample(num_samples))
 
-
-def _rename_prior_logits(module: nn.Module, state_dict: dict, prefix: str, *args: Any) -> None:
-    if prefix + "prior_logits" in state_dict:
-        state_dict[prefix + "prior.logits"] = state_dict.pop(prefix + "prior_logits")

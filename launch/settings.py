@@ -9,34 +9,15 @@ allows null. One error names every wrong setting, with what was expected.
 
 from __future__ import annotations
 
-import inspect
-import typing
 from typing import Any
 
-from callbacks.hparams import constructor_defaults
+from common.signatures import constructor_defaults, constructor_hints
 from launch.schema import expected as expected_by_spec
 from launch.schema import type_spec
 
 
 class SettingsError(ValueError):
     """A setting has a value its constructor does not take (the user's to fix)."""
-
-
-def constructor_hints(cls: type) -> dict[str, Any]:
-    """The type hint of every constructor argument of `cls`, following **kwargs up the class hierarchy."""
-    hints: dict[str, Any] = {}
-    for klass in cls.__mro__:
-        init = vars(klass).get("__init__")
-        if init is None:
-            continue
-        own = typing.get_type_hints(init, include_extras=False)
-        parameters = inspect.signature(init).parameters.values()
-        for p in parameters:
-            if p.name in own and p.name not in hints and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-                hints[p.name] = own[p.name]
-        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
-            break
-    return hints
 
 
 def expected(hint: Any, value: Any) -> str | None:

@@ -55,7 +55,7 @@ def check_launcher(trainer: Any) -> None:
 
     environment = getattr(trainer.strategy, "cluster_environment", None)
     if trainer.num_nodes > 1 and type(environment) is LightningEnvironment and "NODE_RANK" not in os.environ:
-        from callbacks.settings import SettingsError
+        from launch.settings import SettingsError
 
         raise SettingsError(
             f"trainer.num_nodes={trainer.num_nodes} needs a launcher that starts the processes on every node, and "

@@ -1,0 +1,125 @@
+"""A composed Hydra config -> the run's data module, model, trainer and the checkpoint fit starts from.
+
+Every value is checked against its constructor's type hints before anything is built (Hydra passes any value
+through; LightningCLI's parser does the same check on its side), and the rules of launch/rules.py apply.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from launch import rules
+
+log = logging.getLogger(__name__)
+
+
+def build(cfg: Any) -> tuple[Any, Any]:
+    """The data module and the model of a composed config; the model's likelihood and backbone follow the data unless set."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import get_class, instantiate
+    from omegaconf import OmegaConf
+
+    from launch.hydra_config import model_settings
+    from launch.settings import SettingsError, check_settings
+
+    data_settings = OmegaConf.to_container(cfg.data, resolve=True)
+    check_settings(get_class(data_settings["_target_"]), data_settings, "data")
+    settings = model_settings(cfg)
+    check_settings(get_class(settings["_target_"]), settings, "model")
+    if cfg.get("optimizer"):  # after the model's: the optimizer's lr is ${model.lr} unless set
+        optimizer_settings = OmegaConf.to_container(cfg.optimizer, resolve=True)
+        check_settings(get_class(optimizer_settings["_target_"]), optimizer_settings, "optimizer")
+    datamodule = instantiate(cfg.data, _convert_="all")
+    settings = rules.follow_data(settings, type(datamodule), datamodule.binarize)
+    optimizer = instantiate(cfg.optimizer) if cfg.get("optimizer") else None
+    try:
+        model = instantiate(settings, data_shape=list(datamodule.image_shape), optimizer=optimizer, _convert_="all")
+    except InstantiationException as error:  # the constructor refused a combination of settings: its message
+        if not isinstance(error.__cause__, (ValueError, TypeError)):
+            raise
+        raise SettingsError(f"model ({cfg.model._target_.rsplit('.', 1)[-1]}): {error.__cause__}") from None
+    return datamodule, model
+
+
+def run_name(cfg: Any, run_tag: str) -> str:
+    """rules.run_name of the config's run_name, plus, in a multirun, every swept model or data setting that the
+    key settings do not already show (e.g. jsa-mnist-mlp-K10-L20-lr0.01)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from hydra.utils import get_class
+
+    from launch.hydra_config import command_line_overrides, swept_keys
+
+    name = rules.run_name(cfg.run_name, run_tag)
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        shown = {f"model.{key}" for key in get_class(cfg.model._target_).run_tag_keys}  # already in the tag
+        swept = swept_keys()
+        for key, value in command_line_overrides().items():
+            if key in swept and key not in shown and (key.startswith(("model.", "data.")) or key == "seed"):
+                name += f"-{key.rsplit('.', 1)[-1]}{value}"
+    return name
+
+
+def parallel_job_settings(cfg: Any) -> dict[str, Any]:
+    """A job of a multirun whose launcher runs several at once (configs/hydra/launcher/): joblib's n_jobs jobs share the
+    machine, so each gets its own GPU where there are several (job k -> cuda:k mod GPUs) and CPU cores // n_jobs
+    torch threads; a submitit job gets cpus_per_task threads. The basic launcher's jobs, one at a time, keep torch's.
+    Returns the trainer settings this changes (the devices), and sets torch's threads."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hydra_job = HydraConfig.get() if HydraConfig.initialized() else None
+    launcher = hydra_job.launcher if hydra_job is not None and hydra_job.mode == RunMode.MULTIRUN else {}
+    settings: dict[str, Any] = {}
+    threads, shared = None, ""
+    if launcher.get("n_jobs") is not None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        n_jobs = int(launcher.n_jobs) if int(launcher.n_jobs) > 0 else max(1, cores + 1 + int(launcher.n_jobs))  # joblib's -1: all
+        threads, shared = max(1, cores // n_jobs), f"{cores} CPU cores // n_jobs={n_jobs}"
+        import torch
+
+        gpus = torch.cuda.device_count() if str(cfg.trainer.get("accelerator")) in ("auto", "gpu", "cuda") else 0
+        if gpus > 1 and str(cfg.trainer.get("devices")) == "1":  # one device per job (not a DDP job of several)
+            settings["devices"] = [hydra_job.job.num % gpus]
+            shared += f"; cuda:{hydra_job.job.num % gpus} of {gpus} GPUs"
+    elif launcher.get("cpus_per_task"):
+        threads, shared = int(launcher.cpus_per_task), "hydra.launcher.cpus_per_task"
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+        log.info("parallel job %s: torch threads %d (%s)", hydra_job.job.num, threads, shared)
+    return settings
+
+
+def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
+    """(datamodule, model, trainer, ckpt_path) of a composed config, checked, seeded and built, nothing written but
+    the run's reserved TensorBoard directory."""
+    import lightning as L
+    from hydra.utils import instantiate
+
+    from callbacks.checkpoint_files import load_checkpoint_file
+    from launch.hydra_config import check_run_settings
+    from launch.run_directory import tensorboard_logger
+    from models.base import check_model_class
+
+    check_run_settings(cfg)
+    if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
+        import torch
+
+        torch.compiler.reset()
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule, model = build(cfg)
+    ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path:  # an unusable checkpoint (or another model's) stops the run here, before anything is written
+        check_model_class(load_checkpoint_file(ckpt_path), type(model), ckpt_path)
+    logger = False
+    if cfg.get("logger"):
+        logger_settings = {k: v for k, v in cfg.logger.items() if k not in ("_target_", "save_dir", "name")}
+        logger = tensorboard_logger(cfg.logger.save_dir, run_name(cfg, model.run_tag), ckpt_path, **logger_settings)
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    settings = rules.trainer_settings({**cfg.trainer, "callbacks": callbacks}, logger, cfg.ddp_timeout_s)
+    trainer = instantiate(cfg.trainer, logger=logger, _convert_="all", **settings, **parallel_job_settings(cfg))
+    return datamodule, model, trainer, rules.resume_point(trainer, ckpt_path)

@@ -1,0 +1,245 @@
+"""The LightningCLI front end: `python train.py {fit,validate,test,predict} [--OPTION VALUE ...]`, on the same classes
+and with the same defaults and run rules as the Hydra front end (launch/rules.py), its parser's reports turned into
+one line naming the option as given."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NoReturn
+
+from hydra.utils import get_class
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
+import models  # noqa: F401  (registers the subclasses for --model=NAME)
+from callbacks.checkpoint_files import CheckpointError, load_checkpoint_file
+from common.private_api import cli_value
+from datamodules import ImageDataModule
+from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
+from launch import rules
+from launch.errors import exit_with, user_errors_as_one_line
+from launch.run_directory import note_existing_directories, tensorboard_logger
+from launch.settings import SettingsError, check_trainer_values
+from models import LatentVariableModel
+
+
+class Parser(LightningArgumentParser):
+    """Refuses an abbreviated option; reports a wrong one in one line."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # argparse takes --trainer.max_epoch as an abbreviation of --trainer.max_epochs: a typo would run silently.
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
+        from launch.precheck import refuse_early
+
+        early = refuse_early(CollectionCLI.command_line, cli=True)  # the same line as before the imports, with "did you mean"
+        if early:
+            exit_with(early)
+        given = CollectionCLI.command_line
+        subcommand = given[0] if given and given[0] in SUBCOMMANDS else "fit"
+        exit_with(f"{_parser_message(message, given)} (python train.py {subcommand} --help lists the options)")
+
+
+class CollectionCLI(LightningCLI):
+    """LightningCLI with the Hydra front end's defaults and rules (launch/rules.py)."""
+
+    command_line: list[str] = []  # the arguments as given (with the default --model/--data), set by main()
+
+    def add_arguments_to_parser(self, parser: Any) -> None:
+        # The model is built for the data's image shape, as in the Hydra front end.
+        parser.link_arguments("data.image_shape", "model.init_args.data_shape", apply_on="instantiate")
+        # The defaults of the Hydra configs (launch/rules.py): checkpointing (last + best on val/nll), the trainer
+        # settings, and the other callbacks, as parser defaults: shown by --print_config, replaceable with
+        # --trainer.callbacks=..., extended with --trainer.callbacks+=...
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults({f"checkpoint.{key}": value for key, value in rules.checkpoint_settings().items()})
+        parser.set_defaults({f"trainer.{key}": value for key, value in rules.trainer_defaults().items()})
+        parser.set_defaults({"trainer.callbacks": [{"class_path": f"{type(c).__module__}.{type(c).__name__}"}
+                                                   for c in rules.default_callbacks()]})
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        # --seed_everything=N also seeds the data order and the test stage, as seed=N does in Hydra.
+        seed = config.get("seed_everything")
+        if _option_value(self.command_line, "--seed_everything") is not None and isinstance(seed, int) and not isinstance(seed, bool):
+            if not _given(self.command_line, "data", "seed"):
+                config.data.init_args.seed = seed
+            if not _given(self.command_line, "model", "test_seed"):
+                config.model.init_args.test_seed = seed
+        # A checkpoint's hyperparameters (test/validate --ckpt_path) are merged over the command line by
+        # LightningCLI: an option the user gives wins over them, as without a checkpoint.
+        if self.subcommand and config.get("ckpt_path"):
+            given = {a.split("=", 1)[0].removeprefix("--model.").removeprefix("init_args.").split(".")[0]
+                     for a in self.command_line if a.startswith("--model.")}
+            if given:
+                fresh = self.parser.parse_args(_without_option(self.command_line, "--ckpt_path"))[self.subcommand]
+                for key in given:
+                    config.model.init_args[key] = fresh.model.init_args[key]
+                    if key in (config.model.get("dict_kwargs") or {}):
+                        del config.model.dict_kwargs[key]
+        for key, value in _integer_batch_limits(self.command_line).items():  # as saved in config.yaml (see instantiate_trainer)
+            config.trainer[key] = value
+        settings = rules.follow_data(dict(config.model.init_args), get_class(config.data.class_path), config.data.init_args.binarize)
+        config.model.init_args.likelihood, config.model.init_args.backbone = settings["likelihood"], settings["backbone"]
+
+    def instantiate_trainer(self, **kwargs: Any) -> Any:
+        trainer_config = cli_value(self, self.config_init, "trainer", default={})
+        check_trainer_values(trainer_config, "--trainer")
+        # Instantiation reads the limits back as floats; the integers the user gave are counts.
+        for key, value in _integer_batch_limits(self.command_line).items():
+            trainer_config[key] = value
+        if trainer_config.get("logger") in (None, True):  # the default: a TensorBoard run named like Hydra's
+            name = rules.run_name(f"{self.model.config_name}-{self.datamodule.config_name}", self.model.run_tag)
+            kwargs["logger"] = tensorboard_logger("logs/tensorboard", name, cli_value(self, self.config, "ckpt_path"))
+        # --trainer.strategy=DDPStrategy --trainer.strategy.timeout=H:MM:SS sets another collective timeout.
+        for key, value in rules.trainer_settings(trainer_config, kwargs.get("logger"), rules.ddp_timeout_s()).items():
+            trainer_config[key] = value
+        trainer = super().instantiate_trainer(**kwargs)
+        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        resume = rules.resume_point(trainer, config.get("ckpt_path"))
+        if self.subcommand == "fit":
+            config["ckpt_path"] = resume
+        return trainer
+
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI builds the model named in the checkpoint's hyperparameters (test/validate --ckpt_path, from
+        # the command line, a repeated flag or a -c config file alike): the file is read the safe way first and
+        # the class it names must be a registered model before anything imports it.
+        ckpt_path = self.config[self.config.subcommand].get("ckpt_path") if self.config.get("subcommand") else None
+        if ckpt_path:
+            from models import is_registered_model
+
+            class_path = (load_checkpoint_file(ckpt_path).get("hyper_parameters") or {}).get("_class_path")
+            if class_path is not None and not is_registered_model(class_path):
+                raise CheckpointError(f"--ckpt_path={ckpt_path} names the class {class_path!r}, which is not one of the "
+                                      "collection's models; it is not imported")
+        super()._parse_ckpt_path()
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        # The last line (also after Ctrl-C/SIGTERM): the run, its last.ckpt and the TensorBoard command.
+        with rules.running(self.trainer, lambda line: print(line, flush=True)):
+            super()._run_subcommand(subcommand)
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except (ValueError, TypeError) as error:  # a constructor refused a setting: its message, one line
+            if isinstance(error, (CheckpointError, SettingsError)):
+                raise
+            raise SettingsError(_constructor_message(str(error))) from None
+
+
+def main(args: list[str] | None = None, run: bool = True) -> Any:
+    """LightningCLI on the same classes, with the same defaults as the Hydra configs (JSA on MNIST, the
+    likelihood that suits the data, the same callbacks) and runs named like Hydra's."""
+    raw_args = list(sys.argv[1:] if args is None else args)
+    subcommand = raw_args[0] if raw_args and raw_args[0] in SUBCOMMANDS else None
+    given_model = _option_value(raw_args, "--model")
+    # JSA on MNIST unless told otherwise, as in the Hydra front end. Given as arguments, not as parser
+    # defaults: jsonargparse would carry a default class's settings over to another class the user picks.
+    defaults = [f"--{key}={rules.default_class(key)}" for key in ("model", "data")
+                if not any(a == f"--{key}" or a.startswith(f"--{key}=") for a in raw_args)]
+    if not any(a in ("-c", "--config", "-h", "--help") or a.startswith(("--config=", "-c=")) for a in raw_args):
+        first = [raw_args.pop(0)] if subcommand else []
+        raw_args = first + defaults + raw_args
+        if args is None:  # from the command line: LightningCLI reads sys.argv (given both, it warns)
+            sys.argv[1:] = raw_args
+        else:
+            args = raw_args
+
+    note_existing_directories("logs")  # where the CLI writes its runs
+    with user_errors_as_one_line():
+        ckpt_path = _option_value(raw_args, "--ckpt_path")
+        if ckpt_path and ckpt_path != "null":  # before LightningCLI reads its hyperparameters: one clear line if unusable
+            written_by = load_checkpoint_file(ckpt_path).get("model_class") or ""
+            if given_model and written_by and given_model.rsplit(".", 1)[-1] != written_by.rsplit(".", 1)[-1]:
+                raise CheckpointError(f"--ckpt_path={ckpt_path} was written by {written_by.rsplit('.', 1)[-1]}, not "
+                                      f"--model={given_model}: give --model={written_by.rsplit('.', 1)[-1]} or leave --model out")
+        CollectionCLI.command_line = raw_args
+        return CollectionCLI(
+            LatentVariableModel,
+            ImageDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            parser_class=Parser,
+            args=args,
+            run=run,
+            # fit writes config.yaml into the run; test/validate into the same run, under their own name
+            save_config_kwargs={"overwrite": True, "config_filename": "config.yaml" if subcommand in ("fit", None) else f"config_{subcommand}.yaml"},
+            seed_everything_default=rules.seed(),  # configs/train.yaml's
+        )
+
+
+def _parser_message(text: str, args: list[str]) -> str:
+    """jsonargparse's nested report ('Parser key "model": ... Parser key "mis_steps": Expected a <class 'int'>.
+    Got value: ten') as one line naming the option as given: '--model.mis_steps: Expected a <class 'int'>. Got value: ten'."""
+    import re
+
+    keys = list(dict.fromkeys(re.findall(r'Parser key "([^"]+)"', text)))
+    noise = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path", "Parser key",
+             "Expected a <class 'NoneType'>")
+    lines = [line.strip().removeprefix("- ") for line in text.splitlines()[1:]]
+    reasons = [line for line in lines if line and not line.startswith(noise)]
+    if not keys or not reasons:
+        return " ".join(text.split())
+    given = [a.split("=", 1)[0] for a in args if a.startswith("--")]
+    option = next((g for g in given if g.endswith(("." + keys[-1], "--" + keys[-1]))), "--" + ".".join(keys))
+    if option in ("--model", "--data") and any("dot import path" in r for r in reasons):  # an unknown class name
+        package, base = (models, models.LatentVariableModel) if option == "--model" else (datamodules, datamodules.ImageDataModule)
+        names = [n for n in package.__all__ if isinstance(getattr(package, n), type) and issubclass(getattr(package, n), base)
+                 and getattr(package, n) is not base]
+        return f"{option}={_option_value(args, option)} is not one of {', '.join(names)}"
+    return f"{option}: {'; '.join(dict.fromkeys(reasons))}"
+
+
+def _constructor_message(text: str) -> str:
+    """jsonargparse reports a constructor's refusal inside its union-subtype report (Errors: / - ... /
+    Given value: <the whole namespace>): keep the constructor's own message."""
+    import re
+
+    if "Errors:" not in text:
+        return text
+    reasons = [line.strip()[2:] for line in text.split("Errors:", 1)[1].splitlines()
+               if line.strip().startswith("- ") and not line.strip().startswith("- Expected a <class 'NoneType'>")]
+    refused_by = re.search(r"class_path='([\w.]+)'", text)
+    prefix = f"{refused_by[1].rsplit('.', 1)[-1]}: " if refused_by else ""
+    return prefix + ("; ".join(reasons) or text.splitlines()[0])
+
+
+def _given(args: list[str], group: str, key: str) -> bool:
+    """Whether the command line sets `key` of `group` (--group.key or --group.init_args.key)."""
+    return any(_option_value(args, f"--{group}.{prefix}{key}") is not None for prefix in ("", "init_args."))
+
+
+def _integer_batch_limits(args: list[str]) -> dict[str, int]:
+    """jsonargparse reads `--trainer.limit_val_batches=1` as 1.0 (all batches): an integer given is a count."""
+    limits = {}
+    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"):
+        value = _option_value(args, f"--trainer.{key}")
+        if value is not None and value.isdigit():
+            limits[key] = int(value)
+    return limits
+
+
+def _without_option(args: list[str], option: str) -> list[str]:
+    """args without `option=VALUE` or `option VALUE`."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(option + "="):
+            out.append(arg)
+    return out
+
+
+def _option_value(args: list[str], option: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg.startswith(option + "="):
+            return arg.split("=", 1)[1]
+        if arg == option and i + 1 < len(args):
+            return args[i + 1]
+    return None

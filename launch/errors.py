@@ -1,0 +1,58 @@
+"""What the user can fix ends in one line on stderr and exit status 2, no traceback: wrong settings, missing or
+corrupt data, an unusable checkpoint, a diverged loss, a stuck distributed peer. Both front ends run inside
+`user_errors_as_one_line`; anything else is a bug and keeps its traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Iterator, NoReturn
+
+USER_ERROR = 2  # the exit status of a refused run (argparse's, Hydra's)
+
+
+def exit_with(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(USER_ERROR) from None
+
+
+def refusals() -> tuple[type[Exception], ...]:
+    """What refuses a run before it trains: a setting, the data, a checkpoint (the user's to fix)."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    from callbacks.checkpoint_files import CheckpointError
+    from datamodules import DataError
+    from launch.settings import SettingsError
+
+    return DataError, CheckpointError, SettingsError, MisconfigurationException
+
+
+@contextlib.contextmanager
+def user_errors_as_one_line() -> Iterator[None]:
+    """Each user error below as its one line and exit status 2."""
+    from hydra.errors import InstantiationException
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from launch.distributed import collective_timeout_message, is_collective_timeout
+
+    try:
+        yield
+    except MisconfigurationException as error:  # Lightning refused a trainer or callback setting
+        exit_with(" ".join(str(error).split()))
+    except OmegaConfBaseException as error:  # an interpolation that cannot resolve (model.lr='${nope}'), ...
+        key = getattr(error, "full_key", None)
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        exit_with(f"{key}: {reason}" if key else reason)
+    except (*refusals(), FloatingPointError) as error:
+        exit_with(str(error))
+    except InstantiationException as error:  # a constructor refused a setting (its ValueError, its message)
+        cause = error.__cause__
+        if not isinstance(cause, (ValueError, TypeError, MisconfigurationException)):
+            raise
+        key = str(error).rsplit("full_key:", 1)[-1].strip() if "full_key:" in str(error) else ""
+        exit_with(f"{key + ': ' if key else ''}{cause}")
+    except RuntimeError as error:
+        if not is_collective_timeout(error):
+            raise
+        exit_with(collective_timeout_message(error))

@@ -1,0 +1,99 @@
+"""The Hydra front end: `python train.py [KEY=VALUE ...]` (configs/; `-m` for a multirun). Composes the config,
+builds the run (launch/build.py), fits, and tests the best checkpoint when `run_test=true`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from launch import rules
+
+log = logging.getLogger(__name__)
+
+
+def run(cfg: Any) -> dict[str, float]:
+    """Build data, model and trainer from a composed config, fit (and test); the run's final metrics."""
+    from launch.build import build_run
+    from launch.run_directory import note_hydra_job
+
+    datamodule, model, trainer, ckpt_path = build_run(cfg)
+    with rules.running(trainer, log.info):
+        note_hydra_job(trainer.logger)  # after the run's files are listed: a refused new run still leaves nothing
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+        if cfg.get("run_test"):
+            # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
+            use_model = any(getattr(c, "use_mean", False) for c in trainer.callbacks) or not trainer.checkpoint_callback
+            if not use_model and not trainer.checkpoint_callback.best_model_path:
+                log.warning("run_test: no validation ran before training stopped (trainer.check_val_every_n_epoch=%s), so "
+                            "there is no best checkpoint on val/nll: testing the final weights",
+                            cfg.trainer.get("check_val_every_n_epoch"))
+                use_model = True
+            trainer.test(model, datamodule=datamodule, ckpt_path=None if use_model else "best")
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    # The best val/nll of the run (the checkpoint callback's score: what run_test tests), the sweeper's objective.
+    best = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
+    if best is not None and getattr(trainer.checkpoint_callback, "monitor", None) == "val/nll":
+        metrics["val/nll_best"] = float(best)
+    return metrics
+
+
+def main() -> None:
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from launch.console import quiet_console
+    from launch.errors import USER_ERROR, user_errors_as_one_line
+    from launch.hydra_config import check_output_directories, register_defaults
+    from launch.run_directory import note_existing_directories, remove_if_only_hydra_files
+
+    register_defaults()
+    check_output_directories(sys.argv[1:])
+
+    given = [a.split("=", 1)[1] for a in sys.argv[1:] if a.lstrip("+").startswith("log_dir=")]
+    note_existing_directories(given[-1] if given and "${" not in given[-1] else "logs")
+    # The jobs a launcher starts as new processes (hydra/launcher=slurm, slurm_local: `python -m submitit...` from the
+    # working directory) import the collection's modules as this process does, from wherever it was started.
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(rules.CONFIGS.parent) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(rules.CONFIGS.parent), *paths])
+    # ${pid:} in configs/train.yaml's run and sweep directories: this process's id, also where a parallel launcher's
+    # jobs resolve it in their own processes (Hydra hands them its resolvers), so that they share the sweep directory.
+    launching_pid = os.getpid()
+    OmegaConf.register_new_resolver("pid", lambda: launching_pid, replace=True)
+
+    def parallel_jobs() -> int:
+        """configs/hydra/launcher/parallel.yaml's n_jobs: one job per GPU where there are several, else 2."""
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.device_count() > 1 else 2
+
+    OmegaConf.register_new_resolver("parallel_jobs", parallel_jobs, replace=True)
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # Optuna's storage imports it: a line per plugin it sets up
+
+    @hydra.main(version_base="1.3", config_path=str(rules.CONFIGS), config_name="train")
+    def _main(cfg: Any) -> float:
+        """One run; returns its best val/nll, the objective of hydra/sweeper=tune (Optuna minimizes it)."""
+        quiet_console(hydra=True)
+        tuning = "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")).lower()
+        try:
+            with user_errors_as_one_line():
+                try:
+                    metrics = run(cfg)
+                except FloatingPointError as diverged:
+                    if not tuning:
+                        raise
+                    # A trial whose loss diverged (its lr too high, say) is the worst value, and the study goes on.
+                    log.warning("this trial diverged and counts as val/nll = inf: %s", diverged)
+                    return float("inf")
+        except SystemExit as stop:
+            if stop.code == USER_ERROR:  # a setting refused: the output directory Hydra made holds nothing of a run
+                remove_if_only_hydra_files(HydraConfig.get().runtime.output_dir)
+            raise  # 130/143 (Ctrl-C, SIGTERM): a stopped run keeps its config.yaml and train.log
+        return metrics.get("val/nll_best", metrics.get("val/nll", float("nan")))  # NaN: no validation ran (a failed trial)
+
+    _main()
+
+

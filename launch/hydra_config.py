@@ -1,0 +1,147 @@
+"""What the Hydra front end reads from its config tree and command line: the constructors' defaults as config nodes,
+a model's settings with an experiment's shared ones applied, the command line's overrides and swept keys, and the
+checks of the top-level and trainer settings and of the output directories (before anything is written)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from launch.errors import exit_with
+
+
+def register_defaults() -> None:
+    """Store every registered model's and data module's constructor defaults as Hydra configs
+    `model_defaults/<Class>` and `data_defaults/<Class>` (and lightning.Trainer's as `trainer_defaults/Trainer`),
+    which configs/model/*.yaml, configs/data/*.yaml and configs/trainer/default.yaml extend: the class signatures are the one source of defaults, `--cfg job` shows them, and
+    `model.NAME=VALUE` needs no `+`."""
+    from hydra.core.config_store import ConfigStore
+
+    import datamodules
+    import models
+    from common.signatures import constructor_defaults
+
+    store = ConfigStore.instance()
+    from launch.schema import NOT_SETTINGS  # constructor arguments the front ends pass themselves
+
+    groups = (("model_defaults", models, models.LatentVariableModel, NOT_SETTINGS["model"]),
+              ("data_defaults", datamodules, datamodules.ImageDataModule, ()))
+    for group, package, base, skip in groups:
+        for name in package.__all__:
+            cls = getattr(package, name)
+            if isinstance(cls, type) and issubclass(cls, base):
+                store.store(group=group, name=name, node={k: v for k, v in constructor_defaults(cls).items() if k not in skip})
+    # Every lightning.Trainer argument, so that trainer.NAME=VALUE works for all of them (logger and callbacks
+    # come from their own config groups).
+    from lightning import Trainer
+
+    trainer_settings = {k: v for k, v in constructor_defaults(Trainer).items() if k not in NOT_SETTINGS["trainer"]}
+    store.store(group="trainer_defaults", name="Trainer", node=trainer_settings)
+
+
+def model_settings(cfg: Any) -> dict[str, Any]:
+    """cfg.model as a dict, with an experiment's shared settings applied unless the command line sets them for
+    the model: `discrete_latent` (experiment=compare) to a model with a discrete latent (JSA, DiscreteVAE,
+    VQ-VAE), then `per_model.<the model's config name>` (experiment=jsa_paper: L for JSA, K for RWS, ...)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    settings = OmegaConf.to_container(cfg.model, resolve=True)
+    given = {key.removeprefix("model.") for key in command_line_overrides() if key.startswith("model.")}
+    shared = cfg.get("discrete_latent")
+    if shared and get_class(settings["_target_"]).has_discrete_latent:
+        settings.update({k: v for k, v in OmegaConf.to_container(shared, resolve=True).items() if k not in given})
+    choice = HydraConfig.get().runtime.choices.get("model") if HydraConfig.initialized() else None
+    own = (cfg.get("per_model") or {}).get(choice) if choice is not None else None
+    if own:
+        settings.update({k: v for k, v in OmegaConf.to_container(own, resolve=True).items() if k not in given})
+    return settings
+
+
+def command_line_overrides() -> dict[str, str]:
+    """KEY -> VALUE of the command line's overrides of this (multirun) job, e.g. {"model.lr": "0.01"}."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return {}
+    pairs = (o.lstrip("+~").split("=", 1) for o in HydraConfig.get().overrides.task)
+    return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
+
+
+def swept_keys() -> set[str]:
+    """The keys a multirun sweeps: given on the command line as a list or range (a=1,2 / range(...)), or in
+    the config's hydra.sweeper.params."""
+    from hydra.core.hydra_config import HydraConfig
+
+    keys = set(HydraConfig.get().sweeper.get("params") or {})
+    for arg in sys.argv[1:]:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if "," in value or value.startswith(("range(", "choice(", "glob(", "interval(")):
+            keys.add(key)
+    return keys
+
+
+def check_run_settings(cfg: Any) -> None:
+    """The top-level settings and the trainer's, checked before anything is seeded, built or written:
+    a `+key=value` that nothing reads (a typo of a setting, say `+ckpt_pth=...`) is refused, not ignored."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    from launch.settings import SettingsError, check_settings, check_trainer_values, expected
+    from launch.precheck import CONFIG_GROUPS, TOP_LEVEL_SETTINGS
+
+    problems = []
+    for arg in sys.argv[1:]:
+        key = arg.lstrip("+~").partition("=")[0]
+        if arg.startswith("+") and "." not in key and "/" not in key and key not in (*TOP_LEVEL_SETTINGS, *CONFIG_GROUPS):
+            problems.append(f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})")
+    top_level = {key: cfg[key] for key in TOP_LEVEL_SETTINGS if key in cfg}
+    for key, value in OmegaConf.to_container(OmegaConf.create(top_level), resolve=False).items():
+        want = expected(TOP_LEVEL_SETTINGS[key], value)
+        if want is not None:
+            problems.append(f"{key}={value!r}: expected {want}")
+    if isinstance(cfg.get("seed"), int) and not 0 <= cfg.seed < 2**32:
+        problems.append(f"seed={cfg.seed}: expected an integer in [0, 2^32 - 1]")
+    if isinstance(cfg.get("ddp_timeout_s"), (int, float)) and not cfg.ddp_timeout_s > 0:
+        problems.append(f"ddp_timeout_s={cfg.ddp_timeout_s}: expected a number of seconds > 0")
+    if problems:
+        raise SettingsError("; ".join(problems))
+    trainer_settings = OmegaConf.to_container(cfg.trainer, resolve=True)
+    check_settings(get_class(trainer_settings["_target_"]), trainer_settings, "trainer")
+    check_trainer_values(trainer_settings, "trainer")
+
+
+def check_output_directories(argv: list[str]) -> None:
+    """Hydra makes its run directory under log_dir before any of our code runs: a path given there that
+    names a file would end in Hydra's traceback, so it is checked first."""
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key == "run_name" and (not value or value in (".", "..") or any(sep in value for sep in "/\\")):
+            # It names directories under log_dir (TensorBoard's run, Hydra's): a path would write outside it.
+            exit_with(f"run_name={value}: expected a name (no '/', not '.' or '..'): runs are written under log_dir")
+        if key in ("log_dir", "hydra.run.dir", "hydra.sweep.dir", "logger.save_dir") and value and "${" not in value:
+            blocking = next((p for p in (Path(value), *Path(value).parents) if p.exists() and not p.is_dir()), None)
+            if blocking is not None:
+                exit_with(f"{key}={value}: {blocking} is a file, not a directory; give a directory to write the run in")
+            refusal = unwritable(Path(value))
+            if refusal:
+                exit_with(f"{key}={value}: {refusal}; give a directory the run can write to")
+    if not any(arg.lstrip("+").startswith("log_dir=") for arg in argv) and unwritable(Path("logs")):  # the default
+        exit_with(f"log_dir=logs (the default): {unwritable(Path('logs'))}; run from a directory you can write to, or "
+                  "give log_dir=DIR")
+
+
+def unwritable(directory: Path) -> str | None:
+    """Why nothing can be written under `directory` (read-only, immutable, not permitted), or None. Tried for real
+    with a probe directory in its nearest existing ancestor, removed at once: access() cannot see every reason."""
+    import tempfile
+
+    existing = next((p for p in (directory, *directory.parents) if p.is_dir()), Path.cwd()).resolve()
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".write-probe-", dir=existing))
+    except OSError as error:
+        return f"{existing} cannot be written to ({error.strerror})"
+    return None

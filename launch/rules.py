@@ -1,0 +1,123 @@
+"""The rules that turn a user's settings into a run, each written once and applied by both front ends (the Hydra
+app, launch/hydra_app.py, and the LightningCLI app, launch/cli_app.py).
+
+- Defaults live in Hydra's config files: the model and data, the seed and the DDP collective timeout (configs/train.yaml), the trainer
+  settings the collection changes (configs/trainer/default.yaml), the callbacks every run gets and how checkpoints
+  are kept (configs/callbacks/default.yaml). LightningCLI reads them from there.
+- The model's likelihood and backbone follow the data unless given (`follow_data`).
+- A run is named <model>-<data>-<the model's key settings> (`run_name`).
+- The trainer gets the collective timeout, SLURM's root directory, signal handling, and no progress bar callback
+  when the bar is off (`trainer_settings`); once built, multi-node runs need a launcher and a requeued SLURM job
+  resumes from what its last attempt saved (`resume_point`).
+- A run ends with one line naming its directory, last.ckpt and the TensorBoard command, and a run refused before it
+  saved anything leaves no directory behind (`running`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable, Iterator
+
+from launch.schema import CONFIGS
+
+
+@functools.cache
+def config_file(name: str) -> dict[str, Any]:
+    """configs/<name> as written (interpolations unresolved)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(CONFIGS / name), resolve=False)
+
+
+def seed() -> int:
+    return config_file("train.yaml")["seed"]
+
+
+def ddp_timeout_s() -> float:
+    return config_file("train.yaml")["ddp_timeout_s"]
+
+
+def default_class(group: str) -> str:
+    """The class name of a config group's default choice (configs/train.yaml: model: jsa -> JSA, data: mnist ->
+    MNISTDataModule)."""
+    choice = next(entry[group] for entry in config_file("train.yaml")["defaults"] if isinstance(entry, dict) and group in entry)
+    return config_file(f"{group}/{choice}.yaml")[group]["_target_"].rsplit(".", 1)[-1]
+
+
+def trainer_defaults() -> dict[str, Any]:
+    """The lightning.Trainer settings configs/trainer/default.yaml changes from the Trainer's own defaults."""
+    from lightning import Trainer
+
+    from common.signatures import constructor_defaults
+
+    own = constructor_defaults(Trainer)
+    return {key: value for key, value in config_file("trainer/default.yaml").items()
+            if key in own and value != own[key]}
+
+
+def checkpoint_settings() -> dict[str, Any]:
+    """ModelCheckpoint's settings (configs/callbacks/default.yaml's model_checkpoint): last + best on val/nll."""
+    return {k: v for k, v in config_file("callbacks/default.yaml")["model_checkpoint"].items() if k != "_target_"}
+
+
+def default_callbacks() -> list[Any]:
+    """The other callbacks of configs/callbacks/default.yaml, built with their settings there."""
+    from hydra.utils import instantiate
+
+    return [instantiate(entry) for name, entry in config_file("callbacks/default.yaml").items() if name != "model_checkpoint"]
+
+
+def follow_data(model_settings: dict[str, Any], data_class: type, binarize: Any) -> dict[str, Any]:
+    """The model's settings with the likelihood and backbone that suit the data where they are not given:
+    Bernoulli for binarized pixels, else the discretized logistic; CIFAR-10's convolutional networks."""
+    return {**model_settings,
+            "likelihood": model_settings.get("likelihood") or data_class.likelihood_for(binarize),
+            "backbone": model_settings.get("backbone") or data_class.backbone}
+
+
+def run_name(base: str, run_tag: str) -> str:
+    """<base>-<the model's key settings> (e.g. jsa-mnist-mlp-K10-L20): runs of other settings get other directories."""
+    return f"{base}-{run_tag}" if run_tag else base
+
+
+def trainer_settings(settings: Any, logger: Any, timeout_s: float) -> dict[str, Any]:
+    """What the run changes in the trainer's `settings` (strategy, callbacks, enable_progress_bar, as given):
+    - a DDP strategy named by a string gets a collective timeout (launch/distributed.py);
+    - in a SLURM job, Lightning's auto-requeue saves and finds hpc_ckpt_N.ckpt in the run's directory;
+    - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/preemption.py);
+    - with the progress bar off, its callback goes (Lightning refuses both)."""
+    from lightning.pytorch.callbacks import ProgressBar
+
+    from callbacks.preemption import SaveOnPreemption
+    from launch.distributed import strategy_with_timeout
+    from launch.run_directory import slurm_job_id
+
+    changed = {"strategy": strategy_with_timeout(settings.get("strategy"), timeout_s)}
+    if logger and slurm_job_id() is not None:
+        changed["default_root_dir"] = logger.log_dir
+    callbacks = [*(settings.get("callbacks") or []), SaveOnPreemption()]
+    if settings.get("enable_progress_bar") is False:  # None: on
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    return {**changed, "callbacks": callbacks}
+
+
+def resume_point(trainer: Any, ckpt_path: str | None) -> str | None:
+    """Check the built trainer (several nodes need a launcher) and say where fit starts: the given checkpoint, else,
+    in a requeued SLURM job, the newest one its earlier attempt saved."""
+    from launch.distributed import check_launcher
+    from launch.run_directory import requeued_job_checkpoint
+
+    check_launcher(trainer)
+    return ckpt_path or requeued_job_checkpoint(trainer)
+
+
+@contextlib.contextmanager
+def running(trainer: Any, say: Callable[[str], Any]) -> Iterator[None]:
+    """Around fit/test: the last line names the run, its last.ckpt and the TensorBoard command (also after Ctrl-C or
+    SIGTERM); a run refused before it saved a checkpoint leaves nothing behind."""
+    from launch.errors import refusals
+    from launch.run_directory import no_traces_if_refused, run_summary_at_end
+
+    with run_summary_at_end(trainer, say), no_traces_if_refused(trainer.logger, refusals()):
+        yield
