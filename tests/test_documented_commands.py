@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+import launch.build
+import launch.cli_app
 import train
 from tests.test_configs import composed
 
@@ -150,8 +152,8 @@ def test_every_documented_command_runs_as_written(tmp_path, mnist_dir):
 def compose(args: list[str]) -> None:
     """Build the model and data module of a command that cannot train here (no CIFAR-10 copy, no GPU, one process)."""
     if args and args[0] in train.CLI_SUBCOMMANDS:
-        train.cli_main([a for a in args[1:] if not a.startswith("--trainer.")], run=False)
+        launch.cli_app.main([a for a in args[1:] if not a.startswith("--trainer.")], run=False)
         return
     overrides = [a.split("=", 1)[0] + "=" + a.split("=", 1)[1].split(",")[0] for a in args if a != "-m" and "=" in a]
     overrides = [o for o in overrides if not o.startswith(("trainer=", "trainer."))]
-    train.build(composed(overrides))
+    launch.build.build(composed(overrides))
