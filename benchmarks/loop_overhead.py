@@ -95,7 +95,7 @@ class StepClock(L.Callback):
 
 
 def compose(model: str, steps: int, log_dir: str):
-    from tests.test_configs import composed
+    from launch.hydra_config import compose as composed
 
     # Fewer steps than an epoch (430 batches of 128): no validation runs before max_steps stops the run.
     return composed([f"model={model}", f"trainer.max_steps={steps}", "trainer.num_sanity_val_steps=0",

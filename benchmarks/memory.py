@@ -42,7 +42,7 @@ def peak_rss_mib(args: list[str], cwd: Path) -> float:
 def held_bytes(model_name: str) -> dict[str, float]:
     """MiB the data module's tensors, the model's state and Adam's moments take."""
     sys.path.insert(0, str(REPO))
-    from tests.test_configs import composed
+    from launch.hydra_config import compose as composed
     import launch.build
 
     datamodule, model = launch.build.build(composed([f"model={model_name}"]))

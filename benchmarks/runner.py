@@ -44,17 +44,47 @@ def train(name: str, overrides: Sequence[str], log_dir: Path) -> tuple[Path, flo
     return run_dir, time.perf_counter() - start, shown
 
 
-def run_pending(names: Sequence[str], runs_dir: Path, run: Callable[[str], dict], summary: Callable[[dict], str]) -> None:
-    """run(name) -> record for every name without a record in runs_dir/<name>.json, in order; print progress."""
-    for number, name in enumerate(names, 1):
+class NotYet(Exception):
+    """Raised by a study's run(name) when the run needs records that are not written yet: tried again later."""
+
+
+def run_pending(names: Sequence[str], runs_dir: Path, run: Callable[[str], dict], summary: Callable[[dict], str],
+                lanes: int = 1) -> None:
+    """run(name) -> record for every name without a record in runs_dir/<name>.json, in order, `lanes` at a time (each
+    run's torch then gets cores / lanes threads); a run that raises NotYet waits until the others have finished."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    if lanes > 1:  # read by the train.py subprocesses' torch (OMP_NUM_THREADS)
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or lanes) // lanes))
+    number = {name: i for i, name in enumerate(names, 1)}
+
+    def attempt(name: str) -> bool:
+        """True once name's record exists."""
         record_path = runs_dir / f"{name}.json"
-        if record_path.exists():
-            print(f"[{number}/{len(names)}] {name}: done before, skipped", flush=True)
-            continue
-        print(f"[{number}/{len(names)}] {name} ... ", end="", flush=True)
-        record = run(name)
+        print(f"[{number[name]}/{len(names)}] {name} ...", flush=True)
+        try:
+            record = run(name)
+        except NotYet as wait:
+            print(f"[{number[name]}/{len(names)}] {name}: waits ({wait})", flush=True)
+            return False
         record_path.write_text(json.dumps(record) + "\n")
-        print(f"{record['seconds'] / 60:.1f} min" + summary(record), flush=True)
+        print(f"[{number[name]}/{len(names)}] {name}: {record.get('seconds', 0) / 60:.1f} min" + summary(record), flush=True)
+        return True
+
+    pending = []
+    for name in names:
+        if (runs_dir / f"{name}.json").exists():
+            print(f"[{number[name]}/{len(names)}] {name}: done before, skipped", flush=True)
+        else:
+            pending.append(name)
+    while pending:
+        with ThreadPoolExecutor(max_workers=lanes) as pool:
+            done = dict(zip(pending, pool.map(attempt, pending)))  # in order; a failed run stops the study
+        waiting = [name for name in pending if not done[name]]
+        if len(waiting) == len(pending):
+            raise SystemExit(f"{len(waiting)} run(s) wait for records no run will write: {', '.join(waiting)}")
+        pending = waiting
 
 
 def add_study_arguments(parser: argparse.ArgumentParser, out: str, logs: str) -> None:

@@ -41,6 +41,21 @@ def register_defaults() -> None:
     store.store(group="trainer_defaults", name="Trainer", node=trainer_settings)
 
 
+def compose(overrides: list[str]) -> Any:
+    """The config `python train.py OVERRIDES` runs with, composed in this process (Hydra's compose API): what the
+    tests and the benchmarks that build a model without a new interpreter use. `${hydra:...}` resolves as in a run."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    from launch.schema import CONFIGS
+
+    register_defaults()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = hydra_compose("train", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
 def model_settings(cfg: Any) -> dict[str, Any]:
     """cfg.model as a dict, with an experiment's shared settings applied unless the command line sets them for
     the model: `discrete_latent` (experiment=compare) to a model with a discrete latent (JSA, DiscreteVAE,

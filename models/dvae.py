@@ -53,7 +53,8 @@ class DiscreteVAE(CategoricalLatentModel):
 
     Args:
         estimator: `reinforce` (score function) or `gumbel` (Gumbel-softmax relaxation).
-        num_samples: S, samples of h per example and step (REINFORCE; >= 2 for the `optimal` baseline).
+        num_samples: S, samples of h per example and step (REINFORCE: >= 2 for the `optimal` baseline;
+            Gumbel: relaxed samples whose log-likelihoods are averaged).
         control_variate: REINFORCE's B: `optimal` (B*, leave-one-out), `running_mean` or `none`.
         baseline_decay: decay of the running mean of f (`running_mean`).
         temperature: τ_0 of the Gumbel-softmax; temperature_min: τ_min; anneal_rate: r per step.
@@ -132,9 +133,14 @@ class DiscreteVAE(CategoricalLatentModel):
         return -(elbo + surrogate - surrogate.detach()).mean(), elbo
 
     def gumbel_loss(self, x: Tensor, log_q: Tensor) -> tuple[Tensor, Tensor]:
-        """(negative relaxed ELBO, per-example relaxed ELBO (B,)) at the current temperature."""
-        relaxed = F.gumbel_softmax(log_q, tau=self.current_temperature(), hard=self.straight_through)  # (B, V, K)
-        log_px = self.likelihood.log_prob(x, self.decoder_output_relaxed(relaxed))
+        """(negative relaxed ELBO, per-example relaxed ELBO (B,)) at the current temperature, the expected
+        log-likelihood averaged over S = num_samples relaxed samples per example (the particles the other
+        estimators get)."""
+        num_samples = self.num_samples
+        logits = log_q.unsqueeze(1).expand(-1, num_samples, -1, -1)  # (B, S, V, K)
+        relaxed = F.gumbel_softmax(logits, tau=self.current_temperature(), hard=self.straight_through)
+        out = self.decoder_output_relaxed(relaxed.flatten(0, 1))  # one decoder pass over the B * S samples
+        log_px = self.likelihood.log_prob(x.unsqueeze(1), out.unflatten(0, (-1, num_samples))).mean(1)
         log_prior = self.prior.log_probs()
         kl = (log_q.exp() * (log_q - log_prior)).sum((-2, -1))  # KL(q(h|x) || p(h)), closed form
         elbo = log_px - kl

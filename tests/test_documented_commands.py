@@ -46,6 +46,11 @@ BENCHMARK_FAST = {"benchmarks.grey_mnist": ["--steps", "2", "--val-every", "1", 
                   "benchmarks.eval_speed": ["--batch-size", "4", "--samples", "4", "--min-run-time", "0.02", "--test-images", "8"],
                   "benchmarks.loop_overhead": ["--models", "vae", "--steps", "14", "--repeats", "1"],
                   "benchmarks.memory": ["--models", "jsa", "--steps", "2", "--test-batches", "1"],
+                  "benchmarks.field_study": ["--models", "jsa,vae", "--datasets", "mnist", "--seeds", "1", "--epochs", "1", "--val-every", "1",
+                                             "--val-samples", "2", "--steps-per-epoch", "2", "--is-images", "4", "--is-samples", "2,4",
+                                             "--grad-batches", "1", "--grad-repeats", "2", "--out", "field-study", "--logs", "field-study-logs",
+                                             "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
+                                             "model.test_num_samples=2"],
                   "benchmarks.priors": ["--epochs", "1", "--stage2-epochs", "1", "--seeds", "1", "--repeats", "1", "trainer.limit_train_batches=2",
                                         "trainer.limit_val_batches=1", "model.val_num_samples=2"]}
 
@@ -123,13 +128,47 @@ def run_in_order(commands: list[str], cwd: Path, env: dict) -> list[tuple[str, f
     return done
 
 
-def test_every_documented_command_runs_as_written(tmp_path, mnist_dir):
+def only_prints(command: str) -> bool:
+    """Help and the composed config: printed without training, so run in this process (no new interpreter)."""
+    return command.startswith("python train.py") and any(word in shlex.split(command) for word in ("--help", "--cfg", "--print_config"))
+
+
+def run_in_this_process(command: str, cwd: Path, monkeypatch) -> tuple[str, float, subprocess.CompletedProcess]:
+    """`python train.py ARGS` as train.main() here: the same dispatch, precheck and front end, its exit status
+    and what it printed, with the process state it touches (argv, cwd, environment, Hydra's singleton) put back."""
+    import contextlib
+    import io
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    args = shlex.split(command)[2:]
+    out, err = io.StringIO(), io.StringIO()
+    began = time.monotonic()
+    with monkeypatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        patch.chdir(cwd)
+        patch.setattr(sys, "argv", [str(REPO / "train.py"), *args])
+        patch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # put back after hydra_app prepends the repository
+        try:
+            train.main()
+            status = 0
+        except SystemExit as stop:
+            status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        finally:
+            GlobalHydra.instance().clear()
+    return command, time.monotonic() - began, subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
+
+
+def test_every_documented_command_runs_as_written(tmp_path, mnist_dir, monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
 
     env = {**os.environ, "DATA_DIR": str(mnist_dir), "PYTHONPATH": str(REPO)}
+    printed = [run_in_this_process(c, tmp_path, monkeypatch) for c in COMMANDS if only_prints(c)]
+    for command, _, result in printed:  # each printed what it is for
+        assert result.returncode == 0 and ("usage" in result.stdout or "model:" in result.stdout), (command, result)
+    commands = [c for c in COMMANDS if not only_prints(c)]
     with ThreadPoolExecutor(max_workers=1) as pool:
-        benchmarks = pool.submit(run_in_order, [c for c in COMMANDS if is_benchmark(c)], tmp_path, env)
-        done = run_in_order([c for c in COMMANDS if not is_benchmark(c)], tmp_path, env) + benchmarks.result()
+        benchmarks = pool.submit(run_in_order, [c for c in commands if is_benchmark(c)], tmp_path, env)
+        done = printed + run_in_order([c for c in commands if not is_benchmark(c)], tmp_path, env) + benchmarks.result()
     for command, seconds, result in done:
         print(f"{seconds:6.1f} s  {command}" if result is not None else f"composed  {command}")
         if result is None:  # cannot train here (CIFAR-10, a GPU, several processes): its model and data are built

@@ -122,6 +122,19 @@ def test_gumbel_is_unbiased_for_the_relaxed_objective():
     assert_unbiased(estimates(model, model.gumbel_loss), exact)
 
 
+@pytest.mark.parametrize("straight_through", [False, True])
+def test_gumbel_averages_num_samples_draws(straight_through):
+    """S relaxed samples per example: the estimate's variance falls as 1/S (one sample would leave it unchanged)."""
+    def variance(num_samples: int) -> float:
+        model = toy_dvae(estimator="gumbel", num_samples=num_samples, straight_through=straight_through)
+        x = toy_x()
+        torch.manual_seed(6)
+        return torch.stack([model.gumbel_loss(x, model.posterior(x))[0].detach() for _ in range(3000)]).var().item()
+
+    ratio = variance(8) / variance(1)
+    assert 1 / 8 * 0.8 < ratio < 1 / 8 * 1.25, ratio
+
+
 def test_straight_through_decodes_the_hard_sample_and_anneals():
     model = toy_dvae(estimator="gumbel", straight_through=True, temperature=1.0, temperature_min=0.5, anneal_rate=0.1)
     torch.manual_seed(4)

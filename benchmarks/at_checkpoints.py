@@ -1,0 +1,112 @@
+"""Measurements at trained parameters, for the field study (benchmarks/field_study.py):
+
+* `is_resolution`: how finely the importance-sampled NLL resolves a model, -log (1/K) Σ_k p(x, h_k) / q(h_k | x)
+  with K = 1000, 5000, 20000 samples on the same test images (the estimate falls towards the true -log p(x) as K
+  grows: docs/vae.md#importance-sampled-log-likelihood), with the ELBO from the same samples; per image, so that
+  two models' difference gets a paired standard error.
+* `gradient_quality`: every estimator's gradient at the same parameters (one reference run's checkpoints), so that
+  their noise is compared where they stand on equal ground, not along each method's own trajectory: the trace of
+  the covariance of repeated estimates on a fixed batch (as callbacks/gradient_variance.py logs during training)
+  and the signal-to-noise ratio ||E g||² / tr Cov g, with ||E g||² estimated without bias as ||ḡ||² - tr Ĉov / n.
+"""
+
+from __future__ import annotations
+
+import shlex
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def overrides_of(command: str) -> list[str]:
+    """The Hydra overrides of a recorded `python train.py ...` command."""
+    return [a for a in shlex.split(command)[2:] if not a.startswith(("log_dir=", "ckpt_path=", "+callbacks."))]
+
+
+def build(overrides: list[str]) -> tuple[Any, Any]:
+    """(data module, model) as `python train.py OVERRIDES` builds them."""
+    import launch.build
+    from launch.hydra_config import compose
+
+    return launch.build.build(compose(overrides))
+
+
+def test_images(datamodule: Any, count: int) -> torch.Tensor:
+    """The first `count` test images, as the test stage reads them."""
+    datamodule.setup("test")
+    images = []
+    for x, _ in datamodule.test_dataloader():
+        images.append(x)
+        if sum(len(i) for i in images) >= count:
+            break
+    return torch.cat(images)[:count]
+
+
+def is_resolution(runs: dict[str, tuple[Path, str]], images: int, sample_counts: list[int], chunk: int = 50) -> dict:
+    """{"is_resolution": {run: {K: {"nll": per-image -log p(x) estimates, "elbo": per-image ELBOs, "seconds"}}}} for
+    runs {name: (checkpoint, recorded command)}; the same images and seed for every K and run."""
+    results: dict[str, dict] = {}
+    for name, (checkpoint, command) in runs.items():
+        datamodule, built = build(overrides_of(command))
+        model = type(built).load_from_checkpoint(checkpoint, map_location="cpu")
+        x = model.likelihood.prepare(test_images(datamodule, images))
+        results[name] = {}
+        for count in sample_counts:
+            torch.manual_seed(0)
+            began = time.perf_counter()
+            nll, elbo = [], []
+            with torch.inference_mode():
+                for part in x.split(chunk):
+                    estimate = model.importance_estimate(part, None, count)
+                    nll.append(estimate[0])
+                    elbo.append(estimate[1])
+            results[name][str(count)] = {"nll": torch.cat(nll).tolist(), "elbo": torch.cat(elbo).tolist(),
+                                         "seconds": time.perf_counter() - began}
+            print(f"  {name}: K={count}: NLL {torch.cat(nll).mean():.2f} ({time.perf_counter() - began:.0f} s)", flush=True)
+    return {"is_resolution": results}
+
+
+def gradient_quality(checkpoints: dict[int, Path], reference_command: str, models: list[str], batches: int,
+                     repeats: int) -> dict:
+    """{"gradients": {epoch: {model: {"encoder"/"decoder": {"variance", "snr"}}}}}: each estimator (a Hydra model
+    name) given the reference run's parameters after each epoch, `repeats` estimates on each of `batches` training
+    batches; the numbers are means over the batches."""
+    from callbacks.gradient_variance import flat_gradients
+    from callbacks.checkpoint_files import load_checkpoint_file
+
+    base = [o for o in overrides_of(reference_command) if not o.startswith(("model=", "model.prior="))]
+    results: dict[str, dict] = {}
+    for epoch, checkpoint in checkpoints.items():
+        state = load_checkpoint_file(checkpoint)["state_dict"]
+        results[str(epoch)] = {}
+        for name in models:
+            datamodule, model = build([*base, f"model={name}", "model.prior=uniform"])
+            parameters = dict(model.named_parameters())  # buffers (REINFORCE's running baseline) keep their own values
+            missing = [key for key in model.load_state_dict(state, strict=False).missing_keys if key in parameters]
+            if missing:
+                raise SystemExit(f"{name} has parameters the reference run lacks: {missing}")
+            encoder = [p for p in model.encoder_parameters() if p.requires_grad]
+            ids = {id(p) for p in encoder}
+            groups = {"encoder": encoder, "decoder": [p for p in model.parameters() if p.requires_grad and id(p) not in ids]}
+            datamodule.setup("fit")
+            torch.manual_seed(0)
+            per_batch: dict[str, list[tuple[float, float]]] = {"encoder": [], "decoder": []}
+            for number, (x, index) in enumerate(datamodule.train_dataloader()):
+                if number == batches:
+                    break
+                x = model.likelihood.prepare(x)
+                draws = [flat_gradients({"": model.gradient_estimates(x, index)[""]}, groups) for _ in range(repeats)]
+                for group in groups:
+                    stacked = torch.stack([d[f"{group}_grad_variance"] for d in draws])
+                    variance = stacked.var(0).sum()
+                    signal = stacked.mean(0).square().sum() - variance / repeats
+                    per_batch[group].append((variance.item(), (signal / variance).item()))
+            results[str(epoch)][name] = {group: {"variance": statistics.mean(v for v, _ in values),
+                                                 "snr": statistics.mean(s for _, s in values)}
+                                         for group, values in per_batch.items()}
+            print(f"  epoch {epoch}, {name}: " + ", ".join(f"{g} variance {r['variance']:.3g} SNR {r['snr']:.3g}"
+                                                           for g, r in results[str(epoch)][name].items()), flush=True)
+    return {"gradients": results}

@@ -1,0 +1,206 @@
+"""The field study: is JSA better than its rivals, and at what cost? (the JSA study's second version, beside
+benchmarks/results/jsa-study/). Every discrete estimator under the JSA paper's protocol
+(configs/experiment/jsa_paper.yaml: 20 particles each, Gumbel straight-through with 20 samples) for 30 epochs
+and three seeds, with the uniform prior and with the learned MADE prior, the Gaussian VAE beside them, a second
+data set (binarized Fashion-MNIST), every model at the same training time, the importance-sampling estimator's
+own resolution, and the estimators' gradient noise at shared parameters.
+
+    python -m benchmarks.field_study                  # every run and measurement (resumable), then the report
+    python -m benchmarks.field_study --report-only    # the report from the finished records
+    python -m benchmarks.field_study --lanes 2        # two runs at once, one thread each (benchmarks/results/field-study/lanes.md)
+
+The runs go in the order of what they tell: seed 0 of every MNIST arm, seeds 1 and 2, Fashion-MNIST (seed 0),
+then the Gaussian VAE again for as long as the 20-particle estimators train (equal time), then the measurements
+at checkpoints (benchmarks/at_checkpoints.py): the IS-NLL with 1000, 5000 and 20000 samples on 500 test images
+for the best run of each family, and every estimator's gradient variance and signal-to-noise ratio at the
+reference run's (JSA, uniform prior, seed 0) parameters after epochs 1, 10 and 30. Each record lands in
+`--out/runs/<name>.json` as soon as it exists; a finished record is skipped, an unfinished run resumes from its
+last.ckpt (benchmarks/runner.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from benchmarks import runner
+from benchmarks.jsa_study import read_curves, training_minutes
+
+LABELS = {"jsa": "JSA", "rws": "RWS", "vimco": "VIMCO", "dvae": "REINFORCE+B*", "dvae_gumbel": "ST Gumbel-softmax",
+          "vae": "Gaussian VAE"}
+PRIOR_LABELS = {"uniform": "uniform", "autoregressive": "MADE", None: "N(0, I)"}
+# (model, prior): the estimators JSA is judged against, each with the prior the paper uses and the learned one
+# where the estimator takes it (Gumbel's closed-form KL needs a factorized prior; the VAE has a Gaussian latent).
+MNIST_ARMS = [("jsa", "uniform"), ("rws", "uniform"), ("vimco", "uniform"), ("jsa", "autoregressive"),
+              ("rws", "autoregressive"), ("vimco", "autoregressive"), ("dvae", "uniform"), ("dvae_gumbel", "uniform"),
+              ("vae", None)]
+FASHION_ARMS = MNIST_ARMS + [("dvae", "autoregressive")]
+DATASETS = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST"}
+REFERENCE = "mnist-jsa-uniform-s0"  # the run whose parameters every estimator's gradient is measured at
+REFERENCE_EPOCHS = (1, 10, 30)
+TWENTY_PARTICLES = ("jsa", "rws", "vimco", "dvae", "dvae_gumbel")
+
+
+@dataclass
+class Job:
+    name: str
+    kind: str  # train | equal_time | is_resolution | gradients
+    data: str = "mnist"
+    model: str = ""
+    prior: str | None = None
+    seed: int = 0
+    epochs: int = 30
+    overrides: list[str] = field(default_factory=list)
+
+
+def arm_name(data: str, model: str, prior: str | None) -> str:
+    return f"{data}-{model}" + (f"-{prior}" if prior else "")
+
+
+def plan(args: argparse.Namespace) -> list[Job]:
+    def train(data: str, model: str, prior: str | None, seed: int) -> Job:
+        return Job(f"{arm_name(data, model, prior)}-s{seed}", "train", data, model, prior, seed, args.epochs)
+
+    jobs = [train("mnist", m, p, s) for s in range(args.seeds) for m, p in MNIST_ARMS]
+    jobs += [train("fashion_mnist", m, p, 0) for m, p in FASHION_ARMS]
+    jobs += [Job("mnist-vae-equal-time-s0", "equal_time", "mnist", "vae")]
+    jobs += [Job("measure-is-resolution", "is_resolution"), Job("measure-gradients", "gradients")]
+    return [j for j in jobs if j.data in args.datasets and (not j.model or j.model in args.models)]
+
+
+def train_overrides(job: Job, args: argparse.Namespace) -> list[str]:
+    settings = ["experiment=jsa_paper", f"model={job.model}", f"data={job.data}", f"seed={job.seed}",
+                f"trainer.max_epochs={job.epochs}", f"trainer.check_val_every_n_epoch={args.val_every}",
+                f"model.val_num_samples={args.val_samples}", "run_test=true"]
+    if job.prior:
+        settings.append(f"model.prior={job.prior}")
+    if job.name == REFERENCE:  # its parameters after every epoch, for the gradient measurements
+        settings.append("+callbacks.epoch_checkpoints={_target_:lightning.pytorch.callbacks.ModelCheckpoint,"
+                        "every_n_epochs:1,save_top_k:-1,filename:'after-epoch{epoch:03d}',auto_insert_metric_name:false}")
+    return settings + job.overrides + args.extra
+
+
+def equal_time_epochs(records: dict[str, dict], model: str, args: argparse.Namespace) -> int | None:
+    """Epochs that give `model` the training time of the 20-particle estimators' seed-0 MNIST runs (their median), from
+    its own seed-0 run's median epoch time; None until those runs exist."""
+    spe = args.steps_per_epoch
+    budget = [max(training_minutes(r, spe).values()) for r in records.values() if r.get("kind") == "train"
+              and r["data"] == "mnist" and r["seed"] == 0 and r["model"] in TWENTY_PARTICLES and r["epoch_time_s"]]
+    own = records.get(f"mnist-{model}-s0")
+    if len(budget) < 2 or own is None or not own["epoch_time_s"]:
+        return None
+    minutes_per_epoch = max(training_minutes(own, spe).values()) / own["epochs"]
+    epochs = math.ceil(statistics.median(budget) / minutes_per_epoch)
+    return max(args.val_every, round(epochs / args.val_every) * args.val_every)
+
+
+def run_job(job: Job, args: argparse.Namespace) -> dict:
+    from benchmarks import at_checkpoints
+
+    records = {p.stem: json.loads(p.read_text()) for p in (args.out / "runs").glob("*.json")}
+    if job.kind == "equal_time":
+        epochs = equal_time_epochs(records, job.model, args)
+        if epochs is None:
+            raise runner.NotYet("needs the seed-0 MNIST runs of the VAE and of the 20-particle estimators")
+        job.epochs = epochs
+    if job.kind in ("train", "equal_time"):
+        run_dir, seconds, command = runner.train(job.name, train_overrides(job, args), args.logs / job.name)
+        return {**asdict(job), "command": command, "seconds": seconds, **read_curves(run_dir)}
+    if job.kind == "is_resolution":
+        best = best_of_each_family(records)
+        if len(best) < len({m for m, _ in MNIST_ARMS if m in args.models}):
+            raise runner.NotYet("needs the seed-0 MNIST run of every family")
+        runs = {name: (best_checkpoint(args.logs / name), records[name]["command"]) for name in best}
+        return {**asdict(job), **at_checkpoints.is_resolution(runs, args.is_images, args.is_samples)}
+    reference = args.logs / REFERENCE
+    if not any(reference.glob("tensorboard/*/version_0/checkpoints/last.ckpt")) or REFERENCE not in records:
+        raise runner.NotYet(f"needs the finished reference run {REFERENCE}")
+    checkpoints = {epoch: epoch_checkpoint(reference, epoch) for epoch in REFERENCE_EPOCHS if epoch <= args.epochs}
+    models = [m for m in TWENTY_PARTICLES if m in args.models]
+    return {**asdict(job), **at_checkpoints.gradient_quality(checkpoints, records[REFERENCE]["command"], models,
+                                                             args.grad_batches, args.grad_repeats)}
+
+
+def best_of_each_family(records: dict[str, dict]) -> list[str]:
+    """Per model, the seed-0 MNIST run (uniform or MADE prior) with the lower test NLL."""
+    best: dict[str, dict] = {}
+    for r in records.values():
+        if r.get("kind") == "train" and r["data"] == "mnist" and r["seed"] == 0 and "nll" in r["test"]:
+            if r["model"] not in best or r["test"]["nll"] < best[r["model"]]["test"]["nll"]:
+                best[r["model"]] = r
+    return [r["name"] for r in best.values()]
+
+
+def best_checkpoint(log_dir: Path) -> Path:
+    """The checkpoint the run's test used: the best on val/nll (configs/callbacks/default.yaml's ModelCheckpoint)."""
+    found = [p for p in log_dir.glob("tensorboard/*/version_0/checkpoints/epoch*.ckpt")]
+    if len(found) != 1:
+        raise SystemExit(f"{log_dir}: expected one best checkpoint, found {[p.name for p in found]}")
+    return found[0]
+
+
+def epoch_checkpoint(log_dir: Path, epoch: int) -> Path:
+    (found,) = log_dir.glob(f"tensorboard/*/version_0/checkpoints/after-epoch{epoch - 1:03d}.ckpt")  # Lightning counts from 0
+    return found
+
+
+# ---- the report ---------------------------------------------------------------------------------
+def decoder_rows(record: dict, args: argparse.Namespace) -> tuple[float, float]:
+    """Decoder rows per example and step: (forward, backward). JSA's chain gradient re-scores with gradient the
+    distinct states its chain visited, about 1 + aL at acceptance rate a (models/jsa.py, weighted_log_joint)."""
+    model = record["model"]
+    if model == "jsa":
+        accepted = [v for _, v in record["curves"]["acceptance_rate"]]
+        with_grad = 1 + 20 * statistics.mean(accepted) if accepted else float("nan")
+        return 21 + with_grad, with_grad
+    if model in TWENTY_PARTICLES:
+        return 20.0, 20.0
+    return 1.0, 1.0
+
+
+def write_report(args: argparse.Namespace) -> Path:
+    from benchmarks import field_study_report
+
+    return field_study_report.write(args)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=30, help="epochs of every training run (default 30)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds of every MNIST arm (default 3)")
+    parser.add_argument("--lanes", type=int, default=1, help="runs at once, each on cores/lanes threads (default 1)")
+    parser.add_argument("--models", type=lambda text: text.split(","), default=list(LABELS),
+                        help=f"comma-separated subset of {','.join(LABELS)} (default: all)")
+    parser.add_argument("--datasets", type=lambda text: text.split(","), default=list(DATASETS),
+                        help=f"comma-separated subset of {','.join(DATASETS)} (default: both)")
+    parser.add_argument("--is-images", type=int, default=500, help="test images of the IS-resolution measurement")
+    parser.add_argument("--is-samples", type=lambda text: [int(n) for n in text.split(",")], default=[1000, 5000, 20000],
+                        help="importance samples of the IS-resolution measurement (default 1000,5000,20000)")
+    parser.add_argument("--grad-batches", type=int, default=4, help="training batches per gradient measurement")
+    parser.add_argument("--grad-repeats", type=int, default=16, help="gradient estimates per batch (>= 2)")
+    runner.add_study_arguments(parser, out="benchmarks/results/field-study", logs="logs/field-study")
+    args = parser.parse_args(argv)
+    for name in ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch", "is_images", "grad_batches"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.grad_repeats < 2 or min(args.is_samples) < 1:
+        parser.error("need --grad-repeats >= 2 and every --is-samples >= 1")
+    for name, given, known in (("models", args.models, list(LABELS)), ("datasets", args.datasets, list(DATASETS))):
+        if set(given) - set(known):
+            parser.error(f"--{name}: unknown {', '.join(sorted(set(given) - set(known)))}; choose from {', '.join(known)}")
+    args.out, args.logs = args.out.resolve(), args.logs.resolve()
+    (args.out / "runs").mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        jobs = {job.name: job for job in plan(args)}
+        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(jobs[name], args),
+                           lambda record: f", test NLL {record['test']['nll']:.2f}" if record.get("test") else "",
+                           lanes=args.lanes)
+    print(f"report: {write_report(args)}")
+
+
+if __name__ == "__main__":
+    main()
