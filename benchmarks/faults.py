@@ -125,22 +125,25 @@ def concurrent_resumes(cwd: Path, pairs: int) -> dict:
     """A short run, then two resumes of it started together, `pairs` times: count the pairs where exactly one resumed
     (to its end) and the other was refused with the owner's name, leaving the run's checkpoint whole."""
     held = 0
-    outputs = []
+    outputs, exit_codes = [], []
     for attempt in range(pairs):
         root = cwd / f"resume-{attempt}"
         root.mkdir(parents=True)
         assert finish(start(root, "trainer.max_steps=2"))[0] == 0
         checkpoint = root / RUN / "version_0" / "checkpoints" / "last.ckpt"
-        processes = [start(root, "trainer.max_steps=6", f"ckpt_path={checkpoint}") for _ in range(2)]
+        # 12 steps: the first to take the run still holds it when the other, started at the same moment, asks for it.
+        processes = [start(root, "trainer.max_steps=14", f"ckpt_path={checkpoint}") for _ in range(2)]
         results = [finish(p) for p in processes]
         codes = sorted(code for code, _ in results)
         refusal = next((out for code, out in results if code == 2), "")
         from callbacks.checkpoint_files import load_checkpoint_file
 
         held += (codes == [0, 2] and "is being written by process" in refusal and "Traceback" not in refusal
-                 and load_checkpoint_file(checkpoint)["global_step"] == 6)
+                 and load_checkpoint_file(checkpoint)["global_step"] == 14)
         outputs.append(refusal.strip().splitlines()[-1] if refusal.strip() else results[0][1][-500:])
-    return {"pairs": pairs, "pairs_with_one_writer": held, "refusal": outputs[0] if outputs else ""}
+        exit_codes.append(codes)
+    return {"pairs": pairs, "pairs_with_one_writer": held, "exit_codes": exit_codes, "refusal": outputs[0] if outputs else "",
+            "last_lines": outputs}
 
 
 def main() -> None:

