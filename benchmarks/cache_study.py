@@ -165,17 +165,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", type=lambda text: text.split(","), default=list(MODELS), help=f"subset of {','.join(MODELS)}")
     runner.add_study_arguments(parser, out="benchmarks/results/cache-study", logs="logs/cache-study")
     args = parser.parse_args(argv)
-    for name in ("epochs", "seeds", "val_every", "val_samples", "steps_per_epoch"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if set(args.models) - set(MODELS):
-        parser.error(f"--models: unknown {', '.join(sorted(set(args.models) - set(MODELS)))}; choose from {', '.join(MODELS)}")
-    args.out, args.logs = args.out.resolve(), args.logs.resolve()
-    (args.out / "runs").mkdir(parents=True, exist_ok=True)
+    runner.check_study_arguments(parser, args, ("epochs", "seeds", "val_every", "val_samples", "steps_per_epoch"),
+                                 {"models": (args.models, list(MODELS))})
     if not args.report_only:
         jobs = {name: job for name, *job in plan(args)}
-        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(name, *jobs[name], args),
-                           lambda record: f", test NLL {record['test']['nll']:.2f}" if record["test"].get("nll") else "")
+        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(name, *jobs[name], args), runner.test_nll)
     print(f"report: {write_report(args)}")
 
 

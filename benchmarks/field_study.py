@@ -184,21 +184,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--grad-repeats", type=int, default=16, help="gradient estimates per batch (>= 2)")
     runner.add_study_arguments(parser, out="benchmarks/results/field-study", logs="logs/field-study")
     args = parser.parse_args(argv)
-    for name in ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch", "is_images", "grad_batches"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch",
+                                                "is_images", "grad_batches"),
+                                 {"models": (args.models, list(LABELS)), "datasets": (args.datasets, list(DATASETS))})
     if args.grad_repeats < 2 or min(args.is_samples) < 1:
         parser.error("need --grad-repeats >= 2 and every --is-samples >= 1")
-    for name, given, known in (("models", args.models, list(LABELS)), ("datasets", args.datasets, list(DATASETS))):
-        if set(given) - set(known):
-            parser.error(f"--{name}: unknown {', '.join(sorted(set(given) - set(known)))}; choose from {', '.join(known)}")
-    args.out, args.logs = args.out.resolve(), args.logs.resolve()
-    (args.out / "runs").mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         jobs = {job.name: job for job in plan(args)}
-        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(jobs[name], args),
-                           lambda record: f", test NLL {record['test']['nll']:.2f}" if record.get("test") else "",
-                           lanes=args.lanes)
+        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(jobs[name], args), runner.test_nll, lanes=args.lanes)
     print(f"report: {write_report(args)}")
 
 

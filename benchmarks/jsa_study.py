@@ -323,20 +323,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ablations", type=lambda text: text.split(","), default=list(ABLATION),
                         help=f"comma-separated subset of JSA's ablation runs {','.join(ABLATION)} (default: all)")
     args = parser.parse_args(argv)
-    for name in ("epochs", "short_epochs", "val_every", "val_samples", "steps_per_epoch"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.seeds < 1 or args.short_epochs % args.val_every or args.short_epochs > args.epochs:
-        parser.error("need --seeds >= 1, --short-epochs a multiple of --val-every and at most --epochs")
-    for name, given, known in (("models", args.models, CONTEXT + ESTIMATORS), ("ablations", args.ablations, list(ABLATION))):
-        if set(given) - set(known):
-            parser.error(f"--{name}: unknown {', '.join(sorted(set(given) - set(known)))}; choose from {', '.join(known)}")
-    args.out, args.logs = args.out.resolve(), args.logs.resolve()
-    (args.out / "runs").mkdir(parents=True, exist_ok=True)
+    runner.check_study_arguments(parser, args, ("epochs", "short_epochs", "val_every", "val_samples", "steps_per_epoch", "seeds"),
+                                 {"models": (args.models, CONTEXT + ESTIMATORS), "ablations": (args.ablations, list(ABLATION))})
+    if args.short_epochs % args.val_every or args.short_epochs > args.epochs:
+        parser.error("need --short-epochs a multiple of --val-every and at most --epochs")
     if not args.report_only:
         jobs = {job.name: job for job in plan(args)}
-        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(jobs[name], args),
-                           lambda record: f", test NLL {record['test']['nll']:.2f}" if record["test"] else "")
+        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(jobs[name], args), runner.test_nll)
     print(f"report: {write_report(args)}")
 
 

@@ -96,3 +96,24 @@ def add_study_arguments(parser: argparse.ArgumentParser, out: str, logs: str) ->
     parser.add_argument("--logs", type=Path, default=Path(logs), help="the runs' TensorBoard logs and checkpoints")
     parser.add_argument("--report-only", action="store_true", help="write the report from the finished runs only")
     parser.add_argument("extra", nargs="*", help="more train.py overrides for every run (e.g. trainer.limit_train_batches=2)")
+
+
+def check_study_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, positive: Sequence[str],
+                          choices: dict[str, tuple[list[str], list[str]]] | None = None) -> None:
+    """parser.error for a count below 1 (`positive`, by attribute name) or a name outside its choices ({option:
+    (given, known)}); then --out and --logs made absolute and --out/runs created."""
+    for name in positive:
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    for name, (given, known) in (choices or {}).items():
+        if set(given) - set(known):
+            parser.error(f"--{name}: unknown {', '.join(sorted(set(given) - set(known)))}; choose from {', '.join(known)}")
+    args.out, args.logs = args.out.resolve(), args.logs.resolve()
+    (args.out / "runs").mkdir(parents=True, exist_ok=True)
+
+
+def test_nll(record: dict) -> str:
+    """The progress line's summary of a finished run: its test NLL, where it has one."""
+    nll = record.get("test", {}).get("nll")
+    return f", test NLL {nll:.2f}" if nll is not None else ""
+
