@@ -69,6 +69,14 @@ def is_resolution(runs: dict[str, tuple[Path, str]], images: int, sample_counts:
     return {"is_resolution": results}
 
 
+def noise_and_signal(draws: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tr Cov g, ||E g||² / tr Cov g) from n independent draws (n, P) of a gradient g. ||ḡ||² overstates ||E g||² by
+    tr Cov g / n (the mean's own variance), so that much is taken off: the ratio's numerator is unbiased."""
+    variance = draws.var(0).sum()
+    signal = draws.mean(0).square().sum() - variance / draws.shape[0]
+    return variance, signal / variance
+
+
 def gradient_quality(checkpoints: dict[int, Path], reference_command: str, models: list[str], batches: int,
                      repeats: int) -> dict:
     """{"gradients": {epoch: {model: {"encoder"/"decoder": {"variance", "snr"}}}}}: each estimator (a Hydra model
@@ -100,10 +108,8 @@ def gradient_quality(checkpoints: dict[int, Path], reference_command: str, model
                 x = model.likelihood.prepare(x)
                 draws = [flat_gradients({"": model.gradient_estimates(x, index)[""]}, groups) for _ in range(repeats)]
                 for group in groups:
-                    stacked = torch.stack([d[f"{group}_grad_variance"] for d in draws])
-                    variance = stacked.var(0).sum()
-                    signal = stacked.mean(0).square().sum() - variance / repeats
-                    per_batch[group].append((variance.item(), (signal / variance).item()))
+                    variance, snr = noise_and_signal(torch.stack([d[f"{group}_grad_variance"] for d in draws]))
+                    per_batch[group].append((variance.item(), snr.item()))
             results[str(epoch)][name] = {group: {"variance": statistics.mean(v for v, _ in values),
                                                  "snr": statistics.mean(s for _, s in values)}
                                          for group, values in per_batch.items()}
