@@ -1,5 +1,7 @@
 """Measurements at trained parameters, for the field study (benchmarks/field_study.py):
 
+* `step_cost`: ms per training step of every run's model, timed side by side in one process (the runs' own logged
+  epoch times depend on what else the machine was doing at the time).
 * `is_resolution`: how finely the importance-sampled NLL resolves a model, -log (1/K) Σ_k p(x, h_k) / q(h_k | x)
   with K = 1000, 5000, 20000 samples on the same test images (the estimate falls towards the true -log p(x) as K
   grows: docs/vae.md#importance-sampled-log-likelihood), with the ELBO from the same samples; per image, so that
@@ -45,6 +47,36 @@ def test_images(datamodule: Any, count: int) -> torch.Tensor:
     return torch.cat(images)[:count]
 
 
+def step_cost(runs: dict[str, tuple[Path, str]], rounds: int, batch_size: int = 200) -> dict:
+    """{"ms_per_step": {run: ms}}: one training step (the loss, backward, an Adam update) of every run's model at its
+    trained parameters (JSA's chains then accept as in training), on the same batch of training images, timed on one
+    thread in alternating rounds in this one process (benchmarks/timing.py), so that every run is timed under the
+    same conditions."""
+    from benchmarks.timing import alternating, median_seconds
+
+    steps = {}
+    for name, (checkpoint, command) in runs.items():
+        datamodule, built = build(overrides_of(command))
+        model = type(built).load_from_checkpoint(checkpoint, map_location="cpu").train()
+        datamodule.setup("fit")
+        x, index = next(iter(datamodule.train_dataloader()))
+        x, index = model.likelihood.prepare(x[:batch_size]), index[:batch_size]
+        optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
+
+        def step(model=model, optimizer=optimizer, x=x, index=index) -> None:
+            loss = model.training_loss(x, index)["loss"]
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+        steps[name] = step
+    torch.manual_seed(0)
+    timed = alternating(steps, lambda fn: median_seconds(fn, min_run_time=2.0, warm_up=2), rounds, reference=next(iter(steps)))
+    for name, (seconds, _) in timed.items():
+        print(f"  {name}: {1e3 * seconds:.1f} ms per step", flush=True)
+    return {"ms_per_step": {name: 1e3 * seconds for name, (seconds, _) in timed.items()}}
+
+
 def is_resolution(runs: dict[str, tuple[Path, str]], images: int, sample_counts: list[int], chunk: int = 50) -> dict:
     """{"is_resolution": {run: {K: {"nll": per-image -log p(x) estimates, "elbo": per-image ELBOs, "seconds"}}}} for
     runs {name: (checkpoint, recorded command)}; the same images and seed for every K and run."""
@@ -88,10 +120,13 @@ def gradient_quality(checkpoints: dict[int, Path], reference_command: str, model
     base = [o for o in overrides_of(reference_command) if not o.startswith(("model=", "model.prior="))]
     results: dict[str, dict] = {}
     for epoch, checkpoint in checkpoints.items():
-        state = load_checkpoint_file(checkpoint)["state_dict"]
+        saved = load_checkpoint_file(checkpoint)
+        state = saved["state_dict"]
         results[str(epoch)] = {}
         for name in models:
             datamodule, model = build([*base, f"model={name}", "model.prior=uniform"])
+            if hasattr(model, "temperature_at"):  # Gumbel-softmax as trained at that step: its annealed temperature then
+                model.temperature = model.temperature_at(saved["global_step"])
             parameters = dict(model.named_parameters())  # buffers (REINFORCE's running baseline) keep their own values
             missing = [key for key in model.load_state_dict(state, strict=False).missing_keys if key in parameters]
             if missing:

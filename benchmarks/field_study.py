@@ -9,13 +9,14 @@ own resolution, and the estimators' gradient noise at shared parameters.
     python -m benchmarks.field_study --report-only    # the report from the finished records
     python -m benchmarks.field_study --lanes 2        # two runs at once, one thread each (benchmarks/results/field-study/lanes.md)
 
-The runs go in the order of what they tell: seed 0 of every MNIST arm; the Gaussian VAE again for as long as the
-20-particle estimators train (equal time); the measurements at checkpoints (benchmarks/at_checkpoints.py);
-then seeds 1 and 2 of every MNIST arm, then Fashion-MNIST (seed 0). The measurements are the IS-NLL with 1000,
-5000 and 20000 samples on 500 test images for the best run of each family, and every estimator's gradient variance
-and signal-to-noise ratio at the reference run's (JSA, uniform prior, seed 0) parameters after epochs 1, 10 and 30. Each record lands in
-`--out/runs/<name>.json` as soon as it exists; a finished record is skipped, an unfinished run resumes from its
-last.ckpt (benchmarks/runner.py).
+The runs go in the order of what they tell: seed 0 of every MNIST arm; each arm's training step timed side by side
+(the time axis of every equal-time comparison: the runs' own logged times depend on what else the machine did);
+the Gaussian VAE again for as long as the 20-particle estimators train (equal time); the measurements at
+checkpoints (benchmarks/at_checkpoints.py); then seeds 1 and 2 of every MNIST arm, then Fashion-MNIST (seed 0).
+The measurements are the IS-NLL with 1000, 5000 and 20000 samples on 500 test images for the best run of each
+family, and every estimator's gradient variance and signal-to-noise ratio at the reference run's (JSA, uniform
+prior, seed 0) parameters after epochs 5, 10 and 30. Each record lands in `--out/runs/<name>.json` as soon as it
+exists; a finished record is skipped, an unfinished run resumes from its last.ckpt (benchmarks/runner.py).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ import argparse
 import json
 import math
 import statistics
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks import runner
-from benchmarks.jsa_study import read_curves, training_minutes
+from benchmarks.jsa_study import read_curves
 
 LABELS = {"jsa": "JSA", "rws": "RWS", "vimco": "VIMCO", "dvae": "REINFORCE+B*", "dvae_gumbel": "ST Gumbel-softmax",
           "vae": "Gaussian VAE"}
@@ -41,14 +44,16 @@ MNIST_ARMS = [("jsa", "uniform"), ("rws", "uniform"), ("vimco", "uniform"), ("js
 FASHION_ARMS = MNIST_ARMS + [("dvae", "autoregressive")]
 DATASETS = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST"}
 REFERENCE = "mnist-jsa-uniform-s0"  # the run whose parameters every estimator's gradient is measured at
-REFERENCE_EPOCHS = (1, 10, 30)
+# After these epochs (its checkpoints are written with each validation, every 5 epochs under jsa_paper).
+REFERENCE_EPOCHS = (5, 10, 30)
 TWENTY_PARTICLES = ("jsa", "rws", "vimco", "dvae", "dvae_gumbel")
+MEASURING = threading.Lock()  # the in-process measurements one at a time (Hydra's config state is global)
 
 
 @dataclass
 class Job:
     name: str
-    kind: str  # train | equal_time | is_resolution | gradients
+    kind: str  # train | step_cost | equal_time | is_resolution | gradients
     data: str = "mnist"
     model: str = ""
     prior: str | None = None
@@ -61,15 +66,25 @@ def arm_name(data: str, model: str, prior: str | None) -> str:
     return f"{data}-{model}" + (f"-{prior}" if prior else "")
 
 
+def seed0_mnist_runs(args: argparse.Namespace, models: tuple[str, ...] | None = None) -> list[str]:
+    """The seed-0 MNIST training runs of the plan (of `models` only, if given): what the later jobs read."""
+    return [f"{arm_name('mnist', m, p)}-s0" for m, p in MNIST_ARMS if m in args.models and (models is None or m in models)]
+
+
 def plan(args: argparse.Namespace) -> list[Job]:
     def train(data: str, model: str, prior: str | None, seed: int) -> Job:
         return Job(f"{arm_name(data, model, prior)}-s{seed}", "train", data, model, prior, seed, args.epochs)
 
-    # Seed 0 first, and what needs only seed 0 (equal time, the measurements) right after it; then the seeds, then
-    # the second data set.
+    # Seed 0 first, and what needs only seed 0 (the step costs, equal time, the measurements) right after it; then
+    # the seeds, then the second data set.
     jobs = [train("mnist", m, p, 0) for m, p in MNIST_ARMS]
-    jobs += [Job("mnist-vae-equal-time-s0", "equal_time", "mnist", "vae")]
-    jobs += [Job("measure-is-resolution", "is_resolution"), Job("measure-gradients", "gradients")]
+    if "mnist" in args.datasets:
+        jobs.append(Job("measure-step-cost", "step_cost"))
+        if "vae" in args.models and set(args.models) & set(TWENTY_PARTICLES):
+            jobs.append(Job("mnist-vae-equal-time-s0", "equal_time", "mnist", "vae"))
+        jobs.append(Job("measure-is-resolution", "is_resolution"))
+        if "jsa" in args.models:
+            jobs.append(Job("measure-gradients", "gradients"))
     jobs += [train("mnist", m, p, s) for s in range(1, args.seeds) for m, p in MNIST_ARMS]
     jobs += [train("fashion_mnist", m, p, 0) for m, p in FASHION_ARMS]
     return [j for j in jobs if j.data in args.datasets and (not j.model or j.model in args.models)]
@@ -81,51 +96,67 @@ def train_overrides(job: Job, args: argparse.Namespace) -> list[str]:
                 f"model.val_num_samples={args.val_samples}", "run_test=true"]
     if job.prior:
         settings.append(f"model.prior={job.prior}")
-    if job.name == REFERENCE:  # its parameters after every epoch, for the gradient measurements
+    if job.name == REFERENCE:  # its parameters at each validation, for the gradient measurements
         settings.append("+callbacks.epoch_checkpoints={_target_:lightning.pytorch.callbacks.ModelCheckpoint,"
                         "every_n_epochs:1,save_top_k:-1,filename:'after-epoch{epoch:03d}',auto_insert_metric_name:false}")
     return settings + job.overrides + args.extra
 
 
-def equal_time_epochs(records: dict[str, dict], model: str, args: argparse.Namespace) -> int | None:
-    """Epochs that give `model` the training time of the 20-particle estimators' seed-0 MNIST runs (their median), from
-    its own seed-0 run's median epoch time; None until those runs exist."""
-    spe = args.steps_per_epoch
-    budget = [max(training_minutes(r, spe).values()) for r in records.values() if r.get("kind") == "train"
-              and r["data"] == "mnist" and r["seed"] == 0 and r["model"] in TWENTY_PARTICLES and r["epoch_time_s"]]
-    own = records.get(f"mnist-{model}-s0")
-    if len(budget) < 2 or own is None or not own["epoch_time_s"]:
-        return None
-    minutes_per_epoch = max(training_minutes(own, spe).values()) / own["epochs"]
-    epochs = math.ceil(statistics.median(budget) / minutes_per_epoch)
-    return max(args.val_every, round(epochs / args.val_every) * args.val_every)
+def minutes_per_epoch(records: dict[str, dict], name: str, args: argparse.Namespace) -> float:
+    """A run's training minutes per epoch at the step cost measured side by side (measure-step-cost), not from its own
+    log: the runs share the machine with different work at different times (their logged epoch times vary 2x)."""
+    return records["measure-step-cost"]["ms_per_step"][name] * args.steps_per_epoch / 60_000
+
+
+def equal_time_epochs(records: dict[str, dict], model: str, args: argparse.Namespace) -> int:
+    """Epochs that give `model` at least the training time of the 20-particle estimators' seed-0 MNIST runs (their
+    median), in whole validation periods."""
+    budget = statistics.median(records[name]["epochs"] * minutes_per_epoch(records, name, args)
+                               for name in seed0_mnist_runs(args, TWENTY_PARTICLES))
+    epochs = math.ceil(budget / minutes_per_epoch(records, f"mnist-{model}-s0", args))
+    return max(args.val_every, math.ceil(epochs / args.val_every) * args.val_every)
 
 
 def run_job(job: Job, args: argparse.Namespace) -> dict:
-    from benchmarks import at_checkpoints
-
     records = {p.stem: json.loads(p.read_text()) for p in (args.out / "runs").glob("*.json")}
+
+    def needs(names: list[str]) -> None:
+        missing = [name for name in names if name not in records]
+        if missing:
+            raise runner.NotYet(f"needs {', '.join(missing)}")
+
     if job.kind == "equal_time":
-        epochs = equal_time_epochs(records, job.model, args)
-        if epochs is None:
-            raise runner.NotYet("needs the seed-0 MNIST runs of the VAE and of the 20-particle estimators")
-        job.epochs = epochs
+        needs(seed0_mnist_runs(args) + ["measure-step-cost"])
+        job.epochs = equal_time_epochs(records, job.model, args)
     if job.kind in ("train", "equal_time"):
         run_dir, seconds, command = runner.train(job.name, train_overrides(job, args), args.logs / job.name)
         return {**asdict(job), "command": command, "seconds": seconds, **read_curves(run_dir)}
-    if job.kind == "is_resolution":
-        best = best_of_each_family(records)
-        if len(best) < len({m for m, _ in MNIST_ARMS if m in args.models}):
-            raise runner.NotYet("needs the seed-0 MNIST run of every family")
-        runs = {name: (best_checkpoint(args.logs / name), records[name]["command"]) for name in best}
-        return {**asdict(job), **at_checkpoints.is_resolution(runs, args.is_images, args.is_samples)}
-    reference = args.logs / REFERENCE
-    if not any(reference.glob("tensorboard/*/version_0/checkpoints/last.ckpt")) or REFERENCE not in records:
-        raise runner.NotYet(f"needs the finished reference run {REFERENCE}")
-    checkpoints = {epoch: epoch_checkpoint(reference, epoch) for epoch in REFERENCE_EPOCHS if epoch <= args.epochs}
-    models = [m for m in TWENTY_PARTICLES if m in args.models]
-    return {**asdict(job), **at_checkpoints.gradient_quality(checkpoints, records[REFERENCE]["command"], models,
-                                                             args.grad_batches, args.grad_repeats)}
+    needs(seed0_mnist_runs(args))
+    with MEASURING:
+        return {**asdict(job), **measure(job, records, args)}
+
+
+def measure(job: Job, records: dict[str, dict], args: argparse.Namespace) -> dict:
+    """The in-process measurements at the seed-0 runs' parameters, with the settings they were made with."""
+    from benchmarks import at_checkpoints
+
+    began = time.perf_counter()
+    if job.kind == "step_cost":
+        runs = {name: (best_checkpoint(args.logs / name), records[name]["command"]) for name in seed0_mnist_runs(args)}
+        result = at_checkpoints.step_cost(runs, args.cost_rounds)
+        result["settings"] = {"rounds": args.cost_rounds}
+    elif job.kind == "is_resolution":
+        runs = {name: (best_checkpoint(args.logs / name), records[name]["command"]) for name in best_of_each_family(records)}
+        result = at_checkpoints.is_resolution(runs, args.is_images, args.is_samples)
+        result["settings"] = {"images": args.is_images, "samples": sorted(args.is_samples)}
+    else:
+        epochs = [epoch for epoch in REFERENCE_EPOCHS if epoch <= args.epochs] or [args.epochs]  # (a short study: its end)
+        checkpoints = {epoch: epoch_checkpoint(args.logs / REFERENCE, epoch) for epoch in epochs}
+        models = [m for m in TWENTY_PARTICLES if m in args.models]
+        result = at_checkpoints.gradient_quality(checkpoints, records[REFERENCE]["command"], models, args.grad_batches,
+                                                 args.grad_repeats)
+        result["settings"] = {"batches": args.grad_batches, "repeats": args.grad_repeats}
+    return {**result, "seconds": time.perf_counter() - began}
 
 
 def best_of_each_family(records: dict[str, dict]) -> list[str]:
@@ -147,8 +178,11 @@ def best_checkpoint(log_dir: Path) -> Path:
 
 
 def epoch_checkpoint(log_dir: Path, epoch: int) -> Path:
-    (found,) = log_dir.glob(f"tensorboard/*/version_0/checkpoints/after-epoch{epoch - 1:03d}.ckpt")  # Lightning counts from 0
-    return found
+    found = sorted(log_dir.glob(f"tensorboard/*/version_0/checkpoints/after-epoch{epoch - 1:03d}.ckpt"))  # Lightning counts from 0
+    if len(found) != 1:
+        raise SystemExit(f"{log_dir}: no checkpoint after epoch {epoch} (written with each validation, every "
+                         f"--val-every epochs); found {len(found)}")
+    return found[0]
 
 
 # ---- the report ---------------------------------------------------------------------------------
@@ -183,12 +217,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--is-images", type=int, default=500, help="test images of the IS-resolution measurement")
     parser.add_argument("--is-samples", type=lambda text: [int(n) for n in text.split(",")], default=[1000, 5000, 20000],
                         help="importance samples of the IS-resolution measurement (default 1000,5000,20000)")
+    parser.add_argument("--cost-rounds", type=int, default=5, help="alternating rounds of the step-cost timing")
     parser.add_argument("--grad-batches", type=int, default=4, help="training batches per gradient measurement")
     parser.add_argument("--grad-repeats", type=int, default=16, help="gradient estimates per batch (>= 2)")
     runner.add_study_arguments(parser, out="benchmarks/results/field-study", logs="logs/field-study")
     args = parser.parse_args(argv)
     runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch",
-                                                "is_images", "grad_batches"),
+                                                "is_images", "grad_batches", "cost_rounds"),
                                  {"models": (args.models, list(LABELS)), "datasets": (args.datasets, list(DATASETS))})
     if args.grad_repeats < 2 or min(args.is_samples) < 1:
         parser.error("need --grad-repeats >= 2 and every --is-samples >= 1")

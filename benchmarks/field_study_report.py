@@ -11,7 +11,7 @@ from pathlib import Path
 
 from benchmarks.field_study import (DATASETS, LABELS, PRIOR_LABELS, REFERENCE, TWENTY_PARTICLES, arm_name, decoder_rows,
                                     plan)
-from benchmarks.jsa_study import epoch_of, fmt, t_threshold, training_minutes
+from benchmarks.jsa_study import epoch_of, fmt, t_threshold
 
 
 def mean_sd(values: list[float]) -> str:
@@ -33,17 +33,27 @@ def label(r: dict) -> str:
     return f"{LABELS[r['model']]}, {PRIOR_LABELS[r['prior']]} prior"
 
 
-def results_table(grouped: dict[str, list[dict]], spe: int, args: argparse.Namespace) -> list[str]:
-    lines = ["| model | seeds | test NLL (1000 samples) | test −ELBO | epoch of best val NLL | ms per step | "
-             "decoder rows per example and step (forward / backward) | training min (seed 0) |", "|---|---|---|---|---|---|---|---|"]
+def cost_minutes(records: dict[str, dict], r: dict, spe: int) -> float | None:
+    """Minutes per epoch of run r at the step cost measured side by side (measure-step-cost); the equal-time run has
+    its seed-0 run's cost. None before that measurement."""
+    costs = records.get("measure-step-cost", {}).get("ms_per_step", {})
+    name = f"mnist-{r['model']}-s0" if r["kind"] == "equal_time" else r["name"]
+    return costs[name] * spe / 60_000 if name in costs else None
+
+
+def results_table(records: dict[str, dict], grouped: dict[str, list[dict]], spe: int, args: argparse.Namespace) -> list[str]:
+    lines = ["| model | seeds | test NLL (1000 samples) | test −ELBO | epoch of best val NLL | ms per step (side by side) | "
+             "decoder rows per example and step, forward / backward (JSA: 21 + r / r, r ≈ 1 + aL distinct states) | "
+             "training min at that cost |",
+             "|---|---|---|---|---|---|---|---|"]
     for runs in sorted(grouped.values(), key=lambda runs: statistics.mean(r["test"]["nll"] for r in runs)):
         best_epochs = [epoch_of(min(r["curves"]["nll"], key=lambda p: p[1])[0], spe) for r in runs if r["curves"]["nll"]]
-        steps = [v for r in runs for _, v in r["curves"]["step_time_ms"]]
         forward, backward = decoder_rows(runs[0], args)
-        minutes = max(training_minutes(runs[0], spe).values(), default=None)
+        per_epoch = cost_minutes(records, runs[0], spe) if runs[0]["data"] == "mnist" else None
         lines.append(f"| {label(runs[0])} | {len(runs)} | {mean_sd([r['test']['nll'] for r in runs])} | "
                      f"{mean_sd([-r['test']['elbo'] for r in runs])} | {', '.join(map(str, best_epochs))} | "
-                     f"{fmt(statistics.median(steps), 0) if steps else '–'} | {forward:.1f} / {backward:.1f} | {fmt(minutes, 1)} |")
+                     f"{fmt(per_epoch * 60_000 / spe if per_epoch else None, 0)} | {forward:.1f} / {backward:.1f} | "
+                     f"{fmt(per_epoch * runs[0]['epochs'] if per_epoch else None, 1)} |")
     return lines
 
 
@@ -65,29 +75,33 @@ def differences(grouped: dict[str, list[dict]], data: str) -> list[str]:
     return lines
 
 
+def seed0_mnist(records: dict[str, dict]) -> list[dict]:
+    """The seed-0 MNIST training runs and the VAE's equal-time run."""
+    return [r for r in records.values() if r.get("kind") in ("train", "equal_time") and r["data"] == "mnist" and r["seed"] == 0]
+
+
 def equal_time(records: dict[str, dict], spe: int) -> tuple[float | None, list[str]]:
-    """Every seed-0 MNIST run (and the VAE's longer run) at the 20-particle estimators' median training time."""
-    runs = [r for r in records.values() if r["kind"] in ("train", "equal_time") and r["data"] == "mnist" and r["seed"] == 0
-            and r["epoch_time_s"]]
-    budgets = [max(training_minutes(r, spe).values()) for r in runs if r["kind"] == "train" and r["model"] in TWENTY_PARTICLES]
-    if len(budgets) < 2:
+    """Every seed-0 MNIST run (and the VAE's longer run) at the 20-particle estimators' median training time, all
+    at the step costs measured side by side."""
+    runs = [r for r in seed0_mnist(records) if cost_minutes(records, r, spe) is not None]
+    budgets = [r["epochs"] * cost_minutes(records, r, spe) for r in runs if r["kind"] == "train" and r["model"] in TWENTY_PARTICLES]
+    if not budgets:
         return None, []
     budget = statistics.median(budgets)
     lines = ["| model | epochs trained | best val NLL within the time | epochs done by then |", "|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: (r["model"], r["prior"] or "", r["kind"])):
-        reached = training_minutes(r, spe)
-        within = [v for s, v in r["curves"]["nll"] if reached.get(epoch_of(s, spe), math.inf) <= budget * 1.001]
-        epochs = max((e for e, t in reached.items() if t <= budget * 1.001), default=0)
+        epochs = math.floor(budget / cost_minutes(records, r, spe) * 1.001)
+        within = [v for step, v in r["curves"]["nll"] if epoch_of(step, spe) <= epochs]
         lines.append(f"| {label(r)}{' (equal-time run)' if r['kind'] == 'equal_time' else ''} | {r['epochs']} | "
-                     f"{fmt(min(within) if within else None)} | {epochs} |")
+                     f"{fmt(min(within) if within else None)} | {min(epochs, r['epochs'])} |")
     return budget, lines
 
 
 def is_resolution(record: dict) -> list[str]:
-    lines = ["| run | " + " | ".join(f"NLL, K = {k}" for k in record["is_resolution"][next(iter(record["is_resolution"]))]) +
-             " | −ELBO | NLL(K min) − NLL(K max) ± s.e. |", "|---|" + "---|" * (len(next(iter(record["is_resolution"].values()))) + 2)]
+    counts = sorted(next(iter(record["is_resolution"].values())), key=int)
+    lines = ["| run | " + " | ".join(f"NLL, K = {k}" for k in counts) + f" | −ELBO (K = {counts[-1]}) | "
+             f"NLL(K = {counts[0]}) − NLL(K = {counts[-1]}) ± s.e. over images |", "|---|" + "---|" * (len(counts) + 2)]
     for name, by_count in record["is_resolution"].items():
-        counts = sorted(by_count, key=int)
         low, high = (by_count[counts[0]]["nll"], by_count[counts[-1]]["nll"])
         gap = [a - b for a, b in zip(low, high)]
         se = statistics.stdev(gap) / math.sqrt(len(gap)) if len(gap) > 1 else float("nan")
@@ -113,16 +127,15 @@ def plot_equal_cost(records: dict[str, dict], args: argparse.Namespace) -> None:
 
     spe, batch = args.steps_per_epoch, 200
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    runs = [r for r in records.values() if r["kind"] in ("train", "equal_time") and r["data"] == "mnist" and r["seed"] == 0]
-    for i, r in enumerate(sorted(runs, key=lambda r: (r["model"], r["prior"] or "", r["kind"]))):
+    for i, r in enumerate(sorted(seed0_mnist(records), key=lambda r: (r["model"], r["prior"] or "", r["kind"]))):
         points = r["curves"]["nll"]
-        minutes = training_minutes(r, spe)
+        per_epoch = cost_minutes(records, r, spe) or math.nan
         forward, backward = decoder_rows(r, args)
         style = dict(marker="o", markersize=3, label=label(r) + (" (equal time)" if r["kind"] == "equal_time" else ""),
                      color=f"C{i % 10}", linestyle="--" if r["prior"] == "autoregressive" else "-")
-        axes[0].plot([minutes.get(epoch_of(s, spe), math.nan) for s, _ in points], [v for _, v in points], **style)
+        axes[0].plot([epoch_of(s, spe) * per_epoch for s, _ in points], [v for _, v in points], **style)
         axes[1].plot([(s + 1) * batch * (forward + backward) for s, _ in points], [v for _, v in points], **style)
-    axes[0].set_xlabel("training time (min, 2-core CPU; validation and measurements excluded)")
+    axes[0].set_xlabel("training time (min: epochs x the step cost measured side by side, one thread)")
     axes[1].set_xlabel("decoder rows processed (forward + backward)")
     axes[1].set_xscale("log")
     for ax in axes:
@@ -148,20 +161,26 @@ def write(args: argparse.Namespace) -> Path:
         grouped = arms(records, data)
         if not grouped:
             continue
-        lines += ["", f"## {name}: test NLL, mean ± sd over seeds", "", *results_table(grouped, spe, args), "",
+        lines += ["", f"## {name}: test NLL, mean ± sd over seeds", "", *results_table(records, grouped, spe, args), "",
                   "Differences (a difference counts when it exceeds t × s.e., the 95% threshold of a two-sample t-test with "
                   "pooled variance; – below two seeds a side):", "", *differences(grouped, data)]
     budget, table = equal_time(records, spe)
     if budget is not None:
         plot_equal_cost(records, args)
-        lines += ["", f"## Equal cost (MNIST, seed 0): {budget:.1f} min of training each", "", *table, "",
+        lines += ["", f"## Equal cost (MNIST, seed 0): {budget:.1f} min of training each, at the step costs measured side by "
+                  "side (measure-step-cost, one thread)", "", *table, "",
                   "![val NLL against training time and against decoder rows](equal_cost.png)"]
     if "measure-is-resolution" in records:
-        lines += ["", "## The importance-sampling estimate's resolution (MNIST, seed 0, the first "
-                  f"{args.is_images} test images)", "", *is_resolution(records["measure-is-resolution"])]
+        record = records["measure-is-resolution"]
+        lines += ["", "## The importance-sampling estimate's resolution (MNIST, seed 0, the best run of each family, the "
+                  f"first {record['settings']['images']} test images)", "", *is_resolution(record)]
     if "measure-gradients" in records:
-        lines += ["", f"## Gradient noise at shared parameters ({REFERENCE}'s checkpoints; {args.grad_repeats} estimates on "
-                  f"each of {args.grad_batches} training batches, means over the batches)", "",
+        settings = records["measure-gradients"]["settings"]
+        lines += ["", f"## Gradient noise at shared parameters ({REFERENCE}'s checkpoints; {settings['repeats']} estimates on "
+                  f"each of {settings['batches']} training batches, means over the batches)", "",
+                  "Each estimator's gradient is that of its own objective (JSA and RWS: the inclusive KL for the encoder; "
+                  "VIMCO: the 20-sample bound; REINFORCE and Gumbel: the ELBO), so tr Cov compares different quantities; "
+                  "the SNR, ||E g||² / tr Cov g, is scale-free and comparable across estimators.", "",
                   *gradient_table(records["measure-gradients"])]
     (args.out / "commands.txt").write_text("\n".join(r["command"] for r in records.values() if "command" in r) + "\n")
     report = args.out / "report.md"

@@ -49,42 +49,85 @@ class NotYet(Exception):
 
 
 def run_pending(names: Sequence[str], runs_dir: Path, run: Callable[[str], dict], summary: Callable[[dict], str],
-                lanes: int = 1) -> None:
+                lanes: int = 1) -> list[str]:
     """run(name) -> record for every name without a record in runs_dir/<name>.json, in order, `lanes` at a time (each
-    run's torch then gets cores / lanes threads); a run that raises NotYet waits until the others have finished."""
+    run's torch then gets cores / lanes threads). A run that raises NotYet is tried again once another has finished;
+    a failed run lets the running ones finish, starts no other, and is raised. Returns the names that still wait
+    for records no run will write (the caller reports what exists)."""
     import os
-    from concurrent.futures import ThreadPoolExecutor
+    import threading
 
     if lanes > 1:  # read by the train.py subprocesses' torch (OMP_NUM_THREADS)
-        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or lanes) // lanes))
+        os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // lanes))
     number = {name: i for i, name in enumerate(names, 1)}
-
-    def attempt(name: str) -> bool:
-        """True once name's record exists."""
-        record_path = runs_dir / f"{name}.json"
-        print(f"[{number[name]}/{len(names)}] {name} ...", flush=True)
-        try:
-            record = run(name)
-        except NotYet as wait:
-            print(f"[{number[name]}/{len(names)}] {name}: waits ({wait})", flush=True)
-            return False
-        record_path.write_text(json.dumps(record) + "\n")
-        print(f"[{number[name]}/{len(names)}] {name}: {record.get('seconds', 0) / 60:.1f} min" + summary(record), flush=True)
-        return True
-
     pending = []
     for name in names:
         if (runs_dir / f"{name}.json").exists():
             print(f"[{number[name]}/{len(names)}] {name}: done before, skipped", flush=True)
         else:
             pending.append(name)
-    while pending:
-        with ThreadPoolExecutor(max_workers=lanes) as pool:
-            done = dict(zip(pending, pool.map(attempt, pending)))  # in order; a failed run stops the study
-        waiting = [name for name in pending if not done[name]]
-        if len(waiting) == len(pending):
-            raise SystemExit(f"{len(waiting)} run(s) wait for records no run will write: {', '.join(waiting)}")
-        pending = waiting
+    state = threading.Condition()
+    running: set[str] = set()
+    waiting: set[str] = set()  # told NotYet since the last run finished
+    failures: list[BaseException] = []
+
+    def next_name() -> str | None:
+        """The first pending run that is neither running nor waiting; None when there is nothing left to start."""
+        with state:
+            while True:
+                if failures:
+                    return None
+                ready = [n for n in pending if n not in running and n not in waiting]
+                if ready:
+                    running.add(ready[0])
+                    return ready[0]
+                if not running:
+                    return None
+                state.wait()
+
+    def lane() -> None:
+        while (name := next_name()) is not None:
+            print(f"[{number[name]}/{len(names)}] {name} ...", flush=True)
+            try:
+                record = run(name)
+            except NotYet as wait:
+                print(f"[{number[name]}/{len(names)}] {name}: waits ({wait})", flush=True)
+                with state:
+                    running.discard(name)
+                    waiting.add(name)
+                    state.notify_all()
+                continue
+            except BaseException as failure:  # noqa: BLE001 (a SystemExit from a failed train.py run included)
+                with state:
+                    failures.append(failure)
+                    running.discard(name)
+                    state.notify_all()
+                return
+            write_atomically(runs_dir / f"{name}.json", json.dumps(record) + "\n")
+            print(f"[{number[name]}/{len(names)}] {name}: {record.get('seconds', 0) / 60:.1f} min" + summary(record), flush=True)
+            with state:
+                running.discard(name)
+                pending.remove(name)
+                waiting.clear()  # a new record: the waiting runs may be ready now
+                state.notify_all()
+
+    threads = [threading.Thread(target=lane) for _ in range(lanes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    if pending:
+        print(f"{len(pending)} run(s) wait for records no run will write: {', '.join(pending)}", flush=True)
+    return pending
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """path's new text, or its old one if the process dies while writing (a temporary file, then a rename)."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
 
 
 def add_study_arguments(parser: argparse.ArgumentParser, out: str, logs: str) -> None:

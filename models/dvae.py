@@ -46,6 +46,7 @@ from samplers.score_function import (
 
 Estimator = Literal["reinforce", "gumbel"]
 ControlVariate = Literal["optimal", "running_mean", "none"]
+DEFAULT_NUM_SAMPLES = {"reinforce": 4, "gumbel": 1}
 
 
 class DiscreteVAE(CategoricalLatentModel):
@@ -54,7 +55,7 @@ class DiscreteVAE(CategoricalLatentModel):
     Args:
         estimator: `reinforce` (score function) or `gumbel` (Gumbel-softmax relaxation).
         num_samples: S, samples of h per example and step (REINFORCE: >= 2 for the `optimal` baseline;
-            Gumbel: relaxed samples whose log-likelihoods are averaged).
+            Gumbel: relaxed samples whose log-likelihoods are averaged); None: 4 for REINFORCE, 1 for Gumbel.
         control_variate: REINFORCE's B: `optimal` (B*, leave-one-out), `running_mean` or `none`.
         baseline_decay: decay of the running mean of f (`running_mean`).
         temperature: τ_0 of the Gumbel-softmax; temperature_min: τ_min; anneal_rate: r per step.
@@ -65,7 +66,7 @@ class DiscreteVAE(CategoricalLatentModel):
     def __init__(
         self,
         estimator: Estimator = "reinforce",
-        num_samples: int = 4,
+        num_samples: int | None = None,
         control_variate: ControlVariate = "optimal",
         baseline_decay: float = 0.99,
         temperature: float = 1.0,
@@ -80,6 +81,8 @@ class DiscreteVAE(CategoricalLatentModel):
             raise ValueError(f"estimator must be 'reinforce' or 'gumbel', got {estimator!r}")
         if control_variate not in ("optimal", "running_mean", "none"):
             raise ValueError(f"control_variate must be 'optimal', 'running_mean' or 'none', got {control_variate!r}")
+        if num_samples is None:  # the settings each estimator has always run with
+            num_samples = DEFAULT_NUM_SAMPLES.get(estimator, 1)
         if num_samples < 1 or (estimator == "reinforce" and control_variate == "optimal" and num_samples < 2):
             raise ValueError(f"num_samples must be >= 1 (>= 2 for the leave-one-out optimal baseline), got {num_samples}")
         if not 0 < temperature_min <= temperature:
@@ -147,7 +150,11 @@ class DiscreteVAE(CategoricalLatentModel):
         return -elbo.mean(), elbo
 
     def current_temperature(self) -> float:
-        return max(self.temperature_min, self.temperature * math.exp(-self.anneal_rate * self.global_step))
+        return self.temperature_at(self.global_step)
+
+    def temperature_at(self, step: int) -> float:
+        """τ_t = max(τ_min, τ_0 exp(-r t)), the annealing schedule at training step t."""
+        return max(self.temperature_min, self.temperature * math.exp(-self.anneal_rate * step))
 
     # ---- training (see LatentVariableModel.training_step) ---------------------------
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:

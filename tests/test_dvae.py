@@ -144,6 +144,12 @@ def test_straight_through_decodes_the_hard_sample_and_anneals():
     assert model.current_temperature() == 1.0
 
 
+def test_each_estimator_keeps_its_number_of_samples_by_default():
+    """REINFORCE 4 (B* needs two or more), Gumbel 1, the settings they always ran with; any S when given."""
+    assert DiscreteVAE().num_samples == 4 and DiscreteVAE(estimator="gumbel").num_samples == 1
+    assert DiscreteVAE(estimator="gumbel", num_samples=20).num_samples == 20
+
+
 def test_invalid_settings_fail_early():
     with pytest.raises(ValueError, match="estimator"):
         DiscreteVAE(estimator="rebar")
