@@ -36,7 +36,7 @@ def build(overrides: list[str]) -> tuple[Any, Any]:
     return launch.build.build(compose(overrides))
 
 
-def test_images(datamodule: Any, count: int) -> torch.Tensor:
+def first_test_images(datamodule: Any, count: int) -> torch.Tensor:
     """The first `count` test images, as the test stage reads them."""
     datamodule.setup("test")
     images = []
@@ -84,7 +84,7 @@ def is_resolution(runs: dict[str, tuple[Path, str]], images: int, sample_counts:
     for name, (checkpoint, command) in runs.items():
         datamodule, built = build(overrides_of(command))
         model = type(built).load_from_checkpoint(checkpoint, map_location="cpu")
-        x = model.likelihood.prepare(test_images(datamodule, images))
+        x = model.likelihood.prepare(first_test_images(datamodule, images))
         results[name] = {}
         for count in sample_counts:
             torch.manual_seed(0)
