@@ -17,6 +17,7 @@ import time
 import lightning as L
 
 from datamodules import MNISTDataModule
+from launch.distributed import end_process_group
 from models import JSA
 
 
@@ -66,6 +67,7 @@ def main() -> None:
         parser.error(f"--steps must be at least 12 (the first 10 steps are warm-up), got {args.steps}")
     with_gather = run(True, args.steps, args.batch_size)
     local_only = run(False, args.steps, args.batch_size)
+    end_process_group()
     if with_gather[2] == 0:
         print(f"2-process DDP on CPU (gloo), JSA L=10, batch {args.batch_size} per process, median over steps 11..{args.steps}")
         print(f"step with the cache all-gather:  {with_gather[0]:.2f} ms  (in _write_cache: {with_gather[1]:.3f} ms)")

@@ -10,7 +10,7 @@ app, launch/hydra_app.py, and the LightningCLI app, launch/cli_app.py).
   when the bar is off (`trainer_settings`); once built, multi-node runs need a launcher and a requeued SLURM job
   resumes from what its last attempt saved (`resume_point`).
 - A run ends with one line naming its directory, last.ckpt and the TensorBoard command, and a run refused before it
-  saved anything leaves no directory behind (`running`).
+  saved anything leaves no directory behind, and a DDP run that ended normally releases its process group (`running`).
 """
 
 from __future__ import annotations
@@ -115,9 +115,12 @@ def resume_point(trainer: Any, ckpt_path: str | None) -> str | None:
 @contextlib.contextmanager
 def running(trainer: Any, say: Callable[[str], Any]) -> Iterator[None]:
     """Around fit/test: the last line names the run, its last.ckpt and the TensorBoard command (also after Ctrl-C or
-    SIGTERM); a run refused before it saved a checkpoint leaves nothing behind."""
+    SIGTERM); a run refused before it saved a checkpoint leaves nothing behind; a DDP run that ended normally
+    releases its process group."""
+    from launch.distributed import end_process_group
     from launch.errors import refusals
     from launch.run_directory import no_traces_if_refused, run_summary_at_end
 
     with run_summary_at_end(trainer, say), no_traces_if_refused(trainer.logger, refusals()):
         yield
+    end_process_group()  # reached only when the block raised nothing

@@ -112,3 +112,24 @@ def test_two_process_resume_continues_bit_for_bit_on_both_ranks(tmp_path, mnist_
             assert all(torch.equal(state_a[k], state_b[k]) for k in state_a), rank
         assert torch.equal(a["rng_state"], b["rng_state"]), rank
     assert not torch.equal(uninterrupted[0]["rng_state"], uninterrupted[1]["rng_state"])  # each rank its own stream
+
+
+def test_a_run_that_ends_normally_releases_its_process_group_and_a_failed_one_keeps_it(tmp_path):
+    """Left to interpreter exit, gloo's threads can abort a process whose run succeeded (exit -6, "terminate called
+    without an active exception"); after an error the peers may still be in a collective, so the group stays."""
+    import torch.distributed as dist
+
+    from launch import rules
+
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        with pytest.raises(RuntimeError, match="a failed run"), rules.running(trainer, print):
+            raise RuntimeError("a failed run")
+        assert dist.is_initialized()
+        with rules.running(trainer, print):
+            pass
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -18,6 +18,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from datamodules import MNISTDataModule
+from launch.distributed import end_process_group
 from models import JSA, VAE, VQVAE, DiscreteVAE
 from samplers import SGLD
 
@@ -105,3 +106,4 @@ if __name__ == "__main__":
         for name in names:
             (out / name).mkdir(parents=True, exist_ok=True)
             main(name, out / name)
+    end_process_group()
