@@ -36,6 +36,14 @@ def build(overrides: list[str]) -> tuple[Any, Any]:
     return launch.build.build(compose(overrides))
 
 
+def best_checkpoint(log_dir: Path) -> Path:
+    """The checkpoint a study run's test used: the best on val/nll (configs/callbacks/default.yaml's ModelCheckpoint)."""
+    found = [p for p in log_dir.glob("tensorboard/*/version_0/checkpoints/epoch*.ckpt")]
+    if len(found) != 1:
+        raise SystemExit(f"{log_dir}: expected one best checkpoint, found {[p.name for p in found]}")
+    return found[0]
+
+
 def first_test_images(datamodule: Any, count: int) -> torch.Tensor:
     """The first `count` test images, as the test stage reads them."""
     datamodule.setup("test")

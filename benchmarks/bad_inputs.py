@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -174,7 +174,6 @@ def checkpoint_cases() -> list[Case]:
 
 def resume_cases() -> list[Case]:
     resume = ["model=jsa", "ckpt_path={jsa}", "trainer.max_steps=4"]
-    changed = "resuming with changed settings"
     return [
         Case("resume model.num_latents changed", "resume", [*resume, "model.num_latents=5"], mention="num_latents", copy_runs=True),
         Case("resume model.num_categories changed", "resume", [*resume, "model.num_categories=4"], mention="num_categories",

@@ -5,6 +5,7 @@ Bernoulli model (200 binary latents, `model.num_latents=200 model.num_categories
 
     python -m benchmarks.cache_study                  # every run (resumable), then the report
     python -m benchmarks.cache_study --report-only    # the report from the finished runs
+    python -m benchmarks.cache_study --is-resolution  # IS-NLL of the finished middle/never runs at 100, 1000, 5000 samples
 
 The runs go in order of how much they tell: seed 0 of every arm of the L = 20 and the Bernoulli models, then
 seeds 1 and 2 of their middle and no-cache arms, then of their epoch-0 arms, then L = 5 (one seed). Each run is `python train.py experiment=jsa_paper ...` (the command
@@ -12,6 +13,9 @@ is recorded in its JSON record under `--out/runs/`); a finished run is skipped, 
 last.ckpt (benchmarks/runner.py). The report (`--out/report.md`, `cache_diagnostics.png`) gives val/test NLL
 mean ± sd per arm and JSA's sampler diagnostics over training: acceptance rate, and where the cache is read the
 share of chains stuck on their cached state, the cached states' age and their log-weight gap to the best proposal.
+`--is-resolution` measures, on the same test images, the importance-sampled NLL of every finished run of the middle
+and no-cache arms with 100, 1000 and 5000 samples (benchmarks/at_checkpoints.py): how far the 100-sample val figure
+sits above the better estimates says how good a proposal q is (`is-resolution.json`, added to the report).
 """
 
 from __future__ import annotations
@@ -62,6 +66,55 @@ def run_job(name: str, model: str, arm: str, seed: int, args: argparse.Namespace
     run_dir, seconds, command = runner.train(name, overrides(model, arm, seed, args), args.logs / name)
     record = {"name": name, "model": model, "arm": arm, "seed": seed, "epochs": args.epochs, "command": command, "seconds": seconds}
     return {**record, **read_curves(run_dir, extra_tags=[f"train/{tag}" for tag in DIAGNOSTICS])}
+
+
+def measure_is_resolution(args: argparse.Namespace) -> None:
+    """IS-NLL and ELBO per test image at every --is-samples count, for every finished run of the middle and no-cache
+    arms not measured before with the same settings; kept in --out/is-resolution.json (one entry per run)."""
+    from benchmarks import at_checkpoints
+
+    path = args.out / "is-resolution.json"
+    settings = {"images": args.is_images, "samples": sorted(args.is_samples)}
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    measured = kept.get("runs", {}) if kept.get("settings") == settings else {}
+    for record_path in sorted((args.out / "runs").glob("*.json")):
+        record = json.loads(record_path.read_text())
+        if record["arm"] not in ("middle", "never") or record["name"] in measured:
+            continue
+        try:
+            run = {record["name"]: (at_checkpoints.best_checkpoint(args.logs / record["name"]), record["command"])}
+        except SystemExit as missing:  # a run of an earlier machine whose logs did not survive: its record still counts
+            print(f"IS resolution of {record['name']}: skipped ({missing})", flush=True)
+            continue
+        print(f"IS resolution of {record['name']}", flush=True)
+        measured.update(at_checkpoints.is_resolution(run, args.is_images, settings["samples"])["is_resolution"])
+        runner.write_atomically(path, json.dumps({"settings": settings, "runs": measured}) + "\n")
+
+
+def is_resolution_table(args: argparse.Namespace, records: list[dict]) -> list[str]:
+    """Per model and arm, mean ± sd over seeds of the test images' mean IS-NLL at each sample count and of the ELBO;
+    and the looseness of the fewest-sample estimate, NLL(fewest) − NLL(most), which grows as q gets poorer."""
+    path = args.out / "is-resolution.json"
+    if not path.exists():
+        return []
+    kept = json.loads(path.read_text())
+    counts = [str(k) for k in kept["settings"]["samples"]]
+    arm_of = {r["name"]: (r["model"], r["arm"]) for r in records}
+    lines = ["", f"Importance-sampled test NLL of the best checkpoints on the first {kept['settings']['images']} test images, "
+             "the same images and seed for every run (`--is-resolution`); mean ± sd over seeds:", "",
+             "| model | cache read | seeds | " + " | ".join(f"NLL, {k} samples" for k in counts)
+             + f" | −ELBO | NLL({counts[0]}) − NLL({counts[-1]}) |", "|---|---|---|" + "---|" * (len(counts) + 2)]
+    for model in MODELS:
+        for arm in ("middle", "never"):
+            runs = [v for name, v in kept["runs"].items() if arm_of.get(name) == (model, arm)]
+            if not runs:
+                continue
+            nll = {k: [statistics.mean(r[k]["nll"]) for r in runs] for k in counts}
+            elbo = [-statistics.mean(runs_k["elbo"]) for runs_k in (r[counts[-1]] for r in runs)]
+            loose = [a - b for a, b in zip(nll[counts[0]], nll[counts[-1]])]
+            lines.append(f"| {MODELS[model][0]} | {arm} | {len(runs)} | " + " | ".join(mean_sd(nll[k]) for k in counts)
+                         + f" | {mean_sd(elbo)} | {mean_sd(loose)} |")
+    return lines
 
 
 def mean_sd(values: list[float]) -> str:
@@ -123,6 +176,7 @@ def write_report(args: argparse.Namespace) -> Path:
             verdict = "–" if not math.isfinite(threshold) else ("yes" if abs(difference) > threshold else "no")
             lines.append(f"| {MODELS[model][0]} | {arm} | {difference:+.2f} | {fmt(threshold)} | {verdict} |")
 
+    lines += is_resolution_table(args, records)
     plot(records, args)
     lines += ["", "![JSA's sampler over training](cache_diagnostics.png)", ""]
     findings = args.out / "FINDINGS.md"
@@ -168,11 +222,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds of the L = 20 and Bernoulli arms (default 3)")
     parser.add_argument("--small-l-seeds", type=int, default=1, help="seeds of the L = 5 arms (default 1)")
     parser.add_argument("--models", type=lambda text: text.split(","), default=list(MODELS), help=f"subset of {','.join(MODELS)}")
+    parser.add_argument("--is-resolution", action="store_true",
+                        help="measure the IS-NLL of the finished middle and no-cache runs (no training), then the report")
+    parser.add_argument("--is-images", type=int, default=500, help="test images of the IS-resolution measurement")
+    parser.add_argument("--is-samples", type=runner.counts, default=[100, 1000, 5000],
+                        help="importance sample counts of the IS-resolution measurement (default 100,1000,5000)")
     runner.add_study_arguments(parser, out="benchmarks/results/cache-study", logs="logs/cache-study")
     args = parser.parse_args(argv)
-    runner.check_study_arguments(parser, args, ("epochs", "seeds", "val_every", "val_samples", "steps_per_epoch"),
+    runner.check_study_arguments(parser, args, ("epochs", "seeds", "val_every", "val_samples", "steps_per_epoch", "is_images"),
                                  {"models": (args.models, list(MODELS))})
-    if not args.report_only:
+    if args.is_resolution:
+        measure_is_resolution(args)
+    elif not args.report_only:
         jobs = {name: job for name, *job in plan(args)}
         runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(name, *jobs[name], args), runner.test_nll)
     print(f"report: {write_report(args)}")

@@ -46,6 +46,7 @@ DATASETS = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST"}
 REFERENCE = "mnist-jsa-uniform-s0"  # the run whose parameters every estimator's gradient is measured at
 # After these epochs (its checkpoints are written with each validation, every 5 epochs under jsa_paper).
 REFERENCE_EPOCHS = (5, 10, 30)
+PARTICLES = 20  # configs/experiment/jsa_paper.yaml: JSA's mis_steps, the others' num_samples
 TWENTY_PARTICLES = ("jsa", "rws", "vimco", "dvae", "dvae_gumbel")
 MEASURING = threading.Lock()  # the in-process measurements one at a time (Hydra's config state is global)
 
@@ -142,11 +143,11 @@ def measure(job: Job, records: dict[str, dict], args: argparse.Namespace) -> dic
 
     began = time.perf_counter()
     if job.kind == "step_cost":
-        runs = {name: (best_checkpoint(args.logs / name), records[name]["command"]) for name in seed0_mnist_runs(args)}
+        runs = {name: (at_checkpoints.best_checkpoint(args.logs / name), records[name]["command"]) for name in seed0_mnist_runs(args)}
         result = at_checkpoints.step_cost(runs, args.cost_rounds)
         result["settings"] = {"rounds": args.cost_rounds}
     elif job.kind == "is_resolution":
-        runs = {name: (best_checkpoint(args.logs / name), records[name]["command"]) for name in best_of_each_family(records)}
+        runs = {name: (at_checkpoints.best_checkpoint(args.logs / name), records[name]["command"]) for name in best_of_each_family(records)}
         result = at_checkpoints.is_resolution(runs, args.is_images, args.is_samples)
         result["settings"] = {"images": args.is_images, "samples": sorted(args.is_samples)}
     else:
@@ -169,14 +170,6 @@ def best_of_each_family(records: dict[str, dict]) -> list[str]:
     return [r["name"] for r in best.values()]
 
 
-def best_checkpoint(log_dir: Path) -> Path:
-    """The checkpoint the run's test used: the best on val/nll (configs/callbacks/default.yaml's ModelCheckpoint)."""
-    found = [p for p in log_dir.glob("tensorboard/*/version_0/checkpoints/epoch*.ckpt")]
-    if len(found) != 1:
-        raise SystemExit(f"{log_dir}: expected one best checkpoint, found {[p.name for p in found]}")
-    return found[0]
-
-
 def epoch_checkpoint(log_dir: Path, epoch: int) -> Path:
     found = sorted(log_dir.glob(f"tensorboard/*/version_0/checkpoints/after-epoch{epoch - 1:03d}.ckpt"))  # Lightning counts from 0
     if len(found) != 1:
@@ -186,16 +179,17 @@ def epoch_checkpoint(log_dir: Path, epoch: int) -> Path:
 
 
 # ---- the report ---------------------------------------------------------------------------------
-def decoder_rows(record: dict, args: argparse.Namespace) -> tuple[float, float]:
-    """Decoder rows per example and step: (forward, backward). JSA's chain gradient re-scores with gradient the
-    distinct states its chain visited, about 1 + aL at acceptance rate a (models/jsa.py, weighted_log_joint)."""
+def decoder_rows(record: dict) -> tuple[float, float]:
+    """Decoder rows per example and step: (forward, backward), at the paper protocol's PARTICLES proposals or samples.
+    JSA scores its PARTICLES + 1 candidates without gradient, then re-scores with gradient the distinct states its
+    chain visited, about 1 + aL at acceptance rate a (models/jsa.py, weighted_log_joint)."""
     model = record["model"]
     if model == "jsa":
         accepted = [v for _, v in record["curves"]["acceptance_rate"]]
-        with_grad = 1 + 20 * statistics.mean(accepted) if accepted else float("nan")
-        return 21 + with_grad, with_grad
+        with_grad = 1 + PARTICLES * statistics.mean(accepted) if accepted else float("nan")
+        return PARTICLES + 1 + with_grad, with_grad
     if model in TWENTY_PARTICLES:
-        return 20.0, 20.0
+        return float(PARTICLES), float(PARTICLES)
     return 1.0, 1.0
 
 
@@ -215,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--datasets", type=lambda text: text.split(","), default=list(DATASETS),
                         help=f"comma-separated subset of {','.join(DATASETS)} (default: both)")
     parser.add_argument("--is-images", type=int, default=500, help="test images of the IS-resolution measurement")
-    parser.add_argument("--is-samples", type=lambda text: [int(n) for n in text.split(",")], default=[1000, 5000, 20000],
+    parser.add_argument("--is-samples", type=runner.counts, default=[1000, 5000, 20000],
                         help="importance samples of the IS-resolution measurement (default 1000,5000,20000)")
     parser.add_argument("--cost-rounds", type=int, default=5, help="alternating rounds of the step-cost timing")
     parser.add_argument("--grad-batches", type=int, default=4, help="training batches per gradient measurement")

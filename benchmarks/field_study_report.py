@@ -48,7 +48,7 @@ def results_table(records: dict[str, dict], grouped: dict[str, list[dict]], spe:
              "|---|---|---|---|---|---|---|---|"]
     for runs in sorted(grouped.values(), key=lambda runs: statistics.mean(r["test"]["nll"] for r in runs)):
         best_epochs = [epoch_of(min(r["curves"]["nll"], key=lambda p: p[1])[0], spe) for r in runs if r["curves"]["nll"]]
-        forward, backward = decoder_rows(runs[0], args)
+        forward, backward = decoder_rows(runs[0])
         per_epoch = cost_minutes(records, runs[0], spe) if runs[0]["data"] == "mnist" else None
         lines.append(f"| {label(runs[0])} | {len(runs)} | {mean_sd([r['test']['nll'] for r in runs])} | "
                      f"{mean_sd([-r['test']['elbo'] for r in runs])} | {', '.join(map(str, best_epochs))} | "
@@ -130,7 +130,7 @@ def plot_equal_cost(records: dict[str, dict], args: argparse.Namespace) -> None:
     for i, r in enumerate(sorted(seed0_mnist(records), key=lambda r: (r["model"], r["prior"] or "", r["kind"]))):
         points = r["curves"]["nll"]
         per_epoch = cost_minutes(records, r, spe) or math.nan
-        forward, backward = decoder_rows(r, args)
+        forward, backward = decoder_rows(r)
         style = dict(marker="o", markersize=3, label=label(r) + (" (equal time)" if r["kind"] == "equal_time" else ""),
                      color=f"C{i % 10}", linestyle="--" if r["prior"] == "autoregressive" else "-")
         axes[0].plot([epoch_of(s, spe) * per_epoch for s, _ in points], [v for _, v in points], **style)

@@ -155,6 +155,15 @@ def check_study_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
 
 
+def counts(text: str) -> list[int]:
+    """An option's comma-separated positive counts ("1000,5000"), as argparse's `type`: its ValueError reads
+    "invalid counts value: '...'"."""
+    values = [int(n) for n in text.split(",")]
+    if not values or min(values) < 1:
+        raise ValueError(text)
+    return values
+
+
 def test_nll(record: dict) -> str:
     """The progress line's summary of a finished run: its test NLL, where it has one."""
     nll = record.get("test", {}).get("nll")

@@ -10,7 +10,6 @@ import logging
 import re
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 
 import lightning as L
 import pytest
