@@ -64,7 +64,7 @@ def run_name(cfg: Any, run_tag: str) -> str:
 
 def parallel_job_settings(cfg: Any) -> dict[str, Any]:
     """A job of a multirun whose launcher runs several at once (configs/hydra/launcher/): joblib's n_jobs jobs share the
-    machine, so each gets its own GPU where there are several (job k -> cuda:k mod GPUs) and CPU cores // n_jobs
+    machine, so each gets its own GPU where there are several (launch/worker_slots.py) and CPU cores // n_jobs
     torch threads; a submitit job gets cpus_per_task threads. The basic launcher's jobs, one at a time, keep torch's.
     Returns the trainer settings this changes (the devices), and sets torch's threads."""
     from hydra.core.hydra_config import HydraConfig
@@ -82,8 +82,14 @@ def parallel_job_settings(cfg: Any) -> dict[str, Any]:
 
         gpus = torch.cuda.device_count() if str(cfg.trainer.get("accelerator")) in ("auto", "gpu", "cuda") else 0
         if gpus > 1 and str(cfg.trainer.get("devices")) == "1":  # one device per job (not a DDP job of several)
-            settings["devices"] = [hydra_job.job.num % gpus]
-            shared += f"; cuda:{hydra_job.job.num % gpus} of {gpus} GPUs"
+            from pathlib import Path
+
+            from launch.worker_slots import claim_slot
+
+            slot = claim_slot(Path(hydra_job.sweep.dir) / ".worker-slots", n_jobs)
+            device = (hydra_job.job.num if slot is None else slot) % gpus  # no slot (no flock): the job number
+            settings["devices"] = [device]
+            shared += f"; cuda:{device} of {gpus} GPUs" + ("" if slot is None else f" (worker slot {slot})")
     elif launcher.get("cpus_per_task"):
         threads, shared = int(launcher.cpus_per_task), "hydra.launcher.cpus_per_task"
     if threads is not None:

@@ -45,7 +45,7 @@ def did_you_mean(word: str, candidates: list[str]) -> str:
 
 # Hydra's grammar (hydra/grammar/OverrideLexer.g4): 007 is a string, 1_000 an int, 1_0.5 a float.
 _DIGITS = r"\d(?:_?\d)*"
-_INT = re.compile(rf"[+-]?(?:0|[1-9](?:_?\d)*)")
+_INT = re.compile(r"[+-]?(?:0|[1-9](?:_?\d)*)")
 _FLOAT = re.compile(rf"[+-]?(?:(?:(?:{_DIGITS})?\.{_DIGITS}|{_DIGITS}\.)(?:[eE][+-]?{_DIGITS})?|{_DIGITS}[eE][+-]?{_DIGITS}|inf|nan)",
                     re.I)
 _YAML_BOOLS = {"yes": True, "on": True, "no": False, "off": False}  # LightningCLI reads values as YAML 1.1

@@ -217,3 +217,51 @@ def test_an_optuna_study_writes_the_best_trials_settings(tmp_path, mnist_dir):
     tuned = report.split("## Tuned settings (Optuna)", 1)[1].split("## Runs", 1)[0]
     assert f"- jsa: best val/nll {result['best_value']:,.2f} with model.mis_steps={best['model.mis_steps']}" in tuned
     assert f"model.lr={best['model.lr']:g} (3 trials;" in tuned and "optimization_results.yaml" in tuned
+
+
+def test_parallel_workers_hold_distinct_gpu_slots_and_a_finished_worker_frees_its_own(tmp_path):
+    """hydra/launcher=parallel: the jobs running at one moment hold different slots (so different GPUs), a worker keeps
+    its slot from job to job, and the slot of a worker that ended goes to the next one (launch/worker_slots.py)."""
+    script = ("import sys; from pathlib import Path; from launch.worker_slots import claim_slot\n"
+              f"first = claim_slot(Path({str(tmp_path)!r}), 2); print(first, claim_slot(Path({str(tmp_path)!r}), 2), flush=True)\n"
+              "sys.stdin.read()")  # holds the slot until the test closes its stdin
+
+    def worker() -> tuple[subprocess.Popen, str]:
+        process = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        return process, process.stdout.readline().strip()
+
+    (a, slots_a), (b, slots_b) = worker(), worker()
+    assert (slots_a, slots_b) == ("0 0", "1 1")
+    c, slots_c = worker()
+    assert slots_c == "None None"  # both slots held by live workers
+    c.communicate("")
+    a.communicate("")  # worker 0 ends: its slot is free again
+    d, slots_d = worker()
+    assert slots_d == "0 0"
+    b.communicate("")
+    d.communicate("")
+
+
+def test_a_parallel_job_on_several_gpus_trains_on_its_worker_slots_gpu(tmp_path, monkeypatch):
+    """Job 4 of a parallel multirun on 2 GPUs, in a worker that finds slot 0 held by a live worker: cuda:1 (its slot),
+    not cuda:0 (4 mod 2) beside the running job."""
+    import torch
+
+    from launch import worker_slots
+    from launch.build import parallel_job_settings
+    from launch.hydra_config import compose
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; from launch.worker_slots import "
+                               f"claim_slot; print(claim_slot(Path({str(tmp_path / '.worker-slots')!r}), 2), flush=True); sys.stdin.read()"],
+                              cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "0"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch, "set_num_threads", lambda threads: None)
+    monkeypatch.setattr(worker_slots, "_held", None)
+    cfg = compose(["hydra/launcher=parallel", "hydra.launcher.n_jobs=2", "hydra.mode=MULTIRUN", "hydra.job.num=4",
+                   f"hydra.sweep.dir={tmp_path}", "trainer.accelerator=gpu"])
+    try:
+        assert parallel_job_settings(cfg) == {"devices": [1]}
+    finally:
+        os.close(worker_slots._held[0]) if worker_slots._held else None
+        holder.communicate("")
