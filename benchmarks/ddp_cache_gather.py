@@ -17,7 +17,7 @@ import time
 import lightning as L
 
 from datamodules import MNISTDataModule
-from launch.distributed import end_process_group
+from callbacks.process_group import ReleaseProcessGroupAtExit
 from models import JSA
 
 
@@ -51,7 +51,7 @@ def run(gather: bool, steps: int, batch_size: int) -> tuple[float, float, int]:
     trainer = L.Trainer(
         accelerator="cpu", devices=2, strategy="ddp", max_steps=steps, limit_train_batches=steps, limit_val_batches=0,
         num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, callbacks=[times],
+        enable_model_summary=False, callbacks=[times, ReleaseProcessGroupAtExit()],
     )
     trainer.fit(model, datamodule=MNISTDataModule(binarize="dynamic", batch_size=batch_size))
     step_ms = statistics.median(b - a for a, b in zip(times.starts[10:], times.starts[11:])) * 1e3
@@ -67,7 +67,6 @@ def main() -> None:
         parser.error(f"--steps must be at least 12 (the first 10 steps are warm-up), got {args.steps}")
     with_gather = run(True, args.steps, args.batch_size)
     local_only = run(False, args.steps, args.batch_size)
-    end_process_group()
     if with_gather[2] == 0:
         print(f"2-process DDP on CPU (gloo), JSA L=10, batch {args.batch_size} per process, median over steps 11..{args.steps}")
         print(f"step with the cache all-gather:  {with_gather[0]:.2f} ms  (in _write_cache: {with_gather[1]:.3f} ms)")

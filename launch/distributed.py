@@ -64,13 +64,3 @@ def check_launcher(trainer: Any) -> None:
             f"trainer=multinode trainer.num_nodes={trainer.num_nodes} trainer.devices=DEVICES; or, in a SLURM job, "
             "sbatch scripts/slurm/train.sbatch (srun python train.py trainer=multinode ...); see docs/cluster.md")
 
-
-def end_process_group() -> None:
-    """Destroy the default process group once a run has ended normally. Left to interpreter exit, gloo's worker
-    threads can outlive Python and abort the process ("terminate called without an active exception", exit -6,
-    pytorch/pytorch#190489) after a run that succeeded. Not after an error: a rank that fails while its peers are in a
-    collective would wait on them here (pytorch/torchtitan#1342)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()

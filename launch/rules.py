@@ -10,7 +10,7 @@ app, launch/hydra_app.py, and the LightningCLI app, launch/cli_app.py).
   when the bar is off (`trainer_settings`); once built, multi-node runs need a launcher and a requeued SLURM job
   resumes from what its last attempt saved (`resume_point`).
 - A run ends with one line naming its directory, last.ckpt and the TensorBoard command, and a run refused before it
-  saved anything leaves no directory behind, and a DDP run that ended normally releases its process group (`running`).
+  saved anything leaves no directory behind (`running`).
 """
 
 from __future__ import annotations
@@ -86,17 +86,19 @@ def trainer_settings(settings: Any, logger: Any, timeout_s: float) -> dict[str, 
     - a DDP strategy named by a string gets a collective timeout (launch/distributed.py);
     - in a SLURM job, Lightning's auto-requeue saves and finds hpc_ckpt_N.ckpt in the run's directory;
     - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/preemption.py);
+    - a DDP run's process group is released at exit in every rank (callbacks/process_group.py);
     - with the progress bar off, its callback goes (Lightning refuses both)."""
     from lightning.pytorch.callbacks import ProgressBar
 
     from callbacks.preemption import SaveOnPreemption
+    from callbacks.process_group import ReleaseProcessGroupAtExit
     from launch.distributed import strategy_with_timeout
     from launch.run_directory import slurm_job_id
 
     changed = {"strategy": strategy_with_timeout(settings.get("strategy"), timeout_s)}
     if logger and slurm_job_id() is not None:
         changed["default_root_dir"] = logger.log_dir
-    callbacks = [*(settings.get("callbacks") or []), SaveOnPreemption()]
+    callbacks = [*(settings.get("callbacks") or []), SaveOnPreemption(), ReleaseProcessGroupAtExit()]
     if settings.get("enable_progress_bar") is False:  # None: on
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     return {**changed, "callbacks": callbacks}
@@ -115,12 +117,9 @@ def resume_point(trainer: Any, ckpt_path: str | None) -> str | None:
 @contextlib.contextmanager
 def running(trainer: Any, say: Callable[[str], Any]) -> Iterator[None]:
     """Around fit/test: the last line names the run, its last.ckpt and the TensorBoard command (also after Ctrl-C or
-    SIGTERM); a run refused before it saved a checkpoint leaves nothing behind; a DDP run that ended normally
-    releases its process group."""
-    from launch.distributed import end_process_group
+    SIGTERM); a run refused before it saved a checkpoint leaves nothing behind."""
     from launch.errors import refusals
     from launch.run_directory import no_traces_if_refused, run_summary_at_end
 
     with run_summary_at_end(trainer, say), no_traces_if_refused(trainer.logger, refusals()):
         yield
-    end_process_group()  # reached only when the block raised nothing

@@ -242,6 +242,13 @@ def test_parallel_workers_hold_distinct_gpu_slots_and_a_finished_worker_frees_it
     d.communicate("")
 
 
+def test_a_worker_that_cannot_take_a_slot_gets_none_and_falls_back_to_the_job_number(tmp_path):
+    from launch.worker_slots import claim_slot
+
+    (tmp_path / "a-file").write_text("")
+    assert claim_slot(tmp_path / "a-file" / ".worker-slots", 2) is None  # no directory can be made there
+
+
 def test_a_parallel_job_on_several_gpus_trains_on_its_worker_slots_gpu(tmp_path, monkeypatch):
     """Job 4 of a parallel multirun on 2 GPUs, in a worker that finds slot 0 held by a live worker: cuda:1 (its slot),
     not cuda:0 (4 mod 2) beside the running job."""
@@ -257,11 +264,12 @@ def test_a_parallel_job_on_several_gpus_trains_on_its_worker_slots_gpu(tmp_path,
     assert holder.stdout.readline().strip() == "0"
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch, "set_num_threads", lambda threads: None)
-    monkeypatch.setattr(worker_slots, "_held", None)
+    monkeypatch.setattr(worker_slots, "_held", {})
     cfg = compose(["hydra/launcher=parallel", "hydra.launcher.n_jobs=2", "hydra.mode=MULTIRUN", "hydra.job.num=4",
                    f"hydra.sweep.dir={tmp_path}", "trainer.accelerator=gpu"])
     try:
         assert parallel_job_settings(cfg) == {"devices": [1]}
     finally:
-        os.close(worker_slots._held[0]) if worker_slots._held else None
+        for handle, _ in worker_slots._held.values():
+            os.close(handle)
         holder.communicate("")

@@ -114,22 +114,26 @@ def test_two_process_resume_continues_bit_for_bit_on_both_ranks(tmp_path, mnist_
     assert not torch.equal(uninterrupted[0]["rng_state"], uninterrupted[1]["rng_state"])  # each rank its own stream
 
 
-def test_a_run_that_ends_normally_releases_its_process_group_and_a_failed_one_keeps_it(tmp_path):
-    """Left to interpreter exit, gloo's threads can abort a process whose run succeeded (exit -6, "terminate called
-    without an active exception"); after an error the peers may still be in a collective, so the group stays."""
-    import torch.distributed as dist
 
+def test_the_process_group_is_released_at_exit_in_a_process_whose_trainer_set_up_under_it(tmp_path):
+    """Left to interpreter exit, gloo's threads can abort a process whose run succeeded (exit -6, "terminate called
+    without an active exception"): ReleaseProcessGroupAtExit, which both front ends add, destroys the group at exit.
+    The probe is registered first, so that atexit (last in, first out) runs it after the callback's handler."""
+    script = f"""
+import atexit, torch.distributed as dist
+from callbacks.process_group import ReleaseProcessGroupAtExit
+atexit.register(lambda: print("initialized at exit:", dist.is_initialized(), flush=True))
+dist.init_process_group("gloo", init_method="file://{tmp_path / 'store'}", rank=0, world_size=1)
+ReleaseProcessGroupAtExit().setup(None, None, "fit")
+print("initialized after setup:", dist.is_initialized(), flush=True)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["initialized after setup: True", "initialized at exit: False"]
+
+
+def test_both_front_ends_add_the_process_group_release():
+    from callbacks.process_group import ReleaseProcessGroupAtExit
     from launch import rules
 
-    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        with pytest.raises(RuntimeError, match="a failed run"), rules.running(trainer, print):
-            raise RuntimeError("a failed run")
-        assert dist.is_initialized()
-        with rules.running(trainer, print):
-            pass
-        assert not dist.is_initialized()
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    assert any(isinstance(c, ReleaseProcessGroupAtExit) for c in rules.trainer_settings({}, None, 10)["callbacks"])

@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from datamodules import MNISTDataModule
-from launch.distributed import end_process_group
+from callbacks.process_group import ReleaseProcessGroupAtExit
 from models import JSA, VAE, VQVAE, DiscreteVAE
 from samplers import SGLD
 
@@ -67,7 +67,7 @@ def shared_state(model: L.LightningModule) -> dict[str, torch.Tensor]:
 def main(name: str, out_dir: Path, max_steps: int | None = None, ckpt_path: str | None = None) -> None:
     L.seed_everything(0)
     record = Record()
-    callbacks: list[L.Callback] = [record]
+    callbacks: list[L.Callback] = [record, ReleaseProcessGroupAtExit()]
     if max_steps is not None:  # the resume test: a checkpoint after every step
         callbacks.append(ModelCheckpoint(dirpath=out_dir, save_last=True, save_top_k=0, every_n_train_steps=1))
     trainer = L.Trainer(
@@ -106,4 +106,3 @@ if __name__ == "__main__":
         for name in names:
             (out / name).mkdir(parents=True, exist_ok=True)
             main(name, out / name)
-    end_process_group()

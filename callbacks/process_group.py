@@ -1,0 +1,33 @@
+"""A DDP run's process group is released before the interpreter shuts down, in every rank.
+
+Left to interpreter exit, gloo's worker threads can outlive Python and abort a process whose run succeeded
+("terminate called without an active exception", exit status -6; pytorch/pytorch#190489). The fix is to call
+`destroy_process_group` while Python is still alive. Lightning registers it with `atexit` for NCCL only
+(`lightning.fabric.utilities.distributed._init_dist_connection`); this callback registers the same for any backend
+when the trainer is set up. It runs in every rank, also in ddp_spawn's spawned processes, which run none of the
+launch code. It acts at exit, not when the run ends, because a multirun's next job in the same processes reuses the
+group: Lightning's Hydra support runs the whole sweep in each rank.
+"""
+
+from __future__ import annotations
+
+import atexit
+from typing import Any
+
+import lightning as L
+import torch
+
+_registered = False
+
+
+def destroy_process_group() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+class ReleaseProcessGroupAtExit(L.Callback):
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        global _registered
+        if not _registered and torch.distributed.is_available() and torch.distributed.is_initialized():
+            atexit.register(destroy_process_group)
+            _registered = True
