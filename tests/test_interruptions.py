@@ -81,8 +81,8 @@ def test_kill_during_checkpoint_writes_never_leaves_a_broken_checkpoint(tmp_path
     next run resumes from last.ckpt and removes the killed processes' temporaries. `python -m
     benchmarks.faults` repeats it 20 times."""
     monkeypatch.setenv("DATA_DIR", str(mnist_dir))
-    result = faults.kill_during_saves(tmp_path, kills=3)
-    assert result["kills_mid_save"] == 3, result  # three kills hit a save in progress (more may have missed)
+    result = faults.kill_during_saves(tmp_path, kills=2)
+    assert result["kills_mid_save"] == 2, result  # both kills hit a save in progress (more may have missed)
     assert result["kills_with_every_checkpoint_loadable"] == result["kills"], result
     assert result["resumed_to_the_end"] and result["temporaries_left_after_resume"] == 0, result
 
@@ -95,8 +95,8 @@ def test_runs_started_at_the_same_moment_get_their_own_directories(tmp_path, mni
 def test_two_resumes_of_one_run_started_together_have_one_writer(tmp_path, mnist_dir, monkeypatch):
     """One resumes to its end; the other is refused in one line naming the owner (benchmarks/faults.py, --resumes)."""
     monkeypatch.setenv("DATA_DIR", str(mnist_dir))
-    result = faults.concurrent_resumes(tmp_path, pairs=2)
-    assert result["pairs_with_one_writer"] == 2, result
+    result = faults.concurrent_resumes(tmp_path, pairs=1)  # `python -m benchmarks.faults --resumes N` repeats it
+    assert result["pairs_with_one_writer"] == 1, result
     assert result["refusal"].startswith("error: the run ") and "is being written by process" in result["refusal"]
 
 
