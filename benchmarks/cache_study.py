@@ -123,8 +123,8 @@ def is_resolution_table(args: argparse.Namespace, records: list[dict]) -> list[s
         for seed in sorted(seed for arm, seed in by_seed if arm == "middle" and ("never", seed) in by_seed):
             def paired(k: str, key: str) -> str:
                 differences = [m - n for m, n in zip(by_seed["middle", seed][k][key], by_seed["never", seed][k][key])]
-                sign = -1 if key == "elbo" else 1  # the column is −ELBO
-                return f"{sign * statistics.mean(differences):+.2f} ± {statistics.stdev(differences) / math.sqrt(len(differences)):.2f}"
+                sign = -1 if key == "elbo" else 1  # the column is −ELBO (+ 0.0 below: no "-0.00")
+                return f"{sign * statistics.mean(differences) + 0.0:+.2f} ± {statistics.stdev(differences) / math.sqrt(len(differences)):.2f}"
 
             lines.append(f"| {MODELS[model][0]} | {seed} | " + " | ".join(paired(k, "nll") for k in counts)
                          + f" | {paired(counts[-1], 'elbo')} |")

@@ -68,3 +68,25 @@ def test_a_failed_run_lets_the_running_one_finish_starts_no_other_and_is_raised(
     with pytest.raises(SystemExit, match="run a failed"):
         runner.run_pending(["a", "b", "c"], tmp_path, run, lambda record: "", lanes=2)
     assert sorted(started) == ["a", "b"] and [p.name for p in tmp_path.glob("*.json")] == ["b.json"]
+
+
+def test_the_cache_studys_is_table_pairs_the_arms_by_seed_and_image(tmp_path):
+    """benchmarks/cache_study.py: middle − never per image within a seed pair, its standard error over the images,
+    −ELBO's sign flipped (the column is −ELBO), and one row per seed pair (pooling pairs would understate the error)."""
+    import argparse
+
+    from benchmarks import cache_study
+
+    def run(nll_100: list[float], nll_5000: list[float], elbo: list[float]) -> dict:
+        return {"100": {"nll": nll_100, "elbo": elbo}, "5000": {"nll": nll_5000, "elbo": elbo}}
+
+    runs = {"L20-middle-s1": run([3.0, 5.0], [1.0, 1.0], [-10.0, -12.0]), "L20-never-s1": run([1.0, 1.0], [2.0, 2.0], [-4.0, -4.0]),
+            "L20-middle-s2": run([1.0, 1.0], [1.0, 1.0], [-4.0, -4.0]), "L20-never-s2": run([1.0, 1.0], [1.0, 1.0], [-4.0, -4.0])}
+    (tmp_path / "is-resolution.json").write_text(json.dumps({"settings": {"images": 2, "samples": [100, 5000]}, "runs": runs}))
+    records = [{"name": name, "model": "L20", "arm": name.split("-")[1]} for name in runs]
+    lines = cache_study.is_resolution_table(argparse.Namespace(out=tmp_path), records)
+    paired = [line for line in lines if line.startswith("| categorical") and line.split("|")[2].strip() in ("1", "2")]
+    # seed 1: NLL(100) differences 2 and 4 -> +3.00 ± sd(√2)/√2 = 1.00; NLL(5000) -1, -1 -> -1.00 ± 0.00;
+    # −ELBO: -(-6, -8) -> +7.00 ± 1.00. Seed 2: level.
+    assert paired == ["| categorical 20×10, L = 20 | 1 | +3.00 ± 1.00 | -1.00 ± 0.00 | +7.00 ± 1.00 |",
+                      "| categorical 20×10, L = 20 | 2 | +0.00 ± 0.00 | +0.00 ± 0.00 | +0.00 ± 0.00 |"]
