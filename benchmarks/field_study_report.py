@@ -4,13 +4,12 @@ the tables and plots regenerated from the run records in `--out/runs/`."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 from pathlib import Path
 
-from benchmarks.field_study import (DATASETS, LABELS, PRIOR_LABELS, REFERENCE, TWENTY_PARTICLES, arm_name, decoder_rows,
-                                    plan)
+from benchmarks.field_study import (CLOSE, DATASETS, LABELS, PRIOR_LABELS, REFERENCE, TWENTY_PARTICLES, arm_name,
+                                    compared_pairs, decoder_rows, plan, read_records)
 from benchmarks.jsa_study import epoch_of, fmt, t_threshold
 
 
@@ -58,12 +57,9 @@ def results_table(records: dict[str, dict], grouped: dict[str, list[dict]], spe:
 
 
 def differences(grouped: dict[str, list[dict]], data: str) -> list[str]:
-    """Each arm against JSA with the same prior, and each estimator's MADE prior against its uniform one."""
-    pairs = [(arm_name(data, m, p), arm_name(data, "jsa", p)) for m in LABELS for p in ("uniform", "autoregressive") if m != "jsa"]
-    pairs += [(arm_name(data, m, "autoregressive"), arm_name(data, m, "uniform")) for m in LABELS]
-    pairs += [(arm_name(data, "vae", None), arm_name(data, "jsa", p)) for p in ("uniform", "autoregressive")]
+    """The compared pairs (field_study.compared_pairs) whose arms both have records."""
     lines = ["| A | B | mean A − mean B (nats) | t × s.e. (95%) | beyond the seed noise? |", "|---|---|---|---|---|"]
-    for a, b in pairs:
+    for a, b in compared_pairs(data):
         if a not in grouped or b not in grouped:
             continue
         va, vb = ([r["test"]["nll"] for r in grouped[name]] for name in (a, b))
@@ -149,14 +145,16 @@ def plot_equal_cost(records: dict[str, dict], args: argparse.Namespace) -> None:
 
 
 def write(args: argparse.Namespace) -> Path:
-    records = {p.stem: json.loads(p.read_text()) for p in sorted((args.out / "runs").glob("*.json"))}
+    records = read_records(args.out)
     spe = args.steps_per_epoch
     findings = args.out / "FINDINGS.md"
     lines = [findings.read_text() if findings.exists() else "# The field study", "",
              f"Protocol: `experiment=jsa_paper` (configs/experiment/jsa_paper.yaml) for {args.epochs} epochs, val NLL from "
              f"{args.val_samples} importance samples every {args.val_every} epochs, test NLL and ELBO from 1000 samples at "
-             f"the epoch of best val NLL. Written by `python -m benchmarks.field_study` ({len(records)} of {len(plan(args))} "
-             "records); every run's command is in commands.txt."]
+             f"the epoch of best val NLL. Written by `python -m benchmarks.field_study` ({len(records)} of {len(plan(args, records))} "
+             "records so far); every run's command is in commands.txt. MNIST arms get "
+             f"{args.seeds} seeds; a Fashion-MNIST arm gets one, and {args.seeds} where its seed-0 test NLL is within {CLOSE:g} nat "
+             "of an arm it is compared with."]
     for data, name in DATASETS.items():
         grouped = arms(records, data)
         if not grouped:

@@ -1,0 +1,51 @@
+"""The field study's plan (benchmarks/field_study.py): a Fashion-MNIST arm gets three seeds when its seed-0 test NLL
+is within CLOSE nats of an arm it is compared with, and one otherwise; the study adds those seeds in the same
+invocation, once the seed-0 records exist."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import field_study
+
+# Seed-0 Fashion-MNIST test NLLs: JSA and RWS (uniform) 0.5 apart, VIMCO 2 nats from JSA; with the MADE prior JSA
+# and RWS 3 apart, and each 3 or more from its uniform arm.
+SEED0 = {("jsa", "uniform"): 90.0, ("rws", "uniform"): 90.5, ("vimco", "uniform"): 92.0,
+         ("jsa", "autoregressive"): 86.0, ("rws", "autoregressive"): 89.0, ("vimco", "autoregressive"): 95.0}
+
+
+def fake_run(job: field_study.Job, args) -> dict:
+    """A training job's record, its test NLL from SEED0 (+0.1 per seed); no training."""
+    return {"name": job.name, "kind": job.kind, "data": job.data, "model": job.model, "prior": job.prior,
+            "seed": job.seed, "seconds": 0.0, "test": {"nll": SEED0[(job.model, job.prior)] + 0.1 * job.seed}}
+
+
+def test_close_fashion_arms_get_three_seeds_in_the_same_invocation(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(field_study, "run_job", lambda job, args: ran.append(job.name) or fake_run(job, args))
+    monkeypatch.setattr(field_study, "write_report", lambda args: tmp_path / "report.md")
+    field_study.main(["--datasets", "fashion_mnist", "--models", "jsa,rws,vimco", "--out", str(tmp_path / "out"),
+                      "--logs", str(tmp_path / "logs")])
+    seed0 = [f"fashion_mnist-{m}-{p}-s0" for m, p in field_study.FASHION_ARMS if m in ("jsa", "rws", "vimco")]
+    close = ["fashion_mnist-jsa-uniform", "fashion_mnist-rws-uniform"]
+    assert ran == seed0 + [f"{arm}-s{s}" for s in (1, 2) for arm in close]
+    written = {p.stem for p in (tmp_path / "out" / "runs").glob("*.json")}
+    assert written == set(ran)
+
+    # Run again: every record exists, nothing runs, and the plan still holds the extra seeds.
+    ran.clear()
+    field_study.main(["--datasets", "fashion_mnist", "--models", "jsa,rws,vimco", "--out", str(tmp_path / "out"),
+                      "--logs", str(tmp_path / "logs")])
+    assert ran == []
+
+
+def test_close_arms_reads_only_seed_0_of_its_data_set(tmp_path):
+    records = {f"fashion_mnist-{m}-{p}-s0": fake_run(field_study.Job(f"fashion_mnist-{m}-{p}-s0", "train", "fashion_mnist",
+                                                                      m, p, 0), None) for m, p in SEED0}
+    assert field_study.close_arms(records, "fashion_mnist") == {"fashion_mnist-jsa-uniform", "fashion_mnist-rws-uniform"}
+    assert field_study.close_arms(records, "mnist") == set()
+    # A later seed far from its seed 0 changes nothing: the rule reads seed 0.
+    records["fashion_mnist-vimco-uniform-s1"] = {**records["fashion_mnist-vimco-uniform-s0"], "seed": 1,
+                                                "test": {"nll": 90.2}}
+    assert field_study.close_arms(records, "fashion_mnist") == {"fashion_mnist-jsa-uniform", "fashion_mnist-rws-uniform"}
+    json.dumps(records)  # records as the study writes them
