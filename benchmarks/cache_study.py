@@ -243,13 +243,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="importance sample counts of the IS-resolution measurement (default 100,1000,5000)")
     runner.add_study_arguments(parser, out="benchmarks/results/cache-study", logs="logs/cache-study")
     args = parser.parse_args(argv)
-    runner.check_study_arguments(parser, args, ("epochs", "seeds", "val_every", "val_samples", "steps_per_epoch", "is_images"),
+    runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch", "is_images"),
                                  {"models": (args.models, list(MODELS))})
     if args.is_resolution:
         measure_is_resolution(args)
     elif not args.report_only:
         jobs = {name: job for name, *job in plan(args)}
-        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(name, *jobs[name], args), runner.test_nll)
+        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(name, *jobs[name], args), runner.test_nll,
+                           lanes=args.lanes, only=args.only)
     print(f"report: {write_report(args)}")
 
 

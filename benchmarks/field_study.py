@@ -232,7 +232,6 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=30, help="epochs of every training run (default 30)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds of every MNIST arm (default 3)")
-    parser.add_argument("--lanes", type=int, default=1, help="runs at once, each on cores/lanes threads (default 1)")
     parser.add_argument("--models", type=lambda text: text.split(","), default=list(LABELS),
                         help=f"comma-separated subset of {','.join(LABELS)} (default: all)")
     parser.add_argument("--datasets", type=lambda text: text.split(","), default=list(DATASETS),
@@ -256,7 +255,8 @@ def main(argv: list[str] | None = None) -> None:
         if list(jobs) == planned:
             break
         planned = list(jobs)
-        runner.run_pending(planned, args.out / "runs", lambda name: run_job(jobs[name], args), runner.test_nll, lanes=args.lanes)
+        runner.run_pending(planned, args.out / "runs", lambda name: run_job(jobs[name], args), runner.test_nll, lanes=args.lanes,
+                           only=args.only)
     print(f"report: {write_report(args)}")
 
 

@@ -323,13 +323,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ablations", type=lambda text: text.split(","), default=list(ABLATION),
                         help=f"comma-separated subset of JSA's ablation runs {','.join(ABLATION)} (default: all)")
     args = parser.parse_args(argv)
-    runner.check_study_arguments(parser, args, ("epochs", "short_epochs", "val_every", "val_samples", "steps_per_epoch", "seeds"),
+    runner.check_study_arguments(parser, args, ("epochs", "short_epochs", "lanes", "val_every", "val_samples", "steps_per_epoch", "seeds"),
                                  {"models": (args.models, CONTEXT + ESTIMATORS), "ablations": (args.ablations, list(ABLATION))})
     if args.short_epochs % args.val_every or args.short_epochs > args.epochs:
         parser.error("need --short-epochs a multiple of --val-every and at most --epochs")
     if not args.report_only:
         jobs = {job.name: job for job in plan(args)}
-        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(jobs[name], args), runner.test_nll)
+        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(jobs[name], args), runner.test_nll,
+                           lanes=args.lanes, only=args.only)
     print(f"report: {write_report(args)}")
 
 

@@ -8,7 +8,9 @@ when it stopped before its first checkpoint), so an interrupted study continues 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
+import platform
 import shlex
 import shutil
 import subprocess
@@ -48,14 +50,39 @@ class NotYet(Exception):
     """Raised by a study's run(name) when the run needs records that are not written yet: tried again later."""
 
 
+def machine() -> str:
+    """What a run trained on, kept in its record: the GPU where torch sees one (train.py's accelerator=auto takes it),
+    else the processor and its cores (a study may be spread over machines: --only)."""
+    import os
+
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    return f"{model}, {len(os.sched_getaffinity(0))} cores"
+
+
+def selected(names: Sequence[str], only: Sequence[str] | None) -> list[str]:
+    """The names matching any of the shell-style patterns `only` (all of them when it is None)."""
+    return list(names) if only is None else [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in only)]
+
+
 def run_pending(names: Sequence[str], runs_dir: Path, run: Callable[[str], dict], summary: Callable[[dict], str],
-                lanes: int = 1) -> list[str]:
-    """run(name) -> record for every name without a record in runs_dir/<name>.json, in order, `lanes` at a time (each
-    run's torch then gets cores / lanes threads). A run that raises NotYet is tried again once another has finished;
-    a failed run lets the running ones finish, starts no other, and is raised. Returns the names that still wait
-    for records no run will write (the caller reports what exists)."""
+                lanes: int = 1, only: Sequence[str] | None = None) -> list[str]:
+    """run(name) -> record for every name (matching `only`, see `selected`) without a record in runs_dir/<name>.json,
+    in order, `lanes` at a time (each run's torch then gets cores / lanes threads); each record gets the machine it
+    was made on. A run that raises NotYet is tried again once another has finished; a failed run lets the running
+    ones finish, starts no other, and is raised. Returns the names that still wait for records no run will write
+    (the caller reports what exists)."""
     import os
     import threading
+
+    if only is not None and not selected(names, only):
+        raise SystemExit(f"--only {','.join(only)}: no planned run matches; the plan's runs: {', '.join(names)}")
+    names = selected(names, only)
+    made_on = machine()
 
     if lanes > 1:  # read by the train.py subprocesses' torch (OMP_NUM_THREADS)
         os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // lanes))
@@ -78,6 +105,10 @@ def run_pending(names: Sequence[str], runs_dir: Path, run: Callable[[str], dict]
                 if failures:
                     return None
                 ready = [n for n in pending if n not in running and n not in waiting]
+                for name in [n for n in ready if (runs_dir / f"{n}.json").exists()]:  # written meanwhile elsewhere (--only)
+                    print(f"[{number[name]}/{len(names)}] {name}: done elsewhere meanwhile, skipped", flush=True)
+                    pending.remove(name)
+                    ready.remove(name)
                 if ready:
                     running.add(ready[0])
                     return ready[0]
@@ -103,6 +134,7 @@ def run_pending(names: Sequence[str], runs_dir: Path, run: Callable[[str], dict]
                     running.discard(name)
                     state.notify_all()
                 return
+            record.setdefault("machine", made_on)
             write_atomically(runs_dir / f"{name}.json", json.dumps(record) + "\n")
             print(f"[{number[name]}/{len(names)}] {name}: {record.get('seconds', 0) / 60:.1f} min" + summary(record), flush=True)
             with state:
@@ -138,6 +170,10 @@ def add_study_arguments(parser: argparse.ArgumentParser, out: str, logs: str) ->
     parser.add_argument("--out", type=Path, default=Path(out), help="report and run records")
     parser.add_argument("--logs", type=Path, default=Path(logs), help="the runs' TensorBoard logs and checkpoints")
     parser.add_argument("--report-only", action="store_true", help="write the report from the finished runs only")
+    parser.add_argument("--lanes", type=int, default=1, help="runs at once, each on cores/lanes threads (default 1)")
+    parser.add_argument("--only", type=lambda text: text.split(","), metavar="PATTERNS",
+                        help="run only the planned runs whose names match one of these comma-separated shell patterns "
+                             "(e.g. 'mnist-*-s1'), to spread a study over machines; the report covers every record")
     parser.add_argument("extra", nargs="*", help="more train.py overrides for every run (e.g. trainer.limit_train_batches=2)")
 
 

@@ -22,8 +22,19 @@ def test_a_run_that_needs_another_waits_for_its_record(tmp_path):
 
     left = runner.run_pending(["report", "a", "b"], tmp_path, run, lambda record: "")
     assert left == [] and started == ["report", "a", "report", "b"]  # tried again as soon as a's record existed
-    assert json.loads((tmp_path / "report.json").read_text()) == {"name": "report"}
+    assert json.loads((tmp_path / "report.json").read_text()) == {"name": "report", "machine": runner.machine()}
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_only_runs_the_matching_names_and_each_record_says_where_it_was_made(tmp_path):
+    started = []
+    runner.run_pending(["mnist-jsa-s0", "mnist-jsa-s1", "mnist-rws-s1", "fashion-jsa-s1"], tmp_path,
+                       lambda name: started.append(name) or {"name": name}, lambda record: "", only=["mnist-*-s1", "x"])
+    assert started == ["mnist-jsa-s1", "mnist-rws-s1"]
+    machine = json.loads((tmp_path / "mnist-rws-s1.json").read_text())["machine"]
+    assert machine == runner.machine() and ("cores" in machine or "NVIDIA" in machine)
+    with pytest.raises(SystemExit, match="--only mnist-\\*-s3: no planned run matches; the plan's runs: a, b"):
+        runner.run_pending(["a", "b"], tmp_path, lambda name: {}, lambda record: "", only=["mnist-*-s3"])
 
 
 def test_runs_no_run_can_unblock_are_returned_not_waited_for(tmp_path):
@@ -90,3 +101,15 @@ def test_the_cache_studys_is_table_pairs_the_arms_by_seed_and_image(tmp_path):
     # −ELBO: -(-6, -8) -> +7.00 ± 1.00. Seed 2: level.
     assert paired == ["| categorical 20×10, L = 20 | 1 | +3.00 ± 1.00 | -1.00 ± 0.00 | +7.00 ± 1.00 |",
                       "| categorical 20×10, L = 20 | 2 | +0.00 ± 0.00 | +0.00 ± 0.00 | +0.00 ± 0.00 |"]
+
+
+def test_a_record_written_meanwhile_by_another_machine_is_not_redone(tmp_path):
+    started = []
+
+    def run(name: str) -> dict:
+        started.append(name)
+        (tmp_path / "b.json").write_text("{}")  # another machine (--only) finishes b while this one runs a
+        return {}
+
+    runner.run_pending(["a", "b", "c"], tmp_path, run, lambda record: "")
+    assert started == ["a", "c"] and (tmp_path / "b.json").read_text() == "{}"
