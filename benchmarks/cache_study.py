@@ -155,9 +155,9 @@ def write_report(args: argparse.Namespace) -> Path:
              "test NLL from 1000 samples at the best val epoch; the cache read from epoch 0, from epoch "
              f"{args.epochs // 2}, or never (`model.use_cache=false`). Written by `python -m benchmarks.cache_study` "
              f"({len(records)} of {len(plan(args))} runs finished); the commands are in commands.txt. Diagnostics are "
-             "means over the last fifth of training.", "",
+             "means over the last fifth of training.", "", runner.machines_line(records), "",
              "| model | cache read | seeds | test NLL | best val NLL | acceptance | stuck on the cached state | "
-             "age of cached states (epochs) | log-weight gap, cached − best proposal | min per run |",
+             "age of cached states (epochs) | log-weight gap, cached − best proposal | min per run (machine) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     arms: dict[tuple[str, str], list[dict]] = {}
     for r in records:
@@ -173,7 +173,7 @@ def write_report(args: argparse.Namespace) -> Path:
                            for tag in DIAGNOSTICS]
             lines.append(f"| {MODELS[model][0]} | {arm} | {len(runs)} | {mean_sd(test)} | {mean_sd(val)} | "
                          + " | ".join(fmt(d, 3) for d in diagnostics)
-                         + f" | {statistics.mean(r['seconds'] for r in runs) / 60:.0f} |")
+                         + f" | {runner.minutes_by_machine(runs)} |")
 
     lines += ["", "Test-NLL differences from the arm without the cache (a difference counts when it exceeds t × s.e., the 95% "
               "threshold of a two-sample t-test with pooled variance; – below two seeds an arm):", "",

@@ -8,6 +8,7 @@ import math
 import statistics
 from pathlib import Path
 
+from benchmarks import runner
 from benchmarks.field_study import (CLOSE, DATASETS, LABELS, PRIOR_LABELS, REFERENCE, TWENTY_PARTICLES, arm_name,
                                     compared_pairs, decoder_rows, plan, read_records)
 from benchmarks.jsa_study import epoch_of, fmt, t_threshold
@@ -158,7 +159,8 @@ def write(args: argparse.Namespace) -> Path:
              f"the epoch of best val NLL. Written by `python -m benchmarks.field_study` ({len(records)} of {len(plan(args, records))} "
              "records so far); every run's command is in commands.txt. MNIST arms get "
              f"{args.seeds} seeds; a Fashion-MNIST arm gets one, and {args.seeds} where its seed-0 test NLL is within {CLOSE:g} nat "
-             "of an arm it is compared with."]
+             "of an arm it is compared with.", "",
+             runner.machines_line([r for r in records.values() if r.get("kind") in ("train", "equal_time")])]
     for data, name in DATASETS.items():
         grouped = arms(records, data)
         if not grouped:

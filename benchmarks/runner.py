@@ -64,6 +64,33 @@ def machine() -> str:
     return f"{model}, {len(os.sched_getaffinity(0))} cores"
 
 
+# Records made before they kept their machine (benchmarks/results/*/FINDINGS.md: every such run trained there).
+BEFORE_MACHINE_FIELD = "AMD EPYC, 2 cores"
+
+
+def machine_label(record: dict) -> str:
+    """A short name of the machine a record was made on: 'AMD EPYC', 'H200'."""
+    return record.get("machine", BEFORE_MACHINE_FIELD).split(",")[0].replace("NVIDIA ", "")
+
+
+def minutes_by_machine(records: Sequence[dict]) -> str:
+    """Mean minutes per run on each machine the records were made on, e.g. '44 (AMD EPYC); 3.1 (H200)'."""
+    by: dict[str, list[float]] = {}
+    for r in records:
+        by.setdefault(machine_label(r), []).append(r["seconds"] / 60)
+    return "; ".join(f"{sum(m) / len(m):.{0 if sum(m) / len(m) >= 10 else 1}f} ({label})" for label, m in sorted(by.items()))
+
+
+def machines_line(records: Sequence[dict]) -> str:
+    """Which runs were made on which machine, for a report: a run's numbers do not depend on the machine beyond
+    floating-point noise (the same seed gives a different stream on a GPU, as another seed would), its minutes do."""
+    by: dict[str, list[str]] = {}
+    for r in records:
+        by.setdefault(r.get("machine", BEFORE_MACHINE_FIELD), []).append(r["name"])
+    return "Made on: " + "; ".join(f"{machine}: {len(names)} ({', '.join(sorted(names))})" if len(by) > 1 else
+                                   f"{machine}: all {len(names)}" for machine, names in sorted(by.items())) + "."
+
+
 def selected(names: Sequence[str], only: Sequence[str] | None) -> list[str]:
     """The names matching any of the shell-style patterns `only` (all of them when it is None)."""
     return list(names) if only is None else [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in only)]

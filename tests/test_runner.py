@@ -113,3 +113,11 @@ def test_a_record_written_meanwhile_by_another_machine_is_not_redone(tmp_path):
 
     runner.run_pending(["a", "b", "c"], tmp_path, run, lambda record: "")
     assert started == ["a", "c"] and (tmp_path / "b.json").read_text() == "{}"
+
+
+def test_reports_say_which_machine_made_each_run_and_its_minutes_apart():
+    records = [{"name": "a", "seconds": 2640.0}, {"name": "b", "seconds": 186.0, "machine": "NVIDIA H200"},
+               {"name": "c", "seconds": 2700.0, "machine": "AMD EPYC, 2 cores"}]
+    assert runner.minutes_by_machine(records) == "44 (AMD EPYC); 3.1 (H200)"  # a record without one: made on the EPYC
+    assert runner.machines_line(records) == "Made on: AMD EPYC, 2 cores: 2 (a, c); NVIDIA H200: 1 (b)."
+    assert runner.machines_line(records[:1]) == "Made on: AMD EPYC, 2 cores: all 1."
