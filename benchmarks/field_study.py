@@ -8,6 +8,7 @@ own resolution, and the estimators' gradient noise at shared parameters.
     python -m benchmarks.field_study                  # every run and measurement (resumable), then the report
     python -m benchmarks.field_study --report-only    # the report from the finished records
     python -m benchmarks.field_study --lanes 2        # two runs at once, one thread each (benchmarks/results/field-study/lanes.md)
+    python -m benchmarks.field_study --only 'mnist-*-s1,mnist-*-s2' --lanes 4   # a subset, on another machine
 
 The runs go in the order of what they tell: seed 0 of every MNIST arm; each arm's training step timed side by side
 (the time axis of every equal-time comparison: the runs' own logged times depend on what else the machine did);
