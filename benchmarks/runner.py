@@ -64,7 +64,7 @@ def machine() -> str:
     return f"{model}, {len(os.sched_getaffinity(0))} cores"
 
 
-# Records made before they kept their machine (benchmarks/results/*/FINDINGS.md: every such run trained there).
+# Records made before they kept their machine: the cache and field studies' FINDINGS.md say all of theirs trained here.
 BEFORE_MACHINE_FIELD = "AMD EPYC, 2 cores"
 
 
