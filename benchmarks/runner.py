@@ -59,8 +59,9 @@ def machine() -> str:
 
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
     return f"{model}, {len(os.sched_getaffinity(0))} cores"
 
 
@@ -78,7 +79,8 @@ def minutes_by_machine(records: Sequence[dict]) -> str:
     by: dict[str, list[float]] = {}
     for r in records:
         by.setdefault(machine_label(r), []).append(r["seconds"] / 60)
-    return "; ".join(f"{sum(m) / len(m):.{0 if sum(m) / len(m) >= 10 else 1}f} ({label})" for label, m in sorted(by.items()))
+    means = {label: sum(m) / len(m) for label, m in sorted(by.items())}
+    return "; ".join(f"{mean:.{0 if mean >= 10 else 1}f} ({label})" for label, mean in means.items())
 
 
 def machines_line(records: Sequence[dict]) -> str:

@@ -4,8 +4,6 @@ invocation, once the seed-0 records exist."""
 
 from __future__ import annotations
 
-import json
-
 from benchmarks import field_study
 
 # Seed-0 Fashion-MNIST test NLLs: JSA and RWS (uniform) 0.5 apart, VIMCO 2 nats from JSA; with the MADE prior JSA
@@ -48,4 +46,3 @@ def test_close_arms_reads_only_seed_0_of_its_data_set(tmp_path):
     records["fashion_mnist-vimco-uniform-s1"] = {**records["fashion_mnist-vimco-uniform-s0"], "seed": 1,
                                                 "test": {"nll": 90.2}}
     assert field_study.close_arms(records, "fashion_mnist") == {"fashion_mnist-jsa-uniform", "fashion_mnist-rws-uniform"}
-    json.dumps(records)  # records as the study writes them
