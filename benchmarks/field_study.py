@@ -174,8 +174,8 @@ def measure(job: Job, records: dict[str, dict], args: argparse.Namespace) -> dic
     began = time.perf_counter()
     if job.kind == "step_cost":
         runs = {name: (at_checkpoints.best_checkpoint(args.logs / name), records[name]["command"]) for name in seed0_mnist_runs(args)}
-        result = at_checkpoints.step_cost(runs, args.cost_rounds)
-        result["settings"] = {"rounds": args.cost_rounds}
+        result = at_checkpoints.step_cost(runs, args.cost_rounds, args.cost_seconds)
+        result["settings"] = {"rounds": args.cost_rounds, "seconds": args.cost_seconds}
     elif job.kind == "is_resolution":
         runs = {name: (at_checkpoints.best_checkpoint(args.logs / name), records[name]["command"]) for name in best_of_each_family(records)}
         result = at_checkpoints.is_resolution(runs, args.is_images, args.is_samples)
@@ -241,6 +241,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--is-samples", type=runner.counts, default=[1000, 5000, 20000],
                         help="importance samples of the IS-resolution measurement (default 1000,5000,20000)")
     parser.add_argument("--cost-rounds", type=int, default=5, help="alternating rounds of the step-cost timing")
+    parser.add_argument("--cost-seconds", type=float, default=2.0,
+                        help="seconds (at least) each model's steps are timed for in each round (default 2)")
     parser.add_argument("--grad-batches", type=int, default=4, help="training batches per gradient measurement")
     parser.add_argument("--grad-repeats", type=int, default=16, help="gradient estimates per batch (>= 2)")
     runner.add_study_arguments(parser, out="benchmarks/results/field-study", logs="logs/field-study")
@@ -250,6 +252,8 @@ def main(argv: list[str] | None = None) -> None:
                                  {"models": (args.models, list(LABELS)), "datasets": (args.datasets, list(DATASETS))})
     if args.grad_repeats < 2:  # --is-samples: runner.counts refuses a count below 1
         parser.error("need --grad-repeats >= 2")
+    if not args.cost_seconds > 0:
+        parser.error(f"--cost-seconds must be > 0, got {args.cost_seconds}")
     planned: list[str] = []
     while not args.report_only:  # again while the finished records add runs to the plan (close Fashion-MNIST arms)
         jobs = {job.name: job for job in plan(args)}

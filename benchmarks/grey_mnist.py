@@ -28,6 +28,8 @@ def main() -> None:
     parser.add_argument("--logs", type=Path, default=Path("logs/grey-mnist"), help="where the runs write (resumable)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--val-every", type=int, default=100, help="validate every this many steps (<= --steps)")
+    parser.add_argument("--val-batches", type=int, default=4, help="val batches of each validation")
+    parser.add_argument("--val-samples", type=int, default=20, help="importance samples of the val bound")
     parser.add_argument("--test-batches", type=int, default=16)
     parser.add_argument("--test-samples", type=int, default=100)
     parser.add_argument("--models", type=lambda text: text.split(","), default=list(MODELS),
@@ -36,7 +38,7 @@ def main() -> None:
     unknown = sorted(set(args.models) - set(MODELS))
     if unknown:
         parser.error(f"--models: unknown {', '.join(unknown)}; choose from {', '.join(MODELS)}")
-    for option in ("steps", "val_every", "test_batches", "test_samples"):
+    for option in ("steps", "val_every", "val_batches", "val_samples", "test_batches", "test_samples"):
         if getattr(args, option) < 1:
             parser.error(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
     for model in args.models:
@@ -46,7 +48,8 @@ def main() -> None:
         command = [
             sys.executable, str(TRAIN), "experiment=compare", f"model={model}", "data=mnist", "data.binarize=none",
             f"log_dir={args.logs}", f"trainer.max_steps={args.steps}", f"trainer.val_check_interval={min(args.val_every, args.steps)}",
-            "trainer.limit_val_batches=4", "model.val_num_samples=20", f"trainer.limit_test_batches={args.test_batches}",
+            f"trainer.limit_val_batches={args.val_batches}", f"model.val_num_samples={args.val_samples}",
+            f"trainer.limit_test_batches={args.test_batches}",
             f"model.test_num_samples={args.test_samples}",
         ]
         print("+ python train.py", " ".join(command[2:]), flush=True)

@@ -3,6 +3,7 @@
     python -m benchmarks.priors                  # the cost table, the training runs (resumable), the report
     python -m benchmarks.priors --cost-only      # the cost table only, measured again (a few minutes)
     python -m benchmarks.priors --report-only    # the report from the finished runs
+    python -m benchmarks.priors --lanes 2        # two runs at once (one thread each on two cores)
 
 Cost, measured side by side in one process (interleaved repeats, medians), on real MNIST batches:
 * ms per JSA training step (MIS with L = 10, loss, backward, Adam) with each prior: the flat layout
@@ -32,6 +33,7 @@ from benchmarks import runner
 from benchmarks.jsa_study import read_curves, t_threshold
 
 JSA_PRIORS = ["uniform", "factorized", "autoregressive"]
+STAGE1 = "vqvae-mlp-autoregressive-s0"  # the VQ-VAE run whose last checkpoint the second stage starts from
 
 
 # ---- cost --------------------------------------------------------------------------------------
@@ -89,9 +91,9 @@ def plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     jobs = [(f"jsa-{prior}-s{seed}", ["model=jsa", f"model.prior={prior}", f"seed={seed}", *common])
             for seed in range(args.seeds) for prior in JSA_PRIORS]
     flat_vqvae = ["model.backbone=mlp", "model.num_categories=10", "model.code_dim=16"]
-    jobs += [("vqvae-mlp-autoregressive-s0", ["model=vqvae", *flat_vqvae, "model.prior=autoregressive", "seed=0", *common]),
+    jobs += [(STAGE1, ["model=vqvae", *flat_vqvae, "model.prior=autoregressive", "seed=0", *common]),
              ("vqvae-conv-pixelcnn-s0", ["model=vqvae", "model.prior=pixelcnn", "seed=0", *common])]
-    stage1 = runner.last_checkpoint(args.logs / "vqvae-mlp-autoregressive-s0") or Path("<the stage-1 run's last.ckpt>")
+    stage1 = runner.last_checkpoint(args.logs / STAGE1) or Path("<the stage-1 run's last.ckpt>")
     stage2 = [f"trainer.max_epochs={args.stage2_epochs}", "trainer.check_val_every_n_epoch=1", "model.val_num_samples=100", "run_test=false"]
     jobs.append(("vqvae-mlp-autoregressive-stage2-s0",
                  ["model=vqvae_prior", *flat_vqvae, "model.prior=autoregressive", f"model.autoencoder_checkpoint={stage1}", "seed=0", *stage2]))
@@ -99,6 +101,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
 
 
 def run(name: str, overrides: list[str], args: argparse.Namespace) -> dict:
+    if "model=vqvae_prior" in overrides and not (args.out / "runs" / f"{STAGE1}.json").exists():
+        raise runner.NotYet(f"needs the finished stage-1 run {STAGE1}")  # run_pending tries again once another finishes
     run_dir, seconds, command = runner.train(name, [*overrides, *args.extra], args.logs / name)
     return {"name": name, "command": command, "seconds": seconds, **read_curves(run_dir)}
 
@@ -189,10 +193,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--logs", type=Path, default=Path("logs/priors"), help="the runs' TensorBoard logs and checkpoints")
     parser.add_argument("--cost-only", action="store_true", help="measure the cost table (again) and nothing else")
     parser.add_argument("--report-only", action="store_true", help="write the report from what was measured")
+    runner.add_run_selection_arguments(parser)
     parser.add_argument("extra", nargs="*", help="more train.py overrides for every run (e.g. trainer.limit_train_batches=2)")
     args = parser.parse_args(argv)
-    if min(args.epochs, args.stage2_epochs, args.seeds, args.repeats) < 1:
-        parser.error("--epochs, --stage2-epochs, --seeds and --repeats must be >= 1")
+    if min(args.epochs, args.stage2_epochs, args.seeds, args.repeats, args.lanes) < 1:
+        parser.error("--epochs, --stage2-epochs, --seeds, --repeats and --lanes must be >= 1")
     args.out, args.logs = args.out.resolve(), args.logs.resolve()
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
     cost_path = args.out / "cost.json"
@@ -202,7 +207,8 @@ def main(argv: list[str] | None = None) -> None:
     if not (args.report_only or args.cost_only):
         # The plan is made again for each run: the second stage names the first stage's checkpoint.
         runner.run_pending([name for name, _ in plan(args)], args.out / "runs",
-                           lambda name: run(name, dict(plan(args))[name], args), lambda record: f", val/nll {last(record, 'nll'):.2f}")
+                           lambda name: run(name, dict(plan(args))[name], args), lambda record: f", val/nll {last(record, 'nll'):.2f}",
+                           lanes=args.lanes, only=args.only)
     print(f"report: {write_report(args)}")
 
 

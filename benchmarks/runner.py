@@ -199,11 +199,16 @@ def add_study_arguments(parser: argparse.ArgumentParser, out: str, logs: str) ->
     parser.add_argument("--out", type=Path, default=Path(out), help="report and run records")
     parser.add_argument("--logs", type=Path, default=Path(logs), help="the runs' TensorBoard logs and checkpoints")
     parser.add_argument("--report-only", action="store_true", help="write the report from the finished runs only")
+    add_run_selection_arguments(parser)
+    parser.add_argument("extra", nargs="*", help="more train.py overrides for every run (e.g. trainer.limit_train_batches=2)")
+
+
+def add_run_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """--lanes and --only, read by run_pending: every study of runs takes them (the ones above, benchmarks/priors.py)."""
     parser.add_argument("--lanes", type=int, default=1, help="runs at once, each on cores/lanes threads (default 1)")
     parser.add_argument("--only", type=lambda text: text.split(","), metavar="PATTERNS",
                         help="run only the planned runs whose names match one of these comma-separated shell patterns "
                              "(e.g. 'mnist-*-s1'), to spread a study over machines; the report covers every record")
-    parser.add_argument("extra", nargs="*", help="more train.py overrides for every run (e.g. trainer.limit_train_batches=2)")
 
 
 def check_study_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, positive: Sequence[str],

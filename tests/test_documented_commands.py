@@ -35,7 +35,8 @@ HYDRA_FAST = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.l
               "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=16", "trainer.num_sanity_val_steps=0"]
 CLI_FAST = ["--trainer.max_steps=2", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
             "--trainer.limit_test_batches=1", "--data.batch_size=16", "--trainer.num_sanity_val_steps=0"]
-BENCHMARK_FAST = {"benchmarks.grey_mnist": ["--steps", "2", "--val-every", "1", "--test-batches", "1", "--test-samples", "2", "--models", "vae,jsa"],
+BENCHMARK_FAST = {"benchmarks.grey_mnist": ["--steps", "2", "--val-every", "1", "--val-batches", "1", "--val-samples", "2", "--test-batches", "1",
+                                           "--test-samples", "2", "--models", "vae,jsa"],
                   "benchmarks.mis_speed": ["--batch-size", "8", "--mis-steps", "1", "--min-run-time", "0.02"],
                   "benchmarks.jsa_gradient_cost": ["--batch-size", "8", "--num-steps", "2", "--warm-up-steps", "1", "--rounds", "1",
                                                    "--min-run-time", "0.05"],
@@ -49,15 +50,16 @@ BENCHMARK_FAST = {"benchmarks.grey_mnist": ["--steps", "2", "--val-every", "1", 
                   "benchmarks.memory": ["--models", "jsa", "--steps", "2", "--test-batches", "1"],
                   "benchmarks.field_study": ["--models", "jsa,vae", "--datasets", "mnist", "--seeds", "1", "--epochs", "1", "--val-every", "1",
                                              "--val-samples", "2", "--steps-per-epoch", "2", "--is-images", "4", "--is-samples", "2,4",
-                                             "--grad-batches", "1", "--grad-repeats", "2", "--cost-rounds", "1", "--out", "field-study", "--logs", "field-study-logs",
+                                             "--grad-batches", "1", "--grad-repeats", "2", "--cost-rounds", "1", "--cost-seconds", "0.05", "--out", "field-study", "--logs", "field-study-logs",
                                              "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
                                              "model.test_num_samples=2"],
-                  "benchmarks.priors": ["--epochs", "1", "--stage2-epochs", "1", "--seeds", "1", "--repeats", "1", "trainer.limit_train_batches=2",
+                  "benchmarks.priors": ["--epochs", "1", "--stage2-epochs", "1", "--seeds", "1", "--repeats", "1",
+                                        "--only", "jsa-autoregressive-s0,vqvae-mlp-*", "trainer.limit_train_batches=2",
                                         "trainer.limit_val_batches=1", "model.val_num_samples=2"]}
 
 # Rough seconds of each benchmark's cut-down run (a scheduling hint, not a measurement): the lanes start the longest first.
-BENCHMARK_COST = {"benchmarks.priors": 90, "benchmarks.grey_mnist": 50, "benchmarks.bad_inputs": 45, "benchmarks.field_study": 40,
-                  "benchmarks.memory": 30, "benchmarks.jsa_study": 25}
+BENCHMARK_COST = {"benchmarks.bad_inputs": 48, "benchmarks.field_study": 45, "benchmarks.priors": 30, "benchmarks.grey_mnist": 25,
+                  "benchmarks.memory": 24, "benchmarks.jsa_study": 18}
 
 
 def documented_commands() -> list[str]:

@@ -121,3 +121,39 @@ def test_reports_say_which_machine_made_each_run_and_its_minutes_apart():
     assert runner.minutes_by_machine(records) == "44 (AMD EPYC); 3.1 (H200)"  # a record without one: made on the EPYC
     assert runner.machines_line(records) == "Made on: AMD EPYC, 2 cores: 2 (a, c); NVIDIA H200: 1 (b)."
     assert runner.machines_line(records[:1]) == "Made on: AMD EPYC, 2 cores: all 1."
+
+
+def test_the_priors_second_stage_waits_for_the_first_stages_record_in_two_lanes(tmp_path, monkeypatch):
+    """benchmarks/priors.py with --lanes 2: the VQ-VAE's second stage starts from the first stage's last checkpoint,
+    so it starts only once that run's record is written, though a lane is free before."""
+    import threading
+    import time
+
+    from benchmarks import priors
+
+    out, logs = tmp_path / "out", tmp_path / "logs"
+    (out / "runs").mkdir(parents=True)
+    (out / "cost.json").write_text("{}")  # the cost table counts as measured: runs only
+    finished, started = [], {}
+    lock = threading.Lock()
+
+    def fake_train(name, overrides, log_dir):
+        with lock:
+            started[name] = list(finished)  # which runs had finished when this one started
+        time.sleep(0.3 if name == priors.STAGE1 else 0.05)
+        with lock:
+            finished.append(name)
+        return log_dir, 0.0, f"python train.py {' '.join(overrides)}"
+
+    monkeypatch.setattr(priors.runner, "train", fake_train)
+    monkeypatch.setattr(priors, "read_curves", lambda run_dir: {"curves": {"nll": [[1, 100.0]]}, "epoch_time_s": [1.0]})
+    monkeypatch.setattr(priors.runner, "last_checkpoint", lambda log_dir: log_dir / "last.ckpt")
+    priors.main(["--lanes", "2", "--seeds", "1", "--only", f"{priors.STAGE1},*stage2*", "--out", str(out), "--logs", str(logs)])
+    assert started == {priors.STAGE1: [], "vqvae-mlp-autoregressive-stage2-s0": [priors.STAGE1]}
+    assert "model.autoencoder_checkpoint=" + str(logs / priors.STAGE1 / "last.ckpt") in json_command(out, "vqvae-mlp-autoregressive-stage2-s0")
+
+
+def json_command(out, name):
+    import json
+
+    return json.loads((out / "runs" / f"{name}.json").read_text())["command"]
