@@ -104,6 +104,20 @@ def is_resolution(record: dict) -> list[str]:
         se = statistics.stdev(gap) / math.sqrt(len(gap)) if len(gap) > 1 else float("nan")
         lines.append(f"| {name} | " + " | ".join(fmt(statistics.mean(by_count[k]["nll"])) for k in counts) +
                      f" | {fmt(-statistics.mean(by_count[counts[-1]]['elbo']))} | {statistics.mean(gap):+.3f} ± {fmt(se, 3)} |")
+    jsa = next((name for name in record["is_resolution"] if name.split("-")[1] == "jsa"), None)
+    if jsa is None:
+        return lines
+    # A difference between two runs at each K, paired over the same images: does it move as K grows?
+    lines += ["", f"Each run − {jsa}, paired over the same images (mean ± s.e.):", "",
+              "| run | " + " | ".join(f"K = {k}" for k in counts) + " |", "|---|" + "---|" * len(counts)]
+    for name, by_count in record["is_resolution"].items():
+        if name == jsa:
+            continue
+        cells = []
+        for k in counts:
+            paired = [a - b for a, b in zip(by_count[k]["nll"], record["is_resolution"][jsa][k]["nll"])]
+            cells.append(f"{statistics.mean(paired):+.2f} ± {fmt(statistics.stdev(paired) / math.sqrt(len(paired)))}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
 

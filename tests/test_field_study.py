@@ -46,3 +46,17 @@ def test_close_arms_reads_only_seed_0_of_its_data_set(tmp_path):
     records["fashion_mnist-vimco-uniform-s1"] = {**records["fashion_mnist-vimco-uniform-s0"], "seed": 1,
                                                 "test": {"nll": 90.2}}
     assert field_study.close_arms(records, "fashion_mnist") == {"fashion_mnist-jsa-uniform", "fashion_mnist-rws-uniform"}
+
+
+def test_the_is_resolution_table_pairs_each_run_with_jsa_over_the_same_images():
+    from benchmarks import field_study_report
+
+    # Per-image NLLs at K = 10 and 100: RWS is 1 nat below JSA on every image at K = 10, 2 nats at K = 100.
+    record = {"is_resolution": {
+        "mnist-jsa-uniform-s0": {"10": {"nll": [80.0, 82.0, 90.0], "elbo": [-95.0] * 3},
+                                 "100": {"nll": [79.0, 81.0, 89.0], "elbo": [-95.0] * 3}},
+        "mnist-rws-uniform-s0": {"10": {"nll": [79.0, 81.0, 89.0], "elbo": [-97.0] * 3},
+                                 "100": {"nll": [77.0, 79.0, 87.0], "elbo": [-97.0] * 3}}}}
+    lines = field_study_report.is_resolution(record)
+    assert "| mnist-rws-uniform-s0 | -1.00 ± 0.00 | -2.00 ± 0.00 |" in lines
+    assert "| mnist-jsa-uniform-s0 | 84.00 | 83.00 | 95.00 | +1.000 ± 0.000 |" in lines
