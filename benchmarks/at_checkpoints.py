@@ -55,7 +55,7 @@ def first_test_images(datamodule: Any, count: int) -> torch.Tensor:
     return torch.cat(images)[:count]
 
 
-def step_cost(runs: dict[str, tuple[Path, str]], rounds: int, seconds: float = 2.0, batch_size: int = 200) -> dict:
+def step_cost(runs: dict[str, tuple[Path, str]], rounds: int, min_run_time: float = 2.0, batch_size: int = 200) -> dict:
     """{"ms_per_step": {run: ms}}: one training step (the loss, backward, an Adam update) of every run's model at its
     trained parameters (JSA's chains then accept as in training), on the same batch of training images, timed on one
     thread in alternating rounds in this one process (benchmarks/timing.py), so that every run is timed under the
@@ -79,7 +79,7 @@ def step_cost(runs: dict[str, tuple[Path, str]], rounds: int, seconds: float = 2
 
         steps[name] = step
     torch.manual_seed(0)
-    timed = alternating(steps, lambda fn: median_seconds(fn, min_run_time=seconds, warm_up=2), rounds, reference=next(iter(steps)))
+    timed = alternating(steps, lambda fn: median_seconds(fn, min_run_time=min_run_time, warm_up=2), rounds, reference=next(iter(steps)))
     for name, (seconds, _) in timed.items():
         print(f"  {name}: {1e3 * seconds:.1f} ms per step", flush=True)
     return {"ms_per_step": {name: 1e3 * seconds for name, (seconds, _) in timed.items()}}

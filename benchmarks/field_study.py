@@ -252,8 +252,8 @@ def main(argv: list[str] | None = None) -> None:
                                  {"models": (args.models, list(LABELS)), "datasets": (args.datasets, list(DATASETS))})
     if args.grad_repeats < 2:  # --is-samples: runner.counts refuses a count below 1
         parser.error("need --grad-repeats >= 2")
-    if not args.cost_seconds > 0:
-        parser.error(f"--cost-seconds must be > 0, got {args.cost_seconds}")
+    if not (math.isfinite(args.cost_seconds) and args.cost_seconds > 0):
+        parser.error(f"--cost-seconds must be a finite number > 0, got {args.cost_seconds}")
     planned: list[str] = []
     while not args.report_only:  # again while the finished records add runs to the plan (close Fashion-MNIST arms)
         jobs = {job.name: job for job in plan(args)}

@@ -79,9 +79,9 @@ def seed0_mnist(records: dict[str, dict]) -> list[dict]:
 
 def equal_time(records: dict[str, dict], spe: int) -> tuple[list[float], list[str]]:
     """Every seed-0 MNIST run (and the VAE's longer run) at two training times, both at the step costs measured side
-    by side: the shortest 20-particle run's (every run trained at least that long, so none is cut short) and their
-    median (the VAE's equal-time run is sized to it; a run that stopped sooner is marked). Each cell is the best val
-    NLL validated within the time, with the minute of that validation (runs validate every few epochs)."""
+    by side: the shortest 20-particle run's (every 20-particle run trained at least that long, so none of them is cut
+    short) and their median (the VAE's equal-time run is sized to it; a run that stopped sooner is marked). Each cell
+    is the best val NLL validated within the time, with the minute of that validation (runs validate every few epochs)."""
     runs = [r for r in seed0_mnist(records) if cost_minutes(records, r, spe) is not None]
     trained = [r["epochs"] * cost_minutes(records, r, spe) for r in runs if r["kind"] == "train" and r["model"] in TWENTY_PARTICLES]
     if not trained:
@@ -123,8 +123,9 @@ def is_resolution(record: dict) -> list[str]:
             continue
         cells = []
         for k in counts:
-            paired = [a - b for a, b in zip(by_count[k]["nll"], record["is_resolution"][jsa][k]["nll"])]
-            cells.append(f"{statistics.mean(paired):+.2f} ± {fmt(statistics.stdev(paired) / math.sqrt(len(paired)))}")
+            paired = [a - b for a, b in zip(by_count[k]["nll"], record["is_resolution"][jsa][k]["nll"], strict=True)]
+            se = statistics.stdev(paired) / math.sqrt(len(paired)) if len(paired) > 1 else float("nan")
+            cells.append(f"{statistics.mean(paired):+.2f} ± {fmt(se)}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
@@ -195,9 +196,10 @@ def write(args: argparse.Namespace) -> Path:
         plot_equal_cost(records, args)
         lines += ["", "## Equal cost (MNIST, seed 0): the same training time each, at the step costs measured side by side "
                   "(measure-step-cost, one thread)", "",
-                  f"{budgets[0]:.1f} min is the shortest 20-particle run's 30 epochs, so no run is cut short there; "
-                  f"{budgets[1]:.1f} min is their median, the time the VAE's equal-time run was given. A run validates every "
-                  "5 epochs, so each value is from the last validation within the time, at the minute in brackets.", "",
+                  f"{budgets[0]:.1f} min is the shortest 20-particle run's {args.epochs} epochs, so no 20-particle run is cut "
+                  f"short there; {budgets[1]:.1f} min is the median of their training times, the time the VAE's equal-time run "
+                  f"was given. A run validates every {args.val_every} epochs, so each value is the best validation within the "
+                  "time, at the minute in brackets.", "",
                   *table, "",
                   "![val NLL against training time, decoder rows run forward and decoder rows run backward](equal_cost.png)"]
     if "measure-is-resolution" in records:

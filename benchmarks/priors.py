@@ -34,6 +34,7 @@ from benchmarks.jsa_study import read_curves, t_threshold
 
 JSA_PRIORS = ["uniform", "factorized", "autoregressive"]
 STAGE1 = "vqvae-mlp-autoregressive-s0"  # the VQ-VAE run whose last checkpoint the second stage starts from
+STAGE2 = "vqvae-mlp-autoregressive-stage2-s0"
 
 
 # ---- cost --------------------------------------------------------------------------------------
@@ -95,14 +96,16 @@ def plan(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
              ("vqvae-conv-pixelcnn-s0", ["model=vqvae", "model.prior=pixelcnn", "seed=0", *common])]
     stage1 = runner.last_checkpoint(args.logs / STAGE1) or Path("<the stage-1 run's last.ckpt>")
     stage2 = [f"trainer.max_epochs={args.stage2_epochs}", "trainer.check_val_every_n_epoch=1", "model.val_num_samples=100", "run_test=false"]
-    jobs.append(("vqvae-mlp-autoregressive-stage2-s0",
+    jobs.append((STAGE2,
                  ["model=vqvae_prior", *flat_vqvae, "model.prior=autoregressive", f"model.autoencoder_checkpoint={stage1}", "seed=0", *stage2]))
     return jobs
 
 
 def run(name: str, overrides: list[str], args: argparse.Namespace) -> dict:
-    if "model=vqvae_prior" in overrides and not (args.out / "runs" / f"{STAGE1}.json").exists():
+    if name == STAGE2 and not (args.out / "runs" / f"{STAGE1}.json").exists():
         raise runner.NotYet(f"needs the finished stage-1 run {STAGE1}")  # run_pending tries again once another finishes
+    if name == STAGE2 and runner.last_checkpoint(args.logs / STAGE1) is None:  # its record was copied in without its logs
+        raise SystemExit(f"{STAGE2} starts from {STAGE1}'s last.ckpt, and there is none under {args.logs / STAGE1}")
     run_dir, seconds, command = runner.train(name, [*overrides, *args.extra], args.logs / name)
     return {"name": name, "command": command, "seconds": seconds, **read_curves(run_dir)}
 

@@ -52,11 +52,12 @@ def test_the_is_resolution_table_pairs_each_run_with_jsa_over_the_same_images():
     from benchmarks import field_study_report
 
     # Per-image NLLs at K = 10 and 100: RWS is 1 nat below JSA on every image at K = 10, 2 nats at K = 100.
+    # RWS first: the pairing is with the JSA run wherever it stands.
     record = {"is_resolution": {
-        "mnist-jsa-uniform-s0": {"10": {"nll": [80.0, 82.0, 90.0], "elbo": [-95.0] * 3},
-                                 "100": {"nll": [79.0, 81.0, 89.0], "elbo": [-95.0] * 3}},
         "mnist-rws-uniform-s0": {"10": {"nll": [79.0, 81.0, 89.0], "elbo": [-97.0] * 3},
-                                 "100": {"nll": [77.0, 79.0, 87.0], "elbo": [-97.0] * 3}}}}
+                                 "100": {"nll": [77.0, 79.0, 87.0], "elbo": [-97.0] * 3}},
+        "mnist-jsa-uniform-s0": {"10": {"nll": [80.0, 82.0, 90.0], "elbo": [-95.0] * 3},
+                                 "100": {"nll": [79.0, 81.0, 89.0], "elbo": [-95.0] * 3}}}}
     lines = field_study_report.is_resolution(record)
     assert "| mnist-rws-uniform-s0 | -1.00 ± 0.00 | -2.00 ± 0.00 |" in lines
     assert "| mnist-jsa-uniform-s0 | 84.00 | 83.00 | 95.00 | +1.000 ± 0.000 |" in lines
@@ -72,14 +73,15 @@ def test_equal_time_reads_every_run_at_the_shortest_and_the_median_training_time
         return {"name": name, "kind": kind, "data": "mnist", "model": model, "prior": "uniform", "seed": 0,
                 "epochs": len(nlls), "curves": {"nll": curve}}
 
-    # At 6000 ms per step an epoch is one minute: JSA trains 3 min, RWS 6 (at 2 min an epoch), VIMCO 9.
+    # At 6000 ms per step an epoch is one minute: JSA trains 3 min, RWS 6 (at 2 min an epoch), VIMCO 12. VIMCO's val
+    # NLL rises at its second validation: the best within the time, not the last, is read.
     records = {"measure-step-cost": {"ms_per_step": {"mnist-jsa-uniform-s0": 6000, "mnist-rws-uniform-s0": 12000,
                                                      "mnist-vimco-uniform-s0": 18000}},
                "mnist-jsa-uniform-s0": run("mnist-jsa-uniform-s0", "jsa", 6000, [90, 85, 80]),
                "mnist-rws-uniform-s0": run("mnist-rws-uniform-s0", "rws", 12000, [88, 84, 79]),
-               "mnist-vimco-uniform-s0": run("mnist-vimco-uniform-s0", "vimco", 18000, [87, 83, 78])}
+               "mnist-vimco-uniform-s0": run("mnist-vimco-uniform-s0", "vimco", 18000, [87, 89, 78, 77])}
     budgets, lines = field_study_report.equal_time(records, spe)
     assert budgets == [3.0, 6.0]  # the shortest run (JSA) and the median (RWS)
     assert "| JSA, uniform prior | 3.0 | 80.00 (3.0) | 80.00 (3.0) (its run stopped sooner) |" in lines
     assert "| RWS, uniform prior | 6.0 | 88.00 (2.0) | 79.00 (6.0) |" in lines
-    assert "| VIMCO, uniform prior | 9.0 | 87.00 (3.0) | 83.00 (6.0) |" in lines
+    assert "| VIMCO, uniform prior | 12.0 | 87.00 (3.0) | 87.00 (3.0) |" in lines

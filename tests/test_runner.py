@@ -147,10 +147,11 @@ def test_the_priors_second_stage_waits_for_the_first_stages_record_in_two_lanes(
 
     monkeypatch.setattr(priors.runner, "train", fake_train)
     monkeypatch.setattr(priors, "read_curves", lambda run_dir: {"curves": {"nll": [[1, 100.0]]}, "epoch_time_s": [1.0]})
-    monkeypatch.setattr(priors.runner, "last_checkpoint", lambda log_dir: log_dir / "last.ckpt")
+    # The stage-1 run's last.ckpt exists once that run has finished (and not before).
+    monkeypatch.setattr(priors.runner, "last_checkpoint", lambda log_dir: log_dir / "last.ckpt" if log_dir.name in finished else None)
     priors.main(["--lanes", "2", "--seeds", "1", "--only", f"{priors.STAGE1},*stage2*", "--out", str(out), "--logs", str(logs)])
-    assert started == {priors.STAGE1: [], "vqvae-mlp-autoregressive-stage2-s0": [priors.STAGE1]}
-    assert "model.autoencoder_checkpoint=" + str(logs / priors.STAGE1 / "last.ckpt") in json_command(out, "vqvae-mlp-autoregressive-stage2-s0")
+    assert started == {priors.STAGE1: [], priors.STAGE2: [priors.STAGE1]}
+    assert "model.autoencoder_checkpoint=" + str(logs / priors.STAGE1 / "last.ckpt") in json_command(out, priors.STAGE2)
 
 
 def json_command(out, name):
