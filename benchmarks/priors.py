@@ -201,6 +201,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if min(args.epochs, args.stage2_epochs, args.seeds, args.repeats, args.lanes) < 1:
         parser.error("--epochs, --stage2-epochs, --seeds, --repeats and --lanes must be >= 1")
+    names = [name for name, _ in plan(args)]
+    if args.only and not runner.selected(names, args.only):  # before the cost table's minutes, not after
+        parser.error(f"--only {','.join(args.only)}: no planned run matches; the plan's runs: {', '.join(names)}")
     args.out, args.logs = args.out.resolve(), args.logs.resolve()
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
     cost_path = args.out / "cost.json"

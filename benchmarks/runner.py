@@ -204,7 +204,8 @@ def add_study_arguments(parser: argparse.ArgumentParser, out: str, logs: str) ->
 
 
 def add_run_selection_arguments(parser: argparse.ArgumentParser) -> None:
-    """--lanes and --only, read by run_pending: every study of runs takes them (the ones above, benchmarks/priors.py)."""
+    """--lanes and --only, read by run_pending: every study of runs takes them (through add_study_arguments, and
+    benchmarks/priors.py, whose options differ)."""
     parser.add_argument("--lanes", type=int, default=1, help="runs at once, each on cores/lanes threads (default 1)")
     parser.add_argument("--only", type=lambda text: text.split(","), metavar="PATTERNS",
                         help="run only the planned runs whose names match one of these comma-separated shell patterns "

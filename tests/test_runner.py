@@ -158,3 +158,14 @@ def json_command(out, name):
     import json
 
     return json.loads((out / "runs" / f"{name}.json").read_text())["command"]
+
+
+def test_the_priors_study_refuses_an_only_that_matches_nothing_before_measuring(tmp_path, capsys):
+    import pytest
+
+    from benchmarks import priors
+
+    with pytest.raises(SystemExit):
+        priors.main(["--only", "nope-*", "--out", str(tmp_path / "out"), "--logs", str(tmp_path / "logs")])
+    assert "--only nope-*: no planned run matches" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "cost.json").exists()  # the cost table was not measured first
