@@ -31,6 +31,7 @@ from callbacks.random_state import RandomStateCheckpoint
 from callbacks.resume_settings import ResumeSettings, changed_settings, state_mismatch
 from models.components.backbones import Activation
 from models.components.likelihoods import LikelihoodName, SigmaShape, bits_per_dim, build_likelihood
+from samplers.hmc import HMC
 from samplers.importance import importance_log_likelihood
 from samplers.sgmcmc import SGMCMC
 
@@ -139,9 +140,13 @@ class LatentVariableModel(L.LightningModule):
         self.optimizer_factory = optimizer
         if optimizer is not None:  # its settings are checked now, not at the first training step (a traceback there)
             try:
-                optimizer([torch.nn.Parameter(torch.zeros(1))])
+                built = optimizer([torch.nn.Parameter(torch.zeros(1))])
             except (ValueError, TypeError) as error:
                 raise ValueError(f"optimizer: {error}") from None
+            if isinstance(built, HMC):  # its Metropolis test needs the full-data energy (docs/sgmcmc.md#hmc)
+                raise ValueError("optimizer: HMC is not a training optimizer: its accept/reject test needs the energy of "
+                                 "the whole data set, and a training step sees one minibatch (with fresh latents every "
+                                 "call); use sgld, sghmc, sgnht or santa")
         self.eval_num_samples = {"val": val_num_samples, "test": test_num_samples}
         self.eval_chunk_size = eval_chunk_size
         self.test_seed = test_seed

@@ -122,15 +122,15 @@ class DiscreteVAE(CategoricalLatentModel):
         """(loss whose gradient is the REINFORCE estimate, per-example ELBO estimate (B,))."""
         control_variate = control_variate or self.control_variate
         # S samples (B, S, V); log p(x, h_s) with gradient to θ, log q(h_s | x) with gradient to φ, (B, S) each
-        latent, log_joint, log_q_latent = self.score_proposals(x, log_q, self.num_samples)
-        signal = (log_joint - log_q_latent).detach()  # f(h_s)
+        latent, log_joint, log_proposal = self.score_proposals(x, log_q, self.num_samples)
+        signal = (log_joint - log_proposal).detach()  # f(h_s)
         if control_variate == "optimal":
             baseline = leave_one_out_optimal_baseline(signal, categorical_score_norm_sq(log_q.detach(), latent))
         elif control_variate == "running_mean":
             baseline = self.baseline_mean
         else:
             baseline = 0.0
-        surrogate = log_joint.mean(1) + score_function_surrogate(log_q_latent, signal, baseline)
+        surrogate = log_joint.mean(1) + score_function_surrogate(log_proposal, signal, baseline)
         elbo = signal.mean(1)
         # value: -ELBO; gradient: -(∇θ E[log p] + the score-function estimate for φ)
         return -(elbo + surrogate - surrogate.detach()).mean(), elbo

@@ -9,8 +9,11 @@ with the expectations over the model's own posterior estimated by one MCMC sampl
 example. h* comes from Metropolis independence sampling with q_φ as the proposal, run in the
 index-cached form (samplers/mis.py, docs/mis.md#index-cached-mis): one encoder pass, one batched
 decoder pass over the L+1 candidates, the chain over candidate indices. Each example's chain persists across
-epochs in a per-example cache (samplers/cache.py): the next visit starts from the state the
-chain reached (re-scored under the current networks), so the chain keeps mixing.
+epochs in a per-example cache (samplers/cache.py): once `cache_start_epoch` is reached, the next visit starts
+from the state the chain reached (re-scored under the current networks), so the chain keeps mixing. By default
+(`cache_start_epoch=None`, the setting benchmarks/results/cache-study/ supports) the cache is written every step,
+so that its diagnostics and a later `cache_start_epoch` find it filled, and never read: every chain starts from a
+fresh proposal.
 
 One training step (no gradient through the sampling):
     h_0..h_L <- candidates (start = cache[index], L proposals from q); the chain over them ends in h*
@@ -30,7 +33,7 @@ from torch import Tensor
 from callbacks.checkpoint_files import CheckpointError
 from common.private_api import ignore_in_ddp
 from models.categorical import CategoricalLatentModel
-from models.components.code_usage import usage_perplexity
+from models.components.code_usage import code_counts, usage_perplexity
 from samplers.cache import LatentCache
 from samplers.mis import MISSample, categorical_log_prob, index_cached_mis
 from samplers.visits import expected_visits, visit_counts
@@ -136,7 +139,7 @@ class JSA(CategoricalLatentModel):
         if not write_cache:
             return {"loss": loss_p + loss_q}
 
-        counts = torch.bincount(sample.latent.flatten(), minlength=self.num_categories)
+        counts = code_counts(sample.latent, self.num_categories)
         self.class_used |= counts > 0
         zero = torch.zeros((), device=x.device)
         terms = {
@@ -145,7 +148,7 @@ class JSA(CategoricalLatentModel):
             "loss_q": loss_q,
             "acceptance_rate": sample.accepted.float().mean() / self.mis_steps,
             "cache_hit_rate": has_start.float().mean() if has_start is not None else zero,
-            "perplexity": usage_perplexity(counts.float()),
+            "perplexity": usage_perplexity(counts),
             "classes_used": self.class_used.float().mean(),
         }
         if read_cache:

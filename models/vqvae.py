@@ -1,7 +1,7 @@
 """VQ-VAE (van den Oord et al., 2017): a deterministic encoder, a codebook, a decoder.
 
     z_e = encoder(x);  k = argmin_j ||z_e - e_j||^2;  z_q = e_k;  x ~ p(x | z_q)
-    loss = -log p(x | z_q) / D  +  ||sg[z_e] - e||^2  +  beta ||z_e - sg[e]||^2
+    loss = -log p(x | z_q) / num_dims  +  ||sg[z_e] - e||^2  +  beta ||z_e - sg[e]||^2
 
 with the straight-through gradient (the decoder's input gradient is copied to the encoder) and
 either a learned codebook or an EMA codebook (models/components/quantizer.py; docs/vqvae.md). Every term is a mean over
@@ -191,7 +191,7 @@ class VQVAE(LatentVariableModel):
         self.train_usage.update(vq.codes)
         terms = {
             "loss": recon + vq.loss,
-            "recon": recon,
+            "recon_per_dim": recon,  # nats per pixel (the VAE's train/recon is per image)
             "codebook": vq.codebook_loss,
             "commitment": vq.commitment_loss,
             "perplexity": vq.perplexity,

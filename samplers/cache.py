@@ -58,13 +58,15 @@ class LatentCache(nn.Module):
         occurrence wins, decided without relying on the scatter order, so that every rank
         writing the same gathered pairs ends with the same cache.
         """
-        unique, inverse = torch.unique(index, return_inverse=True)
+        # position of each example's last occurrence in the batch, scattered into a table over all examples:
+        # sync-free (torch.unique would read its output size back to the host every step)
         position = torch.arange(index.shape[0], device=index.device)
-        last = torch.full_like(unique, -1).scatter_reduce_(0, inverse, position, reduce="amax")
-        new = latent[last].to(self.codes.dtype)
-        changed = (self.codes[unique] != new).flatten(1).any(1)
-        self.codes[unique] = new
-        self.changed_epoch[unique] = torch.where(changed, epoch, self.changed_epoch[unique])
+        last = torch.full((self.num_examples,), -1, dtype=torch.long, device=index.device)
+        last.scatter_reduce_(0, index, position, reduce="amax")
+        new = latent[last[index]].to(self.codes.dtype)  # repeated indices now carry identical rows
+        changed = (self.codes[index] != new).flatten(1).any(1)
+        self.codes[index] = new
+        self.changed_epoch[index] = torch.where(changed, epoch, self.changed_epoch[index])
 
     def fill_rate(self) -> Tensor:
         return (self.codes != self.sentinel).flatten(1).all(dim=1).float().mean()

@@ -7,7 +7,8 @@ from h_t with proposal h' ~ q accepts with probability min(1, r),
 
 so the whole chain is decided by the importance log-weights w of its candidates
 (docs/mis.md#the-acceptance-ratio). One MIS call therefore costs one encoder pass and one batched
-decoder pass, O(T_q + T_p) instead of O(L (2 T_p + 3 T_q)) (docs/mis.md#cost-model):
+decoder pass over the (L+1)B candidate rows, T_q + T_p((L+1)B) instead of T_q + L (2 T_p + 3 T_q)
+(docs/mis.md#cost-model):
 
 1. encoder once -> log q(. | x) for all V latent positions;
 2. draw the L proposals (plus a start state) in one call;

@@ -49,11 +49,11 @@ def leave_one_out_optimal_baseline(signal: Tensor, score_norm_sq: Tensor) -> Ten
     return numerator / denominator.clamp_min(torch.finfo(signal.dtype).tiny)
 
 
-def score_function_surrogate(log_q: Tensor, signal: Tensor, baseline: Tensor | float = 0.0) -> Tensor:
+def score_function_surrogate(log_proposal: Tensor, signal: Tensor, baseline: Tensor | float = 0.0) -> Tensor:
     """A (B,) surrogate whose gradient is the score-function estimate, averaged over the S samples.
 
-    log_q: (B, S) log q(h_s | x) with gradient to φ; signal, baseline: the learning signal f and
+    log_proposal: (B, S) log q(h_s | x) with gradient to φ; signal, baseline: the learning signal f and
     the control variate B (no gradient flows through either). Its value is meaningless; only
     its gradient, mean_s (f_s - B_s) ∇φ log q(h_s | x), is.
     """
-    return ((signal - baseline).detach() * log_q).mean(1)
+    return ((signal - baseline).detach() * log_proposal).mean(1)

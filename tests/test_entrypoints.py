@@ -58,7 +58,7 @@ SHARED_TAGS = {
 MODEL_TAGS = {
     "vae": {"train/recon", "train/kl"},
     "jsa": {"train/loss_p", "train/loss_q", "train/acceptance_rate", "train/cache_hit_rate", "train/perplexity", "train/classes_used"},
-    "vqvae": {"train/recon", "train/codebook", "train/commitment", "train/perplexity", "train/codes_used", "train/restarts",
+    "vqvae": {"train/recon_per_dim", "train/codebook", "train/commitment", "train/perplexity", "train/codes_used", "train/restarts",
               "val/perplexity", "val/codes_used"},
     "dvae": {"train/encoder_grad_variance_no_cv"},
     "dvae_gumbel": {"train/temperature"},

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from models.components.code_usage import code_counts
 from models.components.quantizer import VectorQuantizer
 
 # (input shape, channel_dim): the spatial (B, D, H', W') and the flat (B, V, D) layout, D = 3
@@ -239,3 +240,13 @@ def test_perplexity(code_of_each_vector: list[int], perplexity: float) -> None:
         out = getattr(quantizer, mode)()(z, channel_dim=-1)
         assert torch.equal(out.codes[0], torch.tensor(code_of_each_vector))
         assert math.isclose(out.perplexity.item(), perplexity, rel_tol=1e-6)
+
+
+def test_code_counts_is_bincount_without_the_host_sync() -> None:
+    """The sync-free histogram behind the VQ-VAE's and JSA's code usage equals torch.bincount, codes never drawn
+    (here the top ones) included as zeros, for any shape of codes."""
+    codes = torch.randint(0, 7, (16, 5), generator=torch.Generator().manual_seed(0))
+    counts = code_counts(codes, 10)
+    assert counts.dtype == torch.float32 and counts.shape == (10,)
+    assert torch.equal(counts, torch.bincount(codes.flatten(), minlength=10).float())
+    assert counts[7:].eq(0).all() and counts.sum() == codes.numel()

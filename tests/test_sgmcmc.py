@@ -554,3 +554,20 @@ def test_a_bad_sampler_setting_is_refused_when_the_model_is_built_not_at_the_fir
         VAE(optimizer=functools.partial(SGLD, lr=-1.0))
     with pytest.raises(SettingsError, match="optimizer: step size lr must be > 0"):
         launch.build.build(composed(["model=vae", "optimizer=santa", "optimizer.lr=-1"]))
+
+
+def test_hmc_is_refused_as_a_training_optimizer_in_both_front_ends():
+    """HMC's accept/reject needs the full-data energy (docs/sgmcmc.md#hmc); as a Lightning optimizer it would test a
+    minibatch's, with fresh latents each closure call. It subclasses SGMCMC, so it must be refused by name."""
+    import functools
+
+    import launch.build
+    from launch.settings import SettingsError
+    from models import VAE
+    from samplers import HMC
+    from tests.test_configs import composed
+
+    with pytest.raises(ValueError, match="optimizer: HMC is not a training optimizer"):
+        VAE(optimizer=functools.partial(HMC, lr=0.01))
+    with pytest.raises(SettingsError, match="optimizer: HMC is not a training optimizer"):
+        launch.build.build(composed(["model=vae", "optimizer=sgld", "optimizer._target_=samplers.HMC"]))

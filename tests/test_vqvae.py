@@ -38,8 +38,8 @@ def test_layouts(backbone, data_shape, code_shape):
     torch.testing.assert_close(model.decode(vq.codes), model.reconstruct(x))  # z_q is the looked-up code
     assert model.sample_prior(5).shape == (5, *data_shape)
     terms = model.train().training_loss(x, torch.arange(3))
-    assert {"loss", "recon", "codebook", "commitment", "perplexity", "restarts"} <= set(terms)
-    torch.testing.assert_close(terms["loss"], terms["recon"] + terms["codebook"] + 0.25 * terms["commitment"])
+    assert {"loss", "recon_per_dim", "codebook", "commitment", "perplexity", "restarts"} <= set(terms)
+    torch.testing.assert_close(terms["loss"], terms["recon_per_dim"] + terms["codebook"] + 0.25 * terms["commitment"])
 
 
 def test_invalid_settings_fail_early():
@@ -79,7 +79,7 @@ def test_vqvae_learns_on_real_mnist(mnist_dir):
     model = small_vqvae(num_categories=32, code_dim=8, hidden_channels=32, ema=False, dead_code_threshold=0.0)
     first, last = train_on_batch(model, x, index, steps=100)
     # Per-pixel BCE: log 2 = 0.69 for an untrained decoder; 100 steps on one batch get well below.
-    assert first["recon"] > 0.6 and last["recon"] < 0.25, (first["recon"], last["recon"])
+    assert first["recon_per_dim"] > 0.6 and last["recon_per_dim"] < 0.25, (first["recon_per_dim"], last["recon_per_dim"])
     assert last["perplexity"] > 1.5  # more than one code in use
 
 

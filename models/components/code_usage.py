@@ -23,10 +23,19 @@ class CodeUsage(Metric):
         self.add_state("counts", default=torch.zeros(num_codes), dist_reduce_fx="sum")
 
     def update(self, codes: Tensor) -> None:
-        self.counts += torch.bincount(codes.flatten(), minlength=self.num_codes).to(self.counts.dtype)
+        self.counts += code_counts(codes, self.num_codes).to(self.counts.dtype)
 
     def compute(self) -> tuple[Tensor, Tensor]:
         return usage_perplexity(self.counts), (self.counts > 0).float().mean()
+
+
+def code_counts(codes: Tensor, num_codes: int) -> Tensor:
+    """How often each of the codes 0..num_codes-1 occurs in `codes`, (num_codes,) float32.
+
+    A scatter-add into a fixed-size table, not torch.bincount: on a GPU bincount reads the codes' minimum and
+    maximum back to the host, a sync on every training step."""
+    codes = codes.flatten()
+    return torch.zeros(num_codes, device=codes.device).index_add_(0, codes, torch.ones_like(codes, dtype=torch.float32))
 
 
 def usage_perplexity(counts: Tensor) -> Tensor:

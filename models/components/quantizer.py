@@ -50,6 +50,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from models.components.code_usage import code_counts
 from models.components.precision import full_precision
 
 
@@ -162,7 +163,7 @@ class VectorQuantizer(nn.Module):
     ) -> None:
         super().__init__()
         if num_codes < 1 or code_dim < 1:
-            raise ValueError(f"num_categories and code_dim must be >= 1, got {num_codes} and {code_dim}")
+            raise ValueError(f"num_codes and code_dim must be >= 1, got {num_codes} and {code_dim}")
         if beta < 0:
             raise ValueError(f"beta (the commitment weight) must be >= 0, got {beta}")
         if ema and not 0 < decay < 1:
@@ -213,7 +214,7 @@ class VectorQuantizer(nn.Module):
         codebook_loss = flat.new_zeros(()) if self.ema else F.mse_loss(z_q, flat.detach())
         quantized = flat + (z_q - flat).detach()
 
-        counts = torch.bincount(codes, minlength=self.num_codes).to(flat.dtype)
+        counts = code_counts(codes, self.num_codes).to(flat.dtype)
         restarts = torch.zeros((), dtype=torch.long, device=flat.device)
         if self.training:
             counts = self._update_statistics(flat.detach(), codes, counts)
