@@ -85,3 +85,37 @@ def test_equal_time_reads_every_run_at_the_shortest_and_the_median_training_time
     assert "| JSA, uniform prior | 3.0 | 80.00 (3.0) | 80.00 (3.0) (its run stopped sooner) |" in lines
     assert "| RWS, uniform prior | 6.0 | 88.00 (2.0) | 79.00 (6.0) |" in lines
     assert "| VIMCO, uniform prior | 12.0 | 87.00 (3.0) | 87.00 (3.0) |" in lines
+
+
+def test_the_t_threshold_uses_students_quantile_at_every_number_of_seeds():
+    """t × s.e. of the seed comparisons: Student's 97.5% quantile (scipy's, to the table's two decimals up to 10
+    degrees of freedom and within 1e-4 beyond), times the pooled s.e.; not a flat 2.0 once the table ends."""
+    import math
+
+    from scipy.stats import t
+
+    from benchmarks.jsa_study import t_975, t_threshold
+
+    for dof in range(1, 80):
+        assert abs(t_975(dof) - t.ppf(0.975, dof)) < (0.006 if dof <= 10 else 1e-4), dof
+    # 7 seeds a side: 12 degrees of freedom; equal sds give the pooled sd itself
+    assert math.isclose(t_threshold(0.5, 7, 0.5, 7), t.ppf(0.975, 12) * 0.5 * math.sqrt(2 / 7), rel_tol=1e-4)
+    assert math.isnan(t_threshold(0.5, 1, 0.5, 3))
+
+
+def test_the_report_says_the_plan_may_grow_while_a_fashion_seed_0_run_is_missing(tmp_path, monkeypatch):
+    """Its record count is 'N of M so far'; M can still grow while a Fashion-MNIST seed-0 run is to come (it may land
+    within CLOSE of another arm and add seeds), and the report says so until none is missing."""
+    def full_record(job, args):  # with what the report's tables read
+        record = fake_run(job, args)
+        record["test"]["elbo"] = -record["test"]["nll"] - 10
+        return {**record, "epochs": 30, "curves": {"nll": [[30 * 275 - 1, record["test"]["nll"] + 1]], "acceptance_rate": []}}
+
+    monkeypatch.setattr(field_study, "run_job", full_record)
+    argv = ["--datasets", "fashion_mnist", "--models", "jsa,rws,vimco", "--out", str(tmp_path / "out"),
+            "--logs", str(tmp_path / "logs")]
+    field_study.main([*argv, "--only", "fashion_mnist-jsa-uniform-s0"])
+    assert "the plan grows if" in (tmp_path / "out" / "report.md").read_text()
+    field_study.main(argv)
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "10 of 10 records so far)" in report  # 6 seed-0 runs; seeds 1, 2 of the close JSA and RWS, uniform prior
