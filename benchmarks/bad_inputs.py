@@ -78,10 +78,10 @@ def option_cases() -> list[Case]:
     ]
     classes = {"jsa": "JSA", "vae": "VAE", "vqvae": "VQVAE", "dvae": "DiscreteVAE", "rws": "RWS", "vimco": "VIMCO"}
     data_options = [("batch_size", "0"), ("batch_size", "100000"), ("batch_size", "abc"), ("val_size", "-1"),
-                    ("val_size", "1000000000"), ("binarize", "foo"), ("num_workers", "-1"), ("eval_batch_size", "0")]
+                    ("val_size", "1000000000"), ("binarize", "foo"), ("num_workers", "-1"), ("eval_batch_size", "0"), ("data_dir", "/etc/passwd")]
     trainer_options = [("max_epochs", "abc"), ("max_steps", "-5"), ("devices", "0"), ("accelerator", "gpu"),
                        ("precision", "foo"), ("accumulate_grad_batches", "0"), ("limit_train_batches", "abc"),
-                       ("gradient_clip_val", "abc")]
+                       ("gradient_clip_val", "abc"), ("check_val_every_n_epoch", "0"), ("val_check_interval", "0")]
     cases = []
     for model, key, value, needs in model_options:
         name = f"{model}.{key}={value}"

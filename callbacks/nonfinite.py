@@ -41,7 +41,7 @@ class NonFiniteLossGuard(L.Callback):
                 finite = torch.stack([torch.isfinite(value).all() for value in values])
             self._names, self._finite = names, finite if self._finite is None else self._finite & finite
         every = self.check_every_n_steps or trainer.log_every_n_steps
-        if (batch_idx + 1) % every == 0:
+        if every > 0 and (batch_idx + 1) % every == 0:  # 0 (Lightning logs nothing): checked on save only
             self.check(trainer)
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:

@@ -207,6 +207,10 @@ class ImageDataModule(L.LightningDataModule):
             raise ValueError(f"eval_batch_size={eval_batch_size} is larger than both the val split ({val_size} images) and "
                              f"the test split ({self.test_file_size}): use at most {n_eval}")
         self.data_dir = Path(data_dir or os.environ.get("DATA_DIR") or "./data").expanduser().resolve()
+        if self.data_dir.exists() and not self.data_dir.is_dir():
+            source = "data_dir" if data_dir else "the environment's DATA_DIR" if os.environ.get("DATA_DIR") else "data_dir"
+            raise ValueError(f"{source}={self.data_dir} is a file; expected the folder that holds (or will hold) the "
+                             "data set's folder in torchvision's layout")
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.binarize = binarize

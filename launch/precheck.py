@@ -320,8 +320,23 @@ def check_cli(argv: list[str], schema: dict[str, Any]) -> None:
             check_value(f"--{group}.{name}", value, [settings], cli=True)
 
 
+def check_no_pickled_rerun(argv: list[str]) -> None:
+    """Hydra's --experimental-rerun (or any abbreviation argparse expands to it) unpickles the file it is given, a
+    run's .hydra/config.pickle: a stranger's file would run code. Refused, whatever the schema says."""
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if len(flag) > 2 and "--experimental-rerun".startswith(flag):
+            raise EarlyRefusal(f"{flag}: a run's config.pickle is never unpickled here (a stranger's file could run "
+                               "code); to rerun a run, pass the overrides in its .hydra/overrides.yaml")
+
+
 def refuse_early(argv: list[str], cli: bool) -> str | None:
     """The `error:` line for a mistake seen before the imports, or None (then the full checks decide)."""
+    if not cli:
+        try:
+            check_no_pickled_rerun(argv)
+        except EarlyRefusal as refusal:
+            return str(refusal)
     schema = load()
     if schema is None:
         return None

@@ -27,7 +27,8 @@ def expected(hint: Any, value: Any) -> str | None:
 
 def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:
     """What lightning.Trainer accepts but cannot run: an accelerator this machine lacks (Lightning's own message
-    does not name the option), and accumulate_grad_batches < 1 (a ZeroDivisionError at the first step)."""
+    does not name the option), and accumulate_grad_batches < 1, check_val_every_n_epoch < 1 and val_check_interval <= 0
+    (each a ZeroDivisionError once training starts)."""
     import torch
 
     accelerator, accumulate = settings.get("accelerator"), settings.get("accumulate_grad_batches")
@@ -37,6 +38,13 @@ def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:
                             "(or auto)")
     if isinstance(accumulate, int) and accumulate < 1:
         raise SettingsError(f"{prefix}.accumulate_grad_batches={accumulate}: expected an integer >= 1")
+    every_epochs, interval = settings.get("check_val_every_n_epoch"), settings.get("val_check_interval")
+    if isinstance(every_epochs, int) and not isinstance(every_epochs, bool) and every_epochs < 1:
+        raise SettingsError(f"{prefix}.check_val_every_n_epoch={every_epochs}: expected an integer >= 1, or null "
+                            "(validation by val_check_interval's batches alone)")
+    if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval <= 0:
+        raise SettingsError(f"{prefix}.val_check_interval={interval}: expected > 0, a fraction of the epoch (at most "
+                            "1.0) or a number of batches")
 
 
 def check_settings(cls: type, settings: dict[str, Any], prefix: str) -> None:

@@ -161,6 +161,20 @@ def test_nonfinite_guard_remembers_a_nan_step_until_the_check():
         guard.on_train_batch_end(FakeTrainer(), None, {"loss": one, "terms": shaped}, None, 2)
 
 
+def test_nonfinite_guard_with_log_every_n_steps_0_checks_on_save():
+    """trainer.log_every_n_steps=0 (Lightning then logs nothing) is no division by zero: the steps pass unchecked
+    and the NaN is reported when the checkpoint is saved."""
+
+    class FakeTrainer:
+        log_every_n_steps, world_size, global_step, checkpoint_callback = 0, 1, 2, None
+
+    guard, nan, one = NonFiniteLossGuard(), torch.tensor(float("nan")), torch.tensor(1.0)
+    for batch_idx, kl in enumerate([one, nan, one]):
+        guard.on_train_batch_end(FakeTrainer(), None, {"loss": one, "terms": {"loss": one, "kl": kl}}, None, batch_idx)
+    with pytest.raises(FloatingPointError, match=r"^train/kl became NaN or inf"):
+        guard.on_save_checkpoint(FakeTrainer(), None, {})
+
+
 def test_comparison_report_labels_validation_images_of_an_untested_run(tmp_path):
     """benchmarks.compare shows an untested run's validation reconstructions as such, never as test images."""
     from torch.utils.tensorboard import SummaryWriter

@@ -88,6 +88,17 @@ def test_data_dir_falls_back_to_env(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert MNISTDataModule().data_dir == tmp_path.resolve()
 
 
+def test_a_data_dir_that_is_a_file_is_refused_naming_where_it_came_from(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Not a NotADirectoryError from deep inside the download's clean-up: one line, naming data_dir or DATA_DIR."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("")
+    with pytest.raises(ValueError, match=r"^data_dir=.*notes\.txt is a file; expected the folder"):
+        MNISTDataModule(data_dir=str(a_file))
+    monkeypatch.setenv("DATA_DIR", str(a_file))
+    with pytest.raises(ValueError, match=r"^the environment's DATA_DIR=.*notes\.txt is a file"):
+        FashionMNISTDataModule()
+
+
 def test_invalid_arguments_rejected() -> None:
     with pytest.raises(ValueError, match="binarize"):
         MNISTDataModule(binarize="stochastic")  # type: ignore[arg-type]

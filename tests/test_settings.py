@@ -48,3 +48,20 @@ def test_every_wrong_setting_is_named_in_one_line():
 ])
 def test_right_settings_pass(cls, settings):
     check_settings(cls, settings, "model")
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("accumulate_grad_batches", 0, "trainer.accumulate_grad_batches=0: expected an integer >= 1"),
+    ("check_val_every_n_epoch", 0, "trainer.check_val_every_n_epoch=0: expected an integer >= 1, or null"),
+    ("val_check_interval", 0, "trainer.val_check_interval=0: expected > 0"),
+    ("val_check_interval", -0.5, "trainer.val_check_interval=-0.5: expected > 0"),
+])
+def test_trainer_values_lightning_takes_but_cannot_run_are_refused(key, value, message):
+    """Each of these passes lightning.Trainer's constructor and divides by zero once training starts."""
+    from launch.settings import check_trainer_values
+
+    with pytest.raises(SettingsError, match=f"^{message.replace('.', '[.]')}"):
+        check_trainer_values({key: value}, "trainer")
+    for fine in ({"check_val_every_n_epoch": None}, {"check_val_every_n_epoch": 2}, {"val_check_interval": 0.25},
+                 {"val_check_interval": 100}):
+        check_trainer_values(fine, "trainer")

@@ -176,3 +176,31 @@ def test_no_payload_runs_through_either_front_end(good_checkpoint, payload_url, 
         assert last.startswith("error: ") and ("is not a readable checkpoint (UnpicklingError" in last or "is a URL" in last), (name, last)
         assert "Traceback" not in result.stderr, name
     assert not marker.exists() and not url_marker.exists() and CountingHandler.requests == 0
+
+
+class _Payload:
+    """Unpickling this runs `open(marker, "w")`: the code a stranger's pickle would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")
+
+
+@pytest.mark.parametrize("flag", ["--experimental-rerun", "--experimental-re"])  # argparse takes abbreviations too
+def test_hydras_rerun_of_a_pickled_config_is_refused_unread(flag, tmp_path):
+    """`train.py --experimental-rerun FILE` would hand FILE to pickle.load (Hydra's rerun of .hydra/config.pickle):
+    refused in one line before anything is read, the payload not run, in both spellings (FILE apart, and =FILE)."""
+    import pickle
+
+    marker = tmp_path / "ran"
+    payload = tmp_path / "config.pickle"
+    payload.write_bytes(pickle.dumps(_Payload(marker)))
+    for args in ([flag, str(payload)], [f"{flag}={payload}"]):
+        result = subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=tmp_path, capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 2 and not marker.exists(), result.stderr[-2000:]
+        assert result.stderr.strip().splitlines() == [f"error: {flag}: a run's config.pickle is never unpickled here (a "
+                                                      "stranger's file could run code); to rerun a run, pass the "
+                                                      "overrides in its .hydra/overrides.yaml"]
