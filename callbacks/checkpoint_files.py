@@ -27,6 +27,7 @@ import fcntl
 import hashlib
 import io
 import os
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -95,6 +96,9 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike) ->
     remove_stale_temporaries(path.parent)
 
 
+# How long a save or a read waits for another process's lock on the checkpoint's directory: a save holds it for the
+# seconds its files take to write.
+LOCK_WAIT_S = 120.0
 # Directories this process already holds an exclusive flock on (its run directory, launch/run_directory.py): a second
 # flock there from this process would wait for itself, and the held one already keeps other writers out.
 held_directories: set[Path] = set()
@@ -113,7 +117,17 @@ def directory_lock(directory: Path, exclusive: bool) -> Iterator[None]:
         yield
         return
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:  # not a blocking flock: a lock held for good (a live run owns the directory) would hang silently
+            try:
+                fcntl.flock(descriptor, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise CheckpointError(f"{directory} has been locked by another process for {LOCK_WAIT_S:g} s (a run "
+                                          "that owns the directory, or a save in progress); wait for it to end, or copy "
+                                          "the checkpoint elsewhere") from None
+                time.sleep(0.05)
         yield
     finally:
         os.close(descriptor)  # releases the lock
@@ -148,6 +162,9 @@ def file_digest(path: Path) -> str:
 def verify_checkpoint_file(path: str | os.PathLike) -> None:
     """Raise CheckpointError naming `path` if it is missing, empty or its bytes differ from its checksum."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"checkpoint {path} is a directory (ckpt_path expects a .ckpt file written by a run, e.g. "
+                              f"{path / 'checkpoints' / 'last.ckpt'})")
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist (ckpt_path expects a .ckpt file written by a run)")
     if path.stat().st_size == 0:

@@ -15,10 +15,8 @@ def constructor_defaults(cls: type) -> dict[str, Any]:
     """The constructor arguments of `cls` with their defaults, following **kwargs up the class hierarchy
     (the one source of defaults: Hydra's configs are built from it, LightningCLI reads the same signatures)."""
     defaults: dict[str, Any] = {}
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass):
-            continue
-        parameters = inspect.signature(vars(klass)["__init__"]).parameters.values()
+    for init in _initializers(cls):
+        parameters = inspect.signature(init).parameters.values()
         for p in parameters:
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in ("self", *defaults) and p.default is not p.empty:
                 defaults[p.name] = list(p.default) if isinstance(p.default, tuple) else p.default
@@ -36,10 +34,7 @@ def settings_of(obj: Any) -> dict[str, Any]:
 def constructor_hints(cls: type) -> dict[str, Any]:
     """The type hint of every constructor argument of `cls`, following **kwargs up the class hierarchy."""
     hints: dict[str, Any] = {}
-    for klass in cls.__mro__:
-        init = vars(klass).get("__init__")
-        if init is None:
-            continue
+    for init in _initializers(cls):
         own = typing.get_type_hints(init, include_extras=False)
         parameters = inspect.signature(init).parameters.values()
         for p in parameters:
@@ -48,3 +43,11 @@ def constructor_hints(cls: type) -> dict[str, Any]:
         if not any(p.kind is p.VAR_KEYWORD for p in parameters):
             break
     return hints
+
+
+def _initializers(cls: Any) -> list[Any]:
+    """The __init__ of each class up the hierarchy (the caller stops after one without **kwargs); a factory function
+    (a config's _target_ may name one, e.g. callbacks.progress_bar) is its own."""
+    if not inspect.isclass(cls):
+        return [cls]
+    return [vars(klass)["__init__"] for klass in cls.__mro__ if "__init__" in vars(klass)]

@@ -15,6 +15,7 @@ import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
 import models  # noqa: F401  (registers the subclasses for --model=NAME)
 from callbacks.checkpoint_files import CheckpointError, load_checkpoint_file
 from common.private_api import cli_value
+from common.signatures import constructor_defaults
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch import rules
@@ -61,13 +62,15 @@ class CollectionCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
-        # --seed_everything=N also seeds the data order and the test stage, as seed=N does in Hydra.
+        # --seed_everything=N (on the command line or in a -c file) also seeds the data order and the test stage, as
+        # seed=N does in Hydra, unless data.seed or model.test_seed is set too (then at other than its default).
         seed = config.get("seed_everything")
-        if _option_value(self.command_line, "--seed_everything") is not None and isinstance(seed, int) and not isinstance(seed, bool):
-            if not _given(self.command_line, "data", "seed"):
-                config.data.init_args.seed = seed
-            if not _given(self.command_line, "model", "test_seed"):
-                config.model.init_args.test_seed = seed
+        given = _option_value(self.command_line, "--seed_everything") is not None or seed != rules.seed()
+        if given and isinstance(seed, int) and not isinstance(seed, bool):
+            for group, key in (("data", "seed"), ("model", "test_seed")):
+                default = constructor_defaults(get_class(config[group].class_path)).get(key)
+                if not _given(self.command_line, group, key) and config[group].init_args.get(key) == default:
+                    config[group].init_args[key] = seed
         # A checkpoint's hyperparameters (test/validate --ckpt_path) are merged over the command line by
         # LightningCLI: an option the user gives wins over them, as without a checkpoint.
         if self.subcommand and config.get("ckpt_path"):

@@ -27,9 +27,13 @@ def strategy_with_timeout(strategy: Any, seconds: float) -> Any:
 
 def is_collective_timeout(error: BaseException) -> bool:
     """gloo: "Timed out waiting ... for recv" / "Application timeout caused pair closure"; NCCL's watchdog:
-    "... collective operation timeout"."""
+    "... collective operation timeout"; raised from inside torch.distributed or DDP (any other error that mentions a
+    timeout, say a data loader's, is not one)."""
+    import traceback
+
     text = str(error).lower()
-    return "timed out" in text or "timeout" in text
+    return ("timed out" in text or "timeout" in text) and any(
+        "/torch/distributed/" in f.filename or "/torch/nn/parallel/" in f.filename for f in traceback.extract_tb(error.__traceback__))
 
 
 def collective_timeout_message(error: BaseException) -> str:

@@ -102,7 +102,7 @@ def swept_keys() -> set[str]:
 def check_run_settings(cfg: Any) -> None:
     """The top-level settings and the trainer's, checked before anything is seeded, built or written:
     a `+key=value` that nothing reads (a typo of a setting, say `+ckpt_pth=...`) is refused, not ignored."""
-    from hydra.utils import get_class
+    from hydra.utils import get_class, get_object
     from omegaconf import OmegaConf
 
     from launch.settings import SettingsError, check_settings, check_trainer_values, expected
@@ -127,6 +127,13 @@ def check_run_settings(cfg: Any) -> None:
     trainer_settings = OmegaConf.to_container(cfg.trainer, resolve=True)
     check_settings(get_class(trainer_settings["_target_"]), trainer_settings, "trainer")
     check_trainer_values(trainer_settings, "trainer")
+    for name, callback in (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items():
+        if isinstance(callback, dict) and "_target_" in callback:
+            check_settings(get_object(callback["_target_"]), callback, f"callbacks.{name}")  # a class or a factory
+    logger_name = OmegaConf.to_container(cfg.logger, resolve=False).get("name") if cfg.get("logger") else None
+    if logger_name not in (None, "${run_name}"):  # the run's directories take their name from run_name alone
+        raise SettingsError(f"logger.name={logger_name}: the run's name is set by run_name; give run_name={logger_name} "
+                            "instead")
 
 
 def check_output_directories(argv: list[str]) -> None:

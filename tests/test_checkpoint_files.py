@@ -80,6 +80,7 @@ def test_stale_temporaries_of_dead_processes_are_removed(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     (None, "does not exist"),
+    ("directory", "is a directory .*e.g. .*checkpoints/last.ckpt"),
     (b"", "is empty"),
     (b"not a checkpoint at all" * 10, "is not a readable checkpoint"),
     ("truncated", "is not a readable checkpoint"),
@@ -93,6 +94,8 @@ def test_unusable_checkpoints_are_one_clear_error_naming_the_file(tmp_path, cont
         (tmp_path / "bad.ckpt.sha256").unlink()
     elif content == "no_state":
         torch.save({"epoch": 1}, path)
+    elif content == "directory":
+        path.mkdir()
     elif content is not None:
         path.write_bytes(content)
     with pytest.raises(CheckpointError, match=message) as error:
@@ -239,3 +242,25 @@ def test_a_save_that_fails_on_a_full_disk_leaves_the_old_file_and_no_partial_one
     assert (path.read_bytes(), (tmp_path / "last.ckpt.sha256").read_bytes()) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "last.ckpt.sha256"]
     assert load_checkpoint_file(path)["state_dict"]["w"].sum() == 3
+
+
+def test_a_directory_locked_for_good_by_another_process_is_an_error_not_a_hang(tmp_path, monkeypatch):
+    """A live run holds an exclusive flock on its run directory for its whole life; reading a checkpoint written there
+    (hpc_ckpt_N.ckpt) from another process waits LOCK_WAIT_S, then says why, instead of hanging silently. The lock is
+    held here by a real second process."""
+    import callbacks.checkpoint_files as checkpoint_files
+
+    path = tmp_path / "hpc_ckpt_1.ckpt"
+    save_checkpoint_file({"state_dict": {"w": torch.zeros(2)}}, path)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               f"fd = os.open({str(tmp_path)!r}, os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX)\n"
+                               "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(checkpoint_files, "LOCK_WAIT_S", 0.3)
+        with pytest.raises(CheckpointError, match=f"^{tmp_path} has been locked by another process for 0.3 s"):
+            load_checkpoint_file(path)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert load_checkpoint_file(path)["state_dict"]["w"].shape == (2,)  # released: read at once

@@ -137,3 +137,16 @@ def test_both_front_ends_add_the_process_group_release():
     from launch import rules
 
     assert any(isinstance(c, ReleaseProcessGroupAtExit) for c in rules.trainer_settings({}, None, 10)["callbacks"])
+
+
+def test_only_a_timeout_raised_inside_torch_distributed_counts_as_a_collective_timeout():
+    """Another RuntimeError that mentions a timeout (a data loader's, say) keeps its own traceback, not the DDP
+    message; test_a_frozen_ddp_peer_stops_the_run_with_a_message_after_the_timeout shows the real one."""
+    from launch.distributed import is_collective_timeout
+
+    def loader():
+        raise RuntimeError("DataLoader timed out after 5 seconds")
+
+    with pytest.raises(RuntimeError) as error:
+        loader()
+    assert not is_collective_timeout(error.value)

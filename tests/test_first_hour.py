@@ -52,6 +52,14 @@ def test_cli_defaults_to_jsa_on_binarized_mnist(tmp_path):
     assert any(isinstance(c, LineProgressBar) for c in cli.trainer.callbacks)
     seeded = launch.cli_app.main(["--seed_everything=7", f"--trainer.default_root_dir={tmp_path}"], run=False)
     assert seeded.datamodule.seed == seeded.model.test_seed == 7  # as seed=7 in Hydra
+    # the same from a -c config file; a data.seed set beside it (on the command line or in the file) stays
+    config = tmp_path / "seeded.yaml"
+    config.write_text("seed_everything: 7\n")
+    from_file = launch.cli_app.main(["--model=JSA", "--data=MNISTDataModule", "-c", str(config), f"--trainer.default_root_dir={tmp_path}"], run=False)
+    assert from_file.datamodule.seed == from_file.model.test_seed == 7
+    config.write_text("seed_everything: 7\ndata:\n  init_args:\n    seed: 3\n")
+    own_seed = launch.cli_app.main(["--model=JSA", "--data=MNISTDataModule", "-c", str(config), f"--trainer.default_root_dir={tmp_path}"], run=False)
+    assert (own_seed.datamodule.seed, own_seed.model.test_seed) == (3, 7)
     grey = launch.cli_app.main(["--data.binarize=none", f"--trainer.default_root_dir={tmp_path}"], run=False)
     assert grey.model.hparams["likelihood"] == "discretized_logistic"  # follows the data: 8-bit grey pixels
 

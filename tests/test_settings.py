@@ -3,6 +3,8 @@ the Hydra front end refuses too, with the choices listed."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from launch.settings import SettingsError, check_settings
@@ -65,3 +67,22 @@ def test_trainer_values_lightning_takes_but_cannot_run_are_refused(key, value, m
     for fine in ({"check_val_every_n_epoch": None}, {"check_val_every_n_epoch": 2}, {"val_check_interval": 0.25},
                  {"val_check_interval": 100}):
         check_trainer_values(fine, "trainer")
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["callbacks.gradient_variance.every_n_steps=abc"], "callbacks.gradient_variance.every_n_steps='abc': expected an integer"),
+    (["callbacks.progress_bar.refresh_seconds=abc"], "callbacks.progress_bar.refresh_seconds='abc': expected a number"),
+    (["optimizer=sgld", "callbacks=sgmcmc", "callbacks.posterior_samples.keep=foo"],
+     "callbacks.posterior_samples.keep='foo': expected one of 'mean', 'list'"),
+    (["+callbacks.model_checkpoint.every_n_epoch=2"], "callbacks.model_checkpoint.every_n_epoch is not a setting of ModelCheckpoint"),
+    (["logger.name=mine"], "logger.name=mine: the run's name is set by run_name; give run_name=mine instead"),
+])
+def test_callback_and_logger_settings_are_checked_before_the_run(overrides, message):
+    """Each callback's settings against its constructor (or factory: callbacks.progress_bar), and a logger.name
+    that would be dropped for run_name, refused in one line before anything is built."""
+    from launch.hydra_config import check_run_settings
+    from tests.test_configs import composed
+
+    with pytest.raises(SettingsError, match=f"^{re.escape(message)}"):
+        check_run_settings(composed(["model=vae", *overrides]))
+    check_run_settings(composed(["model=vae", "optimizer=sgld", "callbacks=sgmcmc", "run_name=mine"]))  # the defaults pass

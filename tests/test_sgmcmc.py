@@ -23,6 +23,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from callbacks.checkpoint_files import CheckpointError
 from samplers import SGHMC, SGLD, SGNHT, SampleCollector
 
 MU = torch.tensor([1.0, -2.0])
@@ -571,3 +572,47 @@ def test_hmc_is_refused_as_a_training_optimizer_in_both_front_ends():
         VAE(optimizer=functools.partial(HMC, lr=0.01))
     with pytest.raises(SettingsError, match="optimizer: HMC is not a training optimizer"):
         launch.build.build(composed(["model=vae", "optimizer=sgld", "optimizer._target_=samplers.HMC"]))
+
+
+def test_posterior_samples_are_in_the_checkpoint_and_a_resumed_run_continues_the_collection(mnist_dir, tmp_path):
+    """Nothing is lost: resumed from the checkpoint of step 4, an 8-step run keeps the same snapshots, the same count
+    and the same step count as the uninterrupted run (whose checkpoint it is), and refuses another `keep`."""
+    import functools
+
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from callbacks import PosteriorSamples
+    from datamodules import MNISTDataModule
+    from models import VAE
+
+    def run(ckpt_path=None, keep="list"):
+        L.seed_everything(0)
+        dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="static", batch_size=16)
+        model = VAE(latent_dim=4, val_num_samples=2, optimizer=functools.partial(SGLD, lr=1e-8))
+        collect = PosteriorSamples(burn_in=2, thin=1, keep=keep)
+        every_4 = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=4, save_top_k=-1, filename="{step}")
+        trainer = L.Trainer(max_steps=8, limit_train_batches=20, limit_val_batches=0, num_sanity_val_steps=0,
+                            logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                            callbacks=[collect, every_4] if ckpt_path is None else [collect], accelerator="cpu")
+        trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+        return collect.collector
+
+    straight = run()
+    assert straight.num_kept == 6  # steps 3..8
+    resumed = run(ckpt_path=tmp_path / "step=4.ckpt")
+    assert (resumed.num_steps, resumed.num_kept) == (8, 6)
+    for a, b in zip(straight.samples, resumed.samples, strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert torch.equal(x, y)
+    with pytest.raises(CheckpointError, match="keep=mean: the checkpoint's samples were kept with keep=list"):
+        run(ckpt_path=tmp_path / "step=4.ckpt", keep="mean")
+
+
+def test_posterior_samples_settings_are_checked_when_built():
+    from callbacks import PosteriorSamples
+
+    for settings, message in (({"keep": "foo"}, "keep must be 'mean' or 'list'"), ({"burn_in": -1}, "burn_in must be"),
+                              ({"thin": 0}, "thin must be"), ({"use_mean": "yes"}, "use_mean must be")):
+        with pytest.raises(ValueError, match=message):
+            PosteriorSamples(**settings)
