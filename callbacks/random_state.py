@@ -15,6 +15,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 
@@ -39,9 +40,12 @@ class RandomStateCheckpoint(L.Callback):
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         states = checkpoint.get("rng_states")
-        # A checkpoint from another number of processes leaves the streams as seeded.
         if states is not None and len(states) == trainer.world_size:
             self._to_restore = states[trainer.global_rank]
+        elif states is not None:  # another number of processes: the streams start as seeded, and the user is told
+            rank_zero_warn(f"the checkpoint holds the random state of {len(states)} process(es), this run has "
+                           f"{trainer.world_size}: the random streams start afresh from the seed, so the resumed run "
+                           "is not the one an uninterrupted run would have been")
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._to_restore is not None:

@@ -13,7 +13,8 @@ from typing import Any
 OVERRIDDEN = {
     "lightning.pytorch.loggers.TensorBoardLogger": ("_get_next_version",),  # launch/run_directory.py: reserve a version
     # launch/cli_app.py: check the checkpoint's class before LightningCLI imports it; the run's summary line at the end.
-    "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_run_subcommand", "_get"),
+    # _instantiate_trainer: --trainer.enable_checkpointing=false leaves out the --checkpoint callback.
+    "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_run_subcommand", "_get", "_instantiate_trainer"),
 }
 
 

@@ -125,7 +125,10 @@ def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     if cfg.get("logger"):
         logger_settings = {k: v for k, v in cfg.logger.items() if k not in ("_target_", "save_dir", "name")}
         logger = tensorboard_logger(cfg.logger.save_dir, run_name(cfg, model.run_tag), ckpt_path, **logger_settings)
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    # trainer.enable_checkpointing=false leaves out the checkpoints (as LightningCLI's front end does), which
+    # Lightning would otherwise refuse beside callbacks.model_checkpoint
+    checkpointing = cfg.trainer.get("enable_checkpointing") is not False
+    callbacks = [instantiate(c) for name, c in (cfg.get("callbacks") or {}).items() if checkpointing or name != "model_checkpoint"]
     settings = rules.trainer_settings({**cfg.trainer, "callbacks": callbacks}, logger, cfg.ddp_timeout_s)
     trainer = instantiate(cfg.trainer, logger=logger, _convert_="all", **settings, **parallel_job_settings(cfg))
     return datamodule, model, trainer, rules.resume_point(trainer, ckpt_path)

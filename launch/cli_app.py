@@ -106,6 +106,13 @@ class CollectionCLI(LightningCLI):
             config["ckpt_path"] = resume
         return trainer
 
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
+        # --trainer.enable_checkpointing=false: the --checkpoint callback (built always, as a parser group) is left out,
+        # as Hydra's ~callbacks.model_checkpoint does, instead of Lightning refusing the pair.
+        if config.get("enable_checkpointing") is False:
+            callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+        return super()._instantiate_trainer(config, callbacks)
+
     def _parse_ckpt_path(self) -> None:
         # LightningCLI builds the model named in the checkpoint's hyperparameters (test/validate --ckpt_path, from
         # the command line, a repeated flag or a -c config file alike): the file is read the safe way first and

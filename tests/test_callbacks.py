@@ -127,6 +127,19 @@ def test_random_state_checkpoint_saves_and_restores_every_rank_state():
     assert torch.equal(torch.rand(3), expected)
 
 
+def test_random_state_of_another_number_of_processes_is_not_applied_and_says_so():
+    """A checkpoint of one process resumed on two (or the reverse): no rank's stream is restored, and a warning says the
+    resumed run is not the uninterrupted one."""
+
+    class TwoRanks:
+        world_size, global_rank = 2, 0
+
+    callback = RandomStateCheckpoint()
+    with pytest.warns(UserWarning, match=r"random state of 1 process\(es\), this run has 2: .* afresh from the seed"):
+        callback.on_load_checkpoint(TwoRanks(), None, {"rng_states": [{"cpu": torch.get_rng_state()}]})
+    assert callback._to_restore is None
+
+
 def test_nonfinite_guard_alone_raises_and_names_the_term(tmp_path, mnist_dir):
     class NaNVAE(VAE):
         def training_loss(self, x, index):

@@ -265,3 +265,21 @@ def test_a_run_ends_with_one_line_naming_its_directory_checkpoint_and_tensorboar
                         "--trainer.enable_progress_bar=false"])
         assert capsys.readouterr().out.strip().splitlines()[-1:] == [expected]
     assert (tmp_path / run / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_enable_checkpointing_false_runs_without_checkpoints_in_both_front_ends(tmp_path, mnist_dir, monkeypatch):
+    """trainer.enable_checkpointing=false is done, not refused by Lightning beside the default ModelCheckpoint: Hydra
+    leaves out callbacks.model_checkpoint, LightningCLI its --checkpoint callback."""
+    import launch.build
+    import launch.hydra_config
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    hydra_cfg = launch.hydra_config.compose(["model=vae", "trainer.enable_checkpointing=false", f"log_dir={tmp_path}"])
+    _, _, trainer, _ = launch.build.build_run(hydra_cfg)
+    cli = launch.cli_app.main(["--model=VAE", "--trainer.enable_checkpointing=false", f"--trainer.default_root_dir={tmp_path}"],
+                              run=False)
+    for trainer in (trainer, cli.trainer):
+        assert trainer.checkpoint_callback is None and not any(isinstance(c, ModelCheckpoint) for c in trainer.callbacks)
+    assert launch.cli_app.main([f"--trainer.default_root_dir={tmp_path}"], run=False).trainer.checkpoint_callback is not None
