@@ -96,8 +96,8 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike) ->
     remove_stale_temporaries(path.parent)
 
 
-# How long a save or a read waits for another process's lock on the checkpoint's directory: a save holds it for the
-# seconds its files take to write.
+# How long a read waits for another process's lock on the checkpoint's directory (a save holds it for the seconds
+# its files take to write; a live run for as long as it runs, on its own run directory).
 LOCK_WAIT_S = 120.0
 # Directories this process already holds an exclusive flock on (its run directory, launch/run_directory.py): a second
 # flock there from this process would wait for itself, and the held one already keeps other writers out.
@@ -117,17 +117,20 @@ def directory_lock(directory: Path, exclusive: bool) -> Iterator[None]:
         yield
         return
     try:
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while True:  # not a blocking flock: a lock held for good (a live run owns the directory) would hang silently
-            try:
-                fcntl.flock(descriptor, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise CheckpointError(f"{directory} has been locked by another process for {LOCK_WAIT_S:g} s (a run "
-                                          "that owns the directory, or a save in progress); wait for it to end, or copy "
-                                          "the checkpoint elsewhere") from None
-                time.sleep(0.05)
+        if exclusive:  # a save waits as long as it takes: giving up would end the training run
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        else:  # a read gives up after LOCK_WAIT_S: a live run that owns the directory holds its lock for good
+            deadline = time.monotonic() + LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise CheckpointError(f"{directory} has been locked by another process for {LOCK_WAIT_S:g} s (a "
+                                              "run that owns the directory, or a save in progress); wait for it to "
+                                              "end, or copy the checkpoint elsewhere") from None
+                    time.sleep(0.05)
         yield
     finally:
         os.close(descriptor)  # releases the lock

@@ -37,9 +37,10 @@ class PosteriorSamples(L.Callback):
         self.collector = SampleCollector(pl_module, burn_in=self.burn_in, thin=self.thin, keep=self.keep)
         if self._restored is not None:  # a resumed run: the chain's samples and step count go on from the checkpoint
             state, device = self._restored, pl_module.device
-            if state["keep"] != self.keep:
-                raise CheckpointError(f"callbacks.posterior_samples.keep={self.keep}: the checkpoint's samples were kept with "
-                                      f"keep={state['keep']}; resume with that")
+            for key in ("keep", "burn_in", "thin"):  # the collection so far was made with these
+                if state[key] != getattr(self, key):
+                    raise CheckpointError(f"callbacks.posterior_samples.{key}={getattr(self, key)}: the checkpoint's samples "
+                                          f"were collected with {key}={state[key]}; resume with that")
             self.collector.num_steps, self.collector.num_kept = state["num_steps"], state["num_kept"]
             self.collector.samples = [tuple(t.to(device) for t in sample) for sample in state["samples"]]
             self.collector._mean = [t.to(device) for t in state["mean"]]
@@ -60,12 +61,13 @@ class PosteriorSamples(L.Callback):
                 for param, mean in zip(self.collector.params, self.collector.mean()):
                     param.copy_(mean)
 
-    # ---- checkpoints carry the collection, so that a resumed run continues it ----------------
+    # ---- checkpoints carry the collection, so that a resumed run continues it (keep="list": every kept snapshot,
+    # so each checkpoint grows by one copy of the parameters per sample; keep="mean": two copies in all) ----------
     def state_dict(self) -> dict[str, Any]:
         if self.collector is None:
             return {} if self._restored is None else dict(self._restored)
         collector = self.collector
-        return {"keep": collector.keep, "num_steps": collector.num_steps, "num_kept": collector.num_kept, "samples": list(collector.samples),
+        return {"keep": collector.keep, "burn_in": collector.burn_in, "thin": collector.thin, "num_steps": collector.num_steps, "num_kept": collector.num_kept, "samples": list(collector.samples),
                 "mean": list(collector._mean), "squared_deviation": list(collector._squared_deviation)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

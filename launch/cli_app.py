@@ -62,14 +62,16 @@ class CollectionCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
-        # --seed_everything=N (on the command line or in a -c file) also seeds the data order and the test stage, as
-        # seed=N does in Hydra, unless data.seed or model.test_seed is set too (then at other than its default).
+        # --seed_everything=N also seeds the data order and the test stage, as seed=N does in Hydra, unless
+        # --data.seed or --model.test_seed is given too. A seed_everything from a -c file does the same for the ones
+        # still at their defaults (a file's own data.seed stays; so would a checkpoint's test_seed).
         seed = config.get("seed_everything")
-        given = _option_value(self.command_line, "--seed_everything") is not None or seed != rules.seed()
-        if given and isinstance(seed, int) and not isinstance(seed, bool):
+        on_command_line = _option_value(self.command_line, "--seed_everything") is not None
+        if (on_command_line or seed != rules.seed()) and isinstance(seed, int) and not isinstance(seed, bool):
             for group, key in (("data", "seed"), ("model", "test_seed")):
                 default = constructor_defaults(get_class(config[group].class_path)).get(key)
-                if not _given(self.command_line, group, key) and config[group].init_args.get(key) == default:
+                at_default = config[group].init_args.get(key) == default
+                if not _given(self.command_line, group, key) and (on_command_line or at_default):
                     config[group].init_args[key] = seed
         # A checkpoint's hyperparameters (test/validate --ckpt_path) are merged over the command line by
         # LightningCLI: an option the user gives wins over them, as without a checkpoint.

@@ -9,6 +9,7 @@ allows null. One error names every wrong setting, with what was expected.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from common.signatures import constructor_defaults, constructor_hints
@@ -51,11 +52,13 @@ def check_settings(cls: type, settings: dict[str, Any], prefix: str) -> None:
     """Raise SettingsError naming every `prefix.key` whose value does not fit `cls`'s constructor."""
     hints = constructor_hints(cls)
     known = set(hints) | set(constructor_defaults(cls))
+    # a factory function with **kwargs takes any key (a class's **kwargs are followed up its hierarchy instead)
+    takes_any = not inspect.isclass(cls) and any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls).parameters.values())
     problems = []
     for key, value in settings.items():
         if key.startswith("_"):
             continue
-        if key not in known:
+        if key not in known and not takes_any:
             problems.append(f"{prefix}.{key} is not a setting of {cls.__name__}")
             continue
         want = expected(hints[key], value) if key in hints else None

@@ -264,3 +264,22 @@ def test_a_directory_locked_for_good_by_another_process_is_an_error_not_a_hang(t
         holder.kill()
         holder.wait()
     assert load_checkpoint_file(path)["state_dict"]["w"].shape == (2,)  # released: read at once
+
+
+def test_a_save_waits_for_a_slow_reader_however_long_instead_of_ending_the_run(tmp_path, monkeypatch):
+    """The read's deadline is not the save's: a save that gave up would end the training run (and remove a new run's
+    directory). A second process reads (holds the shared lock) for longer than LOCK_WAIT_S; the save waits, then lands."""
+    import callbacks.checkpoint_files as checkpoint_files
+
+    monkeypatch.setattr(checkpoint_files, "LOCK_WAIT_S", 0.1)
+    reader = subprocess.Popen([sys.executable, "-c", "import fcntl, os, time\n"
+                               f"fd = os.open({str(tmp_path)!r}, os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_SH)\n"
+                               "print('reading', flush=True); time.sleep(1.0)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "reading"
+        save_checkpoint_file({"state_dict": {"w": torch.ones(2)}}, tmp_path / "last.ckpt")
+        assert reader.poll() is not None  # it saved only once the reader had finished
+    finally:
+        reader.kill()
+        reader.wait()
+    assert torch.equal(load_checkpoint_file(tmp_path / "last.ckpt")["state_dict"]["w"], torch.ones(2))

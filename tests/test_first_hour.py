@@ -283,3 +283,17 @@ def test_enable_checkpointing_false_runs_without_checkpoints_in_both_front_ends(
     for trainer in (trainer, cli.trainer):
         assert trainer.checkpoint_callback is None and not any(isinstance(c, ModelCheckpoint) for c in trainer.callbacks)
     assert launch.cli_app.main([f"--trainer.default_root_dir={tmp_path}"], run=False).trainer.checkpoint_callback is not None
+
+
+def test_cli_seed_everything_given_at_test_wins_over_the_checkpoints_test_seed(tmp_path, mnist_dir, monkeypatch):
+    """`test --ckpt_path=... --seed_everything=9` tests with seed 9, as Hydra's `ckpt_path=... seed=9` does, although the
+    checkpoint was trained (and its test_seed recorded) with seed 5."""
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    quick = [f"--trainer.default_root_dir={tmp_path}", "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]"]
+    launch.cli_app.main(["fit", "--model=VAE", "--seed_everything=5", "--trainer.max_steps=1", "--trainer.limit_train_batches=1",
+                         "--trainer.limit_val_batches=1", "--trainer.num_sanity_val_steps=0", "--data.batch_size=8", *quick])
+    (checkpoint,) = tmp_path.glob("logs/tensorboard/*/version_0/checkpoints/last.ckpt")
+    tested = launch.cli_app.main(["test", "--model=VAE", f"--ckpt_path={checkpoint}", "--seed_everything=9",
+                                  "--trainer.limit_test_batches=1", "--model.test_num_samples=2", *quick])
+    assert (tested.model.test_seed, tested.datamodule.seed) == (9, 9)

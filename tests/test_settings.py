@@ -86,3 +86,20 @@ def test_callback_and_logger_settings_are_checked_before_the_run(overrides, mess
     with pytest.raises(SettingsError, match=f"^{re.escape(message)}"):
         check_run_settings(composed(["model=vae", *overrides]))
     check_run_settings(composed(["model=vae", "optimizer=sgld", "callbacks=sgmcmc", "run_name=mine"]))  # the defaults pass
+
+
+def test_a_factory_target_is_checked_by_its_signature_and_takes_any_key_with_kwargs():
+    """A config's _target_ may name a function (callbacks.progress_bar): its arguments are checked like a
+    constructor's, and one with **kwargs takes keys it does not name."""
+
+    def strict(refresh_seconds: float = 30.0):
+        return None
+
+    def open_ended(refresh_seconds: float = 30.0, **kwargs):
+        return None
+
+    with pytest.raises(SettingsError, match=r"^x.leave is not a setting of strict"):
+        check_settings(strict, {"refresh_seconds": 1.0, "leave": True}, "x")
+    with pytest.raises(SettingsError, match=r"^x.refresh_seconds='abc': expected a number"):
+        check_settings(open_ended, {"refresh_seconds": "abc"}, "x")
+    check_settings(open_ended, {"refresh_seconds": 1.0, "leave": True}, "x")

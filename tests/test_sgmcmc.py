@@ -576,7 +576,7 @@ def test_hmc_is_refused_as_a_training_optimizer_in_both_front_ends():
 
 def test_posterior_samples_are_in_the_checkpoint_and_a_resumed_run_continues_the_collection(mnist_dir, tmp_path):
     """Nothing is lost: resumed from the checkpoint of step 4, an 8-step run keeps the same snapshots, the same count
-    and the same step count as the uninterrupted run (whose checkpoint it is), and refuses another `keep`."""
+    and the same step count as the uninterrupted run (whose checkpoint it is), and refuses another `keep` or `thin`."""
     import functools
 
     import lightning as L
@@ -586,11 +586,11 @@ def test_posterior_samples_are_in_the_checkpoint_and_a_resumed_run_continues_the
     from datamodules import MNISTDataModule
     from models import VAE
 
-    def run(ckpt_path=None, keep="list"):
+    def run(ckpt_path=None, keep="list", thin=1):
         L.seed_everything(0)
         dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="static", batch_size=16)
         model = VAE(latent_dim=4, val_num_samples=2, optimizer=functools.partial(SGLD, lr=1e-8))
-        collect = PosteriorSamples(burn_in=2, thin=1, keep=keep)
+        collect = PosteriorSamples(burn_in=2, thin=thin, keep=keep)
         every_4 = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=4, save_top_k=-1, filename="{step}")
         trainer = L.Trainer(max_steps=8, limit_train_batches=20, limit_val_batches=0, num_sanity_val_steps=0,
                             logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
@@ -605,8 +605,10 @@ def test_posterior_samples_are_in_the_checkpoint_and_a_resumed_run_continues_the
     for a, b in zip(straight.samples, resumed.samples, strict=True):
         for x, y in zip(a, b, strict=True):
             assert torch.equal(x, y)
-    with pytest.raises(CheckpointError, match="keep=mean: the checkpoint's samples were kept with keep=list"):
+    with pytest.raises(CheckpointError, match="keep=mean: the checkpoint.s samples were collected with keep=list"):
         run(ckpt_path=tmp_path / "step=4.ckpt", keep="mean")
+    with pytest.raises(CheckpointError, match="thin=2: the checkpoint.s samples were collected with thin=1"):
+        run(ckpt_path=tmp_path / "step=4.ckpt", thin=2)
 
 
 def test_posterior_samples_settings_are_checked_when_built():
