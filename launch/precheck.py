@@ -227,8 +227,12 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
                 options += [f"{group}.{name}" for name in settings]
         return sorted(set(options))
 
+    appended = {arg.lstrip("+").partition("=")[0] for arg in argv if arg.startswith("+")}
     for key, value in overrides:
         group, dot, name = key.partition(".")
+        if group in ("callbacks", "logger") and dot and key not in appended and not experiment:
+            check_config_key(key, value, group, choices.get(group, [None]))
+            continue
         if key in CONFIG_GROUPS or group in ("hydra", "callbacks", "logger") or key.startswith("hydra/"):
             continue
         if not dot:
@@ -247,6 +251,52 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
             raise EarlyRefusal(f"{key}: no such setting{f' of {owner}' if owner and not experiment else ''}"
                                f"{did_you_mean(key, names) or elsewhere(schema, group, name)}")
         check_value(key, value, [settings for settings in specs if name in settings])
+
+
+def config_file(group: str, choice: str) -> dict[str, Any] | None:
+    """configs/<group>/<choice>.yaml merged over the files of its defaults list, as Hydra composes it; None where a
+    file is missing or not plain YAML (then Hydra decides)."""
+    import yaml
+
+    path = CONFIGS / group / f"{choice}.yaml"
+    try:
+        own = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    merged: dict[str, Any] = {}
+    for parent in own.pop("defaults", None) or []:
+        base = config_file(group, parent) if isinstance(parent, str) and parent != "_self_" else {}
+        if base is None:
+            return None
+        merged = _merged(merged, base)
+    return _merged(merged, own)
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+    return out
+
+
+def check_config_key(key: str, value: str, group: str, picked: list[str | None]) -> None:
+    """`callbacks.NAME.KEY=V` or `logger.KEY=V` without `+`: Hydra takes only the keys its config file sets (struct
+    mode) and refuses any other in several lines; refused here in one, with the likely key or the `+` that adds it."""
+    if len(picked) != 1 or picked[0] in (None, "null"):
+        return
+    node: Any = config_file(group, picked[0])
+    walked = group
+    for part in key.split(".")[1:]:
+        if not isinstance(node, dict):
+            return
+        if part not in node:
+            where = f"configs/{group}/{picked[0]}.yaml"
+            options = [f"{walked}.{k}" for k in node if not str(k).startswith("_")]
+            what = "callback" if walked == "callbacks" else "key"
+            hint = did_you_mean(f"{walked}.{part}", options) or (f" (it has {', '.join(options)})" if what == "callback" else "")
+            raise EarlyRefusal(f"{walked}.{part}: {where} has no such {what}{hint} (one it leaves out is added with "
+                               f"+{key}={value})")
+        node, walked = node[part], f"{walked}.{part}"
 
 
 def elsewhere(schema: dict[str, Any], group: str, name: str) -> str:

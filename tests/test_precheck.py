@@ -43,6 +43,13 @@ def test_the_committed_schema_is_what_the_classes_give():
     ("fit --data.batch_sise=3", "did you mean --data.batch_size?"),
     ("seed=01", "seed='01': expected an integer"),  # Hydra reads 01 as a string
     ("-m 'seed=1, x'", "seed='x': expected an integer"),
+    ("callbacks.model_checkpoint.monitr=val/nll", "callbacks.model_checkpoint.monitr: configs/callbacks/default.yaml has no "
+     "such key; did you mean callbacks.model_checkpoint.monitor? (one it leaves out is added with "
+     "+callbacks.model_checkpoint.monitr=val/nll)"),
+    ("callbacks.nope.x=1", "callbacks.nope: configs/callbacks/default.yaml has no such callback (it has callbacks.model_checkpoint,"),
+    ("callbacks=sgmcmc callbacks.posterior_samples.thn=5", "configs/callbacks/sgmcmc.yaml has no such key; did you mean "
+     "callbacks.posterior_samples.thin?"),  # sgmcmc.yaml extends default.yaml
+    ("logger.nme=x", "logger.nme: configs/logger/tensorboard.yaml has no such key; did you mean logger.name?"),
 ])
 def test_mistakes_are_one_line_with_the_closest_name(command, line):
     argv = shlex.split(command)
@@ -71,6 +78,8 @@ VALID = [
     "fit --model.help=VAE", "fit --model.help VAE", "fit -c=/tmp/vae.yaml --model.latent_dim=8", "fit --data.download=no",
     "fit --data.download=off", "fit --model.lr=1_000", "fit --trainer.max_epochs=1_000", "fit --model.lr=1e-3",
     "fit --model=mypackage.MyModel --model.anything=1",
+    "callbacks=sgmcmc callbacks.posterior_samples.thin=5 callbacks.model_checkpoint.save_top_k=3",
+    "+callbacks.model_checkpoint.verbose=true", "experiment=jsa_paper callbacks.gradient_variance.every_n_steps=0",
 ]
 
 
