@@ -119,3 +119,22 @@ def test_the_report_says_the_plan_may_grow_while_a_fashion_seed_0_run_is_missing
     field_study.main(argv)
     report = (tmp_path / "out" / "report.md").read_text()
     assert "10 of 10 records so far)" in report  # 6 seed-0 runs; seeds 1, 2 of the close JSA and RWS, uniform prior
+
+
+def test_mnist_beside_fashion_ranks_the_arms_on_each_data_set_by_seed_0_and_by_mean():
+    from benchmarks import field_study_report
+
+    def record(data, model, seed, nll):
+        return {"name": f"{data}-{model}-uniform-s{seed}", "kind": "train", "data": data, "model": model, "prior": "uniform",
+                "seed": seed, "test": {"nll": nll, "elbo": -nll - 10}}
+
+    # MNIST: JSA ahead at seed 0 and on the mean. Fashion: RWS ahead at seed 0, JSA ahead on the mean of 3 seeds.
+    # VIMCO has no Fashion run: it is left out of both rankings.
+    rows = [record("mnist", "jsa", s, 80 + s) for s in range(3)] + [record("mnist", "rws", s, 81 + s) for s in range(3)]
+    rows += [record("mnist", "vimco", 0, 70.0)]
+    rows += [record("fashion_mnist", "jsa", s, v) for s, v in enumerate([121.0, 118.0, 118.0])]
+    rows += [record("fashion_mnist", "rws", s, v) for s, v in enumerate([120.0, 120.0, 120.0])]
+    lines = field_study_report.across_data_sets({r["name"]: r for r in rows})
+    assert lines[2] == "| JSA, uniform prior | 81.00 ± 1.00 (3) | 1 / 1 | 10.00 | 119.00 ± 1.73 (3) | 2 / 1 | 10.00 |"
+    assert lines[3] == "| RWS, uniform prior | 82.00 ± 1.00 (3) | 2 / 2 | 10.00 | 120.00 ± 0.00 (3) | 1 / 2 | 10.00 |"
+    assert len(lines) == 4 and field_study_report.across_data_sets({r["name"]: r for r in rows[:6]}) == []
