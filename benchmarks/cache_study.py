@@ -75,10 +75,10 @@ def measure_is_resolution(args: argparse.Namespace) -> None:
 
     path = args.out / "is-resolution.json"
     settings = {"images": args.is_images, "samples": sorted(args.is_samples)}
-    kept = json.loads(path.read_text()) if path.exists() else {}
+    kept = runner.read_json(path) if path.exists() else {}
     measured = kept.get("runs", {}) if kept.get("settings") == settings else {}
     for record_path in sorted((args.out / "runs").glob("*.json")):
-        record = json.loads(record_path.read_text())
+        record = runner.read_json(record_path)
         if record["arm"] not in ("middle", "never") or record["name"] in measured:
             continue
         try:
@@ -97,7 +97,7 @@ def is_resolution_table(args: argparse.Namespace, records: list[dict]) -> list[s
     path = args.out / "is-resolution.json"
     if not path.exists():
         return []
-    kept = json.loads(path.read_text())
+    kept = runner.read_json(path)
     counts = [str(k) for k in kept["settings"]["samples"]]
     arm_of = {r["name"]: (r["model"], r["arm"]) for r in records}
     lines = ["", f"Importance-sampled test NLL of the best checkpoints on the first {kept['settings']['images']} test images, "
@@ -146,7 +146,7 @@ def late_mean(points: list[list[float]], after_step: float) -> float | None:
 
 
 def write_report(args: argparse.Namespace) -> Path:
-    records = [json.loads(p.read_text()) for p in sorted((args.out / "runs").glob("*.json"))]
+    records = list(runner.read_records(args.out).values())
     spe = args.steps_per_epoch
     last_fifth = 0.8 * args.epochs * spe
     lines = ["# JSA's persistent MIS cache: when does it help?", "",

@@ -25,7 +25,6 @@ exists; a finished record is skipped, an unfinished run resumes from its last.ck
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import threading
@@ -92,7 +91,7 @@ def close_arms(records: dict[str, dict], data: str) -> set[str]:
 
 
 def read_records(out: Path) -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))}
+    return runner.read_records(out)
 
 
 def plan(args: argparse.Namespace, records: dict[str, dict] | None = None) -> list[Job]:

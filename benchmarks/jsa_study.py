@@ -23,7 +23,6 @@ Three groups, all under the same protocol except the number of epochs:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -176,7 +175,7 @@ def write_report(args: argparse.Namespace) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = {p.stem: json.loads(p.read_text()) for p in sorted((args.out / "runs").glob("*.json"))}
+    records = runner.read_records(args.out)
     by_group = {g: [r for r in records.values() if r["group"] == g] for g in ("main", "seeds", "ablation")}
     spe = args.steps_per_epoch
     lines = ["# JSA study: JSA against RWS, VIMCO, REINFORCE+B* and Gumbel-softmax", "",

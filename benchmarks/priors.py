@@ -122,11 +122,11 @@ def fmt(value: float | None) -> str:
 
 def write_report(args: argparse.Namespace) -> Path:
     cost_path = args.out / "cost.json"
-    records = {p.stem: json.loads(p.read_text()) for p in sorted((args.out / "runs").glob("*.json"))}
+    records = runner.read_records(args.out)
     lines = ["# Learned priors over discrete codes", "",
              "Written by `python -m benchmarks.priors` (docs/priors.md). Machine: 2 CPU cores, no GPU.", ""]
     if cost_path.exists():
-        cost = json.loads(cost_path.read_text())
+        cost = runner.read_json(cost_path)
         lines += ["## Cost", "",
                   "ms per JSA training step at L = 10 (MIS, loss, backward, Adam; medians of interleaved repeats), and the "
                   "batched scoring of all B·(L+1) candidates at L = 20 in one pass: the prior's log p(h) against the "
@@ -204,7 +204,10 @@ def main(argv: list[str] | None = None) -> None:
     names = [name for name, _ in plan(args)]
     if args.only and not runner.selected(names, args.only):  # before the cost table's minutes, not after
         parser.error(f"--only {','.join(args.only)}: no planned run matches; the plan's runs: {', '.join(names)}")
+    runner.check_directory_options(parser, args, ("out", "logs"))
     args.out, args.logs = args.out.resolve(), args.logs.resolve()
+    if args.report_only:
+        runner.read_records(args.out, report_only=True)
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
     cost_path = args.out / "cost.json"
     if args.cost_only or not (args.report_only or cost_path.exists()):  # a resumed study keeps the costs it measured

@@ -110,6 +110,9 @@ def run_pending(names: Sequence[str], runs_dir: Path, run: Callable[[str], dict]
 
     if only is not None and not selected(names, only):
         raise SystemExit(f"--only {','.join(only)}: no planned run matches; the plan's runs: {', '.join(names)}")
+    for pattern in only or []:
+        if not selected(names, [pattern]):
+            print(f"--only: {pattern!r} matches no planned run (yet: the plan may grow as records arrive)", flush=True)
     names = selected(names, only)
     made_on = machine()
 
@@ -203,11 +206,19 @@ def add_study_arguments(parser: argparse.ArgumentParser, out: str, logs: str) ->
     parser.add_argument("extra", nargs="*", help="more train.py overrides for every run (e.g. trainer.limit_train_batches=2)")
 
 
+def patterns(text: str) -> list[str]:
+    """--only's comma-separated patterns, spaces around each dropped; an empty one is refused (argparse's `type`)."""
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty pattern; give comma-separated names or shell patterns")
+    return items
+
+
 def add_run_selection_arguments(parser: argparse.ArgumentParser) -> None:
     """--lanes and --only, read by run_pending: every study of runs takes them (through add_study_arguments, and
     benchmarks/priors.py, whose options differ)."""
     parser.add_argument("--lanes", type=int, default=1, help="runs at once, each on cores/lanes threads (default 1)")
-    parser.add_argument("--only", type=lambda text: text.split(","), metavar="PATTERNS",
+    parser.add_argument("--only", type=patterns, metavar="PATTERNS",
                         help="run only the planned runs whose names match one of these comma-separated shell patterns "
                              "(e.g. 'mnist-*-s1'), to spread a study over machines; the report covers every record")
 
@@ -215,15 +226,49 @@ def add_run_selection_arguments(parser: argparse.ArgumentParser) -> None:
 def check_study_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, positive: Sequence[str],
                           choices: dict[str, tuple[list[str], list[str]]] | None = None) -> None:
     """parser.error for a count below 1 (`positive`, by attribute name) or a name outside its choices ({option:
-    (given, known)}); then --out and --logs made absolute and --out/runs created."""
+    (given, known)}) or an --out or --logs that is a file; then --out and --logs made absolute, --report-only's records
+    checked, and --out/runs created."""
     for name in positive:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     for name, (given, known) in (choices or {}).items():
         if set(given) - set(known):
             parser.error(f"--{name}: unknown {', '.join(sorted(set(given) - set(known)))}; choose from {', '.join(known)}")
+    check_directory_options(parser, args, ("out", "logs"))
     args.out, args.logs = args.out.resolve(), args.logs.resolve()
+    if args.report_only:
+        read_records(args.out, report_only=True)
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
+
+
+def check_directory_options(parser: argparse.ArgumentParser, args: argparse.Namespace, names: Sequence[str]) -> None:
+    """parser.error for an output option that names a file (or lies under one), before anything is run or written."""
+    for name in names:
+        path = getattr(args, name)
+        blocking = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if blocking is not None:
+            parser.error(f"--{name} {path}: {blocking} is a file; expected a directory to write in")
+
+
+def read_json(path: Path) -> dict:
+    """A record (or other JSON object) the studies wrote, or one line naming the file that is not one."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SystemExit(f"{path}: not a readable record ({type(error).__name__}: {error}); delete it to run it again") from None
+    if not isinstance(value, dict):
+        raise SystemExit(f"{path}: not a record (a JSON object expected, found {type(value).__name__}); delete it to run "
+                         "it again")
+    return value
+
+
+def read_records(out: Path, report_only: bool = False) -> dict[str, dict]:
+    """Every record under out/runs, by run name (the file's stem); with `report_only`, none is an error (a mistyped
+    --out would otherwise give an empty report)."""
+    records = {p.stem: read_json(p) for p in sorted((out / "runs").glob("*.json"))}
+    if report_only and not records:
+        raise SystemExit(f"--report-only: no records under {out / 'runs'}; give the --out the study wrote, or run it first")
+    return records
 
 
 def counts(text: str) -> list[int]:

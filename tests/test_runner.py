@@ -169,3 +169,44 @@ def test_the_priors_study_refuses_an_only_that_matches_nothing_before_measuring(
         priors.main(["--only", "nope-*", "--out", str(tmp_path / "out"), "--logs", str(tmp_path / "logs")])
     assert "--only nope-*: no planned run matches" in capsys.readouterr().err
     assert not (tmp_path / "out" / "cost.json").exists()  # the cost table was not measured first
+
+
+@pytest.mark.parametrize("study", ["field_study", "jsa_study", "cache_study", "priors"])
+def test_every_study_refuses_a_file_for_out_or_logs_and_an_empty_report_before_writing(study, tmp_path, capsys):
+    """One line each, and nothing written: an --out or --logs that is a file (or lies under one), and --report-only
+    on a folder without records (a mistyped --out gave an empty report)."""
+    import importlib
+
+    main = importlib.import_module(f"benchmarks.{study}").main
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    for option in (["--out", str(a_file)], ["--logs", str(a_file / "logs")]):
+        with pytest.raises(SystemExit):
+            main(option)
+        assert "is a file; expected a directory to write in" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match=r"^--report-only: no records under .*nowhere/runs"):
+        main(["--report-only", "--out", str(tmp_path / "nowhere")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_a_corrupt_record_is_named_in_one_line(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "a.json").write_text(json.dumps({"name": "a"}))
+    (runs / "b.json").write_text("{")
+    with pytest.raises(SystemExit, match=r"b\.json: not a readable record \(JSONDecodeError"):
+        runner.read_records(tmp_path)
+    (runs / "b.json").write_text("[1, 2]")
+    with pytest.raises(SystemExit, match=r"b\.json: not a record \(a JSON object expected, found list\)"):
+        runner.read_records(tmp_path)
+    (runs / "b.json").unlink()
+    assert runner.read_records(tmp_path, report_only=True) == {"a": {"name": "a"}}
+
+
+def test_only_patterns_drop_spaces_refuse_empty_ones_and_name_those_that_match_nothing(tmp_path, capsys):
+    assert runner.patterns("main-vae-s0, main-jsa-*") == ["main-vae-s0", "main-jsa-*"]
+    with pytest.raises(Exception, match="an empty pattern"):
+        runner.patterns("main-vae-s0,,x")
+    ran = []
+    runner.run_pending(["a", "b"], tmp_path, lambda name: ran.append(name) or {"name": name}, lambda r: "", only=["a", "zzz"])
+    assert ran == ["a"] and "'zzz' matches no planned run" in capsys.readouterr().out
