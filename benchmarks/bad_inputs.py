@@ -426,7 +426,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table-only", action="store_true", help="rewrite table.md from table.json")
     args = parser.parse_args(argv)
     if args.table_only:
-        write_table(json.loads((args.out / "table.json").read_text()), args.out)
+        try:
+            rows = json.loads((args.out / "table.json").read_text())
+        except (OSError, ValueError) as error:
+            parser.error(f"--table-only: {args.out / 'table.json'} is not a readable table ({type(error).__name__}); "
+                         "run the benchmark to write it")
+        write_table(rows, args.out)
         return 0
     data_dir = Path(os.environ.get("DATA_DIR") or REPO.parent / "shared" / "data")
     if not (data_dir / "MNIST" / "raw").is_dir():

@@ -26,7 +26,7 @@ import math
 import statistics
 from pathlib import Path
 
-from benchmarks import runner
+from benchmarks import arguments, runner
 from benchmarks.jsa_study import epoch_of, fmt, read_curves, t_threshold
 
 MODELS = {  # name -> (label, overrides)
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=30, help="epochs per run (default 30)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds of the L = 20 and Bernoulli arms (default 3)")
-    parser.add_argument("--small-l-seeds", type=int, default=1, help="seeds of the L = 5 arms (default 1)")
+    parser.add_argument("--small-l-seeds", type=arguments.integer(1), default=1, help="seeds of the L = 5 arms (default 1)")
     parser.add_argument("--models", type=lambda text: text.split(","), default=list(MODELS), help=f"subset of {','.join(MODELS)}")
     parser.add_argument("--is-resolution", action="store_true",
                         help="measure the IS-NLL of the finished middle and no-cache runs (no training), then the report")

@@ -58,6 +58,8 @@ import yaml  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
 
+from benchmarks import runner  # noqa: E402
+
 BOUND_MODELS = {"VQVAE"}  # whose nll is an upper bound (under its prior), not an estimate
 VERSION_PREFIXES = ("version_", "slurm_job_")  # a run's version directory (TensorBoardLogger's, a SLURM job's)
 JOB_FILE = "hydra_job.yaml"  # <run>/hydra_job.yaml: the Hydra job that made the run (sweep_dir: its multirun's directory)
@@ -424,10 +426,13 @@ def grid_shape(panels: int, max_columns: int = MAX_COLUMNS) -> tuple[int, int]:
     return rows, max(1, math.ceil(panels / rows))
 
 
-def plot_reconstructions(runs: list[Run], out: Path) -> None:
+def plot_reconstructions(runs: list[Run], out: Path) -> bool:
+    """Writes `out` when a run has reconstructions (returns whether it did; a stale figure of an earlier report is
+    removed rather than linked)."""
     shown_runs = [run for run in runs if run.reconstructions is not None]
     if not shown_runs:
-        return
+        out.unlink(missing_ok=True)
+        return False
     rows, columns = grid_shape(len(shown_runs))
     # Constrained layout keeps the figure title above the panel titles, however many lines those take.
     fig = plt.figure(figsize=(3.6 * columns, 3.9 * rows + 0.4), layout="constrained")
@@ -440,6 +445,7 @@ def plot_reconstructions(runs: list[Run], out: Path) -> None:
     fig.suptitle(figure_title(shown_runs))
     fig.savefig(out, dpi=100)
     plt.close(fig)
+    return True
 
 
 # ---- the report -----------------------------------------------------------------------------------------------
@@ -495,7 +501,7 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
     rows = [table_row(run) for run in compared]
     out.mkdir(parents=True, exist_ok=True)
     plot_val_nll(compared, out / "val_nll.png")
-    plot_reconstructions(compared, out / "reconstructions.png")
+    has_reconstructions = plot_reconstructions(compared, out / "reconstructions.png")
     report = out / "report.md"
     report.write_text(
         "# Comparison\n\n"
@@ -507,7 +513,7 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
         + markdown_table(rows)
         + (f"\n\n{tuned}" if tuned else "")
         + "\n\n" + runs_section(selection, {run.path: run.label for run in compared})
-        + "\n\n![val/nll](val_nll.png)\n\n![reconstructions](reconstructions.png)\n"
+        + "\n\n![val/nll](val_nll.png)\n" + ("\n![reconstructions](reconstructions.png)\n" if has_reconstructions else "")
     )
     return report
 
@@ -522,13 +528,15 @@ def main(argv: list[str] | None = None) -> None:
                             "repeatable (default: the runs of the latest multirun)")
     which.add_argument("--all", action="store_true", help="compare every run under the roots")
     args = parser.parse_args(argv)
+    runner.check_directory_options(parser, args, ("out",))  # before every event file is read, not after
     report = write_report(args.roots, args.out, args.runs, args.all)
     text = report.read_text()
     table = next(paragraph for paragraph in text.split("\n\n") if paragraph.startswith("| "))
     studies = text.split("\n\n## Tuned settings", 1)[1].split("\n\n## Runs", 1)[0] if "## Tuned settings" in text else None
     tuned = f"## Tuned settings{studies}\n\n" if studies is not None else ""
     print(table + "\n\n" + tuned + text.split("## Runs\n\n", 1)[1].split("\n\n![", 1)[0])  # the table, studies, the runs found
-    print(f"\nwritten: {report}, {args.out / 'val_nll.png'}, {args.out / 'reconstructions.png'}")
+    written = [report, args.out / "val_nll.png", *[p for p in [args.out / "reconstructions.png"] if p.exists()]]
+    print(f"\nwritten: {', '.join(map(str, written))}")
 
 
 if __name__ == "__main__":

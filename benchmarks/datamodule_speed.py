@@ -17,6 +17,7 @@ import argparse
 import os
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -60,6 +61,8 @@ def main() -> None:
     if args.epochs < 1:
         parser.error("--epochs must be >= 1")
     data_dir = os.environ.get("DATA_DIR", "../shared/data")
+    if not (Path(data_dir) / "MNIST" / "raw").is_dir():  # torchvision's MNIST would raise with a traceback
+        parser.error(f"no MNIST under {data_dir}: set DATA_DIR to the directory that holds MNIST/raw")
 
     base = MNIST(data_dir, train=True, transform=transforms.ToTensor())
     positions = torch.randperm(60000, generator=torch.Generator().manual_seed(0))[:55000]

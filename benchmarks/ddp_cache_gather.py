@@ -20,6 +20,8 @@ from datamodules import MNISTDataModule
 from callbacks.process_group import ReleaseProcessGroupAtExit
 from models import JSA
 
+from benchmarks import arguments
+
 
 class StepTimes(L.Callback):
     def __init__(self) -> None:
@@ -61,7 +63,7 @@ def run(gather: bool, steps: int, batch_size: int) -> tuple[float, float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=80, help="training steps per run (>= 12: the first 10 are warm-up)")
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--batch-size", type=arguments.integer(1), default=128)
     args = parser.parse_args()
     if args.steps < 12:
         parser.error(f"--steps must be at least 12 (the first 10 steps are warm-up), got {args.steps}")

@@ -33,6 +33,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks import arguments
 from benchmarks.timing import median_seconds, paired
 from models import JSA, VAE, VQVAE, DiscreteVAE
 from models.base import LatentVariableModel
@@ -133,18 +134,15 @@ def bench_test_stage(name: str, num_images: int, batch_size: int, chunk_size: in
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--models", type=lambda text: text.split(","), default=["vae", "jsa"])
-    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds each timing runs for, over its 5 rounds (default 1)")
+    parser.add_argument("--batch-size", type=arguments.integer(1), default=64)
+    parser.add_argument("--samples", type=arguments.integer(1), default=200)
+    parser.add_argument("--models", type=arguments.names(list(MODELS)), default=["vae", "jsa"])
+    parser.add_argument("--min-run-time", type=arguments.number(0), default=1.0, help="seconds each timing runs for, over its 5 rounds (default 1)")
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's top operators of one call per model")
-    parser.add_argument("--test-images", type=int, default=0, help="also time Trainer.test on this many test images")
-    parser.add_argument("--chunk-sizes", type=int, nargs="+", default=[inspect.signature(LatentVariableModel).parameters["eval_chunk_size"].default],
+    parser.add_argument("--test-images", type=arguments.integer(0), default=0, help="also time Trainer.test on this many test images")
+    parser.add_argument("--chunk-sizes", type=arguments.integer(1), nargs="+", default=[inspect.signature(LatentVariableModel).parameters["eval_chunk_size"].default],
                         help="eval_chunk_size values to measure side by side (default: the models' default)")
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.models) - set(MODELS))
-    if unknown:
-        parser.error(f"--models: unknown {unknown}; choose from {sorted(MODELS)}")
     generator = torch.Generator().manual_seed(0)
     x = torch.bernoulli(torch.full((args.batch_size, 1, 28, 28), 0.13), generator=generator)
     print(f"threads={torch.get_num_threads()} batch={args.batch_size} samples={args.samples} torch={torch.__version__}")

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from benchmarks import arguments, runner
+
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 40
 # Tiny and fast, long enough to be interrupted: 20 batches of 32 an epoch, a checkpoint every 2 steps.
@@ -148,11 +150,12 @@ def concurrent_resumes(cwd: Path, pairs: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kills", type=int, default=20)
-    parser.add_argument("--concurrent", type=int, default=10)
-    parser.add_argument("--resumes", type=int, default=10)
+    parser.add_argument("--kills", type=arguments.integer(0), default=20)
+    parser.add_argument("--concurrent", type=arguments.integer(0), default=10)
+    parser.add_argument("--resumes", type=arguments.integer(0), default=10)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "faults")
     args = parser.parse_args()
+    runner.check_directory_options(parser, args, ("out",))  # before the runs, not after
     if "DATA_DIR" not in os.environ:
         raise SystemExit("error: set DATA_DIR to the directory that holds MNIST/raw (the runs read real MNIST)")
     results = {}

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import arguments
 from benchmarks.mis_speed import PRECISIONS, autocast, train_step_fn
 from benchmarks.timing import median_seconds, paired
 from models import JSA, VAE
@@ -53,16 +54,18 @@ def build(cls, args, device: torch.device, **kwargs):
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--batch-size", type=arguments.integer(1), default=128)
     parser.add_argument("--hidden-channels", type=int, default=64, help="width of the conv backbone (train.py's default)")
-    parser.add_argument("--mis-steps", type=int, nargs="+", default=[1, 4, 16, 64], help="the values of L")
+    parser.add_argument("--mis-steps", type=arguments.integer(1), nargs="+", default=[1, 4, 16, 64], help="the values of L")
     parser.add_argument("--precision", choices=PRECISIONS, default="32-true")
     parser.add_argument("--compile", action="store_true", help="compile the encoder and decoder (model.compile=true)")
-    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds each timing runs for; the JSA and VAE steps: over their rounds (default 1)")
+    parser.add_argument("--min-run-time", type=arguments.number(0), default=1.0, help="seconds each timing runs for; the JSA and VAE steps: over their rounds (default 1)")
     parser.add_argument("--tiny", action="store_true",
                         help="CPU smoke run: batch 8, 8 channels, L in {1, 4}, 0.05 s a timing (overrides those options)")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
     args = parser.parse_args(argv)
+    if args.out is not None and args.out.is_dir():  # found before the measurement, not after it
+        parser.error(f"--out {args.out}: a directory; expected the file to write the table to")
     if args.tiny:
         vars(args).update(TINY)
     if args.device.startswith("cuda") and not torch.cuda.is_available():

@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks import runner
+
 MODELS = ("vae", "vqvae", "jsa", "dvae", "dvae_gumbel")
 TRAIN = Path(__file__).resolve().parents[1] / "train.py"
 
@@ -41,6 +43,7 @@ def main() -> None:
     for option in ("steps", "val_every", "val_batches", "val_samples", "test_batches", "test_samples"):
         if getattr(args, option) < 1:
             parser.error(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
+    runner.check_directory_options(parser, args, ("out", "logs"))  # before the minutes of training, not after
     for model in args.models:
         if any((args.logs / "tensorboard").glob(f"{model}-mnist-*/version_*/checkpoints/*.ckpt")):
             print(f"{model}: done earlier, skipped", flush=True)
@@ -53,8 +56,10 @@ def main() -> None:
             f"model.test_num_samples={args.test_samples}",
         ]
         print("+ python train.py", " ".join(command[2:]), flush=True)
-        subprocess.run(command, check=True)
-    subprocess.run([sys.executable, "-m", "benchmarks.compare", str(args.logs / "tensorboard"), "--out", str(args.out)], check=True)
+        if subprocess.run(command).returncode:  # its own error line is above
+            raise SystemExit(f"grey_mnist: the {model} run failed (its message is above)")
+    if subprocess.run([sys.executable, "-m", "benchmarks.compare", str(args.logs / "tensorboard"), "--out", str(args.out)]).returncode:
+        raise SystemExit("grey_mnist: the comparison report failed (its message is above)")
     (args.out / "command.txt").write_text(" ".join(["python -m benchmarks.grey_mnist", *sys.argv[1:]]) + "\n")
 
 

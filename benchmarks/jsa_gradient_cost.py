@@ -24,6 +24,7 @@ import os
 
 import torch
 
+from benchmarks import arguments
 from benchmarks.timing import alternating, median_seconds
 from datamodules import MNISTDataModule
 from models import JSA, RWS, VIMCO
@@ -87,11 +88,11 @@ def distinct_rows(model: JSA, x: torch.Tensor, index: torch.Tensor, draws: int =
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch-size", type=int, default=200)
-    parser.add_argument("--num-steps", type=int, default=20, help="L for JSA and S for RWS/VIMCO (default 20)")
-    parser.add_argument("--warm-up-steps", type=int, default=300, help="training steps before timing (default 300)")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--min-run-time", type=float, default=10.0, help="seconds per variant over all rounds (default 10)")
+    parser.add_argument("--batch-size", type=arguments.integer(1), default=200)
+    parser.add_argument("--num-steps", type=arguments.integer(2), default=20, help="L for JSA and S for RWS/VIMCO, >= 2 (VIMCO's leave-one-out baseline; default 20)")
+    parser.add_argument("--warm-up-steps", type=arguments.integer(0), default=300, help="training steps before timing (default 300)")
+    parser.add_argument("--rounds", type=arguments.integer(1), default=5)
+    parser.add_argument("--min-run-time", type=arguments.number(0), default=10.0, help="seconds per variant over all rounds (default 10)")
     args = parser.parse_args()
     if min(args.batch_size, args.num_steps, args.rounds) < 1 or args.warm_up_steps < 0:
         parser.error("--batch-size, --num-steps and --rounds must be >= 1, --warm-up-steps >= 0")

@@ -34,6 +34,8 @@ import time
 import lightning as L
 import torch
 
+from benchmarks import arguments
+
 WARM_UP = 10
 
 
@@ -138,9 +140,9 @@ def lightning_steps(model: str, steps: int) -> tuple[list[float], list[float]]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", type=lambda text: text.split(","), default=["jsa", "vae"])
+    parser.add_argument("--models", type=arguments.names(arguments.MODEL_CONFIGS), default=["jsa", "vae"])
     parser.add_argument("--steps", type=int, default=120, help="training steps of each timed run (default 120, < 430)")
-    parser.add_argument("--repeats", type=int, default=3, help="fit and lightning runs, in turn, per model (default 3)")
+    parser.add_argument("--repeats", type=arguments.integer(1), default=3, help="fit and lightning runs, in turn, per model (default 3)")
     args = parser.parse_args(argv)
     if not WARM_UP + 1 < args.steps < 430:
         parser.error(f"--steps must be > {WARM_UP + 1} (the first {WARM_UP} steps are warm-up) and < 430 (one epoch)")

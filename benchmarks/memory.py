@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks import arguments
+
 REPO = Path(__file__).resolve().parents[1]
 WRAPPER = ("import json, resource, subprocess, sys; code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, "
            "stderr=subprocess.PIPE, text=True); print(json.dumps({'code': code.returncode, 'tail': code.stderr[-1500:], "
@@ -34,8 +36,8 @@ def peak_rss_mib(args: list[str], cwd: Path) -> float:
     """Peak resident memory (MiB) of `python train.py *args`, run alone under a wrapper process."""
     command = [sys.executable, "-c", WRAPPER, sys.executable, str(REPO / "train.py"), *args]
     result = json.loads(subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=True).stdout)
-    if result["code"] != 0:
-        raise RuntimeError(f"train.py {' '.join(args)} failed:\n{result['tail']}")
+    if result["code"] != 0:  # its error line (or traceback) last
+        raise SystemExit(f"memory: python train.py {' '.join(args)} failed: {result['tail'].strip().splitlines()[-1:]}")
     return result["max_rss_kib"] / 1024
 
 
@@ -59,9 +61,9 @@ def held_bytes(model_name: str) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", type=lambda text: text.split(","), default=["jsa", "vae"])
-    parser.add_argument("--steps", type=int, default=200, help="training steps of the `train` run (default 200)")
-    parser.add_argument("--test-batches", type=int, default=20, help="test batches of the `test` run (default 20)")
+    parser.add_argument("--models", type=arguments.names(arguments.MODEL_CONFIGS), default=["jsa", "vae"])
+    parser.add_argument("--steps", type=arguments.integer(1), default=200, help="training steps of the `train` run (default 200)")
+    parser.add_argument("--test-batches", type=arguments.integer(1), default=20, help="test batches of the `test` run (default 20)")
     args = parser.parse_args(argv)
     if "DATA_DIR" not in os.environ:
         parser.error("set DATA_DIR to the directory that holds MNIST/raw (the runs read real MNIST)")

@@ -28,6 +28,7 @@ from typing import Callable
 
 import torch
 
+from benchmarks import arguments
 from benchmarks.timing import median_seconds, paired
 from models import JSA, VAE
 from samplers import index_cached_mis, mis_chain, naive_mis
@@ -106,11 +107,11 @@ def bench_loop_share(jsa: JSA, x: torch.Tensor, num_steps: int = 64) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--mis-steps", type=int, nargs="+", default=[1, 4, 16, 64])
-    parser.add_argument("--train-steps", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds each timing runs for, over all its rounds (default 1)")
+    parser.add_argument("--batch-size", type=arguments.integer(1), default=128)
+    parser.add_argument("--device", type=arguments.device, default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--mis-steps", type=arguments.integer(1), nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--train-steps", type=arguments.integer(1), nargs="+", default=[1, 4, 16])
+    parser.add_argument("--min-run-time", type=arguments.number(0), default=1.0, help="seconds each timing runs for, over all its rounds (default 1)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of each compared pair (default 5)")
     parser.add_argument("--precision", choices=PRECISIONS, default="32-true", help="32-true (default) or bf16-mixed")
     args = parser.parse_args()

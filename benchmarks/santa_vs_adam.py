@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import arguments
 from benchmarks.compare import find_runs, read_run
 
 TRAIN = Path(__file__).resolve().parents[1] / "train.py"
@@ -81,11 +82,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/santa"))
     parser.add_argument("--logs", type=Path, default=Path("logs/santa-vs-adam"), help="where the runs write")
-    parser.add_argument("--model", default="vae")
+    parser.add_argument("--model", choices=arguments.MODEL_CONFIGS, default="vae")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--limit-train-batches", type=float, default=1.0, help="per epoch: a fraction, or a count > 1")
-    parser.add_argument("--limit-val-batches", type=float, default=1.0)
+    parser.add_argument("--limit-train-batches", type=arguments.number(0), default=1.0, help="per epoch: a fraction, or a count > 1")
+    parser.add_argument("--limit-val-batches", type=arguments.number(0), default=1.0)
     parser.add_argument("--val-samples", type=int, default=100, help="importance samples per image for val/nll")
     parser.add_argument("--exploration-fraction", type=float, default=0.5, help="Santa's share of steps exploring")
     parser.add_argument("--seed", type=int, default=0)
@@ -110,7 +111,8 @@ def main() -> None:
         shown = "python train.py " + " ".join(shlex.quote(part) for part in command[2:])
         print("+", shown, flush=True)
         start = time.time()
-        subprocess.run(command, check=True)
+        if subprocess.run(command).returncode:  # its own error line is above
+            raise SystemExit(f"santa_vs_adam: the {optimizer} run failed (its message is above)")
         seconds = time.time() - start
         history, run_path = val_nll(args.logs / optimizer / "tensorboard")
         rows.append((optimizer, history, seconds, run_path))

@@ -193,6 +193,17 @@ def test_reconstruction_panels_wrap_into_a_grid_under_the_title(tmp_path, monkey
     assert [compare.grid_shape(n) for n in (1, 3, 4, 5, 7, 9)] == [(1, 1), (1, 3), (1, 4), (2, 3), (2, 4), (3, 3)]
 
 
+def test_a_report_of_runs_without_images_neither_links_nor_keeps_a_reconstructions_figure(tmp_path):
+    """No run logged reconstructions: the figure is not written, the report does not link it, and one an earlier
+    report left behind is removed rather than shown as this report's."""
+    stale = tmp_path / "out" / "reconstructions.png"
+    stale.parent.mkdir()
+    stale.write_bytes(b"an earlier report's figure")
+    names = ["vae-mnist-mlp-z32/version_0", "jsa-mnist-mlp-K10-L20/version_0"]
+    runs = [compare.Run(tmp_path / name, name, {}, {}, None, "test") for name in names]
+    assert compare.plot_reconstructions(runs, stale) is False and not stale.exists()
+
+
 @pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 def test_compare_experiment_and_report(tmp_path, mnist_dir):
     tiny = [*FAST, "trainer.limit_test_batches=1", "model.test_num_samples=2", "data.batch_size=32"]
