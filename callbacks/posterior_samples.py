@@ -67,7 +67,8 @@ class PosteriorSamples(L.Callback):
         if self.collector is None:
             return {} if self._restored is None else dict(self._restored)
         collector = self.collector
-        return {"keep": collector.keep, "burn_in": collector.burn_in, "thin": collector.thin, "num_steps": collector.num_steps, "num_kept": collector.num_kept, "samples": list(collector.samples),
+        return {"keep": collector.keep, "burn_in": collector.burn_in, "thin": collector.thin,
+                "num_steps": collector.num_steps, "num_kept": collector.num_kept, "samples": list(collector.samples),
                 "mean": list(collector._mean), "squared_deviation": list(collector._squared_deviation)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
