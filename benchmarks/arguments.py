@@ -6,33 +6,29 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 MODEL_CONFIGS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "configs" / "model").glob("*.yaml"))  # model=NAME
 
 
 def integer(at_least: int) -> Callable[[str], int]:
     """An integer >= at_least."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= {at_least}") from None
-        if value < at_least:
-            raise argparse.ArgumentTypeError(f"{value}: expected an integer >= {at_least}")
-        return value
-    return parse
+    return _bounded(int, lambda value: value >= at_least, f"an integer >= {at_least}")
 
 
 def number(above: float) -> Callable[[str], float]:
     """A finite number > above."""
-    def parse(text: str) -> float:
+    return _bounded(float, lambda value: math.isfinite(value) and value > above, f"a finite number > {above:g}")
+
+
+def _bounded(convert: Callable[[str], Any], accepts: Callable[[Any], bool], expectation: str) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
         try:
-            value = float(text)
+            value = convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r}: expected a number > {above:g}") from None
-        if not (math.isfinite(value) and value > above):
-            raise argparse.ArgumentTypeError(f"{text}: expected a finite number > {above:g}")
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {expectation}") from None
+        if not accepts(value):
+            raise argparse.ArgumentTypeError(f"{text}: expected {expectation}")
         return value
     return parse
 
