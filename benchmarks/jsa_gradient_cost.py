@@ -94,8 +94,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=arguments.integer(1), default=5)
     parser.add_argument("--min-run-time", type=arguments.number(0), default=10.0, help="seconds per variant over all rounds (default 10)")
     args = parser.parse_args()
-    if min(args.batch_size, args.num_steps, args.rounds) < 1 or args.warm_up_steps < 0:
-        parser.error("--batch-size, --num-steps and --rounds must be >= 1, --warm-up-steps >= 0")
     images, _ = real_images(20_000)
     trained = warm_up(images, args.batch_size, args.warm_up_steps, args.num_steps)
     x, index = images[: args.batch_size], torch.arange(args.batch_size)  # a batch the cache holds chains for
