@@ -84,7 +84,7 @@ def fake_cifar_batch(name: str, rng: np.random.Generator) -> dict:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest test first: under xdist one worker starts it at once while the others share the rest."""
+    """The longest test first: under xdist (worksteal) one worker starts it at once, and the others take the rest."""
     items.sort(key=lambda item: not item.nodeid.startswith("tests/test_documented_commands.py::test_every"))
 
 

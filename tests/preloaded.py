@@ -1,9 +1,12 @@
-"""`python train.py ARGS` in a process of its own that skips the interpreter's 4-5 s of imports.
+"""`python train.py ARGS` in a process of its own that skips the interpreter's 4-5 s of library imports.
 
-A multiprocessing forkserver imports torch, Lightning, Hydra and the project once; every command then runs in a
-fresh fork of it, so it still has its own Hydra singleton, signal handlers, random state, torch settings,
-environment, working directory and exit status, as `python train.py ARGS` has. The documented-commands test runs
-some forty train.py commands, and this is most of its time on two cores (tests/test_documented_commands.py).
+A multiprocessing forkserver imports torch, Lightning and Hydra once; every command then runs train.py as
+`__main__` in a fresh fork of it, with its own environment, working directory, sys.argv and sys.path (the script's
+folder first), Hydra singleton, signal handlers, torch settings, default start method and exit status, as
+`python train.py ARGS` has. The project's own modules are not preloaded: each fork imports them from the folder of
+the train.py it runs. (The fork shares the server's hash seed and numpy's unseeded state; every run seeds its own.)
+The documented-commands test runs some forty train.py commands, and their start-up was most of its time on two
+cores (tests/test_documented_commands.py).
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ import tempfile
 import threading
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-# What a train.py run imports before its first step (the fork shares them, read-only).
-PRELOAD = ["torch", "torchvision", "lightning.pytorch", "torchmetrics", "hydra", "omegaconf", "tensorboard",
-           "train", "launch.build", "launch.cli_app", "launch.hydra_app", "models", "datamodules", "callbacks"]
+# What a train.py run imports before its first step, all third-party (the forks share them, read-only).
+PRELOAD = ["torch", "torchvision", "lightning.pytorch", "torchmetrics", "hydra", "omegaconf", "tensorboard"]
+# The project's top-level packages: none may come from the server, whose sys.path is not the script's.
+PROJECT = {"train", "launch", "models", "datamodules", "samplers", "callbacks", "common", "benchmarks", "tests"}
 
 
 def context() -> multiprocessing.context.BaseContext:
@@ -28,25 +31,30 @@ def context() -> multiprocessing.context.BaseContext:
     return forkserver
 
 
-def _train_main(argv: list[str], cwd: str, env: dict, out: str, err: str) -> None:
-    """The body of `python train.py ARGS` in the fork: its environment and streams, then train.main()."""
+def _run_script(argv: list[str], cwd: str, env: dict, out: str, err: str) -> None:
+    """`python argv[0] argv[1:]` in the fork: the interpreter's set-up, the script as __main__, the interpreter's exit."""
     import atexit
+    import runpy
 
     import torch
 
+    preloaded_project = sorted(name for name in sys.modules if name.split(".")[0] in PROJECT - {"tests"})
+    assert not preloaded_project, f"the forkserver imported the project's {preloaded_project}"
+    for name in [name for name in sys.modules if name.split(".")[0] == "tests"]:
+        del sys.modules[name]  # this module's package, imported to find this function: the script does not see it
+    multiprocessing.set_start_method(None, force=True)  # the interpreter's default again, not forkserver
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
-    sys.argv = argv
+    sys.argv = list(argv)
+    sys.path[:] = [str(Path(argv[0]).parent), *(p for p in sys.path if p)]  # '' was the server's working directory
     sys.stdin = open(os.devnull)
     for fd, path in ((1, out), (2, err)):
-        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        os.dup2(os.open(path, os.O_WRONLY | os.O_TRUNC), fd)
     if env.get("OMP_NUM_THREADS"):  # read by a new interpreter; the server has imported torch already
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
-    import train
-
     try:
-        train.main()  # a SystemExit's status becomes the process's exit status, as in the interpreter
+        runpy.run_path(argv[0], run_name="__main__")  # a SystemExit's status becomes the exit status, as in the interpreter
     finally:
         # The interpreter's exit, in its order (multiprocessing's own ends in os._exit): join the threads, which
         # also stops joblib's worker processes (it hooks the join), then the atexit functions, which join children.
@@ -56,15 +64,24 @@ def _train_main(argv: list[str], cwd: str, env: dict, out: str, err: str) -> Non
         sys.stderr.flush()
 
 
-def run_train(args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python train.py *args` in `cwd` with environment `env`: its exit status and what it printed."""
+def run_train(script: Path, args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python script *args` in `cwd` with environment `env`: its exit status and what it printed. Like
+    subprocess.run, it kills the process on a timeout (TimeoutExpired, with the output) or an interrupt."""
+    argv = [str(script), *args]
     with tempfile.TemporaryDirectory() as streams:
         out, err = Path(streams) / "stdout", Path(streams) / "stderr"
-        process = context().Process(target=_train_main, args=([str(REPO / "train.py"), *args], str(cwd), env, str(out), str(err)))
+        out.touch()
+        err.touch()
+        process = context().Process(target=_run_script, args=(argv, str(cwd), env, str(out), str(err)), name=script.name)
         process.start()
-        process.join(timeout)
-        if process.exitcode is None:
-            process.kill()
-            process.join()
-            raise subprocess.TimeoutExpired(["train.py", *args], timeout)
-        return subprocess.CompletedProcess(["train.py", *args], process.exitcode, out.read_text(), err.read_text())
+        try:
+            process.join(timeout)
+            timed_out = process.is_alive()
+        finally:
+            if process.is_alive():
+                process.kill()
+                process.join()
+        result = subprocess.CompletedProcess(argv, process.exitcode, out.read_text(errors="replace"), err.read_text(errors="replace"))
+    if timed_out:
+        raise subprocess.TimeoutExpired(argv, timeout, result.stdout, result.stderr)
+    return result

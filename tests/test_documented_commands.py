@@ -7,7 +7,7 @@ on this machine is checked as far as it can be: commands on CIFAR-10 (no copy he
 processes are composed and their model and data built, without training; `tensorboard` (a server) and
 the launchers `srun`/`torchrun` are left out. README's Python example runs against a checkpoint
 written by the commands. Each train.py command runs in a process of its own, forked from one that has imported
-torch and Lightning once (tests/preloaded.py): 1 s a command instead of 5 to 9.
+torch, Lightning and Hydra once (tests/preloaded.py): about 1 s for a short run instead of 5 to 9.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def run_in_order(commands: list[str], cwd: Path, env: dict) -> list[tuple[str, f
             continue
         began = time.monotonic()
         if argv[1] == str(REPO / "train.py"):  # a process of its own, forked from one that has the imports done
-            result = preloaded.run_train(argv[2:], cwd, env)
+            result = preloaded.run_train(Path(argv[1]), argv[2:], cwd, env)
         else:
             result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
         done.append((command, time.monotonic() - began, result))
