@@ -31,7 +31,7 @@ def context() -> multiprocessing.context.BaseContext:
     return forkserver
 
 
-def _run_script(argv: list[str], cwd: str, env: dict, out: str, err: str) -> None:
+def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str) -> None:
     """`python argv[0] argv[1:]` in the fork: the interpreter's set-up, the script as __main__, the interpreter's exit."""
     import atexit
     import runpy
@@ -64,7 +64,7 @@ def _run_script(argv: list[str], cwd: str, env: dict, out: str, err: str) -> Non
         sys.stderr.flush()
 
 
-def run_train(script: Path, args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_script(script: Path, args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
     """`python script *args` in `cwd` with environment `env`: its exit status and what it printed. Like
     subprocess.run, it kills the process on a timeout (TimeoutExpired, with the output) or an interrupt."""
     argv = [str(script), *args]
@@ -72,7 +72,7 @@ def run_train(script: Path, args: list[str], cwd: Path, env: dict, timeout: floa
         out, err = Path(streams) / "stdout", Path(streams) / "stderr"
         out.touch()
         err.touch()
-        process = context().Process(target=_run_script, args=(argv, str(cwd), env, str(out), str(err)), name=script.name)
+        process = context().Process(target=_as_main, args=(argv, str(cwd), env, str(out), str(err)), name=script.name)
         process.start()
         try:
             process.join(timeout)

@@ -134,7 +134,7 @@ def run_in_order(commands: list[str], cwd: Path, env: dict) -> list[tuple[str, f
             continue
         began = time.monotonic()
         if argv[1] == str(REPO / "train.py"):  # a process of its own, forked from one that has the imports done
-            result = preloaded.run_train(Path(argv[1]), argv[2:], cwd, env)
+            result = preloaded.run_script(Path(argv[1]), argv[2:], cwd, env)
         else:
             result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
         done.append((command, time.monotonic() - began, result))
