@@ -1,0 +1,51 @@
+"""tests/preloaded.py runs a script as `python script ARGS` would: what the documented-commands test relies on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+
+import pytest
+
+from tests import preloaded
+
+pytestmark = pytest.mark.slow  # starts a forkserver that imports torch and Lightning
+
+SCRIPT = """
+import atexit, multiprocessing, os, sys, threading, time
+import helper  # beside the script: its folder comes first on sys.path
+print(__name__, multiprocessing.get_start_method(), os.getcwd(), os.environ["MARK"], sys.argv[1:], helper.VALUE, flush=True)
+print("to stderr", file=sys.stderr, flush=True)
+atexit.register(lambda: print("atexit", flush=True))
+threading.Thread(target=lambda: (time.sleep(0.3), print("thread", flush=True))).start()
+if sys.argv[1] == "sleep":
+    time.sleep(60)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def script(tmp_path):
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "helper.py").write_text("VALUE = 'beside the script'\n")
+    (folder / "script.py").write_text(textwrap.dedent(SCRIPT))
+    (tmp_path / "work").mkdir()
+    return folder / "script.py"
+
+
+def test_a_forked_script_runs_as_the_interpreter_would_run_it(script, tmp_path):
+    env = {**os.environ, "MARK": "this environment"}
+    result = preloaded.run_script(script, ["3"], tmp_path / "work", env)
+    assert result.returncode == 3
+    first, *rest = result.stdout.splitlines()
+    assert first == f"__main__ fork {tmp_path / 'work'} this environment ['3'] beside the script"
+    assert rest == ["thread", "atexit"]  # the interpreter's exit: threads joined, then the atexit functions
+    assert result.stderr == "to stderr\n"
+
+
+def test_a_command_past_its_timeout_is_killed_with_its_output(script, tmp_path):
+    with pytest.raises(subprocess.TimeoutExpired) as timeout:
+        preloaded.run_script(script, ["sleep"], tmp_path / "work", {**os.environ, "MARK": "m"}, timeout=3)
+    assert "beside the script" in timeout.value.stdout and "to stderr" in timeout.value.stderr
