@@ -272,13 +272,16 @@ def test_a_save_waits_for_a_slow_reader_however_long_instead_of_ending_the_run(t
     import callbacks.checkpoint_files as checkpoint_files
 
     monkeypatch.setattr(checkpoint_files, "LOCK_WAIT_S", 0.1)
+    finished = tmp_path.parent / f"{tmp_path.name}-read-finished"  # written by the reader just before it unlocks
     reader = subprocess.Popen([sys.executable, "-c", "import fcntl, os, time\n"
                                f"fd = os.open({str(tmp_path)!r}, os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_SH)\n"
-                               "print('reading', flush=True); time.sleep(1.0)"], stdout=subprocess.PIPE, text=True)
+                               "print('reading', flush=True); time.sleep(1.0)\n"
+                               f"open({str(finished)!r}, 'w').close(); fcntl.flock(fd, fcntl.LOCK_UN); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
     try:
         assert reader.stdout.readline().strip() == "reading"
         save_checkpoint_file({"state_dict": {"w": torch.ones(2)}}, tmp_path / "last.ckpt")
-        assert reader.poll() is not None  # it saved only once the reader had finished
+        assert finished.exists()  # it saved only once the reader had finished
     finally:
         reader.kill()
         reader.wait()
