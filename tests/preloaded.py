@@ -22,7 +22,7 @@ from pathlib import Path
 # What a train.py run imports before its first step, all third-party (the forks share them, read-only).
 PRELOAD = ["torch", "torchvision", "lightning.pytorch", "torchmetrics", "hydra", "omegaconf", "tensorboard"]
 # The project's top-level packages: none may come from the server, whose sys.path is not the script's.
-PROJECT = {"train", "launch", "models", "datamodules", "samplers", "callbacks", "common", "benchmarks", "tests"}
+PROJECT = {"train", "launch", "models", "datamodules", "samplers", "callbacks", "common", "benchmarks"}
 
 
 def context() -> multiprocessing.context.BaseContext:
@@ -38,7 +38,7 @@ def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str) -> None:
 
     import torch
 
-    preloaded_project = sorted(name for name in sys.modules if name.split(".")[0] in PROJECT - {"tests"})
+    preloaded_project = sorted(name for name in sys.modules if name.split(".")[0] in PROJECT)
     assert not preloaded_project, f"the forkserver imported the project's {preloaded_project}"
     for name in [name for name in sys.modules if name.split(".")[0] == "tests"]:
         del sys.modules[name]  # this module's package, imported to find this function: the script does not see it

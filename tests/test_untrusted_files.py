@@ -174,7 +174,7 @@ def test_no_payload_runs_through_either_front_end(good_checkpoint, payload_url, 
         return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=300)
 
-    with ThreadPoolExecutor(max_workers=2) as pool:  # independent processes, two at a time (two cores)
+    with ThreadPoolExecutor(max_workers=2) as pool:  # independent processes, two at a time
         results = dict(zip(commands, pool.map(run, commands.values())))
     for name, result in results.items():
         assert result.returncode == 2, (name, result.stderr[-2000:])
