@@ -104,7 +104,7 @@ def test_the_t_threshold_uses_students_quantile_at_every_number_of_seeds():
 
 
 def test_the_report_says_the_plan_may_grow_while_a_fashion_seed_0_run_is_missing(tmp_path, monkeypatch):
-    """Its record count is 'N of M so far'; M can still grow while a Fashion-MNIST seed-0 run is to come (it may land
+    """Its record count is 'N of M so far' ('all M' once done); M can still grow while a Fashion-MNIST seed-0 run is to come (it may land
     within CLOSE of another arm and add seeds), and the report says so until none is missing."""
     def full_record(job, args):  # with what the report's tables read
         record = fake_run(job, args)
@@ -118,7 +118,7 @@ def test_the_report_says_the_plan_may_grow_while_a_fashion_seed_0_run_is_missing
     assert "the plan grows if" in (tmp_path / "out" / "report.md").read_text()
     field_study.main(argv)
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "10 of 10 records so far)" in report  # 6 seed-0 runs; seeds 1, 2 of the close JSA and RWS, uniform prior
+    assert "(all 10 records)" in report  # 6 seed-0 runs; seeds 1, 2 of the close JSA and RWS, uniform prior
 
 
 def test_mnist_beside_fashion_ranks_the_arms_on_each_data_set_by_seed_0_and_by_mean():
