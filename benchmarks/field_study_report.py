@@ -74,7 +74,7 @@ def differences(grouped: dict[str, list[dict]], data: str) -> list[str]:
 
 def across_data_sets(records: dict[str, dict]) -> list[str]:
     """Every arm on both data sets, side by side: its test NLL (mean over seeds) and −ELBO − NLL, and its rank among
-    the arms the second data set has so far (the seed-0 runs alone on both, and the means), so the reader sees
+    the arms the second data set has (the seed-0 runs alone on both, and the means), so the reader sees
     whether MNIST's order holds."""
     second = arms(records, "fashion_mnist")
     if not second:
@@ -237,7 +237,7 @@ def write(args: argparse.Namespace) -> Path:
     beside = across_data_sets(records)
     if beside:
         lines += ["", "## MNIST beside Fashion-MNIST: does the order hold?", "",
-                  "The arms Fashion-MNIST has so far, ranked on each data set among themselves, on the seed-0 runs alone "
+                  "The arms Fashion-MNIST has, ranked on each data set among themselves, on the seed-0 runs alone "
                   "(the same footing on both) and on the means over seeds; −ELBO − NLL is the encoder's gap, mean over seeds.",
                   "", *beside]
     budgets, table = equal_time(records, spe)
