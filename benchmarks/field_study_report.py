@@ -214,11 +214,9 @@ def write(args: argparse.Namespace) -> Path:
     jobs = plan(args, records)
     # a Fashion-MNIST seed-0 run still to come may land close to another arm and add seeds: the plan may grow
     may_grow = any(j.data == "fashion_mnist" and j.seed == 0 and j.name not in records for j in jobs)
-    if all(j.name in records for j in jobs):
-        progress = f"all {len(jobs)} records"
-    else:
-        progress = f"{sum(j.name in records for j in jobs)} of {len(jobs)} records so far" + (
-            "; the plan grows if a Fashion-MNIST seed-0 run still to come lands close to another arm" if may_grow else "")
+    done = sum(j.name in records for j in jobs)
+    progress = f"all {done} records" if done == len(jobs) else f"{done} of {len(jobs)} records so far" + (
+        "; the plan grows if a Fashion-MNIST seed-0 run still to come lands close to another arm" if may_grow else "")
     lines = [findings.read_text() if findings.exists() else "# The field study", "",
              f"Protocol: `experiment=jsa_paper` (configs/experiment/jsa_paper.yaml) for {args.epochs} epochs, val NLL from "
              f"{args.val_samples} importance samples every {args.val_every} epochs, test NLL and ELBO from 1000 samples at "

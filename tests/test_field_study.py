@@ -104,8 +104,8 @@ def test_the_t_threshold_uses_students_quantile_at_every_number_of_seeds():
 
 
 def test_the_report_says_the_plan_may_grow_while_a_fashion_seed_0_run_is_missing(tmp_path, monkeypatch):
-    """Its record count is 'N of M so far' ('all M' once done); M can still grow while a Fashion-MNIST seed-0 run is to come (it may land
-    within CLOSE of another arm and add seeds), and the report says so until none is missing."""
+    """Its record count is 'N of M so far', and 'all M' once done; M can still grow while a Fashion-MNIST seed-0 run
+    is to come (it may land within CLOSE of another arm and add seeds), and the report says so until none is missing."""
     def full_record(job, args):  # with what the report's tables read
         record = fake_run(job, args)
         record["test"]["elbo"] = -record["test"]["nll"] - 10
