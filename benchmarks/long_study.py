@@ -1,0 +1,129 @@
+"""Is JSA's deficit to RWS a 30-epoch artefact? JSA without its cache, JSA with a cache setting, and RWS, trained
+under the JSA paper's protocol (configs/experiment/jsa_paper.yaml, uniform prior, 20 particles) for --epochs
+(default 100) with three seeds each, on MNIST: the field study's 30-epoch comparison at a budget where the runs
+may converge.
+
+    python -m benchmarks.long_study                   # every run (resumable), then the report
+    python -m benchmarks.long_study --report-only     # the report from the finished runs
+    python -m benchmarks.long_study --arms jsa-never,rws --lanes 2 --logs /scratch/long-study
+
+The cache arm reads the cache from 60 % of the run on (the JSA paper reads it over its last 40 %: 300 of 500
+epochs); `--cache-arm` names its extra train.py settings (default: the cache alone, `q_states=chain`). Each run is
+`python train.py experiment=jsa_paper ...` (the command is in its JSON record under `--out/runs/`); a finished run
+is skipped, an unfinished one resumes from its last.ckpt (benchmarks/runner.py). The report gives, per arm, the
+test NLL (1000 samples at the best val epoch), the best val NLL, the epoch it came at and whether that is the last
+validation (a run whose best epoch is its last has not converged), with seed spread and the RWS − JSA differences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from pathlib import Path
+
+from benchmarks import runner
+from benchmarks.jsa_study import epoch_of, fmt, read_curves, t_threshold
+
+CACHE_START = 0.6  # of the run: the paper's `start = 300` of 500 epochs
+
+
+def arms(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
+    """arm -> (label, train.py overrides)."""
+    return {
+        "jsa-never": ("JSA, no cache", ["model=jsa", "model.use_cache=false"]),
+        "jsa-cache": (f"JSA, cache from epoch {int(CACHE_START * args.epochs)}" + (f" ({' '.join(args.cache_arm)})" if args.cache_arm else ""),
+                      ["model=jsa", f"model.cache_start_epoch={int(CACHE_START * args.epochs)}", *args.cache_arm]),
+        "rws": ("RWS", ["model=rws"]),
+    }
+
+
+def plan(args: argparse.Namespace) -> list[tuple[str, str, int]]:
+    """(run name, arm, seed): seed 0 of every arm first, then seeds 1, 2, ..."""
+    return [(f"mnist-{arm}-s{seed}", arm, seed) for seed in range(args.seeds) for arm in args.arms]
+
+
+def overrides(arm: str, seed: int, args: argparse.Namespace) -> list[str]:
+    return ["experiment=jsa_paper", f"seed={seed}", f"trainer.max_epochs={args.epochs}",
+            f"trainer.check_val_every_n_epoch={args.val_every}", f"model.val_num_samples={args.val_samples}",
+            *arms(args)[arm][1], *args.extra]
+
+
+def run_job(name: str, arm: str, seed: int, args: argparse.Namespace) -> dict:
+    run_dir, seconds, command = runner.train(name, overrides(arm, seed, args), args.logs / name)
+    record = {"name": name, "arm": arm, "seed": seed, "epochs": args.epochs, "command": command, "seconds": seconds}
+    return {**record, **read_curves(run_dir)}
+
+
+def mean_sd(values: list[float]) -> str:
+    if not values:
+        return "–"
+    return f"{values[0]:.2f} (1 seed)" if len(values) == 1 else f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def write_report(args: argparse.Namespace) -> Path:
+    records = list(runner.read_records(args.out).values())
+    labels = arms(args)
+    spe = args.steps_per_epoch
+    lines = [f"# JSA against RWS at {args.epochs} epochs", "",
+             f"Protocol: `experiment=jsa_paper` (uniform prior, 20 particles, batch 200, Adam 3e-4, static binarization), "
+             f"{args.epochs} epochs, val NLL from {args.val_samples} importance samples every {args.val_every} epochs, test "
+             f"NLL from 1000 samples at the best val epoch. Written by `python -m benchmarks.long_study` ({len(records)} of "
+             f"{len(plan(args))} runs finished); the commands are in commands.txt.", "",
+             runner.machines_line(records) if records else "No run has finished yet.", "",
+             "| arm | seeds | test NLL | best val NLL | epoch of best val | best = last validation | min per run (machine) |",
+             "|---|---|---|---|---|---|---|"]
+    by_arm: dict[str, list[dict]] = {}
+    for r in records:
+        by_arm.setdefault(r["arm"], []).append(r)
+    for arm, runs in by_arm.items():
+        test = [r["test"]["nll"] for r in runs if "nll" in r["test"]]
+        curves = [r["curves"]["nll"] for r in runs if r["curves"]["nll"]]
+        best = [min(c, key=lambda p: p[1]) for c in curves]
+        last = sum(b[0] == c[-1][0] for b, c in zip(best, curves))
+        lines.append(f"| {labels.get(arm, (arm,))[0]} | {len(runs)} | {mean_sd(test)} | {mean_sd([b[1] for b in best])} | "
+                     f"{', '.join(str(epoch_of(b[0], spe)) for b in best)} | {last} of {len(best)} | "
+                     f"{runner.minutes_by_machine(runs)} |")
+    rws = [r["test"]["nll"] for r in by_arm.get("rws", []) if "nll" in r["test"]]
+    rows = []
+    for arm in (a for a in by_arm if a != "rws"):
+        jsa = [r["test"]["nll"] for r in by_arm[arm] if "nll" in r["test"]]
+        if rws and jsa:
+            threshold = t_threshold(statistics.stdev(rws) if len(rws) > 1 else math.nan, len(rws),
+                                    statistics.stdev(jsa) if len(jsa) > 1 else math.nan, len(jsa))
+            difference = statistics.mean(rws) - statistics.mean(jsa)
+            verdict = "–" if not math.isfinite(threshold) else ("yes" if abs(difference) > threshold else "no")
+            rows.append(f"| RWS − {labels.get(arm, (arm,))[0]} | {difference:+.2f} | {fmt(threshold)} | {verdict} |")
+    if rows:
+        lines += ["", "Test-NLL differences (95 % threshold of a pooled two-sample t-test; – below two seeds an arm):", "",
+                  "| difference | mean | t × s.e. | beyond the seed noise? |", "|---|---|---|---|", *rows]
+    findings = args.out / "FINDINGS.md"
+    if findings.exists():
+        lines += ["", findings.read_text()]
+    (args.out / "commands.txt").write_text("".join(r["command"] + "\n" for r in records))
+    report = args.out / "report.md"
+    report.write_text("\n".join(lines) + "\n")
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=100, help="epochs per run (default 100)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3)")
+    parser.add_argument("--arms", type=lambda text: text.split(","), default=["jsa-never", "rws", "jsa-cache"],
+                        help="subset of jsa-never,rws,jsa-cache (default all, in that order)")
+    parser.add_argument("--cache-arm", type=lambda text: text.split(), default=[],
+                        help="extra train.py settings of the jsa-cache arm, space-separated (e.g. 'model.q_states=fresh')")
+    runner.add_study_arguments(parser, out="benchmarks/results/long-study", logs="logs/long-study")
+    args = parser.parse_args(argv)
+    runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch"),
+                                 {"arms": (args.arms, ["jsa-never", "rws", "jsa-cache"])})
+    if not args.report_only:
+        jobs = {name: job for name, *job in plan(args)}
+        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(name, *jobs[name], args), runner.test_nll,
+                           lanes=args.lanes, only=args.only)
+    print(f"report: {write_report(args)}")
+
+
+if __name__ == "__main__":
+    main()
