@@ -18,9 +18,10 @@ fresh proposal.
 One training step (no gradient through the sampling):
     h_0..h_L <- candidates (start = cache[index], L proposals from q); the chain over them ends in h*
     cache[index] <- h*
-    loss = -Σ_j w_j [log p_θ(x, h_j) + log q_φ(h_j | x)]
-with the weights w_j of `gradient_states` (samplers/visits.py): 1 on h* (`final`), the chain's visit
-frequencies (`chain`), or their expectation given the candidates (`expected`).
+    loss = -Σ_j λ_j log p_θ(x, h_j) - Σ_j μ_j log q_φ(h_j | x)
+with the weights λ_j of `gradient_states` (samplers/visits.py): 1 on h* (`final`), the chain's visit
+frequencies (`chain`), or their expectation given the candidates (`expected`); μ = λ (`q_states="chain"`), or the
+self-normalized importance weights of the fresh proposals (`q_states="fresh"`, docs/jsa.md#what-q-learns-from).
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ from callbacks.checkpoint_files import CheckpointError
 from common.private_api import ignore_in_ddp
 from models.categorical import CategoricalLatentModel
 from models.components.code_usage import code_counts, usage_perplexity
-from samplers.cache import LatentCache
+from samplers.cache import LatentCache, refresh_starts
 from samplers.mis import MISSample, categorical_log_prob, index_cached_mis
-from samplers.visits import expected_visits, visit_counts
+from samplers.visits import expected_visits, fresh_proposal_weights, visit_counts
 
 GradientStates = Literal["final", "chain", "expected"]
+QStates = Literal["chain", "fresh"]
 
 
 class JSA(CategoricalLatentModel):
@@ -46,9 +48,15 @@ class JSA(CategoricalLatentModel):
 
     Args:
         mis_steps: L, Metropolis-Hastings steps per training example and step (>= 1).
-        use_cache: start each chain from the example's cached state (else from a fresh proposal).
+        use_cache: keep a per-example cache of each chain's last state (written every step; read from
+            `cache_start_epoch` on). False: no cache at all.
         cache_start_epoch: read the cache from this epoch on (it is written from the start); None (the default): never,
             each chain starts from a fresh proposal, the best setting of the cache study (docs/mis.md#when-does-the-cache-help).
+        cache_refresh: ρ, the share of chains that restart from a fresh proposal instead of their cached state, drawn
+            anew each step (0: none; docs/mis.md#restarting-a-share-of-the-chains).
+        q_states: the states q's gradient uses: `chain`, the states θ's gradient uses (the JSA paper); `fresh`, this
+            step's fresh proposals weighted by self-normalized importance weights, which the cache never feeds
+            (docs/jsa.md#what-q-learns-from).
         gradient_states: which states the gradient step uses (docs/jsa.md#which-states-the-gradient-uses): `final`
             (the chain's last state), `chain` (the average over the L states the chain visited, as in the official
             JSA code; each distinct state is scored once) or `expected` (that average's expectation over the
@@ -64,6 +72,8 @@ class JSA(CategoricalLatentModel):
         use_cache: bool = True,
         cache_start_epoch: int | None = None,
         gradient_states: GradientStates = "chain",
+        q_states: QStates = "chain",
+        cache_refresh: float = 0.0,
         cache_size: int | None = None,
         **kwargs: Any,
     ) -> None:
@@ -73,12 +83,18 @@ class JSA(CategoricalLatentModel):
             raise ValueError(f"mis_steps (L) must be >= 1, got {mis_steps}")
         if gradient_states not in ("final", "chain", "expected"):
             raise ValueError(f"gradient_states must be 'final', 'chain' or 'expected', got {gradient_states!r}")
+        if q_states not in ("chain", "fresh"):
+            raise ValueError(f"q_states must be 'chain' or 'fresh', got {q_states!r}")
         if cache_start_epoch is not None and cache_start_epoch < 0:
             raise ValueError(f"cache_start_epoch must be >= 0, got {cache_start_epoch}")
+        if not 0.0 <= cache_refresh <= 1.0:  # a NaN fails this too
+            raise ValueError(f"cache_refresh must be a share between 0 and 1, got {cache_refresh}")
         self.mis_steps = mis_steps
         self.use_cache = use_cache
         self.cache_start_epoch = cache_start_epoch
         self.gradient_states = gradient_states
+        self.q_states = q_states
+        self.cache_refresh = cache_refresh
         self.cache: LatentCache | None = None
         if use_cache and cache_size is not None:
             self._allocate_cache(cache_size)
@@ -127,6 +143,8 @@ class JSA(CategoricalLatentModel):
         log_q = self.posterior(x)  # the one encoder pass of this step: log q(h | x), (B, V, K)
         read_cache = self.cache is not None and self.cache_start_epoch is not None and self.current_epoch >= self.cache_start_epoch
         start, has_start = self.cache.read(index) if read_cache else (None, None)
+        if read_cache:
+            has_start = refresh_starts(has_start, self.cache_refresh)
         age = self.cache.age(index, self.current_epoch) if read_cache else None  # before this step's write
         # `expected` weights every candidate, so its one decoder pass keeps the graph and serves the chain and
         # the loss alike; `final` and `chain` score the candidates without gradient and re-score the few they keep.
@@ -135,7 +153,7 @@ class JSA(CategoricalLatentModel):
         if self.cache is not None and write_cache:
             self._write_cache(index, sample.latent)
 
-        loss_p, loss_q = self.jsa_loss(x, log_q, sample)
+        loss_p, loss_q = self.jsa_loss(x, log_q, sample, has_start)
         if not write_cache:
             return {"loss": loss_p + loss_q}
 
@@ -155,11 +173,14 @@ class JSA(CategoricalLatentModel):
             terms.update(self.cache_diagnostics(sample, age, has_start))
         return terms
 
-    def jsa_loss(self, x: Tensor, log_q: Tensor, sample: MISSample) -> tuple[Tensor, Tensor]:
-        """-E_w[log p_θ(x, h)] and -E_w[log q_φ(h | x)], batch means: weighted sums over the L+1 candidates, the
-        weights summing to 1 per example (`candidate_weights`)."""
+    def jsa_loss(self, x: Tensor, log_q: Tensor, sample: MISSample, has_start: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """-E_λ[log p_θ(x, h)] and -E_μ[log q_φ(h | x)], batch means: weighted sums over the L+1 candidates, the
+        weights summing to 1 per example (`candidate_weights`; μ by `q_states`). `has_start` marks the chains whose
+        candidate 0 is a cached state."""
         weight = self.candidate_weights(sample)
         loss_p = -self.weighted_log_joint(x, sample, weight).mean()
+        if self.q_states == "fresh":
+            weight = fresh_proposal_weights(sample.log_target, sample.log_proposal, has_start)
         loss_q = -(weight * categorical_log_prob(log_q, sample.candidates)).sum(1).mean()
         return loss_p, loss_q
 

@@ -1,6 +1,6 @@
 """Samplers and Monte Carlo estimators: plain functions and small classes on tensors, no Lightning."""
 
-from samplers.cache import LatentCache
+from samplers.cache import LatentCache, refresh_starts
 from samplers.hmc import HMC, leapfrog
 from samplers.importance import ImportanceEstimate, importance_log_likelihood, log_mean_exp
 from samplers.mis import (
@@ -15,7 +15,7 @@ from samplers.mis import (
 )
 from samplers.score_function import categorical_score_norm_sq, leave_one_out_optimal_baseline, score_function_surrogate
 from samplers.sgmcmc import SGHMC, SGLD, SGMCMC, SGNHT, SampleCollector, Santa
-from samplers.visits import expected_visits, visit_counts
+from samplers.visits import expected_visits, fresh_proposal_weights, visit_counts
 
 __all__ = [
     "HMC",
@@ -26,11 +26,13 @@ __all__ = [
     "NaiveMISSample",
     "categorical_log_prob",
     "expected_visits",
+    "fresh_proposal_weights",
     "importance_log_likelihood",
     "index_cached_mis",
     "log_mean_exp",
     "mis_chain",
     "naive_mis",
+    "refresh_starts",
     "sample_categorical",
     "SGHMC",
     "SGLD",

@@ -207,3 +207,98 @@ def test_jsa_learns_on_real_mnist(mnist_dir):
     assert first["loss_p"] > 450 and last["loss_p"] < 250, (first["loss_p"], last["loss_p"])
     nll = -model.log_importance_weights(x[:64], model.posterior(x[:64]), 50).logsumexp(0).mean() + torch.log(torch.tensor(50.0))
     assert nll < 250
+
+
+# ---- the cache remedies: q's states and restarts (docs/jsa.md#what-q-learns-from, docs/mis.md) ---------------------
+@pytest.mark.parametrize("q_states", ["chain", "fresh"])
+def test_q_states_leave_the_sampler_alone(q_states):
+    """What q learns from is not the chain: chains started at the exact posterior stay there with either setting."""
+    num_chains = 20_000
+    model = toy_jsa(mis_steps=3, cache_size=num_chains, q_states=q_states)
+    x = toy_x()
+    with torch.no_grad():
+        posterior = torch.softmax(model.log_joint(x, ALL_STATES[None])[0], 0)
+    torch.manual_seed(2)
+    index = torch.arange(num_chains)
+    model.cache.write(index, ALL_STATES[torch.multinomial(posterior, num_chains, replacement=True)])
+    model.training_loss(x.expand(num_chains, -1, -1, -1), index)
+    codes, _ = model.cache.read(index)
+    assert chi_square_pvalue(codes[:, 0] * K + codes[:, 1], posterior) > 1e-4
+
+
+def test_fresh_q_states_read_nothing_the_cache_fed_back():
+    """With `q_states="fresh"` q's loss and gradient are the same whatever the cached states; with `chain` they are not."""
+    x, index = toy_x().expand(64, -1, -1, -1), torch.arange(64)
+    losses = {}
+    for q_states in ("chain", "fresh"):
+        for fill in (0, 2):
+            model = toy_jsa(mis_steps=3, cache_size=64, q_states=q_states)
+            model.cache.write(index, torch.full((64, V), fill))
+            torch.manual_seed(7)
+            loss_q = model.training_loss(x, index)["loss_q"]
+            encoder_grad = torch.autograd.grad(loss_q, list(model.encoder.parameters()))
+            losses[q_states, fill] = (loss_q, encoder_grad)
+    torch.testing.assert_close(losses["fresh", 0], losses["fresh", 2])
+    assert not torch.allclose(losses["chain", 0][0], losses["chain", 2][0])
+
+
+def test_fresh_q_gradient_is_the_inclusive_kl_gradient():
+    """Σ_j ŵ_j ∇ log q(h_j | x) over many fresh proposals ≈ E_{p(h|x)}[∇ log q(h | x)], the enumerated gradient of
+    KL(p(h|x) || q(h|x)) (up to sign); a cached candidate 0 gets weight 0."""
+    from samplers import fresh_proposal_weights, index_cached_mis
+
+    model = toy_jsa(mis_steps=1, cache_size=1, q_states="fresh")
+    x = toy_x()
+    encoder = list(model.encoder.parameters())
+    with torch.no_grad():
+        posterior = torch.softmax(model.log_joint(x, ALL_STATES[None])[0], 0)
+    exact = torch.autograd.grad(-(posterior * categorical_log_prob(model.posterior(x), ALL_STATES[None])[0]).sum(), encoder)
+
+    chains, proposals = 16, 4000
+    log_q = model.posterior(x).expand(chains, -1, -1)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        sample = index_cached_mis(log_q.detach(), lambda h: model.log_joint(x.expand(chains, -1, -1, -1), h), proposals,
+                                  start=torch.zeros(chains, V, dtype=torch.long), has_start=torch.ones(chains, dtype=torch.bool))
+    weight = fresh_proposal_weights(sample.log_target, sample.log_proposal, torch.ones(chains, dtype=torch.bool))
+    assert (weight[:, 0] == 0).all() and torch.allclose(weight.sum(1), torch.ones(chains))
+    estimate = torch.autograd.grad(-(weight * categorical_log_prob(log_q, sample.candidates)).sum(1).mean(), encoder)
+    flat_exact, flat_estimate = torch.cat([g.flatten() for g in exact]), torch.cat([g.flatten() for g in estimate])
+    assert flat_exact.norm() > 0.1  # q is far from the posterior: a real gradient
+    assert (flat_estimate - flat_exact).norm() < 0.05 * flat_exact.norm()
+
+
+def test_cache_refresh_restarts_a_share_of_the_chains_with_the_predicted_law():
+    """With ρ = cache_refresh, the law of the cached states after c steps follows μ_c = (1 − ρ) μ_{c−1} P^L + ρ q P^L
+    (μ_1 = q P^L, every chain fresh), exactly, and its fixed point is never further from p(h | x) than q P^L."""
+    num_chains, steps, calls, rho = 10_000, 2, 3, 0.5
+    model = toy_jsa(mis_steps=steps, cache_size=num_chains, cache_refresh=rho)
+    x = toy_x()
+    with torch.no_grad():
+        log_target = model.log_joint(x, ALL_STATES[None])[0].double()
+        log_q = categorical_log_prob(model.posterior(x), ALL_STATES[None])[0].double()
+    kernel = torch.linalg.matrix_power(independence_sampler_matrix(log_target, log_q), steps)
+    fresh = log_q.exp() @ kernel
+    law = fresh
+    for _ in range(calls - 1):
+        law = (1 - rho) * law @ kernel + rho * fresh
+    persistent = log_q.exp() @ torch.linalg.matrix_power(kernel, calls)  # ρ = 0
+    assert 0.5 * (law - persistent).abs().sum() > 0.05  # the two laws differ: the test tells them apart
+
+    torch.manual_seed(1)
+    index = torch.arange(num_chains)
+    hit_rates = [float(model.training_loss(x.expand(num_chains, -1, -1, -1), index)["cache_hit_rate"]) for _ in range(calls)]
+    assert hit_rates[0] == 0.0 and all(abs(rate - (1 - rho)) < 0.02 for rate in hit_rates[1:])
+    codes, _ = model.cache.read(index)
+    assert chi_square_pvalue(codes[:, 0] * K + codes[:, 1], law) > 1e-4
+
+    posterior = torch.softmax(log_target, 0)
+    fixed_point = rho * fresh @ torch.linalg.inv(torch.eye(len(fresh), dtype=fresh.dtype) - (1 - rho) * kernel)
+    assert 0.5 * (fixed_point - posterior).abs().sum() <= 0.5 * (fresh - posterior).abs().sum() + 1e-12
+
+
+@pytest.mark.parametrize("setting, message", [({"q_states": "fresh_ones"}, "q_states"), ({"cache_refresh": 1.5}, "cache_refresh"),
+                                              ({"cache_refresh": float("nan")}, "cache_refresh"), ({"cache_refresh": -0.1}, "cache_refresh")])
+def test_cache_remedy_settings_are_checked(setting, message):
+    with pytest.raises(ValueError, match=message):
+        JSA(**setting)
