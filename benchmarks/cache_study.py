@@ -93,7 +93,8 @@ def measure_is_resolution(args: argparse.Namespace) -> None:
 
 def is_resolution_table(args: argparse.Namespace, records: list[dict]) -> list[str]:
     """Per model and arm, mean ± sd over seeds of the test images' mean IS-NLL at each sample count and of the ELBO;
-    and the looseness of the fewest-sample estimate, NLL(fewest) − NLL(most), which grows as q gets poorer."""
+    and the looseness of the fewest-sample estimate, NLL(fewest) − NLL(most), which grows as q gets poorer. The
+    finished middle/no-cache runs that have no entry in is-resolution.json are named, so a missing pair is seen."""
     path = args.out / "is-resolution.json"
     if not path.exists():
         return []
@@ -114,6 +115,10 @@ def is_resolution_table(args: argparse.Namespace, records: list[dict]) -> list[s
             loose = [a - b for a, b in zip(nll[counts[0]], nll[counts[-1]])]
             lines.append(f"| {MODELS[model][0]} | {arm} | {len(runs)} | " + " | ".join(mean_sd(nll[k]) for k in counts)
                          + f" | {mean_sd(elbo)} | {mean_sd(loose)} |")
+    unmeasured = sorted(r["name"] for r in records if r.get("arm") in ("middle", "never") and r["name"] not in kept["runs"])
+    if unmeasured:
+        lines += ["", "Finished middle/no-cache runs with no entry in is-resolution.json, so absent from these tables: "
+                  f"{', '.join(unmeasured)} (`--is-resolution` measures a run only where its checkpoints are under --logs)."]
     lines += ["", "The same, middle − never per test image, the two arms paired by seed and image (mean ± standard error "
               "over the images: it covers the images and the estimator's noise, not the seed-to-seed spread of training, "
               "so each seed pair is a row of its own):", "",

@@ -88,18 +88,22 @@ def test_equal_time_reads_every_run_at_the_shortest_and_the_median_training_time
 
 
 def test_the_t_threshold_uses_students_quantile_at_every_number_of_seeds():
-    """t × s.e. of the seed comparisons: Student's 97.5% quantile (scipy's, to the table's two decimals up to 10
-    degrees of freedom and within 1e-4 beyond), times the pooled s.e.; not a flat 2.0 once the table ends."""
+    """t × s.e. of the seed comparisons: Student's exact 97.5% quantile (computed without scipy, which is only a test
+    dependency, and equal to scipy's to 1e-9 at every number of degrees of freedom: 2.776, not a rounded 2.78, at
+    three seeds a side), times the pooled s.e.; the t CDF it inverts matches scipy's on both tails."""
     import math
 
     from scipy.stats import t
 
-    from benchmarks.jsa_study import t_975, t_threshold
+    from benchmarks.jsa_study import student_t_cdf, t_975, t_threshold
 
-    for dof in range(1, 80):
-        assert abs(t_975(dof) - t.ppf(0.975, dof)) < (0.006 if dof <= 10 else 1e-4), dof
+    for dof in [*range(1, 40), 50, 75, 100, 250, 1000]:
+        assert abs(t_975(dof) - t.ppf(0.975, dof)) < 1e-9, dof
+    for dof in (1, 2, 4, 9, 30):
+        for x in (-40.0, -3.0, -1.2, 0.0, 0.7, 2.5, 12.0):
+            assert abs(student_t_cdf(x, dof) - t.cdf(x, dof)) < 1e-12, (x, dof)
     # 7 seeds a side: 12 degrees of freedom; equal sds give the pooled sd itself
-    assert math.isclose(t_threshold(0.5, 7, 0.5, 7), t.ppf(0.975, 12) * 0.5 * math.sqrt(2 / 7), rel_tol=1e-4)
+    assert math.isclose(t_threshold(0.5, 7, 0.5, 7), t.ppf(0.975, 12) * 0.5 * math.sqrt(2 / 7), rel_tol=1e-9)
     assert math.isnan(t_threshold(0.5, 1, 0.5, 3))
 
 

@@ -83,7 +83,8 @@ def test_a_failed_run_lets_the_running_one_finish_starts_no_other_and_is_raised(
 
 def test_the_cache_studys_is_table_pairs_the_arms_by_seed_and_image(tmp_path):
     """benchmarks/cache_study.py: middle − never per image within a seed pair, its standard error over the images,
-    −ELBO's sign flipped (the column is −ELBO), and one row per seed pair (pooling pairs would understate the error)."""
+    −ELBO's sign flipped (the column is −ELBO), and one row per seed pair (pooling pairs would understate the error);
+    a finished middle/never run with no measurement is named."""
     import argparse
 
     from benchmarks import cache_study
@@ -94,8 +95,11 @@ def test_the_cache_studys_is_table_pairs_the_arms_by_seed_and_image(tmp_path):
     runs = {"L20-middle-s1": run([3.0, 5.0], [1.0, 1.0], [-10.0, -12.0]), "L20-never-s1": run([1.0, 1.0], [2.0, 2.0], [-4.0, -4.0]),
             "L20-middle-s2": run([1.0, 1.0], [1.0, 1.0], [-4.0, -4.0]), "L20-never-s2": run([1.0, 1.0], [1.0, 1.0], [-4.0, -4.0])}
     (tmp_path / "is-resolution.json").write_text(json.dumps({"settings": {"images": 2, "samples": [100, 5000]}, "runs": runs}))
-    records = [{"name": name, "model": "L20", "arm": name.split("-")[1]} for name in runs]
+    records = [{"name": name, "model": "L20", "arm": name.split("-")[1]} for name in [*runs, "L20-middle-s0", "L20-never-s0", "L20-epoch0-s0"]]
     lines = cache_study.is_resolution_table(argparse.Namespace(out=tmp_path), records)
+    # the finished middle/never runs without a measurement are named; an epoch-0 run is never measured, so not listed
+    assert any(line.startswith("Finished middle/no-cache runs with no entry in is-resolution.json")
+               and "L20-middle-s0, L20-never-s0 (" in line and "epoch0" not in line for line in lines)
     paired = [line for line in lines if line.startswith("| categorical") and line.split("|")[2].strip() in ("1", "2")]
     # seed 1: NLL(100) differences 2 and 4 -> +3.00 ± sd(√2)/√2 = 1.00; NLL(5000) -1, -1 -> -1.00 ± 0.00;
     # −ELBO: -(-6, -8) -> +7.00 ± 1.00. Seed 2: level.
