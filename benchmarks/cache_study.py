@@ -7,8 +7,13 @@ Bernoulli model (200 binary latents, `model.num_latents=200 model.num_categories
     python -m benchmarks.cache_study --report-only    # the report from the finished runs
     python -m benchmarks.cache_study --is-resolution  # IS-NLL of the finished middle/never runs at 100, 1000, 5000 samples
 
+The remedies for the mid-run cache's lock-in are arms of their own: `middle-fresh` (q trained on fresh proposals,
+`model.q_states=fresh`) and `middle-refresh<ρ>` (a share ρ of the chains restarted each step, `model.cache_refresh`;
+ρ = 0.05, 0.2, 0.5 with one seed, then `--refresh` with every seed).
+
 The runs go in order of how much they tell: seed 0 of every arm of the L = 20 and the Bernoulli models, then
-seeds 1 and 2 of their middle and no-cache arms, then of their epoch-0 arms, then L = 5 (one seed). Each run is `python train.py experiment=jsa_paper ...` (the command
+seeds 1 and 2 of their middle and no-cache arms, then of their epoch-0 arms, then L = 5 (one seed), then the
+remedies (seed 0 of each, Bernoulli first; then seeds 1 and 2 of `middle-fresh` and of the chosen ρ). Each run is `python train.py experiment=jsa_paper ...` (the command
 is recorded in its JSON record under `--out/runs/`); a finished run is skipped, an unfinished one resumes from its
 last.ckpt (benchmarks/runner.py). The report (`--out/report.md`, `cache_diagnostics.png`) gives val/test NLL
 mean ± sd per arm and JSA's sampler diagnostics over training: acceptance rate, and where the cache is read the
@@ -34,14 +39,21 @@ MODELS = {  # name -> (label, overrides)
     "bern200": ("Bernoulli 200×2, L = 20", ["model.mis_steps=20", "model.num_latents=200", "model.num_categories=2"]),
     "L5": ("categorical 20×10, L = 5", ["model.mis_steps=5"]),
 }
-CACHE_ARMS = ("epoch0", "middle", "never")
+REFRESH_RATES = (0.05, 0.2, 0.5)  # the one-seed scan of `model.cache_refresh` (docs/mis.md#restarting-a-share-of-the-chains)
+# The cache read from epoch 0, from the middle, never; and from the middle with a remedy for its lock-in: q trained on
+# fresh proposals (`q_states=fresh`, docs/jsa.md#what-q-learns-from), or a share ρ of the chains restarted each step.
+CACHE_ARMS = ("epoch0", "middle", "never", "middle-fresh", *(f"middle-refresh{rate}" for rate in REFRESH_RATES))
+MEASURED_ARMS = tuple(arm for arm in CACHE_ARMS if arm != "epoch0")  # the IS-resolution measurement's
 DIAGNOSTICS = ("acceptance_rate", "cache_stuck_rate", "cache_age_epochs", "cache_log_weight_gap")
 
 
 def cache_overrides(arm: str, epochs: int) -> list[str]:
     if arm == "never":
         return ["model.use_cache=false"]
-    return [f"model.cache_start_epoch={0 if arm == 'epoch0' else epochs // 2}"]
+    remedy = {"middle-fresh": ["model.q_states=fresh"]}.get(arm, [])
+    if arm.startswith("middle-refresh"):
+        remedy = [f"model.cache_refresh={arm.removeprefix('middle-refresh')}"]
+    return [f"model.cache_start_epoch={0 if arm == 'epoch0' else epochs // 2}", *remedy]
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
@@ -52,7 +64,12 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
     jobs = [(m, arm, 0) for m in models for arm in CACHE_ARMS]
     jobs += [(m, arm, s) for s in range(1, args.seeds) for m in models for arm in ("middle", "never")]
     jobs += [(m, "epoch0", s) for s in range(1, args.seeds) for m in models]
-    jobs += [("L5", arm, s) for s in range(args.small_l_seeds) for arm in CACHE_ARMS]
+    jobs += [("L5", arm, s) for s in range(args.small_l_seeds) for arm in ("epoch0", "middle", "never")]
+    # The remedies: seed 0 of each (the ρ scan included) where the cache helped the decoder, then in the categorical
+    # model; then the other seeds of `q_states=fresh` and of the ρ chosen from the scan (--refresh).
+    remedies = [arm for arm in CACHE_ARMS if arm.startswith("middle-")]
+    jobs += [(m, arm, 0) for m in ("bern200", "L20") for arm in remedies]
+    jobs += [(m, arm, s) for s in range(1, args.seeds) for m in ("bern200", "L20") for arm in ("middle-fresh", f"middle-refresh{args.refresh}")]
     return [(f"{m}-{arm}-s{s}", m, arm, s) for m, arm, s in jobs if m in args.models]
 
 
@@ -79,7 +96,7 @@ def measure_is_resolution(args: argparse.Namespace) -> None:
     measured = kept.get("runs", {}) if kept.get("settings") == settings else {}
     for record_path in sorted((args.out / "runs").glob("*.json")):
         record = runner.read_json(record_path)
-        if record["arm"] not in ("middle", "never") or record["name"] in measured:
+        if record["arm"] not in MEASURED_ARMS or record["name"] in measured:
             continue
         try:
             run = {record["name"]: (at_checkpoints.best_checkpoint(args.logs / record["name"]), record["command"])}
@@ -106,7 +123,7 @@ def is_resolution_table(args: argparse.Namespace, records: list[dict]) -> list[s
              "| model | cache read | seeds | " + " | ".join(f"NLL, {k} samples" for k in counts)
              + f" | −ELBO | NLL({counts[0]}) − NLL({counts[-1]}) |", "|---|---|---|" + "---|" * (len(counts) + 2)]
     for model in MODELS:
-        for arm in ("middle", "never"):
+        for arm in MEASURED_ARMS:
             runs = [v for name, v in kept["runs"].items() if arm_of.get(name) == (model, arm)]
             if not runs:
                 continue
@@ -115,23 +132,23 @@ def is_resolution_table(args: argparse.Namespace, records: list[dict]) -> list[s
             loose = [a - b for a, b in zip(nll[counts[0]], nll[counts[-1]])]
             lines.append(f"| {MODELS[model][0]} | {arm} | {len(runs)} | " + " | ".join(mean_sd(nll[k]) for k in counts)
                          + f" | {mean_sd(elbo)} | {mean_sd(loose)} |")
-    unmeasured = sorted(r["name"] for r in records if r.get("arm") in ("middle", "never") and r["name"] not in kept["runs"])
+    unmeasured = sorted(r["name"] for r in records if r.get("arm") in MEASURED_ARMS and r["name"] not in kept["runs"])
     if unmeasured:
         lines += ["", "Finished middle/no-cache runs with no entry in is-resolution.json, so absent from these tables: "
                   f"{', '.join(unmeasured)} (`--is-resolution` measures a run only where its checkpoints are under --logs)."]
-    lines += ["", "The same, middle − never per test image, the two arms paired by seed and image (mean ± standard error "
+    lines += ["", "The same, each mid-run arm − never per test image, the two arms paired by seed and image (mean ± standard error "
               "over the images: it covers the images and the estimator's noise, not the seed-to-seed spread of training, "
               "so each seed pair is a row of its own):", "",
-              "| model | seed | " + " | ".join(f"{k} samples" for k in counts) + " | −ELBO |", "|---|---|" + "---|" * (len(counts) + 1)]
-    for model in MODELS:
+              "| model | cache read | seed | " + " | ".join(f"{k} samples" for k in counts) + " | −ELBO |", "|---|---|---|" + "---|" * (len(counts) + 1)]
+    for model, middle in ((model, arm) for model in MODELS for arm in MEASURED_ARMS if arm != "never"):
         by_seed = {(arm_of[name][1], name.rsplit("-s", 1)[1]): v for name, v in kept["runs"].items() if arm_of.get(name, ("",))[0] == model}
-        for seed in sorted(seed for arm, seed in by_seed if arm == "middle" and ("never", seed) in by_seed):
+        for seed in sorted(seed for arm, seed in by_seed if arm == middle and ("never", seed) in by_seed):
             def paired(k: str, key: str) -> str:
-                differences = [m - n for m, n in zip(by_seed["middle", seed][k][key], by_seed["never", seed][k][key])]
+                differences = [m - n for m, n in zip(by_seed[middle, seed][k][key], by_seed["never", seed][k][key])]
                 sign = -1 if key == "elbo" else 1  # the column is −ELBO (+ 0.0 below: no "-0.00")
                 return f"{sign * statistics.mean(differences) + 0.0:+.2f} ± {statistics.stdev(differences) / math.sqrt(len(differences)):.2f}"
 
-            lines.append(f"| {MODELS[model][0]} | {seed} | " + " | ".join(paired(k, "nll") for k in counts)
+            lines.append(f"| {MODELS[model][0]} | {middle} | {seed} | " + " | ".join(paired(k, "nll") for k in counts)
                          + f" | {paired(counts[-1], 'elbo')} |")
     return lines
 
@@ -185,7 +202,7 @@ def write_report(args: argparse.Namespace) -> Path:
               "| model | cache read | mean − never's mean | t × s.e. | beyond the seed noise? |", "|---|---|---|---|---|"]
     for model in MODELS:
         never = [r["test"]["nll"] for r in arms.get((model, "never"), []) if "nll" in r["test"]]
-        for arm in ("epoch0", "middle"):
+        for arm in (arm for arm in CACHE_ARMS if arm != "never"):
             test = [r["test"]["nll"] for r in arms.get((model, arm), []) if "nll" in r["test"]]
             if not test or not never:
                 continue
@@ -240,6 +257,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=30, help="epochs per run (default 30)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds of the L = 20 and Bernoulli arms (default 3)")
     parser.add_argument("--small-l-seeds", type=arguments.integer(1), default=1, help="seeds of the L = 5 arms (default 1)")
+    parser.add_argument("--refresh", type=float, choices=REFRESH_RATES, default=0.2,
+                        help="the cache_refresh ρ given every seed, chosen from the one-seed scan (default 0.2)")
     parser.add_argument("--models", type=lambda text: text.split(","), default=list(MODELS), help=f"subset of {','.join(MODELS)}")
     parser.add_argument("--is-resolution", action="store_true",
                         help="measure the IS-NLL of the finished middle and no-cache runs (no training), then the report")

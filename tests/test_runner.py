@@ -100,11 +100,11 @@ def test_the_cache_studys_is_table_pairs_the_arms_by_seed_and_image(tmp_path):
     # the finished middle/never runs without a measurement are named; an epoch-0 run is never measured, so not listed
     assert any(line.startswith("Finished middle/no-cache runs with no entry in is-resolution.json")
                and "L20-middle-s0, L20-never-s0 (" in line and "epoch0" not in line for line in lines)
-    paired = [line for line in lines if line.startswith("| categorical") and line.split("|")[2].strip() in ("1", "2")]
+    paired = [line for line in lines if line.startswith("| categorical") and line.split("|")[3].strip() in ("1", "2")]
     # seed 1: NLL(100) differences 2 and 4 -> +3.00 ± sd(√2)/√2 = 1.00; NLL(5000) -1, -1 -> -1.00 ± 0.00;
     # −ELBO: -(-6, -8) -> +7.00 ± 1.00. Seed 2: level.
-    assert paired == ["| categorical 20×10, L = 20 | 1 | +3.00 ± 1.00 | -1.00 ± 0.00 | +7.00 ± 1.00 |",
-                      "| categorical 20×10, L = 20 | 2 | +0.00 ± 0.00 | +0.00 ± 0.00 | +0.00 ± 0.00 |"]
+    assert paired == ["| categorical 20×10, L = 20 | middle | 1 | +3.00 ± 1.00 | -1.00 ± 0.00 | +7.00 ± 1.00 |",
+                      "| categorical 20×10, L = 20 | middle | 2 | +0.00 ± 0.00 | +0.00 ± 0.00 | +0.00 ± 0.00 |"]
 
 
 def test_a_record_written_meanwhile_by_another_machine_is_not_redone(tmp_path):
@@ -214,3 +214,20 @@ def test_only_patterns_drop_spaces_refuse_empty_ones_and_name_those_that_match_n
     ran = []
     runner.run_pending(["a", "b"], tmp_path, lambda name: ran.append(name) or {"name": name}, lambda r: "", only=["a", "zzz"])
     assert ran == ["a"] and "'zzz' matches no planned run" in capsys.readouterr().out
+
+
+def test_the_cache_studys_remedy_arms_set_their_options():
+    """Each remedy arm reads the cache from the middle of the run and sets its one remedy; the plan runs seed 0 of
+    every remedy (the ρ scan) and the other seeds of q_states=fresh and of the chosen ρ only."""
+    import argparse
+
+    from benchmarks import cache_study
+
+    assert cache_study.cache_overrides("middle-fresh", 30) == ["model.cache_start_epoch=15", "model.q_states=fresh"]
+    assert cache_study.cache_overrides("middle-refresh0.05", 30) == ["model.cache_start_epoch=15", "model.cache_refresh=0.05"]
+    assert cache_study.cache_overrides("never", 30) == ["model.use_cache=false"]
+    args = argparse.Namespace(seeds=3, small_l_seeds=1, models=list(cache_study.MODELS), refresh=0.5)
+    names = [name for name, *_ in cache_study.plan(args)]
+    assert {f"bern200-middle-refresh{r}-s0" for r in cache_study.REFRESH_RATES} <= set(names)
+    assert "L20-middle-refresh0.5-s2" in names and "L20-middle-refresh0.2-s2" not in names and "bern200-middle-fresh-s1" in names
+    assert len(names) == len(set(names))
