@@ -100,7 +100,7 @@ def test_the_cache_studys_is_table_pairs_the_arms_by_seed_and_image(tmp_path):
     # the finished middle/never runs without a measurement are named; an epoch-0 run is never measured, so not listed
     assert any(line.startswith("Finished middle/no-cache runs with no entry in is-resolution.json")
                and "L20-middle-s0, L20-never-s0 (" in line and "epoch0" not in line for line in lines)
-    paired = [line for line in lines if line.startswith("| categorical") and line.split("|")[3].strip() in ("1", "2")]
+    paired = [line for line in lines if line.startswith("| categorical") and line.split("|")[4].strip()[0] in "+-"]  # the paired rows: signed differences
     # seed 1: NLL(100) differences 2 and 4 -> +3.00 ± sd(√2)/√2 = 1.00; NLL(5000) -1, -1 -> -1.00 ± 0.00;
     # −ELBO: -(-6, -8) -> +7.00 ± 1.00. Seed 2: level.
     assert paired == ["| categorical 20×10, L = 20 | middle | 1 | +3.00 ± 1.00 | -1.00 ± 0.00 | +7.00 ± 1.00 |",
