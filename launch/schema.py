@@ -3,7 +3,9 @@ importing torch.
 
 The constructors' signatures stay the one source (`launch.settings.constructor_hints`, `constructor_defaults`):
 `python -m launch.schema` reads them and writes `settings_schema.json` beside this file, each class with the
-fingerprint of what it was read from (the project's source files, or the version of torch or Lightning).
+fingerprint of what it was read from: for a project class, the code of the files that define it and its project base
+classes (their syntax trees without docstrings, so that a comment or a docstring edit keeps the entry); for torch's
+or Lightning's, the package's version.
 `launch.precheck` uses a class's entry only while its fingerprint still matches; otherwise it checks nothing of that
 class and the full checks after the imports do all the work, so a stale file never refuses a valid setting.
 tests/test_precheck.py fails when the committed file is stale.
@@ -15,7 +17,9 @@ check both the pre-check and `launch.settings.check_settings` apply.
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import inspect
 import json
 import sys
 import types
@@ -73,20 +77,34 @@ def expected(spec: Any, value: Any) -> str | None:
     return None
 
 
-def fingerprint(target: str, project: str | None = None) -> str:
+def fingerprint(target: str, sources: list[str] | None = None) -> str:
     """What the settings of class `target` were read from: the installed version of the package that defines it
-    (torch.optim.Adam, lightning.Trainer), or a hash of the project's source files (`project`, if already computed)."""
+    (torch.optim.Adam, lightning.Trainer), or the code of the project files `sources` (`code_fingerprint`)."""
     package = target.split(".", 1)[0]
     if package not in SOURCES:
         return f"{package}=={metadata.version(package)}"
-    return project if project is not None else project_fingerprint()
+    return code_fingerprint(sources or [])
 
 
-def project_fingerprint() -> str:
+def source_files(cls: type) -> list[str]:
+    """The project files a class's settings come from: its module and those of its project base classes (a subclass
+    passes **kwargs up to them), relative to the repository."""
+    files = {inspect.getsourcefile(base) for base in cls.__mro__ if base.__module__.split(".", 1)[0] in SOURCES}
+    return sorted(str(Path(f).resolve().relative_to(REPO)) for f in files if f)
+
+
+def code_fingerprint(sources: list[str], root: Path = REPO) -> str:
+    """A hash of the files' syntax trees with their docstrings dropped: it changes with the code, not with a comment,
+    a docstring or the layout."""
     digest = hashlib.sha256()
-    for folder in SOURCES:
-        for path in sorted((REPO / folder).rglob("*.py")):
-            digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    for name in sorted(sources):
+        tree = ast.parse((root / name).read_text())
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                    and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+                node.body = body[1:] or [ast.Pass()]
+        digest.update(name.encode() + b"\0" + ast.dump(tree).encode())
     return digest.hexdigest()
 
 
@@ -116,7 +134,8 @@ def build() -> dict[str, Any]:
             cls = get_class(target)
             hints = constructor_hints(cls)
             names = [n for n in {**constructor_defaults(cls), **hints} if n not in NOT_SETTINGS.get(group, ())]
-            classes[target] = {"fingerprint": fingerprint(target),
+            sources = source_files(cls) if target.split(".", 1)[0] in SOURCES else None
+            classes[target] = {"fingerprint": fingerprint(target, sources), **({"sources": sources} if sources else {}),
                                "settings": {name: type_spec(hints[name]) if name in hints else "any" for name in sorted(names)}}
     import datamodules
     import models
@@ -135,10 +154,9 @@ def load() -> dict[str, Any] | None:
     out: nothing of theirs is checked early); None without a readable file."""
     try:
         schema = json.loads(SCHEMA_FILE.read_text())
-        project = project_fingerprint()
         schema["classes"] = {target: entry["settings"] for target, entry in schema["classes"].items()
-                             if entry["fingerprint"] == fingerprint(target, project)}
-    except (OSError, ValueError, KeyError, TypeError, metadata.PackageNotFoundError):
+                             if entry["fingerprint"] == fingerprint(target, entry.get("sources"))}
+    except (OSError, ValueError, KeyError, TypeError, SyntaxError, metadata.PackageNotFoundError):
         return None
     priors = sys.modules.get("models.components.priors")  # imported: a prior may have been registered since the file was written
     if priors is not None:

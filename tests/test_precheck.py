@@ -100,9 +100,26 @@ def test_every_documented_train_command_passes():
 
 def test_a_stale_schema_entry_checks_nothing_of_that_class(monkeypatch):
     """A class whose source changed since the schema was written is left to the full checks: no false refusal."""
-    monkeypatch.setattr(schema, "project_fingerprint", lambda: "edited since")
+    monkeypatch.setattr(schema, "code_fingerprint", lambda sources, root=schema.REPO: "edited since")
     assert refuse_early(["model.new_setting=1"], cli=False) is None
     assert refuse_early(["trainer.max_epoch=1"], cli=False) is not None  # Lightning's entry still holds
+
+
+def test_the_fingerprint_follows_the_code_not_its_comments(tmp_path):
+    """A comment, docstring or layout edit keeps a class's schema entry; a code edit in a file that defines it (its
+    own module or a base class's) does not; another model's file is not among its sources."""
+    sources = schema.source_files(__import__("models").JSA)
+    assert "models/jsa.py" in sources and "models/base.py" in sources and "models/vqvae.py" not in sources
+    original = (REPO / "models/jsa.py").read_text()
+    (tmp_path / "models").mkdir()
+
+    def fingerprint_of(text: str) -> str:
+        (tmp_path / "models/jsa.py").write_text(text)
+        return schema.code_fingerprint(["models/jsa.py"], root=tmp_path)
+
+    reference = fingerprint_of(original)
+    assert fingerprint_of("# a new comment\n" + original.replace('"""JSA: joint', '"""JSA, reworded: joint', 1)) == reference
+    assert fingerprint_of(original.replace("mis_steps: int = 20", "mis_steps: int = 21", 1)) != reference
 
 
 @pytest.mark.parametrize("argv", [["trainer.max_epoch=1"], ["fit", "--trainer.max_epoch=1"]])
