@@ -12,8 +12,9 @@ from typing import Any
 # no longer has is never called, so the test checks that each one is still there.
 OVERRIDDEN = {
     "lightning.pytorch.loggers.TensorBoardLogger": ("_get_next_version",),  # launch/run_directory.py: reserve a version
-    # launch/cli_app.py: check the checkpoint's class before LightningCLI imports it; the run's summary line at the end.
-    # _instantiate_trainer: --trainer.enable_checkpointing=false leaves out the --checkpoint callback.
+    # launch/cli_app.py: _parse_ckpt_path checks the checkpoint's class before LightningCLI imports it; _run_subcommand
+    # prints the run's summary line at the end; _instantiate_trainer leaves out the --checkpoint callback under
+    # --trainer.enable_checkpointing=false. `_get` is called, not overridden (`cli_value` below), and checked with them.
     "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_run_subcommand", "_get", "_instantiate_trainer"),
 }
 

@@ -1,6 +1,7 @@
-"""The models a user picks (one module each) on the shared base `LatentVariableModel`; the
-building blocks they share (backbones, likelihoods, the categorical latent model, the vector
-quantizer, code-usage statistics) are in models/components/.
+"""The models a user picks (one module each) on the shared base `LatentVariableModel` (models/base.py) and, for
+JSA, RWS, VIMCO and the discrete VAEs, the categorical latent model they share (models/categorical.py); the
+building blocks every model may use (backbones, likelihoods, priors, the vector quantizer, code-usage statistics)
+are in models/components/.
 
 The registry: LightningCLI's `--model=NAME` finds every class imported here, and each Hydra
 config in configs/model/ names one with `_target_`. Adding a model: its module, its config, one

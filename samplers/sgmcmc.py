@@ -1,73 +1,18 @@
-"""Stochastic-gradient MCMC (SGLD, SGHMC, SGNHT, Santa) as `torch.optim.Optimizer`s (docs/sgmcmc.md).
+"""Stochastic-gradient MCMC (SGLD, SGHMC, SGNHT, Santa) as `torch.optim.Optimizer`s; the derivations, the update rules
+and their discretisation errors are in docs/sgmcmc.md, each class's rule in its docstring.
 
-Target: the posterior p(θ | X) ∝ exp(-U(θ)) with the potential energy
-
-    U(θ) = -log p(θ) - Σ_{x ∈ X} log p(x | θ).
-
-Each sampler is a discretised SDE whose stationary distribution is exp(-U(θ) / T), T = 1/β the
-temperature, and it needs only ∇U, which may be replaced by the
-unbiased minibatch estimate (docs/sgmcmc.md#the-minibatch-potential)
+Target: the posterior p(θ | X) ∝ exp(-U(θ)), U(θ) = -log p(θ) - Σ_{x ∈ X} log p(x | θ), sampled at temperature T
+as exp(-U(θ) / T) by a discretised SDE that needs only ∇U, or its unbiased minibatch estimate
+(docs/sgmcmc.md#the-minibatch-potential)
 
     Û(θ) = -log p(θ) - (N / n) Σ_{x ∈ X̃} log p(x | θ),     X̃ ⊂ X uniformly drawn, |X̃| = n, |X| = N.
 
-The factor N/n makes E[∇Û] = ∇U; without it the likelihood is down-weighted n/N times and the
-chain samples a posterior that has seen n data points, not N (`SGMCMC.attach` applies the factor to a
-batch-mean loss).
-
-The loss whose gradient sits in `.grad` when `.step()` is called is Û (or U); after `attach(dataset_size=N)`
-it is the batch-mean loss and `step()` multiplies it by N. Gradient clipping (e.g. Lightning's
-`gradient_clip_val`) then acts on the batch-mean gradient, before the factor N. With step size
-h (the optimizer's `lr`), momentum p (kinetic energy K(p) = pᵀp / 2, mass I), temperature T,
-and ζ a fresh Gaussian each step:
-
-SGLD (Welling & Teh, 2011; docs/sgmcmc.md#sgld): Euler-Maruyama for the first-order Langevin SDE dθ = -∇U dt + N(0, 2T I dt),
-
-    θ ← θ - h ∇Û(θ) + ζ,                  ζ ~ N(0, 2 T h I).
-
-SGHMC (Chen et al., 2014; docs/sgmcmc.md#sghmc), friction C, gradient-noise estimate B̂:
-
-    p ← p - h ∇Û(θ) - h C p + ζ,          ζ ~ N(0, 2 (C T - B̂) h I),
-    θ ← θ + h p.
-
-The minibatch gradient brings its own noise: h ∇Û = h ∇U + N(0, h² V), i.e. a diffusion
-B = h V / 2 in p. Injecting 2(C T - B̂)h instead of 2 C T h cancels it when B̂ ≈ B (at T = 1
-this is Chen et al.'s 2(C - B̂)h; the minibatch noise is not tempered, so B̂ is not scaled by T).
-With B̂ = 0 the error is B / C, which is O(h) and small for large C.
-
-SGNHT (Ding et al., 2014; docs/sgmcmc.md#sgnht), noise amplitude A, thermostat ξ (starts at A):
-
-    p ← p - h ∇Û(θ) - h ξ p + ζ,          ζ ~ N(0, 2 A T h I),
-    θ ← θ + h p,
-    ξ ← ξ + h (pᵀp / d - T).
-
-By equipartition E[pᵀp / d] = T at equilibrium, so ξ is a friction that grows when the system is
-too hot and shrinks when too cold; it absorbs the unknown minibatch noise (E[ξ] → A + B) without
-an estimate B̂. Here ξ is one scalar per parameter tensor (d = numel), or one per element with
-`multivariate=True` (mSGNHT, docs/sgmcmc.md#sgnht).
-
-Symmetric splitting (`integrator="splitting"` for SGHMC and SGNHT; Chen, Ding & Carin, 2015;
-docs/sgmcmc.md#symmetric-splitting): the A-B-O-B-A composition of the exactly solvable parts A (θ ← θ + h p, and
-SGNHT's ξ), B (p ← e^{-γh} p, γ = C or ξ) and O (p ← p - h ∇Û + ζ) has a stationary law off by O(h²) instead of
-Euler's O(h), for the same one gradient per step. With the A half steps of consecutive steps merged:
-
-    p ← e^{-γh/2} (e^{-γh/2} p - h ∇Û(θ) + ζ),    θ ← θ + h p    (SGNHT: then ξ ← ξ + h (pᵀp / d - T)).
-
-Santa (Chen, Carlson, Gan, Li & Carin, 2016; docs/sgmcmc.md#santa): mSGNHT with an RMSprop preconditioner g
-(θ ← θ + h g ⊙ p, force g ⊙ ∇Û, noise 2 T_t h g) and an annealed temperature T_t = T₀ t^(-γ), exploring for a
-number of steps and then refining as a noiseless momentum optimizer with frozen thermostats. Exact HMC, with a
-Metropolis-Hastings test on the full-data energy, is samplers/hmc.py.
-
-Large friction (docs/sgmcmc.md#large-friction-sghmc-becomes-sgld): as C → ∞ the momentum relaxes in time 1/C and θ
-follows first-order Langevin dynamics on the slow clock s = t / C, so SGHMC with (h, C) moves like
-SGLD with step h / C per iteration. At C h = 1 (B̂ = 0) this is exact: the p update forgets the
-old p, p = -h∇U + N(0, 2T), and θ ← θ - h²∇U + N(0, 2 T h²) is SGLD with step h².
-
-Momentum starts at 0 (Santa's at N(0, T₁), the paper's u₀) and is never resampled. All per-parameter state
-('momentum', 'thermostat', Santa's 'square_average', 'preconditioner' and 'step') lives in `self.state`, so
-`state_dict()` / `load_state_dict()` round-trip it; the noise comes from an optional `torch.Generator`.
-
-`SampleCollector` keeps, after a burn-in, every `thin`-th snapshot of the parameters (or only
-their running mean and variance).
+Without the factor N/n the chain samples a posterior that has seen n data points, not N. `.grad` holds ∇Û (or ∇U)
+when `.step()` is called; after `attach(dataset_size=N)` it holds the batch-mean loss's gradient and `step()`
+multiplies it by N, so gradient clipping (Lightning's `gradient_clip_val`) acts before the factor. All per-parameter
+state (momentum, thermostats, Santa's preconditioner) lives in `self.state` and round-trips through `state_dict()`;
+the noise comes from an optional `torch.Generator`. `SampleCollector` keeps thinned snapshots after a burn-in. Exact
+HMC, with a Metropolis-Hastings test on the full-data energy, is samplers/hmc.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
 """Building blocks the models share, one module each: `backbones` (encoder/decoder networks),
-`likelihoods` (p(x | decoder output)), `categorical` (the categorical latent model of JSA and the
-discrete VAEs), `priors` (p(h) over discrete codes: uniform, factorized, MADE, gated PixelCNN), `quantizer` (the VQ-VAE's vector
+`likelihoods` (p(x | decoder output)), `priors` (p(h) over discrete codes: uniform, factorized, MADE, gated PixelCNN), `quantizer` (the VQ-VAE's vector
 quantizer, plain torch), `code_usage` (statistics
 of a discrete latent). Import from the modules, e.g. `from models.components.likelihoods import ...`."""
