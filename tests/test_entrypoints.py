@@ -220,3 +220,19 @@ def test_jsa_rao_blackwellized_gradient_trains_from_both_front_ends(tmp_path, mn
     train(args, tmp_path / "cli", mnist_dir)
     (run_dir,) = (tmp_path / "cli" / "logs" / "tensorboard").glob("jsa-mnist-*/version_0")
     assert {"train/loss", "train/acceptance_rate", "val/nll"} <= tags(run_dir)
+
+
+@pytest.mark.parametrize("front_end", ["hydra", "cli"])
+def test_the_cache_remedies_train_from_both_front_ends(front_end, mnist_dir, tmp_path):
+    """`q_states=fresh` and `cache_refresh=0.2` reach the model from either front end (HPARAMS tab), with the cache read."""
+    settings = {"q_states": "fresh", "cache_refresh": 0.2, "cache_start_epoch": 0}
+    if front_end == "hydra":
+        train(["model=jsa", *FAST, *(f"model.{k}={v}" for k, v in settings.items())], tmp_path, mnist_dir)
+    else:
+        train(["fit", "--model=JSA", "--trainer.max_steps=3", "--trainer.log_every_n_steps=1", "--trainer.limit_train_batches=3",
+               "--trainer.limit_val_batches=1", "--model.val_num_samples=2", *(f"--model.{k}={v}" for k, v in settings.items())],
+              tmp_path, mnist_dir)
+    (run_dir,) = (tmp_path / "logs" / "tensorboard").glob("jsa-*/version_0")
+    _, params = hparams_tab(run_dir)
+    assert {k: params[k] for k in settings} == settings
+    assert "train/cache_stuck_rate" in tags(run_dir)  # the cache was read
