@@ -95,18 +95,24 @@ def is_resolution(runs: dict[str, tuple[Path, str]], images: int, sample_counts:
         x = model.likelihood.prepare(first_test_images(datamodule, images))
         results[name] = {}
         for count in sample_counts:
-            torch.manual_seed(0)
             began = time.perf_counter()
-            nll, elbo = [], []
-            with torch.inference_mode():
-                for part in x.split(chunk):
-                    estimate = model.importance_estimate(part, None, count)
-                    nll.append(estimate[0])
-                    elbo.append(estimate[1])
-            results[name][str(count)] = {"nll": torch.cat(nll).tolist(), "elbo": torch.cat(elbo).tolist(),
-                                         "seconds": time.perf_counter() - began}
-            print(f"  {name}: K={count}: NLL {torch.cat(nll).mean():.2f} ({time.perf_counter() - began:.0f} s)", flush=True)
+            nll, elbo = importance_estimates(model, x, count, chunk)
+            results[name][str(count)] = {"nll": nll.tolist(), "elbo": elbo.tolist(), "seconds": time.perf_counter() - began}
+            print(f"  {name}: K={count}: NLL {nll.mean():.2f} ({time.perf_counter() - began:.0f} s)", flush=True)
     return {"is_resolution": results}
+
+
+def importance_estimates(model: Any, x: torch.Tensor, num_samples: int, chunk: int = 50) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per image of x: the importance-sampled -log p(x) and the ELBO from `num_samples` samples, seed 0 (the same
+    draws for every model and count), in chunks of `chunk` images."""
+    torch.manual_seed(0)
+    nll, elbo = [], []
+    with torch.inference_mode():
+        for part in x.split(chunk):
+            estimate = model.importance_estimate(part, None, num_samples)
+            nll.append(estimate[0])
+            elbo.append(estimate[1])
+    return torch.cat(nll), torch.cat(elbo)
 
 
 def noise_and_signal(draws: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -65,19 +65,14 @@ def retrain_q(model, datamodule, q_states: str, steps: int, lr: float, seed: int
     return model.eval(), {name: statistics.mean(values[-last_fifth:]) for name, values in diagnostics.items()}
 
 
-def evaluate(model, x: torch.Tensor, sample_counts: list[int], chunk: int = 50) -> dict:
+def evaluate(model, x: torch.Tensor, sample_counts: list[int]) -> dict:
     """Mean IS-NLL per sample count and −ELBO (from the most samples) on the images x, the same seed for every q."""
+    from benchmarks.at_checkpoints import importance_estimates
+
     result = {}
-    for count in sample_counts:
-        torch.manual_seed(0)
-        nll, elbo = [], []
-        with torch.inference_mode():
-            for part in x.split(chunk):
-                estimate = model.importance_estimate(part, None, count)
-                nll.append(estimate[0])
-                elbo.append(estimate[1])
-        result[f"nll_{count}"] = torch.cat(nll).mean().item()
-        result["neg_elbo"] = -torch.cat(elbo).mean().item()
+    for count in sorted(sample_counts):
+        nll, elbo = importance_estimates(model, x, count)
+        result[f"nll_{count}"], result["neg_elbo"] = nll.mean().item(), -elbo.mean().item()
     return result
 
 
