@@ -18,6 +18,12 @@ One unit. Two processes saving one path at once could interleave those steps and
 describes the other's checkpoint. A save holds an exclusive `flock` on the checkpoint's directory for its three
 writes, and a read (check and load) a shared one, so a reader sees a checkpoint and its checksum file from one
 save, and writers take turns.
+
+Nothing outside the run is removed. A checkpoint restores ModelCheckpoint's state: the paths of the last, best and
+k-th best checkpoints, of which Lightning removes "the previous one" at its next save, recursively. A received
+checkpoint may name any path there (`<dirpath>/../../notes`), and Lightning's own check compares paths without
+resolving `..` or links. Here a restored path that does not resolve to a file inside the run's checkpoint directory is
+dropped with one line, and the removal itself takes only a regular file inside that directory.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import contextlib
 import fcntl
 import hashlib
 import io
+import logging
 import os
 import time
 from pathlib import Path
@@ -36,6 +43,8 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 
 from common.private_api import lightning_load
+
+log = logging.getLogger(__name__)
 
 CHECKSUM_SUFFIX = ".sha256"
 TEMPORARY_MARK = ".tmp-"  # `.<name>.tmp-<pid>`: a temporary file of process <pid>
@@ -231,9 +240,51 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         # `weights_only=False` given to the trainer in code trusts the file.
         return load_checkpoint_file(path, map_location or (lambda storage, loc: storage), trusted=weights_only is False)
 
+    # The directories a removal may touch (the trainer's checkpoint directories, set by AtomicCheckpoints); None: any.
+    removable_in: Any = None
+
     def remove_checkpoint(self, path: Any) -> None:
-        super().remove_checkpoint(path)
-        Path(str(path) + CHECKSUM_SUFFIX).unlink(missing_ok=True)
+        if "://" in str(path):
+            return super().remove_checkpoint(path)
+        target = Path(path).resolve()
+        # Without the trainer's directories (the plugin used on its own), a file named like a checkpoint only.
+        directories = self.removable_in() if self.removable_in is not None else [target.parent] * target.name.endswith(".ckpt")
+        if not target.is_file() or not any(lies_inside(target, directory) for directory in directories):
+            # Never a directory, never through a link to elsewhere, never outside the run (module docstring).
+            log.warning("not removing %s: it is not a checkpoint file inside the run's checkpoint directory", path)
+            return
+        target.unlink()  # safe: resolved, a regular file, inside the run's checkpoint directory (checked above)
+        checksum_file = target.with_name(target.name + CHECKSUM_SUFFIX)
+        if checksum_file.is_file() and not checksum_file.is_symlink():
+            checksum_file.unlink()  # safe: beside the checkpoint just removed, in the same checked directory
+
+
+def lies_inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
+    """Whether `path`, with `..` and links resolved, lies strictly below `directory` (also resolved)."""
+    return Path(directory).resolve() in Path(path).resolve().parents
+
+
+RESTORED_PATHS = ("last_model_path", "best_model_path", "kth_best_model_path")
+
+
+def drop_paths_outside(state: dict[str, Any], directory: str, source: Any) -> None:
+    """Remove from a ModelCheckpoint state (as a checkpoint restores it) every path that is not a file name inside
+    `directory`: Lightning would remove it at the next save, or load it as "the best" (module docstring)."""
+    def outside(path: Any) -> bool:
+        return not isinstance(path, str) or (path != "" and not lies_inside(path, directory))
+
+    dropped = [state[key] for key in RESTORED_PATHS if key in state and outside(state[key])]
+    for key in RESTORED_PATHS:
+        if key in state and outside(state[key]):
+            state[key] = ""
+    best = state.get("best_k_models")
+    if best is not None:
+        kept = {path: score for path, score in best.items() if not outside(path)} if isinstance(best, dict) else {}
+        dropped += [path for path in (best if isinstance(best, dict) else [best]) if path not in kept]
+        state["best_k_models"] = kept
+    if dropped:
+        log.warning("checkpoint %s: its ModelCheckpoint state names %s outside this run's checkpoint directory %s; "
+                    "ignored (nothing there is removed or loaded)", source, repr(dropped[0])[:200], directory)
 
 
 class AtomicCheckpoints(L.Callback):
@@ -245,3 +296,16 @@ class AtomicCheckpoints(L.Callback):
         # setup runs before Lightning restores a checkpoint, so resuming reads through the plugin too.
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        if isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO):
+            trainer.strategy.checkpoint_io.removable_in = lambda: [c.dirpath for c in trainer.checkpoint_callbacks
+                                                                   if getattr(c, "dirpath", None)]
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        # Called before the callbacks' own states are loaded: what reaches ModelCheckpoint names only its directory.
+        from lightning.pytorch.callbacks import ModelCheckpoint
+
+        states = checkpoint.get("callbacks")
+        for callback in trainer.checkpoint_callbacks:
+            state = states.get(callback.state_key) if isinstance(states, dict) else None
+            if isinstance(callback, ModelCheckpoint) and isinstance(state, dict) and callback.dirpath:
+                drop_paths_outside(state, callback.dirpath, trainer.ckpt_path)

@@ -1,0 +1,73 @@
+"""Files from someone else, third pass (issue 48): a received checkpoint or run deletes nothing outside the run, imports
+nothing the collection does not register, and writes through no link; each test plants the received file and runs the
+real command. (Pickled payloads and URLs: tests/test_untrusted_files.py.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from callbacks.checkpoint_files import save_checkpoint_file
+
+pytestmark = pytest.mark.slow  # real processes: the full suite's
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
+        "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=16", "trainer.num_sanity_val_steps=0",
+        "trainer.enable_progress_bar=false", "callbacks.gradient_variance.every_n_steps=0", "model.mis_steps=2", "run_test=false"]
+
+
+def train(cwd: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, mnist_dir) -> Path:
+    """A real two-step JSA run; its last.ckpt is what the tests alter."""
+    root = tmp_path_factory.mktemp("run")
+    os.environ.setdefault("DATA_DIR", str(mnist_dir))
+    result = train(root, "model=jsa", "trainer.max_steps=2", *FAST)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root
+
+
+def copied_run(run: Path, where: Path) -> Path:
+    """A copy of the fixture's working directory (its logs), so that each test resumes and alters its own."""
+    subprocess.run(["cp", "-a", f"{run}/.", str(where)], check=True)
+    (checkpoint,) = where.glob("logs/tensorboard/*/version_0/checkpoints/last.ckpt")
+    return checkpoint
+
+
+def checkpoint_callback_state(checkpoint: dict) -> dict:
+    (state,) = [v for k, v in checkpoint["callbacks"].items() if k.startswith("ModelCheckpoint")]
+    return state
+
+
+@pytest.mark.parametrize("key", ["last_model_path", "kth_best_model_path", "best_k_models"])
+def test_a_received_checkpoint_removes_nothing_outside_the_run(key, run, tmp_path):
+    """The sender's ModelCheckpoint state names a directory outside the run, through `..` (relative, as Lightning keeps
+    it when the state omits dirpath) or absolute: resuming with the real command keeps that directory whole."""
+    last = copied_run(run, tmp_path)
+    victim = tmp_path / "notes"
+    victim.mkdir()
+    (victim / "thesis.tex").write_text("years of work")
+    checkpoint = torch.load(last, weights_only=True)
+    state = checkpoint_callback_state(checkpoint)
+    state.pop("dirpath")
+    relative = f"{last.parent.relative_to(tmp_path)}/../../../../../notes"
+    if key == "best_k_models":
+        state["best_k_models"] = {str(victim): state["kth_value"]}
+    else:
+        state[key] = relative if key == "last_model_path" else str(victim)
+    planted = last.with_name("received.ckpt")
+    save_checkpoint_file(checkpoint, planted)
+    result = train(tmp_path, "model=jsa", "trainer.max_steps=6", *FAST, f"ckpt_path={planted.relative_to(tmp_path)}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (victim / "thesis.tex").read_text() == "years of work"
+    assert "outside this run's checkpoint directory" in result.stdout + result.stderr
