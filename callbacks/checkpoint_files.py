@@ -217,6 +217,8 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
                               "values (which are never unpickled: they could run code)") from None
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointError(f"checkpoint {path} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
+    if not trusted:
+        refuse_unregistered_classes(checkpoint, path)
     state = checkpoint["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(value, torch.Tensor) for value in state.values()):
         raise CheckpointError(f"checkpoint {path}: its 'state_dict' is not a mapping of parameter names to tensors")
@@ -225,6 +227,47 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
         raise CheckpointError(f"checkpoint {path} holds non-finite weights ({', '.join(broken[:3])}"
                               f"{', ...' if len(broken) > 3 else ''}): the run diverged before it was written; use an earlier one")
     return checkpoint
+
+
+# Keys under which a checkpoint's hyperparameters name something to import: jsonargparse's `class_path` (LightningCLI
+# rebuilds the model from them, nested settings included), Hydra's `_target_`, Lightning's `_class_path` and
+# `_instantiator` (load_from_checkpoint imports the latter by name).
+IMPORTED_KEYS = ("class_path", "_class_path", "_target_", "_instantiator")
+LIGHTNING_INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
+
+
+def is_registered_component(name: object) -> bool:
+    """Whether a class path a checkpoint names is one of the collection's models or data modules (or Lightning's own
+    instantiator): only those are ever imported from a checkpoint, since importing a module runs its code."""
+    import datamodules
+    from models import is_registered_model
+
+    if name == LIGHTNING_INSTANTIATOR or is_registered_model(name):
+        return True
+    classes = [getattr(datamodules, n) for n in datamodules.__all__ if isinstance(getattr(datamodules, n), type)]
+    return any(name in (f"{cls.__module__}.{cls.__qualname__}", f"datamodules.{cls.__name__}") for cls in classes)
+
+
+def refuse_unregistered_classes(checkpoint: dict[str, Any], path: Any) -> None:
+    """CheckpointError naming the first class path in the checkpoint's hyperparameters (at any depth: under
+    `optimizer`, `prior`, ...) that is not a registered component; nothing is imported to find out."""
+    def named(value: Any, where: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
+        if depth > 32:  # deeper than any real setting: a crafted file; refused as a whole
+            yield where, "(nested more than 32 levels)"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if key in IMPORTED_KEYS:
+                    yield f"{where}.{key}", item
+                yield from named(item, f"{where}.{key}", depth + 1)
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                yield from named(item, f"{where}[{index}]", depth + 1)
+
+    for section in ("hyper_parameters", "datamodule_hyper_parameters"):
+        for where, name in named(checkpoint.get(section), section):
+            if not is_registered_component(name):
+                raise CheckpointError(f"checkpoint {path}: {where} names {str(name)[:120]!r}, which is not one of the "
+                                      "collection's models or data modules; it is not imported (importing runs code)")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -71,3 +71,50 @@ def test_a_received_checkpoint_removes_nothing_outside_the_run(key, run, tmp_pat
     assert result.returncode == 0, result.stderr[-3000:]
     assert (victim / "thesis.tex").read_text() == "years of work"
     assert "outside this run's checkpoint directory" in result.stdout + result.stderr
+
+
+PLANTED_MODULE = "import pathlib\npathlib.Path('IMPORTED').write_text('the planted module ran')\nclass Thing:\n    pass\n"
+
+
+@pytest.mark.parametrize("where", ["optimizer.class_path", "prior.init_args.class_path", "_instantiator", "_target_"])
+def test_a_received_checkpoint_imports_nothing_it_names(where, run, tmp_path):
+    """A module planted beside the checkpoint and named in its hyperparameters (nested too) is not imported, neither by
+    `train.py test --ckpt_path` (with the checkpoint's folder on the path) nor by `load_from_checkpoint` run there."""
+    last = copied_run(run, tmp_path)
+    (tmp_path / "planted.py").write_text(PLANTED_MODULE)
+    checkpoint = torch.load(last, weights_only=True)
+    hparams = checkpoint["hyper_parameters"]
+    if where == "_instantiator":
+        hparams["_instantiator"] = "planted.Thing"
+    elif where == "_target_":
+        hparams["likelihood"] = {"_target_": "planted.Thing"}
+    else:
+        top, *rest = where.split(".")
+        hparams[top] = {"class_path": "planted.Thing"} if not rest[:-1] else {"class_path": "models.JSA",
+                                                                              "init_args": {"class_path": "planted.Thing"}}
+    save_checkpoint_file(checkpoint, tmp_path / "received.ckpt")
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"}
+    commands = [[sys.executable, str(REPO / "train.py"), "test", "--ckpt_path=received.ckpt", "--trainer.limit_test_batches=1",
+                 "--model.test_num_samples=2"],
+                [sys.executable, "-c", "from models import JSA\nJSA.load_from_checkpoint('received.ckpt')"]]
+    for command in commands:
+        result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+        assert not (tmp_path / "IMPORTED").exists(), command
+        assert result.returncode != 0, command
+        last_line = result.stderr.strip().splitlines()[-1]
+        assert "planted.Thing" in last_line and "not imported" in last_line, (command, result.stderr[-2000:])
+        if command[1].endswith("train.py"):
+            assert "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+def test_a_callback_in_a_received_config_file_is_refused_before_it_is_imported(tmp_path):
+    (tmp_path / "planted.py").write_text(PLANTED_MODULE)
+    (tmp_path / "received.yaml").write_text("trainer:\n  callbacks:\n    - class_path: planted.Thing\n")
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"}
+    result = subprocess.run([sys.executable, str(REPO / "train.py"), "fit", "-c", "received.yaml"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=240)
+    assert not (tmp_path / "IMPORTED").exists()
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "error: config file received.yaml names the class 'planted.Thing', which is not one of the collection's, "
+        "Lightning's or torch.optim's; it is not imported (importing runs code): read the file; a class you trust can "
+        "be given on the command line (--trainer.callbacks+=CLASS)"]
