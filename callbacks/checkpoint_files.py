@@ -58,13 +58,15 @@ def write_atomically(path: Path, data: bytes | memoryview) -> None:
     """`path` holds `data` afterwards, or (killed on the way) what it held before: never a part."""
     temporary = path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid()}")
     try:
-        with open(temporary, "wb") as file:
+        temporary.unlink(missing_ok=True)  # safe: this process's own temporary name beside `path` (a link: the link only)
+        # A new file, never through a link planted under the temporary's name.
+        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb") as file:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)  # atomic within one directory (POSIX rename)
     except OSError as error:  # a full disk, a read-only directory: no partial file is left, the old one stays
-        temporary.unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)  # safe: this process's own temporary, beside `path`
         raise CheckpointError(f"could not write {path} ({error.strerror or error}): free space on its disk or give a "
                               "directory the run can write to; the previous file, if any, is unchanged") from None
     directory = os.open(path.parent, os.O_RDONLY)
@@ -150,7 +152,7 @@ def remove_stale_temporaries(directory: Path) -> None:
     for temporary in directory.glob(f".*{TEMPORARY_MARK}*"):
         pid = temporary.name.rsplit(TEMPORARY_MARK, 1)[-1]
         if pid.isdigit() and not _process_exists(int(pid)):
-            temporary.unlink(missing_ok=True)
+            temporary.unlink(missing_ok=True)  # safe: a name in `directory` itself (a link: the link only, not its target)
 
 
 def _process_exists(pid: int) -> bool:

@@ -118,3 +118,59 @@ def test_a_callback_in_a_received_config_file_is_refused_before_it_is_imported(t
         "error: config file received.yaml names the class 'planted.Thing', which is not one of the collection's, "
         "Lightning's or torch.optim's; it is not imported (importing runs code): read the file; a class you trust can "
         "be given on the command line (--trainer.callbacks+=CLASS)"]
+
+
+@pytest.mark.parametrize("name, command", [("hparams.yaml", "hydra"), ("hparams.yaml (dangling)", "hydra"), (".owner", "hydra"),
+                                           ("config.yaml", "cli fit"), ("config_test.yaml", "cli test")])
+def test_a_received_run_is_never_written_through_a_link(name, command, run, tmp_path):
+    """A file the run writes in place, planted in the received run as a link to a file of the user's (or dangling, to
+    a place outside): resuming or testing there refuses in one line, and the target is untouched (or not created)."""
+    last = copied_run(run, tmp_path)
+    run_dir = last.parents[1]
+    victim = tmp_path / "precious.txt"
+    if "dangling" in name:
+        victim = tmp_path / "created-outside.yaml"
+    else:
+        victim.write_text("precious")
+    link = run_dir / name.split(" ")[0]
+    link.unlink(missing_ok=True)
+    link.symlink_to(victim)
+    before = victim.read_bytes() if victim.exists() else None
+    ckpt = str(run_dir / "checkpoints" / "last.ckpt")
+    if command == "hydra":
+        result = train(tmp_path, "model=jsa", "trainer.max_steps=6", *FAST, f"ckpt_path={ckpt}")
+    else:
+        result = train(tmp_path, command.split()[1], f"--ckpt_path={ckpt}", "--trainer.max_steps=6",
+                       "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1",
+                       "--model.val_num_samples=2", "--model.test_num_samples=2", "--model.mis_steps=2", "--data.batch_size=16")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert (victim.read_bytes() if victim.exists() else None) == before
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: the run {run_dir.resolve()} holds {link.name} as a link to")
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("holder", ["study", "train.py"])
+def test_a_second_study_process_never_removes_a_live_run(holder, tmp_path):
+    """The first study trains run L20-middle-s0 and has not saved a checkpoint yet (its run is held by its study
+    process, and by its train.py); a second `benchmarks.cache_study` with the same --out, --logs and --only refuses in
+    one line and removes nothing."""
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    run_dir = logs / "L20-middle-s0" / "tensorboard" / "jsa-mnist" / "version_0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "events.out.tfevents.1").write_bytes(b"live")
+    held = run_dir if holder == "train.py" else logs / "L20-middle-s0"
+    first = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                              f"d = os.open({str(held)!r}, os.O_RDONLY); fcntl.flock(d, fcntl.LOCK_EX); print('held', flush=True)\n"
+                              "time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == "held"
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        result = subprocess.run([sys.executable, "-m", "benchmarks.cache_study", "--out", str(out), "--logs", str(logs),
+                                 "--only", "L20-middle-s0", "--epochs", "1"], cwd=REPO, env=env, capture_output=True,
+                                text=True, timeout=120)
+    finally:
+        first.kill()
+        first.wait()
+    assert (run_dir / "events.out.tfevents.1").read_bytes() == b"live"
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith("run L20-middle-s0: ")
