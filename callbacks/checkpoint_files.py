@@ -35,6 +35,7 @@ import io
 import logging
 import os
 import time
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -82,7 +83,9 @@ def listed_digests(path: Path) -> list[str] | None:
     if not checksum_file.is_file():
         return None
     # As written here ("<digest> [<previous digest>]"), or as `sha256sum` writes it ("<DIGEST>  <name>"), any case.
-    digests = [word.lower() for word in checksum_file.read_text(errors="replace").split()
+    with open(checksum_file, "rb") as file:  # a few digests: the first 4 KB of a file that may be anything
+        text = file.read(4096).decode(errors="replace")
+    digests = [word.lower() for word in text.split()
                if len(word) == 64 and all(c in "0123456789abcdefABCDEF" for c in word)]
     if not digests:
         raise CheckpointError(f"checksum file {checksum_file} holds no SHA-256 digest (64 hexadecimal digits): restore it, "
@@ -179,10 +182,13 @@ def verify_checkpoint_file(path: str | os.PathLike) -> None:
     if path.is_dir():
         raise CheckpointError(f"checkpoint {path} is a directory (ckpt_path expects a .ckpt file written by a run, e.g. "
                               f"{path / 'checkpoints' / 'last.ckpt'})")
+    if path.exists() and not path.is_file():  # a pipe would block the read, a device never end
+        raise CheckpointError(f"checkpoint {path} is not a regular file (a pipe or a device); it is not read")
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist (ckpt_path expects a .ckpt file written by a run)")
     if path.stat().st_size == 0:
         raise CheckpointError(f"checkpoint {path} is empty: the run that wrote it was probably killed; use another one")
+    check_declared_sizes(path)
     digests = listed_digests(path)
     if digests is not None:
         digest = file_digest(path)
@@ -190,6 +196,22 @@ def verify_checkpoint_file(path: str | os.PathLike) -> None:
             raise CheckpointError(
                 f"checkpoint {path} is corrupt: its SHA-256 {digest[:12]}... differs from the one recorded in "
                 f"{path.name}{CHECKSUM_SUFFIX} when it was written ({digests[0][:12]}...); use another checkpoint")
+
+
+def check_declared_sizes(path: Path) -> None:
+    """Refuse, from the zip's directory alone, a checkpoint whose entries are compressed or declare more bytes than the
+    file holds: torch.save stores its entries as they are, so such a file was crafted to expand in memory."""
+    if not zipfile.is_zipfile(path):  # torch's legacy format, or not a checkpoint: the load says which
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            entries = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # a damaged directory: the load names the file
+    declared, size = sum(entry.file_size for entry in entries), path.stat().st_size
+    if declared > size or any(entry.compress_type != zipfile.ZIP_STORED for entry in entries):
+        raise CheckpointError(f"checkpoint {path} declares {declared} bytes of data in a {size}-byte file (compressed "
+                              "entries, which torch.save never writes): it was crafted or damaged, and is not read")
 
 
 def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False) -> dict[str, Any]:

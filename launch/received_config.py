@@ -112,16 +112,25 @@ def cli_config_files(argv: list[str]) -> list[Path]:
 
 
 def hydra_config_files(argv: list[str]) -> list[Path]:
-    """The config files a Hydra command line picks from configs/ (`experiment=X`, `model=a,b`), and those of a
-    `--config-dir`/`-cd` it adds."""
-    files = [CONFIGS / "train.yaml"]
+    """The config files a Hydra command line picks (`experiment=X`, `model=a,b`), from configs/ and from the folders it
+    adds with `--config-dir`/`-cd` or `hydra.searchpath=[file://...]`."""
+    folders = [CONFIGS]
     for index, arg in enumerate(argv):
-        if arg in ("--config-dir", "-cd") and index + 1 < len(argv) and Path(argv[index + 1]).is_dir():
-            files += sorted(Path(argv[index + 1]).rglob("*.yaml"))[:1000]
+        if arg in ("--config-dir", "-cd") and index + 1 < len(argv):
+            folders.append(Path(argv[index + 1]))
+        elif arg.startswith(("--config-dir=", "-cd=")):
+            folders.append(Path(arg.split("=", 1)[1]))
+        elif arg.lstrip("+").startswith("hydra.searchpath="):
+            entries = arg.split("=", 1)[1].strip("[]").split(",")
+            folders += [Path(e.strip().strip("'\"").removeprefix("file://")) for e in entries if "pkg://" not in e]
+    files = [CONFIGS / "train.yaml"]
+    for arg in argv:
         key, equals, value = arg.lstrip("+~").partition("=")
-        if equals and "." not in key and (CONFIGS / key).is_dir():
-            files += [CONFIGS / key / f"{choice.strip()}.yaml" for choice in value.split(",")
-                      if choice.strip() and "/" not in choice and (CONFIGS / key / f"{choice.strip()}.yaml").exists()]
+        if not equals or "." in key or key.startswith("-"):
+            continue
+        for choice in (c.strip() for c in value.split(",")):
+            files += [folder / key / f"{choice}.yaml" for folder in folders
+                      if choice and "/" not in choice and (folder / key / f"{choice}.yaml").exists()]
     return files
 
 

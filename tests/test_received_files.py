@@ -174,3 +174,68 @@ def test_a_second_study_process_never_removes_a_live_run(holder, tmp_path):
     assert (run_dir / "events.out.tfevents.1").read_bytes() == b"live"
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1].startswith("run L20-middle-s0: ")
+
+
+BOMB = "".join(f"{chr(97 + i)}: &{chr(97 + i)} [{', '.join([f'*{chr(96 + i)}'] * 9) if i else ', '.join(['x'] * 9)}]\n"
+               for i in range(9))  # nine levels of nine aliases: 9**9 strings once expanded, 600 bytes on disk
+
+
+@pytest.mark.parametrize("front_end", ["cli -c", "hydra -cd experiment"])
+def test_a_yaml_alias_bomb_is_refused_unread(front_end, tmp_path):
+    if front_end == "cli -c":
+        (tmp_path / "received.yaml").write_text(BOMB)
+        args, path = ["fit", "-c", "received.yaml"], "received.yaml"
+    else:
+        (tmp_path / "experiment").mkdir()
+        (tmp_path / "experiment" / "received.yaml").write_text("# @package _global_\n" + BOMB)
+        args, path = ["-cd", str(tmp_path), "experiment=received"], str(tmp_path / "experiment" / "received.yaml")
+    result = train(tmp_path, *args, timeout=60)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"error: {'config file' if front_end == 'cli -c' else 'Hydra config'} {path}: its YAML aliases expand to more "
+        "than 100000 nodes (a config file has hundreds); refused unread"]
+
+
+def test_an_mnist_file_that_is_a_pipe_is_refused_without_waiting(mnist_dir, tmp_path):
+    raw = tmp_path / "data" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in ("train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+        (raw / name).symlink_to(mnist_dir / "MNIST" / "raw" / name)
+    os.mkfifo(raw / "train-images-idx3-ubyte")
+    result = subprocess.run([sys.executable, str(REPO / "train.py"), "trainer.max_steps=1"], cwd=tmp_path, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "DATA_DIR": str(tmp_path / "data")},
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        f"error: {raw / 'train-images-idx3-ubyte'} is corrupt: it is not a regular file (a pipe, a device or a directory), "
+        "so it is not read. Fix: delete it so that it is downloaded again, or copy a good one in its place.")
+
+
+def test_a_checkpoint_declaring_more_than_it_holds_is_refused_before_reading(run, tmp_path):
+    import zipfile
+
+    last = copied_run(run, tmp_path)
+    with zipfile.ZipFile(last) as real, zipfile.ZipFile(tmp_path / "received.ckpt", "w") as crafted:
+        for entry in real.infolist():  # one tensor's bytes replaced by 512 MB of zeros, deflated to half a megabyte
+            big = entry.filename.endswith("/data/0")
+            crafted.writestr(entry.filename, bytes(1 << 29) if big else real.read(entry),
+                             compress_type=zipfile.ZIP_DEFLATED if big else zipfile.ZIP_STORED)
+    result = train(tmp_path, "test", "--ckpt_path=received.ckpt", timeout=120)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith(
+        "error: checkpoint received.ckpt declares ") and "crafted or damaged, and is not read" in result.stderr
+
+
+def test_an_owner_note_that_is_an_endless_device_is_not_read(run, tmp_path):
+    """A received run whose `.owner` links to /dev/zero, resumed while another process holds it: one line, at once."""
+    last = copied_run(run, tmp_path)
+    run_dir = last.parents[1]
+    (run_dir / ".owner").symlink_to("/dev/zero")
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, time\n"
+                               f"d = os.open({str(run_dir)!r}, os.O_RDONLY); fcntl.flock(d, fcntl.LOCK_EX); print('held', flush=True)\n"
+                               "time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = train(tmp_path, "model=jsa", "trainer.max_steps=6", *FAST, f"ckpt_path={last}", timeout=120)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith(
+        f"error: the run {run_dir.resolve()} is being written by another process")
