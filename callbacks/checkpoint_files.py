@@ -326,6 +326,24 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             checksum_file.unlink()  # safe: beside the checkpoint just removed, in the same checked directory
 
 
+def check_optimizer_states(trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    """CheckpointError naming the first restored optimizer buffer that is not finite, or whose shape differs from its
+    parameter's: resumed, either fails at the first step with a traceback, or spoils every weight."""
+    names = {id(p): name for name, p in pl_module.named_parameters()}
+    for optimizer in trainer.optimizers:
+        for param, buffers in optimizer.state.items():
+            for key, value in buffers.items() if isinstance(buffers, dict) else []:
+                if not isinstance(value, torch.Tensor):
+                    continue
+                where = f"checkpoint {trainer.ckpt_path}: the optimizer's {key} of {names.get(id(param), 'a parameter')}"
+                if value.dim() > 0 and value.shape != param.shape:
+                    raise CheckpointError(f"{where} has shape {tuple(value.shape)}, the parameter {tuple(param.shape)}: "
+                                          "the file was altered, or written for other settings")
+                if value.is_floating_point() and not torch.isfinite(value).all():
+                    raise CheckpointError(f"{where} holds NaN or inf: resuming would spoil the weights at the first step; "
+                                          "use an earlier checkpoint")
+
+
 def lies_inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
     """Whether `path`, with `..` and links resolved, lies strictly below `directory` (also resolved)."""
     return Path(directory).resolve() in Path(path).resolve().parents
@@ -366,6 +384,10 @@ class AtomicCheckpoints(L.Callback):
         if isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO):
             trainer.strategy.checkpoint_io.removable_in = lambda: [c.dirpath for c in trainer.checkpoint_callbacks
                                                                    if getattr(c, "dirpath", None)]
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.ckpt_path:  # the optimizers' state is restored by now (once per fit: one host sync)
+            check_optimizer_states(trainer, pl_module)
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         # Called before the callbacks' own states are loaded: what reaches ModelCheckpoint names only its directory.

@@ -121,8 +121,8 @@ class LatentVariableModel(L.LightningModule):
     ) -> None:
         super().__init__()
         for name, value, least in (("lr", lr, 0.0), ("sigma", sigma, 0.0)):
-            if not value > least:
-                raise ValueError(f"{name} must be > 0, got {value}")
+            if not least < value < float("inf"):  # inf: the first step would leave every weight NaN
+                raise ValueError(f"{name} must be > 0 and finite, got {value}")
         for name, value in (("num_mixtures", num_mixtures), ("val_num_samples", val_num_samples),
                             ("test_num_samples", test_num_samples), ("eval_chunk_size", eval_chunk_size)):
             if value < 1:

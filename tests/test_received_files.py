@@ -239,3 +239,29 @@ def test_an_owner_note_that_is_an_endless_device_is_not_read(run, tmp_path):
         holder.wait()
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith(
         f"error: the run {run_dir.resolve()} is being written by another process")
+
+
+@pytest.mark.parametrize("model", ["jsa", "rws"])
+def test_divergence_in_one_step_gets_the_guards_line_not_the_samplers_traceback(model, tmp_path, mnist_dir):
+    """lr=1e308 leaves every weight inf or NaN after the first step; the next step's sampler (torch.multinomial) fails
+    on them before a loss term could be checked: the run ends with the NaN guard's line, no traceback."""
+    fast = [a for a in FAST if model == "jsa" or not a.startswith("model.mis_steps")]
+    result = train(tmp_path, f"model={model}", "model.lr=1e308", "trainer.max_steps=4", "trainer.limit_train_batches=4",
+                   *[a for a in fast if not a.startswith("trainer.limit_train_batches")])
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].startswith("error: the model's weights (encoder.")
+    assert "became NaN or inf" in result.stderr
+
+
+@pytest.mark.parametrize("damage", ["NaN", "shape"])
+def test_a_received_optimizer_state_that_would_spoil_the_weights_is_refused(damage, run, tmp_path):
+    last = copied_run(run, tmp_path)
+    checkpoint = torch.load(last, weights_only=True)
+    buffers = checkpoint["optimizer_states"][0]["state"][0]
+    buffers["exp_avg"] = buffers["exp_avg"] * float("nan") if damage == "NaN" else buffers["exp_avg"][:1]
+    planted = last.with_name("received.ckpt")
+    save_checkpoint_file(checkpoint, planted)
+    result = train(tmp_path, "model=jsa", "trainer.max_steps=6", *FAST, f"ckpt_path={planted}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"error: checkpoint {planted}: the optimizer's exp_avg of encoder.net.0.weight ")
