@@ -326,6 +326,30 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             checksum_file.unlink()  # safe: beside the checkpoint just removed, in the same checked directory
 
 
+def check_loop_state(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
+    """CheckpointError naming the first entry of the checkpoint's epoch, step or fit-loop state that is not what the
+    trainer's own state holds there (a dict, or a count >= 0): Lightning would fail on it with a traceback, or count
+    from a negative step."""
+    def mismatch(saved: Any, expected: Any, where: str) -> str | None:
+        if isinstance(expected, dict):
+            if not isinstance(saved, dict):
+                return where
+            return next((found for key, value in expected.items() if key in saved
+                         for found in [mismatch(saved[key], value, f"{where}.{key}")] if found), None)
+        if isinstance(expected, int) and not isinstance(expected, bool):
+            return None if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 0 else where
+        return None
+
+    loops = checkpoint.get("loops")
+    found = (mismatch(checkpoint.get("epoch", 0), 0, "epoch") or mismatch(checkpoint.get("global_step", 0), 0, "global_step")
+             or (mismatch(loops, {}, "loops") if loops is not None else None)
+             or (mismatch(loops.get("fit_loop"), trainer.fit_loop.state_dict(), "loops.fit_loop")
+                 if isinstance(loops, dict) and "fit_loop" in loops else None))
+    if found:
+        raise CheckpointError(f"checkpoint {trainer.ckpt_path}: its {found} is not what a training loop writes there (a "
+                              "count >= 0, or a mapping): the file was altered; use another checkpoint")
+
+
 def check_optimizer_states(trainer: L.Trainer, pl_module: L.LightningModule) -> None:
     """CheckpointError naming the first restored optimizer buffer that is not finite, or whose shape differs from its
     parameter's: resumed, either fails at the first step with a traceback, or spoils every weight."""
@@ -393,6 +417,7 @@ class AtomicCheckpoints(L.Callback):
         # Called before the callbacks' own states are loaded: what reaches ModelCheckpoint names only its directory.
         from lightning.pytorch.callbacks import ModelCheckpoint
 
+        check_loop_state(checkpoint, trainer)
         states = checkpoint.get("callbacks")
         for callback in trainer.checkpoint_callbacks:
             state = states.get(callback.state_key) if isinstance(states, dict) else None

@@ -265,3 +265,46 @@ def test_a_received_optimizer_state_that_would_spoil_the_weights_is_refused(dama
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith(
         f"error: checkpoint {planted}: the optimizer's exp_avg of encoder.net.0.weight ")
+
+
+def damaged(checkpoint: dict, what: str) -> str:
+    """Alter `checkpoint` in place as a received file may be; returns the start of the line the resume must end with."""
+    state = checkpoint["state_dict"]
+    if what == "cache codes out of range":
+        state["cache.codes"][0, 0] = 42
+        return "error: the checkpoint's cache.codes (JSA's cache) hold 1 value(s) outside the classes 0..9 (e.g. 42)"
+    if what == "cache codes negative":
+        state["cache.codes"] = state["cache.codes"].to(torch.int16)
+        state["cache.codes"][0, 0] = -3
+        return "error: the checkpoint's cache.codes (JSA's cache) hold 1 value(s) outside the classes 0..9 (e.g. -3)"
+    if what == "cache codes float":
+        state["cache.codes"] = state["cache.codes"].float() + 0.5
+        return "error: the checkpoint's cache.codes (JSA's cache) are torch.float32, not integer class ids"
+    if what == "changed_epoch garbage":
+        state["cache.changed_epoch"][0] = -2**31
+        return "error: the checkpoint's cache.changed_epoch (JSA's cache) holds values that are not epochs"
+    if what == "data-loader position past the split":
+        checkpoint["loops"]["fit_loop"]["state_dict"] = {"combined_loader": [{"epoch": 1, "examples_done": 10**9}]}
+        return "error: the checkpoint's data-loader position (epoch 1, 1000000000 examples done) does not fit"
+    if what == "loop state garbage":
+        checkpoint["loops"]["fit_loop"]["epoch_progress"] = "garbage"
+        return "error: checkpoint "
+    if what == "random state garbage":
+        checkpoint["rng_states"] = [{"cpu": torch.zeros(7)}]
+        return "error: checkpoint "
+    raise AssertionError(what)
+
+
+@pytest.mark.parametrize("what", ["cache codes out of range", "cache codes negative", "cache codes float",
+                                  "changed_epoch garbage", "data-loader position past the split", "loop state garbage",
+                                  "random state garbage"])
+def test_malformed_state_in_a_received_checkpoint_is_refused_in_one_line(what, run, tmp_path):
+    last = copied_run(run, tmp_path)
+    checkpoint = torch.load(last, weights_only=True)
+    expected = damaged(checkpoint, what)
+    planted = last.with_name("received.ckpt")
+    save_checkpoint_file(checkpoint, planted)
+    result = train(tmp_path, "model=jsa", "trainer.max_steps=6", *FAST, f"ckpt_path={planted}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(expected), result.stderr[-600:]
+
