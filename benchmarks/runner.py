@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import fnmatch
 import json
+import math
 import os
 import platform
 import shlex
@@ -296,11 +297,20 @@ def check_directory_options(parser: argparse.ArgumentParser, args: argparse.Name
             parser.error(f"--{name} {path}: {blocking} is a file; expected a directory to write in")
 
 
+MAX_RECORD_BYTES = 64 << 20  # a record with its curves is a few hundred KB
+
+
 def read_json(path: Path) -> dict:
-    """A record (or other JSON object) the studies wrote, or one line naming the file that is not one."""
+    """A record (or other JSON object) the studies wrote, or one line naming the file that is not one: checked for kind
+    and size before it is read, and parsed without unbounded recursion."""
     try:
-        value = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        if not path.is_file():
+            raise OSError(f"{path} is not a regular file")
+        if path.stat().st_size > MAX_RECORD_BYTES:
+            raise OSError(f"{path.stat().st_size} bytes, more than a record's {MAX_RECORD_BYTES}")
+        with open(path, "rb") as file:
+            value = json.loads(file.read(MAX_RECORD_BYTES + 1))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise SystemExit(f"{path}: not a readable record ({type(error).__name__}: {error}); delete it to run it again") from None
     if not isinstance(value, dict):
         raise SystemExit(f"{path}: not a record (a JSON object expected, found {type(value).__name__}); delete it to run "
@@ -308,10 +318,40 @@ def read_json(path: Path) -> dict:
     return value
 
 
+def record_problem(record: dict) -> str | None:
+    """Why a record cannot go into a report (None when it can): empty, a field of the wrong type, or a non-finite
+    number where every run of a study writes a finite one (a diverged run's NaN test NLL)."""
+    if not record:
+        return "it is empty"
+    for key, kind in (("name", str), ("model", str), ("arm", str), ("command", str), ("machine", str), ("seed", int),
+                      ("epochs", int), ("seconds", (int, float)), ("test", dict), ("val", dict)):
+        if key in record and (not isinstance(record[key], kind) or isinstance(record[key], bool)):
+            return f"its {key!r} is a {type(record[key]).__name__}, not a {getattr(kind, '__name__', 'number')}"
+    for section in ("test", "val"):
+        for key, value in (record.get(section) or {}).items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                return f"its {section} {key} is {str(value)[:40]} (a finite number expected: the run diverged, or the file was altered)"
+    if isinstance(record.get("seconds"), float) and not math.isfinite(record["seconds"]):
+        return "its seconds is not finite"
+    return None
+
+
 def read_records(out: Path, report_only: bool = False) -> dict[str, dict]:
-    """Every record under out/runs, by run name (the file's stem); with `report_only`, none is an error (a mistyped
-    --out would otherwise give an empty report)."""
-    records = {p.stem: read_json(p) for p in sorted((out / "runs").glob("*.json"))}
+    """Every record under out/runs, by run name (the file's stem); one that is not a record, or cannot go into a
+    report (`record_problem`), is left out with one line naming it, as if the run had not finished. With
+    `report_only`, none is an error (a mistyped --out would otherwise give an empty report)."""
+    records = {}
+    for path in sorted((out / "runs").glob("*.json")):
+        try:
+            record = read_json(path)
+        except SystemExit as refusal:
+            print(f"skipped {refusal}", flush=True)
+            continue
+        problem = record_problem(record)
+        if problem:
+            print(f"skipped {path}: {problem}; delete it to run it again", flush=True)
+            continue
+        records[path.stem] = record
     if report_only and not records:
         raise SystemExit(f"--report-only: no records under {out / 'runs'}; give the --out the study wrote, or run it first")
     return records

@@ -51,6 +51,8 @@ def composed(path: Path, what: str) -> Any:
         node = yaml.compose(path.read_text(errors="replace"), Loader=yaml.SafeLoader)
     except yaml.YAMLError as error:
         raise ConfigRefusal(f"{what} {path} is not valid YAML ({' '.join(str(error).split())[:160]})") from None
+    except RecursionError:
+        raise ConfigRefusal(f"{what} {path} is nested too deeply to be a config file") from None
     sizes: dict[int, int] = {}
 
     def expanded(node: Any) -> int:  # nodes after expansion; each shared node counted once per use, computed once
@@ -71,7 +73,11 @@ def composed(path: Path, what: str) -> Any:
             sizes[id(node)] = total
         return sizes[id(node)]
 
-    if node is not None and expanded(node) > MAX_EXPANDED_NODES:
+    try:
+        too_large = node is not None and expanded(node) > MAX_EXPANDED_NODES
+    except RecursionError:
+        raise ConfigRefusal(f"{what} {path} is nested too deeply to be a config file") from None
+    if too_large:
         raise ConfigRefusal(f"{what} {path}: its YAML aliases expand to more than {MAX_EXPANDED_NODES} nodes (a config "
                             "file has hundreds); refused unread")
     return node
