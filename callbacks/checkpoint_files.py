@@ -305,7 +305,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
         # Every read the trainer makes (resume, test/validate ckpt_path) is the safe one; only an explicit
         # `weights_only=False` given to the trainer in code trusts the file.
-        return load_checkpoint_file(path, map_location or (lambda storage, loc: storage), trusted=weights_only is False)
+        checkpoint = load_checkpoint_file(path, map_location or (lambda storage, loc: storage), trusted=weights_only is False)
+        if "pytorch-lightning_version" not in checkpoint:  # Lightning's migration would end in a KeyError
+            raise CheckpointError(f"checkpoint {path} holds a model's weights only, not a Lightning checkpoint (no "
+                                  "'pytorch-lightning_version'); the trainer cannot resume or test from it. In Python: "
+                                  "model.load_state_dict(torch.load(path, weights_only=True)['state_dict'])")
+        return checkpoint
 
     # The directories a removal may touch (the trainer's checkpoint directories, set by AtomicCheckpoints); None: any.
     removable_in: Any = None

@@ -140,10 +140,25 @@ def hydra_config_files(argv: list[str]) -> list[Path]:
     return files
 
 
+def check_environment_variables(argv: list[str]) -> None:
+    """A Hydra override that reads an unset environment variable without a default (`log_dir=${oc.env:RUNS}`) is
+    refused naming it: Hydra resolves some (log_dir, in its run directory) before any check, with a traceback."""
+    import re
+
+    for arg in argv:
+        key, equals, value = arg.lstrip("+~").partition("=")
+        for name, default in re.findall(r"\$\{oc\.env:\s*([^,}\s]+)\s*(,[^}]*)?\}", value if equals else ""):
+            if not default and name not in os.environ:
+                raise ConfigRefusal(f"{key}={value}: the environment variable {name} is not set; set it, or give a "
+                                    f"default: ${{oc.env:{name},DEFAULT}}")
+
+
 def refuse_received_configs(argv: list[str], cli: bool) -> str | None:
     """The `error:` line for a config file that is not a small YAML file, would expand without bound, or (a
     LightningCLI config) names a class outside the collection, Lightning and torch.optim; None when all are fine."""
     try:
+        if not cli:
+            check_environment_variables(argv)
         for path in (cli_config_files(argv) if cli else hydra_config_files(argv)):
             what = "config file" if cli else "Hydra config"
             node = composed(path, what)
