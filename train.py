@@ -59,8 +59,10 @@ def _config_groups() -> str:
 def main() -> None:
     argv = sys.argv[1:]
     from launch.precheck import refuse_early  # before the imports of torch and Lightning: typos are refused at once
+    from launch.received_config import refuse_received_configs  # a config file that would hang or import a stranger's module
 
-    refusal = refuse_early(argv, cli=bool(argv) and argv[0] in CLI_SUBCOMMANDS)
+    cli = bool(argv) and argv[0] in CLI_SUBCOMMANDS
+    refusal = refuse_received_configs(argv, cli) or refuse_early(argv, cli=cli)
     if refusal:
         from launch.errors import exit_with
 

@@ -186,11 +186,25 @@ def shown(path: str | os.PathLike) -> str:
 
 
 def read_job_file(path: Path) -> dict | None:
-    try:
-        job = yaml.safe_load((path / JOB_FILE).read_text())
-    except (OSError, yaml.YAMLError):
+    """<run>/hydra_job.yaml as written by the training code (paths as strings, the job's number), else None: a file
+    that is not one (a pipe, too large, aliases that expand without bound, nested too deep, values of other types) is
+    left out with one line naming it."""
+    from launch.received_config import ConfigRefusal, composed
+
+    file = path / JOB_FILE
+    if not file.exists():
         return None
-    return job if isinstance(job, dict) else None
+    try:
+        composed(file, "job file")  # kind, size and alias expansion, before anything is built
+        job = yaml.safe_load(file.read_text(errors="replace"))
+    except (ConfigRefusal, OSError, yaml.YAMLError, RecursionError) as error:
+        print(f"skipped {file}: {' '.join(str(error).split())[:200] or type(error).__name__}", flush=True)
+        return None
+    kinds = {"output_dir": str, "sweep_dir": str, "job_num": int}
+    if not isinstance(job, dict) or any(key in job and not isinstance(job[key], kind) for key, kind in kinds.items()):
+        print(f"skipped {file}: not a job file (a mapping of output_dir, sweep_dir: paths, job_num: a number)", flush=True)
+        return None
+    return job
 
 
 def place_runs(roots: list[Path]) -> list[Found]:
@@ -288,9 +302,24 @@ def read_run(path: Path, root: Path) -> Run:
     for stage in ("test", "val"):
         if f"{stage}/reconstructions" in tags["images"]:
             image = events.Images(f"{stage}/reconstructions")[-1].encoded_image_string
+            if not reasonable_png(image):
+                print(f"skipped the reconstructions of {path}: not a PNG of at most {MAX_PIXELS} pixels", flush=True)
+                image = None
             break
     name = str(path.relative_to(root)) if path != root else path.name
     return Run(path, name, read_hparams(events), scalars, image, stage, root=root)
+
+
+MAX_PIXELS = 1 << 24  # a grid of reconstructions is a few hundred thousand pixels
+
+
+def reasonable_png(data: bytes) -> bool:
+    """Whether `data` is a PNG whose header declares at most MAX_PIXELS (read from the header: a decompression bomb
+    declares billions and is never decoded)."""
+    if len(data) < 24 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        return False
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    return 0 < width * height <= MAX_PIXELS
 
 
 def read_hparams(events: EventAccumulator) -> dict[str, object]:
@@ -493,9 +522,19 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
     tuned = tuning_section(every_run)  # every study found, whichever runs are compared
     compared = []
     for found, _ in selection.compared:
-        run = read_run(found.path, found.root)
+        try:
+            run = read_run(found.path, found.root)
+        except Exception as error:  # noqa: BLE001 (a damaged or crafted event file: TensorBoard's reader fails many ways)
+            print(f"skipped {found.path}: its event files cannot be read ({type(error).__name__}: "
+                  f"{' '.join(str(error).split())[:160]})", flush=True)
+            continue
+        if not run.scalars:  # a corrupt event file reads as no events at all: a row of dashes otherwise
+            print(f"skipped {found.path}: no scalars could be read from its event files (corrupt, or not a training run)", flush=True)
+            continue
         run.start = found.start
         compared.append(run)
+    if not compared and selection.compared:
+        raise SystemExit("no run could be read (each is named above); nothing to compare")
     for run, label in zip(compared, run_labels(compared)):
         run.label = label
     rows = [table_row(run) for run in compared]

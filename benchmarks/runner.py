@@ -8,8 +8,12 @@ when it stopped before its first checkpoint), so an interrupted study continues 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import fnmatch
 import json
+import math
+import os
 import platform
 import shlex
 import shutil
@@ -17,7 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,22 +32,65 @@ def last_checkpoint(log_dir: Path) -> Path | None:
 
 
 def train(name: str, overrides: Sequence[str], log_dir: Path) -> tuple[Path, float, str]:
-    """Train (or resume) one run with `log_dir=log_dir`: (its TensorBoard run directory, seconds, the command as shown)."""
+    """Train (or resume) one run with `log_dir=log_dir`: (its TensorBoard run directory, seconds, the command as shown).
+
+    The study process holds `log_dir` locked while its run trains, and removes an unfinished run only when no process
+    holds it or its TensorBoard run: two study processes given the same --logs and run (--only) never remove each
+    other's live run; the second says so in one line."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = last_checkpoint(log_dir)
-    if ckpt is None:  # stopped before its first checkpoint (or never started): start it afresh, in version_0
-        shutil.rmtree(log_dir / "tensorboard", ignore_errors=True)
-    cmd = [sys.executable, str(REPO / "train.py"), *overrides, f"log_dir={log_dir}"] + ([f"ckpt_path={ckpt}"] if ckpt else [])
-    start = time.perf_counter()
-    with open(log_dir / "train.log", "a") as log:
-        log.write(f"\n$ {shlex.join(cmd)}\n")
-        log.flush()
-        done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    with run_lock(name, log_dir):
+        ckpt = last_checkpoint(log_dir)
+        if ckpt is None:  # stopped before its first checkpoint (or never started): start it afresh, in version_0
+            remove_unfinished(name, log_dir)
+        cmd = [sys.executable, str(REPO / "train.py"), *overrides, f"log_dir={log_dir}"] + ([f"ckpt_path={ckpt}"] if ckpt else [])
+        start = time.perf_counter()
+        with open(log_dir / "train.log", "a") as log:
+            log.write(f"\n$ {shlex.join(cmd)}\n")
+            log.flush()
+            done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         raise SystemExit(f"run {name} failed (exit {done.returncode}); its output: {log_dir / 'train.log'}")
     (run_dir,) = log_dir.glob("tensorboard/*/version_0")
     shown = shlex.join(["python", "train.py", *(o.replace(f"{REPO}/", "") for o in overrides)])
     return run_dir, time.perf_counter() - start, shown
+
+
+@contextlib.contextmanager
+def run_lock(name: str, log_dir: Path) -> Iterator[None]:
+    """An exclusive flock on the run's `log_dir` for as long as this process trains it; one line if another holds it."""
+    descriptor = os.open(log_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(f"run {name}: {log_dir} is being trained by another study process (the same --logs and "
+                             "run); wait for it to end, or give this one another --logs") from None
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def remove_unfinished(name: str, log_dir: Path) -> None:
+    """Remove `log_dir/tensorboard` (a run that stopped before its first checkpoint), unless a process still writes one
+    of its runs (train.py holds its run directory locked: launch/run_directory.py) or it leads outside `log_dir`."""
+    from launch.run_directory import read_owner
+
+    tensorboard = log_dir / "tensorboard"
+    if not tensorboard.exists() and not tensorboard.is_symlink():
+        return
+    if tensorboard.is_symlink() or tensorboard.resolve().parent != log_dir.resolve():
+        raise SystemExit(f"run {name}: {tensorboard} is a link; a study removes an unfinished run only inside --logs: "
+                         "remove the link")
+    for run_dir in [p for p in tensorboard.glob("*/*") if p.is_dir() and not p.is_symlink()]:
+        descriptor = os.open(run_dir, os.O_RDONLY)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(f"run {name}: {run_dir} is being written by {read_owner(run_dir / '.owner')}; it is not "
+                             "removed: wait for that process to end") from None
+        finally:
+            os.close(descriptor)
+    shutil.rmtree(tensorboard.resolve())  # safe: resolved, inside --logs (checked above), written by no live process
 
 
 class NotYet(Exception):
@@ -250,11 +297,20 @@ def check_directory_options(parser: argparse.ArgumentParser, args: argparse.Name
             parser.error(f"--{name} {path}: {blocking} is a file; expected a directory to write in")
 
 
+MAX_RECORD_BYTES = 64 << 20  # a record with its curves is a few hundred KB
+
+
 def read_json(path: Path) -> dict:
-    """A record (or other JSON object) the studies wrote, or one line naming the file that is not one."""
+    """A record (or other JSON object) the studies wrote, or one line naming the file that is not one: checked for kind
+    and size before it is read, and parsed without unbounded recursion."""
     try:
-        value = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        if not path.is_file():
+            raise OSError(f"{path} is not a regular file")
+        if path.stat().st_size > MAX_RECORD_BYTES:
+            raise OSError(f"{path.stat().st_size} bytes, more than a record's {MAX_RECORD_BYTES}")
+        with open(path, "rb") as file:
+            value = json.loads(file.read(MAX_RECORD_BYTES + 1))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise SystemExit(f"{path}: not a readable record ({type(error).__name__}: {error}); delete it to run it again") from None
     if not isinstance(value, dict):
         raise SystemExit(f"{path}: not a record (a JSON object expected, found {type(value).__name__}); delete it to run "
@@ -262,10 +318,40 @@ def read_json(path: Path) -> dict:
     return value
 
 
+def record_problem(record: dict) -> str | None:
+    """Why a record cannot go into a report (None when it can): empty, a field of the wrong type, or a non-finite
+    number where every run of a study writes a finite one (a diverged run's NaN test NLL)."""
+    if not record:
+        return "it is empty"
+    for key, kind in (("name", str), ("model", str), ("arm", str), ("command", str), ("machine", str), ("seed", int),
+                      ("epochs", int), ("seconds", (int, float)), ("test", dict), ("val", dict)):
+        if key in record and (not isinstance(record[key], kind) or isinstance(record[key], bool)):
+            return f"its {key!r} is a {type(record[key]).__name__}, not a {getattr(kind, '__name__', 'number')}"
+    for section in ("test", "val"):
+        for key, value in (record.get(section) or {}).items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                return f"its {section} {key} is {str(value)[:40]} (a finite number expected: the run diverged, or the file was altered)"
+    if isinstance(record.get("seconds"), float) and not math.isfinite(record["seconds"]):
+        return "its seconds is not finite"
+    return None
+
+
 def read_records(out: Path, report_only: bool = False) -> dict[str, dict]:
-    """Every record under out/runs, by run name (the file's stem); with `report_only`, none is an error (a mistyped
-    --out would otherwise give an empty report)."""
-    records = {p.stem: read_json(p) for p in sorted((out / "runs").glob("*.json"))}
+    """Every record under out/runs, by run name (the file's stem); one that is not a record, or cannot go into a
+    report (`record_problem`), is left out with one line naming it, as if the run had not finished. With
+    `report_only`, none is an error (a mistyped --out would otherwise give an empty report)."""
+    records = {}
+    for path in sorted((out / "runs").glob("*.json")):
+        try:
+            record = read_json(path)
+        except SystemExit as refusal:
+            print(f"skipped {refusal}", flush=True)
+            continue
+        problem = record_problem(record)
+        if problem:
+            print(f"skipped {path}: {problem}; delete it to run it again", flush=True)
+            continue
+        records[path.stem] = record
     if report_only and not records:
         raise SystemExit(f"--report-only: no records under {out / 'runs'}; give the --out the study wrote, or run it first")
     return records

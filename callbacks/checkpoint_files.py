@@ -18,6 +18,12 @@ One unit. Two processes saving one path at once could interleave those steps and
 describes the other's checkpoint. A save holds an exclusive `flock` on the checkpoint's directory for its three
 writes, and a read (check and load) a shared one, so a reader sees a checkpoint and its checksum file from one
 save, and writers take turns.
+
+Nothing outside the run is removed. A checkpoint restores ModelCheckpoint's state: the paths of the last, best and
+k-th best checkpoints, of which Lightning removes "the previous one" at its next save, recursively. A received
+checkpoint may name any path there (`<dirpath>/../../notes`), and Lightning's own check compares paths without
+resolving `..` or links. Here a restored path that does not resolve to a file inside the run's checkpoint directory is
+dropped with one line, and the removal itself takes only a regular file inside that directory.
 """
 
 from __future__ import annotations
@@ -26,8 +32,10 @@ import contextlib
 import fcntl
 import hashlib
 import io
+import logging
 import os
 import time
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -36,6 +44,8 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 
 from common.private_api import lightning_load
+
+log = logging.getLogger(__name__)
 
 CHECKSUM_SUFFIX = ".sha256"
 TEMPORARY_MARK = ".tmp-"  # `.<name>.tmp-<pid>`: a temporary file of process <pid>
@@ -49,13 +59,15 @@ def write_atomically(path: Path, data: bytes | memoryview) -> None:
     """`path` holds `data` afterwards, or (killed on the way) what it held before: never a part."""
     temporary = path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid()}")
     try:
-        with open(temporary, "wb") as file:
+        temporary.unlink(missing_ok=True)  # safe: this process's own temporary name beside `path` (a link: the link only)
+        # A new file, never through a link planted under the temporary's name.
+        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb") as file:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)  # atomic within one directory (POSIX rename)
     except OSError as error:  # a full disk, a read-only directory: no partial file is left, the old one stays
-        temporary.unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)  # safe: this process's own temporary, beside `path`
         raise CheckpointError(f"could not write {path} ({error.strerror or error}): free space on its disk or give a "
                               "directory the run can write to; the previous file, if any, is unchanged") from None
     directory = os.open(path.parent, os.O_RDONLY)
@@ -71,7 +83,9 @@ def listed_digests(path: Path) -> list[str] | None:
     if not checksum_file.is_file():
         return None
     # As written here ("<digest> [<previous digest>]"), or as `sha256sum` writes it ("<DIGEST>  <name>"), any case.
-    digests = [word.lower() for word in checksum_file.read_text(errors="replace").split()
+    with open(checksum_file, "rb") as file:  # a few digests: the first 4 KB of a file that may be anything
+        text = file.read(4096).decode(errors="replace")
+    digests = [word.lower() for word in text.split()
                if len(word) == 64 and all(c in "0123456789abcdefABCDEF" for c in word)]
     if not digests:
         raise CheckpointError(f"checksum file {checksum_file} holds no SHA-256 digest (64 hexadecimal digits): restore it, "
@@ -141,7 +155,7 @@ def remove_stale_temporaries(directory: Path) -> None:
     for temporary in directory.glob(f".*{TEMPORARY_MARK}*"):
         pid = temporary.name.rsplit(TEMPORARY_MARK, 1)[-1]
         if pid.isdigit() and not _process_exists(int(pid)):
-            temporary.unlink(missing_ok=True)
+            temporary.unlink(missing_ok=True)  # safe: a name in `directory` itself (a link: the link only, not its target)
 
 
 def _process_exists(pid: int) -> bool:
@@ -168,10 +182,13 @@ def verify_checkpoint_file(path: str | os.PathLike) -> None:
     if path.is_dir():
         raise CheckpointError(f"checkpoint {path} is a directory (ckpt_path expects a .ckpt file written by a run, e.g. "
                               f"{path / 'checkpoints' / 'last.ckpt'})")
+    if path.exists() and not path.is_file():  # a pipe would block the read, a device never end
+        raise CheckpointError(f"checkpoint {path} is not a regular file (a pipe or a device); it is not read")
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist (ckpt_path expects a .ckpt file written by a run)")
     if path.stat().st_size == 0:
         raise CheckpointError(f"checkpoint {path} is empty: the run that wrote it was probably killed; use another one")
+    check_declared_sizes(path)
     digests = listed_digests(path)
     if digests is not None:
         digest = file_digest(path)
@@ -179,6 +196,22 @@ def verify_checkpoint_file(path: str | os.PathLike) -> None:
             raise CheckpointError(
                 f"checkpoint {path} is corrupt: its SHA-256 {digest[:12]}... differs from the one recorded in "
                 f"{path.name}{CHECKSUM_SUFFIX} when it was written ({digests[0][:12]}...); use another checkpoint")
+
+
+def check_declared_sizes(path: Path) -> None:
+    """Refuse, from the zip's directory alone, a checkpoint whose entries are compressed or declare more bytes than the
+    file holds: torch.save stores its entries as they are, so such a file was crafted to expand in memory."""
+    if not zipfile.is_zipfile(path):  # torch's legacy format, or not a checkpoint: the load says which
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            entries = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # a damaged directory: the load names the file
+    declared, size = sum(entry.file_size for entry in entries), path.stat().st_size
+    if declared > size or any(entry.compress_type != zipfile.ZIP_STORED for entry in entries):
+        raise CheckpointError(f"checkpoint {path} declares {declared} bytes of data in a {size}-byte file (compressed "
+                              "entries, which torch.save never writes): it was crafted or damaged, and is not read")
 
 
 def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False) -> dict[str, Any]:
@@ -208,6 +241,8 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
                               "values (which are never unpickled: they could run code)") from None
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointError(f"checkpoint {path} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
+    if not trusted:
+        refuse_unregistered_classes(checkpoint, path)
     state = checkpoint["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(value, torch.Tensor) for value in state.values()):
         raise CheckpointError(f"checkpoint {path}: its 'state_dict' is not a mapping of parameter names to tensors")
@@ -216,6 +251,47 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
         raise CheckpointError(f"checkpoint {path} holds non-finite weights ({', '.join(broken[:3])}"
                               f"{', ...' if len(broken) > 3 else ''}): the run diverged before it was written; use an earlier one")
     return checkpoint
+
+
+# Keys under which a checkpoint's hyperparameters name something to import: jsonargparse's `class_path` (LightningCLI
+# rebuilds the model from them, nested settings included), Hydra's `_target_`, Lightning's `_class_path` and
+# `_instantiator` (load_from_checkpoint imports the latter by name).
+IMPORTED_KEYS = ("class_path", "_class_path", "_target_", "_instantiator")
+LIGHTNING_INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
+
+
+def is_registered_component(name: object) -> bool:
+    """Whether a class path a checkpoint names is one of the collection's models or data modules (or Lightning's own
+    instantiator): only those are ever imported from a checkpoint, since importing a module runs its code."""
+    import datamodules
+    from models import is_registered_model
+
+    if name == LIGHTNING_INSTANTIATOR or is_registered_model(name):
+        return True
+    classes = [getattr(datamodules, n) for n in datamodules.__all__ if isinstance(getattr(datamodules, n), type)]
+    return any(name in (f"{cls.__module__}.{cls.__qualname__}", f"datamodules.{cls.__name__}") for cls in classes)
+
+
+def refuse_unregistered_classes(checkpoint: dict[str, Any], path: Any) -> None:
+    """CheckpointError naming the first class path in the checkpoint's hyperparameters (at any depth: under
+    `optimizer`, `prior`, ...) that is not a registered component; nothing is imported to find out."""
+    def named(value: Any, where: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
+        if depth > 32:  # deeper than any real setting: a crafted file; refused as a whole
+            yield where, "(nested more than 32 levels)"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if key in IMPORTED_KEYS:
+                    yield f"{where}.{key}", item
+                yield from named(item, f"{where}.{key}", depth + 1)
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                yield from named(item, f"{where}[{index}]", depth + 1)
+
+    for section in ("hyper_parameters", "datamodule_hyper_parameters"):
+        for where, name in named(checkpoint.get(section), section):
+            if not is_registered_component(name):
+                raise CheckpointError(f"checkpoint {path}: {where} names {str(name)[:120]!r}, which is not one of the "
+                                      "collection's models or data modules; it is not imported (importing runs code)")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -229,11 +305,100 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
         # Every read the trainer makes (resume, test/validate ckpt_path) is the safe one; only an explicit
         # `weights_only=False` given to the trainer in code trusts the file.
-        return load_checkpoint_file(path, map_location or (lambda storage, loc: storage), trusted=weights_only is False)
+        checkpoint = load_checkpoint_file(path, map_location or (lambda storage, loc: storage), trusted=weights_only is False)
+        if "pytorch-lightning_version" not in checkpoint:  # Lightning's migration would end in a KeyError
+            raise CheckpointError(f"checkpoint {path} holds a model's weights only, not a Lightning checkpoint (no "
+                                  "'pytorch-lightning_version'); the trainer cannot resume or test from it. In Python: "
+                                  "model.load_state_dict(torch.load(path, weights_only=True)['state_dict'])")
+        return checkpoint
+
+    # The directories a removal may touch (the trainer's checkpoint directories, set by AtomicCheckpoints); None: any.
+    removable_in: Any = None
 
     def remove_checkpoint(self, path: Any) -> None:
-        super().remove_checkpoint(path)
-        Path(str(path) + CHECKSUM_SUFFIX).unlink(missing_ok=True)
+        if "://" in str(path):
+            return super().remove_checkpoint(path)
+        target = Path(path).resolve()
+        # Without the trainer's directories (the plugin used on its own), a file named like a checkpoint only.
+        directories = self.removable_in() if self.removable_in is not None else [target.parent] * target.name.endswith(".ckpt")
+        if not target.is_file() or not any(lies_inside(target, directory) for directory in directories):
+            # Never a directory, never through a link to elsewhere, never outside the run (module docstring).
+            log.warning("not removing %s: it is not a checkpoint file inside the run's checkpoint directory", path)
+            return
+        target.unlink()  # safe: resolved, a regular file, inside the run's checkpoint directory (checked above)
+        checksum_file = target.with_name(target.name + CHECKSUM_SUFFIX)
+        if checksum_file.is_file() and not checksum_file.is_symlink():
+            checksum_file.unlink()  # safe: beside the checkpoint just removed, in the same checked directory
+
+
+def check_loop_state(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
+    """CheckpointError naming the first entry of the checkpoint's epoch, step or fit-loop state that is not what the
+    trainer's own state holds there (a dict, or a count >= 0): Lightning would fail on it with a traceback, or count
+    from a negative step."""
+    def mismatch(saved: Any, expected: Any, where: str) -> str | None:
+        if isinstance(expected, dict):
+            if not isinstance(saved, dict):
+                return where
+            return next((found for key, value in expected.items() if key in saved
+                         for found in [mismatch(saved[key], value, f"{where}.{key}")] if found), None)
+        if isinstance(expected, int) and not isinstance(expected, bool):
+            return None if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 0 else where
+        return None
+
+    loops = checkpoint.get("loops")
+    found = (mismatch(checkpoint.get("epoch", 0), 0, "epoch") or mismatch(checkpoint.get("global_step", 0), 0, "global_step")
+             or (mismatch(loops, {}, "loops") if loops is not None else None)
+             or (mismatch(loops.get("fit_loop"), trainer.fit_loop.state_dict(), "loops.fit_loop")
+                 if isinstance(loops, dict) and "fit_loop" in loops else None))
+    if found:
+        raise CheckpointError(f"checkpoint {trainer.ckpt_path}: its {found} is not what a training loop writes there (a "
+                              "count >= 0, or a mapping): the file was altered; use another checkpoint")
+
+
+def check_optimizer_states(trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    """CheckpointError naming the first restored optimizer buffer that is not finite, or whose shape differs from its
+    parameter's: resumed, either fails at the first step with a traceback, or spoils every weight."""
+    names = {id(p): name for name, p in pl_module.named_parameters()}
+    for optimizer in trainer.optimizers:
+        for param, buffers in optimizer.state.items():
+            for key, value in buffers.items() if isinstance(buffers, dict) else []:
+                if not isinstance(value, torch.Tensor):
+                    continue
+                where = f"checkpoint {trainer.ckpt_path}: the optimizer's {key} of {names.get(id(param), 'a parameter')}"
+                if value.dim() > 0 and value.shape != param.shape:
+                    raise CheckpointError(f"{where} has shape {tuple(value.shape)}, the parameter {tuple(param.shape)}: "
+                                          "the file was altered, or written for other settings")
+                if value.is_floating_point() and not torch.isfinite(value).all():
+                    raise CheckpointError(f"{where} holds NaN or inf: resuming would spoil the weights at the first step; "
+                                          "use an earlier checkpoint")
+
+
+def lies_inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
+    """Whether `path`, with `..` and links resolved, lies strictly below `directory` (also resolved)."""
+    return Path(directory).resolve() in Path(path).resolve().parents
+
+
+RESTORED_PATHS = ("last_model_path", "best_model_path", "kth_best_model_path")
+
+
+def drop_paths_outside(state: dict[str, Any], directory: str, source: Any) -> None:
+    """Remove from a ModelCheckpoint state (as a checkpoint restores it) every path that is not a file name inside
+    `directory`: Lightning would remove it at the next save, or load it as "the best" (module docstring)."""
+    def outside(path: Any) -> bool:
+        return not isinstance(path, str) or (path != "" and not lies_inside(path, directory))
+
+    dropped = [state[key] for key in RESTORED_PATHS if key in state and outside(state[key])]
+    for key in RESTORED_PATHS:
+        if key in state and outside(state[key]):
+            state[key] = ""
+    best = state.get("best_k_models")
+    if best is not None:
+        kept = {path: score for path, score in best.items() if not outside(path)} if isinstance(best, dict) else {}
+        dropped += [path for path in (best if isinstance(best, dict) else [best]) if path not in kept]
+        state["best_k_models"] = kept
+    if dropped:
+        log.warning("checkpoint %s: its ModelCheckpoint state names %s outside this run's checkpoint directory %s; "
+                    "ignored (nothing there is removed or loaded)", source, repr(dropped[0])[:200], directory)
 
 
 class AtomicCheckpoints(L.Callback):
@@ -245,3 +410,21 @@ class AtomicCheckpoints(L.Callback):
         # setup runs before Lightning restores a checkpoint, so resuming reads through the plugin too.
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        if isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO):
+            trainer.strategy.checkpoint_io.removable_in = lambda: [c.dirpath for c in trainer.checkpoint_callbacks
+                                                                   if getattr(c, "dirpath", None)]
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.ckpt_path:  # the optimizers' state is restored by now (once per fit: one host sync)
+            check_optimizer_states(trainer, pl_module)
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        # Called before the callbacks' own states are loaded: what reaches ModelCheckpoint names only its directory.
+        from lightning.pytorch.callbacks import ModelCheckpoint
+
+        check_loop_state(checkpoint, trainer)
+        states = checkpoint.get("callbacks")
+        for callback in trainer.checkpoint_callbacks:
+            state = states.get(callback.state_key) if isinstance(states, dict) else None
+            if isinstance(callback, ModelCheckpoint) and isinstance(state, dict) and callback.dirpath:
+                drop_paths_outside(state, callback.dirpath, trainer.ckpt_path)

@@ -47,6 +47,26 @@ class NonFiniteLossGuard(L.Callback):
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self.check(trainer)  # runs before the file is written
 
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.check(trainer)  # one host sync per validation: no evaluation (nor its image sampling) of a diverged state
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        """Weights that became NaN or inf in one optimizer step (an infinite or huge learning rate, NaN in a resumed
+        optimizer state) fail the next step in whatever reads them first, often a sampler's `torch.multinomial`, before
+        a loss term could be checked. On that failure path only (no cost per step), the weights are looked at: when
+        they are not finite, the exception carries this guard's line (`nonfinite_message`), which the front ends show
+        in place of the traceback (launch/errors.py) and a traceback shows as a note."""
+        if isinstance(exception, (FloatingPointError, KeyboardInterrupt)) or not isinstance(exception, Exception):
+            return
+        try:
+            broken = [name for name, p in pl_module.named_parameters() if p.is_floating_point() and not torch.isfinite(p).all()]
+        except Exception:  # noqa: BLE001 (a device that failed with the exception, e.g. a CUDA assert: nothing to add)
+            return
+        if broken:
+            message = self.message(trainer, f"the model's weights ({', '.join(broken[:2])}{', ...' if len(broken) > 2 else ''})")
+            exception.nonfinite_message = message  # type: ignore[attr-defined]
+            exception.add_note(message)
+
     def check(self, trainer: L.Trainer) -> None:
         """One host sync: raise if a term was NaN or inf at any step since the last check."""
         if self._finite is None:
@@ -57,9 +77,11 @@ class NonFiniteLossGuard(L.Callback):
         self._finite = None
         bad = [f"train/{name}" for name, ok in zip(names, finite.tolist()) if not ok]
         if bad:
-            last = trainer.checkpoint_callback.last_model_path if trainer.checkpoint_callback else ""
-            raise FloatingPointError(
-                f"{', '.join(bad)} became NaN or inf (at or before step {trainer.global_step}); training stopped and no "
-                f"checkpoint was written with that state. Last good checkpoint: {last or 'none yet'}. Resume from it "
-                "with a smaller learning rate (model.lr) or gradient clipping (trainer.gradient_clip_val)."
-            )
+            raise FloatingPointError(self.message(trainer, ", ".join(bad)))
+
+    @staticmethod
+    def message(trainer: L.Trainer, what: str) -> str:
+        last = trainer.checkpoint_callback.last_model_path if trainer.checkpoint_callback else ""
+        return (f"{what} became NaN or inf (at or before step {trainer.global_step}); training stopped and no checkpoint "
+                f"was written with that state. Last good checkpoint: {last or 'none yet'}. Resume from it with a smaller "
+                "learning rate (model.lr) or gradient clipping (trainer.gradient_clip_val).")

@@ -40,6 +40,11 @@ class RandomStateCheckpoint(L.Callback):
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         states = checkpoint.get("rng_states")
+        if states is not None and not valid_random_states(states):
+            from callbacks.checkpoint_files import CheckpointError
+
+            raise CheckpointError(f"checkpoint {trainer.ckpt_path}: its rng_states are not random-generator states (a list "
+                                  "of {'cpu': uint8 tensor} per process): the file was altered; use another checkpoint")
         if states is not None and len(states) == trainer.world_size:
             self._to_restore = states[trainer.global_rank]
         elif states is not None:  # another number of processes: the streams start as seeded, and the user is told
@@ -56,3 +61,16 @@ class RandomStateCheckpoint(L.Callback):
         elif trainer.world_size > 1:
             # Every rank was seeded alike (seed_everything): give each its own stream.
             torch.manual_seed(torch.initial_seed() + trainer.global_rank)
+
+
+def valid_random_states(states: Any) -> bool:
+    """Whether `states` is what on_save_checkpoint writes: per process, a CPU generator state of the right size (and
+    a CUDA one, where saved, as a uint8 tensor); torch.set_rng_state fails on anything else, with a traceback."""
+    size = torch.get_rng_state().numel()
+
+    def state_tensor(value: Any, exact: bool) -> bool:
+        return isinstance(value, Tensor) and value.dtype == torch.uint8 and value.dim() == 1 and (value.numel() == size or not exact)
+
+    return isinstance(states, list) and bool(states) and all(
+        isinstance(s, dict) and state_tensor(s.get("cpu"), True) and ("cuda" not in s or state_tensor(s["cuda"], False))
+        for s in states)

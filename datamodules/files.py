@@ -11,6 +11,7 @@ import hashlib
 import io
 import math
 import pickle
+import stat
 import struct
 from pathlib import Path
 
@@ -46,6 +47,15 @@ def corrupt(path: Path, what: str, fix: str = FIX) -> DataCorruptError:
     return DataCorruptError(f"{path} is corrupt: {what}. {fix}")
 
 
+def regular_file_size(path: Path) -> int:
+    """The size of `path`, a regular file (or a link to one); a pipe or a device, which would block a read or never
+    end, is refused as corrupt before it is opened."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise corrupt(path, "it is not a regular file (a pipe, a device or a directory), so it is not read")
+    return info.st_size
+
+
 def _describe(dims: tuple[int, ...]) -> str:
     return f"{dims[0]} labels" if len(dims) == 1 else f"{dims[0]} images of {'x'.join(map(str, dims[1:]))}"
 
@@ -55,7 +65,7 @@ def read_idx(path: Path, shape: tuple[int, ...], values: bool = True) -> Tensor 
     magic number and that its header agrees with `shape` and with the file's length; `values=False` checks only."""
     expected_magic = IDX_MAGIC[len(shape)]
     header_size = 4 * (1 + len(shape))
-    file_size = path.stat().st_size
+    file_size = regular_file_size(path)
     with open(path, "rb") as f:
         header = f.read(header_size)
         if file_size == 0:
@@ -96,6 +106,8 @@ def read_cifar_batch(path: Path, count: int, md5: str) -> np.ndarray:
     than a checksum. Hashing the bytes costs about 0.25 s for the 184 MB of the six files (measured), on every
     setup; nothing is cached, so that a file replaced between runs is checked again.
     """
+    if regular_file_size(path) > 2 * count * (CIFAR_ROW + 64) + (1 << 20):  # an official batch: about count * 3 KB
+        raise corrupt(path, f"{path.stat().st_size} bytes, far more than a CIFAR-10 batch of {count} images")
     raw = path.read_bytes()
     if not raw:
         raise corrupt(path, "the file is empty")

@@ -69,5 +69,18 @@ class ResumableDataLoader(DataLoader):
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         # Checkpoints written before positions were counted in examples hold batches of this batch size.
+        from callbacks.checkpoint_files import CheckpointError
+
+        state = state if isinstance(state, dict) else {}
         examples_done = state.get("examples_done", state.get("batches_done", 0) * self.sampler.batch_size)
-        self.sampler.resume(state["epoch"], examples_done)
+        epoch, total = state.get("epoch"), len(self.sampler)
+
+        def count(value: Any, most: float) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most
+
+        # Out of range, it would silently skip most of an epoch (or none of it); not an integer, fail at iteration.
+        if not count(epoch, 10**7) or not count(examples_done, total):
+            raise CheckpointError(f"the checkpoint's data-loader position (epoch {str(epoch)[:40]}, {str(examples_done)[:40]} "
+                                  f"examples done) does not fit this training split of {total} examples: the file was "
+                                  "altered; use another checkpoint")
+        self.sampler.resume(epoch, examples_done)

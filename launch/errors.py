@@ -9,6 +9,8 @@ import sys
 from typing import Iterator, NoReturn
 
 USER_ERROR = 2  # the exit status of a refused run (argparse's, Hydra's)
+# Settings Lightning refuses only once it knows the data, with a ValueError whose message names the option.
+LIGHTNING_REFUSALS = ("`val_check_interval`",)
 
 
 def exit_with(message: str) -> NoReturn:
@@ -25,6 +27,20 @@ def refusals() -> tuple[type[Exception], ...]:
     from launch.settings import SettingsError
 
     return DataError, CheckpointError, SettingsError, MisconfigurationException
+
+
+@contextlib.contextmanager
+def lightning_refusals_as_settings_errors() -> Iterator[None]:
+    """A setting Lightning refuses once it knows the data (LIGHTNING_REFUSALS) as the SettingsError it is: one line,
+    and the refused run leaves nothing behind (launch/rules.py `running`)."""
+    from launch.settings import SettingsError
+
+    try:
+        yield
+    except ValueError as error:
+        if not str(error).strip().startswith(LIGHTNING_REFUSALS):
+            raise
+        raise SettingsError(" ".join(str(error).split())) from None
 
 
 @contextlib.contextmanager
@@ -52,7 +68,9 @@ def user_errors_as_one_line() -> Iterator[None]:
             raise
         key = str(error).rsplit("full_key:", 1)[-1].strip() if "full_key:" in str(error) else ""
         exit_with(f"{key + ': ' if key else ''}{cause}")
-    except RuntimeError as error:
-        if not is_collective_timeout(error):
+    except Exception as error:
+        if getattr(error, "nonfinite_message", None):  # diverged weights failed a step (callbacks/nonfinite.py)
+            exit_with(error.nonfinite_message)
+        if not isinstance(error, RuntimeError) or not is_collective_timeout(error):
             raise
         exit_with(collective_timeout_message(error))

@@ -118,8 +118,8 @@ def resume_point(trainer: Any, ckpt_path: str | None) -> str | None:
 def running(trainer: Any, say: Callable[[str], Any]) -> Iterator[None]:
     """Around fit/test: the last line names the run, its last.ckpt and the TensorBoard command (also after Ctrl-C or
     SIGTERM); a run refused before it saved a checkpoint leaves nothing behind."""
-    from launch.errors import refusals
+    from launch.errors import lightning_refusals_as_settings_errors, refusals
     from launch.run_directory import no_traces_if_refused, run_summary_at_end
 
-    with run_summary_at_end(trainer, say), no_traces_if_refused(trainer.logger, refusals()):
+    with run_summary_at_end(trainer, say), no_traces_if_refused(trainer.logger, refusals()), lightning_refusals_as_settings_errors():
         yield

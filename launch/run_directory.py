@@ -7,9 +7,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import fnmatch
 import os
 import shutil
 import socket
+import stat
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,11 +19,16 @@ from typing import Any, Iterator
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from callbacks.checkpoint_files import CheckpointError, held_directories
+from callbacks.checkpoint_files import CheckpointError, held_directories, lies_inside
 
 SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
 OWNER_FILE = ".owner"  # <run>/.owner names the process that writes the run, while it runs
 _owned: dict[Path, int] = {}  # the run directories this process holds locked (the open descriptors)
+# The files a run writes in place in its directory (Lightning's hparams.yaml, LightningCLI's config files, ours); a
+# received run may hold any of them as a link to elsewhere, which a write would follow (checkpoints are replaced by
+# rename, which replaces a link and follows none).
+# The checkpoint directory itself too: through a link, its saves and removals would happen elsewhere.
+WRITTEN_IN_PLACE = (OWNER_FILE, "hparams.yaml", "hydra_job.yaml", "config.yaml", "config_*.yaml", "checkpoints")
 
 
 class RunInUseError(CheckpointError):
@@ -47,17 +54,45 @@ def own_run_directory(run_dir: str | os.PathLike) -> None:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(descriptor)
-        try:
-            owner = (run_dir / OWNER_FILE).read_text().strip()
-        except OSError:  # between the owner's lock and its note
-            owner = "another process"
+        owner = read_owner(run_dir / OWNER_FILE)
         raise RunInUseError(f"the run {run_dir} is being written by {owner}; a second writer would replace its "
                             "checkpoints: wait until that process ends, or resume from a copy of the checkpoint in "
                             "another directory") from None
+    try:
+        refuse_links(run_dir)
+    except CheckpointError:
+        os.close(descriptor)
+        raise
     _owned[run_dir] = descriptor
     held_directories.add(run_dir)  # its checkpoint saves (hpc_ckpt_N.ckpt lies here) need no second lock
-    (run_dir / OWNER_FILE).write_text(f"process {os.getpid()} on {socket.gethostname()}\n")
+    owner_file = os.open(run_dir / OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(owner_file, "w") as file:
+        file.write(f"process {os.getpid()} on {socket.gethostname()}\n")
+    # safe: the owner's note in the run this process owns, never a link (refused above; unlink removes a link itself)
     atexit.register(lambda: (run_dir / OWNER_FILE).unlink(missing_ok=True))
+
+
+def refuse_links(run_dir: Path) -> None:
+    """CheckpointError naming the first file of WRITTEN_IN_PLACE that is a symbolic link (dangling too) in `run_dir`."""
+    for entry in os.scandir(run_dir):
+        if entry.is_symlink() and any(fnmatch.fnmatch(entry.name, pattern) for pattern in WRITTEN_IN_PLACE):
+            raise CheckpointError(f"the run {run_dir} holds {entry.name} as a link to {os.readlink(entry.path)}: a run "
+                                  "writes that file in place and never through a link; remove the link, or resume "
+                                  "from a copy of the checkpoint in another directory")
+
+
+def read_owner(path: Path) -> str:
+    """The owner's note, as the message shows it: at most a line of a regular file (a received run's `.owner` may be
+    a link to a device that never ends, or a pipe that never opens)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # missing (between the owner's lock and its note), or a link
+        return "another process"
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            return "another process"
+        note = file.read(200).decode(errors="replace").strip()
+    return " ".join(note.split()) or "another process"
 
 
 def run_of_checkpoint(ckpt_path: str | None) -> tuple[str, str, str] | None:
@@ -151,7 +186,8 @@ def files_of(directory: Path) -> dict[Path, int]:
     """Every file below `directory`, with its modification time (ns); the owner's note (which goes with its process) aside."""
     if not directory.is_dir():
         return {}
-    return {p: p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file() and p.name != OWNER_FILE}
+    # Links aside: a refused run puts back or removes only the files themselves, never what a link points at.
+    return {p: p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file() and not p.is_symlink() and p.name != OWNER_FILE}
 
 
 def remove_traces(run_dir: Path, before: dict[Path, int], kept: dict[Path, bytes]) -> None:
@@ -162,10 +198,12 @@ def remove_traces(run_dir: Path, before: dict[Path, int], kept: dict[Path, bytes
         remove_with_empty_parents(run_dir)
         return
     for path in changed:  # a resumed run: what this process added goes, what it rewrote is put back
+        if path.is_symlink() or not lies_inside(path, run_dir):
+            continue  # made a link since (never written through), or reached through one
         if path in kept:
             path.write_bytes(kept[path])
         elif path not in before:
-            path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)  # safe: a file (not a link) this process added, inside the run (checked above)
 
 
 def remove_if_only_hydra_files(directory: str) -> None:
@@ -191,7 +229,9 @@ def remove_with_empty_parents(path: Path) -> None:
     """Remove `path` and the directories above it (up to the working directory) that this leaves empty, but none
     that existed when the process started."""
     path = path.resolve()
-    shutil.rmtree(path, ignore_errors=True)
+    if path == Path(path.anchor) or path in Path.cwd().resolve().parents or path == Path.cwd().resolve():
+        return  # never the working directory or above it: a run's own directory lies below them
+    shutil.rmtree(path, ignore_errors=True)  # safe: resolved; the run directory (or Hydra's) this process made itself
     for parent in path.parents:
         try:
             if parent == Path.cwd() or parent in _existing_before or any(parent.iterdir()):
@@ -213,7 +253,7 @@ def note_hydra_job(logger: Any) -> None:
     if not logger or rank_zero_only.rank != 0 or not HydraConfig.initialized():
         return
     path = Path(logger.log_dir) / "hydra_job.yaml"
-    if path.exists():
+    if path.exists() or path.is_symlink():  # a link (dangling too) is never written through
         return
     hydra = HydraConfig.get()
     if OmegaConf.is_missing(hydra.runtime, "output_dir"):  # a config composed in Python (tests): no Hydra job

@@ -43,6 +43,13 @@ def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:
     if isinstance(every_epochs, int) and not isinstance(every_epochs, bool) and every_epochs < 1:
         raise SettingsError(f"{prefix}.check_val_every_n_epoch={every_epochs}: expected an integer >= 1, or null "
                             "(validation by val_check_interval's batches alone)")
+    clip = settings.get("gradient_clip_val")
+    if isinstance(clip, (int, float)) and not isinstance(clip, bool) and not 0 <= clip < float("inf"):
+        # Lightning skips clipping at a negative value without a word
+        raise SettingsError(f"{prefix}.gradient_clip_val={clip}: expected a finite number >= 0 (0 or null: no clipping)")
+    if str(settings.get("precision")) in ("64", "64-true", "double", "transformer-engine-float64"):
+        raise SettingsError(f"{prefix}.precision={settings['precision']}: 64-bit is not supported (the samplers and JSA's "
+                            "cache hold 32-bit tensors); expected 32-true, 16-mixed or bf16-mixed")
     if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval <= 0:
         raise SettingsError(f"{prefix}.val_check_interval={interval}: expected > 0, a fraction of the epoch (at most "
                             "1.0) or a number of batches")

@@ -23,7 +23,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
-from callbacks.checkpoint_files import AtomicCheckpoints, CheckpointError, load_checkpoint_file
+from callbacks.checkpoint_files import AtomicCheckpoints, CheckpointError, load_checkpoint_file, refuse_unregistered_classes
 from common.log_steps import is_logging_step
 from common.private_api import attached_trainer, raise_recompile_limit
 from callbacks.preemption import resume_command
@@ -121,8 +121,8 @@ class LatentVariableModel(L.LightningModule):
     ) -> None:
         super().__init__()
         for name, value, least in (("lr", lr, 0.0), ("sigma", sigma, 0.0)):
-            if not value > least:
-                raise ValueError(f"{name} must be > 0, got {value}")
+            if not least < value < float("inf"):  # inf: the first step would leave every weight NaN
+                raise ValueError(f"{name} must be > 0 and finite, got {value}")
         for name, value in (("num_mixtures", num_mixtures), ("val_num_samples", val_num_samples),
                             ("test_num_samples", test_num_samples), ("eval_chunk_size", eval_chunk_size)):
             if value < 1:
@@ -353,8 +353,11 @@ class LatentVariableModel(L.LightningModule):
         kwargs["weights_only"] = not trusted
         if hasattr(checkpoint_path, "seek"):  # a stream: read it, then put it back where it was
             start = checkpoint_path.tell()
-            found = torch.load(checkpoint_path, map_location="cpu", weights_only=not trusted).get("model_class")  # safe: True unless the caller wrote weights_only=False
+            checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=not trusted)  # safe: True unless the caller wrote weights_only=False
             checkpoint_path.seek(start)
+            if not trusted:  # (a local file is checked in load_checkpoint_file)
+                refuse_unregistered_classes(checkpoint, "given as a stream")
+            found = checkpoint.get("model_class")
         else:  # a local file: its checksum is checked too
             found = load_checkpoint_file(checkpoint_path, trusted=trusted).get("model_class")
         if found is not None and found != _qualified_name(cls):
