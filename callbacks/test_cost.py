@@ -2,8 +2,10 @@
 with `model.test_num_samples` samples (1000 by default: 10,000 MNIST images take about 11 minutes on 2 CPU cores),
 far more than a validation does, so a run that tests says how much work that is and about how long it will take here.
 
-The time is measured, not guessed: the first test batch's first few images are scored once, with the test's number
-of samples, before the batch runs; the estimate is that time per image times the images to test. Its random draws
+The time is measured, not guessed: the first test batch's first images are scored once, with the test's number of
+samples, before the batch runs; the estimate is that time per image times the images to test. Enough images are
+timed for about `probe_work` image-samples (8 of 1000 samples each, 80 of 100), which the networks run in a batch
+as the test does: a handful of images alone would time the per-call overhead, not the work. Its random draws
 come from a forked random state, so the test's own draws (seeded at the start of the test epoch) are as without it.
 """
 
@@ -29,8 +31,8 @@ class TestCost(L.Callback):
 
     __test__ = False  # a callback, not a pytest test class
 
-    def __init__(self, probe_images: int = 8) -> None:
-        self.probe_images = probe_images
+    def __init__(self, probe_work: int = 8000) -> None:
+        self.probe_work = probe_work
 
     def on_test_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int,
                             dataloader_idx: int = 0) -> None:
@@ -42,7 +44,7 @@ class TestCost(L.Callback):
         line = (f"test: {images} images x {samples} importance sample{'s' * (samples != 1)} each "
                 f"(model.test_num_samples; fewer are proportionally faster)")
         if not getattr(pl_module, "compile_networks", False):  # a compiled network would compile again for the probe
-            probe = x[: self.probe_images]
+            probe = x[: max(1, math.ceil(self.probe_work / samples))]
             devices = [pl_module.device.index or 0] if pl_module.device.type == "cuda" else []
             start = time.perf_counter()
             with torch.random.fork_rng(devices=devices):

@@ -307,7 +307,7 @@ def test_the_test_stage_says_its_cost_before_it_starts_and_tests_as_without_it(m
         data = MNISTDataModule(data_dir=str(mnist_dir), batch_size=32, eval_batch_size=32)
         return trainer.test(VAE(latent_dim=4, test_num_samples=5), datamodule=data, verbose=False)[0]
 
-    with_cost = test([TestCost(probe_images=4), LineProgressBar(refresh_seconds=0)])
+    with_cost = test([TestCost(probe_work=20), LineProgressBar(refresh_seconds=0)])
     out = capsys.readouterr().out
     said = out.index("test: 96 images x 5 importance samples each (model.test_num_samples; fewer are proportionally faster): "
                      "about ")
