@@ -39,10 +39,11 @@ class TestCost(L.Callback):
         if batch_idx != 0 or dataloader_idx != 0 or not trainer.is_global_zero or not hasattr(pl_module, "importance_estimate"):
             return
         x = batch[0]
-        samples = 1 if getattr(pl_module, "point_mass_posterior", False) else pl_module.eval_num_samples["test"]
+        point_mass = getattr(pl_module, "point_mass_posterior", False)  # the VQ-VAE: one sample says it all
+        samples = 1 if point_mass else pl_module.eval_num_samples["test"]
         images = self._images(trainer, len(x))
-        line = (f"test: {images} images x {samples} importance sample{'s' * (samples != 1)} each "
-                f"(model.test_num_samples; fewer are proportionally faster)")
+        line = f"test: {images} images x " + ("1 code each (a point-mass posterior)" if point_mass else
+                                               f"{samples} importance samples each (model.test_num_samples; fewer are proportionally faster)")
         if not getattr(pl_module, "compile_networks", False):  # a compiled network would compile again for the probe
             probe = x[: max(1, math.ceil(self.probe_work / samples))]
             devices = [pl_module.device.index or 0] if pl_module.device.type == "cuda" else []
