@@ -169,12 +169,23 @@ def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
 def check_one_model_per_study(model: str | None, experiment: list[str]) -> None:
     """hydra/sweeper=tune runs one Optuna study of one model: a swept model (model=a,b, or experiment=compare's list
     of models) would make Optuna pick the model too, with another model's search space."""
-    sweeps_models = any(re.search(r"^\s+params:\s*\n\s+model:", (CONFIGS / "experiment" / f"{e}.yaml").read_text(), re.M)
-                        for e in experiment if (CONFIGS / "experiment" / f"{e}.yaml").is_file())
-    if (model is not None and "," in model) or (model is None and sweeps_models):
+    def sweeps_models(name: str) -> bool:  # the experiment, or one it extends (compare_quick: defaults: [compare])
+        import yaml
+
+        path = CONFIGS / "experiment" / f"{name}.yaml"
+        text = path.read_text() if path.is_file() else ""
+        if re.search(r"^\s+params:\s*\n\s+model:", text, re.M):
+            return True
+        try:
+            extends = (yaml.safe_load(text) or {}).get("defaults") or []
+        except yaml.YAMLError:
+            return False
+        return any(isinstance(parent, str) and parent not in ("_self_", name) and sweeps_models(parent) for parent in extends)
+
+    if (model is not None and "," in model) or (model is None and any(sweeps_models(e) for e in experiment)):
         raise EarlyRefusal("hydra/sweeper=tune tunes one model per study: give model=NAME (every estimator in turn: "
-                           "for m in vae vqvae jsa dvae dvae_gumbel; do python train.py -m experiment=compare model=$m "
-                           "hydra/sweeper=tune; done)")
+                           "for m in vae vqvae jsa rws vimco dvae dvae_gumbel; do python train.py -m experiment=compare "
+                           "model=$m hydra/sweeper=tune; done)")
 
 
 def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
