@@ -1,10 +1,13 @@
 """The command line checked before torch, Lightning and the models are imported: the common mistakes (an unknown
-option, a config that does not exist, a value of the wrong type) are refused in about a second with one `error:`
-line and the closest valid names, instead of after ten seconds of imports or as Hydra's six-line report.
+option, a config that does not exist, a value of the wrong type or out of its constructor's range, a checkpoint or
+--config file that is missing or not YAML, a run directory that is a file, an empty DATA_DIR) are refused in about
+a second with one `error:` line and the closest valid names, instead of after ten seconds of imports or as Hydra's
+six-line report.
 
-Only what can be decided from the command line and `launch/settings_schema.json` is checked here; a setting this
-module cannot judge (an interpolation, a list, a config file, a class whose schema entry is stale) passes, and the
-full checks after the imports (launch/settings.py, the constructors, jsonargparse) still run on everything.
+Only what can be decided from the command line, the files it names and `launch/settings_schema.json` is checked
+here; a setting this module cannot judge (an interpolation, a list, a config file's contents, a class whose schema
+entry is stale) passes, and the full checks after the imports (launch/settings.py, the constructors, jsonargparse)
+still run on everything.
 """
 
 from __future__ import annotations
