@@ -288,8 +288,9 @@ def test_the_plot_keeps_the_vqvae_bound_apart_and_names_it_only_when_plotted(tmp
 
 def test_a_resumed_run_counts_the_epoch_it_finished_after_the_resume():
     """10 epochs, interrupted in the 5th and resumed: 9 epoch times (the interrupted epoch timed no whole epoch) but
-    Lightning's `epoch` scalar reaches 9."""
-    scalars = {"epoch": [(T0 + e, 100 * e + 1, float(e)) for e in range(10)],
+    Lightning's `epoch` scalar reaches 9 at a training step (and 10 in the test stage after fit, which is no epoch)."""
+    scalars = {"epoch": [(T0 + e, 100 * e + 1, float(e)) for e in range(10)] + [(T0 + 11, 1000, 10.0)],
+               "train/loss": [(T0 + e, 100 * e + 1, 100.0) for e in range(10)],
                "train/epoch_time_s": [(T0 + e, 100 * e, 30.0) for e in range(10) if e != 4],
                "train/step_time_ms": [(T0, 5, 70.0)]}
     row = compare.table_row(compare.Run(Path(f"{JSA}/version_0"), f"{JSA}/version_0", {"model_class": "JSA"}, scalars))
