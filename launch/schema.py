@@ -21,8 +21,8 @@ import ast
 import hashlib
 import inspect
 import json
-import textwrap
 import sys
+import textwrap
 import types
 from importlib import metadata
 from pathlib import Path
