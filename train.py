@@ -39,7 +39,7 @@ Hydra, with the config tree in configs/ (defaults: model=jsa data=mnist):
 LightningCLI, the same classes and defaults through jsonargparse (defaults: --model=JSA --data=MNISTDataModule):
   python train.py fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1
   python train.py test --model=VAE --ckpt_path=PATH/last.ckpt   # logs into the run that wrote the checkpoint
-  python train.py fit --help     # lists every option of model, data and trainer
+  python train.py fit --help     # the trainer's options; a model's: fit --model.help JSA (a data module's: --data.help)
   python train.py fit --config configs/cli/jsa_paper.yaml   # the JSA paper's protocol, from a config file
 
 TensorBoard: tensorboard --logdir logs/tensorboard

@@ -23,13 +23,14 @@ HPARAMS tab (model class, parameter count, every constructor argument). Each run
 its version and the settings that differ (or its start) where two compared runs share a name. Written to --out:
 
 * `report.md`: a row per run: model, data, key settings, test NLL (nats), bpd, reconstruction MSE,
-  PSNR, ms per training step, epochs, parameters, seconds per epoch. Where a run was not tested the
-  val numbers stand in, marked `(val)`. The VQ-VAE's NLL is an upper bound, marked `≤`: with its learned
-  prior when it has one, and the uniform-prior bound beside it (`nll, uniform prior`). Then a line per run
+  PSNR, ms per training step, epochs trained (a resumed epoch too), parameters, seconds per epoch. Where a run was
+  not tested the val numbers stand in, marked `(val)`. The VQ-VAE's NLL is an upper bound, marked `≤`: with its
+  learned prior when it has one, and the uniform-prior bound beside it (`nll, uniform prior`). Then a line per run
   found: compared (as which label) or left out, and why.
   Where a multirun found was an Optuna study (`python train.py -m ... model=NAME hydra/sweeper=tune`), a line per
   study: its model, the best trial's settings (its lr, ...) and val NLL, from `<sweep dir>/optimization_results.yaml`.
-* `val_nll.png`: val/nll against training step and against wall time, a line per run.
+* `val_nll.png`: val/nll against training step and against wall time, a line per run; the VQ-VAE's bound in a
+  row of its own, below the estimates.
 * `reconstructions.png`: each run's test reconstructions (the same test images for every run: the
   test stage is seeded), inputs and reconstructions side by side as in TensorBoard, at most four runs a row.
 """
@@ -387,7 +388,12 @@ def table_row(run: Run) -> dict[str, str]:
     uniform_bound = run.last(f"{stage}/nll_uniform_prior")  # a VQ-VAE with a learned prior
     step_times = [v for _, _, v in run.scalars.get("train/step_time_ms", [])]
     epoch_times = [v for _, _, v in run.scalars.get("train/epoch_time_s", [])]
-    epochs = len(epoch_times)  # one per completed training epoch
+    # Lightning logs the epoch beside every training scalar: the last one seen at a training step is the last epoch
+    # trained (the test stage after fit logs the epoch count, one more). An epoch interrupted and finished after a
+    # resume has no epoch time (callbacks/speed.py), so counting those would miss it.
+    train_steps = {step for _, step, _ in run.scalars.get("train/loss", [])}
+    seen = [v for _, step, v in run.scalars.get("epoch", []) if step in train_steps]
+    epochs = int(max(seen)) + 1 if seen else len(epoch_times)
     return {
         "run": run.label,
         "model": model,
@@ -415,26 +421,44 @@ def markdown_table(rows: list[dict[str, str]]) -> str:
 # ---- the figures ----------------------------------------------------------------------------------------------
 
 
-def plot_val_nll(runs: list[Run], out: Path) -> None:
+def val_nll_rows(runs: list[Run]) -> list[tuple[str, list[Run]]]:
+    """The rows of val_nll.png, (what its y axis shows, its runs): the estimates of -log p(x), then, where a bound
+    was logged (the VQ-VAE's), the bounds in a row of their own: a bound hundreds of nats above the estimates would
+    squeeze them into one line on a shared axis, and it is not the same quantity."""
     plotted = [run for run in runs if any(math.isfinite(p[2]) for p in run.scalars.get("val/nll", []))]
-    legend_rows = math.ceil(len(plotted) / 2)
-    fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 4.5 + 0.25 * legend_rows), layout="constrained")
-    for run in plotted:
-        points = [p for p in run.scalars["val/nll"] if math.isfinite(p[2])]
-        start = min(t for t, _, _ in run.scalars.get("train/loss", points))
-        wall, step, value = zip(*points)
-        by_step.plot(step, value, marker="o", markersize=3, label=run.label)
-        by_time.plot([(t - start) / 60 for t in wall], value, marker="o", markersize=3, label=run.label)
-    for ax, xlabel in ((by_step, "training step"), (by_time, "wall time (minutes)")):
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("val/nll (nats per image)")
-        ax.grid(alpha=0.3)
-    by_step.set_title("val/nll by step (VQ-VAE: an upper bound)")
-    by_time.set_title("val/nll by wall time")
-    if plotted:  # below both panels, where it hides no curve
-        fig.legend(*by_step.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8)
+    bounds = [run for run in plotted if run.hparams.get("model_class") in BOUND_MODELS]
+    estimates = [run for run in plotted if run not in bounds]
+    rows = [("val/nll", estimates)] if estimates or not bounds else []
+    return rows + ([("VQ-VAE: upper bound on val/nll", bounds)] if bounds else [])
+
+
+def plot_val_nll(runs: list[Run], out: Path) -> list[str]:
+    """val/nll against training step and against wall time, a line per run; the bounds apart (val_nll_rows).
+    Returns the panels' titles."""
+    rows = val_nll_rows(runs)
+    fig = plt.figure(figsize=(12, sum(4.2 + 0.25 * math.ceil(len(shown) / 2) for _, shown in rows)), layout="constrained")
+    subfigures = fig.subfigures(len(rows), 1, squeeze=False).flat
+    titles = []
+    for subfigure, (quantity, shown) in zip(subfigures, rows):
+        by_step, by_time = subfigure.subplots(1, 2)
+        for run in shown:
+            points = [p for p in run.scalars["val/nll"] if math.isfinite(p[2])]
+            # wall time from the start of training: the first training scalar, or the run's first event file
+            start = min([t for t, _, _ in run.scalars.get("train/loss", points)] + ([run.start] if run.start is not None else []))
+            wall, step, value = zip(*points)
+            by_step.plot(step, value, marker="o", markersize=3, label=run.label)
+            by_time.plot([(t - start) / 60 for t in wall], value, marker="o", markersize=3, label=run.label)
+        for ax, xlabel, by in ((by_step, "training step", "step"), (by_time, "wall time (minutes)", "wall time")):
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(f"{quantity} (nats per image)" if quantity == "val/nll" else "upper bound (nats per image)")
+            ax.set_title(f"{quantity} by {by}")
+            ax.grid(alpha=0.3)
+            titles.append(ax.get_title())
+        if shown:  # below the row's panels, where it hides no curve
+            subfigure.legend(*by_step.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8)
     fig.savefig(out, dpi=100)
     plt.close(fig)
+    return titles
 
 
 def panel_title(run: Run) -> str:

@@ -1,6 +1,6 @@
 """Lightning callbacks for what every model shares but no model's algorithm needs to know: the NaN guard,
 random-state checkpointing, atomic checkpoint files, resume checks, preemption, image grids, the HPARAMS tab,
-training speed, gradient variance and the collection of SG-MCMC samples.
+training speed, the test stage's cost, gradient variance and the collection of SG-MCMC samples.
 
 configs/callbacks/default.yaml lists the set both front ends switch on (launch/rules.py reads it for LightningCLI);
 `RandomStateCheckpoint`, `AtomicCheckpoints` and `ResumeSettings` are added by every model itself
@@ -17,6 +17,7 @@ from callbacks.preemption import SaveOnPreemption
 from callbacks.progress import LineProgressBar, progress_bar
 from callbacks.random_state import RandomStateCheckpoint
 from callbacks.speed import TrainingSpeed
+from callbacks.test_cost import TestCost
 
 __all__ = [
     "GradientVariance",
@@ -27,6 +28,7 @@ __all__ = [
     "PosteriorSamples",
     "RandomStateCheckpoint",
     "SaveOnPreemption",
+    "TestCost",
     "TrainingSpeed",
     "progress_bar",
 ]

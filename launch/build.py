@@ -62,6 +62,17 @@ def run_name(cfg: Any, run_tag: str) -> str:
     return name
 
 
+def hydra_output_dir(cfg: Any) -> str:
+    """Hydra's directory of this run (its .hydra/ config and train.log); outside a Hydra app (a config composed in a
+    test or a notebook), one of the same layout under log_dir."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    # A composed config has Hydra's settings but no runtime.output_dir (Hydra sets it when it runs a job).
+    output_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None) if HydraConfig.initialized() else None
+    return output_dir or rules.unlogged_run_dir(cfg.log_dir, "hydra", cfg.run_name)
+
+
 def parallel_job_settings(cfg: Any) -> dict[str, Any]:
     """A job of a multirun whose launcher runs several at once (configs/hydra/launcher/): joblib's n_jobs jobs share the
     machine, so each gets its own GPU where there are several (launch/worker_slots.py) and CPU cores // n_jobs
@@ -129,6 +140,7 @@ def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     # Lightning would otherwise refuse beside callbacks.model_checkpoint
     checkpointing = cfg.trainer.get("enable_checkpointing") is not False
     callbacks = [instantiate(c) for name, c in (cfg.get("callbacks") or {}).items() if checkpointing or name != "model_checkpoint"]
-    settings = rules.trainer_settings({**cfg.trainer, "callbacks": callbacks}, logger, cfg.ddp_timeout_s)
+    # logger=null: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory.
+    settings = rules.trainer_settings({**cfg.trainer, "callbacks": callbacks}, logger, cfg.ddp_timeout_s, hydra_output_dir(cfg))
     trainer = instantiate(cfg.trainer, logger=logger, _convert_="all", **settings, **parallel_job_settings(cfg))
     return datamodule, model, trainer, rules.resume_point(trainer, ckpt_path)

@@ -101,11 +101,13 @@ class CollectionCLI(LightningCLI):
         # Instantiation reads the limits back as floats; the integers the user gave are counts.
         for key, value in _integer_batch_limits(self.command_line).items():
             trainer_config[key] = value
+        name = rules.run_name(f"{self.model.config_name}-{self.datamodule.config_name}", self.model.run_tag)
         if trainer_config.get("logger") in (None, True):  # the default: a TensorBoard run named like Hydra's
-            name = rules.run_name(f"{self.model.config_name}-{self.datamodule.config_name}", self.model.run_tag)
             kwargs["logger"] = tensorboard_logger("logs/tensorboard", name, cli_value(self, self.config, "ckpt_path"))
-        # --trainer.strategy=DDPStrategy --trainer.strategy.timeout=H:MM:SS sets another collective timeout.
-        for key, value in rules.trainer_settings(trainer_config, kwargs.get("logger"), rules.ddp_timeout_s()).items():
+        # --trainer.logger=false: config.yaml and the checkpoints go to logs/cli/<name>/<time>-<pid>, not the working
+        # directory. --trainer.strategy=DDPStrategy --trainer.strategy.timeout=H:MM:SS sets another collective timeout.
+        unlogged_dir = rules.unlogged_run_dir("logs", "cli", name)
+        for key, value in rules.trainer_settings(trainer_config, kwargs.get("logger"), rules.ddp_timeout_s(), unlogged_dir).items():
             trainer_config[key] = value
         trainer = super().instantiate_trainer(**kwargs)
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init

@@ -1,10 +1,13 @@
 """The command line checked before torch, Lightning and the models are imported: the common mistakes (an unknown
-option, a config that does not exist, a value of the wrong type) are refused in about a second with one `error:`
-line and the closest valid names, instead of after ten seconds of imports or as Hydra's six-line report.
+option, a config that does not exist, a value of the wrong type or out of its constructor's range, a checkpoint or
+--config file that is missing or not YAML, a run directory that is a file, an empty DATA_DIR) are refused in about
+a second with one `error:` line and the closest valid names, instead of after ten seconds of imports or as Hydra's
+six-line report.
 
-Only what can be decided from the command line and `launch/settings_schema.json` is checked here; a setting this
-module cannot judge (an interpolation, a list, a config file, a class whose schema entry is stale) passes, and the
-full checks after the imports (launch/settings.py, the constructors, jsonargparse) still run on everything.
+Only what can be decided from the command line, the files it names and `launch/settings_schema.json` is checked
+here; a setting this module cannot judge (an interpolation, a list, a config file's contents, a class whose schema
+entry is stale) passes, and the full checks after the imports (launch/settings.py, the constructors, jsonargparse)
+still run on everything.
 """
 
 from __future__ import annotations
@@ -39,7 +42,10 @@ def did_you_mean(word: str, candidates: list[str]) -> str:
 
     same = [c for c in candidates if leaf(c) == leaf(word) and c != word]
     by_leaf = {leaf(c): c for c in candidates}
-    close = same or [by_leaf[m] for m in difflib.get_close_matches(leaf(word), list(by_leaf), n=1, cutoff=0.75)]
+    # A name cut short (max_ep) means the one it begins (max_epochs), not one a few letters away (max_steps).
+    begun = [name for name in by_leaf if name.startswith(leaf(word)) and name != leaf(word)] if leaf(word) else []
+    close = same or [by_leaf[m] for m in difflib.get_close_matches(leaf(word), begun, n=1, cutoff=0)] or \
+        [by_leaf[m] for m in difflib.get_close_matches(leaf(word), list(by_leaf), n=1, cutoff=0.75)]
     return f"; did you mean {close[0]}?" if close else ""
 
 
@@ -166,26 +172,30 @@ def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
 def check_one_model_per_study(model: str | None, experiment: list[str]) -> None:
     """hydra/sweeper=tune runs one Optuna study of one model: a swept model (model=a,b, or experiment=compare's list
     of models) would make Optuna pick the model too, with another model's search space."""
-    sweeps_models = any(re.search(r"^\s+params:\s*\n\s+model:", (CONFIGS / "experiment" / f"{e}.yaml").read_text(), re.M)
-                        for e in experiment if (CONFIGS / "experiment" / f"{e}.yaml").is_file())
-    if (model is not None and "," in model) or (model is None and sweeps_models):
+    def sweeps_models(name: str) -> bool:  # the experiment, or one it extends (compare_quick: defaults: [compare])
+        import yaml
+
+        path = CONFIGS / "experiment" / f"{name}.yaml"
+        text = path.read_text() if path.is_file() else ""
+        if re.search(r"^\s+params:\s*\n\s+model:", text, re.M):
+            return True
+        try:
+            extends = (yaml.safe_load(text) or {}).get("defaults") or []
+        except yaml.YAMLError:
+            return False
+        return any(isinstance(parent, str) and parent not in ("_self_", name) and sweeps_models(parent) for parent in extends)
+
+    if (model is not None and "," in model) or (model is None and any(sweeps_models(e) for e in experiment)):
         raise EarlyRefusal("hydra/sweeper=tune tunes one model per study: give model=NAME (every estimator in turn: "
-                           "for m in vae vqvae jsa dvae dvae_gumbel; do python train.py -m experiment=compare model=$m "
-                           "hydra/sweeper=tune; done)")
+                           "for m in vae vqvae jsa rws vimco dvae dvae_gumbel; do python train.py -m experiment=compare "
+                           "model=$m hydra/sweeper=tune; done)")
 
 
 def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
     """Raise EarlyRefusal for the first mistake of a Hydra command line that can be seen without the imports."""
     if any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
         return
-    overrides, skip = [], False
-    for arg in argv:
-        if skip or arg.startswith("-"):
-            skip = not skip and arg in TAKES_VALUE
-            continue
-        if "=" in arg and not arg.startswith("~"):
-            key, _, value = arg.lstrip("+").partition("=")
-            overrides.append((key.split("@", 1)[0], value.strip()))
+    overrides = overrides_of(argv)
     # Hydra's argparse takes abbreviations (--multi) and joined values (--cfg=job, -cjob). --cfg only prints the
     # config: a sweeper or launcher is fine there without -m.
     flags = [arg.split("=", 1)[0] for arg in argv if arg.startswith("-")]
@@ -380,18 +390,117 @@ def check_no_pickled_rerun(argv: list[str]) -> None:
                                "code); to rerun a run, pass the overrides in its .hydra/overrides.yaml")
 
 
+# Options after which nothing runs (help, a printed config): no file, directory or DATA_DIR is looked at.
+PRINTS_ONLY = {True: ("-h", "--help", "--print_config", "--model.help", "--data.help"),  # LightningCLI (its -c is --config)
+               False: ("-h", "--help", "--cfg", "-c", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")}
+# What Lightning takes for ckpt_path besides a file (the last or best checkpoint of the run, SLURM's, a registry's).
+CKPT_NAMES = ("last", "best", "hpc", "registry")
+
+
+def check_config_files(argv: list[str]) -> None:
+    """LightningCLI's `--config FILE` (-c): a file that exists and is YAML, or one line naming it, where and the fix
+    (jsonargparse's report names neither)."""
+    import yaml
+
+    files = [value for option, value in option_values(argv[1:]) if option == "--config"]
+    files += [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "-c"] + [a[3:] for a in argv if a.startswith("-c=")]
+    for name in files:
+        if name is None or name.lstrip().startswith("{"):  # --config='{"trainer": ...}': YAML given inline, not a file
+            continue
+        path = Path(name)
+        if not path.is_file():
+            raise EarlyRefusal(f"--config={name}: no such file" + (" (a directory)" if path.is_dir() else ""))
+        try:
+            yaml.safe_load(path.read_text())
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise EarlyRefusal(f"--config={name}: not valid YAML at {where}{problem}; fix the file there (often the "
+                               "indentation, a missing space after ':' or an unclosed quote or bracket); "
+                               f"python train.py {argv[0]} --print_config prints a valid config to start from") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise EarlyRefusal(f"--config={name}: cannot be read ({error})") from None
+
+
+def check_paths(argv: list[str], cli: bool, data_class: str | None) -> None:
+    """What a run would find on disk only after the imports, seen now: a checkpoint that does not exist, a run
+    directory root that is a file, and a DATA_DIR that holds nothing (README: DATA_DIR points at a copy; a download
+    goes to data.data_dir or ./data)."""
+    import os
+
+    given = dict(option_values(argv[1:])) if cli else dict(overrides_of(argv))
+    ckpt_option = "--ckpt_path" if cli else "ckpt_path"
+    for value in (values_of(given.get(ckpt_option) or "", cli) or []) if given.get(ckpt_option) else []:
+        path = Path(str(value))
+        if value is None or "://" in str(value) or (str(value) in CKPT_NAMES and not path.exists()):
+            continue
+        if not path.is_file():
+            what = "a directory, not a checkpoint file" if path.is_dir() else "no such file"
+            raise EarlyRefusal(f"{ckpt_option}={value}: {what} (ckpt_path expects a .ckpt file written by a run, e.g. "
+                               "logs/tensorboard/<run>/version_0/checkpoints/last.ckpt)")
+
+    roots = [("--trainer.default_root_dir", given.get("--trainer.default_root_dir")), ("logs", "logs")] if cli else \
+        [("log_dir", value) for value in values_of(given.get("log_dir", "logs")) or []]
+    for option, value in roots:
+        if value is not None and Path(str(value)).exists() and not Path(str(value)).is_dir():
+            if option == "logs":
+                raise EarlyRefusal("logs is a file, not a directory: LightningCLI writes its runs under logs/ in the working "
+                                   "directory; move the file, or run elsewhere")
+            raise EarlyRefusal(f"{option}={value}: {value} is a file, not a directory; expected a directory to write the run in")
+
+    data_dir_given = any(key.removeprefix("--").replace("init_args.", "") == "data.data_dir" for key in given)
+    config_file_given = cli and any(arg in ("-c", "--config") or arg.startswith(("-c=", "--config=")) for arg in argv)
+    if "DATA_DIR" not in os.environ or data_dir_given or config_file_given:  # a config file may give data_dir
+        return
+    data_dir, data = os.environ["DATA_DIR"], data_class or "the data"
+    fix = (f"point DATA_DIR at the folder that holds the files of {data} (README: Data), or unset it to download into "
+           f"./data ({'--data.data_dir' if cli else 'data.data_dir'}=PATH downloads into PATH)")
+    if not data_dir.strip():
+        raise EarlyRefusal(f"DATA_DIR is set but empty; {fix}")
+    folder = Path(data_dir).expanduser()
+    if not folder.exists():
+        raise EarlyRefusal(f"DATA_DIR={data_dir} does not exist; {fix}")
+    if folder.is_dir() and not any(folder.iterdir()):
+        raise EarlyRefusal(f"DATA_DIR={data_dir} is an empty folder; {fix}")
+
+
+def overrides_of(argv: list[str]) -> list[tuple[str, str]]:
+    """(key, value) of a Hydra command line's key=value overrides (+key, key@package alike)."""
+    pairs, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("-"):
+            skip = not skip and arg in TAKES_VALUE
+            continue
+        if "=" in arg and not arg.startswith("~"):
+            key, _, value = arg.lstrip("+").partition("=")
+            pairs.append((key.split("@", 1)[0], value.strip()))
+    return pairs
+
+
+def data_class_of(argv: list[str], cli: bool, schema: dict[str, Any] | None) -> str | None:
+    """The data module class the command uses (MNISTDataModule), for a message; None where unknown."""
+    if cli:
+        return (dict(option_values(argv[1:])).get("--data") or "MNISTDataModule").rsplit(".", 1)[-1]
+    choice = dict(overrides_of(argv)).get("data") or default_choices().get("data")
+    target = (schema or {}).get("choices", {}).get("data", {}).get(choice or "")
+    return target.rsplit(".", 1)[-1] if target else None
+
+
 def refuse_early(argv: list[str], cli: bool) -> str | None:
     """The `error:` line for a mistake seen before the imports, or None (then the full checks decide)."""
-    if not cli:
-        try:
-            check_no_pickled_rerun(argv)
-        except EarlyRefusal as refusal:
-            return str(refusal)
     schema = load()
-    if schema is None:
-        return None
+    prints_only = any(arg.split("=", 1)[0] in PRINTS_ONLY[cli] or (not cli and arg.startswith("-c") and not arg.startswith("--"))
+                      for arg in argv)  # Hydra's -cjob is --cfg job
     try:
-        (check_cli if cli else check_hydra)(argv, schema)
+        if not cli:
+            check_no_pickled_rerun(argv)
+        if cli and not prints_only:
+            check_config_files(argv)
+        if schema is not None:
+            (check_cli if cli else check_hydra)(argv, schema)
+        if not prints_only and not any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
+            check_paths(argv, cli, data_class_of(argv, cli, schema))
     except EarlyRefusal as refusal:
         return str(refusal)
     return None

@@ -81,8 +81,11 @@ def run_name(base: str, run_tag: str) -> str:
     return f"{base}-{run_tag}" if run_tag else base
 
 
-def trainer_settings(settings: Any, logger: Any, timeout_s: float) -> dict[str, Any]:
-    """What the run changes in the trainer's `settings` (strategy, callbacks, enable_progress_bar, as given):
+def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir: str | None = None) -> dict[str, Any]:
+    """What the run changes in the trainer's `settings` (strategy, callbacks, enable_progress_bar, default_root_dir,
+    as given):
+    - without a logger (and no default_root_dir given), the run's files go to `unlogged_dir`: Lightning would put
+      its checkpoints, and LightningCLI its config.yaml, into the working directory;
     - a DDP strategy named by a string gets a collective timeout (launch/distributed.py);
     - in a SLURM job, Lightning's auto-requeue saves and finds hpc_ckpt_N.ckpt in the run's directory;
     - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/preemption.py);
@@ -98,10 +101,21 @@ def trainer_settings(settings: Any, logger: Any, timeout_s: float) -> dict[str, 
     changed = {"strategy": strategy_with_timeout(settings.get("strategy"), timeout_s)}
     if logger and slurm_job_id() is not None:
         changed["default_root_dir"] = logger.log_dir
+    if not logger and settings.get("default_root_dir") is None and unlogged_dir is not None:
+        changed["default_root_dir"] = unlogged_dir
     callbacks = [*(settings.get("callbacks") or []), SaveOnPreemption(), ReleaseProcessGroupAtExit()]
     if settings.get("enable_progress_bar") is False:  # None: on
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     return {**changed, "callbacks": callbacks}
+
+
+def unlogged_run_dir(log_dir: str, front_end: str, name: str) -> str:
+    """The directory of a run without a logger: <log_dir>/<front end>/<run name>/<date>_<time>-<pid>, the layout of
+    Hydra's own run directories (configs/train.yaml's hydra.run.dir), so that two runs started together never share it."""
+    import os
+    import time
+
+    return f"{log_dir}/{front_end}/{name}/{time.strftime('%Y-%m-%d_%H-%M-%S')}-{os.getpid()}"
 
 
 def resume_point(trainer: Any, ckpt_path: str | None) -> str | None:

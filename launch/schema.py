@@ -12,7 +12,9 @@ tests/test_precheck.py fails when the committed file is stale.
 
 A type is stored as a spec: "int", "float", "bool", "str", "any", {"choices": [...]} (a Literal),
 {"class": NAME} (any other class) or {"any_of": [specs], "null": bool} (a Union). `expected(spec, value)` is the
-check both the pre-check and `launch.settings.check_settings` apply.
+check both the pre-check and `launch.settings.check_settings` apply. A number the constructor bounds (`if mis_steps
+< 1: raise ValueError(...)`, read from its source by `constructor_bounds`) is stored as {"of": spec, "ge": 1} (also
+"gt", "le", "lt"), so that the pre-check refuses `model.mis_steps=-1` before the imports, as the constructor would after.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import hashlib
 import inspect
 import json
 import sys
+import textwrap
 import types
 from importlib import metadata
 from pathlib import Path
@@ -54,6 +57,8 @@ def type_spec(hint: Any) -> Any:
 
 def expected(spec: Any, value: Any) -> str | None:
     """None if `value` fits `spec`, else what was expected (checks Literal, int, float, bool, str, None)."""
+    if isinstance(spec, dict) and "of" in spec:
+        return _bounded(spec, value)
     if isinstance(spec, dict) and "choices" in spec:
         return None if value in spec["choices"] else "one of " + ", ".join(map(repr, spec["choices"]))
     if isinstance(spec, dict) and "any_of" in spec:
@@ -75,6 +80,26 @@ def expected(spec: Any, value: Any) -> str | None:
         builtin = {"dict": dict, "list": list, "tuple": tuple}.get(spec["class"])  # a plain value is never a Tensor, ...
         return None if builtin is not None and isinstance(value, builtin) else f"a {spec['class']}"
     return None
+
+
+BOUND_WORDS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+
+
+def _within(spec: dict[str, Any], value: float) -> bool:
+    return all({"ge": value >= bound, "gt": value > bound, "le": value <= bound, "lt": value < bound}[key]
+               for key, bound in spec.items() if key in BOUND_WORDS)
+
+
+def _bounded(spec: dict[str, Any], value: Any) -> str | None:
+    """expected() for {"of": spec, "ge": ...}: the type first, then the bounds (a number: None passes as its type says)."""
+    kind = expected(spec["of"], value)
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is None and (not numeric or _within(spec, value)):
+        return None
+    described = expected(spec["of"], object())  # "an integer", "an integer or null": what any wrong type gets
+    bounds = " and ".join(f"{BOUND_WORDS[key]} {bound:g}" for key, bound in spec.items() if key in BOUND_WORDS)
+    null = described.endswith(" or null")
+    return f"{described.removesuffix(' or null')} {bounds}{' or null' if null else ''}"
 
 
 def fingerprint(target: str, sources: list[str] | None = None) -> str:
@@ -121,6 +146,95 @@ def config_targets(group: str) -> dict[str, str]:
     return {path.stem: target for path in sorted((CONFIGS / group).glob("*.yaml")) if (target := target_of(path))}
 
 
+# Comparisons as words: `left <op> right`; the same relation read from the right (`0 >= x`: x <= 0); its complement
+# (what a valid value keeps when the comparison is what refuses: `if x < 1: raise` keeps x >= 1).
+_OPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
+_FLIPPED = {"ge": "le", "gt": "lt", "le": "ge", "lt": "gt"}
+_COMPLEMENT = {"ge": "lt", "gt": "le", "le": "gt", "lt": "ge"}
+
+
+def constructor_bounds(cls: type) -> dict[str, dict[str, float]]:
+    """The bounds a class's constructors (its own and those up the hierarchy) enforce on a numeric argument, read from
+    their source: an `if` whose body raises, on a condition that compares an argument with a number, possibly
+    negated, chained (`not 0 <= x < 1`) or one of several `or`-ed conditions, also inside a `for` over a literal tuple
+    of (name, argument, bound) rows. A check that depends on another setting (`if ema and not 0 < decay < 1`) is not
+    a bound of its own and is left to the constructor."""
+    bounds: dict[str, dict[str, float]] = {}
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None or not getattr(klass, "__module__", "").startswith(SOURCES):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        arguments = {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)} - {"self"}
+        for name, key, bound in _refusals(tree, arguments):
+            bounds.setdefault(name, {}).setdefault(key, bound)
+    return bounds
+
+
+def _refusals(tree: ast.AST, arguments: set[str]) -> list[tuple[str, str, float]]:
+    """(argument, kept bound's key, bound) of every refusing `if` in `tree` (see constructor_bounds)."""
+    found = []
+
+    def number(node: ast.AST, names: dict[str, ast.AST]) -> float | None:
+        node = names.get(node.id, node) if isinstance(node, ast.Name) else node
+        try:
+            value = ast.literal_eval(node)
+        except ValueError:
+            return None
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    def argument(node: ast.AST, names: dict[str, ast.AST]) -> str | None:
+        node = names.get(node.id, node) if isinstance(node, ast.Name) else node
+        return node.id if isinstance(node, ast.Name) and node.id in arguments else None
+
+    def kept(test: ast.AST, names: dict[str, ast.AST], negated: bool) -> list[tuple[str, str, float]]:
+        """The bounds a valid value keeps when `test` (or, negated, its negation) is the refusal."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return kept(test.operand, names, not negated)
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or if not negated else ast.And):
+            return [bound for value in test.values for bound in kept(value, names, negated)]  # each alone refuses
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and not negated:
+            # `if x is not None and x < 1: raise`: null passes as the type says; the rest is the refusal
+            rest = [value for value in test.values if not (isinstance(value, ast.Compare) and isinstance(value.ops[0], ast.IsNot)
+                                                            and argument(value.left, names) and number(value.comparators[0], names) is None
+                                                            and isinstance(value.comparators[0], ast.Constant))]
+            return kept(rest[0], names, negated) if len(rest) == 1 and len(rest) < len(test.values) else []
+        if not isinstance(test, ast.Compare) or not all(type(op) in _OPS for op in test.ops):
+            return []
+        items = [test.left, *test.comparators]
+        if not negated and len(items) > 2:  # a refused interval (`if 0 < x < 1: raise`) is no single bound
+            return []
+        out = []
+        for left, op, right in zip(items, test.ops, items[1:]):
+            relation = _OPS[type(op)]
+            name, bound = argument(left, names), number(right, names)
+            if name is None:
+                name, bound, relation = argument(right, names), number(left, names), _FLIPPED[relation]
+            if name is None or bound is None:
+                continue  # negated, a part not understood only keeps fewer bounds; not negated, nothing is kept
+            out.append((name, relation if negated else _COMPLEMENT[relation], bound))
+        return out
+
+    def visit(statements: list[ast.stmt], names: dict[str, ast.AST]) -> None:
+        for statement in statements:
+            if isinstance(statement, ast.If):
+                if statement.body and isinstance(statement.body[0], ast.Raise):
+                    found.extend(kept(statement.test, names, negated=False))
+                visit(statement.orelse, names)
+            elif isinstance(statement, ast.For) and isinstance(statement.target, ast.Tuple) and isinstance(statement.iter, (ast.Tuple, ast.List)):
+                targets = [t.id for t in statement.target.elts if isinstance(t, ast.Name)]
+                for row in statement.iter.elts:
+                    if isinstance(row, ast.Tuple) and len(row.elts) == len(targets) == len(statement.target.elts):
+                        visit(statement.body, {**names, **dict(zip(targets, row.elts))})
+
+    for function in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)):
+        visit(function.body, {})
+    return found
+
+
 def build() -> dict[str, Any]:
     """The schema, read from the classes (imports torch, Lightning and the project)."""
     from hydra.utils import get_class
@@ -134,9 +248,12 @@ def build() -> dict[str, Any]:
             cls = get_class(target)
             hints = constructor_hints(cls)
             names = [n for n in {**constructor_defaults(cls), **hints} if n not in NOT_SETTINGS.get(group, ())]
+            bounds = constructor_bounds(cls) if isinstance(cls, type) else {}
+            settings = {name: type_spec(hints[name]) if name in hints else "any" for name in sorted(names)}
             sources = source_files(cls) if target.split(".", 1)[0] in SOURCES else None
             classes[target] = {"fingerprint": fingerprint(target, sources), **({"sources": sources} if sources else {}),
-                               "settings": {name: type_spec(hints[name]) if name in hints else "any" for name in sorted(names)}}
+                               "settings": {name: {"of": spec, **bounds[name]} if name in bounds and _numeric(spec) else spec
+                                            for name, spec in settings.items()}}
     import datamodules
     import models
 
@@ -147,6 +264,10 @@ def build() -> dict[str, Any]:
     return {"choices": choices, "classes": classes,
             "cli_classes": {group: {name: f"{package.__name__}.{name}" for name in names}
                             for (group, names), package in zip(registered.items(), (models, datamodules))}}
+
+
+def _numeric(spec: Any) -> bool:
+    return spec in ("int", "float") or isinstance(spec, dict) and any(_numeric(option) for option in spec.get("any_of", []))
 
 
 def load() -> dict[str, Any] | None:

@@ -294,3 +294,29 @@ def test_default_callbacks_read_nothing_back_from_the_device_between_logging_ste
                         callbacks=[counter, *callbacks], log_every_n_steps=10, enable_model_summary=False, default_root_dir=tmp_path)
     trainer.fit(JSA(mis_steps=2), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
     assert trainer.global_step == 9 and len(reads) == 0, f"{len(reads)} tensors read back during steps 2..7, first at:\n{reads[:1]}"
+
+
+def test_the_test_stage_says_its_cost_before_it_starts_and_tests_as_without_it(mnist_dir, capsys):
+    """TestCost: `test: N images x S importance samples each (model.test_num_samples...): about T here` before the first
+    batch is scored; its timing probe draws from a forked random state, so the test's numbers are the same without it."""
+    from callbacks import LineProgressBar, TestCost
+
+    def test(callbacks: list) -> dict[str, float]:
+        torch.manual_seed(0)
+        trainer = L.Trainer(limit_test_batches=3, logger=False, enable_model_summary=False, callbacks=callbacks)
+        data = MNISTDataModule(data_dir=str(mnist_dir), batch_size=32, eval_batch_size=32)
+        return trainer.test(VAE(latent_dim=4, test_num_samples=5), datamodule=data, verbose=False)[0]
+
+    with_cost = test([TestCost(probe_work=20), LineProgressBar(refresh_seconds=0)])
+    out = capsys.readouterr().out
+    said = out.index("test: 96 images x 5 importance samples each (model.test_num_samples; fewer are proportionally faster): "
+                     "about ")
+    assert "here (timed on 4 images)" in out and said < out.index("test: 1/3 batches")
+    assert with_cost == test([LineProgressBar(refresh_seconds=0)])
+
+
+def test_readme_gives_the_test_stages_cost_and_the_setting_that_shortens_it():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    [example] = [line for line in readme.splitlines() if line.startswith("python train.py test ")]
+    assert "--model.test_num_samples=" in example and "# the first VAE run above" in example, example
+    assert "**Testing\ncosts** 10,000 images × `model.test_num_samples` importance samples (default 1000): about 11 min" in readme

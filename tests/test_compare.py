@@ -212,12 +212,12 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
     runs = sorted(p.name for p in root.iterdir())
     assert runs == [
         "dvae-mnist-mlp-K10-reinforce-optimal", "dvae_gumbel-mnist-mlp-K10-tau0.5", "jsa-mnist-mlp-K10-L20",
-        "vae-mnist-mlp-z32", "vqvae-mnist-mlp-K10-autoregressive",
+        "rws-mnist-mlp-K10-S10", "vae-mnist-mlp-z32", "vimco-mnist-mlp-K10-S10", "vqvae-mnist-mlp-K10-autoregressive",
     ]
     import yaml  # each run names its multirun (launch.run_directory.note_hydra_job): one sweep directory for all
 
     jobs = [yaml.safe_load(p.read_text()) for p in sorted(root.glob("*/version_0/hydra_job.yaml"))]
-    assert len(jobs) == 5 and len({job["sweep_dir"] for job in jobs}) == 1 and sorted(j["job_num"] for j in jobs) == list(range(5))
+    assert len(jobs) == 7 and len({job["sweep_dir"] for job in jobs}) == 1 and sorted(j["job_num"] for j in jobs) == list(range(7))
 
     out = tmp_path / "report"
     result = subprocess.run(
@@ -229,7 +229,7 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
     header = next(line for line in lines if line.startswith("| run"))
     columns = [c.strip() for c in header.strip("|").split("|")]
     rows = [dict(zip(columns, (c.strip() for c in line.strip("|").split("|")))) for line in lines if line.startswith("| ") and line != header]
-    assert sorted(row["model"] for row in rows) == ["DiscreteVAE", "DiscreteVAE", "JSA", "VAE", "VQVAE"]
+    assert sorted(row["model"] for row in rows) == ["DiscreteVAE", "DiscreteVAE", "JSA", "RWS", "VAE", "VIMCO", "VQVAE"]
     for row in rows:
         assert row["data"] == "mnist" and row["epochs"] == "1", row
         for column in ("nll (nats)", "bpd", "recon MSE", "PSNR (dB)", "ms/step", "params", "s/epoch"):
@@ -247,3 +247,51 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
         with Image.open(out / name) as image:
             assert image.format == "PNG" and image.size >= min_size, (name, image.size)
             assert len(set(image.convert("L").getdata())) > 10, name  # drawn on, not a blank canvas
+
+
+# ---- the quick comparison (README: A quick comparison of every model) -----------------------------------------
+
+
+def test_the_quick_comparison_has_every_model_and_logs_on_the_way():
+    """experiment=compare_quick: every model of the collection (all but the VQ-VAE's second stage, which needs a
+    trained VQ-VAE), several validations and the training scalars within its short run, and a test of seconds."""
+    from tests.test_configs import STANDALONE, composed
+
+    cfg = composed(["experiment=compare_quick"])
+    assert sorted(cfg.hydra.sweeper.params.model.split(",")) == sorted(STANDALONE)
+    trainer, steps = cfg.trainer, cfg.trainer.limit_train_batches
+    assert 1 / trainer.val_check_interval >= 4, "validations on the way (a fraction of the epoch), not one dot per model"
+    assert steps // trainer.log_every_n_steps >= 10, "train/* and the step time logged (the default 50 logs none in 20 steps)"
+    assert cfg.model.test_num_samples <= 100 and trainer.limit_test_batches <= 2
+    readme = (REPO / "README.md").read_text()
+    assert "python train.py -m experiment=compare_quick log_dir=logs/quick-compare\n" in readme
+
+
+def val_run(name: str, model: str, values: list[float], start: float = T0) -> compare.Run:
+    scalars = {"val/nll": [(start + 60 * (i + 1), 20 * (i + 1), v) for i, v in enumerate(values)],
+               "train/loss": [(start + 1, 0, 500.0)]}
+    return compare.Run(Path(name), name, {"model_class": model}, scalars, start=start)
+
+
+def test_the_plot_keeps_the_vqvae_bound_apart_and_names_it_only_when_plotted(tmp_path):
+    jsa, vae, vqvae = val_run(JSA, "JSA", [210, 200, 190]), val_run(VAE, "VAE", [205, 195, 185]), val_run("vqvae-mnist", "VQVAE", [450, 440, 435])
+    assert [(what, [run.name for run in runs]) for what, runs in compare.val_nll_rows([jsa, vqvae, vae])] == [
+        ("val/nll", [JSA, VAE]), ("VQ-VAE: upper bound on val/nll", ["vqvae-mnist"])]
+    titles = compare.plot_val_nll([jsa, vae, vqvae], tmp_path / "with.png")
+    assert titles == ["val/nll by step", "val/nll by wall time", "VQ-VAE: upper bound on val/nll by step",
+                      "VQ-VAE: upper bound on val/nll by wall time"]
+    titles = compare.plot_val_nll([jsa, vae], tmp_path / "without.png")
+    assert titles == ["val/nll by step", "val/nll by wall time"]  # no VQ-VAE, no word of its bound
+    with Image.open(tmp_path / "with.png") as image:
+        assert image.size[1] > 700  # two rows
+
+
+def test_a_resumed_run_counts_the_epoch_it_finished_after_the_resume():
+    """10 epochs, interrupted in the 5th and resumed: 9 epoch times (the interrupted epoch timed no whole epoch) but
+    Lightning's `epoch` scalar reaches 9 at a training step (and 10 in the test stage after fit, which is no epoch)."""
+    scalars = {"epoch": [(T0 + e, 100 * e + 1, float(e)) for e in range(10)] + [(T0 + 11, 1000, 10.0)],
+               "train/loss": [(T0 + e, 100 * e + 1, 100.0) for e in range(10)],
+               "train/epoch_time_s": [(T0 + e, 100 * e, 30.0) for e in range(10) if e != 4],
+               "train/step_time_ms": [(T0, 5, 70.0)]}
+    row = compare.table_row(compare.Run(Path(f"{JSA}/version_0"), f"{JSA}/version_0", {"model_class": "JSA"}, scalars))
+    assert row["epochs"] == "10" and row["ms/step"] == "70.00" and row["s/epoch"] == "30.00"

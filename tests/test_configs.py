@@ -103,8 +103,8 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
     # The same encoder and decoder networks up to the layers that read or emit the latent.
     for part in ("encoder", "decoder"):
         assert [type(m) for m in getattr(vqvae, part).modules()] == [type(m) for m in getattr(jsa, part).modules()]
-    # The experiment's sweep covers the three models; a command-line setting overrides it.
-    assert composed(["experiment=compare"]).hydra.sweeper.params == {"model": "vae,vqvae,jsa,dvae,dvae_gumbel"}
+    # The experiment's sweep covers every model of the collection; a command-line setting overrides it.
+    assert composed(["experiment=compare"]).hydra.sweeper.params == {"model": "vae,vqvae,jsa,rws,vimco,dvae,dvae_gumbel"}
     assert set(composed(["experiment=compare"]).compare_backbone) == {"mnist", "fashion_mnist", "cifar10"}  # the map holds backbones only
     assert composed(["experiment=compare", "model.hidden_channels=16"]).model.hidden_channels == 16
     assert launch.hydra_config.model_settings(composed(["experiment=compare", "model=vqvae", "discrete_latent.num_categories=64"]))["num_categories"] == 64

@@ -4,7 +4,6 @@ options said in one line."""
 from __future__ import annotations
 
 import gzip
-import os
 import pickle
 import re
 import subprocess
@@ -24,7 +23,7 @@ from torchvision.datasets import utils as tv_utils
 from datamodules import (CIFAR10DataModule, DataCorruptError, DataError, DataNotFoundError, FashionMNISTDataModule, ImageDataModule,
                          MNISTDataModule)
 from datamodules.base import InMemoryImageDataset, collate_prebatched
-from tests.conftest import CIFAR_PER_BATCH, REPO, TinyCIFAR10DataModule, fake_cifar_batch, write_fake_cifar10
+from tests.conftest import CIFAR_PER_BATCH, DATA_ROOT, REPO, TinyCIFAR10DataModule, fake_cifar_batch, write_fake_cifar10
 
 # The two data sets of torchvision's IDX layout, one data module class (MNIST's, parameterized by the torchvision class).
 IDX_MODULES = [pytest.param(MNISTDataModule, id="mnist"), pytest.param(FashionMNISTDataModule, id="fashion_mnist")]
@@ -350,7 +349,7 @@ def corrupt_file(path: Path, contents: bytes) -> None:
 
 def real_file(cls: type[MNISTDataModule], name: str, size: int = -1) -> bytes:
     """The first `size` bytes (all: -1) of one of the shared real files of `cls`'s data set."""
-    with open(raw_folder(Path(os.environ["DATA_DIR"]), cls) / name, "rb") as f:
+    with open(raw_folder(DATA_ROOT, cls) / name, "rb") as f:
         return f.read(size)
 
 

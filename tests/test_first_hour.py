@@ -297,3 +297,21 @@ def test_cli_seed_everything_given_at_test_wins_over_the_checkpoints_test_seed(t
     tested = launch.cli_app.main(["test", "--model=VAE", f"--ckpt_path={checkpoint}", "--seed_everything=9",
                                   "--trainer.limit_test_batches=1", "--model.test_num_samples=2", *quick])
     assert (tested.model.test_seed, tested.datamodule.seed) == (9, 9)
+
+
+def test_without_a_logger_nothing_is_written_outside_the_run_directory(tmp_path, mnist_dir, monkeypatch):
+    """`--trainer.logger=false` / `~logger`: LightningCLI's config.yaml and the checkpoints go to a run directory under
+    logs/ (logs/cli/<run>/<time>-<pid>; Hydra's own run directory), not into the working directory."""
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    quick = ["max_steps=1", "limit_train_batches=1", "limit_val_batches=1", "enable_progress_bar=false"]
+    launch.cli_app.main(["fit", "--model=VAE", "--model.latent_dim=4", "--data.batch_size=16", "--model.val_num_samples=2",
+                         "--trainer.logger=false", *[f"--trainer.{setting}" for setting in quick]])
+    assert [p.name for p in tmp_path.iterdir()] == ["logs"]
+    [cli_run] = (tmp_path / "logs" / "cli" / "vae-mnist-mlp-z4").iterdir()
+    assert (cli_run / "config.yaml").is_file() and (cli_run / "checkpoints" / "last.ckpt").is_file()
+    launch.hydra_app.run(composed(["~logger", "model=vae", "model.latent_dim=4", "data.batch_size=16", "model.val_num_samples=2",
+                                   *[f"trainer.{setting}" for setting in quick]]))
+    assert [p.name for p in tmp_path.iterdir()] == ["logs"]
+    [hydra_run] = (tmp_path / "logs" / "hydra" / "vae-mnist").iterdir()
+    assert (hydra_run / "checkpoints" / "last.ckpt").is_file()

@@ -5,6 +5,7 @@ is the one the classes give."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -50,12 +51,52 @@ def test_the_committed_schema_is_what_the_classes_give():
     ("callbacks=sgmcmc callbacks.posterior_samples.thn=5", "configs/callbacks/sgmcmc.yaml has no such key; did you mean "
      "callbacks.posterior_samples.thin?"),  # sgmcmc.yaml extends default.yaml
     ("logger.nme=x", "logger.nme: configs/logger/tensorboard.yaml has no such key; did you mean logger.name?"),
+    # a name cut short gets the name it begins, not one a few letters away (max_steps)
+    ("trainer.max_ep=1", "trainer.max_ep: no such setting of Trainer; did you mean trainer.max_epochs?"),
+    ("fit --trainer.max_ep=1", "--trainer.max_ep: no such option of Trainer; did you mean --trainer.max_epochs?"),
+    # a value out of the range the constructor enforces (its `if ...: raise ValueError`, read into the schema)
+    ("model.mis_steps=-1", "model.mis_steps=-1: expected an integer >= 1"),
+    ("fit --model.mis_steps=-1", "--model.mis_steps=-1: expected an integer >= 1"),
+    ("model=vimco model.num_samples=1", "model.num_samples=1: expected an integer >= 2"),
+    ("fit --model=DiscreteVAE --model.baseline_decay=1", "--model.baseline_decay=1: expected a number >= 0 and < 1"),
+    ("model.lr=0", "model.lr=0: expected a number > 0"),
+    ("model.cache_start_epoch=-1", "model.cache_start_epoch=-1: expected an integer >= 0 or null"),
+    # files and directories the run would meet only after the imports
+    ("ckpt_path=no/such.ckpt", "ckpt_path=no/such.ckpt: no such file (ckpt_path expects a .ckpt file written by a run"),
+    ("test --ckpt_path=no/such.ckpt", "--ckpt_path=no/such.ckpt: no such file"),
+    (f"ckpt_path={REPO / 'docs'}", "a directory, not a checkpoint file"),
+    (f"log_dir={REPO / 'README.md'}", f"log_dir={REPO / 'README.md'}: {REPO / 'README.md'} is a file, not a directory"),
+    (f"fit --trainer.default_root_dir={REPO / 'README.md'}", "is a file, not a directory"),
 ])
 def test_mistakes_are_one_line_with_the_closest_name(command, line):
     argv = shlex.split(command)
-    refusal = refuse_early(argv, cli=argv[0] == "fit")
+    refusal = refuse_early(argv, cli=argv[0] in ("fit", "test"))
     assert refusal is not None and line in refusal, refusal
     assert "\n" not in refusal
+
+
+def test_a_config_file_that_is_not_yaml_is_named_with_the_line_and_the_fix(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer:\n  max_epochs: 1\n model: x: y\n")
+    for argv in (["fit", "--config", str(bad)], ["fit", f"--config={bad}"], ["fit", "-c", str(bad)]):
+        refusal = refuse_early(argv, cli=True)
+        assert refusal is not None and refusal.startswith(f"--config={bad}: not valid YAML at line 3, column 2: "), refusal
+        assert "fix the file there" in refusal and "python train.py fit --print_config" in refusal
+        assert "--help lists the options" not in refusal
+    assert refuse_early(["fit", "--config", str(tmp_path / "nope.yaml")], cli=True) == f"--config={tmp_path / 'nope.yaml'}: no such file"
+
+
+@pytest.mark.parametrize("data_dir, said", [("{empty}", "is an empty folder"), ("", "DATA_DIR is set but empty"),
+                                            ("{empty}/nope", "does not exist")])
+def test_a_data_dir_without_data_is_refused_naming_it_and_the_data(data_dir, said, tmp_path, monkeypatch):
+    (tmp_path / "empty").mkdir()
+    data_dir = data_dir.format(empty=tmp_path / "empty")
+    monkeypatch.setenv("DATA_DIR", data_dir)
+    for argv, cli, data, fix in ((["data=fashion_mnist"], False, "FashionMNISTDataModule", "data.data_dir=PATH"),
+                                 (["fit"], True, "MNISTDataModule", "--data.data_dir=PATH")):
+        refusal = refuse_early(argv, cli=cli)
+        assert refusal is not None and said in refusal and data_dir in refusal and data in refusal and fix in refusal, refusal
+        assert refuse_early([*argv, f"{'--' if cli else ''}data.data_dir={tmp_path}"], cli=cli) is None  # a download there
 
 
 VALID = [
@@ -75,7 +116,7 @@ VALID = [
     "-cjob hydra/launcher=parallel", "--multi hydra/launcher=parallel", "model.lr=1",
     "fit --model.class_path=models.VAE --model.init_args.latent_dim=8",
     """fit '--model={"class_path":"models.VAE","init_args":{"latent_dim":8}}'""", """fit '--model.init_args={"lr":0.1}'""",
-    "fit --model.help=VAE", "fit --model.help VAE", "fit -c=/tmp/vae.yaml --model.latent_dim=8", "fit --data.download=no",
+    "fit --model.help=VAE", "fit --model.help VAE", "fit -c=vae.yaml --model.latent_dim=8", "fit --data.download=no",
     "fit --data.download=off", "fit --model.lr=1_000", "fit --trainer.max_epochs=1_000", "fit --model.lr=1e-3",
     "fit --model=mypackage.MyModel --model.anything=1",
     "callbacks=sgmcmc callbacks.posterior_samples.thin=5 callbacks.model_checkpoint.save_top_k=3",
@@ -83,17 +124,32 @@ VALID = [
 ]
 
 
+def with_files_named_by(commands: list[list[str]], root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work in `root`, where the checkpoints and config files the commands name exist (as a run made them), and
+    configs/ is the repository's."""
+    monkeypatch.chdir(root)
+    (root / "configs").symlink_to(REPO / "configs")
+    for argv in commands:
+        for arg in argv:
+            key, _, value = arg.partition("=")
+            if key.lstrip("-+") in ("ckpt_path", "c", "config", "model.autoencoder_checkpoint") and value and not (root / value).exists():
+                (root / value).parent.mkdir(parents=True, exist_ok=True)
+                (root / value).write_text("{}\n")
+
+
 @pytest.mark.parametrize("command", VALID)
-def test_valid_commands_pass(command):
+def test_valid_commands_pass(command, tmp_path, monkeypatch):
     argv = shlex.split(command)
+    with_files_named_by([argv], tmp_path, monkeypatch)
     assert refuse_early(argv, cli=bool(argv) and argv[0] in ("fit", "test")) is None
 
 
-def test_every_documented_train_command_passes():
+def test_every_documented_train_command_passes(tmp_path, monkeypatch):
     from tests.test_documented_commands import COMMANDS
 
     commands = [shlex.split(c)[2:] for c in COMMANDS if c.startswith("python train.py")]
     assert len(commands) > 10
+    with_files_named_by(commands, tmp_path, monkeypatch)
     for argv in commands:
         assert refuse_early(argv, cli=bool(argv) and argv[0] in ("fit", "validate", "test", "predict")) is None, argv
 
@@ -132,3 +188,25 @@ def test_the_refusal_comes_before_torch_is_imported(argv, tmp_path):
     assert result.returncode == 2 and result.stdout.strip() == "False", (result.stdout, result.stderr)
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1 and "did you mean" in result.stderr
     assert not (tmp_path / "logs").exists() and not (REPO / "logs" / "hydra" / "default").exists()
+
+
+@pytest.mark.slow  # starts train.py
+@pytest.mark.parametrize("argv, data_dir", [(["model.mis_steps=-1"], None), (["fit", "--model.mis_steps=-1"], None),
+                                            (["ckpt_path=nope.ckpt"], None), (["fit", "--ckpt_path=nope.ckpt"], None),
+                                            (["log_dir=afile"], None), ([], "empty"), (["fit"], "empty"),
+                                            (["fit", "--config", "bad.yaml"], None)])
+def test_values_files_and_data_dir_are_refused_before_the_imports(argv, data_dir, tmp_path):
+    """A value out of range, a missing checkpoint, a run directory that is a file, an empty DATA_DIR and a config file
+    that is not YAML: one `error:` line, nothing logged before it, torch never imported (about half a second, where the
+    imports alone take four)."""
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad.yaml").write_text("model: x: y\n")
+    probe = ("import runpy, sys; sys.argv = ['train.py', *sys.argv[1:]]\n"
+             f"try:\n    runpy.run_path({str(REPO / 'train.py')!r}, run_name='__main__')\n"
+             "except SystemExit as stop:\n    print('torch' in sys.modules, file=sys.stdout); raise\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), **({"DATA_DIR": str(tmp_path / data_dir)} if data_dir else {})}
+    result = subprocess.run([sys.executable, "-c", probe, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout.strip() == "False", (result.stdout, result.stderr)
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "bad.yaml", "empty"]  # nothing written
