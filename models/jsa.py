@@ -39,6 +39,7 @@ from samplers.mis import MISSample, categorical_log_prob, index_cached_mis
 from samplers.visits import expected_visits, visit_counts
 
 GradientStates = Literal["final", "chain", "expected"]
+ChainRows = Literal["auto", "static", "distinct"]
 
 
 class JSA(CategoricalLatentModel):
@@ -53,6 +54,11 @@ class JSA(CategoricalLatentModel):
             (the chain's last state), `chain` (the average over the L states the chain visited, as in the official
             JSA code; each distinct state is scored once) or `expected` (that average's expectation over the
             accept/reject draws given the candidates: Rao-Blackwellized, same mean, lower variance).
+        chain_rows: how `chain` scores the states it averages, the same gradient either way
+            (docs/jsa.md#static-or-distinct-rows): `distinct` re-scores the distinct visited states only (fewest rows,
+            but their number depends on the data: a host sync and a new shape each step), `static` weights all L+1
+            candidates of the sampler's one decoder pass by their visit counts (static shapes: no sync, compiles whole),
+            `auto` (the default): `static` on an accelerator, `distinct` on the CPU.
         cache_size: number of training examples; filled in from the data module when left out.
         **kwargs: the model's arguments (see `CategoricalLatentModel`: backbone, num_latents,
             num_categories, ...) and the shared ones (see `LatentVariableModel`).
@@ -65,6 +71,7 @@ class JSA(CategoricalLatentModel):
         cache_start_epoch: int | None = None,
         gradient_states: GradientStates = "chain",
         cache_size: int | None = None,
+        chain_rows: ChainRows = "auto",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -73,6 +80,9 @@ class JSA(CategoricalLatentModel):
             raise ValueError(f"mis_steps (L) must be >= 1, got {mis_steps}")
         if gradient_states not in ("final", "chain", "expected"):
             raise ValueError(f"gradient_states must be 'final', 'chain' or 'expected', got {gradient_states!r}")
+        if chain_rows not in ("auto", "static", "distinct"):
+            raise ValueError(f"chain_rows must be 'auto', 'static' or 'distinct', got {chain_rows!r}")
+        self.chain_rows = chain_rows
         if cache_start_epoch is not None and cache_start_epoch < 0:
             raise ValueError(f"cache_start_epoch must be >= 0, got {cache_start_epoch}")
         self.mis_steps = mis_steps
@@ -128,9 +138,10 @@ class JSA(CategoricalLatentModel):
         read_cache = self.cache is not None and self.cache_start_epoch is not None and self.current_epoch >= self.cache_start_epoch
         start, has_start = self.cache.read(index) if read_cache else (None, None)
         age = self.cache.age(index, self.current_epoch) if read_cache else None  # before this step's write
-        # `expected` weights every candidate, so its one decoder pass keeps the graph and serves the chain and
-        # the loss alike; `final` and `chain` score the candidates without gradient and re-score the few they keep.
-        with torch.set_grad_enabled(torch.is_grad_enabled() and self.gradient_states == "expected"):
+        # `expected` (and `chain` with static rows) weights every candidate, so its one decoder pass keeps the graph and
+        # serves the chain and the loss alike; `final` and `chain` with distinct rows score the candidates without
+        # gradient and re-score the few they keep.
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.weights_every_candidate(x.device)):
             sample = index_cached_mis(log_q.detach(), lambda latent: self.log_joint(x, latent), self.mis_steps, start, has_start)
         if self.cache is not None and write_cache:
             self._write_cache(index, sample.latent)
@@ -172,15 +183,27 @@ class JSA(CategoricalLatentModel):
             return visit_counts(sample.path_index, num_candidates, dtype) / self.mis_steps
         return expected_visits(sample.log_target, sample.log_proposal) / self.mis_steps
 
+    def static_chain_rows(self, device: torch.device) -> bool:
+        """Whether `chain` weights all L+1 scored candidates (`static`) rather than re-scoring the distinct visited
+        ones (`distinct`); `auto`: static on an accelerator, where a host sync and a new shape cost more than the
+        extra rows, distinct on the CPU, where the rows are the cost (docs/jsa.md#static-or-distinct-rows)."""
+        return self.chain_rows == "static" or (self.chain_rows == "auto" and device.type != "cpu")
+
+    def weights_every_candidate(self, device: torch.device) -> bool:
+        """Whether the loss is a weighted sum over the scores of the sampler's one decoder pass, which then keeps
+        its graph: `expected`, and `chain` with static rows."""
+        return self.gradient_states == "expected" or (self.gradient_states == "chain" and self.static_chain_rows(device))
+
     def weighted_log_joint(self, x: Tensor, sample: MISSample, weight: Tensor) -> Tensor:
         """Σ_j weight_j log p(x, h_j) per example, (B,), with gradient to θ.
 
-        `expected`: the candidates' scores already carry the graph. `final`: one row per example. `chain`: one
-        row per distinct (example, candidate) pair the chain visited, in one decoder pass; a rejection repeats
-        the current state, so at acceptance rate a there are about 1 + aL such rows per example, not L.
-        Selecting them costs one host sync (their number depends on the data).
+        `expected`, and `chain` with static rows: the candidates' scores already carry the graph (the weights of the
+        unvisited candidates are 0). `final`: one row per example. `chain` with distinct rows: one row per distinct
+        (example, candidate) pair the chain visited, in one decoder pass; a rejection repeats the current state, so
+        at acceptance rate a there are about 1 + aL such rows per example, not L. Selecting them costs one host
+        sync (their number depends on the data).
         """
-        if self.gradient_states == "expected":
+        if self.weights_every_candidate(x.device):
             return (weight * sample.log_target).sum(1)
         if self.gradient_states == "final":
             return self.log_joint(x, sample.latent.unsqueeze(1))[:, 0]
