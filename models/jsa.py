@@ -94,6 +94,8 @@ class JSA(CategoricalLatentModel):
             self._allocate_cache(cache_size)
         # Classes that h* has used so far (for `train/classes_used`).
         self.register_buffer("class_used", torch.zeros(self.num_categories, dtype=torch.bool))
+        self.register_buffer("compiled_epoch", torch.zeros((), dtype=torch.int32), persistent=False)  # cache_epoch()
+        self.compiled_reads_cache = False
         # Every rank keeps the whole cache and updates it with the gathered pairs of each step
         # (see `_write_cache`); DDP must not also broadcast these buffers from rank 0 each step.
         ignore_in_ddp(self, ["cache.codes", "cache.changed_epoch", "class_used"])
@@ -135,16 +137,16 @@ class JSA(CategoricalLatentModel):
 
     def jsa_step(self, x: Tensor, index: Tensor, write_cache: bool) -> dict[str, Tensor]:
         log_q = self.posterior(x)  # the one encoder pass of this step: log q(h | x), (B, V, K)
-        read_cache = self.cache is not None and self.cache_start_epoch is not None and self.current_epoch >= self.cache_start_epoch
+        read_cache, epoch = self.cache_epoch()
         start, has_start = self.cache.read(index) if read_cache else (None, None)
-        age = self.cache.age(index, self.current_epoch) if read_cache else None  # before this step's write
+        age = self.cache.age(index, epoch) if read_cache else None  # before this step's write
         # `expected` (and `chain` with static rows) weights every candidate, so its one decoder pass keeps the graph and
         # serves the chain and the loss alike; `final` and `chain` with distinct rows score the candidates without
         # gradient and re-score the few they keep.
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.weights_every_candidate(x.device)):
             sample = index_cached_mis(log_q.detach(), lambda latent: self.log_joint(x, latent), self.mis_steps, start, has_start)
         if self.cache is not None and write_cache:
-            self._write_cache(index, sample.latent)
+            self._write_cache(index, sample.latent, epoch)
 
         loss_p, loss_q = self.jsa_loss(x, log_q, sample)
         if not write_cache:
@@ -211,6 +213,20 @@ class JSA(CategoricalLatentModel):
         log_joint = self.log_joint(x[example], sample.candidates[example, candidate].unsqueeze(1))[:, 0]  # (R,)
         return torch.zeros(x.shape[0], dtype=log_joint.dtype, device=x.device).index_add(0, example, weight[example, candidate] * log_joint)
 
+    def cache_epoch(self) -> tuple[bool, int | Tensor]:
+        """(whether this step reads the cache, the epoch it ages and writes the cache in). In a compiled step
+        (model.compile=step) the epoch is the 0-d tensor `before_compiled_step` filled, so that the graph does not
+        bake the epoch number in and recompile every epoch (docs/mis.md#compiling-the-whole-step); the read is a
+        Python flag there, one recompile at `cache_start_epoch`."""
+        if torch.compiler.is_compiling():
+            return self.compiled_reads_cache, self.compiled_epoch
+        epoch = self.current_epoch
+        return self.cache is not None and self.cache_start_epoch is not None and epoch >= self.cache_start_epoch, epoch
+
+    def before_compiled_step(self) -> None:
+        self.compiled_reads_cache, epoch = self.cache_epoch()
+        self.compiled_epoch.fill_(epoch)
+
     def cache_diagnostics(self, sample: MISSample, age: Tensor, has_start: Tensor) -> dict[str, Tensor]:
         """Over the chains that start from a cached state (docs/mis.md#when-the-cache-helps):
 
@@ -232,7 +248,7 @@ class JSA(CategoricalLatentModel):
             "cache_log_weight_gap": mean_over_started(log_weight[:, 0] - log_weight[:, 1:].max(1).values),
         }
 
-    def _write_cache(self, index: Tensor, latent: Tensor) -> None:
+    def _write_cache(self, index: Tensor, latent: Tensor, epoch: int | Tensor) -> None:
         """Store this step's h* for its examples, on every rank.
 
         Under DDP each rank samples only its shard; the (index, h*) pairs of all ranks are
@@ -243,4 +259,4 @@ class JSA(CategoricalLatentModel):
             # One collective for both: rows (index, h*_1..h*_V) of all ranks.
             pairs = self.all_gather(torch.cat([index.unsqueeze(1), latent], dim=1)).flatten(0, 1)
             index, latent = pairs[:, 0], pairs[:, 1:]
-        self.cache.write(index, latent, self.current_epoch)
+        self.cache.write(index, latent, epoch)

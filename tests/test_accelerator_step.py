@@ -12,6 +12,7 @@ every family with inductor (loss and backward), with the random ops of the compi
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Callable
 
@@ -123,28 +124,49 @@ def test_one_categorical_draw_is_multinomials_draw_without_its_host_check():
 
 # ---- the whole training_loss compiled as one graph -----------------------------------------------------------
 
-def compiled_against_eager(make: Callable[[], torch.nn.Module], backend, steps: int = 2, atol: float = 1e-5) -> int:
-    """Train copies of one model, eager and compiled (fullgraph), on the same seeds: loss, gradients and buffers (the
-    JSA cache, running means) must agree after every step. Returns how many graphs were compiled."""
-    eager = make()
-    compiled_model = copy.deepcopy(eager)
-    graphs = []
+@contextlib.contextmanager
+def trainer_counters(cls: type, epoch: int, step: int):
+    """`current_epoch` and `global_step` as a Trainer at that epoch and step would give them (a class attribute for
+    the while: Dynamo reads a property of the class)."""
+    own = {name: cls.__dict__.get(name) for name in ("current_epoch", "global_step")}
+    cls.current_epoch, cls.global_step = property(lambda self: epoch), property(lambda self: step)
+    try:
+        yield
+    finally:
+        for name, value in own.items():
+            delattr(cls, name) if value is None else setattr(cls, name, value)
 
+
+def counting_backend(backend: str, graphs: list, runs: list | None = None) -> Callable:
+    """`backend`, recording each graph it is handed (a recompile shows as a second graph) and each run of one."""
     def counting(graph_module, example_inputs):
         graphs.append(graph_module)
-        return backend(graph_module, example_inputs) if callable(backend) else torch._dynamo.lookup_backend(backend)(graph_module, example_inputs)
+        compiled = torch._dynamo.lookup_backend(backend)(graph_module, example_inputs)
+        return compiled if runs is None else lambda *args: (runs.append(len(graphs)), compiled(*args))[1]
+    return counting
 
+
+def compiled_against_eager(make: Callable[[], torch.nn.Module], backend: str, steps: int = 2, atol: float = 1e-5,
+                           epochs: Callable[[int], int] = lambda step: 0) -> int:
+    """Train copies of one model, eager and compiled (its own `compiled_training_loss`, fullgraph), on the same seeds:
+    loss, gradients and buffers (the JSA cache and its epochs, running means) must agree after every step, each
+    step in epoch `epochs(step)`. Returns how many graphs were compiled."""
+    eager = make()
+    compiled_model = copy.deepcopy(eager)
+    graphs: list = []
     torch._dynamo.reset()
-    compiled = torch.compile(compiled_model.training_loss, fullgraph=True, backend=counting)
+    compiled_model._compiled_training_loss = compiled_model.compile_training_loss(backend=counting_backend(backend, graphs))
     x, index = images(), torch.arange(4)
     for step in range(steps):
         results = []
-        for model, loss_fn in ((eager, eager.training_loss), (compiled_model, compiled)):
+        for model, loss_fn in ((eager, eager.training_loss), (compiled_model, compiled_model.compiled_training_loss)):
             torch.manual_seed(100 + step)
-            terms = loss_fn(x if step % 2 == 0 else 1 - x, index)
+            with trainer_counters(type(model), epochs(step), step):
+                terms = loss_fn(x if step % 2 == 0 else 1 - x, index)
             model.zero_grad()
             terms["loss"].backward()
-            results.append((terms, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}, dict(model.named_buffers())))
+            results.append((terms, {n: p.grad for n, p in model.named_parameters() if p.grad is not None},
+                            {n: b for n, b in model.named_buffers() if not n.startswith("compiled_")}))
         (terms, grads, buffers), (terms_c, grads_c, buffers_c) = results
         assert terms.keys() == terms_c.keys() and grads.keys() == grads_c.keys() and grads
         for name in terms:
@@ -174,6 +196,19 @@ def test_training_loss_is_captured_as_one_graph(name):
     assert compiled_against_eager(QUICK_COMPILE[name], "eager") == 1
 
 
+def test_a_compiled_jsa_step_takes_the_epoch_as_an_input():
+    """Four epochs, the cache read from the third: two graphs (without the read, with it), not one per epoch, and the
+    cache's epochs (its ages) as the eager step writes them."""
+    make = lambda: categorical(JSA, mis_steps=3, chain_rows="static", cache_size=4, cache_start_epoch=2)  # noqa: E731
+    assert compiled_against_eager(make, "eager", steps=4, epochs=lambda step: step) == 2
+
+
+def test_a_compiled_gumbel_step_takes_the_temperature_as_an_input():
+    """The temperature anneals every step: one graph for all steps, each at the eager step's temperature."""
+    make = lambda: categorical(DiscreteVAE, estimator="gumbel", anneal_rate=0.1)  # noqa: E731
+    assert compiled_against_eager(make, "eager", steps=3) == 1
+
+
 INDUCTOR_COMPILE = {
     **{f"jsa-{states}-{'read' if read else 'noread'}": (lambda s=states, r=read: jsa("autoregressive", s, r))
        for states in ("chain", "expected", "final") for read in (True, False)},
@@ -191,3 +226,35 @@ INDUCTOR_COMPILE = {
 def test_training_loss_compiled_with_inductor_equals_eager(name):
     with torch._inductor.config.patch(fallback_random=True):  # the compiled code's random draws are eager's
         assert compiled_against_eager(INDUCTOR_COMPILE[name], "inductor") == 1
+
+
+# ---- model.compile=step: the Trainer's training step compiled whole ------------------------------------------
+
+def test_model_compile_step_trains_through_the_compiled_step(monkeypatch):
+    """Three epochs of a Trainer, the cache read from the second: every training step ran the compiled graph (two
+    graphs, before and after the read begins; Dynamo's backend that runs them as they are, to keep the test quick)."""
+    import lightning as L
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from models.base import LatentVariableModel
+
+    graphs, runs = [], []
+    compile_training_loss = LatentVariableModel.compile_training_loss
+    monkeypatch.setattr(LatentVariableModel, "compile_training_loss",
+                        lambda self, **options: compile_training_loss(self, backend=counting_backend("eager", graphs, runs)))
+    torch._dynamo.reset()
+    model = categorical(JSA, mis_steps=3, chain_rows="static", cache_size=8, cache_start_epoch=1, compile="step")
+    x = torch.cat([images(), 1 - images()])
+    trainer = L.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, log_every_n_steps=1)
+    trainer.fit(model, DataLoader(TensorDataset(x, torch.arange(8)), batch_size=4))
+    assert len(graphs) == 2 and runs == [1, 1, 2, 2, 2, 2]  # 3 epochs of 2 steps, each run compiled
+    assert model.cache.fill_rate() == 1 and trainer.callback_metrics["train/cache_hit_rate"] == 1
+    torch._dynamo.reset()
+
+
+def test_model_compile_takes_networks_or_step():
+    assert categorical(RWS, compile=True).compile_networks and not categorical(RWS, compile=True).compile_step
+    assert categorical(RWS, compile="step").compile_step and not categorical(RWS, compile="step").compile_networks
+    with pytest.raises(ValueError, match="compile must be false, true \\(= 'networks'\\), 'networks' or 'step', got 'all'"):
+        categorical(RWS, compile="all")
