@@ -55,20 +55,25 @@ def first_test_images(datamodule: Any, count: int) -> torch.Tensor:
     return torch.cat(images)[:count]
 
 
-def step_cost(runs: dict[str, tuple[Path, str]], rounds: int, min_run_time: float = 2.0, batch_size: int = 200) -> dict:
-    """{"ms_per_step": {run: ms}}: one training step (the loss, backward, an Adam update) of every run's model at its
-    trained parameters (JSA's chains then accept as in training), on the same batch of training images, timed on one
-    thread in alternating rounds in this one process (benchmarks/timing.py), so that every run is timed under the
-    same conditions."""
+def step_cost(runs: dict[str, tuple[Path, str]], rounds: int, min_run_time: float = 2.0, batch_size: int = 200,
+              device: str = "cpu") -> dict:
+    """{"ms_per_step": {run: ms}, "device": name}: one training step (the loss, backward, an Adam update) of every run's
+    model at its trained parameters (JSA's chains then accept as in training), on the same batch of training images,
+    timed in alternating rounds in this one process (benchmarks/timing.py), so that every run is timed under the
+    same conditions: on one CPU thread, or on `device` (e.g. cuda: the model and batch moved there; the timer
+    synchronizes the device, and JSA's chain_rows=auto takes the static rows there, docs/jsa.md#static-or-distinct-rows)."""
     from benchmarks.timing import alternating, median_seconds
 
+    target = torch.device(device)
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"error: --cost-device {device}: no CUDA device on this machine")
     steps = {}
     for name, (checkpoint, command) in runs.items():
         datamodule, built = build(overrides_of(command))
-        model = type(built).load_from_checkpoint(checkpoint, map_location="cpu").train()
+        model = type(built).load_from_checkpoint(checkpoint, map_location="cpu").to(target).train()
         datamodule.setup("fit")
         x, index = next(iter(datamodule.train_dataloader()))
-        x, index = model.likelihood.prepare(x[:batch_size]), index[:batch_size]
+        x, index = model.likelihood.prepare(x[:batch_size].to(target)), index[:batch_size].to(target)
         optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
 
         def step(model=model, optimizer=optimizer, x=x, index=index) -> None:
@@ -82,7 +87,9 @@ def step_cost(runs: dict[str, tuple[Path, str]], rounds: int, min_run_time: floa
     timed = alternating(steps, lambda fn: median_seconds(fn, min_run_time=min_run_time, warm_up=2), rounds, reference=next(iter(steps)))
     for name, (seconds, _) in timed.items():
         print(f"  {name}: {1e3 * seconds:.1f} ms per step", flush=True)
-    return {"ms_per_step": {name: 1e3 * seconds for name, (seconds, _) in timed.items()}}
+    device_name = torch.cuda.get_device_name(target) if target.type == "cuda" else "cpu, one thread"
+    return {"ms_per_step": {name: 1e3 * seconds for name, (seconds, _) in timed.items()}, "device": device_name,
+            "torch": torch.__version__}
 
 
 def is_resolution(runs: dict[str, tuple[Path, str]], images: int, sample_counts: list[int], chunk: int = 50) -> dict:

@@ -106,7 +106,7 @@ def plan(args: argparse.Namespace, records: dict[str, dict] | None = None) -> li
     # the seeds, then the second data set.
     jobs = [train("mnist", m, p, 0) for m, p in MNIST_ARMS]
     if "mnist" in args.datasets:
-        jobs.append(Job("measure-step-cost", "step_cost"))
+        jobs.append(Job(step_cost_job(args), "step_cost"))
         if "vae" in args.models and set(args.models) & set(TWENTY_PARTICLES):
             jobs.append(Job("mnist-vae-equal-time-s0", "equal_time", "mnist", "vae"))
         jobs.append(Job("measure-is-resolution", "is_resolution"))
@@ -130,6 +130,14 @@ def train_overrides(job: Job, args: argparse.Namespace) -> list[str]:
         settings.append("+callbacks.epoch_checkpoints={_target_:lightning.pytorch.callbacks.ModelCheckpoint,"
                         "every_n_epochs:1,save_top_k:-1,filename:'after-epoch{epoch:03d}',auto_insert_metric_name:false}")
     return settings + job.overrides + args.extra
+
+
+def step_cost_job(args: argparse.Namespace) -> str:
+    """The step-cost record's name: `measure-step-cost` on the CPU (the time axis of the equal-time runs), with the
+    device beside it elsewhere (`--cost-device cuda`: measure-step-cost-cuda), so that a GPU's costs are a record of
+    their own and the CPU's stay."""
+    device = getattr(args, "cost_device", "cpu")
+    return "measure-step-cost" if device == "cpu" else f"measure-step-cost-{device.replace(':', '')}"
 
 
 def minutes_per_epoch(records: dict[str, dict], name: str, args: argparse.Namespace) -> float:
@@ -173,8 +181,8 @@ def measure(job: Job, records: dict[str, dict], args: argparse.Namespace) -> dic
     began = time.perf_counter()
     if job.kind == "step_cost":
         runs = {name: (at_checkpoints.best_checkpoint(args.logs / name), records[name]["command"]) for name in seed0_mnist_runs(args)}
-        result = at_checkpoints.step_cost(runs, args.cost_rounds, args.cost_seconds)
-        result["settings"] = {"rounds": args.cost_rounds, "seconds": args.cost_seconds}
+        result = at_checkpoints.step_cost(runs, args.cost_rounds, args.cost_seconds, device=args.cost_device)
+        result["settings"] = {"rounds": args.cost_rounds, "seconds": args.cost_seconds, "device": args.cost_device}
     elif job.kind == "is_resolution":
         runs = {name: (at_checkpoints.best_checkpoint(args.logs / name), records[name]["command"]) for name in best_of_each_family(records)}
         result = at_checkpoints.is_resolution(runs, args.is_images, args.is_samples)
@@ -242,6 +250,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cost-rounds", type=int, default=5, help="alternating rounds of the step-cost timing")
     parser.add_argument("--cost-seconds", type=float, default=2.0,
                         help="seconds (at least) each model's steps are timed for in each round (default 2)")
+    parser.add_argument("--cost-device", default="cpu",
+                        help="where measure-step-cost times the steps: cpu (one thread, the default: the equal-time "
+                             "runs' time axis) or cuda (its own record, measure-step-cost-cuda)")
     parser.add_argument("--grad-batches", type=int, default=4, help="training batches per gradient measurement")
     parser.add_argument("--grad-repeats", type=int, default=16, help="gradient estimates per batch (>= 2)")
     runner.add_study_arguments(parser, out="benchmarks/results/field-study", logs="logs/field-study")

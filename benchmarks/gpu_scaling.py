@@ -3,6 +3,8 @@
     python -m benchmarks.gpu_scaling                      # on a CUDA machine: CIFAR-10 conv nets, batch 128
     python -m benchmarks.gpu_scaling --precision bf16-mixed --compile
     python -m benchmarks.gpu_scaling --tiny               # a CPU smoke run of the same code, tiny networks
+    python -m benchmarks.gpu_scaling --estimators --out benchmarks/results/speed/gpu_estimators_h100.txt   # issue 46's table
+    python -m benchmarks.gpu_scaling --estimators --quick # its CPU smoke run
 
 JSA's index-cached MIS scores the L+1 candidates of every example in one batched decoder pass. On a
 CPU that pass costs in proportion to its B (L+1) rows, so the linear cost model predicts a JSA step of
@@ -20,12 +22,24 @@ K=10, D=16 codes on the 8x8 grid; the VAE with 16 latent channels per cell), on 
 (the cost does not depend on the pixels). `--precision bf16-mixed` runs the steps under bfloat16 autocast
 (log-probabilities stay float32, models/components/precision.py); `--compile` compiles the encoder and
 decoder as `model.compile=true` does.
+
+`--estimators` measures instead the table of the estimators at S = L particles (default 20,
+docs/mis.md#compiling-the-whole-step): JSA's step with the chain gradient on static rows (`chain_rows=static`, the
+accelerator's default), on distinct rows (the CPU's, eager only), with `expected` and `final`, RWS and VIMCO with S
+samples, and the VAE, on the MLP backbone (MNIST's shapes, bernoulli likelihood) and the conv one (CIFAR-10's,
+discretized logistic), each eager and compiled whole (`model.compile=step`: loss and backward one graph, CUDA graphs
+on CUDA; Adam eager in both), all of a backbone in alternating rounds. Each line is written as soon as it is
+measured, to the terminal and to --out, so a run cut short keeps what it measured. `compile s` is the first
+compiled step (the compilation) and the warm-up after it.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -33,11 +47,19 @@ import torch
 from benchmarks import arguments
 from benchmarks.mis_speed import PRECISIONS, autocast, train_step_fn
 from benchmarks.timing import median_seconds, paired
-from models import JSA, VAE
+from models import JSA, RWS, VAE, VIMCO
 from samplers import index_cached_mis
 
 ROUNDS = 3  # alternating rounds of the JSA and the VAE step for each L
 TINY = dict(device="cpu", batch_size=8, hidden_channels=8, mis_steps=[1, 4], min_run_time=0.05)
+# --estimators --quick: a CPU smoke run of the estimator table (inductor compiles on the CPU take a minute a model)
+QUICK = dict(device="cpu", batch_size=8, hidden_channels=8, particles=3, min_run_time=0.05, rounds=1, backbones=["mlp"],
+             compiled=["jsa-chain", "rws", "vae"], budget_minutes=60)
+ESTIMATORS = ("jsa-chain", "jsa-chain-distinct", "jsa-expected", "jsa-final", "rws", "vimco", "vae")
+# The order of the compilations: the issue's goals first (JSA's chain step against RWS's, compiled JSA against the
+# compiled VAE), so that a run whose --budget-minutes is spent before the last has measured those.
+COMPILE_ORDER = ("jsa-chain", "rws", "vae", "vimco", "jsa-expected", "jsa-final")
+EAGER_ONLY = {"jsa-chain-distinct"}  # its nonzero makes a data-dependent shape: it does not compile whole
 
 
 def median_ms(fn, min_run_time: float) -> float:
@@ -63,16 +85,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tiny", action="store_true",
                         help="CPU smoke run: batch 8, 8 channels, L in {1, 4}, 0.05 s a timing (overrides those options)")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
+    parser.add_argument("--estimators", action="store_true",
+                        help="the estimator table instead of the L sweep: JSA, RWS, VIMCO at S = L = --particles, the VAE; "
+                             "mlp and conv; eager and compiled whole (model.compile=step)")
+    parser.add_argument("--particles", type=arguments.integer(2), default=20, help="--estimators: S = L (default 20)")
+    parser.add_argument("--backbones", nargs="+", choices=["mlp", "conv"], default=["mlp", "conv"], help="--estimators: backbones")
+    parser.add_argument("--compiled", nargs="*", choices=ESTIMATORS, default=[e for e in ESTIMATORS if e not in EAGER_ONLY],
+                        help="--estimators: the estimators also measured compiled (default: all that compile whole)")
+    parser.add_argument("--rounds", type=arguments.integer(1), default=3, help="--estimators: alternating rounds (default 3)")
+    parser.add_argument("--budget-minutes", type=arguments.number(0), default=6.5,
+                        help="--estimators: no compilation starts that, at the longest one's pace so far, would end the "
+                             "run after this many minutes from its start; a skipped one is named in the table (default 6.5)")
+    parser.add_argument("--quick", action="store_true",
+                        help="--estimators CPU smoke run: batch 8, 8 channels, S = L = 3, mlp only, 0.05 s a timing, one "
+                             "round, three estimators compiled (overrides those options)")
     args = parser.parse_args(argv)
     if args.out is not None and args.out.is_dir():  # found before the measurement, not after it
         parser.error(f"--out {args.out}: a directory; expected the file to write the table to")
     if args.tiny:
         vars(args).update(TINY)
+    if args.quick:
+        vars(args).update(QUICK, estimators=True)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit(f"error: --device {args.device}: no CUDA device on this machine; run it on a GPU machine, "
                  "or use --tiny (a CPU smoke run) or --device cpu")
     device = torch.device(args.device)
     dtype = PRECISIONS[args.precision]
+    if args.estimators:
+        estimator_table(args, device, dtype)
+        return
     torch.manual_seed(0)
     x = (torch.randint(0, 256, (args.batch_size, 3, 32, 32)) / 255).to(device)
     index = torch.arange(args.batch_size, device=device)
@@ -110,6 +151,120 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(lines) + "\n")
+
+
+
+# ---- --estimators: the estimators at S = L particles, eager and compiled whole ------------------------------------
+
+def estimator_models(backbone: str, args, device: torch.device) -> dict[str, torch.nn.Module]:
+    """The models of the table, as `python train.py model=NAME` builds them for MNIST (mlp) or CIFAR-10 (conv)."""
+    if backbone == "mlp":
+        data = dict(data_shape=(1, 28, 28), backbone="mlp", likelihood="bernoulli")
+    else:
+        data = dict(data_shape=(3, 32, 32), backbone="conv", likelihood="discretized_logistic", hidden_channels=args.hidden_channels)
+    n = args.particles
+    jsa = lambda **kw: JSA(mis_steps=n, cache_size=args.batch_size, **data, **kw)  # noqa: E731
+    return {
+        "jsa-chain": jsa(chain_rows="static"),
+        "jsa-chain-distinct": jsa(chain_rows="distinct"),
+        "jsa-expected": jsa(gradient_states="expected"),
+        "jsa-final": jsa(gradient_states="final"),
+        "rws": RWS(num_samples=n, **data),
+        "vimco": VIMCO(num_samples=n, **data),
+        "vae": VAE(latent_dim=32 if backbone == "mlp" else 16, **data),
+    }
+
+
+def estimator_batch(backbone: str, batch_size: int, device: torch.device) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(0)
+    if backbone == "mlp":  # binarized MNIST's shape and density
+        return torch.bernoulli(torch.full((batch_size, 1, 28, 28), 0.13), generator=generator).to(device)
+    return (torch.randint(0, 256, (batch_size, 3, 32, 32), generator=generator) / 255).to(device)
+
+
+def compiled_step_fn(model, x, index, dtype):
+    """`train_step_fn` with the loss and backward of the compiled step (model.compile=step: `compiled_training_loss`)."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        with autocast(x, dtype):
+            loss = model.compiled_training_loss(x, index)["loss"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def estimator_table(args, device: torch.device, dtype) -> None:
+    began = time.perf_counter()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
+    lines: list[str] = []
+
+    def emit(line: str) -> None:  # each line to the file as it comes: a run cut short keeps what it measured
+        lines.append(line)
+        print(line, flush=True)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text("\n".join(lines) + "\n")
+
+    emit(f"device={name} torch={torch.__version__} precision={args.precision} batch={args.batch_size} S=L={args.particles} "
+         f"hidden_channels(conv)={args.hidden_channels} rounds={args.rounds}" + (" (--quick: a smoke run, not a measurement)" if args.quick else ""))
+    emit("compiled: model.compile=step (training_loss and its backward one graph, fullgraph" +
+         (', mode="reduce-overhead": CUDA graphs)' if device.type == "cuda" else "; no CUDA graphs on the CPU)") + "; Adam eager in both")
+    emit(f"{'backbone':>8} {'estimator':>19} {'eager ms':>9} {'compiled ms':>12} {'eager/RWS':>10} {'compiled/RWS':>13} "
+         f"{'compiled/VAE':>13} {'eager/compiled':>15} {'compile s':>10}")
+    measure = lambda fn: median_ms(fn, args.min_run_time / args.rounds)  # noqa: E731
+    for backbone in args.backbones:
+        torch.manual_seed(0)
+        x = estimator_batch(backbone, args.batch_size, device)
+        index = torch.arange(args.batch_size, device=device)
+        models = {key: model.to(device) for key, model in estimator_models(backbone, args, device).items()}
+        steps = {f"{key} eager": train_step_fn(model, x, index, dtype) for key, model in models.items()}
+        compile_s: dict[str, float] = {}
+        skipped: list[str] = []
+        for key in [k for k in COMPILE_ORDER if k in args.compiled]:
+            longest = max(compile_s.values(), default=0.0)
+            measuring = 30.0 * len(args.backbones)  # the rounds of the timings, generously
+            if time.perf_counter() - began + 1.5 * longest + measuring > 60 * args.budget_minutes:
+                skipped.append(key)
+                continue
+            compiled_model = copy.deepcopy(models[key])
+            compiled_model.compile_step = True
+            step = compiled_step_fn(compiled_model, x, index, dtype)
+            start = time.perf_counter()
+            for _ in range(3):  # compile, then the CUDA graph's recording and warm-up
+                step()
+            synchronize(device)
+            compile_s[key] = time.perf_counter() - start
+            steps[f"{key} compiled"] = step
+        # every step of this backbone in turn, `rounds` times: a drift of the machine falls on all alike
+        rounds = [{label: measure(fn) for label, fn in steps.items()} for _ in range(args.rounds)]
+
+        def median(label: str) -> float | None:
+            return statistics.median(r[label] for r in rounds) if label in rounds[0] else None
+
+        def ratio(first: str, second: str) -> str:  # median over the rounds of the per-round ratio
+            if first not in rounds[0] or second not in rounds[0]:
+                return ""
+            return f"{statistics.median(r[first] / r[second] for r in rounds):.2f}x"
+
+        for key in models:
+            eager, compiled = median(f"{key} eager"), median(f"{key} compiled")
+            emit(f"{backbone:>8} {key:>19} {eager:>9.2f} {'' if compiled is None else f'{compiled:.2f}':>12} "
+                 f"{ratio(f'{key} eager', 'rws eager'):>10} {ratio(f'{key} compiled', 'rws compiled'):>13} "
+                 f"{ratio(f'{key} compiled', 'vae compiled'):>13} {ratio(f'{key} eager', f'{key} compiled'):>15} "
+                 f"{'' if key not in compile_s else f'{compile_s[key]:.1f}':>10}")
+        if skipped:
+            emit(f"{backbone:>8} not compiled, the budget of {args.budget_minutes:g} min spent: {', '.join(skipped)}")
+        del models, steps
+        torch._dynamo.reset()
+    emit(f"total {time.perf_counter() - began:.0f} s")
 
 
 if __name__ == "__main__":

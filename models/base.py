@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import types
-from typing import Any, Callable, ClassVar, Iterable, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Literal, Sequence
 
 import lightning as L
 import torch
@@ -37,6 +37,7 @@ from samplers.sgmcmc import SGMCMC
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 COMPILED_GRAPHS_LIMIT = 64  # Dynamo's recompile_limit with model.compile=true (configure_model): about ten models
+CompileMode = Literal["networks", "step"]
 
 
 def inference(method: Callable) -> Callable:
@@ -82,9 +83,12 @@ class LatentVariableModel(L.LightningModule):
         test_seed: seed of the test stage's importance samples, so that test estimates are reproducible.
         activation: nonlinearity of the MLP backbone's hidden layers, `relu` or `leaky_relu` (slope 0.2, as
             in the JSA paper's code).
-        compile: compile the encoder and decoder networks with torch.compile when a Trainer runs the model
-            (`nn.Module.compile`, in place: parameter names and checkpoints are unchanged); the samplers,
-            estimators and log-likelihoods run eagerly around them. The first steps and evaluations of each
+        compile: what torch.compile compiles when a Trainer runs the model. `networks` (or true): the encoder and
+            decoder (`nn.Module.compile`, in place: parameter names and checkpoints are unchanged); the samplers,
+            estimators and log-likelihoods run eagerly around them. `step`: the whole training step, loss and
+            backward, as one graph (`training_loss`, fullgraph=True), with CUDA graphs (mode="reduce-overhead") on
+            a CUDA device, so that a step is a few launches instead of hundreds of small kernels; evaluation runs
+            eagerly (docs/mis.md#compiling-the-whole-step). false: nothing. The first steps and evaluations of each
             new batch shape pay the compilation.
     """
 
@@ -117,7 +121,7 @@ class LatentVariableModel(L.LightningModule):
         eval_chunk_size: int = 20,
         test_seed: int = 0,
         activation: Activation = "relu",
-        compile: bool = False,
+        compile: bool | CompileMode = False,
     ) -> None:
         super().__init__()
         for name, value, least in (("lr", lr, 0.0), ("sigma", sigma, 0.0)):
@@ -128,8 +132,12 @@ class LatentVariableModel(L.LightningModule):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         self.activation = activation
-        self.compile_networks = compile
+        if compile not in (False, True, "networks", "step"):
+            raise ValueError(f"compile must be false, true (= 'networks'), 'networks' or 'step', got {compile!r}")
+        self.compile_networks = compile in (True, "networks")
+        self.compile_step = compile == "step"
         self._networks_compiled = False
+        self._compiled_training_loss: Callable[[Tensor, Tensor], dict[str, Tensor]] | None = None
         self.data_shape = tuple(int(d) for d in data_shape)
         self.num_dims = math.prod(self.data_shape)
         self.likelihood = build_likelihood(likelihood or "bernoulli", sigma=sigma, learn_sigma=learn_sigma,
@@ -252,6 +260,34 @@ class LatentVariableModel(L.LightningModule):
             self.decoder.compile()
             self._networks_compiled = True
 
+    def compiled_training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        """`training_loss` compiled whole (model.compile=step, docs/mis.md#compiling-the-whole-step): one graph for the
+        loss, and the one AOTAutograd derives from it for the backward; on CUDA both replayed as CUDA graphs.
+
+        Compiled at the first step, when the device is known. fullgraph=True: a graph break would be an error, not a
+        silent fallback to eager code (tests/test_accelerator_step.py compiles every model's step so). A CUDA graph
+        replays into the same output memory each step, so the outputs are copied before anything (the logger, the
+        callbacks) can hold them into the next step, and each step is marked as a new one."""
+        cuda_graphs = x.device.type == "cuda"
+        if self._compiled_training_loss is None:
+            self._compiled_training_loss = self.compile_training_loss(mode="reduce-overhead" if cuda_graphs else None)
+        self.before_compiled_step()
+        if not cuda_graphs:
+            return self._compiled_training_loss(x, index)
+        torch.compiler.cudagraph_mark_step_begin()
+        return {name: value.clone() for name, value in self._compiled_training_loss(x, index).items()}
+
+    def compile_training_loss(self, **options: Any) -> Callable[[Tensor, Tensor], dict[str, Tensor]]:
+        """torch.compile(training_loss, fullgraph=True, **options) (mode, backend), under the collection's recompile limit."""
+        raise_recompile_limit(COMPILED_GRAPHS_LIMIT)
+        return torch.compile(self.training_loss, fullgraph=True, **options)
+
+    def before_compiled_step(self) -> None:
+        """Called before each compiled step, outside its graph: a model whose step reads a host value that changes in
+        training (the epoch, the step count) puts it into a tensor or flag here, which the compiled step reads
+        instead, so that the graph takes it as an input rather than baking it in and recompiling when it changes
+        (docs/mis.md#compiling-the-whole-step)."""
+
     # ---- checks before training -----------------------------------------------------
     def setup(self, stage: str) -> None:
         datamodule = self.trainer.datamodule
@@ -272,7 +308,8 @@ class LatentVariableModel(L.LightningModule):
     # ---- one step for training, one for validation and test ---------------------------
     def training_step(self, batch: Batch, batch_idx: int) -> dict[str, Any]:
         x, index = batch
-        terms = self.training_loss(self.likelihood.prepare(x), index)
+        x = self.likelihood.prepare(x)
+        terms = self.compiled_training_loss(x, index) if self.compile_step else self.training_loss(x, index)
         if is_logging_step(self.trainer):  # the only steps whose values reach the loggers (common/log_steps.py)
             # Logged per step only, so the tags are exactly `train/<name>` (no _step/_epoch suffix). Not
             # prog_bar=True: Lightning would convert it to a Python float after every step (a host sync on a

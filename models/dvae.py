@@ -102,6 +102,7 @@ class DiscreteVAE(CategoricalLatentModel):
                 "for an autoregressive prior"
             )
         self.register_buffer("baseline_mean", torch.zeros(()))  # running mean of f (in checkpoints)
+        self.register_buffer("compiled_temperature", torch.tensor(float(temperature)), persistent=False)  # current_temperature()
 
     # ---- the two estimators: each returns (loss to back-propagate, per-example ELBO estimate) ----
     run_tag_keys = ("backbone", "num_categories", "estimator", "control_variate", "temperature_min", "prior")
@@ -149,8 +150,15 @@ class DiscreteVAE(CategoricalLatentModel):
         elbo = log_px - kl
         return -elbo.mean(), elbo
 
-    def current_temperature(self) -> float:
+    def current_temperature(self) -> float | Tensor:
+        """τ at this step; in a compiled step (model.compile=step) the 0-d tensor `before_compiled_step` filled, so that
+        the graph does not bake in the step count and recompile every step (docs/mis.md#compiling-the-whole-step)."""
+        if torch.compiler.is_compiling():
+            return self.compiled_temperature
         return self.temperature_at(self.global_step)
+
+    def before_compiled_step(self) -> None:
+        self.compiled_temperature.fill_(self.temperature_at(self.global_step))
 
     def temperature_at(self, step: int) -> float:
         """τ_t = max(τ_min, τ_0 exp(-r t)), the annealing schedule at training step t."""
@@ -168,7 +176,8 @@ class DiscreteVAE(CategoricalLatentModel):
                 terms["baseline"] = self.baseline_mean.clone()
         else:
             loss, _ = self.gumbel_loss(x, log_q)
-            terms = {"loss": loss, "temperature": x.new_tensor(self.current_temperature())}
+            temperature = self.current_temperature()
+            terms = {"loss": loss, "temperature": temperature.clone() if torch.is_tensor(temperature) else x.new_tensor(temperature)}
         return terms
 
     def gradient_estimates(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:

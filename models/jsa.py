@@ -41,6 +41,7 @@ from samplers.visits import expected_visits, fresh_proposal_weights, visit_count
 
 GradientStates = Literal["final", "chain", "expected"]
 QStates = Literal["chain", "fresh"]
+ChainRows = Literal["auto", "static", "distinct"]
 
 
 class JSA(CategoricalLatentModel):
@@ -61,6 +62,11 @@ class JSA(CategoricalLatentModel):
             (the chain's last state), `chain` (the average over the L states the chain visited, as in the official
             JSA code; each distinct state is scored once) or `expected` (that average's expectation over the
             accept/reject draws given the candidates: Rao-Blackwellized, same mean, lower variance).
+        chain_rows: how `chain` scores the states it averages, the same gradient either way
+            (docs/jsa.md#static-or-distinct-rows): `distinct` re-scores the distinct visited states only (fewest rows,
+            but their number depends on the data: a host sync and a new shape each step), `static` weights all L+1
+            candidates of the sampler's one decoder pass by their visit counts (static shapes: no sync, compiles whole),
+            `auto` (the default): `static` on an accelerator, `distinct` on the CPU.
         cache_size: number of training examples; filled in from the data module when left out.
         **kwargs: the model's arguments (see `CategoricalLatentModel`: backbone, num_latents,
             num_categories, ...) and the shared ones (see `LatentVariableModel`).
@@ -75,6 +81,7 @@ class JSA(CategoricalLatentModel):
         q_states: QStates = "chain",
         cache_refresh: float = 0.0,
         cache_size: int | None = None,
+        chain_rows: ChainRows = "auto",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -85,6 +92,9 @@ class JSA(CategoricalLatentModel):
             raise ValueError(f"gradient_states must be 'final', 'chain' or 'expected', got {gradient_states!r}")
         if q_states not in ("chain", "fresh"):
             raise ValueError(f"q_states must be 'chain' or 'fresh', got {q_states!r}")
+        if chain_rows not in ("auto", "static", "distinct"):
+            raise ValueError(f"chain_rows must be 'auto', 'static' or 'distinct', got {chain_rows!r}")
+        self.chain_rows = chain_rows
         if cache_start_epoch is not None and cache_start_epoch < 0:
             raise ValueError(f"cache_start_epoch must be >= 0, got {cache_start_epoch}")
         if not 0.0 <= cache_refresh <= 1.0:  # a NaN fails this too
@@ -100,6 +110,8 @@ class JSA(CategoricalLatentModel):
             self._allocate_cache(cache_size)
         # Classes that h* has used so far (for `train/classes_used`).
         self.register_buffer("class_used", torch.zeros(self.num_categories, dtype=torch.bool))
+        self.register_buffer("compiled_epoch", torch.zeros((), dtype=torch.int32), persistent=False)  # cache_epoch()
+        self.compiled_reads_cache = False
         # Every rank keeps the whole cache and updates it with the gathered pairs of each step
         # (see `_write_cache`); DDP must not also broadcast these buffers from rank 0 each step.
         ignore_in_ddp(self, ["cache.codes", "cache.changed_epoch", "class_used"])
@@ -141,17 +153,18 @@ class JSA(CategoricalLatentModel):
 
     def jsa_step(self, x: Tensor, index: Tensor, write_cache: bool) -> dict[str, Tensor]:
         log_q = self.posterior(x)  # the one encoder pass of this step: log q(h | x), (B, V, K)
-        read_cache = self.cache is not None and self.cache_start_epoch is not None and self.current_epoch >= self.cache_start_epoch
+        read_cache, epoch = self.cache_epoch()
         start, has_start = self.cache.read(index) if read_cache else (None, None)
         if read_cache:
             has_start = refresh_starts(has_start, self.cache_refresh)
-        age = self.cache.age(index, self.current_epoch) if read_cache else None  # before this step's write
-        # `expected` weights every candidate, so its one decoder pass keeps the graph and serves the chain and
-        # the loss alike; `final` and `chain` score the candidates without gradient and re-score the few they keep.
-        with torch.set_grad_enabled(torch.is_grad_enabled() and self.gradient_states == "expected"):
+        age = self.cache.age(index, epoch) if read_cache else None  # before this step's write
+        # `expected` (and `chain` with static rows) weights every candidate, so its one decoder pass keeps the graph and
+        # serves the chain and the loss alike; `final` and `chain` with distinct rows score the candidates without
+        # gradient and re-score the few they keep.
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.weights_every_candidate(x.device)):
             sample = index_cached_mis(log_q.detach(), lambda latent: self.log_joint(x, latent), self.mis_steps, start, has_start)
         if self.cache is not None and write_cache:
-            self._write_cache(index, sample.latent)
+            self._write_cache(index, sample.latent, epoch)
 
         loss_p, loss_q = self.jsa_loss(x, log_q, sample, has_start)
         if not write_cache:
@@ -193,21 +206,47 @@ class JSA(CategoricalLatentModel):
             return visit_counts(sample.path_index, num_candidates, dtype) / self.mis_steps
         return expected_visits(sample.log_target, sample.log_proposal) / self.mis_steps
 
+    def static_chain_rows(self, device: torch.device) -> bool:
+        """Whether `chain` weights all L+1 scored candidates (`static`) rather than re-scoring the distinct visited
+        ones (`distinct`); `auto`: static on an accelerator, where a host sync and a new shape cost more than the
+        extra rows, distinct on the CPU, where the rows are the cost (docs/jsa.md#static-or-distinct-rows)."""
+        return self.chain_rows == "static" or (self.chain_rows == "auto" and device.type != "cpu")
+
+    def weights_every_candidate(self, device: torch.device) -> bool:
+        """Whether the loss is a weighted sum over the scores of the sampler's one decoder pass, which then keeps
+        its graph: `expected`, and `chain` with static rows."""
+        return self.gradient_states == "expected" or (self.gradient_states == "chain" and self.static_chain_rows(device))
+
     def weighted_log_joint(self, x: Tensor, sample: MISSample, weight: Tensor) -> Tensor:
         """Σ_j weight_j log p(x, h_j) per example, (B,), with gradient to θ.
 
-        `expected`: the candidates' scores already carry the graph. `final`: one row per example. `chain`: one
-        row per distinct (example, candidate) pair the chain visited, in one decoder pass; a rejection repeats
-        the current state, so at acceptance rate a there are about 1 + aL such rows per example, not L.
-        Selecting them costs one host sync (their number depends on the data).
+        `expected`, and `chain` with static rows: the candidates' scores already carry the graph (the weights of the
+        unvisited candidates are 0). `final`: one row per example. `chain` with distinct rows: one row per distinct
+        (example, candidate) pair the chain visited, in one decoder pass; a rejection repeats the current state, so
+        at acceptance rate a there are about 1 + aL such rows per example, not L. Selecting them costs one host
+        sync (their number depends on the data).
         """
-        if self.gradient_states == "expected":
+        if self.weights_every_candidate(x.device):
             return (weight * sample.log_target).sum(1)
         if self.gradient_states == "final":
             return self.log_joint(x, sample.latent.unsqueeze(1))[:, 0]
         example, candidate = weight.nonzero(as_tuple=True)
         log_joint = self.log_joint(x[example], sample.candidates[example, candidate].unsqueeze(1))[:, 0]  # (R,)
         return torch.zeros(x.shape[0], dtype=log_joint.dtype, device=x.device).index_add(0, example, weight[example, candidate] * log_joint)
+
+    def cache_epoch(self) -> tuple[bool, int | Tensor]:
+        """(whether this step reads the cache, the epoch it ages and writes the cache in). In a compiled step
+        (model.compile=step) the epoch is the 0-d tensor `before_compiled_step` filled, so that the graph does not
+        bake the epoch number in and recompile every epoch (docs/mis.md#compiling-the-whole-step); the read is a
+        Python flag there, one recompile at `cache_start_epoch`."""
+        if torch.compiler.is_compiling():
+            return self.compiled_reads_cache, self.compiled_epoch
+        epoch = self.current_epoch
+        return self.cache is not None and self.cache_start_epoch is not None and epoch >= self.cache_start_epoch, epoch
+
+    def before_compiled_step(self) -> None:
+        self.compiled_reads_cache, epoch = self.cache_epoch()
+        self.compiled_epoch.fill_(epoch)
 
     def cache_diagnostics(self, sample: MISSample, age: Tensor, has_start: Tensor) -> dict[str, Tensor]:
         """Over the chains that start from a cached state (docs/mis.md#when-the-cache-helps):
@@ -230,7 +269,7 @@ class JSA(CategoricalLatentModel):
             "cache_log_weight_gap": mean_over_started(log_weight[:, 0] - log_weight[:, 1:].max(1).values),
         }
 
-    def _write_cache(self, index: Tensor, latent: Tensor) -> None:
+    def _write_cache(self, index: Tensor, latent: Tensor, epoch: int | Tensor) -> None:
         """Store this step's h* for its examples, on every rank.
 
         Under DDP each rank samples only its shard; the (index, h*) pairs of all ranks are
@@ -241,4 +280,4 @@ class JSA(CategoricalLatentModel):
             # One collective for both: rows (index, h*_1..h*_V) of all ranks.
             pairs = self.all_gather(torch.cat([index.unsqueeze(1), latent], dim=1)).flatten(0, 1)
             index, latent = pairs[:, 0], pairs[:, 1:]
-        self.cache.write(index, latent, self.current_epoch)
+        self.cache.write(index, latent, epoch)

@@ -94,8 +94,22 @@ def sample_categorical(log_probs: Tensor, num_samples: int, generator: torch.Gen
     """
     batch, num_latents, num_categories = log_probs.shape
     probs = log_probs.reshape(batch * num_latents, num_categories).exp()
-    draws = torch.multinomial(probs, num_samples, replacement=True, generator=generator)
+    if num_samples == 1:  # multinomial's one-draw path would first check the probabilities on the host
+        draws = categorical_draw(probs, generator).unsqueeze(-1)
+    else:
+        draws = torch.multinomial(probs, num_samples, replacement=True, generator=generator)
     return draws.view(batch, num_latents, num_samples).transpose(1, 2)
+
+
+def categorical_draw(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One draw from each row of `probs` (..., K) (normalized or not), (...) long: argmax_k p_k / E_k with
+    E_k ~ Exp(1), the exponential race (the Gumbel-max trick, exponentiated).
+
+    `torch.multinomial(probs, 1)` draws exactly this way, from the same random numbers, but first reads the
+    probabilities' extremes back to the host to check them (`.item()`): on an accelerator a sync every call
+    (docs/mis.md#static-shapes-and-no-host-syncs). Same draws, without the check.
+    """
+    return (probs / torch.empty_like(probs).exponential_(generator=generator)).argmax(-1)
 
 
 def categorical_log_prob(log_probs: Tensor, latent: Tensor) -> Tensor:

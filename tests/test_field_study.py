@@ -142,3 +142,17 @@ def test_mnist_beside_fashion_ranks_the_arms_on_each_data_set_by_seed_0_and_by_m
     assert lines[2] == "| JSA, uniform prior | 81.00 ± 1.00 (3) | 1 / 1 | 10.00 | 119.00 ± 1.73 (3) | 2 / 1 | 10.00 |"
     assert lines[3] == "| RWS, uniform prior | 82.00 ± 1.00 (3) | 2 / 2 | 10.00 | 120.00 ± 0.00 (3) | 1 / 2 | 10.00 |"
     assert len(lines) == 4 and field_study_report.across_data_sets({r["name"]: r for r in rows[:6]}) == []
+
+
+def test_a_gpu_step_cost_is_a_record_of_its_own_beside_the_cpus(tmp_path, monkeypatch):
+    """--cost-device cuda plans measure-step-cost-cuda and hands the device to the timing; the CPU record (the
+    equal-time runs' time axis) keeps its name."""
+    measured = []
+    monkeypatch.setattr(field_study, "write_report", lambda args: tmp_path / "report.md")
+    monkeypatch.setattr(field_study, "run_job", lambda job, args: measured.append((job.name, args.cost_device)) or
+                        {"name": job.name, "kind": job.kind})
+    common = ["--datasets", "mnist", "--models", "jsa", "--out", str(tmp_path / "out"), "--logs", str(tmp_path / "logs")]
+    field_study.main(common + ["--cost-device", "cuda", "--only", "measure-step-cost*"])
+    assert measured == [("measure-step-cost-cuda", "cuda")]
+    field_study.main(common + ["--only", "measure-step-cost*"])
+    assert measured[1:] == [("measure-step-cost", "cpu")]

@@ -229,3 +229,61 @@ def test_a_cache_from_before_the_changed_epochs_loads():
     state = {k: v for k, v in model.state_dict().items() if k != "cache.changed_epoch"}
     model.load_state_dict(state)
     assert model.cache.changed_epoch.tolist() == [0, 0, 0, 0]
+
+
+# ---- chain_rows: the chain gradient with static shapes (docs/jsa.md#static-or-distinct-rows) ----------------------
+
+@pytest.mark.parametrize("path_kind", ["sampled", "repeated", "all_rejected", "all_accepted"])
+def test_static_chain_rows_give_the_distinct_rows_gradient_and_the_path_average(path_kind):
+    """`static` weights the L+1 candidates of the sampler's scored pass by visit counts / L: the same gradient as
+    the distinct rows re-scored (and as the paper's path average), every parameter to 1e-10 in float64."""
+    static, distinct = toy64(gradient_states="chain", chain_rows="static"), toy64(gradient_states="chain", chain_rows="distinct")
+    x = torch.rand(7, 1, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(4)
+    log_q = static.posterior(x)
+    sample = index_cached_mis(log_q.detach(), lambda h: static.log_joint(x, h), L)  # with the graph, as the static step
+    path_index = {
+        "sampled": sample.path_index,
+        "repeated": torch.tensor([0, 3, 3, 1, 3]).expand(7, -1),
+        "all_rejected": torch.zeros(7, L, dtype=torch.long),
+        "all_accepted": torch.arange(1, L + 1).expand(7, -1),
+    }[path_kind]
+    sample = with_path(sample, path_index)
+    ours = gradients(static, sum(static.jsa_loss(x, log_q, sample)))
+    detached = sample._replace(log_target=sample.log_target.detach())
+    reference = gradients(distinct, sum(distinct.jsa_loss(x, distinct.posterior(x), detached)))
+    path_average = gradients(distinct, path_average_loss(distinct, x, distinct.posterior(x), sample.path))
+    assert ours.keys() == reference.keys() == path_average.keys() and any(n.startswith("prior.") for n in ours)
+    for name in reference:
+        torch.testing.assert_close(ours[name], reference[name], rtol=0, atol=1e-10, msg=name)
+        torch.testing.assert_close(ours[name], path_average[name], rtol=0, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("gradient_states", ["chain", "expected", "final"])
+def test_a_static_rows_training_step_equals_the_distinct_rows_step(gradient_states):
+    """The whole step (cache read and write, a shared random stream): loss, every gradient and the cache alike."""
+    models = {rows: toy64(gradient_states=gradient_states, chain_rows=rows, cache_size=6) for rows in ("static", "distinct")}
+    x = torch.rand(6, 1, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    index = torch.arange(6)
+    results = {}
+    for rows, model in models.items():
+        torch.manual_seed(6)
+        model.training_loss(x, index)  # fill the cache: the next step starts from it
+        terms = model.training_loss(x, index)
+        results[rows] = (terms["loss"].detach(), gradients(model, terms["loss"]), model.cache.codes.clone())
+    (loss, grads, codes), (loss_d, grads_d, codes_d) = results["static"], results["distinct"]
+    torch.testing.assert_close(loss, loss_d, rtol=0, atol=1e-10)
+    assert torch.equal(codes, codes_d) and grads.keys() == grads_d.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads_d[name], rtol=0, atol=1e-10, msg=name)
+
+
+def test_chain_rows_auto_is_static_on_an_accelerator_and_distinct_on_the_cpu():
+    model = toy_jsa(mis_steps=2)
+    assert model.chain_rows == "auto"
+    assert model.static_chain_rows(torch.device("cuda")) and model.static_chain_rows(torch.device("mps"))
+    assert not model.static_chain_rows(torch.device("cpu"))
+    assert toy_jsa(mis_steps=2, chain_rows="static").static_chain_rows(torch.device("cpu"))
+    assert not toy_jsa(mis_steps=2, chain_rows="distinct").static_chain_rows(torch.device("cuda"))
+    with pytest.raises(ValueError, match="chain_rows must be 'auto', 'static' or 'distinct', got 'fixed'"):
+        toy_jsa(chain_rows="fixed")

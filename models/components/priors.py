@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.components.precision import full_precision
-from samplers.mis import sample_categorical
+from samplers.mis import categorical_draw, sample_categorical
 
 
 class CodePrior(nn.Module):
@@ -80,7 +80,7 @@ class CodePrior(nn.Module):
         codes = torch.zeros(num_samples, self.num_latents, dtype=torch.long, device=self._device())
         for v in range(self.num_latents):
             logits = self.conditional_logits(codes)[:, v]  # depends on codes[:, :v] only
-            codes[:, v] = torch.multinomial(full_precision(logits).softmax(-1), 1).squeeze(1)
+            codes[:, v] = categorical_draw(full_precision(logits).softmax(-1))  # multinomial(., 1) without its host check
         return codes
 
 
@@ -170,7 +170,10 @@ class AutoregressivePrior(CodePrior):
         nn.init.zeros_(self.output.bias)
 
     def conditional_logits(self, codes: Tensor) -> Tensor:
-        one_hot = F.one_hot(codes, self.num_categories).to(self.output.weight.dtype).flatten(1)  # (N, V*K)
+        # A comparison, not F.one_hot: on the CPU (and the CUDA of older torch) one_hot reads the codes' minimum and maximum
+        # back to the host to check them, two syncs every step (docs/mis.md#static-shapes-and-no-host-syncs).
+        classes = torch.arange(self.num_categories, device=codes.device)
+        one_hot = (codes.unsqueeze(-1) == classes).to(self.output.weight.dtype).flatten(1)  # (N, V*K)
         return self.output(self.hidden(one_hot)).view(-1, self.num_latents, self.num_categories)
 
 
