@@ -258,3 +258,18 @@ def test_model_compile_takes_networks_or_step():
     assert categorical(RWS, compile="step").compile_step and not categorical(RWS, compile="step").compile_networks
     with pytest.raises(ValueError, match="compile must be false, true \\(= 'networks'\\), 'networks' or 'step', got 'all'"):
         categorical(RWS, compile="all")
+
+
+def test_a_new_batch_shape_gets_a_static_graph_of_its_own():
+    """An epoch's short last batch: a second graph, with static shapes (dynamic=False: CUDA graphs need them, and
+    inductor failed on the conv backbone's symbolic batch size), not one graph over a symbolic batch size."""
+    model = categorical(RWS, num_samples=3)
+    graphs: list = []
+    torch._dynamo.reset()
+    model._compiled_training_loss = model.compile_training_loss(backend=counting_backend("eager", graphs))
+    for batch in (4, 3, 4):
+        model.compiled_training_loss(images()[:batch], torch.arange(batch))["loss"].backward()
+    shapes = [[tuple(node.meta["example_value"].shape) for node in graph.graph.nodes
+               if node.op == "placeholder" and isinstance(node.meta.get("example_value"), torch.Tensor)] for graph in graphs]
+    assert len(graphs) == 2 and all(isinstance(size, int) for graph in shapes for shape in graph for size in shape), shapes
+    torch._dynamo.reset()
