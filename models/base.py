@@ -278,9 +278,12 @@ class LatentVariableModel(L.LightningModule):
         return {name: value.clone() for name, value in self._compiled_training_loss(x, index).items()}
 
     def compile_training_loss(self, **options: Any) -> Callable[[Tensor, Tensor], dict[str, Tensor]]:
-        """torch.compile(training_loss, fullgraph=True, **options) (mode, backend), under the collection's recompile limit."""
+        """torch.compile(training_loss, fullgraph=True, dynamic=False, **options) (mode, backend), under the collection's
+        recompile limit. dynamic=False: a new batch shape (an epoch's short last batch, another model of the same class in
+        the process) gets a graph of its own with static shapes, as CUDA graphs need, instead of one over a symbolic
+        batch size (which inductor failed to compile for the conv backbone, torch 2.14)."""
         raise_recompile_limit(COMPILED_GRAPHS_LIMIT)
-        return torch.compile(self.training_loss, fullgraph=True, **options)
+        return torch.compile(self.training_loss, fullgraph=True, dynamic=False, **options)
 
     def before_compiled_step(self) -> None:
         """Called before each compiled step, outside its graph: a model whose step reads a host value that changes in
