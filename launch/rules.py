@@ -84,7 +84,7 @@ def run_name(base: str, run_tag: str) -> str:
 def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir: str | None = None) -> dict[str, Any]:
     """What the run changes in the trainer's `settings` (strategy, callbacks, enable_progress_bar, default_root_dir,
     as given):
-    - without a logger (and no default_root_dir given), the run's files go to `unlogged_dir`: Lightning would put
+    - without a logger, or under fast_dev_run (and no default_root_dir given), the run's files go to `unlogged_dir`: Lightning would put
       its checkpoints, and LightningCLI its config.yaml, into the working directory;
     - a DDP strategy named by a string gets a collective timeout (launch/distributed.py);
     - in a SLURM job, Lightning's auto-requeue saves and finds hpc_ckpt_N.ckpt in the run's directory;
@@ -101,7 +101,8 @@ def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir:
     changed = {"strategy": strategy_with_timeout(settings.get("strategy"), timeout_s)}
     if logger and slurm_job_id() is not None:
         changed["default_root_dir"] = logger.log_dir
-    if not logger and settings.get("default_root_dir") is None and unlogged_dir is not None:
+    # fast_dev_run replaces any logger by Lightning's DummyLogger, which has no directory: the same as none.
+    if (not logger or settings.get("fast_dev_run")) and settings.get("default_root_dir") is None and unlogged_dir is not None:
         changed["default_root_dir"] = unlogged_dir
     callbacks = [*(settings.get("callbacks") or []), SaveOnPreemption(), ReleaseProcessGroupAtExit()]
     if settings.get("enable_progress_bar") is False:  # None: on

@@ -171,7 +171,9 @@ def no_traces_if_refused(logger: Any, refusals: tuple[type[BaseException], ...])
     refuses) leaves nothing behind: the TensorBoard run it had just made is removed; when it resumed an
     existing run, the event file this process added goes and the run's config files are put back as they
     were (LightningCLI rewrites config.yaml at setup). A run that saved a checkpoint keeps everything."""
-    run_dir = Path(logger.log_dir) if logger and rank_zero_only.rank == 0 else None
+    # fast_dev_run swaps the logger for Lightning's DummyLogger, which has no directory: nothing to clean up then.
+    log_dir = getattr(logger, "log_dir", None) if logger and rank_zero_only.rank == 0 else None
+    run_dir = Path(log_dir) if log_dir else None
     before = files_of(run_dir) if run_dir is not None else {}
     kept = {p: p.read_bytes() for p in before if p.suffix == ".yaml"}
     try:
@@ -250,8 +252,8 @@ def note_hydra_job(logger: Any) -> None:
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    if not logger or rank_zero_only.rank != 0 or not HydraConfig.initialized():
-        return
+    if not getattr(logger, "log_dir", None) or rank_zero_only.rank != 0 or not HydraConfig.initialized():
+        return  # no logger, or fast_dev_run's DummyLogger (no directory)
     path = Path(logger.log_dir) / "hydra_job.yaml"
     if path.exists() or path.is_symlink():  # a link (dangling too) is never written through
         return

@@ -315,3 +315,16 @@ def test_without_a_logger_nothing_is_written_outside_the_run_directory(tmp_path,
     assert [p.name for p in tmp_path.iterdir()] == ["logs"]
     [hydra_run] = (tmp_path / "logs" / "hydra" / "vae-mnist").iterdir()
     assert (hydra_run / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_fast_dev_run_runs_and_writes_only_under_logs_in_both_front_ends(tmp_path, mnist_dir, monkeypatch):
+    """`trainer.fast_dev_run=true` swaps the logger for Lightning's DummyLogger (no directory): the run still ends
+    cleanly, and its checkpoint goes to a run directory under logs/, as without a logger."""
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    small = ["model.latent_dim=4", "data.batch_size=16", "model.val_num_samples=2"]
+    launch.cli_app.main(["fit", "--model=VAE", *(f"--{s}" for s in small), "--trainer.fast_dev_run=true", "--trainer.enable_progress_bar=false"])
+    assert [p.name for p in tmp_path.iterdir()] == ["logs"]
+    assert list((tmp_path / "logs" / "cli").glob("vae-*/*/checkpoints/last.ckpt"))
+    launch.hydra_app.run(composed(["model=vae", *small, "trainer.fast_dev_run=true", "trainer.enable_progress_bar=false"]))
+    assert [p.name for p in tmp_path.iterdir()] == ["logs"]
