@@ -130,8 +130,34 @@ def build() -> dict[str, Any]:
                             for (group, names), package in zip(registered.items(), (models, datamodules))}}
 
 
-def well_formed(schema: Any) -> bool:
-    """Whether `schema` has the shape `build` gives it, as far as the early checks read it without further checks."""
+def load() -> dict[str, Any] | None:
+    """The schema with the classes whose fingerprint matches the code and packages installed now (the others are left
+    out: nothing of theirs is checked early); None without a readable file."""
+    if not well_formed_file():  # damaged or edited: the full checks decide alone
+        return None
+    try:
+        schema = json.loads(SCHEMA_FILE.read_text())
+        project = project_fingerprint()
+        schema["classes"] = {target: entry["settings"] for target, entry in schema["classes"].items()
+                             if entry["fingerprint"] == fingerprint(target, project)}
+    except (OSError, ValueError, KeyError, TypeError, metadata.PackageNotFoundError):
+        return None
+    priors = sys.modules.get("models.components.priors")  # imported: a prior may have been registered since the file was written
+    if priors is not None:
+        for settings in schema["classes"].values():
+            if "prior" in settings:
+                settings["prior"] = type_spec(priors.PriorName)
+    return schema
+
+
+def well_formed_file() -> bool:
+    """Whether settings_schema.json has the shape `build` gives it, as far as the early checks read it without further
+    checks (a damaged file would otherwise end every command in a traceback)."""
+    try:
+        schema = json.loads(SCHEMA_FILE.read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+
     def names_to_paths(value: Any) -> bool:
         return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
 
@@ -141,26 +167,6 @@ def well_formed(schema: Any) -> bool:
                                                                     for group in ("model", "data"))
             and isinstance(schema.get("classes"), dict)
             and all(isinstance(e, dict) and isinstance(e.get("settings"), dict) for e in schema["classes"].values()))
-
-
-def load() -> dict[str, Any] | None:
-    """The schema with the classes whose fingerprint matches the code and packages installed now (the others are left
-    out: nothing of theirs is checked early); None without a readable file."""
-    try:
-        schema = json.loads(SCHEMA_FILE.read_text())
-        if not well_formed(schema):
-            return None  # not the file `main` writes (damaged, edited): the full checks decide alone
-        project = project_fingerprint()
-        schema["classes"] = {target: entry["settings"] for target, entry in schema["classes"].items()
-                             if entry["fingerprint"] == fingerprint(target, project)}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, metadata.PackageNotFoundError):
-        return None
-    priors = sys.modules.get("models.components.priors")  # imported: a prior may have been registered since the file was written
-    if priors is not None:
-        for settings in schema["classes"].values():
-            if "prior" in settings:
-                settings["prior"] = type_spec(priors.PriorName)
-    return schema
 
 
 def main() -> None:
