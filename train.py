@@ -62,7 +62,12 @@ def main() -> None:
     from launch.received_config import refuse_received_configs  # a config file that would hang or import a stranger's module
 
     cli = bool(argv) and argv[0] in CLI_SUBCOMMANDS
-    refusal = refuse_received_configs(argv, cli) or refuse_early(argv, cli=cli)
+    refusal = refuse_received_configs(argv, cli)
+    try:
+        refusal = refusal or refuse_early(argv, cli=cli)
+    except (KeyError, TypeError, AttributeError, ValueError) as error:  # a damaged launch/settings_schema.json
+        print(f"note: the early checks were skipped ({type(error).__name__}: {error}; launch/settings_schema.json may be "
+              "damaged: python -m launch.schema rewrites it); the full checks still run", file=sys.stderr)
     if refusal:
         from launch.errors import exit_with
 

@@ -11,7 +11,14 @@ with DATA_DIR set and the training cut to a couple of steps, and is classified:
 - traceback:   a Python traceback was printed;
 - silent:      an error was expected and the run went on (or a documented behaviour was not logged);
 - unclear:     it stopped without a traceback, but the message does not name the option or file;
-- wrote:       it stopped with a clear message, but left files behind.
+- wrote:       it stopped with a clear message, but left files behind;
+- lost:        a file of the user's (`victim/` beside the run) is gone: a received file made the run remove it;
+- ran:         a module planted beside a received file was imported (its code ran);
+- hang:        it did not end within the case's time limit.
+
+Files from someone else (received_cases): checkpoints whose callback state names the user's files, whose
+hyperparameters name a planted module, runs whose files are links, data files that are pipes, config files that
+expand without bound, divergence, malformed state; each case's family says which (`received ...`).
 
 Writes table.md (a row per case: input, outcome, the message's first line) and table.json under --out.
 `--only` re-runs some cases and merges them into an existing table.json. tests/test_bad_inputs.py runs --quick.
@@ -40,6 +47,8 @@ HYDRA_FAST = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.l
               "trainer.enable_progress_bar=false", "callbacks.gradient_variance.every_n_steps=0", "model.mis_steps=2"]
 CLI_FAST = [f"--{a}" for a in HYDRA_FAST if not a.startswith(("callbacks.", "model.mis_steps"))]
 LIBRARY_ERRORS = ("CheckpointError", "DataError", "DataNotFoundError", "DataCorruptError", "SettingsError", "ValueError")
+OUTCOMES = ("clear", "documented", "traceback", "silent", "unclear", "wrote", "lost", "ran", "hang")
+CASE_TIMEOUT_S = 300
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
@@ -55,6 +64,7 @@ class Case:
     copy_runs: bool = False  # copy the prepared runs (checkpoints) into the case's directory first
     quick: bool = False  # in --quick (tests/test_bad_inputs.py)
     fast: bool = True  # append the settings that cut the run to a couple of steps
+    plant: str | None = None  # a PLANTS entry that alters the case's copy of the JSA run (copy_runs) before it runs
 
     @property
     def input(self) -> str:
@@ -228,7 +238,217 @@ def stranger_cases() -> list[Case]:
 
 
 def all_cases() -> list[Case]:
-    return option_cases() + front_end_cases() + data_cases() + checkpoint_cases() + resume_cases() + stranger_cases()
+    return (option_cases() + front_end_cases() + data_cases() + checkpoint_cases() + resume_cases() + stranger_cases()
+            + received_cases())
+
+
+def received_cases() -> list[Case]:
+    """Issue 48's families: what a colleague's checkpoint, run, config or data file must never do here (remove the
+    user's files, import a planted module, write through a link, hang, crash with a traceback)."""
+    resume = ["model=jsa", "ckpt_path={planted}", "trainer.max_steps=4"]
+    cli_fast = ["--trainer.limit_test_batches=1", "--model.test_num_samples=2"]
+    outside = "outside this run's checkpoint directory"
+    cases = []
+    for plant in ("last_model_path via ..", "last_model_path absolute", "kth_best_model_path", "best_k_models",
+                  "best_model_path", "last_model_path the working directory", "last_model_path a number",
+                  "last_model_path a link to the user's file"):
+        cases.append(Case(f"received delete: resume; ModelCheckpoint {plant} outside the run (victim)", "resume", resume,
+                          expect="documented", documented_by=outside, copy_runs=True, plant=f"callback {plant}"))
+    cases.append(Case("received delete: cli fit --ckpt_path; last_model_path outside the run (victim)", "resume",
+                      ["fit", "--ckpt_path={planted}", "--trainer.max_steps=4"], expect="documented", documented_by=outside,
+                      copy_runs=True, plant="callback last_model_path absolute"))
+    for where in ("optimizer.class_path", "prior.init_args.class_path", "_instantiator", "likelihood._target_",
+                  "_class_path", "datamodule class_path"):
+        cases.append(Case(f"received import: cli test; hyper_parameters {where} a planted module (payload)", "checkpoint",
+                          ["test", "--ckpt_path={planted}", *cli_fast], mention="planted_module", copy_runs=True,
+                          plant=f"import {where}"))
+    cases.append(Case("received import: hydra resume; hyper_parameters optimizer.class_path (payload)", "checkpoint", resume,
+                      mention="planted_module", copy_runs=True, plant="import optimizer.class_path"))
+    for where in ("optimizer.class_path", "_instantiator"):
+        cases.append(Case(f"received import: library load_from_checkpoint; {where} (payload)", "library",
+                          ["-c", "from models import JSA\nJSA.load_from_checkpoint('{planted}')"], mention="planted_module",
+                          copy_runs=True, plant=f"import {where}"))
+    for name, text in (("trainer.callbacks", "trainer:\n  callbacks:\n    - class_path: planted_module.Thing\n"),
+                       ("model class_path", "model:\n  class_path: planted_module.Thing\n"),
+                       ("trainer.logger", "trainer:\n  logger:\n    class_path: planted_module.Thing\n"),
+                       ("model.init_args nested", "model:\n  class_path: models.JSA\n  init_args:\n    x:\n"
+                                                  "      class_path: planted_module.Thing\n")):
+        cases.append(Case(f"received import: cli fit -c a config naming {name} (payload)", "cli",
+                          ["fit", "-c", f"{{root}}/configs/{name.replace(' ', '_')}.yaml"], mention="planted_module"))
+    for link in ("hparams.yaml", "hparams.yaml dangling", ".owner", "hydra_job.yaml"):
+        cases.append(Case(f"received link: hydra resume; the run's {link} a link (victim)", "resume", resume,
+                          mention="as a link", copy_runs=True, plant=f"link {link}"))
+    cases.append(Case("received link: cli fit resume; the run's config.yaml a link (victim)", "resume",
+                      ["fit", "--ckpt_path={planted}", "--trainer.max_steps=4"], mention="as a link", copy_runs=True,
+                      plant="link config.yaml"))
+    cases.append(Case("received link: cli test; the run's config_test.yaml a link (victim)", "resume",
+                      ["test", "--ckpt_path={planted}", *cli_fast], mention="as a link", copy_runs=True,
+                      plant="link config_test.yaml"))
+    for variant in RECEIVED_DATA:
+        cases.append(Case(f"received input: hydra MNIST {variant}", "data", [], data=variant, mention="not a regular file"))
+    cases.append(Case("received input: cli MNIST train images a named pipe", "data", ["fit"], data=RECEIVED_DATA[0],
+                      mention="not a regular file"))
+    for name, mention in (("alias bomb", "aliases expand"), ("deep", "nested too deeply"), ("large", "bytes, more than"),
+                          ("pipe", "not a regular file")):
+        cases.append(Case(f"received input: cli fit -c a config file; {name}", "cli",
+                          ["fit", "-c", f"{{root}}/configs/{name.replace(' ', '_')}.yaml"], mention=mention))
+    cases.append(Case("received input: hydra -cd experiment=bomb (alias bomb)", "hydra",
+                      ["-cd", "{root}/hydra-configs", "experiment=bomb"], mention="aliases expand", fast=False))
+    cases.append(Case("received input: hydra hydra.searchpath experiment=bomb (alias bomb)", "hydra",
+                      ["hydra.searchpath=[file://{root}/hydra-configs]", "experiment=bomb"], mention="aliases expand", fast=False))
+    cases.append(Case("received input: hydra ckpt_path declaring a compressed 512 MB tensor", "checkpoint",
+                      ["model=jsa", "ckpt_path={root}/declared.ckpt"], mention="declares"))
+    cases.append(Case("received input: cli test --ckpt_path declaring a compressed 512 MB tensor", "checkpoint",
+                      ["test", "--ckpt_path={root}/declared.ckpt", *cli_fast], mention="declares"))
+    cases.append(Case("received input: hydra ckpt_path a named pipe", "checkpoint", ["model=jsa", "ckpt_path={root}/pipe.ckpt"],
+                      mention="not a regular file"))
+    cases.append(Case("received input: hydra ckpt_path with a 10 MB .sha256 of no digest", "checkpoint",
+                      ["model=jsa", "ckpt_path={root}/bigsum.ckpt"], mention="bigsum.ckpt.sha256"))
+    for value in ("inf", "nan"):
+        cases.append(Case(f"received diverge: hydra model.lr={value}", "hydra", ["model=jsa", f"model.lr={value}"], mention="lr"))
+    cases.append(Case("received diverge: cli --model.lr=inf", "cli", ["fit", "--model.lr=inf"], mention="lr"))
+    for model in ("jsa", "rws", "vimco", "dvae"):
+        cases.append(Case(f"received diverge: hydra {model} model.lr=1e308 (NaN weights after one step)", "hydra",
+                          [f"model={model}", "model.lr=1e308", "trainer.max_steps=4", "trainer.limit_train_batches=4"],
+                          expect="stopped", mention="became NaN or inf"))
+    for damage in ("NaN", "shape"):
+        cases.append(Case(f"received diverge: resume; optimizer state {damage}", "resume", resume, mention="the optimizer's",
+                          copy_runs=True, plant=f"optimizer {damage}"))
+    for front_end, prefix, args in (("hydra", "", []), ("cli", "--", ["fit"])):
+        for key, value, mention in (("gradient_clip_val", "-1", "gradient_clip_val"), ("precision", "64-true", "precision"),
+                                    ("val_check_interval", "100000", "val_check_interval")):
+            cases.append(Case(f"received settings: {front_end} trainer.{key}={value}", front_end,
+                              [*args, f"{prefix}trainer.{key}={value}"], mention=mention))
+    for value in ("-1", str(2**64)):
+        cases.append(Case(f"received settings: cli --seed_everything={value}", "cli", ["fit", f"--seed_everything={value}"],
+                          mention="seed_everything"))
+    for damage in ("cache codes out of range", "cache codes negative", "cache codes float", "changed_epoch garbage",
+                   "data-loader position past the split", "loop state garbage", "random state garbage"):
+        mention = {"data-loader position past the split": "data-loader position", "loop state garbage": "epoch_progress",
+                   "random state garbage": "rng_states"}.get(damage, "cache.")
+        cases.append(Case(f"received state: resume; {damage}", "resume", resume, mention=mention, copy_runs=True,
+                          plant=f"state {damage}"))
+    cases.append(Case("received state: cli test --ckpt_path a state_dict-only file", "checkpoint",
+                      ["test", "--ckpt_path={root}/weights-only.ckpt", *cli_fast], mention="weights only"))
+    cases.append(Case("received state: hydra ckpt_path a state_dict-only file", "checkpoint",
+                      ["model=jsa", "ckpt_path={root}/weights-only.ckpt"], mention="weights only"))
+    cases.append(Case("received settings: hydra log_dir from an unset environment variable", "hydra",
+                      ["log_dir=${{oc.env:LATENT_ZOO_UNSET_DIR}}"], mention="LATENT_ZOO_UNSET_DIR"))
+    return cases
+
+
+RECEIVED_DATA = ["train images a named pipe", "train labels a named pipe", "train images a link to /dev/zero"]
+PLANTED_MODULE = "open({marker!r}, 'w').close()\nclass Thing:\n    pass\n"
+
+
+def plant(name: str, last: Path, cwd: Path) -> Path:
+    """Alter the case's copy of the JSA run as PLANTS `name` says; returns the checkpoint the case is given."""
+    import torch
+
+    from callbacks.checkpoint_files import save_checkpoint_file
+
+    checkpoint = torch.load(last, weights_only=True)
+    kind, _, what = name.partition(" ")
+    victim = cwd / "victim"
+    if kind == "callback":
+        (state,) = [v for k, v in checkpoint["callbacks"].items() if k.startswith("ModelCheckpoint")]
+        state.pop("dirpath")
+        relative_victim = f"{last.parent.relative_to(cwd)}/../../../../../victim"
+        if what == "best_k_models":
+            state["best_k_models"] = {str(victim): state["kth_value"]}
+        else:
+            key = what.split(" ")[0]
+            state[key] = {"last_model_path via ..": relative_victim, "last_model_path the working directory": str(cwd),
+                          "last_model_path a number": 7}.get(what, str(victim / "notes.txt"))
+            if what == "last_model_path a link to the user's file":
+                (last.parent / "evil.ckpt").symlink_to(victim / "notes.txt")
+                state[key] = str(last.parent / "evil.ckpt")
+    elif kind == "import":
+        hparams = checkpoint["hyper_parameters"]
+        if what == "optimizer.class_path":
+            hparams["optimizer"] = {"class_path": "planted_module.Thing"}
+        elif what == "prior.init_args.class_path":
+            hparams["prior"] = {"class_path": "models.JSA", "init_args": {"class_path": "planted_module.Thing"}}
+        elif what == "likelihood._target_":
+            hparams["likelihood"] = {"_target_": "planted_module.Thing"}
+        elif what == "datamodule class_path":
+            checkpoint["datamodule_hyper_parameters"] = {"_class_path": "planted_module.Thing"}
+        else:
+            hparams[what] = "planted_module.Thing"
+            checkpoint.pop("model_class", None) if what == "_class_path" else None
+    elif kind == "link":
+        link_name, dangling = what.split(" ")[0], what.endswith("dangling")
+        link = last.parents[1] / link_name
+        link.unlink(missing_ok=True)
+        link.symlink_to(cwd / "created-outside.yaml" if dangling else victim / "notes.txt")
+        return last
+    elif kind == "optimizer":
+        buffers = checkpoint["optimizer_states"][0]["state"][0]
+        buffers["exp_avg"] = buffers["exp_avg"] * float("nan") if what == "NaN" else buffers["exp_avg"][:1]
+    elif kind == "state":
+        state = checkpoint["state_dict"]
+        if what == "cache codes out of range":
+            state["cache.codes"][0, 0] = 42
+        elif what == "cache codes negative":
+            state["cache.codes"] = state["cache.codes"].to(torch.int16)
+            state["cache.codes"][0, 0] = -3
+        elif what == "cache codes float":
+            state["cache.codes"] = state["cache.codes"].float() + 0.5
+        elif what == "changed_epoch garbage":
+            state["cache.changed_epoch"][0] = -2**31
+        elif what == "data-loader position past the split":
+            checkpoint["loops"]["fit_loop"]["state_dict"] = {"combined_loader": [{"epoch": 1, "examples_done": 10**9}]}
+        elif what == "loop state garbage":
+            checkpoint["loops"]["fit_loop"]["epoch_progress"] = "garbage"
+        else:
+            checkpoint["rng_states"] = [{"cpu": torch.zeros(7)}]
+    planted = last.with_name("received.ckpt")
+    save_checkpoint_file(checkpoint, planted)
+    return planted
+
+
+def prepare_received(root: Path, data_dir: Path, jsa: Path) -> None:
+    """The files received_cases need that no case alters: planted module, config files, pipes, crafted checkpoints."""
+    import zipfile
+
+    import torch
+
+    from callbacks.checkpoint_files import save_checkpoint_file
+
+    (root / "planted_module.py").write_text(PLANTED_MODULE.format(marker=str(root / "PAYLOAD-RAN")))
+    configs = root / "configs"
+    configs.mkdir()
+    bomb = "".join(f"{chr(97 + i)}: &{chr(97 + i)} [{', '.join([f'*{chr(96 + i)}'] * 9) if i else ', '.join(['x'] * 9)}]\n"
+                   for i in range(9))
+    (configs / "alias_bomb.yaml").write_text(bomb)
+    (configs / "deep.yaml").write_text("a: " + "[" * 20000 + "]" * 20000 + "\n")
+    (configs / "large.yaml").write_text("# padding\n" * 200_000)
+    os.mkfifo(configs / "pipe.yaml")
+    for name, text in (("trainer.callbacks", "trainer:\n  callbacks:\n    - class_path: planted_module.Thing\n"),
+                       ("model_class_path", "model:\n  class_path: planted_module.Thing\n"),
+                       ("trainer.logger", "trainer:\n  logger:\n    class_path: planted_module.Thing\n"),
+                       ("model.init_args_nested", "model:\n  class_path: models.JSA\n  init_args:\n    x:\n"
+                                                  "      class_path: planted_module.Thing\n")):
+        (configs / f"{name}.yaml").write_text(text)
+    (root / "hydra-configs" / "experiment").mkdir(parents=True)
+    (root / "hydra-configs" / "experiment" / "bomb.yaml").write_text("# @package _global_\n" + bomb)
+    for variant in RECEIVED_DATA:
+        raw = root / f"data-{variant}" / "MNIST" / "raw"
+        raw.mkdir(parents=True)
+        for name in MNIST_FILES:
+            (raw / name).symlink_to(data_dir / "MNIST" / "raw" / name)
+        target = raw / MNIST_FILES[0 if variant.startswith("train images") else 1]
+        target.unlink()
+        os.mkfifo(target) if "pipe" in variant else target.symlink_to("/dev/zero")
+    with zipfile.ZipFile(jsa) as real, zipfile.ZipFile(root / "declared.ckpt", "w") as crafted:
+        for entry in real.infolist():
+            big = entry.filename.endswith("/data/0")
+            crafted.writestr(entry.filename, bytes(1 << 29) if big else real.read(entry),
+                             compress_type=zipfile.ZIP_DEFLATED if big else zipfile.ZIP_STORED)
+    os.mkfifo(root / "pipe.ckpt")
+    shutil.copyfile(jsa, root / "bigsum.ckpt")
+    (root / "bigsum.ckpt.sha256").write_text("not a digest " * 800_000)
+    save_checkpoint_file({"state_dict": torch.load(jsa, weights_only=True)["state_dict"]}, root / "weights-only.ckpt")
 
 
 # ---- the inputs the cases need, made once -----------------------------------------------------------
@@ -323,6 +543,7 @@ def prepare(root: Path, data_dir: Path) -> None:
     for name, sidecar in (("garbledsum", "not a checksum\n"), ("sha256sum", f"{file_digest(jsa).upper()}  sha256sum.ckpt\n")):
         shutil.copyfile(jsa, root / f"{name}.ckpt")
         (root / f"{name}.ckpt.sha256").write_text(sidecar)
+    prepare_received(root, data_dir, jsa)
     (root / "locked").mkdir()  # immutable (chattr +i) until `unlock`: not even root writes there
     subprocess.run(["chattr", "+i", str(root / "locked")], capture_output=True)  # (on ext4 and the like)
 
@@ -348,9 +569,13 @@ def run_case(case: Case, root: Path, data_dir: Path) -> dict:
     (cwd / "afile").write_text("")
     (cwd / "adir").mkdir()
     places = {"root": str(root), "jsa": str(run_checkpoint(root, "jsa")), "vae": str(run_checkpoint(root, "vae"))}
+    (cwd / "victim").mkdir()  # the user's own files, beside the run: no case may remove them
+    (cwd / "victim" / "notes.txt").write_text("years of work")
     if case.copy_runs:  # the case resumes its own copy: what it writes there is seen
         shutil.copytree(root / "runs" / "logs", cwd / "logs")
         places["jsa"] = str(run_checkpoint(root, "jsa", runs=cwd))
+    if case.plant:
+        places["planted"] = str(plant(case.plant, Path(places["jsa"]), cwd))
     args = [a.format(**places) for a in case.args]
     if args[:1] == ["-c"]:
         argv = [sys.executable, "-c", args[1]]
@@ -363,16 +588,26 @@ def run_case(case: Case, root: Path, data_dir: Path) -> dict:
         if args[:1] in (["test"], ["validate"]):
             fast = [a for a in fast if not a.startswith(("--trainer.max_steps", "--trainer.limit_train", "--data.batch_size"))]
         argv = [sys.executable, TRAIN, *args, *fast]
+    # The received files' folder on the path, as '.' is for many users: a module planted there is importable.
     env = {**os.environ, "DATA_DIR": str(root / f"data-{case.data}") if case.data else str(data_dir),
-           "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
+           "PYTHONPATH": f"{REPO}{os.pathsep}{root}", "HYDRA_FULL_ERROR": "0"}
     before = snapshot(cwd)
     began = time.monotonic()
-    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    try:
+        result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=CASE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        result = None
     seconds = time.monotonic() - began
     written = sorted(k for k, v in snapshot(cwd).items() if before.get(k) != v)
-    outcome, message = classify(case, result.returncode, result.stdout, result.stderr, written)
+    if result is None:
+        outcome, message = "hang", f"still running after {CASE_TIMEOUT_S} s"
+    else:
+        outcome, message = classify(case, result.returncode, result.stdout, result.stderr, written)
+    if not (cwd / "victim" / "notes.txt").is_file() or (cwd / "created-outside.yaml").exists():
+        outcome, message = "lost", f"the user's victim/notes.txt is gone, or a file was made through a link; {message}"
+    code = result.returncode if result is not None else None
     shutil.rmtree(cwd, ignore_errors=True)
-    return {**asdict(case), "input": case.input, "outcome": outcome, "message": message, "exit": result.returncode,
+    return {**asdict(case), "input": case.input, "outcome": outcome, "message": message, "exit": code,
             "written": written[:5], "seconds": round(seconds, 1)}
 
 
@@ -385,6 +620,9 @@ def classify(case: Case, code: int, stdout: str, stderr: str, written: list[str]
         return ("clear" if exception.rsplit(".", 1)[-1] in LIBRARY_ERRORS and named else "unclear"), lines[-1][:300]
     if "Traceback (most recent call last)" in output:
         return "traceback", next((line for line in reversed(lines) if not line.startswith("Set the environment")), "")[:300]
+    if case.expect == "stopped":  # a run that trained and was stopped with a line (its run directory stays)
+        named = (case.mention or "") in output
+        return ("documented" if code != 0 and named else "silent" if code == 0 else "unclear"), (lines[-1] if lines else "")[:300]
     if case.expect == "documented":
         if code == 0 and case.documented_by in output:
             return "documented", next(line for line in output.splitlines() if case.documented_by in line).strip()[:300]
@@ -406,7 +644,7 @@ def classify(case: Case, code: int, stdout: str, stderr: str, written: list[str]
 def write_table(rows: list[dict], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.json").write_text(json.dumps(rows, indent=1) + "\n")
-    counts = {k: sum(r["outcome"] == k for r in rows) for k in ("clear", "documented", "traceback", "silent", "unclear", "wrote")}
+    counts = {k: sum(r["outcome"] == k for r in rows) for k in OUTCOMES}
     lines = ["# Bad inputs", "", "Written by `python -m benchmarks.bad_inputs` (its docstring defines the outcomes). "
              f"{len(rows)} cases: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + ".", "",
              "| case | front end | input | outcome | message (first line) |", "|---|---|---|---|---|"]
@@ -462,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             unlock(root)  # or the temporary directory cannot be removed
         if (root / "PAYLOAD-RAN").exists():  # a planted checkpoint's code ran somewhere: every payload row fails
-            rows = [{**r, "outcome": "traceback", "message": "the planted payload ran"} if "payload" in r["id"] else r for r in rows]
+            rows = [{**r, "outcome": "ran", "message": "the planted payload ran"} if "payload" in r["id"] else r for r in rows]
     if args.only and (args.out / "table.json").exists():
         fresh = {r["id"]: r for r in rows}
         rows = [fresh.get(r["id"], r) for r in json.loads((args.out / "table.json").read_text()) if r["id"] in known]
@@ -471,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
         write_table(rows, args.out)
     bad = [r for r in rows if r["outcome"] not in ("clear", "documented")]
     print(f"{len(rows)} cases in {time.monotonic() - started:.0f} s: "
-          + ", ".join(f"{sum(r['outcome'] == k for r in rows)} {k}" for k in ("clear", "documented", "traceback", "silent", "unclear", "wrote")))
+          + ", ".join(f"{sum(r['outcome'] == k for r in rows)} {k}" for k in OUTCOMES))
     for row in bad:
         print(f"  {row['outcome']}: {row['id']}: {row['message'][:200]}")
     return 1 if bad else 0

@@ -509,7 +509,9 @@ def runs_section(selection: Selection, labels: dict[Path, str]) -> str:
     def note(run: Found) -> str:
         return "; still running, or interrupted (its .owner file remains)" if run.busy else ""
 
-    lines = [f"- compared: `{run.rel}` as **{labels[run.path]}**: {why}{note(run)}" for run, why in selection.compared]
+    lines = [f"- compared: `{run.rel}` as **{labels[run.path]}**: {why}{note(run)}" if run.path in labels else
+             f"- left out: `{run.rel}`: its event files could not be read (the line printed names why)"
+             for run, why in selection.compared]
     lines += [f"- left out: `{run.rel}`: {why}{note(run)}" for run, why in selection.left_out]
     return "## Runs\n\n" + selection.summary + "\n\n" + "\n".join(lines)
 

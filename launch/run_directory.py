@@ -24,10 +24,9 @@ from callbacks.checkpoint_files import CheckpointError, held_directories, lies_i
 SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
 OWNER_FILE = ".owner"  # <run>/.owner names the process that writes the run, while it runs
 _owned: dict[Path, int] = {}  # the run directories this process holds locked (the open descriptors)
-# The files a run writes in place in its directory (Lightning's hparams.yaml, LightningCLI's config files, ours); a
-# received run may hold any of them as a link to elsewhere, which a write would follow (checkpoints are replaced by
-# rename, which replaces a link and follows none).
-# The checkpoint directory itself too: through a link, its saves and removals would happen elsewhere.
+# The files a run writes in place in its directory (Lightning's hparams.yaml, LightningCLI's config files, ours), and
+# its checkpoint directory: a received run may hold any of them as a link to elsewhere, which a write (or a save and a
+# removal there) would follow. Checkpoints themselves are replaced by rename, which replaces a link and follows none.
 WRITTEN_IN_PLACE = (OWNER_FILE, "hparams.yaml", "hydra_job.yaml", "config.yaml", "config_*.yaml", "checkpoints")
 
 

@@ -273,6 +273,8 @@ def _numeric(spec: Any) -> bool:
 def load() -> dict[str, Any] | None:
     """The schema with the classes whose fingerprint matches the code and packages installed now (the others are left
     out: nothing of theirs is checked early); None without a readable file."""
+    if not well_formed_file():  # damaged or edited: the full checks decide alone
+        return None
     try:
         schema = json.loads(SCHEMA_FILE.read_text())
         schema["classes"] = {target: entry["settings"] for target, entry in schema["classes"].items()
@@ -285,6 +287,25 @@ def load() -> dict[str, Any] | None:
             if "prior" in settings:
                 settings["prior"] = type_spec(priors.PriorName)
     return schema
+
+
+def well_formed_file() -> bool:
+    """Whether settings_schema.json has the shape `build` gives it, as far as the early checks read it without further
+    checks (a damaged file would otherwise end every command in a traceback)."""
+    try:
+        schema = json.loads(SCHEMA_FILE.read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+
+    def names_to_paths(value: Any) -> bool:
+        return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+    return (isinstance(schema, dict) and isinstance(schema.get("choices"), dict)
+            and all(names_to_paths(v) for v in schema["choices"].values())
+            and isinstance(schema.get("cli_classes"), dict) and all(names_to_paths(schema["cli_classes"].get(group))
+                                                                    for group in ("model", "data"))
+            and isinstance(schema.get("classes"), dict)
+            and all(isinstance(e, dict) and isinstance(e.get("settings"), dict) for e in schema["classes"].values()))
 
 
 def main() -> None:

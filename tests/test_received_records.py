@@ -65,3 +65,21 @@ def test_the_comparison_report_skips_a_bad_job_file_or_image_with_one_line(run, 
     assert any("version_deep/hydra_job.yaml: job file" in line and "nested too deeply" in line for line in skipped), skipped
     assert any("version_wrong/hydra_job.yaml: not a job file" in line for line in skipped), skipped
     assert any("reconstructions of" in line and "version_bomb" in line for line in skipped), skipped
+
+
+@pytest.mark.parametrize("damage", ["random bytes", "a record claiming 2**62 bytes"])
+def test_the_comparison_report_skips_an_unreadable_event_file_with_one_line(damage, run, tmp_path):
+    import struct
+
+    root = tmp_path / "runs"
+    subprocess.run(["cp", "-r", str(run / "logs" / "tensorboard"), str(root)], check=True)
+    (good,) = root.glob("*/version_0")
+    broken = good.with_name("version_broken")
+    broken.mkdir()
+    event = broken / "events.out.tfevents.1700000000.host.123.0"
+    event.write_bytes(os.urandom(4096) if damage == "random bytes" else struct.pack("<Q", 2**62) + bytes(12))
+    result = subprocess.run([sys.executable, "-m", "benchmarks.compare", str(root), "--all", "--out", str(tmp_path / "report")],
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert [line for line in result.stdout.splitlines() if line.startswith(f"skipped {broken}")], result.stdout[-2000:]
+    assert "version_broken" not in (tmp_path / "report" / "report.md").read_text().split("## Runs")[0]
