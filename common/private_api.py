@@ -15,7 +15,8 @@ OVERRIDDEN = {
     # launch/cli_app.py: _parse_ckpt_path checks the checkpoint's class before LightningCLI imports it; _run_subcommand
     # prints the run's summary line at the end; _instantiate_trainer leaves out the --checkpoint callback under
     # --trainer.enable_checkpointing=false. `_get` is called, not overridden (`cli_value` below), and checked with them.
-    "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_run_subcommand", "_get", "_instantiate_trainer"),
+    # _set_seed refuses a seed outside numpy's range in one line before Lightning seeds.
+    "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_run_subcommand", "_get", "_instantiate_trainer", "_set_seed"),
 }
 
 

@@ -49,7 +49,7 @@ class CollectionCLI(LightningCLI):
     command_line: list[str] = []  # the arguments as given (with the default --model/--data), set by main()
 
     def _set_seed(self) -> None:
-        seed = self._get(self.config, "seed_everything")  # as the Hydra front end's seed: numpy's range, or true/false
+        seed = cli_value(self, self.config, "seed_everything")  # as the Hydra front end's seed: numpy's range, or true/false
         if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:
             raise SettingsError(f"--seed_everything={seed}: expected an integer in [0, 2^32 - 1], or true (a random one)")
         super()._set_seed()

@@ -477,7 +477,7 @@ def test_unreadable_file_is_not_reported_missing(idx_cls: type[MNISTDataModule],
     path.mkdir()  # there, but not a file
     dm = idx_cls(data_dir=str(idx_copy))
     dm.prepare_data()
-    with pytest.raises(DataError, match=f"cannot read {re.escape(str(path))}: Is a directory") as info:
+    with pytest.raises(DataError, match=f"{re.escape(str(path))} is corrupt: it is not a regular file") as info:
         dm.setup("test")
     assert not isinstance(info.value, DataNotFoundError) and one_line(info.value)
 
