@@ -182,20 +182,6 @@ def estimator_batch(backbone: str, batch_size: int, device: torch.device) -> tor
     return (torch.randint(0, 256, (batch_size, 3, 32, 32), generator=generator) / 255).to(device)
 
 
-def compiled_step_fn(model, x, index, dtype):
-    """`train_step_fn` with the loss and backward of the compiled step (model.compile=step: `compiled_training_loss`)."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-
-    def step() -> None:
-        with autocast(x, dtype):
-            loss = model.compiled_training_loss(x, index)["loss"]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    return step
-
-
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -240,7 +226,7 @@ def estimator_table(args, device: torch.device, dtype) -> None:
                 continue
             compiled_model = copy.deepcopy(models[key])
             compiled_model.compile_step = True
-            step = compiled_step_fn(compiled_model, x, index, dtype)
+            step = train_step_fn(compiled_model, x, index, dtype, compiled_model.compiled_training_loss)  # model.compile=step
             start = time.perf_counter()
             for _ in range(3):  # compile, then the CUDA graph's recording and warm-up
                 step()
