@@ -37,7 +37,7 @@ class PathAverageJSA(JSA):
     """JSA's chain gradient as the paper's code (and this collection before) computes it: the L path states scored
     again with gradient, one decoder row per step, repeated states included."""
 
-    def jsa_loss(self, x: torch.Tensor, log_q: torch.Tensor, sample: MISSample) -> tuple[torch.Tensor, torch.Tensor]:
+    def jsa_loss(self, x: torch.Tensor, log_q: torch.Tensor, sample: MISSample, has_start: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         return -self.log_joint(x, sample.path).mean(), -categorical_log_prob(log_q, sample.path).mean()
 
 

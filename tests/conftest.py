@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,9 @@ os.environ["DATA_DIR"] = str(DATA_ROOT)
 
 # Under pytest-xdist (pyproject's -n auto) the workers share the cores: each worker, and every process it starts, gets
 # its share of them. Two processes of two torch threads each on two cores run the quick loop 3.3 times slower.
+# torch.compile's kernel cache, one per worker: two processes writing the same kernel file at once can leave another
+# reading it half-written ("file too short").
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor-{os.getpid()}"))
 if os.environ.get("PYTEST_XDIST_WORKER"):
     THREADS = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     torch.set_num_threads(THREADS)
