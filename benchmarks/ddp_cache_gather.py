@@ -36,9 +36,9 @@ def timed_write_cache(model: JSA, gather: bool) -> list[float]:
     spent: list[float] = []
     original = model._write_cache
 
-    def write(index, latent):
+    def write(index, latent, epoch):
         start = time.perf_counter()
-        original(index, latent) if gather else model.cache.write(index, latent)
+        original(index, latent, epoch) if gather else model.cache.write(index, latent, epoch)
         spent.append(time.perf_counter() - start)
 
     model._write_cache = write
