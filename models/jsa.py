@@ -230,7 +230,7 @@ class JSA(CategoricalLatentModel):
             return (weight * sample.log_target).sum(1)
         if self.gradient_states == "final":
             return self.log_joint(x, sample.latent.unsqueeze(1))[:, 0]
-        example, candidate = weight.nonzero(as_tuple=True)
+        example, candidate = weight.nonzero(as_tuple=True)  # sync: chain_rows=distinct, the CPU's path (accelerators take static)
         log_joint = self.log_joint(x[example], sample.candidates[example, candidate].unsqueeze(1))[:, 0]  # (R,)
         return torch.zeros(x.shape[0], dtype=log_joint.dtype, device=x.device).index_add(0, example, weight[example, candidate] * log_joint)
 
