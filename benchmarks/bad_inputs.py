@@ -379,7 +379,7 @@ def plant(name: str, last: Path, cwd: Path) -> Path:
     elif kind == "link":
         link_name, dangling = what.split(" ")[0], what.endswith("dangling")
         link = last.parents[1] / link_name
-        link.unlink(missing_ok=True)
+        link.unlink(missing_ok=True)  # safe: a file of the run this case just trained in its own temporary cwd
         link.symlink_to(cwd / "created-outside.yaml" if dangling else victim / "notes.txt")
         return last
     elif kind == "optimizer":
@@ -438,7 +438,7 @@ def prepare_received(root: Path, data_dir: Path, jsa: Path) -> None:
         for name in MNIST_FILES:
             (raw / name).symlink_to(data_dir / "MNIST" / "raw" / name)
         target = raw / MNIST_FILES[0 if variant.startswith("train images") else 1]
-        target.unlink()
+        target.unlink()  # safe: the symlink this case made a line above in its own temporary data folder
         os.mkfifo(target) if "pipe" in variant else target.symlink_to("/dev/zero")
     with zipfile.ZipFile(jsa) as real, zipfile.ZipFile(root / "declared.ckpt", "w") as crafted:
         for entry in real.infolist():
@@ -606,7 +606,7 @@ def run_case(case: Case, root: Path, data_dir: Path) -> dict:
     if not (cwd / "victim" / "notes.txt").is_file() or (cwd / "created-outside.yaml").exists():
         outcome, message = "lost", f"the user's victim/notes.txt is gone, or a file was made through a link; {message}"
     code = result.returncode if result is not None else None
-    shutil.rmtree(cwd, ignore_errors=True)
+    shutil.rmtree(cwd, ignore_errors=True)  # safe: the case's own mkdtemp working directory
     return {**asdict(case), "input": case.input, "outcome": outcome, "message": message, "exit": code,
             "written": written[:5], "seconds": round(seconds, 1)}
 

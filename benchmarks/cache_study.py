@@ -272,9 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.is_resolution:
         measure_is_resolution(args)
     elif not args.report_only:
-        jobs = {name: job for name, *job in plan(args)}
-        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(name, *jobs[name], args), runner.test_nll,
-                           lanes=args.lanes, only=args.only)
+        runner.run_plan(plan(args), run_job, args)
     print(f"report: {write_report(args)}")
 
 

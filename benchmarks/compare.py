@@ -484,7 +484,7 @@ def plot_reconstructions(runs: list[Run], out: Path) -> bool:
     removed rather than linked)."""
     shown_runs = [run for run in runs if run.reconstructions is not None]
     if not shown_runs:
-        out.unlink(missing_ok=True)
+        out.unlink(missing_ok=True)  # safe: the report's own figure under the user's --out, never a read run's file
         return False
     rows, columns = grid_shape(len(shown_runs))
     # Constrained layout keeps the figure title above the panel titles, however many lines those take.

@@ -119,9 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch"),
                                  {"arms": (args.arms, ["jsa-never", "rws", "jsa-cache"])})
     if not args.report_only:
-        jobs = {name: job for name, *job in plan(args)}
-        runner.run_pending(list(jobs), args.out / "runs", lambda name: run_job(name, *jobs[name], args), runner.test_nll,
-                           lanes=args.lanes, only=args.only)
+        runner.run_plan(plan(args), run_job, args)
     print(f"report: {write_report(args)}")
 
 

@@ -371,3 +371,11 @@ def test_nll(record: dict) -> str:
     nll = record.get("test", {}).get("nll")
     return f", test NLL {nll:.2f}" if nll is not None else ""
 
+
+
+def run_plan(plan: Sequence[tuple], run_job: Callable[..., dict], args: argparse.Namespace) -> None:
+    """Every planned (name, *job) without a record, by `run_pending` under the study's --lanes and --only:
+    run_job(name, *job, args) -> record."""
+    jobs = {name: job for name, *job in plan}
+    run_pending(list(jobs), args.out / "runs", lambda name: run_job(name, *jobs[name], args), test_nll,
+                lanes=args.lanes, only=args.only)

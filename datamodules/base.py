@@ -302,9 +302,9 @@ class ImageDataModule(L.LightningDataModule):
             for path in [*made, *(place / name for place, names in listed.items() for name in set(os.listdir(place)) - names)]:
                 # safe: each path is one this failed download made in the data folder (absent, or not listed, before it)
                 if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path, ignore_errors=True)
+                    shutil.rmtree(path, ignore_errors=True)  # safe: made by this failed download (see above)
                 else:
-                    path.unlink(missing_ok=True)  # (a link: the link itself)
+                    path.unlink(missing_ok=True)  # safe: made by this failed download (a link: the link itself)
             raise
 
     def _load(self, train: bool) -> Tensor:

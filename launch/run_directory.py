@@ -68,7 +68,7 @@ def own_run_directory(run_dir: str | os.PathLike) -> None:
     with os.fdopen(owner_file, "w") as file:
         file.write(f"process {os.getpid()} on {socket.gethostname()}\n")
     # safe: the owner's note in the run this process owns, never a link (refused above; unlink removes a link itself)
-    atexit.register(lambda: (run_dir / OWNER_FILE).unlink(missing_ok=True))
+    atexit.register(lambda: (run_dir / OWNER_FILE).unlink(missing_ok=True))  # safe: the owner note this process wrote in its run
 
 
 def refuse_links(run_dir: Path) -> None:

@@ -111,8 +111,7 @@ def _check_loaded_state(module: LatentCache, state_dict: dict, prefix: str, *arg
         if not valid.all():
             bad = codes[~valid]
             raise CheckpointError(f"the checkpoint's {prefix}codes (JSA's cache) hold {bad.numel()} value(s) outside the "
-            # sync: on load, for the refusal's message only
-                                  f"classes 0..{module.num_categories - 1} (e.g. {bad.flatten()[0].item()}): the file was "
+                                  f"classes 0..{module.num_categories - 1} (e.g. {bad.flatten()[0].item()}): the file was "  # sync: on load, the refusal's message only
                                   "altered or written for another num_categories; use another checkpoint")
     if isinstance(epochs, Tensor) and epochs.numel():
         if epochs.is_floating_point() or epochs.dtype == torch.bool or not ((epochs >= 0) & (epochs < MAX_EPOCH)).all():

@@ -106,7 +106,7 @@ def categorical_draw(probs: Tensor, generator: torch.Generator | None = None) ->
     E_k ~ Exp(1), the exponential race (the Gumbel-max trick, exponentiated).
 
     `torch.multinomial(probs, 1)` draws exactly this way, from the same random numbers, but first reads the
-    probabilities' extremes back to the host to check them (`.item()`): on an accelerator a sync every call
+    probabilities' extremes back to the host to check them: on an accelerator a sync every call
     (docs/mis.md#static-shapes-and-no-host-syncs). Same draws, without the check.
     """
     return (probs / torch.empty_like(probs).exponential_(generator=generator)).argmax(-1)
