@@ -216,6 +216,7 @@ def estimator_table(args, device: torch.device, dtype) -> None:
     # The compilations in the order of COMPILE_ORDER, each on every backbone before the next, under the budget.
     compile_s: dict[tuple[str, str], float] = {}
     skipped: dict[str, list[str]] = {backbone: [] for backbone in args.backbones}
+    failed: dict[str, list[str]] = {backbone: [] for backbone in args.backbones}
     measuring = 30.0 * len(args.backbones)  # the rounds of the timings that follow, generously
     for key in [k for k in COMPILE_ORDER if k in args.compiled]:
         for backbone in args.backbones:
@@ -228,9 +229,13 @@ def estimator_table(args, device: torch.device, dtype) -> None:
             compiled_model.compile_step = True
             step = train_step_fn(compiled_model, x, index, dtype, compiled_model.compiled_training_loss)  # model.compile=step
             start = time.perf_counter()
-            for _ in range(3):  # compile, then the CUDA graph's recording and warm-up
-                step()
-            synchronize(device)
+            try:
+                for _ in range(3):  # compile, then the CUDA graph's recording and warm-up
+                    step()
+                synchronize(device)
+            except Exception as error:  # another torch's compiler: the table says what failed and goes on
+                failed[backbone].append(f"{key} ({type(error).__name__}: {str(error).strip().splitlines()[0][:160] if str(error).strip() else ''})")
+                continue
             compile_s[backbone, key] = time.perf_counter() - start
             steps[f"{key} compiled"] = step
     for backbone, (models, _, _, steps) in setups.items():
@@ -252,6 +257,8 @@ def estimator_table(args, device: torch.device, dtype) -> None:
                  f"{ratio(f'{key} eager', 'rws eager'):>10} {ratio(f'{key} compiled', 'rws compiled'):>13} "
                  f"{ratio(f'{key} compiled', 'vae compiled'):>13} {ratio(f'{key} eager', f'{key} compiled'):>15} "
                  f"{'' if seconds is None else f'{seconds:.1f}':>10}")
+        for failure in failed[backbone]:
+            emit(f"{backbone:>8} compile failed: {failure}")
         if skipped[backbone]:
             emit(f"{backbone:>8} not compiled, the budget of {args.budget_minutes:g} min spent: {', '.join(skipped[backbone])}")
     emit(f"total {time.perf_counter() - began:.0f} s")
