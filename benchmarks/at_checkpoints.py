@@ -1,4 +1,4 @@
-"""Measurements at trained parameters, for the field study (benchmarks/field_study.py):
+"""Measurements at trained parameters, for the studies (benchmarks/field_study.py, cache_study.py, long_study.py):
 
 * `step_cost`: ms per training step of every run's model, timed side by side in one process (the runs' own logged
   epoch times depend on what else the machine was doing at the time).
@@ -18,7 +18,7 @@ import shlex
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -107,6 +107,33 @@ def is_resolution(runs: dict[str, tuple[Path, str]], images: int, sample_counts:
             results[name][str(count)] = {"nll": nll.tolist(), "elbo": elbo.tolist(), "seconds": time.perf_counter() - began}
             print(f"  {name}: K={count}: NLL {nll.mean():.2f} ({time.perf_counter() - began:.0f} s)", flush=True)
     return {"is_resolution": results}
+
+
+def measure_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool], images: int, sample_counts: list[int]) -> None:
+    """`is_resolution` for every finished run of a study (a record under out/runs/ for which `wanted(record)`) not
+    measured before with the same settings, from its best checkpoint under logs/<run>; kept in out/is-resolution.json,
+    one entry per run, written after each, so an interrupted pass resumes. A run whose logs did not survive (made on
+    another machine) is named and skipped: its record still counts."""
+    import json
+
+    from benchmarks import runner
+
+    path = out / "is-resolution.json"
+    settings = {"images": images, "samples": sorted(sample_counts)}
+    kept = runner.read_json(path) if path.exists() else {}
+    measured = kept.get("runs", {}) if kept.get("settings") == settings else {}
+    for record_path in sorted((out / "runs").glob("*.json")):
+        record = runner.read_json(record_path)
+        if not wanted(record) or record["name"] in measured:
+            continue
+        try:
+            run = {record["name"]: (best_checkpoint(logs / record["name"]), record["command"])}
+        except SystemExit as missing:
+            print(f"IS resolution of {record['name']}: skipped ({missing})", flush=True)
+            continue
+        print(f"IS resolution of {record['name']}", flush=True)
+        measured.update(is_resolution(run, images, settings["samples"])["is_resolution"])
+        runner.write_atomically(path, json.dumps({"settings": settings, "runs": measured}) + "\n")
 
 
 def importance_estimates(model: Any, x: torch.Tensor, num_samples: int, chunk: int = 50) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,7 +26,6 @@ sits above the better estimates says how good a proposal q is (`is-resolution.js
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 from pathlib import Path
@@ -83,29 +82,6 @@ def run_job(name: str, model: str, arm: str, seed: int, args: argparse.Namespace
     run_dir, seconds, command = runner.train(name, overrides(model, arm, seed, args), args.logs / name)
     record = {"name": name, "model": model, "arm": arm, "seed": seed, "epochs": args.epochs, "command": command, "seconds": seconds}
     return {**record, **read_curves(run_dir, extra_tags=[f"train/{tag}" for tag in DIAGNOSTICS])}
-
-
-def measure_is_resolution(args: argparse.Namespace) -> None:
-    """IS-NLL and ELBO per test image at every --is-samples count, for every finished run of the middle and no-cache
-    arms not measured before with the same settings; kept in --out/is-resolution.json (one entry per run)."""
-    from benchmarks import at_checkpoints
-
-    path = args.out / "is-resolution.json"
-    settings = {"images": args.is_images, "samples": sorted(args.is_samples)}
-    kept = runner.read_json(path) if path.exists() else {}
-    measured = kept.get("runs", {}) if kept.get("settings") == settings else {}
-    for record_path in sorted((args.out / "runs").glob("*.json")):
-        record = runner.read_json(record_path)
-        if record["arm"] not in MEASURED_ARMS or record["name"] in measured:
-            continue
-        try:
-            run = {record["name"]: (at_checkpoints.best_checkpoint(args.logs / record["name"]), record["command"])}
-        except SystemExit as missing:  # a run of an earlier machine whose logs did not survive: its record still counts
-            print(f"IS resolution of {record['name']}: skipped ({missing})", flush=True)
-            continue
-        print(f"IS resolution of {record['name']}", flush=True)
-        measured.update(at_checkpoints.is_resolution(run, args.is_images, settings["samples"])["is_resolution"])
-        runner.write_atomically(path, json.dumps({"settings": settings, "runs": measured}) + "\n")
 
 
 def is_resolution_table(args: argparse.Namespace, records: list[dict]) -> list[str]:
@@ -274,7 +250,9 @@ def main(argv: list[str] | None = None) -> None:
     runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch", "is_images"),
                                  {"models": (args.models, list(MODELS))})
     if args.is_resolution:
-        measure_is_resolution(args)
+        from benchmarks import at_checkpoints  # torch: only for the measurement
+
+        at_checkpoints.measure_finished_runs(args.out, args.logs, lambda record: record["arm"] in MEASURED_ARMS, args.is_images, args.is_samples)
     elif not args.report_only:
         runner.run_plan(plan(args), run_job, args)
     print(f"report: {write_report(args)}")

@@ -5,6 +5,7 @@ may converge.
 
     python -m benchmarks.long_study                   # every run (resumable), then the report
     python -m benchmarks.long_study --report-only     # the report from the finished runs
+    python -m benchmarks.long_study --is-resolution   # only the finished runs' IS-NLL at 100, 1000, 5000 samples
     python -m benchmarks.long_study --arms jsa-never,rws --lanes 2 --logs /scratch/long-study
 
 The cache arm reads the cache from 60 % of the run on (the JSA paper reads it over its last 40 %: 300 of 500
@@ -12,7 +13,9 @@ epochs); `--cache-arm` names its extra train.py settings (default: the cache alo
 `python train.py experiment=jsa_paper ...` (the command is in its JSON record under `--out/runs/`); a finished run
 is skipped, an unfinished one resumes from its last.ckpt (benchmarks/runner.py). The report gives, per arm, the
 test NLL (1000 samples at the best val epoch), the best val NLL, the epoch it came at and whether that is the last
-validation (a run whose best epoch is its last has not converged), with seed spread and the RWS − JSA differences.
+validation (a run whose best epoch is its last has not converged), with seed spread and the RWS − JSA differences;
+then, from every finished run's best checkpoint, the importance-sampled NLL at 100, 1000 and 5000 samples on the
+first 500 test images, as the cache study measures it (`--is-resolution`, benchmarks/at_checkpoints.py).
 """
 
 from __future__ import annotations
@@ -61,6 +64,51 @@ def mean_sd(values: list[float]) -> str:
     return f"{values[0]:.2f} (1 seed)" if len(values) == 1 else f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
+def differences_from_rws(values: dict[str, list[float]], labels: dict) -> list[str]:
+    """Table rows "RWS − arm" for every JSA arm: the difference of the seed means and the t-test's 95 % threshold."""
+    rws, rows = values.get("rws", []), []
+    for arm, jsa in values.items():
+        if arm == "rws" or not rws or not jsa:
+            continue
+        threshold = t_threshold(statistics.stdev(rws) if len(rws) > 1 else math.nan, len(rws),
+                                statistics.stdev(jsa) if len(jsa) > 1 else math.nan, len(jsa))
+        difference = statistics.mean(rws) - statistics.mean(jsa)
+        verdict = "–" if not math.isfinite(threshold) else ("yes" if abs(difference) > threshold else "no")
+        rows.append(f"| RWS − {labels.get(arm, (arm,))[0]} | {difference:+.2f} | {fmt(threshold)} | {verdict} |")
+    return rows
+
+
+def is_resolution_lines(args: argparse.Namespace, records: list[dict], labels: dict) -> list[str]:
+    """The best checkpoints' importance-sampled NLL at every --is-samples count on the first --is-images test images
+    (is-resolution.json, benchmarks/at_checkpoints.py), per arm over seeds, and RWS − JSA at the most samples."""
+    path = args.out / "is-resolution.json"
+    if not path.exists():
+        return []
+    kept = runner.read_json(path)
+    counts = [str(k) for k in kept["settings"]["samples"]]
+    arm_of = {r["name"]: r["arm"] for r in records}
+    per_arm: dict[str, list[dict]] = {}
+    for name, measured in kept["runs"].items():
+        if name in arm_of:
+            per_arm.setdefault(arm_of[name], []).append(measured)
+    lines = ["", f"Importance-sampled NLL of the best checkpoints on the first {kept['settings']['images']} test images, the "
+             "same images and seed for every run (`--is-resolution`); mean ± sd over seeds:", "",
+             "| arm | seeds | " + " | ".join(f"NLL, {k} samples" for k in counts) + " | −ELBO |", "|---|---|" + "---|" * (len(counts) + 1)]
+    for arm, runs in per_arm.items():
+        lines.append(f"| {labels.get(arm, (arm,))[0]} | {len(runs)} | "
+                     + " | ".join(mean_sd([statistics.mean(r[k]["nll"]) for r in runs]) for k in counts)
+                     + f" | {mean_sd([-statistics.mean(r[counts[-1]]['elbo']) for r in runs])} |")
+    most = {arm: [statistics.mean(r[counts[-1]]["nll"]) for r in runs] for arm, runs in per_arm.items()}
+    rows = differences_from_rws(most, labels)
+    if rows:
+        lines += ["", f"Differences at {counts[-1]} samples:", "", "| difference | mean | t × s.e. | beyond the seed noise? |",
+                  "|---|---|---|---|", *rows]
+    unmeasured = sorted(name for name in arm_of if name not in kept["runs"])
+    if unmeasured:
+        lines += ["", f"Finished runs not yet in is-resolution.json: {', '.join(unmeasured)}."]
+    return lines
+
+
 def write_report(args: argparse.Namespace) -> Path:
     records = list(runner.read_records(args.out).values())
     labels = arms(args)
@@ -84,19 +132,12 @@ def write_report(args: argparse.Namespace) -> Path:
         lines.append(f"| {labels.get(arm, (arm,))[0]} | {len(runs)} | {mean_sd(test)} | {mean_sd([b[1] for b in best])} | "
                      f"{', '.join(str(epoch_of(b[0], spe)) for b in best)} | {last} of {len(best)} | "
                      f"{runner.minutes_by_machine(runs)} |")
-    rws = [r["test"]["nll"] for r in by_arm.get("rws", []) if "nll" in r["test"]]
-    rows = []
-    for arm in (a for a in by_arm if a != "rws"):
-        jsa = [r["test"]["nll"] for r in by_arm[arm] if "nll" in r["test"]]
-        if rws and jsa:
-            threshold = t_threshold(statistics.stdev(rws) if len(rws) > 1 else math.nan, len(rws),
-                                    statistics.stdev(jsa) if len(jsa) > 1 else math.nan, len(jsa))
-            difference = statistics.mean(rws) - statistics.mean(jsa)
-            verdict = "–" if not math.isfinite(threshold) else ("yes" if abs(difference) > threshold else "no")
-            rows.append(f"| RWS − {labels.get(arm, (arm,))[0]} | {difference:+.2f} | {fmt(threshold)} | {verdict} |")
+    test_nll = {arm: [r["test"]["nll"] for r in runs if "nll" in r["test"]] for arm, runs in by_arm.items()}
+    rows = differences_from_rws(test_nll, labels)
     if rows:
         lines += ["", "Test-NLL differences (95 % threshold of a pooled two-sample t-test; – below two seeds an arm):", "",
                   "| difference | mean | t × s.e. | beyond the seed noise? |", "|---|---|---|---|", *rows]
+    lines += is_resolution_lines(args, records, labels)
     findings = args.out / "FINDINGS.md"
     if findings.exists():
         lines += ["", findings.read_text()]
@@ -114,12 +155,22 @@ def main(argv: list[str] | None = None) -> None:
                         help="subset of jsa-never,rws,jsa-cache (default all, in that order)")
     parser.add_argument("--cache-arm", type=lambda text: text.split(), default=[],
                         help="extra train.py settings of the jsa-cache arm, space-separated (e.g. 'model.q_states=fresh')")
+    parser.add_argument("--is-resolution", action="store_true",
+                        help="only measure the IS-NLL of the finished runs (no training), then the report")
+    parser.add_argument("--is-images", type=int, default=500, help="test images of the IS-NLL measurement (default 500)")
+    parser.add_argument("--is-samples", type=runner.counts, default=[100, 1000, 5000],
+                        help="importance sample counts of the IS-NLL measurement (default 100,1000,5000)")
     runner.add_study_arguments(parser, out="benchmarks/results/long-study", logs="logs/long-study")
     args = parser.parse_args(argv)
-    runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch"),
+    runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch", "is_images"),
                                  {"arms": (args.arms, ["jsa-never", "rws", "jsa-cache"])})
     if not args.report_only:
-        runner.run_plan(plan(args), run_job, args)
+        if not args.is_resolution:
+            runner.run_plan(plan(args), run_job, args)
+        from benchmarks import at_checkpoints  # torch: only for the measurement
+
+        # Every finished run, at the best val epoch: the 1000- and 5000-sample test NLL the issue's verdict reads.
+        at_checkpoints.measure_finished_runs(args.out, args.logs, lambda record: True, args.is_images, args.is_samples)
     print(f"report: {write_report(args)}")
 
 

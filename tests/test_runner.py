@@ -108,6 +108,54 @@ def test_the_cache_studys_is_table_pairs_the_arms_by_seed_and_image(tmp_path):
                       "| categorical 20×10, L = 20 | middle | 2 | +0.00 ± 0.00 | +0.00 ± 0.00 | +0.00 ± 0.00 |"]
 
 
+def test_the_long_studys_is_table_compares_rws_with_each_jsa_arm_at_the_most_samples(tmp_path):
+    """benchmarks/long_study.py: per arm the seeds' mean ± sd of each run's mean IS-NLL, −ELBO from the most samples,
+    RWS − JSA at the most samples with the t-test's threshold, and the finished runs not yet measured named."""
+    import argparse
+
+    from benchmarks import long_study
+
+    def run(nll_1000: float, nll_5000: float) -> dict:
+        return {"1000": {"nll": [nll_1000] * 2, "elbo": [-100.0] * 2}, "5000": {"nll": [nll_5000, nll_5000], "elbo": [-90.0, -92.0]}}
+
+    runs = {"mnist-rws-s0": run(82.0, 81.0), "mnist-rws-s1": run(82.0, 81.2), "mnist-jsa-never-s0": run(83.0, 82.0),
+            "mnist-jsa-never-s1": run(83.0, 82.4)}
+    (tmp_path / "is-resolution.json").write_text(json.dumps({"settings": {"images": 2, "samples": [1000, 5000]}, "runs": runs}))
+    records = [{"name": name, "arm": name.split("-", 1)[1].rsplit("-", 1)[0]} for name in [*runs, "mnist-rws-s2"]]
+    args = argparse.Namespace(out=tmp_path, epochs=100, cache_arm=[])
+    lines = long_study.is_resolution_lines(args, records, long_study.arms(args))
+    assert "| RWS | 2 | 82.00 ± 0.00 | 81.10 ± 0.14 | 91.00 ± 0.00 |" in lines
+    # RWS − JSA at 5000: 81.1 − 82.2 = −1.10; pooled sd √((0.14² + 0.28²)/2) = 0.224, t(2) = 4.303, × √(1/2 + 1/2) → 0.96
+    assert "| RWS − JSA, no cache | -1.10 | 0.96 | yes |" in lines
+    assert lines[-1] == "Finished runs not yet in is-resolution.json: mnist-rws-s2."
+
+
+def test_a_finished_runs_is_measurement_is_kept_and_not_redone_and_a_run_without_logs_is_named(tmp_path, capsys, monkeypatch):
+    """benchmarks/at_checkpoints.measure_finished_runs: each wanted, unmeasured run once, from its best checkpoint;
+    one whose logs are gone is named and skipped; a second pass measures nothing again."""
+    from benchmarks import at_checkpoints
+
+    (tmp_path / "runs").mkdir()
+    for name in ("a", "b", "c"):
+        (tmp_path / "runs" / f"{name}.json").write_text(json.dumps({"name": name, "command": "python train.py", "arm": name}))
+    measured = []
+
+    def best_checkpoint(log_dir):
+        if log_dir.name == "b":
+            raise SystemExit("no checkpoint under b")
+        return log_dir / "best.ckpt"
+
+    monkeypatch.setattr(at_checkpoints, "best_checkpoint", best_checkpoint)
+    monkeypatch.setattr(at_checkpoints, "is_resolution", lambda runs, images, counts: measured.extend(runs) or
+                        {"is_resolution": {name: {str(k): {"nll": [1.0]} for k in counts} for name in runs}})
+    for _ in range(2):
+        at_checkpoints.measure_finished_runs(tmp_path, tmp_path / "logs", lambda r: r["arm"] != "c", 1, [5000, 100])
+    assert measured == ["a"]
+    kept = json.loads((tmp_path / "is-resolution.json").read_text())
+    assert kept["settings"] == {"images": 1, "samples": [100, 5000]} and list(kept["runs"]) == ["a"]
+    assert capsys.readouterr().out.count("IS resolution of b: skipped (no checkpoint under b)") == 2
+
+
 def test_a_record_written_meanwhile_by_another_machine_is_not_redone(tmp_path):
     started = []
 
@@ -176,7 +224,7 @@ def test_the_priors_study_refuses_an_only_that_matches_nothing_before_measuring(
     assert not (tmp_path / "out" / "cost.json").exists()  # the cost table was not measured first
 
 
-@pytest.mark.parametrize("study", ["field_study", "jsa_study", "cache_study", "priors"])
+@pytest.mark.parametrize("study", ["field_study", "jsa_study", "cache_study", "long_study", "priors"])
 def test_every_study_refuses_a_file_for_out_or_logs_and_an_empty_report_before_writing(study, tmp_path, capsys):
     """One line each, and nothing written: an --out or --logs that is a file (or lies under one), and --report-only
     on a folder without records (a mistyped --out gave an empty report)."""
