@@ -1,11 +1,10 @@
 """Lightning callbacks for what every model shares but no model's algorithm needs to know: the NaN guard,
-random-state checkpointing, atomic checkpoint files, resume checks, preemption, image grids, the HPARAMS tab,
-training speed, the test stage's cost, gradient variance and the collection of SG-MCMC samples.
+preemption, image grids, the HPARAMS tab, training speed, the test stage's cost, gradient variance and the
+collection of SG-MCMC samples.
 
 configs/callbacks/default.yaml lists the set both front ends switch on (launch/rules.py reads it for LightningCLI);
-`RandomStateCheckpoint`, `AtomicCheckpoints` and `ResumeSettings` are added by every model itself
-(`LatentVariableModel.configure_callbacks`), because exact resume cannot work without them; `SaveOnPreemption`
-(SIGTERM, Ctrl-C) by the launch side (launch/rules.py).
+`SaveOnPreemption` (SIGTERM, Ctrl-C) is added by the launch side (launch/rules.py). The callbacks without which a
+checkpoint is not whole (random state, atomic files, resume checks) live in checkpoints/, and every model adds them.
 """
 
 from callbacks.gradient_variance import GradientVariance
@@ -15,7 +14,6 @@ from callbacks.nonfinite import NonFiniteLossGuard
 from callbacks.posterior_samples import PosteriorSamples
 from callbacks.preemption import SaveOnPreemption
 from callbacks.progress import LineProgressBar, progress_bar
-from callbacks.random_state import RandomStateCheckpoint
 from callbacks.speed import TrainingSpeed
 from callbacks.test_cost import TestCost
 
@@ -26,7 +24,6 @@ __all__ = [
     "LineProgressBar",
     "NonFiniteLossGuard",
     "PosteriorSamples",
-    "RandomStateCheckpoint",
     "SaveOnPreemption",
     "TestCost",
     "TrainingSpeed",

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 import signal
 import threading
 from pathlib import Path
@@ -29,6 +28,8 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from checkpoints.resume_command import resume_command
 
 log = logging.getLogger(__name__)
 
@@ -47,26 +48,6 @@ class _WithoutLightningsSigtermLine(logging.Filter):
 
 _sigterm_line = _WithoutLightningsSigtermLine()
 logging.getLogger("lightning.pytorch.trainer.connectors.signal_connector").addFilter(_sigterm_line)
-
-
-def resume_command(ckpt_path: str | os.PathLike, class_name: str, config_name: str | None = None) -> str:
-    """The command that resumes a run from `ckpt_path` in the front end that runs it. Under Hydra, this job's own
-    overrides with `model=<config_name>` (default: this job's model choice) and `ckpt_path=`:
-    `python train.py model=jsa model.mis_steps=2 ckpt_path=PATH` (another model drops the model.* ones); otherwise
-    LightningCLI's `python train.py fit --model=<class_name> --ckpt_path=PATH` (it restores the model's settings
-    from the checkpoint)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    path = shlex.quote(str(ckpt_path))
-    if not HydraConfig.initialized():
-        return f"python train.py fit --model={class_name} --ckpt_path={path}"
-    hydra = HydraConfig.get()
-    current = hydra.runtime.choices.get("model")
-    config_name = config_name or current
-    keys = {override: override.lstrip("+~").split("=", 1)[0] for override in hydra.overrides.task}
-    kept = [override for override, key in keys.items() if key not in ("model", "ckpt_path")
-            and (config_name == current or not key.startswith("model."))]
-    return " ".join(["python train.py", f"model={config_name}", *map(shlex.quote, kept), f"ckpt_path={path}"])
 
 
 class SaveOnPreemption(L.Callback):

@@ -69,7 +69,7 @@ class ResumableDataLoader(DataLoader):
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         # Checkpoints written before positions were counted in examples hold batches of this batch size.
-        from callbacks.checkpoint_files import CheckpointError
+        from checkpoints.files import CheckpointError
 
         state = state if isinstance(state, dict) else {}
         examples_done = state.get("examples_done", state.get("batches_done", 0) * self.sampler.batch_size)

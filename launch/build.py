@@ -117,7 +117,7 @@ def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     import lightning as L
     from hydra.utils import instantiate
 
-    from callbacks.checkpoint_files import load_checkpoint_file
+    from checkpoints.files import load_checkpoint_file
     from launch.hydra_config import check_run_settings
     from launch.run_directory import tensorboard_logger
     from models.base import check_model_class

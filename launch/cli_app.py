@@ -13,7 +13,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
 import models  # noqa: F401  (registers the subclasses for --model=NAME)
-from callbacks.checkpoint_files import CheckpointError, load_checkpoint_file
+from checkpoints.files import CheckpointError, load_checkpoint_file
 from common.private_api import cli_value
 from common.signatures import constructor_defaults
 from datamodules import ImageDataModule

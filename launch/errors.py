@@ -22,7 +22,7 @@ def refusals() -> tuple[type[Exception], ...]:
     """What refuses a run before it trains: a setting, the data, a checkpoint (the user's to fix)."""
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-    from callbacks.checkpoint_files import CheckpointError
+    from checkpoints.files import CheckpointError
     from datamodules import DataError
     from launch.settings import SettingsError
 

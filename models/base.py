@@ -23,12 +23,12 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
-from callbacks.checkpoint_files import AtomicCheckpoints, CheckpointError, load_checkpoint_file, refuse_unregistered_classes
+from checkpoints.files import AtomicCheckpoints, CheckpointError, load_checkpoint_file, refuse_unregistered_classes
+from checkpoints.random_state import RandomStateCheckpoint
+from checkpoints.resume_command import resume_command
+from checkpoints.resume_settings import ResumeSettings, changed_settings, state_mismatch
 from common.log_steps import is_logging_step
 from common.private_api import attached_trainer, raise_recompile_limit
-from callbacks.preemption import resume_command
-from callbacks.random_state import RandomStateCheckpoint
-from callbacks.resume_settings import ResumeSettings, changed_settings, state_mismatch
 from models.components.backbones import Activation
 from models.components.likelihoods import LikelihoodName, SigmaShape, bits_per_dim, build_likelihood
 from samplers.hmc import HMC
@@ -373,7 +373,7 @@ class LatentVariableModel(L.LightningModule):
 
     def configure_callbacks(self) -> list[L.Callback]:
         # Exact resume needs the random state; nothing lost needs atomic, checksummed checkpoint files.
-        # A resumed run trains with the settings it records (callbacks/resume_settings.py). (Signals are the
+        # A resumed run trains with the settings it records (checkpoints/resume_settings.py). (Signals are the
         # launch side's: launch/rules.py adds callbacks/preemption.py's SaveOnPreemption to the trainer.)
         needed = (RandomStateCheckpoint, AtomicCheckpoints, ResumeSettings)
         # Lightning calls this at every fit, validate and test: the trainer holds them from an earlier one (test after

@@ -22,7 +22,7 @@ from pathlib import Path
 # What a train.py run imports before its first step, all third-party (the forks share them, read-only).
 PRELOAD = ["torch", "torchvision", "lightning.pytorch", "torchmetrics", "hydra", "omegaconf", "tensorboard"]
 # The project's top-level packages: none may come from the server, whose sys.path is not the script's.
-PROJECT = {"train", "launch", "models", "datamodules", "samplers", "callbacks", "common", "benchmarks"}
+PROJECT = {"train", "launch", "models", "datamodules", "samplers", "callbacks", "checkpoints", "common", "benchmarks"}
 
 
 def context() -> multiprocessing.context.BaseContext:

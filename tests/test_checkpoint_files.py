@@ -1,5 +1,5 @@
 """Checkpoint files: atomic writes, checksums verified on load, clear errors for unusable files, and
-resuming with changed settings (callbacks/checkpoint_files.py, callbacks/resume_settings.py). The kill
+resuming with changed settings (checkpoints/files.py, checkpoints/resume_settings.py). The kill
 tests against a real training process are in test_interruptions.py."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import lightning as L
 import pytest
 import torch
 
-from callbacks.checkpoint_files import (
+from checkpoints.files import (
     AtomicCheckpointIO,
     CheckpointError,
     file_digest,
@@ -22,7 +22,7 @@ from callbacks.checkpoint_files import (
     remove_stale_temporaries,
     save_checkpoint_file,
 )
-from callbacks.resume_settings import ResumeSettings
+from checkpoints.resume_settings import ResumeSettings
 from models import JSA, VAE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -157,14 +157,14 @@ def test_resume_settings_is_one_of_every_models_callbacks():
 
 WRITER = """
 import sys, torch
-from callbacks.checkpoint_files import save_checkpoint_file
+from checkpoints.files import save_checkpoint_file
 path, writer, saves = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 for i in range(saves):
     save_checkpoint_file({"state_dict": {"w": torch.full((2000,), float(writer * 100000 + i))}}, path)
 """
 READER = """
 import sys, time
-from callbacks.checkpoint_files import CheckpointError, load_checkpoint_file
+from checkpoints.files import CheckpointError, load_checkpoint_file
 path, seconds = sys.argv[1], float(sys.argv[2])
 reads = refused = 0
 end = time.monotonic() + seconds
@@ -248,7 +248,7 @@ def test_a_directory_locked_for_good_by_another_process_is_an_error_not_a_hang(t
     """A live run holds an exclusive flock on its run directory for its whole life; reading a checkpoint written there
     (hpc_ckpt_N.ckpt) from another process waits LOCK_WAIT_S, then says why, instead of hanging silently. The lock is
     held here by a real second process."""
-    import callbacks.checkpoint_files as checkpoint_files
+    import checkpoints.files as checkpoint_files
 
     path = tmp_path / "hpc_ckpt_1.ckpt"
     save_checkpoint_file({"state_dict": {"w": torch.zeros(2)}}, path)
@@ -269,7 +269,7 @@ def test_a_directory_locked_for_good_by_another_process_is_an_error_not_a_hang(t
 def test_a_save_waits_for_a_slow_reader_however_long_instead_of_ending_the_run(tmp_path, monkeypatch):
     """The read's deadline is not the save's: a save that gave up would end the training run (and remove a new run's
     directory). A second process reads (holds the shared lock) for longer than LOCK_WAIT_S; the save waits, then lands."""
-    import callbacks.checkpoint_files as checkpoint_files
+    import checkpoints.files as checkpoint_files
 
     monkeypatch.setattr(checkpoint_files, "LOCK_WAIT_S", 0.1)
     finished = tmp_path.parent / f"{tmp_path.name}-read-finished"  # written by the reader just before it unlocks

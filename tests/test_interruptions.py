@@ -16,7 +16,7 @@ import torch
 
 from benchmarks import faults
 from benchmarks.faults import RUN, STEPS, finish, wait_for
-from callbacks.checkpoint_files import load_checkpoint_file
+from checkpoints.files import load_checkpoint_file
 
 pytestmark = pytest.mark.slow  # real processes: run by the full suite (README), not the quick loop
 

@@ -1,4 +1,5 @@
-"""Where code lives (CONTRIBUTING.md "Where things go"): callbacks/ holds Lightning callbacks only; what models,
+"""Where code lives (CONTRIBUTING.md "Where things go"): callbacks/ holds Lightning callbacks only, and models/ imports
+none of them (checkpoints/ holds what a checkpoint needs); what models,
 callbacks, data modules and samplers are made of imports nothing from the launch package (the way runs are
 started); train.py only dispatches to the two front ends."""
 
@@ -11,7 +12,7 @@ import lightning as L
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-BELOW_LAUNCH = ("models", "callbacks", "datamodules", "samplers", "common")
+BELOW_LAUNCH = ("models", "callbacks", "checkpoints", "datamodules", "samplers", "common")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -37,6 +38,13 @@ def test_nothing_below_the_launch_package_imports_it():
     found = [f"{p.relative_to(REPO)}: {name}" for folder in BELOW_LAUNCH for p in sorted((REPO / folder).rglob("*.py"))
              for name in imported_modules(p) if name == "launch" or name.startswith(("launch.", "train"))]
     assert not found, f"imports of the launch side from below it: {found}"
+
+
+def test_models_import_no_callbacks_module():
+    """A model needs what makes its checkpoints whole (checkpoints/), never an optional callback (callbacks/)."""
+    found = [f"{p.relative_to(REPO)}: {name}" for p in sorted((REPO / "models").rglob("*.py"))
+             for name in imported_modules(p) if name == "callbacks" or name.startswith("callbacks.")]
+    assert not found, f"models/ imports callbacks/: {found}"
 
 
 def test_train_py_only_dispatches():

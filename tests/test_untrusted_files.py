@@ -16,7 +16,7 @@ import lightning as L
 import pytest
 import torch
 
-from callbacks.checkpoint_files import CheckpointError, load_checkpoint_file, save_checkpoint_file
+from checkpoints.files import CheckpointError, load_checkpoint_file, save_checkpoint_file
 from datamodules import MNISTDataModule
 from models import VAE, VQVAE
 

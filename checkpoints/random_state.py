@@ -41,7 +41,7 @@ class RandomStateCheckpoint(L.Callback):
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         states = checkpoint.get("rng_states")
         if states is not None and not valid_random_states(states):
-            from callbacks.checkpoint_files import CheckpointError
+            from checkpoints.files import CheckpointError
 
             raise CheckpointError(f"checkpoint {trainer.ckpt_path}: its rng_states are not random-generator states (a list "
                                   "of {'cpu': uint8 tensor} per process): the file was altered; use another checkpoint")

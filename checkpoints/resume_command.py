@@ -1,0 +1,27 @@
+"""The command that resumes a run from a checkpoint, in the front end that runs it: named by every message that asks
+the user to resume (a preempted run, callbacks/preemption.py; a checkpoint of another model, models/base.py)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+
+def resume_command(ckpt_path: str | os.PathLike, class_name: str, config_name: str | None = None) -> str:
+    """The command that resumes a run from `ckpt_path` in the front end that runs it. Under Hydra, this job's own
+    overrides with `model=<config_name>` (default: this job's model choice) and `ckpt_path=`:
+    `python train.py model=jsa model.mis_steps=2 ckpt_path=PATH` (another model drops the model.* ones); otherwise
+    LightningCLI's `python train.py fit --model=<class_name> --ckpt_path=PATH` (it restores the model's settings
+    from the checkpoint)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    path = shlex.quote(str(ckpt_path))
+    if not HydraConfig.initialized():
+        return f"python train.py fit --model={class_name} --ckpt_path={path}"
+    hydra = HydraConfig.get()
+    current = hydra.runtime.choices.get("model")
+    config_name = config_name or current
+    keys = {override: override.lstrip("+~").split("=", 1)[0] for override in hydra.overrides.task}
+    kept = [override for override, key in keys.items() if key not in ("model", "ckpt_path")
+            and (config_name == current or not key.startswith("model."))]
+    return " ".join(["python train.py", f"model={config_name}", *map(shlex.quote, kept), f"ckpt_path={path}"])
