@@ -120,7 +120,7 @@ def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     from checkpoints.files import load_checkpoint_file
     from launch.hydra_config import check_run_settings
     from launch.run_directory import tensorboard_logger
-    from models.base import check_model_class
+    from checkpoints.model_class import check_model_class
 
     check_run_settings(cfg)
     if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import math
-import types
 from typing import Any, Callable, ClassVar, Iterable, Literal, Sequence
 
 import lightning as L
@@ -23,19 +22,18 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
-from checkpoints.files import AtomicCheckpoints, CheckpointError, load_checkpoint_file, refuse_unregistered_classes
+from checkpoints.files import AtomicCheckpoints
+from checkpoints.model_class import check_loaded_class, check_model_class, stamp_model_class
 from checkpoints.random_state import RandomStateCheckpoint
-from checkpoints.resume_command import resume_command
 from checkpoints.resume_settings import ResumeSettings, changed_settings, state_mismatch
 from common.log_steps import is_logging_step
 from common.private_api import attached_trainer, raise_recompile_limit
 from models.components.backbones import Activation
+from models.components.optimizers import OptimizerFactory, check_optimizer_factory
 from models.components.likelihoods import LikelihoodName, SigmaShape, bits_per_dim, build_likelihood
-from samplers.hmc import HMC
 from samplers.importance import importance_log_likelihood
 from samplers.sgmcmc import SGMCMC
 
-OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 COMPILED_GRAPHS_LIMIT = 64  # Dynamo's recompile_limit with model.compile=true (configure_model): about ten models
 CompileMode = Literal["networks", "step"]
 
@@ -147,14 +145,7 @@ class LatentVariableModel(L.LightningModule):
         self.lr = lr
         self.optimizer_factory = optimizer
         if optimizer is not None:  # its settings are checked now, not at the first training step (a traceback there)
-            try:
-                built = optimizer([torch.nn.Parameter(torch.zeros(1))])
-            except (ValueError, TypeError) as error:
-                raise ValueError(f"optimizer: {error}") from None
-            if isinstance(built, HMC):  # its Metropolis test needs the full-data energy (docs/sgmcmc.md#hmc)
-                raise ValueError("optimizer: HMC is not a training optimizer: its accept/reject test needs the energy of "
-                                 "the whole data set, and a training step sees one minibatch (with fresh latents every "
-                                 "call); use sgld, sghmc, sgnht or santa")
+            check_optimizer_factory(optimizer)
         self.eval_num_samples = {"val": val_num_samples, "test": test_num_samples}
         self.eval_chunk_size = eval_chunk_size
         self.test_seed = test_seed
@@ -391,18 +382,7 @@ class LatentVariableModel(L.LightningModule):
         # environment says; only the caller's own `weights_only=False` trusts the file. URLs are refused.
         trusted = kwargs.get("weights_only") is False
         kwargs["weights_only"] = not trusted
-        if hasattr(checkpoint_path, "seek"):  # a stream: read it, then put it back where it was
-            start = checkpoint_path.tell()
-            checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=not trusted)  # safe: True unless the caller wrote weights_only=False
-            checkpoint_path.seek(start)
-            if not trusted:  # (a local file is checked in load_checkpoint_file)
-                refuse_unregistered_classes(checkpoint, "given as a stream")
-            found = checkpoint.get("model_class")
-        else:  # a local file: its checksum is checked too
-            found = load_checkpoint_file(checkpoint_path, trusted=trusted).get("model_class")
-        if found is not None and found != _qualified_name(cls):
-            raise CheckpointError(f"this checkpoint was written by {found}, not {_qualified_name(cls)}; load it with "
-                                  f"{found.rsplit('.', 1)[-1]}.load_from_checkpoint")
+        check_loaded_class(checkpoint_path, cls, trusted)
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -418,42 +398,4 @@ class LatentVariableModel(L.LightningModule):
             raise state_mismatch(error, getattr(self, "_changed_on_resume", {})) from None
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["model_class"] = _qualified_name(type(self))
-        # Name the class the way LightningCLI does, so that `python train.py test --ckpt_path=...` and
-        # `load_from_checkpoint` rebuild it from any checkpoint, whichever front end wrote it.
-        hparams = checkpoint.setdefault("hyper_parameters", {})
-        hparams.setdefault("_class_path", _qualified_name(type(self)))
-        hparams.setdefault("_instantiator", "lightning.pytorch.cli.instantiate_module")
-
-
-def _qualified_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = None) -> None:
-    """Refuse to resume (or evaluate) `cls` from a checkpoint another model wrote, with the command that resumes it
-    with that model: `python train.py model=vae ckpt_path=PATH` (Hydra), `... fit --model=VAE --ckpt_path=PATH` (CLI)."""
-    found = checkpoint.get("model_class")
-    if found is None or found == _qualified_name(cls):
-        return
-    name = found.rsplit(".", 1)[-1]
-    checkpoint_name = f"checkpoint {ckpt_path}" if ckpt_path else "this checkpoint"
-    written_by = next((model for model in _registered_models() if _qualified_name(model) == found), None)
-    if written_by is None:  # not one of the collection's models (never imported): nothing to resume it with here
-        raise CheckpointError(f"{checkpoint_name} was written by {found}, not {_qualified_name(cls)}, and "
-                              "that is not one of the collection's models")
-    config_name = written_by.config_name
-    if not isinstance(config_name, str):  # a property (DiscreteVAE: dvae or dvae_gumbel): of the checkpoint's settings
-        try:
-            config_name = config_name.fget(types.SimpleNamespace(**(checkpoint.get("hyper_parameters") or {})))
-        except AttributeError:  # a setting it reads is not recorded
-            config_name = name.lower()
-    raise CheckpointError(f"{checkpoint_name} was written by {found}, not {_qualified_name(cls)}: resume it "
-                          f"with the model that wrote it: {resume_command(ckpt_path or 'PATH', name, config_name)} (in "
-                          f"Python: {name}.load_from_checkpoint)")
-
-
-def _registered_models() -> tuple[type, ...]:
-    import models
-
-    return models._MODELS
+        stamp_model_class(checkpoint, type(self))
