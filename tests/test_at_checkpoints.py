@@ -1,10 +1,10 @@
-"""The field study's measurement at shared parameters (benchmarks/at_checkpoints.py) against a known answer."""
+"""The field study's measurement at shared parameters (benchmarks/lib/at_checkpoints.py) against a known answer."""
 
 from __future__ import annotations
 
 import torch
 
-from benchmarks.at_checkpoints import noise_and_signal
+from benchmarks.lib.at_checkpoints import noise_and_signal
 
 
 def test_noise_and_signal_recovers_a_known_gradient_distribution():

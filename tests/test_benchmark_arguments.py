@@ -1,6 +1,6 @@
 """The benchmarks' command lines refuse a value out of range, an unknown name, a device this machine lacks or an
 output path of the wrong kind in argparse's one `error:` line (exit status 2), before anything is built or run
-(benchmarks/arguments.py, runner.check_directory_options)."""
+(benchmarks/lib/arguments.py, runner.check_directory_options)."""
 
 from __future__ import annotations
 
@@ -9,40 +9,41 @@ import sys
 
 import pytest
 
-from benchmarks import arguments
+from benchmarks.lib import arguments
 
 CASES = [
-    ("mis_speed", ["--batch-size", "0"], "argument --batch-size: 0: expected an integer >= 1"),
-    ("mis_speed", ["--mis-steps", "4", "x"], "argument --mis-steps: 'x': expected an integer >= 1"),
-    ("mis_speed", ["--device", "nope"], "argument --device: 'nope': expected a torch device"),
-    ("eval_speed", ["--models", "vae, nope"], "argument --models: unknown 'nope'; choose from vae, jsa, dvae, vqvae"),
-    ("eval_speed", ["--min-run-time", "nan"], "argument --min-run-time: nan: expected a finite number > 0"),
-    ("memory", ["--models", "vea"], "argument --models: unknown 'vea'; choose from dvae, dvae_gumbel, jsa,"),
-    ("loop_overhead", ["--repeats", "0"], "argument --repeats: 0: expected an integer >= 1"),
-    ("jsa_gradient_cost", ["--num-steps", "1"], "argument --num-steps: 1: expected an integer >= 2"),
-    ("ddp_cache_gather", ["--batch-size", "0"], "argument --batch-size: 0: expected an integer >= 1"),
-    ("santa_vs_adam", ["--limit-train-batches", "0"], "argument --limit-train-batches: 0: expected a finite number > 0"),
-    ("faults", ["--concurrent", "-1"], "argument --concurrent: -1: expected an integer >= 0"),
-    ("cache_study", ["--small-l-seeds", "0"], "argument --small-l-seeds: 0: expected an integer >= 1"),
-    ("bad_inputs", ["--table-only", "--out", "{tmp}/nowhere"], "table.json is not a readable table (FileNotFoundError)"),
+    ("speed.mis_speed", ["--batch-size", "0"], "argument --batch-size: 0: expected an integer >= 1"),
+    ("speed.mis_speed", ["--mis-steps", "4", "x"], "argument --mis-steps: 'x': expected an integer >= 1"),
+    ("speed.mis_speed", ["--device", "nope"], "argument --device: 'nope': expected a torch device"),
+    ("speed.eval_speed", ["--models", "vae, nope"], "argument --models: unknown 'nope'; choose from vae, jsa, dvae, vqvae"),
+    ("speed.eval_speed", ["--min-run-time", "nan"], "argument --min-run-time: nan: expected a finite number > 0"),
+    ("speed.memory", ["--models", "vea"], "argument --models: unknown 'vea'; choose from dvae, dvae_gumbel, jsa,"),
+    ("speed.loop_overhead", ["--repeats", "0"], "argument --repeats: 0: expected an integer >= 1"),
+    ("speed.jsa_gradient_cost", ["--num-steps", "1"], "argument --num-steps: 1: expected an integer >= 2"),
+    ("speed.ddp_cache_gather", ["--batch-size", "0"], "argument --batch-size: 0: expected an integer >= 1"),
+    ("studies.santa_vs_adam", ["--limit-train-batches", "0"], "argument --limit-train-batches: 0: expected a finite number > 0"),
+    ("robustness.faults", ["--concurrent", "-1"], "argument --concurrent: -1: expected an integer >= 0"),
+    ("studies.cache_study", ["--small-l-seeds", "0"], "argument --small-l-seeds: 0: expected an integer >= 1"),
+    ("robustness.bad_inputs", ["--table-only", "--out", "{tmp}/nowhere"], "table.json is not a readable table (FileNotFoundError)"),
     ("compare", ["{tmp}", "--out", "{tmp}/afile"], "afile is a file; expected a directory to write in"),
-    ("grey_mnist", ["--logs", "{tmp}/afile/logs"], "afile is a file; expected a directory to write in"),
-    ("faults", ["--out", "{tmp}/afile"], "afile is a file; expected a directory to write in"),
-    ("gpu_scaling", ["--device", "cpu", "--out", "{tmp}"], "a directory; expected the file to write the table to"),
+    ("studies.grey_mnist", ["--logs", "{tmp}/afile/logs"], "afile is a file; expected a directory to write in"),
+    ("robustness.faults", ["--out", "{tmp}/afile"], "afile is a file; expected a directory to write in"),
+    ("speed.gpu_scaling", ["--device", "cpu", "--out", "{tmp}"], "a directory; expected the file to write the table to"),
 ]
 
 
-@pytest.mark.parametrize(("module", "argv", "message"), CASES, ids=[f"{m} {' '.join(a)}" for m, a, _ in CASES])
+@pytest.mark.parametrize(("module", "argv", "message"), CASES, ids=[f"{m.rsplit('.', 1)[-1]} {' '.join(a)}" for m, a, _ in CASES])
 def test_a_bad_value_is_one_error_line_before_anything_runs(module, argv, message, tmp_path, monkeypatch, capsys):
     (tmp_path / "afile").write_text("")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    monkeypatch.setattr(sys, "argv", [f"{module}.py", *argv])
+    name = module.rsplit(".", 1)[-1]
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", *argv])
     main = importlib.import_module(f"benchmarks.{module}").main
     with pytest.raises(SystemExit) as stop:
         main(argv) if "argv" in main.__code__.co_varnames[:main.__code__.co_argcount] else main()
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert message in err[-1] and err[-1].startswith(f"{module}.py: error: "), err[-1]
+    assert message in err[-1] and err[-1].startswith(f"{name}.py: error: "), err[-1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing written
 
 

@@ -38,33 +38,33 @@ HYDRA_FAST = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.l
               "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=16", "trainer.num_sanity_val_steps=0"]
 CLI_FAST = ["--trainer.max_steps=2", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
             "--trainer.limit_test_batches=1", "--data.batch_size=16", "--trainer.num_sanity_val_steps=0"]
-BENCHMARK_FAST = {"benchmarks.grey_mnist": ["--steps", "2", "--val-every", "1", "--val-batches", "1", "--val-samples", "2", "--test-batches", "1",
+BENCHMARK_FAST = {"benchmarks.studies.grey_mnist": ["--steps", "2", "--val-every", "1", "--val-batches", "1", "--val-samples", "2", "--test-batches", "1",
                                            "--test-samples", "2", "--models", "vae,jsa"],
-                  "benchmarks.mis_speed": ["--batch-size", "8", "--mis-steps", "1", "--min-run-time", "0.02"],
-                  "benchmarks.jsa_gradient_cost": ["--batch-size", "8", "--num-steps", "2", "--warm-up-steps", "1", "--rounds", "1",
+                  "benchmarks.speed.mis_speed": ["--batch-size", "8", "--mis-steps", "1", "--min-run-time", "0.02"],
+                  "benchmarks.speed.jsa_gradient_cost": ["--batch-size", "8", "--num-steps", "2", "--warm-up-steps", "1", "--rounds", "1",
                                                    "--min-run-time", "0.05"],
-                  "benchmarks.jsa_study": ["--models", "jsa", "--ablations", "L1", "--seeds", "2", "--epochs", "1", "--short-epochs", "1",
+                  "benchmarks.studies.jsa_study": ["--models", "jsa", "--ablations", "L1", "--seeds", "2", "--epochs", "1", "--short-epochs", "1",
                                            "--val-every", "1", "--val-samples", "2", "--steps-per-epoch", "2", "trainer.limit_train_batches=2",
-                                           "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "model.test_num_samples=2"], "benchmarks.ddp_cache_gather": ["--steps", "12", "--batch-size", "8"],
-                  "benchmarks.bad_inputs": ["--quick", "--out", "bad-inputs"],  # exits 1 unless each case is clear or documented
-                  "benchmarks.faults": ["--kills", "0", "--concurrent", "0", "--resumes", "0", "--out", "faults"],
-                  "benchmarks.eval_speed": ["--batch-size", "4", "--samples", "4", "--min-run-time", "0.02", "--test-images", "8"],
-                  "benchmarks.loop_overhead": ["--models", "vae", "--steps", "14", "--repeats", "1"],
-                  "benchmarks.memory": ["--models", "jsa", "--steps", "2", "--test-batches", "1"],
-                  "benchmarks.field_study": ["--models", "jsa,vae", "--datasets", "mnist", "--seeds", "1", "--epochs", "1", "--val-every", "1",
+                                           "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "model.test_num_samples=2"], "benchmarks.speed.ddp_cache_gather": ["--steps", "12", "--batch-size", "8"],
+                  "benchmarks.robustness.bad_inputs": ["--quick", "--out", "bad-inputs"],  # exits 1 unless each case is clear or documented
+                  "benchmarks.robustness.faults": ["--kills", "0", "--concurrent", "0", "--resumes", "0", "--out", "faults"],
+                  "benchmarks.speed.eval_speed": ["--batch-size", "4", "--samples", "4", "--min-run-time", "0.02", "--test-images", "8"],
+                  "benchmarks.speed.loop_overhead": ["--models", "vae", "--steps", "14", "--repeats", "1"],
+                  "benchmarks.speed.memory": ["--models", "jsa", "--steps", "2", "--test-batches", "1"],
+                  "benchmarks.studies.field_study": ["--models", "jsa,vae", "--datasets", "mnist", "--seeds", "1", "--epochs", "1", "--val-every", "1",
                                              "--val-samples", "2", "--steps-per-epoch", "2", "--is-images", "4", "--is-samples", "2,4",
                                              "--grad-batches", "1", "--grad-repeats", "2", "--cost-rounds", "1", "--cost-seconds", "0.05", "--out", "field-study", "--logs", "field-study-logs",
                                              "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
                                              "model.test_num_samples=2"],
-                  "benchmarks.priors": ["--epochs", "1", "--stage2-epochs", "1", "--seeds", "1", "--repeats", "1",
+                  "benchmarks.studies.priors": ["--epochs", "1", "--stage2-epochs", "1", "--seeds", "1", "--repeats", "1",
                                         "--only", "jsa-autoregressive-s0,vqvae-mlp-*", "trainer.limit_train_batches=2",
                                         "trainer.limit_val_batches=1", "model.val_num_samples=2"]}
 
 # The committed records a study's `--report-only` reads (its default --out), where README shows no run of it.
-REPORT_RECORDS = {"benchmarks.cache_study": "benchmarks/results/cache-study"}
+REPORT_RECORDS = {"benchmarks.studies.cache_study": "benchmarks/results/cache-study"}
 # Rough seconds of each benchmark's cut-down run (a scheduling hint, not a measurement): the lanes start the longest first.
-BENCHMARK_COST = {"benchmarks.bad_inputs": 48, "benchmarks.field_study": 45, "benchmarks.priors": 30, "benchmarks.grey_mnist": 25,
-                  "benchmarks.memory": 24, "benchmarks.jsa_study": 18}
+BENCHMARK_COST = {"benchmarks.robustness.bad_inputs": 48, "benchmarks.studies.field_study": 45, "benchmarks.studies.priors": 30, "benchmarks.studies.grey_mnist": 25,
+                  "benchmarks.speed.memory": 24, "benchmarks.studies.jsa_study": 18}
 
 
 def documented_commands() -> list[str]:

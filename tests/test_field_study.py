@@ -1,10 +1,10 @@
-"""The field study's plan (benchmarks/field_study.py): a Fashion-MNIST arm gets three seeds when its seed-0 test NLL
+"""The field study's plan (benchmarks/studies/field_study.py): a Fashion-MNIST arm gets three seeds when its seed-0 test NLL
 is within CLOSE nats of an arm it is compared with, and one otherwise; the study adds those seeds in the same
 invocation, once the seed-0 records exist."""
 
 from __future__ import annotations
 
-from benchmarks import field_study
+from benchmarks.studies import field_study, field_study_plan
 
 # Seed-0 Fashion-MNIST test NLLs: JSA and RWS (uniform) 0.5 apart, VIMCO 2 nats from JSA; with the MADE prior JSA
 # and RWS 3 apart, and each 3 or more from its uniform arm.
@@ -12,7 +12,7 @@ SEED0 = {("jsa", "uniform"): 90.0, ("rws", "uniform"): 90.5, ("vimco", "uniform"
          ("jsa", "autoregressive"): 86.0, ("rws", "autoregressive"): 89.0, ("vimco", "autoregressive"): 95.0}
 
 
-def fake_run(job: field_study.Job, args) -> dict:
+def fake_run(job: field_study_plan.Job, args) -> dict:
     """A training job's record, its test NLL from SEED0 (+0.1 per seed); no training."""
     return {"name": job.name, "kind": job.kind, "data": job.data, "model": job.model, "prior": job.prior,
             "seed": job.seed, "seconds": 0.0, "test": {"nll": SEED0[(job.model, job.prior)] + 0.1 * job.seed}}
@@ -24,7 +24,7 @@ def test_close_fashion_arms_get_three_seeds_in_the_same_invocation(tmp_path, mon
     monkeypatch.setattr(field_study, "write_report", lambda args: tmp_path / "report.md")
     field_study.main(["--datasets", "fashion_mnist", "--models", "jsa,rws,vimco", "--out", str(tmp_path / "out"),
                       "--logs", str(tmp_path / "logs")])
-    seed0 = [f"fashion_mnist-{m}-{p}-s0" for m, p in field_study.FASHION_ARMS if m in ("jsa", "rws", "vimco")]
+    seed0 = [f"fashion_mnist-{m}-{p}-s0" for m, p in field_study_plan.FASHION_ARMS if m in ("jsa", "rws", "vimco")]
     close = ["fashion_mnist-jsa-uniform", "fashion_mnist-rws-uniform"]
     assert ran == seed0 + [f"{arm}-s{s}" for s in (1, 2) for arm in close]
     written = {p.stem for p in (tmp_path / "out" / "runs").glob("*.json")}
@@ -38,18 +38,18 @@ def test_close_fashion_arms_get_three_seeds_in_the_same_invocation(tmp_path, mon
 
 
 def test_close_arms_reads_only_seed_0_of_its_data_set(tmp_path):
-    records = {f"fashion_mnist-{m}-{p}-s0": fake_run(field_study.Job(f"fashion_mnist-{m}-{p}-s0", "train", "fashion_mnist",
+    records = {f"fashion_mnist-{m}-{p}-s0": fake_run(field_study_plan.Job(f"fashion_mnist-{m}-{p}-s0", "train", "fashion_mnist",
                                                                       m, p, 0), None) for m, p in SEED0}
-    assert field_study.close_arms(records, "fashion_mnist") == {"fashion_mnist-jsa-uniform", "fashion_mnist-rws-uniform"}
-    assert field_study.close_arms(records, "mnist") == set()
+    assert field_study_plan.close_arms(records, "fashion_mnist") == {"fashion_mnist-jsa-uniform", "fashion_mnist-rws-uniform"}
+    assert field_study_plan.close_arms(records, "mnist") == set()
     # A later seed far from its seed 0 changes nothing: the rule reads seed 0.
     records["fashion_mnist-vimco-uniform-s1"] = {**records["fashion_mnist-vimco-uniform-s0"], "seed": 1,
                                                 "test": {"nll": 90.2}}
-    assert field_study.close_arms(records, "fashion_mnist") == {"fashion_mnist-jsa-uniform", "fashion_mnist-rws-uniform"}
+    assert field_study_plan.close_arms(records, "fashion_mnist") == {"fashion_mnist-jsa-uniform", "fashion_mnist-rws-uniform"}
 
 
 def test_the_is_resolution_table_pairs_each_run_with_jsa_over_the_same_images():
-    from benchmarks import field_study_report
+    from benchmarks.studies import field_study_report
 
     # Per-image NLLs at K = 10 and 100: RWS is 1 nat below JSA on every image at K = 10, 2 nats at K = 100.
     # RWS first: the pairing is with the JSA run wherever it stands.
@@ -64,7 +64,7 @@ def test_the_is_resolution_table_pairs_each_run_with_jsa_over_the_same_images():
 
 
 def test_equal_time_reads_every_run_at_the_shortest_and_the_median_training_time():
-    from benchmarks import field_study_report
+    from benchmarks.studies import field_study_report
 
     spe = 10  # steps per epoch; a validation after every epoch (its logged step is the epoch's last batch)
 
@@ -95,7 +95,7 @@ def test_the_t_threshold_uses_students_quantile_at_every_number_of_seeds():
 
     from scipy.stats import t
 
-    from benchmarks.jsa_study import student_t_cdf, t_975, t_threshold
+    from benchmarks.lib.stats import student_t_cdf, t_975, t_threshold
 
     for dof in [*range(1, 40), 50, 75, 100, 250, 1000]:
         assert abs(t_975(dof) - t.ppf(0.975, dof)) < 1e-9, dof
@@ -126,7 +126,7 @@ def test_the_report_says_the_plan_may_grow_while_a_fashion_seed_0_run_is_missing
 
 
 def test_mnist_beside_fashion_ranks_the_arms_on_each_data_set_by_seed_0_and_by_mean():
-    from benchmarks import field_study_report
+    from benchmarks.studies import field_study_report
 
     def record(data, model, seed, nll):
         return {"name": f"{data}-{model}-uniform-s{seed}", "kind": "train", "data": data, "model": model, "prior": "uniform",

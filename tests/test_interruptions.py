@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import faults
-from benchmarks.faults import RUN, STEPS, finish, wait_for
+from benchmarks.robustness import faults
+from benchmarks.robustness.faults import RUN, STEPS, finish, wait_for
 from checkpoints.files import load_checkpoint_file
 
 pytestmark = pytest.mark.slow  # real processes: run by the full suite (README), not the quick loop
@@ -79,7 +79,7 @@ def test_kill_during_checkpoint_writes_never_leaves_a_broken_checkpoint(tmp_path
     """SIGKILL the moment a temporary checkpoint file appears (a save in progress), with TMPDIR on another
     filesystem than the checkpoints (/dev/shm); each surviving checkpoint verifies and loads, and the
     next run resumes from last.ckpt and removes the killed processes' temporaries. `python -m
-    benchmarks.faults` repeats it 20 times."""
+    benchmarks.robustness.faults` repeats it 20 times."""
     monkeypatch.setenv("DATA_DIR", str(mnist_dir))
     result = faults.kill_during_saves(tmp_path, kills=2)
     assert result["kills_mid_save"] == 2, result  # both kills hit a save in progress (more may have missed)
@@ -93,9 +93,9 @@ def test_runs_started_at_the_same_moment_get_their_own_directories(tmp_path, mni
 
 
 def test_two_resumes_of_one_run_started_together_have_one_writer(tmp_path, mnist_dir, monkeypatch):
-    """One resumes to its end; the other is refused in one line naming the owner (benchmarks/faults.py, --resumes)."""
+    """One resumes to its end; the other is refused in one line naming the owner (benchmarks/robustness/faults.py, --resumes)."""
     monkeypatch.setenv("DATA_DIR", str(mnist_dir))
-    result = faults.concurrent_resumes(tmp_path, pairs=1)  # `python -m benchmarks.faults --resumes N` repeats it
+    result = faults.concurrent_resumes(tmp_path, pairs=1)  # `python -m benchmarks.robustness.faults --resumes N` repeats it
     assert result["pairs_with_one_writer"] == 1, result
     assert result["refusal"].startswith("error: the run ") and "is being written by process" in result["refusal"]
 

@@ -154,7 +154,7 @@ def test_every_model_trains_and_tests_with_compiled_networks(mnist_dir, tmp_path
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the message is for a machine without a GPU")
 def test_the_gpu_benchmark_says_in_one_line_that_it_needs_a_gpu_and_names_the_smoke_run():
-    from benchmarks import gpu_scaling
+    from benchmarks.speed import gpu_scaling
 
     with pytest.raises(SystemExit) as exit_:
         gpu_scaling.main([])

@@ -1,4 +1,4 @@
-"""benchmarks/runner.py's scheduling of a study's runs: order, waiting for records, lanes, failures, atomic records."""
+"""benchmarks/lib/runner.py's scheduling of a study's runs: order, waiting for records, lanes, failures, atomic records."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from benchmarks import runner
+from benchmarks.lib import runner
 
 
 def test_a_run_that_needs_another_waits_for_its_record(tmp_path):
@@ -83,12 +83,12 @@ def test_a_failed_run_lets_the_running_one_finish_starts_no_other_and_is_raised(
 
 
 def test_the_cache_studys_is_table_pairs_the_arms_by_seed_and_image(tmp_path):
-    """benchmarks/cache_study.py: middle − never per image within a seed pair, its standard error over the images,
+    """benchmarks/studies/cache_study.py: middle − never per image within a seed pair, its standard error over the images,
     −ELBO's sign flipped (the column is −ELBO), and one row per seed pair (pooling pairs would understate the error);
     a finished middle/never run with no measurement is named."""
     import argparse
 
-    from benchmarks import cache_study
+    from benchmarks.studies import cache_study
 
     def run(nll_100: list[float], nll_5000: list[float], elbo: list[float]) -> dict:
         return {"100": {"nll": nll_100, "elbo": elbo}, "5000": {"nll": nll_5000, "elbo": elbo}}
@@ -109,11 +109,11 @@ def test_the_cache_studys_is_table_pairs_the_arms_by_seed_and_image(tmp_path):
 
 
 def test_the_long_studys_is_table_compares_rws_with_each_jsa_arm_at_the_most_samples(tmp_path):
-    """benchmarks/long_study.py: per arm the seeds' mean ± sd of each run's mean IS-NLL, −ELBO from the most samples,
+    """benchmarks/studies/long_study.py: per arm the seeds' mean ± sd of each run's mean IS-NLL, −ELBO from the most samples,
     RWS − JSA at the most samples with the t-test's threshold, and the finished runs not yet measured named."""
     import argparse
 
-    from benchmarks import long_study
+    from benchmarks.studies import long_study
 
     def run(nll_1000: float, nll_5000: float) -> dict:
         return {"1000": {"nll": [nll_1000] * 2, "elbo": [-100.0] * 2}, "5000": {"nll": [nll_5000, nll_5000], "elbo": [-90.0, -92.0]}}
@@ -133,7 +133,7 @@ def test_the_long_studys_is_table_compares_rws_with_each_jsa_arm_at_the_most_sam
 def test_a_finished_runs_is_measurement_is_kept_and_not_redone_and_a_run_without_logs_is_named(tmp_path, capsys, monkeypatch):
     """benchmarks/at_checkpoints.measure_finished_runs: each wanted, unmeasured run once, from its best checkpoint;
     one whose logs are gone is named and skipped; a second pass measures nothing again."""
-    from benchmarks import at_checkpoints
+    from benchmarks.lib import at_checkpoints
 
     (tmp_path / "runs").mkdir()
     for name in ("a", "b", "c"):
@@ -177,12 +177,12 @@ def test_reports_say_which_machine_made_each_run_and_its_minutes_apart():
 
 
 def test_the_priors_second_stage_waits_for_the_first_stages_record_in_two_lanes(tmp_path, monkeypatch):
-    """benchmarks/priors.py with --lanes 2: the VQ-VAE's second stage starts from the first stage's last checkpoint,
+    """benchmarks/studies/priors.py with --lanes 2: the VQ-VAE's second stage starts from the first stage's last checkpoint,
     so it starts only once that run's record is written, though a lane is free before."""
     import threading
     import time
 
-    from benchmarks import priors
+    from benchmarks.studies import priors
 
     out, logs = tmp_path / "out", tmp_path / "logs"
     (out / "runs").mkdir(parents=True)
@@ -216,7 +216,7 @@ def json_command(out, name):
 def test_the_priors_study_refuses_an_only_that_matches_nothing_before_measuring(tmp_path, capsys):
     import pytest
 
-    from benchmarks import priors
+    from benchmarks.studies import priors
 
     with pytest.raises(SystemExit):
         priors.main(["--only", "nope-*", "--out", str(tmp_path / "out"), "--logs", str(tmp_path / "logs")])
@@ -230,7 +230,7 @@ def test_every_study_refuses_a_file_for_out_or_logs_and_an_empty_report_before_w
     on a folder without records (a mistyped --out gave an empty report)."""
     import importlib
 
-    main = importlib.import_module(f"benchmarks.{study}").main
+    main = importlib.import_module(f"benchmarks.studies.{study}").main
     a_file = tmp_path / "afile"
     a_file.write_text("")
     for option in (["--out", str(a_file)], ["--logs", str(a_file / "logs")]):
@@ -274,7 +274,7 @@ def test_the_cache_studys_remedy_arms_set_their_options():
     every remedy (the ρ scan) and the other seeds of q_states=fresh and of the chosen ρ only."""
     import argparse
 
-    from benchmarks import cache_study
+    from benchmarks.studies import cache_study
 
     assert cache_study.cache_overrides("middle-fresh", 30) == ["model.cache_start_epoch=15", "model.q_states=fresh"]
     assert cache_study.cache_overrides("middle-refresh0.05", 30) == ["model.cache_start_epoch=15", "model.cache_refresh=0.05"]

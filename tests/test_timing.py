@@ -1,10 +1,10 @@
-"""benchmarks/timing.py: side-by-side timings whose ratio does not move when the machine's speed drifts."""
+"""benchmarks/lib/timing.py: side-by-side timings whose ratio does not move when the machine's speed drifts."""
 
 from __future__ import annotations
 
 import itertools
 
-from benchmarks.timing import paired
+from benchmarks.lib.timing import paired
 
 
 def test_paired_rounds_keep_the_ratio_under_drift_and_name_it_first_over_second():

@@ -1,4 +1,4 @@
-"""Measurements at trained parameters, for the studies (benchmarks/field_study.py, cache_study.py, long_study.py):
+"""Measurements at trained parameters, for the studies (benchmarks/studies/field_study.py, cache_study.py, long_study.py):
 
 * `step_cost`: ms per training step of every run's model, timed side by side in one process (the runs' own logged
   epoch times depend on what else the machine was doing at the time).
@@ -59,10 +59,10 @@ def step_cost(runs: dict[str, tuple[Path, str]], rounds: int, min_run_time: floa
               device: str = "cpu") -> dict:
     """{"ms_per_step": {run: ms}, "device": name}: one training step (the loss, backward, an Adam update) of every run's
     model at its trained parameters (JSA's chains then accept as in training), on the same batch of training images,
-    timed in alternating rounds in this one process (benchmarks/timing.py), so that every run is timed under the
+    timed in alternating rounds in this one process (benchmarks/lib/timing.py), so that every run is timed under the
     same conditions: on one CPU thread, or on `device` (e.g. cuda: the model and batch moved there; the timer
     synchronizes the device, and JSA's chain_rows=auto takes the static rows there, docs/jsa.md#static-or-distinct-rows)."""
-    from benchmarks.timing import alternating, median_seconds
+    from benchmarks.lib.timing import alternating, median_seconds
 
     target = torch.device(device)
     if target.type == "cuda" and not torch.cuda.is_available():
@@ -116,7 +116,7 @@ def measure_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool],
     another machine) is named and skipped: its record still counts."""
     import json
 
-    from benchmarks import runner
+    from benchmarks.lib import runner
 
     path = out / "is-resolution.json"
     settings = {"images": images, "samples": sorted(sample_counts)}

@@ -1,6 +1,6 @@
 """Peak resident memory of `python train.py` runs, beside what the data and the model must hold.
 
-    python -m benchmarks.memory [--models jsa,vae] [--steps 200] [--test-batches 20]
+    python -m benchmarks.speed.memory [--models jsa,vae] [--steps 200] [--test-batches 20]
 
 For each model, three real `python train.py model=<name>` processes on MNIST (DATA_DIR), each measured alone
 (the peak resident set of a child process, `ru_maxrss` of a wrapper that runs only it):
@@ -24,9 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import arguments
+from benchmarks.lib import arguments
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WRAPPER = ("import json, resource, subprocess, sys; code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, "
            "stderr=subprocess.PIPE, text=True); print(json.dumps({'code': code.returncode, 'tail': code.stderr[-1500:], "
            "'max_rss_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))")

@@ -1,6 +1,6 @@
 """Importance-sampled evaluation against the machine's matmul throughput (docs/vae.md#importance-sampled-log-likelihood).
 
-    python -m benchmarks.eval_speed [--batch-size 64] [--samples 200] [--models vae,jsa] [--chunk-sizes 20 100]
+    python -m benchmarks.speed.eval_speed [--batch-size 64] [--samples 200] [--models vae,jsa] [--chunk-sizes 20 100]
 
 For each model (MNIST, its default MLP, untrained weights: the cost does not depend on them), measured side by
 side in one run (medians of torch.utils.benchmark's blocked_autorange, under torch.inference_mode as Lightning's
@@ -33,13 +33,13 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks import arguments
-from benchmarks.timing import median_seconds, paired
+from benchmarks.lib import arguments
+from benchmarks.lib.timing import median_seconds, paired
 from models import JSA, VAE, VQVAE, DiscreteVAE
 from models.base import LatentVariableModel
 
 MODELS = {"vae": VAE, "jsa": JSA, "dvae": DiscreteVAE, "vqvae": VQVAE}
-ROUNDS = 5  # alternating rounds of eval and its matmul floor (benchmarks/timing.py)
+ROUNDS = 5  # alternating rounds of eval and its matmul floor (benchmarks/lib/timing.py)
 # Under inference_mode nn.Linear reaches the dispatcher as aten.linear (with grad mode, as addmm).
 MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default, torch.ops.aten.linear.default,
            torch.ops.aten.convolution.default}

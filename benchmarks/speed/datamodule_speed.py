@@ -7,7 +7,7 @@ Both paths serve the same 55k-image train split as ``(x, index)`` batches of
 * plain: ``torchvision.datasets.MNIST`` + ``transforms.ToTensor()`` per image, wrapped to
   return ``(x, index)`` (and ``bernoulli`` per image for dynamic binarisation), default collate.
 
-Run: ``python -m benchmarks.datamodule_speed [--epochs N]``; data from env ``DATA_DIR``
+Run: ``python -m benchmarks.speed.datamodule_speed [--epochs N]``; data from env ``DATA_DIR``
 (default ``../shared/data``).
 """
 

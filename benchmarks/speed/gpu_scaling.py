@@ -1,10 +1,10 @@
 """How JSA's training step scales with the number of MIS steps L on a GPU (docs/mis.md#cost-model).
 
-    python -m benchmarks.gpu_scaling                      # on a CUDA machine: CIFAR-10 conv nets, batch 128
-    python -m benchmarks.gpu_scaling --precision bf16-mixed --compile
-    python -m benchmarks.gpu_scaling --tiny               # a CPU smoke run of the same code, tiny networks
-    python -m benchmarks.gpu_scaling --estimators --out benchmarks/results/speed/gpu_estimators_h100.txt   # issue 46's table
-    python -m benchmarks.gpu_scaling --estimators --quick # its CPU smoke run
+    python -m benchmarks.speed.gpu_scaling                      # on a CUDA machine: CIFAR-10 conv nets, batch 128
+    python -m benchmarks.speed.gpu_scaling --precision bf16-mixed --compile
+    python -m benchmarks.speed.gpu_scaling --tiny               # a CPU smoke run of the same code, tiny networks
+    python -m benchmarks.speed.gpu_scaling --estimators --out benchmarks/results/speed/gpu_estimators_h100.txt   # issue 46's table
+    python -m benchmarks.speed.gpu_scaling --estimators --quick # its CPU smoke run
 
 JSA's index-cached MIS scores the L+1 candidates of every example in one batched decoder pass. On a
 CPU that pass costs in proportion to its B (L+1) rows, so the linear cost model predicts a JSA step of
@@ -16,7 +16,7 @@ shows where that happens.
 For each L, measured side by side in one run (medians of torch.utils.benchmark's blocked_autorange,
 which synchronizes CUDA): one MIS call (encoder, candidate pass, chain; no gradient), one JSA training
 step (MIS, forward, backward, Adam) and one VAE step on the same conv backbone and batch, these two in 3
-alternating rounds (benchmarks/timing.py) so that the ratio holds on a machine whose speed drifts. The networks
+alternating rounds (benchmarks/lib/timing.py) so that the ratio holds on a machine whose speed drifts. The networks
 are those `python train.py model=jsa data=cifar10` trains (conv backbone, discretized-logistic likelihood,
 K=10, D=16 codes on the 8x8 grid; the VAE with 16 latent channels per cell), on random 8-bit images
 (the cost does not depend on the pixels). `--precision bf16-mixed` runs the steps under bfloat16 autocast
@@ -44,9 +44,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import arguments
-from benchmarks.mis_speed import PRECISIONS, autocast, train_step_fn
-from benchmarks.timing import median_seconds, paired
+from benchmarks.lib import arguments
+from benchmarks.speed.mis_speed import PRECISIONS, autocast, train_step_fn
+from benchmarks.lib.timing import median_seconds, paired
 from models import JSA, RWS, VAE, VIMCO
 from samplers import index_cached_mis
 
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
                 index_cached_mis(jsa.posterior(x), lambda h: jsa.log_joint(x, h), num_steps)
 
         mis_ms = median_ms(mis_call, args.min_run_time)
-        # The JSA and VAE steps in alternating rounds (benchmarks/timing.py): a drift of the machine falls on both.
+        # The JSA and VAE steps in alternating rounds (benchmarks/lib/timing.py): a drift of the machine falls on both.
         jsa_ms, vae_ms, ratio = paired(train_step_fn(jsa, x, index, dtype), vae_step,
                                        lambda fn: median_ms(fn, args.min_run_time / ROUNDS), ROUNDS)
         # The step's extra time per added candidate row, from the previous L: ~0 while the device has room.

@@ -1,6 +1,6 @@
 """What JSA's per-step cache all-gather costs under DDP: 2 processes on CPU (gloo), side by side.
 
-    python -m benchmarks.ddp_cache_gather [--steps 80] [--batch-size 128]
+    python -m benchmarks.speed.ddp_cache_gather [--steps 80] [--batch-size 128]
 
 Under DDP every rank keeps the whole MIS cache; each step all-gathers the step's (index, h*) pairs
 of all ranks (B x V integers per rank) and writes them (models/jsa.py, `_write_cache`). This trains
@@ -20,7 +20,7 @@ from datamodules import MNISTDataModule
 from callbacks.process_group import ReleaseProcessGroupAtExit
 from models import JSA
 
-from benchmarks import arguments
+from benchmarks.lib import arguments
 
 
 class StepTimes(L.Callback):

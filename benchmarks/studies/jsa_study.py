@@ -2,9 +2,9 @@
 the JSA paper's protocol (configs/experiment/jsa_paper.yaml), with the Gaussian VAE and the VQ-VAE at
 matched networks as context, seed spread, and an ablation of JSA's settings.
 
-    python -m benchmarks.jsa_study                       # the whole study (resumable), then the report
-    python -m benchmarks.jsa_study --report-only         # the report from the finished runs
-    python -m benchmarks.jsa_study --epochs 500 --short-epochs 50 --val-samples 1000 --out benchmarks/results/jsa-study-500
+    python -m benchmarks.studies.jsa_study                       # the whole study (resumable), then the report
+    python -m benchmarks.studies.jsa_study --report-only         # the report from the finished runs
+    python -m benchmarks.studies.jsa_study --epochs 500 --short-epochs 50 --val-samples 1000 --out benchmarks/results/jsa-study-500
                                                          # the paper's 500 epochs: a GPU machine's job
 
 Each run is `python train.py experiment=jsa_paper model=... seed=...` (the command is recorded), logged to
@@ -23,13 +23,14 @@ Three groups, all under the same protocol except the number of epochs:
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks import runner
+from benchmarks.lib import runner
+from benchmarks.lib.records import epoch_of, read_curves
+from benchmarks.lib.stats import fmt, t_threshold
 
 ESTIMATORS = ["jsa", "rws", "vimco", "dvae", "dvae_gumbel"]  # the discrete estimators (dvae: REINFORCE with B*)
 CONTEXT = ["vae", "vqvae"]
@@ -78,28 +79,6 @@ def run_job(job: Job, args: argparse.Namespace) -> dict:
     return {**asdict(job), "command": command, "seconds": seconds, **read_curves(run_dir)}
 
 
-def read_curves(run_dir: Path, extra_tags: list[str] = ()) -> dict:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    events.Reload()
-    tags = set(events.Tags()["scalars"])
-
-    def series(tag: str) -> list[list[float]]:
-        points = [[e.step, e.value] for e in events.Scalars(tag)] if tag in tags else []
-        if "grad_variance" in tag:  # earlier versions of the callback wrote each measurement twice: keep one
-            points = [p for i, p in enumerate(points) if i == 0 or p[1] != points[i - 1][1]]
-        return points
-
-    epoch_time = series("train/epoch_time_s")
-    curves = {tag.split("/", 1)[1]: series(tag) for tag in (
-        "val/nll", "val/nll_uniform_prior", "train/encoder_grad_variance", "train/decoder_grad_variance", "train/acceptance_rate",
-        "train/cache_hit_rate", "train/step_time_ms", "train/grad_variance_time_s", *extra_tags)}
-    test = {tag.split("/", 1)[1]: events.Scalars(tag)[-1].value for tag in tags if tag.startswith("test/")}
-    return {"curves": curves, "epoch_time_s": epoch_time, "test": test}
-
-
-# ---- the report ---------------------------------------------------------------------------------
 def decoder_evaluations(record: dict) -> str:
     """Decoder passes per example and step, without / with gradient (the cost the estimators are compared at)."""
     model, settings = record["model"], dict(o.split("=", 1) for o in record["overrides"])
@@ -110,11 +89,6 @@ def decoder_evaluations(record: dict) -> str:
     if model in ("rws", "vimco", "dvae"):
         return f"0 + {settings.get('model.num_samples', 20)}"
     return "0 + 1"
-
-
-def epoch_of(step: float, steps_per_epoch: int) -> int:
-    """The epoch at whose end a value was logged (epoch-end logs carry the step of the epoch's last batch)."""
-    return round((step + 1) / steps_per_epoch)
 
 
 def value_at_epoch(record: dict, epoch: int, steps_per_epoch: int) -> float | None:
@@ -141,72 +115,6 @@ def training_minutes(record: dict, steps_per_epoch: int) -> dict[int, float]:
     return {epoch: epoch * typical / 60 for epoch in sorted(net)}
 
 
-# Two-sided 97.5% quantiles of Student's t by degrees of freedom (for the seed comparison's 95% threshold).
-def regularized_beta(a: float, b: float, x: float) -> float:
-    """I_x(a, b), the regularized incomplete beta function: the continued fraction of Numerical Recipes (3rd ed.,
-    6.4) evaluated by the modified Lentz method, on the side of x where it converges fast."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x > (a + 1) / (a + b + 2):
-        return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
-    return front * _beta_fraction(a, b, x) / a
-
-
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    tiny = 1e-300
-
-    def guard(value: float) -> float:
-        return value if abs(value) > tiny else tiny
-
-    c, d = 1.0, 1.0 / guard(1.0 - (a + b) * x / (a + 1))
-    result = d
-    for m in range(1, 1000):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),  # the even step, then the odd one
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 / guard(1.0 + numerator * d)
-            c = guard(1.0 + numerator / c)
-            result *= d * c
-        if abs(d * c - 1.0) < 1e-16:
-            break
-    return result
-
-
-def student_t_cdf(t: float, dof: float) -> float:
-    """P(T <= t) for Student's t with `dof` degrees of freedom: 1 − I_{dof/(dof + t²)}(dof/2, 1/2) / 2 for t >= 0."""
-    tail = 0.5 * regularized_beta(dof / 2, 0.5, dof / (dof + t * t))
-    return 1.0 - tail if t >= 0 else tail
-
-
-@functools.cache
-def t_975(dof: int) -> float:
-    """The 97.5% quantile of Student's t with `dof` degrees of freedom, exact to about 1e-12: bisection on
-    student_t_cdf (tests/test_field_study.py checks it against scipy, which is only a test dependency)."""
-    low, high = 0.0, 1.0
-    while student_t_cdf(high, dof) < 0.975:
-        low, high = high, 2 * high
-    while high - low > 1e-13 * high:
-        middle = (low + high) / 2
-        low, high = (middle, high) if student_t_cdf(middle, dof) < 0.975 else (low, middle)
-    return (low + high) / 2
-
-
-def t_threshold(sd_a: float, n_a: int, sd_b: float, n_b: int) -> float:
-    """t × s.e., the 95% threshold of a two-sample t-test with pooled variance, for a difference of two means of n_a
-    and n_b seeds (s.e. = s_pooled · sqrt(1/n_a + 1/n_b), n_a + n_b − 2 degrees of freedom); nan below two seeds a side."""
-    if n_a < 2 or n_b < 2:
-        return float("nan")
-    dof = n_a + n_b - 2
-    pooled = math.sqrt(((n_a - 1) * sd_a ** 2 + (n_b - 1) * sd_b ** 2) / dof)
-    return t_975(dof) * pooled * math.sqrt(1 / n_a + 1 / n_b)
-
-
-def fmt(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
-
-
 def write_report(args: argparse.Namespace) -> Path:
     import matplotlib
 
@@ -219,7 +127,7 @@ def write_report(args: argparse.Namespace) -> Path:
     lines = ["# JSA study: JSA against RWS, VIMCO, REINFORCE+B* and Gumbel-softmax", "",
              f"Protocol: `experiment=jsa_paper` (configs/experiment/jsa_paper.yaml; docs/jsa.md#the-papers-protocol) with "
              f"val NLL from {args.val_samples} importance samples every {args.val_every} epochs and test NLL from 1000 "
-             "samples at the epoch of best val NLL. Written by `python -m benchmarks.jsa_study` "
+             "samples at the epoch of best val NLL. Written by `python -m benchmarks.studies.jsa_study` "
              f"({len(records)} of {len(plan(args))} runs finished); every run's command is in commands.txt.", ""]
 
     main = sorted(by_group["main"], key=lambda r: (r["model"] in CONTEXT, r["test"].get("nll", math.inf)))

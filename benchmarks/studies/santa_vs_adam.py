@@ -13,7 +13,7 @@ Santa explores (samples at the annealed temperature) for `--exploration-fraction
 val NLL takes minutes: `--limit-train-batches` (a fraction or a number of batches per epoch) and
 `--limit-val-batches` cut it. Usage:
 
-    nice -n 10 python -m benchmarks.santa_vs_adam --epochs 1 --limit-train-batches 100 --limit-val-batches 8
+    nice -n 10 python -m benchmarks.studies.santa_vs_adam --epochs 1 --limit-train-batches 100 --limit-val-batches 8
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import arguments
+from benchmarks.lib import arguments
 from benchmarks.compare import find_runs, read_run
 
-TRAIN = Path(__file__).resolve().parents[1] / "train.py"
+TRAIN = Path(__file__).resolve().parents[2] / "train.py"
 TRAIN_EXAMPLES = 55_000  # the MNIST training split of datamodules.MNISTDataModule
 OPTIMIZERS = ("adam", "santa")
 
@@ -144,7 +144,7 @@ def main() -> None:
         "Runs: " + ", ".join(f"`{path}`" for *_, path in rows) + " (not committed).", "",
     ])
     (args.out / "report.md").write_text(report)
-    (args.out / "command.txt").write_text("nice -n 10 python -m benchmarks.santa_vs_adam " + " ".join(
+    (args.out / "command.txt").write_text("nice -n 10 python -m benchmarks.studies.santa_vs_adam " + " ".join(
         shlex.quote(arg) for arg in sys.argv[1:]) + "\n")
     print(report)
 

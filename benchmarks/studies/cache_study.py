@@ -3,9 +3,9 @@ middle of the run, and never, under the JSA paper's protocol (configs/experiment
 models: the paper's categorical model at L = 20 and at L = 5 (fewer fresh proposals per step), and the paper's
 Bernoulli model (200 binary latents, `model.num_latents=200 model.num_categories=2`), where q is a poorer proposal.
 
-    python -m benchmarks.cache_study                  # every run (resumable), then the report
-    python -m benchmarks.cache_study --report-only    # the report from the finished runs
-    python -m benchmarks.cache_study --is-resolution  # IS-NLL of the finished middle/never runs at 100, 1000, 5000 samples
+    python -m benchmarks.studies.cache_study                  # every run (resumable), then the report
+    python -m benchmarks.studies.cache_study --report-only    # the report from the finished runs
+    python -m benchmarks.studies.cache_study --is-resolution  # IS-NLL of the finished middle/never runs at 100, 1000, 5000 samples
 
 The remedies for the mid-run cache's lock-in are arms of their own: `middle-fresh` (q trained on fresh proposals,
 `model.q_states=fresh`) and `middle-refresh<ρ>` (a share ρ of the chains restarted each step, `model.cache_refresh`;
@@ -15,11 +15,11 @@ The runs go in order of how much they tell: seed 0 of every arm of the L = 20 an
 seeds 1 and 2 of their middle and no-cache arms, then of their epoch-0 arms, then L = 5 (one seed), then the
 remedies (seed 0 of each, Bernoulli first; then seeds 1 and 2 of `middle-fresh` and of the chosen ρ). Each run is `python train.py experiment=jsa_paper ...` (the command
 is recorded in its JSON record under `--out/runs/`); a finished run is skipped, an unfinished one resumes from its
-last.ckpt (benchmarks/runner.py). The report (`--out/report.md`, `cache_diagnostics.png`) gives val/test NLL
+last.ckpt (benchmarks/lib/runner.py). The report (`--out/report.md`, `cache_diagnostics.png`) gives val/test NLL
 mean ± sd per arm and JSA's sampler diagnostics over training: acceptance rate, and where the cache is read the
 share of chains stuck on their cached state, the cached states' age and their log-weight gap to the best proposal.
 `--is-resolution` measures, on the same test images, the importance-sampled NLL of every finished run of the middle
-and no-cache arms with 100, 1000 and 5000 samples (benchmarks/at_checkpoints.py): how far the 100-sample val figure
+and no-cache arms with 100, 1000 and 5000 samples (benchmarks/lib/at_checkpoints.py): how far the 100-sample val figure
 sits above the better estimates says how good a proposal q is (`is-resolution.json`, added to the report).
 """
 
@@ -30,8 +30,9 @@ import math
 import statistics
 from pathlib import Path
 
-from benchmarks import arguments, runner
-from benchmarks.jsa_study import epoch_of, fmt, read_curves, t_threshold
+from benchmarks.lib import arguments, runner
+from benchmarks.lib.records import epoch_of, read_curves
+from benchmarks.lib.stats import fmt, t_threshold
 
 MODELS = {  # name -> (label, overrides)
     "L20": ("categorical 20×10, L = 20", ["model.mis_steps=20"]),
@@ -151,7 +152,7 @@ def write_report(args: argparse.Namespace) -> Path:
              f"Protocol: `experiment=jsa_paper` (chain-average gradient, batch 200, Adam 3e-4, static binarization), "
              f"{args.epochs} epochs, val NLL from {args.val_samples} importance samples every {args.val_every} epochs, "
              "test NLL from 1000 samples at the best val epoch; the cache read from epoch 0, from epoch "
-             f"{args.epochs // 2}, or never (`model.use_cache=false`). Written by `python -m benchmarks.cache_study` "
+             f"{args.epochs // 2}, or never (`model.use_cache=false`). Written by `python -m benchmarks.studies.cache_study` "
              f"({len(records)} of {len(plan(args))} runs finished); the commands are in commands.txt. Diagnostics are "
              "means over the last fifth of training.", "", runner.machines_line(records), "",
              "| model | cache read | seeds | test NLL | test −ELBO | best val NLL | acceptance | stuck on the cached state | "
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch", "is_images"),
                                  {"models": (args.models, list(MODELS))})
     if args.is_resolution:
-        from benchmarks import at_checkpoints  # torch: only for the measurement
+        from benchmarks.lib import at_checkpoints  # torch: only for the measurement
 
         at_checkpoints.measure_finished_runs(args.out, args.logs, lambda record: record["arm"] in MEASURED_ARMS, args.is_images, args.is_samples)
     elif not args.report_only:

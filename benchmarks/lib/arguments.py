@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-MODEL_CONFIGS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "configs" / "model").glob("*.yaml"))  # model=NAME
+MODEL_CONFIGS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "configs" / "model").glob("*.yaml"))  # model=NAME
 
 
 def integer(at_least: int) -> Callable[[str], int]:

@@ -1,13 +1,13 @@
 """What a JSA training step costs with each `gradient_states`, beside RWS and VIMCO at the same number of particles.
 
-    python -m benchmarks.jsa_gradient_cost [--warm-up-steps 300] [--rounds 5] [--min-run-time 10]
+    python -m benchmarks.speed.jsa_gradient_cost [--warm-up-steps 300] [--rounds 5] [--min-run-time 10]
 
 The JSA paper's setting (experiment=jsa_paper: MLP 784-512-256 with LeakyReLU, 20 latents x 10 classes, batch 200,
 L = S = 20) on a batch of real MNIST (`DATA_DIR`, statically binarized). A JSA model is first trained for
 `--warm-up-steps` steps on consecutive batches (final-state gradient) so that the MIS acceptance rate, and with it the number of distinct
 states a chain visits, is that of a model in training rather than of random weights; every variant then starts
 from those parameters. One step is forward, backward and an Adam update of `training_loss`, timed on one thread in
-alternating rounds (benchmarks/timing.py), so a ratio is the median of the rounds' ratios.
+alternating rounds (benchmarks/lib/timing.py), so a ratio is the median of the rounds' ratios.
 
 Variants: JSA `final`; JSA `chain` as the paper's code computes it (every one of the L path states scored again
 with gradient, this collection's form before the change, kept here as `PathAverageJSA`); JSA `chain` from the
@@ -24,8 +24,8 @@ import os
 
 import torch
 
-from benchmarks import arguments
-from benchmarks.timing import alternating, median_seconds
+from benchmarks.lib import arguments
+from benchmarks.lib.timing import alternating, median_seconds
 from datamodules import MNISTDataModule
 from models import JSA, RWS, VIMCO
 from samplers import MISSample, categorical_log_prob, index_cached_mis, visit_counts

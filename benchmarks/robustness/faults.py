@@ -1,6 +1,6 @@
 """Faults injected into real `python train.py` processes, repeated to count how often each holds.
 
-    python -m benchmarks.faults [--kills 20] [--concurrent 10] [--resumes 10] [--out benchmarks/results/faults]
+    python -m benchmarks.robustness.faults [--kills 20] [--concurrent 10] [--resumes 10] [--out benchmarks/results/faults]
 
 1. kill -9 during checkpoint writes: a training run that saves every step is killed the moment a temporary
    checkpoint file appears beside `last.ckpt` (a save in progress), with TMPDIR on another filesystem
@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from benchmarks import arguments, runner
+from benchmarks.lib import arguments, runner
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STEPS = 40
 # Tiny and fast, long enough to be interrupted: 20 batches of 32 an epoch, a checkpoint every 2 steps.
 SETTINGS = ["model=jsa", "model.mis_steps=2", "model.val_num_samples=2", "data.batch_size=32", f"trainer.max_steps={STEPS}",
@@ -171,7 +171,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     kills, pairs = results["kill_during_saves"], results["concurrent_starts"]
-    lines = ["# Fault injection (`python -m benchmarks.faults`)", ""]
+    lines = ["# Fault injection (`python -m benchmarks.robustness.faults`)", ""]
     if kills:
         lines.append(f"- kill -9 during a checkpoint write, TMPDIR=/dev/shm: {kills['kills_with_every_checkpoint_loadable']}/"
                      f"{kills['kills']} kills left every checkpoint loadable ({kills['kills_mid_save']} of them with a save in "

@@ -1,6 +1,6 @@
 """Bad input, case by case: what the collection answers to each, in both front ends, data, checkpoints and resume.
 
-    python -m benchmarks.bad_inputs [--quick] [--only ID,ID] [--jobs 2] [--out benchmarks/results/bad_inputs]
+    python -m benchmarks.robustness.bad_inputs [--quick] [--only ID,ID] [--jobs 2] [--out benchmarks/results/bad_inputs]
 
 Every case runs `python train.py ...` (or a few lines of Python against the library) in a directory of its own,
 with DATA_DIR set and the training cut to a couple of steps, and is classified:
@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "train.py")
 HYDRA_FAST = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
               "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=16", "trainer.num_sanity_val_steps=0",
@@ -645,7 +645,7 @@ def write_table(rows: list[dict], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.json").write_text(json.dumps(rows, indent=1) + "\n")
     counts = {k: sum(r["outcome"] == k for r in rows) for k in OUTCOMES}
-    lines = ["# Bad inputs", "", "Written by `python -m benchmarks.bad_inputs` (its docstring defines the outcomes). "
+    lines = ["# Bad inputs", "", "Written by `python -m benchmarks.robustness.bad_inputs` (its docstring defines the outcomes). "
              f"{len(rows)} cases: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + ".", "",
              "| case | front end | input | outcome | message (first line) |", "|---|---|---|---|---|"]
     for row in rows:

@@ -3,19 +3,19 @@ under the JSA paper's protocol (configs/experiment/jsa_paper.yaml, uniform prior
 (default 100) with three seeds each, on MNIST: the field study's 30-epoch comparison at a budget where the runs
 may converge.
 
-    python -m benchmarks.long_study                   # every run (resumable), then the report
-    python -m benchmarks.long_study --report-only     # the report from the finished runs
-    python -m benchmarks.long_study --is-resolution   # only the finished runs' IS-NLL at 100, 1000, 5000 samples
-    python -m benchmarks.long_study --arms jsa-never,rws --lanes 2 --logs /scratch/long-study
+    python -m benchmarks.studies.long_study                   # every run (resumable), then the report
+    python -m benchmarks.studies.long_study --report-only     # the report from the finished runs
+    python -m benchmarks.studies.long_study --is-resolution   # only the finished runs' IS-NLL at 100, 1000, 5000 samples
+    python -m benchmarks.studies.long_study --arms jsa-never,rws --lanes 2 --logs /scratch/long-study
 
 The cache arm reads the cache from 60 % of the run on (the JSA paper reads it over its last 40 %: 300 of 500
 epochs); `--cache-arm` names its extra train.py settings (default: the cache alone, `q_states=chain`). Each run is
 `python train.py experiment=jsa_paper ...` (the command is in its JSON record under `--out/runs/`); a finished run
-is skipped, an unfinished one resumes from its last.ckpt (benchmarks/runner.py). The report gives, per arm, the
+is skipped, an unfinished one resumes from its last.ckpt (benchmarks/lib/runner.py). The report gives, per arm, the
 test NLL (1000 samples at the best val epoch), the best val NLL, the epoch it came at and whether that is the last
 validation (a run whose best epoch is its last has not converged), with seed spread and the RWS − JSA differences;
 then, from every finished run's best checkpoint, the importance-sampled NLL at 100, 1000 and 5000 samples on the
-first 500 test images, as the cache study measures it (`--is-resolution`, benchmarks/at_checkpoints.py).
+first 500 test images, as the cache study measures it (`--is-resolution`, benchmarks/lib/at_checkpoints.py).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import math
 import statistics
 from pathlib import Path
 
-from benchmarks import runner
-from benchmarks.jsa_study import epoch_of, fmt, read_curves, t_threshold
+from benchmarks.lib import runner
+from benchmarks.lib.records import epoch_of, read_curves
+from benchmarks.lib.stats import fmt, t_threshold
 
 CACHE_START = 0.6  # of the run: the paper's `start = 300` of 500 epochs
 
@@ -80,7 +81,7 @@ def differences_from_rws(values: dict[str, list[float]], labels: dict) -> list[s
 
 def is_resolution_lines(args: argparse.Namespace, records: list[dict], labels: dict) -> list[str]:
     """The best checkpoints' importance-sampled NLL at every --is-samples count on the first --is-images test images
-    (is-resolution.json, benchmarks/at_checkpoints.py), per arm over seeds, and RWS − JSA at the most samples."""
+    (is-resolution.json, benchmarks/lib/at_checkpoints.py), per arm over seeds, and RWS − JSA at the most samples."""
     path = args.out / "is-resolution.json"
     if not path.exists():
         return []
@@ -116,7 +117,7 @@ def write_report(args: argparse.Namespace) -> Path:
     lines = [f"# JSA against RWS at {args.epochs} epochs", "",
              f"Protocol: `experiment=jsa_paper` (uniform prior, 20 particles, batch 200, Adam 3e-4, static binarization), "
              f"{args.epochs} epochs, val NLL from {args.val_samples} importance samples every {args.val_every} epochs, test "
-             f"NLL from 1000 samples at the best val epoch. Written by `python -m benchmarks.long_study` ({len(records)} of "
+             f"NLL from 1000 samples at the best val epoch. Written by `python -m benchmarks.studies.long_study` ({len(records)} of "
              f"{len(plan(args))} runs finished); the commands are in commands.txt.", "",
              runner.machines_line(records) if records else "No run has finished yet.", "",
              "| arm | seeds | test NLL | best val NLL | epoch of best val | best = last validation | min per run (machine) |",
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.report_only:
         if not args.is_resolution:
             runner.run_plan(plan(args), run_job, args)
-        from benchmarks import at_checkpoints  # torch: only for the measurement
+        from benchmarks.lib import at_checkpoints  # torch: only for the measurement
 
         # Every finished run, at the best val epoch: the 1000- and 5000-sample test NLL the issue's verdict reads.
         at_checkpoints.measure_finished_runs(args.out, args.logs, lambda record: True, args.is_images, args.is_samples)

@@ -1,7 +1,7 @@
 """The training step inside `python train.py` (Trainer.fit with every default callback, the TensorBoard logger and the
 progress bar) against the bare step, so that a feature cannot quietly add host syncs or per-step work.
 
-    python -m benchmarks.loop_overhead [--models jsa,vae] [--steps 120] [--repeats 3]
+    python -m benchmarks.speed.loop_overhead [--models jsa,vae] [--steps 120] [--repeats 3]
 
 For each model, `--repeats` times, on real MNIST batches (DATA_DIR), two runs:
 
@@ -34,7 +34,7 @@ import time
 import lightning as L
 import torch
 
-from benchmarks import arguments
+from benchmarks.lib import arguments
 
 WARM_UP = 10
 
@@ -69,7 +69,7 @@ class BareStep:
 
 
 class StepClock(L.Callback):
-    """At the start of every training batch: note the time, then take one bare step, timed (benchmarks.loop_overhead).
+    """At the start of every training batch: note the time, then take one bare step, timed (benchmarks.speed.loop_overhead).
 
     Class-level state: `launch.hydra_app.run` builds the instance from the config."""
 
@@ -101,7 +101,7 @@ def compose(model: str, steps: int, log_dir: str):
 
     # Fewer steps than an epoch (430 batches of 128): no validation runs before max_steps stops the run.
     return composed([f"model={model}", f"trainer.max_steps={steps}", "trainer.num_sanity_val_steps=0",
-                     "run_test=false", f"log_dir={log_dir}", "+callbacks.step_clock._target_=benchmarks.loop_overhead.StepClock"])
+                     "run_test=false", f"log_dir={log_dir}", "+callbacks.step_clock._target_=benchmarks.speed.loop_overhead.StepClock"])
 
 
 def fit_steps(model: str, steps: int) -> tuple[list[float], list[float]]:
@@ -109,7 +109,7 @@ def fit_steps(model: str, steps: int) -> tuple[list[float], list[float]]:
     import launch.build
     import launch.hydra_app
 
-    from benchmarks import loop_overhead  # the module the config names (this file may run as __main__)
+    from benchmarks.speed import loop_overhead  # the module the config names (this file may run as __main__)
 
     with tempfile.TemporaryDirectory() as log_dir:
         cfg = compose(model, steps, log_dir)
@@ -123,7 +123,7 @@ def lightning_steps(model: str, steps: int) -> tuple[list[float], list[float]]:
     import launch.build
     import launch.hydra_app
 
-    from benchmarks import loop_overhead
+    from benchmarks.speed import loop_overhead
 
     with tempfile.TemporaryDirectory() as log_dir:
         cfg = compose(model, steps, log_dir)

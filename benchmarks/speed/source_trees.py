@@ -2,14 +2,14 @@
 timed in alternating rounds, each round a fresh process per tree (a tree is imported through PYTHONPATH).
 
     git archive main | tar -x -C /tmp/before
-    python -m benchmarks.source_trees /tmp/before . --rounds 6
+    python -m benchmarks.speed.source_trees /tmp/before . --rounds 6
 
-The step is that of benchmarks/jsa_gradient_cost.py's paper setting (MLP 784-512-256 with LeakyReLU, 20 latents x 10
+The step is that of benchmarks/speed/jsa_gradient_cost.py's paper setting (MLP 784-512-256 with LeakyReLU, 20 latents x 10
 classes, batch 200, L = 20, `gradient_states` chain, everything else the class's defaults, so the CPU's default
 chain rows), on a binarized MNIST-like batch of fixed random pixels (the cost does not depend on the pixels beyond
 the acceptance rate, the same in both trees), forward, backward and an Adam update, on one thread. A machine's speed
 drifts within minutes; alternating the trees round by round lets the drift fall on both, and the ratio is the median
-of the rounds' ratios (benchmarks/timing.py's rule).
+of the rounds' ratios (benchmarks/lib/timing.py's rule).
 
 `--jsa-only` compares in one process instead: the `JSA` class of each tree's models/jsa.py (the rest of the code from
 this tree), each step timed in turn within the same seconds, `--rounds` alternating rounds of `--seconds` each. For
@@ -26,13 +26,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks import arguments
+from benchmarks.lib import arguments
 
 # Run in the child, with the tree on PYTHONPATH: prints the median step time in ms.
 CHILD = """
 import torch
 torch.set_num_threads(1)
-from benchmarks.timing import median_seconds
+from benchmarks.lib.timing import median_seconds
 from models import JSA
 torch.manual_seed(0)
 model = JSA(backbone="mlp", activation="leaky_relu", num_latents=20, num_categories=10, code_dim=10, lr=3e-4,
@@ -68,7 +68,7 @@ def jsa_class(tree: Path) -> type:
 def same_process(args: argparse.Namespace) -> None:
     import torch
 
-    from benchmarks.timing import median_seconds
+    from benchmarks.lib.timing import median_seconds
 
     torch.set_num_threads(1)
     x = torch.bernoulli(torch.full((args.batch_size, 1, 28, 28), 0.13), generator=torch.Generator().manual_seed(0))
@@ -89,7 +89,7 @@ def same_process(args: argparse.Namespace) -> None:
 
         steps[name] = step
     rounds = []
-    for round_ in range(args.rounds):  # as benchmarks.timing.alternating, keeping each round's ratio; neither always first
+    for round_ in range(args.rounds):  # as benchmarks.lib.timing.alternating, keeping each round's ratio; neither always first
         order = ("before", "after") if round_ % 2 == 0 else ("after", "before")
         rounds.append({name: median_seconds(steps[name], args.seconds, warm_up=3) for name in order})
     ratios = [r["after"] / r["before"] for r in rounds]

@@ -1,6 +1,6 @@
 """Index-cached MIS vs the naive MIS (docs/mis.md#cost-model), and JSA's training step vs the VAE's.
 
-    python -m benchmarks.mis_speed [--batch-size 128] [--device cpu] [--precision bf16-mixed] [--rounds 5]
+    python -m benchmarks.speed.mis_speed [--batch-size 128] [--device cpu] [--precision bf16-mixed] [--rounds 5]
 
 All timings come from torch.utils.benchmark's blocked_autorange, on the same networks (MNIST-sized MLP backbone,
 V=20, K=10) and the same batch. Each pair compared (naive and cached; JSA and VAE) is measured in `--rounds`
@@ -28,8 +28,8 @@ from typing import Callable
 
 import torch
 
-from benchmarks import arguments
-from benchmarks.timing import median_seconds, paired
+from benchmarks.lib import arguments
+from benchmarks.lib.timing import median_seconds, paired
 from models import JSA, VAE
 from samplers import index_cached_mis, mis_chain, naive_mis
 
@@ -49,7 +49,7 @@ def median_ms(fn, min_run_time: float | None = None) -> float:
 
 
 def paired_ms(first: Callable[[], object], second: Callable[[], object]) -> tuple[float, float, float]:
-    """(first ms, second ms, first / second) over `ROUNDS` alternating rounds (benchmarks/timing.py)."""
+    """(first ms, second ms, first / second) over `ROUNDS` alternating rounds (benchmarks/lib/timing.py)."""
     return paired(first, second, lambda fn: median_ms(fn, MIN_RUN_TIME_S / ROUNDS), ROUNDS)
 
 

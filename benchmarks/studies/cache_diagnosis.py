@@ -5,8 +5,8 @@ fresh proposals (`q_states=fresh`, docs/jsa.md#what-q-learns-from). θ is the sa
 against the same posterior: a q that ends closer to it on (b) than on (a) says the chain's states, not the
 posterior, held q back.
 
-    python -m benchmarks.cache_diagnosis                 # the checkpoint run (resumable), then the measurement
-    python -m benchmarks.cache_diagnosis --q-steps 550   # two epochs of q steps (the default)
+    python -m benchmarks.studies.cache_diagnosis                 # the checkpoint run (resumable), then the measurement
+    python -m benchmarks.studies.cache_diagnosis --q-steps 550   # two epochs of q steps (the default)
 
 For the checkpoint's q and each retrained q: −ELBO and the importance-sampled NLL with 100 and 5000 samples on the
 same test images; NLL(100) − NLL(5000) says how good a proposal q is for the frozen model. The cache statistics of
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import arguments, runner
+from benchmarks.lib import arguments, runner
 
 MODEL = ["experiment=jsa_paper", "model=jsa", "model.mis_steps=20", "model.num_latents=200", "model.num_categories=2"]
 
@@ -67,7 +67,7 @@ def retrain_q(model, datamodule, q_states: str, steps: int, lr: float, seed: int
 
 def evaluate(model, x: torch.Tensor, sample_counts: list[int]) -> dict:
     """Mean IS-NLL per sample count and −ELBO (from the most samples) on the images x, the same seed for every q."""
-    from benchmarks.at_checkpoints import importance_estimates
+    from benchmarks.lib.at_checkpoints import importance_estimates
 
     result = {}
     for count in sorted(sample_counts):
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out, args.logs = args.out.resolve(), args.logs.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
 
-    from benchmarks.at_checkpoints import build, first_test_images, overrides_of
+    from benchmarks.lib.at_checkpoints import build, first_test_images, overrides_of
 
     checkpoint, command = checkpoint_run(args)
     datamodule, built = build(overrides_of(command))
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
                             ("q retrained on fresh proposals", results["fresh"]))]
     (args.out / "diagnosis.md").write_text("\n".join([
         "# The cache diagnosis: stale states or a harder posterior?", "",
-        f"`python -m benchmarks.cache_diagnosis` with θ frozen at epoch {args.epochs} of `{command}`; q retrained for "
+        f"`python -m benchmarks.studies.cache_diagnosis` with θ frozen at epoch {args.epochs} of `{command}`; q retrained for "
         f"{args.q_steps} steps (Adam {args.lr}) each way; {args.images} test images, seed 0 for every estimate. Cache "
         "statistics: means over the last fifth of the retraining.", "",
         f"| q | −ELBO | NLL, {min(args.samples)} samples | NLL, {max(args.samples)} samples | gap | acceptance | stuck on the "

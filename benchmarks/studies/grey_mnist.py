@@ -8,7 +8,7 @@ cut to fit a session: `--steps` training steps, and the test bound from `--test-
 importance samples on the first `--test-batches` batches of the test split (the same images for
 every model). Usage:
 
-    python -m benchmarks.grey_mnist --out benchmarks/results/grey-mnist
+    python -m benchmarks.studies.grey_mnist --out benchmarks/results/grey-mnist
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks import runner
+from benchmarks.lib import runner
 
 MODELS = ("vae", "vqvae", "jsa", "dvae", "dvae_gumbel")
-TRAIN = Path(__file__).resolve().parents[1] / "train.py"
+TRAIN = Path(__file__).resolve().parents[2] / "train.py"
 
 
 def main() -> None:
@@ -60,7 +60,7 @@ def main() -> None:
             raise SystemExit(f"grey_mnist: the {model} run failed (its message is above)")
     if subprocess.run([sys.executable, "-m", "benchmarks.compare", str(args.logs / "tensorboard"), "--out", str(args.out)]).returncode:
         raise SystemExit("grey_mnist: the comparison report failed (its message is above)")
-    (args.out / "command.txt").write_text(" ".join(["python -m benchmarks.grey_mnist", *sys.argv[1:]]) + "\n")
+    (args.out / "command.txt").write_text(" ".join(["python -m benchmarks.studies.grey_mnist", *sys.argv[1:]]) + "\n")
 
 
 if __name__ == "__main__":

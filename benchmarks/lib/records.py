@@ -1,0 +1,35 @@
+"""What a finished run's record holds, read from its TensorBoard events: the validation and diagnostic curves,
+the epoch times and the test scalars; and the epoch a logged step belongs to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def read_curves(run_dir: Path, extra_tags: list[str] = ()) -> dict:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+
+    def series(tag: str) -> list[list[float]]:
+        points = [[e.step, e.value] for e in events.Scalars(tag)] if tag in tags else []
+        if "grad_variance" in tag:  # earlier versions of the callback wrote each measurement twice: keep one
+            points = [p for i, p in enumerate(points) if i == 0 or p[1] != points[i - 1][1]]
+        return points
+
+    epoch_time = series("train/epoch_time_s")
+    curves = {tag.split("/", 1)[1]: series(tag) for tag in (
+        "val/nll", "val/nll_uniform_prior", "train/encoder_grad_variance", "train/decoder_grad_variance", "train/acceptance_rate",
+        "train/cache_hit_rate", "train/step_time_ms", "train/grad_variance_time_s", *extra_tags)}
+    test = {tag.split("/", 1)[1]: events.Scalars(tag)[-1].value for tag in tags if tag.startswith("test/")}
+    return {"curves": curves, "epoch_time_s": epoch_time, "test": test}
+
+
+# ---- the report ---------------------------------------------------------------------------------
+
+
+def epoch_of(step: float, steps_per_epoch: int) -> int:
+    """The epoch at whose end a value was logged (epoch-end logs carry the step of the epoch's last batch)."""
+    return round((step + 1) / steps_per_epoch)
