@@ -4,7 +4,7 @@ Small image benchmarks (MNIST, CIFAR-10) fit in RAM as uint8, so each split is
 kept as one contiguous ``(N, C, H, W)`` uint8 tensor and a whole batch is built
 with a single fancy-indexing op plus vectorised binarisation. This avoids the
 per-image PIL/``ToTensor`` round trip of the torchvision datasets, which
-dominates training time for small models (see ``benchmarks/datamodule_speed.py``).
+dominates training time for small models (see ``benchmarks/speed/datamodule_speed.py``).
 
 Every batch is ``(x, index)``; ``index`` is the example's position inside its
 split. JSA keeps a per-example cache keyed by the train-split index, so the

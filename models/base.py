@@ -76,7 +76,7 @@ class LatentVariableModel(L.LightningModule):
         val_num_samples: importance samples per image for `val/nll`.
         test_num_samples: importance samples per image for `test/nll`.
         eval_chunk_size: importance samples scored in one decoder pass (bounds the memory). The default, 20, keeps
-            a pass of a 128-image batch (2,560 rows) small enough for the CPU's caches (benchmarks/eval_speed.py
+            a pass of a 128-image batch (2,560 rows) small enough for the CPU's caches (benchmarks/speed/eval_speed.py
             compares chunk sizes; figures in benchmarks/results/speed/); on a GPU a larger chunk may be faster.
         test_seed: seed of the test stage's importance samples, so that test estimates are reproducible.
         activation: nonlinearity of the MLP backbone's hidden layers, `relu` or `leaky_relu` (slope 0.2, as

@@ -18,7 +18,7 @@ decoder pass over the (L+1)B candidate rows, T_q + T_p((L+1)B) instead of T_q + 
 
 `naive_mis` is the textbook form (fresh network passes every step, docs/mis.md#naive-mis): the
 reference implementation that the tests compare the distribution against and that
-`benchmarks/mis_speed.py` measures the speed-up against.
+`benchmarks/speed/mis_speed.py` measures the speed-up against.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def naive_mis(
     """Reference MIS in its textbook form (docs/mis.md#naive-mis): every step re-runs the networks.
 
     Not used in training: it is what the tests check `index_cached_mis` against (same distribution)
-    and what `benchmarks/mis_speed.py` measures its speed-up against.
+    and what `benchmarks/speed/mis_speed.py` measures its speed-up against.
 
     Per step: an encoder pass to sample h' ~ q, decoder passes for p(x, h') and p(x, h_t),
     encoder passes for q(h' | x) and q(h_t | x): O(2 T_p + 3 T_q) per step.

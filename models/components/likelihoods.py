@@ -78,7 +78,7 @@ class BernoulliLikelihood(Likelihood):
         # log Bernoulli(x; sigmoid(l)) = x l - softplus(l), softplus computed stably. One softplus pass and one fused
         # multiply-add over the S * B decoder outputs, with x broadcast, not expanded: faster on CPU than
         # BCE-with-logits, which is most of the importance-sampled evaluation's cost beside the matmuls
-        # (python -m benchmarks.eval_speed measures it; figures in benchmarks/results/speed/).
+        # (python -m benchmarks.speed.eval_speed measures it; figures in benchmarks/results/speed/).
         out = full_precision(out)  # summed in float32 under bf16-mixed (models/components/precision.py)
         return torch.addcmul(F.softplus(out), x, out, value=-1.0).flatten(-3).sum(-1).neg()
 
