@@ -9,12 +9,18 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
-from torchvision.datasets import CIFAR10, MNIST
+# torch.compile's kernel cache, one per test process (each xdist worker, and the processes it starts, inherit theirs):
+# two processes writing the same kernel file at once can leave another reading it half-written ("file too short").
+# Assigned, not setdefault, and before torch is imported: importing torch fills the variable with the shared
+# default (/tmp/torchinductor_<user>), which the workers would then inherit from the controller.
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"torchinductor-{os.getpid()}")
 
-from datamodules import CIFAR10DataModule, MNISTDataModule
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torchvision.datasets import CIFAR10, MNIST  # noqa: E402
+
+from datamodules import CIFAR10DataModule, MNISTDataModule  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CIFAR_PER_BATCH = 20
@@ -28,9 +34,6 @@ os.environ["DATA_DIR"] = str(DATA_ROOT)
 
 # Under pytest-xdist (pyproject's -n auto) the workers share the cores: each worker, and every process it starts, gets
 # its share of them. Two processes of two torch threads each on two cores run the quick loop 3.3 times slower.
-# torch.compile's kernel cache, one per worker: two processes writing the same kernel file at once can leave another
-# reading it half-written ("file too short").
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor-{os.getpid()}"))
 if os.environ.get("PYTEST_XDIST_WORKER"):
     THREADS = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     torch.set_num_threads(THREADS)
@@ -128,3 +131,12 @@ def cifar10_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         mp.setattr(CIFAR10, "test_list", test_list)
         mp.setattr(CIFAR10, "meta", {**CIFAR10.meta, "md5": meta_md5})
         yield root
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """This process's torch.compile cache (set at the top of this file) goes with it: a suite leaves no cache behind."""
+    import shutil
+
+    own = os.path.join(tempfile.gettempdir(), f"torchinductor-{os.getpid()}")
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") == own:
+        shutil.rmtree(own, ignore_errors=True)  # safe: this process's own cache directory, named by its pid above
