@@ -43,6 +43,7 @@ import lightning as L
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 
+from checkpoints.registry import is_registered
 from common.private_api import lightning_load
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike) ->
 # How long a read waits for another process's lock on the checkpoint's directory (a save holds it for the seconds
 # its files take to write; a live run for as long as it runs, on its own run directory).
 LOCK_WAIT_S = 120.0
-# Directories this process already holds an exclusive flock on (its run directory, launch/run_directory.py): a second
+# Directories this process already holds an exclusive flock on (its run directory, launch/runs/run_directory.py): a second
 # flock there from this process would wait for itself, and the held one already keeps other writers out.
 held_directories: set[Path] = set()
 
@@ -257,20 +258,6 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
 # rebuilds the model from them, nested settings included), Hydra's `_target_`, Lightning's `_class_path` and
 # `_instantiator` (load_from_checkpoint imports the latter by name).
 IMPORTED_KEYS = ("class_path", "_class_path", "_target_", "_instantiator")
-LIGHTNING_INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
-
-
-def is_registered_component(name: object) -> bool:
-    """Whether a class path a checkpoint names is one of the collection's models or data modules (or Lightning's own
-    instantiator): only those are ever imported from a checkpoint, since importing a module runs its code."""
-    import datamodules
-    from models import is_registered_model
-
-    if name == LIGHTNING_INSTANTIATOR or is_registered_model(name):
-        return True
-    classes = [getattr(datamodules, n) for n in datamodules.__all__ if isinstance(getattr(datamodules, n), type)]
-    return any(name in (f"{cls.__module__}.{cls.__qualname__}", f"datamodules.{cls.__name__}") for cls in classes)
-
 
 def refuse_unregistered_classes(checkpoint: dict[str, Any], path: Any) -> None:
     """CheckpointError naming the first class path in the checkpoint's hyperparameters (at any depth: under
@@ -289,7 +276,7 @@ def refuse_unregistered_classes(checkpoint: dict[str, Any], path: Any) -> None:
 
     for section in ("hyper_parameters", "datamodule_hyper_parameters"):
         for where, name in named(checkpoint.get(section), section):
-            if not is_registered_component(name):
+            if not is_registered(name):
                 raise CheckpointError(f"checkpoint {path}: {where} names {str(name)[:120]!r}, which is not one of the "
                                       "collection's models or data modules; it is not imported (importing runs code)")
 

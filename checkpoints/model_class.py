@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from checkpoints.files import CheckpointError, load_checkpoint_file, refuse_unregistered_classes
+from checkpoints.registry import registered
 from checkpoints.resume_command import resume_command
 
 
@@ -51,7 +52,7 @@ def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = No
         return
     name = found.rsplit(".", 1)[-1]
     checkpoint_name = f"checkpoint {ckpt_path}" if ckpt_path else "this checkpoint"
-    written_by = next((model for model in _registered_models() if _qualified_name(model) == found), None)
+    written_by = next((model for model in registered("model") if _qualified_name(model) == found), None)
     if written_by is None:  # not one of the collection's models (never imported): nothing to resume it with here
         raise CheckpointError(f"{checkpoint_name} was written by {found}, not {_qualified_name(cls)}, and "
                               "that is not one of the collection's models")
@@ -64,9 +65,3 @@ def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = No
     raise CheckpointError(f"{checkpoint_name} was written by {found}, not {_qualified_name(cls)}: resume it "
                           f"with the model that wrote it: {resume_command(ckpt_path or 'PATH', name, config_name)} (in "
                           f"Python: {name}.load_from_checkpoint)")
-
-
-def _registered_models() -> tuple[type, ...]:
-    import models  # at call time: models/ imports this package
-
-    return models._MODELS

@@ -8,6 +8,7 @@ config in configs/model/ names one with `_target_`. Adding a model: its module, 
 line here, one row in README.md (CONTRIBUTING.md).
 """
 
+from checkpoints.registry import is_registered, register
 from models.base import LatentVariableModel
 from models.dvae import DiscreteVAE
 from models.jsa import JSA
@@ -18,10 +19,10 @@ from models.vqvae import VQVAE
 
 __all__ = ["LatentVariableModel", "DiscreteVAE", "JSA", "RWS", "VAE", "VIMCO", "VQVAE", "is_registered_model"]
 
-_MODELS = (DiscreteVAE, JSA, RWS, VAE, VIMCO, VQVAE)
+register("model", DiscreteVAE, JSA, RWS, VAE, VIMCO, VQVAE)  # the only models a checkpoint may name (checkpoints/registry.py)
 
 
 def is_registered_model(class_path: object) -> bool:
     """Whether a class path (as a checkpoint names its model, e.g. `models.jsa.JSA` or `models.JSA`) is one of the
     registered models: checked before a checkpoint's class path is imported, since importing runs code."""
-    return any(class_path in (f"{cls.__module__}.{cls.__qualname__}", f"models.{cls.__name__}") for cls in _MODELS)
+    return is_registered(class_path, "model")

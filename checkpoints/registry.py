@@ -1,0 +1,30 @@
+"""The classes a checkpoint may name, and so the only ones ever imported from one (importing a module runs its code):
+the collection's models and data modules, each package registering its own when it is imported (models/__init__.py,
+datamodules/__init__.py), and Lightning's instantiator. Kept here, filled from there, so that checkpoints/ imports
+neither: nothing registered (those packages not imported) refuses every class, never admits one."""
+
+from __future__ import annotations
+
+LIGHTNING_INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
+_REGISTERED: dict[str, dict[str, type]] = {"model": {}, "data": {}}  # kind -> {class path or short name: class}
+
+
+def register(kind: str, *classes: type) -> None:
+    """Admit `classes` as checkpoint-nameable `kind` ("model" or "data"), under `package.module.Class` and the
+    package's short `package.Class` (as LightningCLI and the configs name them)."""
+    for cls in classes:
+        package = cls.__module__.split(".", 1)[0]
+        for name in (f"{cls.__module__}.{cls.__qualname__}", f"{package}.{cls.__name__}"):
+            _REGISTERED[kind][name] = cls
+
+
+def registered(kind: str) -> list[type]:
+    return list(dict.fromkeys(_REGISTERED[kind].values()))
+
+
+def is_registered(name: object, kind: str | None = None) -> bool:
+    """Whether a class path a checkpoint names is a registered `kind` (any kind: also Lightning's instantiator)."""
+    if kind is None and name == LIGHTNING_INSTANTIATOR:
+        return True
+    kinds = [kind] if kind else list(_REGISTERED)
+    return isinstance(name, str) and any(name in _REGISTERED[k] for k in kinds)
