@@ -65,7 +65,7 @@ BOUND_MODELS = {"VQVAE"}  # whose nll is an upper bound (under its prior), not a
 VERSION_PREFIXES = ("version_", "slurm_job_")  # a run's version directory (TensorBoardLogger's, a SLURM job's)
 JOB_FILE = "hydra_job.yaml"  # <run>/hydra_job.yaml: the Hydra job that made the run (sweep_dir: its multirun's directory)
 STUDY_FILE = "optimization_results.yaml"  # <sweep dir>/...: Hydra's Optuna sweeper writes the best trial's settings there
-OWNER_FILE = ".owner"  # launch/run_directory.py: there while the run's process lives (or after it was killed)
+OWNER_FILE = ".owner"  # launch/runs/run_directory.py: there while the run's process lives (or after it was killed)
 # events.out.tfevents.<unix time>.<host>.<pid>.<n>[suffix], the name torch's (and TensorFlow's) writer gives the file
 EVENT_FILE = re.compile(r"^events\.out\.tfevents\.(\d+)\.(.+)\.(\d+)\.(\d+)(?:\..*)?$")
 HYDRA_DIR = re.compile(r"^(\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2})-(\d+)$")  # configs/train.yaml: ${now:...}-${pid:}

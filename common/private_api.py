@@ -1,6 +1,6 @@
 """Every private Lightning, torch and jsonargparse attribute the collection relies on, each behind one small adapter
 that says why it is needed. Checked against lightning 2.6.6, torch 2.14.1 and jsonargparse 4.53.0;
-tests/test_private_api.py fails, naming the attribute, when an upgrade removes one of them (instead of an
+tests/common/test_private_api.py fails, naming the attribute, when an upgrade removes one of them (instead of an
 override that is silently never called or an AttributeError in the middle of a run).
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 # Private methods the collection overrides in subclasses: (class, method). An override of a method the base class
 # no longer has is never called, so the test checks that each one is still there.
 OVERRIDDEN = {
-    "lightning.pytorch.loggers.TensorBoardLogger": ("_get_next_version",),  # launch/run_directory.py: reserve a version
+    "lightning.pytorch.loggers.TensorBoardLogger": ("_get_next_version",),  # launch/runs/run_directory.py: reserve a version
     # launch/cli_app.py: _parse_ckpt_path checks the checkpoint's class before LightningCLI imports it; _run_subcommand
     # prints the run's summary line at the end; _instantiate_trainer leaves out the --checkpoint callback under
     # --trainer.enable_checkpointing=false. `_get` is called, not overridden (`cli_value` below), and checked with them.

@@ -75,7 +75,7 @@ def hydra_output_dir(cfg: Any) -> str:
 
 def parallel_job_settings(cfg: Any) -> dict[str, Any]:
     """A job of a multirun whose launcher runs several at once (configs/hydra/launcher/): joblib's n_jobs jobs share the
-    machine, so each gets its own GPU where there are several (launch/worker_slots.py) and CPU cores // n_jobs
+    machine, so each gets its own GPU where there are several (launch/runs/worker_slots.py) and CPU cores // n_jobs
     torch threads; a submitit job gets cpus_per_task threads. The basic launcher's jobs, one at a time, keep torch's.
     Returns the trainer settings this changes (the devices), and sets torch's threads."""
     from hydra.core.hydra_config import HydraConfig
@@ -95,7 +95,7 @@ def parallel_job_settings(cfg: Any) -> dict[str, Any]:
         if gpus > 1 and str(cfg.trainer.get("devices")) == "1":  # one device per job (not a DDP job of several)
             from pathlib import Path
 
-            from launch.worker_slots import claim_slot
+            from launch.runs.worker_slots import claim_slot
 
             slot = claim_slot(Path(hydra_job.sweep.dir) / ".worker-slots", n_jobs)
             device = (hydra_job.job.num if slot is None else slot) % gpus  # no slot (no flock): the job number
@@ -119,7 +119,7 @@ def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
 
     from checkpoints.files import load_checkpoint_file
     from launch.hydra_config import check_run_settings
-    from launch.run_directory import tensorboard_logger
+    from launch.runs.run_directory import tensorboard_logger
     from checkpoints.model_class import check_model_class
 
     check_run_settings(cfg)

@@ -20,7 +20,7 @@ from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch import rules
 from launch.errors import exit_with, user_errors_as_one_line
-from launch.run_directory import note_existing_directories, tensorboard_logger
+from launch.runs.run_directory import note_existing_directories, tensorboard_logger
 from launch.settings import SettingsError, check_trainer_values
 from models import LatentVariableModel
 

@@ -50,7 +50,7 @@ def user_errors_as_one_line() -> Iterator[None]:
     from lightning.fabric.utilities.exceptions import MisconfigurationException
     from omegaconf.errors import OmegaConfBaseException
 
-    from launch.distributed import collective_timeout_message, is_collective_timeout
+    from launch.runs.distributed import collective_timeout_message, is_collective_timeout
 
     try:
         yield

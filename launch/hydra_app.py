@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 def run(cfg: Any) -> dict[str, float]:
     """Build data, model and trainer from a composed config, fit (and test); the run's final metrics."""
     from launch.build import build_run
-    from launch.run_directory import note_hydra_job
+    from launch.runs.run_directory import note_hydra_job
 
     datamodule, model, trainer, ckpt_path = build_run(cfg)
     with rules.running(trainer, log.info):
@@ -47,7 +47,7 @@ def main() -> None:
     from launch.console import quiet_console
     from launch.errors import USER_ERROR, user_errors_as_one_line
     from launch.hydra_config import check_output_directories, register_defaults
-    from launch.run_directory import note_existing_directories, remove_if_only_hydra_files
+    from launch.runs.run_directory import note_existing_directories, remove_if_only_hydra_files
 
     register_defaults()
     check_output_directories(sys.argv[1:])

@@ -86,7 +86,7 @@ def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir:
     as given):
     - without a logger, or under fast_dev_run (and no default_root_dir given), the run's files go to `unlogged_dir`: Lightning would put
       its checkpoints, and LightningCLI its config.yaml, into the working directory;
-    - a DDP strategy named by a string gets a collective timeout (launch/distributed.py);
+    - a DDP strategy named by a string gets a collective timeout (launch/runs/distributed.py);
     - in a SLURM job, Lightning's auto-requeue saves and finds hpc_ckpt_N.ckpt in the run's directory;
     - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/preemption.py);
     - a DDP run's process group is released at exit in every rank (callbacks/process_group.py);
@@ -95,8 +95,8 @@ def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir:
 
     from callbacks.preemption import SaveOnPreemption
     from callbacks.process_group import ReleaseProcessGroupAtExit
-    from launch.distributed import strategy_with_timeout
-    from launch.run_directory import slurm_job_id
+    from launch.runs.distributed import strategy_with_timeout
+    from launch.runs.run_directory import slurm_job_id
 
     changed = {"strategy": strategy_with_timeout(settings.get("strategy"), timeout_s)}
     if logger and slurm_job_id() is not None:
@@ -122,8 +122,8 @@ def unlogged_run_dir(log_dir: str, front_end: str, name: str) -> str:
 def resume_point(trainer: Any, ckpt_path: str | None) -> str | None:
     """Check the built trainer (several nodes need a launcher) and say where fit starts: the given checkpoint, else,
     in a requeued SLURM job, the newest one its earlier attempt saved."""
-    from launch.distributed import check_launcher
-    from launch.run_directory import requeued_job_checkpoint
+    from launch.runs.distributed import check_launcher
+    from launch.runs.run_directory import requeued_job_checkpoint
 
     check_launcher(trainer)
     return ckpt_path or requeued_job_checkpoint(trainer)
@@ -134,7 +134,7 @@ def running(trainer: Any, say: Callable[[str], Any]) -> Iterator[None]:
     """Around fit/test: the last line names the run, its last.ckpt and the TensorBoard command (also after Ctrl-C or
     SIGTERM); a run refused before it saved a checkpoint leaves nothing behind."""
     from launch.errors import lightning_refusals_as_settings_errors, refusals
-    from launch.run_directory import no_traces_if_refused, run_summary_at_end
+    from launch.runs.run_directory import no_traces_if_refused, run_summary_at_end
 
     with run_summary_at_end(trainer, say), no_traces_if_refused(trainer.logger, refusals()), lightning_refusals_as_settings_errors():
         yield

@@ -8,7 +8,7 @@ classes (their syntax trees without docstrings, so that a comment or a docstring
 or Lightning's, the package's version.
 `launch.precheck` uses a class's entry only while its fingerprint still matches; otherwise it checks nothing of that
 class and the full checks after the imports do all the work, so a stale file never refuses a valid setting.
-tests/test_precheck.py fails when the committed file is stale.
+tests/launch/test_precheck.py fails when the committed file is stale.
 
 A type is stored as a spec: "int", "float", "bool", "str", "any", {"choices": [...]} (a Literal),
 {"class": NAME} (any other class) or {"any_of": [specs], "null": bool} (a Union). `expected(spec, value)` is the

@@ -256,7 +256,7 @@ class LatentVariableModel(L.LightningModule):
         loss, and the one AOTAutograd derives from it for the backward; on CUDA both replayed as CUDA graphs.
 
         Compiled at the first step, when the device is known. fullgraph=True: a graph break would be an error, not a
-        silent fallback to eager code (tests/test_accelerator_step.py compiles every model's step so). A CUDA graph
+        silent fallback to eager code (tests/models/test_accelerator_step.py compiles every model's step so). A CUDA graph
         replays into the same output memory each step, so the outputs are copied before anything (the logger, the
         callbacks) can hold them into the next step, and each step is marked as a new one."""
         cuda_graphs = x.device.type == "cuda"

@@ -323,7 +323,7 @@ class Santa(SGMCMC):
     needs, T_t (1 - g_{t-1} / g) ⊘ p (its (η / β)(1 - g_{t-1} ⊘ g_t) ⊘ u_{t-1}), with |p| floored at 1e-3 √T_t.
     It is off by default, as in the authors' released code: g follows the gradient history, not θ, and the
     estimate divides the history's change of g by a momentum: small noise while g is stationary, large kicks
-    where g drifts and p is near 0 (tests/test_hmc.py). v starts at the first ḡ ⊙ ḡ, also as in the authors'
+    where g drifts and p is near 0 (tests/samplers/test_hmc.py). v starts at the first ḡ ⊙ ḡ, also as in the authors'
     code: from the paper's v₀ = 0 the first g would be (1 - σ)^(-1/4) times too large (5.6 at σ = 0.999) and
     decrease over ~1 / (1 - σ) steps.
 

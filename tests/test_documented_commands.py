@@ -28,7 +28,7 @@ import launch.build
 import launch.cli_app
 import train
 from tests import preloaded
-from tests.test_configs import composed
+from tests.launch.test_configs import composed
 
 pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 

@@ -49,3 +49,83 @@ def test_models_import_no_callbacks_module():
 
 def test_train_py_only_dispatches():
     assert len((REPO / "train.py").read_text().splitlines()) <= 150
+
+
+PACKAGES = ("train.py", "launch", "models", "checkpoints", "callbacks", "datamodules", "samplers", "common", "benchmarks", "tests")
+
+
+def project_modules() -> dict[str, Path]:
+    """module name -> file, for every Python file of the project's packages (train.py included)."""
+    found = {"train": REPO / "train.py"}
+    for package in PACKAGES[1:]:
+        for path in sorted((REPO / package).rglob("*.py")):
+            if "results" in path.relative_to(REPO).parts:
+                continue
+            parts = path.relative_to(REPO).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def test_no_folder_holds_more_than_12_flat_modules():
+    """A room that says what it holds: past a dozen modules, a folder is split into sub-packages."""
+    counts = {}
+    for path in project_modules().values():
+        if path.name != "__init__.py":
+            counts[path.parent.relative_to(REPO)] = counts.get(path.parent.relative_to(REPO), 0) + 1
+    crowded = {str(folder): n for folder, n in counts.items() if n > 12 and str(folder) != "."}
+    assert not crowded, f"folders with more than 12 modules: {crowded}"
+
+
+def test_the_imports_form_no_circle():
+    """Module A imports B (at the top or inside a function) and B imports A, directly or through others: a circle,
+    which the layout should not need. Found as a strongly connected component of the import graph."""
+    modules = project_modules()
+
+    def imports_of(name: str, path: Path) -> set[str]:
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            for target in targets:
+                # the longest project module the import names: `from benchmarks.lib import runner` -> benchmarks.lib.runner
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name and not name.startswith(target + "."):  # a package's own __init__: not a circle
+                    found.add(target)
+        return found
+
+    graph = {name: imports_of(name, path) for name, path in modules.items()}
+    index, low, stack, on_stack, circles, counter = {}, {}, [], set(), [], [0]
+
+    def connect(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    import sys
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for name in graph:
+        if name not in index:
+            connect(name)
+    assert not circles, f"import circles: {circles}"

@@ -72,8 +72,8 @@ def run_lock(name: str, log_dir: Path) -> Iterator[None]:
 
 def remove_unfinished(name: str, log_dir: Path) -> None:
     """Remove `log_dir/tensorboard` (a run that stopped before its first checkpoint), unless a process still writes one
-    of its runs (train.py holds its run directory locked: launch/run_directory.py) or it leads outside `log_dir`."""
-    from launch.run_directory import read_owner
+    of its runs (train.py holds its run directory locked: launch/runs/run_directory.py) or it leads outside `log_dir`."""
+    from launch.runs.run_directory import read_owner
 
     tensorboard = log_dir / "tensorboard"
     if not tensorboard.exists() and not tensorboard.is_symlink():

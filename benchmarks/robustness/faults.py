@@ -12,7 +12,7 @@
 3. Two resumes of one run started at the same moment, `--resumes` times: one writes the run to its end, the
    other is refused in one line naming the owner (exit 2), and the run's `last.ckpt` is the finished one's.
 
-Writes results.json and results.md under --out. tests/test_interruptions.py runs both with small counts.
+Writes results.json and results.md under --out. tests/launch/test_interruptions.py runs both with small counts.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
 from benchmarks import compare
-from tests.test_entrypoints import FAST, REPO, train
+from tests.launch.test_entrypoints import FAST, REPO, train
 
 T0 = 1_767_261_600  # 2026-01-01: the earlier multirun starts here, the latest an hour later, the strays after it
 VAE, JSA = "vae-mnist-mlp-z32", "jsa-mnist-mlp-K10-L20"
@@ -214,7 +214,7 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
         "dvae-mnist-mlp-K10-reinforce-optimal", "dvae_gumbel-mnist-mlp-K10-tau0.5", "jsa-mnist-mlp-K10-L20",
         "rws-mnist-mlp-K10-S10", "vae-mnist-mlp-z32", "vimco-mnist-mlp-K10-S10", "vqvae-mnist-mlp-K10-autoregressive",
     ]
-    import yaml  # each run names its multirun (launch.run_directory.note_hydra_job): one sweep directory for all
+    import yaml  # each run names its multirun (launch.runs.run_directory.note_hydra_job): one sweep directory for all
 
     jobs = [yaml.safe_load(p.read_text()) for p in sorted(root.glob("*/version_0/hydra_job.yaml"))]
     assert len(jobs) == 7 and len({job["sweep_dir"] for job in jobs}) == 1 and sorted(j["job_num"] for j in jobs) == list(range(7))
@@ -255,7 +255,7 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
 def test_the_quick_comparison_has_every_model_and_logs_on_the_way():
     """experiment=compare_quick: every model of the collection (all but the VQ-VAE's second stage, which needs a
     trained VQ-VAE), several validations and the training scalars within its short run, and a test of seconds."""
-    from tests.test_configs import STANDALONE, composed
+    from tests.launch.test_configs import STANDALONE, composed
 
     cfg = composed(["experiment=compare_quick"])
     assert sorted(cfg.hydra.sweeper.params.model.split(",")) == sorted(STANDALONE)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_received_files import run  # noqa: F401 (the fixture: a real two-step run)
+from tests.checkpoints.test_received_files import run  # noqa: F401 (the fixture: a real two-step run)
 
 pytestmark = pytest.mark.slow  # real processes: the full suite's
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 BAD_RECORDS = {  # name -> what a colleague's copy of a study's out/runs may hold instead of a record
     "L20-middle-s1": "{}",

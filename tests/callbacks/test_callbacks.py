@@ -270,7 +270,7 @@ def test_default_callbacks_read_nothing_back_from_the_device_between_logging_ste
     from hydra.utils import instantiate
 
     from models import JSA
-    from tests.test_configs import composed
+    from tests.launch.test_configs import composed
 
     callbacks = [instantiate(c) for c in composed([]).callbacks.values()]
     reads: list[str] = []  # where each read happened
@@ -317,7 +317,7 @@ def test_the_test_stage_says_its_cost_before_it_starts_and_tests_as_without_it(m
 
 
 def test_readme_gives_the_test_stages_cost_and_the_setting_that_shortens_it():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     [example] = [line for line in readme.splitlines() if line.startswith("python train.py test ")]
     assert "--model.test_num_samples=" in example and "# the first VAE run above" in example, example
     assert "**Testing\ncosts** 10,000 images × `model.test_num_samples` importance samples (default 1000): about 11 min" in readme

@@ -25,7 +25,7 @@ from checkpoints.files import (
 from checkpoints.resume_settings import ResumeSettings
 from models import JSA, VAE
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 CHECKPOINT = {"state_dict": {"w": torch.arange(1000.0)}, "epoch": 3}
 

@@ -1,6 +1,6 @@
 """Files from someone else, third pass (issue 48): a received checkpoint or run deletes nothing outside the run, imports
 nothing the collection does not register, and writes through no link; each test plants the received file and runs the
-real command. (Pickled payloads and URLs: tests/test_untrusted_files.py.)"""
+real command. (Pickled payloads and URLs: tests/checkpoints/test_untrusted_files.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from checkpoints.files import save_checkpoint_file
 
 pytestmark = pytest.mark.slow  # real processes: the full suite's
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FAST = ["trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
         "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=16", "trainer.num_sanity_val_steps=0",
         "trainer.enable_progress_bar=false", "callbacks.gradient_variance.every_n_steps=0", "model.mis_steps=2", "run_test=false"]

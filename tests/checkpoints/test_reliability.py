@@ -15,7 +15,7 @@ from callbacks import NonFiniteLossGuard
 import launch.hydra_app
 from datamodules import MNISTDataModule
 from models import JSA, VAE
-from tests.test_configs import composed
+from tests.launch.test_configs import composed
 
 
 class VAEWithNaNAfter3Steps(VAE):

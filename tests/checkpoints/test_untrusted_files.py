@@ -1,7 +1,7 @@
 """Files from strangers: a checkpoint with code planted in its pickle never runs it, through any loading path of the
 Python API or of either front end, with or without TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 (torch's own messages suggest
 setting it); URLs are refused without being fetched; a class path named inside a checkpoint is not imported unless it
-is one of the collection's models. (CIFAR-10's pickled batches: tests/test_datamodules.py.)"""
+is one of the collection's models. (CIFAR-10's pickled batches: tests/datamodules/test_datamodules.py.)"""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from datamodules import MNISTDataModule
 from models import VAE, VQVAE
 
 pytestmark = pytest.mark.slow  # Trainer runs and real processes: the full suite's
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Planted:

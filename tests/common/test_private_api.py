@@ -16,7 +16,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from common import private_api
 from models import VAE
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PRIVATE_USES = re.compile(r"\._trainer\b|_ddp_params_and_buffers_to_ignore|_ddp_kwargs|_get_file_writer|cloud_io"
                           r"|_dynamo\.config|self\._get\(")
 

@@ -537,7 +537,7 @@ def test_train_py_process_says_bad_data_in_one_line(idx_cls: type[MNISTDataModul
 @pytest.mark.slow  # train.py processes: a few steps of a model on Fashion-MNIST, as a user would run them
 @pytest.mark.parametrize("front_end", ["hydra", "cli"])
 def test_train_py_trains_on_fashion_mnist(front_end: str, mnist_dir: Path, tmp_path: Path) -> None:
-    from tests.test_entrypoints import FAST, tags, train
+    from tests.launch.test_entrypoints import FAST, tags, train
 
     settings = dict(setting.split("=", 1) for setting in FAST)
     args = front_end_args(FashionMNISTDataModule, front_end, settings)
@@ -550,7 +550,7 @@ def test_compare_experiment_on_fashion_mnist() -> None:
     """`experiment=compare data=fashion_mnist`: the MLP networks, as on MNIST, and the Bernoulli likelihood of binarized pixels."""
     import launch.build
     import launch.errors
-    from tests.test_configs import composed
+    from tests.launch.test_configs import composed
 
     cfg = composed(["experiment=compare", "model=jsa", "data=fashion_mnist"])
     assert cfg.model.backbone == "mlp" and cfg.data._target_ == "datamodules.FashionMNISTDataModule"

@@ -20,7 +20,7 @@ import yaml
 
 from launch import precheck
 from launch.precheck import refuse_early
-from tests.test_entrypoints import FAST, REPO, train
+from tests.launch.test_entrypoints import FAST, REPO, train
 
 TINY = [*FAST, "trainer.limit_test_batches=1", "model.test_num_samples=2", "data.batch_size=32"]
 RUNS = ["jsa-mnist-mlp-K10-L20", "vae-mnist-mlp-z32"]
@@ -214,8 +214,8 @@ def test_an_optuna_study_writes_the_best_trials_settings(tmp_path, mnist_dir):
 
 def test_parallel_workers_hold_distinct_gpu_slots_and_a_finished_worker_frees_its_own(tmp_path):
     """hydra/launcher=parallel: the jobs running at one moment hold different slots (so different GPUs), a worker keeps
-    its slot from job to job, and the slot of a worker that ended goes to the next one (launch/worker_slots.py)."""
-    script = ("import sys; from pathlib import Path; from launch.worker_slots import claim_slot\n"
+    its slot from job to job, and the slot of a worker that ended goes to the next one (launch/runs/worker_slots.py)."""
+    script = ("import sys; from pathlib import Path; from launch.runs.worker_slots import claim_slot\n"
               f"first = claim_slot(Path({str(tmp_path)!r}), 2); print(first, claim_slot(Path({str(tmp_path)!r}), 2), flush=True)\n"
               "sys.stdin.read()")  # holds the slot until the test closes its stdin
 
@@ -236,7 +236,7 @@ def test_parallel_workers_hold_distinct_gpu_slots_and_a_finished_worker_frees_it
 
 
 def test_a_worker_that_cannot_take_a_slot_gets_none_and_falls_back_to_the_job_number(tmp_path):
-    from launch.worker_slots import claim_slot
+    from launch.runs.worker_slots import claim_slot
 
     (tmp_path / "a-file").write_text("")
     assert claim_slot(tmp_path / "a-file" / ".worker-slots", 2) is None  # no directory can be made there
@@ -247,11 +247,11 @@ def test_a_parallel_job_on_several_gpus_trains_on_its_worker_slots_gpu(tmp_path,
     not cuda:0 (4 mod 2) beside the running job."""
     import torch
 
-    from launch import worker_slots
+    from launch.runs import worker_slots
     from launch.build import parallel_job_settings
     from launch.hydra_config import compose
 
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; from launch.worker_slots import "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; from launch.runs.worker_slots import "
                                f"claim_slot; print(claim_slot(Path({str(tmp_path / '.worker-slots')!r}), 2), flush=True); sys.stdin.read()"],
                               cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "0"

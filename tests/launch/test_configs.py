@@ -14,7 +14,7 @@ import launch.cli_app
 import launch.hydra_app
 import launch.hydra_config
 import train
-from launch import distributed, run_directory
+from launch.runs import distributed, run_directory
 from common.signatures import constructor_defaults
 from models.components.likelihoods import BernoulliLikelihood, DiscretizedLogisticLikelihood
 

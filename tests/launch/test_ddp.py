@@ -13,11 +13,11 @@ import lightning as L
 import pytest
 import torch
 
-from tests.test_entrypoints import FAST, train
+from tests.launch.test_entrypoints import FAST, train
 
 pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "ddp_fit.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ddp_fit.py"
 
 
 DDP_MODELS = ["jsa", "vae", "dvae", "sgld", "vqvae"]
@@ -127,7 +127,7 @@ dist.init_process_group("gloo", init_method="file://{tmp_path / 'store'}", rank=
 ReleaseProcessGroupAtExit().setup(None, None, "fit")
 print("initialized after setup:", dist.is_initialized(), flush=True)
 """
-    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == ["initialized after setup: True", "initialized at exit: False"]
 
@@ -142,7 +142,7 @@ def test_both_front_ends_add_the_process_group_release():
 def test_only_a_timeout_raised_inside_torch_distributed_counts_as_a_collective_timeout():
     """Another RuntimeError that mentions a timeout (a data loader's, say) keeps its own traceback, not the DDP
     message; test_a_frozen_ddp_peer_stops_the_run_with_a_message_after_the_timeout shows the real one."""
-    from launch.distributed import is_collective_timeout
+    from launch.runs.distributed import is_collective_timeout
 
     def loader():
         raise RuntimeError("DataLoader timed out after 5 seconds")

@@ -17,7 +17,7 @@ from common.signatures import constructor_defaults
 
 pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "train.py"
 FAST = ["trainer.max_steps=3", "trainer.log_every_n_steps=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=1", "model.val_num_samples=2"]
 

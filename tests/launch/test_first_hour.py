@@ -24,7 +24,7 @@ from common.signatures import settings_of
 from datamodules import MNISTDataModule
 from models import JSA, VAE, VQVAE, DiscreteVAE
 from tests.conftest import mnist_slice
-from tests.test_configs import composed
+from tests.launch.test_configs import composed
 
 # The rules are written once (launch/rules.py); two pairs check that both front ends apply them.
 PAIRS = [("jsa", "JSA", "mnist", "MNISTDataModule"), ("dvae_gumbel", "DiscreteVAE --model.estimator=gumbel", "cifar10", "CIFAR10DataModule")]

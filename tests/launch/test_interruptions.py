@@ -20,7 +20,7 @@ from checkpoints.files import load_checkpoint_file
 
 pytestmark = pytest.mark.slow  # real processes: run by the full suite (README), not the quick loop
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def start(cwd: Path, mnist_dir: Path, *args: str, env: dict | None = None) -> subprocess.Popen:

@@ -16,7 +16,7 @@ import pytest
 from launch import schema
 from launch.precheck import refuse_early
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_committed_schema_is_what_the_classes_give():

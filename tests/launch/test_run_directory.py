@@ -1,4 +1,4 @@
-"""Run directories: a run refused before it saved anything leaves nothing behind; a resumed run keeps its own (launch/run_directory.py)."""
+"""Run directories: a run refused before it saved anything leaves nothing behind; a resumed run keeps its own (launch/runs/run_directory.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from launch.run_directory import no_traces_if_refused
+from launch.runs.run_directory import no_traces_if_refused
 
 
 class Refused(ValueError):
@@ -68,7 +68,7 @@ def test_other_errors_are_not_cleaned_up(tmp_path):
 
 def test_a_refused_run_keeps_the_empty_directories_the_user_made(tmp_path, monkeypatch):
     """Directories that existed when the process started stay, empty or not; those the run made go."""
-    from launch import run_directory
+    from launch.runs import run_directory
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(run_directory, "_existing_before", set())
@@ -94,7 +94,7 @@ def test_a_log_dir_nobody_can_write_to_is_one_line(tmp_path, mnist_dir):
         pytest.skip("chattr +i is not available on this filesystem")
     try:
         env = {**os.environ, "DATA_DIR": str(mnist_dir)}
-        train = str(Path(__file__).resolve().parents[1] / "train.py")
+        train = str(Path(__file__).resolve().parents[2] / "train.py")
         given = subprocess.run([sys.executable, train, "model=vae", f"log_dir={locked}/runs"], cwd=tmp_path, env=env,
                                capture_output=True, text=True, timeout=300)
         default = subprocess.run([sys.executable, train, "model=vae"], cwd=locked, env=env, capture_output=True, text=True,
@@ -115,7 +115,7 @@ def test_a_resumed_run_keeps_tracking_its_best_checkpoint(tmp_path, mnist_dir, m
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from launch.run_directory import tensorboard_logger
+    from launch.runs.run_directory import tensorboard_logger
     from datamodules import MNISTDataModule
     from models import VAE
 

@@ -81,7 +81,7 @@ def test_callback_and_logger_settings_are_checked_before_the_run(overrides, mess
     """Each callback's settings against its constructor (or factory: callbacks.progress_bar), and a logger.name
     that would be dropped for run_name, refused in one line before anything is built."""
     from launch.hydra_config import check_run_settings
-    from tests.test_configs import composed
+    from tests.launch.test_configs import composed
 
     with pytest.raises(SettingsError, match=f"^{re.escape(message)}"):
         check_run_settings(composed(["model=vae", *overrides]))

@@ -12,7 +12,7 @@ from callbacks.gradient_variance import flat_gradients, trace_of_covariance
 from models import JSA
 from samplers import MISSample, categorical_log_prob, expected_visits, index_cached_mis, mis_chain, visit_counts
 from tests.conftest import mnist_slice, train_on_batch
-from tests.test_jsa import toy_jsa
+from tests.models.test_jsa import toy_jsa
 
 L = 5
 

@@ -21,7 +21,7 @@ from models.components.likelihoods import build_likelihood
 from models.components.quantizer import _nearest
 from samplers import index_cached_mis
 from tests.conftest import mnist_slice
-from tests.test_configs import STANDALONE, composed
+from tests.launch.test_configs import STANDALONE, composed
 
 BF16 = dict(device_type="cpu", dtype=torch.bfloat16)
 

@@ -342,7 +342,7 @@ def test_hydra_takes_a_registered_prior(toy):
 
     from launch.schema import config_targets
     from launch.settings import check_settings
-    from tests.test_configs import STANDALONE, composed
+    from tests.launch.test_configs import STANDALONE, composed
 
     built = set()
     for name in STANDALONE:

@@ -1,11 +1,11 @@
 """The rest of the Hamiltonian family (docs/sgmcmc.md): exact HMC, the symmetric-splitting integrator of SGHMC and
 mSGNHT, and Santa, against closed-form targets.
 
-Chains are vectorised as in tests/test_sgmcmc.py: a (K, 2) parameter holds K independent chains on the correlated
+Chains are vectorised as in tests/samplers/test_sgmcmc.py: a (K, 2) parameter holds K independent chains on the correlated
 2-D Gaussian. Tolerances come from the chains themselves: K independent chains give K independent estimates of each
 moment (a per-chain mean and covariance), whose spread over the chains is the Monte Carlo standard error of the
 pooled estimate whatever the autocorrelation within a chain (K / that spread² is the effective sample size). Errors
-are in target standard deviations, as in tests/test_sgmcmc.py. All randomness comes from seeded generators.
+are in target standard deviations, as in tests/samplers/test_sgmcmc.py. All randomness comes from seeded generators.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from torch import Tensor
 
 import samplers.sgmcmc
 from samplers import HMC, SGHMC, SGLD, SGNHT, Santa, leapfrog
-from tests.test_sgmcmc import MU, NOISE_SD, PRECISION, PRIOR_PRECISION, SIGMA, regression_data, regression_posterior
-from tests.test_sgmcmc import single_thread  # noqa: F401  (autouse: one intra-op thread for these tiny tensors)
+from tests.samplers.test_sgmcmc import MU, NOISE_SD, PRECISION, PRIOR_PRECISION, SIGMA, regression_data, regression_posterior
+from tests.samplers.test_sgmcmc import single_thread  # noqa: F401  (autouse: one intra-op thread for these tiny tensors)
 
 Z_TOL = 5.0  # errors must stay within 5 Monte Carlo standard errors
 
@@ -438,7 +438,7 @@ def test_santa_switches_from_exploration_to_refinement() -> None:
 def test_hydra_selects_santa_and_the_splitting_integrator() -> None:
     """optimizer=santa, and optimizer.integrator=splitting for sghmc and sgnht, compose and build the model's
     optimizer (the training loop attaches it like every sampler)."""
-    from tests.test_configs import composed
+    from tests.launch.test_configs import composed
 
     import launch.build
 

@@ -549,7 +549,7 @@ def test_a_bad_sampler_setting_is_refused_when_the_model_is_built_not_at_the_fir
     from launch.settings import SettingsError
     from models import VAE
     from samplers import SGLD
-    from tests.test_configs import composed
+    from tests.launch.test_configs import composed
 
     with pytest.raises(ValueError, match="optimizer: step size lr must be > 0"):
         VAE(optimizer=functools.partial(SGLD, lr=-1.0))
@@ -566,7 +566,7 @@ def test_hmc_is_refused_as_a_training_optimizer_in_both_front_ends():
     from launch.settings import SettingsError
     from models import VAE
     from samplers import HMC
-    from tests.test_configs import composed
+    from tests.launch.test_configs import composed
 
     with pytest.raises(ValueError, match="optimizer: HMC is not a training optimizer"):
         VAE(optimizer=functools.partial(HMC, lr=0.01))

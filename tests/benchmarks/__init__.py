@@ -1,0 +1,1 @@
+"""Tests of the benchmarks' library, studies and harnesses (benchmarks/)."""

@@ -1,0 +1,1 @@
+"""Tests of the optional callbacks (callbacks/)."""

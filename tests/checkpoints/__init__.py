@@ -1,0 +1,1 @@
+"""Tests of checkpoint files, resume and files from strangers (checkpoints/)."""

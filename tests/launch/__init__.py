@@ -1,0 +1,1 @@
+"""Tests of the two front ends and the run rules (launch/, train.py)."""

@@ -1,0 +1,1 @@
+"""Tests of the models and the components they share (models/)."""

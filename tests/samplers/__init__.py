@@ -1,0 +1,1 @@
+"""Tests of samplers and estimators on plain tensors (samplers/)."""
