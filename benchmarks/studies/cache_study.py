@@ -241,11 +241,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--refresh", type=float, choices=REFRESH_RATES, default=0.2,
                         help="the cache_refresh ρ given every seed, chosen from the one-seed scan (default 0.2)")
     parser.add_argument("--models", type=lambda text: text.split(","), default=list(MODELS), help=f"subset of {','.join(MODELS)}")
-    parser.add_argument("--is-resolution", action="store_true",
-                        help="measure the IS-NLL of the finished middle and no-cache runs (no training), then the report")
-    parser.add_argument("--is-images", type=int, default=500, help="test images of the IS-resolution measurement")
-    parser.add_argument("--is-samples", type=runner.counts, default=[100, 1000, 5000],
-                        help="importance sample counts of the IS-resolution measurement (default 100,1000,5000)")
+    runner.add_is_resolution_arguments(parser, "the finished middle and no-cache runs")
     runner.add_study_arguments(parser, out="benchmarks/results/cache-study", logs="logs/cache-study")
     args = parser.parse_args(argv)
     runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch", "is_images"),

@@ -156,11 +156,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="subset of jsa-never,rws,jsa-cache (default all, in that order)")
     parser.add_argument("--cache-arm", type=lambda text: text.split(), default=[],
                         help="extra train.py settings of the jsa-cache arm, space-separated (e.g. 'model.q_states=fresh')")
-    parser.add_argument("--is-resolution", action="store_true",
-                        help="only measure the IS-NLL of the finished runs (no training), then the report")
-    parser.add_argument("--is-images", type=int, default=500, help="test images of the IS-NLL measurement (default 500)")
-    parser.add_argument("--is-samples", type=runner.counts, default=[100, 1000, 5000],
-                        help="importance sample counts of the IS-NLL measurement (default 100,1000,5000)")
+    runner.add_is_resolution_arguments(parser, "the finished runs")
     runner.add_study_arguments(parser, out="benchmarks/results/long-study", logs="logs/long-study")
     args = parser.parse_args(argv)
     runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch", "is_images"),
