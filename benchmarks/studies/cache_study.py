@@ -32,7 +32,7 @@ from pathlib import Path
 
 from benchmarks.lib import arguments, runner
 from benchmarks.lib.records import epoch_of, read_curves
-from benchmarks.lib.stats import fmt, t_threshold
+from benchmarks.lib.stats import difference_cells, fmt
 
 MODELS = {  # name -> (label, overrides)
     "L20": ("categorical 20×10, L = 20", ["model.mis_steps=20"]),
@@ -187,11 +187,7 @@ def write_report(args: argparse.Namespace) -> Path:
             base = [r["test"]["nll"] for r in arms.get((model, against), []) if "nll" in r["test"]]
             if not test or not base:
                 continue
-            threshold = t_threshold(statistics.stdev(test) if len(test) > 1 else math.nan, len(test),
-                                    statistics.stdev(base) if len(base) > 1 else math.nan, len(base))
-            difference = statistics.mean(test) - statistics.mean(base)
-            verdict = "–" if not math.isfinite(threshold) else ("yes" if abs(difference) > threshold else "no")
-            lines.append(f"| {MODELS[model][0]} | {arm} | {against} | {difference:+.2f} | {fmt(threshold)} | {verdict} |")
+            lines.append(f"| {MODELS[model][0]} | {arm} | {against} | {difference_cells(test, base)} |")
 
     lines += is_resolution_table(args, records)
     plot(records, args)

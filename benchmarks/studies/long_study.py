@@ -21,13 +21,12 @@ first 500 test images, as the cache study measures it (`--is-resolution`, benchm
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 from pathlib import Path
 
 from benchmarks.lib import runner
 from benchmarks.lib.records import epoch_of, read_curves
-from benchmarks.lib.stats import fmt, t_threshold
+from benchmarks.lib.stats import difference_cells
 
 CACHE_START = 0.6  # of the run: the paper's `start = 300` of 500 epochs
 
@@ -71,11 +70,7 @@ def differences_from_rws(values: dict[str, list[float]], labels: dict) -> list[s
     for arm, jsa in values.items():
         if arm == "rws" or not rws or not jsa:
             continue
-        threshold = t_threshold(statistics.stdev(rws) if len(rws) > 1 else math.nan, len(rws),
-                                statistics.stdev(jsa) if len(jsa) > 1 else math.nan, len(jsa))
-        difference = statistics.mean(rws) - statistics.mean(jsa)
-        verdict = "–" if not math.isfinite(threshold) else ("yes" if abs(difference) > threshold else "no")
-        rows.append(f"| RWS − {labels.get(arm, (arm,))[0]} | {difference:+.2f} | {fmt(threshold)} | {verdict} |")
+        rows.append(f"| RWS − {labels.get(arm, (arm,))[0]} | {difference_cells(rws, jsa)} |")
     return rows
 
 
