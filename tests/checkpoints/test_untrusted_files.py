@@ -211,3 +211,16 @@ def test_hydras_rerun_of_a_pickled_config_is_refused_unread(flag, tmp_path):
         assert result.stderr.strip().splitlines() == [f"error: {flag}: a run's config.pickle is never unpickled here (a "
                                                       "stranger's file could run code); to rerun a run, pass the "
                                                       "overrides in its .hydra/overrides.yaml"]
+
+
+def test_the_registry_names_the_models_and_data_modules_and_nothing_else():
+    """checkpoints/registry.py: what models/ and datamodules/ register, under both names; an exception class of the
+    data modules, another package's class, or a non-string is not nameable in a checkpoint."""
+    import datamodules  # noqa: F401 (registers the data modules)
+    import models  # noqa: F401
+    from checkpoints.registry import LIGHTNING_INSTANTIATOR, is_registered
+
+    assert is_registered("models.jsa.JSA") and is_registered("models.JSA", "model") and not is_registered("models.JSA", "data")
+    assert is_registered("datamodules.MNISTDataModule") and is_registered("datamodules.mnist.MNISTDataModule")
+    assert is_registered(LIGHTNING_INSTANTIATOR) and not is_registered(LIGHTNING_INSTANTIATOR, "model")
+    assert not any(is_registered(name) for name in ("datamodules.DataError", "os.system", "models.base.torch", None, 3))

@@ -275,3 +275,30 @@ def test_a_new_batch_shape_gets_a_static_graph_of_its_own():
                if node.op == "placeholder" and isinstance(node.meta.get("example_value"), torch.Tensor)] for graph in graphs]
     assert len(graphs) == 2 and all(isinstance(size, int) for graph in shapes for shape in graph for size in shape), shapes
     torch._dynamo.reset()
+
+
+@pytest.mark.slow  # inductor compiles RWS's and the VAE's steps (seconds each on 2 cores)
+def test_the_estimator_table_names_a_compilation_that_fails_and_goes_on(monkeypatch, capsys):
+    """benchmarks/speed/gpu_scaling.py --estimators: a model whose compiled step raises (another torch's compiler) gets
+    one line naming it, and the others are still measured compiled."""
+    from benchmarks.speed import gpu_scaling
+
+    def fails(self, x, index):
+        raise RuntimeError("planted compile failure\nsecond line")
+
+    monkeypatch.setattr(JSA, "compiled_training_loss", fails)
+    gpu_scaling.main(["--estimators", "--quick", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert "compile failed: jsa-chain (RuntimeError: planted compile failure)" in out
+    rws = next(line for line in out.splitlines() if line.split()[:2] == ["mlp", "rws"])
+    assert len(rws.split()) > 4  # eager and compiled columns filled
+
+
+def test_each_test_process_has_its_own_compile_cache():
+    """tests/conftest.py: torch.compile's kernel cache is this process's own, not the shared default two xdist workers
+    would both write (a kernel read half-written: 'file too short')."""
+    import os
+
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    assert cache_dir().endswith(f"torchinductor-{os.getpid()}")
