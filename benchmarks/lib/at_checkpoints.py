@@ -92,14 +92,18 @@ def step_cost(runs: dict[str, tuple[Path, str]], rounds: int, min_run_time: floa
             "torch": torch.__version__}
 
 
-def is_resolution(runs: dict[str, tuple[Path, str]], images: int, sample_counts: list[int], chunk: int = 50) -> dict:
+def is_resolution(runs: dict[str, tuple[Path, str]], images: int, sample_counts: list[int], chunk: int = 50,
+                  device: str = "cpu") -> dict:
     """{"is_resolution": {run: {K: {"nll": per-image -log p(x) estimates, "elbo": per-image ELBOs, "seconds"}}}} for
-    runs {name: (checkpoint, recorded command)}; the same images and seed for every K and run."""
+    runs {name: (checkpoint, recorded command)}, measured on `device`; the same images and seed for every K and run."""
+    target = torch.device(device)
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"error: --is-device {device}: no CUDA device on this machine")
     results: dict[str, dict] = {}
     for name, (checkpoint, command) in runs.items():
         datamodule, built = build(overrides_of(command))
-        model = type(built).load_from_checkpoint(checkpoint, map_location="cpu")
-        x = model.likelihood.prepare(first_test_images(datamodule, images))
+        model = type(built).load_from_checkpoint(checkpoint, map_location="cpu").to(target)
+        x = model.likelihood.prepare(first_test_images(datamodule, images)).to(target)
         results[name] = {}
         for count in sample_counts:
             began = time.perf_counter()
@@ -109,19 +113,21 @@ def is_resolution(runs: dict[str, tuple[Path, str]], images: int, sample_counts:
     return {"is_resolution": results}
 
 
-def measure_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool], images: int, sample_counts: list[int]) -> None:
+def measure_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool], images: int, sample_counts: list[int],
+                          device: str = "cpu") -> None:
     """`is_resolution` for every finished run of a study (a record under out/runs/ for which `wanted(record)`) not
     measured before with the same settings, from its best checkpoint under logs/<run>; kept in out/is-resolution.json,
-    one entry per run, written after each, so an interrupted pass resumes. A run whose logs did not survive (made on
-    another machine) is named and skipped: its record still counts."""
+    one entry per run, written after each, so an interrupted pass resumes. The draws differ between devices, so the
+    device is one of the settings (a file without it was measured on the CPU). A run whose logs did not survive (made
+    on another machine) is named and skipped: its record still counts."""
     import json
 
     from benchmarks.lib import runner
 
     path = out / "is-resolution.json"
-    settings = {"images": images, "samples": sorted(sample_counts)}
+    settings = {"images": images, "samples": sorted(sample_counts), "device": device}
     kept = runner.read_json(path) if path.exists() else {}
-    measured = kept.get("runs", {}) if kept.get("settings") == settings else {}
+    measured = kept.get("runs", {}) if {"device": "cpu", **kept.get("settings", {})} == settings else {}
     for record_path in sorted((out / "runs").glob("*.json")):
         record = runner.read_json(record_path)
         if not wanted(record) or record["name"] in measured:
@@ -132,7 +138,7 @@ def measure_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool],
             print(f"IS resolution of {record['name']}: skipped ({missing})", flush=True)
             continue
         print(f"IS resolution of {record['name']}", flush=True)
-        measured.update(is_resolution(run, images, settings["samples"])["is_resolution"])
+        measured.update(is_resolution(run, images, settings["samples"], device=device)["is_resolution"])
         runner.write_atomically(path, json.dumps({"settings": settings, "runs": measured}) + "\n")
 
 

@@ -242,12 +242,15 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def add_is_resolution_arguments(parser: argparse.ArgumentParser, measured: str) -> None:
-    """--is-resolution, --is-images and --is-samples: the importance-sampled NLL of a study's finished runs at several
-    sample counts from their best checkpoints (benchmarks/lib/at_checkpoints.py, measure_finished_runs)."""
+    """--is-resolution, --is-images, --is-samples and --is-device: the importance-sampled NLL of a study's finished runs
+    at several sample counts from their best checkpoints (benchmarks/lib/at_checkpoints.py, measure_finished_runs)."""
     parser.add_argument("--is-resolution", action="store_true", help=f"only measure the IS-NLL of {measured} (no training), then the report")
     parser.add_argument("--is-images", type=int, default=500, help="test images of the IS-NLL measurement (default 500)")
     parser.add_argument("--is-samples", type=counts, default=[100, 1000, 5000],
                         help="importance sample counts of the IS-NLL measurement (default 100,1000,5000)")
+    parser.add_argument("--is-device", choices=["cpu", "cuda"], default="cpu",
+                        help="where the IS-NLL is measured (default cpu); the draws differ between devices, so a study's "
+                             "runs are measured on one: changing it measures them all again")
 
 
 def add_study_arguments(parser: argparse.ArgumentParser, out: str, logs: str) -> None:

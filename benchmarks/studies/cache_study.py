@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.is_resolution:
         from benchmarks.lib import at_checkpoints  # torch: only for the measurement
 
-        at_checkpoints.measure_finished_runs(args.out, args.logs, lambda record: record["arm"] in MEASURED_ARMS, args.is_images, args.is_samples)
+        at_checkpoints.measure_finished_runs(args.out, args.logs, lambda record: record["arm"] in MEASURED_ARMS, args.is_images, args.is_samples, args.is_device)
     elif not args.report_only:
         runner.run_plan(plan(args), run_job, args)
     print(f"report: {write_report(args)}")

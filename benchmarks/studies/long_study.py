@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         from benchmarks.lib import at_checkpoints  # torch: only for the measurement
 
         # Every finished run, at the best val epoch: the 1000- and 5000-sample test NLL the verdict reads.
-        at_checkpoints.measure_finished_runs(args.out, args.logs, lambda record: True, args.is_images, args.is_samples)
+        at_checkpoints.measure_finished_runs(args.out, args.logs, lambda record: True, args.is_images, args.is_samples, args.is_device)
     print(f"report: {write_report(args)}")
 
 
