@@ -31,7 +31,8 @@ import statistics
 from pathlib import Path
 
 from benchmarks.lib import arguments, runner
-from benchmarks.lib.records import epoch_of, read_curves
+from benchmarks.lib.plots import curve_grid
+from benchmarks.lib.records import read_curves
 from benchmarks.lib.stats import difference_cells, fmt
 
 MODELS = {  # name -> (label, overrides)
@@ -202,31 +203,11 @@ def write_report(args: argparse.Namespace) -> Path:
 
 
 def plot(records: list[dict], args: argparse.Namespace) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     models = [m for m in MODELS if any(r["model"] == m for r in records)]
-    if not models:
-        return
-    fig, axes = plt.subplots(len(models), len(DIAGNOSTICS) + 1, figsize=(4 * (len(DIAGNOSTICS) + 1), 3.2 * len(models)), squeeze=False)
-    for row, model in zip(axes, models):
-        for r in (r for r in records if r["model"] == model):
-            color = f"C{CACHE_ARMS.index(r['arm'])}"
-            label = f"cache {r['arm']}" if r["seed"] == 0 else None
-            for ax, tag in zip(row, ("nll", *DIAGNOSTICS)):
-                points = r["curves"].get(tag, [])
-                xs = [epoch_of(s, args.steps_per_epoch) if tag == "nll" else (s + 1) / args.steps_per_epoch for s, _ in points]
-                ax.plot(xs, [v for _, v in points], color=color, alpha=0.8, label=label, marker="o" if tag == "nll" else None, lw=1)
-        for ax, tag in zip(row, ("val NLL (nats)", *DIAGNOSTICS)):
-            ax.set_title(f"{MODELS[model][0]}: {tag}", fontsize=9)
-            ax.set_xlabel("epoch")
-            ax.grid(alpha=0.3)
-        row[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(args.out / "cache_diagnostics.png", dpi=100)
-    plt.close(fig)
+    if models:
+        curve_grid([(MODELS[m][0], [r for r in records if r["model"] == m]) for m in models], ("nll", *DIAGNOSTICS),
+                   lambda r: (f"C{CACHE_ARMS.index(r['arm'])}", f"cache {r['arm']}" if r["seed"] == 0 else None),
+                   args.steps_per_epoch, args.out / "cache_diagnostics.png")
 
 
 def main(argv: list[str] | None = None) -> None:

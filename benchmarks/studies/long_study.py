@@ -25,10 +25,15 @@ import statistics
 from pathlib import Path
 
 from benchmarks.lib import runner
+from benchmarks.lib.plots import curve_grid
 from benchmarks.lib.records import epoch_of, read_curves
 from benchmarks.lib.stats import difference_cells
+from benchmarks.studies.cache_study import DIAGNOSTICS
 
+LAST_STRETCH = 20  # epochs: a run still falling over its last 20 has not converged
 CACHE_START = 0.6  # of the run: the paper's `start = 300` of 500 epochs
+ARMS = ("jsa-never", "rws", "jsa-cache")
+PAIRS = (("rws", "jsa-never"), ("rws", "jsa-cache"), ("jsa-never", "jsa-cache"))  # the differences each table gives
 
 
 def arms(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
@@ -55,7 +60,7 @@ def overrides(arm: str, seed: int, args: argparse.Namespace) -> list[str]:
 def run_job(name: str, arm: str, seed: int, args: argparse.Namespace) -> dict:
     run_dir, seconds, command = runner.train(name, overrides(arm, seed, args), args.logs / name)
     record = {"name": name, "arm": arm, "seed": seed, "epochs": args.epochs, "command": command, "seconds": seconds}
-    return {**record, **read_curves(run_dir)}
+    return {**record, **read_curves(run_dir, extra_tags=[f"train/{tag}" for tag in DIAGNOSTICS])}
 
 
 def mean_sd(values: list[float]) -> str:
@@ -64,14 +69,40 @@ def mean_sd(values: list[float]) -> str:
     return f"{values[0]:.2f} (1 seed)" if len(values) == 1 else f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def differences_from_rws(values: dict[str, list[float]], labels: dict) -> list[str]:
-    """Table rows "RWS − arm" for every JSA arm: the difference of the seed means and the t-test's 95 % threshold."""
-    rws, rows = values.get("rws", []), []
-    for arm, jsa in values.items():
-        if arm == "rws" or not rws or not jsa:
-            continue
-        rows.append(f"| RWS − {labels.get(arm, (arm,))[0]} | {difference_cells(rws, jsa)} |")
-    return rows
+def differences(values: dict[str, list[float]], labels: dict) -> list[str]:
+    """Table rows "a − b" for the PAIRS with values on both sides: the difference of the seed means, the t-test's 95 %
+    threshold and whether the difference passes it."""
+    return [f"| {labels[a][0]} − {labels[b][0]} | {difference_cells(values[a], values[b])} |"
+            for a, b in PAIRS if values.get(a) and values.get(b)]
+
+
+def val_at(record: dict, epoch: int, steps_per_epoch: int) -> float | None:
+    """The run's val NLL at the validation of `epoch`, if there was one."""
+    return next((v for step, v in record["curves"]["nll"] if epoch_of(step, steps_per_epoch) == epoch), None)
+
+
+def gap_over_budget_lines(by_arm: dict[str, list[dict]], labels: dict, args: argparse.Namespace) -> list[str]:
+    """The differences of the val NLL (100 samples) at the field study's budget (30 epochs), at the cache's start and
+    at the end: whether JSA's gap to RWS closes, stays or widens with the budget, within the same runs."""
+    epochs = sorted({30, int(CACHE_START * args.epochs), args.epochs} & set(range(args.val_every, args.epochs + 1, args.val_every)))
+    lines = ["", f"The gap over the budget, within these runs: val NLL ({args.val_samples} samples) at epochs "
+             f"{', '.join(map(str, epochs))}; 30 is the field study's budget, {int(CACHE_START * args.epochs)} the cache "
+             "arm's start (before it the two JSA arms train alike):", "",
+             "| difference | epoch | mean | t × s.e. | beyond the seed noise? |", "|---|---|---|---|---|"]
+    for epoch in epochs:
+        values = {arm: [v for r in runs if (v := val_at(r, epoch, args.steps_per_epoch)) is not None] for arm, runs in by_arm.items()}
+        lines += [row.replace(" | ", f" | {epoch} | ", 1) for row in differences(values, labels)]
+    return lines
+
+
+def plot(by_arm: dict[str, list[dict]], labels: dict, args: argparse.Namespace) -> Path:
+    """Every run's val NLL and JSA's sampler diagnostics over training (long_curves.png)."""
+    path = args.out / "long_curves.png"
+    records = [r for arm in ARMS for r in by_arm.get(arm, [])]
+    curve_grid([("MNIST", records)], ("nll", *DIAGNOSTICS),
+               lambda r: (f"C{ARMS.index(r['arm'])}", labels[r["arm"]][0] if r["seed"] == min(x["seed"] for x in by_arm[r["arm"]]) else None),
+               args.steps_per_epoch, path, nll_span=6.0)
+    return path
 
 
 def is_resolution_lines(args: argparse.Namespace, records: list[dict], labels: dict) -> list[str]:
@@ -95,7 +126,7 @@ def is_resolution_lines(args: argparse.Namespace, records: list[dict], labels: d
                      + " | ".join(mean_sd([statistics.mean(r[k]["nll"]) for r in runs]) for k in counts)
                      + f" | {mean_sd([-statistics.mean(r[counts[-1]]['elbo']) for r in runs])} |")
     most = {arm: [statistics.mean(r[counts[-1]]["nll"]) for r in runs] for arm, runs in per_arm.items()}
-    rows = differences_from_rws(most, labels)
+    rows = differences(most, labels)
     if rows:
         lines += ["", f"Differences at {counts[-1]} samples:", "", "| difference | mean | t × s.e. | beyond the seed noise? |",
                   "|---|---|---|---|", *rows]
@@ -115,8 +146,9 @@ def write_report(args: argparse.Namespace) -> Path:
              f"NLL from 1000 samples at the best val epoch. Written by `python -m benchmarks.studies.long_study` ({len(records)} of "
              f"{len(plan(args))} runs finished); the commands are in commands.txt.", "",
              runner.machines_line(records) if records else "No run has finished yet.", "",
-             "| arm | seeds | test NLL | best val NLL | epoch of best val | best = last validation | min per run (machine) |",
-             "|---|---|---|---|---|---|---|"]
+             "| arm | seeds | test NLL | best val NLL | epoch of best val | best = last validation | val NLL fall over the last "
+             f"{LAST_STRETCH} epochs | min per run (machine) |",
+             "|---|---|---|---|---|---|---|---|"]
     by_arm: dict[str, list[dict]] = {}
     for r in records:
         by_arm.setdefault(r["arm"], []).append(r)
@@ -125,15 +157,19 @@ def write_report(args: argparse.Namespace) -> Path:
         curves = [r["curves"]["nll"] for r in runs if r["curves"]["nll"]]
         best = [min(c, key=lambda p: p[1]) for c in curves]
         last = sum(b[0] == c[-1][0] for b, c in zip(best, curves))
+        fall = [c[-1 - LAST_STRETCH // args.val_every][1] - c[-1][1] for c in curves if len(c) > LAST_STRETCH // args.val_every]
         lines.append(f"| {labels.get(arm, (arm,))[0]} | {len(runs)} | {mean_sd(test)} | {mean_sd([b[1] for b in best])} | "
-                     f"{', '.join(str(epoch_of(b[0], spe)) for b in best)} | {last} of {len(best)} | "
+                     f"{', '.join(str(epoch_of(b[0], spe)) for b in best)} | {last} of {len(best)} | {mean_sd(fall)} | "
                      f"{runner.minutes_by_machine(runs)} |")
     test_nll = {arm: [r["test"]["nll"] for r in runs if "nll" in r["test"]] for arm, runs in by_arm.items()}
-    rows = differences_from_rws(test_nll, labels)
+    rows = differences(test_nll, labels)
     if rows:
         lines += ["", "Test-NLL differences (95 % threshold of a pooled two-sample t-test; – below two seeds an arm):", "",
                   "| difference | mean | t × s.e. | beyond the seed noise? |", "|---|---|---|---|", *rows]
+    lines += gap_over_budget_lines(by_arm, labels, args)
     lines += is_resolution_lines(args, records, labels)
+    if records:
+        lines += ["", f"![val NLL and JSA's sampler over training]({plot(by_arm, labels, args).name})"]
     findings = args.out / "FINDINGS.md"
     if findings.exists():
         lines += ["", findings.read_text()]
@@ -147,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=100, help="epochs per run (default 100)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3)")
-    parser.add_argument("--arms", type=lambda text: text.split(","), default=["jsa-never", "rws", "jsa-cache"],
+    parser.add_argument("--arms", type=lambda text: text.split(","), default=list(ARMS),
                         help="subset of jsa-never,rws,jsa-cache (default all, in that order)")
     parser.add_argument("--cache-arm", type=lambda text: text.split(), default=[],
                         help="extra train.py settings of the jsa-cache arm, space-separated (e.g. 'model.q_states=fresh')")
@@ -155,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     runner.add_study_arguments(parser, out="benchmarks/results/long-study", logs="logs/long-study")
     args = parser.parse_args(argv)
     runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch", "is_images"),
-                                 {"arms": (args.arms, ["jsa-never", "rws", "jsa-cache"])})
+                                 {"arms": (args.arms, list(ARMS))})
     if not args.report_only:
         if not args.is_resolution:
             runner.run_plan(plan(args), run_job, args)

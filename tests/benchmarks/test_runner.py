@@ -130,6 +130,44 @@ def test_the_long_studys_is_table_compares_rws_with_each_jsa_arm_at_the_most_sam
     assert lines[-1] == "Finished runs not yet in is-resolution.json: mnist-rws-s2."
 
 
+def test_the_long_studys_gap_table_reads_each_arms_val_nll_at_30_the_cache_start_and_the_end(tmp_path):
+    """benchmarks/studies/long_study.py: the val-NLL differences of every pair of arms at epoch 30, at the cache's start
+    (60 % of the run) and at the last epoch, each with the t-test's threshold; the report's fall over the last 20
+    epochs and the curves' figure."""
+    import argparse
+
+    from benchmarks.studies import long_study
+
+    spe = 10  # steps per epoch: the val at the end of epoch e is logged at step 10 e - 1
+
+    def record(arm: str, seed: int, offset: float) -> dict:
+        slope = 0.2 if arm == "rws" else 0.22  # nats per epoch: the JSA arms gain on RWS
+        nll = [[10 * epoch - 1, 100.0 - slope * epoch + offset] for epoch in range(5, 55, 5)]
+        return {"name": f"mnist-{arm}-s{seed}", "arm": arm, "seed": seed, "seconds": 60.0, "test": {"nll": 80.0},
+                "curves": {"nll": nll, "acceptance_rate": [[0, 0.2], [9, 0.1]]}, "command": "python train.py"}
+
+    by_arm = {"rws": [record("rws", 0, 1.0), record("rws", 1, 1.2)],
+              "jsa-never": [record("jsa-never", 0, 0.0), record("jsa-never", 1, 0.2)],
+              "jsa-cache": [record("jsa-cache", 0, 0.5), record("jsa-cache", 1, 0.5)]}
+    args = argparse.Namespace(out=tmp_path, epochs=50, cache_arm=[], val_every=5, val_samples=100, steps_per_epoch=spe,
+                              seeds=2, arms=list(long_study.ARMS))
+    lines = long_study.gap_over_budget_lines(by_arm, long_study.arms(args), args)
+    # epochs 30 and 50 (the end); the cache starts at 30 too. RWS − JSA at 30: 95.1 − 93.5 = +1.60, at 50: 91.1 − 89.1 =
+    # +2.00; pooled sd 0.141, t(2) = 4.303 × 0.141 → 0.61. RWS − cache arm at 30: 95.1 − 93.9 = +1.20 (pooled sd 0.1 →
+    # 0.43); JSA − cache arm: −0.40 at every epoch.
+    assert [line for line in lines if line.startswith("| RWS − JSA, no cache")] == [
+        "| RWS − JSA, no cache | 30 | +1.60 | 0.61 | yes |", "| RWS − JSA, no cache | 50 | +2.00 | 0.61 | yes |"]
+    assert "| JSA, no cache − JSA, cache from epoch 30 | 50 | -0.40 | 0.43 | no |" in lines
+    assert "| RWS − JSA, cache from epoch 30 | 30 | +1.20 | 0.43 | yes |" in lines
+    (tmp_path / "runs").mkdir()
+    for runs in by_arm.values():
+        for r in runs:
+            (tmp_path / "runs" / f"{r['name']}.json").write_text(json.dumps(r))
+    report = long_study.write_report(args).read_text()
+    assert "| RWS | 2 | 80.00 ± 0.00 | 91.10 ± 0.14 | 50, 50 | 2 of 2 | 4.00 ± 0.00 |" in report  # 20 epochs at 1/5 a nat each
+    assert (tmp_path / "long_curves.png").stat().st_size > 0
+
+
 def test_a_finished_runs_is_measurement_is_kept_and_not_redone_and_a_run_without_logs_is_named(tmp_path, capsys, monkeypatch):
     """benchmarks/at_checkpoints.measure_finished_runs: each wanted, unmeasured run once, from its best checkpoint;
     one whose logs are gone is named and skipped; a second pass measures nothing again; a file written before the
