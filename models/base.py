@@ -158,6 +158,10 @@ class LatentVariableModel(L.LightningModule):
             })
             for stage in ("val", "test")
         })
+        # Every constructor argument of the subclass chain (Lightning collects those of each __init__ up the calling
+        # frames, so a subclass does not call this again) but the optimizer, a callable: the HPARAMS tab names its
+        # class (callbacks/hparams.py).
+        self.save_hyperparameters(ignore=["optimizer"])
 
     # ---- what a subclass provides -------------------------------------------------
     def encode(self, x: Tensor) -> Tensor:

@@ -76,7 +76,6 @@ class DiscreteVAE(CategoricalLatentModel):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.save_hyperparameters(ignore=["optimizer"])  # a callable; the HPARAMS tab names its class (callbacks/hparams.py)
         if estimator not in ("reinforce", "gumbel"):
             raise ValueError(f"estimator must be 'reinforce' or 'gumbel', got {estimator!r}")
         if control_variate not in ("optimal", "running_mean", "none"):

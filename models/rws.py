@@ -41,7 +41,6 @@ class RWS(CategoricalLatentModel):
 
     def __init__(self, num_samples: int = 10, sleep_phase: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.save_hyperparameters(ignore=["optimizer"])  # a callable; the HPARAMS tab names its class (callbacks/hparams.py)
         if num_samples < 1:
             raise ValueError(f"num_samples (S) must be >= 1, got {num_samples}")
         if sleep_phase and not self.likelihood.can_sample:

@@ -36,7 +36,6 @@ class VIMCO(CategoricalLatentModel):
 
     def __init__(self, num_samples: int = 10, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.save_hyperparameters(ignore=["optimizer"])  # a callable; the HPARAMS tab names its class (callbacks/hparams.py)
         if num_samples < 2:
             raise ValueError(f"num_samples (S) must be >= 2 for VIMCO's leave-one-out baselines, got {num_samples}")
         self.num_samples = num_samples

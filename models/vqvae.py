@@ -114,7 +114,6 @@ class VQVAE(LatentVariableModel):
     ) -> None:
         super().__init__(data_shape=data_shape, **kwargs)
         backbone_name = backbone or "conv"  # (the hyperparameters record what was given: None = the default)
-        self.save_hyperparameters(ignore=["optimizer"])  # a callable; the HPARAMS tab names its class (callbacks/hparams.py)
         if num_categories < 2:
             raise ValueError(f"num_categories (K, the number of codes) must be >= 2, got {num_categories}")
         self.grid = latent_grid(backbone_name, self.data_shape)
