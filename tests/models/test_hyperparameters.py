@@ -1,0 +1,25 @@
+"""models/base.py saves the hyperparameters once for every model: each constructor argument of the whole class chain
+(the subclass's own and those it passes on in **kwargs), the given values over the defaults, the optimizer left out."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from checkpoints.registry import registered
+from common.signatures import constructor_defaults
+from models import JSA, VQVAE
+
+SMALL = {VQVAE: {"num_categories": 16, "code_dim": 4, "hidden_channels": 16}}
+
+
+@pytest.mark.parametrize("cls", registered("model"), ids=lambda cls: cls.__name__)
+def test_every_constructor_argument_of_the_class_chain_is_saved_but_the_optimizer(cls):
+    model = cls(**SMALL.get(cls, {}), lr=0.02, optimizer=torch.optim.SGD)
+    assert set(model.hparams) == set(constructor_defaults(cls)) - {"optimizer"}
+    assert model.hparams["lr"] == 0.02  # the base class's argument, given to the subclass
+
+
+def test_a_subclass_argument_given_is_saved_with_its_value():
+    assert JSA(mis_steps=7, num_latents=3).hparams["mis_steps"] == 7
+    assert JSA(mis_steps=7, num_latents=3).hparams["num_latents"] == 3  # CategoricalLatentModel's
