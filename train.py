@@ -7,8 +7,8 @@ Hydra (config tree in configs/, `key=value` overrides, `-m` multirun):
 LightningCLI (jsonargparse; subcommands fit/validate/test/predict):
     python train.py fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1
 
-This file only dispatches: the launch package builds the run (launch/hydra_app.py, launch/cli_app.py, the rules
-both share in launch/rules.py). Before either front end imports torch and Lightning, launch/precheck.py refuses a
+This file only dispatches: the launch package describes the run (launch/hydra_app.py, launch/cli_app.py) and builds
+it with one builder (launch/run_builder.py, applying the rules of launch/rules.py). Before either front end imports torch and Lightning, launch/precheck.py refuses a
 misspelt or ill-typed setting in one line.
 """
 

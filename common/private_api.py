@@ -13,10 +13,11 @@ from typing import Any
 OVERRIDDEN = {
     "lightning.pytorch.loggers.TensorBoardLogger": ("_get_next_version",),  # launch/runs/run_directory.py: reserve a version
     # launch/cli_app.py: _parse_ckpt_path checks the checkpoint's class before LightningCLI imports it; _run_subcommand
-    # prints the run's summary line at the end; _instantiate_trainer leaves out the --checkpoint callback under
-    # --trainer.enable_checkpointing=false. `_get` is called, not overridden (`cli_value` below), and checked with them.
-    # _set_seed refuses a seed outside numpy's range in one line before Lightning seeds.
-    "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_run_subcommand", "_get", "_instantiate_trainer", "_set_seed"),
+    # prints the run's summary line at the end; _instantiate_trainer (called, not overridden) builds the trainer
+    # launch/run_builder.py describes, with LightningCLI's own callbacks. `_get` and `_parser` are called too
+    # (`cli_value`, `cli_callbacks` below) and checked with them. _set_seed refuses a seed outside numpy's range in one
+    # line before Lightning seeds.
+    "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_run_subcommand", "_get", "_parser", "_instantiate_trainer", "_set_seed"),
 }
 
 
@@ -61,3 +62,15 @@ def lightning_load(path: Any, map_location: Any, weights_only: bool) -> Any:
 def cli_value(cli: Any, config: Any, key: str, default: Any = None) -> Any:
     """LightningCLI's value of `key` in `config` under the running subcommand (its `_get`)."""
     return cli._get(config, key, default=default)
+
+
+def cli_trainer(cli: Any, settings: dict[str, Any]) -> Any:
+    """LightningCLI's trainer from `settings`, with the callbacks it adds itself (SaveConfigCallback's config.yaml)
+    (its `_instantiate_trainer`)."""
+    return cli._instantiate_trainer(settings, [])
+
+
+def cli_callbacks(cli: Any) -> list[Any]:
+    """The callbacks LightningCLI built from its parser's callback groups (e.g. --checkpoint), which its
+    instantiate_trainer adds to the trainer's."""
+    return [cli._get(cli.config_init, key) for key in cli._parser(cli.subcommand).callback_keys]

@@ -1,4 +1,5 @@
-"""A composed Hydra config -> the run's data module, model, trainer and the checkpoint fit starts from.
+"""A composed Hydra config -> the run's description (launch/run_builder.py), and through the builder both front ends
+call, its data module, model, trainer and the checkpoint fit starts from.
 
 Every value is checked against its constructor's type hints before anything is built (Hydra passes any value
 through; LightningCLI's parser does the same check on its side), and the rules of launch/rules.py apply.
@@ -111,16 +112,14 @@ def parallel_job_settings(cfg: Any) -> dict[str, Any]:
     return settings
 
 
-def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
-    """(datamodule, model, trainer, ckpt_path) of a composed config, checked, seeded and built, nothing written but
-    the run's reserved TensorBoard directory."""
+def describe_run(cfg: Any) -> Any:
+    """The run of a composed config (launch/run_builder.py's RunDescription), checked, seeded and built but for its
+    trainer."""
     import lightning as L
     from hydra.utils import instantiate
 
-    from checkpoints.files import load_checkpoint_file
     from launch.hydra_config import check_run_settings
-    from launch.runs.run_directory import tensorboard_logger
-    from checkpoints.model_class import check_model_class
+    from launch.run_builder import RunDescription
 
     check_run_settings(cfg)
     if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
@@ -129,18 +128,21 @@ def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
         torch.compiler.reset()
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model = build(cfg)
-    ckpt_path = cfg.get("ckpt_path")
-    if ckpt_path:  # an unusable checkpoint (or another model's) stops the run here, before anything is written
-        check_model_class(load_checkpoint_file(ckpt_path), type(model), ckpt_path)
-    logger = False
-    if cfg.get("logger"):
-        logger_settings = {k: v for k, v in cfg.logger.items() if k not in ("_target_", "save_dir", "name")}
-        logger = tensorboard_logger(cfg.logger.save_dir, run_name(cfg, model.run_tag), ckpt_path, **logger_settings)
-    # trainer.enable_checkpointing=false leaves out the checkpoints (as LightningCLI's front end does), which
-    # Lightning would otherwise refuse beside callbacks.model_checkpoint
-    checkpointing = cfg.trainer.get("enable_checkpointing") is not False
-    callbacks = [instantiate(c) for name, c in (cfg.get("callbacks") or {}).items() if checkpointing or name != "model_checkpoint"]
-    # logger=null: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory.
-    settings = rules.trainer_settings({**cfg.trainer, "callbacks": callbacks}, logger, cfg.ddp_timeout_s, hydra_output_dir(cfg))
-    trainer = instantiate(cfg.trainer, logger=logger, _convert_="all", **settings, **parallel_job_settings(cfg))
-    return datamodule, model, trainer, rules.resume_point(trainer, ckpt_path)
+    trainer = instantiate(cfg.trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    tensorboard = {k: v for k, v in cfg.logger.items() if k not in ("_target_", "name")} if cfg.get("logger") else None
+    return RunDescription(
+        model=model, datamodule=datamodule, name=run_name(cfg, model.run_tag), log_dir=cfg.log_dir, tensorboard=tensorboard,
+        trainer={**trainer.keywords, "callbacks": callbacks, "logger": False, **parallel_job_settings(cfg)},
+        trainer_class=trainer.func, ckpt_path=cfg.get("ckpt_path"), ddp_timeout_s=cfg.ddp_timeout_s,
+        # logger=null: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory
+        unlogged_dir=hydra_output_dir(cfg))
+
+
+def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
+    """(datamodule, model, trainer, ckpt_path) of a composed config: its description, built (launch/run_builder.py)."""
+    from launch.run_builder import build_trainer
+
+    run = describe_run(cfg)
+    trainer, ckpt_path = build_trainer(run)
+    return run.datamodule, run.model, trainer, ckpt_path

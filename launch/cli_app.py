@@ -14,13 +14,16 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
 import models  # noqa: F401  (registers the subclasses for --model=NAME)
 from checkpoints.files import CheckpointError, load_checkpoint_file
-from common.private_api import cli_value
+from checkpoints.model_class import check_model_class
+from checkpoints.registry import registered
+from common.private_api import cli_callbacks, cli_trainer, cli_value
 from common.signatures import constructor_defaults
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch import rules
 from launch.errors import exit_with, user_errors_as_one_line
-from launch.runs.run_directory import note_existing_directories, tensorboard_logger
+from launch.precheck import option_value
+from launch.runs.run_directory import note_existing_directories
 from launch.settings import SettingsError, check_trainer_values
 from models import LatentVariableModel
 
@@ -60,6 +63,8 @@ class CollectionCLI(LightningCLI):
         # The defaults of the Hydra configs (launch/rules.py): checkpointing (last + best on val/nll), the trainer
         # settings, and the other callbacks, as parser defaults: shown by --print_config, replaceable with
         # --trainer.callbacks=..., extended with --trainer.callbacks+=...
+        parser.add_argument("--log_dir", type=str, default=rules.log_dir(),
+                            help="root of everything a run writes: TensorBoard runs under <log_dir>/tensorboard (as Hydra's log_dir)")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults({f"checkpoint.{key}": value for key, value in rules.checkpoint_settings().items()})
         parser.set_defaults({f"trainer.{key}": value for key, value in rules.trainer_defaults().items()})
@@ -72,7 +77,7 @@ class CollectionCLI(LightningCLI):
         # --data.seed or --model.test_seed is given too. A seed_everything from a -c file does the same for the ones
         # still at their defaults (a file's own data.seed stays; so would a checkpoint's test_seed).
         seed = config.get("seed_everything")
-        on_command_line = _option_value(self.command_line, "--seed_everything") is not None
+        on_command_line = option_value(self.command_line, "--seed_everything") is not None
         if (on_command_line or seed != rules.seed()) and isinstance(seed, int) and not isinstance(seed, bool):
             for group, key in (("data", "seed"), ("model", "test_seed")):
                 default = constructor_defaults(get_class(config[group].class_path)).get(key)
@@ -96,32 +101,31 @@ class CollectionCLI(LightningCLI):
         config.model.init_args.likelihood, config.model.init_args.backbone = settings["likelihood"], settings["backbone"]
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
-        trainer_config = cli_value(self, self.config_init, "trainer", default={})
+        """The trainer of the run this namespace describes, by the builder the Hydra front end calls too
+        (launch/run_builder.py); LightningCLI still adds its own callbacks (SaveConfigCallback's config.yaml)."""
+        from launch.run_builder import RunDescription, build_trainer
+
+        trainer_config = {**cli_value(self, self.config_init, "trainer", default={}), **kwargs}
         check_trainer_values(trainer_config, "--trainer")
         # Instantiation reads the limits back as floats; the integers the user gave are counts.
         for key, value in _integer_batch_limits(self.command_line).items():
             trainer_config[key] = value
-        name = rules.run_name(f"{self.model.config_name}-{self.datamodule.config_name}", self.model.run_tag)
-        if trainer_config.get("logger") in (None, True):  # the default: a TensorBoard run named like Hydra's
-            kwargs["logger"] = tensorboard_logger("logs/tensorboard", name, cli_value(self, self.config, "ckpt_path"))
-        # --trainer.logger=false: config.yaml and the checkpoints go to logs/cli/<name>/<time>-<pid>, not the working
-        # directory. --trainer.strategy=DDPStrategy --trainer.strategy.timeout=H:MM:SS sets another collective timeout.
-        unlogged_dir = rules.unlogged_run_dir("logs", "cli", name)
-        for key, value in rules.trainer_settings(trainer_config, kwargs.get("logger"), rules.ddp_timeout_s(), unlogged_dir).items():
-            trainer_config[key] = value
-        trainer = super().instantiate_trainer(**kwargs)
+        # The --checkpoint group's ModelCheckpoint (a parser group, built always) joins the trainer's callbacks.
+        trainer_config["callbacks"] = [*(trainer_config.get("callbacks") or []), *cli_callbacks(self)]
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
-        resume = rules.resume_point(trainer, config.get("ckpt_path"))
+        log_dir = str(config.get("log_dir") or rules.log_dir())
+        name = rules.run_name(f"{self.model.config_name}-{self.datamodule.config_name}", self.model.run_tag)
+        run = RunDescription(
+            model=self.model, datamodule=self.datamodule, trainer=trainer_config, name=name, log_dir=log_dir,
+            # the default logger (none given, or true): a TensorBoard run named like Hydra's, under <log_dir>/tensorboard
+            tensorboard={"save_dir": f"{log_dir}/tensorboard"} if trainer_config.get("logger") in (None, True) else None,
+            # --trainer.logger=false: config.yaml and the checkpoints go to <log_dir>/cli/<name>/<time>-<pid>
+            unlogged_dir=rules.unlogged_run_dir(log_dir, "cli", name), ckpt_path=config.get("ckpt_path"),
+            trainer_class=lambda **settings: cli_trainer(self, settings))
+        trainer, resume = build_trainer(run)
         if self.subcommand == "fit":
             config["ckpt_path"] = resume
         return trainer
-
-    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
-        # --trainer.enable_checkpointing=false: the --checkpoint callback (built always, as a parser group) is left out,
-        # as Hydra's ~callbacks.model_checkpoint does, instead of Lightning refusing the pair.
-        if config.get("enable_checkpointing") is False:
-            callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
-        return super()._instantiate_trainer(config, callbacks)
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI builds the model named in the checkpoint's hyperparameters (test/validate --ckpt_path, from
@@ -156,7 +160,7 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
     likelihood that suits the data, the same callbacks) and runs named like Hydra's."""
     raw_args = list(sys.argv[1:] if args is None else args)
     subcommand = raw_args[0] if raw_args and raw_args[0] in SUBCOMMANDS else None
-    given_model = _option_value(raw_args, "--model")
+    given_model = option_value(raw_args, "--model")
     # JSA on MNIST unless told otherwise, as in the Hydra front end. Given as arguments, not as parser
     # defaults: jsonargparse would carry a default class's settings over to another class the user picks.
     defaults = [f"--{key}={rules.default_class(key)}" for key in ("model", "data")
@@ -169,14 +173,15 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
         else:
             args = raw_args
 
-    note_existing_directories("logs")  # where the CLI writes its runs
+    note_existing_directories(option_value(raw_args, "--log_dir") or rules.log_dir())  # where the CLI writes its runs
     with user_errors_as_one_line():
-        ckpt_path = _option_value(raw_args, "--ckpt_path")
+        ckpt_path = option_value(raw_args, "--ckpt_path")
         if ckpt_path and ckpt_path != "null":  # before LightningCLI reads its hyperparameters: one clear line if unusable
-            written_by = load_checkpoint_file(ckpt_path).get("model_class") or ""
-            if given_model and written_by and given_model.rsplit(".", 1)[-1] != written_by.rsplit(".", 1)[-1]:
-                raise CheckpointError(f"--ckpt_path={ckpt_path} was written by {written_by.rsplit('.', 1)[-1]}, not "
-                                      f"--model={given_model}: give --model={written_by.rsplit('.', 1)[-1]} or leave --model out")
+            checkpoint = load_checkpoint_file(ckpt_path)
+            # LightningCLI would build the class the checkpoint names, whatever --model says: the builder's check, now
+            given_class = next((cls for cls in registered("model") if given_model in (cls.__name__, f"{cls.__module__}.{cls.__name__}")), None)
+            if given_class is not None:
+                check_model_class(checkpoint, given_class, ckpt_path)
         CollectionCLI.command_line = raw_args
         return CollectionCLI(
             LatentVariableModel,
@@ -210,7 +215,7 @@ def _parser_message(text: str, args: list[str]) -> str:
         package, base = (models, models.LatentVariableModel) if option == "--model" else (datamodules, datamodules.ImageDataModule)
         names = [n for n in package.__all__ if isinstance(getattr(package, n), type) and issubclass(getattr(package, n), base)
                  and getattr(package, n) is not base]
-        return f"{option}={_option_value(args, option)} is not one of {', '.join(names)}"
+        return f"{option}={option_value(args, option)} is not one of {', '.join(names)}"
     return f"{option}: {'; '.join(dict.fromkeys(reasons))}"
 
 
@@ -230,14 +235,14 @@ def _constructor_message(text: str) -> str:
 
 def _given(args: list[str], group: str, key: str) -> bool:
     """Whether the command line sets `key` of `group` (--group.key or --group.init_args.key)."""
-    return any(_option_value(args, f"--{group}.{prefix}{key}") is not None for prefix in ("", "init_args."))
+    return any(option_value(args, f"--{group}.{prefix}{key}") is not None for prefix in ("", "init_args."))
 
 
 def _integer_batch_limits(args: list[str]) -> dict[str, int]:
     """jsonargparse reads `--trainer.limit_val_batches=1` as 1.0 (all batches): an integer given is a count."""
     limits = {}
     for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"):
-        value = _option_value(args, f"--trainer.{key}")
+        value = option_value(args, f"--trainer.{key}")
         if value is not None and value.isdigit():
             limits[key] = int(value)
     return limits
@@ -254,12 +259,3 @@ def _without_option(args: list[str], option: str) -> list[str]:
         elif not arg.startswith(option + "="):
             out.append(arg)
     return out
-
-
-def _option_value(args: list[str], option: str) -> str | None:
-    for i, arg in enumerate(args):
-        if arg.startswith(option + "="):
-            return arg.split("=", 1)[1]
-        if arg == option and i + 1 < len(args):
-            return args[i + 1]
-    return None

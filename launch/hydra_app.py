@@ -47,13 +47,14 @@ def main() -> None:
     from launch.console import quiet_console
     from launch.errors import USER_ERROR, user_errors_as_one_line
     from launch.hydra_config import check_output_directories, register_defaults
+    from launch.precheck import overrides_of
     from launch.runs.run_directory import note_existing_directories, remove_if_only_hydra_files
 
     register_defaults()
     check_output_directories(sys.argv[1:])
 
-    given = [a.split("=", 1)[1] for a in sys.argv[1:] if a.lstrip("+").startswith("log_dir=")]
-    note_existing_directories(given[-1] if given and "${" not in given[-1] else "logs")
+    given = dict(overrides_of(sys.argv[1:])).get("log_dir")  # before Hydra makes its run directory there
+    note_existing_directories(given if given and "${" not in given else rules.log_dir())
     # The jobs a launcher starts as new processes (hydra/launcher=slurm, slurm_local: `python -m submitit...` from the
     # working directory) import the collection's modules as this process does, from wherever it was started.
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -106,13 +106,13 @@ def check_run_settings(cfg: Any) -> None:
     from omegaconf import OmegaConf
 
     from launch.settings import SettingsError, check_settings, check_trainer_values, expected
-    from launch.precheck import CONFIG_GROUPS, TOP_LEVEL_SETTINGS
+    from launch.precheck import CONFIG_GROUPS, TOP_LEVEL_SETTINGS, unknown_top_level_setting
 
     problems = []
     for arg in sys.argv[1:]:
         key = arg.lstrip("+~").partition("=")[0]
         if arg.startswith("+") and "." not in key and "/" not in key and key not in (*TOP_LEVEL_SETTINGS, *CONFIG_GROUPS):
-            problems.append(f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})")
+            problems.append(unknown_top_level_setting(key))
     top_level = {key: cfg[key] for key in TOP_LEVEL_SETTINGS if key in cfg}
     for key, value in OmegaConf.to_container(OmegaConf.create(top_level), resolve=False).items():
         want = expected(TOP_LEVEL_SETTINGS[key], value)

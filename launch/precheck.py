@@ -17,13 +17,18 @@ import re
 from pathlib import Path
 from typing import Any
 
-from launch.schema import CONFIGS, GROUPS, NOT_SETTINGS, expected, load, type_spec
+from launch.schema import CONFIGS, GROUPS, NOT_SETTINGS, default_choices, expected, load, type_spec
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
 TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
                       "run_name": str, "discrete_latent": dict | None, "per_model": dict | None,
                       "compare_backbone": dict | None, "compare_prior": dict | None}
 TOP_LEVEL_SPECS = {key: type_spec(hint) for key, hint in TOP_LEVEL_SETTINGS.items()}
+
+
+def unknown_top_level_setting(key: str) -> str:
+    """The line that refuses a top-level key nothing reads (here, and after the imports in launch/hydra_config.py)."""
+    return f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})"
 CONFIG_GROUPS = ("model", "data", "optimizer", "trainer", "logger", "callbacks", "experiment", "hydra")
 # Hydra options after which the config tree is another one, or that take the next word as their value.
 OTHER_TREE = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd", "--info", "-i", "--hydra-help",
@@ -100,14 +105,6 @@ def check_value(option: str, value_text: str, specs: list[dict[str, Any]], cli: 
             raise EarlyRefusal(f"{option}={value!r}: expected {failures[0]}")
 
 
-def default_choices() -> dict[str, str]:
-    """group -> the default choice of configs/train.yaml's defaults list (`- model: jsa`)."""
-    choices = {}
-    for line in (CONFIGS / "train.yaml").read_text().splitlines():
-        match = re.match(r"\s*-\s*(\w+)\s*:\s*([\w.]+)", line)
-        if match:
-            choices[match[1]] = match[2]
-    return choices
 
 
 # Hydra's launcher and sweeper groups: `basic` (Hydra's own), the configs of the Hydra plugins pyproject's `cluster`
@@ -247,8 +244,7 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
             continue
         if not dot:
             if key not in TOP_LEVEL_SETTINGS and not key.startswith("_"):
-                raise EarlyRefusal(f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})"
-                                   f"{did_you_mean(key, all_options())}")
+                raise EarlyRefusal(unknown_top_level_setting(key) + did_you_mean(key, all_options()))
             if key in TOP_LEVEL_SPECS:
                 check_value(key, value, [{key: TOP_LEVEL_SPECS[key]}])
             continue
@@ -263,7 +259,7 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
         check_value(key, value, [settings for settings in specs if name in settings])
 
 
-def config_file(group: str, choice: str) -> dict[str, Any] | None:
+def composed_choice(group: str, choice: str) -> dict[str, Any] | None:
     """configs/<group>/<choice>.yaml merged over the files of its defaults list, as Hydra composes it; None where a
     file is missing or not plain YAML (then Hydra decides)."""
     import yaml
@@ -275,7 +271,7 @@ def config_file(group: str, choice: str) -> dict[str, Any] | None:
         return None
     merged: dict[str, Any] = {}
     for parent in own.pop("defaults", None) or []:
-        base = config_file(group, parent) if isinstance(parent, str) and parent != "_self_" else {}
+        base = composed_choice(group, parent) if isinstance(parent, str) and parent != "_self_" else {}
         if base is None:
             return None
         merged = _merged(merged, base)
@@ -294,7 +290,7 @@ def check_config_key(key: str, value: str, group: str, picked: list[str | None])
     mode) and refuses any other in several lines; refused here in one, with the likely key or the `+` that adds it."""
     if len(picked) != 1 or picked[0] in (None, "null"):
         return
-    node: Any = config_file(group, picked[0])
+    node: Any = composed_choice(group, picked[0])
     walked = group
     for part in key.split(".")[1:]:
         if not isinstance(node, dict):
@@ -339,6 +335,11 @@ def option_values(argv: list[str]) -> list[tuple[str, str | None]]:
     return pairs
 
 
+def option_value(argv: list[str], option: str) -> str | None:
+    """The value a LightningCLI command line gives `option` (the last, as argparse takes it), or None."""
+    return dict(option_values(argv)).get(option)
+
+
 def check_cli(argv: list[str], schema: dict[str, Any]) -> None:
     """Raise EarlyRefusal for the first mistake of a LightningCLI command line that can be seen without the imports."""
     pairs = option_values(argv[1:])
@@ -348,7 +349,8 @@ def check_cli(argv: list[str], schema: dict[str, Any]) -> None:
         return  # a config file may choose the classes; the help options and print_config refuse nothing
     registered = schema["cli_classes"]
     chosen: dict[str, str | None] = {}
-    for group, default in (("model", "JSA"), ("data", "MNISTDataModule")):
+    for group in ("model", "data"):  # the defaults: configs/train.yaml's choices (rules.default_class)
+        default = schema["choices"][group][default_choices()[group]].rsplit(".", 1)[-1]
         name = given.get(f"--{group}.class_path") or given.get(f"--{group}") or default
         targets = {**registered[group], **{path: path for path in registered[group].values()}}
         if name.lstrip().startswith("{") or ("." in name and name not in targets):
@@ -440,13 +442,17 @@ def check_paths(argv: list[str], cli: bool, data_class: str | None) -> None:
             raise EarlyRefusal(f"{ckpt_option}={value}: {what} (ckpt_path expects a .ckpt file written by a run, e.g. "
                                "logs/tensorboard/<run>/version_0/checkpoints/last.ckpt)")
 
-    roots = [("--trainer.default_root_dir", given.get("--trainer.default_root_dir")), ("logs", "logs")] if cli else \
-        [("log_dir", value) for value in values_of(given.get("log_dir", "logs")) or []]
+    import yaml
+
+    default_log_dir = yaml.safe_load((CONFIGS / "train.yaml").read_text())["log_dir"]  # rules.log_dir()
+    log_dir_option = "--log_dir" if cli else "log_dir"
+    roots = [("--trainer.default_root_dir", given.get("--trainer.default_root_dir"))] if cli else []
+    roots += [(log_dir_option, value) for value in values_of(given.get(log_dir_option, default_log_dir), cli) or []]
     for option, value in roots:
         if value is not None and Path(str(value)).exists() and not Path(str(value)).is_dir():
-            if option == "logs":
-                raise EarlyRefusal("logs is a file, not a directory: LightningCLI writes its runs under logs/ in the working "
-                                   "directory; move the file, or run elsewhere")
+            if option == log_dir_option and log_dir_option not in given:
+                raise EarlyRefusal(f"{value} is a file, not a directory: runs are written under {value}/ in the working "
+                                   f"directory ({log_dir_option}, the default); move the file, give {log_dir_option}=DIR, or run elsewhere")
             raise EarlyRefusal(f"{option}={value}: {value} is a file, not a directory; expected a directory to write the run in")
 
     data_dir_given = any(key.removeprefix("--").replace("init_args.", "") == "data.data_dir" for key in given)

@@ -34,6 +34,10 @@ def seed() -> int:
     return config_file("train.yaml")["seed"]
 
 
+def log_dir() -> str:
+    return config_file("train.yaml")["log_dir"]
+
+
 def ddp_timeout_s() -> float:
     return config_file("train.yaml")["ddp_timeout_s"]
 
@@ -41,8 +45,9 @@ def ddp_timeout_s() -> float:
 def default_class(group: str) -> str:
     """The class name of a config group's default choice (configs/train.yaml: model: jsa -> JSA, data: mnist ->
     MNISTDataModule)."""
-    choice = next(entry[group] for entry in config_file("train.yaml")["defaults"] if isinstance(entry, dict) and group in entry)
-    return config_file(f"{group}/{choice}.yaml")[group]["_target_"].rsplit(".", 1)[-1]
+    from launch.schema import default_choices
+
+    return config_file(f"{group}/{default_choices()[group]}.yaml")[group]["_target_"].rsplit(".", 1)[-1]
 
 
 def trainer_defaults() -> dict[str, Any]:

@@ -40,6 +40,18 @@ NOT_SETTINGS = {"model": ("data_shape", "optimizer"), "trainer": ("logger", "cal
 GROUPS = ("model", "data", "optimizer", "trainer")  # the config groups whose choices name one class
 
 
+def default_choices() -> dict[str, str]:
+    """group -> the default choice of configs/train.yaml's defaults list (`- model: jsa`)."""
+    import re
+
+    choices = {}
+    for line in (CONFIGS / "train.yaml").read_text().splitlines():
+        match = re.match(r"\s*-\s*(\w+)\s*:\s*([\w.]+)", line)
+        if match:
+            choices[match[1]] = match[2]
+    return choices
+
+
 def type_spec(hint: Any) -> Any:
     """A type hint as a JSON-able spec (see the module docstring)."""
     origin = get_origin(hint)

@@ -18,7 +18,7 @@ from models import VAE
 
 REPO = Path(__file__).resolve().parents[2]
 PRIVATE_USES = re.compile(r"\._trainer\b|_ddp_params_and_buffers_to_ignore|_ddp_kwargs|_get_file_writer|cloud_io"
-                          r"|_dynamo\.config|self\._get\(")
+                          r"|_dynamo\.config|self\._get\(|\._instantiate_trainer\(|\._parser\(")
 
 
 @pytest.mark.parametrize("class_path, methods", private_api.OVERRIDDEN.items())
