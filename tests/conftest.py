@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-import pickle
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,15 +13,14 @@ from pathlib import Path
 # default (/tmp/torchinductor_<user>), which the workers would then inherit from the controller.
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"torchinductor-{os.getpid()}")
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from torchvision.datasets import CIFAR10, MNIST  # noqa: E402
 
+from benchmarks.robustness.fake_cifar10 import write_fake_cifar10  # noqa: E402
 from datamodules import CIFAR10DataModule, MNISTDataModule  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-CIFAR_PER_BATCH = 20
 
 # The data root of every test, as README promises: `$DATA_DIR`, else `../shared/data` beside the checkout. Exported,
 # so that whatever a test leaves to its default (a data module built without data_dir, a composed config, a
@@ -65,36 +62,6 @@ class TinyCIFAR10DataModule(CIFAR10DataModule):
 
     train_file_size = 100
     test_file_size = 20
-
-
-def write_fake_cifar10(root: Path, seed: int = 0) -> tuple[list[list[str]], list[list[str]], str]:
-    """Write a fake CIFAR-10 (CIFAR_PER_BATCH images per batch file) under ``root/cifar-10-batches-py``.
-
-    Returns torchvision's ``train_list``/``test_list`` for it (``[name, md5]`` rows) and the md5 of ``batches.meta``.
-    """
-    folder = root / CIFAR10.base_folder
-    folder.mkdir()
-    rng = np.random.default_rng(seed)
-
-    def dump(name: str, obj: dict) -> list[str]:
-        path = folder / name
-        path.write_bytes(pickle.dumps(obj))
-        return [name, hashlib.md5(path.read_bytes()).hexdigest()]
-
-    train_list = [dump(name, fake_cifar_batch(name, rng)) for name in [f"data_batch_{k}" for k in range(1, 6)]]
-    test_list = [dump("test_batch", fake_cifar_batch("test_batch", rng))]
-    meta = {"label_names": [f"class{k}" for k in range(10)], "num_cases_per_batch": CIFAR_PER_BATCH, "num_vis": 3072}
-    _, meta_md5 = dump("batches.meta", meta)
-    return train_list, test_list, meta_md5
-
-
-def fake_cifar_batch(name: str, rng: np.random.Generator) -> dict:
-    """One batch file's dict, in the official format."""
-    # Rows are 3072 bytes: 1024 red, then green, then blue, each row-major 32x32.
-    data = rng.integers(0, 256, size=(CIFAR_PER_BATCH, 3072), dtype=np.uint8)
-    labels = rng.integers(0, 10, size=CIFAR_PER_BATCH).tolist()
-    filenames = [f"{name}_{i}.png" for i in range(CIFAR_PER_BATCH)]
-    return {"batch_label": name, "data": data, "labels": labels, "filenames": filenames}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -490,7 +490,7 @@ def prepare(root: Path, data_dir: Path) -> None:
         else:
             target.write_bytes(make((real / MNIST_FILES[0]).read_bytes()))
     from datamodules.files import CifarUnpickler
-    from tests.conftest import write_fake_cifar10
+    from benchmarks.robustness.fake_cifar10 import write_fake_cifar10
 
     for variant in CIFAR_CORRUPTIONS:
         folder_root = root / f"data-cifar {variant}"

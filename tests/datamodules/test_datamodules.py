@@ -23,7 +23,8 @@ from torchvision.datasets import utils as tv_utils
 from datamodules import (CIFAR10DataModule, DataCorruptError, DataError, DataNotFoundError, FashionMNISTDataModule, ImageDataModule,
                          MNISTDataModule)
 from datamodules.base import InMemoryImageDataset, collate_prebatched
-from tests.conftest import CIFAR_PER_BATCH, DATA_ROOT, REPO, TinyCIFAR10DataModule, fake_cifar_batch, write_fake_cifar10
+from benchmarks.robustness.fake_cifar10 import CIFAR_PER_BATCH, fake_cifar_batch, write_fake_cifar10
+from tests.conftest import DATA_ROOT, REPO, TinyCIFAR10DataModule
 
 # The two data sets of torchvision's IDX layout, one data module class (MNIST's, parameterized by the torchvision class).
 IDX_MODULES = [pytest.param(MNISTDataModule, id="mnist"), pytest.param(FashionMNISTDataModule, id="fashion_mnist")]
