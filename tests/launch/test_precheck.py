@@ -67,6 +67,7 @@ def test_the_committed_schema_is_what_the_classes_give():
     (f"ckpt_path={REPO / 'docs'}", "a directory, not a checkpoint file"),
     (f"log_dir={REPO / 'README.md'}", f"log_dir={REPO / 'README.md'}: {REPO / 'README.md'} is a file, not a directory"),
     (f"fit --trainer.default_root_dir={REPO / 'README.md'}", "is a file, not a directory"),
+    (f"fit --log_dir={REPO / 'README.md'}", f"--log_dir={REPO / 'README.md'}: {REPO / 'README.md'} is a file, not a directory"),
 ])
 def test_mistakes_are_one_line_with_the_closest_name(command, line):
     argv = shlex.split(command)
