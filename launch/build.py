@@ -135,7 +135,7 @@ def describe_run(cfg: Any) -> Any:
         model=model, datamodule=datamodule, name=run_name(cfg, model.run_tag), log_dir=cfg.log_dir, tensorboard=tensorboard,
         trainer={**trainer.keywords, "callbacks": callbacks, "logger": False, **parallel_job_settings(cfg)},
         trainer_class=trainer.func, ckpt_path=cfg.get("ckpt_path"), ddp_timeout_s=cfg.ddp_timeout_s,
-        # logger=null: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory
+        # ~logger: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory
         unlogged_dir=hydra_output_dir(cfg))
 
 

@@ -210,8 +210,10 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
             wanted = [str(v) if v is not None else "null" for v in read] if read is not None else []
             for choice in wanted:
                 if choice not in available and not (key == "experiment" and choice in ("null", "")):
+                    # Hydra leaves a group out with ~group (it refuses group=null from the command line)
+                    leave_out = f" (~{key} leaves it out)" if choice in ("null", "none", "None", "false") else ""
                     raise EarlyRefusal(f"{key}={choice}: no such config in configs/{key}/; expected one of "
-                                       f"{', '.join(available)}{did_you_mean(choice, available)}")
+                                       f"{', '.join(available)}{did_you_mean(choice, available)}{leave_out}")
             choices[key] = wanted or [None]
     experiment = [c for c in choices.get("experiment", [None]) if c not in (None, "null", "")]
     if ("hydra/sweeper", "tune") in overrides:

@@ -32,6 +32,7 @@ def test_the_committed_schema_is_what_the_classes_give():
     ("model.mis_step=3", "model.mis_step: no such setting of JSA; did you mean model.mis_steps?"),
     ("model=vae model.mis_steps=3", "model.mis_steps: no such setting of VAE; it is a setting of JSA (model=jsa)"),
     ("model=nope", "model=nope: no such config in configs/model/; expected one of dvae, dvae_gumbel, jsa,"),
+    ("logger=null", "logger=null: no such config in configs/logger/; expected one of tensorboard (~logger leaves it out)"),
     ("data=mnsit", "did you mean mnist?"),
     ("trainer.max_epochs=abc", "trainer.max_epochs='abc': expected an integer or null"),
     ("seed=abc", "seed='abc': expected an integer"),
