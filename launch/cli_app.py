@@ -15,7 +15,7 @@ import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
 import models  # noqa: F401  (registers the subclasses for --model=NAME)
 from checkpoints.files import CheckpointError, load_checkpoint_file
 from checkpoints.model_class import check_model_class
-from checkpoints.registry import registered
+from checkpoints.registry import registered_class
 from common.private_api import cli_callbacks, cli_trainer, cli_value
 from common.signatures import constructor_defaults
 from datamodules import ImageDataModule
@@ -97,6 +97,7 @@ class CollectionCLI(LightningCLI):
                         del config.model.dict_kwargs[key]
         for key, value in _integer_batch_limits(self.command_line).items():  # as saved in config.yaml (see instantiate_trainer)
             config.trainer[key] = value
+        note_existing_directories(config.get("log_dir") or rules.log_dir())  # as parsed: a -c file may set it
         settings = rules.follow_data(dict(config.model.init_args), get_class(config.data.class_path), config.data.init_args.binarize)
         config.model.init_args.likelihood, config.model.init_args.backbone = settings["likelihood"], settings["backbone"]
 
@@ -177,11 +178,13 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
     with user_errors_as_one_line():
         ckpt_path = option_value(raw_args, "--ckpt_path")
         if ckpt_path and ckpt_path != "null":  # before LightningCLI reads its hyperparameters: one clear line if unusable
-            checkpoint = load_checkpoint_file(ckpt_path)
             # LightningCLI would build the class the checkpoint names, whatever --model says: the builder's check, now
-            given_class = next((cls for cls in registered("model") if given_model in (cls.__name__, f"{cls.__module__}.{cls.__name__}")), None)
-            if given_class is not None:
-                check_model_class(checkpoint, given_class, ckpt_path)
+            written_by = load_checkpoint_file(ckpt_path).get("model_class") or ""
+            if given_model and written_by and given_model.rsplit(".", 1)[-1] != written_by.rsplit(".", 1)[-1]:
+                given_class = registered_class(given_model, "model")
+                if given_class is not None:  # the line with the command that resumes it with the model that wrote it
+                    check_model_class(load_checkpoint_file(ckpt_path), given_class, ckpt_path)
+                raise CheckpointError(f"--ckpt_path={ckpt_path} was written by {written_by}, not --model={given_model}")
         CollectionCLI.command_line = raw_args
         return CollectionCLI(
             LatentVariableModel,

@@ -446,10 +446,13 @@ def check_paths(argv: list[str], cli: bool, data_class: str | None) -> None:
 
     import yaml
 
+    config_file_given = cli and any(arg in ("-c", "--config") or arg.startswith(("-c=", "--config=")) for arg in argv)
     default_log_dir = yaml.safe_load((CONFIGS / "train.yaml").read_text())["log_dir"]  # rules.log_dir()
     log_dir_option = "--log_dir" if cli else "log_dir"
     roots = [("--trainer.default_root_dir", given.get("--trainer.default_root_dir"))] if cli else []
-    roots += [(log_dir_option, value) for value in values_of(given.get(log_dir_option, default_log_dir), cli) or []]
+    # a config file may set log_dir: then it is checked once parsed (launch/run_builder.py)
+    if log_dir_option in given or not config_file_given:
+        roots += [(log_dir_option, value) for value in values_of(given.get(log_dir_option) or default_log_dir, cli) or []]
     for option, value in roots:
         if value is not None and Path(str(value)).exists() and not Path(str(value)).is_dir():
             if option == log_dir_option and log_dir_option not in given:
@@ -458,7 +461,6 @@ def check_paths(argv: list[str], cli: bool, data_class: str | None) -> None:
             raise EarlyRefusal(f"{option}={value}: {value} is a file, not a directory; expected a directory to write the run in")
 
     data_dir_given = any(key.removeprefix("--").replace("init_args.", "") == "data.data_dir" for key in given)
-    config_file_given = cli and any(arg in ("-c", "--config") or arg.startswith(("-c=", "--config=")) for arg in argv)
     if "DATA_DIR" not in os.environ or data_dir_given or config_file_given:  # a config file may give data_dir
         return
     data_dir, data = os.environ["DATA_DIR"], data_class or "the data"

@@ -41,6 +41,12 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     from checkpoints.model_class import check_model_class
     from launch.runs.run_directory import tensorboard_logger
 
+    from pathlib import Path
+
+    from launch.settings import SettingsError
+
+    if Path(run.log_dir).exists() and not Path(run.log_dir).is_dir():  # (given in a config file: not seen earlier)
+        raise SettingsError(f"log_dir {run.log_dir} is a file, not a directory; expected a directory to write the run in")
     if run.ckpt_path:
         check_model_class(load_checkpoint_file(run.ckpt_path), type(run.model), run.ckpt_path)
     if run.tensorboard is not None:

@@ -102,3 +102,21 @@ def test_a_checkpoint_resumes_into_its_own_run_through_both_front_ends_and_anoth
     with pytest.raises(SystemExit):  # the same check, before LightningCLI reads the checkpoint's hyperparameters
         launch.cli_app.main(["fit", "--model=VAE", f"--ckpt_path={checkpoint}", f"--log_dir={tmp_path / 'logs'}"])
     assert "was written by models.jsa.JSA, not models.vae.VAE: resume it with the model that wrote it" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the model named by the package's short path, as the configs name it
+        launch.cli_app.main(["fit", "--model=models.VAE", f"--ckpt_path={checkpoint}", f"--log_dir={tmp_path / 'logs'}"])
+    assert "was written by models.jsa.JSA, not models.vae.VAE" in capsys.readouterr().err
+
+
+def test_a_log_dir_from_a_config_file_is_where_the_cli_writes_and_is_checked_there(tmp_path, described, monkeypatch, capsys):
+    """`log_dir` set in a -c file: the run goes there, a ./logs that is a file does not matter, and a log_dir that is a
+    file is one line (the early checks see the command line only)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "logs").write_text("not a directory")
+    config = tmp_path / "run.yaml"
+    config.write_text("log_dir: mylogs\n")
+    app = launch.cli_app.main(["fit", "--model=JSA", "--data=MNISTDataModule", "-c", str(config)])
+    assert Path(app.trainer.logger.log_dir).parent.parent == (tmp_path / "mylogs" / "tensorboard").resolve()
+    config.write_text("log_dir: logs\n")
+    with pytest.raises(SystemExit):
+        launch.cli_app.main(["fit", "--model=JSA", "--data=MNISTDataModule", "-c", str(config)])
+    assert capsys.readouterr().err.strip().endswith("log_dir logs is a file, not a directory; expected a directory to write the run in")
