@@ -136,9 +136,24 @@ def is_resolution_lines(args: argparse.Namespace, records: list[dict], labels: d
     return lines
 
 
+def recorded_cache_arm(records: list[dict], args: argparse.Namespace) -> list[str]:
+    """The cache arm's extra settings as its finished runs were trained (after `model.cache_start_epoch=N` in their
+    command), so that the report names them whatever --cache-arm says now; --cache-arm where no run has finished."""
+    for record in records:
+        words = record["command"].split()
+        start = next((i for i, word in enumerate(words) if word.startswith("model.cache_start_epoch=")), None)
+        if record["arm"] == "jsa-cache" and start is not None:
+            recorded = words[start + 1:]
+            if args.cache_arm and args.cache_arm != recorded:
+                print(f"note: --cache-arm {' '.join(args.cache_arm)!r} differs from the recorded runs' "
+                      f"{' '.join(recorded)!r}; the report names the recorded settings", flush=True)
+            return recorded
+    return args.cache_arm
+
+
 def write_report(args: argparse.Namespace) -> Path:
     records = list(runner.read_records(args.out).values())
-    labels = arms(args)
+    labels = arms(argparse.Namespace(**{**vars(args), "cache_arm": recorded_cache_arm(records, args)}))
     spe = args.steps_per_epoch
     lines = [f"# JSA against RWS at {args.epochs} epochs", "",
              f"Protocol: `experiment=jsa_paper` (uniform prior, 20 particles, batch 200, Adam 3e-4, static binarization), "

@@ -163,7 +163,13 @@ def test_the_long_studys_gap_table_reads_each_arms_val_nll_at_30_the_cache_start
     for runs in by_arm.values():
         for r in runs:
             (tmp_path / "runs" / f"{r['name']}.json").write_text(json.dumps(r))
+    by_arm["jsa-cache"][0]["command"] = "python train.py model=jsa model.cache_start_epoch=30 model.cache_refresh=0.2"
+    by_arm["jsa-cache"][1]["command"] = by_arm["jsa-cache"][0]["command"]
+    for runs in by_arm.values():
+        for r in runs:
+            (tmp_path / "runs" / f"{r['name']}.json").write_text(json.dumps(r))
     report = long_study.write_report(args).read_text()
+    assert "| JSA, cache from epoch 30 (model.cache_refresh=0.2) | 2 |" in report  # as trained, --cache-arm not given
     assert "| RWS | 2 | 80.00 ± 0.00 | 91.10 ± 0.14 | 50, 50 | 2 of 2 | 4.00 ± 0.00 |" in report  # 20 epochs at 1/5 a nat each
     assert (tmp_path / "long_curves.png").stat().st_size > 0
 
