@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launch import rules
+
+if TYPE_CHECKING:
+    from launch.run_builder import RunDescription
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +115,7 @@ def parallel_job_settings(cfg: Any) -> dict[str, Any]:
     return settings
 
 
-def describe_run(cfg: Any) -> Any:
+def describe_run(cfg: Any) -> RunDescription:
     """The run of a composed config (launch/run_builder.py's RunDescription), checked, seeded and built but for its
     trainer."""
     import lightning as L

@@ -179,11 +179,12 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
         ckpt_path = option_value(raw_args, "--ckpt_path")
         if ckpt_path and ckpt_path != "null":  # before LightningCLI reads its hyperparameters: one clear line if unusable
             # LightningCLI would build the class the checkpoint names, whatever --model says: the builder's check, now
-            written_by = load_checkpoint_file(ckpt_path).get("model_class") or ""
+            checkpoint = load_checkpoint_file(ckpt_path)
+            written_by = checkpoint.get("model_class") or ""
             if given_model and written_by and given_model.rsplit(".", 1)[-1] != written_by.rsplit(".", 1)[-1]:
                 given_class = registered_class(given_model, "model")
                 if given_class is not None:  # the line with the command that resumes it with the model that wrote it
-                    check_model_class(load_checkpoint_file(ckpt_path), given_class, ckpt_path)
+                    check_model_class(checkpoint, given_class, ckpt_path)
                 raise CheckpointError(f"--ckpt_path={ckpt_path} was written by {written_by}, not --model={given_model}")
         CollectionCLI.command_line = raw_args
         return CollectionCLI(

@@ -10,6 +10,7 @@ and process-group callbacks, and the checkpoint fit starts from.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, Callable
 
 from launch import rules
@@ -21,7 +22,7 @@ class RunDescription:
 
     model: Any  # the built LightningModule
     datamodule: Any  # the built LightningDataModule
-    trainer: dict[str, Any]  # lightning.Trainer's settings as given, its callbacks built (the logger: see `logger`)
+    trainer: dict[str, Any]  # lightning.Trainer's settings as given, its callbacks built (the logger: see `tensorboard`)
     name: str  # <model>-<data>-<the model's key settings> (rules.run_name): the TensorBoard run's name
     log_dir: str  # the root of everything the run writes (Hydra's log_dir, the CLI's --log_dir)
     tensorboard: dict[str, Any] | None  # the TensorBoard run's settings (save_dir, ...); None: trainer["logger"] as given
@@ -40,9 +41,6 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     from checkpoints.files import load_checkpoint_file
     from checkpoints.model_class import check_model_class
     from launch.runs.run_directory import tensorboard_logger
-
-    from pathlib import Path
-
     from launch.settings import SettingsError
 
     if Path(run.log_dir).exists() and not Path(run.log_dir).is_dir():  # (given in a config file: not seen earlier)
