@@ -6,6 +6,7 @@ import json
 import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -337,3 +338,14 @@ def test_the_cache_studys_remedy_arms_set_their_options():
     assert {f"bern200-middle-refresh{r}-s0" for r in cache_study.REFRESH_RATES} <= set(names)
     assert "L20-middle-refresh0.5-s2" in names and "L20-middle-refresh0.2-s2" not in names and "bern200-middle-fresh-s1" in names
     assert len(names) == len(set(names))
+
+
+def test_the_is_measurement_on_a_missing_gpu_is_one_line(monkeypatch):
+    """--is-device cuda where there is none: one line naming the option, before any checkpoint is read."""
+    import torch
+
+    from benchmarks.lib import at_checkpoints
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="^error: --is-device cuda: no CUDA device on this machine$"):
+        at_checkpoints.is_resolution({"a": (Path("nowhere.ckpt"), "python train.py")}, 1, [10], device="cuda")
