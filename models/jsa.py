@@ -22,6 +22,8 @@ One training step (no gradient through the sampling):
 with the weights λ_j of `gradient_states` (samplers/visits.py): 1 on h* (`final`), the chain's visit
 frequencies (`chain`), or their expectation given the candidates (`expected`); μ = λ (`q_states="chain"`), or the
 self-normalized importance weights of the fresh proposals (`q_states="fresh"`, docs/jsa.md#what-q-learns-from).
+With `gradient_rows=k` the θ term is differentiated on k + 1 rows per example only, the k largest λ_j exactly and one
+drawn from the rest (`sum_and_sample`, docs/jsa.md#a-fixed-number-of-gradient-rows): the same gradient in expectation.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from models.categorical import CategoricalLatentModel
 from models.components.code_usage import code_counts, usage_perplexity
 from samplers.cache import LatentCache, refresh_starts
 from samplers.mis import MISSample, categorical_log_prob, index_cached_mis
-from samplers.visits import expected_visits, fresh_proposal_weights, visit_counts
+from samplers.visits import expected_visits, fresh_proposal_weights, sum_and_sample, visit_counts
 
 GradientStates = Literal["final", "chain", "expected"]
 QStates = Literal["chain", "fresh"]
@@ -67,6 +69,11 @@ class JSA(CategoricalLatentModel):
             but their number depends on the data: a host sync and a new shape each step), `static` weights all L+1
             candidates of the sampler's one decoder pass by their visit counts (static shapes: no sync, compiles whole),
             `auto` (the default): `static` on an accelerator, `distinct` on the CPU.
+        gradient_rows: k, the decoder rows per example that θ's gradient differentiates for `chain` and `expected`:
+            the k candidates of largest weight exactly plus one drawn from the remaining weight and weighted by it
+            (sum-and-sample; unbiased, exact when at most k candidates carry weight), a fixed k + 1 rows whatever
+            the chain did, with the candidates scored once without autograd (docs/jsa.md#a-fixed-number-of-gradient-rows).
+            k >= L + 1 is `chain_rows=static` exactly. None (the default): every weighted row, as `chain_rows` says.
         cache_size: number of training examples; filled in from the data module when left out.
         **kwargs: the model's arguments (see `CategoricalLatentModel`: backbone, num_latents,
             num_categories, ...) and the shared ones (see `LatentVariableModel`).
@@ -82,6 +89,7 @@ class JSA(CategoricalLatentModel):
         cache_refresh: float = 0.0,
         cache_size: int | None = None,
         chain_rows: ChainRows = "auto",
+        gradient_rows: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -94,6 +102,16 @@ class JSA(CategoricalLatentModel):
         if chain_rows not in ("auto", "static", "distinct"):
             raise ValueError(f"chain_rows must be 'auto', 'static' or 'distinct', got {chain_rows!r}")
         self.chain_rows = chain_rows
+        if gradient_rows is not None and (isinstance(gradient_rows, bool) or not isinstance(gradient_rows, int)):
+            raise ValueError(f"gradient_rows must be a whole number >= 1 (or null: every weighted row), got {gradient_rows!r}")
+        if gradient_rows is not None and gradient_rows < 1:
+            raise ValueError(f"gradient_rows must be >= 1 (or null: every weighted row), got {gradient_rows}")
+        if gradient_rows is not None:
+            if gradient_states == "final":
+                raise ValueError("gradient_rows applies to gradient_states 'chain' and 'expected'; 'final' differentiates one row already")
+            if chain_rows != "auto":
+                raise ValueError(f"gradient_rows and chain_rows={chain_rows!r} both choose the rows of the gradient: set one of them")
+        self.gradient_rows = gradient_rows
         if cache_start_epoch is not None and cache_start_epoch < 0:
             raise ValueError(f"cache_start_epoch must be >= 0, got {cache_start_epoch}")
         if not 0.0 <= cache_refresh <= 1.0:  # a NaN fails this too
@@ -208,12 +226,21 @@ class JSA(CategoricalLatentModel):
     def static_chain_rows(self, device: torch.device) -> bool:
         """Whether `chain` weights all L+1 scored candidates (`static`) rather than re-scoring the distinct visited
         ones (`distinct`); `auto`: static on an accelerator, where a host sync and a new shape cost more than the
-        extra rows, distinct on the CPU, where the rows are the cost (docs/jsa.md#static-or-distinct-rows)."""
+        extra rows, distinct on the CPU, where the rows are the cost (docs/jsa.md#static-or-distinct-rows).
+        `gradient_rows` of at least L + 1 keeps every row: static."""
+        if self.gradient_rows is not None:
+            return self.gradient_rows > self.mis_steps
         return self.chain_rows == "static" or (self.chain_rows == "auto" and device.type != "cpu")
+
+    def sampled_rows(self) -> bool:
+        """Whether θ's gradient takes the fixed k + 1 rows of `sum_and_sample` (`gradient_rows` = k <= L)."""
+        return self.gradient_rows is not None and self.gradient_rows <= self.mis_steps
 
     def weights_every_candidate(self, device: torch.device) -> bool:
         """Whether the loss is a weighted sum over the scores of the sampler's one decoder pass, which then keeps
-        its graph: `expected`, and `chain` with static rows."""
+        its graph: `expected`, and `chain` with static rows; not with sampled rows, whose pass takes no gradient."""
+        if self.sampled_rows():
+            return False
         return self.gradient_states == "expected" or (self.gradient_states == "chain" and self.static_chain_rows(device))
 
     def weighted_log_joint(self, x: Tensor, sample: MISSample, weight: Tensor) -> Tensor:
@@ -223,12 +250,17 @@ class JSA(CategoricalLatentModel):
         unvisited candidates are 0). `final`: one row per example. `chain` with distinct rows: one row per distinct
         (example, candidate) pair the chain visited, in one decoder pass; a rejection repeats the current state, so
         at acceptance rate a there are about 1 + aL such rows per example, not L. Selecting them costs one host
-        sync (their number depends on the data).
+        sync (their number depends on the data). `gradient_rows` = k: k + 1 rows per example (`sum_and_sample`),
+        a fixed shape: unbiased, and exact where at most k candidates carry weight.
         """
         if self.weights_every_candidate(x.device):
             return (weight * sample.log_target).sum(1)
         if self.gradient_states == "final":
             return self.log_joint(x, sample.latent.unsqueeze(1))[:, 0]
+        if self.sampled_rows():
+            rows, row_weight = sum_and_sample(weight, self.gradient_rows)  # (B, k+1) each
+            latent = sample.candidates.gather(1, rows.unsqueeze(-1).expand(-1, -1, sample.candidates.shape[-1]))
+            return (row_weight * self.log_joint(x, latent)).sum(1)
         example, candidate = weight.nonzero(as_tuple=True)  # sync: chain_rows=distinct, the CPU's path (accelerators take static)
         log_joint = self.log_joint(x[example], sample.candidates[example, candidate].unsqueeze(1))[:, 0]  # (R,)
         return torch.zeros(x.shape[0], dtype=log_joint.dtype, device=x.device).index_add(0, example, weight[example, candidate] * log_joint)

@@ -15,7 +15,7 @@ from samplers.mis import (
 )
 from samplers.score_function import categorical_score_norm_sq, leave_one_out_optimal_baseline, score_function_surrogate
 from samplers.sgmcmc import SGHMC, SGLD, SGMCMC, SGNHT, SampleCollector, Santa
-from samplers.visits import expected_visits, fresh_proposal_weights, visit_counts
+from samplers.visits import expected_visits, fresh_proposal_weights, sum_and_sample, visit_counts
 
 __all__ = [
     "HMC",
@@ -44,5 +44,6 @@ __all__ = [
     "leapfrog",
     "leave_one_out_optimal_baseline",
     "score_function_surrogate",
+    "sum_and_sample",
     "visit_counts",
 ]

@@ -11,12 +11,18 @@ sum over the candidates, with weights that sum to 1 per example:
 * `expected`: weight E[n_j | candidates] / L (`expected_visits`), the conditional expectation of the
               `chain` weights given the candidates, over the accept/reject uniforms alone. Same
               expectation as `chain`, variance no larger (Rao-Blackwell), and no sampled path needed.
+
+`sum_and_sample` turns any such weights into a fixed number of rows per example (the k largest weights exactly, one
+more row drawn from the rest), so that only those rows need a decoder pass with gradient
+(docs/jsa.md#a-fixed-number-of-gradient-rows).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from samplers.mis import categorical_draw
 
 
 def visit_counts(path_index: Tensor, num_candidates: int, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -68,3 +74,30 @@ def fresh_proposal_weights(log_target: Tensor, log_proposal: Tensor, has_start: 
         cached[:, 0] = has_start
         log_weight = log_weight.masked_fill(cached, -torch.inf)
     return torch.softmax(log_weight, dim=1)
+
+
+def sum_and_sample(weight: Tensor, num_exact: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """Σ_j λ_j g_j over N candidates as k + 1 rows: the k largest weights exactly, plus one candidate drawn from the
+    remaining mass (Liu et al., 2019, "Rao-Blackwellized stochastic gradients for discrete distributions").
+
+    With T the k top candidates and R = Σ_{j∉T} λ_j, the estimate Σ_{j∈T} λ_j g_j + R g_J with P(J = j) = λ_j / R
+    (j ∉ T) has expectation Σ_j λ_j g_j for any g, and equals it whenever at most k weights are non-zero (then R = 0).
+
+    Args:
+        weight: (B, N) non-negative weights (visit counts / L, their expectation, ...); not differentiated.
+        num_exact: k, 1 <= k < N.
+        generator: source of the one draw per example.
+
+    Returns:
+        (rows, row_weight), both (B, k+1): candidate indices and their weights; row k is the drawn one, weighted by R
+        (0 where R = 0: a row of weight 0, so that the shape never depends on the data). Each row of `row_weight`
+        sums to Σ_j λ_j.
+    """
+    weight = weight.detach()
+    if not 1 <= num_exact < weight.shape[1]:
+        raise ValueError(f"sum_and_sample needs 1 <= k < N = {weight.shape[1]} candidates, got k = {num_exact}")
+    top_weight, top_rows = weight.topk(num_exact, dim=1)
+    rest = weight.scatter(1, top_rows, 0.0)  # the weights outside the top k
+    rest_mass = rest.sum(1, keepdim=True)
+    drawn = categorical_draw(rest, generator).unsqueeze(1)  # ∝ rest; a row of zeros draws 0, weighted by R = 0
+    return torch.cat([top_rows, drawn], 1), torch.cat([top_weight, rest_mass], 1)

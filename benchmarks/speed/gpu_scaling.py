@@ -25,10 +25,11 @@ decoder as `model.compile=true` does.
 
 `--estimators` measures instead the table of the estimators at S = L particles (default 20,
 docs/mis.md#compiling-the-whole-step): JSA's step with the chain gradient on static rows (`chain_rows=static`, the
-accelerator's default), on distinct rows (the CPU's, eager only), with `expected` and `final`, RWS and VIMCO with S
+accelerator's default), on distinct rows (the CPU's, eager only), on k + 1 = 3 and 5 rows (`gradient_rows=2`, `4`:
+sum-and-sample), with `expected` and `final`, RWS and VIMCO with S
 samples, and the VAE, on the MLP backbone (MNIST's shapes, bernoulli likelihood) and the conv one (CIFAR-10's,
 discretized logistic), each eager and compiled whole (`model.compile=step`: loss and backward one graph, CUDA graphs
-on CUDA; Adam eager in both), all of a backbone in alternating rounds. Each line is written as soon as it is
+on CUDA; Adam eager in both, `--fused-adam`: Adam(fused=True) in both), all of a backbone in alternating rounds. Each line is written as soon as it is
 measured, to the terminal and to --out, so a run cut short keeps what it measured. `compile s` is the first
 compiled step (the compilation) and the warm-up after it.
 """
@@ -55,10 +56,10 @@ TINY = dict(device="cpu", batch_size=8, hidden_channels=8, mis_steps=[1, 4], min
 # --estimators --quick: a CPU smoke run of the estimator table (inductor compiles on the CPU take a minute a model)
 QUICK = dict(device="cpu", batch_size=8, hidden_channels=8, particles=3, min_run_time=0.05, rounds=1, backbones=["mlp"],
              compiled=["jsa-chain", "rws", "vae"], budget_minutes=60)
-ESTIMATORS = ("jsa-chain", "jsa-chain-distinct", "jsa-expected", "jsa-final", "rws", "vimco", "vae")
+ESTIMATORS = ("jsa-chain", "jsa-chain-distinct", "jsa-rows2", "jsa-rows4", "jsa-expected", "jsa-final", "rws", "vimco", "vae")
 # The order of the compilations: the issue's goals first (JSA's chain step against RWS's, compiled JSA against the
 # compiled VAE), so that a run whose --budget-minutes is spent before the last has measured those.
-COMPILE_ORDER = ("jsa-chain", "rws", "vae", "vimco", "jsa-expected", "jsa-final")
+COMPILE_ORDER = ("jsa-chain", "jsa-rows4", "rws", "vae", "jsa-rows2", "vimco", "jsa-expected", "jsa-final")
 EAGER_ONLY = {"jsa-chain-distinct"}  # its nonzero makes a data-dependent shape: it does not compile whole
 
 
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compiled", nargs="*", choices=ESTIMATORS, default=[e for e in ESTIMATORS if e not in EAGER_ONLY],
                         help="--estimators: the estimators also measured compiled (default: all that compile whole)")
     parser.add_argument("--rounds", type=arguments.integer(1), default=3, help="--estimators: alternating rounds (default 3)")
+    parser.add_argument("--fused-adam", action="store_true", help="--estimators: every step's Adam with fused=True (CUDA)")
     parser.add_argument("--budget-minutes", type=arguments.number(0), default=6.5,
                         help="--estimators: no compilation starts that, at the longest one's pace so far, would end the "
                              "run after this many minutes from its start; a skipped one is named in the table (default 6.5)")
@@ -167,6 +169,8 @@ def estimator_models(backbone: str, args, device: torch.device) -> dict[str, tor
     return {
         "jsa-chain": jsa(chain_rows="static"),
         "jsa-chain-distinct": jsa(chain_rows="distinct"),
+        "jsa-rows2": jsa(gradient_rows=2),  # chain, k + 1 = 3 rows per example (docs/jsa.md#a-fixed-number-of-gradient-rows)
+        "jsa-rows4": jsa(gradient_rows=4),
         "jsa-expected": jsa(gradient_states="expected"),
         "jsa-final": jsa(gradient_states="final"),
         "rws": RWS(num_samples=n, **data),
@@ -200,7 +204,7 @@ def estimator_table(args, device: torch.device, dtype) -> None:
             args.out.write_text("\n".join(lines) + "\n")
 
     emit(f"device={name} torch={torch.__version__} precision={args.precision} batch={args.batch_size} S=L={args.particles} "
-         f"hidden_channels(conv)={args.hidden_channels} rounds={args.rounds}" + (" (--quick: a smoke run, not a measurement)" if args.quick else ""))
+         f"hidden_channels(conv)={args.hidden_channels} rounds={args.rounds} adam={'fused' if args.fused_adam else 'default'}" + (" (--quick: a smoke run, not a measurement)" if args.quick else ""))
     emit("compiled: model.compile=step (training_loss and its backward one graph, fullgraph" +
          (', mode="reduce-overhead": CUDA graphs)' if device.type == "cuda" else "; no CUDA graphs on the CPU)") + "; Adam eager in both")
     emit(f"{'backbone':>8} {'estimator':>19} {'eager ms':>9} {'compiled ms':>12} {'eager/RWS':>10} {'compiled/RWS':>13} "
@@ -212,7 +216,8 @@ def estimator_table(args, device: torch.device, dtype) -> None:
         x = estimator_batch(backbone, args.batch_size, device)
         index = torch.arange(args.batch_size, device=device)
         models = {key: model.to(device) for key, model in estimator_models(backbone, args, device).items()}
-        setups[backbone] = (models, x, index, {f"{key} eager": train_step_fn(model, x, index, dtype) for key, model in models.items()})
+        setups[backbone] = (models, x, index, {f"{key} eager": train_step_fn(model, x, index, dtype, fused_adam=args.fused_adam)
+                                               for key, model in models.items()})
     # The compilations in the order of COMPILE_ORDER, each on every backbone before the next, under the budget.
     compile_s: dict[tuple[str, str], float] = {}
     skipped: dict[str, list[str]] = {backbone: [] for backbone in args.backbones}
@@ -227,7 +232,8 @@ def estimator_table(args, device: torch.device, dtype) -> None:
                 continue
             compiled_model = copy.deepcopy(models[key])
             compiled_model.compile_step = True
-            step = train_step_fn(compiled_model, x, index, dtype, compiled_model.compiled_training_loss)  # model.compile=step
+            step = train_step_fn(compiled_model, x, index, dtype, compiled_model.compiled_training_loss,  # model.compile=step
+                                 fused_adam=args.fused_adam)
             start = time.perf_counter()
             try:
                 for _ in range(3):  # compile, then the CUDA graph's recording and warm-up

@@ -11,8 +11,10 @@ alternating rounds (benchmarks/lib/timing.py), so a ratio is the median of the r
 
 Variants: JSA `final`; JSA `chain` as the paper's code computes it (every one of the L path states scored again
 with gradient, this collection's form before the change, kept here as `PathAverageJSA`); JSA `chain` from the
-distinct visited states; JSA `expected` (the Rao-Blackwellized weights over all L+1 candidates, scored once with
-gradient); RWS and VIMCO with S = 20. Decoder rows per example and step are counted apart: without gradient
+distinct visited states (chain_rows=distinct, the CPU's default), on static rows (chain_rows=static, every candidate
+scored once with gradient) and on k + 1 rows (`--gradient-rows`, default k = 2, 4, 8: sum-and-sample,
+docs/jsa.md#a-fixed-number-of-gradient-rows); JSA `expected` (the Rao-Blackwellized weights over all L+1 candidates,
+scored once with gradient); RWS and VIMCO with S = 20. Decoder rows per example and step are counted apart: without gradient
 (the MIS candidates) and with gradient (forward and backward).
 """
 
@@ -93,6 +95,7 @@ def main() -> None:
     parser.add_argument("--warm-up-steps", type=arguments.integer(0), default=300, help="training steps before timing (default 300)")
     parser.add_argument("--rounds", type=arguments.integer(1), default=5)
     parser.add_argument("--min-run-time", type=arguments.number(0), default=10.0, help="seconds per variant over all rounds (default 10)")
+    parser.add_argument("--gradient-rows", type=arguments.integer(1), nargs="*", default=[2, 4, 8], help="k of the chain's k + 1-row variants (default 2 4 8)")
     args = parser.parse_args()
     images, _ = real_images(20_000)
     trained = warm_up(images, args.batch_size, args.warm_up_steps, args.num_steps)
@@ -102,7 +105,10 @@ def main() -> None:
     variants = {}
     for name, cls, settings in (("JSA final", JSA, {"gradient_states": "final"}),
                                 ("JSA chain, path average (before)", PathAverageJSA, {"gradient_states": "chain"}),
-                                ("JSA chain, distinct states", JSA, {"gradient_states": "chain"}),
+                                ("JSA chain, distinct states", JSA, {"gradient_states": "chain", "chain_rows": "distinct"}),
+                                ("JSA chain, static rows", JSA, {"gradient_states": "chain", "chain_rows": "static"}),
+                                *((f"JSA chain, k + 1 = {k + 1} rows", JSA, {"gradient_states": "chain", "gradient_rows": k})
+                                  for k in args.gradient_rows),
                                 ("JSA expected (Rao-Blackwellized)", JSA, {"gradient_states": "expected"}),
                                 ("RWS", RWS, {"num_samples": L}), ("VIMCO", VIMCO, {"num_samples": L})):
         extra = {"mis_steps": L, "cache_size": images.shape[0]} if cls is not RWS and cls is not VIMCO else {}
@@ -110,7 +116,9 @@ def main() -> None:
         model.load_state_dict(copy.deepcopy(trained.state_dict()), strict=False)  # RWS/VIMCO: no cache
         variants[name] = train_step_fn(model, x, index)
     rows = {"JSA final": f"{L + 1} + 1", "JSA chain, path average (before)": f"{L + 1} + {L}",
-            "JSA chain, distinct states": f"{L + 1} + {distinct:.2f}", "JSA expected (Rao-Blackwellized)": f"0 + {L + 1}",
+            "JSA chain, distinct states": f"{L + 1} + {distinct:.2f}", "JSA chain, static rows": f"0 + {L + 1}",
+            **{f"JSA chain, k + 1 = {k + 1} rows": f"{L + 1} + {k + 1}" for k in args.gradient_rows},
+            "JSA expected (Rao-Blackwellized)": f"0 + {L + 1}",
             "RWS": f"0 + {L}", "VIMCO": f"0 + {L}"}
     times = alternating(variants, lambda fn: median_seconds(fn, args.min_run_time / args.rounds), args.rounds, reference="JSA final")
     print(f"threads for timing: 1; batch {args.batch_size}, L = S = {L}, after {args.warm_up_steps} warm-up steps on real MNIST: "

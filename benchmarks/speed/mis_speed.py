@@ -72,10 +72,10 @@ def bench_mis_calls(jsa: JSA, x: torch.Tensor, steps: list[int]) -> None:
             print(f"{num_steps:>4} {naive:>10.2f} {cached:>10.2f} {speed_up:>8.2f}x {predicted:>23.2f}x")
 
 
-def train_step_fn(model, x, index, autocast_dtype: torch.dtype | None = None, training_loss=None):
+def train_step_fn(model, x, index, autocast_dtype: torch.dtype | None = None, training_loss=None, fused_adam: bool = False):
     """One forward + backward + Adam step of `model.training_loss` (or of `training_loss`, e.g. the compiled step's
-    `model.compiled_training_loss`), under autocast to `autocast_dtype` if given."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    `model.compiled_training_loss`), under autocast to `autocast_dtype` if given; `fused_adam`: Adam(fused=True)."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, **({"fused": True} if fused_adam else {}))
     training_loss = training_loss or model.training_loss
 
     def step() -> None:

@@ -50,6 +50,9 @@ STEPS: dict[str, Callable[[], torch.nn.Module]] = {
        for prior in ("uniform", "factorized", "autoregressive") for states in ("chain", "expected", "final")
        for read in (True, False)},
     "jsa-conv-pixelcnn": lambda: jsa("pixelcnn", backbone="conv"),
+    **{f"jsa-rows2-{states}": (lambda s=states: categorical(JSA, mis_steps=3, prior="autoregressive", gradient_states=s,
+                                                            gradient_rows=2, cache_size=4, cache_start_epoch=0))
+       for states in ("chain", "expected")},
     **{f"rws-{prior}": (lambda p=prior: categorical(RWS, num_samples=3, prior=p)) for prior in ("uniform", "autoregressive")},
     "rws-S1-sleep-autoregressive": lambda: categorical(RWS, num_samples=1, sleep_phase=True, prior="autoregressive"),
     **{f"vimco-{prior}": (lambda p=prior: categorical(VIMCO, num_samples=3, prior=p)) for prior in ("factorized", "autoregressive")},
@@ -70,7 +73,7 @@ STEPS: dict[str, Callable[[], torch.nn.Module]] = {
 # ---- no host read, no data-dependent shape ---------------------------------------------------------------------
 
 # The quick loop: every gradient_states, every prior and every model family at least once; the rest are slow.
-QUICK_STEPS = {"jsa-autoregressive-chain-read", "jsa-autoregressive-expected-noread", "jsa-factorized-final-read",
+QUICK_STEPS = {"jsa-autoregressive-chain-read", "jsa-rows2-chain", "jsa-autoregressive-expected-noread", "jsa-factorized-final-read",
                "jsa-uniform-chain-noread", "jsa-conv-pixelcnn", "rws-S1-sleep-autoregressive", "vimco-autoregressive",
                "dvae-running_mean", "dvae-S1", "gumbel-straight-through", "vae-mlp", "vqvae-ema"}
 
@@ -182,6 +185,7 @@ def compiled_against_eager(make: Callable[[], torch.nn.Module], backend: str, st
 
 QUICK_COMPILE = {  # one per model family, captured whole by Dynamo (JSA's: the epoch test below)
     "jsa-chain-static-read": lambda: jsa("autoregressive", "chain"),
+    "jsa-chain-rows2-read": STEPS["jsa-rows2-chain"],
     "rws": lambda: categorical(RWS, num_samples=3),
     "vimco": lambda: categorical(VIMCO, num_samples=3),
     "dvae-reinforce": lambda: categorical(DiscreteVAE, num_samples=3),
@@ -214,6 +218,7 @@ def test_a_compiled_gumbel_step_takes_the_temperature_as_an_input():
 INDUCTOR_COMPILE = {
     **{f"jsa-{states}-{'read' if read else 'noread'}": (lambda s=states, r=read: jsa("autoregressive", s, r))
        for states in ("chain", "expected", "final") for read in (True, False)},
+    **{f"jsa-rows2-{states}": STEPS[f"jsa-rows2-{states}"] for states in ("chain", "expected")},
     "rws-sleep": lambda: categorical(RWS, num_samples=3, sleep_phase=True),
     "vimco": lambda: categorical(VIMCO, num_samples=3, prior="factorized"),
     "dvae-reinforce": lambda: categorical(DiscreteVAE, num_samples=3),

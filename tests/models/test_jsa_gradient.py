@@ -10,7 +10,7 @@ import torch
 
 from callbacks.gradient_variance import flat_gradients, trace_of_covariance
 from models import JSA
-from samplers import MISSample, categorical_log_prob, expected_visits, index_cached_mis, mis_chain, visit_counts
+from samplers import MISSample, categorical_log_prob, expected_visits, index_cached_mis, mis_chain, sum_and_sample, visit_counts
 from tests.conftest import mnist_slice, train_on_batch
 from tests.models.test_jsa import toy_jsa
 
@@ -287,3 +287,106 @@ def test_chain_rows_auto_is_static_on_an_accelerator_and_distinct_on_the_cpu():
     assert not toy_jsa(mis_steps=2, chain_rows="distinct").static_chain_rows(torch.device("cuda"))
     with pytest.raises(ValueError, match="chain_rows must be 'auto', 'static' or 'distinct', got 'fixed'"):
         toy_jsa(chain_rows="fixed")
+
+
+# ---- gradient_rows: k + 1 rows per example, sum-and-sample (docs/jsa.md#a-fixed-number-of-gradient-rows) ----------
+
+def test_sum_and_sample_keeps_the_top_weights_and_draws_the_rest_in_proportion():
+    weight = torch.tensor([[0.1, 0.4, 0.0, 0.2, 0.3, 0.0],   # rest {0: 0.1, 3: 0.2} after the top two
+                           [0.0, 0.0, 1.0, 0.0, 0.0, 0.0]],  # one state: nothing left to draw
+                          dtype=torch.float64)
+    rows, row_weight = sum_and_sample(weight.repeat(100_000, 1), 2, torch.Generator().manual_seed(0))
+    rows, row_weight = rows.view(100_000, 2, 3), row_weight.view(100_000, 2, 3)
+    assert (rows[:, 0, :2] == torch.tensor([1, 4])).all() and (row_weight[:, 0, :2] == weight[0, [1, 4]]).all()
+    assert (row_weight[:, 0, 2] == weight[0, [0, 3]].sum()).all() and (row_weight[:, 1] == weight.new_tensor([1.0, 0.0, 0.0])).all()
+    torch.testing.assert_close(row_weight.sum(-1), weight.sum(1).expand(100_000, -1))
+    drawn = rows[:, 0, 2]
+    assert set(drawn.unique().tolist()) == {0, 3}  # never a top row, never a weight of 0
+    share = (drawn == 3).double().mean()
+    assert abs(share - 2 / 3) < 5 * (2 / 9 / 100_000) ** 0.5, share
+    with pytest.raises(ValueError, match="1 <= k < N = 6"):
+        sum_and_sample(weight, 6)
+
+
+def force_draw(monkeypatch, candidate: int) -> None:
+    """Make sum_and_sample's one draw per example land on `candidate`."""
+    monkeypatch.setattr("samplers.visits.categorical_draw", lambda probs, generator=None: torch.full(probs.shape[:-1], candidate))
+
+
+def one_example(sample: MISSample, b: int) -> MISSample:
+    return MISSample(*(field[b : b + 1] for field in sample))
+
+
+@pytest.mark.parametrize("gradient_states, k", [("chain", 1), ("chain", 2), ("expected", 2), ("expected", 4)])
+def test_the_expectation_over_the_sampled_row_is_the_full_gradient(monkeypatch, gradient_states, k):
+    """Unbiased, shown exactly: for each example, the k+1-row gradient for every possible draw J = j, weighted by
+    P(J = j) = λ_j / R, sums to the gradient over every weighted candidate (static rows), for every parameter (encoder,
+    decoder, embedding, the MADE prior) in float64."""
+    sampled, full = toy64(gradient_states=gradient_states, gradient_rows=k), toy64(gradient_states=gradient_states, chain_rows="static")
+    x = torch.rand(4, 1, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(4)
+    sample = index_cached_mis(full.posterior(x).detach(), lambda h: full.log_joint(x, h), L)  # with the graph, for `full`
+    sample = with_path(sample, torch.cat([torch.arange(1, L + 1).expand(2, -1), sample.path_index[2:]]))  # 5 states visited in two
+    reference = gradients(full, sum(full.jsa_loss(x, full.posterior(x), sample)))
+
+    weight = sampled.candidate_weights(sample)
+    detached = sample._replace(log_target=sample.log_target.detach())
+    expectation = {name: torch.zeros_like(g) for name, g in reference.items()}
+    drawn_somewhere = False
+    for b in range(4):
+        rest = weight[b].scatter(0, weight[b].topk(k).indices, 0.0)
+        draws = {j: rest[j] / rest.sum() for j in rest.nonzero()[:, 0].tolist()} or {0: 1.0}  # R = 0: exact, any draw
+        drawn_somewhere |= len(draws) > 1
+        for j, probability in draws.items():
+            force_draw(monkeypatch, j)
+            grads = gradients(sampled, sum(sampled.jsa_loss(x[b : b + 1], sampled.posterior(x[b : b + 1]), one_example(detached, b))))
+            for name in expectation:
+                expectation[name] += probability * grads[name] / 4
+    assert drawn_somewhere  # some example had more than k weighted candidates: the draw mattered
+    assert expectation.keys() == reference.keys() and any(n.startswith("prior.") for n in reference)
+    for name in reference:
+        torch.testing.assert_close(expectation[name], reference[name], rtol=0, atol=1e-10, msg=name)
+
+
+def test_sampled_rows_are_the_full_gradient_when_at_most_k_states_were_visited():
+    """A path over 3 distinct candidates: with k = 3 every draw has weight 0 and the gradient is exact, draw or not."""
+    full = toy64(gradient_states="chain", chain_rows="static")
+    x = torch.rand(7, 1, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(4)
+    sample = with_path(index_cached_mis(full.posterior(x).detach(), lambda h: full.log_joint(x, h), L),
+                       torch.tensor([0, 3, 3, 1, 3]).expand(7, -1))
+    reference = gradients(full, sum(full.jsa_loss(x, full.posterior(x), sample)))
+    sampled = toy64(gradient_states="chain", gradient_rows=3)
+    detached = sample._replace(log_target=sample.log_target.detach())
+    ours = gradients(sampled, sum(sampled.jsa_loss(x, sampled.posterior(x), detached)))
+    for name in reference:
+        torch.testing.assert_close(ours[name], reference[name], rtol=0, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("gradient_states", ["chain", "expected"])
+def test_gradient_rows_of_at_least_L_plus_one_are_the_static_rows(gradient_states):
+    """k >= L + 1 keeps every row: the whole step (cache read and write, one random stream) as chain_rows=static's,
+    loss, every gradient and the cache identical."""
+    results = []
+    for settings in (dict(chain_rows="static"), dict(gradient_rows=L + 1), dict(gradient_rows=50)):
+        model = toy64(gradient_states=gradient_states, cache_size=6, **settings)
+        x = torch.rand(6, 1, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+        torch.manual_seed(6)
+        model.training_loss(x, torch.arange(6))
+        terms = model.training_loss(x, torch.arange(6))
+        results.append((terms["loss"].detach(), gradients(model, terms["loss"]), model.cache.codes.clone()))
+    for loss, grads, codes in results[1:]:
+        assert torch.equal(loss, results[0][0]) and torch.equal(codes, results[0][2])
+        assert all(torch.equal(grads[name], results[0][1][name]) for name in grads) and grads.keys() == results[0][1].keys()
+
+
+def test_gradient_rows_settings_are_checked():
+    assert toy_jsa(mis_steps=2, gradient_rows=2).sampled_rows() and not toy_jsa(mis_steps=2, gradient_rows=3).sampled_rows()
+    for bad, message in ((0, "gradient_rows must be >= 1"), (2.5, "gradient_rows must be a whole number"),
+                         (True, "gradient_rows must be a whole number")):
+        with pytest.raises(ValueError, match=message):
+            toy_jsa(gradient_rows=bad)
+    with pytest.raises(ValueError, match="'final' differentiates one row already"):
+        toy_jsa(gradient_rows=2, gradient_states="final")
+    with pytest.raises(ValueError, match="gradient_rows and chain_rows='distinct' both choose"):
+        toy_jsa(gradient_rows=2, chain_rows="distinct")
