@@ -169,7 +169,24 @@ def test_the_long_studys_gap_table_reads_each_arms_val_nll_at_30_the_cache_start
     for runs in by_arm.values():
         for r in runs:
             (tmp_path / "runs" / f"{r['name']}.json").write_text(json.dumps(r))
+    resumed = by_arm["rws"][1]  # resumed at epoch 2: the epoch is logged twice, the recorded seconds are the last stretch
+    resumed["epoch_time_s"] = [[9, 600.0], [19, 900.0], [19, 30.0], [29, 30.0]]
+    (tmp_path / "runs" / f"{resumed['name']}.json").write_text(json.dumps(resumed))
     report = long_study.write_report(args).read_text()
+    # 600 + 30 + 30 s of epochs (the repeated epoch's last time) = 11 min, against 1 min recorded
+    assert ("Resumed runs, whose minutes above count only the stretch after their last resume: mnist-rws-s1 1 min recorded, "
+            "its epochs 11 min in all (the longest 15 min") in report
+    # Holm over every test of the tables: 3 test-NLL differences and 3 at each of the 2 val epochs
+    family = [line for line in report.splitlines() if line.startswith(("| test NLL |", "| val NLL, epoch"))]
+    assert len(family) == 9 and "Every test of the difference tables above (9)" in report
+    from scipy.stats import ttest_ind
+
+    p = ttest_ind([100 - 0.2 * 30 + 1.0, 100 - 0.2 * 30 + 1.2], [100 - 0.22 * 30, 100 - 0.22 * 30 + 0.2]).pvalue
+    assert f"| val NLL, epoch 30 | RWS − JSA, no cache | {p:.3f} |" in report  # as above: +1.60 at epoch 30
+    # the test NLL is 80 in every run: no spread, no test (–), and Holm counts the 6 tests made
+    assert sum(line.endswith("| – | – |") for line in family) == 3
+    made = [line for line in family if not line.endswith("| – | – |")]
+    assert min(float(line.split("|")[-2]) for line in made) == pytest.approx(min(float(line.split("|")[-3]) for line in made) * 6, abs=0.01)
     assert "| JSA, cache from epoch 30 (model.cache_refresh=0.2) | 2 |" in report  # as trained, --cache-arm not given
     assert "| RWS | 2 | 80.00 ± 0.00 | 91.10 ± 0.14 | 50, 50 | 2 of 2 | 4.00 ± 0.00 |" in report  # 20 epochs at 1/5 a nat each
     assert (tmp_path / "long_curves.png").stat().st_size > 0
