@@ -348,12 +348,12 @@ def record_problem(record: dict) -> str | None:
     return None
 
 
-def read_records(out: Path, report_only: bool = False) -> dict[str, dict]:
-    """Every record under out/runs, by run name (the file's stem); one that is not a record, or cannot go into a
-    report (`record_problem`), is left out with one line naming it, as if the run had not finished. With
-    `report_only`, none is an error (a mistyped --out would otherwise give an empty report)."""
+def read_records(out: Path, report_only: bool = False, folder: str = "runs") -> dict[str, dict]:
+    """Every record under out/<folder> (out/runs: the study's), by run name (the file's stem); one that is not a
+    record, or cannot go into a report (`record_problem`), is left out with one line naming it, as if the run had not
+    finished. With `report_only`, none is an error (a mistyped --out would otherwise give an empty report)."""
     records = {}
-    for path in sorted((out / "runs").glob("*.json")):
+    for path in sorted((out / folder).glob("*.json")):
         try:
             record = read_json(path)
         except SystemExit as refusal:

@@ -366,3 +366,31 @@ def test_the_is_measurement_on_a_missing_gpu_is_one_line(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="^error: --is-device cuda: no CUDA device on this machine$"):
         at_checkpoints.is_resolution({"a": (Path("nowhere.ckpt"), "python train.py")}, 1, [10], device="cuda")
+
+
+def test_the_cache_studys_first_runs_of_a_rerun_arm_are_reported_beside_the_reruns(tmp_path):
+    """benchmarks/studies/cache_study.py: the records under --out/first-runs (runs trained again, their first records
+    kept) get rows of their own in the arm table and the difference tables, named "<arm>, first runs", and the report
+    names the files; the reruns' rows are unchanged."""
+    from benchmarks.studies import cache_study
+
+    def record(arm: str, seed: int, nll: float) -> dict:
+        return {"name": f"L20-{arm}-s{seed}", "model": "L20", "arm": arm, "seed": seed, "epochs": 30, "seconds": 60.0,
+                "command": "python train.py", "machine": "NVIDIA H200", "test": {"nll": nll, "elbo": -nll - 20},
+                "curves": {"nll": [[274, nll + 5], [8249, nll + 4]], "acceptance_rate": [[0, 0.2]]}}
+
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    (out / "first-runs").mkdir()
+    for seed, (never, middle, rerun, first) in enumerate([(80.0, 79.0, 79.5, 80.5), (80.2, 79.2, 79.7, 80.7)]):
+        for arm, nll in (("never", never), ("middle", middle), ("middle-refresh0.2", rerun)):
+            (out / "runs" / f"L20-{arm}-s{seed}.json").write_text(json.dumps(record(arm, seed, nll)))
+        (out / "first-runs" / f"L20-middle-refresh0.2-s{seed}.json").write_text(json.dumps(record("middle-refresh0.2", seed, first)))
+    cache_study.main(["--report-only", "--out", str(out), "--logs", str(tmp_path / "logs"), "--models", "L20"])
+    report = (out / "report.md").read_text()
+    assert "| categorical 20×10, L = 20 | middle-refresh0.2 | 2 | 79.60 ± 0.14 |" in report
+    assert "| categorical 20×10, L = 20 | middle-refresh0.2, first runs | 2 | 80.60 ± 0.14 |" in report
+    assert "| categorical 20×10, L = 20 | middle-refresh0.2 | never | -0.50 |" in report
+    assert "| categorical 20×10, L = 20 | middle-refresh0.2, first runs | never | +0.50 |" in report
+    assert "| categorical 20×10, L = 20 | middle-refresh0.2, first runs | middle | +1.50 |" in report
+    assert "(first-runs/: L20-middle-refresh0.2-s0, L20-middle-refresh0.2-s1)" in report
