@@ -31,8 +31,12 @@ def last_checkpoint(log_dir: Path) -> Path | None:
     return found[0] if found else None
 
 
-def train(name: str, overrides: Sequence[str], log_dir: Path) -> tuple[Path, float, str]:
+def train(name: str, overrides: Sequence[str], log_dir: Path, start_from: Path | None = None) -> tuple[Path, float, str]:
     """Train (or resume) one run with `log_dir=log_dir`: (its TensorBoard run directory, seconds, the command as shown).
+
+    `start_from`: a checkpoint outside `log_dir` the run starts from when it has no last.ckpt of its own (a branch of
+    another run: its parameters, optimizer, epoch and JSA cache, trained on with these overrides, logged as a new
+    TensorBoard run under `log_dir`); once the run has saved a checkpoint, it resumes from its own.
 
     The study process holds `log_dir` locked while its run trains, and removes an unfinished run only when no process
     holds it or its TensorBoard run: two study processes given the same --logs and run (--only) never remove each
@@ -42,6 +46,7 @@ def train(name: str, overrides: Sequence[str], log_dir: Path) -> tuple[Path, flo
         ckpt = last_checkpoint(log_dir)
         if ckpt is None:  # stopped before its first checkpoint (or never started): start it afresh, in version_0
             remove_unfinished(name, log_dir)
+            ckpt = start_from
         cmd = [sys.executable, str(REPO / "train.py"), *overrides, f"log_dir={log_dir}"] + ([f"ckpt_path={ckpt}"] if ckpt else [])
         start = time.perf_counter()
         with open(log_dir / "train.log", "a") as log:
