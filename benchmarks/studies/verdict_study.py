@@ -5,6 +5,7 @@ verdict-study/PLAN.md says the same in words; a test holds the two together).
     python -m benchmarks.studies.verdict_study --lanes 8           # every run (resumable), then the report
     python -m benchmarks.studies.verdict_study --only 'jsa-*-s0'   # a subset, to spread the study over leases
     python -m benchmarks.studies.verdict_study --is-resolution     # finished runs' NLL at 1000 and 20,000 samples
+    python -m benchmarks.studies.verdict_study --refit-q           # a fresh q for each final decoder, NLL at 5000
     python -m benchmarks.studies.verdict_study --report-only       # the report from the records
 
 Arms, each `python train.py experiment=jsa_paper ...` (configs/experiment/jsa_paper.yaml: 500 epochs, validation
@@ -70,6 +71,7 @@ COMPARISONS = (
     Comparison("jsa-cache300-rho0.2", "jsa-never", paired=True),
 )
 MEASURES = ("test NLL, 1000 samples", "NLL, 20000 samples")  # the run's own test; the --is-resolution measurement
+REFIT_MEASURE = "NLL, 5000 samples, q refitted"  # --refit-q (benchmarks/lib/refit_q.py): secondary, Holm of its own
 
 
 def run_name(arm: str, seed: int) -> str:
@@ -160,18 +162,19 @@ def difference(values: dict[str, dict[int, float]], comparison: Comparison) -> t
     return mean, mean - half, mean + half, two_sample_p(xs, ys), min(len(xs), len(ys))
 
 
-def comparison_lines(values_by_measure: dict[str, dict[str, dict[int, float]]]) -> list[str]:
-    """The pre-registered comparisons at every measure, Holm-adjusted over all of them (those not yet measurable
-    count as not made: the family is the registered one, and the report says how many were made)."""
+def comparison_lines(values_by_measure: dict[str, dict[str, dict[int, float]]], measures: tuple[str, ...] = MEASURES,
+                     which: str = "The pre-registered comparisons") -> list[str]:
+    """The pre-registered comparisons at every measure of `measures`, Holm-adjusted over all of them (those not yet
+    measurable count as not made: the family is the registered one, and the report says how many were made)."""
     rows, p_values = [], []
-    for measure in MEASURES:
+    for measure in measures:
         for comparison in COMPARISONS:
             result = difference(values_by_measure.get(measure, {}), comparison)
             rows.append((measure, comparison, result))
             p_values.append(result[3] if result else float("nan"))
     adjusted = holm(p_values)
     made = sum(result is not None for *_, result in rows)
-    lines = ["", f"The pre-registered comparisons ({len(rows)}: {len(COMPARISONS)} differences at {len(MEASURES)} measures; "
+    lines = ["", f"{which} ({len(rows)}: {len(COMPARISONS)} differences at {len(measures)} measure{'s' if len(measures) > 1 else ''}; "
              f"{made} made so far), a − b, with the 95 % interval, the two-sided p and the p adjusted by Holm's method over "
              "the comparisons made:", "",
              "| measure | a − b | test | seeds | mean | 95 % interval | p | Holm-adjusted p |", "|---|---|---|---|---|---|---|---|"]
@@ -202,6 +205,13 @@ def measured_values(args: argparse.Namespace, records: dict[str, dict]) -> dict[
             if name in finished and most in measured:
                 r = finished[name]
                 values[MEASURES[1]].setdefault(r["arm"], {})[r["seed"]] = statistics.mean(measured[most]["nll"])
+    path = args.out / "refit-q.json"
+    if path.exists():
+        values[REFIT_MEASURE] = {}
+        for name, measured in runner.read_json(path)["runs"].items():
+            if name in finished:
+                r = finished[name]
+                values[REFIT_MEASURE].setdefault(r["arm"], {})[r["seed"]] = statistics.mean(measured["nll"])
     return values
 
 
@@ -224,7 +234,9 @@ def write_report(args: argparse.Namespace) -> Path:
         lines.append(f"| {label} | {len(runs)} | {mean_sd(test)} | {mean_sd([b[1] for b in best])} | "
                      f"{', '.join(str(epoch_of(b[0], args.steps_per_epoch)) for b in best)} | {runner.minutes_by_machine(runs)} |")
     lines += shared_start_lines(records)
-    lines += comparison_lines(measured_values(args, records))
+    values = measured_values(args, records)
+    lines += comparison_lines(values)
+    lines += comparison_lines(values, (REFIT_MEASURE,), "The refit-q check, secondary")
     findings = args.out / "FINDINGS.md"
     if findings.exists():
         lines += ["", findings.read_text()]
@@ -259,13 +271,20 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"subset of {','.join(ARMS)} (default all but vimco); a cache arm needs jsa-never's trunk")
     parser.add_argument("--vimco", action="store_true", help="add the VIMCO arm (described, in no registered comparison)")
     runner.add_is_resolution_arguments(parser, "the finished runs")
+    parser.add_argument("--refit-q", action="store_true", help="only refit a fresh q to each finished run's decoder and "
+                        "measure its NLL (benchmarks/lib/refit_q.py; --is-device, --is-images), then the report")
+    parser.add_argument("--refit-steps", type=int, help="the refit's Adam steps (default: as many as a run trained, "
+                        "--epochs × --steps-per-epoch)")
+    parser.add_argument("--refit-samples", type=int, default=5000, help="importance samples after the refit (default 5000)")
     runner.add_study_arguments(parser, out="benchmarks/results/verdict-study", logs="logs/verdict-study")
     # The paper's validation (1000 samples), and the full test set at 1000 and 20,000 samples.
     parser.set_defaults(val_samples=1000, is_images=10000, is_samples=[1000, 20000])
     args = parser.parse_args(argv)
     if args.vimco and "vimco" not in args.arms:
         args.arms.append("vimco")
-    runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch", "is_images"),
+    args.refit_steps = args.refit_steps if args.refit_steps is not None else args.epochs * args.steps_per_epoch
+    runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch",
+                                                "is_images", "refit_steps", "refit_samples"),
                                  {"arms": (args.arms, list(ARMS))})
     if args.epochs <= BRANCH_EPOCH:
         parser.error(f"--epochs must be above the branch epoch {BRANCH_EPOCH}, got {args.epochs}")
@@ -276,6 +295,11 @@ def main(argv: list[str] | None = None) -> None:
 
         at_checkpoints.measure_finished_runs(args.out, args.logs, lambda record: record.get("stage") != "trunk",
                                              args.is_images, args.is_samples, args.is_device)
+    elif args.refit_q:
+        from benchmarks.lib import refit_q  # torch: only for the measurement
+
+        refit_q.refit_finished_runs(args.out, args.logs, lambda record: record.get("stage") != "trunk", args.refit_steps,
+                                    args.is_images, args.refit_samples, args.is_device)
     elif not args.report_only:
         runner.run_plan(plan(args), run_job, args)
     print(f"report: {write_report(args)}")

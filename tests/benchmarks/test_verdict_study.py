@@ -141,6 +141,15 @@ def test_the_report_tests_the_registered_comparisons_paired_where_they_share_a_s
     for name, q in expected.items():
         assert rows["test NLL, 1000 samples", name].endswith(f"| {q:.3f} |"), name
     assert "(10: 5 differences at 2 measures; 5 made so far)" in report
+    assert report.count("| not yet measured |") == 10  # the 20,000-sample measure and the refit-q check
+    # the refit-q check, once measured: its own family of five, from each run's mean NLL over the images
+    refit = {f"{arm}-s{s}": {"nll": [NLL[arm, s] + 1.0 + 0.1 * s, NLL[arm, s] + 1.0 - 0.1 * s]} for arm, s in NLL}
+    (out / "refit-q.json").write_text(json.dumps({"settings": {}, "runs": refit}))
+    verdict_study.main(["--out", str(out), "--logs", str(logs), "--report-only"])
+    report = (out / "report.md").read_text()
+    assert "The refit-q check, secondary (5: 5 differences at 1 measure; 5 made so far)" in report
+    row = next(line for line in report.splitlines() if line.startswith("| NLL, 5000 samples, q refitted | RWS − JSA, no cache |"))
+    assert f"| {stats.ttest_ind([NLL['rws', s] for s in range(5)], never).pvalue:.3f} |" in row
     assert report.count("| not yet measured |") == 5
 
 
