@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.lib import runner
+from benchmarks.lib.plots import curve_grid
 from benchmarks.lib.records import epoch_of, read_curves
 from benchmarks.lib.stats import fmt, holm, paired_interval, paired_p, t_threshold, two_sample_p
 from benchmarks.studies.cache_study import DIAGNOSTICS
@@ -234,6 +235,8 @@ def write_report(args: argparse.Namespace) -> Path:
         lines.append(f"| {label} | {len(runs)} | {mean_sd(test)} | {mean_sd([b[1] for b in best])} | "
                      f"{', '.join(str(epoch_of(b[0], args.steps_per_epoch)) for b in best)} | {runner.minutes_by_machine(runs)} |")
     lines += shared_start_lines(records)
+    if any(r.get("stage") != "trunk" for r in records.values()):
+        lines += ["", f"![val NLL and JSA's sampler over the {args.epochs} epochs]({plot(records, args).name})"]
     values = measured_values(args, records)
     lines += comparison_lines(values)
     lines += comparison_lines(values, (REFIT_MEASURE,), "The refit-q check, secondary")
@@ -244,6 +247,19 @@ def write_report(args: argparse.Namespace) -> Path:
     report = args.out / "report.md"
     report.write_text("\n".join(lines) + "\n")
     return report
+
+
+def plot(records: dict[str, dict], args: argparse.Namespace) -> Path:
+    """Every finished run's val NLL and JSA's sampler diagnostics over training (verdict_curves.png): the no-cache
+    run's curve covers epochs 5-500 (its trunk's validations are its own), a branch's starts at 305."""
+    path = args.out / "verdict_curves.png"
+    arms = list(ARMS)
+    finished = [r for r in records.values() if r.get("stage") != "trunk"]
+    first_seed = {arm: min(r["seed"] for r in finished if r["arm"] == arm) for arm in {r["arm"] for r in finished}}
+    curve_grid([("MNIST", finished)], ("nll", *DIAGNOSTICS),
+               lambda r: (f"C{arms.index(r['arm'])}", ARMS[r["arm"]][0] if r["seed"] == first_seed[r["arm"]] else None),
+               args.steps_per_epoch, path, nll_span=6.0)
+    return path
 
 
 def shared_start_lines(records: dict[str, dict]) -> list[str]:

@@ -97,6 +97,8 @@ def test_the_branches_start_from_their_seeds_epoch_300_checkpoint_and_the_no_cac
     assert shared == {records["jsa-never-s1-to300"]["branch_sha256"]} and "branch_sha256" not in records["rws-s1"]
     report = (out / "report.md").read_text()
     assert "- seed 1: jsa-cache300-rho0.2-s1, jsa-cache300-s1, jsa-never-s1, jsa-never-s1-to300 share one epoch-300 checkpoint" in report
+    assert "![val NLL and JSA's sampler over the 500 epochs](verdict_curves.png)" in report
+    assert (out / "verdict_curves.png").stat().st_size > 0
 
 
 def test_a_branch_waits_for_its_trunk_and_one_whose_branch_point_changed_is_refused_in_one_line(tmp_path, fake_training, capsys):
