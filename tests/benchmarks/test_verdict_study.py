@@ -98,6 +98,8 @@ def test_the_branches_start_from_their_seeds_epoch_300_checkpoint_and_the_no_cac
     report = (out / "report.md").read_text()
     assert "- seed 1: jsa-cache300-rho0.2-s1, jsa-cache300-s1, jsa-never-s1, jsa-never-s1-to300 share one epoch-300 checkpoint" in report
     assert "![val NLL and JSA's sampler over the 500 epochs](verdict_curves.png)" in report
+    assert "| JSA, no cache | 5 | " in report and "| 2.0 (" in report.split("| JSA, no cache | 5 | ")[1].splitlines()[0]  # trunk + rest
+    assert "| 1.0 (" in report.split("| RWS | 5 | ")[1].splitlines()[0]
     assert (out / "verdict_curves.png").stat().st_size > 0
 
 
