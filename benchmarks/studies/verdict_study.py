@@ -240,6 +240,7 @@ def write_report(args: argparse.Namespace) -> Path:
     lines += shared_start_lines(records)
     if any(r.get("stage") != "trunk" for r in records.values()):
         lines += ["", f"![val NLL and JSA's sampler over the {args.epochs} epochs]({plot(records, args).name})"]
+    lines += sample_count_lines(args, records)
     values = measured_values(args, records)
     lines += comparison_lines(values)
     lines += comparison_lines(values, (REFIT_MEASURE,), "The refit-q check, secondary")
@@ -250,6 +251,27 @@ def write_report(args: argparse.Namespace) -> Path:
     report = args.out / "report.md"
     report.write_text("\n".join(lines) + "\n")
     return report
+
+
+def sample_count_lines(args: argparse.Namespace, records: dict[str, dict]) -> list[str]:
+    """Per arm, mean ± sd over seeds of each run's mean NLL at every count of is-resolution.json: whether the
+    estimate still falls from the fewest samples to the most."""
+    path = args.out / "is-resolution.json"
+    if not path.exists():
+        return []
+    kept = runner.read_json(path)
+    counts = [str(k) for k in kept["settings"]["samples"]]
+    lines = ["", f"Importance-sampled NLL of the best checkpoints on {kept['settings']['images']} test images, the same "
+             "images and seed for every run (`--is-resolution`), mean ± sd over seeds:", "",
+             "| arm | seeds | " + " | ".join(f"NLL, {k} samples" for k in counts) + f" | fall from {counts[0]} to {counts[-1]} |",
+             "|---|---|" + "---|" * (len(counts) + 1)]
+    for arm, (label, _) in ARMS.items():
+        runs = [kept["runs"][name] for name, r in records.items() if r["arm"] == arm and r.get("stage") != "trunk" and name in kept["runs"]]
+        if runs:
+            means = {k: [statistics.mean(run[k]["nll"]) for run in runs] for k in counts}
+            fall = [a - b for a, b in zip(means[counts[0]], means[counts[-1]])]
+            lines.append(f"| {label} | {len(runs)} | " + " | ".join(mean_sd(means[k]) for k in counts) + f" | {mean_sd(fall)} |")
+    return lines
 
 
 def plot(records: dict[str, dict], args: argparse.Namespace) -> Path:

@@ -155,6 +155,14 @@ def test_the_report_tests_the_registered_comparisons_paired_where_they_share_a_s
     row = next(line for line in report.splitlines() if line.startswith("| NLL, 5000 samples, q refitted | RWS − JSA, no cache |"))
     assert f"| {stats.ttest_ind([NLL['rws', s] for s in range(5)], never).pvalue:.3f} |" in row
     assert report.count("| not yet measured |") == 5
+    # the 20,000-sample measure: each arm's fall from 1000 samples shown, and the registered family complete
+    measured = {f"{arm}-s{s}": {"1000": {"nll": [NLL[arm, s] + 1.0] * 2}, "20000": {"nll": [NLL[arm, s] + 0.5 - 0.1 * (arm == "rws")] * 2}}
+                for arm, s in NLL}
+    (out / "is-resolution.json").write_text(json.dumps({"settings": {"images": 2, "samples": [1000, 20000]}, "runs": measured}))
+    verdict_study.main(["--out", str(out), "--logs", str(logs), "--report-only"])
+    report = (out / "report.md").read_text()
+    assert "| RWS | 5 | 71.22 ± 0.28 | 70.62 ± 0.28 | 0.60 ± 0.00 |" in report  # RWS 70.22 ± 0.28, + 1 and + 0.4
+    assert "(10: 5 differences at 2 measures; 10 made so far)" in report and "| not yet measured |" not in report
 
 
 def test_the_plan_file_names_every_registered_comparison_and_measure():
