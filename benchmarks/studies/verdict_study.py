@@ -323,6 +323,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.vimco and "vimco" not in args.arms:
         args.arms.append("vimco")
+    args.vimco = "vimco" in args.arms  # --arms naming it asks for it as --vimco does
     args.refit_steps = args.refit_steps if args.refit_steps is not None else args.epochs * args.steps_per_epoch
     runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch",
                                                 "is_images", "refit_steps", "refit_samples"),
