@@ -180,3 +180,12 @@ def test_the_study_refuses_a_cache_arm_without_its_trunk_and_too_few_epochs(tmp_
         with pytest.raises(SystemExit):
             verdict_study.main([*argv, "--out", str(tmp_path / "out"), "--logs", str(tmp_path / "logs")])
         assert message in capsys.readouterr().err
+
+
+def test_vimco_runs_when_asked_for_by_vimco_or_by_arms(tmp_path, fake_training, monkeypatch):
+    monkeypatch.setitem(NLL, ("vimco", 0), 71.0)
+    for n, argv in enumerate((["--arms", "rws,vimco"], ["--arms", "rws", "--vimco"], ["--arms", "rws"])):
+        out = tmp_path / f"out{n}"
+        verdict_study.main([*argv, "--seeds", "1", "--out", str(out), "--logs", str(tmp_path / f"logs{n}")])
+        assert ("vimco-s0" in [call[0] for call in fake_training]) == (n < 2), argv
+        fake_training.clear()
