@@ -31,8 +31,12 @@ def last_checkpoint(log_dir: Path) -> Path | None:
     return found[0] if found else None
 
 
-def train(name: str, overrides: Sequence[str], log_dir: Path) -> tuple[Path, float, str]:
+def train(name: str, overrides: Sequence[str], log_dir: Path, start_from: Path | None = None) -> tuple[Path, float, str]:
     """Train (or resume) one run with `log_dir=log_dir`: (its TensorBoard run directory, seconds, the command as shown).
+
+    `start_from`: a checkpoint outside `log_dir` the run starts from when it has no last.ckpt of its own (a branch of
+    another run: its parameters, optimizer, epoch and JSA cache, trained on with these overrides, logged as a new
+    TensorBoard run under `log_dir`); once the run has saved a checkpoint, it resumes from its own.
 
     The study process holds `log_dir` locked while its run trains, and removes an unfinished run only when no process
     holds it or its TensorBoard run: two study processes given the same --logs and run (--only) never remove each
@@ -42,6 +46,7 @@ def train(name: str, overrides: Sequence[str], log_dir: Path) -> tuple[Path, flo
         ckpt = last_checkpoint(log_dir)
         if ckpt is None:  # stopped before its first checkpoint (or never started): start it afresh, in version_0
             remove_unfinished(name, log_dir)
+            ckpt = start_from
         cmd = [sys.executable, str(REPO / "train.py"), *overrides, f"log_dir={log_dir}"] + ([f"ckpt_path={ckpt}"] if ckpt else [])
         start = time.perf_counter()
         with open(log_dir / "train.log", "a") as log:
@@ -348,12 +353,12 @@ def record_problem(record: dict) -> str | None:
     return None
 
 
-def read_records(out: Path, report_only: bool = False) -> dict[str, dict]:
-    """Every record under out/runs, by run name (the file's stem); one that is not a record, or cannot go into a
-    report (`record_problem`), is left out with one line naming it, as if the run had not finished. With
-    `report_only`, none is an error (a mistyped --out would otherwise give an empty report)."""
+def read_records(out: Path, report_only: bool = False, folder: str = "runs") -> dict[str, dict]:
+    """Every record under out/<folder> (out/runs: the study's), by run name (the file's stem); one that is not a
+    record, or cannot go into a report (`record_problem`), is left out with one line naming it, as if the run had not
+    finished. With `report_only`, none is an error (a mistyped --out would otherwise give an empty report)."""
     records = {}
-    for path in sorted((out / "runs").glob("*.json")):
+    for path in sorted((out / folder).glob("*.json")):
         try:
             record = read_json(path)
         except SystemExit as refusal:

@@ -83,3 +83,50 @@ def difference_cells(a: list[float], b: list[float]) -> str:
     verdict = "–" if not math.isfinite(threshold) else ("yes" if abs(difference) > threshold else "no")
     return f"{difference:+.2f} | {fmt(threshold)} | {verdict}"
 
+
+def two_sample_p(a: list[float], b: list[float]) -> float:
+    """The two-sided p-value of the pooled two-sample t-test of mean(a) = mean(b) (the test whose 95% threshold
+    `t_threshold` gives); nan below two values a side or when both sides have no spread."""
+    n_a, n_b = len(a), len(b)
+    if n_a < 2 or n_b < 2:
+        return float("nan")
+    dof = n_a + n_b - 2
+    pooled = math.sqrt(((n_a - 1) * statistics.variance(a) + (n_b - 1) * statistics.variance(b)) / dof)
+    if pooled == 0:
+        return float("nan")
+    t = (statistics.mean(a) - statistics.mean(b)) / (pooled * math.sqrt(1 / n_a + 1 / n_b))
+    return 2 * student_t_cdf(-abs(t), dof)
+
+
+def paired_p(a: list[float], b: list[float]) -> float:
+    """The two-sided p-value of the paired t-test of mean(a − b) = 0, a[i] and b[i] one pair (one seed's two arms
+    sharing their first epochs); nan below two pairs or when the differences have no spread."""
+    if len(a) != len(b):
+        raise ValueError(f"a paired test needs as many values a side, got {len(a)} and {len(b)}")
+    differences = [x - y for x, y in zip(a, b)]
+    if len(differences) < 2 or statistics.stdev(differences) == 0:
+        return float("nan")
+    t = statistics.mean(differences) / (statistics.stdev(differences) / math.sqrt(len(differences)))
+    return 2 * student_t_cdf(-abs(t), len(differences) - 1)
+
+
+def paired_interval(a: list[float], b: list[float]) -> tuple[float, float]:
+    """The 95% interval of mean(a − b) from the paired t-test; (nan, nan) below two pairs."""
+    differences = [x - y for x, y in zip(a, b, strict=True)]
+    if len(differences) < 2:
+        return float("nan"), float("nan")
+    half = t_975(len(differences) - 1) * statistics.stdev(differences) / math.sqrt(len(differences))
+    return statistics.mean(differences) - half, statistics.mean(differences) + half
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (each adjusted p < 0.05 is a rejection at a familywise
+    error of 5 %): the k-th smallest is multiplied by (m − k + 1), then made monotone and capped at 1. A nan p (a test
+    that could not be made) stays nan and does not count towards m."""
+    made = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
+    adjusted = [float("nan")] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(made):
+        running = max(running, min(1.0, (len(made) - rank) * p))
+        adjusted[i] = running
+    return adjusted

@@ -21,6 +21,9 @@ share of chains stuck on their cached state, the cached states' age and their lo
 `--is-resolution` measures, on the same test images, the importance-sampled NLL of every finished run of the middle
 and no-cache arms with 100, 1000 and 5000 samples (benchmarks/lib/at_checkpoints.py): how far the 100-sample val figure
 sits above the better estimates says how good a proposal q is (`is-resolution.json`, added to the report).
+
+A run trained again keeps its first record beside the new one: `--out/first-runs/<name>.json` (the categorical
+`cache_refresh=0.2` arm's first runs, whose checkpoints stayed on a lent machine), reported in rows of their own.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ REFRESH_RATES = (0.05, 0.2, 0.5)  # the one-seed scan of `model.cache_refresh` (
 # fresh proposals (`q_states=fresh`, docs/jsa.md#what-q-learns-from), or a share ρ of the chains restarted each step.
 CACHE_ARMS = ("epoch0", "middle", "never", "middle-fresh", *(f"middle-refresh{rate}" for rate in REFRESH_RATES))
 MEASURED_ARMS = tuple(arm for arm in CACHE_ARMS if arm != "epoch0")  # the IS-resolution measurement's
+FIRST_RUNS = "first-runs"  # --out/first-runs: the records of runs trained again, kept beside their reruns' in runs/
 DIAGNOSTICS = ("acceptance_rate", "cache_stuck_rate", "cache_age_epochs", "cache_log_weight_gap")
 
 
@@ -162,8 +166,12 @@ def write_report(args: argparse.Namespace) -> Path:
     arms: dict[tuple[str, str], list[dict]] = {}
     for r in records:
         arms.setdefault((r["model"], r["arm"]), []).append(r)
+    first_runs = runner.read_records(args.out, folder=FIRST_RUNS) if (args.out / FIRST_RUNS).is_dir() else {}
+    for r in first_runs.values():  # an arm of their own: "<arm>, first runs"
+        arms.setdefault((r["model"], f"{r['arm']}, first runs"), []).append(r)
+    shown = [arm for a in CACHE_ARMS for arm in (a, f"{a}, first runs")]
     for model in MODELS:
-        for arm in CACHE_ARMS:
+        for arm in shown:
             runs = arms.get((model, arm), [])
             if not runs:
                 continue
@@ -180,8 +188,8 @@ def write_report(args: argparse.Namespace) -> Path:
               "difference counts when it exceeds t × s.e., the 95% threshold of a two-sample t-test with pooled variance; "
               "– below two seeds an arm):", "",
               "| model | cache read | against | mean difference | t × s.e. | beyond the seed noise? |", "|---|---|---|---|---|---|"]
-    comparisons = [(arm, "never") for arm in CACHE_ARMS if arm != "never"]
-    comparisons += [(arm, "middle") for arm in CACHE_ARMS if arm.startswith("middle-")]
+    comparisons = [(arm, "never") for arm in shown if arm != "never"]
+    comparisons += [(arm, "middle") for arm in shown if arm.startswith("middle-")]
     for model in MODELS:
         for arm, against in comparisons:
             test = [r["test"]["nll"] for r in arms.get((model, arm), []) if "nll" in r["test"]]
@@ -190,6 +198,10 @@ def write_report(args: argparse.Namespace) -> Path:
                 continue
             lines.append(f"| {MODELS[model][0]} | {arm} | {against} | {difference_cells(test, base)} |")
 
+    if first_runs:
+        lines += ["", f"Rows \"…, first runs\": the first records of runs trained again with the same commands ({FIRST_RUNS}/: "
+                  f"{', '.join(sorted(first_runs))}); the rows without it are the reruns', whose checkpoints the IS-NLL "
+                  "measurement below read."]
     lines += is_resolution_table(args, records)
     plot(records, args)
     lines += ["", "![JSA's sampler over training](cache_diagnostics.png)", ""]

@@ -27,7 +27,7 @@ from pathlib import Path
 from benchmarks.lib import runner
 from benchmarks.lib.plots import curve_grid
 from benchmarks.lib.records import epoch_of, read_curves
-from benchmarks.lib.stats import difference_cells
+from benchmarks.lib.stats import difference_cells, fmt, holm, two_sample_p
 from benchmarks.studies.cache_study import DIAGNOSTICS
 
 LAST_STRETCH = 20  # epochs: a run still falling over its last 20 has not converged
@@ -69,11 +69,31 @@ def mean_sd(values: list[float]) -> str:
     return f"{values[0]:.2f} (1 seed)" if len(values) == 1 else f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def differences(values: dict[str, list[float]], labels: dict) -> list[str]:
+def differences(values: dict[str, list[float]], labels: dict, family: list | None = None, measure: str = "") -> list[str]:
     """Table rows "a − b" for the PAIRS with values on both sides: the difference of the seed means, the t-test's 95 %
-    threshold and whether the difference passes it."""
-    return [f"| {labels[a][0]} − {labels[b][0]} | {difference_cells(values[a], values[b])} |"
-            for a, b in PAIRS if values.get(a) and values.get(b)]
+    threshold and whether the difference passes it. Each test is added to `family` as (measure, difference, a, b), so
+    that the report can correct for all of its tests at once (`family_lines`)."""
+    rows = []
+    for a, b in PAIRS:
+        if values.get(a) and values.get(b):
+            rows.append(f"| {labels[a][0]} − {labels[b][0]} | {difference_cells(values[a], values[b])} |")
+            if family is not None:
+                family.append((measure, f"{labels[a][0]} − {labels[b][0]}", values[a], values[b]))
+    return rows
+
+
+def family_lines(family: list) -> list[str]:
+    """Every difference the report's tables test, with its two-sided p (the same pooled t-test) and its p adjusted by
+    Holm's method over all of them: a difference a single table calls beyond the seed noise is one of many tests."""
+    if not family:
+        return []
+    p_values = [two_sample_p(a, b) for *_, a, b in family]
+    adjusted = holm(p_values)
+    lines = ["", f"Every test of the difference tables above ({len(family)}), with its p and its p adjusted by Holm's method over "
+             f"all {len(family)} (a difference counts for the report as a whole when its adjusted p is below 0.05):", "",
+             "| measure | difference | p | Holm-adjusted p |", "|---|---|---|---|"]
+    lines += [f"| {measure} | {name} | {fmt(p, 3)} | {fmt(q, 2)} |" for (measure, name, _, _), p, q in zip(family, p_values, adjusted)]
+    return lines
 
 
 def val_at(record: dict, epoch: int, steps_per_epoch: int) -> float | None:
@@ -81,7 +101,7 @@ def val_at(record: dict, epoch: int, steps_per_epoch: int) -> float | None:
     return next((v for step, v in record["curves"]["nll"] if epoch_of(step, steps_per_epoch) == epoch), None)
 
 
-def gap_over_budget_lines(by_arm: dict[str, list[dict]], labels: dict, args: argparse.Namespace) -> list[str]:
+def gap_over_budget_lines(by_arm: dict[str, list[dict]], labels: dict, args: argparse.Namespace, family: list | None = None) -> list[str]:
     """The differences of the val NLL (100 samples) at the field study's budget (30 epochs), at the cache's start and
     at the end: whether JSA's gap to RWS closes, stays or widens with the budget, within the same runs."""
     epochs = sorted({30, int(CACHE_START * args.epochs), args.epochs} & set(range(args.val_every, args.epochs + 1, args.val_every)))
@@ -91,7 +111,7 @@ def gap_over_budget_lines(by_arm: dict[str, list[dict]], labels: dict, args: arg
              "| difference | epoch | mean | t × s.e. | beyond the seed noise? |", "|---|---|---|---|---|"]
     for epoch in epochs:
         values = {arm: [v for r in runs if (v := val_at(r, epoch, args.steps_per_epoch)) is not None] for arm, runs in by_arm.items()}
-        lines += [row.replace(" | ", f" | {epoch} | ", 1) for row in differences(values, labels)]
+        lines += [row.replace(" | ", f" | {epoch} | ", 1) for row in differences(values, labels, family, f"val NLL, epoch {epoch}")]
     return lines
 
 
@@ -105,7 +125,7 @@ def plot(by_arm: dict[str, list[dict]], labels: dict, args: argparse.Namespace) 
     return path
 
 
-def is_resolution_lines(args: argparse.Namespace, records: list[dict], labels: dict) -> list[str]:
+def is_resolution_lines(args: argparse.Namespace, records: list[dict], labels: dict, family: list | None = None) -> list[str]:
     """The best checkpoints' importance-sampled NLL at every --is-samples count on the first --is-images test images
     (is-resolution.json, benchmarks/lib/at_checkpoints.py), per arm over seeds, and RWS − JSA at the most samples."""
     path = args.out / "is-resolution.json"
@@ -126,7 +146,7 @@ def is_resolution_lines(args: argparse.Namespace, records: list[dict], labels: d
                      + " | ".join(mean_sd([statistics.mean(r[k]["nll"]) for r in runs]) for k in counts)
                      + f" | {mean_sd([-statistics.mean(r[counts[-1]]['elbo']) for r in runs])} |")
     most = {arm: [statistics.mean(r[counts[-1]]["nll"]) for r in runs] for arm, runs in per_arm.items()}
-    rows = differences(most, labels)
+    rows = differences(most, labels, family, f"IS-NLL, {counts[-1]} samples")
     if rows:
         lines += ["", f"Differences at {counts[-1]} samples:", "", "| difference | mean | t × s.e. | beyond the seed noise? |",
                   "|---|---|---|---|", *rows]
@@ -149,6 +169,22 @@ def recorded_cache_arm(records: list[dict], args: argparse.Namespace) -> list[st
                       f"{' '.join(recorded)!r}; the report names the recorded settings", flush=True)
             return recorded
     return args.cache_arm
+
+
+def epoch_minutes(record: dict) -> float:
+    """The minutes a run's epochs took, each epoch counted once (a resumed run logs the epoch it resumed in twice;
+    the last time is kept): beside its `seconds`, which count only the stretch after its last resume."""
+    by_step = {step: seconds for step, seconds in record.get("epoch_time_s", [])}
+    return sum(by_step.values()) / 60
+
+
+def resumed_lines(records: list[dict]) -> list[str]:
+    """The runs whose epochs took longer than their recorded time (resumed runs), named with both figures."""
+    resumed = sorted((r for r in records if epoch_minutes(r) > r["seconds"] / 60), key=lambda r: r["name"])
+    return ["", "Resumed runs, whose minutes above count only the stretch after their last resume: "
+            + "; ".join(f"{r['name']} {r['seconds'] / 60:.0f} min recorded, its epochs {epoch_minutes(r):.0f} min in all "
+                        f"(the longest {max(s for _, s in r['epoch_time_s']) / 60:.0f} min: the wall clock of a shared or "
+                        "paused machine counts)" for r in resumed) + "."] if resumed else []
 
 
 def write_report(args: argparse.Namespace) -> Path:
@@ -176,13 +212,16 @@ def write_report(args: argparse.Namespace) -> Path:
         lines.append(f"| {labels.get(arm, (arm,))[0]} | {len(runs)} | {mean_sd(test)} | {mean_sd([b[1] for b in best])} | "
                      f"{', '.join(str(epoch_of(b[0], spe)) for b in best)} | {last} of {len(best)} | {mean_sd(fall)} | "
                      f"{runner.minutes_by_machine(runs)} |")
+    lines += resumed_lines(records)
     test_nll = {arm: [r["test"]["nll"] for r in runs if "nll" in r["test"]] for arm, runs in by_arm.items()}
-    rows = differences(test_nll, labels)
+    family: list = []  # every test of the difference tables, for Holm's correction over all of them
+    rows = differences(test_nll, labels, family, "test NLL")
     if rows:
         lines += ["", "Test-NLL differences (95 % threshold of a pooled two-sample t-test; – below two seeds an arm):", "",
                   "| difference | mean | t × s.e. | beyond the seed noise? |", "|---|---|---|---|", *rows]
-    lines += gap_over_budget_lines(by_arm, labels, args)
-    lines += is_resolution_lines(args, records, labels)
+    lines += gap_over_budget_lines(by_arm, labels, args, family)
+    lines += is_resolution_lines(args, records, labels, family)
+    lines += family_lines(family)
     if records:
         lines += ["", f"![val NLL and JSA's sampler over training]({plot(by_arm, labels, args).name})"]
     findings = args.out / "FINDINGS.md"

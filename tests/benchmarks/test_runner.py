@@ -169,7 +169,24 @@ def test_the_long_studys_gap_table_reads_each_arms_val_nll_at_30_the_cache_start
     for runs in by_arm.values():
         for r in runs:
             (tmp_path / "runs" / f"{r['name']}.json").write_text(json.dumps(r))
+    resumed = by_arm["rws"][1]  # resumed at epoch 2: the epoch is logged twice, the recorded seconds are the last stretch
+    resumed["epoch_time_s"] = [[9, 600.0], [19, 900.0], [19, 30.0], [29, 30.0]]
+    (tmp_path / "runs" / f"{resumed['name']}.json").write_text(json.dumps(resumed))
     report = long_study.write_report(args).read_text()
+    # 600 + 30 + 30 s of epochs (the repeated epoch's last time) = 11 min, against 1 min recorded
+    assert ("Resumed runs, whose minutes above count only the stretch after their last resume: mnist-rws-s1 1 min recorded, "
+            "its epochs 11 min in all (the longest 15 min") in report
+    # Holm over every test of the tables: 3 test-NLL differences and 3 at each of the 2 val epochs
+    family = [line for line in report.splitlines() if line.startswith(("| test NLL |", "| val NLL, epoch"))]
+    assert len(family) == 9 and "Every test of the difference tables above (9)" in report
+    from scipy.stats import ttest_ind
+
+    p = ttest_ind([100 - 0.2 * 30 + 1.0, 100 - 0.2 * 30 + 1.2], [100 - 0.22 * 30, 100 - 0.22 * 30 + 0.2]).pvalue
+    assert f"| val NLL, epoch 30 | RWS − JSA, no cache | {p:.3f} |" in report  # as above: +1.60 at epoch 30
+    # the test NLL is 80 in every run: no spread, no test (–), and Holm counts the 6 tests made
+    assert sum(line.endswith("| – | – |") for line in family) == 3
+    made = [line for line in family if not line.endswith("| – | – |")]
+    assert min(float(line.split("|")[-2]) for line in made) == pytest.approx(min(float(line.split("|")[-3]) for line in made) * 6, abs=0.01)
     assert "| JSA, cache from epoch 30 (model.cache_refresh=0.2) | 2 |" in report  # as trained, --cache-arm not given
     assert "| RWS | 2 | 80.00 ± 0.00 | 91.10 ± 0.14 | 50, 50 | 2 of 2 | 4.00 ± 0.00 |" in report  # 20 epochs at 1/5 a nat each
     assert (tmp_path / "long_curves.png").stat().st_size > 0
@@ -349,3 +366,31 @@ def test_the_is_measurement_on_a_missing_gpu_is_one_line(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="^error: --is-device cuda: no CUDA device on this machine$"):
         at_checkpoints.is_resolution({"a": (Path("nowhere.ckpt"), "python train.py")}, 1, [10], device="cuda")
+
+
+def test_the_cache_studys_first_runs_of_a_rerun_arm_are_reported_beside_the_reruns(tmp_path):
+    """benchmarks/studies/cache_study.py: the records under --out/first-runs (runs trained again, their first records
+    kept) get rows of their own in the arm table and the difference tables, named "<arm>, first runs", and the report
+    names the files; the reruns' rows are unchanged."""
+    from benchmarks.studies import cache_study
+
+    def record(arm: str, seed: int, nll: float) -> dict:
+        return {"name": f"L20-{arm}-s{seed}", "model": "L20", "arm": arm, "seed": seed, "epochs": 30, "seconds": 60.0,
+                "command": "python train.py", "machine": "NVIDIA H200", "test": {"nll": nll, "elbo": -nll - 20},
+                "curves": {"nll": [[274, nll + 5], [8249, nll + 4]], "acceptance_rate": [[0, 0.2]]}}
+
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    (out / "first-runs").mkdir()
+    for seed, (never, middle, rerun, first) in enumerate([(80.0, 79.0, 79.5, 80.5), (80.2, 79.2, 79.7, 80.7)]):
+        for arm, nll in (("never", never), ("middle", middle), ("middle-refresh0.2", rerun)):
+            (out / "runs" / f"L20-{arm}-s{seed}.json").write_text(json.dumps(record(arm, seed, nll)))
+        (out / "first-runs" / f"L20-middle-refresh0.2-s{seed}.json").write_text(json.dumps(record("middle-refresh0.2", seed, first)))
+    cache_study.main(["--report-only", "--out", str(out), "--logs", str(tmp_path / "logs"), "--models", "L20"])
+    report = (out / "report.md").read_text()
+    assert "| categorical 20×10, L = 20 | middle-refresh0.2 | 2 | 79.60 ± 0.14 |" in report
+    assert "| categorical 20×10, L = 20 | middle-refresh0.2, first runs | 2 | 80.60 ± 0.14 |" in report
+    assert "| categorical 20×10, L = 20 | middle-refresh0.2 | never | -0.50 |" in report
+    assert "| categorical 20×10, L = 20 | middle-refresh0.2, first runs | never | +0.50 |" in report
+    assert "| categorical 20×10, L = 20 | middle-refresh0.2, first runs | middle | +1.50 |" in report
+    assert "(first-runs/: L20-middle-refresh0.2-s0, L20-middle-refresh0.2-s1)" in report
