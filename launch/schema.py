@@ -4,7 +4,8 @@ importing torch.
 The constructors' signatures stay the one source (`launch.settings.constructor_hints`, `constructor_defaults`):
 `python -m launch.schema` reads them and writes `settings_schema.json` beside this file, each class with the
 fingerprint of what it was read from: for a project class, the code of the files that define it and its project base
-classes (their syntax trees without docstrings, so that a comment or a docstring edit keeps the entry); for torch's
+classes and of the project modules these import, where its settings' choices live (their syntax trees without
+docstrings, so that a comment or a docstring edit keeps the entry); for torch's
 or Lightning's, the package's version.
 `launch.precheck` uses a class's entry only while its fingerprint still matches; otherwise it checks nothing of that
 class and the full checks after the imports do all the work, so a stale file never refuses a valid setting.
@@ -126,9 +127,38 @@ def fingerprint(target: str, sources: list[str] | None = None) -> str:
 
 def source_files(cls: type) -> list[str]:
     """The project files a class's settings come from: its module and those of its project base classes (a subclass
-    passes **kwargs up to them), relative to the repository."""
+    passes **kwargs up to them), and the project modules these import, where a setting's choices are defined (a
+    prior added to `models.components.priors.PRIORS`, a likelihood to `LikelihoodName`), relative to the repository.
+    A change to any of them retires the class's entry until the file is written again: never a refusal of a choice
+    the code has gained."""
     files = {inspect.getsourcefile(base) for base in cls.__mro__ if base.__module__.split(".", 1)[0] in SOURCES}
-    return sorted(str(Path(f).resolve().relative_to(REPO)) for f in files if f)
+    files = {Path(f).resolve() for f in files if f}
+    files |= {imported for f in list(files) for imported in imported_project_files(f)}
+    return sorted(str(f.relative_to(REPO)) for f in files)
+
+
+def imported_project_files(path: Path) -> set[Path]:
+    """The files of the project modules (of SOURCES) that the module at `path` imports: `from models.components import
+    priors`, `from models.components.priors import PRIORS`, `import samplers.mis`."""
+    import importlib.util
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    files = set()
+    for name in names:
+        if name.split(".", 1)[0] not in SOURCES:
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):  # `from package.module import Name`: Name is no module
+            continue
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            files.add(Path(spec.origin).resolve())
+    return files
 
 
 def code_fingerprint(sources: list[str], root: Path = REPO) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -192,6 +193,26 @@ def test_the_fingerprint_follows_the_code_not_its_comments(tmp_path):
     reference = fingerprint_of(original)
     assert fingerprint_of("# a new comment\n" + original.replace('"""JSA: joint', '"""JSA, reworded: joint', 1)) == reference
     assert fingerprint_of(original.replace("mis_steps: int = 20", "mis_steps: int = 21", 1)) != reference
+
+
+def test_a_choice_added_to_a_registry_is_accepted_before_the_schema_is_written_again(tmp_path):
+    """A new prior (an alias in PRIOR_ALIASES) in a copy of the project, the schema file left as it was: the early check
+    of both front ends lets `model.prior=` the new name through (the full checks decide), and still refuses a name
+    nobody defined, since the classes that do not read priors.py keep their entries."""
+    for folder in ("launch", "models", "samplers", "datamodules", "configs", "common", "checkpoints", "callbacks"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    priors = tmp_path / "models/components/priors.py"
+    priors.write_text(priors.read_text().replace('PRIOR_ALIASES = {"learned": "factorized"}',
+                                                 'PRIOR_ALIASES = {"learned": "factorized", "my_prior": "factorized"}', 1))
+    probe = ("import sys; from launch.precheck import refuse_early\n"
+             "print(repr(refuse_early(['model.prior=my_prior'], cli=False)))\n"
+             "print(repr(refuse_early(['fit', '--model.prior=my_prior'], cli=True)))\n"
+             "print(repr(refuse_early(['trainer.max_epoch=1'], cli=False)))\n")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    hydra, cli, typo = result.stdout.splitlines()
+    assert (hydra, cli) == ("None", "None"), result
+    assert "max_epochs" in typo
 
 
 @pytest.mark.parametrize("argv", [["trainer.max_epoch=1"], ["fit", "--trainer.max_epoch=1"]])
