@@ -205,7 +205,8 @@ class JSA(CategoricalLatentModel):
 
     def jsa_loss(self, x: Tensor, log_q: Tensor, sample: MISSample, has_start: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """-E_λ[log p_θ(x, h)] and -E_μ[log q_φ(h | x)], batch means: weighted sums over the L+1 candidates, the
-        weights summing to 1 per example (`candidate_weights`; μ by `q_states`). `has_start` marks the chains whose
+        weights summing to 1 per example (`candidate_weights`; μ by `q_states`); with `gradient_rows` the θ term is
+        the unbiased k + 1-row estimate of its sum (`weighted_log_joint`). `has_start` marks the chains whose
         candidate 0 is a cached state."""
         weight = self.candidate_weights(sample)
         loss_p = -self.weighted_log_joint(x, sample, weight).mean()

@@ -169,8 +169,8 @@ def estimator_models(backbone: str, args, device: torch.device) -> dict[str, tor
     return {
         "jsa-chain": jsa(chain_rows="static"),
         "jsa-chain-distinct": jsa(chain_rows="distinct"),
-        "jsa-rows2": jsa(gradient_rows=2),  # chain, k + 1 = 3 rows per example (docs/jsa.md#a-fixed-number-of-gradient-rows)
-        "jsa-rows4": jsa(gradient_rows=4),
+        # chain on k + 1 rows per example (docs/jsa.md#a-fixed-number-of-gradient-rows); k >= L + 1 would be static rows
+        **{f"jsa-rows{k}": jsa(gradient_rows=k) for k in (2, 4) if k < n},
         "jsa-expected": jsa(gradient_states="expected"),
         "jsa-final": jsa(gradient_states="final"),
         "rws": RWS(num_samples=n, **data),
@@ -226,6 +226,8 @@ def estimator_table(args, device: torch.device, dtype) -> None:
     for key in [k for k in COMPILE_ORDER if k in args.compiled]:
         for backbone in args.backbones:
             models, x, index, steps = setups[backbone]
+            if key not in models:  # jsa-rowsK at L <= K
+                continue
             longest = max(compile_s.values(), default=0.0)
             if time.perf_counter() - began + 1.5 * longest + measuring > 60 * args.budget_minutes:
                 skipped[backbone].append(key)
