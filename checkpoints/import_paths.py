@@ -13,10 +13,12 @@ import unicodedata
 from typing import Any, Iterator
 
 # The collection's packages, and Lightning's and torch's own classes of the kinds a model, a trainer and LightningCLI
-# take (optimizers and schedulers, callbacks, loggers, strategies, plugins, profilers, accelerators).
+# take (optimizers and schedulers, callbacks, loggers, strategies, plugins, profilers, accelerators). Of
+# lightning.pytorch.cli only its scheduler: the rest parses command lines, which would import what their strings name.
 ALLOWED_IMPORT_PREFIXES = ("models.", "datamodules.", "callbacks.", "samplers.", "torch.optim.", "lightning.pytorch.callbacks.",
                            "lightning.pytorch.loggers.", "lightning.pytorch.strategies.", "lightning.pytorch.plugins.",
-                           "lightning.pytorch.profilers.", "lightning.pytorch.accelerators.", "lightning.pytorch.cli.")
+                           "lightning.pytorch.profilers.", "lightning.pytorch.accelerators.",
+                           "lightning.pytorch.cli.ReduceLROnPlateau")
 # Settings that are paths or plain names (str or Path in every class allowed above, and LightningCLI's ckpt_path and
 # log_dir): their values are never imported, and may be file names such as last.ckpt.
 PATH_SETTINGS = frozenset({"ckpt_path", "log_dir", "data_dir", "default_root_dir", "dirpath", "filename", "save_dir",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -22,8 +23,9 @@ MAX_EXPANDED_NODES = 100_000  # YAML nodes after alias expansion: a config file 
 MAX_NESTED_FILES = 8  # a config file naming a file that names a file...: real ones nest one level, if any
 MAX_RECEIVED_FILES = 500  # config files one command may have read (nested, or in Hydra's folders); configs/ has ~60
 ALLOWED_CLASS_PREFIXES = ALLOWED_IMPORT_PREFIXES  # where a class_path may point (checkpoints/import_paths.py)
-# A Hydra config's _target_ may also name the Trainer and Hydra's own launchers and sweepers (configs/ do).
-HYDRA_PREFIXES = ("lightning.Trainer", "hydra_plugins.", "hydra.")
+# A Hydra config's _target_ may also name the Trainer and Hydra's launchers and sweepers (configs/ do); not hydra.utils,
+# whose get_class and get_method import the name they are given.
+HYDRA_PREFIXES = ("lightning.Trainer", "hydra_plugins.")
 GROUP_FOLDERS = ("model", "data", "optimizer", "trainer", "logger", "callbacks", "experiment", "hydra")
 PLAIN_TAGS = {"!", *(f"tag:yaml.org,2002:{kind}" for kind in ("str", "int", "float", "bool", "null", "map", "seq",
                                                               "merge", "timestamp"))}
@@ -101,6 +103,8 @@ class ReceivedFiles:
 
     def __init__(self) -> None:
         self.read = 0
+        self.files: list[str] = []  # each file read, as its label says (for `python -m launch.received_config`)
+        self.imports: list[str] = []  # each allowed dotted name a file gives: "<label>: <key> = <name>"
 
     def check_cli_file(self, path: Path, label: str, chain: tuple[Path, ...] = ()) -> None:
         """A LightningCLI config file (`-c`, a group's `--model=FILE`, or one a config file names)."""
@@ -118,6 +122,7 @@ class ReceivedFiles:
 
     def count(self, label: str) -> None:
         self.read += 1
+        self.files.append(label)
         if self.read > MAX_RECEIVED_FILES:
             raise ConfigRefusal(f"{label}: the command would read more than {MAX_RECEIVED_FILES} config files; refused unread")
 
@@ -135,33 +140,39 @@ class ReceivedFiles:
                 continue
             seen.add(id(node))
             self.check_tag(node, label, where)
+            children = []  # pushed last first, so that the file is read (and named) top to bottom
             if isinstance(node, yaml.MappingNode):
                 for key, value in node.value:
                     self.check_tag(key, label, where)
                     name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
                     if key.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: the merged keys are this mapping's
-                        stack.append((value, where, leaf))
+                        children.append((value, where, leaf))
                     else:
-                        stack.append((value, f"{where}.{name}" if where else name, name.rsplit(".", 1)[-1]))
+                        children.append((value, f"{where}.{name}" if where else name, name.rsplit(".", 1)[-1]))
             elif isinstance(node, yaml.SequenceNode):
-                stack += [(item, f"{where}[{index}]", leaf) for index, item in enumerate(node.value)]
+                children = [(item, f"{where}[{index}]", leaf) for index, item in enumerate(node.value)]
             elif isinstance(node, yaml.ScalarNode) and leaf not in PATH_SETTINGS:
                 self.check_value(str(node.value), label, base, chain, cli, names, where or "the whole file", stack)
+            stack += reversed(children)
 
     def check_value(self, value: str, label: str, base: Path, chain: tuple[Path, ...], cli: bool, names: bool, where: str,
                     stack: list[tuple[Any, str, str]]) -> None:
         if not cli:  # Hydra imports a _target_ only, and reads no file a value names
             leaf = where.rsplit(".", 1)[-1]
-            if leaf in ("_target_", "class_path") and looks_like_import_path(value) and not is_allowed_import(value, HYDRA_PREFIXES):
-                raise ConfigRefusal(refusal_of_name(label, where, value, cli=False))
+            if leaf in ("_target_", "class_path") and looks_like_import_path(value):
+                if not is_allowed_import(value, HYDRA_PREFIXES):
+                    raise ConfigRefusal(refusal_of_name(label, where, value, cli=False))
+                self.imports.append(f"{label}: {where} = {value}")
             return
         named = named_file(value, base)
         if named is not None:
             self.check_cli_file(named, f"config file {named} (named at {where} of {label})", chain)
         elif value.lstrip()[:1] in ("{", "["):  # jsonargparse reads such a string as YAML: its settings are this file's
             stack.append((composed_text(value, f"{label}: the value at {where}"), where, where.rsplit(".", 1)[-1]))
-        elif names and looks_like_import_path(value) and not is_allowed_import(value):
-            raise ConfigRefusal(refusal_of_name(label, where, value))
+        elif names and looks_like_import_path(value):
+            if not is_allowed_import(value):
+                raise ConfigRefusal(refusal_of_name(label, where, value))
+            self.imports.append(f"{label}: {where} = {value}")
 
     @staticmethod
     def check_tag(node: Any, label: str, where: str) -> None:
@@ -222,8 +233,7 @@ def is_config_option(option: str) -> bool:
     return option == "-c" or (len(option) >= 3 and "--config".startswith(option))
 
 
-def check_cli_sources(argv: list[str]) -> None:
-    files = ReceivedFiles()
+def check_cli_sources(argv: list[str], files: ReceivedFiles) -> None:
     for option, value in cli_sources(argv):
         leaf = option[2:].rstrip("+").rsplit(".", 1)[-1]
         if leaf in PATH_SETTINGS and not is_config_option(option):
@@ -343,19 +353,54 @@ def defaults_groups(node: Any, yaml: Any) -> list[str]:
     return groups
 
 
+def received_files(argv: list[str], cli: bool) -> ReceivedFiles:
+    """Every config file `python train.py ARGV` would have jsonargparse or Hydra read, checked (ConfigRefusal naming
+    the first that is refused), with the dotted names they give."""
+    files = ReceivedFiles()
+    if cli:
+        check_cli_sources(argv, files)
+    else:
+        check_environment_variables(argv)
+        for path in hydra_config_files(argv):  # configs/'s own, and the user's folders' files the choices pick
+            files.count(f"Hydra config {path}")
+            files.check_node(composed(path, "Hydra config"), f"Hydra config {path}", path.parent, (), cli=False)
+        for path, node in hydra_received_files(argv).items():  # every file of the user's folders Hydra may read
+            if f"Hydra config {path}" not in files.files:
+                files.count(f"Hydra config {path}")
+                files.check_node(node, f"Hydra config {path}", path.parent, (), cli=False)
+    return files
+
+
 def refuse_received_configs(argv: list[str], cli: bool) -> str | None:
     """The `error:` line for a config a command would read that is not a small YAML file, would expand without bound,
     carries a YAML tag, names a file that is not a sound config (LightningCLI), or names a class or function outside
     the collection, Lightning and torch.optim where a parser would import it; None when all are fine."""
     try:
-        if cli:
-            check_cli_sources(argv)
-        else:
-            check_environment_variables(argv)
-            for path in hydra_config_files(argv):
-                composed(path, "Hydra config")
-            for path, node in hydra_received_files(argv).items():
-                ReceivedFiles().check_node(node, f"Hydra config {path}", path.parent, (), cli=False)
+        received_files(argv, cli)
     except ConfigRefusal as refusal:
         return str(refusal)
     return None
+
+
+def main(argv: list[str]) -> int:
+    """`python -m launch.received_config ARGS`: what `python train.py ARGS` would read and import from its config
+    files, read here without importing anything; exit status 2 with the refusal, as train.py would give it."""
+    from launch import CLI_SUBCOMMANDS
+
+    cli = bool(argv) and argv[0] in CLI_SUBCOMMANDS
+    try:
+        files = received_files(argv, cli)
+    except ConfigRefusal as refusal:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 2
+    print(f"python train.py {' '.join(argv)}: the config files it names, and those they name, checked (nothing refused):")
+    print("\n".join(f"  {label}" for label in files.files) or "  (none: the command line only)")
+    print("and the classes and functions they name (allowed packages; each still chooses what runs):")
+    print("\n".join(f"  {line}" for line in files.imports) or "  (none)")
+    if not cli:
+        print(f"the whole composed config, configs/'s defaults included: python train.py --cfg job {' '.join(argv)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

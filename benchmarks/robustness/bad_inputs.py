@@ -19,6 +19,9 @@ with DATA_DIR set and the training cut to a couple of steps, and is classified:
 Files from someone else (received_cases): checkpoints whose callback state names the user's files, whose
 hyperparameters name a planted module, runs whose files are links, data files that are pipes, config files that
 expand without bound, divergence, malformed state; each case's family says which (`received ...`).
+Every way a config or a checkpoint's settings reach jsonargparse or Hydra (config_source_cases, `received source: ...`):
+each case writes its received files into its own directory, and names strangers_module, which writes STRANGER-RAN
+into the working directory of a process that imports it (outcome `ran`).
 
 Writes table.md (a row per case: input, outcome, the message's first line) and table.json under --out.
 `--only` re-runs some cases and merges them into an existing table.json. tests/benchmarks/test_bad_inputs.py runs --quick.
@@ -438,6 +441,15 @@ def config_source_cases() -> list[Case]:
              "hydra", ["--config-dir=received", "experiment=deep/er/x"], mention="_target_", fast=False,
              files=(("received/experiment/deep/er/x.yaml", "# @package _global_\ndefaults:\n  - override /logger: evil\n"),
                     ("received/logger/evil.yaml", "_target_: strangers_module.Thing\n"))),
+        cli("cli -c; a hook that is a LightningCLI parsing a stranger's class", ["fit", "-c", "received.yaml"],
+            "init_args.on_fit_start.class_path",
+            {"received.yaml": "trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.LambdaCallback\n"
+                              "      init_args:\n        on_fit_start:\n          class_path: lightning.pytorch.cli.LightningCLI\n"
+                              "          init_args:\n            args: ['--model=strangers_module.Thing']\n"}),
+        Case("received source: hydra -cd; a _target_ hydra.utils.get_class importing a stranger's module", "hydra",
+             ["-cd", "received", "+experiment=getter"], mention="_target_", fast=False,
+             files=(("received/experiment/getter.yaml", "# @package _global_\nfound:\n  _target_: hydra.utils.get_class\n"
+                                                       "  path: strangers_module.Thing\n"),)),
         Case("received source: hydra hydra.searchpath; an alias bomb in a sub-folder", "hydra",
              ["hydra.searchpath=[file://received]", "experiment=sub/bomb"], mention="bomb.yaml", fast=False,
              files=(("received/experiment/sub/bomb.yaml", "# @package _global_\n" + BOMB),)),

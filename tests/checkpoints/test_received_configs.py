@@ -93,3 +93,29 @@ def test_a_checkpoint_whose_optimizer_is_a_dotted_string_imports_nothing(command
     assert f"checkpoint received.ckpt: {where} is 'strangers_module.make'" in last and "not imported" in last, result.stderr[-2000:]
     if command != "load_from_checkpoint":
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
+
+
+def test_reading_a_received_config_lists_its_files_and_names_and_imports_nothing(tmp_path):
+    """README's command to read a received config before running it: every file the command would read (a nested one
+    too) and every dotted name they give; a refused config gets train.py's line and exit status 2."""
+    env = received_here(tmp_path)
+    (tmp_path / "received.yaml").write_text("model: sub.yaml\ntrainer:\n  callbacks:\n"
+                                            "    - class_path: lightning.pytorch.callbacks.EarlyStopping\n")
+    (tmp_path / "sub.yaml").write_text("class_path: models.VAE\ninit_args:\n  optimizer: torch.optim.SGD\n")
+    command = [sys.executable, "-X", "importtime", "-m", "launch.received_config", "fit", "-c", "received.yaml"]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[1:] == [
+        "  config file received.yaml",
+        "  config file sub.yaml (named at model of config file received.yaml)",
+        "and the classes and functions they name (allowed packages; each still chooses what runs):",
+        "  config file sub.yaml (named at model of config file received.yaml): class_path = models.VAE",
+        "  config file sub.yaml (named at model of config file received.yaml): init_args.optimizer = torch.optim.SGD",
+        "  config file received.yaml: trainer.callbacks[0].class_path = lightning.pytorch.callbacks.EarlyStopping"]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert not imported & {"torch", "lightning", "jsonargparse", "models"}
+    (tmp_path / "sub.yaml").write_text("class_path: models.VAE\ninit_args:\n  optimizer: strangers_module.make\n")
+    result = subprocess.run(command[:1] + command[3:], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and not (tmp_path / bad_inputs.STRANGER_MARKER).exists()
+    assert result.stderr.startswith("error: config file sub.yaml (named at model of config file received.yaml): "
+                                    "init_args.optimizer names 'strangers_module.make'")
