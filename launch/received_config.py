@@ -1,10 +1,17 @@
-"""Config files as received: checked for kind, size and YAML alias expansion before any front end reads them, and a
-LightningCLI config file (`-c FILE`) for the classes it names before jsonargparse imports them (importing a module
-runs its code). Read with yaml's composer only: nothing is built, no alias is expanded, no tag constructs anything.
+"""Config files as received, checked before jsonargparse or Hydra reads them (importing a module runs its code):
 
-A config file is still code in the Lightning and Hydra world (a `_target_` names a function Hydra calls); this refuses
-what would hang, eat the memory or import a stranger's module on reading, not what a config asks the run to do
-(README, "Reliability").
+- every source a command line gives: LightningCLI's `-c`/`--config` in each spelling argparse takes, any option's
+  value that names a file (`--model=FILE`, `--trainer.callbacks=FILE`) or is YAML naming one, and every file a config
+  names as a setting's value (`model: sub.yaml`), at any depth; Hydra's config groups in the folders the command adds
+  (`-cd`, `--config-dir`, `-cp`, `hydra.searchpath`), sub-folders and the groups defaults lists name included;
+- each file for kind, size and YAML alias expansion (a pipe would block, a "billion laughs" file would eat the memory),
+  and for YAML tags (plain values only);
+- each dotted name where a parser would import it (a LightningCLI value that reads as one, a Hydra `_target_`) against
+  the allowed packages (checkpoints/import_paths.py, which also holds a checkpoint's settings to the same rule).
+
+Read with yaml's composer only: nothing is built, no alias is expanded, no tag constructs anything. A config that names
+only allowed classes still chooses what runs (README, "Reliability"); `python -m launch.received_config ARGS` lists
+what a command would read and import.
 """
 
 from __future__ import annotations
@@ -13,16 +20,15 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from checkpoints.import_paths import ALLOWED_IMPORT_PREFIXES, PATH_SETTINGS, is_allowed_import, looks_like_import_path
+from checkpoints.import_paths import PATH_SETTINGS, is_allowed_import, looks_like_import_path
 from launch.schema import CONFIGS
 
 MAX_CONFIG_BYTES = 1 << 20  # far above any config here (the largest is a few KB)
 MAX_EXPANDED_NODES = 100_000  # YAML nodes after alias expansion: a config file has hundreds
 MAX_NESTED_FILES = 8  # a config file naming a file that names a file...: real ones nest one level, if any
 MAX_RECEIVED_FILES = 500  # config files one command may have read (nested, or in Hydra's folders); configs/ has ~60
-ALLOWED_CLASS_PREFIXES = ALLOWED_IMPORT_PREFIXES  # where a class_path may point (checkpoints/import_paths.py)
 # A Hydra config's _target_ may also name the Trainer and Hydra's launchers and sweepers (configs/ do); not hydra.utils,
 # whose get_class and get_method import the name they are given.
 HYDRA_PREFIXES = ("lightning.Trainer", "hydra_plugins.")

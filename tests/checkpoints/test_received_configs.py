@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from benchmarks.robustness import bad_inputs
 from checkpoints.files import save_checkpoint_file
@@ -77,13 +76,15 @@ def checkpoint_with_optimizer(path: Path, wrapped: bool) -> None:
 
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["optimizer", "init_args.optimizer"])
-@pytest.mark.parametrize("command", ["test", "validate", "load_from_checkpoint"])
+@pytest.mark.parametrize("command", ["test", "validate", "test -c (ckpt_path in the config)", "load_from_checkpoint"])
 def test_a_checkpoint_whose_optimizer_is_a_dotted_string_imports_nothing(command, wrapped, tmp_path, mnist_dir):
     env = {**received_here(tmp_path), "DATA_DIR": str(mnist_dir)}
     checkpoint_with_optimizer(tmp_path / "received.ckpt", wrapped)
+    (tmp_path / "run.yaml").write_text("ckpt_path: received.ckpt\n")
+    given = ["--model=JSA", "--data=MNISTDataModule", "-c", "run.yaml"] if "-c" in command else ["--ckpt_path=received.ckpt"]
     argv = ([sys.executable, "-c", "from models import JSA\nJSA.load_from_checkpoint('received.ckpt')"]
             if command == "load_from_checkpoint" else
-            [sys.executable, str(REPO / "train.py"), command, "--ckpt_path=received.ckpt", "--trainer.limit_test_batches=1",
+            [sys.executable, str(REPO / "train.py"), command.split()[0], *given, "--trainer.limit_test_batches=1",
              "--trainer.limit_val_batches=1"])
     result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert not (tmp_path / bad_inputs.STRANGER_MARKER).exists(), result.stderr[-2000:]
