@@ -47,7 +47,7 @@ def foreign_import_paths(value: Any, where: str, skip_keys: tuple[str, ...] = ()
         yield where, "(nested more than 32 levels)"
     elif isinstance(value, dict):
         for key, item in value.items():
-            if key not in skip_keys and key not in PATH_SETTINGS:
+            if key not in skip_keys and not (key in PATH_SETTINGS and isinstance(item, str)):  # a path, not a name
                 yield from foreign_import_paths(item, f"{where}.{key}", skip_keys, depth + 1)
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):

@@ -120,3 +120,20 @@ def test_reading_a_received_config_lists_its_files_and_names_and_imports_nothing
     assert result.returncode == 2 and not (tmp_path / bad_inputs.STRANGER_MARKER).exists()
     assert result.stderr.startswith("error: config file sub.yaml (named at model of config file received.yaml): "
                                     "init_args.optimizer names 'strangers_module.make'")
+
+
+@pytest.mark.parametrize("settings, where", [
+    ({"callbacks": ["torch.optim.SGD", "strangers_module.Thing"]}, "hyper_parameters.callbacks[1]"),
+    ({"name": {"optimizer": "strangers_module.make"}}, "hyper_parameters.name.optimizer"),  # a path key holding settings
+    ({"optimizer": "torch.opt\u0456m.SGD"}, "hyper_parameters.optimizer"),  # a Cyrillic і
+    ({"optimizer": "strangers_module\uff0emake"}, "hyper_parameters.optimizer"),  # a full-width dot
+    ({"optimizer": " strangers_module.make "}, "hyper_parameters.optimizer"),
+])
+def test_every_dotted_string_in_a_checkpoints_settings_is_held_to_the_rule(settings, where):
+    from checkpoints.files import CheckpointError, refuse_unregistered_classes
+
+    with pytest.raises(CheckpointError, match=f"checkpoint received.ckpt: {where.replace('[', '.').replace(']', '.')} is "):
+        refuse_unregistered_classes({"hyper_parameters": {"lr": 0.001, **settings}}, "received.ckpt")
+    # the path settings are paths, and the allowed packages' names pass
+    refuse_unregistered_classes({"hyper_parameters": {"ckpt_path": "last.ckpt", "optimizer": "torch.optim.SGD"},
+                                 "datamodule_hyper_parameters": {"data_dir": "mnist.v2"}}, "received.ckpt")
