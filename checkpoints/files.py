@@ -43,6 +43,7 @@ import lightning as L
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 
+from checkpoints.import_paths import foreign_import_paths
 from checkpoints.registry import is_registered
 from common.private_api import lightning_load
 
@@ -279,6 +280,12 @@ def refuse_unregistered_classes(checkpoint: dict[str, Any], path: Any) -> None:
             if not is_registered(name):
                 raise CheckpointError(f"checkpoint {path}: {where} names {str(name)[:120]!r}, which is not one of the "
                                       "collection's models or data modules; it is not imported (importing runs code)")
+        # A setting given as a dotted string (optimizer: strangers_module.make) is imported by jsonargparse when
+        # LightningCLI or load_from_checkpoint builds the model from these settings, wherever its type takes a function
+        # or a class: only the collection's and Lightning's and torch's own are allowed (checkpoints/import_paths.py).
+        for where, name in foreign_import_paths(checkpoint.get(section), section, skip_keys=IMPORTED_KEYS):
+            raise CheckpointError(f"checkpoint {path}: {where} is {name[:120]!r}, a dotted name that is not one of the "
+                                  "collection's, Lightning's or torch.optim's; it is not imported (importing runs code)")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -19,6 +19,9 @@ with DATA_DIR set and the training cut to a couple of steps, and is classified:
 Files from someone else (received_cases): checkpoints whose callback state names the user's files, whose
 hyperparameters name a planted module, runs whose files are links, data files that are pipes, config files that
 expand without bound, divergence, malformed state; each case's family says which (`received ...`).
+Every way a config or a checkpoint's settings reach jsonargparse or Hydra (config_source_cases, `received source: ...`):
+each case writes its received files into its own directory, and names strangers_module, which writes STRANGER-RAN
+into the working directory of a process that imports it (outcome `ran`).
 
 Writes table.md (a row per case: input, outcome, the message's first line) and table.json under --out.
 `--only` re-runs some cases and merges them into an existing table.json. tests/benchmarks/test_bad_inputs.py runs --quick.
@@ -65,6 +68,7 @@ class Case:
     quick: bool = False  # in --quick (tests/benchmarks/test_bad_inputs.py)
     fast: bool = True  # append the settings that cut the run to a couple of steps
     plant: str | None = None  # a PLANTS entry that alters the case's copy of the JSA run (copy_runs) before it runs
+    files: tuple[tuple[str, str], ...] = ()  # received files written into the case's directory first (write_received)
 
     @property
     def input(self) -> str:
@@ -239,7 +243,7 @@ def stranger_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     return (option_cases() + front_end_cases() + data_cases() + checkpoint_cases() + resume_cases() + stranger_cases()
-            + received_cases())
+            + received_cases() + config_source_cases())
 
 
 def received_cases() -> list[Case]:
@@ -337,6 +341,155 @@ def received_cases() -> list[Case]:
     return cases
 
 
+BOMB = "".join(f"{chr(97 + i)}: &{chr(97 + i)} [{', '.join([f'*{chr(96 + i)}'] * 9) if i else ', '.join(['x'] * 9)}]\n"
+               for i in range(9))  # nine levels of nine aliases: 9**9 strings once expanded, 600 bytes on disk
+# A module that a received config or checkpoint names: importing it writes STRANGER-RAN into the working directory
+# of the process that imported it, so that each case sees its own (run_case: outcome "ran").
+STRANGERS_MODULE = ("import os\nopen(os.path.join(os.getcwd(), 'STRANGER-RAN'), 'w').close()\n"
+                    "def make(params):\n    import torch\n    return torch.optim.Adam(params)\nclass Thing:\n    pass\n")
+STRANGER_MARKER = "STRANGER-RAN"
+
+
+def config_source_cases() -> list[Case]:
+    """Issue 58: every way a config's or a checkpoint's settings reach jsonargparse or Hydra, each naming
+    strangers_module (on the path, as '.' is for many users): refused before anything imports it, in one line that
+    names the file and the key. The received files are written into the case's directory (`files`)."""
+    def cli(name: str, args: list[str], mention: str, files: dict[str, str], quick: bool = False) -> Case:
+        return Case(f"received source: {name}", "cli", args, mention=mention, files=tuple(files.items()), fast=False, quick=quick)
+
+    def model_with(setting: str) -> str:
+        return f"model:\n  class_path: models.JSA\n  init_args:\n    {setting}\n"
+
+    optimizer = model_with("optimizer: strangers_module.make")
+    thing = "model:\n  class_path: strangers_module.Thing\n"
+    cases = [  # the bypasses the issue found
+        cli("cli -c; a Callable option as a dotted string", ["fit", "-c", "received.yaml"], "model.init_args.optimizer",
+            {"received.yaml": optimizer}, quick=True),
+        cli("cli -c; a LambdaCallback hook as a dotted name", ["fit", "-c", "received.yaml"], "init_args.on_fit_start",
+            {"received.yaml": "trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.LambdaCallback\n"
+                              "      init_args:\n        on_fit_start: strangers_module.make\n"}),
+        cli("cli -c; a callback as a plain string", ["fit", "-c", "received.yaml"], "trainer.callbacks[0]",
+            {"received.yaml": "trainer:\n  callbacks:\n    - strangers_module.Thing\n"}),
+        cli("cli -c; a logger as a plain string", ["fit", "-c", "received.yaml"], "trainer.logger",
+            {"received.yaml": "trainer:\n  logger: strangers_module.Thing\n"}),
+        cli("cli -c; model: sub.yaml (a nested file)", ["fit", "-c", "received.yaml"], "sub.yaml",
+            {"received.yaml": "model: sub.yaml\n", "sub.yaml": "class_path: strangers_module.Thing\n"}),
+        cli("cli -c; trainer: laughs.yaml (a nested alias bomb)", ["fit", "-c", "received.yaml"], "laughs.yaml",
+            {"received.yaml": "trainer: laughs.yaml\n", "laughs.yaml": BOMB}),
+        cli("cli fit --model=received_model.yaml", ["fit", "--model=received_model.yaml"], "received_model.yaml",
+            {"received_model.yaml": "class_path: strangers_module.Thing\n"}),
+        cli("cli -cFILE (attached short option)", ["fit", "-creceived.yaml"], "model.class_path", {"received.yaml": thing}),
+        cli("cli -c a file whose name starts with {", ["fit", "-c", "{{received.yaml"], "model.class_path", {"{received.yaml": thing}),
+        Case("received source: hydra -cd; an alias bomb in a sub-folder of experiment/", "hydra",
+             ["-cd", "received", "experiment=sub/bomb"], mention="bomb.yaml", fast=False,
+             files=(("received/experiment/sub/bomb.yaml", "# @package _global_\n" + BOMB),)),
+        # further spellings
+        cli("cli --config=FILE", ["fit", "--config=received.yaml"], "model.init_args.optimizer", {"received.yaml": optimizer}),
+        cli("cli --config FILE", ["fit", "--config", "received.yaml"], "model.init_args.optimizer", {"received.yaml": optimizer}),
+        cli("cli -c=FILE", ["fit", "-c=received.yaml"], "model.init_args.optimizer", {"received.yaml": optimizer}),
+        cli("cli --conf=FILE (an abbreviation)", ["fit", "--conf=received.yaml"], "model.class_path", {"received.yaml": thing}),
+        cli("cli --data=FILE", ["fit", "--data=received_data.yaml"], "received_data.yaml",
+            {"received_data.yaml": "class_path: strangers_module.Thing\n"}),
+        cli("cli --trainer=FILE naming a callback", ["fit", "--trainer=received_trainer.yaml"], "callbacks[0]",
+            {"received_trainer.yaml": "callbacks:\n  - strangers_module.Thing\n"}),
+        cli("cli --trainer.callbacks=FILE", ["fit", "--trainer.callbacks=received_callbacks.yaml"], "received_callbacks.yaml",
+            {"received_callbacks.yaml": "- class_path: strangers_module.Thing\n"}),
+        cli("cli -c; a YAML tag !!python/name", ["fit", "-c", "received.yaml"], "python/name",
+            {"received.yaml": model_with("optimizer: !!python/name:strangers_module.make ''")}),
+        cli("cli -c; a YAML tag !!python/object/apply", ["fit", "-c", "received.yaml"], "python/object/apply",
+            {"received.yaml": "trainer: !!python/object/apply:strangers_module.make [[]]\n"}),
+        cli("cli -c; a merge key <<: bringing in a class_path", ["fit", "-c", "received.yaml"], "class_path",
+            {"received.yaml": "base: &base\n  class_path: strangers_module.Thing\nmodel:\n  <<: *base\n"}),
+        cli("cli -c; a dotted key model.init_args.optimizer", ["fit", "-c", "received.yaml"], "model.init_args.optimizer",
+            {"received.yaml": "model: JSA\nmodel.init_args.optimizer: strangers_module.make\n"}),
+        cli("cli -c; a look-alike torch.optіm.Adam (Cyrillic і)", ["fit", "-c", "received.yaml"], "model.init_args.optimizer",
+            {"received.yaml": model_with("optimizer: torch.opt\u0456m.Adam")}),
+        cli("cli -c; a look-alike mоdels.JSA class_path (Cyrillic о)", ["fit", "-c", "received.yaml"], "model.class_path",
+            {"received.yaml": "model:\n  class_path: m\u043edels.JSA\n"}),
+        cli("cli -c; a full-width dot strangers_module．make", ["fit", "-c", "received.yaml"], "model.init_args.optimizer",
+            {"received.yaml": model_with("optimizer: strangers_module\uff0emake")}),
+        cli("cli -c; a dotted name with spaces and a trailing blank", ["fit", "-c", "received.yaml"], "model.init_args.optimizer",
+            {"received.yaml": model_with("optimizer: 'strangers_module.make '")}),
+        cli("cli -c; a class given as YAML inside a string", ["fit", "-c", "received.yaml"], "model.class_path",
+            {"received.yaml": "model: '{\"class_path\": \"strangers_module.Thing\"}'\n"}),
+        cli("cli -c; the optimizer as a class_path mapping", ["fit", "-c", "received.yaml"], "optimizer.class_path",
+            {"received.yaml": model_with("optimizer:\n      class_path: strangers_module.Thing")}),
+        cli("cli -c; trainer.plugins a plain string", ["fit", "-c", "received.yaml"], "trainer.plugins",
+            {"received.yaml": "trainer:\n  plugins: strangers_module.Thing\n"}),
+        cli("cli -c; trainer.profiler a plain string", ["fit", "-c", "received.yaml"], "trainer.profiler",
+            {"received.yaml": "trainer:\n  profiler: strangers_module.Thing\n"}),
+        cli("cli -c; a nested file in a callbacks list", ["fit", "-c", "received.yaml"], "callback.yaml",
+            {"received.yaml": "trainer:\n  callbacks:\n    - callback.yaml\n", "callback.yaml": "class_path: strangers_module.Thing\n"}),
+        cli("cli -c; a nested file three levels down", ["fit", "-c", "received.yaml"], "c.yaml",
+            {"received.yaml": "model: a.yaml\n", "a.yaml": "class_path: models.JSA\ninit_args: b.yaml\n",
+             "b.yaml": "prior: c.yaml\n", "c.yaml": "class_path: strangers_module.Thing\n"}),
+        cli("cli -c; a nested file that names itself (a loop)", ["fit", "-c", "received.yaml"], "loop.yaml",
+            {"received.yaml": "model: loop.yaml\n", "loop.yaml": "class_path: models.JSA\ninit_args: loop.yaml\n"}),
+        cli("cli -c; a nested file that is a named pipe", ["fit", "-c", "received.yaml"], "pipe.yaml",
+            {"received.yaml": "model: pipe.yaml\n", "pipe.yaml": "<fifo>"}),
+        cli("cli -c; a nested file that links to /dev/zero", ["fit", "-c", "received.yaml"], "zero.yaml",
+            {"received.yaml": "trainer: zero.yaml\n", "zero.yaml": "<link:/dev/zero>"}),
+        cli("cli -c a link to a config naming a stranger", ["fit", "-c", "link.yaml"], "model.class_path",
+            {"real.yaml": thing, "link.yaml": "<link:real.yaml>"}),
+        cli("cli -c a link to /dev/zero", ["fit", "-c", "link.yaml"], "not a regular file", {"link.yaml": "<link:/dev/zero>"}),
+        cli("cli -c a dangling link", ["fit", "-c", "link.yaml"], "link.yaml", {"link.yaml": "<link:gone.yaml>"}),
+        cli("cli -c a named pipe", ["fit", "-c", "pipe.yaml"], "not a regular file", {"pipe.yaml": "<fifo>"}),
+        cli("cli -c a directory", ["fit", "-c", "folder.yaml"], "folder.yaml", {"folder.yaml": "<dir>"}),
+        cli("cli -c inline YAML naming a nested file", ["fit", "-c", '{{"model": "sub.yaml"}}'], "sub.yaml",
+            {"sub.yaml": "class_path: strangers_module.Thing\n"}),
+        Case("received source: hydra --config-dir=DIR; a defaults list overriding a group with a stranger's _target_",
+             "hydra", ["--config-dir=received", "experiment=deep/er/x"], mention="_target_", fast=False,
+             files=(("received/experiment/deep/er/x.yaml", "# @package _global_\ndefaults:\n  - override /logger: evil\n"),
+                    ("received/logger/evil.yaml", "_target_: strangers_module.Thing\n"))),
+        cli("cli -c; a hook that is a LightningCLI parsing a stranger's class", ["fit", "-c", "received.yaml"],
+            "init_args.on_fit_start.class_path",
+            {"received.yaml": "trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.LambdaCallback\n"
+                              "      init_args:\n        on_fit_start:\n          class_path: lightning.pytorch.cli.LightningCLI\n"
+                              "          init_args:\n            args: ['--model=strangers_module.Thing']\n"}),
+        Case("received source: hydra -cd; a _target_ hydra.utils.get_class importing a stranger's module", "hydra",
+             ["-cd", "received", "+experiment=getter"], mention="_target_", fast=False,
+             files=(("received/experiment/getter.yaml", "# @package _global_\nfound:\n  _target_: hydra.utils.get_class\n"
+                                                       "  path: strangers_module.Thing\n"),)),
+        Case("received source: hydra hydra.searchpath; an alias bomb in a sub-folder", "hydra",
+             ["hydra.searchpath=[file://received]", "experiment=sub/bomb"], mention="bomb.yaml", fast=False,
+             files=(("received/experiment/sub/bomb.yaml", "# @package _global_\n" + BOMB),)),
+    ]
+    # A received checkpoint whose settings give the optimizer as a dotted string (plant: "import optimizer dotted").
+    cli_fast = ["--trainer.limit_test_batches=1", "--trainer.limit_val_batches=1", "--model.test_num_samples=2",
+                "--model.val_num_samples=2"]
+    for where in ("", " in init_args"):
+        plant = f"import optimizer dotted{where}"
+        for command in ("test", "validate"):
+            cases.append(Case(f"received source: cli {command} --ckpt_path; hyper_parameters optimizer a dotted string{where}",
+                              "checkpoint", [command, "--ckpt_path={planted}", *cli_fast], mention="optimizer",
+                              copy_runs=True, plant=plant, fast=False))
+        cases.append(Case(f"received source: library load_from_checkpoint; optimizer a dotted string{where}", "library",
+                          ["-c", "from models import JSA\nJSA.load_from_checkpoint('{planted}')"], mention="optimizer",
+                          copy_runs=True, plant=plant))
+    cases.append(Case("received source: hydra resume; hyper_parameters optimizer a dotted string", "checkpoint",
+                      ["model=jsa", "ckpt_path={planted}", "trainer.max_steps=4"], mention="optimizer", copy_runs=True,
+                      plant="import optimizer dotted"))
+    cases.append(Case("received source: cli fit --ckpt_path; hyper_parameters optimizer a dotted string", "checkpoint",
+                      ["fit", "--ckpt_path={planted}", "--trainer.max_steps=4"], mention="optimizer", copy_runs=True,
+                      plant="import optimizer dotted"))
+    return cases
+
+
+def write_received(cwd: Path, files: tuple[tuple[str, str], ...]) -> None:
+    """A case's received files: text, or "<fifo>", "<dir>", "<link:TARGET>" for a named pipe, a folder, a link."""
+    for name, text in files:
+        path = cwd / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if text == "<fifo>":
+            os.mkfifo(path)
+        elif text == "<dir>":
+            path.mkdir()
+        elif text.startswith("<link:"):
+            path.symlink_to(text[len("<link:"):-1])
+        else:
+            path.write_text(text)
+
+
 RECEIVED_DATA = ["train images a named pipe", "train labels a named pipe", "train images a link to /dev/zero"]
 PLANTED_MODULE = "open({marker!r}, 'w').close()\nclass Thing:\n    pass\n"
 
@@ -371,6 +524,10 @@ def plant(name: str, last: Path, cwd: Path) -> Path:
             hparams["prior"] = {"class_path": "models.JSA", "init_args": {"class_path": "planted_module.Thing"}}
         elif what == "likelihood._target_":
             hparams["likelihood"] = {"_target_": "planted_module.Thing"}
+        elif what == "optimizer dotted":
+            hparams["optimizer"] = "strangers_module.make"
+        elif what == "optimizer dotted in init_args":  # the settings as a class_path mapping around the model's
+            checkpoint["hyper_parameters"] = {"class_path": "models.JSA", "init_args": {**hparams, "optimizer": "strangers_module.make"}}
         elif what == "datamodule class_path":
             checkpoint["datamodule_hyper_parameters"] = {"_class_path": "planted_module.Thing"}
         else:
@@ -416,6 +573,7 @@ def prepare_received(root: Path, data_dir: Path, jsa: Path) -> None:
     from checkpoints.files import save_checkpoint_file
 
     (root / "planted_module.py").write_text(PLANTED_MODULE.format(marker=str(root / "PAYLOAD-RAN")))
+    (root / "strangers_module.py").write_text(STRANGERS_MODULE)
     configs = root / "configs"
     configs.mkdir()
     bomb = "".join(f"{chr(97 + i)}: &{chr(97 + i)} [{', '.join([f'*{chr(96 + i)}'] * 9) if i else ', '.join(['x'] * 9)}]\n"
@@ -576,6 +734,7 @@ def run_case(case: Case, root: Path, data_dir: Path) -> dict:
         places["jsa"] = str(run_checkpoint(root, "jsa", runs=cwd))
     if case.plant:
         places["planted"] = str(plant(case.plant, Path(places["jsa"]), cwd))
+    write_received(cwd, case.files)
     args = [a.format(**places) for a in case.args]
     if args[:1] == ["-c"]:
         argv = [sys.executable, "-c", args[1]]
@@ -603,6 +762,8 @@ def run_case(case: Case, root: Path, data_dir: Path) -> dict:
         outcome, message = "hang", f"still running after {CASE_TIMEOUT_S} s"
     else:
         outcome, message = classify(case, result.returncode, result.stdout, result.stderr, written)
+    if (cwd / STRANGER_MARKER).exists():  # a module a received file named was imported: its code ran
+        outcome, message = "ran", f"strangers_module was imported; {message}"
     if not (cwd / "victim" / "notes.txt").is_file() or (cwd / "created-outside.yaml").exists():
         outcome, message = "lost", f"the user's victim/notes.txt is gone, or a file was made through a link; {message}"
     code = result.returncode if result is not None else None

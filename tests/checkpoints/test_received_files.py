@@ -115,9 +115,9 @@ def test_a_callback_in_a_received_config_file_is_refused_before_it_is_imported(t
                             capture_output=True, text=True, timeout=240)
     assert not (tmp_path / "IMPORTED").exists()
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
-        "error: config file received.yaml names the class 'planted.Thing', which is not one of the collection's, "
-        "Lightning's or torch.optim's; it is not imported (importing runs code): read the file; a class you trust can "
-        "be given on the command line (--trainer.callbacks+=CLASS)"]
+        "error: config file received.yaml: trainer.callbacks[0].class_path names 'planted.Thing', which is not a class or "
+        "function of the collection, Lightning or torch.optim; it is not imported (importing runs code): read the file; "
+        "a class you trust can be given on the command line (--trainer.callbacks+=CLASS)"]
 
 
 @pytest.mark.parametrize("name, command", [("hparams.yaml", "hydra"), ("hparams.yaml (dangling)", "hydra"), (".owner", "hydra"),
