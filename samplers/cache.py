@@ -63,7 +63,7 @@ class LatentCache(nn.Module):
         # position of each example's last occurrence in the batch, scattered into a table over all examples:
         # sync-free (torch.unique would read its output size back to the host every step)
         position = torch.arange(index.shape[0], device=index.device)
-        last = torch.full((self.num_examples,), -1, dtype=torch.long, device=index.device)
+        last = torch.full_like(self.changed_epoch, -1, dtype=torch.long)
         last.scatter_reduce_(0, index, position, reduce="amax")
         new = latent[last[index]].to(self.codes.dtype)  # repeated indices now carry identical rows
         changed = (self.codes[index] != new).flatten(1).any(1)

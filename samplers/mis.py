@@ -73,18 +73,18 @@ def mis_chain(log_target: Tensor, log_proposal: Tensor, generator: torch.Generat
     # only ever compared in log space, so nothing is exponentiated.
     log_weight = log_target - log_proposal
     log_u = torch.rand(batch, num_steps, device=log_target.device, dtype=log_target.dtype, generator=generator).log()
-    current = torch.zeros(batch, dtype=torch.long, device=log_target.device)
+    current = torch.zeros_like(log_weight[:, 0], dtype=torch.long)
     current_log_weight = log_weight[:, 0]
-    accepted = torch.zeros(batch, dtype=torch.long, device=log_target.device)
-    path = torch.empty(batch, num_steps, dtype=torch.long, device=log_target.device)
+    accepted = torch.zeros_like(current)
+    steps = []
     # The only sequential part: each step compares against the state the previous step left.
     for t in range(1, num_candidates):
         accept = log_u[:, t - 1] < log_weight[:, t] - current_log_weight
         current = torch.where(accept, t, current)
         current_log_weight = torch.where(accept, log_weight[:, t], current_log_weight)
-        accepted += accept
-        path[:, t - 1] = current
-    return MISChain(current, accepted, path)
+        accepted = accepted + accept
+        steps.append(current)
+    return MISChain(current, accepted, torch.stack(steps, 1))
 
 
 def sample_categorical(log_probs: Tensor, num_samples: int, generator: torch.Generator | None = None) -> Tensor:

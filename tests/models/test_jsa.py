@@ -3,6 +3,7 @@ cache (written, read, checkpointed), and training on real MNIST."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 from pathlib import Path
 
@@ -302,3 +303,80 @@ def test_cache_refresh_restarts_a_share_of_the_chains_with_the_predicted_law():
 def test_cache_remedy_settings_are_checked(setting, message):
     with pytest.raises(ValueError, match=message):
         JSA(**setting)
+
+
+# ---- replicas: R runs of one JSA as one batched step (torch.func.vmap over stacked parameters and buffers) ---------
+
+class TrainingLoss(torch.nn.Module):
+    """A model's training loss as a module's forward, for torch.func.functional_call."""
+
+    def __init__(self, model: JSA) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        return self.model.training_loss(x, index)["loss"]
+
+
+def replica_step(models: list[JSA], x: torch.Tensor, index: torch.Tensor, seed: int) -> tuple[dict, torch.Tensor, dict]:
+    """(gradients, losses, buffers after the step), each stacked over the replicas: one vmapped step of all of them."""
+    from torch.func import functional_call, grad_and_value, stack_module_state, vmap
+
+    params, buffers = stack_module_state([TrainingLoss(m) for m in models])
+    template = TrainingLoss(copy.deepcopy(models[0]))
+    torch.manual_seed(seed)
+    grads, losses = vmap(grad_and_value(lambda p, b, x, i: functional_call(template, (p, b), (x, i))),
+                         randomness="different")(params, buffers, x, index)
+    return grads, losses, buffers
+
+
+def replica_models(count: int, **kwargs) -> list[JSA]:
+    models = []
+    for r in range(count):
+        model = toy_jsa(mis_steps=5, cache_size=6, **kwargs).double()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.1 * r)  # a replica's own weights
+        models.append(model)
+    return models
+
+
+@pytest.mark.parametrize("settings", [dict(gradient_rows=2), dict(gradient_states="expected", q_states="fresh"),
+                                      dict(chain_rows="static", cache_refresh=0.5)])
+def test_a_jsa_step_vmapped_over_one_replica_is_the_step(settings):
+    """The whole step (MIS, the cache read and written, the loss) runs under torch.func.vmap over stacked parameters and
+    buffers (no in-place write into an unbatched tensor), and with one replica it is the plain step: the same loss,
+    gradients and cache from the same seed."""
+    (model,) = replica_models(1, **settings)
+    plain = copy.deepcopy(model)
+    x = torch.rand(1, 6, 1, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    index = torch.arange(6).expand(1, -1)
+    plain.training_loss(x[0], index[0])  # a filled cache: the step reads it
+    model.cache.codes.copy_(plain.cache.codes)
+    grads, losses, buffers = replica_step([model], x, index, seed=7)
+    torch.manual_seed(7)
+    loss = plain.training_loss(x[0], index[0])["loss"]
+    loss.backward()
+    assert losses[0] == loss
+    for name, p in plain.named_parameters():
+        if p.grad is not None:
+            torch.testing.assert_close(grads[f"model.{name}"][0], p.grad, rtol=0, atol=1e-12, msg=name)
+    assert torch.equal(buffers["model.cache.codes"][0], plain.cache.codes)
+
+
+def test_vmapped_replicas_do_not_interact():
+    """Replica 0's data and weights changed: every other replica's loss, gradients and cache are exactly as before."""
+    models = replica_models(3, gradient_rows=2)
+    x = torch.rand(3, 6, 1, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    index = torch.arange(6).expand(3, -1)
+    grads, losses, buffers = replica_step([copy.deepcopy(m) for m in models], x, index, seed=7)
+    with torch.no_grad():
+        for p in models[0].parameters():
+            p.mul_(-2.0)
+    x_changed = x.clone()
+    x_changed[0] = 1 - x_changed[0]
+    grads_changed, losses_changed, buffers_changed = replica_step(models, x_changed, index, seed=7)
+    assert losses_changed[0] != losses[0] and torch.equal(losses_changed[1:], losses[1:])
+    for name in grads:
+        assert torch.equal(grads_changed[name][1:], grads[name][1:]), name
+    assert torch.equal(buffers_changed["model.cache.codes"][1:], buffers["model.cache.codes"][1:])
