@@ -1,5 +1,6 @@
 """What makes a checkpoint whole and safe to read, whichever script builds the Trainer.
 
+* `errors`: `CheckpointError`, free of Lightning and torch (samplers/ and datamodules/ raise it);
 * `files`: the file format: atomic, checksummed writes, the directory lock, the one safe loader (weights only, the
   registered classes only), the checks of a restored loop and optimizer state, and `AtomicCheckpoints`, the callback
   that routes the trainer's reads and writes through them;

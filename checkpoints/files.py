@@ -43,6 +43,7 @@ import lightning as L
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 
+from checkpoints.errors import CheckpointError
 from checkpoints.import_paths import foreign_import_paths
 from checkpoints.registry import is_registered
 from common.private_api import lightning_load
@@ -51,10 +52,6 @@ log = logging.getLogger(__name__)
 
 CHECKSUM_SUFFIX = ".sha256"
 TEMPORARY_MARK = ".tmp-"  # `.<name>.tmp-<pid>`: a temporary file of process <pid>
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file is missing, unreadable or not what it should be (the user's to fix)."""
 
 
 def write_atomically(path: Path, data: bytes | memoryview) -> None:

@@ -20,6 +20,8 @@ from typing import Any, Iterator
 
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from checkpoints.errors import CheckpointError
+
 
 class ResumableSampler(DistributedSampler):
     """`DistributedSampler` (shuffled by seed + epoch, one shard per rank) that can start mid-epoch."""
@@ -69,7 +71,6 @@ class ResumableDataLoader(DataLoader):
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         # Checkpoints written before positions were counted in examples hold batches of this batch size.
-        from checkpoints.files import CheckpointError
 
         state = state if isinstance(state, dict) else {}
         examples_done = state.get("examples_done", state.get("batches_done", 0) * self.sampler.batch_size)

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from checkpoints.files import CheckpointError
+from checkpoints.errors import CheckpointError
 from common.private_api import ignore_in_ddp
 from models.categorical import CategoricalLatentModel
 from models.components.code_usage import code_counts, usage_perplexity

@@ -17,6 +17,8 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from checkpoints.errors import CheckpointError
+
 
 def cache_dtype(num_categories: int) -> torch.dtype:
     """Smallest integer dtype whose maximum (the sentinel) is above every class id 0..K-1."""
@@ -100,8 +102,6 @@ def _check_loaded_state(module: LatentCache, state_dict: dict, prefix: str, *arg
     """A checkpoint's cache is read as indices (an out-of-range code is an index error on the CPU and a device-side
     assert on a GPU) and logged as ages: it must hold integer codes in 0..K-1 or the sentinel, and changed epochs in
     [0, MAX_EPOCH). A file that does not is refused in one line before anything uses it."""
-    from checkpoints.files import CheckpointError
-
     codes, epochs = state_dict.get(prefix + "codes"), state_dict.get(prefix + "changed_epoch")
     if isinstance(codes, Tensor) and codes.numel():
         if codes.is_floating_point() or codes.is_complex() or codes.dtype == torch.bool:

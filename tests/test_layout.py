@@ -129,3 +129,17 @@ def test_the_imports_form_no_circle():
         if name not in index:
             connect(name)
     assert not circles, f"import circles: {circles}"
+
+
+def test_samplers_refuse_a_bad_cache_without_importing_lightning():
+    """samplers/ are plain tensors: even refusing a checkpoint's corrupt cache (CheckpointError, checkpoints/errors.py)
+    imports no Lightning."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, torch\nfrom samplers.cache import LatentCache\nfrom checkpoints.errors import CheckpointError\n"
+             "cache = LatentCache(2, (3,), 4)\n"
+             "try:\n    cache.load_state_dict({'codes': torch.full((2, 3), 9), 'changed_epoch': torch.zeros(2, dtype=torch.int32)})\n"
+             "except CheckpointError as error:\n    print('refused', 'lightning' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "refused False", (result.stdout, result.stderr[-2000:])
