@@ -15,7 +15,7 @@ from callbacks.posterior_samples import PosteriorSamples
 from callbacks.preemption import SaveOnPreemption
 from callbacks.progress import LineProgressBar, progress_bar
 from callbacks.speed import TrainingSpeed
-from callbacks.test_cost import TestCost
+from callbacks.testing_cost import TestCost
 
 __all__ = [
     "GradientVariance",
