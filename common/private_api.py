@@ -16,8 +16,9 @@ OVERRIDDEN = {
     # prints the run's summary line at the end; _instantiate_trainer (called, not overridden) builds the trainer
     # launch/run_builder.py describes, with LightningCLI's own callbacks. `_get` and `_parser` are called too
     # (`cli_value`, `cli_callbacks` below) and checked with them. _set_seed refuses a seed outside numpy's range in one
-    # line before Lightning seeds.
-    "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_run_subcommand", "_get", "_parser", "_instantiate_trainer", "_set_seed"),
+    # line before Lightning seeds. _prepare_subcommand_parser gives validate and test their --fresh_weights flag.
+    "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_run_subcommand", "_get", "_parser", "_instantiate_trainer", "_set_seed",
+                                           "_prepare_subcommand_parser"),
 }
 
 

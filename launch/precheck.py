@@ -384,6 +384,30 @@ def check_cli(argv: list[str], schema: dict[str, Any]) -> None:
             check_value(f"--{group}.{name}", value, [settings], cli=True)
 
 
+# `validate`/`test` evaluate the weights of --ckpt_path; without one they would evaluate untrained weights (hours of
+# importance sampling for a meaningless number) unless this flag says that is what is wanted.
+FRESH_WEIGHTS_OPTION = "--fresh_weights"
+
+
+def untrained_evaluation(subcommand: str) -> str:
+    """The line that refuses `validate`/`test` without --ckpt_path (here, and once parsed in launch/cli_app.py)."""
+    return (f"{subcommand} without --ckpt_path would {subcommand} untrained weights: give the checkpoint of a run, "
+            f"--ckpt_path=logs/tensorboard/<run>/version_N/checkpoints/last.ckpt, or {FRESH_WEIGHTS_OPTION}=true to "
+            f"{subcommand} a freshly initialized model")
+
+
+def check_weights_to_evaluate(argv: list[str]) -> None:
+    """`python train.py test` (or validate) with neither --ckpt_path nor --fresh_weights=true. A config file may give
+    ckpt_path: then the parsed config is checked (launch/cli_app.py)."""
+    if argv[:1] not in (["validate"], ["test"]):
+        return
+    given = dict(option_values(argv[1:]))
+    ok, fresh = scalar(given.get(FRESH_WEIGHTS_OPTION) or "false", cli=True)
+    if given.get("--ckpt_path") not in (None, "null", "None", "") or (ok and fresh is True):
+        return
+    raise EarlyRefusal(untrained_evaluation(argv[0]))
+
+
 def check_no_pickled_rerun(argv: list[str]) -> None:
     """Hydra's --experimental-rerun (or any abbreviation argparse expands to it) unpickles the file it is given, a
     run's .hydra/config.pickle: a stranger's file would run code. Refused, whatever the schema says."""
@@ -507,6 +531,8 @@ def refuse_early(argv: list[str], cli: bool) -> str | None:
             check_no_pickled_rerun(argv)
         if cli and not prints_only:
             check_config_files(argv)
+            if not any(arg in ("-c", "--config") or arg.startswith(("-c=", "--config=")) for arg in argv):
+                check_weights_to_evaluate(argv)  # (a config file may give ckpt_path: checked once parsed)
         if schema is not None:
             (check_cli if cli else check_hydra)(argv, schema)
         if not prints_only and not any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):

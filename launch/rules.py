@@ -135,11 +135,15 @@ def resume_point(trainer: Any, ckpt_path: str | None) -> str | None:
 
 
 @contextlib.contextmanager
-def running(trainer: Any, say: Callable[[str], Any]) -> Iterator[None]:
+def running(trainer: Any, say: Callable[[str], Any], evaluating_only: bool = False) -> Iterator[None]:
     """Around fit/test: the last line names the run, its last.ckpt and the TensorBoard command (also after Ctrl-C or
-    SIGTERM); a run refused before it saved a checkpoint leaves nothing behind."""
-    from launch.errors import lightning_refusals_as_settings_errors, refusals
+    SIGTERM); a run refused before it saved a checkpoint leaves nothing behind. Ctrl-C exits with 130 wherever it comes;
+    when the process only evaluates (validate, test), the run it was logging into is left as it was (a half-written
+    test stage's image grids without its metrics would look like a result)."""
+    from launch.errors import StoppedByCtrlC, ctrl_c_as_status_130, lightning_refusals_as_settings_errors, refusals
     from launch.runs.run_directory import no_traces_if_refused, run_summary_at_end
 
-    with run_summary_at_end(trainer, say), no_traces_if_refused(trainer.logger, refusals()), lightning_refusals_as_settings_errors():
+    undone = (*refusals(), StoppedByCtrlC) if evaluating_only else refusals()
+    with run_summary_at_end(trainer, say), no_traces_if_refused(trainer.logger, undone), ctrl_c_as_status_130(), \
+            lightning_refusals_as_settings_errors():
         yield

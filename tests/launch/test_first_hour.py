@@ -64,6 +64,24 @@ def test_cli_defaults_to_jsa_on_binarized_mnist(tmp_path):
     assert grey.model.hparams["likelihood"] == "discretized_logistic"  # follows the data: 8-bit grey pixels
 
 
+@pytest.mark.parametrize("subcommand", ["test", "validate"])
+def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tmp_path, monkeypatch, capsys):
+    """`test`/`validate` without a checkpoint (here from a -c file, which the early checks leave to the parser) is one
+    line naming --ckpt_path and --fresh_weights, with no run directory made; --fresh_weights=true evaluates."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.yaml").write_text("model: VAE\ndata: MNISTDataModule\ntrainer: {limit_val_batches: 1, limit_test_batches: 1}\n")
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main([subcommand, "-c", "run.yaml"])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"error: {subcommand} without --ckpt_path would {subcommand} untrained weights") and "--fresh_weights=true" in error
+    assert not (tmp_path / "logs").exists()
+    stage = "val" if subcommand == "validate" else "test"
+    fresh = launch.cli_app.main([subcommand, "-c", "run.yaml", "--fresh_weights=true", f"--model.{stage}_num_samples=2",
+                                 "--data.eval_batch_size=8"])
+    assert type(fresh.model) is VAE and f"{stage}/nll" in fresh.trainer.callback_metrics
+
+
 def test_cli_integer_batch_limits_are_counts(tmp_path):
     """`--trainer.limit_val_batches=1` is one batch (jsonargparse alone reads it as 1.0, i.e. all of them)."""
     cli = launch.cli_app.main(["--trainer.limit_val_batches=1", "--trainer.limit_test_batches", "1", "--trainer.limit_train_batches=0.5",

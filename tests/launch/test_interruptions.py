@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -73,6 +74,27 @@ def test_sigterm_and_ctrl_c_save_a_checkpoint_exit_nonzero_and_resume_bit_for_bi
     code, output = finish(start(tmp_path, mnist_dir, f"ckpt_path={last}"))
     assert code == 0, output[-3000:]
     assert_same_training_state(uninterrupted, state(last))
+
+
+def test_ctrl_c_during_test_exits_130_and_leaves_the_run_as_it_was(tmp_path, mnist_dir):
+    """`python train.py test --ckpt_path=...` logs into the run that wrote the checkpoint; Ctrl-C while it tests
+    exits with 130 (Lightning's own answer is 1) and takes back what the stopped test wrote there (its event file,
+    with image grids and no metrics; config_test.yaml), as a refused run does."""
+    fit = ["fit", "--model=VAE", "--trainer.max_steps=2", "--trainer.limit_val_batches=1", "--model.val_num_samples=2"]
+    fitted = subprocess.run([sys.executable, str(REPO / "train.py"), *fit], cwd=tmp_path, env={**os.environ, "DATA_DIR": str(mnist_dir)},
+                            capture_output=True, text=True, timeout=240)
+    assert fitted.returncode == 0, fitted.stderr[-3000:]
+    run = tmp_path / "logs" / "tensorboard" / "vae-mnist-mlp-z32" / "version_0"
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    tested = faults.run_train(tmp_path, "test", "--model=VAE", f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
+                              "--model.test_num_samples=1000", env={"DATA_DIR": str(mnist_dir)})
+    # the test stage has begun logging into the run: its event file is there
+    wait_for(lambda: len(list(run.glob("events.out.tfevents.*"))) > len([p for p in before if p.name.startswith("events.")]), tested)
+    tested.send_signal(signal.SIGINT)
+    code, output = finish(tested)
+    assert code == 130, output[-3000:]
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    assert output.strip().splitlines()[-1].startswith("run: logs/tensorboard/vae-mnist-mlp-z32/version_0 "), output[-3000:]  # where it is
 
 
 def test_kill_during_checkpoint_writes_never_leaves_a_broken_checkpoint(tmp_path, mnist_dir, monkeypatch):

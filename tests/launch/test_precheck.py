@@ -69,10 +69,13 @@ def test_the_committed_schema_is_what_the_classes_give():
     (f"log_dir={REPO / 'README.md'}", f"log_dir={REPO / 'README.md'}: {REPO / 'README.md'} is a file, not a directory"),
     (f"fit --trainer.default_root_dir={REPO / 'README.md'}", "is a file, not a directory"),
     (f"fit --log_dir={REPO / 'README.md'}", f"--log_dir={REPO / 'README.md'}: {REPO / 'README.md'} is a file, not a directory"),
+    # evaluating untrained weights (hours of importance sampling for a meaningless number) asks for the flag that says so
+    ("test", "test without --ckpt_path would test untrained weights: give the checkpoint of a run, --ckpt_path="),
+    ("validate --model=VAE --ckpt_path=null", "or --fresh_weights=true to validate a freshly initialized model"),
 ])
 def test_mistakes_are_one_line_with_the_closest_name(command, line):
     argv = shlex.split(command)
-    refusal = refuse_early(argv, cli=argv[0] in ("fit", "test"))
+    refusal = refuse_early(argv, cli=argv[0] in ("fit", "validate", "test"))
     assert refusal is not None and line in refusal, refusal
     assert "\n" not in refusal
 
@@ -109,6 +112,7 @@ VALID = [
     "model.lr='${optimizer.lr}'", "+trainer.max_time=00:00:10:00", "model=dvae_gumbel model.temperature=0.5", "trainer=ddp",
     "callbacks.gradient_variance.every_n_steps=0 hydra.run.dir=x", "-m model.mis_steps=1,5,20 seed=range(3)",
     "fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1", "test --model=VAE --ckpt_path=PATH/last.ckpt",
+    "test --fresh_weights=true", "validate --fresh_weights true", "test -c=run.yaml",  # (a config file may give ckpt_path)
     "fit --help", "fit --config configs/cli/jsa_paper.yaml", "fit --trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping",
     "fit --model=JSA --model.init_args.mis_steps=5 --checkpoint.save_top_k=3 --seed_everything=1",
     # what a review found refused by an earlier version, each accepted by Hydra or jsonargparse
@@ -143,7 +147,7 @@ def with_files_named_by(commands: list[list[str]], root: Path, monkeypatch: pyte
 def test_valid_commands_pass(command, tmp_path, monkeypatch):
     argv = shlex.split(command)
     with_files_named_by([argv], tmp_path, monkeypatch)
-    assert refuse_early(argv, cli=bool(argv) and argv[0] in ("fit", "test")) is None
+    assert refuse_early(argv, cli=bool(argv) and argv[0] in ("fit", "validate", "test")) is None
 
 
 def test_an_option_without_its_value_is_left_to_the_parser():
