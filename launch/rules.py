@@ -91,7 +91,8 @@ def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir:
     as given):
     - without a logger, or under fast_dev_run (and no default_root_dir given), the run's files go to `unlogged_dir`: Lightning would put
       its checkpoints, and LightningCLI its config.yaml, into the working directory;
-    - a DDP strategy named by a string gets a collective timeout (launch/runs/distributed.py);
+    - a DDP strategy named by a string gets a collective timeout (launch/runs/distributed.py), set once every rank has
+      started (callbacks/process_group.py);
     - in a SLURM job, Lightning's auto-requeue saves and finds hpc_ckpt_N.ckpt in the run's directory;
     - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/preemption.py);
     - a DDP run's process group is released at exit in every rank (callbacks/process_group.py);
@@ -99,17 +100,19 @@ def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir:
     from lightning.pytorch.callbacks import ProgressBar
 
     from callbacks.preemption import SaveOnPreemption
-    from callbacks.process_group import ReleaseProcessGroupAtExit
+    from callbacks.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
     from launch.runs.distributed import strategy_with_timeout
     from launch.runs.run_directory import slurm_job_id
 
     changed = {"strategy": strategy_with_timeout(settings.get("strategy"), timeout_s)}
+    # the strategy's timeout covers the ranks' start; the collectives after it get timeout_s
+    timeouts = [CollectiveTimeout(timeout_s)] if changed["strategy"] is not settings.get("strategy") else []
     if logger and slurm_job_id() is not None:
         changed["default_root_dir"] = logger.log_dir
     # fast_dev_run replaces any logger by Lightning's DummyLogger, which has no directory: the same as none.
     if (not logger or settings.get("fast_dev_run")) and settings.get("default_root_dir") is None and unlogged_dir is not None:
         changed["default_root_dir"] = unlogged_dir
-    callbacks = [*(settings.get("callbacks") or []), SaveOnPreemption(), ReleaseProcessGroupAtExit()]
+    callbacks = [*(settings.get("callbacks") or []), SaveOnPreemption(), ReleaseProcessGroupAtExit(), *timeouts]
     if settings.get("enable_progress_bar") is False:  # None: on
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     return {**changed, "callbacks": callbacks}

@@ -123,16 +123,22 @@ def test_two_resumes_of_one_run_started_together_have_one_writer(tmp_path, mnist
 
 
 def test_a_frozen_ddp_peer_stops_the_run_with_a_message_after_the_timeout(tmp_path, mnist_dir):
-    freeze = ["trainer=ddp", "trainer.accelerator=cpu", "ddp_timeout_s=20", "+callbacks.freeze._target_=tests.scripts.freeze.FreezeRank1"]
+    """Rank 1 starts 15 s after rank 0 (as on a busy machine), which is longer than ddp_timeout_s: the start is not a
+    hang (the ranks wait for each other as long as launch/runs/distributed.py's STARTUP_TIMEOUT_S). Then rank 1 freezes
+    after two steps, and rank 0 stops with the one-line message once the collective has waited ddp_timeout_s. Timed
+    from the freeze itself, not from the start, which a loaded machine makes as slow as it likes."""
+    timeout_s = 10
+    freeze = ["trainer=ddp", "trainer.accelerator=cpu", f"ddp_timeout_s={timeout_s}",
+              "+callbacks.freeze._target_=tests.scripts.freeze.FreezeRank1", f"+callbacks.freeze.late_start_s={timeout_s + 5}"]
     process = start(tmp_path, mnist_dir, *freeze)
     try:
-        started = time.monotonic()
-        code, output = finish(process, timeout=120)
+        wait_for(lambda: "rank 1 stops itself (SIGSTOP)" in process.log.read_text(), process, timeout=600, poll=0.05)
+        frozen = time.monotonic()
+        code, output = finish(process, timeout=timeout_s + 120)
         assert code == 2, output[-3000:]
-        assert "rank 1 stops itself (SIGSTOP)" in output
         error = output.strip().splitlines()[-1]
         assert error.startswith("error: a distributed collective timed out") and "ddp_timeout_s" in error, output[-3000:]
-        assert time.monotonic() - started < 90
+        assert time.monotonic() - frozen < timeout_s + 90  # the collective's timeout, not torch's 30 min
     finally:
         os.killpg(process.pid, signal.SIGKILL)  # the stopped rank 1
 
