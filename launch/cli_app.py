@@ -22,7 +22,7 @@ from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch import rules
 from launch.errors import exit_with, user_errors_as_one_line
-from launch.precheck import FRESH_WEIGHTS_OPTION, option_value, untrained_evaluation
+from launch.precheck import FRESH_WEIGHTS_OPTION, option_value, scheduler_without_optimizer, untrained_evaluation
 from launch.runs.run_directory import note_existing_directories
 from launch.settings import SettingsError, check_trainer_values
 from models import LatentVariableModel
@@ -84,6 +84,9 @@ class CollectionCLI(LightningCLI):
         # (the early checks refuse this before the imports; a -c file may give ckpt_path, so it is decided here)
         if self.subcommand in ("validate", "test") and not config.get("ckpt_path") and not config.get(FRESH_WEIGHTS_OPTION[2:]):
             raise SettingsError(untrained_evaluation(self.subcommand))
+        if config.get("lr_scheduler") and not config.get("optimizer"):  # LightningCLI would leave the scheduler out
+            scheduler = config.lr_scheduler
+            raise SettingsError(scheduler_without_optimizer(str(getattr(scheduler, "class_path", scheduler)).rsplit(".", 1)[-1]))
         # --seed_everything=N also seeds the data order and the test stage, as seed=N does in Hydra, unless
         # --data.seed or --model.test_seed is given too. A seed_everything from a -c file does the same for the ones
         # still at their defaults (a file's own data.seed stays; so would a checkpoint's test_seed).
@@ -195,7 +198,7 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
             if given_model and written_by and given_model.rsplit(".", 1)[-1] != written_by.rsplit(".", 1)[-1]:
                 given_class = registered_class(given_model, "model")
                 if given_class is not None:  # the line with the command that resumes it with the model that wrote it
-                    check_model_class(checkpoint, given_class, ckpt_path)
+                    check_model_class(checkpoint, given_class, ckpt_path, subcommand or "fit")
                 raise CheckpointError(f"--ckpt_path={ckpt_path} was written by {written_by}, not --model={given_model}")
         CollectionCLI.command_line = raw_args
         return CollectionCLI(

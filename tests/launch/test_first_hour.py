@@ -82,6 +82,22 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     assert type(fresh.model) is VAE and f"{stage}/nll" in fresh.trainer.callback_metrics
 
 
+def test_a_scheduler_without_its_optimizer_is_refused_and_works_with_it(tmp_path, monkeypatch, capsys):
+    """LightningCLI applies --lr_scheduler only to an optimizer it builds from --optimizer: alone (here from a -c file,
+    which the early checks leave to the parser) it would be dropped in silence; with --optimizer it schedules."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sched.yaml").write_text("lr_scheduler:\n  class_path: torch.optim.lr_scheduler.StepLR\n  init_args: {step_size: 5}\n"
+                                         "trainer: {max_steps: 1, limit_val_batches: 0}\n")
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main(["fit", "--model=VAE", "--data=MNISTDataModule", "-c", "sched.yaml"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --lr_scheduler=StepLR without --optimizer would be ignored")
+    both = launch.cli_app.main(["--optimizer=Adam", "--optimizer.lr=0.01", "--lr_scheduler=StepLR", "--lr_scheduler.step_size=5",
+                                f"--trainer.default_root_dir={tmp_path}"], run=False)
+    [optimizer], [scheduler] = both.model.configure_optimizers()
+    assert isinstance(scheduler, torch.optim.lr_scheduler.StepLR) and scheduler.optimizer is optimizer
+
+
 def test_cli_integer_batch_limits_are_counts(tmp_path):
     """`--trainer.limit_val_batches=1` is one batch (jsonargparse alone reads it as 1.0, i.e. all of them)."""
     cli = launch.cli_app.main(["--trainer.limit_val_batches=1", "--trainer.limit_test_batches", "1", "--trainer.limit_train_batches=0.5",
@@ -136,7 +152,7 @@ def test_bernoulli_model_refuses_grey_pixels_outside_the_trainer(mnist_dir):
         model.nll(torch.zeros(2, 3, 32, 32))
 
 
-def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mnist_dir):
+def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mnist_dir, capsys):
     dm = MNISTDataModule(data_dir=str(mnist_dir), batch_size=16)
     trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)])
@@ -165,6 +181,12 @@ def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mn
                           "--trainer.limit_test_batches=1", "--data.eval_batch_size=4", "--trainer.logger=false",
                           f"--trainer.default_root_dir={tmp_path}"])
     assert cli.model.eval_num_samples["test"] == 3 and cli.model.latent_dim == 4
+    # `test` with the wrong --model: the command that tests it with the right one (not one that trains it)
+    capsys.readouterr()
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(SystemExit):
+        mp.setattr(HydraConfig.instance(), "cfg", None)  # as in a LightningCLI process (a Hydra run was composed above)
+        launch.cli_app.main(["test", "--model=JSA", f"--ckpt_path={last}"])
+    assert f"test it with the model that wrote it: python train.py test --model=VAE --ckpt_path={last} (" in capsys.readouterr().err
 
 
 # ---- evaluation that does not depend on how it is run ----------------------------------------------
