@@ -28,6 +28,14 @@ def attached_trainer(module: Any) -> Any:
     return module._trainer
 
 
+def record_hyperparameter(module: Any, name: str, value: Any) -> None:
+    """Set one of the hyperparameters a LightningModule or LightningDataModule saved, both where the checkpoint reads
+    them (`hparams`) and where the logger does (hparams.yaml, the HPARAMS tab: the private copy `hparams_initial`
+    returns, which save_hyperparameters made)."""
+    module.hparams[name] = value
+    module._hparams_initial[name] = value
+
+
 def ignore_in_ddp(module: Any, names: list[str]) -> None:
     """Parameters and buffers DDP must neither broadcast nor check, by name: torch's DistributedDataParallel reads
     this attribute (a per-rank cache, EMA statistics that each rank updates itself)."""

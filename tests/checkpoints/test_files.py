@@ -129,7 +129,7 @@ def test_resume_into_other_shapes_names_the_settings(tmp_path):
     trainer = fit(JSA(mis_steps=2, val_num_samples=2, cache_size=64), tmp_path, 1)
     path = tmp_path / "ckpt.ckpt"
     trainer.save_checkpoint(path)
-    with pytest.raises(CheckpointError, match=r"does not fit this model .*model\.num_latents=None -> 12") as error:
+    with pytest.raises(CheckpointError, match=r"does not fit this model .*model\.num_latents=20 -> 12") as error:
         fit(JSA(mis_steps=2, val_num_samples=2, cache_size=64, num_latents=12), tmp_path, 2, ckpt_path=path)
     assert "\n" not in str(error.value)
     with pytest.raises(CheckpointError, match=r"cache\.codes.*model\.use_cache=True -> False"):

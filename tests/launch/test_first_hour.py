@@ -10,6 +10,7 @@ import logging
 import re
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -190,6 +191,31 @@ def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mn
 
 
 # ---- evaluation that does not depend on how it is run ----------------------------------------------
+
+
+@pytest.mark.parametrize("make, resolved", [
+    (lambda: JSA(mis_steps=2, val_num_samples=2), {"backbone": "mlp", "num_latents": 20, "likelihood": "bernoulli"}),
+    (lambda: VQVAE(num_categories=16, code_dim=4, hidden_channels=16), {"backbone": "conv", "num_latents": 49}),
+    (lambda: VAE(latent_dim=4), {"backbone": "mlp"}),
+    (lambda: DiscreteVAE(), {"num_samples": 4}),  # its default estimator's
+])
+def test_hparams_yaml_holds_the_values_the_run_used(make, resolved, tmp_path, mnist_dir, monkeypatch):
+    """A setting left at None (the model's backbone, its number of latents, the data's directory: DATA_DIR) is written
+    to hparams.yaml and the checkpoint as what it resolved to, and the checkpoint loads with it."""
+    import yaml
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    model = make()
+    trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=TensorBoardLogger(tmp_path), enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)])
+    trainer.fit(model, datamodule=MNISTDataModule(batch_size=16))
+    written = yaml.safe_load((Path(trainer.logger.log_dir) / "hparams.yaml").read_text())
+    assert {key: written[key] for key in resolved} == resolved
+    assert written["data_dir"] == str(mnist_dir.resolve())
+    loaded = type(model).load_from_checkpoint(tmp_path / "last.ckpt")
+    assert {key: loaded.hparams[key] for key in resolved} == resolved
+    assert all(torch.equal(value, model.state_dict()[key]) for key, value in loaded.state_dict().items())
 
 
 def test_eval_binarization_depends_on_the_image_alone(mnist_dir):
