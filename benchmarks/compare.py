@@ -22,8 +22,9 @@ event files are read with TensorBoard's own `EventAccumulator`: scalars, images,
 HPARAMS tab (model class, parameter count, every constructor argument). Each run is labelled by its name, with
 its version and the settings that differ (or its start) where two compared runs share a name. Written to --out:
 
-* `report.md`: a row per run: model, data, key settings, test NLL (nats), bpd, reconstruction MSE,
-  PSNR, ms per training step, epochs trained (a resumed epoch too), parameters, seconds per epoch. Where a run was
+* `report.md`: a row per run, sorted by NLL with the best ranked first: model, data, key settings, test NLL (nats), bpd,
+  reconstruction MSE, PSNR, ms per training step, epochs trained (a resumed epoch too), parameters, seconds per epoch,
+  then what makes a gap noise (one seed per run; barely trained runs). Where a run was
   not tested the val numbers stand in, marked `(val)`. The VQ-VAE's NLL is an upper bound, marked `≤`: with its
   learned prior when it has one, and the uniform-prior bound beside it (`nll, uniform prior`). Then a line per run
   found: compared (as which label) or left out, and why.
@@ -32,7 +33,8 @@ its version and the settings that differ (or its start) where two compared runs 
 * `val_nll.png`: val/nll against training step and against wall time, a line per run; the VQ-VAE's bound in a
   row of its own, below the estimates.
 * `reconstructions.png`: each run's test reconstructions (the same test images for every run: the
-  test stage is seeded), inputs and reconstructions side by side as in TensorBoard, at most four runs a row.
+  test stage is seeded), inputs and reconstructions side by side as in TensorBoard, at most four runs a row; only
+  runs of at least MIN_STEPS_FOR_RECONSTRUCTIONS training steps (shorter ones all show the same blur).
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
 from benchmarks.lib import runner  # noqa: E402
 
 BOUND_MODELS = {"VQVAE"}  # whose nll is an upper bound (under its prior), not an estimate
+# A run's reconstructions are shown from this many training steps: after the quick comparison's 100, every model
+# reconstructs every image as the same blurred average digit, a figure that tells a reader nothing.
+MIN_STEPS_FOR_RECONSTRUCTIONS = 1000
 VERSION_PREFIXES = ("version_", "slurm_job_")  # a run's version directory (TensorBoardLogger's, a SLURM job's)
 JOB_FILE = "hydra_job.yaml"  # <run>/hydra_job.yaml: the Hydra job that made the run (sweep_dir: its multirun's directory)
 STUDY_FILE = "optimization_results.yaml"  # <sweep dir>/...: Hydra's Optuna sweeper writes the best trial's settings there
@@ -94,6 +99,41 @@ class Run:
     def last(self, tag: str) -> float | None:
         values = [v for _, _, v in self.scalars.get(tag, []) if math.isfinite(v)]
         return values[-1] if values else None
+
+    @property
+    def trained_steps(self) -> int:
+        """The last training step it logged (train/loss), 0 if none."""
+        return max((step for _, step, _ in self.scalars.get("train/loss", [])), default=0)
+
+    def ranked_nll(self) -> tuple[str, float] | None:
+        """(split, NLL) where the run has an estimate to rank by (the test one, else the last validation), None for a
+        bound (the VQ-VAE's) or no number."""
+        if self.hparams.get("model_class") in BOUND_MODELS:
+            return None
+        for stage in ("test", "val"):
+            if self.last(f"{stage}/nll") is not None:
+                return stage, self.last(f"{stage}/nll")
+        return None
+
+
+def ranked(runs: list[Run]) -> tuple[list[Run], dict[int, str]]:
+    """The runs by NLL, lowest first (the tested ones before those scored on validation only, then the bounds and the
+    runs without a number), and each one's rank: "1 (best)", "2", ...; "—" for a run that is not ranked."""
+    def key(run: Run) -> tuple[int, float]:
+        scored = run.ranked_nll()
+        if scored is not None:
+            return (0 if scored[0] == "test" else 1), scored[1]
+        bound = run.last("test/nll") if run.last("test/nll") is not None else run.last("val/nll")
+        return (2, bound) if bound is not None else (3, 0.0)
+
+    order = sorted(runs, key=key)
+    # The tested runs are ranked among themselves (a run scored on validation only is not their peer), or, where none
+    # was tested, the validated ones.
+    ranked_split = next((run.ranked_nll()[0] for run in order if run.ranked_nll()), None)
+    peers = [run for run in order if run.ranked_nll() and run.ranked_nll()[0] == ranked_split]
+    ranks = {id(run): "—" for run in order}
+    ranks.update({id(run): "1 (best)" if place == 1 else str(place) for place, run in enumerate(peers, start=1)})
+    return order, ranks
 
 
 def find_runs(roots: list[Path]) -> list[Path]:
@@ -563,10 +603,23 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
         raise SystemExit("no run could be read (each is named above); nothing to compare")
     for run, label in zip(compared, run_labels(compared)):
         run.label = label
-    rows = [table_row(run) for run in compared]
+    compared, ranks = ranked(compared)
+    rows = [{"run": row.pop("run"), "rank": ranks[id(run)], **row} for run, row in ((run, table_row(run)) for run in compared)]
     out.mkdir(parents=True, exist_ok=True)
     plot_val_nll(compared, out / "val_nll.png")
-    has_reconstructions = plot_reconstructions(compared, out / "reconstructions.png")
+    trained = [run for run in compared if run.trained_steps >= MIN_STEPS_FOR_RECONSTRUCTIONS]
+    has_reconstructions = plot_reconstructions(trained, out / "reconstructions.png")
+    steps = max((run.trained_steps for run in compared), default=0)
+    noise = ("Each row is one run of one seed, its NLL an estimate on the test images it was scored on: a gap between "
+             "two rows smaller than the spread between seeds of one model is noise; repeat with `seed=0,1,2` before "
+             "reading a ranking into a gap of a few nats.")
+    if steps < MIN_STEPS_FOR_RECONSTRUCTIONS:
+        noise += (f" These runs trained for at most {steps} steps: the ranking is of barely trained models (a quick "
+                  "check that every model runs), not of the methods.")
+    if len(trained) < len(compared):
+        noise += (f" Reconstructions are shown for runs of at least {MIN_STEPS_FOR_RECONSTRUCTIONS} training steps "
+                  f"({len(compared) - len(trained)} of these are shorter): before that every model reconstructs every "
+                  "image as the same blurred average.")
     report = out / "report.md"
     report.write_text(
         "# Comparison\n\n"
@@ -574,8 +627,10 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
         "(`(val)`: the run was not tested, its last validation numbers). NLL in nats per image, importance-sampled "
         "with the encoder as proposal; `≤`: the VQ-VAE's upper bound under its prior over the codes (uniform, or learned: "
         "then the uniform-prior bound stands beside it). "
-        "ms/step and s/epoch: medians over training.\n\n"
+        "ms/step and s/epoch: medians over training. Sorted by NLL, lowest (best) first; the VQ-VAE's bound is not "
+        "ranked with the estimates.\n\n"
         + markdown_table(rows)
+        + f"\n\n{noise}"
         + (f"\n\n{tuned}" if tuned else "")
         + "\n\n" + runs_section(selection, {run.path: run.label for run in compared})
         + "\n\n![val/nll](val_nll.png)\n" + ("\n![reconstructions](reconstructions.png)\n" if has_reconstructions else "")

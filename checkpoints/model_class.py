@@ -44,9 +44,10 @@ def _qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = None) -> None:
+def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = None, subcommand: str = "fit") -> None:
     """Refuse to resume (or evaluate) `cls` from a checkpoint another model wrote, with the command that resumes it
-    with that model: `python train.py model=vae ckpt_path=PATH` (Hydra), `... fit --model=VAE --ckpt_path=PATH` (CLI)."""
+    with that model: `python train.py model=vae ckpt_path=PATH` (Hydra), `... fit --model=VAE --ckpt_path=PATH` (CLI;
+    `test --model=VAE ...` when it was `test` that was refused)."""
     found = checkpoint.get("model_class")
     if found is None or found == _qualified_name(cls):
         return
@@ -62,6 +63,7 @@ def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = No
             config_name = config_name.fget(types.SimpleNamespace(**(checkpoint.get("hyper_parameters") or {})))
         except AttributeError:  # a setting it reads is not recorded
             config_name = name.lower()
-    raise CheckpointError(f"{checkpoint_name} was written by {found}, not {_qualified_name(cls)}: resume it "
-                          f"with the model that wrote it: {resume_command(ckpt_path or 'PATH', name, config_name)} (in "
-                          f"Python: {name}.load_from_checkpoint)")
+    verb = "resume" if subcommand == "fit" else subcommand
+    raise CheckpointError(f"{checkpoint_name} was written by {found}, not {_qualified_name(cls)}: {verb} it "
+                          f"with the model that wrote it: {resume_command(ckpt_path or 'PATH', name, config_name, subcommand)} "
+                          f"(in Python: {name}.load_from_checkpoint)")

@@ -7,17 +7,17 @@ import os
 import shlex
 
 
-def resume_command(ckpt_path: str | os.PathLike, class_name: str, config_name: str | None = None) -> str:
+def resume_command(ckpt_path: str | os.PathLike, class_name: str, config_name: str | None = None, subcommand: str = "fit") -> str:
     """The command that resumes a run from `ckpt_path` in the front end that runs it. Under Hydra, this job's own
     overrides with `model=<config_name>` (default: this job's model choice) and `ckpt_path=`:
     `python train.py model=jsa model.mis_steps=2 ckpt_path=PATH` (another model drops the model.* ones); otherwise
     LightningCLI's `python train.py fit --model=<class_name> --ckpt_path=PATH` (it restores the model's settings
-    from the checkpoint)."""
+    from the checkpoint), or the `subcommand` that was refused (`test`: testing it is what the user asked for)."""
     from hydra.core.hydra_config import HydraConfig
 
     path = shlex.quote(str(ckpt_path))
     if not HydraConfig.initialized():
-        return f"python train.py fit --model={class_name} --ckpt_path={path}"
+        return f"python train.py {subcommand} --model={class_name} --ckpt_path={path}"
     hydra = HydraConfig.get()
     current = hydra.runtime.choices.get("model")
     config_name = config_name or current

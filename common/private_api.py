@@ -16,8 +16,9 @@ OVERRIDDEN = {
     # prints the run's summary line at the end; _instantiate_trainer (called, not overridden) builds the trainer
     # launch/run_builder.py describes, with LightningCLI's own callbacks. `_get` and `_parser` are called too
     # (`cli_value`, `cli_callbacks` below) and checked with them. _set_seed refuses a seed outside numpy's range in one
-    # line before Lightning seeds.
-    "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_run_subcommand", "_get", "_parser", "_instantiate_trainer", "_set_seed"),
+    # line before Lightning seeds. _prepare_subcommand_parser gives validate and test their --fresh_weights flag.
+    "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_run_subcommand", "_get", "_parser", "_instantiate_trainer", "_set_seed",
+                                           "_prepare_subcommand_parser"),
 }
 
 
@@ -25,6 +26,14 @@ def attached_trainer(module: Any) -> Any:
     """The trainer running a LightningModule, or None: `module.trainer` raises when none is attached
     (load_from_checkpoint, a model used on its own)."""
     return module._trainer
+
+
+def record_hyperparameter(module: Any, name: str, value: Any) -> None:
+    """Set one of the hyperparameters a LightningModule or LightningDataModule saved, both where the checkpoint reads
+    them (`hparams`) and where the logger does (hparams.yaml, the HPARAMS tab: the private copy `hparams_initial`
+    returns, which save_hyperparameters made)."""
+    module.hparams[name] = value
+    module._hparams_initial[name] = value
 
 
 def ignore_in_ddp(module: Any, names: list[str]) -> None:

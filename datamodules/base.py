@@ -26,6 +26,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from common.private_api import record_hyperparameter
+
 from .resumable import ResumableDataLoader, ResumableSampler
 
 Binarize = Literal["none", "dynamic", "static"]
@@ -207,6 +209,7 @@ class ImageDataModule(L.LightningDataModule):
             raise ValueError(f"eval_batch_size={eval_batch_size} is larger than both the val split ({val_size} images) and "
                              f"the test split ({self.test_file_size}): use at most {n_eval}")
         self.data_dir = Path(data_dir or os.environ.get("DATA_DIR") or "./data").expanduser().resolve()
+        record_hyperparameter(self, "data_dir", str(self.data_dir))  # what the run read (hparams.yaml), not None ("DATA_DIR")
         if self.data_dir.exists() and not self.data_dir.is_dir():
             source = "data_dir" if data_dir else "the environment's DATA_DIR" if os.environ.get("DATA_DIR") else "data_dir"
             raise ValueError(f"{source}={self.data_dir} is a file; expected the folder that holds (or will hold) the "

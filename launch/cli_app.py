@@ -22,7 +22,7 @@ from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch import rules
 from launch.errors import exit_with, user_errors_as_one_line
-from launch.precheck import option_value
+from launch.precheck import FRESH_WEIGHTS_OPTION, option_value, scheduler_without_optimizer, untrained_evaluation
 from launch.runs.run_directory import note_existing_directories
 from launch.settings import SettingsError, check_trainer_values
 from models import LatentVariableModel
@@ -71,8 +71,22 @@ class CollectionCLI(LightningCLI):
         parser.set_defaults({"trainer.callbacks": [{"class_path": f"{type(c).__module__}.{type(c).__name__}"}
                                                    for c in rules.default_callbacks()]})
 
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> Any:
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if subcommand in ("validate", "test"):  # not a Trainer.test argument: LightningCLI does not pass it on
+            parser.add_argument(FRESH_WEIGHTS_OPTION, type=bool, default=False,
+                                help=f"{subcommand} the freshly initialized weights of the model (no --ckpt_path): "
+                                     "refused without this flag, as a forgotten --ckpt_path")
+        return parser
+
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
+        # (the early checks refuse this before the imports; a -c file may give ckpt_path, so it is decided here)
+        if self.subcommand in ("validate", "test") and not config.get("ckpt_path") and not config.get(FRESH_WEIGHTS_OPTION[2:]):
+            raise SettingsError(untrained_evaluation(self.subcommand))
+        if config.get("lr_scheduler") and not config.get("optimizer"):  # LightningCLI would leave the scheduler out
+            scheduler = config.lr_scheduler
+            raise SettingsError(scheduler_without_optimizer(str(getattr(scheduler, "class_path", scheduler)).rsplit(".", 1)[-1]))
         # --seed_everything=N also seeds the data order and the test stage, as seed=N does in Hydra, unless
         # --data.seed or --model.test_seed is given too. A seed_everything from a -c file does the same for the ones
         # still at their defaults (a file's own data.seed stays; so would a checkpoint's test_seed).
@@ -144,7 +158,7 @@ class CollectionCLI(LightningCLI):
 
     def _run_subcommand(self, subcommand: str) -> None:
         # The last line (also after Ctrl-C/SIGTERM): the run, its last.ckpt and the TensorBoard command.
-        with rules.running(self.trainer, lambda line: print(line, flush=True)):
+        with rules.running(self.trainer, lambda line: print(line, flush=True), evaluating_only=subcommand in ("validate", "test")):
             super()._run_subcommand(subcommand)
 
     def instantiate_classes(self) -> None:
@@ -184,7 +198,7 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
             if given_model and written_by and given_model.rsplit(".", 1)[-1] != written_by.rsplit(".", 1)[-1]:
                 given_class = registered_class(given_model, "model")
                 if given_class is not None:  # the line with the command that resumes it with the model that wrote it
-                    check_model_class(checkpoint, given_class, ckpt_path)
+                    check_model_class(checkpoint, given_class, ckpt_path, subcommand or "fit")
                 raise CheckpointError(f"--ckpt_path={ckpt_path} was written by {written_by}, not --model={given_model}")
         CollectionCLI.command_line = raw_args
         return CollectionCLI(

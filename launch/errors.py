@@ -18,6 +18,28 @@ def exit_with(message: str) -> NoReturn:
     raise SystemExit(USER_ERROR) from None
 
 
+class StoppedByCtrlC(SystemExit):
+    """Ctrl-C outside training's own handling (callbacks/preemption.py saves a checkpoint there): during validate or
+    test, or before the first step. Lightning answers KeyboardInterrupt with exit status 1, as if the run had failed;
+    this is the shell's 130 (128 + SIGINT), as after Ctrl-C in training."""
+
+    def __init__(self) -> None:
+        import signal
+
+        super().__init__(128 + signal.SIGINT)
+
+
+@contextlib.contextmanager
+def ctrl_c_as_status_130() -> Iterator[None]:
+    """Lightning's `sys.exit(1)` after a KeyboardInterrupt (lightning/pytorch/trainer/call.py) as StoppedByCtrlC."""
+    try:
+        yield
+    except SystemExit as stop:
+        if stop.code == 1 and isinstance(stop.__context__, KeyboardInterrupt):
+            raise StoppedByCtrlC() from None
+        raise
+
+
 def refusals() -> tuple[type[Exception], ...]:
     """What refuses a run before it trains: a setting, the data, a checkpoint (the user's to fix)."""
     from lightning.fabric.utilities.exceptions import MisconfigurationException

@@ -237,6 +237,10 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
         return sorted(set(options))
 
     appended = {arg.lstrip("+").partition("=")[0] for arg in argv if arg.startswith("+")}
+    if not experiment:  # (an experiment may set more)
+        for arg in argv:
+            if arg.startswith("+") and not arg.startswith("++") and "=" in arg:
+                check_append(*arg[1:].split("=", 1), choices, schema)
     for key, value in overrides:
         group, dot, name = key.partition(".")
         if group in ("callbacks", "logger") and dot and key not in appended and not experiment:
@@ -253,12 +257,66 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
         specs = settings_of(group) if group in GROUPS and "." not in name and not name.startswith("_") else None
         if specs is None:
             continue
+        if group == "trainer" and name in REMOVED_TRAINER_OPTIONS and not any(name in settings for settings in specs):
+            raise EarlyRefusal(removed_trainer_option(key, value, cli=False))
         if not any(name in settings for settings in specs):
             names = sorted({f"{group}.{n}" for settings in specs for n in settings})
             owner = ", ".join(sorted({schema_name(schema, group, choice) for choice in choices.get(group, [])} - {None}))
             raise EarlyRefusal(f"{key}: no such setting{f' of {owner}' if owner and not experiment else ''}"
                                f"{did_you_mean(key, names) or elsewhere(schema, group, name)}")
         check_value(key, value, [settings for settings in specs if name in settings])
+
+
+# Trainer options of Lightning 1.x that Lightning 2 removed, which old scripts and tutorials still give: what replaces
+# each ({value}: the value given).
+REMOVED_TRAINER_OPTIONS = {
+    "gpus": "trainer.accelerator=gpu trainer.devices={value}",
+    "num_processes": "trainer.accelerator=cpu trainer.devices={value}",
+    "tpu_cores": "trainer.accelerator=tpu trainer.devices={value}",
+    "auto_select_gpus": "trainer.devices=auto",
+    "resume_from_checkpoint": "ckpt_path={value}",
+}
+
+
+def removed_trainer_option(option: str, value: str | None, cli: bool) -> str:
+    """'trainer.gpus: no such setting of Trainer (Lightning 2 removed it); use trainer.accelerator=gpu trainer.devices=1'."""
+    use = REMOVED_TRAINER_OPTIONS[option.rsplit(".", 1)[-1]].format(value=value if value is not None else "N")
+    if cli:
+        use = " ".join(f"--{part}" for part in use.split())
+    return f"{option}: no such {'option' if cli else 'setting'} of Trainer (Lightning 2 removed it); use {use}"
+
+
+def check_append(key: str, value: str, choices: dict[str, list[str | None]], schema: dict[str, Any]) -> None:
+    """`+KEY=V` adds a key the config does not have; Hydra refuses it for a key that already has a value (after the
+    imports, in six lines), where `KEY=V` is what was meant."""
+    group, dot, name = key.split("@", 1)[0].partition(".")
+    if not dot:
+        set_by = "configs/train.yaml" if _config_value(composed_choice(".", "train") or {}, [group]) is not None else None
+    else:
+        picked = choices.get(group, [None])
+        if len(picked) != 1 or picked[0] in (None, "null"):
+            return
+        composed = composed_choice(group, picked[0]) or {}
+        in_file = _config_value(composed.get(group, composed) if group in ("model", "data") else composed, name.split("."))
+        target = schema["choices"].get(group, {}).get(picked[0]) if group in GROUPS else None
+        if in_file is not None:
+            set_by = f"configs/{group}/{picked[0]}.yaml"
+        elif "." not in name and name in schema.get("set_by_default", {}).get(target, ()):
+            set_by = f"the default of {target.rsplit('.', 1)[-1]}"
+        else:
+            set_by = None
+    if set_by is not None:
+        raise EarlyRefusal(f"+{key}={value}: {key} already has a value ({set_by}), and + only adds a key that has none; "
+                           f"drop the + to set it: {key}={value}")
+
+
+def _config_value(node: Any, path: list[str]) -> Any:
+    """The value at `path` in a config read as YAML, or None where there is none."""
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
 
 
 def composed_choice(group: str, choice: str) -> dict[str, Any] | None:
@@ -374,6 +432,8 @@ def check_cli(argv: list[str], schema: dict[str, Any]) -> None:
         if settings is None or "." in name or name in ("class_path", "init_args", "dict_kwargs", "help"):
             continue
         known = [*settings, *NOT_SETTINGS.get(group, ())]  # LightningCLI exposes these too (--model.optimizer, ...)
+        if group == "trainer" and name in REMOVED_TRAINER_OPTIONS and name not in known:
+            raise EarlyRefusal(removed_trainer_option(option, value, cli=True))
         if name not in known:
             candidates = [f"--{group}.{n}" for n in known]
             owners = [cls for cls, target in registered.get(group, {}).items() if name in schema["classes"].get(target, {})]
@@ -382,6 +442,61 @@ def check_cli(argv: list[str], schema: dict[str, Any]) -> None:
                                f"{did_you_mean(f'--{group}.{name}', candidates) or hint}")
         if value is not None and name in settings:
             check_value(f"--{group}.{name}", value, [settings], cli=True)
+
+
+# `validate`/`test` evaluate the weights of --ckpt_path; without one they would evaluate untrained weights (hours of
+# importance sampling for a meaningless number) unless this flag says that is what is wanted.
+FRESH_WEIGHTS_OPTION = "--fresh_weights"
+
+
+def untrained_evaluation(subcommand: str) -> str:
+    """The line that refuses `validate`/`test` without --ckpt_path (here, and once parsed in launch/cli_app.py)."""
+    return (f"{subcommand} without --ckpt_path would {subcommand} untrained weights: give the checkpoint of a run, "
+            f"--ckpt_path=logs/tensorboard/<run>/version_N/checkpoints/last.ckpt, or {FRESH_WEIGHTS_OPTION}=true to "
+            f"{subcommand} a freshly initialized model")
+
+
+def scheduler_without_optimizer(scheduler: str) -> str:
+    """The line that refuses --lr_scheduler without --optimizer (here, and once parsed in launch/cli_app.py)."""
+    return (f"--lr_scheduler={scheduler} without --optimizer would be ignored: LightningCLI schedules only an optimizer it "
+            f"builds itself; give both: --optimizer=Adam --optimizer.lr=3e-4 --lr_scheduler={scheduler} with its settings "
+            "(they replace the model's own --model.lr and --model.optimizer)")
+
+
+def check_scheduler_has_optimizer(argv: list[str]) -> None:
+    given = dict(option_values(argv[1:]))
+    scheduler = given.get("--lr_scheduler") or given.get("--lr_scheduler.class_path")
+    if scheduler not in (None, "null") and given.get("--optimizer", given.get("--optimizer.class_path")) in (None, "null"):
+        raise EarlyRefusal(scheduler_without_optimizer(scheduler))
+
+
+def check_weights_to_evaluate(argv: list[str]) -> None:
+    """`python train.py test` (or validate) with neither --ckpt_path nor --fresh_weights=true. A config file may give
+    ckpt_path: then the parsed config is checked (launch/cli_app.py)."""
+    if argv[:1] not in (["validate"], ["test"]):
+        return
+    given = dict(option_values(argv[1:]))
+    ok, fresh = scalar(given.get(FRESH_WEIGHTS_OPTION) or "false", cli=True)
+    if given.get("--ckpt_path") not in (None, "null", "None", "") or (ok and fresh is True):
+        return
+    raise EarlyRefusal(untrained_evaluation(argv[0]))
+
+
+# Hydra's own options (its argparse takes an abbreviation of any of them: --multi, --cfg).
+HYDRA_OPTIONS = ("--help", "--hydra-help", "--version", "--cfg", "--resolve", "--package", "--run", "--multirun",
+                 "--shell-completion", "--config-path", "--config-name", "--config-dir", "--experimental-rerun", "--info")
+
+
+def check_no_cli_options(argv: list[str]) -> None:
+    """A LightningCLI option without its subcommand (`python train.py --print_config`, `--model=VAE`) goes to Hydra,
+    whose report is its usage text and "unrecognized arguments"."""
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if arg.startswith("--") and len(flag) > 2 and not any(option.startswith(flag) for option in HYDRA_OPTIONS):
+            hydra = " (in Hydra, python train.py --cfg job prints the composed config)" if flag == "--print_config" else \
+                " (Hydra takes key=value settings: python train.py --help)"
+            raise EarlyRefusal(f"{flag} is an option of the LightningCLI front end, which needs a subcommand first: "
+                               f"python train.py fit {arg}{hydra}")
 
 
 def check_no_pickled_rerun(argv: list[str]) -> None:
@@ -505,8 +620,12 @@ def refuse_early(argv: list[str], cli: bool) -> str | None:
     try:
         if not cli:
             check_no_pickled_rerun(argv)
+            check_no_cli_options(argv)
         if cli and not prints_only:
             check_config_files(argv)
+            if not any(arg in ("-c", "--config") or arg.startswith(("-c=", "--config=")) for arg in argv):
+                check_weights_to_evaluate(argv)  # (a config file may give ckpt_path: checked once parsed)
+                check_scheduler_has_optimizer(argv)  # (or an optimizer)
         if schema is not None:
             (check_cli if cli else check_hydra)(argv, schema)
         if not prints_only and not any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):

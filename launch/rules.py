@@ -91,7 +91,8 @@ def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir:
     as given):
     - without a logger, or under fast_dev_run (and no default_root_dir given), the run's files go to `unlogged_dir`: Lightning would put
       its checkpoints, and LightningCLI its config.yaml, into the working directory;
-    - a DDP strategy named by a string gets a collective timeout (launch/runs/distributed.py);
+    - a DDP strategy named by a string gets a collective timeout (launch/runs/distributed.py), set once every rank has
+      started (callbacks/process_group.py);
     - in a SLURM job, Lightning's auto-requeue saves and finds hpc_ckpt_N.ckpt in the run's directory;
     - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/preemption.py);
     - a DDP run's process group is released at exit in every rank (callbacks/process_group.py);
@@ -99,17 +100,19 @@ def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir:
     from lightning.pytorch.callbacks import ProgressBar
 
     from callbacks.preemption import SaveOnPreemption
-    from callbacks.process_group import ReleaseProcessGroupAtExit
+    from callbacks.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
     from launch.runs.distributed import strategy_with_timeout
     from launch.runs.run_directory import slurm_job_id
 
     changed = {"strategy": strategy_with_timeout(settings.get("strategy"), timeout_s)}
+    # the strategy's timeout covers the ranks' start; the collectives after it get timeout_s
+    timeouts = [CollectiveTimeout(timeout_s)] if changed["strategy"] is not settings.get("strategy") else []
     if logger and slurm_job_id() is not None:
         changed["default_root_dir"] = logger.log_dir
     # fast_dev_run replaces any logger by Lightning's DummyLogger, which has no directory: the same as none.
     if (not logger or settings.get("fast_dev_run")) and settings.get("default_root_dir") is None and unlogged_dir is not None:
         changed["default_root_dir"] = unlogged_dir
-    callbacks = [*(settings.get("callbacks") or []), SaveOnPreemption(), ReleaseProcessGroupAtExit()]
+    callbacks = [*(settings.get("callbacks") or []), SaveOnPreemption(), ReleaseProcessGroupAtExit(), *timeouts]
     if settings.get("enable_progress_bar") is False:  # None: on
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     return {**changed, "callbacks": callbacks}
@@ -135,11 +138,15 @@ def resume_point(trainer: Any, ckpt_path: str | None) -> str | None:
 
 
 @contextlib.contextmanager
-def running(trainer: Any, say: Callable[[str], Any]) -> Iterator[None]:
+def running(trainer: Any, say: Callable[[str], Any], evaluating_only: bool = False) -> Iterator[None]:
     """Around fit/test: the last line names the run, its last.ckpt and the TensorBoard command (also after Ctrl-C or
-    SIGTERM); a run refused before it saved a checkpoint leaves nothing behind."""
-    from launch.errors import lightning_refusals_as_settings_errors, refusals
+    SIGTERM); a run refused before it saved a checkpoint leaves nothing behind. Ctrl-C exits with 130 wherever it comes;
+    when the process only evaluates (validate, test), the run it was logging into is left as it was (a half-written
+    test stage's image grids without its metrics would look like a result)."""
+    from launch.errors import StoppedByCtrlC, ctrl_c_as_status_130, lightning_refusals_as_settings_errors, refusals
     from launch.runs.run_directory import no_traces_if_refused, run_summary_at_end
 
-    with run_summary_at_end(trainer, say), no_traces_if_refused(trainer.logger, refusals()), lightning_refusals_as_settings_errors():
+    undone = (*refusals(), StoppedByCtrlC) if evaluating_only else refusals()
+    with run_summary_at_end(trainer, say), no_traces_if_refused(trainer.logger, undone), ctrl_c_as_status_130(), \
+            lightning_refusals_as_settings_errors():
         yield

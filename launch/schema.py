@@ -302,9 +302,12 @@ def build() -> dict[str, Any]:
             bounds = constructor_bounds(cls) if isinstance(cls, type) else {}
             settings = {name: type_spec(hints[name]) if name in hints else "any" for name in sorted(names)}
             sources = source_files(cls) if target.split(".", 1)[0] in SOURCES else None
+            defaults = constructor_defaults(cls)
             classes[target] = {"fingerprint": fingerprint(target, sources), **({"sources": sources} if sources else {}),
                                "settings": {name: {"of": spec, **bounds[name]} if name in bounds and _numeric(spec) else spec
-                                            for name, spec in settings.items()}}
+                                            for name, spec in settings.items()},
+                               # Hydra's `+group.NAME=V` is refused for these: the composed config already has a value
+                               "set_by_default": sorted(name for name in names if defaults.get(name) is not None)}
     import datamodules
     import models
 
@@ -328,8 +331,10 @@ def load() -> dict[str, Any] | None:
         return None
     try:
         schema = json.loads(SCHEMA_FILE.read_text())
-        schema["classes"] = {target: entry["settings"] for target, entry in schema["classes"].items()
-                             if entry["fingerprint"] == fingerprint(target, entry.get("sources"))}
+        current = {target: entry for target, entry in schema["classes"].items()
+                   if entry["fingerprint"] == fingerprint(target, entry.get("sources"))}
+        schema["classes"] = {target: entry["settings"] for target, entry in current.items()}
+        schema["set_by_default"] = {target: set(entry.get("set_by_default") or ()) for target, entry in current.items()}
     except (OSError, ValueError, KeyError, TypeError, SyntaxError, metadata.PackageNotFoundError):
         return None
     priors = sys.modules.get("models.components.priors")  # imported: a prior may have been registered since the file was written

@@ -27,7 +27,7 @@ from checkpoints.model_class import check_loaded_class, check_model_class, stamp
 from checkpoints.random_state import RandomStateCheckpoint
 from checkpoints.resume_settings import ResumeSettings, changed_settings, state_mismatch
 from common.log_steps import is_logging_step
-from common.private_api import attached_trainer, raise_recompile_limit
+from common.private_api import attached_trainer, raise_recompile_limit, record_hyperparameter
 from models.components.backbones import Activation
 from models.components.optimizers import OptimizerFactory, check_optimizer_factory
 from models.components.likelihoods import LikelihoodName, SigmaShape, bits_per_dim, build_likelihood
@@ -162,6 +162,15 @@ class LatentVariableModel(L.LightningModule):
         # frames, so a subclass does not call this again) but the optimizer, a callable: the HPARAMS tab names its
         # class (callbacks/hparams.py).
         self.save_hyperparameters(ignore=["optimizer"])
+        self.record_resolved(likelihood=likelihood or "bernoulli")
+
+    def record_resolved(self, **settings: Any) -> None:
+        """The values settings left at None resolved to (the likelihood, the backbone, the number of latents), in the
+        hyperparameters in place of the None: hparams.yaml, the HPARAMS tab and the checkpoint then say what the run
+        used, and the constructor takes them back as given (a checkpoint loads with its hyperparameters)."""
+        for name, value in settings.items():
+            if name in self.hparams:
+                record_hyperparameter(self, name, value)
 
     # ---- what a subclass provides -------------------------------------------------
     def encode(self, x: Tensor) -> Tensor:

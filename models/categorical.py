@@ -90,6 +90,7 @@ class CategoricalLatentModel(LatentVariableModel):
         if num_latents < 1:
             raise ValueError(f"num_latents (V) must be >= 1, got {num_latents}")
         self.backbone, self.num_latents, self.num_categories, self.code_dim = backbone, num_latents, num_categories, code_dim
+        self.record_resolved(backbone=backbone, num_latents=num_latents)
 
         # Flat: the encoder emits V*K logits and the decoder reads V concatenated embeddings.
         # Spatial: K logit channels and D embedding channels per grid cell.

@@ -91,6 +91,7 @@ class DiscreteVAE(CategoricalLatentModel):
         if anneal_rate < 0:
             raise ValueError(f"anneal_rate must be >= 0, got {anneal_rate}")
         self.estimator, self.num_samples, self.control_variate = estimator, num_samples, control_variate
+        self.record_resolved(num_samples=num_samples)
         self.baseline_decay = baseline_decay
         self.temperature, self.temperature_min, self.anneal_rate = temperature, temperature_min, anneal_rate
         self.straight_through = straight_through

@@ -62,6 +62,7 @@ class VAE(LatentVariableModel):
         )
         self.latent_shape = (latent_dim, *self.grid)
         self.backbone, self.latent_dim = backbone, latent_dim
+        self.record_resolved(backbone=backbone)
 
     @property
     def run_tag(self) -> str:

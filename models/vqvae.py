@@ -113,7 +113,7 @@ class VQVAE(LatentVariableModel):
         **kwargs: Any,
     ) -> None:
         super().__init__(data_shape=data_shape, **kwargs)
-        backbone_name = backbone or "conv"  # (the hyperparameters record what was given: None = the default)
+        backbone_name = backbone or "conv"
         if num_categories < 2:
             raise ValueError(f"num_categories (K, the number of codes) must be >= 2, got {num_categories}")
         self.grid = latent_grid(backbone_name, self.data_shape)
@@ -123,6 +123,7 @@ class VQVAE(LatentVariableModel):
         if self.num_latents < 1:
             raise ValueError(f"num_latents (codes per image) must be >= 1, got {self.num_latents}")
         self.backbone, self.num_categories, self.code_dim = backbone_name, num_categories, code_dim
+        self.record_resolved(backbone=backbone_name, num_latents=self.num_latents)
         channels = code_dim if self.grid else self.num_latents * code_dim
         self.encoder, self.decoder, _ = build_backbone(backbone_name, self.data_shape, channels, channels, hidden_channels,
                                                        output_channels=self.output_channels, activation=self.activation)

@@ -35,3 +35,32 @@ def test_what_fit_help_lists_is_what_readme_and_usage_say(capsys):
     assert "--model.mis_steps" not in fit_help and "--data.batch_size" not in fit_help
     assert "--model.mis_steps" in help_text(capsys, "fit", "--model.help", "JSA")
     assert "--data.batch_size" in help_text(capsys, "fit", "--data.help", "MNISTDataModule")
+
+
+def test_readme_says_its_timings_are_of_an_idle_machine_and_how_to_share_a_busy_one():
+    """README's timings were taken on an idle machine, and it says so; its advice for a busy one, one torch thread
+    with OMP_NUM_THREADS=1, is what torch does with it."""
+    import os
+    import subprocess
+    import sys
+
+    assert "README's timings are of an idle machine" in README and "on an idle 2-core AMD EPYC" in README
+    advice = re.search(r"cores busy, prefix `(\w+)=(\d+)`", README)
+    assert advice, "README names the setting for a busy machine"
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], capture_output=True, text=True,
+                           env={**os.environ, advice[1]: advice[2]}, timeout=120)
+    assert probe.stdout.strip() == advice[2], probe.stderr[-2000:]
+
+
+def test_the_cpu_wheel_tip_checks_that_pip_kept_the_cpu_build():
+    """`pip install -e .` replaces the CPU build when the CPU index lacks the torch pyproject.toml asks for: the tip
+    names the command that shows which build is installed, and it runs."""
+    import subprocess
+    import sys
+
+    [tip] = [p for p in README.split("\n\n") if p.startswith("No GPU?")]
+    check = re.search(r'`(python -c "import torch; print\(torch.__version__\)")` must still end in `\+cpu`', tip)
+    assert check, tip
+    shown = subprocess.run([sys.executable, *check[1].split(" ", 2)[1:2], check[1].split('"')[1]], capture_output=True,
+                           text=True, timeout=120)
+    assert re.fullmatch(r"\d+\.\d+\.\d+(\+\w+)?", shown.stdout.strip()), shown.stdout + shown.stderr

@@ -144,6 +144,15 @@ def front_end_cases() -> list[Case]:
         Case("cli --model.foo=1", "cli", ["fit", "--model.foo=1"], mention="foo"),
         Case("cli --trainer.num_nodes=2 without a launcher", "cli", ["fit", "--trainer.strategy=ddp", "--trainer.num_nodes=2"],
              mention="torchrun"),
+        # what a new user tried (issue 59): Lightning 1's option, a CLI option without its subcommand, Hydra's + on a
+        # key that has a value, a scheduler LightningCLI would ignore, testing untrained weights
+        Case("hydra trainer.gpus=1 (Lightning 1)", "hydra", ["trainer.gpus=1"], mention="trainer.devices"),
+        Case("cli --trainer.gpus=1 (Lightning 1)", "cli", ["fit", "--trainer.gpus=1"], mention="--trainer.devices"),
+        Case("hydra --print_config (LightningCLI's, without fit)", "hydra", ["--print_config"], mention="fit --print_config",
+             fast=False),
+        Case("hydra +trainer.max_epochs=1 (a key that has a value)", "hydra", ["+trainer.max_epochs=1"], mention="drop the +"),
+        Case("cli --lr_scheduler=StepLR without --optimizer", "cli", ["fit", "--lr_scheduler=StepLR"], mention="--optimizer"),
+        Case("cli test without --ckpt_path", "cli", ["test"], mention="--ckpt_path"),
     ]
 
 

@@ -42,8 +42,13 @@ RUN = "logs/tensorboard/jsa-mnist-mlp-K10-L2"  # the run's name under these sett
 
 def start(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
     """train.py with SETTINGS in its own process group, its output in a file (a stopped child would hold a pipe open)."""
+    return run_train(cwd, *SETTINGS, *args, env=env)
+
+
+def run_train(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    """train.py with `args` alone (`start` adds SETTINGS), as `start` runs it."""
     log = cwd / f"output-{time.monotonic_ns()}.txt"
-    process = subprocess.Popen([sys.executable, str(REPO / "train.py"), *SETTINGS, *args], cwd=cwd,
+    process = subprocess.Popen([sys.executable, str(REPO / "train.py"), *args], cwd=cwd,
                                env={**os.environ, **(env or {})}, stdout=open(log, "w"), stderr=subprocess.STDOUT,
                                start_new_session=True)
     process.log = log

@@ -6,12 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 DDP_TIMEOUT_S = 600  # as ddp_timeout_s in configs/train.yaml
+# How long the ranks wait for each other to start (torch's rendezvous), whatever ddp_timeout_s says: each rank imports
+# torch and builds the run on its own, and on a busy machine or a slow file system one may start a minute after
+# another, which is not a hang. callbacks/process_group.py's CollectiveTimeout sets ddp_timeout_s once all are there.
+STARTUP_TIMEOUT_S = DDP_TIMEOUT_S
 
 
 def strategy_with_timeout(strategy: Any, seconds: float) -> Any:
-    """A DDP-family strategy named by a string (ddp, ddp_spawn, ...) built with a collective timeout:
-    a process that waits longer than `seconds` for a stuck or dead peer stops with an error naming the
-    operation, instead of waiting torch's default 30 minutes in silence. Anything else unchanged."""
+    """A DDP-family strategy named by a string (ddp, ddp_spawn, ...) built with a timeout: a process that waits longer
+    than `seconds` at a collective for a stuck or dead peer stops with an error naming the operation, instead of
+    waiting torch's default 30 minutes in silence (the strategy's own timeout covers the start, at least
+    STARTUP_TIMEOUT_S; `collective_timeout` is the callback that shortens it to `seconds` after). Anything else
+    unchanged."""
     import inspect
     from datetime import timedelta
 
@@ -22,7 +28,7 @@ def strategy_with_timeout(strategy: Any, seconds: float) -> Any:
     entry = StrategyRegistry[strategy]
     if "timeout" not in inspect.signature(entry["strategy"]).parameters:
         return strategy
-    return entry["strategy"](**{**entry["init_params"], "timeout": timedelta(seconds=seconds)})
+    return entry["strategy"](**{**entry["init_params"], "timeout": timedelta(seconds=max(seconds, STARTUP_TIMEOUT_S))})
 
 
 def is_collective_timeout(error: BaseException) -> bool:

@@ -129,7 +129,7 @@ def test_resume_into_other_shapes_names_the_settings(tmp_path):
     trainer = fit(JSA(mis_steps=2, val_num_samples=2, cache_size=64), tmp_path, 1)
     path = tmp_path / "ckpt.ckpt"
     trainer.save_checkpoint(path)
-    with pytest.raises(CheckpointError, match=r"does not fit this model .*model\.num_latents=None -> 12") as error:
+    with pytest.raises(CheckpointError, match=r"does not fit this model .*model\.num_latents=20 -> 12") as error:
         fit(JSA(mis_steps=2, val_num_samples=2, cache_size=64, num_latents=12), tmp_path, 2, ckpt_path=path)
     assert "\n" not in str(error.value)
     with pytest.raises(CheckpointError, match=r"cache\.codes.*model\.use_cache=True -> False"):
@@ -155,28 +155,42 @@ def test_resume_settings_is_one_of_every_models_callbacks():
     assert any(isinstance(c, ResumeSettings) for c in VAE(latent_dim=4).configure_callbacks())
 
 
+# Two writers save one path over and over while a reader loads it, until the reader has loaded it READS times. Each
+# step waits on the event it needs (the other processes started, the reader done), never on a time or a count of
+# saves that a busy machine could miss: the reads overlap the saves however slowly each process runs.
 WRITER = """
-import sys, torch
+import sys
+from pathlib import Path
+import torch
 from checkpoints.files import save_checkpoint_file
-path, writer, saves = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for i in range(saves):
-    save_checkpoint_file({"state_dict": {"w": torch.full((2000,), float(writer * 100000 + i))}}, path)
+path, writer, started, stop = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+saves = 0
+while not stop.exists():
+    save_checkpoint_file({"state_dict": {"w": torch.full((2000,), float(writer * 100000 + saves))}}, path)
+    saves += 1
+    if saves == 1:
+        started.touch()
+print(saves - 1)
 """
 READER = """
 import sys, time
+from pathlib import Path
 from checkpoints.files import CheckpointError, load_checkpoint_file
-path, seconds = sys.argv[1], float(sys.argv[2])
+path, wanted, stop, started = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), [Path(p) for p in sys.argv[4:]]
+while not all(p.exists() for p in started):  # both writers are saving
+    time.sleep(0.01)
 reads = refused = 0
-end = time.monotonic() + seconds
-while time.monotonic() < end:
+while reads + refused < wanted:
     try:
         load_checkpoint_file(path)
         reads += 1
     except CheckpointError as error:
         refused += 1
         print(error, file=sys.stderr)
+stop.touch()
 print(reads, refused)
 """
+READS = 20
 
 
 @pytest.mark.slow  # three processes, hundreds of saves
@@ -184,15 +198,18 @@ def test_two_processes_saving_one_path_leave_a_consistent_pair_and_no_reader_ref
     path = tmp_path / "last.ckpt"
     save_checkpoint_file({"state_dict": {"w": torch.zeros(2000)}}, path)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(w), "300"], env=env) for w in (1, 2)]
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(path), "8"], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    assert [w.wait(timeout=600) for w in writers] == [0, 0]
-    out, err = reader.communicate(timeout=600)
+    stop, started = tmp_path / "stop", [tmp_path / f"writer-{w}-saving" for w in (1, 2)]
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(w), str(started[w - 1]), str(stop)], env=env,
+                                stdout=subprocess.PIPE, text=True) for w in (1, 2)]
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(path), str(READS), str(stop), *map(str, started)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = reader.communicate(timeout=900)
+    last_saves = [int(w.communicate(timeout=900)[0]) for w in writers]
+    assert reader.returncode == 0 and [w.returncode for w in writers] == [0, 0], err[-2000:]
     reads, refused = map(int, out.split())
-    assert refused == 0 and reads > 10, (reads, err[-2000:])
+    assert refused == 0 and reads == READS, (reads, err[-2000:])
     assert listed_digests(path) == [file_digest(path)]  # the final pair is one save's
-    assert load_checkpoint_file(path)["state_dict"]["w"][0] in (100299, 200299)
+    assert load_checkpoint_file(path)["state_dict"]["w"][0] in (100000 + last_saves[0], 200000 + last_saves[1])
 
 
 def small_checkpoint(**state) -> dict:

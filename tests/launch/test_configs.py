@@ -13,6 +13,7 @@ import launch.build
 import launch.cli_app
 import launch.hydra_app
 import launch.hydra_config
+import launch.rules
 import train
 from launch.runs import distributed, run_directory
 from common.signatures import constructor_defaults
@@ -164,11 +165,19 @@ def test_a_command_line_setting_wins_over_the_experiments_per_model_one():
 
 
 def test_ddp_strategies_get_the_collective_timeout():
+    """The strategy's timeout covers the ranks' start (at least STARTUP_TIMEOUT_S); the callback the run adds sets
+    ddp_timeout_s for the collectives after it (tests/launch/test_interruptions.py runs both)."""
     from datetime import timedelta
+
+    from callbacks.process_group import CollectiveTimeout
 
     for name in ("ddp", "ddp_spawn", "ddp_find_unused_parameters_true"):
         strategy = distributed.strategy_with_timeout(name, 5)
-        assert strategy._timeout == timedelta(seconds=5), name
+        assert strategy._timeout == timedelta(seconds=distributed.STARTUP_TIMEOUT_S), name
+        assert distributed.strategy_with_timeout(name, 5000)._timeout == timedelta(seconds=5000), name
+    settings = launch.rules.trainer_settings({"strategy": "ddp"}, None, 5)
+    assert [c.seconds for c in settings["callbacks"] if isinstance(c, CollectiveTimeout)] == [5]
+    assert not any(isinstance(c, CollectiveTimeout) for c in launch.rules.trainer_settings({"strategy": "auto"}, None, 5)["callbacks"])
     assert distributed.strategy_with_timeout("ddp_spawn", 5)._start_method == "spawn"  # the registry's own settings kept
     assert distributed.strategy_with_timeout("auto", 5) == "auto" and distributed.strategy_with_timeout(None, 5) is None
 

@@ -10,6 +10,7 @@ import logging
 import re
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -62,6 +63,40 @@ def test_cli_defaults_to_jsa_on_binarized_mnist(tmp_path):
     assert (own_seed.datamodule.seed, own_seed.model.test_seed) == (3, 7)
     grey = launch.cli_app.main(["--data.binarize=none", f"--trainer.default_root_dir={tmp_path}"], run=False)
     assert grey.model.hparams["likelihood"] == "discretized_logistic"  # follows the data: 8-bit grey pixels
+
+
+@pytest.mark.parametrize("subcommand", ["test", "validate"])
+def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tmp_path, monkeypatch, capsys):
+    """`test`/`validate` without a checkpoint (here from a -c file, which the early checks leave to the parser) is one
+    line naming --ckpt_path and --fresh_weights, with no run directory made; --fresh_weights=true evaluates."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.yaml").write_text("model: VAE\ndata: MNISTDataModule\ntrainer: {limit_val_batches: 1, limit_test_batches: 1}\n")
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main([subcommand, "-c", "run.yaml"])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"error: {subcommand} without --ckpt_path would {subcommand} untrained weights") and "--fresh_weights=true" in error
+    assert not (tmp_path / "logs").exists()
+    stage = "val" if subcommand == "validate" else "test"
+    fresh = launch.cli_app.main([subcommand, "-c", "run.yaml", "--fresh_weights=true", f"--model.{stage}_num_samples=2",
+                                 "--data.eval_batch_size=8"])
+    assert type(fresh.model) is VAE and f"{stage}/nll" in fresh.trainer.callback_metrics
+
+
+def test_a_scheduler_without_its_optimizer_is_refused_and_works_with_it(tmp_path, monkeypatch, capsys):
+    """LightningCLI applies --lr_scheduler only to an optimizer it builds from --optimizer: alone (here from a -c file,
+    which the early checks leave to the parser) it would be dropped in silence; with --optimizer it schedules."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sched.yaml").write_text("lr_scheduler:\n  class_path: torch.optim.lr_scheduler.StepLR\n  init_args: {step_size: 5}\n"
+                                         "trainer: {max_steps: 1, limit_val_batches: 0}\n")
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main(["fit", "--model=VAE", "--data=MNISTDataModule", "-c", "sched.yaml"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --lr_scheduler=StepLR without --optimizer would be ignored")
+    both = launch.cli_app.main(["--optimizer=Adam", "--optimizer.lr=0.01", "--lr_scheduler=StepLR", "--lr_scheduler.step_size=5",
+                                f"--trainer.default_root_dir={tmp_path}"], run=False)
+    [optimizer], [scheduler] = both.model.configure_optimizers()
+    assert isinstance(scheduler, torch.optim.lr_scheduler.StepLR) and scheduler.optimizer is optimizer
 
 
 def test_cli_integer_batch_limits_are_counts(tmp_path):
@@ -118,7 +153,7 @@ def test_bernoulli_model_refuses_grey_pixels_outside_the_trainer(mnist_dir):
         model.nll(torch.zeros(2, 3, 32, 32))
 
 
-def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mnist_dir):
+def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mnist_dir, capsys):
     dm = MNISTDataModule(data_dir=str(mnist_dir), batch_size=16)
     trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)])
@@ -147,9 +182,40 @@ def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mn
                           "--trainer.limit_test_batches=1", "--data.eval_batch_size=4", "--trainer.logger=false",
                           f"--trainer.default_root_dir={tmp_path}"])
     assert cli.model.eval_num_samples["test"] == 3 and cli.model.latent_dim == 4
+    # `test` with the wrong --model: the command that tests it with the right one (not one that trains it)
+    capsys.readouterr()
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(SystemExit):
+        mp.setattr(HydraConfig.instance(), "cfg", None)  # as in a LightningCLI process (a Hydra run was composed above)
+        launch.cli_app.main(["test", "--model=JSA", f"--ckpt_path={last}"])
+    assert f"test it with the model that wrote it: python train.py test --model=VAE --ckpt_path={last} (" in capsys.readouterr().err
 
 
 # ---- evaluation that does not depend on how it is run ----------------------------------------------
+
+
+@pytest.mark.parametrize("make, resolved", [
+    (lambda: JSA(mis_steps=2, val_num_samples=2), {"backbone": "mlp", "num_latents": 20, "likelihood": "bernoulli"}),
+    (lambda: VQVAE(num_categories=16, code_dim=4, hidden_channels=16), {"backbone": "conv", "num_latents": 49}),
+    (lambda: VAE(latent_dim=4), {"backbone": "mlp"}),
+    (lambda: DiscreteVAE(), {"num_samples": 4}),  # its default estimator's
+])
+def test_hparams_yaml_holds_the_values_the_run_used(make, resolved, tmp_path, mnist_dir, monkeypatch):
+    """A setting left at None (the model's backbone, its number of latents, the data's directory: DATA_DIR) is written
+    to hparams.yaml and the checkpoint as what it resolved to, and the checkpoint loads with it."""
+    import yaml
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    model = make()
+    trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=TensorBoardLogger(tmp_path), enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)])
+    trainer.fit(model, datamodule=MNISTDataModule(batch_size=16))
+    written = yaml.safe_load((Path(trainer.logger.log_dir) / "hparams.yaml").read_text())
+    assert {key: written[key] for key in resolved} == resolved
+    assert written["data_dir"] == str(mnist_dir.resolve())
+    loaded = type(model).load_from_checkpoint(tmp_path / "last.ckpt")
+    assert {key: loaded.hparams[key] for key in resolved} == resolved
+    assert all(torch.equal(value, model.state_dict()[key]) for key, value in loaded.state_dict().items())
 
 
 def test_eval_binarization_depends_on_the_image_alone(mnist_dir):

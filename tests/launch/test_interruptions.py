@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -75,6 +76,27 @@ def test_sigterm_and_ctrl_c_save_a_checkpoint_exit_nonzero_and_resume_bit_for_bi
     assert_same_training_state(uninterrupted, state(last))
 
 
+def test_ctrl_c_during_test_exits_130_and_leaves_the_run_as_it_was(tmp_path, mnist_dir):
+    """`python train.py test --ckpt_path=...` logs into the run that wrote the checkpoint; Ctrl-C while it tests
+    exits with 130 (Lightning's own answer is 1) and takes back what the stopped test wrote there (its event file,
+    with image grids and no metrics; config_test.yaml), as a refused run does."""
+    fit = ["fit", "--model=VAE", "--trainer.max_steps=2", "--trainer.limit_val_batches=1", "--model.val_num_samples=2"]
+    fitted = subprocess.run([sys.executable, str(REPO / "train.py"), *fit], cwd=tmp_path, env={**os.environ, "DATA_DIR": str(mnist_dir)},
+                            capture_output=True, text=True, timeout=240)
+    assert fitted.returncode == 0, fitted.stderr[-3000:]
+    run = tmp_path / "logs" / "tensorboard" / "vae-mnist-mlp-z32" / "version_0"
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    tested = faults.run_train(tmp_path, "test", "--model=VAE", f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
+                              "--model.test_num_samples=1000", env={"DATA_DIR": str(mnist_dir)})
+    # the test stage has begun logging into the run: its event file is there
+    wait_for(lambda: len(list(run.glob("events.out.tfevents.*"))) > len([p for p in before if p.name.startswith("events.")]), tested)
+    tested.send_signal(signal.SIGINT)
+    code, output = finish(tested)
+    assert code == 130, output[-3000:]
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    assert output.strip().splitlines()[-1].startswith("run: logs/tensorboard/vae-mnist-mlp-z32/version_0 "), output[-3000:]  # where it is
+
+
 def test_kill_during_checkpoint_writes_never_leaves_a_broken_checkpoint(tmp_path, mnist_dir, monkeypatch):
     """SIGKILL the moment a temporary checkpoint file appears (a save in progress), with TMPDIR on another
     filesystem than the checkpoints (/dev/shm); each surviving checkpoint verifies and loads, and the
@@ -101,16 +123,22 @@ def test_two_resumes_of_one_run_started_together_have_one_writer(tmp_path, mnist
 
 
 def test_a_frozen_ddp_peer_stops_the_run_with_a_message_after_the_timeout(tmp_path, mnist_dir):
-    freeze = ["trainer=ddp", "trainer.accelerator=cpu", "ddp_timeout_s=20", "+callbacks.freeze._target_=tests.scripts.freeze.FreezeRank1"]
+    """Rank 1 starts 15 s after rank 0 (as on a busy machine), which is longer than ddp_timeout_s: the start is not a
+    hang (the ranks wait for each other as long as launch/runs/distributed.py's STARTUP_TIMEOUT_S). Then rank 1 freezes
+    after two steps, and rank 0 stops with the one-line message once the collective has waited ddp_timeout_s. Timed
+    from the freeze itself, not from the start, which a loaded machine makes as slow as it likes."""
+    timeout_s = 10
+    freeze = ["trainer=ddp", "trainer.accelerator=cpu", f"ddp_timeout_s={timeout_s}",
+              "+callbacks.freeze._target_=tests.scripts.freeze.FreezeRank1", f"+callbacks.freeze.late_start_s={timeout_s + 5}"]
     process = start(tmp_path, mnist_dir, *freeze)
     try:
-        started = time.monotonic()
-        code, output = finish(process, timeout=120)
+        wait_for(lambda: "rank 1 stops itself (SIGSTOP)" in process.log.read_text(), process, timeout=600, poll=0.05)
+        frozen = time.monotonic()
+        code, output = finish(process, timeout=timeout_s + 120)
         assert code == 2, output[-3000:]
-        assert "rank 1 stops itself (SIGSTOP)" in output
         error = output.strip().splitlines()[-1]
         assert error.startswith("error: a distributed collective timed out") and "ddp_timeout_s" in error, output[-3000:]
-        assert time.monotonic() - started < 90
+        assert time.monotonic() - frozen < timeout_s + 90  # the collective's timeout, not torch's 30 min
     finally:
         os.killpg(process.pid, signal.SIGKILL)  # the stopped rank 1
 

@@ -70,10 +70,26 @@ def test_the_committed_schema_is_what_the_classes_give():
     (f"log_dir={REPO / 'README.md'}", f"log_dir={REPO / 'README.md'}: {REPO / 'README.md'} is a file, not a directory"),
     (f"fit --trainer.default_root_dir={REPO / 'README.md'}", "is a file, not a directory"),
     (f"fit --log_dir={REPO / 'README.md'}", f"--log_dir={REPO / 'README.md'}: {REPO / 'README.md'} is a file, not a directory"),
+    # Lightning 1's trainer options, LightningCLI's options without a subcommand, Hydra's + on a key that has a value,
+    # a scheduler without the optimizer LightningCLI would schedule
+    ("trainer.gpus=1", "trainer.gpus: no such setting of Trainer (Lightning 2 removed it); use trainer.accelerator=gpu trainer.devices=1"),
+    ("fit --trainer.gpus=2", "--trainer.gpus: no such option of Trainer (Lightning 2 removed it); use --trainer.accelerator=gpu --trainer.devices=2"),
+    ("--print_config", "--print_config is an option of the LightningCLI front end, which needs a subcommand first: python train.py "
+     "fit --print_config (in Hydra, python train.py --cfg job prints the composed config)"),
+    ("model=vae --model.latent_dim=8", "--model.latent_dim is an option of the LightningCLI front end"),
+    ("+trainer.max_epochs=1", "+trainer.max_epochs=1: trainer.max_epochs already has a value (configs/trainer/default.yaml), and + "
+     "only adds a key that has none; drop the + to set it: trainer.max_epochs=1"),
+    ("+model.mis_steps=3", "model.mis_steps already has a value (the default of JSA)"),
+    ("+seed=1", "seed already has a value (configs/train.yaml)"),
+    ("fit --lr_scheduler=StepLR", "--lr_scheduler=StepLR without --optimizer would be ignored: LightningCLI schedules only an "
+     "optimizer it builds itself; give both: --optimizer=Adam"),
+    # evaluating untrained weights (hours of importance sampling for a meaningless number) asks for the flag that says so
+    ("test", "test without --ckpt_path would test untrained weights: give the checkpoint of a run, --ckpt_path="),
+    ("validate --model=VAE --ckpt_path=null", "or --fresh_weights=true to validate a freshly initialized model"),
 ])
 def test_mistakes_are_one_line_with_the_closest_name(command, line):
     argv = shlex.split(command)
-    refusal = refuse_early(argv, cli=argv[0] in ("fit", "test"))
+    refusal = refuse_early(argv, cli=argv[0] in ("fit", "validate", "test"))
     assert refusal is not None and line in refusal, refusal
     assert "\n" not in refusal
 
@@ -110,6 +126,8 @@ VALID = [
     "model.lr='${optimizer.lr}'", "+trainer.max_time=00:00:10:00", "model=dvae_gumbel model.temperature=0.5", "trainer=ddp",
     "callbacks.gradient_variance.every_n_steps=0 hydra.run.dir=x", "-m model.mis_steps=1,5,20 seed=range(3)",
     "fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1", "test --model=VAE --ckpt_path=PATH/last.ckpt",
+    "test --fresh_weights=true", "validate --fresh_weights true", "test -c=run.yaml",
+    "+model.cache_start_epoch=3", "++trainer.max_epochs=1", "fit --optimizer=Adam --lr_scheduler=StepLR --lr_scheduler.step_size=5",  # (a config file may give ckpt_path)
     "fit --help", "fit --config configs/cli/jsa_paper.yaml", "fit --trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping",
     "fit --model=JSA --model.init_args.mis_steps=5 --checkpoint.save_top_k=3 --seed_everything=1",
     # what a review found refused by an earlier version, each accepted by Hydra or jsonargparse
@@ -144,7 +162,7 @@ def with_files_named_by(commands: list[list[str]], root: Path, monkeypatch: pyte
 def test_valid_commands_pass(command, tmp_path, monkeypatch):
     argv = shlex.split(command)
     with_files_named_by([argv], tmp_path, monkeypatch)
-    assert refuse_early(argv, cli=bool(argv) and argv[0] in ("fit", "test")) is None
+    assert refuse_early(argv, cli=bool(argv) and argv[0] in ("fit", "validate", "test")) is None
 
 
 def test_an_option_without_its_value_is_left_to_the_parser():
