@@ -131,6 +131,7 @@ def test_the_imports_form_no_circle():
     assert not circles, f"import circles: {circles}"
 
 
+@pytest.mark.slow  # starts a Python process (torch's import)
 def test_samplers_refuse_a_bad_cache_without_importing_lightning():
     """samplers/ are plain tensors: even refusing a checkpoint's corrupt cache (CheckpointError, checkpoints/errors.py)
     imports no Lightning."""
