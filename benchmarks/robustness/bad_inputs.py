@@ -148,7 +148,7 @@ def front_end_cases() -> list[Case]:
         # key that has a value, a scheduler LightningCLI would ignore, testing untrained weights
         Case("hydra trainer.gpus=1 (Lightning 1)", "hydra", ["trainer.gpus=1"], mention="trainer.devices"),
         Case("cli --trainer.gpus=1 (Lightning 1)", "cli", ["fit", "--trainer.gpus=1"], mention="--trainer.devices"),
-        Case("hydra --print_config (LightningCLI's, without fit)", "hydra", ["--print_config"], mention="fit --print_config",
+        Case("hydra --print_config (LightningCLI's) without fit", "hydra", ["--print_config"], mention="fit --print_config",
              fast=False),
         Case("hydra +trainer.max_epochs=1 (a key that has a value)", "hydra", ["+trainer.max_epochs=1"], mention="drop the +"),
         Case("cli --lr_scheduler=StepLR without --optimizer", "cli", ["fit", "--lr_scheduler=StepLR"], mention="--optimizer"),

@@ -97,6 +97,21 @@ def test_ctrl_c_during_test_exits_130_and_leaves_the_run_as_it_was(tmp_path, mni
     assert output.strip().splitlines()[-1].startswith("run: logs/tensorboard/vae-mnist-mlp-z32/version_0 "), output[-3000:]  # where it is
 
 
+def test_ctrl_c_during_hydras_test_stage_exits_130_and_keeps_the_fitted_run(tmp_path, mnist_dir):
+    """Hydra tests after fit (run_test=true): Ctrl-C in that test stage exits 130, not Lightning's 1, and the run its
+    fit wrote stays with its checkpoint and the line that names it."""
+    tested = faults.run_train(tmp_path, "model=vae", "trainer.max_steps=2", "trainer.limit_val_batches=1", "model.val_num_samples=2",
+                              "run_test=true", env={"DATA_DIR": str(mnist_dir)})
+    wait_for(lambda: "importance samples each" in tested.log.read_text(), tested, timeout=600, poll=0.05)  # the test stage's first line
+    tested.send_signal(signal.SIGINT)
+    code, output = finish(tested)
+    assert code == 130, output[-3000:]
+    run = "logs/tensorboard/vae-mnist-mlp-z32/version_0"
+    assert (tmp_path / run / "checkpoints" / "last.ckpt").is_file()
+    assert output.strip().splitlines()[-1].endswith(f"run: {run} · checkpoint: {run}/checkpoints/last.ckpt · "
+                                                    "tensorboard --logdir logs/tensorboard"), output[-3000:]
+
+
 def test_kill_during_checkpoint_writes_never_leaves_a_broken_checkpoint(tmp_path, mnist_dir, monkeypatch):
     """SIGKILL the moment a temporary checkpoint file appears (a save in progress), with TMPDIR on another
     filesystem than the checkpoints (/dev/shm); each surviving checkpoint verifies and loads, and the
