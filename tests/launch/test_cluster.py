@@ -176,9 +176,12 @@ def test_a_parallel_comparison_lands_like_a_sequential_one(launcher, tmp_path, m
     assert f"The runs of the latest multirun, {compare.shown(sweep_dir)} (started" in report
     for name in RUNS:
         assert f"- compared: `{name}/version_0` as **{name}**: the latest multirun" in report
-    rows = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith("| run")]
-    assert sorted(row.split("|")[2].strip() for row in rows) == ["JSA", "VAE"]
-    assert all(math.isfinite(float(row.split("|")[5].strip().replace(",", ""))) for row in rows)  # tested: test/nll
+    header = next(line for line in report.splitlines() if line.startswith("| run"))
+    columns = [cell.strip() for cell in header.split("|")]
+    rows = [line.split("|") for line in report.splitlines() if line.startswith("| ") and not line.startswith("| run")]
+    assert sorted(row[columns.index("model")].strip() for row in rows) == ["JSA", "VAE"]
+    nll = columns.index("nll (nats)")
+    assert all(math.isfinite(float(row[nll].strip().replace(",", ""))) for row in rows)  # tested: test/nll
 
 
 @pytest.mark.slow  # three trials of JSA (about 25 s on 2 cores)
