@@ -555,7 +555,8 @@ def check_paths(argv: list[str], cli: bool, data_class: str | None) -> None:
         if value is None or "://" in str(value) or (str(value) in CKPT_NAMES and not path.exists()):
             continue
         if not path.is_file():
-            what = "a directory, not a checkpoint file" if path.is_dir() else "no such file"
+            what = ("a directory, not a checkpoint file" if path.is_dir() else
+                    "not a regular file (a pipe, socket or device), not a checkpoint file" if path.exists() else "no such file")
             raise EarlyRefusal(f"{ckpt_option}={value}: {what} (ckpt_path expects a .ckpt file written by a run, e.g. "
                                "logs/tensorboard/<run>/version_0/checkpoints/last.ckpt)")
 

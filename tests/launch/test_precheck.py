@@ -265,3 +265,11 @@ def test_values_files_and_data_dir_are_refused_before_the_imports(argv, data_dir
     assert result.returncode == 2 and result.stdout.strip() == "False", (result.stdout, result.stderr)
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "bad.yaml", "empty"]  # nothing written
+
+
+def test_a_checkpoint_that_is_a_pipe_is_named_as_one_not_as_missing(tmp_path):
+    pipe = tmp_path / "pipe.ckpt"
+    os.mkfifo(pipe)
+    for argv, cli in (([f"ckpt_path={pipe}"], False), (["fit", f"--ckpt_path={pipe}"], True)):
+        refusal = str(refuse_early(argv, cli=cli))
+        assert "not a regular file" in refusal and "no such file" not in refusal, refusal
