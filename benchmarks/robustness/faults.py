@@ -10,7 +10,9 @@
 2. Runs started at the same moment: two identical runs are started together, `--concurrent` times; each
    must get its own TensorBoard version and Hydra directory and finish with its own `last.ckpt`.
 3. Two resumes of one run started at the same moment, `--resumes` times: one writes the run to its end, the
-   other is refused in one line naming the owner (exit 2), and the run's `last.ckpt` is the finished one's.
+   other is refused in one line naming the owner (exit 2), and the run's `last.ckpt` is the finished one's. The
+   owner waits at its training start until the other has been answered (`HoldAtTrainStart`), so that the two
+   overlap however slowly each starts.
 
 Writes results.json and results.md under --out. tests/launch/test_interruptions.py runs both with small counts.
 """
@@ -27,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Callable
+
+import lightning as L
 
 from benchmarks.lib import arguments, runner
 
@@ -68,6 +72,20 @@ def wait_for(condition: Callable[[], bool], process: subprocess.Popen, timeout: 
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         time.sleep(poll)
+
+
+class HoldAtTrainStart(L.Callback):
+    """Waits at the start of training until the file `release` exists (at most `timeout_s`): a resume that owns its run
+    keeps it while another one asks for it, however slowly either process started (concurrent_resumes)."""
+
+    def __init__(self, release: str, timeout_s: float = 600.0) -> None:
+        self.release, self.timeout_s = Path(release), timeout_s
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        (self.release.parent / f"holding-{os.getpid()}").touch()  # a second one holding at once: two writers
+        deadline = time.monotonic() + self.timeout_s
+        while not self.release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def kill_during_saves(cwd: Path, kills: int) -> dict:
@@ -138,8 +156,16 @@ def concurrent_resumes(cwd: Path, pairs: int) -> dict:
         root.mkdir(parents=True)
         assert finish(start(root, "trainer.max_steps=2"))[0] == 0
         checkpoint = root / RUN / "version_0" / "checkpoints" / "last.ckpt"
-        # 12 steps: the first to take the run still holds it when the other, started at the same moment, asks for it.
-        processes = [start(root, "trainer.max_steps=14", f"ckpt_path={checkpoint}") for _ in range(2)]
+        # Whichever takes the run first holds it at its training start until the other has been answered, so the two
+        # overlap on a machine of any speed: no race between two processes' imports decides the outcome.
+        release = root / "release"
+        hold = ["+callbacks.hold._target_=benchmarks.robustness.faults.HoldAtTrainStart", f"+callbacks.hold.release={release}"]
+        processes = [start(root, "trainer.max_steps=14", f"ckpt_path={checkpoint}", *hold) for _ in range(2)]
+        deadline = time.monotonic() + 600
+        while (all(p.poll() is None for p in processes) and len(list(root.glob("holding-*"))) < 2
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+        release.touch()
         results = [finish(p) for p in processes]
         codes = sorted(code for code, _ in results)
         refusal = next((out for code, out in results if code == 2), "")
