@@ -26,7 +26,6 @@ last.ckpt (written at every validation), so a lease that ends loses at most the 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import shutil
 import statistics
 from dataclasses import dataclass
@@ -105,11 +104,10 @@ def branch_point(args: argparse.Namespace, seed: int) -> Path:
 
 
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """The branch point's digest, as the checkpoint files' own checksum computes it (imported here: it brings torch)."""
+    from checkpoints.files import file_digest
+
+    return file_digest(path)
 
 
 def run_job(name: str, stage: str, arm: str, seed: int, args: argparse.Namespace) -> dict:
