@@ -39,26 +39,8 @@ class HparamsWithMetrics(L.Callback):
         logger = trainer.logger
         if not isinstance(logger, TensorBoardLogger) or not trainer.is_global_zero:
             return
-        optimizer = trainer.optimizers[0]
-        datamodule = trainer.datamodule
-        batch_size = getattr(datamodule, "batch_size", None)
-        params = {
-            **(settings_of(datamodule) if datamodule is not None else {}),
-            **settings_of(pl_module),
-            "model_class": type(pl_module).__name__,
-            "num_params": sum(p.numel() for p in pl_module.parameters()),
-            "optimizer": type(optimizer).__name__,
-            "optimizer_lr": optimizer.defaults.get("lr"),
-            # data.batch_size is per device; one optimizer step sees this many examples:
-            "effective_batch_size": batch_size and batch_size * trainer.world_size * trainer.accumulate_grad_batches,
-        }
-        params = {k: v for k, v in _flatten(params).items() if k != "optimizer" or isinstance(v, str)}
-        # TensorBoard's hparams plugin takes numbers, strings and booleans; anything else as its repr.
-        params = {k: v if isinstance(v, (bool, int, float, str)) else repr(v) for k, v in params.items()}
-        metrics = {f"hp/{stage}_{name}": 0.0 for stage, names in HPARAM_METRICS.items() for name in names}
-        writer = file_writer(logger.experiment)
-        for summary in hparams(params, metrics):  # the tags only: no value is written for them here
-            writer.add_summary(summary, trainer.global_step)
+        write_hparams(logger, pl_module, trainer.datamodule, trainer.optimizers[0],
+                      trainer.world_size * trainer.accumulate_grad_batches, trainer.global_step)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
@@ -73,3 +55,27 @@ class HparamsWithMetrics(L.Callback):
         if trainer.is_global_zero and values:
             for logger in trainer.loggers:
                 logger.log_metrics(values, step=trainer.global_step)
+
+
+def write_hparams(logger: TensorBoardLogger, model: L.LightningModule, datamodule: Any, optimizer: Any, batches_per_step: int,
+                  step: int) -> None:
+    """The HPARAMS tab's settings of a run (module docstring); also each replica's of a replicated process
+    (callbacks/replica_runs.py). `batches_per_step`: data.batch_size batches in one optimizer step."""
+    batch_size = getattr(datamodule, "batch_size", None)
+    params = {
+        **(settings_of(datamodule) if datamodule is not None else {}),
+        **settings_of(model),
+        "model_class": type(model).__name__,
+        "num_params": sum(p.numel() for p in model.parameters()),
+        "optimizer": type(optimizer).__name__,
+        "optimizer_lr": optimizer.defaults.get("lr"),
+        # data.batch_size is per device; one optimizer step sees this many examples:
+        "effective_batch_size": batch_size and batch_size * batches_per_step,
+    }
+    params = {k: v for k, v in _flatten(params).items() if k != "optimizer" or isinstance(v, str)}
+    # TensorBoard's hparams plugin takes numbers, strings and booleans; anything else as its repr.
+    params = {k: v if isinstance(v, (bool, int, float, str)) else repr(v) for k, v in params.items()}
+    metrics = {f"hp/{stage}_{name}": 0.0 for stage, names in HPARAM_METRICS.items() for name in names}
+    writer = file_writer(logger.experiment)
+    for summary in hparams(params, metrics):  # the tags only: no value is written for them here
+        writer.add_summary(summary, step)

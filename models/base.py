@@ -338,9 +338,7 @@ class LatentVariableModel(L.LightningModule):
         the reconstruction from the same posterior."""
         x, _ = batch
         x_eval = self.likelihood.prepare(x)
-        posterior = self.posterior(x_eval)
-        nll, elbo = self.importance_estimate(x_eval, posterior, self.eval_num_samples[stage])
-        recon = self.likelihood.mean(self.decode_posterior_mode(posterior))
+        nll, elbo, recon, posterior = self.evaluation_terms(x_eval, self.eval_num_samples[stage])
         metrics = self.eval_metrics[stage]
         metrics["nll"].update(nll)
         metrics["bpd"].update(bits_per_dim(nll, self.num_dims))
@@ -350,6 +348,13 @@ class LatentVariableModel(L.LightningModule):
         for name, metric in metrics.items():
             self.log(f"{stage}/{name}", metric, prog_bar=name == "nll")
         return {"posterior": posterior, "reconstructions": recon, "inputs": x_eval}
+
+    def evaluation_terms(self, x: Tensor, num_samples: int) -> tuple[Tensor, Tensor, Tensor, Any]:
+        """(-log p(x), ELBO, reconstruction, posterior) of images x as `likelihood.prepare` returns them: the terms of the
+        evaluation protocol, from one encoder pass (models/replicas.py computes them for every replica at once)."""
+        posterior = self.posterior(x)
+        nll, elbo = self.importance_estimate(x, posterior, num_samples)
+        return nll, elbo, self.likelihood.mean(self.decode_posterior_mode(posterior)), posterior
 
     def importance_estimate(self, x: Tensor, posterior: Any, num_samples: int) -> tuple[Tensor, Tensor]:
         """(-log p(x), ELBO) per image in nats of the 8-bit data, from `num_samples` importance samples drawn

@@ -44,6 +44,7 @@ from samplers.visits import expected_visits, fresh_proposal_weights, sum_and_sam
 GradientStates = Literal["final", "chain", "expected"]
 QStates = Literal["chain", "fresh"]
 ChainRows = Literal["auto", "static", "distinct"]
+CACHE_DIAGNOSTICS = ("cache_stuck_rate", "cache_age_epochs", "cache_log_weight_gap")  # `cache_diagnostics`
 
 
 class JSA(CategoricalLatentModel):
@@ -129,11 +130,17 @@ class JSA(CategoricalLatentModel):
         self.register_buffer("class_used", torch.zeros(self.num_categories, dtype=torch.bool))
         self.register_buffer("compiled_epoch", torch.zeros((), dtype=torch.int32), persistent=False)  # cache_epoch()
         self.compiled_reads_cache = False
+        # The batched step of several replicas (models/replicas.py) reads the settings they may differ in
+        # (`replica_settings`) from these per-replica 0-d buffers, not from the Python values a single run reads.
+        self.batched_replicas = False
+        self.register_buffer("replica_reads_cache", torch.zeros((), dtype=torch.bool), persistent=False)
+        self.register_buffer("replica_cache_refresh", torch.tensor(float(cache_refresh)), persistent=False)
         # Every rank keeps the whole cache and updates it with the gathered pairs of each step
         # (see `_write_cache`); DDP must not also broadcast these buffers from rank 0 each step.
         ignore_in_ddp(self, ["cache.codes", "cache.changed_epoch", "class_used"])
 
     config_name = "jsa"  # as in configs/model/ and the run names
+    replica_settings = ("cache_start_epoch", "cache_refresh")  # may differ between the replicas of one process
     run_tag_keys = ("backbone", "num_categories", "mis_steps", "prior")
 
     @property
@@ -172,7 +179,9 @@ class JSA(CategoricalLatentModel):
         log_q = self.posterior(x)  # the one encoder pass of this step: log q(h | x), (B, V, K)
         read_cache, epoch = self.cache_epoch()
         start, has_start = self.cache.read(index) if read_cache else (None, None)
-        if read_cache:
+        if read_cache and self.batched_replicas:  # a replica that does not read the cache yet starts every chain fresh
+            has_start = refresh_starts(has_start & self.replica_reads_cache, self.replica_cache_refresh)
+        elif read_cache:
             has_start = refresh_starts(has_start, self.cache_refresh)
         age = self.cache.age(index, epoch) if read_cache else None  # before this step's write
         # `expected` (and `chain` with static rows) weights every candidate, so its one decoder pass keeps the graph and
@@ -270,15 +279,31 @@ class JSA(CategoricalLatentModel):
         """(whether this step reads the cache, the epoch it ages and writes the cache in). In a compiled step
         (model.compile=step) the epoch is the 0-d tensor `before_compiled_step` filled, so that the graph does not
         bake the epoch number in and recompile every epoch (docs/mis.md#compiling-the-whole-step); the read is a
-        Python flag there, one recompile at `cache_start_epoch`."""
-        if torch.compiler.is_compiling():
+        Python flag there, one recompile at `cache_start_epoch`. The batched step of replicas reads them so too (set by
+        models/replicas.py: the flag says whether any replica reads the cache, `replica_reads_cache` which ones do)."""
+        if torch.compiler.is_compiling() or self.batched_replicas:
             return self.compiled_reads_cache, self.compiled_epoch
-        epoch = self.current_epoch
-        return self.cache is not None and self.cache_start_epoch is not None and epoch >= self.cache_start_epoch, epoch
+        return self.reads_cache_at(self.current_epoch), self.current_epoch
+
+    def reads_cache_at(self, epoch: int) -> bool:
+        """Whether the steps of `epoch` start the chains from the cache (`cache_start_epoch`)."""
+        return self.cache is not None and self.cache_start_epoch is not None and epoch >= self.cache_start_epoch
 
     def before_compiled_step(self) -> None:
         self.compiled_reads_cache, epoch = self.cache_epoch()
         self.compiled_epoch.fill_(epoch)
+
+    def replica_gates(self, epoch: int) -> dict[str, Tensor]:
+        """This replica's values of the buffers the batched step reads in `epoch` (models/replicas.py)."""
+        return {"replica_reads_cache": torch.tensor(self.reads_cache_at(epoch)), "compiled_epoch": torch.tensor(epoch, dtype=torch.int32),
+                "replica_cache_refresh": torch.tensor(float(self.cache_refresh))}
+
+    def replica_terms(self, terms: dict[str, Any], epoch: int) -> dict[str, Any]:
+        """Of the batched step's terms (models/replicas.py), those this replica's single run logs in `epoch`: the cache
+        diagnostics only once it reads the cache (the batched step computes them for every replica when one does)."""
+        if self.reads_cache_at(epoch):
+            return terms
+        return {tag: value for tag, value in terms.items() if tag.rsplit("/", 1)[-1] not in CACHE_DIAGNOSTICS}
 
     def cache_diagnostics(self, sample: MISSample, age: Tensor, has_start: Tensor) -> dict[str, Tensor]:
         """Over the chains that start from a cached state (docs/mis.md#when-the-cache-helps):

@@ -76,14 +76,14 @@ class LatentCache(nn.Module):
         return (self.codes != self.sentinel).flatten(1).all(dim=1).float().mean()
 
 
-def refresh_starts(has_start: Tensor, rate: float, generator: torch.Generator | None = None) -> Tensor:
+def refresh_starts(has_start: Tensor, rate: float | Tensor, generator: torch.Generator | None = None) -> Tensor:
     """`has_start` with each cached start dropped with probability `rate`: those chains restart from a fresh proposal.
 
     A restart replaces a state of the chain by a draw from q, so the persistent chain's stationary law π_ρ solves
     π_ρ = (1 − ρ) π_ρ P^L + ρ q P^L: it is p(h | x) at ρ = 0 and never further from it in total variation than the
     no-cache chain's law q P^L (docs/mis.md#restarting-a-share-of-the-chains).
     """
-    if rate <= 0.0:
+    if not isinstance(rate, Tensor) and rate <= 0.0:  # (a tensor rate, one per replica, always draws: no host sync)
         return has_start
     keep = torch.rand(has_start.shape, device=has_start.device, generator=generator) >= rate
     return has_start & keep

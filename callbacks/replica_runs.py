@@ -1,0 +1,108 @@
+"""Each replica of a replicated process (models/replicas.py) as a run of its own: what a single run with its seed and
+settings leaves, so that `benchmarks.compare`, the studies and `train.py test --ckpt_path` read it as they read a run.
+
+- its TensorBoard run, `<save_dir>/<name>/version_N`: the `train/<term>` tags at the logging steps, the `val/` tags
+  after each validation, `hparams.yaml` and the HPARAMS tab;
+- its checkpoints in that run's `checkpoints/`: `last.ckpt` whenever the process saves one, and the best on `val/nll`
+  (ModelCheckpoint's file name: `epoch<E>-step<S>.ckpt`), each a single run's checkpoint (checkpoints/replica.py).
+
+The replicas' versions and best values are this callback's state in the process's own checkpoint: a resumed process
+goes on writing into the same runs.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import lightning as L
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from callbacks.hparams import HPARAM_METRICS, write_hparams
+from checkpoints.files import CHECKSUM_SUFFIX, save_checkpoint_file
+from checkpoints.model_class import stamp_model_class
+from checkpoints.replica import replica_checkpoint
+from common.log_steps import is_logging_step
+
+
+class ReplicaRuns(L.Callback):
+    """Args:
+        save_dir: the TensorBoard root (the single runs' `<log_dir>/tensorboard`).
+        names: each replica's run name.
+    """
+
+    def __init__(self, save_dir: str, names: Sequence[str]) -> None:
+        self.save_dir, self.names = str(Path(save_dir).resolve()), list(names)
+        self.versions: list[str] | None = None
+        self.best = [math.inf] * len(self.names)
+        self.best_files: list[str | None] = [None] * len(self.names)
+        self.loggers: list[TensorBoardLogger] = []
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"versions": self.versions, "best": self.best, "best_files": self.best_files}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.versions, self.best, self.best_files = state["versions"], state["best"], state["best_files"]
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        from launch.runs.run_directory import ReservedVersionLogger
+
+        if self.versions is None:  # new runs; a resumed process has their versions from its checkpoint
+            self.loggers = [ReservedVersionLogger(self.save_dir, name=name, default_hp_metric=False) for name in self.names]
+            self.versions = [logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+                             for logger in self.loggers]
+        else:
+            self.loggers = [TensorBoardLogger(self.save_dir, name=name, version=version, default_hp_metric=False)
+                            for name, version in zip(self.names, self.versions)]
+        for r, logger in enumerate(self.loggers):
+            model, data = pl_module.settings[r], trainer.datamodule.replicas[r]
+            logger.log_hyperparams({**data.hparams, **model.hparams})  # hparams.yaml
+            write_hparams(logger, model, data, trainer.optimizers[0], trainer.accumulate_grad_batches, trainer.global_step)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if not is_logging_step(trainer):
+            return
+        values = {name: value.tolist() for name, value in outputs["terms"].items()}  # one host sync per term
+        for r, logger in enumerate(self.loggers):
+            terms = {f"train/{name}": value[r] for name, value in values.items()}
+            model = pl_module.settings[r]
+            if hasattr(model, "replica_terms"):  # the terms its single run logs at this epoch
+                terms = model.replica_terms(terms, trainer.current_epoch)
+            logger.log_metrics(terms, step=trainer.global_step)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: Any) -> None:
+        if trainer.sanity_checking:
+            return
+        for logger, values in zip(self.loggers, pl_module.replica_val):
+            metrics = {tag: float(value) for tag, value in values.items()}
+            hp = {f"hp/val_{name}": metrics[f"val/{name}"] for name in HPARAM_METRICS["val"]}
+            logger.log_metrics({**metrics, **hp}, step=trainer.global_step)
+            logger.save()
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        """The process saves (last.ckpt after each validation, on Ctrl-C or preemption): each replica's own last.ckpt, and
+        its best on val/nll when this validation improved it."""
+        if not self.loggers:
+            return
+        epoch, step = checkpoint.get("epoch", 0), checkpoint.get("global_step", 0)
+        for r, logger in enumerate(self.loggers):
+            model = pl_module.settings[r]
+            single = replica_checkpoint(checkpoint, r, pl_module.replica_state_dict(r), dict(model.hparams),
+                                        dict(trainer.datamodule.replicas[r].hparams))
+            stamp_model_class(single, type(model))
+            directory = Path(logger.log_dir) / "checkpoints"
+            save_checkpoint_file(single, directory / "last.ckpt")
+            nll = getattr(pl_module, "replica_val", None)
+            nll = float(nll[r]["val/nll"]) if nll else math.inf
+            if nll < self.best[r]:
+                best = directory / f"epoch{epoch:03d}-step{step:06d}.ckpt"
+                save_checkpoint_file(single, best)
+                if self.best_files[r] and self.best_files[r] != str(best):
+                    for stale in (Path(self.best_files[r]), Path(self.best_files[r] + CHECKSUM_SUFFIX)):
+                        stale.unlink(missing_ok=True)
+                self.best[r], self.best_files[r] = nll, str(best)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: Any) -> None:
+        for logger in self.loggers:
+            logger.finalize("success")

@@ -1,0 +1,194 @@
+"""R independent runs of one model configuration trained as one batched computation (docs/replicas.md).
+
+A small model's training step on a GPU is bound by kernel launches, not arithmetic: its matrix products take a few
+hundredths of the step. R seeds trained as R processes take turns on the device; trained here they are one step whose
+kernels are R times larger, at nearly the latency of one (the model-ensembling pattern of `torch.func`:
+`stack_module_state` + `vmap`).
+
+Each replica keeps its own parameters, buffers (JSA's cache among them) and optimizer state, stacked along a leading
+dimension of size R: one Adam over the stacked tensors is R independent Adams (Adam is elementwise). The model's own
+`training_loss` runs unchanged under `torch.func.vmap`, on a template of the model whose tensors are replaced by the
+replica's slice (`torch.func.functional_call`); each replica sees its own batch (its own data order and binarization,
+datamodules/replicas.py) and its own random draws (vmap's randomness="different"). The loss is the sum of the
+replicas' losses, so that replica r's gradient is that of its own loss alone.
+
+Replicas may differ in the settings that only gate behaviour (the model class's `replica_settings`: JSA's
+`cache_start_epoch` and `cache_refresh`), which the batched step reads from per-replica buffers. Everything a replica
+leaves behind (its TensorBoard run, hparams.yaml, a checkpoint that loads alone) comes from callbacks/replica_runs.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Sequence
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, stack_module_state, vmap
+from torchmetrics import MeanMetric
+
+from checkpoints.files import AtomicCheckpoints
+from checkpoints.random_state import RandomStateCheckpoint
+from models.base import LatentVariableModel
+from models.components.likelihoods import bits_per_dim
+
+# Settings every replica may differ in: its seed, and the seed of the test stage's samples (${seed} in the configs).
+ALWAYS_PER_REPLICA = ("test_seed",)
+EVAL_TERMS = ("nll", "bpd", "elbo", "recon_mse")
+
+
+class _Method(nn.Module):
+    """One method of a model as a module's forward, for `functional_call`."""
+
+    def __init__(self, model: nn.Module, method: str) -> None:
+        super().__init__()
+        self.model, self.method = model, method
+
+    def forward(self, *args: Any) -> Any:
+        return getattr(self.model, self.method)(*args)
+
+
+def check_replicas(models: Sequence[LatentVariableModel]) -> None:
+    """Replicas must be one configuration: the same class and settings but for the class's `replica_settings`."""
+    if not models:
+        raise ValueError("replicas: at least one replica is needed")
+    first = models[0]
+    free = (*getattr(type(first), "replica_settings", ()), *ALWAYS_PER_REPLICA)
+    for r, model in enumerate(models[1:], start=1):
+        if type(model) is not type(first):
+            raise ValueError(f"replicas: replica {r} is a {type(model).__name__}, replica 0 a {type(first).__name__}; one process trains one model")
+        differ = sorted(k for k in set(first.hparams) | set(model.hparams)
+                        if k not in free and first.hparams.get(k) != model.hparams.get(k))
+        if differ:
+            allowed = ", ".join(getattr(type(first), "replica_settings", ())) or "none"
+            raise ValueError(f"replicas: replica {r} differs from replica 0 in {', '.join(differ)}; replicas of one process may "
+                             f"differ only in their seed and the settings that gate behaviour ({type(first).__name__}: {allowed})")
+    if first.optimizer_factory is not None:
+        raise ValueError("replicas train with the default Adam (optimizer=adam): one Adam over the stacked weights is R independent "
+                         "Adams because Adam is elementwise; another optimizer is not known to be")
+    if first.compile_networks:
+        raise ValueError("replicas: model.compile=networks compiles each network alone; use model.compile=step (the batched "
+                         "step compiled whole) or false")
+
+
+def _key(name: str) -> str:
+    return name.replace(".", "/")  # a ParameterDict key may not contain "."
+
+
+class Replicas(L.LightningModule):
+    """R replicas of `models` (built each from its own seed) trained as one batched step.
+
+    Args:
+        models: the replicas, one configuration (`check_replicas`); their weights become the stacked weights.
+        seeds: each replica's seed (its weights were drawn from it; its data order and binarization follow it).
+    """
+
+    def __init__(self, models: Sequence[LatentVariableModel], seeds: Sequence[int]) -> None:
+        super().__init__()
+        check_replicas(models)
+        if len(seeds) != len(models):
+            raise ValueError(f"replicas: {len(models)} models but {len(seeds)} seeds")
+        self.seeds = [int(s) for s in seeds]
+        params, buffers = stack_module_state(list(models))
+        self.stacked_params = nn.ParameterDict()
+        for name, param in params.items():  # one by one: a dict given at once is sorted, and the optimizer's state must
+            self.stacked_params[_key(name)] = nn.Parameter(param)  # list them in the model's order (checkpoints/replica.py)
+        for name, buffer in buffers.items():
+            self.register_buffer("stacked/" + _key(name), buffer, persistent=name in models[0].state_dict())
+        # The replicas as settings only (their tensors are the stacked ones): each answers for its own configuration.
+        self.settings = [copy.deepcopy(m).to("meta") for m in models]
+        self.template = self.settings[0]
+        self.template.batched_replicas = True
+        self.replica_metrics = nn.ModuleList(
+            nn.ModuleDict({name: MeanMetric() for name in EVAL_TERMS}) for _ in models)
+        self._batched: dict[str, Callable] = {}
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("template", "settings"):  # not submodules: their tensors are the stacked ones
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    @property
+    def num_replicas(self) -> int:
+        return len(self.seeds)
+
+    # ---- the stacked state, by the model's own names ------------------------------
+    def stacked_state(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        params = {name.replace("/", "."): p for name, p in self.stacked_params.items()}
+        buffers = {name[len("stacked/"):].replace("/", "."): b for name, b in self.named_buffers() if name.startswith("stacked/")}
+        return params, buffers
+
+    def replica_state_dict(self, r: int) -> dict[str, Tensor]:
+        """Replica r's state_dict, as the model alone has it (what its own checkpoint holds)."""
+        params, buffers = self.stacked_state()
+        names = self.template.state_dict(keep_vars=True).keys()
+        return {name: {**params, **buffers}[name][r].detach().clone() for name in names}
+
+    def batched(self, method: str) -> Callable:
+        """`method` of the model, vmapped over the replicas' stacked weights (and over the inputs, `in_dims`)."""
+        if method not in self._batched:
+            module = _Method(self.template, method)
+
+            def call(params: dict, buffers: dict, *args: Any) -> Any:
+                tensors = {f"model.{name}": value for name, value in {**params, **buffers}.items()}
+                return functional_call(module, tensors, args, strict=True)
+
+            self._batched[method] = call
+        return self._batched[method]
+
+    # ---- training ----------------------------------------------------------------
+    def set_gates(self) -> None:
+        """Write each replica's gating settings for this epoch into its buffers (JSA: whether it reads its cache), and
+        tell the batched step whether any replica does (a Python flag: a new graph when it changes, as when compiled)."""
+        gates = [m.replica_gates(self.current_epoch) for m in self.settings] if hasattr(self.template, "replica_gates") else []
+        if gates:
+            _, buffers = self.stacked_state()
+            for name in gates[0]:
+                buffers[name].copy_(torch.stack([g[name] for g in gates]))
+            self.template.compiled_reads_cache = any(m.reads_cache_at(self.current_epoch) for m in self.settings)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> dict[str, Any]:
+        x, index = batch  # (R, B, C, H, W), (R, B): each replica's own batch
+        self.set_gates()
+        params, buffers = self.stacked_state()
+        x = self.template.likelihood.prepare(x)
+        terms = vmap(self.batched("training_loss"), randomness="different")(params, buffers, x, index)
+        # The sum: replica r's parameters reach only its own loss, so each gets its own gradient.
+        return {"loss": terms["loss"].sum(), "terms": {name: value.detach() for name, value in terms.items()}}
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.template.lr)
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        # As a single run's (models/base.py): the random state for an exact resume, atomic checksummed checkpoints.
+        held = self.trainer.callbacks
+        return [callback() for callback in (RandomStateCheckpoint, AtomicCheckpoints) if not any(isinstance(c, callback) for c in held)]
+
+    # ---- evaluation: the shared protocol of models/base.py, per replica ------------------
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        x, _ = batch  # every replica is evaluated on the same images
+        x_eval = self.template.likelihood.prepare(x)
+        params, buffers = self.stacked_state()
+        nll, elbo, recon, _ = vmap(self.batched("evaluation_terms"), in_dims=(0, 0, None, None),
+                                randomness="different")(params, buffers, x_eval, self.template.eval_num_samples["val"])
+        values = {"nll": nll, "bpd": bits_per_dim(nll, self.template.num_dims), "elbo": elbo,
+                  "recon_mse": (recon - x).square().flatten(2).mean(2)}
+        for r, metrics in enumerate(self.replica_metrics):
+            for name, metric in metrics.items():
+                metric.update(values[name][r])
+
+    def on_validation_epoch_end(self) -> None:
+        """Each replica's val metrics, for callbacks/replica_runs.py to log to its own run; the mean over the replicas
+        as `val/nll` (the progress bar's)."""
+        self.replica_val = []
+        for metrics in self.replica_metrics:
+            values = {f"val/{name}": metric.compute() for name, metric in metrics.items()}
+            # PSNR of the whole split, 10 log10(1 / MSE) for pixels in [0, 1] (what models/base.py's metric computes)
+            values["val/psnr"] = -10 * torch.log10(values["val/recon_mse"])
+            self.replica_val.append(values)
+        for metrics in self.replica_metrics:
+            for metric in metrics.values():
+                metric.reset()
+        self.log("val/nll", torch.stack([m["val/nll"] for m in self.replica_val]).mean(), prog_bar=True)

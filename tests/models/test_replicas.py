@@ -1,0 +1,166 @@
+"""R runs of one configuration in one process (models/replicas.py, datamodules/replicas.py, callbacks/replica_runs.py):
+a replica is the run of its seed, replicas do not interact, a replicated process resumes exactly, and each replica's
+checkpoint loads and resumes alone."""
+
+from __future__ import annotations
+
+import copy
+import os
+import warnings
+
+import lightning as L
+import pytest
+import torch
+
+from callbacks.replica_runs import ReplicaRuns
+from checkpoints.files import load_checkpoint_file
+from datamodules.mnist import MNISTDataModule
+from datamodules.replicas import ReplicaData
+from models.jsa import JSA
+from models.replicas import Replicas
+
+DATA_DIR = os.environ.get("DATA_DIR", str(__import__("pathlib").Path(__file__).resolve().parents[3] / "shared" / "data"))
+SETTINGS = dict(num_latents=6, num_categories=4, code_dim=4, mis_steps=4, gradient_states="expected", val_num_samples=2, cache_size=200)
+
+
+def data(seed: int) -> MNISTDataModule:
+    return MNISTDataModule(data_dir=DATA_DIR, batch_size=100, binarize="dynamic", val_size=59800, seed=seed, eval_batch_size=50)
+
+
+def model(seed: int, **settings) -> JSA:
+    L.seed_everything(seed, verbose=False)
+    return JSA(**{**SETTINGS, "test_seed": seed, **settings})
+
+
+def trainer(tmp_path, **settings) -> L.Trainer:
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    return L.Trainer(**{"max_steps": 4, "limit_val_batches": 1, "logger": False, "enable_progress_bar": False,
+                        "enable_model_summary": False, "default_root_dir": str(tmp_path), "precision": "64-true",
+                        "num_sanity_val_steps": 0, **settings})
+
+
+class Record(L.Callback):
+    """Each step's batch and loss terms (of every replica)."""
+
+    def __init__(self) -> None:
+        self.batches, self.losses = [], []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.batches.append([b.clone() for b in batch])
+        self.losses.append(outputs["terms"]["loss"].clone() if "terms" in outputs else outputs["loss"].detach().clone())
+
+
+def fit_single(tmp_path, seed: int, **settings) -> tuple[JSA, dict, Record]:
+    single, record = model(seed, **settings), Record()
+    initial = copy.deepcopy(single.state_dict())
+    trainer(tmp_path / f"single{seed}", callbacks=[record]).fit(single, datamodule=data(seed))
+    return single, initial, record
+
+
+def test_one_replica_is_the_run_of_its_seed(tmp_path):
+    """A 1-replica process and the single run with its seed, in float64: the same batches, losses and final weights and
+    cache over a fit with a validation, the cache read from epoch 1 (vmap with one replica draws the single run's
+    random numbers)."""
+    single, _, single_record = fit_single(tmp_path, 4, cache_start_epoch=1, cache_refresh=0.3)
+    replicas, record = Replicas([model(4, cache_start_epoch=1, cache_refresh=0.3)], [4]), Record()
+    trainer(tmp_path / "replicas", callbacks=[record]).fit(replicas, datamodule=ReplicaData(data(0), [4]))
+    assert len(record.losses) == 4
+    for batch, single_batch in zip(record.batches, single_record.batches):
+        assert torch.equal(batch[0][0], single_batch[0]) and torch.equal(batch[1][0], single_batch[1])
+    torch.testing.assert_close(torch.stack(record.losses)[:, 0], torch.stack(single_record.losses), rtol=1e-9, atol=0)
+    for name, value in single.state_dict().items():
+        torch.testing.assert_close(replicas.replica_state_dict(0)[name], value, rtol=1e-9, atol=1e-12, msg=name)
+
+
+def test_a_replica_starts_and_sees_what_the_run_of_its_seed_does(tmp_path):
+    """Replica r of a 3-replica process and the single run with its seed start from the same weights and see the same
+    batches (data order and binarization), exactly; their losses over the first steps agree to within the spread of
+    the MIS draws, which differ (vmap draws all replicas' numbers from one generator): within 0.5 % here."""
+    seeds = [3, 4, 5]
+    singles = [fit_single(tmp_path, seed) for seed in seeds]
+    replicas = Replicas([model(seed) for seed in seeds], seeds)
+    for r, (_, initial, _) in enumerate(singles):
+        start = replicas.replica_state_dict(r)
+        assert start.keys() == initial.keys()
+        for name in initial:
+            assert torch.equal(start[name], initial[name]), name
+    record = Record()
+    trainer(tmp_path / "replicas", callbacks=[record]).fit(replicas, datamodule=ReplicaData(data(0), seeds))
+    for r, (_, _, single) in enumerate(singles):
+        for step, (batch, single_batch) in enumerate(zip(record.batches, single.batches)):
+            assert torch.equal(batch[0][r], single_batch[0]) and torch.equal(batch[1][r], single_batch[1]), (r, step)
+        torch.testing.assert_close(torch.stack([losses[r] for losses in record.losses]), torch.stack(single.losses),
+                                   rtol=5e-3, atol=0)
+
+
+def replica_gradients(replicas: Replicas, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    torch.manual_seed(11)
+    out = replicas.training_step(batch, 0)
+    replicas.zero_grad()
+    out["loss"].backward()
+    return out["terms"]["loss"], {name: p.grad.clone() for name, p in replicas.stacked_params.items()}
+
+
+def test_replicas_do_not_interact():
+    """Replica 0's weights and batch changed: every other replica's loss and gradient are exactly what they were."""
+    seeds = [0, 1, 2]
+    replicas = Replicas([model(seed).double() for seed in seeds], seeds).double()
+    x = torch.bernoulli(torch.rand(3, 8, 1, 28, 28, dtype=torch.float64, generator=torch.Generator().manual_seed(1)))
+    index = torch.arange(8).expand(3, -1)
+    losses, grads = replica_gradients(replicas, (x, index))
+    with torch.no_grad():
+        for p in replicas.stacked_params.values():
+            p[0].mul_(-2.0)
+    x[0] = 1 - x[0]
+    changed_losses, changed_grads = replica_gradients(replicas, (x, index))
+    assert changed_losses[0] != losses[0] and torch.equal(changed_losses[1:], losses[1:])
+    for name in grads:
+        assert not torch.equal(changed_grads[name][0], grads[name][0]) or grads[name][0].abs().sum() == 0, name
+        assert torch.equal(changed_grads[name][1:], grads[name][1:]), name
+
+
+def test_replicas_may_differ_in_gating_settings_only():
+    with pytest.raises(ValueError, match="differs from replica 0 in mis_steps"):
+        Replicas([model(0), model(1, mis_steps=5)], [0, 1])
+    Replicas([model(0), model(1, cache_start_epoch=1, cache_refresh=0.2)], [0, 1])  # JSA's replica_settings
+
+
+def fit_replicas(tmp_path, seeds, max_steps, ckpt_path=None, **settings):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    replicas = Replicas([model(seed, **{k: v[r] for k, v in settings.items()}) for r, seed in enumerate(seeds)], seeds)
+    runs = ReplicaRuns(str(tmp_path / "tensorboard"), [f"jsa-seed{s}" for s in seeds])
+    checkpoints = ModelCheckpoint(dirpath=str(tmp_path / "group"), save_last=True, every_n_train_steps=3)
+    # float32: a single run's resume is exact there (under precision=64-true Lightning's resume is not, replicas or not)
+    trainer(tmp_path, max_steps=max_steps, precision="32-true", callbacks=[runs, checkpoints]).fit(
+        replicas, datamodule=ReplicaData(data(0), seeds), ckpt_path=ckpt_path)
+    return replicas, runs
+
+
+def test_a_replicated_process_resumes_exactly_and_each_replica_checkpoint_loads_alone(tmp_path):
+    """7 steps straight equal 3 steps, a save, and a new process resuming from it (every replica: weights, Adam, cache,
+    data position, random state); the cache is read from epoch 1 by one replica only. Each replica's last.ckpt is a
+    single run's: JSA.load_from_checkpoint gives its slice, and a single run resumes from it with the replica's batches."""
+    seeds = [0, 1]
+    gates = dict(cache_start_epoch=[None, 1], cache_refresh=[0.0, 0.5])
+    straight, _ = fit_replicas(tmp_path / "straight", seeds, 7, **gates)
+    fit_replicas(tmp_path / "interrupted", seeds, 3, **gates)
+    resumed, runs = fit_replicas(tmp_path / "interrupted", seeds, 7, ckpt_path=str(tmp_path / "interrupted/group/last.ckpt"), **gates)
+    for name, p in straight.state_dict().items():
+        assert torch.equal(p, resumed.state_dict()[name]), (name, (p - resumed.state_dict()[name]).abs().max())
+    # the same runs were continued: one version each
+    assert sorted(p.name for p in (tmp_path / "interrupted/tensorboard/jsa-seed1").iterdir()) == ["version_0"]
+    last = tmp_path / "interrupted/tensorboard/jsa-seed1/version_0/checkpoints/last.ckpt"
+    alone = JSA.load_from_checkpoint(str(last))
+    group = load_checkpoint_file(tmp_path / "interrupted/group/last.ckpt")  # saved with it, at step 6
+    for name, value in alone.state_dict().items():
+        assert torch.equal(value, group["state_dict"]["stacked_params." + name.replace(".", "/")][1]
+                           if "stacked_params." + name.replace(".", "/") in group["state_dict"]
+                           else group["state_dict"]["stacked/" + name.replace(".", "/")][1]), name
+    checkpoint = load_checkpoint_file(last)
+    assert checkpoint["global_step"] == 6 and checkpoint["datamodule_hyper_parameters"]["seed"] == 1
+    single, record = model(1), Record()
+    trainer(tmp_path / "single", max_steps=8, precision="32-true", callbacks=[record]).fit(single, datamodule=data(1), ckpt_path=str(last))
+    fresh = Record()
+    trainer(tmp_path / "fresh", max_steps=8, precision="32-true", callbacks=[fresh]).fit(model(1), datamodule=data(1))
+    assert len(record.batches) == 2 and torch.equal(record.batches[0][1], fresh.batches[6][1])
