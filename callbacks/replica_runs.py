@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_info
 
 from callbacks.hparams import HPARAM_METRICS, write_hparams
 from checkpoints.files import CHECKSUM_SUFFIX, save_checkpoint_file
@@ -40,10 +41,11 @@ class ReplicaRuns(L.Callback):
         self.loggers: list[TensorBoardLogger] = []
 
     def state_dict(self) -> dict[str, Any]:
-        return {"versions": self.versions, "best": self.best, "best_files": self.best_files}
+        return {"names": self.names, "versions": self.versions, "best": self.best, "best_files": self.best_files}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.versions, self.best, self.best_files = state["versions"], state["best"], state["best_files"]
+        if state.get("names") == self.names:  # the same runs (launch/replicas.py refuses other replicas before this)
+            self.versions, self.best, self.best_files = state["versions"], state["best"], state["best_files"]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         from launch.runs.run_directory import ReservedVersionLogger
@@ -65,7 +67,7 @@ class ReplicaRuns(L.Callback):
             return
         values = {name: value.tolist() for name, value in outputs["terms"].items()}  # one host sync per term
         for r, logger in enumerate(self.loggers):
-            terms = {f"train/{name}": value[r] for name, value in values.items()}
+            terms = {f"train/{name}": value[r] for name, value in values.items()} | {"epoch": trainer.current_epoch}
             model = pl_module.settings[r]
             if hasattr(model, "replica_terms"):  # the terms its single run logs at this epoch
                 terms = model.replica_terms(terms, trainer.current_epoch)
@@ -77,7 +79,7 @@ class ReplicaRuns(L.Callback):
         for logger, values in zip(self.loggers, pl_module.replica_val):
             metrics = {tag: float(value) for tag, value in values.items()}
             hp = {f"hp/val_{name}": metrics[f"val/{name}"] for name in HPARAM_METRICS["val"]}
-            logger.log_metrics({**metrics, **hp}, step=trainer.global_step)
+            logger.log_metrics({**metrics, **hp, "epoch": trainer.current_epoch}, step=trainer.global_step)
             logger.save()
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: Any, checkpoint: dict[str, Any]) -> None:
@@ -85,7 +87,7 @@ class ReplicaRuns(L.Callback):
         its best on val/nll when this validation improved it."""
         if not self.loggers:
             return
-        epoch, step = checkpoint.get("epoch", 0), checkpoint.get("global_step", 0)
+        epoch, step = trainer.current_epoch, trainer.global_step  # as ModelCheckpoint names its files
         for r, logger in enumerate(self.loggers):
             model = pl_module.settings[r]
             single = replica_checkpoint(checkpoint, r, pl_module.replica_state_dict(r), dict(model.hparams),
@@ -106,3 +108,6 @@ class ReplicaRuns(L.Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         for logger in self.loggers:
             logger.finalize("success")
+        if self.loggers:
+            rank_zero_info(f"replica runs: {', '.join(f'{n}/{v}' for n, v in zip(self.names, self.versions))} in {self.save_dir} "
+                           f"(tensorboard --logdir {self.save_dir}); each one's checkpoints in its checkpoints/")

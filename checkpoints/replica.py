@@ -49,3 +49,27 @@ def _loops_slice(loops: Any, replica: int) -> Any:
         fit["combined_loader"] = [state["replicas"][replica] if isinstance(state, dict) and "replicas" in state else state
                                   for state in states]
     return loops
+
+
+def branch_checkpoint(checkpoint: dict[str, Any], num_arms: int) -> dict[str, Any]:
+    """A replicated process's checkpoint of S replicas (a trunk) as the start of `num_arms` × S replicas: every arm of a
+    seed starts as that seed's trunk replica (weights, buffers such as JSA's cache, Adam's moments, data position), the
+    arms one after another (launch/replicas.py builds the replicas arm by arm). The branch is a new process with runs of
+    its own: the callbacks' states (the trunk's runs and files) are left out."""
+    def tile(value: Any) -> Any:
+        return value.repeat(num_arms, *([1] * (value.dim() - 1))) if isinstance(value, Tensor) and value.dim() > 0 else copy.deepcopy(value)
+
+    branch = {key: value for key, value in checkpoint.items() if key not in ("state_dict", "optimizer_states", "loops", "callbacks")}
+    branch["state_dict"] = {name: tile(value) for name, value in checkpoint["state_dict"].items()}
+    branch["optimizer_states"] = [{"state": {index: {name: tile(value) for name, value in entry.items()}
+                                             for index, entry in state["state"].items()},
+                                   "param_groups": copy.deepcopy(state["param_groups"])} for state in checkpoint["optimizer_states"]]
+    branch["callbacks"] = {}
+    branch["replica_seeds"] = list(checkpoint["replica_seeds"]) * num_arms
+    loops = copy.deepcopy(checkpoint.get("loops"))
+    fit = loops.get("fit_loop", {}).get("state_dict", {}) if isinstance(loops, dict) else {}
+    for state in fit.get("combined_loader") or []:
+        if isinstance(state, dict) and "replicas" in state:
+            state["replicas"] = state["replicas"] * num_arms
+    branch["loops"] = loops
+    return branch

@@ -123,6 +123,7 @@ def describe_run(cfg: Any) -> RunDescription:
 
     from launch.hydra_config import check_run_settings
     from launch.run_builder import RunDescription
+    from launch.settings import SettingsError
 
     check_run_settings(cfg)
     if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
@@ -134,12 +135,26 @@ def describe_run(cfg: Any) -> RunDescription:
     trainer = instantiate(cfg.trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     tensorboard = {k: v for k, v in cfg.logger.items() if k not in ("_target_", "name")} if cfg.get("logger") else None
-    return RunDescription(
+    run = RunDescription(
         model=model, datamodule=datamodule, name=run_name(cfg, model.run_tag), log_dir=cfg.log_dir, tensorboard=tensorboard,
         trainer={**trainer.keywords, "callbacks": callbacks, "logger": False, **parallel_job_settings(cfg)},
         trainer_class=trainer.func, ckpt_path=cfg.get("ckpt_path"), ddp_timeout_s=cfg.ddp_timeout_s,
         # ~logger: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory
         unlogged_dir=hydra_output_dir(cfg))
+    replicas = cfg.get("replicas") or {}
+    if replicas.get("seeds") is None:
+        return run
+    from omegaconf import OmegaConf
+
+    from launch.replicas import check_replica_request, replicate
+
+    if cfg.get("run_test"):
+        raise SettingsError("run_test=true with replicas: test each replica's checkpoint on its own "
+                            "(python train.py test --ckpt_path=<its run>/checkpoints/<best>.ckpt)")
+    seeds, arms = check_replica_request(OmegaConf.to_container(replicas.seeds) if OmegaConf.is_config(replicas.seeds) else replicas.seeds,
+                                        OmegaConf.to_container(replicas.arms) if OmegaConf.is_config(replicas.get("arms")) else replicas.get("arms"),
+                                        "replicas")
+    return replicate(run, seeds, arms)
 
 
 def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:

@@ -5,7 +5,7 @@ one line naming the option as given."""
 from __future__ import annotations
 
 import sys
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Optional
 
 from hydra.utils import get_class
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -65,6 +65,12 @@ class CollectionCLI(LightningCLI):
         # --trainer.callbacks=..., extended with --trainer.callbacks+=...
         parser.add_argument("--log_dir", type=str, default=rules.log_dir(),
                             help="root of everything a run writes: TensorBoard runs under <log_dir>/tensorboard (as Hydra's log_dir)")
+        parser.add_argument("--replicas.seeds", type=Optional[list[int]], default=None,
+                            help="train this configuration for these seeds in one process, each replica a run of its own "
+                                 "(docs/replicas.md), e.g. [0,1,2,3]")
+        parser.add_argument("--replicas.arms", type=Optional[list[dict[str, Any]]], default=None,
+                            help="settings replicas of one seed may differ in, one replica per seed and arm, e.g. "
+                                 "[{},{cache_start_epoch:300}] (JSA: cache_start_epoch, cache_refresh)")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults({f"checkpoint.{key}": value for key, value in rules.checkpoint_settings().items()})
         parser.set_defaults({f"trainer.{key}": value for key, value in rules.trainer_defaults().items()})
@@ -137,6 +143,15 @@ class CollectionCLI(LightningCLI):
             # --trainer.logger=false: config.yaml and the checkpoints go to <log_dir>/cli/<name>/<time>-<pid>
             unlogged_dir=rules.unlogged_run_dir(log_dir, "cli", name), ckpt_path=config.get("ckpt_path"),
             trainer_class=lambda **settings: cli_trainer(self, settings))
+        replicas = config.get("replicas") or {}
+        if replicas.get("seeds") is not None:
+            from launch.replicas import check_replica_request, replicate
+
+            if self.subcommand != "fit":
+                raise SettingsError(f"--replicas.seeds with {self.subcommand}: {self.subcommand} each replica's checkpoint on its "
+                                    f"own (python train.py {self.subcommand} --ckpt_path=<its run>/checkpoints/last.ckpt)")
+            run = replicate(run, *check_replica_request(replicas.get("seeds"), replicas.get("arms"), "--replicas"), option="--replicas")
+            self.model, self.datamodule = run.model, run.datamodule
         trainer, resume = build_trainer(run)
         if self.subcommand == "fit":
             config["ckpt_path"] = resume

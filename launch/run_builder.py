@@ -40,13 +40,16 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
 
     from checkpoints.files import load_checkpoint_file
     from checkpoints.model_class import check_model_class
+    from launch.replicas import check_replica_checkpoint
     from launch.runs.run_directory import tensorboard_logger
     from launch.settings import SettingsError
 
     if Path(run.log_dir).exists() and not Path(run.log_dir).is_dir():  # (given in a config file: not seen earlier)
         raise SettingsError(f"log_dir {run.log_dir} is a file, not a directory; expected a directory to write the run in")
     if run.ckpt_path:
-        check_model_class(load_checkpoint_file(run.ckpt_path), type(run.model), run.ckpt_path)
+        checkpoint = load_checkpoint_file(run.ckpt_path)
+        check_model_class(checkpoint, getattr(run.model, "model_class", type(run.model)), run.ckpt_path)
+        check_replica_checkpoint(checkpoint, run.model, run.ckpt_path)
     if run.tensorboard is not None:
         settings = dict(run.tensorboard)
         logger = tensorboard_logger(settings.pop("save_dir"), run.name, run.ckpt_path, **settings)

@@ -20,6 +20,7 @@ leaves behind (its TensorBoard run, hparams.yaml, a checkpoint that loads alone)
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any, Callable, Sequence
 
 import lightning as L
@@ -29,6 +30,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from torchmetrics import MeanMetric
 
 from checkpoints.files import AtomicCheckpoints
+from checkpoints.model_class import stamp_model_class
 from checkpoints.random_state import RandomStateCheckpoint
 from models.base import LatentVariableModel
 from models.components.likelihoods import bits_per_dim
@@ -36,17 +38,19 @@ from models.components.likelihoods import bits_per_dim
 # Settings every replica may differ in: its seed, and the seed of the test stage's samples (${seed} in the configs).
 ALWAYS_PER_REPLICA = ("test_seed",)
 EVAL_TERMS = ("nll", "bpd", "elbo", "recon_mse")
+ELEMENTWISE_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
 
 
 class _Method(nn.Module):
-    """One method of a model as a module's forward, for `functional_call`."""
+    """One method of a model as a module's forward, for `functional_call`; `outputs`: only its first outputs."""
 
-    def __init__(self, model: nn.Module, method: str) -> None:
+    def __init__(self, model: nn.Module, method: str, outputs: int | None = None) -> None:
         super().__init__()
-        self.model, self.method = model, method
+        self.model, self.method, self.outputs = model, method, outputs
 
     def forward(self, *args: Any) -> Any:
-        return getattr(self.model, self.method)(*args)
+        result = getattr(self.model, self.method)(*args)
+        return result if self.outputs is None else result[: self.outputs]
 
 
 def check_replicas(models: Sequence[LatentVariableModel]) -> None:
@@ -64,9 +68,10 @@ def check_replicas(models: Sequence[LatentVariableModel]) -> None:
             allowed = ", ".join(getattr(type(first), "replica_settings", ())) or "none"
             raise ValueError(f"replicas: replica {r} differs from replica 0 in {', '.join(differ)}; replicas of one process may "
                              f"differ only in their seed and the settings that gate behaviour ({type(first).__name__}: {allowed})")
-    if first.optimizer_factory is not None:
-        raise ValueError("replicas train with the default Adam (optimizer=adam): one Adam over the stacked weights is R independent "
-                         "Adams because Adam is elementwise; another optimizer is not known to be")
+    factory = first.optimizer_factory
+    if factory is not None and getattr(factory, "func", None) not in ELEMENTWISE_OPTIMIZERS:
+        raise ValueError("replicas train with Adam or AdamW (optimizer=adam): one of them over the stacked weights is R "
+                         "independent ones because it is elementwise; another optimizer is not known to be")
     if first.compile_networks:
         raise ValueError("replicas: model.compile=networks compiles each network alone; use model.compile=step (the batched "
                          "step compiled whole) or false")
@@ -114,6 +119,15 @@ class Replicas(L.LightningModule):
     def num_replicas(self) -> int:
         return len(self.seeds)
 
+    @property
+    def model_class(self) -> type:
+        """The replicas' class: the one the process's checkpoints name (launch/run_builder.py checks it on resume)."""
+        return type(self.template)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        stamp_model_class(checkpoint, self.model_class)
+        checkpoint["replica_seeds"] = list(self.seeds)  # a single run never resumes from it (launch/replicas.py)
+
     # ---- the stacked state, by the model's own names ------------------------------
     def stacked_state(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         params = {name.replace("/", "."): p for name, p in self.stacked_params.items()}
@@ -126,17 +140,23 @@ class Replicas(L.LightningModule):
         names = self.template.state_dict(keep_vars=True).keys()
         return {name: {**params, **buffers}[name][r].detach().clone() for name in names}
 
-    def batched(self, method: str) -> Callable:
-        """`method` of the model, vmapped over the replicas' stacked weights (and over the inputs, `in_dims`)."""
-        if method not in self._batched:
-            module = _Method(self.template, method)
+    def over_replicas(self, method: str, per_replica_inputs: Sequence[bool], outputs: int | None = None) -> Callable:
+        """(params, buffers, *inputs) -> `method` of every replica at once, each on its slice of the stacked weights and
+        buffers (and of the inputs marked per replica; the others are shared), with its own random draws."""
+        key = (method, tuple(per_replica_inputs), outputs)
+        if key not in self._batched:
+            module = _Method(self.template, method, outputs)
 
             def call(params: dict, buffers: dict, *args: Any) -> Any:
                 tensors = {f"model.{name}": value for name, value in {**params, **buffers}.items()}
                 return functional_call(module, tensors, args, strict=True)
 
-            self._batched[method] = call
-        return self._batched[method]
+            # randomness="different": each replica draws its own numbers (one (R, ...) draw from the global generator).
+            # Arms of one seed cannot share draws this way ("same" refuses random ops on batched inputs, e.g.
+            # exponential_ on empty_like(probs), torch 2.14): twins share a trunk instead (launch/replicas.py).
+            dims = (0, 0, *(0 if each else None for each in per_replica_inputs))
+            self._batched[key] = vmap(call, in_dims=dims, randomness="different")
+        return self._batched[key]
 
     # ---- training ----------------------------------------------------------------
     def set_gates(self) -> None:
@@ -154,12 +174,13 @@ class Replicas(L.LightningModule):
         self.set_gates()
         params, buffers = self.stacked_state()
         x = self.template.likelihood.prepare(x)
-        terms = vmap(self.batched("training_loss"), randomness="different")(params, buffers, x, index)
+        terms = self.over_replicas("training_loss", (True, True))(params, buffers, x, index)
         # The sum: replica r's parameters reach only its own loss, so each gets its own gradient.
         return {"loss": terms["loss"].sum(), "terms": {name: value.detach() for name, value in terms.items()}}
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.template.lr)
+        factory = self.template.optimizer_factory or functools.partial(torch.optim.Adam, lr=self.template.lr)
+        return factory(self.parameters())
 
     def configure_callbacks(self) -> list[L.Callback]:
         # As a single run's (models/base.py): the random state for an exact resume, atomic checksummed checkpoints.
@@ -171,8 +192,8 @@ class Replicas(L.LightningModule):
         x, _ = batch  # every replica is evaluated on the same images
         x_eval = self.template.likelihood.prepare(x)
         params, buffers = self.stacked_state()
-        nll, elbo, recon, _ = vmap(self.batched("evaluation_terms"), in_dims=(0, 0, None, None),
-                                randomness="different")(params, buffers, x_eval, self.template.eval_num_samples["val"])
+        nll, elbo, recon = self.over_replicas("evaluation_terms", (False, False), outputs=3)(
+            params, buffers, x_eval, self.template.eval_num_samples["val"])
         values = {"nll": nll, "bpd": bits_per_dim(nll, self.template.num_dims), "elbo": elbo,
                   "recon_mse": (recon - x).square().flatten(2).mean(2)}
         for r, metrics in enumerate(self.replica_metrics):

@@ -164,3 +164,38 @@ def test_a_replicated_process_resumes_exactly_and_each_replica_checkpoint_loads_
     fresh = Record()
     trainer(tmp_path / "fresh", max_steps=8, precision="32-true", callbacks=[fresh]).fit(model(1), datamodule=data(1))
     assert len(record.batches) == 2 and torch.equal(record.batches[0][1], fresh.batches[6][1])
+
+
+class StartState(L.Callback):
+    """The replicas' weights and Adam moments once a fit has restored its checkpoint."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.weights = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+        self.moments = [v["exp_avg"].clone() for v in trainer.optimizers[0].state.values()]
+
+
+def test_arms_branch_from_a_trunk_as_its_seeds_replicas(tmp_path):
+    """A 2-seed trunk, then 2 arms (no cache; cache from epoch 1) from its checkpoint: each arm of a seed starts as that
+    seed's trunk replica (weights, cache, Adam's moments), and the branch trains on with the arms' own gates."""
+    from launch.replicas import trunk_to_branch
+    from checkpoints.files import save_checkpoint_file
+
+    seeds = [0, 1]
+    fit_replicas(tmp_path / "trunk", seeds, 3)
+    trunk = load_checkpoint_file(tmp_path / "trunk/group/last.ckpt")
+    arms = [{}, {"cache_start_epoch": 1}]
+    branch = trunk_to_branch(str(tmp_path / "trunk/group/last.ckpt"), seeds, arms)
+    assert branch["replica_seeds"] == [0, 1, 0, 1]
+    save_checkpoint_file(branch, tmp_path / "branch.ckpt")
+    start = StartState()
+    replicas = Replicas([model(seed, **arm) for arm in arms for seed in seeds], seeds * 2)
+    trainer(tmp_path / "branch", max_steps=5, precision="32-true", callbacks=[start]).fit(
+        replicas, datamodule=ReplicaData(data(0), seeds * 2), ckpt_path=str(tmp_path / "branch.ckpt"))
+    for name, value in trunk["state_dict"].items():
+        for arm in range(2):
+            assert torch.equal(start.weights[name][2 * arm:2 * arm + 2], value), (name, arm)
+    trunk_moments = [entry["exp_avg"] for entry in trunk["optimizer_states"][0]["state"].values()]
+    for moment, trunk_moment in zip(start.moments, trunk_moments):
+        assert torch.equal(moment[:2], trunk_moment) and torch.equal(moment[2:], trunk_moment)
+    assert not torch.equal(replicas.state_dict()["stacked_params.decoder/net/0/bias"][0],
+                           replicas.state_dict()["stacked_params.decoder/net/0/bias"][2])  # the arms went on apart

@@ -1,0 +1,137 @@
+"""A described run turned into R replicas of it trained in one process (models/replicas.py, docs/replicas.md), for both
+front ends: Hydra's `replicas.seeds=[0,1,2,3]` and LightningCLI's `--replicas.seeds=[0,1,2,3]`, with `replicas.arms`
+the settings replicas of one seed may differ in (e.g. `[{},{cache_start_epoch:300}]`: every seed with and without).
+
+Each replica is built as the run of its seed would be (the seed set, then the model built with the described model's
+settings and the arm's) and is a run of its own: `<log_dir>/tensorboard/<name>-seed<S>[-<setting><value>...]`
+(callbacks/replica_runs.py). The process itself writes no TensorBoard run (the comparison would count it as a run):
+its progress bar and its own last.ckpt, the resume point of all replicas, go to `<log_dir>/replicas/<name>/<time>-<pid>`.
+
+Arms from a trunk: given `ckpt_path` of a replicated process of the same seeds without arms, a process with arms starts
+each arm of a seed from that seed's replica (`trunk_to_branch`): the arms are one run up to the branch point, as the
+verdict study's branches are (benchmarks/results/verdict-study/PLAN.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from pathlib import Path
+from typing import Any, Sequence
+
+from launch import rules
+from launch.settings import SettingsError
+
+# The callbacks that read one model's evaluation or weights: each replica's run gets its own val/ tags and HPARAMS tab
+# from callbacks/replica_runs.py instead; image grids, gradient variance and the test stage's cost are single-run only.
+SINGLE_RUN_CALLBACKS = ("ImageGrids", "HparamsWithMetrics", "TestCost", "GradientVariance", "PosteriorSamples")
+
+
+def replica_names(name: str, seeds: Sequence[int], arms: Sequence[dict[str, Any]]) -> list[str]:
+    """<name>-seed<S>, plus each arm setting as a multirun names a swept one (<key><value>)."""
+    return [f"{name}-seed{seed}" + "".join(f"-{key}{value}" for key, value in arm.items()) for arm in arms for seed in seeds]
+
+
+def check_replica_request(seeds: Any, arms: Any, option: str) -> tuple[list[int], list[dict[str, Any]]]:
+    """`seeds` a non-empty list of distinct integers in numpy's range, `arms` null or a non-empty list of mappings."""
+    if not isinstance(seeds, (list, tuple)) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds):
+        raise SettingsError(f"{option}.seeds={seeds!r}: expected a list of integer seeds in [0, 2^32 - 1], e.g. [0,1,2,3]")
+    if len(set(seeds)) != len(seeds):
+        raise SettingsError(f"{option}.seeds={list(seeds)}: a seed is repeated; each replica needs its own seed")
+    arms = [{}] if arms is None else arms
+    if not isinstance(arms, (list, tuple)) or not arms or not all(isinstance(a, dict) for a in arms):
+        raise SettingsError(f"{option}.arms={arms!r}: expected a list of settings, one arm each, e.g. [{{}},{{cache_start_epoch:300}}]")
+    return list(seeds), [dict(a) for a in arms]
+
+
+def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], option: str = "replicas") -> Any:
+    """The run description (launch/run_builder.py) of `run`'s configuration trained for every seed and arm in one process."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from callbacks.replica_runs import ReplicaRuns
+    from datamodules.replicas import ReplicaData
+    from models.replicas import Replicas
+
+    described = run.model
+    accepted = inspect.signature(type(described)).parameters
+    settings = {key: value for key, value in described.hparams.items() if not key.startswith("_")}  # (LightningCLI adds _class_path)
+    if "cache_size" in accepted:  # JSA's cache is stacked with the weights, so it exists before training
+        settings["cache_size"] = run.datamodule.num_train_examples
+    free = getattr(type(described), "replica_settings", ())
+    for key in {key for arm in arms for key in arm}:
+        if key not in free:
+            allowed = ", ".join(free) or "none"
+            raise SettingsError(f"{option}.arms sets {key}: replicas of one process may differ only in the settings that gate "
+                                f"behaviour ({type(described).__name__}: {allowed}); run other settings as other processes")
+    models, replica_seeds = [], []
+    for arm in arms:
+        for seed in seeds:
+            L.seed_everything(seed, workers=True, verbose=False)
+            try:
+                models.append(type(described)(**{**settings, **arm, "test_seed": seed}, optimizer=described.optimizer_factory))
+            except (ValueError, TypeError) as error:
+                raise SettingsError(f"{option}.arms {arm}: {error}") from None
+            replica_seeds.append(seed)
+    try:
+        model = Replicas(models, replica_seeds)
+    except ValueError as error:
+        raise SettingsError(str(error)) from None
+    names = replica_names(run.name, seeds, arms)
+    ckpt_path, branch = run.ckpt_path, None
+    if ckpt_path:
+        branch = trunk_to_branch(ckpt_path, seeds, arms)
+    group_dir = replica_process_dir(run.log_dir, run.name, None if branch is not None else ckpt_path)
+    if branch is not None:  # the arms start from their seed's trunk replica, in a process of their own
+        from checkpoints.files import save_checkpoint_file
+
+        ckpt_path = f"{group_dir}/checkpoints/branch-point.ckpt"
+        save_checkpoint_file(branch, ckpt_path)
+    callbacks = [c for c in run.trainer.get("callbacks") or [] if type(c).__name__ not in SINGLE_RUN_CALLBACKS]
+    every = next((c._every_n_train_steps for c in callbacks if isinstance(c, ModelCheckpoint)), 0)
+    callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+    if run.trainer.get("enable_checkpointing") is not False:  # the process's last.ckpt: every replica's resume point
+        callbacks.append(ModelCheckpoint(dirpath=f"{group_dir}/checkpoints", save_last=True, save_top_k=0,
+                                         every_n_train_steps=every or None, enable_version_counter=False))
+    save_dir = (run.tensorboard or {}).get("save_dir", f"{run.log_dir}/tensorboard")
+    callbacks.append(ReplicaRuns(save_dir, names))
+    return dataclasses.replace(
+        run, model=model, datamodule=ReplicaData(run.datamodule, replica_seeds), name=f"{run.name}-replicas",
+        trainer={**run.trainer, "callbacks": callbacks, "logger": False, "default_root_dir": group_dir},
+        tensorboard=None, unlogged_dir=group_dir, ckpt_path=ckpt_path)
+
+
+def trunk_to_branch(ckpt_path: str, seeds: Sequence[int], arms: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The branch checkpoint (checkpoints/replica.py) when `ckpt_path` is a replicated process of these seeds and no
+    arms (a trunk) and this process has several arms: e.g. JSA to epoch 300 for 5 seeds, then its arms with and without
+    the cache from there, each arm of a seed the same run up to the branch (the paired design). None: resume as it is."""
+    from checkpoints.files import load_checkpoint_file
+    from checkpoints.replica import branch_checkpoint
+
+    checkpoint = load_checkpoint_file(ckpt_path)
+    saved = checkpoint.get("replica_seeds")
+    if len(arms) > 1 and saved is not None and list(saved) == list(seeds):
+        return branch_checkpoint(checkpoint, len(arms))
+    return None
+
+
+def replica_process_dir(log_dir: str, name: str, ckpt_path: str | None) -> str:
+    """Where the process writes: the directory of the checkpoint it resumes from, else a new one."""
+    if ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
+        return str(Path(ckpt_path).parent.parent)
+    return rules.unlogged_run_dir(log_dir, "replicas", name)
+
+
+def check_replica_checkpoint(checkpoint: dict[str, Any], model: Any, ckpt_path: str) -> None:
+    """A replicated process resumes from its own last.ckpt (with the same replicas), a single run from a single run's."""
+    saved = checkpoint.get("replica_seeds")
+    seeds = getattr(model, "seeds", None)
+    if saved is None and seeds is not None:
+        raise SettingsError(f"ckpt_path={ckpt_path} is a single run's checkpoint; a replicated process resumes from its own "
+                            "last.ckpt (<log_dir>/replicas/<name>/<time>-<pid>/checkpoints/last.ckpt)")
+    if saved is not None and seeds is None:
+        raise SettingsError(f"ckpt_path={ckpt_path} is the checkpoint of a replicated process (seeds {saved}): resume it with "
+                            "the same replicas settings, or resume one replica alone from its own run's checkpoints/last.ckpt")
+    if saved is not None and list(saved) != list(seeds):
+        raise SettingsError(f"ckpt_path={ckpt_path} holds replicas of seeds {saved}, this process has {list(seeds)}: resume "
+                            "with the replicas settings it was started with")
