@@ -69,7 +69,7 @@ class JSA(CategoricalLatentModel):
             (docs/jsa.md#static-or-distinct-rows): `distinct` re-scores the distinct visited states only (fewest rows,
             but their number depends on the data: a host sync and a new shape each step), `static` weights all L+1
             candidates of the sampler's one decoder pass by their visit counts (static shapes: no sync, compiles whole),
-            `auto` (the default): `static` on an accelerator, `distinct` on the CPU.
+            `auto` (the default): `static` on an accelerator and for replicas, `distinct` on the CPU.
         gradient_rows: k, the decoder rows per example that θ's gradient differentiates for `chain` and `expected`:
             the k candidates of largest weight exactly plus one drawn from the remaining weight and weighted by it
             (sum-and-sample; unbiased, exact when at most k candidates carry weight), a fixed k + 1 rows whatever
@@ -240,7 +240,14 @@ class JSA(CategoricalLatentModel):
         `gradient_rows` of at least L + 1 keeps every row: static."""
         if self.gradient_rows is not None:
             return self.gradient_rows > self.mis_steps
-        return self.chain_rows == "static" or (self.chain_rows == "auto" and device.type != "cpu")
+        # replicas (models/replicas.py) batch the step with vmap, which cannot take a data-dependent number of rows
+        return self.chain_rows == "static" or (self.chain_rows == "auto" and (device.type != "cpu" or self.batched_replicas))
+
+    def check_replicable(self) -> None:
+        """Replicas batch the step (models/replicas.py): `distinct` rows, a number that depends on the data, cannot be."""
+        if self.chain_rows == "distinct" and self.gradient_rows is None:
+            raise ValueError("replicas: chain_rows=distinct re-scores a data-dependent number of rows, which one batched step "
+                             "of all replicas cannot; use chain_rows=auto or static, or gradient_rows")
 
     def sampled_rows(self) -> bool:
         """Whether θ's gradient takes the fixed k + 1 rows of `sum_and_sample` (`gradient_rows` = k <= L)."""

@@ -72,6 +72,8 @@ def check_replicas(models: Sequence[LatentVariableModel]) -> None:
     if factory is not None and getattr(factory, "func", None) not in ELEMENTWISE_OPTIMIZERS:
         raise ValueError("replicas train with Adam or AdamW (optimizer=adam): one of them over the stacked weights is R "
                          "independent ones because it is elementwise; another optimizer is not known to be")
+    if hasattr(first, "check_replicable"):
+        first.check_replicable()
     if first.compile_networks:
         raise ValueError("replicas: model.compile=networks compiles each network alone; use model.compile=step (the batched "
                          "step compiled whole) or false")

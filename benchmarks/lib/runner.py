@@ -41,6 +41,11 @@ def train(name: str, overrides: Sequence[str], log_dir: Path, start_from: Path |
     The study process holds `log_dir` locked while its run trains, and removes an unfinished run only when no process
     holds it or its TensorBoard run: two study processes given the same --logs and run (--only) never remove each
     other's live run; the second says so in one line."""
+    from benchmarks.lib.packing import packed_run
+
+    packed = packed_run(log_dir)
+    if packed is not None:  # trained as a replica of a pack (benchmarks/lib/packing.py)
+        return packed
     log_dir.mkdir(parents=True, exist_ok=True)
     with run_lock(name, log_dir):
         ckpt = last_checkpoint(log_dir)
@@ -282,6 +287,9 @@ def add_run_selection_arguments(parser: argparse.ArgumentParser) -> None:
     """--lanes and --only, read by run_pending: every study of runs takes them (through add_study_arguments, and
     benchmarks/studies/priors.py, whose options differ)."""
     parser.add_argument("--lanes", type=int, default=1, help="runs at once, each on cores/lanes threads (default 1)")
+    parser.add_argument("--replicas-per-process", type=int, default=1, metavar="N",
+                        help="train up to N runs that differ in their seed alone as the replicas of one process "
+                             "(docs/replicas.md; for a GPU; default 1: each run a process of its own)")
     parser.add_argument("--only", type=patterns, metavar="PATTERNS",
                         help="run only the planned runs whose names match one of these comma-separated shell patterns "
                              "(e.g. 'mnist-*-s1'), to spread a study over machines; the report covers every record")
@@ -292,8 +300,8 @@ def check_study_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
     """parser.error for a count below 1 (`positive`, by attribute name) or a name outside its choices ({option:
     (given, known)}) or an --out or --logs that is a file; then --out and --logs made absolute, --report-only's records
     checked, and --out/runs created."""
-    for name in positive:
-        if getattr(args, name) < 1:
+    for name in (*positive, "replicas_per_process"):
+        if getattr(args, name, 1) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     for name, (given, known) in (choices or {}).items():
         if set(given) - set(known):
@@ -390,9 +398,25 @@ def test_nll(record: dict) -> str:
 
 
 
-def run_plan(plan: Sequence[tuple], run_job: Callable[..., dict], args: argparse.Namespace) -> None:
+def run_plan(plan: Sequence[tuple], run_job: Callable[..., dict], args: argparse.Namespace,
+             train_request: Callable[..., tuple[list[str], Path]] | None = None) -> None:
     """Every planned (name, *job) without a record, by `run_pending` under the study's --lanes and --only:
-    run_job(name, *job, args) -> record."""
+    run_job(name, *job, args) -> record. With --replicas-per-process N > 1, the runs `train_request(name, *job, args)`
+    -> (train.py overrides, log_dir) says share a configuration but the seed are first trained N to a process
+    (benchmarks/lib/packing.py), the packs `lanes` at a time; run_job then finds their runs trained."""
     jobs = {name: job for name, *job in plan}
+    if getattr(args, "replicas_per_process", 1) > 1 and train_request is not None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from benchmarks.lib.packing import plan_packs, train_pack
+
+        todo = [n for n in selected(list(jobs), args.only) if not (args.out / "runs" / f"{n}.json").exists()]
+        requests = {name: train_request(name, *jobs[name], args) for name in todo}
+        packs = plan_packs(requests, args.replicas_per_process)
+        for pack in packs:
+            print(f"pack: {', '.join(pack)} as the replicas of one process", flush=True)
+        with ThreadPoolExecutor(max_workers=args.lanes) as lanes:
+            for result in [lanes.submit(train_pack, pack, requests, args.logs / "packs") for pack in packs]:
+                result.result()
     run_pending(list(jobs), args.out / "runs", lambda name: run_job(name, *jobs[name], args), test_nll,
                 lanes=args.lanes, only=args.only)

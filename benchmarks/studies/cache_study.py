@@ -240,7 +240,8 @@ def main(argv: list[str] | None = None) -> None:
 
         at_checkpoints.measure_finished_runs(args.out, args.logs, lambda record: record["arm"] in MEASURED_ARMS, args.is_images, args.is_samples, args.is_device)
     elif not args.report_only:
-        runner.run_plan(plan(args), run_job, args)
+        runner.run_plan(plan(args), run_job, args,
+                        train_request=lambda name, model, arm, seed, args: (overrides(model, arm, seed, args), args.logs / name))
     print(f"report: {write_report(args)}")
 
 

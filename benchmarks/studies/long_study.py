@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> None:
                                  {"arms": (args.arms, list(ARMS))})
     if not args.report_only:
         if not args.is_resolution:
-            runner.run_plan(plan(args), run_job, args)
+            runner.run_plan(plan(args), run_job, args,
+                            train_request=lambda name, arm, seed, args: (overrides(arm, seed, args), args.logs / name))
         from benchmarks.lib import at_checkpoints  # torch: only for the measurement
 
         # Every finished run, at the best val epoch: the 1000- and 5000-sample test NLL the verdict reads.

@@ -394,3 +394,40 @@ def test_the_cache_studys_first_runs_of_a_rerun_arm_are_reported_beside_the_reru
     assert "| categorical 20×10, L = 20 | middle-refresh0.2, first runs | never | +0.50 |" in report
     assert "| categorical 20×10, L = 20 | middle-refresh0.2, first runs | middle | +1.50 |" in report
     assert "(first-runs/: L20-middle-refresh0.2-s0, L20-middle-refresh0.2-s1)" in report
+
+
+@pytest.mark.slow
+def test_runs_that_differ_in_their_seed_alone_train_as_replicas_of_one_process(tmp_path):
+    """--replicas-per-process 2: seeds 0 and 1 of one configuration train in one train.py process, seed 0 of another
+    alone; every run's record is made from its own TensorBoard run as before, and a rerun trains nothing again."""
+    import argparse
+
+    from benchmarks.lib.packing import PACKED
+
+    tiny = ["data.val_size=59900", "data.batch_size=50", "trainer.max_epochs=1", "trainer.limit_val_batches=1",
+            "model.val_num_samples=2", "model.num_latents=4", "model.mis_steps=3", "~callbacks.image_grids"]
+    plan = [("a-s0", "3", 0), ("a-s1", "3", 1), ("b-s0", "4", 0)]
+    args = argparse.Namespace(out=tmp_path / "out", logs=tmp_path / "logs", lanes=1, only=None, replicas_per_process=2)
+    (args.out / "runs").mkdir(parents=True)
+
+    def overrides(steps: str, seed: int) -> list[str]:
+        return [*tiny, f"model.mis_steps={steps}", f"seed={seed}"]
+
+    def run_job(name, steps, seed, args):
+        run_dir, seconds, command = runner.train(name, overrides(steps, seed), args.logs / name)
+        return {"name": name, "run": str(run_dir.relative_to(args.logs)), "seconds": seconds, "command": command}
+
+    runner.run_plan(plan, run_job, args, train_request=lambda name, steps, seed, args: (overrides(steps, seed), args.logs / name))
+    records = {name: json.loads((args.out / "runs" / f"{name}.json").read_text()) for name, *_ in plan}
+    assert (args.logs / "a-s0" / PACKED).exists() and (args.logs / "a-s1" / PACKED).exists()
+    assert not (args.logs / "b-s0" / PACKED).exists()
+    assert "replicas.seeds=[0,1]" in records["a-s0"]["command"] and records["a-s0"]["command"] == records["a-s1"]["command"]
+    for name in ("a-s0", "a-s1", "b-s0"):
+        run = args.logs / records[name]["run"]
+        assert list(run.glob("events.out.tfevents.*")) and (run / "checkpoints" / "last.ckpt").exists(), name
+    log = (args.logs / "packs" / "a-s0-x2" / "train.log").read_text()
+    assert log.count("$ ") == 1
+    for name, *_ in plan:
+        (args.out / "runs" / f"{name}.json").unlink()
+    runner.run_plan(plan, run_job, args, train_request=lambda name, steps, seed, args: (overrides(steps, seed), args.logs / name))
+    assert (args.logs / "packs" / "a-s0-x2" / "train.log").read_text() == log  # packed before: not trained again
