@@ -1,7 +1,8 @@
 """The classes a checkpoint may name, and so the only ones ever imported from one (importing a module runs its code):
-the collection's models and data modules, each package registering its own when it is imported (models/__init__.py,
-datamodules/__init__.py), and Lightning's instantiator. Kept here, filled from there, so that checkpoints/ imports
-neither: nothing registered (those packages not imported) refuses every class, never admits one."""
+the collection's models and data modules, each registering itself when its class is defined (`__init_subclass__` in
+models/base.py and datamodules/base.py; importing the package imports every module), and Lightning's instantiator.
+Kept here, filled from there, so that checkpoints/ imports neither: nothing registered (those packages not imported)
+refuses every class, never admits one. The front ends' lists of models and data sets are read from here too."""
 
 from __future__ import annotations
 

@@ -1,13 +1,21 @@
-"""Lightning DataModules yielding ``(x, index)`` batches from in-memory uint8 splits."""
+"""Lightning DataModules yielding ``(x, index)`` batches from in-memory uint8 splits.
 
-from checkpoints.registry import register
+An `ImageDataModule` subclass in a module of datamodules/ registers itself when defined (`ImageDataModule.__init_subclass__`,
+checkpoints/registry.py); importing this package imports every module here and exports each data module under its
+class name (`from datamodules import MNISTDataModule`, `_target_: datamodules.MNISTDataModule`, `--data=MNISTDataModule`).
+"""
+
+import importlib
+import pkgutil
+
+from checkpoints.registry import register, registered
 
 from .base import DataCorruptError, DataError, DataNotFoundError, ImageDataModule
-from .cifar10 import CIFAR10DataModule
-from .mnist import FashionMNISTDataModule, MNISTDataModule
 
-# the only data modules a checkpoint may name (checkpoints/registry.py)
-register("data", ImageDataModule, CIFAR10DataModule, FashionMNISTDataModule, MNISTDataModule)
+# The base stays nameable by a checkpoint, as it was when this package listed its classes by hand.
+register("data", ImageDataModule)
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["CIFAR10DataModule", "DataCorruptError", "DataError", "DataNotFoundError", "FashionMNISTDataModule",
-           "ImageDataModule", "MNISTDataModule"]
+globals().update({cls.__name__: cls for cls in registered("data")})
+__all__ = ["DataCorruptError", "DataError", "DataNotFoundError", *(cls.__name__ for cls in registered("data"))]

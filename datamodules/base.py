@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from checkpoints.registry import register
 from common.private_api import record_hyperparameter
 
 from .resumable import ResumableDataLoader, ResumableSampler
@@ -146,6 +147,13 @@ class ImageDataModule(L.LightningDataModule):
     last ``val_size`` the val split, so the split is identical on every run
     and rank. The same ``binarize`` mode applies to all three splits.
     """
+
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: object) -> None:
+        """A data module of datamodules/ registers itself when defined (`--data=NAME`, `data_defaults/NAME`, nameable
+        by a checkpoint: checkpoints/registry.py); not an abstract base (`abstract=True`) nor one defined elsewhere."""
+        super().__init_subclass__(**kwargs)
+        if not abstract and cls.__module__.startswith("datamodules."):
+            register("data", cls)
 
     image_shape: ClassVar[tuple[int, int, int]]
     train_file_size: ClassVar[int]

@@ -15,7 +15,7 @@ import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
 import models  # noqa: F401  (registers the subclasses for --model=NAME)
 from checkpoints.files import CheckpointError, load_checkpoint_file
 from checkpoints.model_class import check_model_class
-from checkpoints.registry import registered_class
+from checkpoints.registry import registered, registered_class
 from common.private_api import cli_callbacks, cli_trainer, cli_value
 from common.signatures import constructor_defaults
 from datamodules import ImageDataModule
@@ -245,9 +245,7 @@ def _parser_message(text: str, args: list[str]) -> str:
     given = [a.split("=", 1)[0] for a in args if a.startswith("--")]
     option = next((g for g in given if g.endswith(("." + keys[-1], "--" + keys[-1]))), "--" + ".".join(keys))
     if option in ("--model", "--data") and any("dot import path" in r for r in reasons):  # an unknown class name
-        package, base = (models, models.LatentVariableModel) if option == "--model" else (datamodules, datamodules.ImageDataModule)
-        names = [n for n in package.__all__ if isinstance(getattr(package, n), type) and issubclass(getattr(package, n), base)
-                 and getattr(package, n) is not base]
+        names = sorted(cls.__name__ for cls in registered(option[2:]) if cls is not ImageDataModule)  # the base is no choice
         return f"{option}={option_value(args, option)} is not one of {', '.join(names)}"
     return f"{option}: {'; '.join(dict.fromkeys(reasons))}"
 

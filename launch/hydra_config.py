@@ -16,29 +16,32 @@ def register_defaults() -> None:
     """Store every registered model's and data module's constructor defaults as Hydra configs
     `model_defaults/<Class>` and `data_defaults/<Class>` (and lightning.Trainer's as `trainer_defaults/Trainer`),
     which configs/model/*.yaml, configs/data/*.yaml and configs/trainer/default.yaml extend: the class signatures are the one source of defaults, `--cfg job` shows them, and
-    `model.NAME=VALUE` needs no `+`."""
+    `model.NAME=VALUE` needs no `+`. Also the `${every_config:...}` resolver the config tree uses."""
     from hydra.core.config_store import ConfigStore
 
-    import datamodules
-    import models
+    import datamodules  # noqa: F401  (importing the packages registers their classes)
+    import models  # noqa: F401
+    from checkpoints.registry import registered
     from common.signatures import constructor_defaults
 
     store = ConfigStore.instance()
     from launch.schema import NOT_SETTINGS  # constructor arguments the front ends pass themselves
 
-    groups = (("model_defaults", models, models.LatentVariableModel, NOT_SETTINGS["model"]),
-              ("data_defaults", datamodules, datamodules.ImageDataModule, ()))
-    for group, package, base, skip in groups:
-        for name in package.__all__:
-            cls = getattr(package, name)
-            if isinstance(cls, type) and issubclass(cls, base):
-                store.store(group=group, name=name, node={k: v for k, v in constructor_defaults(cls).items() if k not in skip})
+    for group, kind, skip in (("model_defaults", "model", NOT_SETTINGS["model"]), ("data_defaults", "data", ())):
+        for cls in registered(kind):
+            store.store(group=group, name=cls.__name__, node={k: v for k, v in constructor_defaults(cls).items() if k not in skip})
     # Every lightning.Trainer argument, so that trainer.NAME=VALUE works for all of them (logger and callbacks
     # come from their own config groups).
     from lightning import Trainer
 
     trainer_settings = {k: v for k, v in constructor_defaults(Trainer).items() if k not in NOT_SETTINGS["trainer"]}
     store.store(group="trainer_defaults", name="Trainer", node=trainer_settings)
+    # experiment=compare's models: `${every_config:model,vqvae_prior}`, the configs of configs/model/ as they are now
+    from omegaconf import OmegaConf
+
+    from launch.schema import every_config
+
+    OmegaConf.register_new_resolver("every_config", every_config, replace=True)
 
 
 def compose(overrides: list[str]) -> Any:

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from launch.schema import CONFIGS, GROUPS, NOT_SETTINGS, default_choices, expected, load, type_spec
+from launch.schema import CONFIGS, GROUPS, NOT_SETTINGS, default_choices, every_config, expected, load, type_spec
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
 TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
@@ -184,8 +184,16 @@ def check_one_model_per_study(model: str | None, experiment: list[str]) -> None:
 
     if (model is not None and "," in model) or (model is None and any(sweeps_models(e) for e in experiment)):
         raise EarlyRefusal("hydra/sweeper=tune tunes one model per study: give model=NAME (every estimator in turn: "
-                           "for m in vae vqvae jsa rws vimco dvae dvae_gumbel; do python train.py -m experiment=compare "
+                           f"for m in {' '.join(compared_models())}; do python train.py -m experiment=compare "
                            "model=$m hydra/sweeper=tune; done)")
+
+
+def compared_models() -> list[str]:
+    """experiment=compare's models, as its sweep names them: `${every_config:model,LEFT_OUT...}` or a list `a,b`."""
+    found = re.search(r"^[ \t]+model:[ \t]*(\S+)", (CONFIGS / "experiment" / "compare.yaml").read_text(), re.M)
+    swept = found[1] if found else ""
+    every = re.fullmatch(r"\$\{every_config:model((?:,\w+)*)\}", swept)
+    return (every_config("model", *every[1].split(",")[1:]) if every else swept).split(",")
 
 
 def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:

@@ -197,6 +197,20 @@ def config_targets(group: str) -> dict[str, str]:
     return {path.stem: target for path in sorted((CONFIGS / group).glob("*.yaml")) if (target := target_of(path))}
 
 
+def every_config(group: str, *left_out: str) -> str:
+    """`${every_config:GROUP,NAME,...}` in a config (launch/hydra_config.py registers it): the choices of configs/GROUP/
+    but those named, as a sweep ("a,b,c"). experiment=compare's models, so that a new model's config joins the
+    comparison with no edit there (Hydra's `glob(*,exclude=...)` would too, but the Optuna sweeper refuses a glob)."""
+    return ",".join(path.stem for path in sorted((CONFIGS / group).glob("*.yaml")) if path.stem not in left_out)
+
+
+def cli_classes(choices: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """LightningCLI's `--model=NAME` and `--data=NAME` choices, class name -> class path: the classes the configs of
+    configs/model/ and configs/data/ build (every registered model and data set has its config: CONTRIBUTING.md)."""
+    return {group: {target.rsplit(".", 1)[-1]: target for target in sorted(set(choices[group].values()))}
+            for group in ("model", "data")}
+
+
 # Comparisons as words: `left <op> right`; the same relation read from the right (`0 >= x`: x <= 0); its complement
 # (what a valid value keeps when the comparison is what refuses: `if x < 1: raise` keeps x >= 1).
 _OPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
@@ -308,16 +322,7 @@ def build() -> dict[str, Any]:
                                             for name, spec in settings.items()},
                                # Hydra's `+group.NAME=V` is refused for these: the composed config already has a value
                                "set_by_default": sorted(name for name in names if defaults.get(name) is not None)}
-    import datamodules
-    import models
-
-    registered = {"model": [n for n in models.__all__ if isinstance(getattr(models, n), type)
-                            and issubclass(getattr(models, n), models.LatentVariableModel) and n != "LatentVariableModel"],
-                  "data": [n for n in datamodules.__all__ if isinstance(getattr(datamodules, n), type)
-                           and issubclass(getattr(datamodules, n), datamodules.ImageDataModule) and n != "ImageDataModule"]}
-    return {"choices": choices, "classes": classes,
-            "cli_classes": {group: {name: f"{package.__name__}.{name}" for name in names}
-                            for (group, names), package in zip(registered.items(), (models, datamodules))}}
+    return {"choices": choices, "classes": classes}
 
 
 def _numeric(spec: Any) -> bool:
@@ -331,6 +336,10 @@ def load() -> dict[str, Any] | None:
         return None
     try:
         schema = json.loads(SCHEMA_FILE.read_text())
+        # The choices as the configs are now, not as when the file was written: a new model or data set (its module
+        # and its config) is a choice at once, its settings left to the full checks until the file is written again.
+        schema["choices"] = {group: config_targets(group) for group in GROUPS}
+        schema["cli_classes"] = cli_classes(schema["choices"])
         current = {target: entry for target, entry in schema["classes"].items()
                    if entry["fingerprint"] == fingerprint(target, entry.get("sources"))}
         schema["classes"] = {target: entry["settings"] for target, entry in current.items()}
@@ -358,8 +367,6 @@ def well_formed_file() -> bool:
 
     return (isinstance(schema, dict) and isinstance(schema.get("choices"), dict)
             and all(names_to_paths(v) for v in schema["choices"].values())
-            and isinstance(schema.get("cli_classes"), dict) and all(names_to_paths(schema["cli_classes"].get(group))
-                                                                    for group in ("model", "data"))
             and isinstance(schema.get("classes"), dict)
             and all(isinstance(e, dict) and isinstance(e.get("settings"), dict) for e in schema["classes"].values()))
 

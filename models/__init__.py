@@ -3,23 +3,25 @@ JSA, RWS, VIMCO and the discrete VAEs, the categorical latent model they share (
 building blocks every model may use (backbones, likelihoods, priors, the vector quantizer, code-usage statistics)
 are in models/components/.
 
-The registry: LightningCLI's `--model=NAME` finds every class imported here, and each Hydra
-config in configs/model/ names one with `_target_`. Adding a model: its module, its config, one
-line here, one row in README.md (CONTRIBUTING.md).
+Registration is by definition: a `LatentVariableModel` subclass in a module of models/ registers itself when its class
+is defined (`LatentVariableModel.__init_subclass__`, checkpoints/registry.py). Importing this package imports every
+module of models/, so `import models` registers them all, and exports each under its class name: `from models import
+JSA`, `_target_: models.JSA` in configs/model/, `--model=JSA` in LightningCLI. Adding a model is its module, its
+config, its README row and its test (CONTRIBUTING.md): nothing here.
 """
 
-from checkpoints.registry import is_registered, register
+import importlib
+import pkgutil
+
+from checkpoints.registry import is_registered, registered
 from models.base import LatentVariableModel
-from models.dvae import DiscreteVAE
-from models.jsa import JSA
-from models.rws import RWS
-from models.vae import VAE
-from models.vimco import VIMCO
-from models.vqvae import VQVAE
 
-__all__ = ["LatentVariableModel", "DiscreteVAE", "JSA", "RWS", "VAE", "VIMCO", "VQVAE", "is_registered_model"]
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.ispkg:  # models/components/ holds what models are built of, not models
+        importlib.import_module(f"{__name__}.{_module.name}")
 
-register("model", DiscreteVAE, JSA, RWS, VAE, VIMCO, VQVAE)  # the only models a checkpoint may name (checkpoints/registry.py)
+globals().update({cls.__name__: cls for cls in registered("model")})
+__all__ = ["LatentVariableModel", *(cls.__name__ for cls in registered("model")), "is_registered_model"]
 
 
 def is_registered_model(class_path: object) -> bool:

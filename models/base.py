@@ -25,6 +25,7 @@ from torchmetrics.image import PeakSignalNoiseRatio
 from checkpoints.files import AtomicCheckpoints
 from checkpoints.model_class import check_loaded_class, check_model_class, stamp_model_class
 from checkpoints.random_state import RandomStateCheckpoint
+from checkpoints.registry import register
 from checkpoints.resume_settings import ResumeSettings, changed_settings, state_mismatch
 from common.log_steps import is_logging_step
 from common.private_api import attached_trainer, raise_recompile_limit, record_hyperparameter
@@ -89,6 +90,15 @@ class LatentVariableModel(L.LightningModule):
             eagerly (docs/mis.md#compiling-the-whole-step). false: nothing. The first steps and evaluations of each
             new batch shape pay the compilation.
     """
+
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
+        """A model of models/ registers itself when defined: pickable (`--model=NAME`, `model_defaults/NAME`) and
+        nameable by a checkpoint (checkpoints/registry.py), with no list to extend. Not an abstract base
+        (`class CategoricalLatentModel(LatentVariableModel, abstract=True)`), nor a subclass defined elsewhere (a
+        test's, a script's): a checkpoint may name only the collection's models."""
+        super().__init_subclass__(**kwargs)
+        if not abstract and cls.__module__.startswith("models."):
+            register("model", cls)
 
     # A model whose q(z | x) is a point mass (VQ-VAE): every importance sample is the same, so one suffices.
     point_mass_posterior: ClassVar[bool] = False

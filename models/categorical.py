@@ -34,7 +34,7 @@ from samplers.mis import categorical_log_prob, sample_categorical
 Embedding = Literal["auto", "per_position", "shared"]
 
 
-class CategoricalLatentModel(LatentVariableModel):
+class CategoricalLatentModel(LatentVariableModel, abstract=True):  # a base, never picked: not registered
     """Encoder q(h|x), code embedding + decoder p(x|h), prior p(h); training is left to subclasses.
 
     Args:

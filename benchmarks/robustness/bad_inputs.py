@@ -43,6 +43,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from launch.schema import config_targets
+
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "train.py")
 HYDRA_FAST = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
@@ -90,7 +92,7 @@ def option_cases() -> list[Case]:
         ("vqvae", "num_categories", "1", []), ("dvae", "temperature_min", "0", []), ("dvae", "num_samples", "0", []),
         ("dvae", "baseline_decay", "1.5", []), ("rws", "num_samples", "0", []), ("vimco", "num_samples", "1", []),
     ]
-    classes = {"jsa": "JSA", "vae": "VAE", "vqvae": "VQVAE", "dvae": "DiscreteVAE", "rws": "RWS", "vimco": "VIMCO"}
+    classes = {name: target.rsplit(".", 1)[-1] for name, target in config_targets("model").items()}  # jsa -> JSA: --model=JSA
     data_options = [("batch_size", "0"), ("batch_size", "100000"), ("batch_size", "abc"), ("val_size", "-1"),
                     ("val_size", "1000000000"), ("binarize", "foo"), ("num_workers", "-1"), ("eval_batch_size", "0"), ("data_dir", "/etc/passwd")]
     trainer_options = [("max_epochs", "abc"), ("max_steps", "-5"), ("devices", "0"), ("accelerator", "gpu"),

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from torchvision.datasets import CIFAR10, FashionMNIST
 from torchvision.datasets import utils as tv_utils
 
+from checkpoints.registry import registered
 from datamodules import (CIFAR10DataModule, DataCorruptError, DataError, DataNotFoundError, FashionMNISTDataModule, ImageDataModule,
                          MNISTDataModule)
 from datamodules.base import InMemoryImageDataset, collate_prebatched
@@ -28,6 +29,8 @@ from tests.conftest import DATA_ROOT, REPO, TinyCIFAR10DataModule
 
 # The two data sets of torchvision's IDX layout, one data module class (MNIST's, parameterized by the torchvision class).
 IDX_MODULES = [pytest.param(MNISTDataModule, id="mnist"), pytest.param(FashionMNISTDataModule, id="fashion_mnist")]
+# Every data set a user picks (the registered data modules but their base).
+DATA_MODULES = [pytest.param(cls, id=cls.config_name) for cls in registered("data") if cls is not ImageDataModule]
 
 
 @pytest.fixture(scope="session", params=IDX_MODULES)
@@ -244,7 +247,7 @@ def test_cifar10(cifar10_dir: Path) -> None:
     torch.testing.assert_close(x, grey(torch.from_numpy(test_rows[:16]).view(16, 3, 32, 32)), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("cls", [MNISTDataModule, FashionMNISTDataModule, CIFAR10DataModule])
+@pytest.mark.parametrize("cls", DATA_MODULES)
 def test_missing_data_without_download(cls: type[ImageDataModule], tmp_path: Path) -> None:
     dm = cls(data_dir=str(tmp_path), download=False)
     with pytest.raises(DataNotFoundError) as info:
@@ -260,7 +263,7 @@ def test_missing_data_without_download(cls: type[ImageDataModule], tmp_path: Pat
         cls(data_dir=str(tmp_path)).setup("fit")  # setup alone also explains
 
 
-@pytest.mark.parametrize("cls", [MNISTDataModule, FashionMNISTDataModule, CIFAR10DataModule])
+@pytest.mark.parametrize("cls", DATA_MODULES)
 @pytest.mark.parametrize("data_dir", [".", "MNIST", "not/there"])  # an empty folder, one level too deep, a typo
 def test_missing_data_download_fails_offline(
     cls: type[ImageDataModule], data_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

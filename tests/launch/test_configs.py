@@ -15,14 +15,18 @@ import launch.hydra_app
 import launch.hydra_config
 import launch.rules
 import train
-from launch.runs import distributed, run_directory
+from checkpoints.registry import registered
 from common.signatures import constructor_defaults
+from launch.runs import distributed, run_directory
+from launch.schema import config_targets
+from models.categorical import CategoricalLatentModel
 from models.components.likelihoods import BernoulliLikelihood, DiscretizedLogisticLikelihood
 
 MODELS = sorted(p.stem for p in (train.CONFIG_DIR / "model").glob("*.yaml"))
 # vqvae_prior, the VQ-VAE's second stage, needs a stage-1 checkpoint: test_entrypoints.py trains both stages.
 STANDALONE = [m for m in MODELS if m != "vqvae_prior"]
 DATA = sorted(p.stem for p in (train.CONFIG_DIR / "data").glob("*.yaml"))
+MODEL_CLASSES = sorted(cls.__name__ for cls in registered("model"))  # the models LightningCLI offers: DiscreteVAE, JSA, ...
 
 
 composed = launch.hydra_config.compose  # the config `python train.py OVERRIDES` runs with
@@ -104,13 +108,31 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
     # The same encoder and decoder networks up to the layers that read or emit the latent.
     for part in ("encoder", "decoder"):
         assert [type(m) for m in getattr(vqvae, part).modules()] == [type(m) for m in getattr(jsa, part).modules()]
-    # The experiment's sweep covers every model of the collection; a command-line setting overrides it.
-    assert composed(["experiment=compare"]).hydra.sweeper.params == {"model": "vae,vqvae,jsa,rws,vimco,dvae,dvae_gumbel"}
+    # The experiment's sweep covers every model of the collection (test_the_comparison_sweeps_every_model); a
+    # command-line setting overrides it.
     assert set(composed(["experiment=compare"]).compare_backbone) == {"mnist", "fashion_mnist", "cifar10"}  # the map holds backbones only
     assert composed(["experiment=compare", "model.hidden_channels=16"]).model.hidden_channels == 16
     assert launch.hydra_config.model_settings(composed(["experiment=compare", "model=vqvae", "discrete_latent.num_categories=64"]))["num_categories"] == 64
     assert launch.hydra_config.model_settings(composed(["experiment=compare", "model=jsa", "model.num_categories=4"]))["num_categories"] == 4
     assert "num_categories" not in launch.hydra_config.model_settings(composed(["experiment=compare", "model=vae"]))  # no discrete latent
+
+
+def test_the_comparison_sweeps_every_model():
+    """experiment=compare sweeps every model config but the VQ-VAE's second stage (`${every_config:...}`), and through
+    them every registered model class: a model's config joins the comparison by itself, and a model with no config
+    fails here."""
+    swept = composed(["experiment=compare"]).hydra.sweeper.params.model.split(",")
+    assert swept == STANDALONE
+    assert sorted({config_targets("model")[name].rsplit(".", 1)[-1] for name in swept}) == MODEL_CLASSES
+    assert composed(["experiment=compare_quick"]).hydra.sweeper.params.model.split(",") == STANDALONE
+
+
+def test_every_registered_data_module_has_a_config():
+    """`data=NAME` and `--data=Class` offer the same data sets (the early checks read the CLI's from configs/data/)."""
+    from datamodules import ImageDataModule
+
+    configured = sorted(target.rsplit(".", 1)[-1] for target in config_targets("data").values())
+    assert configured == sorted(cls.__name__ for cls in registered("data") if cls is not ImageDataModule)
 
 
 def test_cifar10_vqvae_paper_experiment_builds_the_paper_setting():
@@ -140,7 +162,7 @@ def test_cifar10_vqvae_paper_experiment_runs_tiny_on_cpu(model, cifar10_dir, tmp
     assert 0 < metrics["test/bpd"] < 20 and math.isfinite(metrics["test/nll"])  # exact bits/dim of 8-bit data
 
 
-@pytest.mark.parametrize("model", ["jsa", "rws", "vimco", "dvae", "dvae_gumbel", "vae", "vqvae"])
+@pytest.mark.parametrize("model", STANDALONE)
 def test_jsa_paper_gives_every_model_the_papers_settings(model):
     cfg = composed(["experiment=jsa_paper", f"model={model}"])
     assert (cfg.data.binarize, cfg.data.batch_size, cfg.data.val_size) == ("static", 200, 5000)
@@ -154,7 +176,7 @@ def test_jsa_paper_gives_every_model_the_papers_settings(model):
                 "rws": {"num_samples": 20}, "vimco": {"num_samples": 20}, "dvae": {"num_samples": 20}, "vae": {"latent_dim": 20}}
     for name, value in expected.get(model, {}).items():
         assert getattr(built, name) == value, name
-    if model in ("jsa", "rws", "vimco", "dvae", "dvae_gumbel"):
+    if isinstance(built, CategoricalLatentModel):
         assert not built.prior.logits.requires_grad  # the paper's prior is uniform and never trained
 
 
@@ -249,5 +271,5 @@ def test_the_cli_names_a_wrong_option_as_given_in_one_line():
               "          Expected a <class 'int'>. Got value: ten\n    - Expected a <class 'NoneType'>\n  Given value type: x")
     assert launch.cli_app._parser_message(report, ["fit", "--model.mis_steps=ten"]) == "--model.mis_steps: Expected a <class 'int'>. Got value: ten"
     unknown = 'Parser key "model":\n  Errors:\n    - Expected a dot import path string: Nope\n'
-    assert launch.cli_app._parser_message(unknown, ["fit", "--model=Nope"]).startswith("--model=Nope is not one of DiscreteVAE, JSA")
+    assert launch.cli_app._parser_message(unknown, ["fit", "--model=Nope"]) == f"--model=Nope is not one of {', '.join(MODEL_CLASSES)}"
     assert launch.cli_app._parser_message("unrecognized arguments: --foo=1", []) == "unrecognized arguments: --foo=1"

@@ -14,6 +14,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from common.signatures import constructor_defaults
+from launch.schema import config_targets
+from tests.launch.test_configs import DATA, MODELS, STANDALONE
 
 pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 
@@ -55,7 +57,7 @@ SHARED_TAGS = {
     "train/loss", "train/step_time_ms", "train/samples_per_s", "train/epoch_time_s",
     "val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/psnr", "val/reconstructions", "val/prior_samples", "hp/val_nll",
 }
-MODEL_TAGS = {
+MODEL_TAGS = {  # a model's own tags beside the shared ones (a model not listed: the shared ones only)
     "vae": {"train/recon", "train/kl"},
     "jsa": {"train/loss_p", "train/loss_q", "train/acceptance_rate", "train/cache_hit_rate", "train/perplexity", "train/classes_used"},
     "vqvae": {"train/recon_per_dim", "train/codebook", "train/commitment", "train/perplexity", "train/codes_used", "train/restarts",
@@ -69,7 +71,7 @@ MODEL_TAGS = {
 GRADIENT_VARIANCE_TAGS = {"train/encoder_grad_variance", "train/decoder_grad_variance"}
 
 
-EVERY_MODEL = ["vae", "jsa", "vqvae", "dvae", "dvae_gumbel", "rws", "vimco"]
+EVERY_MODEL = STANDALONE  # every config of configs/model/ but the VQ-VAE's second stage (its own test below)
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +86,12 @@ def every_model_run(tmp_path_factory, mnist_dir) -> tuple[Path, subprocess.Compl
 def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, every_model_run):
     cwd, result = every_model_run
     (run_dir,) = (cwd / "logs" / "tensorboard").glob(f"{model}-mnist-*/version_0")
-    expected_tags = SHARED_TAGS | MODEL_TAGS[model] | (GRADIENT_VARIANCE_TAGS if model != "vqvae" else set())
+    expected_tags = SHARED_TAGS | MODEL_TAGS.get(model, set()) | (GRADIENT_VARIANCE_TAGS if model != "vqvae" else set())
     assert expected_tags <= tags(run_dir), expected_tags - tags(run_dir)
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     metrics, params = hparams_tab(run_dir)
     assert {"hp/val_nll", "hp/test_nll", "hp/test_psnr"} <= metrics
-    expected_class = {"vae": "VAE", "jsa": "JSA", "vqvae": "VQVAE", "dvae": "DiscreteVAE", "dvae_gumbel": "DiscreteVAE",
-                      "rws": "RWS", "vimco": "VIMCO"}[model]
+    expected_class = config_targets("model")[model].rsplit(".", 1)[-1]  # models.JSA -> JSA
     assert params["model_class"] == expected_class and params["num_params"] > 1000
     assert params["batch_size"] == 128 and params["lr"] == 1e-3  # the data module's and the model's
     assert params["optimizer"] == "Adam" and params["effective_batch_size"] == 128  # 1 device
@@ -177,7 +178,8 @@ def test_lightning_cli_fit_then_test_in_the_same_run(tmp_path, mnist_dir):
 
 def test_help_names_both_front_ends(tmp_path, mnist_dir):
     out = train(["--help"], tmp_path, mnist_dir).stdout
-    assert "model=vae" in out and "fit --model=VAE" in out and "data={cifar10,fashion_mnist,mnist}" in out and "model={dvae,dvae_gumbel,jsa,rws,vae,vimco,vqvae,vqvae_prior}" in out
+    assert "model=vae" in out and "fit --model=VAE" in out
+    assert f"data={{{','.join(DATA)}}}" in out and f"model={{{','.join(MODELS)}}}" in out  # data={cifar10,fashion_mnist,mnist}
 
 
 def test_vqvae_second_stage_from_the_first_stages_checkpoint(tmp_path, mnist_dir):

@@ -14,10 +14,14 @@ from pathlib import Path
 
 import pytest
 
+import models  # noqa: F401  (registers the model classes)
+from checkpoints.registry import registered
 from launch import schema
 from launch.precheck import refuse_early
 
 REPO = Path(__file__).resolve().parents[2]
+MODEL_CONFIGS = ", ".join(sorted(schema.config_targets("model")))  # dvae, dvae_gumbel, jsa, ...
+MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  # DiscreteVAE, JSA, ...: the registry, which the configs must match
 
 
 def test_the_committed_schema_is_what_the_classes_give():
@@ -32,7 +36,7 @@ def test_the_committed_schema_is_what_the_classes_give():
     ("+ckpt_pth=x.ckpt", "ckpt_pth: no such setting (the top-level ones are seed, ckpt_path,"),
     ("model.mis_step=3", "model.mis_step: no such setting of JSA; did you mean model.mis_steps?"),
     ("model=vae model.mis_steps=3", "model.mis_steps: no such setting of VAE; it is a setting of JSA (model=jsa)"),
-    ("model=nope", "model=nope: no such config in configs/model/; expected one of dvae, dvae_gumbel, jsa,"),
+    ("model=nope", f"model=nope: no such config in configs/model/; expected one of {MODEL_CONFIGS}"),
     ("logger=null", "logger=null: no such config in configs/logger/; expected one of tensorboard (~logger leaves it out)"),
     ("data=mnsit", "did you mean mnist?"),
     ("trainer.max_epochs=abc", "trainer.max_epochs='abc': expected an integer or null"),
@@ -40,7 +44,7 @@ def test_the_committed_schema_is_what_the_classes_give():
     ("model.prior=gaussian", "model.prior='gaussian': expected one of 'uniform',"),
     ("-m model=vae,jsa model.lr=1e-3,abc", "model.lr='abc': expected a number"),
     ("fit --trainer.max_epoch=1", "--trainer.max_epoch: no such option of Trainer; did you mean --trainer.max_epochs?"),
-    ("fit --model=Nope", "--model=Nope is not one of DiscreteVAE, JSA, RWS, VAE, VIMCO, VQVAE"),
+    ("fit --model=Nope", f"--model=Nope is not one of {MODEL_CLASSES}"),
     ("fit --model=VAE --model.mis_steps=3", "--model.mis_steps: no such option of VAE; it is an option of JSA (--model=JSA)"),
     ("fit --model.mis_steps ten", "--model.mis_steps='ten': expected an integer"),
     ("fit --data.batch_sise=3", "did you mean --data.batch_size?"),

@@ -130,8 +130,9 @@ def test_uniform_is_frozen_and_names_are_checked():
 
 # ---- the priors inside the models -------------------------------------------------------------
 
-import models  # noqa: E402
+from checkpoints.registry import registered  # noqa: E402
 from models import JSA, RWS, VIMCO, VQVAE, DiscreteVAE  # noqa: E402
+from models.categorical import CategoricalLatentModel  # noqa: E402
 
 
 def tiny_model(cls, prior: str, **kwargs):
@@ -146,7 +147,7 @@ def tiny_model(cls, prior: str, **kwargs):
     return model
 
 
-@pytest.mark.parametrize("cls", [JSA, RWS, VIMCO, DiscreteVAE])
+@pytest.mark.parametrize("cls", [cls for cls in registered("model") if issubclass(cls, CategoricalLatentModel)], ids=lambda cls: cls.__name__)
 def test_models_score_with_the_exact_prior_and_train_it(cls):
     """log p(x, h) = log p(x | h) + log p(h) with the prior's exact log p(h); the IS-NLL converges to the exact
     -log p(x) = -logsumexp_h log p(x, h) over all 8 code sets; the training loss trains the prior."""
@@ -297,8 +298,7 @@ class ToyPrior(priors.CodePrior):
         return self.logits.expand(codes.shape[0], -1, -1)
 
 
-DISCRETE = [cls for name in models.__all__ if isinstance(cls := getattr(models, name), type)
-            and issubclass(cls, models.LatentVariableModel) and cls.has_discrete_latent]
+DISCRETE = [cls for cls in registered("model") if cls.has_discrete_latent]
 
 
 @pytest.fixture
