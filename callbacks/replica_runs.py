@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -31,10 +31,11 @@ class ReplicaRuns(L.Callback):
     """Args:
         save_dir: the TensorBoard root (the single runs' `<log_dir>/tensorboard`).
         names: each replica's run name.
+        new_logger: makes a new run's logger (the launch side's reserves its version directory atomically).
     """
 
-    def __init__(self, save_dir: str, names: Sequence[str]) -> None:
-        self.save_dir, self.names = str(Path(save_dir).resolve()), list(names)
+    def __init__(self, save_dir: str, names: Sequence[str], new_logger: Callable[..., TensorBoardLogger] = TensorBoardLogger) -> None:
+        self.save_dir, self.names, self.new_logger = str(Path(save_dir).resolve()), list(names), new_logger
         self.versions: list[str] | None = None
         self.best = [math.inf] * len(self.names)
         self.best_files: list[str | None] = [None] * len(self.names)
@@ -44,14 +45,12 @@ class ReplicaRuns(L.Callback):
         return {"names": self.names, "versions": self.versions, "best": self.best, "best_files": self.best_files}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("names") == self.names:  # the same runs (launch/replicas.py refuses other replicas before this)
+        if state.get("names") == self.names:  # the same runs (launch/runs/replicas.py refuses other replicas before this)
             self.versions, self.best, self.best_files = state["versions"], state["best"], state["best_files"]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
-        from launch.runs.run_directory import ReservedVersionLogger
-
         if self.versions is None:  # new runs; a resumed process has their versions from its checkpoint
-            self.loggers = [ReservedVersionLogger(self.save_dir, name=name, default_hp_metric=False) for name in self.names]
+            self.loggers = [self.new_logger(self.save_dir, name=name, default_hp_metric=False) for name in self.names]
             self.versions = [logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
                              for logger in self.loggers]
         else:

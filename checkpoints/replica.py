@@ -54,7 +54,7 @@ def _loops_slice(loops: Any, replica: int) -> Any:
 def branch_checkpoint(checkpoint: dict[str, Any], num_arms: int) -> dict[str, Any]:
     """A replicated process's checkpoint of S replicas (a trunk) as the start of `num_arms` × S replicas: every arm of a
     seed starts as that seed's trunk replica (weights, buffers such as JSA's cache, Adam's moments, data position), the
-    arms one after another (launch/replicas.py builds the replicas arm by arm). The branch is a new process with runs of
+    arms one after another (launch/runs/replicas.py builds the replicas arm by arm). The branch is a new process with runs of
     its own: the callbacks' states (the trunk's runs and files) are left out."""
     def tile(value: Any) -> Any:
         return value.repeat(num_arms, *([1] * (value.dim() - 1))) if isinstance(value, Tensor) and value.dim() > 0 else copy.deepcopy(value)

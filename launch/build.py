@@ -146,7 +146,7 @@ def describe_run(cfg: Any) -> RunDescription:
         return run
     from omegaconf import OmegaConf
 
-    from launch.replicas import check_replica_request, replicate
+    from launch.runs.replicas import check_replica_request, replicate
 
     if cfg.get("run_test"):
         raise SettingsError("run_test=true with replicas: test each replica's checkpoint on its own "

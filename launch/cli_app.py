@@ -145,7 +145,7 @@ class CollectionCLI(LightningCLI):
             trainer_class=lambda **settings: cli_trainer(self, settings))
         replicas = config.get("replicas") or {}
         if replicas.get("seeds") is not None:
-            from launch.replicas import check_replica_request, replicate
+            from launch.runs.replicas import check_replica_request, replicate
 
             if self.subcommand != "fit":
                 raise SettingsError(f"--replicas.seeds with {self.subcommand}: {self.subcommand} each replica's checkpoint on its "

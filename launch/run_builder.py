@@ -40,7 +40,7 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
 
     from checkpoints.files import load_checkpoint_file
     from checkpoints.model_class import check_model_class
-    from launch.replicas import check_replica_checkpoint
+    from launch.runs.replicas import check_replica_checkpoint
     from launch.runs.run_directory import tensorboard_logger
     from launch.settings import SettingsError
 

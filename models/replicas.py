@@ -128,7 +128,7 @@ class Replicas(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         stamp_model_class(checkpoint, self.model_class)
-        checkpoint["replica_seeds"] = list(self.seeds)  # a single run never resumes from it (launch/replicas.py)
+        checkpoint["replica_seeds"] = list(self.seeds)  # a single run never resumes from it (launch/runs/replicas.py)
 
     # ---- the stacked state, by the model's own names ------------------------------
     def stacked_state(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
@@ -155,7 +155,7 @@ class Replicas(L.LightningModule):
 
             # randomness="different": each replica draws its own numbers (one (R, ...) draw from the global generator).
             # Arms of one seed cannot share draws this way ("same" refuses random ops on batched inputs, e.g.
-            # exponential_ on empty_like(probs), torch 2.14): twins share a trunk instead (launch/replicas.py).
+            # exponential_ on empty_like(probs), torch 2.14): twins share a trunk instead (launch/runs/replicas.py).
             dims = (0, 0, *(0 if each else None for each in per_replica_inputs))
             self._batched[key] = vmap(call, in_dims=dims, randomness="different")
         return self._batched[key]

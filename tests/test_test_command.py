@@ -15,7 +15,7 @@ from tests.conftest import REPO
 # Tests that read the data root without a data_dir of their own: one through the environment (the real files the
 # corruption cases copy), one through a composed config whose data.data_dir is left at its default.
 LEFT_TO_THE_DEFAULT = ["tests/datamodules/test_datamodules.py::test_corrupt_idx_file_is_one_line_naming_it[mnist-truncated]",
-                       "tests/models/test_precision.py::test_every_model_trains_and_tests_under_bf16_mixed[vae]"]
+                       "tests/models/components/test_precision.py::test_every_model_trains_and_tests_under_bf16_mixed[vae]"]
 
 
 def test_ci_runs_the_readme_command_with_nothing_set_that_readme_does_not_set():

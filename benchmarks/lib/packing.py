@@ -17,10 +17,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, ContextManager, Sequence
 
 SEED = re.compile(r"^seed=(\d+)$")
-PACKED = "packed.json"  # in a run's log_dir: its run was trained in a pack
+PACKED = "packed.json"
+REPO = Path(__file__).resolve().parents[2]  # in a run's log_dir: its run was trained in a pack
 
 
 def configuration(overrides: Sequence[str]) -> tuple[tuple[str, ...], int] | None:
@@ -44,11 +45,11 @@ def plan_packs(requests: dict[str, tuple[list[str], Path]], size: int) -> list[l
     return [pack for pack in packs if len(pack) > 1]
 
 
-def train_pack(names: Sequence[str], requests: dict[str, tuple[list[str], Path]], packs_dir: Path) -> None:
-    """Train `names` as one replicated process (resuming it if it was interrupted), then put each replica's run in
-    its run's log_dir with a packed.json (the process's seconds shared among its replicas, and its command)."""
-    from benchmarks.lib.runner import REPO, run_lock
-
+def train_pack(names: Sequence[str], requests: dict[str, tuple[list[str], Path]], packs_dir: Path,
+               run_lock: Callable[[str, Path], ContextManager]) -> None:
+    """Train `names` as one replicated process (resuming it if it was interrupted; `run_lock` keeps a second study
+    process out of it), then put each replica's run in its run's log_dir with a packed.json (the process's seconds
+    shared among its replicas, and its command)."""
     common = configuration(requests[names[0]][0])[0]
     seeds = [configuration(requests[name][0])[1] for name in names]
     pack_dir = packs_dir / f"{names[0]}-x{len(names)}"

@@ -416,7 +416,7 @@ def run_plan(plan: Sequence[tuple], run_job: Callable[..., dict], args: argparse
         for pack in packs:
             print(f"pack: {', '.join(pack)} as the replicas of one process", flush=True)
         with ThreadPoolExecutor(max_workers=args.lanes) as lanes:
-            for result in [lanes.submit(train_pack, pack, requests, args.logs / "packs") for pack in packs]:
+            for result in [lanes.submit(train_pack, pack, requests, args.logs / "packs", run_lock) for pack in packs]:
                 result.result()
     run_pending(list(jobs), args.out / "runs", lambda name: run_job(name, *jobs[name], args), test_nll,
                 lanes=args.lanes, only=args.only)

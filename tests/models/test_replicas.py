@@ -177,7 +177,7 @@ class StartState(L.Callback):
 def test_arms_branch_from_a_trunk_as_its_seeds_replicas(tmp_path):
     """A 2-seed trunk, then 2 arms (no cache; cache from epoch 1) from its checkpoint: each arm of a seed starts as that
     seed's trunk replica (weights, cache, Adam's moments), and the branch trains on with the arms' own gates."""
-    from launch.replicas import trunk_to_branch
+    from launch.runs.replicas import trunk_to_branch
     from checkpoints.files import save_checkpoint_file
 
     seeds = [0, 1]

@@ -50,6 +50,7 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     from callbacks.replica_runs import ReplicaRuns
+    from launch.runs.run_directory import ReservedVersionLogger
     from datamodules.replicas import ReplicaData
     from models.replicas import Replicas
 
@@ -94,7 +95,7 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
         callbacks.append(ModelCheckpoint(dirpath=f"{group_dir}/checkpoints", save_last=True, save_top_k=0,
                                          every_n_train_steps=every or None, enable_version_counter=False))
     save_dir = (run.tensorboard or {}).get("save_dir", f"{run.log_dir}/tensorboard")
-    callbacks.append(ReplicaRuns(save_dir, names))
+    callbacks.append(ReplicaRuns(save_dir, names, new_logger=ReservedVersionLogger))
     return dataclasses.replace(
         run, model=model, datamodule=ReplicaData(run.datamodule, replica_seeds), name=f"{run.name}-replicas",
         trainer={**run.trainer, "callbacks": callbacks, "logger": False, "default_root_dir": group_dir},
