@@ -32,7 +32,8 @@ from torchmetrics import MeanMetric
 from checkpoints.files import AtomicCheckpoints
 from checkpoints.model_class import stamp_model_class
 from checkpoints.random_state import RandomStateCheckpoint
-from models.base import LatentVariableModel
+from common.private_api import raise_recompile_limit
+from models.base import COMPILED_GRAPHS_LIMIT, LatentVariableModel
 from models.components.likelihoods import bits_per_dim
 
 # Settings every replica may differ in: its seed, and the seed of the test stage's samples (${seed} in the configs).
@@ -109,7 +110,8 @@ class Replicas(L.LightningModule):
         self.template.batched_replicas = True
         self.replica_metrics = nn.ModuleList(
             nn.ModuleDict({name: MeanMetric() for name in EVAL_TERMS}) for _ in models)
-        self._batched: dict[str, Callable] = {}
+        self._batched: dict[tuple, Callable] = {}
+        self._compiled_step: Callable | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("template", "settings"):  # not submodules: their tensors are the stacked ones
@@ -174,11 +176,26 @@ class Replicas(L.LightningModule):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> dict[str, Any]:
         x, index = batch  # (R, B, C, H, W), (R, B): each replica's own batch
         self.set_gates()
-        params, buffers = self.stacked_state()
         x = self.template.likelihood.prepare(x)
-        terms = self.over_replicas("training_loss", (True, True))(params, buffers, x, index)
+        terms = self.batched_training_loss(x, index)
         # The sum: replica r's parameters reach only its own loss, so each gets its own gradient.
         return {"loss": terms["loss"].sum(), "terms": {name: value.detach() for name, value in terms.items()}}
+
+    def batched_training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
+        """Every replica's `training_loss` terms, (R,) each; with model.compile=step the batched step compiled whole, as a
+        single run's (models/base.py: compiled_training_loss; CUDA graphs on a CUDA device, outputs copied out of them)."""
+        params, buffers = self.stacked_state()
+        step = self.over_replicas("training_loss", (True, True))
+        if not self.template.compile_step:
+            return step(params, buffers, x, index)
+        cuda_graphs = x.device.type == "cuda"
+        if self._compiled_step is None:
+            raise_recompile_limit(COMPILED_GRAPHS_LIMIT)
+            self._compiled_step = torch.compile(step, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda_graphs else None)
+        if not cuda_graphs:
+            return self._compiled_step(params, buffers, x, index)
+        torch.compiler.cudagraph_mark_step_begin()
+        return {name: value.clone() for name, value in self._compiled_step(params, buffers, x, index).items()}
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         factory = self.template.optimizer_factory or functools.partial(torch.optim.Adam, lr=self.template.lr)

@@ -199,3 +199,73 @@ def test_arms_branch_from_a_trunk_as_its_seeds_replicas(tmp_path):
         assert torch.equal(moment[:2], trunk_moment) and torch.equal(moment[2:], trunk_moment)
     assert not torch.equal(replicas.state_dict()["stacked_params.decoder/net/0/bias"][0],
                            replicas.state_dict()["stacked_params.decoder/net/0/bias"][2])  # the arms went on apart
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", ["jsa", "rws"])
+def test_the_compiled_batched_step_equals_the_eager_one(cls):
+    """model.compile=step with replicas: the vmapped step compiled whole (inductor, its random draws eager's) gives the
+    eager step's losses and gradients, with the cache read by one replica (JSA)."""
+    from models.rws import RWS
+
+    def build(compile):
+        if cls == "rws":
+            models = [RWS(num_latents=6, num_categories=4, code_dim=4, num_samples=3, compile=compile) for _ in range(2)]
+        else:
+            models = [model(seed, compile=compile, cache_start_epoch=[None, 0][seed]) for seed in (0, 1)]
+        return Replicas(models, [0, 1])
+
+    eager, compiled = build(False), build("step")
+    compiled.load_state_dict(eager.state_dict())
+    x = torch.bernoulli(torch.rand(2, 8, 1, 28, 28, generator=torch.Generator().manual_seed(1)))
+    index = torch.arange(8).expand(2, -1)
+    with torch._inductor.config.patch(fallback_random=True):
+        for replicas in (eager, compiled):
+            if cls == "jsa":  # a filled cache, which replica 1 reads
+                torch.manual_seed(3)
+                replicas.training_step((x, index), 0)
+        results = [replica_gradients(replicas, (x, index)) for replicas in (eager, compiled)]
+    (eager_loss, eager_grads), (compiled_loss, compiled_grads) = results
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-4)
+    for name in eager_grads:
+        torch.testing.assert_close(compiled_grads[name], eager_grads[name], rtol=1e-4, atol=1e-4, msg=name)
+
+
+@pytest.mark.slow
+def test_a_killed_replicated_process_resumes_every_replica_where_it_stopped(tmp_path):
+    """`train.py replicas.seeds=[0,1]` killed (SIGKILL) once its last.ckpt exists, then resumed from it: the process and
+    each replica's last.ckpt end as an uninterrupted process's do (weights, cache, optimizer), and each replica's run
+    is the one it started in."""
+    import signal
+
+    from benchmarks.robustness import faults
+
+    settings = [*faults.SETTINGS, "replicas.seeds=[0,1]", "data.val_size=59000", f"data.data_dir={DATA_DIR}"]
+
+    def group(log_dir):
+        return sorted((log_dir / "logs" / "replicas").glob("*/*/checkpoints/last.ckpt"))
+
+    (tmp_path / "straight").mkdir()
+    code, output = faults.finish(faults.run_train(tmp_path / "straight", *settings))
+    assert code == 0, output[-3000:]
+    (tmp_path / "killed").mkdir()
+    process = faults.run_train(tmp_path / "killed", *settings)
+    faults.wait_for(lambda: bool(group(tmp_path / "killed")), process)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    (stopped,) = group(tmp_path / "killed")
+    assert load_checkpoint_file(stopped)["global_step"] < faults.STEPS
+    code, output = faults.finish(faults.run_train(tmp_path / "killed", *settings, f"ckpt_path={stopped}"))
+    assert code == 0, output[-3000:]
+    (straight,) = group(tmp_path / "straight")
+    ends = [load_checkpoint_file(path) for path in (straight, stopped)]
+    assert ends[0]["global_step"] == ends[1]["global_step"] == faults.STEPS
+    for name, value in ends[0]["state_dict"].items():
+        assert torch.equal(value, ends[1]["state_dict"][name]), name
+    for a, b in zip(ends[0]["optimizer_states"][0]["state"].values(), ends[1]["optimizer_states"][0]["state"].values()):
+        assert torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
+    for seed in (0, 1):
+        runs = [sorted((d / "logs/tensorboard").glob(f"*-seed{seed}/version_*")) for d in (tmp_path / "straight", tmp_path / "killed")]
+        assert [r.name for r in runs[1]] == ["version_0"]
+        lasts = [load_checkpoint_file(r[0] / "checkpoints/last.ckpt")["state_dict"] for r in runs]
+        assert all(torch.equal(lasts[0][name], lasts[1][name]) for name in lasts[0])
