@@ -70,7 +70,7 @@ class CollectionCLI(LightningCLI):
                                  "(docs/replicas.md), e.g. [0,1,2,3]")
         parser.add_argument("--replicas.arms", type=Optional[list[dict[str, Any]]], default=None,
                             help="settings replicas of one seed may differ in, one replica per seed and arm, e.g. "
-                                 "[{},{cache_start_epoch:300}] (JSA: cache_start_epoch, cache_refresh)")
+                                 "'[{}, {cache_start_epoch: 300}]' (JSA: cache_start_epoch, cache_refresh)")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults({f"checkpoint.{key}": value for key, value in rules.checkpoint_settings().items()})
         parser.set_defaults({f"trainer.{key}": value for key, value in rules.trainer_defaults().items()})

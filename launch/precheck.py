@@ -22,7 +22,8 @@ from launch.schema import CONFIGS, GROUPS, NOT_SETTINGS, default_choices, every_
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
 TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
                       "run_name": str, "discrete_latent": dict | None, "per_model": dict | None,
-                      "compare_backbone": dict | None, "compare_prior": dict | None}
+                      "compare_backbone": dict | None, "compare_prior": dict | None, "replicas": dict | None}
+REPLICA_SETTINGS = ("replicas.seeds", "replicas.arms")  # launch/runs/replicas.py checks their values
 TOP_LEVEL_SPECS = {key: type_spec(hint) for key, hint in TOP_LEVEL_SETTINGS.items()}
 
 
@@ -238,7 +239,7 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
         return [schema["classes"][target] for target in targets]
 
     def all_options() -> list[str]:
-        options = list(TOP_LEVEL_SETTINGS)
+        options = [*TOP_LEVEL_SETTINGS, *REPLICA_SETTINGS]
         for group in GROUPS:
             for settings in settings_of(group) or []:
                 options += [f"{group}.{name}" for name in settings]
@@ -255,6 +256,11 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
             check_config_key(key, value, group, choices.get(group, [None]))
             continue
         if key in CONFIG_GROUPS or group in ("hydra", "callbacks", "logger") or key.startswith("hydra/"):
+            continue
+        if group == "replicas" and dot:
+            if key not in REPLICA_SETTINGS:
+                raise EarlyRefusal(f"{key}: no such setting (the replicas' are {', '.join(REPLICA_SETTINGS)})"
+                                   + did_you_mean(key, list(REPLICA_SETTINGS)))
             continue
         if not dot:
             if key not in TOP_LEVEL_SETTINGS and not key.startswith("_"):

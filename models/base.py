@@ -102,6 +102,8 @@ class LatentVariableModel(L.LightningModule):
 
     # A model whose q(z | x) is a point mass (VQ-VAE): every importance sample is the same, so one suffices.
     point_mass_posterior: ClassVar[bool] = False
+    # Whether R runs of the model train as one batched step (models/replicas.py: its step runs under torch.func.vmap).
+    replicable: ClassVar[bool] = True
     # Takes `num_categories` (K) and `code_dim` (D) (JSA, DiscreteVAE, VQ-VAE): the config's `discrete_latent`.
     has_discrete_latent: ClassVar[bool] = False
     config_name: str = "model"  # the model's name in configs/model/ and in run names

@@ -59,6 +59,9 @@ def check_replicas(models: Sequence[LatentVariableModel]) -> None:
     if not models:
         raise ValueError("replicas: at least one replica is needed")
     first = models[0]
+    if not type(first).replicable:
+        raise ValueError(f"replicas: {type(first).__name__} does not train as a batched step (its `replicable` is False); "
+                         "run its seeds as processes of their own")
     free = (*getattr(type(first), "replica_settings", ()), *ALWAYS_PER_REPLICA)
     for r, model in enumerate(models[1:], start=1):
         if type(model) is not type(first):

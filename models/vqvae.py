@@ -255,6 +255,7 @@ class VQVAE(LatentVariableModel):
 
     # ---- evaluation: q is a point mass, so one quantization and one decoder pass serve all -------
     point_mass_posterior = True
+    replicable = False  # the codebook's running statistics update in place outside what vmap batches (models/replicas.py)
 
     def posterior(self, x: Tensor) -> PointMassPosterior:
         quantized = self.quantize(x)

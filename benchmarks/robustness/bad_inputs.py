@@ -155,6 +155,21 @@ def front_end_cases() -> list[Case]:
         Case("hydra +trainer.max_epochs=1 (a key that has a value)", "hydra", ["+trainer.max_epochs=1"], mention="drop the +"),
         Case("cli --lr_scheduler=StepLR without --optimizer", "cli", ["fit", "--lr_scheduler=StepLR"], mention="--optimizer"),
         Case("cli test without --ckpt_path", "cli", ["test"], mention="--ckpt_path"),
+        # replicas (issue 54): the seeds, the arms, what cannot be replicated
+        Case("hydra replicas.seeds=3", "hydra", ["replicas.seeds=3"], mention="replicas.seeds"),
+        Case("hydra replicas.seeds with a seed repeated", "hydra", ["replicas.seeds=[0,0]"], mention="repeated", quick=True),
+        Case("hydra replicas.seed=[0] (misspelt)", "hydra", ["replicas.seed=[0]"], mention="replicas.seeds"),
+        Case("hydra replicas.arms set a non-gating setting", "hydra", ["replicas.seeds=[0,1]", "replicas.arms=[{{mis_steps:3}}]"],
+             mention="mis_steps"),
+        Case("hydra replicas with run_test=true", "hydra", ["replicas.seeds=[0,1]", "run_test=true"], mention="run_test"),
+        Case("hydra replicas of VQ-VAE", "hydra", ["model=vqvae", "replicas.seeds=[0,1]"], mention="VQVAE"),
+        Case("hydra replicas with chain_rows=distinct", "hydra", ["replicas.seeds=[0,1]", "model.chain_rows=distinct"],
+             mention="chain_rows"),
+        Case("cli --replicas.seeds=x", "cli", ["fit", "--replicas.seeds=x"], mention="--replicas.seeds"),
+        Case("cli --replicas.arms={key:value} without a space", "cli", ["fit", "--replicas.seeds=[0,1]",
+             "--replicas.arms=[{{cache_start_epoch:3}}]"], mention="space after the colon"),
+        Case("cli test with --replicas.seeds", "cli", ["test", "--replicas.seeds=[0,1]", "--fresh_weights=true"],
+             mention="--replicas.seeds"),
     ]
 
 

@@ -41,6 +41,9 @@ def check_replica_request(seeds: Any, arms: Any, option: str) -> tuple[list[int]
     arms = [{}] if arms is None else arms
     if not isinstance(arms, (list, tuple)) or not arms or not all(isinstance(a, dict) for a in arms):
         raise SettingsError(f"{option}.arms={arms!r}: expected a list of settings, one arm each, e.g. [{{}},{{cache_start_epoch:300}}]")
+    glued = next((key for arm in arms for key in arm if ":" in str(key)), None)
+    if glued is not None:  # YAML reads {cache_start_epoch:300} as one key: the CLI's parser does
+        raise SettingsError(f"{option}.arms: {glued!r} is one key; write a space after the colon, e.g. '[{{}}, {{cache_start_epoch: 300}}]'")
     return list(seeds), [dict(a) for a in arms]
 
 
