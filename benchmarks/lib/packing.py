@@ -32,11 +32,15 @@ def configuration(overrides: Sequence[str]) -> tuple[tuple[str, ...], int] | Non
     return tuple(o for o in overrides if not SEED.match(o)), int(SEED.match(seeds[0]).group(1))
 
 
-def plan_packs(requests: dict[str, tuple[list[str], Path]], size: int) -> list[list[str]]:
+def plan_packs(requests: dict[str, tuple[list[str], Path] | None], size: int) -> list[list[str]]:
     """Packs of at most `size` runs of one configuration (in the given order), of runs not yet trained (no last.ckpt of
-    their own, no packed.json); a configuration of one run stays a single run."""
+    their own, no packed.json); a configuration of one run stays a single run, and so does a run whose request is None
+    (the study trains it alone: it starts from another run's checkpoint, or tests after training, which replicas do not)."""
     groups: dict[tuple[str, ...], list[str]] = {}
-    for name, (overrides, log_dir) in requests.items():
+    for name, request in requests.items():
+        if request is None:
+            continue
+        overrides, log_dir = request
         found = configuration(overrides)
         started = (log_dir / PACKED).exists() or any(log_dir.glob("tensorboard/*/version_0/checkpoints/last.ckpt"))
         if found is not None and not started:

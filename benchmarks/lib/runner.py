@@ -399,11 +399,12 @@ def test_nll(record: dict) -> str:
 
 
 def run_plan(plan: Sequence[tuple], run_job: Callable[..., dict], args: argparse.Namespace,
-             train_request: Callable[..., tuple[list[str], Path]] | None = None) -> None:
+             train_request: Callable[..., tuple[list[str], Path] | None] | None = None) -> None:
     """Every planned (name, *job) without a record, by `run_pending` under the study's --lanes and --only:
     run_job(name, *job, args) -> record. With --replicas-per-process N > 1, the runs `train_request(name, *job, args)`
     -> (train.py overrides, log_dir) says share a configuration but the seed are first trained N to a process
-    (benchmarks/lib/packing.py), the packs `lanes` at a time; run_job then finds their runs trained."""
+    (benchmarks/lib/packing.py), the packs `lanes` at a time; run_job then finds their runs trained (None: a run that
+    trains alone)."""
     jobs = {name: job for name, *job in plan}
     if getattr(args, "replicas_per_process", 1) > 1 and train_request is not None:
         from concurrent.futures import ThreadPoolExecutor

@@ -110,6 +110,14 @@ def sha256(path: Path) -> str:
     return file_digest(path)
 
 
+def train_request(name: str, stage: str, arm: str, seed: int, args: argparse.Namespace) -> tuple[list[str], Path] | None:
+    """With --replicas-per-process N, the trunks of N seeds train as one process (benchmarks/lib/packing.py); the branches
+    start from their trunk's checkpoint and RWS tests after training (experiment=jsa_paper's run_test): each alone."""
+    if stage != "trunk":
+        return None
+    return overrides(arm, seed, BRANCH_EPOCH, args) + ["run_test=false"], args.logs / run_name(arm, seed)
+
+
 def run_job(name: str, stage: str, arm: str, seed: int, args: argparse.Namespace) -> dict:
     """Train one planned run; the continuation and the branches wait (runner.NotYet) for their seed's trunk record."""
     log_dir = args.logs / run_name(arm, seed)  # the trunk and its continuation share one
@@ -341,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
         refit_q.refit_finished_runs(args.out, args.logs, lambda record: record.get("stage") != "trunk", args.refit_steps,
                                     args.is_images, args.refit_samples, args.is_device)
     elif not args.report_only:
-        runner.run_plan(plan(args), run_job, args)
+        runner.run_plan(plan(args), run_job, args, train_request=train_request)
     print(f"report: {write_report(args)}")
 
 

@@ -189,3 +189,16 @@ def test_vimco_runs_when_asked_for_by_vimco_or_by_arms(tmp_path, fake_training, 
         verdict_study.main([*argv, "--seeds", "1", "--out", str(out), "--logs", str(tmp_path / f"logs{n}")])
         assert ("vimco-s0" in [call[0] for call in fake_training]) == (n < 2), argv
         fake_training.clear()
+
+
+def test_with_replicas_per_process_the_trunks_are_packed_and_the_rest_train_alone(tmp_path, monkeypatch):
+    """--replicas-per-process 5: the five seeds' trunks (no test, from scratch) are one pack; the branches (they start
+    from their trunk's checkpoint) and RWS (it tests after training) are not packed."""
+    from benchmarks.lib import packing
+
+    packed = []
+    monkeypatch.setattr(packing, "train_pack", lambda names, requests, packs_dir, lock: packed.append(list(names)))
+    monkeypatch.setattr(verdict_study.runner, "run_pending", lambda *a, **k: [])
+    monkeypatch.setattr(verdict_study, "write_report", lambda args: tmp_path / "report.md")
+    verdict_study.main(["--out", str(tmp_path / "out"), "--logs", str(tmp_path / "logs"), "--replicas-per-process", "5"])
+    assert packed == [[f"jsa-never-s{s}-to300" for s in range(5)]]
