@@ -13,6 +13,7 @@ goes on writing into the same runs.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -21,10 +22,13 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from callbacks.hparams import HPARAM_METRICS, write_hparams
-from checkpoints.files import CHECKSUM_SUFFIX, save_checkpoint_file
+from checkpoints.errors import CheckpointError
+from checkpoints.files import CHECKSUM_SUFFIX, lies_inside, save_checkpoint_file
 from checkpoints.model_class import stamp_model_class
 from checkpoints.replica import replica_checkpoint
 from common.log_steps import is_logging_step
+
+VERSION = re.compile(r"version_\d+")  # a TensorBoard run's version directory, as the replicas' loggers name them
 
 
 class ReplicaRuns(L.Callback):
@@ -45,8 +49,17 @@ class ReplicaRuns(L.Callback):
         return {"names": self.names, "versions": self.versions, "best": self.best, "best_files": self.best_files}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("names") == self.names:  # the same runs (launch/runs/replicas.py refuses other replicas before this)
-            self.versions, self.best, self.best_files = state["versions"], state["best"], state["best_files"]
+        if state.get("names") != self.names:  # other runs (a trunk's, for a branch): this process starts its own
+            return
+        versions, best, files = state.get("versions"), state.get("best"), state.get("best_files")
+        # From a checkpoint, a file someone may have altered: a version is a directory name under its run, nothing else.
+        if not (isinstance(versions, list) and len(versions) == len(self.names)
+                and all(isinstance(v, str) and VERSION.fullmatch(v) for v in versions)
+                and isinstance(best, list) and len(best) == len(self.names) and all(isinstance(b, (int, float)) for b in best)
+                and isinstance(files, list) and len(files) == len(self.names) and all(f is None or isinstance(f, str) for f in files)):
+            raise CheckpointError("the checkpoint's replica runs (callbacks state ReplicaRuns) are not run versions, best values "
+                                  "and files, one per replica: the file was altered; use another checkpoint")
+        self.versions, self.best, self.best_files = versions, best, files
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         if self.versions is None:  # new runs; a resumed process has their versions from its checkpoint
@@ -99,9 +112,12 @@ class ReplicaRuns(L.Callback):
             if nll < self.best[r]:
                 best = directory / f"epoch{epoch:03d}-step{step:06d}.ckpt"
                 save_checkpoint_file(single, best)
-                if self.best_files[r] and self.best_files[r] != str(best):
-                    for stale in (Path(self.best_files[r]), Path(self.best_files[r] + CHECKSUM_SUFFIX)):
-                        stale.unlink(missing_ok=True)
+                previous = self.best_files[r]
+                # safe: the previous best comes from this callback's state, which a checkpoint (a stranger's file) may
+                # carry: removed only when it lies inside this replica's own checkpoints/ and is not the new file
+                if previous and previous != str(best) and lies_inside(previous, directory):
+                    for stale in (Path(previous), Path(previous + CHECKSUM_SUFFIX)):
+                        stale.unlink(missing_ok=True)  # safe: inside the replica's checkpoints/ (checked above)
                 self.best[r], self.best_files[r] = nll, str(best)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: Any) -> None:

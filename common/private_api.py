@@ -83,3 +83,9 @@ def cli_callbacks(cli: Any) -> list[Any]:
     """The callbacks LightningCLI built from its parser's callback groups (e.g. --checkpoint), which its
     instantiate_trainer adds to the trainer's."""
     return [cli._get(cli.config_init, key) for key in cli._parser(cli.subcommand).callback_keys]
+
+
+def checkpoint_every_n_train_steps(callback: Any) -> int | None:
+    """A ModelCheckpoint's every_n_train_steps (its `_every_n_train_steps`: no public reader), which a replicated process
+    keeps for its own last.ckpt (launch/runs/replicas.py)."""
+    return callback._every_n_train_steps or None

@@ -115,6 +115,7 @@ class Replicas(L.LightningModule):
             nn.ModuleDict({name: MeanMetric() for name in EVAL_TERMS}) for _ in models)
         self._batched: dict[tuple, Callable] = {}
         self._compiled_step: Callable | None = None
+        self._gates_epoch: int | None = None  # the epoch whose gates the buffers hold (`set_gates`)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("template", "settings"):  # not submodules: their tensors are the stacked ones
@@ -144,8 +145,8 @@ class Replicas(L.LightningModule):
     def replica_state_dict(self, r: int) -> dict[str, Tensor]:
         """Replica r's state_dict, as the model alone has it (what its own checkpoint holds)."""
         params, buffers = self.stacked_state()
-        names = self.template.state_dict(keep_vars=True).keys()
-        return {name: {**params, **buffers}[name][r].detach().clone() for name in names}
+        stacked = {**params, **buffers}
+        return {name: stacked[name][r].detach().clone() for name in self.template.state_dict(keep_vars=True)}
 
     def over_replicas(self, method: str, per_replica_inputs: Sequence[bool], outputs: int | None = None) -> Callable:
         """(params, buffers, *inputs) -> `method` of every replica at once, each on its slice of the stacked weights and
@@ -168,7 +169,10 @@ class Replicas(L.LightningModule):
     # ---- training ----------------------------------------------------------------
     def set_gates(self) -> None:
         """Write each replica's gating settings for this epoch into its buffers (JSA: whether it reads its cache), and
-        tell the batched step whether any replica does (a Python flag: a new graph when it changes, as when compiled)."""
+        tell the batched step whether any replica does (a Python flag: a new graph when it changes, as when compiled).
+        Once an epoch (the gates follow the epoch): `training_step` calls it when the epoch changed, which also covers
+        a run resumed mid-epoch (Lightning skips on_train_epoch_start there)."""
+        self._gates_epoch = self.current_epoch
         gates = [m.replica_gates(self.current_epoch) for m in self.settings] if hasattr(self.template, "replica_gates") else []
         if gates:
             _, buffers = self.stacked_state()
@@ -178,7 +182,8 @@ class Replicas(L.LightningModule):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> dict[str, Any]:
         x, index = batch  # (R, B, C, H, W), (R, B): each replica's own batch
-        self.set_gates()
+        if self._gates_epoch != self.current_epoch:
+            self.set_gates()
         x = self.template.likelihood.prepare(x)
         terms = self.batched_training_loss(x, index)
         # The sum: replica r's parameters reach only its own loss, so each gets its own gradient.

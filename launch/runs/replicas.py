@@ -53,6 +53,7 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     from callbacks.replica_runs import ReplicaRuns
+    from common.private_api import checkpoint_every_n_train_steps
     from launch.runs.run_directory import ReservedVersionLogger
     from datamodules.replicas import ReplicaData
     from models.replicas import Replicas
@@ -92,11 +93,11 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
         ckpt_path = f"{group_dir}/checkpoints/branch-point.ckpt"
         save_checkpoint_file(branch, ckpt_path)
     callbacks = [c for c in run.trainer.get("callbacks") or [] if type(c).__name__ not in SINGLE_RUN_CALLBACKS]
-    every = next((c._every_n_train_steps for c in callbacks if isinstance(c, ModelCheckpoint)), 0)
+    every = next((checkpoint_every_n_train_steps(c) for c in callbacks if isinstance(c, ModelCheckpoint)), None)
     callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
     if run.trainer.get("enable_checkpointing") is not False:  # the process's last.ckpt: every replica's resume point
         callbacks.append(ModelCheckpoint(dirpath=f"{group_dir}/checkpoints", save_last=True, save_top_k=0,
-                                         every_n_train_steps=every or None, enable_version_counter=False))
+                                         every_n_train_steps=every, enable_version_counter=False))
     save_dir = (run.tensorboard or {}).get("save_dir", f"{run.log_dir}/tensorboard")
     callbacks.append(ReplicaRuns(save_dir, names, new_logger=ReservedVersionLogger))
     return dataclasses.replace(

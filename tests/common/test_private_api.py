@@ -18,7 +18,7 @@ from models import VAE
 
 REPO = Path(__file__).resolve().parents[2]
 PRIVATE_USES = re.compile(r"\._trainer\b|_ddp_params_and_buffers_to_ignore|_ddp_kwargs|_get_file_writer|cloud_io"
-                          r"|_dynamo\.config|self\._get\(|\._instantiate_trainer\(|\._parser\(")
+                          r"|_dynamo\.config|self\._get\(|\._instantiate_trainer\(|\._parser\(|\._every_n_train_steps")
 
 
 @pytest.mark.parametrize("class_path, methods", private_api.OVERRIDDEN.items())
@@ -33,6 +33,9 @@ def test_the_adapters_work_on_the_installed_versions(tmp_path):
     model = VAE(latent_dim=2)
     assert private_api.attached_trainer(model) is None  # no trainer attached, no error
     private_api.ignore_in_ddp(model, ["encoder.net.0.weight"])
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    assert private_api.checkpoint_every_n_train_steps(ModelCheckpoint(every_n_train_steps=7)) == 7
     from torch.nn.parallel import DistributedDataParallel  # reads the attribute: the name must be torch's
 
     assert "_ddp_params_and_buffers_to_ignore" in inspect.getsource(DistributedDataParallel)

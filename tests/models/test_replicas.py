@@ -95,6 +95,7 @@ def test_a_replica_starts_and_sees_what_the_run_of_its_seed_does(tmp_path):
 
 def replica_gradients(replicas: Replicas, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     torch.manual_seed(11)
+    replicas.set_gates()  # as at an epoch's start (epoch 0 without a trainer)
     out = replicas.training_step(batch, 0)
     replicas.zero_grad()
     out["loss"].backward()
@@ -223,6 +224,7 @@ def test_the_compiled_batched_step_equals_the_eager_one(cls):
         for replicas in (eager, compiled):
             if cls == "jsa":  # a filled cache, which replica 1 reads
                 torch.manual_seed(3)
+                replicas.set_gates()
                 replicas.training_step((x, index), 0)
         results = [replica_gradients(replicas, (x, index)) for replicas in (eager, compiled)]
     (eager_loss, eager_grads), (compiled_loss, compiled_grads) = results
@@ -269,3 +271,34 @@ def test_a_killed_replicated_process_resumes_every_replica_where_it_stopped(tmp_
         assert [r.name for r in runs[1]] == ["version_0"]
         lasts = [load_checkpoint_file(r[0] / "checkpoints/last.ckpt")["state_dict"] for r in runs]
         assert all(torch.equal(lasts[0][name], lasts[1][name]) for name in lasts[0])
+
+
+def test_replica_runs_state_from_a_checkpoint_is_checked_and_never_removes_outside_the_run(tmp_path):
+    """The callback's state comes from a checkpoint file: a version that is not a version directory is refused in one
+    line, and a previous best file outside the replica's checkpoints/ is left where it is."""
+    from checkpoints.errors import CheckpointError
+
+    runs = ReplicaRuns(str(tmp_path / "tb"), ["a"])
+    with pytest.raises(CheckpointError, match="altered"):
+        runs.load_state_dict({"names": ["a"], "versions": ["../../elsewhere"], "best": [1.0], "best_files": [None]})
+    outside = tmp_path / "precious.ckpt"
+    outside.write_text("x")
+    runs.load_state_dict({"names": ["a"], "versions": ["version_0"], "best": [float("inf")], "best_files": [str(outside)]})
+
+    class Logger:
+        log_dir = str(tmp_path / "tb" / "a" / "version_0")
+
+    class Module:
+        settings = [model(0)]
+        replica_val = [{"val/nll": torch.tensor(1.0)}]
+
+        def replica_state_dict(self, r):
+            return self.settings[0].state_dict()
+
+    class Trainer:
+        current_epoch, global_step = 0, 1
+        datamodule = type("D", (), {"replicas": [data(0)]})()
+
+    runs.loggers = [Logger()]
+    runs.on_save_checkpoint(Trainer(), Module(), {"epoch": 0, "global_step": 1, "loops": {}})
+    assert outside.exists() and (tmp_path / "tb/a/version_0/checkpoints/epoch000-step000001.ckpt").exists()
