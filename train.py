@@ -8,7 +8,7 @@ LightningCLI (jsonargparse; subcommands fit/validate/test/predict):
     python train.py fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1
 
 This file only dispatches: the launch package describes the run (launch/hydra_app.py, launch/cli_app.py) and builds
-it with one builder (launch/run_builder.py, applying the rules of launch/rules.py). Before either front end imports torch and Lightning, launch/precheck.py refuses a
+it with one builder (launch/run_builder.py, applying the rules of launch/rules.py). Before either front end imports torch and Lightning, launch/checks/precheck.py refuses a
 misspelt or ill-typed setting in one line.
 """
 
@@ -18,7 +18,7 @@ import sys
 import warnings
 
 from launch import CLI_SUBCOMMANDS
-from launch.schema import CONFIGS as CONFIG_DIR
+from launch.checks.schema import CONFIGS as CONFIG_DIR
 # Lightning 2.6 on torch 2.14 warns about its own use of a torch pytree API on every step.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
 
@@ -58,18 +58,18 @@ def _config_groups() -> str:
 
 def main() -> None:
     argv = sys.argv[1:]
-    from launch.precheck import refuse_early  # before the imports of torch and Lightning: typos are refused at once
-    from launch.received_config import refuse_received_configs  # a config file that would hang or import a stranger's module
+    from launch.checks.precheck import refuse_early  # before the imports of torch and Lightning: typos are refused at once
+    from launch.checks.received_config import refuse_received_configs  # a config file that would hang or import a stranger's module
 
     cli = bool(argv) and argv[0] in CLI_SUBCOMMANDS
     refusal = refuse_received_configs(argv, cli)
     try:
         refusal = refusal or refuse_early(argv, cli=cli)
-    except (KeyError, TypeError, AttributeError, ValueError) as error:  # a damaged launch/settings_schema.json
-        print(f"note: the early checks were skipped ({type(error).__name__}: {error}; launch/settings_schema.json may be "
-              "damaged: python -m launch.schema rewrites it); the full checks still run", file=sys.stderr)
+    except (KeyError, TypeError, AttributeError, ValueError) as error:  # a damaged launch/checks/settings_schema.json
+        print(f"note: the early checks were skipped ({type(error).__name__}: {error}; launch/checks/settings_schema.json may be "
+              "damaged: python -m launch.checks.schema rewrites it); the full checks still run", file=sys.stderr)
     if refusal:
-        from launch.errors import exit_with
+        from launch.checks.exit import exit_with
 
         exit_with(refusal)
     if argv and argv[0] in CLI_SUBCOMMANDS:

@@ -230,7 +230,7 @@ def read_job_file(path: Path) -> dict | None:
     """<run>/hydra_job.yaml as written by the training code (paths as strings, the job's number), else None: a file
     that is not one (a pipe, too large, aliases that expand without bound, nested too deep, values of other types) is
     left out with one line naming it."""
-    from launch.received_config import ConfigRefusal, composed
+    from launch.checks.received_config import ConfigRefusal, composed
 
     file = path / JOB_FILE
     if not file.exists():

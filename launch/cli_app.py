@@ -4,6 +4,7 @@ one line naming the option as given."""
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, NoReturn, Optional
 
@@ -13,7 +14,8 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
 import models  # noqa: F401  (registers the subclasses for --model=NAME)
-from checkpoints.files import CheckpointError, load_checkpoint_file
+from checkpoints.errors import CheckpointError
+from checkpoints.files import load_checkpoint_file
 from checkpoints.model_class import check_model_class
 from checkpoints.registry import registered, registered_class
 from common.private_api import cli_callbacks, cli_trainer, cli_value
@@ -21,11 +23,17 @@ from common.signatures import constructor_defaults
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch import rules
-from launch.errors import exit_with, user_errors_as_one_line
-from launch.precheck import FRESH_WEIGHTS_OPTION, option_value, scheduler_without_optimizer, untrained_evaluation
+from launch.checks.exit import exit_with
+from launch.errors import user_errors_as_one_line
+from launch.checks.defaults import default_class, log_dir as default_log_dir, seed as default_seed
+from launch.checks.arguments import option_value
+from launch.checks.precheck import FRESH_WEIGHTS_OPTION, refuse_early, scheduler_without_optimizer, untrained_evaluation
+from launch.checks.settings import SettingsError, check_trainer_values
+from launch.run_builder import RunDescription, build_trainer
+from launch.run_layout import run_name
+from launch.runs.replicas import check_replica_request, replicate
 from launch.runs.run_directory import note_existing_directories
-from launch.settings import SettingsError, check_trainer_values
-from models import LatentVariableModel
+from models import LatentVariableModel, is_registered_model
 
 
 class Parser(LightningArgumentParser):
@@ -36,8 +44,6 @@ class Parser(LightningArgumentParser):
         super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
-        from launch.precheck import refuse_early
-
         early = refuse_early(CollectionCLI.command_line, cli=True)  # the same line as before the imports, with "did you mean"
         if early:
             exit_with(early)
@@ -50,6 +56,7 @@ class CollectionCLI(LightningCLI):
     """LightningCLI with the Hydra front end's defaults and rules (launch/rules.py)."""
 
     command_line: list[str] = []  # the arguments as given (with the default --model/--data), set by main()
+    given_model: str | None = None  # --model as the user gave it (None: the default, or the checkpoint's class)
 
     def _set_seed(self) -> None:
         seed = cli_value(self, self.config, "seed_everything")  # as the Hydra front end's seed: numpy's range, or true/false
@@ -63,7 +70,7 @@ class CollectionCLI(LightningCLI):
         # The defaults of the Hydra configs (launch/rules.py): checkpointing (last + best on val/nll), the trainer
         # settings, and the other callbacks, as parser defaults: shown by --print_config, replaceable with
         # --trainer.callbacks=..., extended with --trainer.callbacks+=...
-        parser.add_argument("--log_dir", type=str, default=rules.log_dir(),
+        parser.add_argument("--log_dir", type=str, default=default_log_dir(),
                             help="root of everything a run writes: TensorBoard runs under <log_dir>/tensorboard (as Hydra's log_dir)")
         parser.add_argument("--replicas.seeds", type=Optional[list[int]], default=None,
                             help="train this configuration for these seeds in one process, each replica a run of its own "
@@ -98,7 +105,7 @@ class CollectionCLI(LightningCLI):
         # still at their defaults (a file's own data.seed stays; so would a checkpoint's test_seed).
         seed = config.get("seed_everything")
         on_command_line = option_value(self.command_line, "--seed_everything") is not None
-        if (on_command_line or seed != rules.seed()) and isinstance(seed, int) and not isinstance(seed, bool):
+        if (on_command_line or seed != default_seed()) and isinstance(seed, int) and not isinstance(seed, bool):
             for group, key in (("data", "seed"), ("model", "test_seed")):
                 default = constructor_defaults(get_class(config[group].class_path)).get(key)
                 at_default = config[group].init_args.get(key) == default
@@ -117,15 +124,13 @@ class CollectionCLI(LightningCLI):
                         del config.model.dict_kwargs[key]
         for key, value in _integer_batch_limits(self.command_line).items():  # as saved in config.yaml (see instantiate_trainer)
             config.trainer[key] = value
-        note_existing_directories(config.get("log_dir") or rules.log_dir())  # as parsed: a -c file may set it
+        note_existing_directories(config.get("log_dir") or default_log_dir())  # as parsed: a -c file may set it
         settings = rules.follow_data(dict(config.model.init_args), get_class(config.data.class_path), config.data.init_args.binarize)
         config.model.init_args.likelihood, config.model.init_args.backbone = settings["likelihood"], settings["backbone"]
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         """The trainer of the run this namespace describes, by the builder the Hydra front end calls too
         (launch/run_builder.py); LightningCLI still adds its own callbacks (SaveConfigCallback's config.yaml)."""
-        from launch.run_builder import RunDescription, build_trainer
-
         trainer_config = {**cli_value(self, self.config_init, "trainer", default={}), **kwargs}
         check_trainer_values(trainer_config, "--trainer")
         # Instantiation reads the limits back as floats; the integers the user gave are counts.
@@ -134,19 +139,15 @@ class CollectionCLI(LightningCLI):
         # The --checkpoint group's ModelCheckpoint (a parser group, built always) joins the trainer's callbacks.
         trainer_config["callbacks"] = [*(trainer_config.get("callbacks") or []), *cli_callbacks(self)]
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
-        log_dir = str(config.get("log_dir") or rules.log_dir())
-        name = rules.run_name(f"{self.model.config_name}-{self.datamodule.config_name}", self.model.run_tag)
+        log_dir = str(config.get("log_dir") or default_log_dir())
         run = RunDescription(
-            model=self.model, datamodule=self.datamodule, trainer=trainer_config, name=name, log_dir=log_dir,
-            # the default logger (none given, or true): a TensorBoard run named like Hydra's, under <log_dir>/tensorboard
-            tensorboard={"save_dir": f"{log_dir}/tensorboard"} if trainer_config.get("logger") in (None, True) else None,
-            # --trainer.logger=false: config.yaml and the checkpoints go to <log_dir>/cli/<name>/<time>-<pid>
-            unlogged_dir=rules.unlogged_run_dir(log_dir, "cli", name), ckpt_path=config.get("ckpt_path"),
-            trainer_class=lambda **settings: cli_trainer(self, settings))
+            model=self.model, datamodule=self.datamodule, trainer=trainer_config, log_dir=log_dir, front_end="cli",
+            name=run_name(f"{self.model.config_name}-{self.datamodule.config_name}", self.model.run_tag),
+            # the default logger (none given, or true): a TensorBoard run, as Hydra's; another logger: as given
+            tensorboard={} if trainer_config.get("logger") in (None, True) else None,
+            ckpt_path=config.get("ckpt_path"), trainer_class=lambda **settings: cli_trainer(self, settings))
         replicas = config.get("replicas") or {}
         if replicas.get("seeds") is not None:
-            from launch.runs.replicas import check_replica_request, replicate
-
             if self.subcommand != "fit":
                 raise SettingsError(f"--replicas.seeds with {self.subcommand}: {self.subcommand} each replica's checkpoint on its "
                                     f"own (python train.py {self.subcommand} --ckpt_path=<its run>/checkpoints/last.ckpt)")
@@ -158,18 +159,30 @@ class CollectionCLI(LightningCLI):
         return trainer
 
     def _parse_ckpt_path(self) -> None:
-        # LightningCLI builds the model named in the checkpoint's hyperparameters (test/validate --ckpt_path, from
-        # the command line, a repeated flag or a -c config file alike): the file is read the safe way first and
-        # the class it names must be a registered model before anything imports it.
+        # LightningCLI builds the model named in the checkpoint's hyperparameters (--ckpt_path from the command line, a
+        # repeated flag or a -c config file alike), whatever --model says. So the file is read here, the safe way,
+        # first: the class it names must be a registered model before anything imports it, and the one --model names.
         ckpt_path = self.config[self.config.subcommand].get("ckpt_path") if self.config.get("subcommand") else None
         if ckpt_path:
-            from models import is_registered_model
-
-            class_path = (load_checkpoint_file(ckpt_path).get("hyper_parameters") or {}).get("_class_path")
+            checkpoint = load_checkpoint_file(ckpt_path)
+            class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
             if class_path is not None and not is_registered_model(class_path):
                 raise CheckpointError(f"--ckpt_path={ckpt_path} names the class {class_path!r}, which is not one of the "
                                       "collection's models; it is not imported")
-        super()._parse_ckpt_path()
+            written_by, given = checkpoint.get("model_class") or "", self.given_model
+            if given and written_by and given.rsplit(".", 1)[-1] != written_by.rsplit(".", 1)[-1]:
+                given_class = registered_class(given, "model")
+                if given_class is not None:  # the line with the command that resumes it with the model that wrote it
+                    check_model_class(checkpoint, given_class, ckpt_path, self.config.subcommand)
+                raise CheckpointError(f"--ckpt_path={ckpt_path} was written by {written_by}, not --model={given}")
+            # What LightningCLI's own _parse_ckpt_path does, from this read: its torch.load would read the file a
+            # second time, past the checksum.
+            hparams = dict(checkpoint.get("hyper_parameters") or {})
+            hparams.pop("_instantiator", None)
+            if hparams:
+                if "_class_path" in hparams:
+                    hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+                self.config = self.parser.parse_object({self.config.subcommand: {"model": hparams}}, self.config)
 
     def _run_subcommand(self, subcommand: str) -> None:
         # The last line (also after Ctrl-C/SIGTERM): the run, its last.ckpt and the TensorBoard command.
@@ -193,7 +206,7 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
     given_model = option_value(raw_args, "--model")
     # JSA on MNIST unless told otherwise, as in the Hydra front end. Given as arguments, not as parser
     # defaults: jsonargparse would carry a default class's settings over to another class the user picks.
-    defaults = [f"--{key}={rules.default_class(key)}" for key in ("model", "data")
+    defaults = [f"--{key}={default_class(key)}" for key in ("model", "data")
                 if not any(a == f"--{key}" or a.startswith(f"--{key}=") for a in raw_args)]
     if not any(a in ("-c", "--config", "-h", "--help") or a.startswith(("--config=", "-c=")) for a in raw_args):
         first = [raw_args.pop(0)] if subcommand else []
@@ -203,19 +216,8 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
         else:
             args = raw_args
 
-    note_existing_directories(option_value(raw_args, "--log_dir") or rules.log_dir())  # where the CLI writes its runs
     with user_errors_as_one_line():
-        ckpt_path = option_value(raw_args, "--ckpt_path")
-        if ckpt_path and ckpt_path != "null":  # before LightningCLI reads its hyperparameters: one clear line if unusable
-            # LightningCLI would build the class the checkpoint names, whatever --model says: the builder's check, now
-            checkpoint = load_checkpoint_file(ckpt_path)
-            written_by = checkpoint.get("model_class") or ""
-            if given_model and written_by and given_model.rsplit(".", 1)[-1] != written_by.rsplit(".", 1)[-1]:
-                given_class = registered_class(given_model, "model")
-                if given_class is not None:  # the line with the command that resumes it with the model that wrote it
-                    check_model_class(checkpoint, given_class, ckpt_path, subcommand or "fit")
-                raise CheckpointError(f"--ckpt_path={ckpt_path} was written by {written_by}, not --model={given_model}")
-        CollectionCLI.command_line = raw_args
+        CollectionCLI.command_line, CollectionCLI.given_model = raw_args, given_model
         return CollectionCLI(
             LatentVariableModel,
             ImageDataModule,
@@ -226,15 +228,13 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
             run=run,
             # fit writes config.yaml into the run; test/validate into the same run, under their own name
             save_config_kwargs={"overwrite": True, "config_filename": "config.yaml" if subcommand in ("fit", None) else f"config_{subcommand}.yaml"},
-            seed_everything_default=rules.seed(),  # configs/train.yaml's
+            seed_everything_default=default_seed(),  # configs/train.yaml's
         )
 
 
 def _parser_message(text: str, args: list[str]) -> str:
     """jsonargparse's nested report ('Parser key "model": ... Parser key "mis_steps": Expected a <class 'int'>.
     Got value: ten') as one line naming the option as given: '--model.mis_steps: Expected a <class 'int'>. Got value: ten'."""
-    import re
-
     keys = list(dict.fromkeys(re.findall(r'Parser key "([^"]+)"', text)))
     noise = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path", "Parser key",
              "Expected a <class 'NoneType'>")
@@ -253,8 +253,6 @@ def _parser_message(text: str, args: list[str]) -> str:
 def _constructor_message(text: str) -> str:
     """jsonargparse reports a constructor's refusal inside its union-subtype report (Errors: / - ... /
     Given value: <the whole namespace>): keep the constructor's own message."""
-    import re
-
     if "Errors:" not in text:
         return text
     reasons = [line.strip()[2:] for line in text.split("Errors:", 1)[1].splitlines()

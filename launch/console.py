@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 
 def quiet_console(hydra: bool) -> None:
     """One line per message: no advertising tips; under Hydra, Lightning's messages go through Hydra's
     logging handlers only (Lightning adds its own console handler when imported before Hydra's are set)."""
-    import logging
-
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda record: "💡 Tip" not in record.getMessage())
     if hydra:
         for name in ("lightning", "lightning.pytorch", "lightning.fabric"):

@@ -5,17 +5,21 @@ corrupt data, an unusable checkpoint, a diverged loss, a stuck distributed peer.
 from __future__ import annotations
 
 import contextlib
-import sys
-from typing import Iterator, NoReturn
+import signal
+from typing import Iterator
 
-USER_ERROR = 2  # the exit status of a refused run (argparse's, Hydra's)
+from hydra.errors import InstantiationException
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from omegaconf.errors import OmegaConfBaseException
+
+from checkpoints.errors import CheckpointError
+from datamodules import DataError
+from launch.checks.exit import exit_with
+from launch.checks.settings import SettingsError
+from launch.runs.distributed import collective_timeout_message, is_collective_timeout
+
 # Settings Lightning refuses only once it knows the data, with a ValueError whose message names the option.
 LIGHTNING_REFUSALS = ("`val_check_interval`",)
-
-
-def exit_with(message: str) -> NoReturn:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(USER_ERROR) from None
 
 
 class StoppedByCtrlC(SystemExit):
@@ -24,8 +28,6 @@ class StoppedByCtrlC(SystemExit):
     this is the shell's 130 (128 + SIGINT), as after Ctrl-C in training."""
 
     def __init__(self) -> None:
-        import signal
-
         super().__init__(128 + signal.SIGINT)
 
 
@@ -40,23 +42,14 @@ def ctrl_c_as_status_130() -> Iterator[None]:
         raise
 
 
-def refusals() -> tuple[type[Exception], ...]:
-    """What refuses a run before it trains: a setting, the data, a checkpoint (the user's to fix)."""
-    from lightning.fabric.utilities.exceptions import MisconfigurationException
-
-    from checkpoints.files import CheckpointError
-    from datamodules import DataError
-    from launch.settings import SettingsError
-
-    return DataError, CheckpointError, SettingsError, MisconfigurationException
+# What refuses a run before it trains: a setting, the data, a checkpoint (the user's to fix).
+REFUSALS = (DataError, CheckpointError, SettingsError, MisconfigurationException)
 
 
 @contextlib.contextmanager
 def lightning_refusals_as_settings_errors() -> Iterator[None]:
     """A setting Lightning refuses once it knows the data (LIGHTNING_REFUSALS) as the SettingsError it is: one line,
     and the refused run leaves nothing behind (launch/rules.py `running`)."""
-    from launch.settings import SettingsError
-
     try:
         yield
     except ValueError as error:
@@ -68,12 +61,6 @@ def lightning_refusals_as_settings_errors() -> Iterator[None]:
 @contextlib.contextmanager
 def user_errors_as_one_line() -> Iterator[None]:
     """Each user error below as its one line and exit status 2."""
-    from hydra.errors import InstantiationException
-    from lightning.fabric.utilities.exceptions import MisconfigurationException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from launch.runs.distributed import collective_timeout_message, is_collective_timeout
-
     try:
         yield
     except MisconfigurationException as error:  # Lightning refused a trainer or callback setting
@@ -82,7 +69,7 @@ def user_errors_as_one_line() -> Iterator[None]:
         key = getattr(error, "full_key", None)
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         exit_with(f"{key}: {reason}" if key else reason)
-    except (*refusals(), FloatingPointError) as error:
+    except (*REFUSALS, FloatingPointError) as error:
         exit_with(str(error))
     except InstantiationException as error:  # a constructor refused a setting (its ValueError, its message)
         cause = error.__cause__

@@ -1,5 +1,5 @@
 """The Hydra front end: `python train.py [KEY=VALUE ...]` (configs/; `-m` for a multirun). Composes the config,
-builds the run (launch/build.py), fits, and tests the best checkpoint when `run_test=true`."""
+builds the run (launch/hydra_run.py), fits, and tests the best checkpoint when `run_test=true`."""
 
 from __future__ import annotations
 
@@ -8,16 +8,27 @@ import os
 import sys
 from typing import Any
 
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+
 from launch import rules
+from launch.checks.arguments import overrides_of
+from launch.checks.defaults import log_dir as default_log_dir
+from launch.checks.exit import USER_ERROR
+from launch.checks.schema import CONFIGS
+from launch.console import quiet_console
+from launch.errors import user_errors_as_one_line
+from launch.hydra_config import register_defaults
+from launch.hydra_run import build_run
+from launch.runs.run_directory import note_existing_directories, note_hydra_job, remove_if_only_hydra_files
 
 log = logging.getLogger(__name__)
 
 
 def run(cfg: Any) -> dict[str, float]:
     """Build data, model and trainer from a composed config, fit (and test); the run's final metrics."""
-    from launch.build import build_run
-    from launch.runs.run_directory import note_hydra_job
-
     datamodule, model, trainer, ckpt_path = build_run(cfg)
     with rules.running(trainer, log.info):
         note_hydra_job(trainer.logger)  # after the run's files are listed: a refused new run still leaves nothing
@@ -40,26 +51,14 @@ def run(cfg: Any) -> dict[str, float]:
 
 
 def main() -> None:
-    import hydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
-
-    from launch.console import quiet_console
-    from launch.errors import USER_ERROR, user_errors_as_one_line
-    from launch.hydra_config import check_output_directories, register_defaults
-    from launch.precheck import overrides_of
-    from launch.runs.run_directory import note_existing_directories, remove_if_only_hydra_files
-
     register_defaults()
-    check_output_directories(sys.argv[1:])
-
     given = dict(overrides_of(sys.argv[1:])).get("log_dir")  # before Hydra makes its run directory there
-    note_existing_directories(given if given and "${" not in given else rules.log_dir())
+    note_existing_directories(given if given and "${" not in given else default_log_dir())
     # The jobs a launcher starts as new processes (hydra/launcher=slurm, slurm_local: `python -m submitit...` from the
     # working directory) import the collection's modules as this process does, from wherever it was started.
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(rules.CONFIGS.parent) not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(rules.CONFIGS.parent), *paths])
+    if str(CONFIGS.parent) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(CONFIGS.parent), *paths])
     # ${pid:} in configs/train.yaml's run and sweep directories: this process's id, also where a parallel launcher's
     # jobs resolve it in their own processes (Hydra hands them its resolvers), so that they share the sweep directory.
     launching_pid = os.getpid()
@@ -67,14 +66,12 @@ def main() -> None:
 
     def parallel_jobs() -> int:
         """configs/hydra/launcher/parallel.yaml's n_jobs: one job per GPU where there are several, else 2."""
-        import torch
-
         return torch.cuda.device_count() if torch.cuda.device_count() > 1 else 2
 
     OmegaConf.register_new_resolver("parallel_jobs", parallel_jobs, replace=True)
     logging.getLogger("alembic").setLevel(logging.WARNING)  # Optuna's storage imports it: a line per plugin it sets up
 
-    @hydra.main(version_base="1.3", config_path=str(rules.CONFIGS), config_name="train")
+    @hydra.main(version_base="1.3", config_path=str(CONFIGS), config_name="train")
     def _main(cfg: Any) -> float:
         """One run; returns its best val/nll, the objective of hydra/sweeper=tune (Optuna minimizes it)."""
         quiet_console(hydra=True)

@@ -1,15 +1,27 @@
 """What the Hydra front end reads from its config tree and command line: the constructors' defaults as config nodes,
 a model's settings with an experiment's shared ones applied, the command line's overrides and swept keys, and the
-checks of the top-level and trainer settings and of the output directories (before anything is written)."""
+checks of the top-level, trainer, callback and logger settings (before anything is seeded, built or written)."""
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
-from launch.errors import exit_with
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import get_class, get_object
+from lightning import Trainer
+from omegaconf import OmegaConf
+
+import datamodules  # noqa: F401  (importing the packages registers their classes)
+import models  # noqa: F401
+from checkpoints.registry import registered
+from common.signatures import constructor_defaults
+from launch.checks.precheck import CONFIG_GROUPS, LAYOUT_SETTINGS, TOP_LEVEL_SETTINGS, layout_setting, unknown_top_level_setting
+from launch.checks.schema import CONFIGS, NOT_SETTINGS, every_config
+from launch.checks.settings import SettingsError, check_settings, check_trainer_values, expected
 
 
 def register_defaults() -> None:
@@ -17,41 +29,21 @@ def register_defaults() -> None:
     `model_defaults/<Class>` and `data_defaults/<Class>` (and lightning.Trainer's as `trainer_defaults/Trainer`),
     which configs/model/*.yaml, configs/data/*.yaml and configs/trainer/default.yaml extend: the class signatures are the one source of defaults, `--cfg job` shows them, and
     `model.NAME=VALUE` needs no `+`. Also the `${every_config:...}` resolver the config tree uses."""
-    from hydra.core.config_store import ConfigStore
-
-    import datamodules  # noqa: F401  (importing the packages registers their classes)
-    import models  # noqa: F401
-    from checkpoints.registry import registered
-    from common.signatures import constructor_defaults
-
     store = ConfigStore.instance()
-    from launch.schema import NOT_SETTINGS  # constructor arguments the front ends pass themselves
-
     for group, kind, skip in (("model_defaults", "model", NOT_SETTINGS["model"]), ("data_defaults", "data", ())):
         for cls in registered(kind):
             store.store(group=group, name=cls.__name__, node={k: v for k, v in constructor_defaults(cls).items() if k not in skip})
     # Every lightning.Trainer argument, so that trainer.NAME=VALUE works for all of them (logger and callbacks
     # come from their own config groups).
-    from lightning import Trainer
-
     trainer_settings = {k: v for k, v in constructor_defaults(Trainer).items() if k not in NOT_SETTINGS["trainer"]}
     store.store(group="trainer_defaults", name="Trainer", node=trainer_settings)
     # experiment=compare's models: `${every_config:model,vqvae_prior}`, the configs of configs/model/ as they are now
-    from omegaconf import OmegaConf
-
-    from launch.schema import every_config
-
     OmegaConf.register_new_resolver("every_config", every_config, replace=True)
 
 
 def compose(overrides: list[str]) -> Any:
     """The config `python train.py OVERRIDES` runs with, composed in this process (Hydra's compose API): what the
     tests and the benchmarks that build a model without a new interpreter use. `${hydra:...}` resolves as in a run."""
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from hydra.core.hydra_config import HydraConfig
-
-    from launch.schema import CONFIGS
-
     register_defaults()
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
         cfg = hydra_compose("train", overrides=overrides, return_hydra_config=True)
@@ -63,10 +55,6 @@ def model_settings(cfg: Any) -> dict[str, Any]:
     """cfg.model as a dict, with an experiment's shared settings applied unless the command line sets them for
     the model: `discrete_latent` (experiment=compare) to a model with a discrete latent (JSA, DiscreteVAE,
     VQ-VAE), then `per_model.<the model's config name>` (experiment=jsa_paper: L for JSA, K for RWS, ...)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.utils import get_class
-    from omegaconf import OmegaConf
-
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     given = {key.removeprefix("model.") for key in command_line_overrides() if key.startswith("model.")}
     shared = cfg.get("discrete_latent")
@@ -81,7 +69,6 @@ def model_settings(cfg: Any) -> dict[str, Any]:
 
 def command_line_overrides() -> dict[str, str]:
     """KEY -> VALUE of the command line's overrides of this (multirun) job, e.g. {"model.lr": "0.01"}."""
-    from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
         return {}
@@ -92,8 +79,6 @@ def command_line_overrides() -> dict[str, str]:
 def swept_keys() -> set[str]:
     """The keys a multirun sweeps: given on the command line as a list or range (a=1,2 / range(...)), or in
     the config's hydra.sweeper.params."""
-    from hydra.core.hydra_config import HydraConfig
-
     keys = set(HydraConfig.get().sweeper.get("params") or {})
     for arg in sys.argv[1:]:
         key, _, value = arg.lstrip("+~").partition("=")
@@ -105,12 +90,6 @@ def swept_keys() -> set[str]:
 def check_run_settings(cfg: Any) -> None:
     """The top-level settings and the trainer's, checked before anything is seeded, built or written:
     a `+key=value` that nothing reads (a typo of a setting, say `+ckpt_pth=...`) is refused, not ignored."""
-    from hydra.utils import get_class, get_object
-    from omegaconf import OmegaConf
-
-    from launch.settings import SettingsError, check_settings, check_trainer_values, expected
-    from launch.precheck import CONFIG_GROUPS, TOP_LEVEL_SETTINGS, unknown_top_level_setting
-
     problems = []
     for arg in sys.argv[1:]:
         key = arg.lstrip("+~").partition("=")[0]
@@ -133,40 +112,7 @@ def check_run_settings(cfg: Any) -> None:
     for name, callback in (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items():
         if isinstance(callback, dict) and "_target_" in callback:
             check_settings(get_object(callback["_target_"]), callback, f"callbacks.{name}")  # a class or a factory
-    logger_name = OmegaConf.to_container(cfg.logger, resolve=False).get("name") if cfg.get("logger") else None
-    if logger_name not in (None, "${run_name}"):  # the run's directories take their name from run_name alone
-        raise SettingsError(f"logger.name={logger_name}: the run's name is set by run_name; give run_name={logger_name} "
-                            "instead")
-
-
-def check_output_directories(argv: list[str]) -> None:
-    """Hydra makes its run directory under log_dir before any of our code runs: a path given there that
-    names a file would end in Hydra's traceback, so it is checked first."""
-    for arg in argv:
-        key, _, value = arg.lstrip("+").partition("=")
-        if key == "run_name" and (not value or value in (".", "..") or any(sep in value for sep in "/\\")):
-            # It names directories under log_dir (TensorBoard's run, Hydra's): a path would write outside it.
-            exit_with(f"run_name={value}: expected a name (no '/', not '.' or '..'): runs are written under log_dir")
-        if key in ("log_dir", "hydra.run.dir", "hydra.sweep.dir", "logger.save_dir") and value and "${" not in value:
-            blocking = next((p for p in (Path(value), *Path(value).parents) if p.exists() and not p.is_dir()), None)
-            if blocking is not None:
-                exit_with(f"{key}={value}: {blocking} is a file, not a directory; give a directory to write the run in")
-            refusal = unwritable(Path(value))
-            if refusal:
-                exit_with(f"{key}={value}: {refusal}; give a directory the run can write to")
-    if not any(arg.lstrip("+").startswith("log_dir=") for arg in argv) and unwritable(Path("logs")):  # the default
-        exit_with(f"log_dir=logs (the default): {unwritable(Path('logs'))}; run from a directory you can write to, or "
-                  "give log_dir=DIR")
-
-
-def unwritable(directory: Path) -> str | None:
-    """Why nothing can be written under `directory` (read-only, immutable, not permitted), or None. Tried for real
-    with a probe directory in its nearest existing ancestor, removed at once: access() cannot see every reason."""
-    import tempfile
-
-    existing = next((p for p in (directory, *directory.parents) if p.is_dir()), Path.cwd()).resolve()
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".write-probe-", dir=existing))
-    except OSError as error:
-        return f"{existing} cannot be written to ({error.strerror})"
-    return None
+    logger_settings = OmegaConf.to_container(cfg.logger, resolve=False) if cfg.get("logger") else {}
+    for key in LAYOUT_SETTINGS:  # (+logger.save_dir=... passes Hydra; the early checks refuse it without the +)
+        if key.removeprefix("logger.") in logger_settings:
+            raise SettingsError(layout_setting(key, logger_settings[key.removeprefix("logger.")]))

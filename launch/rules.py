@@ -1,11 +1,14 @@
 """The rules that turn a user's settings into a run, each written once and applied by both front ends (the Hydra
 app, launch/hydra_app.py, and the LightningCLI app, launch/cli_app.py).
 
-- Defaults live in Hydra's config files: the model and data, the seed and the DDP collective timeout (configs/train.yaml), the trainer
-  settings the collection changes (configs/trainer/default.yaml), the callbacks every run gets and how checkpoints
-  are kept (configs/callbacks/default.yaml). LightningCLI reads them from there.
+- Defaults live in Hydra's config files (launch/checks/defaults.py reads them): the model and data, the seed and the
+  DDP collective timeout (configs/train.yaml), the trainer settings the collection changes
+  (configs/trainer/default.yaml), the callbacks every run gets by default and how checkpoints are kept
+  (configs/callbacks/default.yaml). LightningCLI takes them as its defaults.
 - The model's likelihood and backbone follow the data unless given (`follow_data`).
-- A run is named <model>-<data>-<the model's key settings> (`run_name`).
+- Where a run writes and what it is called: launch/run_layout.py.
+- Every run gets the callbacks of `always_on_callbacks`, whatever the configs say; the model adds those that make
+  its checkpoints whole itself (checkpoints/), so that any script's Trainer gets them.
 - The trainer gets the collective timeout, SLURM's root directory, signal handling, and no progress bar callback
   when the bar is off (`trainer_settings`); once built, multi-node runs need a launcher and a requeued SLURM job
   resumes from what its last attempt saved (`resume_point`).
@@ -16,46 +19,23 @@ app, launch/hydra_app.py, and the LightningCLI app, launch/cli_app.py).
 from __future__ import annotations
 
 import contextlib
-import functools
 from typing import Any, Callable, Iterator
 
-from launch.schema import CONFIGS
+from hydra.utils import instantiate
+from lightning import Callback, Trainer
+from lightning.pytorch.callbacks import ProgressBar
 
-
-@functools.cache
-def config_file(name: str) -> dict[str, Any]:
-    """configs/<name> as written (interpolations unresolved)."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(OmegaConf.load(CONFIGS / name), resolve=False)
-
-
-def seed() -> int:
-    return config_file("train.yaml")["seed"]
-
-
-def log_dir() -> str:
-    return config_file("train.yaml")["log_dir"]
-
-
-def ddp_timeout_s() -> float:
-    return config_file("train.yaml")["ddp_timeout_s"]
-
-
-def default_class(group: str) -> str:
-    """The class name of a config group's default choice (configs/train.yaml: model: jsa -> JSA, data: mnist ->
-    MNISTDataModule)."""
-    from launch.schema import default_choices
-
-    return config_file(f"{group}/{default_choices()[group]}.yaml")[group]["_target_"].rsplit(".", 1)[-1]
+from callbacks.preemption import SaveOnPreemption
+from callbacks.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
+from common.signatures import constructor_defaults
+from launch.checks.defaults import config_file
+from launch.errors import REFUSALS, StoppedByCtrlC, ctrl_c_as_status_130, lightning_refusals_as_settings_errors
+from launch.runs.distributed import check_launcher, strategy_with_timeout
+from launch.runs.run_directory import no_traces_if_refused, requeued_job_checkpoint, run_summary_at_end, slurm_job_id
 
 
 def trainer_defaults() -> dict[str, Any]:
     """The lightning.Trainer settings configs/trainer/default.yaml changes from the Trainer's own defaults."""
-    from lightning import Trainer
-
-    from common.signatures import constructor_defaults
-
     own = constructor_defaults(Trainer)
     return {key: value for key, value in config_file("trainer/default.yaml").items()
             if key in own and value != own[key]}
@@ -66,11 +46,20 @@ def checkpoint_settings() -> dict[str, Any]:
     return {k: v for k, v in config_file("callbacks/default.yaml")["model_checkpoint"].items() if k != "_target_"}
 
 
-def default_callbacks() -> list[Any]:
-    """The other callbacks of configs/callbacks/default.yaml, built with their settings there."""
-    from hydra.utils import instantiate
-
+def default_callbacks() -> list[Callback]:
+    """The other callbacks of configs/callbacks/default.yaml, built with their settings there (the user may replace
+    them: callbacks=..., --trainer.callbacks=...)."""
     return [instantiate(entry) for name, entry in config_file("callbacks/default.yaml").items() if name != "model_checkpoint"]
+
+
+def always_on_callbacks(collective_timeout_s: float | None) -> list[Callback]:
+    """The callbacks every run gets, whatever the configs or the command line say (the one list of them):
+    - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/preemption.py);
+    - a DDP run's process group is released at exit in every rank (callbacks/process_group.py);
+    - with a collective timeout (a DDP strategy named by a string), the collectives after the ranks' start wait that
+      long (callbacks/process_group.py)."""
+    timeouts = [CollectiveTimeout(collective_timeout_s)] if collective_timeout_s is not None else []
+    return [SaveOnPreemption(), ReleaseProcessGroupAtExit(), *timeouts]
 
 
 def follow_data(model_settings: dict[str, Any], data_class: type, binarize: Any) -> dict[str, Any]:
@@ -81,11 +70,6 @@ def follow_data(model_settings: dict[str, Any], data_class: type, binarize: Any)
             "backbone": model_settings.get("backbone") or data_class.backbone}
 
 
-def run_name(base: str, run_tag: str) -> str:
-    """<base>-<the model's key settings> (e.g. jsa-mnist-mlp-K10-L20): runs of other settings get other directories."""
-    return f"{base}-{run_tag}" if run_tag else base
-
-
 def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir: str | None = None) -> dict[str, Any]:
     """What the run changes in the trainer's `settings` (strategy, callbacks, enable_progress_bar, default_root_dir,
     as given):
@@ -94,45 +78,25 @@ def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir:
     - a DDP strategy named by a string gets a collective timeout (launch/runs/distributed.py), set once every rank has
       started (callbacks/process_group.py);
     - in a SLURM job, Lightning's auto-requeue saves and finds hpc_ckpt_N.ckpt in the run's directory;
-    - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/preemption.py);
-    - a DDP run's process group is released at exit in every rank (callbacks/process_group.py);
+    - the always-on callbacks join the given ones (`always_on_callbacks`);
     - with the progress bar off, its callback goes (Lightning refuses both)."""
-    from lightning.pytorch.callbacks import ProgressBar
-
-    from callbacks.preemption import SaveOnPreemption
-    from callbacks.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
-    from launch.runs.distributed import strategy_with_timeout
-    from launch.runs.run_directory import slurm_job_id
-
     changed = {"strategy": strategy_with_timeout(settings.get("strategy"), timeout_s)}
     # the strategy's timeout covers the ranks' start; the collectives after it get timeout_s
-    timeouts = [CollectiveTimeout(timeout_s)] if changed["strategy"] is not settings.get("strategy") else []
+    collective_timeout_s = timeout_s if changed["strategy"] is not settings.get("strategy") else None
     if logger and slurm_job_id() is not None:
         changed["default_root_dir"] = logger.log_dir
     # fast_dev_run replaces any logger by Lightning's DummyLogger, which has no directory: the same as none.
     if (not logger or settings.get("fast_dev_run")) and settings.get("default_root_dir") is None and unlogged_dir is not None:
         changed["default_root_dir"] = unlogged_dir
-    callbacks = [*(settings.get("callbacks") or []), SaveOnPreemption(), ReleaseProcessGroupAtExit(), *timeouts]
+    callbacks = [*(settings.get("callbacks") or []), *always_on_callbacks(collective_timeout_s)]
     if settings.get("enable_progress_bar") is False:  # None: on
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     return {**changed, "callbacks": callbacks}
 
 
-def unlogged_run_dir(log_dir: str, front_end: str, name: str) -> str:
-    """The directory of a run without a logger: <log_dir>/<front end>/<run name>/<date>_<time>-<pid>, the layout of
-    Hydra's own run directories (configs/train.yaml's hydra.run.dir), so that two runs started together never share it."""
-    import os
-    import time
-
-    return f"{log_dir}/{front_end}/{name}/{time.strftime('%Y-%m-%d_%H-%M-%S')}-{os.getpid()}"
-
-
 def resume_point(trainer: Any, ckpt_path: str | None) -> str | None:
     """Check the built trainer (several nodes need a launcher) and say where fit starts: the given checkpoint, else,
     in a requeued SLURM job, the newest one its earlier attempt saved."""
-    from launch.runs.distributed import check_launcher
-    from launch.runs.run_directory import requeued_job_checkpoint
-
     check_launcher(trainer)
     return ckpt_path or requeued_job_checkpoint(trainer)
 
@@ -143,10 +107,7 @@ def running(trainer: Any, say: Callable[[str], Any], evaluating_only: bool = Fal
     SIGTERM); a run refused before it saved a checkpoint leaves nothing behind. Ctrl-C exits with 130 wherever it comes;
     when the process only evaluates (validate, test), the run it was logging into is left as it was (a half-written
     test stage's image grids without its metrics would look like a result)."""
-    from launch.errors import StoppedByCtrlC, ctrl_c_as_status_130, lightning_refusals_as_settings_errors, refusals
-    from launch.runs.run_directory import no_traces_if_refused, run_summary_at_end
-
-    undone = (*refusals(), StoppedByCtrlC) if evaluating_only else refusals()
+    undone = (*REFUSALS, StoppedByCtrlC) if evaluating_only else REFUSALS
     with run_summary_at_end(trainer, say), no_traces_if_refused(trainer.logger, undone), ctrl_c_as_status_130(), \
             lightning_refusals_as_settings_errors():
         yield

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-import launch.build
+import launch.hydra_run
 import launch.cli_app
 import train
 from tests import preloaded
@@ -206,4 +206,4 @@ def compose(args: list[str]) -> None:
         return
     overrides = [a.split("=", 1)[0] + "=" + a.split("=", 1)[1].split(",")[0] for a in args if a != "-m" and "=" in a]
     overrides = [o for o in overrides if not o.startswith(("trainer=", "trainer."))]
-    launch.build.build(composed(overrides))
+    launch.hydra_run.build(composed(overrides))

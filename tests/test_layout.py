@@ -144,3 +144,43 @@ def test_samplers_refuse_a_bad_cache_without_importing_lightning():
              "except CheckpointError as error:\n    print('refused', 'lightning' in sys.modules)\n")
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "refused False", (result.stdout, result.stderr[-2000:])
+
+
+# Heavy packages the early checks must not import: train.py runs them before torch and Lightning load.
+HEAVY = ("torch", "torchvision", "lightning", "hydra", "omegaconf", "jsonargparse", "torchmetrics")
+
+
+def test_the_early_checks_import_nothing_heavy():
+    """launch/checks/ (and train.py's dispatch) import no torch, Lightning, Hydra or OmegaConf, at the top or inside a
+    function called on the way: importing every module of it in a fresh process loads none of them."""
+    import subprocess
+    import sys
+
+    modules = sorted(name for name in project_modules() if name.startswith("launch.checks."))
+    assert len(modules) >= 6, modules
+    probe = (f"import sys, train\nfor name in {modules!r}: __import__(name)\n"
+             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", (result.stdout, result.stderr[-2000:])
+
+
+def function_imports(path: Path) -> list[str]:
+    """`line: module` of every import inside a function or class of `path` (TYPE_CHECKING blocks aside)."""
+    found = []
+    for outer in ast.walk(ast.parse(path.read_text())):
+        if isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for node in ast.walk(outer):
+                if isinstance(node, ast.Import):
+                    found += [f"{node.lineno}: {alias.name}" for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    found.append(f"{node.lineno}: {node.module}")
+    return sorted(set(found))
+
+
+def test_the_launch_side_imports_at_the_top():
+    """Outside launch/checks/, nothing in launch/ runs before the imports, so every import is at the top of its
+    module, where a reader sees what the module needs (train.py imports the front ends only after the checks)."""
+    inside = {str(p.relative_to(REPO)): function_imports(p) for p in sorted((REPO / "launch").rglob("*.py"))
+              if "checks" not in p.relative_to(REPO).parts}
+    inside = {path: found for path, found in inside.items() if found}
+    assert not inside, f"imports inside functions: {inside}"

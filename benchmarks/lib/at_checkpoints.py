@@ -30,10 +30,10 @@ def overrides_of(command: str) -> list[str]:
 
 def build(overrides: list[str]) -> tuple[Any, Any]:
     """(data module, model) as `python train.py OVERRIDES` builds them."""
-    import launch.build
+    import launch.hydra_run
     from launch.hydra_config import compose
 
-    return launch.build.build(compose(overrides))
+    return launch.hydra_run.build(compose(overrides))
 
 
 def best_checkpoint(log_dir: Path) -> Path:

@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from launch.schema import config_targets
+from launch.checks.schema import config_targets
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "train.py")

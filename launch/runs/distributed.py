@@ -3,7 +3,16 @@ error turned into one line, and a check that several nodes were started by a lau
 
 from __future__ import annotations
 
+import inspect
+import os
+import traceback
+from datetime import timedelta
 from typing import Any
+
+from lightning.fabric.plugins.environments import LightningEnvironment
+from lightning.pytorch.strategies import StrategyRegistry
+
+from launch.checks.settings import SettingsError
 
 DDP_TIMEOUT_S = 600  # as ddp_timeout_s in configs/train.yaml
 # How long the ranks wait for each other to start (torch's rendezvous), whatever ddp_timeout_s says: each rank imports
@@ -18,11 +27,6 @@ def strategy_with_timeout(strategy: Any, seconds: float) -> Any:
     waiting torch's default 30 minutes in silence (the strategy's own timeout covers the start, at least
     STARTUP_TIMEOUT_S; `collective_timeout` is the callback that shortens it to `seconds` after). Anything else
     unchanged."""
-    import inspect
-    from datetime import timedelta
-
-    from lightning.pytorch.strategies import StrategyRegistry
-
     if not isinstance(strategy, str) or strategy not in StrategyRegistry:
         return strategy
     entry = StrategyRegistry[strategy]
@@ -35,8 +39,6 @@ def is_collective_timeout(error: BaseException) -> bool:
     """gloo: "Timed out waiting ... for recv" / "Application timeout caused pair closure"; NCCL's watchdog:
     "... collective operation timeout"; raised from inside torch.distributed or DDP (any other error that mentions a
     timeout, say a data loader's, is not one)."""
-    import traceback
-
     text = str(error).lower()
     return ("timed out" in text or "timeout" in text) and any(
         "/torch/distributed/" in f.filename or "/torch/nn/parallel/" in f.filename for f in traceback.extract_tb(error.__traceback__))
@@ -44,8 +46,6 @@ def is_collective_timeout(error: BaseException) -> bool:
 
 def collective_timeout_message(error: BaseException) -> str:
     """One line: the collective that waited (the innermost torch.distributed / DDP frame) and the fix."""
-    import traceback
-
     frames = [f for f in traceback.extract_tb(error.__traceback__) if "/torch/distributed/" in f.filename
               or "/torch/nn/parallel/" in f.filename]
     where = f" in {frames[-1].name} ({frames[-1].filename.split('/torch/', 1)[-1]})" if frames else ""
@@ -59,14 +59,8 @@ def check_launcher(trainer: Any) -> None:
     """Several nodes need a launcher that starts a process per device on each (torchrun, srun): without
     one, Lightning would wait forever for the other nodes. Lightning's manual layout (MASTER_ADDR,
     NODE_RANK, WORLD_SIZE set by hand on each node) counts as a launcher."""
-    import os
-
-    from lightning.fabric.plugins.environments import LightningEnvironment
-
     environment = getattr(trainer.strategy, "cluster_environment", None)
     if trainer.num_nodes > 1 and type(environment) is LightningEnvironment and "NODE_RANK" not in os.environ:
-        from launch.settings import SettingsError
-
         raise SettingsError(
             f"trainer.num_nodes={trainer.num_nodes} needs a launcher that starts the processes on every node, and "
             "none was found (no torchrun or SLURM environment). On each node run: torchrun --nnodes="

@@ -19,8 +19,18 @@ import inspect
 from pathlib import Path
 from typing import Any, Sequence
 
-from launch import rules
-from launch.settings import SettingsError
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from callbacks.replica_runs import ReplicaRuns
+from checkpoints.files import load_checkpoint_file, save_checkpoint_file
+from checkpoints.replica import branch_checkpoint
+from common.private_api import checkpoint_every_n_train_steps
+from datamodules.replicas import ReplicaData
+from launch.checks.settings import SettingsError
+from launch.run_layout import process_dir, tensorboard_root
+from launch.runs.run_directory import ReservedVersionLogger
+from models.replicas import Replicas
 
 # The callbacks that read one model's evaluation or weights: each replica's run gets its own val/ tags and HPARAMS tab
 # from callbacks/replica_runs.py instead; image grids, gradient variance and the test stage's cost are single-run only.
@@ -49,15 +59,6 @@ def check_replica_request(seeds: Any, arms: Any, option: str) -> tuple[list[int]
 
 def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], option: str = "replicas") -> Any:
     """The run description (launch/run_builder.py) of `run`'s configuration trained for every seed and arm in one process."""
-    import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
-    from callbacks.replica_runs import ReplicaRuns
-    from common.private_api import checkpoint_every_n_train_steps
-    from launch.runs.run_directory import ReservedVersionLogger
-    from datamodules.replicas import ReplicaData
-    from models.replicas import Replicas
-
     described = run.model
     accepted = inspect.signature(type(described)).parameters
     settings = {key: value for key, value in described.hparams.items() if not key.startswith("_")}  # (LightningCLI adds _class_path)
@@ -88,8 +89,6 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
         branch = trunk_to_branch(ckpt_path, seeds, arms)
     group_dir = replica_process_dir(run.log_dir, run.name, None if branch is not None else ckpt_path)
     if branch is not None:  # the arms start from their seed's trunk replica, in a process of their own
-        from checkpoints.files import save_checkpoint_file
-
         ckpt_path = f"{group_dir}/checkpoints/branch-point.ckpt"
         save_checkpoint_file(branch, ckpt_path)
     callbacks = [c for c in run.trainer.get("callbacks") or [] if type(c).__name__ not in SINGLE_RUN_CALLBACKS]
@@ -98,21 +97,17 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
     if run.trainer.get("enable_checkpointing") is not False:  # the process's last.ckpt: every replica's resume point
         callbacks.append(ModelCheckpoint(dirpath=f"{group_dir}/checkpoints", save_last=True, save_top_k=0,
                                          every_n_train_steps=every, enable_version_counter=False))
-    save_dir = (run.tensorboard or {}).get("save_dir", f"{run.log_dir}/tensorboard")
-    callbacks.append(ReplicaRuns(save_dir, names, new_logger=ReservedVersionLogger))
+    callbacks.append(ReplicaRuns(tensorboard_root(run.log_dir), names, new_logger=ReservedVersionLogger))
     return dataclasses.replace(
         run, model=model, datamodule=ReplicaData(run.datamodule, replica_seeds), name=f"{run.name}-replicas",
         trainer={**run.trainer, "callbacks": callbacks, "logger": False, "default_root_dir": group_dir},
-        tensorboard=None, unlogged_dir=group_dir, ckpt_path=ckpt_path)
+        front_end="replicas", tensorboard=None, output_dir=group_dir, ckpt_path=ckpt_path)
 
 
 def trunk_to_branch(ckpt_path: str, seeds: Sequence[int], arms: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The branch checkpoint (checkpoints/replica.py) when `ckpt_path` is a replicated process of these seeds and no
     arms (a trunk) and this process has several arms: e.g. JSA to epoch 300 for 5 seeds, then its arms with and without
     the cache from there, each arm of a seed the same run up to the branch (the paired design). None: resume as it is."""
-    from checkpoints.files import load_checkpoint_file
-    from checkpoints.replica import branch_checkpoint
-
     checkpoint = load_checkpoint_file(ckpt_path)
     saved = checkpoint.get("replica_seeds")
     if len(arms) > 1 and saved is not None and list(saved) == list(seeds):
@@ -124,7 +119,7 @@ def replica_process_dir(log_dir: str, name: str, ckpt_path: str | None) -> str:
     """Where the process writes: the directory of the checkpoint it resumes from, else a new one."""
     if ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
         return str(Path(ckpt_path).parent.parent)
-    return rules.unlogged_run_dir(log_dir, "replicas", name)
+    return process_dir(log_dir, "replicas", name)
 
 
 def check_replica_checkpoint(checkpoint: dict[str, Any], model: Any, ckpt_path: str) -> None:

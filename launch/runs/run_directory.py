@@ -9,15 +9,24 @@ import contextlib
 import fcntl
 import fnmatch
 import os
+import shlex
 import shutil
+import signal
 import socket
 import stat
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
+import yaml
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import TensorBoardLogger
+from omegaconf import OmegaConf
+
+from callbacks.preemption import checkpoint_directory
 
 from checkpoints.files import CheckpointError, held_directories, lies_inside
 
@@ -108,8 +117,6 @@ def run_of_checkpoint(ckpt_path: str | None) -> tuple[str, str, str] | None:
 
 def slurm_job_id() -> str | None:
     """The SLURM job's id (<array job>_<task> in an array) when running as a batch job, else None."""
-    from lightning.fabric.plugins.environments import SLURMEnvironment
-
     if not SLURMEnvironment.detect():
         return None
     array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
@@ -139,7 +146,6 @@ class ReservedVersionLogger(TensorBoardLogger):
     """A TensorBoard logger whose new version directory is reserved with `os.mkdir`, which succeeds for one
     process only: two runs started in the same second get two versions. Module level, so that ddp_spawn
     can pickle it."""
-
     def _get_next_version(self) -> int:
         version = super()._get_next_version()
         if rank_zero_only.rank != 0:  # other ranks never write here; rank 0's directory is broadcast
@@ -246,11 +252,6 @@ def note_hydra_job(logger: Any) -> None:
     """<run>/hydra_job.yaml: the Hydra job (and multirun) that made the run, so that `benchmarks.compare` reports the
     runs of one multirun together. Written once: a resumed run keeps its origin. Absolute paths; the multirun is the
     parent of the job's output directory (configs/train.yaml: hydra.sweep.subdir is one level)."""
-    import yaml
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-    from omegaconf import OmegaConf
-
     if not getattr(logger, "log_dir", None) or rank_zero_only.rank != 0 or not HydraConfig.initialized():
         return  # no logger, or fast_dev_run's DummyLogger (no directory)
     path = Path(logger.log_dir) / "hydra_job.yaml"
@@ -271,8 +272,6 @@ def run_summary(trainer: Any) -> str | None:
     it, e.g. `run: logs/tensorboard/jsa-mnist-mlp-K10-L20/version_0 · checkpoint: logs/.../checkpoints/last.ckpt ·
     tensorboard --logdir logs/tensorboard` (paths below the working directory relative to it); None when there is
     nothing to name (no logger directory, no checkpoint)."""
-    from callbacks.preemption import checkpoint_directory
-
     parts = []
     logger = trainer.logger
     tensorboard = isinstance(logger, TensorBoardLogger) and "://" not in str(logger.save_dir)
@@ -288,8 +287,6 @@ def run_summary(trainer: Any) -> str | None:
 
 def _shown(path: str | os.PathLike) -> str:
     """`path` relative to the working directory when below it (as a user would type it there), else absolute."""
-    import shlex
-
     path = Path(path).resolve()
     try:
         path = path.relative_to(Path.cwd())
@@ -302,8 +299,6 @@ def _shown(path: str | os.PathLike) -> str:
 def run_summary_at_end(trainer: Any, say: Any) -> Iterator[None]:
     """`say(run_summary(trainer))` on rank 0 when the block ends: after the run, or after SIGTERM or Ctrl-C stopped it
     with a checkpoint (exit 143 or 130); not when the run was refused or failed (nothing of a run to point at)."""
-    import signal
-
     stopped = (128 + signal.SIGTERM, 128 + signal.SIGINT)
     try:
         yield

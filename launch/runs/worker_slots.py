@@ -12,6 +12,7 @@ job number picks the GPU, as before.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -24,10 +25,6 @@ def claim_slot(directory: Path, slots: int) -> int | None:
     file system, or the directory cannot be written)."""
     if directory in _held:
         return _held[directory][1]
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        return None
     try:
         directory.mkdir(parents=True, exist_ok=True)
         for slot in range(slots):

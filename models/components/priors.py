@@ -23,7 +23,7 @@ one on starts from where a uniform-prior run starts.
 
 The registry `PRIORS` (name -> class, at the end of this module) is the one list of priors: `build_prior` looks
 a name up there, and `PriorName`, the type of every model's `prior` argument (which LightningCLI, the Hydra
-settings check and launch/settings_schema.json read their choices from), is derived from it. Adding a prior is
+settings check and launch/checks/settings_schema.json read their choices from), is derived from it. Adding a prior is
 its class and one line there (CONTRIBUTING.md).
 """
 

@@ -45,7 +45,7 @@ def test_a_received_config_is_refused_before_anything_it_names_is_imported(case,
 
 
 def test_a_nested_alias_bomb_is_refused_in_under_a_second(tmp_path, monkeypatch):
-    from launch.received_config import refuse_received_configs
+    from launch.checks.received_config import refuse_received_configs
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "received.yaml").write_text("model:\n  class_path: models.JSA\n  init_args:\n    prior: deeper.yaml\n")
@@ -103,7 +103,7 @@ def test_reading_a_received_config_lists_its_files_and_names_and_imports_nothing
     (tmp_path / "received.yaml").write_text("model: sub.yaml\ntrainer:\n  callbacks:\n"
                                             "    - class_path: lightning.pytorch.callbacks.EarlyStopping\n")
     (tmp_path / "sub.yaml").write_text("class_path: models.VAE\ninit_args:\n  optimizer: torch.optim.SGD\n")
-    command = [sys.executable, "-X", "importtime", "-m", "launch.received_config", "fit", "-c", "received.yaml"]
+    command = [sys.executable, "-X", "importtime", "-m", "launch.checks.received_config", "fit", "-c", "received.yaml"]
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines()[1:] == [

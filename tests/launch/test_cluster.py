@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launch import precheck
-from launch.precheck import refuse_early
+from launch.checks import precheck
+from launch.checks.precheck import refuse_early
 from tests.launch.test_entrypoints import FAST, REPO, train
 
 TINY = [*FAST, "trainer.limit_test_batches=1", "model.test_num_samples=2", "data.batch_size=32"]
@@ -251,7 +251,7 @@ def test_a_parallel_job_on_several_gpus_trains_on_its_worker_slots_gpu(tmp_path,
     import torch
 
     from launch.runs import worker_slots
-    from launch.build import parallel_job_settings
+    from launch.hydra_run import parallel_job_settings
     from launch.hydra_config import compose
 
     holder = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; from launch.runs.worker_slots import "

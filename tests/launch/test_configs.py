@@ -9,16 +9,17 @@ from pathlib import Path
 import hydra
 import pytest
 
-import launch.build
+import launch.hydra_run
 import launch.cli_app
 import launch.hydra_app
 import launch.hydra_config
 import launch.rules
+import launch.run_layout
 import train
 from checkpoints.registry import registered
 from common.signatures import constructor_defaults
 from launch.runs import distributed, run_directory
-from launch.schema import config_targets
+from launch.checks.schema import config_targets
 from models.categorical import CategoricalLatentModel
 from models.components.likelihoods import BernoulliLikelihood, DiscretizedLogisticLikelihood
 
@@ -35,8 +36,8 @@ composed = launch.hydra_config.compose  # the config `python train.py OVERRIDES`
 def test_default_is_jsa_on_mnist():
     cfg = composed([])
     assert cfg.model._target_ == "models.JSA" and cfg.data._target_ == "datamodules.MNISTDataModule"
-    _, model = launch.build.build(cfg)
-    assert launch.build.run_name(cfg, model.run_tag) == "jsa-mnist-mlp-K10-L20"  # model, data and the model's key settings
+    _, model = launch.hydra_run.build(cfg)
+    assert launch.run_layout.run_name(cfg.run_name, model.run_tag) == "jsa-mnist-mlp-K10-L20"  # model, data and the model's key settings
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -61,11 +62,11 @@ def test_model_configs_state_only_what_differs_from_the_class(model):
 @pytest.mark.parametrize("backbone", ["mlp", "conv"])
 def test_every_model_builds_for_every_data_set(model, data, backbone):
     cfg = composed([f"model={model}", f"data={data}", f"model.backbone={backbone}"])
-    datamodule, net = launch.build.build(cfg)
+    datamodule, net = launch.hydra_run.build(cfg)
     assert net.data_shape == datamodule.image_shape
     expected = BernoulliLikelihood if data in ("mnist", "fashion_mnist") else DiscretizedLogisticLikelihood  # binarized by default
     assert isinstance(net.likelihood, expected)
-    assert launch.build.run_name(cfg, net.run_tag).startswith(f"{model}-{data}-{backbone}-")
+    assert launch.run_layout.run_name(cfg.run_name, net.run_tag).startswith(f"{model}-{data}-{backbone}-")
 
 
 @pytest.mark.parametrize("model", STANDALONE)
@@ -93,7 +94,7 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
         assert cfg.model.backbone == backbone and cfg.trainer.max_epochs == 10 and cfg.run_test
         assert cfg.model.lr == 1e-3 and cfg.model.test_seed == cfg.seed == 0
         assert cfg.model.test_num_samples == 1000
-        _, built[model] = launch.build.build(cfg)
+        _, built[model] = launch.hydra_run.build(cfg)
     jsa, vqvae = built["jsa"], built["vqvae"]
     assert (vqvae.num_categories, vqvae.code_dim, vqvae.num_latents) == (jsa.num_categories, jsa.code_dim, jsa.num_latents) == (10, 16, jsa.num_latents)
     assert built["vqvae"].point_mass_posterior  # its bound is evaluated with one sample, whatever test_num_samples says
@@ -141,7 +142,7 @@ def test_cifar10_vqvae_paper_experiment_builds_the_paper_setting():
         cfg = composed(["experiment=cifar10_vqvae_paper", f"model={model}"])
         assert cfg.data._target_ == "datamodules.CIFAR10DataModule" and cfg.data.batch_size == 128
         assert cfg.trainer.max_steps == 250_000 and cfg.run_test
-        datamodule, net = launch.build.build(cfg)
+        datamodule, net = launch.hydra_run.build(cfg)
         assert net.backbone == "conv" and net.hparams.hidden_channels == 256 and net.lr == 2e-4
         assert type(net.likelihood).__name__ == "DiscretizedLogisticLikelihood"
         if model != "vae":
@@ -167,7 +168,7 @@ def test_jsa_paper_gives_every_model_the_papers_settings(model):
     cfg = composed(["experiment=jsa_paper", f"model={model}"])
     assert (cfg.data.binarize, cfg.data.batch_size, cfg.data.val_size) == ("static", 200, 5000)
     assert (cfg.trainer.max_epochs, cfg.trainer.check_val_every_n_epoch, cfg.run_test) == (500, 5, True)
-    _, built = launch.build.build(cfg)
+    _, built = launch.hydra_run.build(cfg)
     assert built.lr == 3e-4 and built.eval_num_samples == {"val": 1000, "test": 1000}
     assert built.activation == "leaky_relu" and any(type(m).__name__ == "LeakyReLU" for m in built.encoder.modules())
     if built.has_discrete_latent:
@@ -215,7 +216,7 @@ def test_ddp_strategies_get_the_collective_timeout():
     (["+trainer.max_epoch=3"], "trainer.max_epoch is not a setting of Trainer"),
 ])
 def test_top_level_and_trainer_settings_are_checked_before_the_run(overrides, message, monkeypatch):
-    from launch.settings import SettingsError
+    from launch.checks.settings import SettingsError
 
     cfg = composed(overrides)
     monkeypatch.setattr("sys.argv", ["train.py", *overrides])
@@ -236,12 +237,13 @@ def test_an_unknown_experiment_is_refused_with_the_choices():
         composed(["experiment=nope"])
 
 
-def test_an_output_directory_that_is_a_file_is_refused_before_hydra_writes(tmp_path, capsys):
+def test_an_output_directory_that_is_a_file_is_refused_before_hydra_writes(tmp_path):
+    from launch.checks.precheck import refuse_early
+
     (tmp_path / "afile").write_text("")
-    with pytest.raises(SystemExit) as exit_:
-        launch.hydra_config.check_output_directories([f"log_dir={tmp_path}/afile/runs"])
-    assert exit_.value.code == 2 and "afile is a file, not a directory" in capsys.readouterr().err
-    launch.hydra_config.check_output_directories([f"log_dir={tmp_path}/new/dir"])  # a directory still to be made is fine
+    for key in ("log_dir", "hydra.run.dir", "hydra.sweep.dir"):
+        assert f"{key}={tmp_path}/afile/runs: {tmp_path}/afile is a file, not a directory" in refuse_early([f"{key}={tmp_path}/afile/runs"], cli=False)
+    assert refuse_early([f"log_dir={tmp_path}/new/dir"], cli=False) is None  # a directory still to be made is fine
 
 
 def test_a_refused_run_leaves_no_hydra_directory_behind(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from common.signatures import constructor_defaults
-from launch.schema import config_targets
+from launch.checks.schema import config_targets
 from tests.launch.test_configs import DATA, MODELS, STANDALONE
 
 pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
@@ -143,7 +143,7 @@ def _scalars(run_dir: Path, tag: str) -> list:
 @pytest.mark.parametrize("group,valid", [("model", "vae"), ("data", "cifar10"), ("trainer", "ddp"), ("optimizer", "sgld")])
 def test_hydra_rejects_an_unknown_choice_with_the_valid_ones(group, valid, tmp_path, mnist_dir):
     result = train([f"{group}=nosuchthing"], tmp_path, mnist_dir, check=False)
-    assert result.returncode == 2  # one line, before the imports (launch/precheck.py)
+    assert result.returncode == 2  # one line, before the imports (launch/checks/precheck.py)
     assert result.stderr.startswith(f"error: {group}=nosuchthing: no such config in configs/{group}/") and valid in result.stderr
     assert result.stderr.count("\n") == 1
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-import launch.build
+import launch.hydra_run
 import launch.cli_app
 import launch.hydra_app
 from callbacks import LineProgressBar
@@ -35,8 +35,8 @@ PAIRS = [("jsa", "JSA", "mnist", "MNISTDataModule"), ("dvae_gumbel", "DiscreteVA
 def test_both_front_ends_build_the_same_model_and_data(model, model_cls, data, data_cls, tmp_path):
     """`python train.py model=M data=D` and `python train.py fit --model=C --data=E` resolve to the same
     settings (the class signatures are the one source of defaults; the likelihood follows the data)."""
-    _, hydra_model = launch.build.build(composed([f"model={model}", f"data={data}"]))
-    hydra_data, _ = launch.build.build(composed([f"model={model}", f"data={data}"]))
+    _, hydra_model = launch.hydra_run.build(composed([f"model={model}", f"data={data}"]))
+    hydra_data, _ = launch.hydra_run.build(composed([f"model={model}", f"data={data}"]))
     cli = launch.cli_app.main([*f"--model={model_cls}".split(" "), f"--data={data_cls}", f"--trainer.default_root_dir={tmp_path}"], run=False)
     without_optimizer = lambda settings: {k: v for k, v in settings.items() if k != "optimizer"}  # Hydra: Adam(model.lr), CLI: None -> the same Adam
     assert without_optimizer(settings_of(cli.model)) == without_optimizer(settings_of(hydra_model))
@@ -337,14 +337,14 @@ def test_a_run_ends_with_one_line_naming_its_directory_checkpoint_and_tensorboar
 def test_enable_checkpointing_false_runs_without_checkpoints_in_both_front_ends(tmp_path, mnist_dir, monkeypatch):
     """trainer.enable_checkpointing=false is done, not refused by Lightning beside the default ModelCheckpoint: Hydra
     leaves out callbacks.model_checkpoint, LightningCLI its --checkpoint callback."""
-    import launch.build
+    import launch.hydra_run
     import launch.hydra_config
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     monkeypatch.setenv("DATA_DIR", str(mnist_dir))
     monkeypatch.chdir(tmp_path)
     hydra_cfg = launch.hydra_config.compose(["model=vae", "trainer.enable_checkpointing=false", f"log_dir={tmp_path}"])
-    _, _, trainer, _ = launch.build.build_run(hydra_cfg)
+    _, _, trainer, _ = launch.hydra_run.build_run(hydra_cfg)
     cli = launch.cli_app.main(["--model=VAE", "--trainer.enable_checkpointing=false", f"--trainer.default_root_dir={tmp_path}"],
                               run=False)
     for trainer in (trainer, cli.trainer):

@@ -10,7 +10,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import SaveConfigCallback
 
-import launch.build
+import launch.hydra_run
 import launch.cli_app
 import launch.run_builder
 from common.signatures import settings_of
@@ -33,14 +33,15 @@ def described(monkeypatch):
         seen.append(run)
         return build_trainer(run)
 
-    monkeypatch.setattr(launch.run_builder, "build_trainer", recording)
+    for front_end in (launch.hydra_run, launch.cli_app):  # each calls the one builder
+        monkeypatch.setattr(front_end, "build_trainer", recording)
     return seen
 
 
 def both_front_ends(tmp_path: Path, hydra: list[str], cli: list[str]) -> tuple:
     """(Hydra's description and trainer, the CLI's) of one run given to each front end in its own words."""
     log_dir = tmp_path / "logs"
-    _, _, hydra_trainer, hydra_resume = launch.build.build_run(composed([*hydra, f"log_dir={log_dir}"]))
+    _, _, hydra_trainer, hydra_resume = launch.hydra_run.build_run(composed([*hydra, f"log_dir={log_dir}"]))
     app = launch.cli_app.main(["fit", *cli, f"--log_dir={log_dir}"])
     return hydra_trainer, hydra_resume, app
 
@@ -99,7 +100,7 @@ def test_a_checkpoint_resumes_into_its_own_run_through_both_front_ends_and_anoth
     from checkpoints.files import CheckpointError
 
     with pytest.raises(CheckpointError, match="was written by models.jsa.JSA, not models.vae.VAE"):
-        launch.build.build_run(composed(["model=vae", f"ckpt_path={checkpoint}", f"log_dir={tmp_path / 'logs'}"]))
+        launch.hydra_run.build_run(composed(["model=vae", f"ckpt_path={checkpoint}", f"log_dir={tmp_path / 'logs'}"]))
     capsys.readouterr()
     with pytest.raises(SystemExit):  # the same check, before LightningCLI reads the checkpoint's hyperparameters
         launch.cli_app.main(["fit", "--model=VAE", f"--ckpt_path={checkpoint}", f"--log_dir={tmp_path / 'logs'}"])
@@ -121,4 +122,4 @@ def test_a_log_dir_from_a_config_file_is_where_the_cli_writes_and_is_checked_the
     config.write_text("log_dir: logs\n")
     with pytest.raises(SystemExit):
         launch.cli_app.main(["fit", "--model=JSA", "--data=MNISTDataModule", "-c", str(config)])
-    assert capsys.readouterr().err.strip().endswith("log_dir logs is a file, not a directory; expected a directory to write the run in")
+    assert capsys.readouterr().err.strip().endswith("--log_dir=logs: logs is a file, not a directory; expected a directory to write the run in")

@@ -341,8 +341,8 @@ def test_hydra_takes_a_registered_prior(toy):
     from hydra.utils import get_class, instantiate
     from omegaconf import OmegaConf
 
-    from launch.schema import config_targets
-    from launch.settings import check_settings
+    from launch.checks.schema import config_targets
+    from launch.checks.settings import check_settings
     from tests.launch.test_configs import STANDALONE, composed
 
     built = set()
@@ -359,10 +359,10 @@ def test_hydra_takes_a_registered_prior(toy):
 
 
 def test_the_precheck_takes_a_registered_prior(toy, tmp_path, monkeypatch):
-    """The precheck reads launch/settings_schema.json, which `python -m launch.schema` writes from the constructors'
+    """The precheck reads launch/checks/settings_schema.json, which `python -m launch.checks.schema` writes from the constructors'
     type hints: written with `toy` registered, it lists `toy` for every discrete-latent model, in both front ends."""
-    from launch import schema
-    from launch.precheck import refuse_early
+    from launch.checks import schema
+    from launch.checks.precheck import refuse_early
 
     monkeypatch.setattr(schema, "SCHEMA_FILE", tmp_path / "settings_schema.json")
     schema.SCHEMA_FILE.write_text(json.dumps(schema.build()))
@@ -379,7 +379,7 @@ def test_the_precheck_takes_a_registered_prior(toy, tmp_path, monkeypatch):
 def test_the_precheck_takes_a_prior_registered_in_the_running_process(toy):
     """The committed schema was written without `toy`; once the priors are imported (a script that registers one, then
     calls train.main()), the precheck takes their choices from the registry."""
-    from launch.precheck import refuse_early
+    from launch.checks.precheck import refuse_early
 
     assert refuse_early(["model=jsa", "model.prior=toy"], cli=False) is None
     assert refuse_early(["fit", "--model=VQVAE", "--model.prior=toy"], cli=True) is None

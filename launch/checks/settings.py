@@ -13,8 +13,8 @@ import inspect
 from typing import Any
 
 from common.signatures import constructor_defaults, constructor_hints
-from launch.schema import expected as expected_by_spec
-from launch.schema import type_spec
+from launch.checks.schema import expected as expected_by_spec
+from launch.checks.schema import type_spec
 
 
 class SettingsError(ValueError):
@@ -22,7 +22,7 @@ class SettingsError(ValueError):
 
 
 def expected(hint: Any, value: Any) -> str | None:
-    """None if `value` fits the type hint `hint`, else what was expected (launch/schema.py's check, on the hint's spec)."""
+    """None if `value` fits the type hint `hint`, else what was expected (launch/checks/schema.py's check, on the hint's spec)."""
     return expected_by_spec(type_spec(hint), value)
 
 

@@ -9,25 +9,30 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
+from hydra.types import RunMode
+from hydra.utils import get_class, instantiate
+from omegaconf import OmegaConf
 
 from launch import rules
-
-if TYPE_CHECKING:
-    from launch.run_builder import RunDescription
+from launch.checks.settings import SettingsError, check_settings
+from launch.hydra_config import check_run_settings, command_line_overrides, model_settings, swept_keys
+from launch.run_builder import RunDescription, build_trainer
+from launch.run_layout import process_dir, run_name
+from launch.runs.replicas import check_replica_request, replicate
+from launch.runs.worker_slots import claim_slot
 
 log = logging.getLogger(__name__)
 
 
 def build(cfg: Any) -> tuple[Any, Any]:
     """The data module and the model of a composed config; the model's likelihood and backbone follow the data unless set."""
-    from hydra.errors import InstantiationException
-    from hydra.utils import get_class, instantiate
-    from omegaconf import OmegaConf
-
-    from launch.hydra_config import model_settings
-    from launch.settings import SettingsError, check_settings
-
     data_settings = OmegaConf.to_container(cfg.data, resolve=True)
     check_settings(get_class(data_settings["_target_"]), data_settings, "data")
     settings = model_settings(cfg)
@@ -47,34 +52,23 @@ def build(cfg: Any) -> tuple[Any, Any]:
     return datamodule, model
 
 
-def run_name(cfg: Any, run_tag: str) -> str:
-    """rules.run_name of the config's run_name, plus, in a multirun, every swept model or data setting that the
-    key settings do not already show (e.g. jsa-mnist-mlp-K10-L20-lr0.01)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-    from hydra.utils import get_class
-
-    from launch.hydra_config import command_line_overrides, swept_keys
-
-    name = rules.run_name(cfg.run_name, run_tag)
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        shown = {f"model.{key}" for key in get_class(cfg.model._target_).run_tag_keys}  # already in the tag
-        swept = swept_keys()
-        for key, value in command_line_overrides().items():
-            if key in swept and key not in shown and (key.startswith(("model.", "data.")) or key == "seed"):
-                name += f"-{key.rsplit('.', 1)[-1]}{value}"
-    return name
+def swept_settings(cfg: Any) -> dict[str, str]:
+    """In a multirun, every swept model or data setting (and the seed) that the model's key settings do not already
+    show, with its value in this job: the run's name shows them (launch/run_layout.py)."""
+    if not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN):
+        return {}
+    shown = {f"model.{key}" for key in get_class(cfg.model._target_).run_tag_keys}  # already in the tag
+    swept = swept_keys()
+    return {key: value for key, value in command_line_overrides().items()
+            if key in swept and key not in shown and (key.startswith(("model.", "data.")) or key == "seed")}
 
 
 def hydra_output_dir(cfg: Any) -> str:
-    """Hydra's directory of this run (its .hydra/ config and train.log); outside a Hydra app (a config composed in a
-    test or a notebook), one of the same layout under log_dir."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
-
-    # A composed config has Hydra's settings but no runtime.output_dir (Hydra sets it when it runs a job).
+    """Hydra's directory of this run (its .hydra/ config and train.log: configs/train.yaml's hydra.run.dir); outside a
+    Hydra app (a config composed in a test or a notebook has Hydra's settings but no runtime.output_dir, which Hydra
+    sets when it runs a job), one of the same layout (launch/run_layout.py)."""
     output_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None) if HydraConfig.initialized() else None
-    return output_dir or rules.unlogged_run_dir(cfg.log_dir, "hydra", cfg.run_name)
+    return output_dir or process_dir(cfg.log_dir, "hydra", cfg.run_name)
 
 
 def parallel_job_settings(cfg: Any) -> dict[str, Any]:
@@ -82,9 +76,6 @@ def parallel_job_settings(cfg: Any) -> dict[str, Any]:
     machine, so each gets its own GPU where there are several (launch/runs/worker_slots.py) and CPU cores // n_jobs
     torch threads; a submitit job gets cpus_per_task threads. The basic launcher's jobs, one at a time, keep torch's.
     Returns the trainer settings this changes (the devices), and sets torch's threads."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     hydra_job = HydraConfig.get() if HydraConfig.initialized() else None
     launcher = hydra_job.launcher if hydra_job is not None and hydra_job.mode == RunMode.MULTIRUN else {}
     settings: dict[str, Any] = {}
@@ -93,14 +84,8 @@ def parallel_job_settings(cfg: Any) -> dict[str, Any]:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         n_jobs = int(launcher.n_jobs) if int(launcher.n_jobs) > 0 else max(1, cores + 1 + int(launcher.n_jobs))  # joblib's -1: all
         threads, shared = max(1, cores // n_jobs), f"{cores} CPU cores // n_jobs={n_jobs}"
-        import torch
-
         gpus = torch.cuda.device_count() if str(cfg.trainer.get("accelerator")) in ("auto", "gpu", "cuda") else 0
         if gpus > 1 and str(cfg.trainer.get("devices")) == "1":  # one device per job (not a DDP job of several)
-            from pathlib import Path
-
-            from launch.runs.worker_slots import claim_slot
-
             slot = claim_slot(Path(hydra_job.sweep.dir) / ".worker-slots", n_jobs)
             device = (hydra_job.job.num if slot is None else slot) % gpus  # no slot (no flock): the job number
             settings["devices"] = [device]
@@ -108,8 +93,6 @@ def parallel_job_settings(cfg: Any) -> dict[str, Any]:
     elif launcher.get("cpus_per_task"):
         threads, shared = int(launcher.cpus_per_task), "hydra.launcher.cpus_per_task"
     if threads is not None:
-        import torch
-
         torch.set_num_threads(threads)
         log.info("parallel job %s: torch threads %d (%s)", hydra_job.job.num, threads, shared)
     return settings
@@ -118,36 +101,24 @@ def parallel_job_settings(cfg: Any) -> dict[str, Any]:
 def describe_run(cfg: Any) -> RunDescription:
     """The run of a composed config (launch/run_builder.py's RunDescription), checked, seeded and built but for its
     trainer."""
-    import lightning as L
-    from hydra.utils import instantiate
-
-    from launch.hydra_config import check_run_settings
-    from launch.run_builder import RunDescription
-    from launch.settings import SettingsError
-
     check_run_settings(cfg)
     if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
-        import torch
-
         torch.compiler.reset()
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model = build(cfg)
     trainer = instantiate(cfg.trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    tensorboard = {k: v for k, v in cfg.logger.items() if k not in ("_target_", "name")} if cfg.get("logger") else None
+    tensorboard = {k: v for k, v in cfg.logger.items() if k != "_target_"} if cfg.get("logger") else None
     run = RunDescription(
-        model=model, datamodule=datamodule, name=run_name(cfg, model.run_tag), log_dir=cfg.log_dir, tensorboard=tensorboard,
+        model=model, datamodule=datamodule, name=run_name(cfg.run_name, model.run_tag, swept_settings(cfg)),
+        log_dir=cfg.log_dir, front_end="hydra", tensorboard=tensorboard,
         trainer={**trainer.keywords, "callbacks": callbacks, "logger": False, **parallel_job_settings(cfg)},
         trainer_class=trainer.func, ckpt_path=cfg.get("ckpt_path"), ddp_timeout_s=cfg.ddp_timeout_s,
         # ~logger: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory
-        unlogged_dir=hydra_output_dir(cfg))
+        output_dir=hydra_output_dir(cfg))
     replicas = cfg.get("replicas") or {}
     if replicas.get("seeds") is None:
         return run
-    from omegaconf import OmegaConf
-
-    from launch.runs.replicas import check_replica_request, replicate
-
     if cfg.get("run_test"):
         raise SettingsError("run_test=true with replicas: test each replica's checkpoint on its own "
                             "(python train.py test --ckpt_path=<its run>/checkpoints/<best>.ckpt)")
@@ -159,8 +130,6 @@ def describe_run(cfg: Any) -> RunDescription:
 
 def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     """(datamodule, model, trainer, ckpt_path) of a composed config: its description, built (launch/run_builder.py)."""
-    from launch.run_builder import build_trainer
-
     run = describe_run(cfg)
     trainer, ckpt_path = build_trainer(run)
     return run.datamodule, run.model, trainer, ckpt_path

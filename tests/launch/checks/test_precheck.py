@@ -1,4 +1,4 @@
-"""The command-line checks that run before torch is imported (launch/precheck.py): typos and wrong values are one
+"""The command-line checks that run before torch is imported (launch/checks/precheck.py): typos and wrong values are one
 `error:` line with the closest valid name, exit 2, in both front ends; nothing valid is refused; the schema they read
 is the one the classes give."""
 
@@ -16,10 +16,10 @@ import pytest
 
 import models  # noqa: F401  (registers the model classes)
 from checkpoints.registry import registered
-from launch import schema
-from launch.precheck import refuse_early
+from launch.checks import schema
+from launch.checks.precheck import refuse_early
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MODEL_CONFIGS = ", ".join(sorted(schema.config_targets("model")))  # dvae, dvae_gumbel, jsa, ...
 MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  # DiscreteVAE, JSA, ...: the registry, which the configs must match
 
@@ -27,7 +27,7 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
 def test_the_committed_schema_is_what_the_classes_give():
     committed = json.loads(schema.SCHEMA_FILE.read_text())
     assert committed == json.loads(json.dumps(schema.build())), (
-        "launch/settings_schema.json is stale: run `python -m launch.schema` and commit the file")
+        "launch/checks/settings_schema.json is stale: run `python -m launch.checks.schema` and commit the file")
 
 
 @pytest.mark.parametrize("command, line", [
@@ -56,7 +56,10 @@ def test_the_committed_schema_is_what_the_classes_give():
     ("callbacks.nope.x=1", "callbacks.nope: configs/callbacks/default.yaml has no such callback (it has callbacks.model_checkpoint,"),
     ("callbacks=sgmcmc callbacks.posterior_samples.thn=5", "configs/callbacks/sgmcmc.yaml has no such key; did you mean "
      "callbacks.posterior_samples.thin?"),  # sgmcmc.yaml extends default.yaml
-    ("logger.nme=x", "logger.nme: configs/logger/tensorboard.yaml has no such key; did you mean logger.name?"),
+    ("logger.default_hp_metrc=true", "logger.default_hp_metrc: configs/logger/tensorboard.yaml has no such key; did you mean logger.default_hp_metric?"),
+    # the TensorBoard run's directory and name are the run's layout (launch/run_layout.py): the settings that set them
+    ("logger.save_dir=/tmp/runs", "logger.save_dir=/tmp/runs: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give log_dir=/tmp/runs instead"),
+    ("logger.name=mine", "give run_name=mine instead"),
     # a name cut short gets the name it begins, not one a few letters away (max_steps)
     ("trainer.max_ep=1", "trainer.max_ep: no such setting of Trainer; did you mean trainer.max_epochs?"),
     ("fit --trainer.max_ep=1", "--trainer.max_ep: no such option of Trainer; did you mean --trainer.max_epochs?"),
@@ -226,7 +229,7 @@ def test_a_choice_added_to_a_registry_is_accepted_before_the_schema_is_written_a
     priors = tmp_path / "models/components/priors.py"
     priors.write_text(priors.read_text().replace('PRIOR_ALIASES = {"learned": "factorized"}',
                                                  'PRIOR_ALIASES = {"learned": "factorized", "my_prior": "factorized"}', 1))
-    probe = ("import sys; from launch.precheck import refuse_early\n"
+    probe = ("import sys; from launch.checks.precheck import refuse_early\n"
              "print(repr(refuse_early(['model.prior=my_prior'], cli=False)))\n"
              "print(repr(refuse_early(['fit', '--model.prior=my_prior'], cli=True)))\n"
              "print(repr(refuse_early(['trainer.max_epoch=1'], cli=False)))\n")

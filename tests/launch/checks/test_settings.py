@@ -1,4 +1,4 @@
-"""Settings checked against the constructors' type hints (launch/settings.py): what LightningCLI refuses,
+"""Settings checked against the constructors' type hints (launch/checks/settings.py): what LightningCLI refuses,
 the Hydra front end refuses too, with the choices listed."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from launch.settings import SettingsError, check_settings
+from launch.checks.settings import SettingsError, check_settings
 from datamodules import MNISTDataModule
 from models import JSA, VQVAE, DiscreteVAE
 
@@ -60,7 +60,7 @@ def test_right_settings_pass(cls, settings):
 ])
 def test_trainer_values_lightning_takes_but_cannot_run_are_refused(key, value, message):
     """Each of these passes lightning.Trainer's constructor and divides by zero once training starts."""
-    from launch.settings import check_trainer_values
+    from launch.checks.settings import check_trainer_values
 
     with pytest.raises(SettingsError, match=f"^{message.replace('.', '[.]')}"):
         check_trainer_values({key: value}, "trainer")
@@ -75,11 +75,13 @@ def test_trainer_values_lightning_takes_but_cannot_run_are_refused(key, value, m
     (["optimizer=sgld", "callbacks=sgmcmc", "callbacks.posterior_samples.keep=foo"],
      "callbacks.posterior_samples.keep='foo': expected one of 'mean', 'list'"),
     (["+callbacks.model_checkpoint.every_n_epoch=2"], "callbacks.model_checkpoint.every_n_epoch is not a setting of ModelCheckpoint"),
-    (["logger.name=mine"], "logger.name=mine: the run's name is set by run_name; give run_name=mine instead"),
+    # +: past Hydra (the early checks refuse logger.save_dir=... without it, tests/launch/checks/test_precheck.py)
+    (["+logger.name=mine"], "logger.name=mine: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give run_name=mine instead"),
+    (["+logger.save_dir=/tmp/runs"], "logger.save_dir=/tmp/runs: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give log_dir=/tmp/runs instead"),
 ])
 def test_callback_and_logger_settings_are_checked_before_the_run(overrides, message):
     """Each callback's settings against its constructor (or factory: callbacks.progress_bar), and a logger.name
-    that would be dropped for run_name, refused in one line before anything is built."""
+    or save_dir that the run's layout sets (launch/run_layout.py), refused in one line before anything is built."""
     from launch.hydra_config import check_run_settings
     from tests.launch.test_configs import composed
 

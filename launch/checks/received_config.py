@@ -10,7 +10,7 @@
   the allowed packages (checkpoints/import_paths.py, which also holds a checkpoint's settings to the same rule).
 
 Read with yaml's composer only: nothing is built, no alias is expanded, no tag constructs anything. A config that names
-only allowed classes still chooses what runs (README, "Reliability"); `python -m launch.received_config ARGS` lists
+only allowed classes still chooses what runs (README, "Reliability"); `python -m launch.checks.received_config ARGS` lists
 what a command would read and import.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from checkpoints.import_paths import PATH_SETTINGS, is_allowed_import, looks_like_import_path
-from launch.schema import CONFIGS
+from launch.checks.schema import CONFIGS
 
 MAX_CONFIG_BYTES = 1 << 20  # far above any config here (the largest is a few KB)
 MAX_EXPANDED_NODES = 100_000  # YAML nodes after alias expansion: a config file has hundreds
@@ -109,7 +109,7 @@ class ReceivedFiles:
 
     def __init__(self) -> None:
         self.read = 0
-        self.files: list[str] = []  # each file read, as its label says (for `python -m launch.received_config`)
+        self.files: list[str] = []  # each file read, as its label says (for `python -m launch.checks.received_config`)
         self.imports: list[str] = []  # each allowed dotted name a file gives: "<label>: <key> = <name>"
 
     def check_cli_file(self, path: Path, label: str, chain: tuple[Path, ...] = ()) -> None:
@@ -389,7 +389,7 @@ def refuse_received_configs(argv: list[str], cli: bool) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m launch.received_config ARGS`: what `python train.py ARGS` would read and import from its config
+    """`python -m launch.checks.received_config ARGS`: what `python train.py ARGS` would read and import from its config
     files, read here without importing anything; exit status 2 with the refusal, as train.py would give it."""
     from launch import CLI_SUBCOMMANDS
 

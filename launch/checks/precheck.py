@@ -4,9 +4,9 @@ option, a config that does not exist, a value of the wrong type or out of its co
 a second with one `error:` line and the closest valid names, instead of after ten seconds of imports or as Hydra's
 six-line report.
 
-Only what can be decided from the command line, the files it names and `launch/settings_schema.json` is checked
+Only what can be decided from the command line, the files it names and `launch/checks/settings_schema.json` is checked
 here; a setting this module cannot judge (an interpolation, a list, a config file's contents, a class whose schema
-entry is stale) passes, and the full checks after the imports (launch/settings.py, the constructors, jsonargparse)
+entry is stale) passes, and the full checks after the imports (launch/checks/settings.py, the constructors, jsonargparse)
 still run on everything.
 """
 
@@ -17,7 +17,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from launch.schema import CONFIGS, GROUPS, NOT_SETTINGS, default_choices, every_config, expected, load, type_spec
+from launch.checks.arguments import TAKES_VALUE, option_value, option_values, overrides_of, scalar, values_of
+from launch.checks.paths import PathRefusal, check_paths
+from launch.checks.schema import CONFIGS, GROUPS, NOT_SETTINGS, default_choices, every_config, expected, load, type_spec
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
 TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
@@ -34,7 +36,6 @@ CONFIG_GROUPS = ("model", "data", "optimizer", "trainer", "logger", "callbacks",
 # Hydra options after which the config tree is another one, or that take the next word as their value.
 OTHER_TREE = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd", "--info", "-i", "--hydra-help",
               "--shell-completion", "-sc")
-TAKES_VALUE = ("--cfg", "-c", "--package", "-p")
 
 
 class EarlyRefusal(ValueError):
@@ -53,48 +54,6 @@ def did_you_mean(word: str, candidates: list[str]) -> str:
     close = same or [by_leaf[m] for m in difflib.get_close_matches(leaf(word), begun, n=1, cutoff=0)] or \
         [by_leaf[m] for m in difflib.get_close_matches(leaf(word), list(by_leaf), n=1, cutoff=0.75)]
     return f"; did you mean {close[0]}?" if close else ""
-
-
-# Hydra's grammar (hydra/grammar/OverrideLexer.g4): 007 is a string, 1_000 an int, 1_0.5 a float.
-_DIGITS = r"\d(?:_?\d)*"
-_INT = re.compile(r"[+-]?(?:0|[1-9](?:_?\d)*)")
-_FLOAT = re.compile(rf"[+-]?(?:(?:(?:{_DIGITS})?\.{_DIGITS}|{_DIGITS}\.)(?:[eE][+-]?{_DIGITS})?|{_DIGITS}[eE][+-]?{_DIGITS}|inf|nan)",
-                    re.I)
-_YAML_BOOLS = {"yes": True, "on": True, "no": False, "off": False}  # LightningCLI reads values as YAML 1.1
-
-
-def scalar(text: str, cli: bool = False) -> tuple[bool, Any]:
-    """(True, value) for a plain value as Hydra's grammar reads it (null, true/false, int, float, a quoted or bare
-    string; with `cli`, as LightningCLI's YAML reads it); (False, None) for anything richer (an interpolation, a list,
-    a dict, a function such as range(), an escape)."""
-    text = text.strip()
-    if any(mark in text for mark in ("${", "[", "]", "{", "}", "(", ")", "\\")):
-        return False, None
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return True, text[1:-1]
-    lowered = text.lower()
-    if lowered in ("null", "none" if cli else "null", "~" if cli else "null"):
-        return True, None
-    if lowered in ("true", "false"):
-        return True, lowered == "true"
-    if cli and lowered in _YAML_BOOLS:
-        return True, _YAML_BOOLS[lowered]
-    if _INT.fullmatch(text) or (cli and re.fullmatch(rf"[+-]?{_DIGITS}", text)):
-        return True, int(text.replace("_", ""))
-    if _FLOAT.fullmatch(text):
-        return True, float(text.replace("_", ""))
-    return True, text
-
-
-def values_of(text: str, cli: bool = False) -> list[Any] | None:
-    """The values an override sets: one, or (Hydra) each of a simple sweep a,b,c; None if they cannot be read here."""
-    if cli:
-        ok, value = scalar(text, cli=True)
-        return [value] if ok else None
-    if any(quote in text for quote in "'\"") and "," in text:
-        return None  # a quoted value may hold commas: left to Hydra's parser
-    parts = [scalar(part) for part in text.split(",")] if text else [(True, "")]
-    return [value for _, value in parts] if all(ok for ok, _ in parts) else None
 
 
 def check_value(option: str, value_text: str, specs: list[dict[str, Any]], cli: bool = False) -> None:
@@ -252,6 +211,8 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
                 check_append(*arg[1:].split("=", 1), choices, schema)
     for key, value in overrides:
         group, dot, name = key.partition(".")
+        if key in LAYOUT_SETTINGS:
+            raise EarlyRefusal(layout_setting(key, value))
         if group in ("callbacks", "logger") and dot and key not in appended and not experiment:
             check_config_key(key, value, group, choices.get(group, [None]))
             continue
@@ -279,6 +240,15 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
             raise EarlyRefusal(f"{key}: no such setting{f' of {owner}' if owner and not experiment else ''}"
                                f"{did_you_mean(key, names) or elsewhere(schema, group, name)}")
         check_value(key, value, [settings for settings in specs if name in settings])
+
+
+# The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
+LAYOUT_SETTINGS = {"logger.save_dir": "log_dir", "logger.name": "run_name"}
+
+
+def layout_setting(key: str, value: str) -> str:
+    return (f"{key}={value}: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give "
+            f"{LAYOUT_SETTINGS[key]}={value} instead")
 
 
 # Trainer options of Lightning 1.x that Lightning 2 removed, which old scripts and tutorials still give: what replaces
@@ -394,26 +364,6 @@ def schema_name(schema: dict[str, Any], group: str, choice: str | None) -> str |
     return target.rsplit(".", 1)[-1] if target else None
 
 
-def option_values(argv: list[str]) -> list[tuple[str, str | None]]:
-    """(--option, value) pairs of a LightningCLI command line: --key=value, --key value, or a flag alone."""
-    pairs, i = [], 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("--") and "=" in arg:
-            pairs.append(tuple(arg.split("=", 1)))
-        elif arg.startswith("--"):
-            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else None
-            pairs.append((arg, value))
-            i += value is not None
-        i += 1
-    return pairs
-
-
-def option_value(argv: list[str], option: str) -> str | None:
-    """The value a LightningCLI command line gives `option` (the last, as argparse takes it), or None."""
-    return dict(option_values(argv)).get(option)
-
-
 def check_cli(argv: list[str], schema: dict[str, Any]) -> None:
     """Raise EarlyRefusal for the first mistake of a LightningCLI command line that can be seen without the imports."""
     pairs = option_values(argv[1:])
@@ -527,7 +477,6 @@ def check_no_pickled_rerun(argv: list[str]) -> None:
 PRINTS_ONLY = {True: ("-h", "--help", "--print_config", "--model.help", "--data.help"),  # LightningCLI (its -c is --config)
                False: ("-h", "--help", "--cfg", "-c", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")}
 # What Lightning takes for ckpt_path besides a file (the last or best checkpoint of the run, SLURM's, a registry's).
-CKPT_NAMES = ("last", "best", "hpc", "registry")
 
 
 def check_config_files(argv: list[str]) -> None:
@@ -554,68 +503,6 @@ def check_config_files(argv: list[str]) -> None:
                                f"python train.py {argv[0]} --print_config prints a valid config to start from") from None
         except (OSError, UnicodeDecodeError) as error:
             raise EarlyRefusal(f"--config={name}: cannot be read ({error})") from None
-
-
-def check_paths(argv: list[str], cli: bool, data_class: str | None) -> None:
-    """What a run would find on disk only after the imports, seen now: a checkpoint that does not exist, a run
-    directory root that is a file, and a DATA_DIR that holds nothing (README: DATA_DIR points at a copy; a download
-    goes to data.data_dir or ./data)."""
-    import os
-
-    given = dict(option_values(argv[1:])) if cli else dict(overrides_of(argv))
-    ckpt_option = "--ckpt_path" if cli else "ckpt_path"
-    for value in (values_of(given.get(ckpt_option) or "", cli) or []) if given.get(ckpt_option) else []:
-        path = Path(str(value))
-        if value is None or "://" in str(value) or (str(value) in CKPT_NAMES and not path.exists()):
-            continue
-        if not path.is_file():
-            what = ("a directory, not a checkpoint file" if path.is_dir() else
-                    "not a regular file (a pipe, socket or device), not a checkpoint file" if path.exists() else "no such file")
-            raise EarlyRefusal(f"{ckpt_option}={value}: {what} (ckpt_path expects a .ckpt file written by a run, e.g. "
-                               "logs/tensorboard/<run>/version_0/checkpoints/last.ckpt)")
-
-    import yaml
-
-    config_file_given = cli and any(arg in ("-c", "--config") or arg.startswith(("-c=", "--config=")) for arg in argv)
-    default_log_dir = yaml.safe_load((CONFIGS / "train.yaml").read_text())["log_dir"]  # rules.log_dir()
-    log_dir_option = "--log_dir" if cli else "log_dir"
-    roots = [("--trainer.default_root_dir", given.get("--trainer.default_root_dir"))] if cli else []
-    # a config file may set log_dir: then it is checked once parsed (launch/run_builder.py)
-    if log_dir_option in given or not config_file_given:
-        roots += [(log_dir_option, value) for value in values_of(given.get(log_dir_option) or default_log_dir, cli) or []]
-    for option, value in roots:
-        if value is not None and Path(str(value)).exists() and not Path(str(value)).is_dir():
-            if option == log_dir_option and log_dir_option not in given:
-                raise EarlyRefusal(f"{value} is a file, not a directory: runs are written under {value}/ in the working "
-                                   f"directory ({log_dir_option}, the default); move the file, give {log_dir_option}=DIR, or run elsewhere")
-            raise EarlyRefusal(f"{option}={value}: {value} is a file, not a directory; expected a directory to write the run in")
-
-    data_dir_given = any(key.removeprefix("--").replace("init_args.", "") == "data.data_dir" for key in given)
-    if "DATA_DIR" not in os.environ or data_dir_given or config_file_given:  # a config file may give data_dir
-        return
-    data_dir, data = os.environ["DATA_DIR"], data_class or "the data"
-    fix = (f"point DATA_DIR at the folder that holds the files of {data} (README: Data), or unset it to download into "
-           f"./data ({'--data.data_dir' if cli else 'data.data_dir'}=PATH downloads into PATH)")
-    if not data_dir.strip():
-        raise EarlyRefusal(f"DATA_DIR is set but empty; {fix}")
-    folder = Path(data_dir).expanduser()
-    if not folder.exists():
-        raise EarlyRefusal(f"DATA_DIR={data_dir} does not exist; {fix}")
-    if folder.is_dir() and not any(folder.iterdir()):
-        raise EarlyRefusal(f"DATA_DIR={data_dir} is an empty folder; {fix}")
-
-
-def overrides_of(argv: list[str]) -> list[tuple[str, str]]:
-    """(key, value) of a Hydra command line's key=value overrides (+key, key@package alike)."""
-    pairs, skip = [], False
-    for arg in argv:
-        if skip or arg.startswith("-"):
-            skip = not skip and arg in TAKES_VALUE
-            continue
-        if "=" in arg and not arg.startswith("~"):
-            key, _, value = arg.lstrip("+").partition("=")
-            pairs.append((key.split("@", 1)[0], value.strip()))
-    return pairs
 
 
 def data_class_of(argv: list[str], cli: bool, schema: dict[str, Any] | None) -> str | None:
@@ -645,7 +532,7 @@ def refuse_early(argv: list[str], cli: bool) -> str | None:
             (check_cli if cli else check_hydra)(argv, schema)
         if not prints_only and not any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
             check_paths(argv, cli, data_class_of(argv, cli, schema))
-    except EarlyRefusal as refusal:
+    except (EarlyRefusal, PathRefusal) as refusal:
         return str(refusal)
     return None
 

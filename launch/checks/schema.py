@@ -1,19 +1,19 @@
 """Every configurable class's settings and their types, as JSON, so that a command line can be checked without
 importing torch.
 
-The constructors' signatures stay the one source (`launch.settings.constructor_hints`, `constructor_defaults`):
-`python -m launch.schema` reads them and writes `settings_schema.json` beside this file, each class with the
+The constructors' signatures stay the one source (`launch.checks.settings.constructor_hints`, `constructor_defaults`):
+`python -m launch.checks.schema` reads them and writes `settings_schema.json` beside this file, each class with the
 fingerprint of what it was read from: for a project class, the code of the files that define it and its project base
 classes and of the project modules these import, where its settings' choices live (their syntax trees without
 docstrings, so that a comment or a docstring edit keeps the entry); for torch's
 or Lightning's, the package's version.
-`launch.precheck` uses a class's entry only while its fingerprint still matches; otherwise it checks nothing of that
+`launch.checks.precheck` uses a class's entry only while its fingerprint still matches; otherwise it checks nothing of that
 class and the full checks after the imports do all the work, so a stale file never refuses a valid setting.
-tests/launch/test_precheck.py fails when the committed file is stale.
+tests/launch/checks/test_precheck.py fails when the committed file is stale.
 
 A type is stored as a spec: "int", "float", "bool", "str", "any", {"choices": [...]} (a Literal),
 {"class": NAME} (any other class) or {"any_of": [specs], "null": bool} (a Union). `expected(spec, value)` is the
-check both the pre-check and `launch.settings.check_settings` apply. A number the constructor bounds (`if mis_steps
+check both the pre-check and `launch.checks.settings.check_settings` apply. A number the constructor bounds (`if mis_steps
 < 1: raise ValueError(...)`, read from its source by `constructor_bounds`) is stored as {"of": spec, "ge": 1} (also
 "gt", "le", "lt"), so that the pre-check refuses `model.mis_steps=-1` before the imports, as the constructor would after.
 """
@@ -32,7 +32,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = Path(__file__).with_name("settings_schema.json")
 CONFIGS = REPO / "configs"
 # Where the configurable classes are defined: a change to any of these files may change a signature.

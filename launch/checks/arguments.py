@@ -1,0 +1,86 @@
+"""A command line read as the two front ends read it, before anything is imported: Hydra's `KEY=VALUE` overrides
+(`overrides_of`), LightningCLI's `--option VALUE` pairs (`option_values`, `option_value`), and the plain values they
+set (`scalar`, `values_of`, by Hydra's grammar or LightningCLI's YAML 1.1). The early checks (precheck.py) and both
+front ends after them read the command line through these functions, so that they agree on what was given."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+TAKES_VALUE = ("--cfg", "-c", "--package", "-p")
+
+
+# Hydra's grammar (hydra/grammar/OverrideLexer.g4): 007 is a string, 1_000 an int, 1_0.5 a float.
+_DIGITS = r"\d(?:_?\d)*"
+_INT = re.compile(r"[+-]?(?:0|[1-9](?:_?\d)*)")
+_FLOAT = re.compile(rf"[+-]?(?:(?:(?:{_DIGITS})?\.{_DIGITS}|{_DIGITS}\.)(?:[eE][+-]?{_DIGITS})?|{_DIGITS}[eE][+-]?{_DIGITS}|inf|nan)",
+                    re.I)
+_YAML_BOOLS = {"yes": True, "on": True, "no": False, "off": False}  # LightningCLI reads values as YAML 1.1
+
+
+def scalar(text: str, cli: bool = False) -> tuple[bool, Any]:
+    """(True, value) for a plain value as Hydra's grammar reads it (null, true/false, int, float, a quoted or bare
+    string; with `cli`, as LightningCLI's YAML reads it); (False, None) for anything richer (an interpolation, a list,
+    a dict, a function such as range(), an escape)."""
+    text = text.strip()
+    if any(mark in text for mark in ("${", "[", "]", "{", "}", "(", ")", "\\")):
+        return False, None
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return True, text[1:-1]
+    lowered = text.lower()
+    if lowered in ("null", "none" if cli else "null", "~" if cli else "null"):
+        return True, None
+    if lowered in ("true", "false"):
+        return True, lowered == "true"
+    if cli and lowered in _YAML_BOOLS:
+        return True, _YAML_BOOLS[lowered]
+    if _INT.fullmatch(text) or (cli and re.fullmatch(rf"[+-]?{_DIGITS}", text)):
+        return True, int(text.replace("_", ""))
+    if _FLOAT.fullmatch(text):
+        return True, float(text.replace("_", ""))
+    return True, text
+
+
+def values_of(text: str, cli: bool = False) -> list[Any] | None:
+    """The values an override sets: one, or (Hydra) each of a simple sweep a,b,c; None if they cannot be read here."""
+    if cli:
+        ok, value = scalar(text, cli=True)
+        return [value] if ok else None
+    if any(quote in text for quote in "'\"") and "," in text:
+        return None  # a quoted value may hold commas: left to Hydra's parser
+    parts = [scalar(part) for part in text.split(",")] if text else [(True, "")]
+    return [value for _, value in parts] if all(ok for ok, _ in parts) else None
+
+
+def option_values(argv: list[str]) -> list[tuple[str, str | None]]:
+    """(--option, value) pairs of a LightningCLI command line: --key=value, --key value, or a flag alone."""
+    pairs, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--") and "=" in arg:
+            pairs.append(tuple(arg.split("=", 1)))
+        elif arg.startswith("--"):
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else None
+            pairs.append((arg, value))
+            i += value is not None
+        i += 1
+    return pairs
+
+
+def option_value(argv: list[str], option: str) -> str | None:
+    """The value a LightningCLI command line gives `option` (the last, as argparse takes it), or None."""
+    return dict(option_values(argv)).get(option)
+
+
+def overrides_of(argv: list[str]) -> list[tuple[str, str]]:
+    """(key, value) of a Hydra command line's key=value overrides (+key, key@package alike)."""
+    pairs, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("-"):
+            skip = not skip and arg in TAKES_VALUE
+            continue
+        if "=" in arg and not arg.startswith("~"):
+            key, _, value = arg.lstrip("+").partition("=")
+            pairs.append((key.split("@", 1)[0], value.strip()))
+    return pairs

@@ -1,0 +1,49 @@
+"""Where a run writes and what it is called, decided here for both front ends from what the user chose: the log
+directory, a TensorBoard run or none, the run's name.
+
+    <log_dir>/tensorboard/<name>/version_<N>/   a logged run: TensorBoard events, hparams.yaml, checkpoints/
+    <log_dir>/hydra/<name>/<time>-<pid>/         Hydra's own directory of a run (.hydra/, train.log; configs/train.yaml's
+                                                 hydra.run.dir), which also holds an unlogged Hydra run's checkpoints
+    <log_dir>/cli/<name>/<time>-<pid>/           an unlogged LightningCLI run: config.yaml, checkpoints/
+    <log_dir>/replicas/<name>/<time>-<pid>/      a replicated process's own checkpoints (docs/replicas.md)
+
+<time>-<pid> keeps two runs started together apart. A run's name is <base>-<the model's key settings>, plus, in a
+multirun, each swept setting the key settings do not show: e.g. jsa-mnist-mlp-K10-L20-lr0.01, where <base> is
+Hydra's run_name (<model>-<data> by default) or the CLI's <model>-<data>.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+TENSORBOARD = "tensorboard"  # <log_dir>/tensorboard: every TensorBoard run, one `tensorboard --logdir` for all
+
+
+def run_name(base: str, run_tag: str, swept: dict[str, Any] | None = None) -> str:
+    """<base>-<run_tag>[-<key><value>...]: runs of other settings get other directories."""
+    name = f"{base}-{run_tag}" if run_tag else base
+    return name + "".join(f"-{key.rsplit('.', 1)[-1]}{value}" for key, value in (swept or {}).items())
+
+
+def tensorboard_root(log_dir: str) -> str:
+    return f"{log_dir}/{TENSORBOARD}"
+
+
+def process_dir(log_dir: str, kind: str, name: str) -> str:
+    """<log_dir>/<kind>/<name>/<date>_<time>-<pid>: the layout of Hydra's own run directories."""
+    return f"{log_dir}/{kind}/{name}/{time.strftime('%Y-%m-%d_%H-%M-%S')}-{os.getpid()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunLayout:
+    tensorboard_root: str | None  # None: no TensorBoard run (the logger is off, or the user gave another logger)
+    unlogged_dir: str  # where the run's files go when it has no logger directory (its checkpoints; the CLI's config.yaml)
+
+
+def layout(run: Any) -> RunLayout:
+    """The directories of a described run (launch/run_builder.py's RunDescription)."""
+    return RunLayout(tensorboard_root=tensorboard_root(run.log_dir) if run.tensorboard is not None else None,
+                     unlogged_dir=run.output_dir or process_dir(run.log_dir, run.front_end, run.name))
