@@ -92,15 +92,15 @@ def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir:
     - without a logger, or under fast_dev_run (and no default_root_dir given), the run's files go to `unlogged_dir`: Lightning would put
       its checkpoints, and LightningCLI its config.yaml, into the working directory;
     - a DDP strategy named by a string gets a collective timeout (launch/runs/distributed.py), set once every rank has
-      started (callbacks/process_group.py);
+      started (callbacks/guards/process_group.py);
     - in a SLURM job, Lightning's auto-requeue saves and finds hpc_ckpt_N.ckpt in the run's directory;
-    - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/preemption.py);
-    - a DDP run's process group is released at exit in every rank (callbacks/process_group.py);
+    - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/guards/preemption.py);
+    - a DDP run's process group is released at exit in every rank (callbacks/guards/process_group.py);
     - with the progress bar off, its callback goes (Lightning refuses both)."""
     from lightning.pytorch.callbacks import ProgressBar
 
-    from callbacks.preemption import SaveOnPreemption
-    from callbacks.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
+    from callbacks.guards.preemption import SaveOnPreemption
+    from callbacks.guards.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
     from launch.runs.distributed import strategy_with_timeout
     from launch.runs.run_directory import slurm_job_id
 

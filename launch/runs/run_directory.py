@@ -271,7 +271,7 @@ def run_summary(trainer: Any) -> str | None:
     it, e.g. `run: logs/tensorboard/jsa-mnist-mlp-K10-L20/version_0 · checkpoint: logs/.../checkpoints/last.ckpt ·
     tensorboard --logdir logs/tensorboard` (paths below the working directory relative to it); None when there is
     nothing to name (no logger directory, no checkpoint)."""
-    from callbacks.preemption import checkpoint_directory
+    from callbacks.guards.preemption import checkpoint_directory
 
     parts = []
     logger = trainer.logger
