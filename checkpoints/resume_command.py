@@ -1,5 +1,5 @@
 """The command that resumes a run from a checkpoint, in the front end that runs it: named by every message that asks
-the user to resume (a preempted run, callbacks/preemption.py; a checkpoint of another model, models/base.py)."""
+the user to resume (a preempted run, callbacks/guards/preemption.py; a checkpoint of another model, models/base.py)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ LIGHTNING_REFUSALS = ("`val_check_interval`",)
 
 
 class StoppedByCtrlC(SystemExit):
-    """Ctrl-C outside training's own handling (callbacks/preemption.py saves a checkpoint there): during validate or
+    """Ctrl-C outside training's own handling (callbacks/guards/preemption.py saves a checkpoint there): during validate or
     test, or before the first step. Lightning answers KeyboardInterrupt with exit status 1, as if the run had failed;
     this is the shell's 130 (128 + SIGINT), as after Ctrl-C in training."""
 
@@ -78,7 +78,7 @@ def user_errors_as_one_line() -> Iterator[None]:
         key = str(error).rsplit("full_key:", 1)[-1].strip() if "full_key:" in str(error) else ""
         exit_with(f"{key + ': ' if key else ''}{cause}")
     except Exception as error:
-        if getattr(error, "nonfinite_message", None):  # diverged weights failed a step (callbacks/nonfinite.py)
+        if getattr(error, "nonfinite_message", None):  # diverged weights failed a step (callbacks/guards/nonfinite.py)
             exit_with(error.nonfinite_message)
         if not isinstance(error, RuntimeError) or not is_collective_timeout(error):
             raise

@@ -25,8 +25,8 @@ from hydra.utils import instantiate
 from lightning import Callback, Trainer
 from lightning.pytorch.callbacks import ProgressBar
 
-from callbacks.preemption import SaveOnPreemption
-from callbacks.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
+from callbacks.guards.preemption import SaveOnPreemption
+from callbacks.guards.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
 from common.signatures import constructor_defaults
 from launch.checks.defaults import config_file
 from launch.errors import REFUSALS, StoppedByCtrlC, ctrl_c_as_status_130, lightning_refusals_as_settings_errors
@@ -54,10 +54,10 @@ def default_callbacks() -> list[Callback]:
 
 def always_on_callbacks(collective_timeout_s: float | None) -> list[Callback]:
     """The callbacks every run gets, whatever the configs or the command line say (the one list of them):
-    - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/preemption.py);
-    - a DDP run's process group is released at exit in every rank (callbacks/process_group.py);
+    - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/guards/preemption.py);
+    - a DDP run's process group is released at exit in every rank (callbacks/guards/process_group.py);
     - with a collective timeout (a DDP strategy named by a string), the collectives after the ranks' start wait that
-      long (callbacks/process_group.py)."""
+      long (callbacks/guards/process_group.py)."""
     timeouts = [CollectiveTimeout(collective_timeout_s)] if collective_timeout_s is not None else []
     return [SaveOnPreemption(), ReleaseProcessGroupAtExit(), *timeouts]
 
@@ -76,7 +76,7 @@ def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir:
     - without a logger, or under fast_dev_run (and no default_root_dir given), the run's files go to `unlogged_dir`: Lightning would put
       its checkpoints, and LightningCLI its config.yaml, into the working directory;
     - a DDP strategy named by a string gets a collective timeout (launch/runs/distributed.py), set once every rank has
-      started (callbacks/process_group.py);
+      started (callbacks/guards/process_group.py);
     - in a SLURM job, Lightning's auto-requeue saves and finds hpc_ckpt_N.ckpt in the run's directory;
     - the always-on callbacks join the given ones (`always_on_callbacks`);
     - with the progress bar off, its callback goes (Lightning refuses both)."""

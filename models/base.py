@@ -395,7 +395,7 @@ class LatentVariableModel(L.LightningModule):
     def configure_callbacks(self) -> list[L.Callback]:
         # Exact resume needs the random state; nothing lost needs atomic, checksummed checkpoint files.
         # A resumed run trains with the settings it records (checkpoints/resume_settings.py). (Signals are the
-        # launch side's: launch/rules.py adds callbacks/preemption.py's SaveOnPreemption to the trainer.)
+        # launch side's: launch/rules.py adds callbacks/guards/preemption.py's SaveOnPreemption to the trainer.)
         needed = (RandomStateCheckpoint, AtomicCheckpoints, ResumeSettings)
         # Lightning calls this at every fit, validate and test: the trainer holds them from an earlier one (test after
         # fit, run_test=true), or the user gave one. Returned again, they would replace themselves with a log line

@@ -51,19 +51,19 @@ BENCHMARK_FAST = {"benchmarks.studies.grey_mnist": ["--steps", "2", "--val-every
                   "benchmarks.speed.eval_speed": ["--batch-size", "4", "--samples", "4", "--min-run-time", "0.02", "--test-images", "8"],
                   "benchmarks.speed.loop_overhead": ["--models", "vae", "--steps", "14", "--repeats", "1"],
                   "benchmarks.speed.memory": ["--models", "jsa", "--steps", "2", "--test-batches", "1"],
-                  "benchmarks.studies.field_study": ["--models", "jsa,vae", "--datasets", "mnist", "--seeds", "1", "--epochs", "1", "--val-every", "1",
+                  "benchmarks.studies.field.study": ["--models", "jsa,vae", "--datasets", "mnist", "--seeds", "1", "--epochs", "1", "--val-every", "1",
                                              "--val-samples", "2", "--steps-per-epoch", "2", "--is-images", "4", "--is-samples", "2,4",
                                              "--grad-batches", "1", "--grad-repeats", "2", "--cost-rounds", "1", "--cost-seconds", "0.05", "--out", "field-study", "--logs", "field-study-logs",
                                              "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
                                              "model.test_num_samples=2"],
-                  "benchmarks.studies.priors": ["--epochs", "1", "--stage2-epochs", "1", "--seeds", "1", "--repeats", "1",
+                  "benchmarks.studies.prior_study": ["--epochs", "1", "--stage2-epochs", "1", "--seeds", "1", "--repeats", "1",
                                         "--only", "jsa-autoregressive-s0,vqvae-mlp-*", "trainer.limit_train_batches=2",
                                         "trainer.limit_val_batches=1", "model.val_num_samples=2"]}
 
 # The committed records a study's `--report-only` reads (its default --out), where README shows no run of it.
-REPORT_RECORDS = {"benchmarks.studies.cache_study": "benchmarks/results/cache-study"}
+REPORT_RECORDS = {"benchmarks.studies.cache.study": "benchmarks/results/cache-study"}
 # Rough seconds of each benchmark's cut-down run (a scheduling hint, not a measurement): the lanes start the longest first.
-BENCHMARK_COST = {"benchmarks.robustness.bad_inputs": 48, "benchmarks.studies.field_study": 45, "benchmarks.studies.priors": 30, "benchmarks.studies.grey_mnist": 25,
+BENCHMARK_COST = {"benchmarks.robustness.bad_inputs": 48, "benchmarks.studies.field.study": 45, "benchmarks.studies.prior_study": 30, "benchmarks.studies.grey_mnist": 25,
                   "benchmarks.speed.memory": 24, "benchmarks.studies.jsa_study": 18}
 
 

@@ -25,13 +25,35 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("path", sorted(p for p in (REPO / "callbacks").glob("*.py") if p.name != "__init__.py"), ids=lambda p: p.name)
+CALLBACK_MODULES = sorted(p.relative_to(REPO) for p in (REPO / "callbacks").rglob("*.py") if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("path", CALLBACK_MODULES, ids=lambda p: str(p.relative_to("callbacks")))
 def test_every_module_in_callbacks_holds_a_callback(path):
+    """Sub-packages (callbacks/guards/) included."""
     import importlib
 
-    module = importlib.import_module(f"callbacks.{path.stem}")
+    module = importlib.import_module(".".join(path.with_suffix("").parts))
     own = [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__]
-    assert any(issubclass(cls, L.Callback) for cls in own), f"callbacks/{path.name} defines no Lightning callback"
+    assert any(issubclass(cls, L.Callback) for cls in own), f"{path} defines no Lightning callback"
+
+
+def test_a_moved_callback_module_still_imports_by_its_former_path():
+    """A LightningCLI run's config.yaml names each callback by its module (`class_path:
+    callbacks.nonfinite.NonFiniteLossGuard`): after a move, `fit -c <an older run>/config.yaml` imports the old path,
+    the way jsonargparse does, and gets the same class."""
+    import importlib
+
+    import callbacks
+
+    assert callbacks.MOVED_MODULES
+    for old, module in callbacks.MOVED_MODULES.items():
+        path = REPO / f"{old.replace('.', '/')}.py"
+        assert not path.exists(), f"{old} is a module again: drop it from callbacks.MOVED_MODULES"
+        for name, cls in vars(module).items():
+            if isinstance(cls, type) and issubclass(cls, L.Callback) and cls.__module__ == module.__name__:
+                assert getattr(__import__(old, fromlist=[name]), name) is cls
+                assert getattr(importlib.import_module(old), name) is cls
 
 
 def test_nothing_below_the_launch_package_imports_it():
@@ -66,14 +88,18 @@ def project_modules() -> dict[str, Path]:
     return found
 
 
-def test_no_folder_holds_more_than_12_flat_modules():
-    """A room that says what it holds: past a dozen modules, a folder is split into sub-packages."""
+MAX_FLAT_MODULES = 10
+
+
+def test_no_folder_holds_more_than_10_flat_modules():
+    """A room that says what it holds: past ten modules (__init__.py not counted), a folder is split into sub-packages
+    named for what each holds."""
     counts = {}
     for path in project_modules().values():
         if path.name != "__init__.py":
             counts[path.parent.relative_to(REPO)] = counts.get(path.parent.relative_to(REPO), 0) + 1
-    crowded = {str(folder): n for folder, n in counts.items() if n > 12 and str(folder) != "."}
-    assert not crowded, f"folders with more than 12 modules: {crowded}"
+    crowded = {str(folder): n for folder, n in counts.items() if n > MAX_FLAT_MODULES and str(folder) != "."}
+    assert not crowded, f"folders with more than {MAX_FLAT_MODULES} modules: {crowded}"
 
 
 def test_the_imports_form_no_circle():

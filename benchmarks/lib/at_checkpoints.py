@@ -1,4 +1,4 @@
-"""Measurements at trained parameters, for the studies (benchmarks/studies/field_study.py, cache_study.py, long_study.py):
+"""Measurements at trained parameters, for the studies (benchmarks/studies/field/study.py, cache/study.py, long_study.py):
 
 * `step_cost`: ms per training step of every run's model, timed side by side in one process (the runs' own logged
   epoch times depend on what else the machine was doing at the time).

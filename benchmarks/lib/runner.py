@@ -1,6 +1,6 @@
 """Resumable benchmark runs: each run is a `python train.py ...` subprocess whose finished record is a JSON file.
 
-A study (benchmarks/studies/jsa_study.py, benchmarks/studies/priors.py) names its runs and their train.py overrides; `run_pending`
+A study (benchmarks/studies/jsa_study.py, benchmarks/studies/prior_study.py) names its runs and their train.py overrides; `run_pending`
 skips the runs whose record exists, and `train` resumes an unfinished run from its last.ckpt (or starts it afresh
 when it stopped before its first checkpoint), so an interrupted study continues where it stopped.
 """
@@ -264,7 +264,7 @@ def add_is_resolution_arguments(parser: argparse.ArgumentParser, measured: str) 
 
 
 def add_study_arguments(parser: argparse.ArgumentParser, out: str, logs: str) -> None:
-    """The options every study of runs under the JSA paper's protocol shares (benchmarks/studies/jsa_study.py, cache_study.py)."""
+    """The options every study of runs under the JSA paper's protocol shares (benchmarks/studies/jsa_study.py, cache/study.py)."""
     parser.add_argument("--val-every", type=int, default=5, help="validate every this many epochs (the paper: 5)")
     parser.add_argument("--val-samples", type=int, default=100, help="importance samples of val NLL (the paper: 1000)")
     parser.add_argument("--steps-per-epoch", type=int, default=275, help="training steps per epoch (55,000 / 200)")
@@ -285,7 +285,7 @@ def patterns(text: str) -> list[str]:
 
 def add_run_selection_arguments(parser: argparse.ArgumentParser) -> None:
     """--lanes and --only, read by run_pending: every study of runs takes them (through add_study_arguments, and
-    benchmarks/studies/priors.py, whose options differ)."""
+    benchmarks/studies/prior_study.py, whose options differ)."""
     parser.add_argument("--lanes", type=int, default=1, help="runs at once, each on cores/lanes threads (default 1)")
     parser.add_argument("--replicas-per-process", type=int, default=1, metavar="N",
                         help="train up to N runs that differ in their seed alone as the replicas of one process "

@@ -17,7 +17,7 @@ import time
 import lightning as L
 
 from datamodules import MNISTDataModule
-from callbacks.process_group import ReleaseProcessGroupAtExit
+from callbacks.guards.process_group import ReleaseProcessGroupAtExit
 from models import JSA
 
 from benchmarks.lib import arguments

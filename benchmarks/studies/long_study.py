@@ -28,7 +28,7 @@ from benchmarks.lib import runner
 from benchmarks.lib.plots import curve_grid
 from benchmarks.lib.records import epoch_of, read_curves
 from benchmarks.lib.stats import difference_cells, fmt, holm, two_sample_p
-from benchmarks.studies.cache_study import DIAGNOSTICS
+from benchmarks.studies.cache.study import DIAGNOSTICS
 
 LAST_STRETCH = 20  # epochs: a run still falling over its last 20 has not converged
 CACHE_START = 0.6  # of the run: the paper's `start = 300` of 500 epochs

@@ -35,7 +35,7 @@ from benchmarks.lib import runner
 from benchmarks.lib.plots import curve_grid
 from benchmarks.lib.records import epoch_of, read_curves
 from benchmarks.lib.stats import fmt, holm, paired_interval, paired_p, t_threshold, two_sample_p
-from benchmarks.studies.cache_study import DIAGNOSTICS
+from benchmarks.studies.cache.study import DIAGNOSTICS
 
 EPOCHS = 500  # the paper's `--epoch 500`
 BRANCH_EPOCH = 300  # the paper's `start = 300`: the cache is read from here on

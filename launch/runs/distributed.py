@@ -17,7 +17,7 @@ from launch.checks.settings import SettingsError
 DDP_TIMEOUT_S = 600  # as ddp_timeout_s in configs/train.yaml
 # How long the ranks wait for each other to start (torch's rendezvous), whatever ddp_timeout_s says: each rank imports
 # torch and builds the run on its own, and on a busy machine or a slow file system one may start a minute after
-# another, which is not a hang. callbacks/process_group.py's CollectiveTimeout sets ddp_timeout_s once all are there.
+# another, which is not a hang. callbacks/guards/process_group.py's CollectiveTimeout sets ddp_timeout_s once all are there.
 STARTUP_TIMEOUT_S = DDP_TIMEOUT_S
 
 

@@ -26,7 +26,7 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import OmegaConf
 
-from callbacks.preemption import checkpoint_directory
+from callbacks.guards.preemption import checkpoint_directory
 
 from checkpoints.files import CheckpointError, held_directories, lies_inside
 

@@ -23,7 +23,7 @@ CASES = [
     ("speed.ddp_cache_gather", ["--batch-size", "0"], "argument --batch-size: 0: expected an integer >= 1"),
     ("studies.santa_vs_adam", ["--limit-train-batches", "0"], "argument --limit-train-batches: 0: expected a finite number > 0"),
     ("robustness.faults", ["--concurrent", "-1"], "argument --concurrent: -1: expected an integer >= 0"),
-    ("studies.cache_study", ["--small-l-seeds", "0"], "argument --small-l-seeds: 0: expected an integer >= 1"),
+    ("studies.cache.study", ["--small-l-seeds", "0"], "argument --small-l-seeds: 0: expected an integer >= 1"),
     ("robustness.bad_inputs", ["--table-only", "--out", "{tmp}/nowhere"], "table.json is not a readable table (FileNotFoundError)"),
     ("compare", ["{tmp}", "--out", "{tmp}/afile"], "afile is a file; expected a directory to write in"),
     ("studies.grey_mnist", ["--logs", "{tmp}/afile/logs"], "afile is a file; expected a directory to write in"),

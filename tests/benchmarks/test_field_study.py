@@ -1,10 +1,10 @@
-"""The field study's plan (benchmarks/studies/field_study.py): a Fashion-MNIST arm gets three seeds when its seed-0 test NLL
+"""The field study's plan (benchmarks/studies/field/study.py): a Fashion-MNIST arm gets three seeds when its seed-0 test NLL
 is within CLOSE nats of an arm it is compared with, and one otherwise; the study adds those seeds in the same
 invocation, once the seed-0 records exist."""
 
 from __future__ import annotations
 
-from benchmarks.studies import field_study, field_study_plan
+from benchmarks.studies.field import plan as field_study_plan, study as field_study
 
 # Seed-0 Fashion-MNIST test NLLs: JSA and RWS (uniform) 0.5 apart, VIMCO 2 nats from JSA; with the MADE prior JSA
 # and RWS 3 apart, and each 3 or more from its uniform arm.
@@ -49,7 +49,7 @@ def test_close_arms_reads_only_seed_0_of_its_data_set(tmp_path):
 
 
 def test_the_is_resolution_table_pairs_each_run_with_jsa_over_the_same_images():
-    from benchmarks.studies import field_study_report
+    from benchmarks.studies.field import report as field_study_report
 
     # Per-image NLLs at K = 10 and 100: RWS is 1 nat below JSA on every image at K = 10, 2 nats at K = 100.
     # RWS first: the pairing is with the JSA run wherever it stands.
@@ -64,7 +64,7 @@ def test_the_is_resolution_table_pairs_each_run_with_jsa_over_the_same_images():
 
 
 def test_equal_time_reads_every_run_at_the_shortest_and_the_median_training_time():
-    from benchmarks.studies import field_study_report
+    from benchmarks.studies.field import report as field_study_report
 
     spe = 10  # steps per epoch; a validation after every epoch (its logged step is the epoch's last batch)
 
@@ -126,7 +126,7 @@ def test_the_report_says_the_plan_may_grow_while_a_fashion_seed_0_run_is_missing
 
 
 def test_mnist_beside_fashion_ranks_the_arms_on_each_data_set_by_seed_0_and_by_mean():
-    from benchmarks.studies import field_study_report
+    from benchmarks.studies.field import report as field_study_report
 
     def record(data, model, seed, nll):
         return {"name": f"{data}-{model}-uniform-s{seed}", "kind": "train", "data": data, "model": model, "prior": "uniform",

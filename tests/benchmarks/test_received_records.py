@@ -31,7 +31,7 @@ def test_a_study_report_skips_a_bad_record_with_one_line_naming_it(tmp_path):
     subprocess.run(["cp", "-r", str(REPO / "benchmarks" / "results" / "cache-study"), str(out)], check=True)
     for name, text in BAD_RECORDS.items():
         (out / "runs" / f"{name}.json").write_text(text)
-    result = subprocess.run([sys.executable, "-m", "benchmarks.studies.cache_study", "--out", str(out), "--report-only"], cwd=REPO,
+    result = subprocess.run([sys.executable, "-m", "benchmarks.studies.cache.study", "--out", str(out), "--report-only"], cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     skipped = [line for line in result.stdout.splitlines() if line.startswith("skipped ")]

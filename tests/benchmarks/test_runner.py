@@ -84,12 +84,12 @@ def test_a_failed_run_lets_the_running_one_finish_starts_no_other_and_is_raised(
 
 
 def test_the_cache_studys_is_table_pairs_the_arms_by_seed_and_image(tmp_path):
-    """benchmarks/studies/cache_study.py: middle − never per image within a seed pair, its standard error over the images,
+    """benchmarks/studies/cache/study.py: middle − never per image within a seed pair, its standard error over the images,
     −ELBO's sign flipped (the column is −ELBO), and one row per seed pair (pooling pairs would understate the error);
     a finished middle/never run with no measurement is named."""
     import argparse
 
-    from benchmarks.studies import cache_study
+    from benchmarks.studies.cache import study as cache_study
 
     def run(nll_100: list[float], nll_5000: list[float], elbo: list[float]) -> dict:
         return {"100": {"nll": nll_100, "elbo": elbo}, "5000": {"nll": nll_5000, "elbo": elbo}}
@@ -248,12 +248,12 @@ def test_reports_say_which_machine_made_each_run_and_its_minutes_apart():
 
 
 def test_the_priors_second_stage_waits_for_the_first_stages_record_in_two_lanes(tmp_path, monkeypatch):
-    """benchmarks/studies/priors.py with --lanes 2: the VQ-VAE's second stage starts from the first stage's last checkpoint,
+    """benchmarks/studies/prior_study.py with --lanes 2: the VQ-VAE's second stage starts from the first stage's last checkpoint,
     so it starts only once that run's record is written, though a lane is free before."""
     import threading
     import time
 
-    from benchmarks.studies import priors
+    from benchmarks.studies import prior_study as priors
 
     out, logs = tmp_path / "out", tmp_path / "logs"
     (out / "runs").mkdir(parents=True)
@@ -287,7 +287,7 @@ def json_command(out, name):
 def test_the_priors_study_refuses_an_only_that_matches_nothing_before_measuring(tmp_path, capsys):
     import pytest
 
-    from benchmarks.studies import priors
+    from benchmarks.studies import prior_study as priors
 
     with pytest.raises(SystemExit):
         priors.main(["--only", "nope-*", "--out", str(tmp_path / "out"), "--logs", str(tmp_path / "logs")])
@@ -295,7 +295,7 @@ def test_the_priors_study_refuses_an_only_that_matches_nothing_before_measuring(
     assert not (tmp_path / "out" / "cost.json").exists()  # the cost table was not measured first
 
 
-@pytest.mark.parametrize("study", ["field_study", "jsa_study", "cache_study", "long_study", "priors"])
+@pytest.mark.parametrize("study", ["field.study", "jsa_study", "cache.study", "long_study", "prior_study"])
 def test_every_study_refuses_a_file_for_out_or_logs_and_an_empty_report_before_writing(study, tmp_path, capsys):
     """One line each, and nothing written: an --out or --logs that is a file (or lies under one), and --report-only
     on a folder without records (a mistyped --out gave an empty report)."""
@@ -345,7 +345,7 @@ def test_the_cache_studys_remedy_arms_set_their_options():
     every remedy (the ρ scan) and the other seeds of q_states=fresh and of the chosen ρ only."""
     import argparse
 
-    from benchmarks.studies import cache_study
+    from benchmarks.studies.cache import study as cache_study
 
     assert cache_study.cache_overrides("middle-fresh", 30) == ["model.cache_start_epoch=15", "model.q_states=fresh"]
     assert cache_study.cache_overrides("middle-refresh0.05", 30) == ["model.cache_start_epoch=15", "model.cache_refresh=0.05"]
@@ -369,10 +369,10 @@ def test_the_is_measurement_on_a_missing_gpu_is_one_line(monkeypatch):
 
 
 def test_the_cache_studys_first_runs_of_a_rerun_arm_are_reported_beside_the_reruns(tmp_path):
-    """benchmarks/studies/cache_study.py: the records under --out/first-runs (runs trained again, their first records
+    """benchmarks/studies/cache/study.py: the records under --out/first-runs (runs trained again, their first records
     kept) get rows of their own in the arm table and the difference tables, named "<arm>, first runs", and the report
     names the files; the reruns' rows are unchanged."""
-    from benchmarks.studies import cache_study
+    from benchmarks.studies.cache import study as cache_study
 
     def record(arm: str, seed: int, nll: float) -> dict:
         return {"name": f"L20-{arm}-s{seed}", "model": "L20", "arm": arm, "seed": seed, "epochs": 30, "seconds": 60.0,

@@ -152,7 +152,7 @@ def test_a_received_run_is_never_written_through_a_link(name, command, run, tmp_
 @pytest.mark.parametrize("holder", ["study", "train.py"])
 def test_a_second_study_process_never_removes_a_live_run(holder, tmp_path):
     """The first study trains run L20-middle-s0 and has not saved a checkpoint yet (its run is held by its study
-    process, and by its train.py); a second `benchmarks.studies.cache_study` with the same --out, --logs and --only refuses in
+    process, and by its train.py); a second `benchmarks.studies.cache.study` with the same --out, --logs and --only refuses in
     one line and removes nothing."""
     logs, out = tmp_path / "logs", tmp_path / "out"
     run_dir = logs / "L20-middle-s0" / "tensorboard" / "jsa-mnist" / "version_0"
@@ -165,7 +165,7 @@ def test_a_second_study_process_never_removes_a_live_run(holder, tmp_path):
     try:
         assert first.stdout.readline().strip() == "held"
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        result = subprocess.run([sys.executable, "-m", "benchmarks.studies.cache_study", "--out", str(out), "--logs", str(logs),
+        result = subprocess.run([sys.executable, "-m", "benchmarks.studies.cache.study", "--out", str(out), "--logs", str(logs),
                                  "--only", "L20-middle-s0", "--epochs", "1"], cwd=REPO, env=env, capture_output=True,
                                 text=True, timeout=120)
     finally:

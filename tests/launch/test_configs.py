@@ -192,7 +192,7 @@ def test_ddp_strategies_get_the_collective_timeout():
     ddp_timeout_s for the collectives after it (tests/launch/test_interruptions.py runs both)."""
     from datetime import timedelta
 
-    from callbacks.process_group import CollectiveTimeout
+    from callbacks.guards.process_group import CollectiveTimeout
 
     for name in ("ddp", "ddp_spawn", "ddp_find_unused_parameters_true"):
         strategy = distributed.strategy_with_timeout(name, 5)

@@ -121,7 +121,7 @@ def test_the_process_group_is_released_at_exit_in_a_process_whose_trainer_set_up
     The probe is registered first, so that atexit (last in, first out) runs it after the callback's handler."""
     script = f"""
 import atexit, torch.distributed as dist
-from callbacks.process_group import ReleaseProcessGroupAtExit
+from callbacks.guards.process_group import ReleaseProcessGroupAtExit
 atexit.register(lambda: print("initialized at exit:", dist.is_initialized(), flush=True))
 dist.init_process_group("gloo", init_method="file://{tmp_path / 'store'}", rank=0, world_size=1)
 ReleaseProcessGroupAtExit().setup(None, None, "fit")
@@ -133,7 +133,7 @@ print("initialized after setup:", dist.is_initialized(), flush=True)
 
 
 def test_both_front_ends_add_the_process_group_release():
-    from callbacks.process_group import ReleaseProcessGroupAtExit
+    from callbacks.guards.process_group import ReleaseProcessGroupAtExit
     from launch import rules
 
     assert any(isinstance(c, ReleaseProcessGroupAtExit) for c in rules.trainer_settings({}, None, 10)["callbacks"])

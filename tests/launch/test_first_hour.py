@@ -285,7 +285,7 @@ def test_ctrl_c_says_how_to_resume_in_the_projects_words_only(tmp_path, mnist_di
     Lightning's "Received SIGTERM: 15" (the callback sends itself SIGTERM) and "`weights_only` was not set" are not shown."""
     from hydra.core.hydra_config import HydraConfig
 
-    from callbacks.preemption import SaveOnPreemption
+    from callbacks.guards.preemption import SaveOnPreemption
     from checkpoints.resume_command import resume_command
 
     monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # no Hydra run: LightningCLI's command

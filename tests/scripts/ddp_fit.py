@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from datamodules import MNISTDataModule
-from callbacks.process_group import ReleaseProcessGroupAtExit
+from callbacks.guards.process_group import ReleaseProcessGroupAtExit
 from models import JSA, VAE, VQVAE, DiscreteVAE
 from samplers import SGLD
 

@@ -5,10 +5,10 @@ and three seeds, with the uniform prior and with the learned MADE prior, the Gau
 data set (binarized Fashion-MNIST), every model at the same training time, the importance-sampling estimator's
 own resolution, and the estimators' gradient noise at shared parameters.
 
-    python -m benchmarks.studies.field_study                  # every run and measurement (resumable), then the report
-    python -m benchmarks.studies.field_study --report-only    # the report from the finished records
-    python -m benchmarks.studies.field_study --lanes 2        # two runs at once, one thread each (benchmarks/results/field-study/lanes.md)
-    python -m benchmarks.studies.field_study --only 'mnist-*-s1,mnist-*-s2' --lanes 4   # a subset, on another machine
+    python -m benchmarks.studies.field.study                  # every run and measurement (resumable), then the report
+    python -m benchmarks.studies.field.study --report-only    # the report from the finished records
+    python -m benchmarks.studies.field.study --lanes 2        # two runs at once, one thread each (benchmarks/results/field-study/lanes.md)
+    python -m benchmarks.studies.field.study --only 'mnist-*-s1,mnist-*-s2' --lanes 4   # a subset, on another machine
 
 The runs go in the order of what they tell: seed 0 of every MNIST arm; each arm's training step timed side by side
 (the time axis of every equal-time comparison: the runs' own logged times depend on what else the machine did);
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from benchmarks.lib import runner
 from benchmarks.lib.records import read_curves
-from benchmarks.studies.field_study_plan import (DATASETS, LABELS, REFERENCE, REFERENCE_EPOCHS, TWENTY_PARTICLES, Job,
+from benchmarks.studies.field.plan import (DATASETS, LABELS, REFERENCE, REFERENCE_EPOCHS, TWENTY_PARTICLES, Job,
                                                plan, read_records, seed0_mnist_runs)
 
 MEASURING = threading.Lock()  # the in-process measurements one at a time (Hydra's config state is global)
@@ -131,9 +131,9 @@ def epoch_checkpoint(log_dir: Path, epoch: int) -> Path:
 
 
 def write_report(args: argparse.Namespace) -> Path:
-    from benchmarks.studies import field_study_report
+    from benchmarks.studies.field import report
 
-    return field_study_report.write(args)
+    return report.write(args)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,8 +5,8 @@ fresh proposals (`q_states=fresh`, docs/jsa.md#what-q-learns-from). θ is the sa
 against the same posterior: a q that ends closer to it on (b) than on (a) says the chain's states, not the
 posterior, held q back.
 
-    python -m benchmarks.studies.cache_diagnosis                 # the checkpoint run (resumable), then the measurement
-    python -m benchmarks.studies.cache_diagnosis --q-steps 550   # two epochs of q steps (the default)
+    python -m benchmarks.studies.cache.diagnosis                 # the checkpoint run (resumable), then the measurement
+    python -m benchmarks.studies.cache.diagnosis --q-steps 550   # two epochs of q steps (the default)
 
 For the checkpoint's q and each retrained q: −ELBO and the importance-sampled NLL with 100 and 5000 samples on the
 same test images; NLL(100) − NLL(5000) says how good a proposal q is for the frozen model. The cache statistics of
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
                             ("q retrained on fresh proposals", results["fresh"]))]
     (args.out / "diagnosis.md").write_text("\n".join([
         "# The cache diagnosis: stale states or a harder posterior?", "",
-        f"`python -m benchmarks.studies.cache_diagnosis` with θ frozen at epoch {args.epochs} of `{command}`; q retrained for "
+        f"`python -m benchmarks.studies.cache.diagnosis` with θ frozen at epoch {args.epochs} of `{command}`; q retrained for "
         f"{args.q_steps} steps (Adam {args.lr}) each way; {args.images} test images, seed 0 for every estimate. Cache "
         "statistics: means over the last fifth of the retraining.", "",
         f"| q | −ELBO | NLL, {min(args.samples)} samples | NLL, {max(args.samples)} samples | gap | acceptance | stuck on the "

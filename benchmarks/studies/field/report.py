@@ -1,4 +1,4 @@
-"""The field study's report (benchmarks/studies/field_study.py): FINDINGS.md (written by hand from the tables) first, then
+"""The field study's report (benchmarks/studies/field/study.py): FINDINGS.md (written by hand from the tables) first, then
 the tables and plots regenerated from the run records in `--out/runs/`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 
 from benchmarks.lib import runner
-from benchmarks.studies.field_study_plan import (CLOSE, DATASETS, LABELS, PRIOR_LABELS, REFERENCE, TWENTY_PARTICLES, arm_name,
+from benchmarks.studies.field.plan import (CLOSE, DATASETS, LABELS, PRIOR_LABELS, REFERENCE, TWENTY_PARTICLES, arm_name,
                                     compared_pairs, decoder_rows, plan, read_records)
 from benchmarks.lib.records import epoch_of
 from benchmarks.lib.stats import fmt, t_threshold
@@ -59,7 +59,7 @@ def results_table(records: dict[str, dict], grouped: dict[str, list[dict]], spe:
 
 
 def differences(grouped: dict[str, list[dict]], data: str) -> list[str]:
-    """The compared pairs (field_study_plan.compared_pairs) whose arms both have records."""
+    """The compared pairs (plan.compared_pairs) whose arms both have records."""
     lines = ["| A | B | mean A − mean B (nats) | t × s.e. (95%) | beyond the seed noise? |", "|---|---|---|---|---|"]
     for a, b in compared_pairs(data):
         if a not in grouped or b not in grouped:
@@ -221,7 +221,7 @@ def write(args: argparse.Namespace) -> Path:
     lines = [findings.read_text() if findings.exists() else "# The field study", "",
              f"Protocol: `experiment=jsa_paper` (configs/experiment/jsa_paper.yaml) for {args.epochs} epochs, val NLL from "
              f"{args.val_samples} importance samples every {args.val_every} epochs, test NLL and ELBO from 1000 samples at "
-             f"the epoch of best val NLL. Written by `python -m benchmarks.studies.field_study` ({progress}); every run's command "
+             f"the epoch of best val NLL. Written by `python -m benchmarks.studies.field.study` ({progress}); every run's command "
              "is in commands.txt. MNIST arms get "
              f"{args.seeds} seeds; a Fashion-MNIST arm gets one, and {args.seeds} where its seed-0 test NLL is within {CLOSE:g} nat "
              "of an arm it is compared with.", "",

@@ -3,9 +3,9 @@ middle of the run, and never, under the JSA paper's protocol (configs/experiment
 models: the paper's categorical model at L = 20 and at L = 5 (fewer fresh proposals per step), and the paper's
 Bernoulli model (200 binary latents, `model.num_latents=200 model.num_categories=2`), where q is a poorer proposal.
 
-    python -m benchmarks.studies.cache_study                  # every run (resumable), then the report
-    python -m benchmarks.studies.cache_study --report-only    # the report from the finished runs
-    python -m benchmarks.studies.cache_study --is-resolution  # IS-NLL of the finished middle/never runs at 100, 1000, 5000 samples
+    python -m benchmarks.studies.cache.study                  # every run (resumable), then the report
+    python -m benchmarks.studies.cache.study --report-only    # the report from the finished runs
+    python -m benchmarks.studies.cache.study --is-resolution  # IS-NLL of the finished middle/never runs at 100, 1000, 5000 samples
 
 The remedies for the mid-run cache's lock-in are arms of their own: `middle-fresh` (q trained on fresh proposals,
 `model.q_states=fresh`) and `middle-refresh<ρ>` (a share ρ of the chains restarted each step, `model.cache_refresh`;
@@ -157,7 +157,7 @@ def write_report(args: argparse.Namespace) -> Path:
              f"Protocol: `experiment=jsa_paper` (chain-average gradient, batch 200, Adam 3e-4, static binarization), "
              f"{args.epochs} epochs, val NLL from {args.val_samples} importance samples every {args.val_every} epochs, "
              "test NLL from 1000 samples at the best val epoch; the cache read from epoch 0, from epoch "
-             f"{args.epochs // 2}, or never (`model.use_cache=false`). Written by `python -m benchmarks.studies.cache_study` "
+             f"{args.epochs // 2}, or never (`model.use_cache=false`). Written by `python -m benchmarks.studies.cache.study` "
              f"({len(records)} of {len(plan(args))} runs finished); the commands are in commands.txt. Diagnostics are "
              "means over the last fifth of training.", "", runner.machines_line(records), "",
              "| model | cache read | seeds | test NLL | test −ELBO | best val NLL | acceptance | stuck on the cached state | "

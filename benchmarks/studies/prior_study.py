@@ -1,9 +1,9 @@
 """Learned priors over discrete codes (docs/priors.md): what they cost per step, and what they buy.
 
-    python -m benchmarks.studies.priors                  # the cost table, the training runs (resumable), the report
-    python -m benchmarks.studies.priors --cost-only      # the cost table only, measured again (a few minutes)
-    python -m benchmarks.studies.priors --report-only    # the report from the finished runs
-    python -m benchmarks.studies.priors --lanes 2        # two runs at once (one thread each on two cores)
+    python -m benchmarks.studies.prior_study                # the cost table, the training runs (resumable), the report
+    python -m benchmarks.studies.prior_study --cost-only    # the cost table only, measured again (a few minutes)
+    python -m benchmarks.studies.prior_study --report-only  # the report from the finished runs
+    python -m benchmarks.studies.prior_study --lanes 2      # two runs at once (one thread each on two cores)
 
 Cost, measured side by side in one process (interleaved repeats, medians), on real MNIST batches:
 * ms per JSA training step (MIS with L = 10, loss, backward, Adam) with each prior: the flat layout
@@ -125,7 +125,7 @@ def write_report(args: argparse.Namespace) -> Path:
     cost_path = args.out / "cost.json"
     records = runner.read_records(args.out)
     lines = ["# Learned priors over discrete codes", "",
-             "Written by `python -m benchmarks.studies.priors` (docs/priors.md). Machine: 2 CPU cores, no GPU.", ""]
+             "Written by `python -m benchmarks.studies.prior_study` (docs/priors.md). Machine: 2 CPU cores, no GPU.", ""]
     if cost_path.exists():
         cost = runner.read_json(cost_path)
         lines += ["## Cost", "",

@@ -1,4 +1,4 @@
-"""The field study's plan (benchmarks/studies/field_study.py runs it, field_study_report.py reports it): its arms,
+"""The field study's plan (benchmarks/studies/field/study.py runs it, report.py reports it): its arms,
 the jobs in order, and what the report needs to read a record (the arms' names and labels, the compared pairs,
 the decoder rows a step costs)."""
 
