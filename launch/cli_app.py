@@ -19,7 +19,6 @@ from checkpoints.files import load_checkpoint_file
 from checkpoints.model_class import check_model_class
 from checkpoints.registry import registered, registered_class
 from common.private_api import cli_callbacks, cli_trainer, cli_value
-from common.signatures import constructor_defaults
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch import rules
@@ -100,17 +99,14 @@ class CollectionCLI(LightningCLI):
         if config.get("lr_scheduler") and not config.get("optimizer"):  # LightningCLI would leave the scheduler out
             scheduler = config.lr_scheduler
             raise SettingsError(scheduler_without_optimizer(str(getattr(scheduler, "class_path", scheduler)).rsplit(".", 1)[-1]))
-        # --seed_everything=N also seeds the data order and the test stage, as seed=N does in Hydra, unless
-        # --data.seed or --model.test_seed is given too. A seed_everything from a -c file does the same for the ones
-        # still at their defaults (a file's own data.seed stays; so would a checkpoint's test_seed).
+        # The seed's rule, as in the Hydra front end (launch/rules.py: seed_settings); a seed_everything from a -c
+        # file counts as given where it differs from the default.
         seed = config.get("seed_everything")
-        on_command_line = option_value(self.command_line, "--seed_everything") is not None
-        if (on_command_line or seed != default_seed()) and isinstance(seed, int) and not isinstance(seed, bool):
-            for group, key in (("data", "seed"), ("model", "test_seed")):
-                default = constructor_defaults(get_class(config[group].class_path)).get(key)
-                at_default = config[group].init_args.get(key) == default
-                if not _given(self.command_line, group, key) and (on_command_line or at_default):
-                    config[group].init_args[key] = seed
+        seed_given = option_value(self.command_line, "--seed_everything") is not None
+        if seed_given or seed != default_seed():
+            rules.seed_settings({group: config[group].init_args for group in ("data", "model")},
+                                {group: get_class(config[group].class_path) for group in ("data", "model")},
+                                seed, seed_given, lambda group, key: _given(self.command_line, group, key))
         # A checkpoint's hyperparameters (test/validate --ckpt_path) are merged over the command line by
         # LightningCLI: an option the user gives wins over them, as without a checkpoint.
         if self.subcommand and config.get("ckpt_path"):

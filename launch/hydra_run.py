@@ -40,7 +40,11 @@ def build(cfg: Any) -> tuple[Any, Any]:
     if cfg.get("optimizer"):  # after the model's: the optimizer's lr is ${model.lr} unless set
         optimizer_settings = OmegaConf.to_container(cfg.optimizer, resolve=True)
         check_settings(get_class(optimizer_settings["_target_"]), optimizer_settings, "optimizer")
-    datamodule = instantiate(cfg.data, _convert_="all")
+    overrides = command_line_overrides()
+    rules.seed_settings({"data": data_settings, "model": settings},
+                        {"data": get_class(data_settings["_target_"]), "model": get_class(settings["_target_"])},
+                        cfg.seed, "seed" in overrides, lambda group, key: f"{group}.{key}" in overrides)
+    datamodule = instantiate(data_settings, _convert_="all")
     settings = rules.follow_data(settings, type(datamodule), datamodule.binarize)
     optimizer = instantiate(cfg.optimizer) if cfg.get("optimizer") else None
     try:

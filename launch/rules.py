@@ -5,7 +5,8 @@ app, launch/hydra_app.py, and the LightningCLI app, launch/cli_app.py).
   DDP collective timeout (configs/train.yaml), the trainer settings the collection changes
   (configs/trainer/default.yaml), the callbacks every run gets by default and how checkpoints are kept
   (configs/callbacks/default.yaml). LightningCLI takes them as its defaults.
-- The model's likelihood and backbone follow the data unless given (`follow_data`).
+- The model's likelihood and backbone follow the data unless given (`follow_data`); the run's seed also seeds the
+  data order and the test stage unless they are given (`seed_settings`).
 - Where a run writes and what it is called: launch/run_layout.py.
 - Every run gets the callbacks of `always_on_callbacks`, whatever the configs say; the model adds those that make
   its checkpoints whole itself (checkpoints/), so that any script's Trainer gets them.
@@ -60,6 +61,25 @@ def always_on_callbacks(collective_timeout_s: float | None) -> list[Callback]:
       long (callbacks/guards/process_group.py)."""
     timeouts = [CollectiveTimeout(collective_timeout_s)] if collective_timeout_s is not None else []
     return [SaveOnPreemption(), ReleaseProcessGroupAtExit(), *timeouts]
+
+
+# A run's seed (seed=N, --seed_everything=N) seeds these too: the data order and binarization, and the test stage's
+# importance samples; one given itself (data.seed=..., --model.test_seed=...) keeps its value.
+SEEDED_SETTINGS = (("data", "seed"), ("model", "test_seed"))
+
+
+def seed_settings(settings: dict[str, dict[str, Any]], classes: dict[str, type], seed: Any, seed_given: bool,
+                  given: Callable[[str, str], bool]) -> None:
+    """Set `settings[group][key]` to the run's seed for each of SEEDED_SETTINGS its class takes, in place, unless
+    `given(group, key)` on the command line. A seed given on the command line wins over a value from a file or a
+    checkpoint (test --ckpt_path=... --seed_everything=9 tests with seed 9); one from a config file fills only the
+    settings still at their class default."""
+    if not isinstance(seed, int) or isinstance(seed, bool):  # (LightningCLI's seed_everything=true: a random seed)
+        return
+    for group, key in SEEDED_SETTINGS:
+        default = constructor_defaults(classes[group]).get(key, seed)
+        if key in constructor_defaults(classes[group]) and not given(group, key) and (seed_given or settings[group].get(key) == default):
+            settings[group][key] = seed
 
 
 def follow_data(model_settings: dict[str, Any], data_class: type, binarize: Any) -> dict[str, Any]:

@@ -38,7 +38,6 @@ defaults:
   - _self_
 model:
   _target_: models.Toy
-  test_seed: ${seed}
 """
 
 

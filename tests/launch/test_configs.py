@@ -48,7 +48,7 @@ def test_model_configs_state_only_what_differs_from_the_class(model):
 
     written = OmegaConf.load(train.CONFIG_DIR / "model" / f"{model}.yaml").model
     second_stage = {"prior", "autoencoder_epochs", "autoencoder_checkpoint"} if model == "vqvae_prior" else set()
-    assert set(written) <= {"_target_", "test_seed", "estimator"} | second_stage
+    assert set(written) <= {"_target_", "estimator"} | second_stage
     cfg = composed([f"model={model}"])
     cls = hydra.utils.get_class(cfg.model._target_)
     for name, default in constructor_defaults(cls).items():
@@ -92,9 +92,9 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
     for model in ("vae", "vqvae", "jsa", "dvae", "dvae_gumbel"):
         cfg = composed(["experiment=compare", f"model={model}", f"data={data}"])
         assert cfg.model.backbone == backbone and cfg.trainer.max_epochs == 10 and cfg.run_test
-        assert cfg.model.lr == 1e-3 and cfg.model.test_seed == cfg.seed == 0
-        assert cfg.model.test_num_samples == 1000
+        assert cfg.model.lr == 1e-3 and cfg.seed == 0 and cfg.model.test_num_samples == 1000
         _, built[model] = launch.hydra_run.build(cfg)
+        assert built[model].test_seed == 0
     jsa, vqvae = built["jsa"], built["vqvae"]
     assert (vqvae.num_categories, vqvae.code_dim, vqvae.num_latents) == (jsa.num_categories, jsa.code_dim, jsa.num_latents) == (10, 16, jsa.num_latents)
     assert built["vqvae"].point_mass_posterior  # its bound is evaluated with one sample, whatever test_num_samples says
@@ -275,3 +275,11 @@ def test_the_cli_names_a_wrong_option_as_given_in_one_line():
     unknown = 'Parser key "model":\n  Errors:\n    - Expected a dot import path string: Nope\n'
     assert launch.cli_app._parser_message(unknown, ["fit", "--model=Nope"]) == f"--model=Nope is not one of {', '.join(MODEL_CLASSES)}"
     assert launch.cli_app._parser_message("unrecognized arguments: --foo=1", []) == "unrecognized arguments: --foo=1"
+
+
+def test_the_seed_seeds_the_data_order_and_the_test_stage_unless_they_are_given():
+    """seed=N sets data.seed and model.test_seed (launch/rules.py: SEEDED_SETTINGS), as --seed_everything=N does in the
+    CLI (tests/launch/test_first_hour.py); one given on the command line keeps its value."""
+    for overrides, expected in ((["seed=7"], (7, 7)), (["seed=7", "data.seed=3"], (3, 7)), ([], (0, 0))):
+        datamodule, model = launch.hydra_run.build(composed(overrides))
+        assert (datamodule.seed, model.test_seed) == expected, overrides
