@@ -13,7 +13,8 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
 import models  # noqa: F401  (registers the subclasses for --model=NAME)
-from checkpoints.files import CheckpointError, load_checkpoint_file
+from checkpoints.errors import CheckpointError
+from checkpoints.loader import load_checkpoint_file
 from checkpoints.model_class import check_model_class
 from checkpoints.registry import registered, registered_class
 from common.private_api import cli_callbacks, cli_trainer, cli_value
@@ -162,14 +163,27 @@ class CollectionCLI(LightningCLI):
         # the command line, a repeated flag or a -c config file alike): the file is read the safe way first and
         # the class it names must be a registered model before anything imports it.
         ckpt_path = self.config[self.config.subcommand].get("ckpt_path") if self.config.get("subcommand") else None
-        if ckpt_path:
-            from models import is_registered_model
+        if not ckpt_path:
+            return
+        from models import is_registered_model
 
-            class_path = (load_checkpoint_file(ckpt_path).get("hyper_parameters") or {}).get("_class_path")
-            if class_path is not None and not is_registered_model(class_path):
-                raise CheckpointError(f"--ckpt_path={ckpt_path} names the class {class_path!r}, which is not one of the "
-                                      "collection's models; it is not imported")
-        super()._parse_ckpt_path()
+        hparams = load_checkpoint_file(ckpt_path).get("hyper_parameters") or {}
+        class_path = hparams.get("_class_path")
+        if class_path is not None and not is_registered_model(class_path):
+            raise CheckpointError(f"--ckpt_path={ckpt_path} names the class {class_path!r}, which is not one of the "
+                                  "collection's models; it is not imported")
+        # What LightningCLI's own _parse_ckpt_path does (the model's settings from the checkpoint's), on this read: it
+        # would torch.load the file once more.
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        try:
+            self.config = self.parser.parse_object({self.config.subcommand: {"model": hparams}}, self.config)
+        except SystemExit:
+            sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
+            raise
 
     def _run_subcommand(self, subcommand: str) -> None:
         # The last line (also after Ctrl-C/SIGTERM): the run, its last.ckpt and the TensorBoard command.

@@ -44,7 +44,7 @@ def refusals() -> tuple[type[Exception], ...]:
     """What refuses a run before it trains: a setting, the data, a checkpoint (the user's to fix)."""
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-    from checkpoints.files import CheckpointError
+    from checkpoints.errors import CheckpointError
     from datamodules import DataError
     from launch.settings import SettingsError
 

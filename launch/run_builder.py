@@ -38,7 +38,7 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     from lightning import Trainer
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from checkpoints.files import load_checkpoint_file
+    from checkpoints.loader import load_checkpoint_file
     from checkpoints.model_class import check_model_class
     from launch.runs.replicas import check_replica_checkpoint
     from launch.runs.run_directory import tensorboard_logger

@@ -88,7 +88,7 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
         branch = trunk_to_branch(ckpt_path, seeds, arms)
     group_dir = replica_process_dir(run.log_dir, run.name, None if branch is not None else ckpt_path)
     if branch is not None:  # the arms start from their seed's trunk replica, in a process of their own
-        from checkpoints.files import save_checkpoint_file
+        from checkpoints.file_format import save_checkpoint_file
 
         ckpt_path = f"{group_dir}/checkpoints/branch-point.ckpt"
         save_checkpoint_file(branch, ckpt_path)
@@ -110,7 +110,7 @@ def trunk_to_branch(ckpt_path: str, seeds: Sequence[int], arms: Sequence[dict[st
     """The branch checkpoint (checkpoints/replica.py) when `ckpt_path` is a replicated process of these seeds and no
     arms (a trunk) and this process has several arms: e.g. JSA to epoch 300 for 5 seeds, then its arms with and without
     the cache from there, each arm of a seed the same run up to the branch (the paired design). None: resume as it is."""
-    from checkpoints.files import load_checkpoint_file
+    from checkpoints.loader import load_checkpoint_file
     from checkpoints.replica import branch_checkpoint
 
     checkpoint = load_checkpoint_file(ckpt_path)

@@ -19,7 +19,9 @@ from typing import Any, Iterator
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from checkpoints.files import CheckpointError, held_directories, lies_inside
+from checkpoints.errors import CheckpointError
+from checkpoints.file_format import held_directories
+from checkpoints.trainer.restored_paths import lies_inside
 
 SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
 OWNER_FILE = ".owner"  # <run>/.owner names the process that writes the run, while it runs
