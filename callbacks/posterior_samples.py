@@ -15,7 +15,7 @@ from typing import Any, Literal
 import lightning as L
 import torch
 
-from checkpoints.files import CheckpointError
+from checkpoints.errors import CheckpointError
 from common.log_steps import is_logging_step
 from samplers.sgmcmc import SampleCollector
 

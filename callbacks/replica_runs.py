@@ -23,9 +23,10 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from callbacks.hparams import HPARAM_METRICS, write_hparams
 from checkpoints.errors import CheckpointError
-from checkpoints.files import CHECKSUM_SUFFIX, lies_inside, save_checkpoint_file
+from checkpoints.file_format import CHECKSUM_SUFFIX, save_checkpoint_file
 from checkpoints.model_class import stamp_model_class
 from checkpoints.replica import replica_checkpoint
+from checkpoints.trainer.restored_paths import lies_inside
 from common.log_steps import is_logging_step
 
 VERSION = re.compile(r"version_\d+")  # a TensorBoard run's version directory, as the replicas' loggers name them

@@ -1,14 +1,16 @@
 """What makes a checkpoint whole and safe to read, whichever script builds the Trainer.
 
+The file and what it names (no Lightning at import):
+
 * `errors`: `CheckpointError`, free of Lightning and torch (samplers/ and datamodules/ raise it);
-* `files`: the file format: atomic, checksummed writes, the directory lock, the one safe loader (weights only, the
-  registered classes only), the checks of a restored loop and optimizer state, and `AtomicCheckpoints`, the callback
-  that routes the trainer's reads and writes through them;
-* `random_state`: every rank's random state in the checkpoint (`RandomStateCheckpoint`), for an exact resume;
-* `resume_settings`: a resumed run with settings other than the checkpoint's: one line naming them, this run's
-  optimizer settings applied (`ResumeSettings`);
+* `file_format`: how a checkpoint lies on disk: atomic writes, the checksum file, the directory lock, verification;
+* `loader`: the one way a checkpoint is read: checked, weights only, the registered classes only, once per command;
+* `registry`, `import_paths`: the classes and dotted names a checkpoint or a received config may name;
+* `model_class`: which model wrote a checkpoint, and refusing to load it into another;
+* `replica`: one replica's checkpoint cut from a replicated process's, and a trunk's branched into arms;
 * `resume_command`: the command a message gives to resume a run.
 
-Every model adds the three callbacks itself (`LatentVariableModel.configure_callbacks`), since an exact resume cannot
-work without them; callbacks/ holds the optional ones. Nothing here imports models/ or callbacks/ at import time.
+`trainer/`: what every model hands its Trainer: the checkpoint I/O plugin and the three callbacks
+(`LatentVariableModel.configure_callbacks`; an exact resume cannot work without them), with the checks of what a
+checkpoint restores. callbacks/ holds the optional ones. Nothing here imports models/ or callbacks/ at import time.
 """

@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from checkpoints.files import CheckpointError, load_checkpoint_file, refuse_unregistered_classes
+from checkpoints.errors import CheckpointError
+from checkpoints.loader import load_checkpoint_file, refuse_unregistered_classes
 from checkpoints.registry import registered
 from checkpoints.resume_command import resume_command
 

@@ -1,7 +1,7 @@
 """What a class's constructor says: its arguments' defaults and type hints, following **kwargs up the class
 hierarchy. The constructors are the one source of settings: Hydra's config groups are registered from these defaults
 (launch/hydra_config.py), LightningCLI reads the same signatures, and the settings checks (launch/checks/settings.py), the
-settings schema (launch/checks/schema.py) and the checkpoint's settings on resume (checkpoints/resume_settings.py) use them.
+settings schema (launch/checks/schema.py) and the checkpoint's settings on resume (checkpoints/trainer/resume_settings.py) use them.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
 import models  # noqa: F401  (registers the subclasses for --model=NAME)
 from checkpoints.errors import CheckpointError
-from checkpoints.files import load_checkpoint_file
+from checkpoints.loader import load_checkpoint_file
 from checkpoints.model_class import check_model_class
 from checkpoints.registry import registered, registered_class
 from common.private_api import cli_callbacks, cli_trainer, cli_value

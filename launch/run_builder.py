@@ -15,7 +15,7 @@ from typing import Any, Callable
 from lightning import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from checkpoints.files import load_checkpoint_file
+from checkpoints.loader import load_checkpoint_file
 from checkpoints.model_class import check_model_class
 from launch import rules
 from launch.checks.defaults import ddp_timeout_s

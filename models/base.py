@@ -22,11 +22,11 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
-from checkpoints.files import AtomicCheckpoints
 from checkpoints.model_class import check_loaded_class, check_model_class, stamp_model_class
-from checkpoints.random_state import RandomStateCheckpoint
 from checkpoints.registry import register
-from checkpoints.resume_settings import ResumeSettings, changed_settings, state_mismatch
+from checkpoints.trainer.atomic_checkpoints import AtomicCheckpoints
+from checkpoints.trainer.random_state import RandomStateCheckpoint
+from checkpoints.trainer.resume_settings import ResumeSettings, changed_settings, state_mismatch
 from common.log_steps import is_logging_step
 from common.private_api import attached_trainer, raise_recompile_limit, record_hyperparameter
 from models.components.backbones import Activation
@@ -394,7 +394,7 @@ class LatentVariableModel(L.LightningModule):
 
     def configure_callbacks(self) -> list[L.Callback]:
         # Exact resume needs the random state; nothing lost needs atomic, checksummed checkpoint files.
-        # A resumed run trains with the settings it records (checkpoints/resume_settings.py). (Signals are the
+        # A resumed run trains with the settings it records (checkpoints/trainer/resume_settings.py). (Signals are the
         # launch side's: launch/rules.py adds callbacks/guards/preemption.py's SaveOnPreemption to the trainer.)
         needed = (RandomStateCheckpoint, AtomicCheckpoints, ResumeSettings)
         # Lightning calls this at every fit, validate and test: the trainer holds them from an earlier one (test after

@@ -29,9 +29,9 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 from torchmetrics import MeanMetric
 
-from checkpoints.files import AtomicCheckpoints
 from checkpoints.model_class import stamp_model_class
-from checkpoints.random_state import RandomStateCheckpoint
+from checkpoints.trainer.atomic_checkpoints import AtomicCheckpoints
+from checkpoints.trainer.random_state import RandomStateCheckpoint
 from common.private_api import raise_recompile_limit
 from models.base import COMPILED_GRAPHS_LIMIT, LatentVariableModel
 from models.components.likelihoods import bits_per_dim

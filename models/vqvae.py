@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from checkpoints.files import load_checkpoint_file
+from checkpoints.loader import load_checkpoint_file
 from common.private_api import finds_unused_parameters, ignore_in_ddp
 from common.signatures import constructor_defaults
 from models.base import LatentVariableModel, inference

@@ -169,7 +169,7 @@ def gradient_quality(checkpoints: dict[int, Path], reference_command: str, model
     name) given the reference run's parameters after each epoch, `repeats` estimates on each of `batches` training
     batches; the numbers are means over the batches."""
     from callbacks.gradient_variance import flat_gradients
-    from checkpoints.files import load_checkpoint_file
+    from checkpoints.loader import load_checkpoint_file
 
     base = [o for o in overrides_of(reference_command) if not o.startswith(("model=", "model.prior="))]
     results: dict[str, dict] = {}

@@ -524,7 +524,7 @@ def plant(name: str, last: Path, cwd: Path) -> Path:
     """Alter the case's copy of the JSA run as PLANTS `name` says; returns the checkpoint the case is given."""
     import torch
 
-    from checkpoints.files import save_checkpoint_file
+    from checkpoints.file_format import save_checkpoint_file
 
     checkpoint = torch.load(last, weights_only=True)
     kind, _, what = name.partition(" ")
@@ -596,7 +596,7 @@ def prepare_received(root: Path, data_dir: Path, jsa: Path) -> None:
 
     import torch
 
-    from checkpoints.files import save_checkpoint_file
+    from checkpoints.file_format import save_checkpoint_file
 
     (root / "planted_module.py").write_text(PLANTED_MODULE.format(marker=str(root / "PAYLOAD-RAN")))
     (root / "strangers_module.py").write_text(STRANGERS_MODULE)
@@ -712,7 +712,7 @@ def prepare(root: Path, data_dir: Path) -> None:
     (root / "flipped.ckpt.sha256").write_text((jsa.with_name(jsa.name + ".sha256")).read_text().replace(jsa.name, "flipped.ckpt"))
     shutil.copyfile(jsa, root / "nosidecar.ckpt")
     torch.load(root / "nosidecar.ckpt", weights_only=True)  # the copy itself is sound
-    from checkpoints.files import file_digest, save_checkpoint_file
+    from checkpoints.file_format import file_digest, save_checkpoint_file
 
     class Planted:  # unpickling it would write a marker: the table's run checks that nothing did
         def __reduce__(self):

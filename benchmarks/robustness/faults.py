@@ -92,7 +92,7 @@ def kill_during_saves(cwd: Path, kills: int) -> dict:
     """SIGKILL runs mid-save (each resuming the last) until `kills` kills have hit a save in progress, check every
     checkpoint left after each kill, then finish the run. A kill can land just after the save it aimed at has
     finished (the write is fast); such a kill is checked too but not counted, at most 3 * `kills` kills in all."""
-    from checkpoints.files import load_checkpoint_file
+    from checkpoints.loader import load_checkpoint_file
 
     cwd.mkdir(parents=True, exist_ok=True)
     checkpoints = cwd / RUN / "version_0" / "checkpoints"
@@ -169,7 +169,7 @@ def concurrent_resumes(cwd: Path, pairs: int) -> dict:
         results = [finish(p) for p in processes]
         codes = sorted(code for code, _ in results)
         refusal = next((out for code, out in results if code == 2), "")
-        from checkpoints.files import load_checkpoint_file
+        from checkpoints.loader import load_checkpoint_file
 
         held += (codes == [0, 2] and "is being written by process" in refusal and "Traceback" not in refusal
                  and load_checkpoint_file(checkpoint)["global_step"] == 14)

@@ -26,7 +26,7 @@ import torch
 from benchmarks.lib import arguments
 from benchmarks.lib.at_checkpoints import build, noise_and_signal
 from callbacks.gradient_variance import flat_gradients
-from checkpoints.files import load_checkpoint_file
+from checkpoints.loader import load_checkpoint_file
 import models  # noqa: F401 (registers the model classes a checkpoint may name: checkpoints/registry.py)
 from samplers import index_cached_mis
 

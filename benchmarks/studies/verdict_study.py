@@ -105,7 +105,7 @@ def branch_point(args: argparse.Namespace, seed: int) -> Path:
 
 def sha256(path: Path) -> str:
     """The branch point's digest, as the checkpoint files' own checksum computes it (imported here: it brings torch)."""
-    from checkpoints.files import file_digest
+    from checkpoints.file_format import file_digest
 
     return file_digest(path)
 

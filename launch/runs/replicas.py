@@ -23,7 +23,8 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from callbacks.replica_runs import ReplicaRuns
-from checkpoints.files import load_checkpoint_file, save_checkpoint_file
+from checkpoints.file_format import save_checkpoint_file
+from checkpoints.loader import load_checkpoint_file
 from checkpoints.replica import branch_checkpoint
 from common.private_api import checkpoint_every_n_train_steps
 from datamodules.replicas import ReplicaData

@@ -28,7 +28,9 @@ from omegaconf import OmegaConf
 
 from callbacks.guards.preemption import checkpoint_directory
 
-from checkpoints.files import CheckpointError, held_directories, lies_inside
+from checkpoints.errors import CheckpointError
+from checkpoints.file_format import held_directories
+from checkpoints.trainer.restored_paths import lies_inside
 
 SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
 OWNER_FILE = ".owner"  # <run>/.owner names the process that writes the run, while it runs

@@ -12,7 +12,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from callbacks import HparamsWithMetrics, ImageGrids, NonFiniteLossGuard, TrainingSpeed
-from checkpoints.random_state import RandomStateCheckpoint
+from checkpoints.trainer.random_state import RandomStateCheckpoint
 from datamodules import MNISTDataModule
 from models import VAE
 

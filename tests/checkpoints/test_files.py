@@ -1,6 +1,6 @@
 """Checkpoint files: atomic writes, checksums verified on load, clear errors for unusable files, and
-resuming with changed settings (checkpoints/files.py, checkpoints/resume_settings.py). The kill
-tests against a real training process are in test_interruptions.py."""
+resuming with changed settings (checkpoints/file_format.py, checkpoints/loader.py,
+checkpoints/trainer/resume_settings.py). The kill tests against a real training process are in test_interruptions.py."""
 
 from __future__ import annotations
 
@@ -13,16 +13,11 @@ import lightning as L
 import pytest
 import torch
 
-from checkpoints.files import (
-    AtomicCheckpointIO,
-    CheckpointError,
-    file_digest,
-    listed_digests,
-    load_checkpoint_file,
-    remove_stale_temporaries,
-    save_checkpoint_file,
-)
-from checkpoints.resume_settings import ResumeSettings
+from checkpoints.errors import CheckpointError
+from checkpoints.file_format import file_digest, listed_digests, remove_stale_temporaries, save_checkpoint_file
+from checkpoints.loader import load_checkpoint_file
+from checkpoints.trainer.io_plugin import AtomicCheckpointIO
+from checkpoints.trainer.resume_settings import ResumeSettings
 from models import JSA, VAE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,7 +157,7 @@ WRITER = """
 import sys
 from pathlib import Path
 import torch
-from checkpoints.files import save_checkpoint_file
+from checkpoints.file_format import save_checkpoint_file
 path, writer, started, stop = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
 saves = 0
 while not stop.exists():
@@ -175,7 +170,8 @@ print(saves - 1)
 READER = """
 import sys, time
 from pathlib import Path
-from checkpoints.files import CheckpointError, load_checkpoint_file
+from checkpoints.errors import CheckpointError
+from checkpoints.loader import load_checkpoint_file
 path, wanted, stop, started = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), [Path(p) for p in sys.argv[4:]]
 while not all(p.exists() for p in started):  # both writers are saving
     time.sleep(0.01)
@@ -265,7 +261,7 @@ def test_a_directory_locked_for_good_by_another_process_is_an_error_not_a_hang(t
     """A live run holds an exclusive flock on its run directory for its whole life; reading a checkpoint written there
     (hpc_ckpt_N.ckpt) from another process waits LOCK_WAIT_S, then says why, instead of hanging silently. The lock is
     held here by a real second process."""
-    import checkpoints.files as checkpoint_files
+    import checkpoints.file_format as checkpoint_files
 
     path = tmp_path / "hpc_ckpt_1.ckpt"
     save_checkpoint_file({"state_dict": {"w": torch.zeros(2)}}, path)
@@ -286,7 +282,7 @@ def test_a_directory_locked_for_good_by_another_process_is_an_error_not_a_hang(t
 def test_a_save_waits_for_a_slow_reader_however_long_instead_of_ending_the_run(tmp_path, monkeypatch):
     """The read's deadline is not the save's: a save that gave up would end the training run (and remove a new run's
     directory). A second process reads (holds the shared lock) for longer than LOCK_WAIT_S; the save waits, then lands."""
-    import checkpoints.files as checkpoint_files
+    import checkpoints.file_format as checkpoint_files
 
     monkeypatch.setattr(checkpoint_files, "LOCK_WAIT_S", 0.1)
     finished = tmp_path.parent / f"{tmp_path.name}-read-finished"  # written by the reader just before it unlocks

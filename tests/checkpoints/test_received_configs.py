@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.robustness import bad_inputs
-from checkpoints.files import save_checkpoint_file
+from checkpoints.file_format import save_checkpoint_file
 
 pytestmark = pytest.mark.slow  # real processes: the full suite's
 REPO = Path(__file__).resolve().parents[2]
@@ -130,7 +130,8 @@ def test_reading_a_received_config_lists_its_files_and_names_and_imports_nothing
     ({"optimizer": " strangers_module.make "}, "hyper_parameters.optimizer"),
 ])
 def test_every_dotted_string_in_a_checkpoints_settings_is_held_to_the_rule(settings, where):
-    from checkpoints.files import CheckpointError, refuse_unregistered_classes
+    from checkpoints.errors import CheckpointError
+    from checkpoints.loader import refuse_unregistered_classes
 
     with pytest.raises(CheckpointError, match=f"checkpoint received.ckpt: {where.replace('[', '.').replace(']', '.')} is "):
         refuse_unregistered_classes({"hyper_parameters": {"lr": 0.001, **settings}}, "received.ckpt")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from checkpoints.files import save_checkpoint_file
+from checkpoints.file_format import save_checkpoint_file
 
 pytestmark = pytest.mark.slow  # real processes: the full suite's
 REPO = Path(__file__).resolve().parents[2]

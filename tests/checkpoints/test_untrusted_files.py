@@ -16,7 +16,9 @@ import lightning as L
 import pytest
 import torch
 
-from checkpoints.files import CheckpointError, load_checkpoint_file, save_checkpoint_file
+from checkpoints.errors import CheckpointError
+from checkpoints.file_format import save_checkpoint_file
+from checkpoints.loader import load_checkpoint_file
 from datamodules import MNISTDataModule
 from models import VAE, VQVAE
 

@@ -18,7 +18,7 @@ import torch
 from benchmarks.robustness import faults
 from benchmarks.robustness.faults import RUN, STEPS, finish, wait_for
 import models  # noqa: F401 (registers the classes a checkpoint may name: checkpoints/registry.py)
-from checkpoints.files import load_checkpoint_file
+from checkpoints.loader import load_checkpoint_file
 
 pytestmark = pytest.mark.slow  # real processes: run by the full suite (README), not the quick loop
 

@@ -97,7 +97,7 @@ def test_a_checkpoint_resumes_into_its_own_run_through_both_front_ends_and_anoth
     hydra_trainer, hydra_resume, app = both_front_ends(tmp_path, [f"ckpt_path={checkpoint}"], [f"--ckpt_path={checkpoint}"])
     assert hydra_resume == str(checkpoint) and app.config_init.fit.ckpt_path == str(checkpoint)
     assert hydra_trainer.logger.log_dir == app.trainer.logger.log_dir == str(checkpoint.parent.parent)  # the run that wrote it
-    from checkpoints.files import CheckpointError
+    from checkpoints.errors import CheckpointError
 
     with pytest.raises(CheckpointError, match="was written by models.jsa.JSA, not models.vae.VAE"):
         launch.hydra_run.build_run(composed(["model=vae", f"ckpt_path={checkpoint}", f"log_dir={tmp_path / 'logs'}"]))

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from callbacks.replica_runs import ReplicaRuns
-from checkpoints.files import load_checkpoint_file
+from checkpoints.loader import load_checkpoint_file
 from datamodules.mnist import MNISTDataModule
 from datamodules.replicas import ReplicaData
 from models.jsa import JSA
@@ -179,7 +179,7 @@ def test_arms_branch_from_a_trunk_as_its_seeds_replicas(tmp_path):
     """A 2-seed trunk, then 2 arms (no cache; cache from epoch 1) from its checkpoint: each arm of a seed starts as that
     seed's trunk replica (weights, cache, Adam's moments), and the branch trains on with the arms' own gates."""
     from launch.runs.replicas import trunk_to_branch
-    from checkpoints.files import save_checkpoint_file
+    from checkpoints.file_format import save_checkpoint_file
 
     seeds = [0, 1]
     fit_replicas(tmp_path / "trunk", seeds, 3)

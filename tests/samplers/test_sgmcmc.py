@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from checkpoints.files import CheckpointError
+from checkpoints.errors import CheckpointError
 from samplers import SGHMC, SGLD, SGNHT, SampleCollector
 
 MU = torch.tensor([1.0, -2.0])

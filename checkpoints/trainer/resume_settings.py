@@ -24,7 +24,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from checkpoints.files import CheckpointError
+from checkpoints.errors import CheckpointError
 from common.signatures import constructor_defaults, settings_of
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,8 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
+from checkpoints.errors import CheckpointError
+
 
 class RandomStateCheckpoint(L.Callback):
     """Saves each rank's random state under `checkpoint["rng_states"]` and restores it at train start."""
@@ -41,8 +43,6 @@ class RandomStateCheckpoint(L.Callback):
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         states = checkpoint.get("rng_states")
         if states is not None and not valid_random_states(states):
-            from checkpoints.files import CheckpointError
-
             raise CheckpointError(f"checkpoint {trainer.ckpt_path}: its rng_states are not random-generator states (a list "
                                   "of {'cpu': uint8 tensor} per process): the file was altered; use another checkpoint")
         if states is not None and len(states) == trainer.world_size:

@@ -1,0 +1,199 @@
+"""Checkpoint files that are never half-written and never silently wrong: how one lies on disk.
+
+Atomic writes. Lightning's own save streams the bytes through fsspec, whose local "transaction"
+writes a temporary file in TMPDIR and moves it over the checkpoint: across filesystems (TMPDIR on
+/dev/shm or a node-local disk, checkpoints on shared storage) that move is a copy, and a process
+killed during it leaves a truncated `last.ckpt`. Here the bytes go to a temporary file beside the
+checkpoint, are flushed to the disk (fsync), and `os.replace` swaps the name: a reader, or a
+resume after a kill at any moment, finds the old file or the new one, whole.
+
+Checksums. Beside every checkpoint `X.ckpt` lies `X.ckpt.sha256`, the SHA-256 of its bytes; a load
+checks it and refuses a file whose bytes changed (a flipped bit, a truncated copy) with one line
+naming the file. The two files cannot be replaced together, so while a checkpoint is replaced the
+checksum file lists both the old and the new digest, and afterwards only the new one: a kill at
+any moment leaves a checkpoint whose digest is listed. Checkpoints without a checksum file (from
+elsewhere, or older ones) still load.
+
+One unit. Two processes saving one path at once could interleave those steps and leave a checksum file that
+describes the other's checkpoint. A save holds an exclusive `flock` on the checkpoint's directory for its three
+writes, and a read (check and load, checkpoints/loader.py) a shared one, so a reader sees a checkpoint and its
+checksum file from one save, and writers take turns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import os
+import time
+import zipfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from checkpoints.errors import CheckpointError
+
+CHECKSUM_SUFFIX = ".sha256"
+TEMPORARY_MARK = ".tmp-"  # `.<name>.tmp-<pid>`: a temporary file of process <pid>
+
+
+def write_atomically(path: Path, data: bytes | memoryview) -> None:
+    """`path` holds `data` afterwards, or (killed on the way) what it held before: never a part."""
+    temporary = path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid()}")
+    try:
+        temporary.unlink(missing_ok=True)  # safe: this process's own temporary name beside `path` (a link: the link only)
+        # A new file, never through a link planted under the temporary's name.
+        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)  # atomic within one directory (POSIX rename)
+    except OSError as error:  # a full disk, a read-only directory: no partial file is left, the old one stays
+        temporary.unlink(missing_ok=True)  # safe: this process's own temporary, beside `path`
+        raise CheckpointError(f"could not write {path} ({error.strerror or error}): free space on its disk or give a "
+                              "directory the run can write to; the previous file, if any, is unchanged") from None
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself reaches the disk
+    finally:
+        os.close(directory)
+
+
+def listed_digests(path: Path) -> list[str] | None:
+    """The digests the checksum file of `path` accepts, or None without a checksum file."""
+    checksum_file = path.with_name(path.name + CHECKSUM_SUFFIX)
+    if not checksum_file.is_file():
+        return None
+    # As written here ("<digest> [<previous digest>]"), or as `sha256sum` writes it ("<DIGEST>  <name>"), any case.
+    with open(checksum_file, "rb") as file:  # a few digests: the first 4 KB of a file that may be anything
+        text = file.read(4096).decode(errors="replace")
+    digests = [word.lower() for word in text.split()
+               if len(word) == 64 and all(c in "0123456789abcdefABCDEF" for c in word)]
+    if not digests:
+        raise CheckpointError(f"checksum file {checksum_file} holds no SHA-256 digest (64 hexadecimal digits): restore it, "
+                              f"or delete it to load {path.name} unchecked")
+    return digests
+
+
+def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
+    """torch.save `checkpoint` to `path` atomically, with its checksum beside it (module docstring)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    data = buffer.getbuffer()
+    digest = hashlib.sha256(data).hexdigest()
+    checksum_file = path.with_name(path.name + CHECKSUM_SUFFIX)
+    with directory_lock(path.parent, exclusive=True):
+        old = (listed_digests(path) or [])[:1] if path.exists() else []
+        write_atomically(checksum_file, " ".join([digest, *old]).encode())  # both, while the checkpoint is replaced
+        write_atomically(path, data)
+        write_atomically(checksum_file, digest.encode())
+    remove_stale_temporaries(path.parent)
+
+
+# How long a read waits for another process's lock on the checkpoint's directory (a save holds it for the seconds
+# its files take to write; a live run for as long as it runs, on its own run directory).
+LOCK_WAIT_S = 120.0
+# Directories this process already holds an exclusive flock on (its run directory, launch/runs/run_directory.py): a second
+# flock there from this process would wait for itself, and the held one already keeps other writers out.
+held_directories: set[Path] = set()
+
+
+@contextlib.contextmanager
+def directory_lock(directory: Path, exclusive: bool) -> Iterator[None]:
+    """An advisory `flock` on `directory` (exclusive for a save, shared for a read), released on leaving; none where
+    the directory cannot be opened (missing: the read reports the missing file)."""
+    if Path(directory).resolve() in held_directories:
+        yield
+        return
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        if exclusive:  # a save waits as long as it takes: giving up would end the training run
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        else:  # a read gives up after LOCK_WAIT_S: a live run that owns the directory holds its lock for good
+            deadline = time.monotonic() + LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise CheckpointError(f"{directory} has been locked by another process for {LOCK_WAIT_S:g} s (a "
+                                              "run that owns the directory, or a save in progress); wait for it to "
+                                              "end, or copy the checkpoint elsewhere") from None
+                    time.sleep(0.05)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def remove_stale_temporaries(directory: Path) -> None:
+    """Delete temporary files left in `directory` by processes killed while writing (their pid is gone)."""
+    for temporary in directory.glob(f".*{TEMPORARY_MARK}*"):
+        pid = temporary.name.rsplit(TEMPORARY_MARK, 1)[-1]
+        if pid.isdigit() and not _process_exists(int(pid)):
+            temporary.unlink(missing_ok=True)  # safe: a name in `directory` itself (a link: the link only, not its target)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def file_digest(path: Path) -> str:
+    sha256 = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            sha256.update(block)
+    return sha256.hexdigest()
+
+
+def verify_checkpoint_file(path: str | os.PathLike) -> None:
+    """Raise CheckpointError naming `path` if it is missing, empty or its bytes differ from its checksum."""
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"checkpoint {path} is a directory (ckpt_path expects a .ckpt file written by a run, e.g. "
+                              f"{path / 'checkpoints' / 'last.ckpt'})")
+    if path.exists() and not path.is_file():  # a pipe would block the read, a device never end
+        raise CheckpointError(f"checkpoint {path} is not a regular file (a pipe or a device); it is not read")
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist (ckpt_path expects a .ckpt file written by a run)")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty: the run that wrote it was probably killed; use another one")
+    check_declared_sizes(path)
+    digests = listed_digests(path)
+    if digests is not None:
+        digest = file_digest(path)
+        if digest not in digests:
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: its SHA-256 {digest[:12]}... differs from the one recorded in "
+                f"{path.name}{CHECKSUM_SUFFIX} when it was written ({digests[0][:12]}...); use another checkpoint")
+
+
+def check_declared_sizes(path: Path) -> None:
+    """Refuse, from the zip's directory alone, a checkpoint whose entries are compressed or declare more bytes than the
+    file holds: torch.save stores its entries as they are, so such a file was crafted to expand in memory."""
+    if not zipfile.is_zipfile(path):  # torch's legacy format, or not a checkpoint: the load says which
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            entries = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # a damaged directory: the load names the file
+    declared, size = sum(entry.file_size for entry in entries), path.stat().st_size
+    if declared > size or any(entry.compress_type != zipfile.ZIP_STORED for entry in entries):
+        raise CheckpointError(f"checkpoint {path} declares {declared} bytes of data in a {size}-byte file (compressed "
+                              "entries, which torch.save never writes): it was crafted or damaged, and is not read")
