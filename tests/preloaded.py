@@ -5,8 +5,9 @@ A multiprocessing forkserver imports torch, Lightning and Hydra once; every comm
 folder first), Hydra singleton, signal handlers, torch settings, default start method and exit status, as
 `python train.py ARGS` has. The project's own modules are not preloaded: each fork imports them from the folder of
 the train.py it runs. (The fork shares the server's hash seed and numpy's unseeded state; every run seeds its own.)
-The documented-commands test runs some forty train.py commands, and their start-up was most of its time on two
-cores (tests/test_documented_commands.py).
+The suite's real-process tests run train.py this way (the documented commands, both front ends, received files and
+configs): a new interpreter spends about 6 s importing those libraries first (2-core Xeon). What needs a fresh
+interpreter stays one: the early checks that must import nothing heavy, signals sent to a run, DDP's own ranks.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 
 # What a train.py run imports before its first step, all third-party (the forks share them, read-only).
 PRELOAD = ["torch", "torchvision", "lightning.pytorch", "torchmetrics", "hydra", "omegaconf", "tensorboard"]
+# The script the suite's real-process tests run (each a fresh fork instead of a fresh interpreter: 6 s of imports saved).
+TRAIN = Path(__file__).resolve().parents[1] / "train.py"
 # The project's top-level packages: none may come from the server, whose sys.path is not the script's.
 PROJECT = {"train", "launch", "models", "datamodules", "samplers", "callbacks", "checkpoints", "common", "benchmarks"}
 
@@ -32,7 +35,8 @@ def context() -> multiprocessing.context.BaseContext:
 
 
 def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str) -> None:
-    """`python argv[0] argv[1:]` in the fork: the interpreter's set-up, the script as __main__, the interpreter's exit."""
+    """`python argv[0] argv[1:]` in the fork (`python -m module ...` when argv[0] is -m): the interpreter's set-up, the
+    script or module as __main__, the interpreter's exit."""
     import atexit
     import runpy
 
@@ -46,15 +50,23 @@ def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str) -> None:
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
-    sys.argv = list(argv)
-    sys.path[:] = [str(Path(argv[0]).parent), *(p for p in sys.path if p)]  # '' was the server's working directory
+    module = argv[1] if argv[0] == "-m" else None
+    sys.argv = list(argv[1:] if module else argv)  # -m: runpy puts the module's file in sys.argv[0], as python does
+    # The interpreter's order: the script's folder (-m: the working directory), then $PYTHONPATH (read at start-up, so
+    # set here), then the rest ('' was the server's working directory).
+    sys.path[:] = [cwd if module else str(Path(argv[0]).parent),
+                   *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p), *(p for p in sys.path if p)]
     sys.stdin = open(os.devnull)
     for fd, path in ((1, out), (2, err)):
         os.dup2(os.open(path, os.O_WRONLY | os.O_TRUNC), fd)
     if env.get("OMP_NUM_THREADS"):  # read by a new interpreter; the server has imported torch already
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
     try:
-        runpy.run_path(argv[0], run_name="__main__")  # a SystemExit's status becomes the exit status, as in the interpreter
+        # A SystemExit's status becomes the exit status, as in the interpreter.
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(argv[0], run_name="__main__")
     finally:
         # The interpreter's exit, in its order (multiprocessing's own ends in os._exit): join the threads, which
         # also stops joblib's worker processes (it hooks the join), then the atexit functions, which join children.
@@ -67,12 +79,20 @@ def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str) -> None:
 def run_script(script: Path, args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
     """`python script *args` in `cwd` with environment `env`: its exit status and what it printed. Like
     subprocess.run, it kills the process on a timeout (TimeoutExpired, with the output) or an interrupt."""
-    argv = [str(script), *args]
+    return _run([str(script), *args], cwd, env, timeout)
+
+
+def run_module(module: str, args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python -m module *args`, as run_script runs a script."""
+    return _run(["-m", module, *args], cwd, env, timeout)
+
+
+def _run(argv: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory() as streams:
         out, err = Path(streams) / "stdout", Path(streams) / "stderr"
         out.touch()
         err.touch()
-        process = context().Process(target=_as_main, args=(argv, str(cwd), env, str(out), str(err)), name=script.name)
+        process = context().Process(target=_as_main, args=(argv, str(cwd), env, str(out), str(err)), name=Path(argv[1 if argv[0] == "-m" else 0]).name)
         process.start()
         try:
             process.join(timeout)
@@ -85,3 +105,8 @@ def run_script(script: Path, args: list[str], cwd: Path, env: dict, timeout: flo
     if timed_out:
         raise subprocess.TimeoutExpired(argv, timeout, result.stdout, result.stderr)
     return result
+
+
+def run_train(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python train.py *args` (run_script's way); the environment is this process's unless `env` is given."""
+    return run_script(TRAIN, list(args), cwd, dict(os.environ if env is None else env), timeout)

@@ -6,8 +6,9 @@ earlier command wrote), each with a few extra settings that cut it to a couple o
 on this machine is checked as far as it can be: commands on CIFAR-10 (no copy here), a GPU or several
 processes are composed and their model and data built, without training; `tensorboard` (a server) and
 the launchers `srun`/`torchrun` are left out. README's Python example runs against a checkpoint
-written by the commands. Each train.py command runs in a process of its own, forked from one that has imported
-torch, Lightning and Hydra once (tests/preloaded.py): about 1 s for a short run instead of 5 to 9.
+written by the commands. Each command (train.py or `python -m benchmarks...`) runs in a process of its own, forked
+from one that has imported torch, Lightning and Hydra once (tests/preloaded.py): about 1 s for a short run instead
+of 5 to 9.
 """
 
 from __future__ import annotations
@@ -133,10 +134,11 @@ def run_in_order(commands: list[str], cwd: Path, env: dict) -> list[tuple[str, f
             done.append((command, 0.0, None))
             continue
         began = time.monotonic()
-        if argv[1] == str(REPO / "train.py"):  # a process of its own, forked from one that has the imports done
-            result = preloaded.run_script(Path(argv[1]), argv[2:], cwd, env)
+        # A process of its own, forked from one that has the imports done.
+        if argv[1] == "-m":
+            result = preloaded.run_module(argv[2], argv[3:], cwd, env)
         else:
-            result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+            result = preloaded.run_script(Path(argv[1]), argv[2:], cwd, env)
         done.append((command, time.monotonic() - began, result))
         if result.returncode != 0:
             break

@@ -49,3 +49,24 @@ def test_a_command_past_its_timeout_is_killed_with_its_output(script, tmp_path):
     with pytest.raises(subprocess.TimeoutExpired) as timeout:
         preloaded.run_script(script, ["sleep"], tmp_path / "work", {**os.environ, "MARK": "m"}, timeout=3)
     assert "beside the script" in timeout.value.stdout and "to stderr" in timeout.value.stderr
+
+
+def test_pythonpath_is_read_after_the_scripts_folder_as_the_interpreter_reads_it(script, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "helper.py").write_text("VALUE = 'from PYTHONPATH'\n")
+    (other / "extra.py").write_text("VALUE = 'only on PYTHONPATH'\n")
+    probe = script.parent / "probe.py"
+    probe.write_text("import extra, helper\nprint(helper.VALUE, '|', extra.VALUE)\n")
+    result = preloaded.run_script(probe, [], tmp_path / "work", {**os.environ, "PYTHONPATH": str(other)})
+    assert (result.returncode, result.stdout) == (0, "beside the script | only on PYTHONPATH\n"), result.stderr[-2000:]
+
+
+def test_a_module_runs_as_python_dash_m_runs_it(tmp_path):
+    package = tmp_path / "work" / "package"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "tool.py").write_text("import os, sys\nprint(__name__, sys.argv[0] == __file__, sys.path[0] == os.getcwd(), "
+                                     "sys.argv[1:])\nsys.exit(4)\n")
+    result = preloaded.run_module("package.tool", ["--flag"], tmp_path / "work", dict(os.environ))
+    assert (result.returncode, result.stdout) == (4, "__main__ True True ['--flag']\n"), result.stderr[-2000:]

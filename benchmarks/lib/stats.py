@@ -50,7 +50,7 @@ def student_t_cdf(t: float, dof: float) -> float:
 @functools.cache
 def t_975(dof: int) -> float:
     """The 97.5% quantile of Student's t with `dof` degrees of freedom, exact to about 1e-12: bisection on
-    student_t_cdf (tests/benchmarks/test_field_study.py checks it against scipy, which is only a test dependency)."""
+    student_t_cdf (tests/benchmarks/studies/test_field_study.py checks it against scipy, which is only a test dependency)."""
     low, high = 0.0, 1.0
     while student_t_cdf(high, dof) < 0.975:
         low, high = high, 2 * high

@@ -24,7 +24,7 @@ each case writes its received files into its own directory, and names strangers_
 into the working directory of a process that imports it (outcome `ran`).
 
 Writes table.md (a row per case: input, outcome, the message's first line) and table.json under --out.
-`--only` re-runs some cases and merges them into an existing table.json. tests/benchmarks/test_bad_inputs.py runs --quick.
+`--only` re-runs some cases and merges them into an existing table.json. tests/benchmarks/robustness/test_bad_inputs.py runs --quick.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class Case:
     documented_by: str | None = None  # for expect=documented: the line the run logs
     data: str | None = None  # another DATA_DIR prepared by `prepare` (a corrupt copy)
     copy_runs: bool = False  # copy the prepared runs (checkpoints) into the case's directory first
-    quick: bool = False  # in --quick (tests/benchmarks/test_bad_inputs.py)
+    quick: bool = False  # in --quick (tests/benchmarks/robustness/test_bad_inputs.py)
     fast: bool = True  # append the settings that cut the run to a couple of steps
     plant: str | None = None  # a PLANTS entry that alters the case's copy of the JSA run (copy_runs) before it runs
     files: tuple[tuple[str, str], ...] = ()  # received files written into the case's directory first (write_received)
@@ -844,7 +844,7 @@ def write_table(rows: list[dict], out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a case of each kind only (tests/benchmarks/test_bad_inputs.py)")
+    parser.add_argument("--quick", action="store_true", help="a case of each kind only (tests/benchmarks/robustness/test_bad_inputs.py)")
     parser.add_argument("--only", type=lambda text: text.split(","), help="re-run these case ids (comma-separated), merged into table.json")
     parser.add_argument("--jobs", type=int, default=2, help="cases run at the same time (default 2)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "bad_inputs")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +23,7 @@ from torch.utils.tensorboard.summary import hparams
 
 from benchmarks import compare
 from tests.launch.test_entrypoints import FAST, REPO, train
+from tests import preloaded
 
 T0 = 1_767_261_600  # 2026-01-01: the earlier multirun starts here, the latest an hour later, the strays after it
 VAE, JSA = "vae-mnist-mlp-z32", "jsa-mnist-mlp-K10-L20"
@@ -247,10 +248,7 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
     assert sorted(j["job_num"] for j in jobs) == list(range(len(STANDALONE)))
 
     out = tmp_path / "report"
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.compare", str(root), "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )
+    result = preloaded.run_module("benchmarks.compare", [str(root), "--out", str(out)], REPO, dict(os.environ), timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = (out / "report.md").read_text().splitlines()
     header = next(line for line in lines if line.startswith("| run"))

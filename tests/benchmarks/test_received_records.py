@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.checkpoints.test_received_files import run  # noqa: F401 (the fixture: a real two-step run)
+from tests import preloaded
 
 pytestmark = pytest.mark.slow  # real processes: the full suite's
 REPO = Path(__file__).resolve().parents[2]
@@ -31,8 +31,8 @@ def test_a_study_report_skips_a_bad_record_with_one_line_naming_it(tmp_path):
     subprocess.run(["cp", "-r", str(REPO / "benchmarks" / "results" / "cache-study"), str(out)], check=True)
     for name, text in BAD_RECORDS.items():
         (out / "runs" / f"{name}.json").write_text(text)
-    result = subprocess.run([sys.executable, "-m", "benchmarks.studies.cache.study", "--out", str(out), "--report-only"], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=240)
+    result = preloaded.run_module("benchmarks.studies.cache.study", ["--out", str(out), "--report-only"], REPO,
+                                  {**os.environ, "PYTHONPATH": str(REPO)}, timeout=240)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     skipped = [line for line in result.stdout.splitlines() if line.startswith("skipped ")]
     assert {line.split(".json")[0].rsplit("/", 1)[-1] for line in skipped} == set(BAD_RECORDS), skipped
@@ -58,8 +58,8 @@ def test_the_comparison_report_skips_a_bad_job_file_or_image_with_one_line(run, 
     writer.file_writer.add_summary(Summary(value=[Summary.Value(tag="test/reconstructions", image=Summary.Image(
         height=100_000, width=100_000, colorspace=1, encoded_image_string=bytes(png)))]), global_step=5)
     writer.close()
-    result = subprocess.run([sys.executable, "-m", "benchmarks.compare", str(root), "--all", "--out", str(tmp_path / "report")],
-                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=240)
+    result = preloaded.run_module("benchmarks.compare", [str(root), "--all", "--out", str(tmp_path / "report")], REPO,
+                                  {**os.environ, "PYTHONPATH": str(REPO)}, timeout=240)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     skipped = [line for line in result.stdout.splitlines() if line.startswith("skipped ")]
     assert any("version_deep/hydra_job.yaml: job file" in line and "nested too deeply" in line for line in skipped), skipped
@@ -78,8 +78,8 @@ def test_the_comparison_report_skips_an_unreadable_event_file_with_one_line(dama
     broken.mkdir()
     event = broken / "events.out.tfevents.1700000000.host.123.0"
     event.write_bytes(os.urandom(4096) if damage == "random bytes" else struct.pack("<Q", 2**62) + bytes(12))
-    result = subprocess.run([sys.executable, "-m", "benchmarks.compare", str(root), "--all", "--out", str(tmp_path / "report")],
-                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=240)
+    result = preloaded.run_module("benchmarks.compare", [str(root), "--all", "--out", str(tmp_path / "report")], REPO,
+                                  {**os.environ, "PYTHONPATH": str(REPO)}, timeout=240)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert [line for line in result.stdout.splitlines() if line.startswith(f"skipped {broken}")], result.stdout[-2000:]
     assert "version_broken" not in (tmp_path / "report" / "report.md").read_text().split("## Runs")[0]

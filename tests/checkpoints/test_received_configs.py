@@ -16,6 +16,7 @@ import pytest
 
 from benchmarks.robustness import bad_inputs
 from checkpoints.file_format import save_checkpoint_file
+from tests import preloaded
 
 pytestmark = pytest.mark.slow  # real processes: the full suite's
 REPO = Path(__file__).resolve().parents[2]
@@ -82,11 +83,12 @@ def test_a_checkpoint_whose_optimizer_is_a_dotted_string_imports_nothing(command
     checkpoint_with_optimizer(tmp_path / "received.ckpt", wrapped)
     (tmp_path / "run.yaml").write_text("ckpt_path: received.ckpt\n")
     given = ["--model=JSA", "--data=MNISTDataModule", "-c", "run.yaml"] if "-c" in command else ["--ckpt_path=received.ckpt"]
-    argv = ([sys.executable, "-c", "from models import JSA\nJSA.load_from_checkpoint('received.ckpt')"]
-            if command == "load_from_checkpoint" else
-            [sys.executable, str(REPO / "train.py"), command.split()[0], *given, "--trainer.limit_test_batches=1",
-             "--trainer.limit_val_batches=1"])
-    result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    if command == "load_from_checkpoint":
+        result = subprocess.run([sys.executable, "-c", "from models import JSA\nJSA.load_from_checkpoint('received.ckpt')"],
+                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    else:
+        result = preloaded.run_train([command.split()[0], *given, "--trainer.limit_test_batches=1", "--trainer.limit_val_batches=1"],
+                                     tmp_path, env, timeout=240)
     assert not (tmp_path / bad_inputs.STRANGER_MARKER).exists(), result.stderr[-2000:]
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]

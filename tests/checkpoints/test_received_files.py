@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from checkpoints.file_format import save_checkpoint_file
+from tests import preloaded
 
 pytestmark = pytest.mark.slow  # real processes: the full suite's
 REPO = Path(__file__).resolve().parents[2]
@@ -23,8 +24,7 @@ FAST = ["trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer
 
 def train(cwd: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return preloaded.run_train(list(args), cwd, env, timeout)
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +111,7 @@ def test_a_callback_in_a_received_config_file_is_refused_before_it_is_imported(t
     (tmp_path / "planted.py").write_text(PLANTED_MODULE)
     (tmp_path / "received.yaml").write_text("trainer:\n  callbacks:\n    - class_path: planted.Thing\n")
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"}
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), "fit", "-c", "received.yaml"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=240)
+    result = preloaded.run_train(["fit", "-c", "received.yaml"], tmp_path, env, timeout=240)
     assert not (tmp_path / "IMPORTED").exists()
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
         "error: config file received.yaml: trainer.callbacks[0].class_path names 'planted.Thing', which is not a class or "
@@ -201,9 +200,8 @@ def test_an_mnist_file_that_is_a_pipe_is_refused_without_waiting(mnist_dir, tmp_
     for name in ("train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
         (raw / name).symlink_to(mnist_dir / "MNIST" / "raw" / name)
     os.mkfifo(raw / "train-images-idx3-ubyte")
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), "trainer.max_steps=1"], cwd=tmp_path, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "DATA_DIR": str(tmp_path / "data")},
-                            capture_output=True, text=True)
+    result = preloaded.run_train(["trainer.max_steps=1"], tmp_path, timeout=120,
+                                 env={**os.environ, "PYTHONPATH": str(REPO), "DATA_DIR": str(tmp_path / "data")})
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
         f"error: {raw / 'train-images-idx3-ubyte'} is corrupt: it is not a regular file (a pipe, a device or a directory), "
         "so it is not read. Fix: delete it so that it is downloaded again, or copy a good one in its place.")

@@ -21,6 +21,7 @@ from checkpoints.file_format import save_checkpoint_file
 from checkpoints.loader import load_checkpoint_file
 from datamodules import MNISTDataModule
 from models import VAE, VQVAE
+from tests import preloaded
 
 pytestmark = pytest.mark.slow  # Trainer runs and real processes: the full suite's
 REPO = Path(__file__).resolve().parents[2]
@@ -148,8 +149,7 @@ def test_a_checkpoint_that_names_a_foreign_class_is_not_imported(good_checkpoint
     path = tmp_path / "foreign.ckpt"
     save_checkpoint_file(checkpoint, path)
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), "test", f"--ckpt_path={path}"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = preloaded.run_train(["test", f"--ckpt_path={path}"], tmp_path, env, timeout=300)
     assert result.returncode == 2 and not (tmp_path / "imported").exists(), result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1] == (f"error: checkpoint {path}: hyper_parameters._class_path names "
                                                       "'strangers_module.Model', which is not one of the collection's models "
@@ -174,8 +174,7 @@ def test_no_payload_runs_through_either_front_end(good_checkpoint, payload_url, 
     from concurrent.futures import ThreadPoolExecutor
 
     def run(args: list[str]) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=300)
+        return preloaded.run_train(args, tmp_path, env, timeout=300)
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # independent processes, two at a time
         results = dict(zip(commands, pool.map(run, commands.values())))

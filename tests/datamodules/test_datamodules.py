@@ -6,8 +6,6 @@ from __future__ import annotations
 import gzip
 import pickle
 import re
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,7 +23,8 @@ from datamodules import (CIFAR10DataModule, DataCorruptError, DataError, DataNot
                          MNISTDataModule)
 from datamodules.base import InMemoryImageDataset, collate_prebatched
 from benchmarks.robustness.fake_cifar10 import CIFAR_PER_BATCH, fake_cifar_batch, write_fake_cifar10
-from tests.conftest import DATA_ROOT, REPO, TinyCIFAR10DataModule
+from tests import preloaded
+from tests.conftest import DATA_ROOT, TinyCIFAR10DataModule
 
 # The two data sets of torchvision's IDX layout, one data module class (MNIST's, parameterized by the torchvision class).
 IDX_MODULES = [pytest.param(MNISTDataModule, id="mnist"), pytest.param(FashionMNISTDataModule, id="fashion_mnist")]
@@ -530,8 +529,7 @@ def test_train_py_process_says_bad_data_in_one_line(idx_cls: type[MNISTDataModul
         (raw / "t10k-labels-idx1-ubyte").unlink()
         settings["data.download"] = "false"
         said = f"error: {idx_cls.__name__}: incomplete data set in {idx_copy.resolve()}: expected {raw}/{{train-images-idx3-ubyte,"
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), *front_end_args(idx_cls, front_end, settings)],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    result = preloaded.run_train(front_end_args(idx_cls, front_end, settings), tmp_path, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(said) and "Traceback" not in result.stderr, result.stderr[-3000:]

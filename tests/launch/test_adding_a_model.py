@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests import preloaded
 
 pytestmark = pytest.mark.slow  # copies the project and starts train.py three times
 
@@ -54,7 +55,7 @@ def project_copy(root: Path) -> Path:
 
 def train(args: list[str], cwd: Path, mnist_dir: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "DATA_DIR": str(mnist_dir), "PYTHONPATH": str(cwd)}  # the copy's packages, not this checkout's
-    result = subprocess.run([sys.executable, "train.py", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    result = preloaded.run_script(cwd / "train.py", args, cwd, env, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 

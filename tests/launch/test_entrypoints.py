@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 from common.signatures import constructor_defaults
 from launch.checks.schema import config_targets
+from tests import preloaded
 from tests.launch.test_configs import DATA, MODELS, STANDALONE
 
 pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
@@ -26,9 +26,7 @@ FAST = ["trainer.max_steps=3", "trainer.log_every_n_steps=1", "trainer.limit_tra
 
 def train(args: list[str], cwd: Path, mnist_dir: Path, check: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "DATA_DIR": str(mnist_dir)}
-    result = subprocess.run(
-        [sys.executable, str(TRAIN), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+    result = preloaded.run_train(args, cwd, env, timeout=300)
     if check:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
@@ -153,8 +151,7 @@ def test_missing_data_is_one_line_without_traceback(front_end, tmp_path, mnist_d
     args = ["data.download=false"] if front_end == "hydra" else ["fit", "--data.download=false"]
     env_dir = tmp_path / "empty"
     env_dir.mkdir()
-    result = subprocess.run([sys.executable, str(TRAIN), *args], cwd=tmp_path, env={**os.environ, "DATA_DIR": str(env_dir)},
-                            capture_output=True, text=True, timeout=300)
+    result = preloaded.run_train(args, tmp_path, {**os.environ, "DATA_DIR": str(env_dir)}, timeout=300)
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(env_dir) in errors[0] and "DATA_DIR" in errors[0]

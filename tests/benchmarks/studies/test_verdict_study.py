@@ -13,7 +13,7 @@ import pytest
 from benchmarks.lib import runner
 from benchmarks.studies import verdict_study
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_a_run_starts_from_its_branch_point_until_it_has_a_checkpoint_of_its_own(tmp_path, monkeypatch):
