@@ -92,7 +92,8 @@ def _run(argv: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.Co
         out, err = Path(streams) / "stdout", Path(streams) / "stderr"
         out.touch()
         err.touch()
-        process = context().Process(target=_as_main, args=(argv, str(cwd), env, str(out), str(err)), name=Path(argv[1 if argv[0] == "-m" else 0]).name)
+        name = argv[1] if argv[0] == "-m" else Path(argv[0]).name
+        process = context().Process(target=_as_main, args=(argv, str(cwd), env, str(out), str(err)), name=name)
         process.start()
         try:
             process.join(timeout)
