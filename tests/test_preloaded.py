@@ -1,4 +1,4 @@
-"""tests/preloaded.py runs a script as `python script ARGS` would: what the documented-commands test relies on."""
+"""tests/preloaded.py runs a script as `python script ARGS` would: what the suite's real-process tests rely on."""
 
 from __future__ import annotations
 

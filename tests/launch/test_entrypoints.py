@@ -1,4 +1,5 @@
-"""Both front ends of train.py, run for real as a user would (subprocesses, few steps)."""
+"""Both front ends of train.py, run for real as a user would (processes of their own, forked from a server that has the
+libraries imported: tests/preloaded.py; few steps)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from tests.launch.test_configs import DATA, MODELS, STANDALONE
 pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 
 REPO = Path(__file__).resolve().parents[2]
-TRAIN = REPO / "train.py"
 FAST = ["trainer.max_steps=3", "trainer.log_every_n_steps=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=1", "model.val_num_samples=2"]
 
 
