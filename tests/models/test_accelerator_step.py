@@ -235,6 +235,29 @@ def test_training_loss_compiled_with_inductor_equals_eager(name):
         assert compiled_against_eager(INDUCTOR_COMPILE[name], "inductor") == 1
 
 
+@pytest.mark.slow  # inductor, and its vector headers compiled once for this process
+def test_a_step_compiled_with_the_cpus_vector_instructions_equals_eager():
+    """The suite compiles scalar C++ kernels (tests/conftest.py: TORCHINDUCTOR_VEC_ISA_OK=0); here the CPU's own vector
+    instructions, as inductor picks them outside the suite, for one step with a random draw and a control variate."""
+    import time
+    from pathlib import Path
+
+    from torch._inductor.cpu_vec_isa import pick_vec_isa, valid_vec_isa_list
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    assert not pick_vec_isa()  # the suite's setting: scalar kernels
+    try:
+        with torch._inductor.config.patch({"fallback_random": True, "cpp.vec_isa_ok": None}):  # None: probe the CPU
+            valid_vec_isa_list.cache_clear()  # the CPU's instruction sets, found again under this setting
+            assert pick_vec_isa(), "this CPU has no vector instructions inductor uses"
+            began = time.time()
+            assert compiled_against_eager(INDUCTOR_COMPILE["dvae-running-mean"], "inductor") == 1
+        kernels = [path.read_text() for path in Path(cache_dir()).rglob("*.cpp") if path.stat().st_mtime >= began]
+        assert kernels and any("at::vec::Vectorized" in kernel for kernel in kernels)
+    finally:
+        valid_vec_isa_list.cache_clear()  # and under the suite's again, for the tests after this one
+
+
 # ---- model.compile=step: the Trainer's training step compiled whole ------------------------------------------
 
 def test_model_compile_step_trains_through_the_compiled_step(monkeypatch):
