@@ -20,11 +20,9 @@ os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"to
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
-from torchvision.datasets import CIFAR10, MNIST  # noqa: E402
 
-from benchmarks.robustness.fake_cifar10 import write_fake_cifar10  # noqa: E402
-from datamodules import CIFAR10DataModule, MNISTDataModule  # noqa: E402
+# No torch, torchvision or project import at the top: under xdist the controller loads this file too, runs no test,
+# and would spend about 4 s on them before it starts the workers. What needs them imports them where it is used.
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,6 +36,8 @@ os.environ["DATA_DIR"] = str(DATA_ROOT)
 # Under pytest-xdist (pyproject's -n auto) the workers share the cores: each worker, and every process it starts, gets
 # its share of them. Two processes of two torch threads each on two cores run the quick loop 3.3 times slower.
 if os.environ.get("PYTEST_XDIST_WORKER"):
+    import torch
+
     THREADS = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     torch.set_num_threads(THREADS)
     os.environ["OMP_NUM_THREADS"] = str(THREADS)
@@ -45,6 +45,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 def mnist_slice(mnist_dir: Path, n: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
     """The first n images of the MNIST training split, statically binarized, and their indices."""
+    from datamodules import MNISTDataModule
+
     dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="static")
     dm.setup("fit")
     return dm.train_set.__getitems__(list(range(n)))
@@ -63,11 +65,17 @@ def train_on_batch(model, x: torch.Tensor, index: torch.Tensor, steps: int) -> t
     return history[0], history[-1]
 
 
-class TinyCIFAR10DataModule(CIFAR10DataModule):
-    """CIFAR-10 sized for the 20-images-per-batch fake written by the ``cifar10_dir`` fixture."""
+def __getattr__(name: str) -> type:
+    """`TinyCIFAR10DataModule` (`from tests.conftest import ...`, or a config's `data._target_`), made on first use."""
+    if name != "TinyCIFAR10DataModule":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from datamodules import CIFAR10DataModule
 
-    train_file_size = 100
-    test_file_size = 20
+    tiny = type(name, (CIFAR10DataModule,), {
+        "__module__": __name__, "__doc__": "CIFAR-10 sized for the 20-images-per-batch fake of the cifar10_dir fixture.",
+        "train_file_size": 100, "test_file_size": 20})
+    globals()[name] = tiny
+    return tiny
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -79,6 +87,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def mnist_dir() -> Path:
     """Data root holding ``MNIST/raw``: DATA_ROOT (env DATA_DIR, else ``<repo>/../shared/data``). Missing files fail,
     not skip."""
+    from torchvision.datasets import MNIST
+
     root = DATA_ROOT
     raw = root / "MNIST" / "raw"
     names = [os.path.splitext(name)[0] for name, _ in MNIST.resources]
@@ -97,6 +107,10 @@ def cifar10_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     against ``CIFAR10.meta``), looked up when read: those attributes are pointed at the
     md5 of the fake files, so the files load with the integrity checks intact.
     """
+    from torchvision.datasets import CIFAR10
+
+    from benchmarks.robustness.fake_cifar10 import write_fake_cifar10
+
     root = tmp_path_factory.mktemp("cifar10")
     train_list, test_list, meta_md5 = write_fake_cifar10(root)
     with pytest.MonkeyPatch.context() as mp:

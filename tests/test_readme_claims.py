@@ -37,6 +37,7 @@ def test_what_fit_help_lists_is_what_readme_and_usage_say(capsys):
     assert "--data.batch_size" in help_text(capsys, "fit", "--data.help", "MNISTDataModule")
 
 
+@pytest.mark.slow  # starts a Python process (torch's import)
 def test_readme_says_its_timings_are_of_an_idle_machine_and_how_to_share_a_busy_one():
     """README's timings were taken on an idle machine, and it says so; its advice for a busy one, one torch thread
     with OMP_NUM_THREADS=1, is what torch does with it."""
@@ -52,6 +53,7 @@ def test_readme_says_its_timings_are_of_an_idle_machine_and_how_to_share_a_busy_
     assert probe.stdout.strip() == advice[2], probe.stderr[-2000:]
 
 
+@pytest.mark.slow  # starts a Python process (torch's import)
 def test_the_cpu_wheel_tip_checks_that_pip_kept_the_cpu_build():
     """`pip install -e .` replaces the CPU build when the CPU index lacks the torch pyproject.toml asks for: the tip
     names the command that shows which build is installed, and it runs."""

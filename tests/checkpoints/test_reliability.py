@@ -59,6 +59,7 @@ def test_checkpoint_of_another_model_class_is_refused(dm, tmp_path):
         _fit(JSA(mis_steps=2, val_num_samples=2), dm, tmp_path / "jsa", ckpt_path=tmp_path / "last.ckpt")
 
 
+@pytest.mark.slow  # three runs through the Hydra front end
 def test_a_seed_makes_a_cpu_run_repeatable(mnist_dir, tmp_path):
     def run(seed: int, name: str) -> dict[str, float]:
         cfg = composed([

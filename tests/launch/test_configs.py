@@ -69,6 +69,7 @@ def test_every_model_builds_for_every_data_set(model, data, backbone):
     assert launch.run_layout.run_name(cfg.run_name, net.run_tag).startswith(f"{model}-{data}-{backbone}-")
 
 
+@pytest.mark.slow  # a run through the Hydra front end
 @pytest.mark.parametrize("model", STANDALONE)
 def test_conv_model_trains_on_cifar10_format_data(model, cifar10_dir: Path, tmp_path: Path):
     cfg = composed([
@@ -150,6 +151,7 @@ def test_cifar10_vqvae_paper_experiment_builds_the_paper_setting():
     assert composed(["experiment=cifar10_vqvae_paper"]).hydra.sweeper.params == {"model": "vqvae,vae,jsa"}
 
 
+@pytest.mark.slow  # a run through the Hydra front end
 @pytest.mark.parametrize("model", ["vqvae", "vae", "jsa"])
 def test_cifar10_vqvae_paper_experiment_runs_tiny_on_cpu(model, cifar10_dir, tmp_path):
     cfg = composed([

@@ -1,7 +1,8 @@
 """What a new user meets first, checked without training: both front ends build the same model and data
 from the same defaults, the likelihood follows the data, integer batch limits are counts, one inference
 API for every model, evaluation binarization that does not depend on batching, plain progress lines; a run
-that ends (or is stopped with Ctrl-C) says where it is and how to resume it, in the project's words only."""
+that ends (or is stopped with Ctrl-C) says where it is and how to resume it, in the project's words only. The tests
+that run through a front end are marked slow (README: the entry-point tests are the full suite's)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ def test_cli_defaults_to_jsa_on_binarized_mnist(tmp_path):
     assert grey.model.hparams["likelihood"] == "discretized_logistic"  # follows the data: 8-bit grey pixels
 
 
+@pytest.mark.slow  # runs through the front ends
 @pytest.mark.parametrize("subcommand", ["test", "validate"])
 def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tmp_path, monkeypatch, capsys):
     """`test`/`validate` without a checkpoint (here from a -c file, which the early checks leave to the parser) is one
@@ -153,6 +155,7 @@ def test_bernoulli_model_refuses_grey_pixels_outside_the_trainer(mnist_dir):
         model.nll(torch.zeros(2, 3, 32, 32))
 
 
+@pytest.mark.slow  # runs through the front ends
 def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mnist_dir, capsys):
     dm = MNISTDataModule(data_dir=str(mnist_dir), batch_size=16)
     trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
@@ -309,6 +312,7 @@ def test_ctrl_c_says_how_to_resume_in_the_projects_words_only(tmp_path, mnist_di
     assert resume_command(last, "JSA", "jsa") == f"python train.py model=jsa data.batch_size=16 ckpt_path={last}"
 
 
+@pytest.mark.slow  # runs through the front ends
 @pytest.mark.parametrize("front_end", ["hydra", "cli"])
 def test_a_run_ends_with_one_line_naming_its_directory_checkpoint_and_tensorboard(front_end, tmp_path, mnist_dir, monkeypatch, capsys):
     """The last line of a run (Hydra: after its test stage, run_test=true): the run directory, its last.ckpt and the
@@ -352,6 +356,7 @@ def test_enable_checkpointing_false_runs_without_checkpoints_in_both_front_ends(
     assert launch.cli_app.main([f"--trainer.default_root_dir={tmp_path}"], run=False).trainer.checkpoint_callback is not None
 
 
+@pytest.mark.slow  # runs through the front ends
 def test_cli_seed_everything_given_at_test_wins_over_the_checkpoints_test_seed(tmp_path, mnist_dir, monkeypatch):
     """`test --ckpt_path=... --seed_everything=9` tests with seed 9, as Hydra's `ckpt_path=... seed=9` does, although the
     checkpoint was trained (and its test_seed recorded) with seed 5."""
@@ -366,6 +371,7 @@ def test_cli_seed_everything_given_at_test_wins_over_the_checkpoints_test_seed(t
     assert (tested.model.test_seed, tested.datamodule.seed) == (9, 9)
 
 
+@pytest.mark.slow  # runs through the front ends
 def test_without_a_logger_nothing_is_written_outside_the_run_directory(tmp_path, mnist_dir, monkeypatch):
     """`--trainer.logger=false` / `~logger`: LightningCLI's config.yaml and the checkpoints go to a run directory under
     logs/ (logs/cli/<run>/<time>-<pid>; Hydra's own run directory), not into the working directory."""
@@ -384,6 +390,7 @@ def test_without_a_logger_nothing_is_written_outside_the_run_directory(tmp_path,
     assert (hydra_run / "checkpoints" / "last.ckpt").is_file()
 
 
+@pytest.mark.slow  # runs through the front ends
 def test_fast_dev_run_runs_and_writes_only_under_logs_in_both_front_ends(tmp_path, mnist_dir, monkeypatch):
     """`trainer.fast_dev_run=true` swaps the logger for Lightning's DummyLogger (no directory): the run still ends
     cleanly, and its checkpoint goes to a run directory under logs/, as without a logger."""

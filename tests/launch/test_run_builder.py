@@ -86,6 +86,7 @@ def test_both_front_ends_leave_the_checkpoints_out_and_write_an_unlogged_run_und
     assert Path(app.trainer.default_root_dir).parent == tmp_path / "logs" / "cli" / cli_run.name
 
 
+@pytest.mark.slow  # runs through both front ends
 def test_a_checkpoint_resumes_into_its_own_run_through_both_front_ends_and_another_models_is_refused_by_both(tmp_path, described, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     hydra_trainer, _, _ = both_front_ends(tmp_path, [], [])
@@ -110,6 +111,7 @@ def test_a_checkpoint_resumes_into_its_own_run_through_both_front_ends_and_anoth
     assert "was written by models.jsa.JSA, not models.vae.VAE" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a run through the CLI
 def test_a_log_dir_from_a_config_file_is_where_the_cli_writes_and_is_checked_there(tmp_path, described, monkeypatch, capsys):
     """`log_dir` set in a -c file: the run goes there, a ./logs that is a file does not matter, and a log_dir that is a
     file is one line (the early checks see the command line only)."""

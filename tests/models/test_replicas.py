@@ -138,6 +138,7 @@ def fit_replicas(tmp_path, seeds, max_steps, ckpt_path=None, **settings):
     return replicas, runs
 
 
+@pytest.mark.slow  # end to end: four fits, a resume from a checkpoint
 def test_a_replicated_process_resumes_exactly_and_each_replica_checkpoint_loads_alone(tmp_path):
     """7 steps straight equal 3 steps, a save, and a new process resuming from it (every replica: weights, Adam, cache,
     data position, random state); the cache is read from epoch 1 by one replica only. Each replica's last.ckpt is a
@@ -175,6 +176,7 @@ class StartState(L.Callback):
         self.moments = [v["exp_avg"].clone() for v in trainer.optimizers[0].state.values()]
 
 
+@pytest.mark.slow  # end to end: a fit, a branch resumed from its checkpoint
 def test_arms_branch_from_a_trunk_as_its_seeds_replicas(tmp_path):
     """A 2-seed trunk, then 2 arms (no cache; cache from epoch 1) from its checkpoint: each arm of a seed starts as that
     seed's trunk replica (weights, cache, Adam's moments), and the branch trains on with the arms' own gates."""
