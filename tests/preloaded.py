@@ -6,18 +6,22 @@ folder first), Hydra singleton, signal handlers, torch settings, default start m
 `python train.py ARGS` has. The project's own modules are not preloaded: each fork imports them from the folder of
 the train.py it runs. (The fork shares the server's hash seed and numpy's unseeded state; every run seeds its own.)
 The suite's real-process tests run train.py this way (the documented commands, both front ends, received files and
-configs): a new interpreter spends about 6 s importing those libraries first (2-core Xeon). What needs a fresh
-interpreter stays one: the early checks that must import nothing heavy, signals sent to a run, DDP's own ranks.
+configs, runs that are signalled or killed: start_script), and `python -m` and `python -c` too: a new interpreter
+spends about 6 s importing those libraries first (2-core Xeon). What needs a fresh interpreter stays one: the early
+checks that must import nothing heavy, DDP's own ranks, the fault harness's own runs (benchmarks/robustness/faults.py).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+import types
 from pathlib import Path
 
 # What a train.py run imports before its first step, all third-party (the forks share them, read-only).
@@ -34,9 +38,11 @@ def context() -> multiprocessing.context.BaseContext:
     return forkserver
 
 
-def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str) -> None:
-    """`python argv[0] argv[1:]` in the fork (`python -m module ...` when argv[0] is -m): the interpreter's set-up, the
-    script or module as __main__, the interpreter's exit."""
+def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str, new_session: bool = False) -> None:
+    """`python argv[0] argv[1:]` in the fork (`python -m module ...` when argv[0] is -m, `python -c code ...` when it
+    is -c): the interpreter's set-up, the script, module or code as __main__, the interpreter's exit. `out` and `err`
+    name the files for stdout and stderr (one file for both when they are the same); new_session: the process leads
+    a session and process group of its own (Popen's start_new_session)."""
     import atexit
     import runpy
 
@@ -51,20 +57,29 @@ def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str) -> None:
     os.environ.update(env)
     os.chdir(cwd)
     module = argv[1] if argv[0] == "-m" else None
-    sys.argv = list(argv[1:] if module else argv)  # -m: runpy puts the module's file in sys.argv[0], as python does
-    # The interpreter's order: the script's folder (-m: the working directory), then $PYTHONPATH (read at start-up, so
-    # set here), then the rest ('' was the server's working directory).
-    sys.path[:] = [cwd if module else str(Path(argv[0]).parent),
+    code = argv[1] if argv[0] == "-c" else None
+    # -m: runpy puts the module's file in sys.argv[0], as python does; -c: sys.argv[0] is '-c', as python has it.
+    sys.argv = list(argv[1:] if module else ["-c", *argv[2:]] if code is not None else argv)
+    # The interpreter's order: the script's folder (-m, -c: the working directory), then $PYTHONPATH (read at start-up,
+    # so set here), then the rest ('' was the server's working directory).
+    sys.path[:] = [cwd if module or code is not None else str(Path(argv[0]).parent),
                    *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p), *(p for p in sys.path if p)]
     sys.stdin = open(os.devnull)
+    if new_session:
+        os.setsid()
+    opened = {path: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) for path in {out, err}}
     for fd, path in ((1, out), (2, err)):
-        os.dup2(os.open(path, os.O_WRONLY | os.O_TRUNC), fd)
+        os.dup2(opened[path], fd)  # one file: one offset for both, as `2>&1`
     if env.get("OMP_NUM_THREADS"):  # read by a new interpreter; the server has imported torch already
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
     try:
         # A SystemExit's status becomes the exit status, as in the interpreter.
         if module:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
+        elif code is not None:
+            main = types.ModuleType("__main__")
+            sys.modules["__main__"] = main
+            exec(compile(code, "<string>", "exec"), main.__dict__)
         else:
             runpy.run_path(argv[0], run_name="__main__")
     finally:
@@ -87,12 +102,60 @@ def run_module(module: str, args: list[str], cwd: Path, env: dict, timeout: floa
     return _run(["-m", module, *args], cwd, env, timeout)
 
 
+class Started:
+    """A Popen-like handle on a run that start_train forked: pid, poll, wait, returncode, send_signal, kill, and `log`,
+    the file that holds its stdout and stderr."""
+
+    def __init__(self, process: multiprocessing.process.BaseProcess, log: Path) -> None:
+        self.process, self.log, self.pid = process, log, process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.exitcode  # -N when signal N ended it, as Popen has it
+
+    def poll(self) -> int | None:
+        return self.process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            raise subprocess.TimeoutExpired(self.process.name, timeout)
+        return self.process.exitcode
+
+    def send_signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def start_script(script: Path, args: list[str], cwd: Path, env: dict) -> Started:
+    """`python script *args` started and left running, as benchmarks/robustness/faults.py starts train.py (Popen with
+    start_new_session, stdout and stderr into one file in `cwd`): for the tests that signal or kill a run."""
+    log = cwd / f"output-{time.monotonic_ns()}.txt"
+    log.touch()  # there to read from the start
+    process = context().Process(target=_as_main, args=([str(script), *args], str(cwd), env, str(log), str(log), True),
+                                name=Path(script).name)
+    process.start()
+    return Started(process, log)
+
+
+def start_train(args: list[str], cwd: Path, env: dict) -> Started:
+    """`python train.py *args`, started as start_script starts a script."""
+    return start_script(TRAIN, list(args), cwd, env)
+
+
+def run_code(code: str, args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python -c code *args`, as run_script runs a script."""
+    return _run(["-c", code, *args], cwd, env, timeout)
+
+
 def _run(argv: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory() as streams:
         out, err = Path(streams) / "stdout", Path(streams) / "stderr"
         out.touch()
         err.touch()
-        name = argv[1] if argv[0] == "-m" else Path(argv[0]).name
+        name = argv[1] if argv[0] == "-m" else "-c" if argv[0] == "-c" else Path(argv[0]).name
         process = context().Process(target=_as_main, args=(argv, str(cwd), env, str(out), str(err)), name=name)
         process.start()
         try:

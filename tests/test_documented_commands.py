@@ -197,7 +197,7 @@ def test_every_documented_command_runs_as_written(tmp_path, mnist_dir):
     assert "logs/tensorboard/jsa-mnist-mlp-K10-L20/version_0/checkpoints/last.ckpt" in example
     script = example.replace("num_samples=1000", "num_samples=4").replace("num_samples=100", "num_samples=4")
     script += "\nassert codes.shape == (x.shape[0], 20) and 0 <= images.min() and images.max() <= 1 and (nll > 0).all()\n"
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    result = preloaded.run_code(script, [], tmp_path, env, timeout=300)  # python -c script, forked as the commands are
     assert result.returncode == 0, result.stderr[-3000:]
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import textwrap
+import time
 
 import pytest
 
@@ -70,3 +72,37 @@ def test_a_module_runs_as_python_dash_m_runs_it(tmp_path):
                                      "sys.argv[1:])\nsys.exit(4)\n")
     result = preloaded.run_module("package.tool", ["--flag"], tmp_path / "work", dict(os.environ))
     assert (result.returncode, result.stdout) == (4, "__main__ True True ['--flag']\n"), result.stderr[-2000:]
+
+
+def test_code_runs_as_python_dash_c_runs_it(tmp_path):
+    """sys.argv[0] is '-c', the working directory comes first on sys.path, an uncaught error ends in the message."""
+    (tmp_path / "beside.py").write_text("VALUE = 'in the working directory'\n")
+    code = "import os, sys, beside\nprint(__name__, sys.argv, sys.path[0] == os.getcwd(), beside.VALUE)\nraise ValueError('the end')"
+    result = preloaded.run_code(code, ["--flag"], tmp_path, dict(os.environ))
+    assert (result.returncode, result.stdout) == (1, "__main__ ['-c', '--flag'] True in the working directory\n")
+    assert result.stderr.strip().splitlines()[-1] == "ValueError: the end", result.stderr[-2000:]
+
+
+STARTED = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: (print("term", flush=True), sys.exit(143)))
+print("out", os.getpgid(0) == os.getpid() == os.getsid(0), flush=True)
+print("err", file=sys.stderr, flush=True)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("stop, status", [("send_signal", 143), ("kill", -9)])
+def test_a_started_script_leads_its_own_session_and_writes_both_streams_to_one_file(stop, status, tmp_path):
+    """start_script, as benchmarks/robustness/faults.py's Popen: a process group of its own (os.killpg reaches what
+    it starts), stdout and stderr in order in one file, its handlers on signals, Popen's -N for a kill."""
+    (tmp_path / "started.py").write_text(STARTED)
+    process = preloaded.start_script(tmp_path / "started.py", [], tmp_path, dict(os.environ))
+    deadline = time.monotonic() + 60
+    while "ready" not in process.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert process.poll() is None and process.returncode is None
+    getattr(process, stop)(*([signal.SIGTERM] if stop == "send_signal" else []))
+    assert process.wait(timeout=30) == status == process.returncode
+    assert process.log.read_text() == "out True\nerr\nready\n" + ("term\n" if status == 143 else "")

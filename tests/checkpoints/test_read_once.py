@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import checkpoints.loader
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import save_checkpoint_file
 from checkpoints.loader import load_checkpoint_file
+from tests import preloaded
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -149,13 +148,12 @@ def test_a_resume_through_either_front_end_reads_its_checkpoint_once(front_end, 
     env = {**os.environ, "DATA_DIR": str(mnist_dir), "PYTHONPATH": str(REPO)}
     option = "--{}=" if front_end == "cli" else "{}="  # --trainer.max_steps=2 or trainer.max_steps=2
     max_steps = option.format("trainer.max_steps") + "{}"
-    first = subprocess.run([sys.executable, str(REPO / "train.py"), *TINY[front_end], max_steps.format(2)], cwd=tmp_path,
-                           env=env, capture_output=True, text=True, timeout=300)
+    first = preloaded.run_train([*TINY[front_end], max_steps.format(2)], tmp_path, env, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     ckpt = settled(next(tmp_path.glob("logs/tensorboard/*/version_0/checkpoints/last.ckpt")))
     resume = option.format("ckpt_path") + str(ckpt)
-    result = subprocess.run([sys.executable, "-c", COUNTING, str(ckpt), *TINY[front_end], max_steps.format(4), resume],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    result = preloaded.run_code(COUNTING, [str(ckpt), *TINY[front_end], max_steps.format(4), resume], tmp_path, env,
+                                timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     counts = json.loads(result.stdout.split("COUNTS", 1)[1])
     assert counts == {"torch.load": 1, "sha256": 1}

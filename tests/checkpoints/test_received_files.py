@@ -94,16 +94,18 @@ def test_a_received_checkpoint_imports_nothing_it_names(where, run, tmp_path):
                                                                               "init_args": {"class_path": "planted.Thing"}}
     save_checkpoint_file(checkpoint, tmp_path / "received.ckpt")
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"}
-    commands = [[sys.executable, str(REPO / "train.py"), "test", "--ckpt_path=received.ckpt", "--trainer.limit_test_batches=1",
-                 "--model.test_num_samples=2"],
-                [sys.executable, "-c", "from models import JSA\nJSA.load_from_checkpoint('received.ckpt')"]]
+    commands = [["train.py", "test", "--ckpt_path=received.ckpt", "--trainer.limit_test_batches=1", "--model.test_num_samples=2"],
+                ["-c", "from models import JSA\nJSA.load_from_checkpoint('received.ckpt')"]]
     for command in commands:
-        result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+        if command[0] == "-c":
+            result = preloaded.run_code(command[1], [], tmp_path, env, timeout=240)
+        else:
+            result = preloaded.run_train(command[1:], tmp_path, env, timeout=240)
         assert not (tmp_path / "IMPORTED").exists(), command
         assert result.returncode != 0, command
         last_line = result.stderr.strip().splitlines()[-1]
         assert "planted.Thing" in last_line and "not imported" in last_line, (command, result.stderr[-2000:])
-        if command[1].endswith("train.py"):
+        if command[0] == "train.py":
             assert "Traceback" not in result.stderr, result.stderr[-2000:]
 
 

@@ -13,6 +13,7 @@ import lightning as L
 import pytest
 import torch
 
+from tests import preloaded
 from tests.launch.test_entrypoints import FAST, train
 
 pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
@@ -28,8 +29,8 @@ def ddp_runs(tmp_path_factory, mnist_dir) -> Path:
     """Every model of DDP_MODELS trained in one 2-process run (the processes and imports are paid once)."""
     out_dir = tmp_path_factory.mktemp("ddp")
     env = {**os.environ, "DATA_DIR": str(mnist_dir)}
-    result = subprocess.run([sys.executable, str(SCRIPT), ",".join(DDP_MODELS), str(out_dir)], env=env,
-                            capture_output=True, text=True, timeout=600)
+    # Rank 0 forked from tests/preloaded's server (its imports done); Lightning starts rank 1 as `python ddp_fit.py ...`.
+    result = preloaded.run_script(SCRIPT, [",".join(DDP_MODELS), str(out_dir)], out_dir, env, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return out_dir
 
@@ -97,8 +98,8 @@ def test_two_process_resume_continues_bit_for_bit_on_both_ranks(tmp_path, mnist_
 
     def fit(out: Path, steps: int, ckpt: Path | None = None) -> list[dict]:
         out.mkdir()
-        args = [sys.executable, str(SCRIPT), "jsa", str(out), str(steps), *([str(ckpt)] if ckpt else [])]
-        result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+        args = ["jsa", str(out), str(steps), *([str(ckpt)] if ckpt else [])]
+        result = preloaded.run_script(SCRIPT, args, out, env, timeout=300)  # rank 0 forked, as in ddp_runs
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
 

@@ -1,14 +1,15 @@
 """Faults injected into real `python train.py` processes: kill -9 while a checkpoint is written (TMPDIR on
 another filesystem), SIGTERM and Ctrl-C (a checkpoint, exit 143/130, a bit-for-bit resume), two runs
 started at the same moment, a frozen DDP peer, a run on several nodes without a launcher, and SLURM's
-preempt-and-requeue cycle with a stand-in `scontrol`."""
+preempt-and-requeue cycle with a stand-in `scontrol`. Each run is a process of its own, in a process group of its own:
+forked from tests/preloaded's server (its libraries imported), except the harness's own (benchmarks/robustness/faults.py:
+kills during saves, concurrent starts and resumes), which start `python train.py` as the harness does."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,14 +20,21 @@ from benchmarks.robustness import faults
 from benchmarks.robustness.faults import RUN, STEPS, finish, wait_for
 import models  # noqa: F401 (registers the classes a checkpoint may name: checkpoints/registry.py)
 from checkpoints.loader import load_checkpoint_file
+from tests import preloaded
 
 pytestmark = pytest.mark.slow  # real processes: run by the full suite (README), not the quick loop
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def start(cwd: Path, mnist_dir: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
-    return faults.start(cwd, *args, env={"DATA_DIR": str(mnist_dir), **(env or {})})
+def start(cwd: Path, mnist_dir: Path, *args: str, env: dict | None = None) -> preloaded.Started:
+    """faults.start's run (its SETTINGS, a process group of its own, its output in one file), forked from
+    tests/preloaded's server: 6 s of imports saved a run. The harness's own tests below start theirs as faults does."""
+    return run_train(cwd, mnist_dir, *faults.SETTINGS, *args, env=env)
+
+
+def run_train(cwd: Path, mnist_dir: Path, *args: str, env: dict | None = None) -> preloaded.Started:
+    return preloaded.start_train(list(args), cwd, {**os.environ, "DATA_DIR": str(mnist_dir), **(env or {})})
 
 
 def state(checkpoint_path: Path) -> dict:
@@ -82,13 +90,12 @@ def test_ctrl_c_during_test_exits_130_and_leaves_the_run_as_it_was(tmp_path, mni
     exits with 130 (Lightning's own answer is 1) and takes back what the stopped test wrote there (its event file,
     with image grids and no metrics; config_test.yaml), as a refused run does."""
     fit = ["fit", "--model=VAE", "--trainer.max_steps=2", "--trainer.limit_val_batches=1", "--model.val_num_samples=2"]
-    fitted = subprocess.run([sys.executable, str(REPO / "train.py"), *fit], cwd=tmp_path, env={**os.environ, "DATA_DIR": str(mnist_dir)},
-                            capture_output=True, text=True, timeout=240)
+    fitted = preloaded.run_train(fit, tmp_path, {**os.environ, "DATA_DIR": str(mnist_dir)}, timeout=240)
     assert fitted.returncode == 0, fitted.stderr[-3000:]
     run = tmp_path / "logs" / "tensorboard" / "vae-mnist-mlp-z32" / "version_0"
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    tested = faults.run_train(tmp_path, "test", "--model=VAE", f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
-                              "--model.test_num_samples=1000", env={"DATA_DIR": str(mnist_dir)})
+    tested = run_train(tmp_path, mnist_dir, "test", "--model=VAE", f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
+                       "--model.test_num_samples=1000")
     # the test stage has begun logging into the run: its event file is there
     wait_for(lambda: len(list(run.glob("events.out.tfevents.*"))) > len([p for p in before if p.name.startswith("events.")]), tested)
     tested.send_signal(signal.SIGINT)
@@ -101,8 +108,8 @@ def test_ctrl_c_during_test_exits_130_and_leaves_the_run_as_it_was(tmp_path, mni
 def test_ctrl_c_during_hydras_test_stage_exits_130_and_keeps_the_fitted_run(tmp_path, mnist_dir):
     """Hydra tests after fit (run_test=true): Ctrl-C in that test stage exits 130, not Lightning's 1, and the run its
     fit wrote stays with its checkpoint and the line that names it."""
-    tested = faults.run_train(tmp_path, "model=vae", "trainer.max_steps=2", "trainer.limit_val_batches=1", "model.val_num_samples=2",
-                              "run_test=true", env={"DATA_DIR": str(mnist_dir)})
+    tested = run_train(tmp_path, mnist_dir, "model=vae", "trainer.max_steps=2", "trainer.limit_val_batches=1",
+                       "model.val_num_samples=2", "run_test=true")
     wait_for(lambda: "importance samples each" in tested.log.read_text(), tested, timeout=600, poll=0.05)  # the test stage's first line
     tested.send_signal(signal.SIGINT)
     code, output = finish(tested)
