@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +77,15 @@ def __getattr__(name: str) -> type:
         "train_file_size": 100, "test_file_size": 20})
     globals()[name] = tiny
     return tiny
+
+
+@pytest.fixture(autouse=True)
+def sigint_as_found() -> Iterator[None]:
+    """Each test leaves SIGINT's handler as it found it: Lightning ignores SIGINT for good once a Trainer call meets a
+    KeyboardInterrupt (lightning/pytorch/trainer/call.py), and every process a later test starts would inherit that."""
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -65,6 +65,10 @@ def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str, new_sessi
     sys.path[:] = [cwd if module or code is not None else str(Path(argv[0]).parent),
                    *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p), *(p for p in sys.path if p)]
     sys.stdin = open(os.devnull)
+    # Ctrl-C raises KeyboardInterrupt, as in an interpreter started from a shell, whatever the server inherited: a
+    # Trainer that met a KeyboardInterrupt in the test process ignores SIGINT from then on (Lightning's trainer/call.py),
+    # and a server started after that would hand the ignore on to every run.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if new_session:
         os.setsid()
     opened = {path: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) for path in {out, err}}

@@ -106,3 +106,19 @@ def test_a_started_script_leads_its_own_session_and_writes_both_streams_to_one_f
     getattr(process, stop)(*([signal.SIGTERM] if stop == "send_signal" else []))
     assert process.wait(timeout=30) == status == process.returncode
     assert process.log.read_text() == "out True\nerr\nready\n" + ("term\n" if status == 143 else "")
+
+
+def test_ctrl_c_raises_keyboard_interrupt_in_a_run_even_when_the_test_process_ignores_it():
+    """Lightning ignores SIGINT for good in a process whose Trainer met a KeyboardInterrupt; a server started then
+    inherits the ignore, and the runs it forks must not (the Ctrl-C tests in tests/launch/test_interruptions.py)."""
+    import multiprocessing.forkserver
+
+    multiprocessing.forkserver._forkserver._stop()  # the next run starts a server in the state set below
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = preloaded.run_code("import signal\nprint(signal.getsignal(signal.SIGINT) is signal.default_int_handler)",
+                                    [], os.getcwd(), dict(os.environ))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        multiprocessing.forkserver._forkserver._stop()  # later runs: a server started as before
+    assert (result.returncode, result.stdout) == (0, "True\n"), result.stderr[-2000:]
