@@ -6,14 +6,20 @@ folder first), Hydra singleton, signal handlers, torch settings, default start m
 `python train.py ARGS` has. The project's own modules are not preloaded: each fork imports them from the folder of
 the train.py it runs. (The fork shares the server's hash seed and numpy's unseeded state; every run seeds its own.)
 The suite's real-process tests run train.py this way (the documented commands, both front ends, received files and
-configs, runs that are signalled or killed: start_script), and `python -m` and `python -c` too: a new interpreter
-spends about 6 s importing those libraries first (2-core Xeon). What needs a fresh interpreter stays one: the early
-checks that must import nothing heavy, DDP's own ranks, the fault harness's own runs (benchmarks/robustness/faults.py).
+configs, runs that are signalled: start_script), and `python -m` and `python -c` too: a new interpreter spends about
+6 s importing those libraries first (2-core Xeon). What needs a fresh interpreter stays one: the early checks that
+must import nothing heavy, the DDP ranks Lightning starts (rank 1), the fault harness's own runs
+(benchmarks/robustness/faults.py). Known differences from the interpreter: an uncaught error is printed by
+multiprocessing (a `Process <name>:` line first) after the threads are joined and the atexit functions ran, and an
+uncaught KeyboardInterrupt exits with 1, not by SIGINT.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import multiprocessing
+import multiprocessing.util  # its exit function (joins the runs) registered before ours below
 import os
 import signal
 import subprocess
@@ -43,7 +49,6 @@ def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str, new_sessi
     is -c): the interpreter's set-up, the script, module or code as __main__, the interpreter's exit. `out` and `err`
     name the files for stdout and stderr (one file for both when they are the same); new_session: the process leads
     a session and process group of its own (Popen's start_new_session)."""
-    import atexit
     import runpy
 
     import torch
@@ -60,9 +65,9 @@ def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str, new_sessi
     code = argv[1] if argv[0] == "-c" else None
     # -m: runpy puts the module's file in sys.argv[0], as python does; -c: sys.argv[0] is '-c', as python has it.
     sys.argv = list(argv[1:] if module else ["-c", *argv[2:]] if code is not None else argv)
-    # The interpreter's order: the script's folder (-m, -c: the working directory), then $PYTHONPATH (read at start-up,
-    # so set here), then the rest ('' was the server's working directory).
-    sys.path[:] = [cwd if module or code is not None else str(Path(argv[0]).parent),
+    # The interpreter's order: the script's folder (-m: the working directory; -c: '', the working directory as it is
+    # at each import), then $PYTHONPATH (read at start-up, so set here), then the rest ('' was the server's).
+    sys.path[:] = [cwd if module else "" if code is not None else str(Path(argv[0]).parent),
                    *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p), *(p for p in sys.path if p)]
     sys.stdin = open(os.devnull)
     # Ctrl-C raises KeyboardInterrupt, as in an interpreter started from a shell, whatever the server inherited: a
@@ -107,8 +112,9 @@ def run_module(module: str, args: list[str], cwd: Path, env: dict, timeout: floa
 
 
 class Started:
-    """A Popen-like handle on a run that start_train forked: pid, poll, wait, returncode, send_signal, kill, and `log`,
-    the file that holds its stdout and stderr."""
+    """A Popen-like handle on a run that start_script started: pid, poll, wait, returncode, send_signal, kill, and
+    `log`, the file that holds its stdout and stderr. Unlike Popen's start_new_session, the run makes its session
+    itself once it runs (os.setsid in _as_main): wait for a sign of life before os.killpg(pid, ...)."""
 
     def __init__(self, process: multiprocessing.process.BaseProcess, log: Path) -> None:
         self.process, self.log, self.pid = process, log, process.pid
@@ -127,21 +133,37 @@ class Started:
         return self.process.exitcode
 
     def send_signal(self, signum: int) -> None:
-        os.kill(self.pid, signum)
+        """As Popen: nothing once the run has ended (its pid may be another process's by then)."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
 
+_started: list[Started] = []
+
+
+@atexit.register  # before multiprocessing's own exit function (registered earlier), which would wait for them
+def _kill_runs_left_running() -> None:
+    """A run that a failed test left running (stopped, even) does not keep the test process from exiting."""
+    for started in _started:
+        if started.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(started.pid, signal.SIGKILL)
+
+
 def start_script(script: Path, args: list[str], cwd: Path, env: dict) -> Started:
     """`python script *args` started and left running, as benchmarks/robustness/faults.py starts train.py (Popen with
-    start_new_session, stdout and stderr into one file in `cwd`): for the tests that signal or kill a run."""
+    start_new_session, stdout and stderr into one file in `cwd`): for the tests that signal a run."""
     log = cwd / f"output-{time.monotonic_ns()}.txt"
     log.touch()  # there to read from the start
     process = context().Process(target=_as_main, args=([str(script), *args], str(cwd), env, str(log), str(log), True),
                                 name=Path(script).name)
     process.start()
-    return Started(process, log)
+    _started.append(Started(process, log))
+    return _started[-1]
 
 
 def start_train(args: list[str], cwd: Path, env: dict) -> Started:

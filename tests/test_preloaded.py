@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -75,9 +76,9 @@ def test_a_module_runs_as_python_dash_m_runs_it(tmp_path):
 
 
 def test_code_runs_as_python_dash_c_runs_it(tmp_path):
-    """sys.argv[0] is '-c', the working directory comes first on sys.path, an uncaught error ends in the message."""
+    """sys.argv[0] is '-c', '' (the working directory) comes first on sys.path, an uncaught error ends in the message."""
     (tmp_path / "beside.py").write_text("VALUE = 'in the working directory'\n")
-    code = "import os, sys, beside\nprint(__name__, sys.argv, sys.path[0] == os.getcwd(), beside.VALUE)\nraise ValueError('the end')"
+    code = "import os, sys, beside\nprint(__name__, sys.argv, sys.path[0] == '', beside.VALUE)\nraise ValueError('the end')"
     result = preloaded.run_code(code, ["--flag"], tmp_path, dict(os.environ))
     assert (result.returncode, result.stdout) == (1, "__main__ ['-c', '--flag'] True in the working directory\n")
     assert result.stderr.strip().splitlines()[-1] == "ValueError: the end", result.stderr[-2000:]
@@ -122,3 +123,35 @@ def test_ctrl_c_raises_keyboard_interrupt_in_a_run_even_when_the_test_process_ig
         signal.signal(signal.SIGINT, previous)
         multiprocessing.forkserver._forkserver._stop()  # later runs: a server started as before
     assert (result.returncode, result.stdout) == (0, "True\n"), result.stderr[-2000:]
+
+
+def test_a_run_left_running_does_not_keep_the_test_process_from_exiting(tmp_path):
+    """A failed test may leave a run going, stopped even: the process that started it still exits, and the run goes."""
+    import sys
+    from pathlib import Path
+
+    pid_file = tmp_path / "pid"
+    (tmp_path / "stops.py").write_text(f"import os, signal\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+                                       "print('stopping', flush=True)\nos.kill(os.getpid(), signal.SIGSTOP)\n")
+    code = (f"import os, sys, time\nsys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+            "from pathlib import Path\nfrom tests import preloaded\n"
+            f"run = preloaded.start_script(Path({str(tmp_path / 'stops.py')!r}), [], Path({str(tmp_path)!r}), dict(os.environ))\n"
+            "while 'stopping' not in run.log.read_text():\n    time.sleep(0.05)\n")
+    try:
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        pid = int(pid_file.read_text())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            stat = Path(f"/proc/{pid}/stat")
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                if stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":  # killed: gone, or a zombie not yet reaped
+                    time.sleep(0.1)
+                    continue
+            break
+        else:
+            raise AssertionError("the run is still there")
+    finally:
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)

@@ -3,7 +3,8 @@ another filesystem), SIGTERM and Ctrl-C (a checkpoint, exit 143/130, a bit-for-b
 started at the same moment, a frozen DDP peer, a run on several nodes without a launcher, and SLURM's
 preempt-and-requeue cycle with a stand-in `scontrol`. Each run is a process of its own, in a process group of its own:
 forked from tests/preloaded's server (its libraries imported), except the harness's own (benchmarks/robustness/faults.py:
-kills during saves, concurrent starts and resumes), which start `python train.py` as the harness does."""
+kills during saves, concurrent starts and resumes), which start `python train.py` as the harness does, and the sbatch
+script's, which runs `python train.py` under a stand-in srun."""
 
 from __future__ import annotations
 
