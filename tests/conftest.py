@@ -7,6 +7,7 @@ import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # torch.compile's kernel cache, one per test process (each xdist worker, and the processes it starts, inherit theirs):
 # two processes writing the same kernel file at once can leave another reading it half-written ("file too short").
@@ -24,6 +25,8 @@ import pytest  # noqa: E402
 
 # No torch, torchvision or project import at the top: under xdist the controller loads this file too, runs no test,
 # and would spend about 4 s on them before it starts the workers. What needs them imports them where it is used.
+if TYPE_CHECKING:
+    import torch
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,8 +6,10 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -125,11 +127,16 @@ def test_ctrl_c_raises_keyboard_interrupt_in_a_run_even_when_the_test_process_ig
     assert (result.returncode, result.stdout) == (0, "True\n"), result.stderr[-2000:]
 
 
+def ended(pid: int) -> bool:
+    """Gone, or a zombie its parent has not reaped yet (/proc/PID/stat's state Z)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def test_a_run_left_running_does_not_keep_the_test_process_from_exiting(tmp_path):
     """A failed test may leave a run going, stopped even: the process that started it still exits, and the run goes."""
-    import sys
-    from pathlib import Path
-
     pid_file = tmp_path / "pid"
     (tmp_path / "stops.py").write_text(f"import os, signal\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
                                        "print('stopping', flush=True)\nos.kill(os.getpid(), signal.SIGSTOP)\n")
@@ -142,15 +149,9 @@ def test_a_run_left_running_does_not_keep_the_test_process_from_exiting(tmp_path
         assert result.returncode == 0, result.stderr[-2000:]
         pid = int(pid_file.read_text())
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            stat = Path(f"/proc/{pid}/stat")
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                if stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":  # killed: gone, or a zombie not yet reaped
-                    time.sleep(0.1)
-                    continue
-            break
-        else:
-            raise AssertionError("the run is still there")
+        while not ended(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ended(pid), "the run is still there"
     finally:
         if pid_file.exists():
             with contextlib.suppress(ProcessLookupError):

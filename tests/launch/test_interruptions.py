@@ -31,10 +31,11 @@ REPO = Path(__file__).resolve().parents[2]
 def start(cwd: Path, mnist_dir: Path, *args: str, env: dict | None = None) -> preloaded.Started:
     """faults.start's run (its SETTINGS, a process group of its own, its output in one file), forked from
     tests/preloaded's server: 6 s of imports saved a run. The harness's own tests below start theirs as faults does."""
-    return run_train(cwd, mnist_dir, *faults.SETTINGS, *args, env=env)
+    return start_train(cwd, mnist_dir, *faults.SETTINGS, *args, env=env)
 
 
-def run_train(cwd: Path, mnist_dir: Path, *args: str, env: dict | None = None) -> preloaded.Started:
+def start_train(cwd: Path, mnist_dir: Path, *args: str, env: dict | None = None) -> preloaded.Started:
+    """train.py with `args` alone (`start` adds faults.SETTINGS), started as `start` starts it."""
     return preloaded.start_train(list(args), cwd, {**os.environ, "DATA_DIR": str(mnist_dir), **(env or {})})
 
 
@@ -95,7 +96,7 @@ def test_ctrl_c_during_test_exits_130_and_leaves_the_run_as_it_was(tmp_path, mni
     assert fitted.returncode == 0, fitted.stderr[-3000:]
     run = tmp_path / "logs" / "tensorboard" / "vae-mnist-mlp-z32" / "version_0"
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    tested = run_train(tmp_path, mnist_dir, "test", "--model=VAE", f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
+    tested = start_train(tmp_path, mnist_dir, "test", "--model=VAE", f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
                        "--model.test_num_samples=1000")
     # the test stage has begun logging into the run: its event file is there
     wait_for(lambda: len(list(run.glob("events.out.tfevents.*"))) > len([p for p in before if p.name.startswith("events.")]), tested)
@@ -109,7 +110,7 @@ def test_ctrl_c_during_test_exits_130_and_leaves_the_run_as_it_was(tmp_path, mni
 def test_ctrl_c_during_hydras_test_stage_exits_130_and_keeps_the_fitted_run(tmp_path, mnist_dir):
     """Hydra tests after fit (run_test=true): Ctrl-C in that test stage exits 130, not Lightning's 1, and the run its
     fit wrote stays with its checkpoint and the line that names it."""
-    tested = run_train(tmp_path, mnist_dir, "model=vae", "trainer.max_steps=2", "trainer.limit_val_batches=1",
+    tested = start_train(tmp_path, mnist_dir, "model=vae", "trainer.max_steps=2", "trainer.limit_val_batches=1",
                        "model.val_num_samples=2", "run_test=true")
     wait_for(lambda: "importance samples each" in tested.log.read_text(), tested, timeout=600, poll=0.05)  # the test stage's first line
     tested.send_signal(signal.SIGINT)

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
+import time
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -239,10 +242,6 @@ def test_training_loss_compiled_with_inductor_equals_eager(name):
 def test_a_step_compiled_with_the_cpus_vector_instructions_equals_eager():
     """The suite compiles scalar C++ kernels (tests/conftest.py: TORCHINDUCTOR_VEC_ISA_OK=0); here the CPU's own vector
     instructions, as inductor picks them outside the suite, for one step with a random draw and a control variate."""
-    import os
-    import time
-    from pathlib import Path
-
     from torch._inductor.cpu_vec_isa import pick_vec_isa, valid_vec_isa_list
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
