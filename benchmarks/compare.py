@@ -62,6 +62,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
 
 from benchmarks.lib import runner  # noqa: E402
+from benchmarks.lib.records import read_events  # noqa: E402
+from benchmarks.lib.plots import save_figure  # noqa: E402
+from common.files import read_regular, write_file  # noqa: E402
 
 BOUND_MODELS = {"VQVAE"}  # whose nll is an upper bound (under its prior), not an estimate
 # A run's reconstructions are shown from this many training steps: after the quick comparison's 100, every model
@@ -335,8 +338,7 @@ def select_runs(found: list[Found], globs: list[str] | None = None, everything: 
 
 
 def read_run(path: Path, root: Path) -> Run:
-    events = EventAccumulator(str(path), size_guidance={"scalars": 0, "images": 1})
-    events.Reload()
+    events = read_events(path, {"scalars": 0, "images": 1})
     tags = events.Tags()
     scalars = {tag: [(e.wall_time, e.step, e.value) for e in events.Scalars(tag)] for tag in tags["scalars"]}
     image, stage = None, "test"
@@ -496,7 +498,7 @@ def plot_val_nll(runs: list[Run], out: Path) -> list[str]:
             titles.append(ax.get_title())
         if shown:  # below the row's panels, where it hides no curve
             subfigure.legend(*by_step.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8)
-    fig.savefig(out, dpi=100)
+    save_figure(fig, out, dpi=100)
     plt.close(fig)
     return titles
 
@@ -536,7 +538,7 @@ def plot_reconstructions(runs: list[Run], out: Path) -> bool:
     for ax in axes:
         ax.axis("off")  # the images' pixel axes, and the empty cells of the last row
     fig.suptitle(figure_title(shown_runs))
-    fig.savefig(out, dpi=100)
+    save_figure(fig, out, dpi=100)
     plt.close(fig)
     return True
 
@@ -567,7 +569,7 @@ def tuning_section(found: list[Found]) -> str:
     lines = []
     for sweep_dir, trials in sorted(studies.items(), key=lambda item: min(run.start for run in item[1])):
         try:
-            result = yaml.safe_load((sweep_dir / STUDY_FILE).read_text()) or {}
+            result = yaml.safe_load(read_regular(sweep_dir / STUDY_FILE)) or {}
         except (OSError, yaml.YAMLError):
             continue
         models = ", ".join(sorted({run.name.split("-", 1)[0] for run in trials}))
@@ -621,7 +623,7 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
                   f"({len(compared) - len(trained)} of these are shorter): before that every model reconstructs every "
                   "image as the same blurred average.")
     report = out / "report.md"
-    report.write_text(
+    write_file(report,
         "# Comparison\n\n"
         f"Runs under {', '.join(f'`{r}`' for r in roots)}. {selection.summary} Test-split numbers of the best checkpoint on val/nll "
         "(`(val)`: the run was not tested, its last validation numbers). NLL in nats per image, importance-sampled "

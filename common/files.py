@@ -38,7 +38,8 @@ class NotARegularFile(OSError):
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike) -> Iterator[BinaryIO]:
     """A new binary file that, when the block ends without an error, replaces `path` whole (module docstring); on an
-    error it is removed and `path` is as it was."""
+    error it is removed and `path` is as it was. A library that writes only to a path it is given writes to the
+    file's `name` (the new file, made by this process a moment ago)."""
     with _temporary_beside(Path(path)) as (temporary, file):
         yield file
         _rename(temporary, file, Path(path))
@@ -68,7 +69,7 @@ def _temporary_beside(path: Path) -> Iterator[tuple[Path, BinaryIO]]:
     temporary = path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid()}")
     temporary.unlink(missing_ok=True)  # safe: this process's own temporary name beside `path` (a link: the link only)
     try:
-        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb") as file:
+        with create_new(temporary) as file:
             yield temporary, file
     except BaseException:
         temporary.unlink(missing_ok=True)  # safe: this process's own temporary, beside `path` (gone once renamed)
@@ -85,6 +86,12 @@ def _rename(temporary: Path, file: BinaryIO, path: Path) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def create_new(path: str | os.PathLike) -> BinaryIO:
+    """A new file at `path`, open for writing in binary; FileExistsError if anything is there (a link included), so
+    that nothing is written into an existing file or through a link: a temporary, or a log of this process's own."""
+    return open(path, "xb", opener=lambda name, flags: os.open(name, flags | os.O_NOFOLLOW, 0o644))
 
 
 def open_regular(path: str | os.PathLike) -> BinaryIO:
