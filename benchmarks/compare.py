@@ -62,6 +62,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
 
 from benchmarks.lib import runner  # noqa: E402
+from benchmarks.lib import markdown  # noqa: E402
 from benchmarks.lib.records import read_events  # noqa: E402
 from benchmarks.lib.plots import save_figure  # noqa: E402
 from common.files import read_regular, write_file  # noqa: E402
@@ -455,8 +456,8 @@ def table_row(run: Run) -> dict[str, str]:
 
 def markdown_table(rows: list[dict[str, str]]) -> str:
     columns = list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(row[c] for c in columns) + " |" for row in rows]
+    lines = [markdown.table_row(columns), "|" + "---|" * len(columns)]
+    lines += [markdown.table_row(row[c] for c in columns) for row in rows]
     return "\n".join(lines)
 
 
@@ -555,7 +556,7 @@ def runs_section(selection: Selection, labels: dict[Path, str]) -> str:
              f"- left out: `{run.rel}`: its event files could not be read (the line printed names why)"
              for run, why in selection.compared]
     lines += [f"- left out: `{run.rel}`: {why}{note(run)}" for run, why in selection.left_out]
-    return "## Runs\n\n" + selection.summary + "\n\n" + "\n".join(lines)
+    return "## Runs\n\n" + markdown.one_line(selection.summary) + "\n\n" + "\n".join(map(markdown.one_line, lines))
 
 
 def tuning_section(found: list[Found]) -> str:
@@ -594,7 +595,7 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
             run = read_run(found.path, found.root)
         except Exception as error:  # noqa: BLE001 (a damaged or crafted event file: TensorBoard's reader fails many ways)
             print(f"skipped {found.path}: its event files cannot be read ({type(error).__name__}: "
-                  f"{' '.join(str(error).split())[:160]})", flush=True)
+                  f"{' '.join(str(error).split())[:400]})", flush=True)
             continue
         if not run.scalars:  # a corrupt event file reads as no events at all: a row of dashes otherwise
             print(f"skipped {found.path}: no scalars could be read from its event files (corrupt, or not a training run)", flush=True)

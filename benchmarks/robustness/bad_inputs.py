@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from launch.checks.schema import config_targets
+from benchmarks.lib import markdown
 from common.files import write_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -837,9 +838,8 @@ def write_table(rows: list[dict], out: Path) -> None:
              f"{len(rows)} cases: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + ".", "",
              "| case | front end | input | outcome | message (first line) |", "|---|---|---|---|---|"]
     for row in rows:
-        message = row["message"].replace("|", "\\|")
-        message = message if len(message) <= 200 else message[:200] + " …"
-        lines.append(f"| {row['id']} | {row['family']} | `{row['input'].replace('|', '/')}` | {row['outcome']} | {message} |")
+        message = row["message"] if len(row["message"]) <= 200 else row["message"][:200] + " …"
+        lines.append(markdown.table_row([row["id"], row["family"], f"`{row['input']}`", row["outcome"], message]))
     write_file(out / "table.md", "\n".join(lines) + "\n")
 
 

@@ -28,7 +28,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks.lib import runner
+from benchmarks.lib import markdown, runner
 from benchmarks.lib.records import epoch_of, read_curves
 from benchmarks.lib.stats import fmt, t_threshold
 from benchmarks.lib.plots import save_figure
@@ -194,7 +194,7 @@ def write_report(args: argparse.Namespace) -> Path:
         # The same budget for every row: the main run's values up to the short budget's end.
         acc, hit = ([p for p in r["curves"][tag] if p[0] < args.short_epochs * spe] for tag in ("acceptance_rate", "cache_hit_rate"))
         early = [v for s, v in r["curves"]["step_time_ms"] if s <= args.short_epochs * spe]
-        lines.append(f"| {name} | {fmt(value_at_epoch(r, args.short_epochs, spe))} | "
+        lines.append(f"| {markdown.cell(name)} | {fmt(value_at_epoch(r, args.short_epochs, spe))} | "
                      f"{fmt(acc[-1][1], 3) if acc else '–'} | {fmt(hit[-1][1], 3) if hit else '–'} | "
                      f"{fmt(statistics.median(early), 0) if early else '–'} |")
     if "jsa" in spread:

@@ -8,7 +8,7 @@ import math
 import statistics
 from pathlib import Path
 
-from benchmarks.lib import runner
+from benchmarks.lib import markdown, runner
 from benchmarks.studies.field.plan import (CLOSE, DATASETS, LABELS, PRIOR_LABELS, REFERENCE, TWENTY_PARTICLES, arm_name,
                                     compared_pairs, decoder_rows, plan, read_records)
 from benchmarks.lib.records import epoch_of
@@ -148,7 +148,7 @@ def is_resolution(record: dict) -> list[str]:
         low, high = (by_count[counts[0]]["nll"], by_count[counts[-1]]["nll"])
         gap = [a - b for a, b in zip(low, high)]
         se = statistics.stdev(gap) / math.sqrt(len(gap)) if len(gap) > 1 else float("nan")
-        lines.append(f"| {name} | " + " | ".join(fmt(statistics.mean(by_count[k]["nll"])) for k in counts) +
+        lines.append(f"| {markdown.cell(name)} | " + " | ".join(fmt(statistics.mean(by_count[k]["nll"])) for k in counts) +
                      f" | {fmt(-statistics.mean(by_count[counts[-1]]['elbo']))} | {statistics.mean(gap):+.3f} ± {fmt(se, 3)} |")
     jsa = next((name for name in record["is_resolution"] if name.split("-")[1] == "jsa"), None)
     if jsa is None:
@@ -164,7 +164,7 @@ def is_resolution(record: dict) -> list[str]:
             paired = [a - b for a, b in zip(by_count[k]["nll"], record["is_resolution"][jsa][k]["nll"], strict=True)]
             se = statistics.stdev(paired) / math.sqrt(len(paired)) if len(paired) > 1 else float("nan")
             cells.append(f"{statistics.mean(paired):+.2f} ± {fmt(se)}")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {markdown.cell(name)} | " + " | ".join(cells) + " |")
     return lines
 
 
