@@ -23,6 +23,7 @@ end, and a folder fails later with a traceback.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from pathlib import Path
@@ -80,7 +81,10 @@ def _rename(temporary: Path, file: BinaryIO, path: Path) -> None:
     """Flush `file` to the disk and rename it from `temporary` over `path`, the rename reaching the disk too."""
     file.flush()
     os.fsync(file.fileno())
-    os.replace(temporary, path)  # atomic within one directory (POSIX rename)
+    try:
+        os.replace(temporary, path)  # atomic within one directory (POSIX rename)
+    except IsADirectoryError:
+        raise IsADirectoryError(errno.EISDIR, "a folder lies where this file is written, so it is not written", str(path)) from None
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)

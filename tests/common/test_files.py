@@ -75,6 +75,14 @@ def test_an_append_to_a_link_starts_afresh_in_its_place(tmp_path):
     assert users.read_text() == "private\n"
 
 
+def test_a_folder_where_a_file_is_written_is_left_as_it_is_and_named(tmp_path):
+    folder = tmp_path / ".owner"
+    (folder / "inside").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError, match=f"a folder lies where this file is written, so it is not written: '{folder}'"):
+        write_file(folder, "process 1")
+    assert [p.name for p in tmp_path.iterdir()] == [".owner"] and (folder / "inside").is_dir()
+
+
 @pytest.mark.parametrize("kind", ["folder", "device"])
 def test_a_read_refuses_what_is_not_a_regular_file_naming_it(kind, tmp_path):
     path = tmp_path / "hparams.yaml"
