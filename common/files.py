@@ -12,8 +12,8 @@ into no existing file, so
   at is left as it was. Nothing is ever written through a link;
 * a target that is a FIFO or a device is replaced too: nothing waits for a reader.
 An append (`appending`) copies the old file into the new one, renames it over the target, and then goes on
-writing into the new file: a log that a subprocess writes into while it runs. The old file is read as any received
-file is (below); a link at the target is not followed, and the log starts afresh in its place.
+writing into the new file: a log that a subprocess writes into while it runs. Only a regular file is copied; a link,
+a FIFO or a device at the target is replaced as by a write, and the log starts afresh in its place.
 
 Reading. `open_regular` opens without blocking (O_NONBLOCK: opening a FIFO waits for no writer) and refuses, in one
 line naming the file and what it is, anything but a regular file: a FIFO or a device would block the read or never
@@ -57,7 +57,7 @@ def appending(path: str | os.PathLike) -> Iterator[BinaryIO]:
     """A binary file that is `path` from the start of the block, holding what `path` held (when a regular file), open
     at its end for what the block writes (a subprocess's output too)."""
     path = Path(path)
-    old = read_regular(path) if os.path.lexists(path) and not path.is_symlink() else b""
+    old = read_regular(path) if path.is_file() and not path.is_symlink() else b""
     with _temporary_beside(path) as (temporary, file):
         file.write(old)
         _rename(temporary, file, path)

@@ -64,14 +64,18 @@ def test_an_append_keeps_the_old_text_replaces_a_hard_link_and_takes_a_subproces
     assert users.read_text() == "the user's log\n"
 
 
-def test_an_append_to_a_link_starts_afresh_in_its_place(tmp_path):
+@pytest.mark.parametrize("kind", ["link", "FIFO"])
+def test_an_append_to_a_link_or_a_fifo_starts_afresh_in_its_place(kind, tmp_path):
     users = tmp_path / "users.log"
     users.write_text("private\n")
     log = tmp_path / "train.log"
-    log.symlink_to(users)
+    if kind == "link":
+        log.symlink_to(users)
+    else:
+        os.mkfifo(log)  # opened for reading, it would wait for a writer: it is not opened
     with appending(log) as file:
         file.write(b"new\n")
-    assert not log.is_symlink() and log.read_text() == "new\n"
+    assert log.is_file() and not log.is_symlink() and log.read_text() == "new\n"
     assert users.read_text() == "private\n"
 
 
