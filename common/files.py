@@ -3,9 +3,9 @@ received folder.
 
 Writing. The bytes go to a new temporary file beside the target (created exclusively, so never through a link
 planted under its name), are flushed to the disk (fsync), and `os.replace` renames the temporary over the target.
-A reader, or a process killed at any moment, finds the old file or the new one, whole (a temporary of a killed
-process stays behind as `.<name>.tmp-<pid>`: `remove_stale_temporaries`). The rename re-points the name and writes
-into no existing file, so
+A reader, or a process killed at any moment, finds the old file or the new one, whole (a killed process's temporary
+stays behind as `.<name>.tmp-<pid>`; checkpoint folders clear theirs: checkpoints/file_format.py). The rename re-points
+the name and writes into no existing file, so
 * a target that is a hard link to another file (a user's file a received run links to) is replaced: the other name
   keeps its bytes;
 * a target that is a symbolic link is replaced as a link: the name becomes the new file, and what the link pointed
