@@ -68,6 +68,13 @@ def test_every_estimator_setting_is_a_constructor_setting_and_a_default_run_show
     assert set(net.estimator_settings) <= set(constructor_defaults(type(net))) and net.estimator_tag == ""
 
 
+def test_the_cli_names_a_run_as_hydra_does(tmp_path):
+    """LightningCLI parses `--model.dead_code_threshold=0` as the float its type hint says: the same name as Hydra's."""
+    cli = launch.cli_app.main(["--model=VQVAE", "--model.ema=false", "--model.dead_code_threshold=0", f"--log_dir={tmp_path}",
+                               f"--trainer.default_root_dir={tmp_path}"], run=False)
+    assert cli.trainer.logger.name == "vqvae-mnist-conv-K512-noema-dead0"
+
+
 def test_a_setting_in_a_run_name_reads_the_same_from_either_front_end():
     """Hydra passes `model.dead_code_threshold=0` as an int, LightningCLI as the float its type hint says."""
     from models.base import setting_tag

@@ -143,6 +143,13 @@ def test_a_typo_in_a_config_file_is_refused_as_on_the_command_line(front_end, te
         assert refusal is not None and refusal.startswith(f"{file}: {line}") and "\n" not in refusal, refusal
 
 
+def test_the_configs_of_a_config_dir_are_choices_of_their_groups(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "mine.yaml").write_text("_target_: models.VAE\n")
+    assert refuse_early(["--config-dir", str(tmp_path), "model=mine"], cli=False) is None
+    assert "did you mean mine?" in refuse_early(["--config-dir", str(tmp_path), "model=mien"], cli=False)
+
+
 def test_the_classes_a_config_file_chooses_hold_where_it_stands_on_the_command_line(tmp_path):
     """What comes later wins, as in jsonargparse: a file's settings are of the class it (or what came before it) chose."""
     (tmp_path / "vae.yaml").write_text("model: VAE\n")
