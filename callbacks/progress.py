@@ -113,8 +113,13 @@ class LineProgressBar(ShowsTrainingLoss, ProgressBar):
                      start=self._train_start, done_before=self._resumed_at)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        done = getattr(self, "_train_done", 0)
-        self._report(self._epoch(trainer) + " done", done, done, lambda: self._metrics(trainer, pl_module), force=True, start=self._train_start)
+        done, what, total = getattr(self, "_train_done", 0), self._epoch(trainer) + " done", self.total_train_batches
+        if done < total != float("inf") and 0 <= trainer.max_steps <= trainer.global_step:  # the epoch was cut short
+            what = f"{self._epoch(trainer)} ended by trainer.max_steps={trainer.max_steps}"
+        else:
+            total = done
+        self._report(what, done, total, lambda: self._metrics(trainer, pl_module), force=True, start=self._train_start,
+                     done_before=done)  # the epoch has ended: no time left to estimate
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._begin()

@@ -61,7 +61,8 @@ def swept_settings(cfg: Any) -> dict[str, str]:
     show, with its value in this job: the run's name shows them (launch/run_layout.py)."""
     if not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN):
         return {}
-    shown = {f"model.{key}" for key in get_class(cfg.model._target_).run_tag_keys}  # already in the tag
+    model_class = get_class(cfg.model._target_)
+    shown = {f"model.{key}" for key in (*model_class.run_tag_keys, *model_class.estimator_settings)}  # already in the tag
     swept = swept_keys()
     return {key: value for key, value in command_line_overrides().items()
             if key in swept and key not in shown and (key.startswith(("model.", "data.")) or key == "seed")}

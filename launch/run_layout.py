@@ -7,8 +7,9 @@ directory, a TensorBoard run or none, the run's name.
     <log_dir>/cli/<name>/<time>-<pid>/           an unlogged LightningCLI run: config.yaml, checkpoints/
     <log_dir>/replicas/<name>/<time>-<pid>/      a replicated process's own checkpoints (docs/replicas.md)
 
-<time>-<pid> keeps two runs started together apart. A run's name is <base>-<the model's key settings>, plus, in a
-multirun, each swept setting the key settings do not show: e.g. jsa-mnist-mlp-K10-L20-lr0.01, where <base> is
+<time>-<pid> keeps two runs started together apart. A run's name is <base>-<the model's key settings> (its run_tag:
+the key settings, then each setting of its estimator not at its default, e.g. jsa-mnist-mlp-K10-L20-rows4), plus, in a
+multirun, each swept setting the tag does not show: e.g. jsa-mnist-mlp-K10-L20-lr0.01, where <base> is
 Hydra's run_name (<model>-<data> by default) or the CLI's <model>-<data>.
 """
 

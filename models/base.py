@@ -30,6 +30,7 @@ from checkpoints.trainer.resume_settings import ResumeSettings, changed_settings
 from common.log_steps import is_logging_step
 from common.private_api import attached_trainer, raise_recompile_limit, record_hyperparameter
 from common.seeds import check_seed
+from common.signatures import constructor_defaults, settings_of
 from models.components.backbones import Activation
 from models.components.optimizers import OptimizerFactory, check_optimizer_factory
 from models.components.likelihoods import LikelihoodName, SigmaShape, bits_per_dim, build_likelihood
@@ -56,6 +57,16 @@ def inference(method: Callable) -> Callable:
 
     return wrapped
 Batch = tuple[Tensor, Tensor]  # (images in [0, 1], their indices in the split)
+
+
+def setting_tag(label: str, value: Any) -> str:
+    """A setting in a run's name: <label> or no<label> for a switch, else <label><value>, a number written the same
+    whichever front end parsed it (0 and 0.0 alike: dead0; 1e-4: anneal0.0001)."""
+    if isinstance(value, bool):
+        return label if value else f"no{label}"
+    if isinstance(value, (int, float)):
+        value = int(value) if float(value).is_integer() else float(value)
+    return f"{label}{value}"
 
 
 class LatentVariableModel(L.LightningModule):
@@ -110,12 +121,27 @@ class LatentVariableModel(L.LightningModule):
     config_name: str = "model"  # the model's name in configs/model/ and in run names
     run_tag: str = ""  # key settings in the run's name (logs/tensorboard/<model>-<data>-<run_tag>)
     run_tag_keys: ClassVar[tuple[str, ...]] = ()  # the settings run_tag shows (a multirun names the others it sweeps)
+    # The settings that change the estimator or its cost, by their label in the run's name: run_tag appends each one
+    # not at its default (`estimator_tag`), so that only runs of the same estimator share a name.
+    estimator_settings: ClassVar[dict[str, str]] = {}
     prior_name: str = "uniform"  # of a discrete latent: uniform or a learned prior (models/components/priors.py)
 
     @property
     def prior_tag(self) -> str:
         """A learned prior in the run's name, e.g. jsa-mnist-mlp-K10-L20-autoregressive (run_tag appends it)."""
         return "" if self.prior_name == "uniform" else f"-{self.prior_name}"
+
+    @property
+    def estimator_tag(self) -> str:
+        """-<label><value> for each of `estimator_settings` not at its default, -<label> or -no<label> for a switch:
+        e.g. JSA's gradient_rows=4 and use_cache=false give jsa-mnist-mlp-K10-L20-rows4-nocache (run_tag appends it)."""
+        settings = settings_of(self)
+        return "".join(f"-{setting_tag(label, settings[name])}" for name, label in self.estimator_settings.items()
+                       if settings[name] != self.setting_default(name))
+
+    def setting_default(self, name: str) -> Any:
+        """The value of setting `name` when it is left out: the constructor's default."""
+        return constructor_defaults(type(self))[name]
 
     def __init__(
         self,

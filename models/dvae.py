@@ -106,6 +106,9 @@ class DiscreteVAE(CategoricalLatentModel):
 
     # ---- the two estimators: each returns (loss to back-propagate, per-example ELBO estimate) ----
     run_tag_keys = ("backbone", "num_categories", "estimator", "control_variate", "temperature_min", "prior")
+    # In the run's name when not the default, e.g. -S20, -st, -temp2, -anneal0.001, -decay0.9
+    estimator_settings = {"num_samples": "S", "straight_through": "st", "temperature": "temp", "anneal_rate": "anneal",
+                          "baseline_decay": "decay"}
 
     @property
     def config_name(self) -> str:
@@ -116,8 +119,12 @@ class DiscreteVAE(CategoricalLatentModel):
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/<model>-<data>-<run_tag>)."""
         if self.estimator == "gumbel":
-            return f"{self.backbone}-K{self.num_categories}-tau{self.temperature_min}" + self.prior_tag
-        return f"{self.backbone}-K{self.num_categories}-reinforce-{self.control_variate}" + self.prior_tag
+            return f"{self.backbone}-K{self.num_categories}-tau{self.temperature_min}" + self.prior_tag + self.estimator_tag
+        return f"{self.backbone}-K{self.num_categories}-reinforce-{self.control_variate}" + self.prior_tag + self.estimator_tag
+
+    def setting_default(self, name: str) -> Any:
+        """num_samples left out is the estimator's own default (DEFAULT_NUM_SAMPLES)."""
+        return DEFAULT_NUM_SAMPLES[self.estimator] if name == "num_samples" else super().setting_default(name)
 
     def reinforce_loss(self, x: Tensor, log_q: Tensor, control_variate: ControlVariate | None = None) -> tuple[Tensor, Tensor]:
         """(loss whose gradient is the REINFORCE estimate, per-example ELBO estimate (B,))."""

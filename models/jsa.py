@@ -142,11 +142,14 @@ class JSA(CategoricalLatentModel):
     config_name = "jsa"  # as in configs/model/ and the run names
     replica_settings = ("cache_start_epoch", "cache_refresh")  # may differ between the replicas of one process
     run_tag_keys = ("backbone", "num_categories", "mis_steps", "prior")
+    # In the run's name when not the default, e.g. -expected, -qfresh, -rowsstatic, -rows4, -nocache, -cache300, -refresh0.1
+    estimator_settings = {"gradient_states": "", "q_states": "q", "chain_rows": "rows", "gradient_rows": "rows",
+                          "use_cache": "cache", "cache_start_epoch": "cache", "cache_refresh": "refresh"}
 
     @property
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/jsa-<data>-<run_tag>)."""
-        return f"{self.backbone}-K{self.num_categories}-L{self.mis_steps}" + self.prior_tag
+        return f"{self.backbone}-K{self.num_categories}-L{self.mis_steps}" + self.prior_tag + self.estimator_tag
 
     def _allocate_cache(self, num_examples: int) -> None:
         self.cache = LatentCache(num_examples, (self.num_latents,), self.num_categories).to(self.device)

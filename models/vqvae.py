@@ -90,6 +90,8 @@ class VQVAE(LatentVariableModel):
 
     config_name = "vqvae"  # as in configs/model/ and the run names
     run_tag_keys = ("backbone", "num_categories", "prior")
+    # In the run's name when not the default, e.g. -noema-dead0 (the paper's main-text model), -beta0.5, -kmeans
+    estimator_settings = {"ema": "ema", "decay": "decay", "dead_code_threshold": "dead", "beta": "beta", "kmeans_init": "kmeans"}
     has_discrete_latent = True
 
     def __init__(
@@ -251,7 +253,7 @@ class VQVAE(LatentVariableModel):
     @property
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/vqvae-<data>-<run_tag>)."""
-        return f"{self.backbone}-K{self.num_categories}" + self.prior_tag
+        return f"{self.backbone}-K{self.num_categories}" + self.prior_tag + self.estimator_tag
 
     # ---- evaluation: q is a point mass, so one quantization and one decoder pass serve all -------
     point_mass_posterior = True

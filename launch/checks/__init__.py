@@ -4,7 +4,7 @@ misspelt, ill-typed or unsafe setting is one line within a second (train.py call
 - arguments.py: the command line read as the front ends read it (`KEY=VALUE`, `--option VALUE`), and its values;
 - received_config.py: config files and Hydra folders a command names, read bounded and refused if they would import
   a stranger's module or hang;
-- precheck.py: every setting checked against the schema, with "did you mean";
+- precheck.py: every setting checked against the schema, with "did you mean" (those of the config files it reads too);
 - schema.py (settings_schema.json): the settings of every configured class, their types and bounds, kept in step
   with the code; settings.py: the same types checked against the constructors once the classes are imported;
 - defaults.py: configs/*.yaml as written, the defaults both front ends and these checks read;

@@ -2,10 +2,11 @@
 option, a config that does not exist, a value of the wrong type or out of its constructor's range, a checkpoint or
 --config file that is missing or not YAML, a run directory that is a file, an empty DATA_DIR) are refused in about
 a second with one `error:` line and the closest valid names, instead of after ten seconds of imports or as Hydra's
-six-line report.
+six-line report. The settings of LightningCLI's --config files and of a Hydra experiment the command picks are checked
+as the command line's, the line naming the file.
 
 Only what can be decided from the command line, the files it names and `launch/checks/settings_schema.json` is checked
-here; a setting this module cannot judge (an interpolation, a list, a config file's contents, a class whose schema
+here; a setting this module cannot judge (an interpolation, a list, a quoted value in a file, a class whose schema
 entry is stale) passes, and the full checks after the imports (launch/checks/settings.py, the constructors, jsonargparse)
 still run on everything.
 """
@@ -13,12 +14,14 @@ still run on everything.
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from pathlib import Path
 from typing import Any
 
 from launch.checks.arguments import TAKES_VALUE, option_value, option_values, overrides_of, scalar, values_of
 from launch.checks.paths import PathRefusal, check_paths
+from launch.checks.received_config import ConfigRefusal, composed, given_settings, hydra_folders
 from launch.checks.schema import CONFIGS, GROUPS, NOT_SETTINGS, default_choices, every_config, expected, load, type_spec
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
@@ -34,8 +37,7 @@ def unknown_top_level_setting(key: str) -> str:
     return f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})"
 CONFIG_GROUPS = ("model", "data", "optimizer", "trainer", "logger", "callbacks", "experiment", "hydra")
 # Hydra options after which the config tree is another one, or that take the next word as their value.
-OTHER_TREE = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd", "--info", "-i", "--hydra-help",
-              "--shell-completion", "-sc")
+OTHER_TREE = ("--config-name", "-cn", "--config-path", "-cp", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")
 
 
 class EarlyRefusal(ValueError):
@@ -156,6 +158,13 @@ def compared_models() -> list[str]:
     return (every_config("model", *every[1].split(",")[1:]) if every else swept).split(",")
 
 
+def experiment_files(argv: list[str], experiment: list[str]) -> list[str]:
+    """The experiment files a Hydra command picks, from configs/experiment/ and the folders it adds (--config-dir), that
+    set global settings (`# @package _global_`, as configs/experiment/'s do)."""
+    found = [folder / "experiment" / f"{name}.yaml" for name in experiment for folder in (CONFIGS, *hydra_folders(argv))]
+    return [str(path) for path in found if path.is_file() and "@package _global_" in path.read_text(errors="replace")[:2000]]
+
+
 def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
     """Raise EarlyRefusal for the first mistake of a Hydra command line that can be seen without the imports."""
     if any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
@@ -173,7 +182,7 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
     choices = {group: [choice] for group, choice in default_choices().items()}
     for key, value in overrides:
         if key in CONFIG_GROUPS and key != "hydra":
-            available = sorted(p.stem for p in (CONFIGS / key).glob("*.yaml"))
+            available = sorted({p.stem for folder in (CONFIGS, *hydra_folders(argv)) for p in (folder / key).glob("*.yaml")})
             read = values_of(value)  # quotes and spaces are Hydra's syntax, not part of the name
             wanted = [str(v) if v is not None else "null" for v in read] if read is not None else []
             for choice in wanted:
@@ -209,37 +218,49 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
         for arg in argv:
             if arg.startswith("+") and not arg.startswith("++") and "=" in arg:
                 check_append(*arg[1:].split("=", 1), choices, schema)
-    for key, value in overrides:
+    def check_setting(key: str, value: str | None, in_file: bool = False) -> None:
+        """One `key=value` of the command line, or one setting of a picked experiment file (its value read as YAML)."""
         group, dot, name = key.partition(".")
         if key in LAYOUT_SETTINGS:
             raise EarlyRefusal(layout_setting(key, value))
         if group in ("callbacks", "logger") and dot and key not in appended and not experiment:
             check_config_key(key, value, group, choices.get(group, [None]))
-            continue
-        if key in CONFIG_GROUPS or group in ("hydra", "callbacks", "logger") or key.startswith("hydra/"):
-            continue
+            return
+        if key in CONFIG_GROUPS or group in ("hydra", "callbacks", "logger", "defaults") or key.startswith("hydra/"):
+            return
         if group == "replicas" and dot:
             if key not in REPLICA_SETTINGS:
                 raise EarlyRefusal(f"{key}: no such setting (the replicas' are {', '.join(REPLICA_SETTINGS)})"
                                    + did_you_mean(key, list(REPLICA_SETTINGS)))
-            continue
+            return
         if not dot:
             if key not in TOP_LEVEL_SETTINGS and not key.startswith("_"):
                 raise EarlyRefusal(unknown_top_level_setting(key) + did_you_mean(key, all_options()))
-            if key in TOP_LEVEL_SPECS:
-                check_value(key, value, [{key: TOP_LEVEL_SPECS[key]}])
-            continue
+            if key in TOP_LEVEL_SPECS and value is not None:
+                check_value(key, value, [{key: TOP_LEVEL_SPECS[key]}], cli=in_file)
+            return
         specs = settings_of(group) if group in GROUPS and "." not in name and not name.startswith("_") else None
         if specs is None:
-            continue
+            return
         if group == "trainer" and name in REMOVED_TRAINER_OPTIONS and not any(name in settings for settings in specs):
             raise EarlyRefusal(removed_trainer_option(key, value, cli=False))
         if not any(name in settings for settings in specs):
             names = sorted({f"{group}.{n}" for settings in specs for n in settings})
             owner = ", ".join(sorted({schema_name(schema, group, choice) for choice in choices.get(group, [])} - {None}))
-            raise EarlyRefusal(f"{key}: no such setting{f' of {owner}' if owner and not experiment else ''}"
+            owned = owner and (not experiment or group == "trainer")  # an experiment may choose another model
+            raise EarlyRefusal(f"{key}: no such setting{f' of {owner}' if owned else ''}"
                                f"{did_you_mean(key, names) or elsewhere(schema, group, name)}")
-        check_value(key, value, [settings for settings in specs if name in settings])
+        if value is not None:
+            check_value(key, value, [settings for settings in specs if name in settings], cli=in_file)
+
+    for key, value in overrides:
+        check_setting(key, value)
+    for path in experiment_files(argv, experiment):  # YAML as OmegaConf reads it: YAML 1.1, as LightningCLI's values
+        for key, value in config_file_settings(path):
+            try:
+                check_setting(key, unquoted(value), in_file=True)
+            except EarlyRefusal as refusal:
+                raise EarlyRefusal(f"{path}: {refusal}") from None
 
 
 # The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
@@ -365,47 +386,88 @@ def schema_name(schema: dict[str, Any], group: str, choice: str | None) -> str |
 
 
 def check_cli(argv: list[str], schema: dict[str, Any]) -> None:
-    """Raise EarlyRefusal for the first mistake of a LightningCLI command line that can be seen without the imports."""
-    pairs = option_values(argv[1:])
-    given = dict(pairs)
-    if any(o in ("--config", "--help", "--print_config", "--model.help", "--data.help") for o, _ in pairs) or any(
-            a.startswith(("-c", "-h")) and not a.startswith("--") for a in argv):
-        return  # a config file may choose the classes; the help options and print_config refuse nothing
+    """Raise EarlyRefusal for the first mistake of a LightningCLI command line that can be seen without the imports,
+    the settings of its --config files included (each in its place: what comes later wins, as in jsonargparse)."""
+    if any(o in ("--help", "--print_config", "--model.help", "--data.help") for o, _ in option_values(argv[1:])) or any(
+            a.startswith("-h") for a in argv):
+        return  # the help options and print_config refuse nothing
+    pairs: list[tuple[str, str | None, str | None]] = []  # (--option, value, the config file that gives it or None)
+    for option, value in option_values([f"--config={a[2:].removeprefix('=')}" if a.startswith("-c") and a != "-c" else
+                                        "--config" if a == "-c" else a for a in argv[1:]]):
+        if option == "--config" and value is not None and not value.lstrip().startswith("{"):
+            pairs += [(f"--{key}", text, value) for key, text in config_file_settings(value)]
+        else:
+            pairs.append((option, value, None))
     registered = schema["cli_classes"]
-    chosen: dict[str, str | None] = {}
-    for group in ("model", "data"):  # the defaults: configs/train.yaml's choices (rules.default_class)
-        default = schema["choices"][group][default_choices()[group]].rsplit(".", 1)[-1]
-        name = given.get(f"--{group}.class_path") or given.get(f"--{group}") or default
+
+    def class_of(group: str, option: str, name: str, file: str | None) -> str | None:
+        """The class `--model=NAME` (or a file's `model: NAME`, `class_path: NAME`) chooses; None: left to jsonargparse."""
+        name = name.strip('"')  # (a file's quoted name)
         targets = {**registered[group], **{path: path for path in registered[group].values()}}
         if name.lstrip().startswith("{") or ("." in name and name not in targets):
-            # --model='{"class_path": ...}', or a class of the user's own package: left to jsonargparse
-            chosen[group] = None
-            continue
+            return None  # --model='{"class_path": ...}', or a class of the user's own package
         if name not in targets:
             names = sorted(registered[group])
-            option = f"--{group}.class_path" if f"--{group}.class_path" in given else f"--{group}"
-            raise EarlyRefusal(f"{option}={name} is not one of {', '.join(names)}{did_you_mean(name, names)}")
-        chosen[group] = targets[name]
+            raise EarlyRefusal(f"{f'--config={file}: {option[2:]}: {name}' if file else f'{option}={name}'} is not one of "
+                               f"{', '.join(names)}{did_you_mean(name, names)}")
+        return targets[name]
+
+    # The classes in effect, from configs/train.yaml's defaults (rules.default_class) to the last choice; a file's settings
+    # are its classes' (jsonargparse drops them if a later option chooses another class), the command line's the last.
+    chosen: dict[str, str | None] = {group: schema["choices"][group][default_choices()[group]] for group in ("model", "data")}
     chosen["trainer"] = "lightning.Trainer"
-    for option, value in pairs:
-        group, dot, name = option[2:].rstrip("+").partition(".")
-        if not dot or group not in chosen or chosen[group] is None:
-            continue
-        name = name.removeprefix("init_args.")
-        settings = schema["classes"].get(chosen[group])
-        if settings is None or "." in name or name in ("class_path", "init_args", "dict_kwargs", "help"):
-            continue
-        known = [*settings, *NOT_SETTINGS.get(group, ())]  # LightningCLI exposes these too (--model.optimizer, ...)
-        if group == "trainer" and name in REMOVED_TRAINER_OPTIONS and name not in known:
-            raise EarlyRefusal(removed_trainer_option(option, value, cli=True))
-        if name not in known:
-            candidates = [f"--{group}.{n}" for n in known]
-            owners = [cls for cls, target in registered.get(group, {}).items() if name in schema["classes"].get(target, {})]
-            hint = f"; it is an option of {owners[0]} (--{group}={owners[0]})" if owners else ""
-            raise EarlyRefusal(f"--{group}.{name}: no such option of {chosen[group].rsplit('.', 1)[-1]}"
-                               f"{did_you_mean(f'--{group}.{name}', candidates) or hint}")
-        if value is not None and name in settings:
-            check_value(f"--{group}.{name}", value, [settings], cli=True)
+    for file, run in itertools.groupby(pairs, key=lambda pair: pair[2]):  # the command line's options between files, a file's
+        run = list(run)
+        for option, value, _ in run:
+            group = option[2:].removesuffix(".class_path")
+            if group in ("model", "data") and value is not None:
+                chosen[group] = class_of(group, option, value, file)
+        for option, value, _ in run if file is not None else []:
+            try:
+                check_cli_setting(option, unquoted(value), chosen, schema, shown="")
+            except EarlyRefusal as refusal:
+                raise EarlyRefusal(f"--config={file}: {refusal}") from None
+    for option, value, file in pairs:
+        if file is None:
+            check_cli_setting(option, value, chosen, schema, shown="--")
+
+
+def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | None], schema: dict[str, Any], shown: str) -> None:
+    """One `--group.name VALUE` of a LightningCLI command (named `<shown>group.name`: `--` on the command line, none in a
+    config file) against the chosen classes: a name the class does not take, or a value of the wrong type."""
+    group, dot, name = option[2:].rstrip("+").partition(".")
+    if not dot or group not in chosen or chosen[group] is None:
+        return
+    name = name.removeprefix("init_args.")
+    settings = schema["classes"].get(chosen[group])
+    if settings is None or "." in name or name in ("class_path", "init_args", "dict_kwargs", "help"):
+        return
+    known = [*settings, *NOT_SETTINGS.get(group, ())]  # LightningCLI exposes these too (--model.optimizer, ...)
+    if group == "trainer" and name in REMOVED_TRAINER_OPTIONS and name not in known:
+        raise EarlyRefusal(removed_trainer_option(f"{shown}{group}.{name}", value, cli=bool(shown)))
+    given = shown + option[2:].rstrip("+")  # as written: --model.mis_steps, model.init_args.mis_steps
+    if name not in known:
+        candidates = [f"{given.rsplit('.', 1)[0]}.{n}" for n in known]
+        owners = [cls for cls, target in schema["cli_classes"].get(group, {}).items() if name in schema["classes"].get(target, {})]
+        what = "option" if shown else "setting"
+        hint = f"; it is {'an' if shown else 'a'} {what} of {owners[0]}" if owners else ""
+        hint += f" (--{group}={owners[0]})" if owners and shown else ""
+        raise EarlyRefusal(f"{given}: no such {what} of {chosen[group].rsplit('.', 1)[-1]}{did_you_mean(given, candidates) or hint}")
+    if value is not None and name in settings:
+        check_value(given, value, [settings], cli=True)
+
+
+def unquoted(value: str | None) -> str | None:
+    """A config file's value to check: a quoted one is left to the full checks (jsonargparse reads '10' as 10)."""
+    return None if value is not None and value.startswith('"') else value
+
+
+def config_file_settings(name: str) -> list[tuple[str, str | None]]:
+    """The settings a config file gives, read as received_config.py reads it (launch/checks/received_config.py)."""
+    try:
+        return given_settings(composed(Path(name), "config file"))
+    except ConfigRefusal as refusal:
+        raise EarlyRefusal(str(refusal)) from None
 
 
 # `validate`/`test` evaluate the weights of --ckpt_path; without one they would evaluate untrained weights (hours of

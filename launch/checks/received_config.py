@@ -187,6 +187,25 @@ class ReceivedFiles:
                                 "file holds plain values (strings, numbers, lists, mappings); refused unread")
 
 
+def given_settings(node: Any, where: str = "") -> list[tuple[str, str | None]]:
+    """(dotted key, value) for every key of a composed config file's mappings, top to bottom at any depth (`trainer:
+    {max_epochs: 1}` gives trainer and trainer.max_epochs): a scalar's value as the command line would carry it (a
+    quoted one in quotes), None for a mapping or a list. What the early checks (precheck.py) check a file's settings by."""
+    import yaml
+
+    found: list[tuple[str, str | None]] = []
+    for key, value in node.value if isinstance(node, yaml.MappingNode) else []:
+        if key.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: the merged keys are this mapping's
+            found += given_settings(value, where)
+            continue
+        name = f"{where}.{key.value}" if where else str(key.value)
+        text = value.value if isinstance(value, yaml.ScalarNode) else None
+        if text is not None and value.style is not None:  # quoted: a string, as a quoted value on the command line
+            text = f'"{text}"' if '"' not in text and "\\" not in text else None
+        found += [(name, text), *given_settings(value, name)]
+    return found
+
+
 def refusal_of_name(label: str, where: str, value: str, cli: bool = True) -> str:
     trusted = "--trainer.callbacks+=CLASS" if cli else "+callbacks.NAME._target_=CLASS"
     return (f"{label}: {where} names {value.strip()[:120]!r}, which is not a class or function of the collection, Lightning "

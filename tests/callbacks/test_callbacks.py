@@ -112,6 +112,17 @@ def test_progress_bars_after_a_mid_epoch_resume_show_the_epoch_its_length_and_no
     assert "v_num" not in "".join(lines)
 
 
+def test_the_epoch_line_says_when_max_steps_ended_the_epoch(mnist_dir, capsys):
+    from callbacks.progress import LineProgressBar
+
+    trainer = L.Trainer(max_epochs=5, max_steps=9, limit_train_batches=6, limit_val_batches=0, logger=False,
+                        enable_checkpointing=False, enable_model_summary=False, callbacks=[LineProgressBar(refresh_seconds=0)])
+    trainer.fit(VAE(latent_dim=4, val_num_samples=2), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
+    lines = capsys.readouterr().out.splitlines()
+    ends = [line.split(",")[0] for line in lines if line.startswith("epoch ") and (" done: " in line or " ended by " in line)]
+    assert ends == ["epoch 1/5 done: 6/6 batches", "epoch 2/5 ended by trainer.max_steps=9: 3/6 batches"]
+
+
 def test_random_state_checkpoint_saves_and_restores_every_rank_state():
     class FakeTrainer:
         world_size, global_rank = 1, 0

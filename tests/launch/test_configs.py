@@ -40,6 +40,49 @@ def test_default_is_jsa_on_mnist():
     assert launch.run_layout.run_name(cfg.run_name, model.run_tag) == "jsa-mnist-mlp-K10-L20"  # model, data and the model's key settings
 
 
+@pytest.mark.parametrize("overrides, name", [
+    ([], "jsa-mnist-mlp-K10-L20"),
+    (["model.gradient_rows=4"], "jsa-mnist-mlp-K10-L20-rows4"),
+    (["model.chain_rows=static", "model.gradient_states=expected"], "jsa-mnist-mlp-K10-L20-expected-rowsstatic"),
+    (["model.q_states=fresh", "model.cache_start_epoch=3", "model.cache_refresh=0.1"], "jsa-mnist-mlp-K10-L20-qfresh-cache3-refresh0.1"),
+    (["model.use_cache=false", "model.gradient_states=chain", "model.cache_refresh=0"], "jsa-mnist-mlp-K10-L20-nocache"),
+    (["model=dvae"], "dvae-mnist-mlp-K10-reinforce-optimal"),
+    (["model=dvae", "model.num_samples=4"], "dvae-mnist-mlp-K10-reinforce-optimal"),  # the estimator's own default
+    (["model=dvae", "model.num_samples=8"], "dvae-mnist-mlp-K10-reinforce-optimal-S8"),
+    (["model=dvae_gumbel", "model.num_samples=1"], "dvae_gumbel-mnist-mlp-K10-tau0.5"),
+    (["model=dvae_gumbel", "model.straight_through=true", "model.temperature=2"], "dvae_gumbel-mnist-mlp-K10-tau0.5-st-temp2"),
+    (["model=vqvae", "model.ema=false", "model.dead_code_threshold=0"], "vqvae-mnist-conv-K512-noema-dead0"),  # the paper's
+])
+def test_a_run_is_named_by_the_settings_that_change_its_estimator(overrides, name):
+    """Settings that change the estimator or its cost are in the run's name when not their default, so that TensorBoard's
+    run list tells such runs apart; a default run keeps the name of its key settings alone."""
+    cfg = composed(overrides)
+    _, model = launch.hydra_run.build(cfg)
+    assert launch.run_layout.run_name(cfg.run_name, model.run_tag) == name
+
+
+@pytest.mark.parametrize("model", STANDALONE)
+def test_every_estimator_setting_is_a_constructor_setting_and_a_default_run_shows_none(model):
+    cfg = composed([f"model={model}"])
+    _, net = launch.hydra_run.build(cfg)
+    assert set(net.estimator_settings) <= set(constructor_defaults(type(net))) and net.estimator_tag == ""
+
+
+def test_the_cli_names_a_run_as_hydra_does(tmp_path):
+    """LightningCLI parses `--model.dead_code_threshold=0` as the float its type hint says: the same name as Hydra's."""
+    cli = launch.cli_app.main(["--model=VQVAE", "--model.ema=false", "--model.dead_code_threshold=0", f"--log_dir={tmp_path}",
+                               f"--trainer.default_root_dir={tmp_path}"], run=False)
+    assert cli.trainer.logger.name == "vqvae-mnist-conv-K512-noema-dead0"
+
+
+def test_a_setting_in_a_run_name_reads_the_same_from_either_front_end():
+    """Hydra passes `model.dead_code_threshold=0` as an int, LightningCLI as the float its type hint says."""
+    from models.base import setting_tag
+
+    assert setting_tag("dead", 0) == setting_tag("dead", 0.0) == "dead0" and setting_tag("refresh", 0.25) == "refresh0.25"
+    assert (setting_tag("ema", False), setting_tag("st", True), setting_tag("anneal", 1e-4)) == ("noema", "st", "anneal0.0001")
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_model_configs_state_only_what_differs_from_the_class(model):
     """Defaults live in the class signatures: a model config file holds _target_ and the links to the data

@@ -117,6 +117,9 @@ def test_hydra_multirun_gives_each_run_its_own_directory(tmp_path, mnist_dir):
     train(["-m", "model=vae", "data=mnist", "model.lr=0.01,0.02", *FAST], tmp_path, mnist_dir)
     names = {p.name for p in (tmp_path / "logs" / "tensorboard").glob("*")}
     assert {"vae-mnist-mlp-z32-lr0.01", "vae-mnist-mlp-z32-lr0.02"} <= names  # a swept value the tag does not show
+    train(["-m", "model=jsa", "data=mnist", "model.gradient_rows=null,4", *FAST], tmp_path, mnist_dir)
+    names = {p.name for p in (tmp_path / "logs" / "tensorboard").glob("jsa-*")}
+    assert names == {"jsa-mnist-mlp-K10-L20", "jsa-mnist-mlp-K10-L20-rows4"}  # an estimator setting, in the tag once
 
 
 def test_resuming_continues_the_same_tensorboard_run(tmp_path, mnist_dir):

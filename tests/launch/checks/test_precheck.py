@@ -112,6 +112,56 @@ def test_a_config_file_that_is_not_yaml_is_named_with_the_line_and_the_fix(tmp_p
     assert refuse_early(["fit", "--config", str(tmp_path / "nope.yaml")], cli=True) == f"--config={tmp_path / 'nope.yaml'}: no such file"
 
 
+@pytest.mark.parametrize("front_end, text, line", [
+    ("cli", "trainer:\n  max_epoch: 1\n", "trainer.max_epoch: no such setting of Trainer; did you mean trainer.max_epochs?"),
+    ("cli", "model:\n  class_path: models.JSA\n  init_args:\n    mis_step: 3\n",
+     "model.init_args.mis_step: no such setting of JSA; did you mean model.init_args.mis_steps?"),
+    ("cli", "model: VAE\ndata:\n  class_path: datamodules.MNISTDataModule\n  init_args: {batch_size: 32}\n", None),
+    ("cli", "model:\n  class_path: models.VAE\n  init_args: {mis_steps: 3}\n", "model.init_args.mis_steps: no such setting of VAE; it is a setting of JSA"),
+    ("cli", "model: Nope\n", "model: Nope is not one of DiscreteVAE, JSA,"),
+    ("cli", "trainer:\n  max_epochs: ten\n", "trainer.max_epochs='ten': expected an integer or null"),
+    ("cli", "trainer:\n  max_epochs: '10'\n  enable_progress_bar: yes\n", None),  # read as jsonargparse reads YAML
+    ("hydra", "# @package _global_\ntrainer:\n  max_epoch: 1\n", "trainer.max_epoch: no such setting of Trainer; did you mean trainer.max_epochs?"),
+    ("hydra", "# @package _global_\nmodel:\n  mis_stepz: 3\n", "model.mis_stepz: no such setting; did you mean model.mis_steps?"),
+    ("hydra", "# @package _global_\nsed: 3\n", "sed: no such setting (the top-level ones are seed,"),
+    ("hydra", "# @package _global_\ndefaults:\n  - override /model: vae\nmodel: {latent_dim: 8, lr: 1e-3}\n"
+     "trainer: {max_epochs: 2, enable_progress_bar: yes}\nseed: 007\nper_model: {jsa: {mis_steps: 3}}\n", None),
+])
+def test_a_typo_in_a_config_file_is_refused_as_on_the_command_line(front_end, text, line, tmp_path):
+    """LightningCLI's -c FILE and a Hydra experiment of one's own (--config-dir): the command line's line, with the file."""
+    if front_end == "cli":
+        (tmp_path / "my.yaml").write_text(text)
+        argv, file = ["fit", "-c", str(tmp_path / "my.yaml")], f"--config={tmp_path / 'my.yaml'}"
+    else:
+        (tmp_path / "experiment").mkdir()
+        (tmp_path / "experiment" / "mine.yaml").write_text(text)
+        argv, file = ["--config-dir", str(tmp_path), "experiment=mine"], str(tmp_path / "experiment" / "mine.yaml")
+    refusal = refuse_early(argv, cli=front_end == "cli")
+    if line is None:
+        assert refusal is None
+    else:
+        assert refusal is not None and refusal.startswith(f"{file}: {line}") and "\n" not in refusal, refusal
+
+
+def test_the_configs_of_a_config_dir_are_choices_of_their_groups(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "mine.yaml").write_text("_target_: models.VAE\n")
+    assert refuse_early(["--config-dir", str(tmp_path), "model=mine"], cli=False) is None
+    assert "did you mean mine?" in refuse_early(["--config-dir", str(tmp_path), "model=mien"], cli=False)
+
+
+def test_the_classes_a_config_file_chooses_hold_where_it_stands_on_the_command_line(tmp_path):
+    """What comes later wins, as in jsonargparse: a file's settings are of the class it (or what came before it) chose."""
+    (tmp_path / "vae.yaml").write_text("model: VAE\n")
+    (tmp_path / "jsa.yaml").write_text("model:\n  class_path: models.JSA\n  init_args: {mis_steps: 3}\n")
+    vae, jsa = str(tmp_path / "vae.yaml"), str(tmp_path / "jsa.yaml")
+    assert refuse_early(["fit", "-c", vae, "--model.latent_dim=8"], cli=True) is None
+    assert refuse_early(["fit", "-c", jsa, "--model=VAE", "--model.latent_dim=8"], cli=True) is None
+    assert refuse_early(["fit", "--model=VAE", "-c", jsa], cli=True) is None
+    assert "no such option of VAE" in refuse_early(["fit", "-c", vae, "--model.mis_steps=3"], cli=True)
+    assert "no such option of JSA" in refuse_early(["fit", "--model=VAE", "-c", jsa, "--model.latent_dim=8"], cli=True)
+
+
 @pytest.mark.parametrize("data_dir, said", [("{empty}", "is an empty folder"), ("", "DATA_DIR is set but empty"),
                                             ("{empty}/nope", "does not exist")])
 def test_a_data_dir_without_data_is_refused_naming_it_and_the_data(data_dir, said, tmp_path, monkeypatch):
@@ -162,7 +212,7 @@ def with_files_named_by(commands: list[list[str]], root: Path, monkeypatch: pyte
             key, _, value = arg.partition("=")
             if key.lstrip("-+") in ("ckpt_path", "c", "config", "model.autoencoder_checkpoint") and value and not (root / value).exists():
                 (root / value).parent.mkdir(parents=True, exist_ok=True)
-                (root / value).write_text("{}\n")
+                (root / value).write_text("model: VAE\n" if value == "vae.yaml" else "{}\n")  # the file chooses the model
 
 
 @pytest.mark.parametrize("command", VALID)
@@ -240,9 +290,14 @@ def test_a_choice_added_to_a_registry_is_accepted_before_the_schema_is_written_a
     assert "max_epochs" in typo
 
 
-@pytest.mark.parametrize("argv", [["trainer.max_epoch=1"], ["fit", "--trainer.max_epoch=1"]])
+@pytest.mark.parametrize("argv", [["trainer.max_epoch=1"], ["fit", "--trainer.max_epoch=1"], ["fit", "-c", "{file}"],
+                                  ["--config-dir", "{folder}", "experiment=mine"]])
 def test_the_refusal_comes_before_torch_is_imported(argv, tmp_path):
-    """The real entry point: exit 2, one line on stderr, and torch never imported (so it is there in a second or so)."""
+    """The real entry point: exit 2, one line on stderr, and torch never imported (so it is there in a second or so), a
+    typo inside a config file (LightningCLI's -c, a Hydra experiment of one's own) as one on the command line."""
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\ntrainer:\n  max_epoch: 1\n")
+    argv = [arg.format(file=tmp_path / "experiment" / "mine.yaml", folder=tmp_path) for arg in argv]
     probe = ("import runpy, sys; sys.argv = ['train.py', *sys.argv[1:]]\n"
              "try:\n    runpy.run_path('train.py', run_name='__main__')\n"
              "except SystemExit as stop:\n    print('torch' in sys.modules, file=sys.stdout); raise\n")
