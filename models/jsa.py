@@ -118,12 +118,10 @@ class JSA(CategoricalLatentModel):
     def setup(self, stage: str) -> None:
         super().setup(stage)
         datamodule = self.trainer.datamodule
-        if stage != "fit" or not self.use_cache or datamodule is None:
-            return
-        num_examples = datamodule.num_train_examples
-        if self.cache is None:
-            self._allocate_cache(num_examples)
-        check_cache_size(self.cache, num_examples, getattr(datamodule, "val_size", "?"))  # a cache sized by a checkpoint
+        if stage == "fit" and self.use_cache and datamodule is not None:
+            if self.cache is None:
+                self._allocate_cache(datamodule.num_train_examples)
+            check_cache_size(self.cache, datamodule.num_train_examples, getattr(datamodule, "val_size", "?"))
 
     # ---- one JSA step -------------------------------------------------------------
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:

@@ -10,7 +10,7 @@ import torch
 
 from callbacks.gradient_variance import flat_gradients, trace_of_covariance
 from models import JSA
-from samplers import (MISSample, candidate_weights, categorical_log_prob, expected_visits, index_cached_mis, mis_chain, sum_and_sample,
+from samplers import (MISSample, candidate_weights, gradient_rows, categorical_log_prob, expected_visits, index_cached_mis, mis_chain, sum_and_sample,
                       visit_counts)
 from samplers.cache import cache_diagnostics
 from tests.conftest import mnist_slice, train_on_batch
@@ -308,6 +308,24 @@ def test_sum_and_sample_keeps_the_top_weights_and_draws_the_rest_in_proportion()
     assert abs(share - 2 / 3) < 5 * (2 / 9 / 100_000) ** 0.5, share
     with pytest.raises(ValueError, match="1 <= k < N = 6"):
         sum_and_sample(weight, 6)
+
+
+@pytest.mark.parametrize("rows", ["every", "final", "distinct", 2, 3])
+def test_gradient_rows_give_the_weighted_sum_over_the_candidates(rows):
+    """For any per-candidate values g (B, L+1), Σ over an example's rows of weight · g[example, candidate] is Σ_j λ_j g_j:
+    exactly for every choice here: at most 3 candidates per example carry weight, so k = 2's drawn row is the one left
+    (its expectation in general: `test_the_expectation_over_the_sampled_row_is_the_full_gradient`)."""
+    weight = torch.tensor([[0.0, 0.6, 0.0, 0.4, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.2, 0.2, 0.0, 0.0, 0.6]],
+                          dtype=torch.float64)
+    if rows == "final":
+        weight = (weight == weight.max(1, keepdim=True).values).double()  # one-hot: the final state's weight
+    g = torch.randn(weight.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    chosen = gradient_rows(weight, rows, torch.Generator().manual_seed(1))
+    total = torch.zeros(3, dtype=torch.float64).index_add(0, chosen.example, (chosen.weight * g[chosen.example].gather(1, chosen.candidate)).sum(1))
+    expected = (weight * g).sum(1)
+    torch.testing.assert_close(total, expected, rtol=0, atol=1e-12)
+    shape = {"every": (3, 6), "final": (3, 1), "distinct": (6, 1), 2: (3, 3), 3: (3, 4)}[rows]
+    assert tuple(chosen.candidate.shape) == tuple(chosen.weight.shape) == shape
 
 
 def force_draw(monkeypatch, candidate: int) -> None:
