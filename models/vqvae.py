@@ -44,7 +44,7 @@ from models.base import LatentVariableModel, inference
 from models.components.backbones import BackboneName, build_backbone, latent_grid
 from models.components.code_usage import CodeUsage
 from models.components import priors
-from models.components.priors import build_prior, canonical_prior_name
+from models.components.priors import build_prior
 from models.components.quantizer import QuantizerOutput, VectorQuantizer
 
 
@@ -131,7 +131,7 @@ class VQVAE(LatentVariableModel):
         # Spatial z_e is (B, D, H', W'): channels first; flat z_e is (B, V, D): channels last.
         self.channel_dim = 1 if self.grid else -1
         self.train_usage, self.val_usage = CodeUsage(num_categories), CodeUsage(num_categories)
-        self.prior_name = canonical_prior_name(prior)
+        self.prior_name = prior
         self.prior = build_prior(prior, self.num_latents, num_categories, self.grid, prior_hidden, prior_layers)
         if autoencoder_epochs is not None and autoencoder_epochs < 0:
             raise ValueError(f"autoencoder_epochs must be >= 0 or None (every epoch), got {autoencoder_epochs}")
