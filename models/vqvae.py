@@ -173,12 +173,12 @@ class VQVAE(LatentVariableModel):
         """Decoder output for code indices (B, H', W') or (B, V), e.g. from a learned prior."""
         return self.decoder_output_quantized(self.quantizer.lookup(codes, channel_dim=self.channel_dim))
 
-    @property
-    def autoencoder_frozen(self) -> bool:
-        return self.autoencoder_epochs is not None and self.current_epoch >= self.autoencoder_epochs
+    def step_inputs(self, epoch: int, step: int) -> dict[str, bool]:
+        """Whether the autoencoder is frozen in `epoch` (a flag: a compiled step gets a new graph once, when it freezes)."""
+        return {"autoencoder_frozen": self.autoencoder_epochs is not None and epoch >= self.autoencoder_epochs}
 
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
-        if self.autoencoder_frozen:  # the second stage: the codes of the frozen autoencoder, the prior's loss only
+        if self.step_input("autoencoder_frozen"):  # the second stage: the codes of the frozen autoencoder, the prior's loss only
             with torch.no_grad():
                 self.quantizer.eval()  # no codebook statistics, no restarts
                 codes = self.quantize(x).codes
