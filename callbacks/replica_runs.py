@@ -29,6 +29,7 @@ from checkpoints.replica import replica_checkpoint
 from checkpoints.trainer.restored_paths import lies_inside
 from common.lightning_files import RunLogger
 from common.log_steps import is_logging_step
+from models.replicas import replica_terms
 
 VERSION = re.compile(r"version_\d+")  # a TensorBoard run's version directory, as the replicas' loggers name them
 
@@ -82,9 +83,7 @@ class ReplicaRuns(L.Callback):
         values = {name: value.tolist() for name, value in outputs["terms"].items()}  # one host sync per term
         for r, logger in enumerate(self.loggers):
             terms = {f"train/{name}": value[r] for name, value in values.items()} | {"epoch": trainer.current_epoch}
-            model = pl_module.settings[r]
-            if hasattr(model, "replica_terms"):  # the terms its single run logs at this epoch
-                terms = model.replica_terms(terms, trainer.current_epoch)
+            terms = replica_terms(pl_module.settings[r], terms, trainer.current_epoch, trainer.global_step)
             logger.log_metrics(terms, step=trainer.global_step)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: Any) -> None:

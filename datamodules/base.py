@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from checkpoints.registry import register
 from common.private_api import record_hyperparameter
-from common.seeds import check_seed
+from common.settings import check_seed
 
 from .resumable import ResumableDataLoader, ResumableSampler
 

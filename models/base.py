@@ -29,15 +29,15 @@ from checkpoints.trainer.random_state import RandomStateCheckpoint
 from checkpoints.trainer.resume_settings import ResumeSettings, changed_settings, state_mismatch
 from common.log_steps import is_logging_step
 from common.private_api import attached_trainer, raise_recompile_limit, record_hyperparameter
-from common.seeds import check_seed
+from common.settings import check_seed
 from common.signatures import constructor_defaults, settings_of
+from models.compiled_step import COMPILED_GRAPHS_LIMIT, compile_step, graph_mode, held_step_input, hold_step_inputs, run_compiled
 from models.components.backbones import Activation
 from models.components.optimizers import OptimizerFactory, check_optimizer_factory
 from models.components.likelihoods import LikelihoodName, SigmaShape, bits_per_dim, build_likelihood
 from samplers.importance import importance_log_likelihood
 from samplers.sgmcmc import SGMCMC
 
-COMPILED_GRAPHS_LIMIT = 64  # Dynamo's recompile_limit with model.compile=true (configure_model): about ten models
 CompileMode = Literal["networks", "step"]
 
 
@@ -125,6 +125,10 @@ class LatentVariableModel(L.LightningModule):
     # not at its default (`estimator_tag`), so that only runs of the same estimator share a name.
     estimator_settings: ClassVar[dict[str, str]] = {}
     prior_name: str = "uniform"  # of a discrete latent: uniform or a learned prior (models/components/priors.py)
+    # Of `step_inputs`: the numbers that change only with a flag (models/compiled_step.py), and the terms
+    # `training_loss` returns only while a flag is true (a replica logs them only then, callbacks/replica_runs.py).
+    graph_constants: ClassVar[tuple[str, ...]] = ()
+    flag_terms: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     @property
     def prior_tag(self) -> str:
@@ -176,6 +180,8 @@ class LatentVariableModel(L.LightningModule):
         self.compile_step = compile == "step"
         self._networks_compiled = False
         self._compiled_training_loss: Callable[[Tensor, Tensor], dict[str, Tensor]] | None = None
+        self.held_step_inputs: dict[str, Any] = {}  # what a compiled or batched step reads (models/compiled_step.py)
+        self.batched_replicas = False  # the template of the batched step of replicas (models/replicas.py)
         self.data_shape = tuple(int(d) for d in data_shape)
         self.num_dims = math.prod(self.data_shape)
         self.likelihood = build_likelihood(likelihood or "bernoulli", sigma=sigma, learn_sigma=learn_sigma,
@@ -306,34 +312,35 @@ class LatentVariableModel(L.LightningModule):
 
     def compiled_training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
         """`training_loss` compiled whole (model.compile=step, docs/mis.md#compiling-the-whole-step): one graph for the
-        loss, and the one AOTAutograd derives from it for the backward; on CUDA both replayed as CUDA graphs.
-
-        Compiled at the first step, when the device is known. fullgraph=True: a graph break would be an error, not a
-        silent fallback to eager code (tests/models/test_accelerator_step.py compiles every model's step so). A CUDA graph
-        replays into the same output memory each step, so the outputs are copied before anything (the logger, the
-        callbacks) can hold them into the next step, and each step is marked as a new one."""
-        cuda_graphs = x.device.type == "cuda"
+        loss, and the one AOTAutograd derives from it for the backward; on CUDA both replayed as CUDA graphs. Compiled at
+        the first step, when the device is known (tests/models/test_accelerator_step.py compiles every model's step)."""
         if self._compiled_training_loss is None:
-            self._compiled_training_loss = self.compile_training_loss(mode="reduce-overhead" if cuda_graphs else None)
-        self.before_compiled_step()
-        if not cuda_graphs:
-            return self._compiled_training_loss(x, index)
-        torch.compiler.cudagraph_mark_step_begin()
-        return {name: value.clone() for name, value in self._compiled_training_loss(x, index).items()}
+            self._compiled_training_loss = self.compile_training_loss(mode=graph_mode(x.device))
+        hold_step_inputs(self, self.current_epoch, self.global_step)
+        return run_compiled(self._compiled_training_loss, x, index)
 
     def compile_training_loss(self, **options: Any) -> Callable[[Tensor, Tensor], dict[str, Tensor]]:
-        """torch.compile(training_loss, fullgraph=True, dynamic=False, **options) (mode, backend), under the collection's
-        recompile limit. dynamic=False: a new batch shape (an epoch's short last batch, another model of the same class in
-        the process) gets a graph of its own with static shapes, as CUDA graphs need, instead of one over a symbolic
-        batch size (which inductor failed to compile for the conv backbone, torch 2.14)."""
-        raise_recompile_limit(COMPILED_GRAPHS_LIMIT)
-        return torch.compile(self.training_loss, fullgraph=True, dynamic=False, **options)
+        """`training_loss` through models/compiled_step.py's `compile_step` with these options (mode, backend)."""
+        return compile_step(self.training_loss, **options)
 
-    def before_compiled_step(self) -> None:
-        """Called before each compiled step, outside its graph: a model whose step reads a host value that changes in
-        training (the epoch, the step count) puts it into a tensor or flag here, which the compiled step reads
-        instead, so that the graph takes it as an input rather than baking it in and recompiling when it changes
-        (docs/mis.md#compiling-the-whole-step)."""
+    # ---- what the step reads that changes as training goes on (models/compiled_step.py) -------
+    def step_inputs(self, epoch: int, step: int) -> dict[str, bool | int | float]:
+        """The values `training_loss` reads through `step_input` that change as training goes on, at `epoch` and `step`:
+        flags (bool) and numbers, which a compiled or batched step takes as inputs rather than baking them in. None by
+        default."""
+        return {}
+
+    def step_input(self, name: str) -> Any:
+        """This step's value of `step_inputs[name]`: a Python value in an eager step, the held one in a compiled or
+        batched step."""
+        if torch.compiler.is_compiling() or self.batched_replicas:
+            return held_step_input(self, name)
+        return self.step_inputs(self.current_epoch, self.global_step)[name]
+
+    def static_shapes(self, device: torch.device) -> bool:
+        """Whether the step must keep every shape independent of the data: on an accelerator, where reading a size back
+        waits for every queued kernel, and in the batched step of replicas, which vmap cannot batch otherwise."""
+        return device.type != "cpu" or self.batched_replicas
 
     # ---- checks before training -----------------------------------------------------
     def setup(self, stage: str) -> None:

@@ -28,7 +28,7 @@ from models.base import LatentVariableModel, inference
 from models.components.backbones import BackboneName, build_backbone, latent_grid
 from models.components.precision import full_precision
 from models.components import priors
-from models.components.priors import build_prior, canonical_prior_name, migrate_optimizer_states, migrate_prior_state
+from models.components.priors import build_prior
 from samplers.mis import categorical_log_prob, sample_categorical
 
 Embedding = Literal["auto", "per_position", "shared"]
@@ -48,7 +48,7 @@ class CategoricalLatentModel(LatentVariableModel, abstract=True):  # a base, nev
             codebook) or `auto` (per position for `mlp`, shared for `conv`).
         prior: p(h), a name in models/components/priors.py's PRIORS: `uniform`, `factorized` (learned logits
             per position), `autoregressive` (MADE) or `pixelcnn` (a gated PixelCNN over the grid; backbone=conv);
-            the learned ones train with the decoder (docs/priors.md). `learned` is the older name of `factorized`.
+            the learned ones train with the decoder (docs/priors.md).
         prior_hidden: width of the autoregressive prior (None: 256 for MADE, 64 channels for the PixelCNN).
         prior_layers: its depth (None: 2 hidden layers for MADE, 5 gated layers for the PixelCNN).
         hidden_channels: width of the conv backbone.
@@ -108,14 +108,8 @@ class CategoricalLatentModel(LatentVariableModel, abstract=True):  # a base, nev
         table_size = num_latents * num_categories if self.per_position else num_categories
         self.embedding = nn.Embedding(table_size, code_dim)
         self.register_buffer("position_offset", torch.arange(num_latents) * num_categories, persistent=False)
-        self.prior_name = canonical_prior_name(prior)
+        self.prior_name = prior
         self.prior = build_prior(prior, num_latents, num_categories, self.grid, prior_hidden, prior_layers)
-        # Older checkpoints hold the prior's logits as `prior_logits`, or the uniform prior as frozen zero logits.
-        self.register_load_state_dict_pre_hook(migrate_prior_state)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_load_checkpoint(checkpoint)
-        migrate_optimizer_states(checkpoint, self)  # an older checkpoint's optimizer state, for the parameters of now
 
     # ---- q(h | x) -----------------------------------------------------------------
     def encoder_logits(self, x: Tensor) -> Tensor:

@@ -102,7 +102,6 @@ class DiscreteVAE(CategoricalLatentModel):
                 "for an autoregressive prior"
             )
         self.register_buffer("baseline_mean", torch.zeros(()))  # running mean of f (in checkpoints)
-        self.register_buffer("compiled_temperature", torch.tensor(float(temperature)), persistent=False)  # current_temperature()
 
     # ---- the two estimators: each returns (loss to back-propagate, per-example ELBO estimate) ----
     run_tag_keys = ("backbone", "num_categories", "estimator", "control_variate", "temperature_min", "prior")
@@ -158,14 +157,11 @@ class DiscreteVAE(CategoricalLatentModel):
         return -elbo.mean(), elbo
 
     def current_temperature(self) -> float | Tensor:
-        """τ at this step; in a compiled step (model.compile=step) the 0-d tensor `before_compiled_step` filled, so that
-        the graph does not bake in the step count and recompile every step (docs/mis.md#compiling-the-whole-step)."""
-        if torch.compiler.is_compiling():
-            return self.compiled_temperature
-        return self.temperature_at(self.global_step)
+        """τ at this step (a step input: a compiled step reads it from a tensor, models/compiled_step.py)."""
+        return self.step_input("temperature")
 
-    def before_compiled_step(self) -> None:
-        self.compiled_temperature.fill_(self.temperature_at(self.global_step))
+    def step_inputs(self, epoch: int, step: int) -> dict[str, float]:
+        return {"temperature": self.temperature_at(step)}
 
     def temperature_at(self, step: int) -> float:
         """τ_t = max(τ_min, τ_0 exp(-r t)), the annealing schedule at training step t."""

@@ -13,7 +13,8 @@ datamodules/replicas.py) and its own random draws (vmap's randomness="different"
 replicas' losses, so that replica r's gradient is that of its own loss alone.
 
 Replicas may differ in the settings that only gate behaviour (the model class's `replica_settings`: JSA's
-`cache_start_epoch` and `cache_refresh`), which the batched step reads from per-replica buffers. Everything a replica
+`cache_start_epoch` and `cache_refresh`): the batched step reads what they decide from each replica's `step_inputs`, held
+as a compiled step holds them (models/compiled_step.py), its numbers per replica. Everything a replica
 leaves behind (its TensorBoard run, hparams.yaml, a checkpoint that loads alone) comes from callbacks/replica_runs.py.
 """
 
@@ -32,8 +33,8 @@ from torchmetrics import MeanMetric
 from checkpoints.model_class import stamp_model_class
 from checkpoints.trainer.atomic_checkpoints import AtomicCheckpoints
 from checkpoints.trainer.random_state import RandomStateCheckpoint
-from common.private_api import raise_recompile_limit
-from models.base import COMPILED_GRAPHS_LIMIT, LatentVariableModel
+from models.base import LatentVariableModel
+from models.compiled_step import INPUT_BUFFER, compile_step, graph_mode, numbers, register_input_buffers, run_compiled
 from models.components.likelihoods import bits_per_dim
 
 # Settings every replica may differ in: its seed, and the seed of the test stage's samples (${seed} in the configs).
@@ -101,6 +102,8 @@ class Replicas(L.LightningModule):
         if len(seeds) != len(models):
             raise ValueError(f"replicas: {len(models)} models but {len(seeds)} seeds")
         self.seeds = [int(s) for s in seeds]
+        for model in models:  # the buffers of the numbers of `step_inputs`, stacked with the rest (`set_gates`)
+            register_input_buffers(model, model.step_inputs(0, 0), numbers(model.step_inputs(0, 0)))
         params, buffers = stack_module_state(list(models))
         self.stacked_params = nn.ParameterDict()
         for name, param in params.items():  # one by one: a dict given at once is sorted, and the optimizer's state must
@@ -115,7 +118,7 @@ class Replicas(L.LightningModule):
             nn.ModuleDict({name: MeanMetric() for name in EVAL_TERMS}) for _ in models)
         self._batched: dict[tuple, Callable] = {}
         self._compiled_step: Callable | None = None
-        self._gates_epoch: int | None = None  # the epoch whose gates the buffers hold (`set_gates`)
+        self._held: list[dict[str, Any]] | None = None  # the replicas' `step_inputs` the template holds (`set_gates`)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("template", "settings"):  # not submodules: their tensors are the stacked ones
@@ -168,22 +171,22 @@ class Replicas(L.LightningModule):
 
     # ---- training ----------------------------------------------------------------
     def set_gates(self) -> None:
-        """Write each replica's gating settings for this epoch into its buffers (JSA: whether it reads its cache), and
-        tell the batched step whether any replica does (a Python flag: a new graph when it changes, as when compiled).
-        Once an epoch (the gates follow the epoch): `training_step` calls it when the epoch changed, which also covers
-        a run resumed mid-epoch (Lightning skips on_train_epoch_start there)."""
-        self._gates_epoch = self.current_epoch
-        gates = [m.replica_gates(self.current_epoch) for m in self.settings] if hasattr(self.template, "replica_gates") else []
-        if gates:
-            _, buffers = self.stacked_state()
-            for name in gates[0]:
-                buffers[name].copy_(torch.stack([g[name] for g in gates]))
-            self.template.compiled_reads_cache = any(m.reads_cache_at(self.current_epoch) for m in self.settings)
+        """Hold the replicas' `step_inputs` for this step: each flag as one Python value, true if any replica's is (a
+        new graph when it flips, as when compiled), the numbers in each replica's buffers. Written when they change
+        (JSA's: once an epoch, a run resumed mid-epoch included)."""
+        values = [m.step_inputs(self.current_epoch, self.global_step) for m in self.settings]
+        if values == self._held:
+            return
+        self._held = values
+        _, buffers = self.stacked_state()
+        for name in numbers(values[0]):
+            buffer = buffers[INPUT_BUFFER + name]
+            buffer.copy_(torch.tensor([v[name] for v in values], dtype=buffer.dtype))
+        self.template.held_step_inputs = {name: any(v[name] for v in values) for name in values[0] if name not in numbers(values[0])}
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> dict[str, Any]:
         x, index = batch  # (R, B, C, H, W), (R, B): each replica's own batch
-        if self._gates_epoch != self.current_epoch:
-            self.set_gates()
+        self.set_gates()
         x = self.template.likelihood.prepare(x)
         terms = self.batched_training_loss(x, index)
         # The sum: replica r's parameters reach only its own loss, so each gets its own gradient.
@@ -191,19 +194,14 @@ class Replicas(L.LightningModule):
 
     def batched_training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
         """Every replica's `training_loss` terms, (R,) each; with model.compile=step the batched step compiled whole, as a
-        single run's (models/base.py: compiled_training_loss; CUDA graphs on a CUDA device, outputs copied out of them)."""
+        single run's (models/compiled_step.py)."""
         params, buffers = self.stacked_state()
         step = self.over_replicas("training_loss", (True, True))
         if not self.template.compile_step:
             return step(params, buffers, x, index)
-        cuda_graphs = x.device.type == "cuda"
         if self._compiled_step is None:
-            raise_recompile_limit(COMPILED_GRAPHS_LIMIT)
-            self._compiled_step = torch.compile(step, fullgraph=True, dynamic=False, mode="reduce-overhead" if cuda_graphs else None)
-        if not cuda_graphs:
-            return self._compiled_step(params, buffers, x, index)
-        torch.compiler.cudagraph_mark_step_begin()
-        return {name: value.clone() for name, value in self._compiled_step(params, buffers, x, index).items()}
+            self._compiled_step = compile_step(step, mode=graph_mode(x.device))
+        return run_compiled(self._compiled_step, params, buffers, x, index)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         factory = self.template.optimizer_factory or functools.partial(torch.optim.Adam, lr=self.template.lr)
@@ -240,3 +238,12 @@ class Replicas(L.LightningModule):
             for metric in metrics.values():
                 metric.reset()
         self.log("val/nll", torch.stack([m["val/nll"] for m in self.replica_val]).mean(), prog_bar=True)
+
+
+def replica_terms(model: LatentVariableModel, terms: dict[str, Any], epoch: int, step: int) -> dict[str, Any]:
+    """Of the batched step's terms, those the replica's single run logs at `epoch` and `step`: not those its class's
+    `flag_terms` ties to a flag of `step_inputs` that is false for it (the batched step computes them for every replica
+    when one replica's flag is true)."""
+    flags = model.step_inputs(epoch, step)
+    hidden = {term for flag, names in model.flag_terms.items() if not flags[flag] for term in names}
+    return {tag: value for tag, value in terms.items() if tag.rsplit("/", 1)[-1] not in hidden}

@@ -44,7 +44,7 @@ from models.base import LatentVariableModel, inference
 from models.components.backbones import BackboneName, build_backbone, latent_grid
 from models.components.code_usage import CodeUsage
 from models.components import priors
-from models.components.priors import build_prior, canonical_prior_name
+from models.components.priors import build_prior
 from models.components.quantizer import QuantizerOutput, VectorQuantizer
 
 
@@ -133,7 +133,7 @@ class VQVAE(LatentVariableModel):
         # Spatial z_e is (B, D, H', W'): channels first; flat z_e is (B, V, D): channels last.
         self.channel_dim = 1 if self.grid else -1
         self.train_usage, self.val_usage = CodeUsage(num_categories), CodeUsage(num_categories)
-        self.prior_name = canonical_prior_name(prior)
+        self.prior_name = prior
         self.prior = build_prior(prior, self.num_latents, num_categories, self.grid, prior_hidden, prior_layers)
         if autoencoder_epochs is not None and autoencoder_epochs < 0:
             raise ValueError(f"autoencoder_epochs must be >= 0 or None (every epoch), got {autoencoder_epochs}")
@@ -175,12 +175,12 @@ class VQVAE(LatentVariableModel):
         """Decoder output for code indices (B, H', W') or (B, V), e.g. from a learned prior."""
         return self.decoder_output_quantized(self.quantizer.lookup(codes, channel_dim=self.channel_dim))
 
-    @property
-    def autoencoder_frozen(self) -> bool:
-        return self.autoencoder_epochs is not None and self.current_epoch >= self.autoencoder_epochs
+    def step_inputs(self, epoch: int, step: int) -> dict[str, bool]:
+        """Whether the autoencoder is frozen in `epoch` (a flag: a compiled step gets a new graph once, when it freezes)."""
+        return {"autoencoder_frozen": self.autoencoder_epochs is not None and epoch >= self.autoencoder_epochs}
 
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
-        if self.autoencoder_frozen:  # the second stage: the codes of the frozen autoencoder, the prior's loss only
+        if self.step_input("autoencoder_frozen"):  # the second stage: the codes of the frozen autoencoder, the prior's loss only
             with torch.no_grad():
                 self.quantizer.eval()  # no codebook statistics, no restarts
                 codes = self.quantize(x).codes

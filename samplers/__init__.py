@@ -15,18 +15,29 @@ from samplers.mis import (
 )
 from samplers.score_function import categorical_score_norm_sq, leave_one_out_optimal_baseline, score_function_surrogate
 from samplers.sgmcmc import SGHMC, SGLD, SGMCMC, SGNHT, SampleCollector, Santa
-from samplers.visits import expected_visits, fresh_proposal_weights, sum_and_sample, visit_counts
+from samplers.visits import (
+    GradientRows,
+    candidate_weights,
+    expected_visits,
+    fresh_proposal_weights,
+    gradient_rows,
+    sum_and_sample,
+    visit_counts,
+)
 
 __all__ = [
+    "GradientRows",
     "HMC",
     "ImportanceEstimate",
     "LatentCache",
     "MISChain",
     "MISSample",
     "NaiveMISSample",
+    "candidate_weights",
     "categorical_log_prob",
     "expected_visits",
     "fresh_proposal_weights",
+    "gradient_rows",
     "importance_log_likelihood",
     "index_cached_mis",
     "log_mean_exp",

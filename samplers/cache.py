@@ -18,6 +18,9 @@ import torch
 from torch import Tensor, nn
 
 from checkpoints.errors import CheckpointError
+from samplers.mis import MISSample
+
+CACHE_DIAGNOSTICS = ("cache_stuck_rate", "cache_age_epochs", "cache_log_weight_gap")  # `cache_diagnostics`
 
 
 def cache_dtype(num_categories: int) -> torch.dtype:
@@ -87,6 +90,38 @@ def refresh_starts(has_start: Tensor, rate: float | Tensor, generator: torch.Gen
         return has_start
     keep = torch.rand(has_start.shape, device=has_start.device, generator=generator) >= rate
     return has_start & keep
+
+
+def cache_diagnostics(sample: MISSample, age: Tensor, has_start: Tensor) -> dict[str, Tensor]:
+    """Over the chains that start from a cached state (docs/mis.md#when-the-cache-helps):
+
+    cache_stuck_rate: the fraction that never leave it in this step's L proposals;
+    cache_age_epochs: the mean number of epochs since their state last changed (`age`, read before this step's write);
+    cache_log_weight_gap: the mean of w(cached) - max_j w(proposal j), w = log p(x, h) - log q(h | x); > 0 where the
+        cached state outweighs every fresh proposal (a stale state the chain cannot leave, or a mode q misses).
+    """
+    log_weight = (sample.log_target - sample.log_proposal).detach()
+    started = has_start.float()
+    num_started = started.sum().clamp(min=1.0)
+
+    def mean_over_started(value: Tensor) -> Tensor:
+        return (value * started).sum() / num_started
+
+    return {
+        "cache_stuck_rate": mean_over_started((sample.accepted == 0).float()),
+        "cache_age_epochs": mean_over_started(age),
+        "cache_log_weight_gap": mean_over_started(log_weight[:, 0] - log_weight[:, 1:].max(1).values),
+    }
+
+
+def check_cache_size(cache: LatentCache, num_examples: int, val_size: object) -> None:
+    """A cache sized by a checkpoint (`cache_size`) must hold one chain per example of the training split."""
+    if cache.num_examples != num_examples:
+        raise CheckpointError(
+            f"the checkpoint's JSA cache holds {cache.num_examples} chains but the training split has {num_examples} "
+            f"examples (data.val_size={val_size}: another validation split or data set?); use the "
+            "data settings it was trained with, or start a new run"
+        )
 
 
 def _add_changed_epoch(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:

@@ -12,17 +12,31 @@ sum over the candidates, with weights that sum to 1 per example:
               `chain` weights given the candidates, over the accept/reject uniforms alone. Same
               expectation as `chain`, variance no larger (Rao-Blackwell), and no sampled path needed.
 
-`sum_and_sample` turns any such weights into a fixed number of rows per example (the k largest weights exactly, one
-more row drawn from the rest), so that only those rows need a decoder pass with gradient
-(docs/jsa.md#a-fixed-number-of-gradient-rows).
+`gradient_rows` turns the weights into the rows θ's gradient differentiates: every candidate, the distinct visited
+ones, or a fixed k + 1 per example (`sum_and_sample`, docs/jsa.md#a-fixed-number-of-gradient-rows).
 """
 
 from __future__ import annotations
 
+from typing import Literal, NamedTuple
+
 import torch
 from torch import Tensor
 
-from samplers.mis import categorical_draw
+from samplers.mis import MISSample, categorical_draw
+
+GradientStates = Literal["final", "chain", "expected"]
+RowChoice = int | Literal["every", "final", "distinct"]
+
+
+def candidate_weights(sample: MISSample, gradient_states: GradientStates) -> Tensor:
+    """λ (B, L+1): how much each candidate of one MIS call counts in the gradient, for `gradient_states`."""
+    num_candidates, num_steps, dtype = sample.candidates.shape[1], sample.path_index.shape[1], sample.log_target.dtype
+    if gradient_states == "final":
+        return visit_counts(sample.path_index[:, -1:], num_candidates, dtype)
+    if gradient_states == "chain":
+        return visit_counts(sample.path_index, num_candidates, dtype) / num_steps
+    return expected_visits(sample.log_target, sample.log_proposal) / num_steps
 
 
 def visit_counts(path_index: Tensor, num_candidates: int, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -101,3 +115,34 @@ def sum_and_sample(weight: Tensor, num_exact: int, generator: torch.Generator | 
     rest_mass = rest.sum(1, keepdim=True)
     drawn = categorical_draw(rest, generator).unsqueeze(1)  # ∝ rest; a row of zeros draws 0, weighted by R = 0
     return torch.cat([top_rows, drawn], 1), torch.cat([top_weight, rest_mass], 1)
+
+
+class GradientRows(NamedTuple):
+    """The rows of θ's gradient: candidate[n, r] of example example[n], weighted by weight[n, r]."""
+
+    example: Tensor  # (N,)
+    candidate: Tensor  # (N, R)
+    weight: Tensor  # (N, R)
+
+
+def gradient_rows(weight: Tensor, rows: RowChoice, generator: torch.Generator | None = None) -> GradientRows:
+    """The rows that give Σ_j λ_j ∇ log p_θ(x, h_j), from the candidates' weights λ (B, L+1)
+    (docs/jsa.md#which-states-the-gradient-uses):
+
+    `every`: all L+1 candidates per example, weighted by λ (0 for the unvisited ones): shapes fixed by B and L;
+    `final`: the one candidate of weight 1 per example (λ one-hot, `gradient_states=final`);
+    `distinct`: one row per candidate of non-zero weight: the fewest rows, but their number depends on the data, which
+        the host must read (a sync);
+    k (int): k + 1 rows per example, the k largest weights exactly and one drawn from the rest (`sum_and_sample`): in
+        expectation the same sum, exact where at most k weights are non-zero.
+    """
+    if rows == "distinct":
+        example, candidate = weight.nonzero(as_tuple=True)  # sync: the number of rows depends on the data
+        return GradientRows(example, candidate.unsqueeze(1), weight[example, candidate].unsqueeze(1))
+    examples = torch.arange(weight.shape[0], device=weight.device)
+    if rows == "every":
+        return GradientRows(examples, torch.arange(weight.shape[1], device=weight.device).expand_as(weight), weight)
+    if rows == "final":
+        candidate = weight.argmax(1, keepdim=True)
+        return GradientRows(examples, candidate, weight.gather(1, candidate))
+    return GradientRows(examples, *sum_and_sample(weight, rows, generator))

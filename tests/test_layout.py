@@ -38,24 +38,6 @@ def test_every_module_in_callbacks_holds_a_callback(path):
     assert any(issubclass(cls, L.Callback) for cls in own), f"{path} defines no Lightning callback"
 
 
-def test_a_moved_callback_module_still_imports_by_its_former_path():
-    """A LightningCLI run's config.yaml names each callback by its module (`class_path:
-    callbacks.nonfinite.NonFiniteLossGuard`): after a move, `fit -c <an older run>/config.yaml` imports the old path,
-    the way jsonargparse does, and gets the same class."""
-    import importlib
-
-    import callbacks
-
-    assert callbacks.MOVED_MODULES
-    for old, module in callbacks.MOVED_MODULES.items():
-        path = REPO / f"{old.replace('.', '/')}.py"
-        assert not path.exists(), f"{old} is a module again: drop it from callbacks.MOVED_MODULES"
-        for name, cls in vars(module).items():
-            if isinstance(cls, type) and issubclass(cls, L.Callback) and cls.__module__ == module.__name__:
-                assert getattr(__import__(old, fromlist=[name]), name) is cls
-                assert getattr(importlib.import_module(old), name) is cls
-
-
 def test_nothing_below_the_launch_package_imports_it():
     found = [f"{p.relative_to(REPO)}: {name}" for folder in BELOW_LAUNCH for p in sorted((REPO / folder).rglob("*.py"))
              for name in imported_modules(p) if name == "launch" or name.startswith(("launch.", "train"))]

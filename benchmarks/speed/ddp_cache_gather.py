@@ -3,9 +3,9 @@
     python -m benchmarks.speed.ddp_cache_gather [--steps 80] [--batch-size 128]
 
 Under DDP every rank keeps the whole MIS cache; each step all-gathers the step's (index, h*) pairs
-of all ranks (B x V integers per rank) and writes them (models/jsa.py, `_write_cache`). This trains
+of all ranks (B x V integers per rank) and writes them (models/jsa.py, `write_cache`). This trains
 JSA (MNIST-sized MLP, V=20, K=10, L=10) twice in one run, with the gather and with a local-only
-cache write, and prints the median step time of each and the median time spent in `_write_cache`.
+cache write, and prints the median step time of each and the median time spent in `write_cache`.
 """
 
 from __future__ import annotations
@@ -32,16 +32,16 @@ class StepTimes(L.Callback):
 
 
 def timed_write_cache(model: JSA, gather: bool) -> list[float]:
-    """Wrap `_write_cache` to record its wall time; without `gather`, write only the local pairs."""
+    """Wrap `write_cache` to record its wall time; without `gather`, write only the local pairs."""
     spent: list[float] = []
-    original = model._write_cache
+    original = model.write_cache
 
-    def write(index, latent, epoch):
+    def write(index, latent):
         start = time.perf_counter()
-        original(index, latent, epoch) if gather else model.cache.write(index, latent, epoch)
+        original(index, latent) if gather else model.cache.write(index, latent, model.step_input("epoch"))
         spent.append(time.perf_counter() - start)
 
-    model._write_cache = write
+    model.write_cache = write
     return spent
 
 
@@ -71,8 +71,8 @@ def main() -> None:
     local_only = run(False, args.steps, args.batch_size)
     if with_gather[2] == 0:
         print(f"2-process DDP on CPU (gloo), JSA L=10, batch {args.batch_size} per process, median over steps 11..{args.steps}")
-        print(f"step with the cache all-gather:  {with_gather[0]:.2f} ms  (in _write_cache: {with_gather[1]:.3f} ms)")
-        print(f"step with a local-only write:     {local_only[0]:.2f} ms  (in _write_cache: {local_only[1]:.3f} ms)")
+        print(f"step with the cache all-gather:  {with_gather[0]:.2f} ms  (in write_cache: {with_gather[1]:.3f} ms)")
+        print(f"step with a local-only write:     {local_only[0]:.2f} ms  (in write_cache: {local_only[1]:.3f} ms)")
         print(f"gather overhead: {with_gather[1] - local_only[1]:.3f} ms per step = "
               f"{100 * (with_gather[1] - local_only[1]) / with_gather[0]:.2f}% of the step")
 

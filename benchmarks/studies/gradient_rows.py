@@ -28,7 +28,7 @@ from benchmarks.lib.at_checkpoints import build, noise_and_signal
 from callbacks.gradient_variance import flat_gradients
 from checkpoints.loader import load_checkpoint_file
 import models  # noqa: F401 (registers the model classes a checkpoint may name: checkpoints/registry.py)
-from samplers import index_cached_mis
+from samplers import candidate_weights, index_cached_mis
 from common.files import write_file
 
 RESULTS = Path("benchmarks/results/gradient-rows")
@@ -38,7 +38,7 @@ def weighted_candidates(model, x: torch.Tensor) -> torch.Tensor:
     """(B,) the number of candidates with a non-zero weight in one fresh MIS call (`candidate_weights`)."""
     with torch.no_grad():
         sample = index_cached_mis(model.posterior(x), lambda h: model.log_joint(x, h), model.mis_steps)
-        return (model.candidate_weights(sample) > 0).sum(1)
+        return (candidate_weights(sample, model.gradient_states) > 0).sum(1)
 
 
 def measure(checkpoint: Path, gradient_states: str, k: int | None, batches: int, repeats: int) -> dict:

@@ -44,7 +44,7 @@ ABLATION = {  # JSA's settings under jsa_paper, one changed at a time
     "L5": ["model.mis_steps=5"],
     "cache_from_epoch0": ["model.cache_start_epoch=0"],
     "final_state_gradient": ["model.gradient_states=final"],
-    "learned_prior": ["model.prior=learned"],
+    "learned_prior": ["model.prior=factorized"],
 }
 
 

@@ -222,7 +222,7 @@ def constructor_bounds(cls: type) -> dict[str, dict[str, float]]:
     """The bounds a class's constructors (its own and those up the hierarchy) enforce on a numeric argument, read from
     their source: an `if` whose body raises, on a condition that compares an argument with a number, possibly
     negated, chained (`not 0 <= x < 1`) or one of several `or`-ed conditions, also inside a `for` over a literal tuple
-    of (name, argument, bound) rows. A check that depends on another setting (`if ema and not 0 < decay < 1`) is not
+    of (name, argument, bound) rows; and a call of common/settings.py's `check_at_least` or `check_share`. A check that depends on another setting (`if ema and not 0 < decay < 1`) is not
     a bound of its own and is left to the constructor."""
     bounds: dict[str, dict[str, float]] = {}
     for klass in cls.__mro__:
@@ -283,9 +283,20 @@ def _refusals(tree: ast.AST, arguments: set[str]) -> list[tuple[str, str, float]
             out.append((name, relation if negated else _COMPLEMENT[relation], bound))
         return out
 
+    def checked(call: ast.Call, names: dict[str, ast.AST]) -> list[tuple[str, str, float]]:
+        """The bounds of a call of common/settings.py's `check_at_least(label, argument, least)` or
+        `check_share(label, argument)`."""
+        function = call.func.id if isinstance(call.func, ast.Name) else None
+        name = argument(call.args[1], names) if len(call.args) > 1 else None
+        if name and function == "check_at_least" and len(call.args) > 2 and number(call.args[2], names) is not None:
+            return [(name, "ge", number(call.args[2], names))]
+        return [(name, "ge", 0.0), (name, "le", 1.0)] if name and function == "check_share" else []
+
     def visit(statements: list[ast.stmt], names: dict[str, ast.AST]) -> None:
         for statement in statements:
-            if isinstance(statement, ast.If):
+            if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+                found.extend(checked(statement.value, names))
+            elif isinstance(statement, ast.If):
                 if statement.body and isinstance(statement.body[0], ast.Raise):
                     found.extend(kept(statement.test, names, negated=False))
                 visit(statement.orelse, names)

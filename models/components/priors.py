@@ -116,8 +116,7 @@ class FactorizedPrior(CodePrior):
 
 
 class UniformPrior(FactorizedPrior):
-    """p(h_v) = 1/K: zero logits held in a buffer that no checkpoint stores (nothing to learn, nothing to save).
-    Checkpoints that stored it as a frozen zero parameter load through `migrate_prior_state`."""
+    """p(h_v) = 1/K: zero logits held in a buffer that no checkpoint stores (nothing to learn, nothing to save)."""
 
     def __init__(self, num_latents: int, num_categories: int) -> None:
         CodePrior.__init__(self, num_latents, num_categories)
@@ -267,17 +266,15 @@ PRIORS: dict[str, type[CodePrior]] = {
     "autoregressive": AutoregressivePrior,
     "pixelcnn": PixelCNNPrior,
 }
-# Older names, still accepted: `learned` is what `factorized` was called before the autoregressive priors existed.
-PRIOR_ALIASES = {"learned": "factorized"}
 
 
 def __getattr__(name: str) -> Any:
-    """`PriorName`, the type of every model's `prior` argument: a Literal of the names in PRIORS and PRIOR_ALIASES,
+    """`PriorName`, the type of every model's `prior` argument: a Literal of the names in PRIORS,
     made when it is read, so that it lists what the registry holds at that moment (a prior registered at run time
     too). Annotate with the module attribute, `prior: priors.PriorName` (the annotations are read when LightningCLI
     or a settings check asks); `from models.components.priors import PriorName` would fix the list at import."""
     if name == "PriorName":
-        return Literal[(*PRIORS, *PRIOR_ALIASES)]
+        return Literal[tuple(PRIORS)]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -286,17 +283,11 @@ def factorized_priors() -> list[str]:
     return [name for name, prior in PRIORS.items() if prior.is_factorized]
 
 
-def canonical_prior_name(name: str) -> str:
-    """The registry's name of a prior given by an older alias (`learned`: `factorized`), else the name as given."""
-    return PRIOR_ALIASES.get(name, name)
-
-
 def build_prior(name: str, num_latents: int, num_categories: int, grid: Sequence[int] = (),
                 hidden: int | None = None, num_layers: int | None = None) -> CodePrior:
-    """The prior registered as `name` (or an alias of it) over V = num_latents positions (on `grid` for a conv
+    """The prior registered as `name` over V = num_latents positions (on `grid` for a conv
     backbone); hidden / num_layers: the width and depth of a prior with a network (None: its constructor's default,
     256 x 2 for `autoregressive`, 64 x 5 for `pixelcnn`)."""
-    name = canonical_prior_name(name)
     if name not in PRIORS:
         raise ValueError(f"model.prior: unknown prior {name!r}; choose one of {', '.join(PRIORS)}")
     for option, value in (("prior_hidden", hidden), ("prior_layers", num_layers)):
@@ -308,53 +299,3 @@ def build_prior(name: str, num_latents: int, num_categories: int, grid: Sequence
         raise ValueError(f"model.prior_hidden and model.prior_layers size the {sized} priors; "
                          f"prior={name} has no network: leave them out")
     return cls.from_settings(num_latents, num_categories, tuple(grid), hidden, num_layers)
-
-
-# ---- checkpoints written with the earlier layouts of the prior ---------------------------------
-
-def migrate_prior_state(module: nn.Module, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
-    """Older entries of the prior at `module.prior`, in place, as that prior stores them now (a load_state_dict
-    pre-hook of the categorical model). Until the priors were modules the factorized logits were the model's own
-    parameter `prior_logits`, since then `prior.logits`; until the uniform prior was one class the categorical
-    models stored it as a frozen parameter `prior.logits` of zeros, which UniformPrior does not store. Logits that
-    are not zero are left for a uniform prior to refuse (they are another prior's)."""
-    if prefix + "prior_logits" in state_dict:
-        state_dict[prefix + "prior.logits"] = state_dict.pop(prefix + "prior_logits")
-    logits = state_dict.get(prefix + "prior.logits")
-    if isinstance(module.prior, UniformPrior) and logits is not None and not logits.any():
-        del state_dict[prefix + "prior.logits"]
-
-
-def migrate_optimizer_states(checkpoint: dict[str, Any], module: nn.Module) -> None:
-    """The optimizer states of a checkpoint written with an earlier layout of the prior, renumbered for `module`'s
-    parameters, in place (an on_load_checkpoint step, before Lightning restores the optimizers).
-
-    A torch optimizer's state names each parameter by its position in `module.parameters()`, and that list changed
-    with the prior: `prior_logits`, a parameter of the model itself, came first, `prior.logits` (a submodule's)
-    comes after the embedding, and the uniform prior's frozen zero logits (which never had optimizer state) are no
-    parameter at all now. The checkpoint's state_dict lists the parameters in their order then; a state that
-    cannot be placed that way (another model, several parameter groups) is left as it is.
-    """
-    state_dict = checkpoint.get("state_dict") or {}
-    current = [name for name, _ in module.named_parameters()]
-    legacy = ("prior_logits", "prior.logits")
-    before = [name for name in state_dict if name in current or name in legacy]  # the parameters, in their order then
-    migrated = dict(state_dict)
-    migrate_prior_state(module, migrated, "")
-    renamed = ["prior.logits" if name == "prior_logits" else name for name in before]
-    if renamed == current or any(name in migrated and name not in current for name in renamed):
-        return  # the layout of now, or one this cannot map (strict loading names the difference)
-    position = {name: index for index, name in enumerate(current)}
-    new_index = [position[name] if name in migrated else None for name in renamed]  # None: no longer a parameter
-    if sorted(index for index in new_index if index is not None) != list(range(len(current))):
-        return
-    for optimizer in checkpoint.get("optimizer_states") or []:
-        groups = optimizer.get("param_groups") or []
-        if len(groups) != 1 or len(groups[0].get("params", ())) != len(before):
-            continue
-        saved, state = groups[0]["params"], optimizer.get("state", {})
-        optimizer["state"] = {new_index[i]: state[key] for i, key in enumerate(saved)
-                              if new_index[i] is not None and key in state}
-        groups[0]["params"] = list(range(len(current)))
-        if "param_names" in groups[0]:
-            groups[0]["param_names"] = current

@@ -13,9 +13,12 @@ every family with inductor (loss and backward), with the random ops of the compi
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
+import inspect
 import os
+import re
 import time
 from pathlib import Path
 from typing import Callable
@@ -331,3 +334,28 @@ def test_each_test_process_has_its_own_compile_cache():
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     assert cache_dir().endswith(f"torchinductor-{os.getpid()}")
+
+
+# ---- the compile and replica machinery stays out of the models' steps --------------------------------------------
+
+MACHINERY = re.compile(r"compil|replica|batched|cudagraph|held_step|set_gates")
+
+
+@pytest.mark.parametrize("name", ["jsa", "rws", "vimco", "vqvae", "dvae"])
+def test_a_models_step_reads_no_name_of_the_compile_or_replica_machinery(name):
+    """What changes as training goes on reaches a step through `step_input` alone (models/compiled_step.py holds it for a
+    compiled step, models/replicas.py for the batched one): no name the module reads belongs to that machinery (class
+    declarations such as `replica_settings` are assignments, not reads)."""
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "models" / f"{name}.py").read_text())
+    read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    read |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    assert not {n for n in read if MACHINERY.search(n)}, name
+
+
+def test_jsas_step_reads_as_the_algorithm():
+    """One encoder pass, the index-cached MIS call on its detached log-probabilities, the two losses, in that order."""
+    source = inspect.getsource(JSA.jsa_step)
+    lines = ["log_q = self.posterior(x)", "sample = index_cached_mis(log_q.detach(), lambda latent: self.log_joint(x, latent), "
+             "self.mis_steps, start, has_start)", "loss_p, loss_q = self.jsa_loss(x, log_q, sample, has_start)"]
+    positions = [source.find(line) for line in lines]
+    assert -1 not in positions and positions == sorted(positions), positions

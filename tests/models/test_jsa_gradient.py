@@ -10,7 +10,9 @@ import torch
 
 from callbacks.gradient_variance import flat_gradients, trace_of_covariance
 from models import JSA
-from samplers import MISSample, categorical_log_prob, expected_visits, index_cached_mis, mis_chain, sum_and_sample, visit_counts
+from samplers import (MISSample, candidate_weights, gradient_rows, categorical_log_prob, expected_visits, index_cached_mis, mis_chain, sum_and_sample,
+                      visit_counts)
+from samplers.cache import cache_diagnostics
 from tests.conftest import mnist_slice, train_on_batch
 from tests.models.test_jsa import toy_jsa
 
@@ -196,7 +198,7 @@ def test_cache_diagnostics_on_a_constructed_case():
     sample = MISSample(latent=None, path=None, accepted=torch.tensor([0, 1, 0, 0]), candidates=None,
                        log_target=log_target, log_proposal=torch.zeros(4, 3), path_index=None)
     has_start = torch.tensor([True, True, True, False])  # example 3 started from a fresh proposal: not counted
-    diagnostics = toy_jsa().cache_diagnostics(sample, torch.tensor([3.0, 3.0, 1.0, 7.0]), has_start)
+    diagnostics = cache_diagnostics(sample, torch.tensor([3.0, 3.0, 1.0, 7.0]), has_start)
     assert diagnostics["cache_stuck_rate"] == pytest.approx(2 / 3)
     assert diagnostics["cache_age_epochs"] == pytest.approx((3 + 3 + 1) / 3)
     assert diagnostics["cache_log_weight_gap"] == pytest.approx((3.0 - 4.0 + 0.0) / 3)
@@ -281,10 +283,10 @@ def test_a_static_rows_training_step_equals_the_distinct_rows_step(gradient_stat
 def test_chain_rows_auto_is_static_on_an_accelerator_and_distinct_on_the_cpu():
     model = toy_jsa(mis_steps=2)
     assert model.chain_rows == "auto"
-    assert model.static_chain_rows(torch.device("cuda")) and model.static_chain_rows(torch.device("mps"))
-    assert not model.static_chain_rows(torch.device("cpu"))
-    assert toy_jsa(mis_steps=2, chain_rows="static").static_chain_rows(torch.device("cpu"))
-    assert not toy_jsa(mis_steps=2, chain_rows="distinct").static_chain_rows(torch.device("cuda"))
+    assert model.row_choice(torch.device("cuda")) == model.row_choice(torch.device("mps")) == "every"
+    assert model.row_choice(torch.device("cpu")) == "distinct"
+    assert toy_jsa(mis_steps=2, chain_rows="static").row_choice(torch.device("cpu")) == "every"
+    assert toy_jsa(mis_steps=2, chain_rows="distinct").row_choice(torch.device("cuda")) == "distinct"
     with pytest.raises(ValueError, match="chain_rows must be 'auto', 'static' or 'distinct', got 'fixed'"):
         toy_jsa(chain_rows="fixed")
 
@@ -308,6 +310,24 @@ def test_sum_and_sample_keeps_the_top_weights_and_draws_the_rest_in_proportion()
         sum_and_sample(weight, 6)
 
 
+@pytest.mark.parametrize("rows", ["every", "final", "distinct", 2, 3])
+def test_gradient_rows_give_the_weighted_sum_over_the_candidates(rows):
+    """For any per-candidate values g (B, L+1), Σ over an example's rows of weight · g[example, candidate] is Σ_j λ_j g_j:
+    exactly for every choice here: at most 3 candidates per example carry weight, so k = 2's drawn row is the one left
+    (its expectation in general: `test_the_expectation_over_the_sampled_row_is_the_full_gradient`)."""
+    weight = torch.tensor([[0.0, 0.6, 0.0, 0.4, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.2, 0.2, 0.0, 0.0, 0.6]],
+                          dtype=torch.float64)
+    if rows == "final":
+        weight = (weight == weight.max(1, keepdim=True).values).double()  # one-hot: the final state's weight
+    g = torch.randn(weight.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    chosen = gradient_rows(weight, rows, torch.Generator().manual_seed(1))
+    total = torch.zeros(3, dtype=torch.float64).index_add(0, chosen.example, (chosen.weight * g[chosen.example].gather(1, chosen.candidate)).sum(1))
+    expected = (weight * g).sum(1)
+    torch.testing.assert_close(total, expected, rtol=0, atol=1e-12)
+    shape = {"every": (3, 6), "final": (3, 1), "distinct": (6, 1), 2: (3, 3), 3: (3, 4)}[rows]
+    assert tuple(chosen.candidate.shape) == tuple(chosen.weight.shape) == shape
+
+
 def force_draw(monkeypatch, candidate: int) -> None:
     """Make sum_and_sample's one draw per example land on `candidate`."""
     monkeypatch.setattr("samplers.visits.categorical_draw", lambda probs, generator=None: torch.full(probs.shape[:-1], candidate))
@@ -329,7 +349,7 @@ def test_the_expectation_over_the_sampled_row_is_the_full_gradient(monkeypatch, 
     sample = with_path(sample, torch.cat([torch.arange(1, L + 1).expand(2, -1), sample.path_index[2:]]))  # 5 states visited in two
     reference = gradients(full, sum(full.jsa_loss(x, full.posterior(x), sample)))
 
-    weight = sampled.candidate_weights(sample)
+    weight = candidate_weights(sample, sampled.gradient_states)
     detached = sample._replace(log_target=sample.log_target.detach())
     expectation = {name: torch.zeros_like(g) for name, g in reference.items()}
     largest_rest = 0.0
@@ -398,7 +418,8 @@ def test_sampled_rows_score_the_candidates_without_autograd(monkeypatch):
 
 
 def test_gradient_rows_settings_are_checked():
-    assert toy_jsa(mis_steps=2, gradient_rows=2).sampled_rows() and not toy_jsa(mis_steps=2, gradient_rows=3).sampled_rows()
+    cpu = torch.device("cpu")
+    assert toy_jsa(mis_steps=2, gradient_rows=2).row_choice(cpu) == 2 and toy_jsa(mis_steps=2, gradient_rows=3).row_choice(cpu) == "every"
     for bad, message in ((0, "gradient_rows must be >= 1"), (2.5, "gradient_rows must be a whole number"),
                          (True, "gradient_rows must be a whole number")):
         with pytest.raises(ValueError, match=message):

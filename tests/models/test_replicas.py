@@ -126,6 +126,31 @@ def test_replicas_may_differ_in_gating_settings_only():
     Replicas([model(0), model(1, cache_start_epoch=1, cache_refresh=0.2)], [0, 1])  # JSA's replica_settings
 
 
+def test_a_replica_that_does_not_read_its_cache_yet_starts_every_chain_fresh_beside_one_that_does():
+    """One batched step reads the cache when any replica does; the replica whose cache_start_epoch is not reached
+    restarts every chain from a fresh proposal, as its single run does."""
+    replicas = Replicas([model(0, cache_start_epoch=None), model(1, cache_start_epoch=0)], [0, 1])
+    x = torch.bernoulli(torch.rand(2, 8, 1, 28, 28, generator=torch.Generator().manual_seed(1)))
+    batch = (x, torch.arange(8).expand(2, -1))
+    replicas.training_step(batch, 0)  # both caches written
+    terms = replicas.training_step(batch, 1)["terms"]
+    assert terms["cache_hit_rate"].tolist() == [0.0, 1.0]
+
+
+def test_the_batched_step_reads_each_replicas_step_inputs_at_the_processs_step(monkeypatch):
+    """What changes as training goes on (`step_inputs`) reaches the batched step as it reaches a single run's: the Gumbel
+    temperature at step 5 of the process, not its initial value."""
+    from models.dvae import DiscreteVAE
+
+    models = [DiscreteVAE(estimator="gumbel", anneal_rate=0.1, num_latents=4, num_categories=3, code_dim=2) for _ in range(2)]
+    replicas = Replicas(models, [0, 1])
+    monkeypatch.setattr(Replicas, "global_step", property(lambda self: 5))
+    x = torch.bernoulli(torch.rand(2, 4, 1, 28, 28, generator=torch.Generator().manual_seed(0)))
+    terms = replicas.training_step((x, torch.arange(4).expand(2, -1)), 0)["terms"]
+    assert models[0].temperature_at(5) < models[0].temperature
+    torch.testing.assert_close(terms["temperature"], torch.full((2,), models[0].temperature_at(5)))
+
+
 def fit_replicas(tmp_path, seeds, max_steps, ckpt_path=None, **settings):
     from lightning.pytorch.callbacks import ModelCheckpoint
 

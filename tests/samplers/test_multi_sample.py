@@ -24,7 +24,7 @@ STATES = torch.tensor(list(itertools.product(range(2), repeat=2)))  # all 4 late
 def toy(cls, num_samples: int, **kwargs):
     torch.manual_seed(0)
     model = cls(data_shape=(1, 2, 2), num_latents=2, num_categories=2, code_dim=2, num_samples=num_samples,
-                prior="learned", **kwargs).double()
+                prior="factorized", **kwargs).double()
     with torch.no_grad():  # larger weights and a non-uniform prior: q, p(h | x) and p(h) far apart
         for p in model.parameters():
             p.mul_(2.0)

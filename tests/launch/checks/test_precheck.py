@@ -271,14 +271,13 @@ def test_the_fingerprint_follows_the_code_not_its_comments(tmp_path):
 
 
 def test_a_choice_added_to_a_registry_is_accepted_before_the_schema_is_written_again(tmp_path):
-    """A new prior (an alias in PRIOR_ALIASES) in a copy of the project, the schema file left as it was: the early check
+    """A new prior (one more line in PRIORS) in a copy of the project, the schema file left as it was: the early check
     of both front ends lets `model.prior=` the new name through (the full checks decide), and still refuses a name
     nobody defined, since the classes that do not read priors.py keep their entries."""
     for folder in ("launch", "models", "samplers", "datamodules", "configs", "common", "checkpoints", "callbacks"):
         shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     priors = tmp_path / "models/components/priors.py"
-    priors.write_text(priors.read_text().replace('PRIOR_ALIASES = {"learned": "factorized"}',
-                                                 'PRIOR_ALIASES = {"learned": "factorized", "my_prior": "factorized"}', 1))
+    priors.write_text(priors.read_text().replace('    "pixelcnn": PixelCNNPrior,\n', '    "pixelcnn": PixelCNNPrior,\n    "my_prior": FactorizedPrior,\n', 1))
     probe = ("import sys; from launch.checks.precheck import refuse_early\n"
              "print(repr(refuse_early(['model.prior=my_prior'], cli=False)))\n"
              "print(repr(refuse_early(['fit', '--model.prior=my_prior'], cli=True)))\n"

@@ -5,7 +5,6 @@ checkpoints of the earlier layouts of the prior."""
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import math
@@ -117,7 +116,6 @@ def test_learned_priors_start_uniform(name):
 def test_uniform_is_frozen_and_names_are_checked():
     uniform = build_prior("uniform", 4, 5)
     assert type(uniform) is UniformPrior and not list(uniform.parameters()) and not uniform.state_dict()
-    assert build_prior("learned", 4, 5).logits.requires_grad  # the older name of `factorized`
     with pytest.raises(ValueError, match="model.prior: unknown prior 'made'; choose one of uniform, factorized, autoregressive, pixelcnn"):
         build_prior("made", 4, 5)
     with pytest.raises(ValueError, match="needs a grid of codes .*prior=autoregressive"):
@@ -184,90 +182,11 @@ def test_samples_come_from_the_prior():
     torch.testing.assert_close(images, model.decoder_output(torch.full((5, 4), 2)))
 
 
-def test_checkpoints_with_the_old_prior_logits_load():
-    """Checkpoints written before the priors became modules hold `prior_logits`; they load into `prior.logits`."""
-    model = JSA(num_latents=4, num_categories=3, prior="factorized")
-    state = model.state_dict()
-    state["prior_logits"] = torch.randn(4, 3)
-    del state["prior.logits"]
-    model.load_state_dict(state)
-    torch.testing.assert_close(model.prior.logits.detach(), state["prior_logits"])
-
-
 def test_the_uniform_prior_is_one_class_that_stores_nothing():
     for model in (JSA(num_latents=4, num_categories=3), VQVAE(backbone="mlp", num_latents=4, num_categories=3)):
         assert type(model.prior) is UniformPrior
         assert not [name for name in model.state_dict() if name.startswith("prior")]
         assert not [name for name, _ in model.named_parameters() if name.startswith("prior")]
-
-
-# ---- checkpoints of the earlier layouts -------------------------------------------------------
-
-def written_with(layout: str, prior: str = "uniform") -> tuple[JSA, dict]:
-    """A JSA as an earlier version built it, after one Adam step, and the state it saved: `frozen` (the uniform
-    prior a frozen zero parameter `prior.logits`, where the prior module is), `pre_module` (the logits the model's
-    own parameter `prior_logits`, first in parameters(); frozen for the uniform prior, learned for `learned`)."""
-    torch.manual_seed(0)
-    model = JSA(num_latents=4, num_categories=3, code_dim=2, prior="factorized" if prior == "learned" else prior)
-    if layout == "frozen":
-        model.prior = FactorizedPrior(4, 3)  # replaces the module in its place, as the older constructor did
-        model.prior.logits.requires_grad_(False)
-    else:
-        del model.prior
-        model.prior_logits = torch.nn.Parameter(torch.zeros(4, 3), requires_grad=prior == "learned")
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
-    for parameter in model.parameters():
-        if parameter.requires_grad:
-            parameter.grad = torch.randn_like(parameter)
-    optimizer.step()  # the frozen logits stay zero and get no optimizer state
-    return model, {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()]}
-
-
-def adam_states(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, dict[str, torch.Tensor]]:
-    """The optimizer's state of each parameter, by the name it has now (`prior_logits` is `prior.logits`)."""
-    return {name.replace("prior_logits", "prior.logits"): optimizer.state.get(parameter, {})
-            for name, parameter in model.named_parameters()}
-
-
-@pytest.mark.parametrize("layout, prior", [("frozen", "uniform"), ("pre_module", "uniform"), ("pre_module", "learned")])
-def test_older_checkpoints_resume_with_their_optimizer_state(layout, prior):
-    """As Lightning resumes (on_load_checkpoint, the model's state, then the optimizer's): every parameter gets its
-    own Adam moments back, although the list of parameters changed (the uniform prior's frozen logits went,
-    `prior_logits` became `prior.logits`, later in the list). Unmigrated, torch refuses them or misplaces them."""
-    old, checkpoint = written_with(layout, prior)
-    reference = torch.optim.Adam(old.parameters())
-    reference.load_state_dict(checkpoint["optimizer_states"][0])
-    expected = adam_states(old, reference)
-
-    model = JSA(num_latents=4, num_categories=3, code_dim=2, prior=prior)
-    unmigrated = model.configure_optimizers()
-    if prior == "uniform":  # one parameter fewer than the state names
-        with pytest.raises(ValueError, match="parameter group that doesn't match the size"):
-            unmigrated.load_state_dict(copy.deepcopy(checkpoint["optimizer_states"][0]))
-    else:  # as many: each state lands on the parameter before it in the older list
-        unmigrated.load_state_dict(copy.deepcopy(checkpoint["optimizer_states"][0]))
-        first = next(model.parameters())
-        assert unmigrated.state[first]["exp_avg"].shape != first.shape
-
-    model.on_load_checkpoint(checkpoint)
-    model.load_state_dict(checkpoint["state_dict"])  # strict
-    optimizer = model.configure_optimizers()
-    optimizer.load_state_dict(checkpoint["optimizer_states"][0])
-    old_parameters = {name.replace("prior_logits", "prior.logits"): p for name, p in old.named_parameters()}
-    for name, parameter in model.named_parameters():
-        torch.testing.assert_close(parameter, old_parameters[name], msg=name)
-    resumed = adam_states(model, optimizer)
-    assert resumed.keys() == expected.keys() - ({"prior.logits"} if prior == "uniform" else set())
-    for name, state in resumed.items():
-        assert state.keys() == expected[name].keys(), name
-        for key, value in state.items():
-            torch.testing.assert_close(value, expected[name][key], msg=f"{name} {key}")
-
-    current = {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()]}
-    unchanged = copy.deepcopy(current)
-    model.on_load_checkpoint(current)  # a checkpoint of the layout of now is left as it is
-    assert current["optimizer_states"][0]["param_groups"] == unchanged["optimizer_states"][0]["param_groups"]
-    assert current["optimizer_states"][0]["state"].keys() == unchanged["optimizer_states"][0]["state"].keys()
 
 
 def test_logits_that_are_not_uniform_are_refused_by_a_uniform_prior():
@@ -312,7 +231,7 @@ def test_every_discrete_latent_model_takes_a_registered_prior(toy):
 
     assert {DiscreteVAE, JSA, RWS, VIMCO, VQVAE} <= set(DISCRETE)
     for cls in DISCRETE:
-        assert typing.get_args(constructor_hints(cls)["prior"]) == (*priors.PRIORS, *priors.PRIOR_ALIASES), cls.__name__
+        assert typing.get_args(constructor_hints(cls)["prior"]) == tuple(priors.PRIORS), cls.__name__
         model = cls(prior="toy")
         assert type(model.prior) is ToyPrior and model.prior_name == "toy" and model.run_tag.endswith("-toy")
         codes = torch.tensor([[0] * model.num_latents, [model.num_categories - 1] * model.num_latents])
@@ -320,7 +239,6 @@ def test_every_discrete_latent_model_takes_a_registered_prior(toy):
                                         - math.log(model.num_categories * (model.num_categories + 1) / 2))
         torch.testing.assert_close(model.prior.log_prob(codes), expected)
         assert model.sample_prior(2).shape == (2, *model.data_shape)
-        assert type(cls(prior="learned").prior) is FactorizedPrior  # the older name, everywhere
     DiscreteVAE(estimator="gumbel", prior="toy")  # factorized: its KL has a closed form
 
 
