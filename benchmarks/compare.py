@@ -62,6 +62,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
 
 from benchmarks.lib import runner  # noqa: E402
+from benchmarks.lib import markdown  # noqa: E402
+from benchmarks.lib.records import read_events  # noqa: E402
+from benchmarks.lib.plots import save_figure  # noqa: E402
+from common.files import read_regular, write_file  # noqa: E402
 
 BOUND_MODELS = {"VQVAE"}  # whose nll is an upper bound (under its prior), not an estimate
 # A run's reconstructions are shown from this many training steps: after the quick comparison's 100, every model
@@ -335,8 +339,7 @@ def select_runs(found: list[Found], globs: list[str] | None = None, everything: 
 
 
 def read_run(path: Path, root: Path) -> Run:
-    events = EventAccumulator(str(path), size_guidance={"scalars": 0, "images": 1})
-    events.Reload()
+    events = read_events(path, {"scalars": 0, "images": 1})
     tags = events.Tags()
     scalars = {tag: [(e.wall_time, e.step, e.value) for e in events.Scalars(tag)] for tag in tags["scalars"]}
     image, stage = None, "test"
@@ -453,8 +456,8 @@ def table_row(run: Run) -> dict[str, str]:
 
 def markdown_table(rows: list[dict[str, str]]) -> str:
     columns = list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(row[c] for c in columns) + " |" for row in rows]
+    lines = [markdown.table_row(columns), "|" + "---|" * len(columns)]
+    lines += [markdown.table_row(row[c] for c in columns) for row in rows]
     return "\n".join(lines)
 
 
@@ -496,7 +499,7 @@ def plot_val_nll(runs: list[Run], out: Path) -> list[str]:
             titles.append(ax.get_title())
         if shown:  # below the row's panels, where it hides no curve
             subfigure.legend(*by_step.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8)
-    fig.savefig(out, dpi=100)
+    save_figure(fig, out, dpi=100)
     plt.close(fig)
     return titles
 
@@ -536,7 +539,7 @@ def plot_reconstructions(runs: list[Run], out: Path) -> bool:
     for ax in axes:
         ax.axis("off")  # the images' pixel axes, and the empty cells of the last row
     fig.suptitle(figure_title(shown_runs))
-    fig.savefig(out, dpi=100)
+    save_figure(fig, out, dpi=100)
     plt.close(fig)
     return True
 
@@ -553,7 +556,7 @@ def runs_section(selection: Selection, labels: dict[Path, str]) -> str:
              f"- left out: `{run.rel}`: its event files could not be read (the line printed names why)"
              for run, why in selection.compared]
     lines += [f"- left out: `{run.rel}`: {why}{note(run)}" for run, why in selection.left_out]
-    return "## Runs\n\n" + selection.summary + "\n\n" + "\n".join(lines)
+    return "## Runs\n\n" + markdown.one_line(selection.summary) + "\n\n" + "\n".join(map(markdown.one_line, lines))
 
 
 def tuning_section(found: list[Found]) -> str:
@@ -567,7 +570,7 @@ def tuning_section(found: list[Found]) -> str:
     lines = []
     for sweep_dir, trials in sorted(studies.items(), key=lambda item: min(run.start for run in item[1])):
         try:
-            result = yaml.safe_load((sweep_dir / STUDY_FILE).read_text()) or {}
+            result = yaml.safe_load(read_regular(sweep_dir / STUDY_FILE)) or {}
         except (OSError, yaml.YAMLError):
             continue
         models = ", ".join(sorted({run.name.split("-", 1)[0] for run in trials}))
@@ -592,7 +595,7 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
             run = read_run(found.path, found.root)
         except Exception as error:  # noqa: BLE001 (a damaged or crafted event file: TensorBoard's reader fails many ways)
             print(f"skipped {found.path}: its event files cannot be read ({type(error).__name__}: "
-                  f"{' '.join(str(error).split())[:160]})", flush=True)
+                  f"{' '.join(str(error).split())[:400]})", flush=True)
             continue
         if not run.scalars:  # a corrupt event file reads as no events at all: a row of dashes otherwise
             print(f"skipped {found.path}: no scalars could be read from its event files (corrupt, or not a training run)", flush=True)
@@ -621,7 +624,7 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
                   f"({len(compared) - len(trained)} of these are shorter): before that every model reconstructs every "
                   "image as the same blurred average.")
     report = out / "report.md"
-    report.write_text(
+    write_file(report,
         "# Comparison\n\n"
         f"Runs under {', '.join(f'`{r}`' for r in roots)}. {selection.summary} Test-split numbers of the best checkpoint on val/nll "
         "(`(val)`: the run was not tested, its last validation numbers). NLL in nats per image, importance-sampled "

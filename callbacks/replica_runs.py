@@ -27,6 +27,7 @@ from checkpoints.file_format import CHECKSUM_SUFFIX, save_checkpoint_file
 from checkpoints.model_class import stamp_model_class
 from checkpoints.replica import replica_checkpoint
 from checkpoints.trainer.restored_paths import lies_inside
+from common.lightning_files import RunLogger
 from common.log_steps import is_logging_step
 from models.replicas import replica_terms
 
@@ -40,7 +41,7 @@ class ReplicaRuns(L.Callback):
         new_logger: makes a new run's logger (the launch side's reserves its version directory atomically).
     """
 
-    def __init__(self, save_dir: str, names: Sequence[str], new_logger: Callable[..., TensorBoardLogger] = TensorBoardLogger) -> None:
+    def __init__(self, save_dir: str, names: Sequence[str], new_logger: Callable[..., TensorBoardLogger] = RunLogger) -> None:
         self.save_dir, self.names, self.new_logger = str(Path(save_dir).resolve()), list(names), new_logger
         self.versions: list[str] | None = None
         self.best = [math.inf] * len(self.names)
@@ -69,7 +70,7 @@ class ReplicaRuns(L.Callback):
             self.versions = [logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
                              for logger in self.loggers]
         else:
-            self.loggers = [TensorBoardLogger(self.save_dir, name=name, version=version, default_hp_metric=False)
+            self.loggers = [RunLogger(self.save_dir, name=name, version=version, default_hp_metric=False)
                             for name, version in zip(self.names, self.versions)]
         for r, logger in enumerate(self.loggers):
             model, data = pl_module.settings[r], trainer.datamodule.replicas[r]

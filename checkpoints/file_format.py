@@ -3,9 +3,10 @@
 Atomic writes. Lightning's own save streams the bytes through fsspec, whose local "transaction"
 writes a temporary file in TMPDIR and moves it over the checkpoint: across filesystems (TMPDIR on
 /dev/shm or a node-local disk, checkpoints on shared storage) that move is a copy, and a process
-killed during it leaves a truncated `last.ckpt`. Here the bytes go to a temporary file beside the
-checkpoint, are flushed to the disk (fsync), and `os.replace` swaps the name: a reader, or a
-resume after a kill at any moment, finds the old file or the new one, whole.
+killed during it leaves a truncated `last.ckpt`. Here the bytes are written as every file of the
+collection is (common/files.py): to a temporary file beside the checkpoint, flushed to the disk
+(fsync), and `os.replace` swaps the name: a reader, or a resume after a kill at any moment, finds
+the old file or the new one, whole.
 
 Checksums. Beside every checkpoint `X.ckpt` lies `X.ckpt.sha256`, the SHA-256 of its bytes; a load
 checks it and refuses a file whose bytes changed (a flipped bit, a truncated copy) with one line
@@ -35,31 +36,18 @@ from typing import Any, Iterator
 import torch
 
 from checkpoints.errors import CheckpointError
+from common.files import TEMPORARY_MARK, read_regular, write_file
 
 CHECKSUM_SUFFIX = ".sha256"
-TEMPORARY_MARK = ".tmp-"  # `.<name>.tmp-<pid>`: a temporary file of process <pid>
 
 
 def write_atomically(path: Path, data: bytes | memoryview) -> None:
-    """`path` holds `data` afterwards, or (killed on the way) what it held before: never a part."""
-    temporary = path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid()}")
+    """`path` holds `data` afterwards, or (killed on the way) what it held before: never a part (common/files.py)."""
     try:
-        temporary.unlink(missing_ok=True)  # safe: this process's own temporary name beside `path` (a link: the link only)
-        # A new file, never through a link planted under the temporary's name.
-        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)  # atomic within one directory (POSIX rename)
+        write_file(path, data)
     except OSError as error:  # a full disk, a read-only directory: no partial file is left, the old one stays
-        temporary.unlink(missing_ok=True)  # safe: this process's own temporary, beside `path`
         raise CheckpointError(f"could not write {path} ({error.strerror or error}): free space on its disk or give a "
                               "directory the run can write to; the previous file, if any, is unchanged") from None
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # the rename itself reaches the disk
-    finally:
-        os.close(directory)
 
 
 def listed_digests(path: Path) -> list[str] | None:
@@ -68,8 +56,7 @@ def listed_digests(path: Path) -> list[str] | None:
     if not checksum_file.is_file():
         return None
     # As written here ("<digest> [<previous digest>]"), or as `sha256sum` writes it ("<DIGEST>  <name>"), any case.
-    with open(checksum_file, "rb") as file:  # a few digests: the first 4 KB of a file that may be anything
-        text = file.read(4096).decode(errors="replace")
+    text = read_regular(checksum_file, 4096).decode(errors="replace")  # a few digests: the first 4 KB of a file that may be anything
     digests = [word.lower() for word in text.split()
                if len(word) == 64 and all(c in "0123456789abcdefABCDEF" for c in word)]
     if not digests:

@@ -34,3 +34,13 @@ def check_share(name: str, value: float) -> None:
     """`value` in [0, 1] (a NaN is not)."""
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must be a share between 0 and 1, got {value}")
+
+
+def check_seed(name: str, value: Any) -> None:
+    """`value` an integer (not a bool) in numpy's seed range [0, 2**32 - 1], the one Lightning's `seed_everything`
+    checks too: numpy and torch would refuse it only where it is first used (a test seed: after training)."""
+    from lightning.fabric.utilities.seed import max_seed_value, min_seed_value
+
+    if isinstance(value, bool) or not isinstance(value, int) or not min_seed_value <= value <= max_seed_value:
+        raise ValueError(f"{name} must be an integer in [{min_seed_value}, {max_seed_value}] (numpy's seed range), got "
+                         f"{value!r}" + ("" if type(value) is int else f" ({type(value).__name__})"))

@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from checkpoints.registry import register
 from common.private_api import record_hyperparameter
+from common.settings import check_seed
 
 from .resumable import ResumableDataLoader, ResumableSampler
 
@@ -198,9 +199,10 @@ class ImageDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if binarize not in get_args(Binarize):
             raise ValueError(f"binarize must be one of {get_args(Binarize)}, got {binarize!r}")
-        for name, value, minimum in [("batch_size", batch_size, 1), ("num_workers", num_workers, 0), ("val_size", val_size, None),
-                                     ("split_seed", split_seed, None), ("seed", seed, None)]:
+        for name, value, minimum in [("batch_size", batch_size, 1), ("num_workers", num_workers, 0), ("val_size", val_size, None)]:
             _check_int(name, value, minimum)
+        check_seed("split_seed", split_seed)
+        check_seed("seed", seed)
         if eval_batch_size is not None:
             _check_int("eval_batch_size", eval_batch_size, 1)
         for name, value in (("download", download), ("pin_memory", pin_memory)):

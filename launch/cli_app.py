@@ -18,6 +18,7 @@ from checkpoints.errors import CheckpointError
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.model_class import check_model_class
 from checkpoints.registry import registered, registered_class
+from common.lightning_files import RunConfigFile
 from common.private_api import cli_callbacks, cli_trainer, cli_value
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
@@ -223,6 +224,7 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
             args=args,
             run=run,
             # fit writes config.yaml into the run; test/validate into the same run, under their own name
+            save_config_callback=RunConfigFile,  # config.yaml written as every file is (common/files.py)
             save_config_kwargs={"overwrite": True, "config_filename": "config.yaml" if subcommand in ("fit", None) else f"config_{subcommand}.yaml"},
             seed_everything_default=default_seed(),  # configs/train.yaml's
         )

@@ -29,6 +29,7 @@ from checkpoints.trainer.random_state import RandomStateCheckpoint
 from checkpoints.trainer.resume_settings import ResumeSettings, changed_settings, state_mismatch
 from common.log_steps import is_logging_step
 from common.private_api import attached_trainer, raise_recompile_limit, record_hyperparameter
+from common.settings import check_seed
 from common.signatures import constructor_defaults, settings_of
 from models.compiled_step import COMPILED_GRAPHS_LIMIT, compile_step, graph_mode, held_step_input, hold_step_inputs, run_compiled
 from models.components.backbones import Activation
@@ -171,6 +172,7 @@ class LatentVariableModel(L.LightningModule):
                             ("test_num_samples", test_num_samples), ("eval_chunk_size", eval_chunk_size)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        check_seed("test_seed", test_seed)
         self.activation = activation
         if compile not in (False, True, "networks", "step"):
             raise ValueError(f"compile must be false, true (= 'networks'), 'networks' or 'step', got {compile!r}")

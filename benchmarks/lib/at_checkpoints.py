@@ -123,6 +123,7 @@ def measure_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool],
     import json
 
     from benchmarks.lib import runner
+    from common.files import write_file
 
     path = out / "is-resolution.json"
     settings = {"images": images, "samples": sorted(sample_counts), "device": device}
@@ -139,7 +140,7 @@ def measure_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool],
             continue
         print(f"IS resolution of {record['name']}", flush=True)
         measured.update(is_resolution(run, images, settings["samples"], device=device)["is_resolution"])
-        runner.write_atomically(path, json.dumps({"settings": settings, "runs": measured}) + "\n")
+        write_file(path, json.dumps({"settings": settings, "runs": measured}) + "\n")
 
 
 def importance_estimates(model: Any, x: torch.Tensor, num_samples: int, chunk: int = 50) -> tuple[torch.Tensor, torch.Tensor]:

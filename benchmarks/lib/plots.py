@@ -1,11 +1,22 @@
-"""A study's curves over training, one figure: a row of panels per group of runs, a panel per logged quantity."""
+"""A study's curves over training, one figure: a row of panels per group of runs, a panel per logged quantity; and how
+every figure of the benchmarks is saved."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from benchmarks.lib.records import epoch_of
+from common.files import write_file
+
+
+def save_figure(fig: Any, path: Path, **kwargs: Any) -> None:
+    """`fig.savefig` into memory, then written as every file is (common/files.py: replaced whole, never through a
+    link); the format from `path`'s suffix."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", **kwargs)
+    write_file(path, buffer.getbuffer())
 
 
 def curve_grid(rows: list[tuple[str, list[dict]]], tags: tuple[str, ...], arm_style: Callable[[dict], tuple[str, str | None]],
@@ -35,5 +46,5 @@ def curve_grid(rows: list[tuple[str, list[dict]]], tags: tuple[str, ...], arm_st
                 ax.set_ylim(low - 0.1 * nll_span, low + nll_span)
         axes_row[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)

@@ -4,13 +4,25 @@ the epoch times and the test scalars; and the epoch a logged step belongs to."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+from common.files import check_regular
+
+
+def read_events(run_dir: Path, size_guidance: dict[str, int]) -> Any:
+    """TensorBoard's EventAccumulator of `run_dir`, loaded, once each event file is known to be a regular file
+    (NotARegularFile naming the first that is not: TensorBoard's reader would wait on a FIFO for ever)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for file in sorted(Path(run_dir).glob("events.out.tfevents.*")):
+        check_regular(file)
+    events = EventAccumulator(str(run_dir), size_guidance=size_guidance)
+    events.Reload()
+    return events
 
 
 def read_curves(run_dir: Path, extra_tags: list[str] = ()) -> dict:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    events.Reload()
+    events = read_events(run_dir, {"scalars": 0})
     tags = set(events.Tags()["scalars"])
 
     def series(tag: str) -> list[list[float]]:

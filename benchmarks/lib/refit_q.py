@@ -60,6 +60,7 @@ def refit_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool], s
     `samples` importance samples on the first `images` test images, seed 0 (the draws of at_checkpoints'
     is_resolution); out/refit-q.json keeps them with the loss's mean over the last tenth of the steps."""
     from benchmarks.lib import runner
+    from common.files import write_file
 
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise SystemExit(f"error: --is-device {device}: no CUDA device on this machine")
@@ -88,4 +89,4 @@ def refit_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool], s
         measured[record["name"]] = {"nll": nll.tolist(), "elbo": elbo.tolist(), "final_loss": sum(tail) / len(tail),
                                     "seconds": time.perf_counter() - began}
         print(f"refit-q of {record['name']}: NLL {nll.mean():.2f} at {samples} samples ({time.perf_counter() - began:.0f} s)", flush=True)
-        runner.write_atomically(path, json.dumps({"settings": settings, "runs": measured}) + "\n")
+        write_file(path, json.dumps({"settings": settings, "runs": measured}) + "\n")

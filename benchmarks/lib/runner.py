@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from common.files import appending, open_regular, write_file
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -54,8 +56,8 @@ def train(name: str, overrides: Sequence[str], log_dir: Path, start_from: Path |
             ckpt = start_from
         cmd = [sys.executable, str(REPO / "train.py"), *overrides, f"log_dir={log_dir}"] + ([f"ckpt_path={ckpt}"] if ckpt else [])
         start = time.perf_counter()
-        with open(log_dir / "train.log", "a") as log:
-            log.write(f"\n$ {shlex.join(cmd)}\n")
+        with appending(log_dir / "train.log") as log:  # the run's output follows the earlier attempts'
+            log.write(f"\n$ {shlex.join(cmd)}\n".encode())
             log.flush()
             done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     if done.returncode != 0:
@@ -224,7 +226,7 @@ def run_pending(names: Sequence[str], runs_dir: Path, run: Callable[[str], dict]
                     state.notify_all()
                 return
             record.setdefault("machine", made_on)
-            write_atomically(runs_dir / f"{name}.json", json.dumps(record) + "\n")
+            write_file(runs_dir / f"{name}.json", json.dumps(record) + "\n")
             print(f"[{number[name]}/{len(names)}] {name}: {record.get('seconds', 0) / 60:.1f} min" + summary(record), flush=True)
             with state:
                 running.discard(name)
@@ -242,13 +244,6 @@ def run_pending(names: Sequence[str], runs_dir: Path, run: Callable[[str], dict]
     if pending:
         print(f"{len(pending)} run(s) wait for records no run will write: {', '.join(pending)}", flush=True)
     return pending
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """path's new text, or its old one if the process dies while writing (a temporary file, then a rename)."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
 
 
 def add_is_resolution_arguments(parser: argparse.ArgumentParser, measured: str) -> None:
@@ -329,11 +324,10 @@ def read_json(path: Path) -> dict:
     """A record (or other JSON object) the studies wrote, or one line naming the file that is not one: checked for kind
     and size before it is read, and parsed without unbounded recursion."""
     try:
-        if not path.is_file():
-            raise OSError(f"{path} is not a regular file")
-        if path.stat().st_size > MAX_RECORD_BYTES:
-            raise OSError(f"{path.stat().st_size} bytes, more than a record's {MAX_RECORD_BYTES}")
-        with open(path, "rb") as file:
+        with open_regular(path) as file:
+            size = os.fstat(file.fileno()).st_size
+            if size > MAX_RECORD_BYTES:
+                raise OSError(f"{size} bytes, more than a record's {MAX_RECORD_BYTES}")
             value = json.loads(file.read(MAX_RECORD_BYTES + 1))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise SystemExit(f"{path}: not a readable record ({type(error).__name__}: {error}); delete it to run it again") from None

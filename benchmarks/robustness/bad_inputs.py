@@ -44,6 +44,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from launch.checks.schema import config_targets
+from benchmarks.lib import markdown
+from common.files import write_file
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "train.py")
@@ -513,7 +515,7 @@ def write_received(cwd: Path, files: tuple[tuple[str, str], ...]) -> None:
         elif text.startswith("<link:"):
             path.symlink_to(text[len("<link:"):-1])
         else:
-            path.write_text(text)
+            write_file(path, text)
 
 
 RECEIVED_DATA = ["train images a named pipe", "train labels a named pipe", "train images a link to /dev/zero"]
@@ -598,24 +600,24 @@ def prepare_received(root: Path, data_dir: Path, jsa: Path) -> None:
 
     from checkpoints.file_format import save_checkpoint_file
 
-    (root / "planted_module.py").write_text(PLANTED_MODULE.format(marker=str(root / "PAYLOAD-RAN")))
-    (root / "strangers_module.py").write_text(STRANGERS_MODULE)
+    write_file(root / "planted_module.py", PLANTED_MODULE.format(marker=str(root / "PAYLOAD-RAN")))
+    write_file(root / "strangers_module.py", STRANGERS_MODULE)
     configs = root / "configs"
     configs.mkdir()
     bomb = "".join(f"{chr(97 + i)}: &{chr(97 + i)} [{', '.join([f'*{chr(96 + i)}'] * 9) if i else ', '.join(['x'] * 9)}]\n"
                    for i in range(9))
-    (configs / "alias_bomb.yaml").write_text(bomb)
-    (configs / "deep.yaml").write_text("a: " + "[" * 20000 + "]" * 20000 + "\n")
-    (configs / "large.yaml").write_text("# padding\n" * 200_000)
+    write_file(configs / "alias_bomb.yaml", bomb)
+    write_file(configs / "deep.yaml", "a: " + "[" * 20000 + "]" * 20000 + "\n")
+    write_file(configs / "large.yaml", "# padding\n" * 200_000)
     os.mkfifo(configs / "pipe.yaml")
     for name, text in (("trainer.callbacks", "trainer:\n  callbacks:\n    - class_path: planted_module.Thing\n"),
                        ("model_class_path", "model:\n  class_path: planted_module.Thing\n"),
                        ("trainer.logger", "trainer:\n  logger:\n    class_path: planted_module.Thing\n"),
                        ("model.init_args_nested", "model:\n  class_path: models.JSA\n  init_args:\n    x:\n"
                                                   "      class_path: planted_module.Thing\n")):
-        (configs / f"{name}.yaml").write_text(text)
+        write_file(configs / f"{name}.yaml", text)
     (root / "hydra-configs" / "experiment").mkdir(parents=True)
-    (root / "hydra-configs" / "experiment" / "bomb.yaml").write_text("# @package _global_\n" + bomb)
+    write_file(root / "hydra-configs" / "experiment" / "bomb.yaml", "# @package _global_\n" + bomb)
     for variant in RECEIVED_DATA:
         raw = root / f"data-{variant}" / "MNIST" / "raw"
         raw.mkdir(parents=True)
@@ -630,8 +632,8 @@ def prepare_received(root: Path, data_dir: Path, jsa: Path) -> None:
             crafted.writestr(entry.filename, bytes(1 << 29) if big else real.read(entry),
                              compress_type=zipfile.ZIP_DEFLATED if big else zipfile.ZIP_STORED)
     os.mkfifo(root / "pipe.ckpt")
-    shutil.copyfile(jsa, root / "bigsum.ckpt")
-    (root / "bigsum.ckpt.sha256").write_text("not a digest " * 800_000)
+    write_file(root / "bigsum.ckpt", jsa.read_bytes())
+    write_file(root / "bigsum.ckpt.sha256", "not a digest " * 800_000)
     save_checkpoint_file({"state_dict": torch.load(jsa, weights_only=True)["state_dict"]}, root / "weights-only.ckpt")
 
 
@@ -670,9 +672,9 @@ def prepare(root: Path, data_dir: Path) -> None:
             (raw / name).symlink_to(real / name)  # read only: never written through
         target = raw / MNIST_FILES[0]
         if make is None:
-            shutil.copyfile(real / "train-labels-idx1-ubyte", target)
+            write_file(target, (real / "train-labels-idx1-ubyte").read_bytes())
         else:
-            target.write_bytes(make((real / MNIST_FILES[0]).read_bytes()))
+            write_file(target, make((real / MNIST_FILES[0]).read_bytes()))
     from datamodules.files import CifarUnpickler
     from benchmarks.robustness.fake_cifar10 import write_fake_cifar10
 
@@ -683,13 +685,13 @@ def prepare(root: Path, data_dir: Path) -> None:
         batch = folder_root / "cifar-10-batches-py" / "data_batch_1"
         content = batch.read_bytes()
         if variant == "truncated":
-            batch.write_bytes(content[: len(content) // 2])
+            write_file(batch, content[: len(content) // 2])
         elif variant == "garbage":
-            batch.write_bytes(os.urandom(len(content)))
+            write_file(batch, os.urandom(len(content)))
         elif variant == "wrong shape":
             entry = CifarUnpickler(io.BytesIO(content), encoding="latin1").load()  # numpy arrays only
             entry["data"] = np.zeros((7, 100), dtype=np.uint8)
-            batch.write_bytes(pickle.dumps(entry))
+            write_file(batch, pickle.dumps(entry))
     # Two tiny real runs, then broken copies of the JSA checkpoint.
     env = {**os.environ, "DATA_DIR": str(data_dir)}
     (root / "runs").mkdir()
@@ -704,13 +706,13 @@ def prepare(root: Path, data_dir: Path) -> None:
             raise RuntimeError(f"a run to resume from failed ({' '.join(run.args[2:4])}):\n{output[-3000:]}")
     jsa = run_checkpoint(root, "jsa")
     content = jsa.read_bytes()
-    (root / "empty.ckpt").write_bytes(b"")
-    (root / "garbage.ckpt").write_bytes(random.Random(0).randbytes(4096))
-    (root / "truncated.ckpt").write_bytes(content[: len(content) // 2])
-    shutil.copyfile(jsa.with_name(jsa.name + ".sha256"), root / "truncated.ckpt.sha256")
-    (root / "flipped.ckpt").write_bytes(_flip(content))
-    (root / "flipped.ckpt.sha256").write_text((jsa.with_name(jsa.name + ".sha256")).read_text().replace(jsa.name, "flipped.ckpt"))
-    shutil.copyfile(jsa, root / "nosidecar.ckpt")
+    write_file(root / "empty.ckpt", b"")
+    write_file(root / "garbage.ckpt", random.Random(0).randbytes(4096))
+    write_file(root / "truncated.ckpt", content[: len(content) // 2])
+    write_file(root / "truncated.ckpt.sha256", jsa.with_name(jsa.name + ".sha256").read_bytes())
+    write_file(root / "flipped.ckpt", _flip(content))
+    write_file(root / "flipped.ckpt.sha256", (jsa.with_name(jsa.name + ".sha256")).read_text().replace(jsa.name, "flipped.ckpt"))
+    write_file(root / "nosidecar.ckpt", jsa.read_bytes())
     torch.load(root / "nosidecar.ckpt", weights_only=True)  # the copy itself is sound
     from checkpoints.file_format import file_digest, save_checkpoint_file
 
@@ -725,8 +727,8 @@ def prepare(root: Path, data_dir: Path) -> None:
                          root / "nan.ckpt")
     save_checkpoint_file({**sound, "state_dict": list(sound["state_dict"].values())}, root / "liststate.ckpt")
     for name, sidecar in (("garbledsum", "not a checksum\n"), ("sha256sum", f"{file_digest(jsa).upper()}  sha256sum.ckpt\n")):
-        shutil.copyfile(jsa, root / f"{name}.ckpt")
-        (root / f"{name}.ckpt.sha256").write_text(sidecar)
+        write_file(root / f"{name}.ckpt", jsa.read_bytes())
+        write_file(root / f"{name}.ckpt.sha256", sidecar)
     prepare_received(root, data_dir, jsa)
     (root / "locked").mkdir()  # immutable (chattr +i) until `unlock`: not even root writes there
     subprocess.run(["chattr", "+i", str(root / "locked")], capture_output=True)  # (on ext4 and the like)
@@ -750,13 +752,13 @@ def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
 
 def run_case(case: Case, root: Path, data_dir: Path) -> dict:
     cwd = Path(tempfile.mkdtemp(prefix="case-", dir=root))
-    (cwd / "afile").write_text("")
+    write_file(cwd / "afile", "")
     (cwd / "adir").mkdir()
     places = {"root": str(root), "jsa": str(run_checkpoint(root, "jsa")), "vae": str(run_checkpoint(root, "vae"))}
     (cwd / "victim").mkdir()  # the user's own files, beside the run: no case may remove them
-    (cwd / "victim" / "notes.txt").write_text("years of work")
+    write_file(cwd / "victim" / "notes.txt", "years of work")
     if case.copy_runs:  # the case resumes its own copy: what it writes there is seen
-        shutil.copytree(root / "runs" / "logs", cwd / "logs")
+        shutil.copytree(root / "runs" / "logs", cwd / "logs", copy_function=lambda source, target: write_file(target, Path(source).read_bytes()))
         places["jsa"] = str(run_checkpoint(root, "jsa", runs=cwd))
     if case.plant:
         places["planted"] = str(plant(case.plant, Path(places["jsa"]), cwd))
@@ -830,16 +832,15 @@ def classify(case: Case, code: int, stdout: str, stderr: str, written: list[str]
 
 def write_table(rows: list[dict], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "table.json").write_text(json.dumps(rows, indent=1) + "\n")
+    write_file(out / "table.json", json.dumps(rows, indent=1) + "\n")
     counts = {k: sum(r["outcome"] == k for r in rows) for k in OUTCOMES}
     lines = ["# Bad inputs", "", "Written by `python -m benchmarks.robustness.bad_inputs` (its docstring defines the outcomes). "
              f"{len(rows)} cases: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + ".", "",
              "| case | front end | input | outcome | message (first line) |", "|---|---|---|---|---|"]
     for row in rows:
-        message = row["message"].replace("|", "\\|")
-        message = message if len(message) <= 200 else message[:200] + " …"
-        lines.append(f"| {row['id']} | {row['family']} | `{row['input'].replace('|', '/')}` | {row['outcome']} | {message} |")
-    (out / "table.md").write_text("\n".join(lines) + "\n")
+        message = row["message"] if len(row["message"]) <= 200 else row["message"][:200] + " …"
+        lines.append(markdown.table_row([row["id"], row["family"], f"`{row['input']}`", row["outcome"], message]))
+    write_file(out / "table.md", "\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

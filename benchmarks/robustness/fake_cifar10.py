@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 from torchvision.datasets import CIFAR10
+from common.files import write_file
 
 CIFAR_PER_BATCH = 20
 
@@ -24,7 +25,7 @@ def write_fake_cifar10(root: Path, seed: int = 0) -> tuple[list[list[str]], list
 
     def dump(name: str, obj: dict) -> list[str]:
         path = folder / name
-        path.write_bytes(pickle.dumps(obj))
+        write_file(path, pickle.dumps(obj))
         return [name, hashlib.md5(path.read_bytes()).hexdigest()]
 
     train_list = [dump(name, fake_cifar_batch(name, rng)) for name in [f"data_batch_{k}" for k in range(1, 6)]]

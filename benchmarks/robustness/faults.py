@@ -33,6 +33,7 @@ from typing import Callable
 import lightning as L
 
 from benchmarks.lib import arguments, runner
+from common.files import create_new, write_file
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 40
@@ -53,7 +54,7 @@ def run_train(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Pope
     """train.py with `args` alone (`start` adds SETTINGS), as `start` runs it."""
     log = cwd / f"output-{time.monotonic_ns()}.txt"
     process = subprocess.Popen([sys.executable, str(REPO / "train.py"), *args], cwd=cwd,
-                               env={**os.environ, **(env or {})}, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                               env={**os.environ, **(env or {})}, stdout=create_new(log), stderr=subprocess.STDOUT,
                                start_new_session=True)
     process.log = log
     return process
@@ -200,7 +201,7 @@ def main() -> None:
         print(f"concurrent resumes: {results['concurrent_resumes']}")
         results["seconds"] = round(time.monotonic() - started, 1)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_file(args.out / "results.json", json.dumps(results, indent=2) + "\n")
     kills, pairs = results["kill_during_saves"], results["concurrent_starts"]
     lines = ["# Fault injection (`python -m benchmarks.robustness.faults`)", ""]
     if kills:
@@ -217,7 +218,7 @@ def main() -> None:
                      "pairs had one writer (one resumed to its end, the other refused in one line naming it; the run's "
                      f"last.ckpt the finished one's). The refusal: `{resumes['refusal']}`")
     lines.append(f"- {results['seconds']} s on {os.cpu_count()} CPU cores")
-    (args.out / "results.md").write_text("\n".join(lines) + "\n")
+    write_file(args.out / "results.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

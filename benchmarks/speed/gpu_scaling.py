@@ -50,6 +50,7 @@ from benchmarks.speed.mis_speed import PRECISIONS, autocast, train_step_fn
 from benchmarks.lib.timing import median_seconds, paired
 from models import JSA, RWS, VAE, VIMCO
 from samplers import index_cached_mis
+from common.files import write_file
 
 ROUNDS = 3  # alternating rounds of the JSA and the VAE step for each L
 TINY = dict(device="cpu", batch_size=8, hidden_channels=8, mis_steps=[1, 4], min_run_time=0.05)
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
         previous = (rows, jsa_ms)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n")
+        write_file(args.out, "\n".join(lines) + "\n")
 
 
 
@@ -201,7 +202,7 @@ def estimator_table(args, device: torch.device, dtype) -> None:
         print(line, flush=True)
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text("\n".join(lines) + "\n")
+            write_file(args.out, "\n".join(lines) + "\n")
 
     emit(f"device={name} torch={torch.__version__} precision={args.precision} batch={args.batch_size} S=L={args.particles} "
          f"hidden_channels(conv)={args.hidden_channels} rounds={args.rounds} adam={'fused' if args.fused_adam else 'default'}" + (" (--quick: a smoke run, not a measurement)" if args.quick else ""))

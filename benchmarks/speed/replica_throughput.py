@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from common.files import write_file
+
 REPO = Path(__file__).resolve().parents[2]
 PAPER = dict(num_latents=20, num_categories=10, activation="leaky_relu")
 
@@ -118,13 +120,13 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device("cuda" if torch.cuda.is_available() and not args.quick else "cpu")
     if args.quick:
         args.replicas, args.seconds, args.no_compile = [1, 2], 0.2, True
-    out = open(args.out, "w") if args.out else None
+    said: list[str] = []
 
     def say(line: str) -> None:
         print(line, flush=True)
-        if out:
-            out.write(line + "\n")
-            out.flush()
+        said.append(line + "\n")
+        if args.out:  # the lines so far, as every file is written (common/files.py)
+            write_file(args.out, "".join(said))
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     say(f"Replica throughput on {name}, torch {torch.__version__}; batch {8 if args.quick else 200}, L = S = {3 if args.quick else 20}")

@@ -29,6 +29,7 @@ from callbacks.gradient_variance import flat_gradients
 from checkpoints.loader import load_checkpoint_file
 import models  # noqa: F401 (registers the model classes a checkpoint may name: checkpoints/registry.py)
 from samplers import candidate_weights, index_cached_mis
+from common.files import write_file
 
 RESULTS = Path("benchmarks/results/gradient-rows")
 
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
                            "torch": torch.__version__},
               "results": results}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "snr.json").write_text(json.dumps(record, indent=1) + "\n")
+    write_file(args.out / "snr.json", json.dumps(record, indent=1) + "\n")
     print(write_report(record, args.out).read_text())
 
 
@@ -123,7 +124,7 @@ def write_report(record: dict, out: Path) -> Path:
              "the same random numbers whatever k), so their differences are paired; `all` (chain_rows=static) draws its own. "
              "φ's gradient does not depend on k (module docstring).", "", *table(record)]
     report = out / "snr.md"
-    report.write_text("\n".join(lines) + "\n")
+    write_file(report, "\n".join(lines) + "\n")
     return report
 
 

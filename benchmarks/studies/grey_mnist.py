@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.lib import runner
+from common.files import write_file
 
 MODELS = ("vae", "vqvae", "jsa", "dvae", "dvae_gumbel")
 TRAIN = Path(__file__).resolve().parents[2] / "train.py"
@@ -60,7 +61,7 @@ def main() -> None:
             raise SystemExit(f"grey_mnist: the {model} run failed (its message is above)")
     if subprocess.run([sys.executable, "-m", "benchmarks.compare", str(args.logs / "tensorboard"), "--out", str(args.out)]).returncode:
         raise SystemExit("grey_mnist: the comparison report failed (its message is above)")
-    (args.out / "command.txt").write_text(" ".join(["python -m benchmarks.studies.grey_mnist", *sys.argv[1:]]) + "\n")
+    write_file(args.out / "command.txt", " ".join(["python -m benchmarks.studies.grey_mnist", *sys.argv[1:]]) + "\n")
 
 
 if __name__ == "__main__":

@@ -28,9 +28,11 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks.lib import runner
+from benchmarks.lib import markdown, runner
 from benchmarks.lib.records import epoch_of, read_curves
 from benchmarks.lib.stats import fmt, t_threshold
+from benchmarks.lib.plots import save_figure
+from common.files import read_regular, write_file
 
 ESTIMATORS = ["jsa", "rws", "vimco", "dvae", "dvae_gumbel"]  # the discrete estimators (dvae: REINFORCE with B*)
 CONTEXT = ["vae", "vqvae"]
@@ -192,7 +194,7 @@ def write_report(args: argparse.Namespace) -> Path:
         # The same budget for every row: the main run's values up to the short budget's end.
         acc, hit = ([p for p in r["curves"][tag] if p[0] < args.short_epochs * spe] for tag in ("acceptance_rate", "cache_hit_rate"))
         early = [v for s, v in r["curves"]["step_time_ms"] if s <= args.short_epochs * spe]
-        lines.append(f"| {name} | {fmt(value_at_epoch(r, args.short_epochs, spe))} | "
+        lines.append(f"| {markdown.cell(name)} | {fmt(value_at_epoch(r, args.short_epochs, spe))} | "
                      f"{fmt(acc[-1][1], 3) if acc else '–'} | {fmt(hit[-1][1], 3) if hit else '–'} | "
                      f"{fmt(statistics.median(early), 0) if early else '–'} |")
     if "jsa" in spread:
@@ -206,10 +208,10 @@ def write_report(args: argparse.Namespace) -> Path:
               "![encoder gradient variance](grad_variance.png)", "", "![JSA's sampler](jsa_sampler.png)", ""]
     findings = args.out / "FINDINGS.md"
     if findings.exists():
-        lines += [findings.read_text()]
-    (args.out / "commands.txt").write_text("\n".join(r["command"] for r in records.values()) + "\n")
+        lines += [read_regular(findings).decode()]
+    write_file(args.out / "commands.txt", "\n".join(r["command"] for r in records.values()) + "\n")
     report = args.out / "report.md"
-    report.write_text("\n".join(lines) + "\n")
+    write_file(report, "\n".join(lines) + "\n")
     return report
 
 
@@ -232,7 +234,7 @@ def plot_study(plt, records: dict, args: argparse.Namespace) -> None:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        fig.savefig(args.out / f"{name}.png", dpi=110)
+        save_figure(fig, args.out / f"{name}.png", dpi=110)
         plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -247,7 +249,7 @@ def plot_study(plt, records: dict, args: argparse.Namespace) -> None:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(args.out / "grad_variance.png", dpi=110)
+    save_figure(fig, args.out / "grad_variance.png", dpi=110)
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -264,7 +266,7 @@ def plot_study(plt, records: dict, args: argparse.Namespace) -> None:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(args.out / "jsa_sampler.png", dpi=110)
+    save_figure(fig, args.out / "jsa_sampler.png", dpi=110)
     plt.close(fig)
 
 

@@ -29,6 +29,7 @@ from benchmarks.lib.plots import curve_grid
 from benchmarks.lib.records import epoch_of, read_curves
 from benchmarks.lib.stats import difference_cells, fmt, holm, two_sample_p
 from benchmarks.studies.cache.study import DIAGNOSTICS
+from common.files import read_regular, write_file
 
 LAST_STRETCH = 20  # epochs: a run still falling over its last 20 has not converged
 CACHE_START = 0.6  # of the run: the paper's `start = 300` of 500 epochs
@@ -226,10 +227,10 @@ def write_report(args: argparse.Namespace) -> Path:
         lines += ["", f"![val NLL and JSA's sampler over training]({plot(by_arm, labels, args).name})"]
     findings = args.out / "FINDINGS.md"
     if findings.exists():
-        lines += ["", findings.read_text()]
-    (args.out / "commands.txt").write_text("".join(r["command"] + "\n" for r in records))
+        lines += ["", read_regular(findings).decode()]
+    write_file(args.out / "commands.txt", "".join(r["command"] + "\n" for r in records))
     report = args.out / "report.md"
-    report.write_text("\n".join(lines) + "\n")
+    write_file(report, "\n".join(lines) + "\n")
     return report
 
 

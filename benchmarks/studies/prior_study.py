@@ -32,6 +32,7 @@ from pathlib import Path
 from benchmarks.lib import runner
 from benchmarks.lib.records import read_curves
 from benchmarks.lib.stats import t_threshold
+from common.files import read_regular, write_file
 
 JSA_PRIORS = ["uniform", "factorized", "autoregressive"]
 STAGE1 = "vqvae-mlp-autoregressive-s0"  # the VQ-VAE run whose last checkpoint the second stage starts from
@@ -177,11 +178,11 @@ def write_report(args: argparse.Namespace) -> Path:
         lines.append("")
     findings = args.out / "FINDINGS.md"  # written by hand from the numbers above, kept with them
     if findings.exists():
-        lines += [findings.read_text().rstrip(), ""]
+        lines += [read_regular(findings).decode().rstrip(), ""]
     if records:
         lines += ["## Commands", "", *[f"- `{r['command']}`" for r in records.values()], ""]
     report = args.out / "report.md"
-    report.write_text("\n".join(lines))
+    write_file(report, "\n".join(lines))
     return report
 
 
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     cost_path = args.out / "cost.json"
     if args.cost_only or not (args.report_only or cost_path.exists()):  # a resumed study keeps the costs it measured
         data_dir = os.environ.get("DATA_DIR", "data")
-        cost_path.write_text(json.dumps(measure_cost(data_dir, args.repeats), indent=1) + "\n")
+        write_file(cost_path, json.dumps(measure_cost(data_dir, args.repeats), indent=1) + "\n")
     if not (args.report_only or args.cost_only):
         # The plan is made again for each run: the second stage names the first stage's checkpoint.
         runner.run_pending([name for name, _ in plan(args)], args.out / "runs",

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from benchmarks.lib import arguments
 from benchmarks.compare import find_runs, read_run
+from common.files import write_file
 
 TRAIN = Path(__file__).resolve().parents[2] / "train.py"
 TRAIN_EXAMPLES = 55_000  # the MNIST training split of datamodules.MNISTDataModule
@@ -143,8 +144,8 @@ def main() -> None:
         *[f"    {command}" for command in commands], "",
         "Runs: " + ", ".join(f"`{path}`" for *_, path in rows) + " (not committed).", "",
     ])
-    (args.out / "report.md").write_text(report)
-    (args.out / "command.txt").write_text("nice -n 10 python -m benchmarks.studies.santa_vs_adam " + " ".join(
+    write_file(args.out / "report.md", report)
+    write_file(args.out / "command.txt", "nice -n 10 python -m benchmarks.studies.santa_vs_adam " + " ".join(
         shlex.quote(arg) for arg in sys.argv[1:]) + "\n")
     print(report)
 

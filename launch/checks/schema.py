@@ -383,7 +383,9 @@ def well_formed_file() -> bool:
 
 
 def main() -> None:
-    SCHEMA_FILE.write_text(json.dumps(build(), indent=1, sort_keys=True) + "\n")
+    from common.files import write_file
+
+    write_file(SCHEMA_FILE, json.dumps(build(), indent=1, sort_keys=True) + "\n")
     print(f"wrote {SCHEMA_FILE.relative_to(REPO)}")
 
 

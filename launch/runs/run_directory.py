@@ -13,7 +13,6 @@ import shlex
 import shutil
 import signal
 import socket
-import stat
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -31,6 +30,8 @@ from callbacks.guards.preemption import checkpoint_directory
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import held_directories
 from checkpoints.trainer.restored_paths import lies_inside
+from common.files import read_regular, write_file
+from common.lightning_files import RunLogger
 
 SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
 OWNER_FILE = ".owner"  # <run>/.owner names the process that writes the run, while it runs
@@ -75,9 +76,7 @@ def own_run_directory(run_dir: str | os.PathLike) -> None:
         raise
     _owned[run_dir] = descriptor
     held_directories.add(run_dir)  # its checkpoint saves (hpc_ckpt_N.ckpt lies here) need no second lock
-    owner_file = os.open(run_dir / OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(owner_file, "w") as file:
-        file.write(f"process {os.getpid()} on {socket.gethostname()}\n")
+    write_file(run_dir / OWNER_FILE, f"process {os.getpid()} on {socket.gethostname()}\n")
     # safe: the owner's note in the run this process owns, never a link (refused above; unlink removes a link itself)
     atexit.register(lambda: (run_dir / OWNER_FILE).unlink(missing_ok=True))  # safe: the owner note this process wrote in its run
 
@@ -95,13 +94,9 @@ def read_owner(path: Path) -> str:
     """The owner's note, as the message shows it: at most a line of a regular file (a received run's `.owner` may be
     a link to a device that never ends, or a pipe that never opens)."""
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:  # missing (between the owner's lock and its note), or a link
+        note = "" if path.is_symlink() else read_regular(path, 200).decode(errors="replace")
+    except OSError:  # missing (between the owner's lock and its note), or not a regular file
         return "another process"
-    with os.fdopen(descriptor, "rb") as file:
-        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-            return "another process"
-        note = file.read(200).decode(errors="replace").strip()
     return " ".join(note.split()) or "another process"
 
 
@@ -141,10 +136,10 @@ def tensorboard_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs
     own_run_directory(Path(run[0]) / run[1] / run[2])  # before anything is written there
     # Continuing in its own checkpoint directory is intended: Lightning's warning about it is not news.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-    return TensorBoardLogger(run[0], name=run[1], version=run[2], **kwargs)
+    return RunLogger(run[0], name=run[1], version=run[2], **kwargs)
 
 
-class ReservedVersionLogger(TensorBoardLogger):
+class ReservedVersionLogger(RunLogger):
     """A TensorBoard logger whose new version directory is reserved with `os.mkdir`, which succeeds for one
     process only: two runs started in the same second get two versions. Module level, so that ddp_spawn
     can pickle it."""
@@ -210,7 +205,7 @@ def remove_traces(run_dir: Path, before: dict[Path, int], kept: dict[Path, bytes
         if path.is_symlink() or not lies_inside(path, run_dir):
             continue  # made a link since (never written through), or reached through one
         if path in kept:
-            path.write_bytes(kept[path])
+            write_file(path, kept[path])
         elif path not in before:
             path.unlink(missing_ok=True)  # safe: a file (not a link) this process added, inside the run (checked above)
 
@@ -266,7 +261,7 @@ def note_hydra_job(logger: Any) -> None:
     job: dict[str, Any] = {"output_dir": str(output_dir)}
     if hydra.mode == RunMode.MULTIRUN:
         job |= {"sweep_dir": str(output_dir.parent), "job_num": hydra.job.num}
-    path.write_text(yaml.safe_dump(job))
+    write_file(path, yaml.safe_dump(job))
 
 
 def run_summary(trainer: Any) -> str | None:

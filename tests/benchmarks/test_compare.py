@@ -321,3 +321,33 @@ def test_a_resumed_run_counts_the_epoch_it_finished_after_the_resume():
                "train/step_time_ms": [(T0, 5, 70.0)]}
     row = compare.table_row(compare.Run(Path(f"{JSA}/version_0"), f"{JSA}/version_0", {"model_class": "JSA"}, scalars))
     assert row["epochs"] == "10" and row["ms/step"] == "70.00" and row["s/epoch"] == "30.00"
+
+
+def test_a_run_folder_named_with_a_pipe_and_a_line_break_forges_no_row(tmp_path, monkeypatch):
+    """A received run whose folder name holds `|` and a line break shows as one escaped cell of one row."""
+    root = tmp_path / "tensorboard"
+    forged = "jsa-mnist|K10\n| forged | row |"
+    fake_run(root, f"{forged}/version_0", T0, 111, {"model_class": "JSA", "lr": 1e-3})
+    fake_run(root, f"{VAE}/version_0", T0 + 5, 111, {"model_class": "VAE", "lr": 1e-3})
+    rows, compared, _ = run_compare(monkeypatch, root, tmp_path / "report", "--all")
+    lines = (tmp_path / "report" / "report.md").read_text().splitlines()
+    assert len([line for line in lines if line.startswith("|")]) == 2 + 2  # the header, its rule and the two runs
+    assert not any(line.startswith("| forged") for line in lines)
+    assert [line for line in lines if line.startswith(r"| jsa-mnist\|K10 \| forged \| row \| | ")]
+    assert len(compared) == 2
+
+
+@pytest.mark.slow  # a real process: a FIFO would hold it for ever
+def test_an_event_file_that_is_a_fifo_is_skipped_in_one_line_never_waited_on(tmp_path):
+    root = tmp_path / "tensorboard"
+    fake_run(root, f"{VAE}/version_0", T0, 111, {"model_class": "VAE", "lr": 1e-3})
+    jsa = fake_run(root, f"{JSA}/version_0", T0 + 5, 111, {"model_class": "JSA", "lr": 1e-3})
+    (event,) = jsa.glob("events.out.tfevents.*")
+    event.unlink()
+    os.mkfifo(event)
+    result = preloaded.run_module("benchmarks.compare", [str(root), "--out", str(tmp_path / "report"), "--all"], REPO,
+                                  {**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[0] == (f"skipped {jsa}: its event files cannot be read (NotARegularFile: {event} is a "
+                                             "FIFO (named pipe), not a regular file: it is not read)")
+    assert "Traceback" not in result.stderr

@@ -308,3 +308,29 @@ def test_malformed_state_in_a_received_checkpoint_is_refused_in_one_line(what, r
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith(expected), result.stderr[-600:]
 
+
+
+@pytest.mark.parametrize("name, kind, command", [(".owner", "FIFO", "hydra"), ("hparams.yaml", "FIFO", "hydra"),
+                                                 (".owner", "hard link", "hydra"), ("config.yaml", "hard link", "cli fit")])
+def test_a_file_the_run_writes_is_replaced_never_written_into_nor_waited_on(name, kind, command, run, tmp_path):
+    """A file the run writes, planted in the received run as a FIFO (opening it for writing would wait for a reader
+    for ever) or as a hard link to a file of the user's (writing into it would overwrite theirs): the resume replaces
+    it, finishes, and the user's file keeps its bytes."""
+    last = copied_run(run, tmp_path)
+    planted = last.parents[1] / name
+    planted.unlink(missing_ok=True)
+    users = tmp_path / "users-notes.txt"
+    users.write_text("years of work")
+    if kind == "FIFO":
+        os.mkfifo(planted)
+    else:
+        os.link(users, planted)
+    if command == "hydra":
+        result = train(tmp_path, "model=jsa", "trainer.max_steps=4", *FAST, f"ckpt_path={last}", timeout=180)
+    else:
+        result = train(tmp_path, "fit", f"--ckpt_path={last}", "--trainer.max_steps=4", "--trainer.limit_train_batches=2",
+                       "--trainer.limit_val_batches=1", "--model.val_num_samples=2", "--model.mis_steps=2",
+                       "--data.batch_size=16", timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert users.read_text() == "years of work"
+    assert not os.path.lexists(planted) or planted.is_file()  # .owner goes with its process; the others are replaced

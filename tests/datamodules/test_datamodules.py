@@ -298,7 +298,9 @@ def test_missing_data_download_fails_offline(
     ({"num_workers": -1}, "num_workers must be an integer >= 0, got -1"),
     ({"val_size": 5000.0}, "val_size must be an integer, got 5000.0 (float)"),
     ({"val_size": -1}, "val_size must be in [0, 60000), got -1"),
-    ({"seed": "0"}, "seed must be an integer, got '0' (str)"),
+    ({"seed": "0"}, "seed must be an integer in [0, 4294967295] (numpy's seed range), got '0' (str)"),
+    ({"seed": 2**64}, "seed must be an integer in [0, 4294967295] (numpy's seed range), got 18446744073709551616"),
+    ({"split_seed": -1}, "split_seed must be an integer in [0, 4294967295] (numpy's seed range), got -1"),
     ({"batch_size": np.int64(64)}, "batch_size must be an integer >= 1, got np.int64(64) (int64)"),
     ({"download": "no"}, "download must be true or false, got 'no' (str)"),
 ])

@@ -88,3 +88,10 @@ def test_resume_from_checkpoint_continues_training(mnist_dir, tmp_path):
     restored = VAE.load_from_checkpoint(tmp_path / "last.ckpt")
     for name, tensor in resumed.state_dict().items():
         torch.testing.assert_close(restored.state_dict()[name], tensor, msg=name)
+
+
+@pytest.mark.parametrize("test_seed", [2**64, -1, True])
+def test_a_test_seed_outside_numpys_range_is_refused_when_the_model_is_built(test_seed):
+    """Not after training, when the test stage would first seed with it (torch's and numpy's OverflowError)."""
+    with pytest.raises(ValueError, match=r"^test_seed must be an integer in \[0, 4294967295\] \(numpy's seed range\), got "):
+        VAE(test_seed=test_seed)

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.lib import arguments, runner
+from common.files import write_file
 
 MODEL = ["experiment=jsa_paper", "model=jsa", "model.mis_steps=20", "model.num_latents=200", "model.num_categories=2"]
 
@@ -107,13 +108,13 @@ def main(argv: list[str] | None = None) -> None:
         results[q_states] = {**evaluate(retrained, x, args.samples), **diagnostics}
         print(f"q_states={q_states}: {results[q_states]}", flush=True)
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "logs")}
-    runner.write_atomically(args.out / "diagnosis.json", json.dumps({"settings": settings, **results}, indent=1) + "\n")
+    write_file(args.out / "diagnosis.json", json.dumps({"settings": settings, **results}, indent=1) + "\n")
     fewest, most = f"nll_{min(args.samples)}", f"nll_{max(args.samples)}"
     rows = [f"| {name} | {r['neg_elbo']:.2f} | {r[fewest]:.2f} | {r[most]:.2f} | {r[fewest] - r[most]:.2f} | "
             + " | ".join(f"{r[k]:.3f}" if k in r else "–" for k in ("acceptance_rate", "cache_stuck_rate", "cache_log_weight_gap")) + " |"
             for name, r in (("checkpoint's q", results["checkpoint"]), ("q retrained on the chain's states", results["chain"]),
                             ("q retrained on fresh proposals", results["fresh"]))]
-    (args.out / "diagnosis.md").write_text("\n".join([
+    write_file(args.out / "diagnosis.md", "\n".join([
         "# The cache diagnosis: stale states or a harder posterior?", "",
         f"`python -m benchmarks.studies.cache.diagnosis` with θ frozen at epoch {args.epochs} of `{command}`; q retrained for "
         f"{args.q_steps} steps (Adam {args.lr}) each way; {args.images} test images, seed 0 for every estimate. Cache "

@@ -37,6 +37,7 @@ from benchmarks.lib import arguments, runner
 from benchmarks.lib.plots import curve_grid
 from benchmarks.lib.records import read_curves
 from benchmarks.lib.stats import difference_cells, fmt
+from common.files import read_regular, write_file
 
 MODELS = {  # name -> (label, overrides)
     "L20": ("categorical 20×10, L = 20", ["model.mis_steps=20"]),
@@ -207,10 +208,10 @@ def write_report(args: argparse.Namespace) -> Path:
     lines += ["", "![JSA's sampler over training](cache_diagnostics.png)", ""]
     findings = args.out / "FINDINGS.md"
     if findings.exists():
-        lines += [findings.read_text()]
-    (args.out / "commands.txt").write_text("\n".join(r["command"] for r in records) + "\n")
+        lines += [read_regular(findings).decode()]
+    write_file(args.out / "commands.txt", "\n".join(r["command"] for r in records) + "\n")
     report = args.out / "report.md"
-    report.write_text("\n".join(lines) + "\n")
+    write_file(report, "\n".join(lines) + "\n")
     return report
 
 

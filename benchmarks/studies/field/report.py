@@ -8,11 +8,13 @@ import math
 import statistics
 from pathlib import Path
 
-from benchmarks.lib import runner
+from benchmarks.lib import markdown, runner
 from benchmarks.studies.field.plan import (CLOSE, DATASETS, LABELS, PRIOR_LABELS, REFERENCE, TWENTY_PARTICLES, arm_name,
                                     compared_pairs, decoder_rows, plan, read_records)
 from benchmarks.lib.records import epoch_of
 from benchmarks.lib.stats import fmt, t_threshold
+from benchmarks.lib.plots import save_figure
+from common.files import read_regular, write_file
 
 
 def mean_sd(values: list[float]) -> str:
@@ -146,7 +148,7 @@ def is_resolution(record: dict) -> list[str]:
         low, high = (by_count[counts[0]]["nll"], by_count[counts[-1]]["nll"])
         gap = [a - b for a, b in zip(low, high)]
         se = statistics.stdev(gap) / math.sqrt(len(gap)) if len(gap) > 1 else float("nan")
-        lines.append(f"| {name} | " + " | ".join(fmt(statistics.mean(by_count[k]["nll"])) for k in counts) +
+        lines.append(f"| {markdown.cell(name)} | " + " | ".join(fmt(statistics.mean(by_count[k]["nll"])) for k in counts) +
                      f" | {fmt(-statistics.mean(by_count[counts[-1]]['elbo']))} | {statistics.mean(gap):+.3f} ± {fmt(se, 3)} |")
     jsa = next((name for name in record["is_resolution"] if name.split("-")[1] == "jsa"), None)
     if jsa is None:
@@ -162,7 +164,7 @@ def is_resolution(record: dict) -> list[str]:
             paired = [a - b for a, b in zip(by_count[k]["nll"], record["is_resolution"][jsa][k]["nll"], strict=True)]
             se = statistics.stdev(paired) / math.sqrt(len(paired)) if len(paired) > 1 else float("nan")
             cells.append(f"{statistics.mean(paired):+.2f} ± {fmt(se)}")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {markdown.cell(name)} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -204,7 +206,7 @@ def plot_equal_cost(records: dict[str, dict], args: argparse.Namespace) -> None:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(args.out / "equal_cost.png", dpi=110)
+    save_figure(fig, args.out / "equal_cost.png", dpi=110)
     plt.close(fig)
 
 
@@ -218,7 +220,7 @@ def write(args: argparse.Namespace) -> Path:
     done = sum(j.name in records for j in jobs)
     progress = f"all {done} records" if done == len(jobs) else f"{done} of {len(jobs)} records so far" + (
         "; the plan grows if a Fashion-MNIST seed-0 run still to come lands close to another arm" if may_grow else "")
-    lines = [findings.read_text() if findings.exists() else "# The field study", "",
+    lines = [read_regular(findings).decode() if findings.exists() else "# The field study", "",
              f"Protocol: `experiment=jsa_paper` (configs/experiment/jsa_paper.yaml) for {args.epochs} epochs, val NLL from "
              f"{args.val_samples} importance samples every {args.val_every} epochs, test NLL and ELBO from 1000 samples at "
              f"the epoch of best val NLL. Written by `python -m benchmarks.studies.field.study` ({progress}); every run's command "
@@ -262,7 +264,7 @@ def write(args: argparse.Namespace) -> Path:
                   "VIMCO: the 20-sample bound; REINFORCE and Gumbel: the ELBO), so tr Cov compares different quantities; "
                   "the SNR, ||E g||² / tr Cov g, is scale-free and comparable across estimators.", "",
                   *gradient_table(records["measure-gradients"])]
-    (args.out / "commands.txt").write_text("\n".join(r["command"] for r in records.values() if "command" in r) + "\n")
+    write_file(args.out / "commands.txt", "\n".join(r["command"] for r in records.values() if "command" in r) + "\n")
     report = args.out / "report.md"
-    report.write_text("\n".join(lines) + "\n")
+    write_file(report, "\n".join(lines) + "\n")
     return report

@@ -1,0 +1,124 @@
+"""The one way the collection and its benchmarks write a file, and the one way they read a file from a run or a
+received folder.
+
+Writing. The bytes go to a new temporary file beside the target (created exclusively, so never through a link
+planted under its name), are flushed to the disk (fsync), and `os.replace` renames the temporary over the target.
+A reader, or a process killed at any moment, finds the old file or the new one, whole (a killed process's temporary
+stays behind as `.<name>.tmp-<pid>`; checkpoint folders clear theirs: checkpoints/file_format.py). The rename re-points
+the name and writes into no existing file, so
+* a target that is a hard link to another file (a user's file a received run links to) is replaced: the other name
+  keeps its bytes;
+* a target that is a symbolic link is replaced as a link: the name becomes the new file, and what the link pointed
+  at is left as it was. Nothing is ever written through a link;
+* a target that is a FIFO or a device is replaced too: nothing waits for a reader.
+An append (`appending`) copies the old file into the new one, renames it over the target, and then goes on
+writing into the new file: a log that a subprocess writes into while it runs. Only a regular file is copied; a link,
+a FIFO or a device at the target is replaced as by a write, and the log starts afresh in its place.
+
+Reading. `open_regular` opens without blocking (O_NONBLOCK: opening a FIFO waits for no writer) and refuses, in one
+line naming the file and what it is, anything but a regular file: a FIFO or a device would block the read or never
+end, and a folder fails later with a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+TEMPORARY_MARK = ".tmp-"  # `.<name>.tmp-<pid>`: a temporary file of process <pid>
+
+
+class NotARegularFile(OSError):
+    """A file to be read is a FIFO, a folder, a device or a socket: it is not opened (one line naming it)."""
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A new binary file that, when the block ends without an error, replaces `path` whole (module docstring); on an
+    error it is removed and `path` is as it was. A library that writes only to a path it is given writes to the
+    file's `name` (the new file, made by this process a moment ago)."""
+    with _temporary_beside(Path(path)) as (temporary, file):
+        yield file
+        _rename(temporary, file, Path(path))
+
+
+def write_file(path: str | os.PathLike, data: str | bytes | memoryview) -> None:
+    """`path` holds `data` (text as UTF-8) afterwards, or, if the process dies on the way, what it held before."""
+    with replacing(path) as file:
+        file.write(data.encode() if isinstance(data, str) else data)
+
+
+@contextlib.contextmanager
+def appending(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A binary file that is `path` from the start of the block, holding what `path` held (when a regular file), open
+    at its end for what the block writes (a subprocess's output too)."""
+    path = Path(path)
+    old = read_regular(path) if path.is_file() and not path.is_symlink() else b""
+    with _temporary_beside(path) as (temporary, file):
+        file.write(old)
+        _rename(temporary, file, path)
+        yield file
+
+
+@contextlib.contextmanager
+def _temporary_beside(path: Path) -> Iterator[tuple[Path, BinaryIO]]:
+    """(name, file) of a new file beside `path`, removed if the block fails before renaming it."""
+    temporary = path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid()}")
+    temporary.unlink(missing_ok=True)  # safe: this process's own temporary name beside `path` (a link: the link only)
+    try:
+        with create_new(temporary) as file:
+            yield temporary, file
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # safe: this process's own temporary, beside `path` (gone once renamed)
+        raise
+
+
+def _rename(temporary: Path, file: BinaryIO, path: Path) -> None:
+    """Flush `file` to the disk and rename it from `temporary` over `path`, the rename reaching the disk too."""
+    file.flush()
+    os.fsync(file.fileno())
+    try:
+        os.replace(temporary, path)  # atomic within one directory (POSIX rename)
+    except IsADirectoryError:
+        raise IsADirectoryError(errno.EISDIR, "a folder lies where this file is written, so it is not written", str(path)) from None
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def create_new(path: str | os.PathLike) -> BinaryIO:
+    """A new file at `path`, open for writing in binary; FileExistsError if anything is there (a link included), so
+    that nothing is written into an existing file or through a link: a temporary, or a log of this process's own."""
+    return open(path, "xb", opener=lambda name, flags: os.open(name, flags | os.O_NOFOLLOW, 0o644))
+
+
+def open_regular(path: str | os.PathLike) -> BinaryIO:
+    """`path` open for reading in binary, or NotARegularFile naming it when it is not a regular file (a link to one is
+    followed); never waits on a FIFO. A missing file raises FileNotFoundError, as `open` does."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "a device")
+        raise NotARegularFile(f"{path} is {kind}, not a regular file: it is not read")
+    os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, "rb")
+
+
+def read_regular(path: str | os.PathLike, limit: int = -1) -> bytes:
+    """The bytes of the regular file `path` (at most `limit`), as `open_regular` opens it."""
+    with open_regular(path) as file:
+        return file.read(limit)
+
+
+def check_regular(path: str | os.PathLike) -> None:
+    """NotARegularFile naming `path` unless it is a regular file: before a library (TensorBoard's EventAccumulator)
+    opens it with a blocking read of its own."""
+    open_regular(path).close()
