@@ -18,9 +18,10 @@ def check_choice(name: str, value: Any, choices: Any) -> None:
         raise ValueError(f"{name} must be {spoken(get_args(choices))}, got {value!r}")
 
 
-def check_at_least(name: str, value: Any, least: int, whole: bool = False, none: str | None = None) -> None:
-    """`value` >= `least`, a whole number if `whole`; None is taken unless `none` is None (its text, if any, says what
-    None means)."""
+def check_at_least(name: str, value: Any, least: int, whole: bool = False, none: str | None = None,
+                   most: int | None = None) -> None:
+    """`value` >= `least` (and <= `most` if given), a whole number if `whole`; None is taken unless `none` is None (its
+    text, if any, says what None means)."""
     if value is None and none is not None:
         return
     also = f" (or null: {none})" if none else ""
@@ -28,6 +29,8 @@ def check_at_least(name: str, value: Any, least: int, whole: bool = False, none:
         raise ValueError(f"{name} must be a whole number >= {least}{also}, got {value!r}")
     if not value >= least:
         raise ValueError(f"{name} must be >= {least}{also}, got {value}")
+    if most is not None and not value <= most:
+        raise ValueError(f"{name} must be at most {most:,}{also}, got {value:,}")
 
 
 def check_share(name: str, value: float) -> None:

@@ -24,7 +24,7 @@ from common.private_api import ignore_in_ddp
 from common.settings import check_at_least, check_choice, check_share
 from models.categorical import CategoricalLatentModel
 from models.components.code_usage import code_counts, usage_perplexity
-from samplers.cache import CACHE_DIAGNOSTICS, LatentCache, cache_diagnostics, check_cache_size, refresh_starts
+from samplers.cache import CACHE_DIAGNOSTICS, MAX_CACHE_SIZE, LatentCache, cache_diagnostics, check_cache_size, refresh_starts
 from samplers.mis import MISSample, categorical_log_prob, index_cached_mis
 from samplers.visits import GradientStates, RowChoice, candidate_weights, fresh_proposal_weights, gradient_rows
 
@@ -86,6 +86,7 @@ class JSA(CategoricalLatentModel):
         check_at_least("gradient_rows", gradient_rows, 1, whole=True, none="every weighted row")
         check_at_least("cache_start_epoch", cache_start_epoch, 0, none="")
         check_share("cache_refresh", cache_refresh)
+        check_at_least("cache_size", cache_size, 1, whole=True, none="the training split's size", most=MAX_CACHE_SIZE)
         if gradient_rows is not None and gradient_states == "final":
             raise ValueError("gradient_rows applies to gradient_states 'chain' and 'expected'; 'final' differentiates one row already")
         if gradient_rows is not None and chain_rows != "auto":

@@ -161,6 +161,9 @@ def test_invalid_settings_fail_early():
         JSA(num_categories=1)
     with pytest.raises(ValueError, match="mis_steps"):
         JSA(mis_steps=0)
+    for cache_size in (0, -5, 2.5, 10**9):  # refused by name before any allocation
+        with pytest.raises(ValueError, match="^cache_size must be"):
+            JSA(cache_size=cache_size)
     with pytest.raises(ValueError, match="grid"):
         JSA(backbone="conv", num_latents=20)
 
