@@ -128,9 +128,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest tests first, the documented commands (the train.py chain, then each benchmark's): under xdist
-    (worksteal) the workers start them at once, and take the rest after."""
-    items.sort(key=lambda item: not item.nodeid.startswith("tests/test_documented_commands.py::test_"))
+    """The longest tests first, the documented commands (the train.py chain, each benchmark's) and the bad inputs'
+    quick set: under xdist (worksteal) the workers start them at once, and take the rest after."""
+    longest = ("tests/test_documented_commands.py::test_", "tests/benchmarks/robustness/test_bad_inputs.py::test_each_kind")
+    items.sort(key=lambda item: not item.nodeid.startswith(longest))
 
 
 @pytest.fixture(scope="session")
