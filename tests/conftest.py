@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,11 +30,21 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The data root of every test, as README promises: `$DATA_DIR`, else `../shared/data` beside the checkout. Exported,
-# so that whatever a test leaves to its default (a data module built without data_dir, a composed config, a
-# `python train.py` it starts) reads these files too instead of downloading into ./data; the README's test command
-# then passes as written, with nothing exported.
-DATA_ROOT = Path(os.environ.get("DATA_DIR") or REPO.parent / "shared" / "data").resolve()
+
+def data_root(repo: Path, environ: Mapping[str, str]) -> Path:
+    """The folder the tests read MNIST and Fashion-MNIST from, in torchvision's layout (README, "Install and run the
+    tests"): `$DATA_DIR`; else `shared/data` beside the clone `repo` (CI's copy, never downloaded into); else the
+    clone's own `data/` (git-ignored), which the session fills through the data modules' download (`fetch_test_data`)."""
+    if environ.get("DATA_DIR"):
+        return Path(environ["DATA_DIR"]).expanduser().resolve()
+    shared = repo.parent / "shared" / "data"
+    return (shared if shared.is_dir() else repo / "data").resolve()
+
+
+# The data root of every test. Exported, so that whatever a test leaves to its default (a data module built without
+# data_dir, a composed config, a `python train.py` it starts) reads these files too, and so that the xdist workers,
+# which inherit the environment, resolve the same folder.
+DATA_ROOT = data_root(REPO, os.environ)
 os.environ["DATA_DIR"] = str(DATA_ROOT)
 
 # Under pytest-xdist (pyproject's -n auto) the workers share the cores: each worker, and every process it starts, gets
@@ -93,15 +103,40 @@ def sigint_as_found() -> Iterator[None]:
         signal.signal(signal.SIGINT, handler)
 
 
+def fetch_test_data(root: Path) -> None:
+    """Download what `root` lacks of MNIST and Fashion-MNIST through the data modules' own download (`prepare_data`,
+    as train.py's first run does): only missing files, and a failed download leaves `root` as it was. Raises
+    pytest.UsageError, one line (pytest prints `ERROR: ...`), when the files cannot be had."""
+    from datamodules import DataError, FashionMNISTDataModule, MNISTDataModule
+
+    for cls in (MNISTDataModule, FashionMNISTDataModule):
+        try:
+            cls(data_dir=str(root)).prepare_data()
+        except DataError as error:
+            raise pytest.UsageError(f"the tests read MNIST and Fashion-MNIST from the clone's data/ (no DATA_DIR set, "
+                                    f"no ../shared/data beside the clone): {error}") from None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The clone's own data folder is filled before any test runs, once: in the one process, or in xdist's controller
+    before it starts the workers. `$DATA_DIR` and `../shared/data` are read as they are, never downloaded into."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or DATA_ROOT != (REPO / "data").resolve():
+        return
+    capture = session.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():  # torchvision's "Downloading ..." lines, when it downloads
+        fetch_test_data(DATA_ROOT)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest test first: under xdist (worksteal) one worker starts it at once, and the others take the rest."""
-    items.sort(key=lambda item: not item.nodeid.startswith("tests/test_documented_commands.py::test_every"))
+    """The longest tests first, the documented commands (the train.py chain, each benchmark's) and the bad inputs'
+    quick set: under xdist (worksteal) the workers start them at once, and take the rest after."""
+    longest = ("tests/test_documented_commands.py::test_", "tests/benchmarks/robustness/test_bad_inputs.py::test_each_kind")
+    items.sort(key=lambda item: not item.nodeid.startswith(longest))
 
 
 @pytest.fixture(scope="session")
 def mnist_dir() -> Path:
-    """Data root holding ``MNIST/raw``: DATA_ROOT (env DATA_DIR, else ``<repo>/../shared/data``). Missing files fail,
-    not skip."""
+    """Data root holding ``MNIST/raw``: DATA_ROOT (`data_root`). Missing files fail, not skip."""
     from torchvision.datasets import MNIST
 
     root = DATA_ROOT

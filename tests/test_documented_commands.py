@@ -1,8 +1,9 @@
 """Every command that README.md and `python train.py --help` show runs as written.
 
-The commands are read from README's bash blocks and from train.py's USAGE text, in that order, and run
-one after the other in one working directory (so that the resume and test commands find the run an
-earlier command wrote), each with a few extra settings that cut it to a couple of steps. What cannot run
+The commands are read from README's bash blocks and from train.py's USAGE text, in that order. The train.py
+commands run one after the other in one working directory (so that the resume and test commands find the run an
+earlier command wrote); each benchmark's commands are a test of their own, which pytest-xdist runs beside the others.
+Each command gets a few extra settings that cut it to its smallest size, and a time limit. What cannot run
 on this machine is checked as far as it can be: commands on CIFAR-10 (no copy here), a GPU or several
 processes are composed and their model and data built, without training; `tensorboard` (a server) and
 the launchers `srun`/`torchrun` are left out. README's Python example runs against a checkpoint
@@ -19,7 +20,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -47,7 +47,8 @@ BENCHMARK_FAST = {"benchmarks.studies.grey_mnist": ["--steps", "2", "--val-every
                   "benchmarks.studies.jsa_study": ["--models", "jsa", "--ablations", "L1", "--seeds", "2", "--epochs", "1", "--short-epochs", "1",
                                            "--val-every", "1", "--val-samples", "2", "--steps-per-epoch", "2", "trainer.limit_train_batches=2",
                                            "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "model.test_num_samples=2"], "benchmarks.speed.ddp_cache_gather": ["--steps", "12", "--batch-size", "8"],
-                  "benchmarks.robustness.bad_inputs": ["--quick", "--out", "bad-inputs"],  # exits 1 unless each case is clear or documented
+                  # one case (its quick set, a case of each kind: tests/benchmarks/robustness/test_bad_inputs.py)
+                  "benchmarks.robustness.bad_inputs": ["--only", "hydra experiment=nope", "--out", "bad-inputs"],
                   "benchmarks.robustness.faults": ["--kills", "0", "--concurrent", "0", "--resumes", "0", "--out", "faults"],
                   "benchmarks.speed.eval_speed": ["--batch-size", "4", "--samples", "4", "--min-run-time", "0.02", "--test-images", "8"],
                   "benchmarks.speed.loop_overhead": ["--models", "vae", "--steps", "14", "--repeats", "1"],
@@ -63,9 +64,9 @@ BENCHMARK_FAST = {"benchmarks.studies.grey_mnist": ["--steps", "2", "--val-every
 
 # The committed records a study's `--report-only` reads (its default --out), where README shows no run of it.
 REPORT_RECORDS = {"benchmarks.studies.cache.study": "benchmarks/results/cache-study"}
-# Rough seconds of each benchmark's cut-down run (a scheduling hint, not a measurement): the lanes start the longest first.
-BENCHMARK_COST = {"benchmarks.robustness.bad_inputs": 48, "benchmarks.studies.field.study": 45, "benchmarks.studies.prior_study": 30, "benchmarks.studies.grey_mnist": 25,
-                  "benchmarks.speed.memory": 24, "benchmarks.studies.jsa_study": 18}
+# The time limit of one command at its smallest size, the same for all, with room for a loaded machine: two cores
+# shared by about 15 runnable processes (the suite's workers, what they start, other jobs).
+COMMAND_LIMIT_S = 600
 
 
 def documented_commands() -> list[str]:
@@ -120,8 +121,8 @@ def command_line(command: str) -> list[str] | None:
 
 
 def is_benchmark(command: str) -> bool:
-    """A benchmark writes under its own --out/--logs only, so it may run at any time, in either of the two lanes (two
-    cores); the comparison report reads logs/tensorboard, which the train.py commands write, so it runs with them."""
+    """A benchmark writes under its own --out/--logs only, so it runs as a test of its own, at any time; the comparison
+    report reads logs/tensorboard, which the train.py commands write, so it runs with them."""
     return command.startswith("python -m benchmarks.") and not command.startswith("python -m benchmarks.compare")
 
 
@@ -136,13 +137,32 @@ def run_in_order(commands: list[str], cwd: Path, env: dict) -> list[tuple[str, f
         began = time.monotonic()
         # A process of its own, forked from one that has the imports done.
         if argv[1] == "-m":
-            result = preloaded.run_module(argv[2], argv[3:], cwd, env)
+            result = preloaded.run_module(argv[2], argv[3:], cwd, env, timeout=COMMAND_LIMIT_S)
         else:
-            result = preloaded.run_script(Path(argv[1]), argv[2:], cwd, env)
+            result = preloaded.run_script(Path(argv[1]), argv[2:], cwd, env, timeout=COMMAND_LIMIT_S)
         done.append((command, time.monotonic() - began, result))
         if result.returncode != 0:
             break
     return done
+
+
+def command_env(mnist_dir: Path) -> dict:
+    """The commands' environment: the suite's data, this checkout's packages, one torch thread per process (the
+    suite's workers share the cores)."""
+    return {**os.environ, "DATA_DIR": str(mnist_dir), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+
+
+def check(done: list[tuple[str, float, subprocess.CompletedProcess | None]]) -> None:
+    """Each command ran (exit 0; help and the composed config printed what they are for), or, where it cannot train
+    here (CIFAR-10, a GPU, several processes), its model and data were built."""
+    for command, seconds, result in done:
+        print(f"{seconds:6.1f} s  {command}" if result is not None else f"composed  {command}")
+        if result is None:
+            compose(shlex.split(command)[2:])
+        else:
+            assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+            if only_prints(command):
+                assert "usage" in result.stdout or "model:" in result.stdout, (command, result.stdout[-2000:])
 
 
 def only_prints(command: str) -> bool:
@@ -150,55 +170,39 @@ def only_prints(command: str) -> bool:
     return command.startswith("python train.py") and any(word in shlex.split(command) for word in ("--help", "--cfg", "--print_config"))
 
 
-def test_every_documented_command_runs_as_written(tmp_path, mnist_dir):
-    from concurrent.futures import ThreadPoolExecutor
+TRAIN_COMMANDS = [c for c in COMMANDS if not is_benchmark(c)]
+BENCHMARK_COMMANDS: dict[str, list[str]] = {}  # a benchmark module's commands, in README's order
+for _command in (c for c in COMMANDS if is_benchmark(c)):
+    BENCHMARK_COMMANDS.setdefault(_command.split()[2], []).append(_command)
 
-    env = {**os.environ, "DATA_DIR": str(mnist_dir), "PYTHONPATH": str(REPO)}
-    # Two lanes: one runs the train.py commands in order, then helps with the benchmarks; the other takes benchmarks
-    # (longest first) from the same queue. Each process gets one thread: two lanes on two cores.
-    env["OMP_NUM_THREADS"] = "1"
-    # One item per benchmark module, its commands in order (`jsa_study` and `jsa_study --report-only` write one report).
-    by_module: dict[str, list[str]] = {}
-    for command in (c for c in COMMANDS if is_benchmark(c)):
-        by_module.setdefault(command.split()[2], []).append(command)
-    # A study that README shows only as `--report-only` reads the records the repository holds, as in a checkout.
-    for module, module_commands in by_module.items():
-        if all("--report-only" in c for c in module_commands):
-            shutil.copytree(REPO / REPORT_RECORDS[module], tmp_path / REPORT_RECORDS[module])
-    queue = sorted(by_module.items(), key=lambda item: -BENCHMARK_COST.get(item[0], 0))
-    lock = threading.Lock()
 
-    def benchmarks(done: list) -> list:
-        while not any(result is not None and result.returncode for _, _, result in done):
-            with lock:
-                if not queue:
-                    return done
-                _, module_commands = queue.pop(0)
-            done = done + run_in_order(module_commands, tmp_path, env)
-        return done
+def test_the_train_py_commands_run_as_written(tmp_path, mnist_dir):
+    """The train.py commands and the comparison report, in order; then README's Python example on a checkpoint the
+    commands wrote."""
+    env = command_env(mnist_dir)
+    done = run_in_order(TRAIN_COMMANDS, tmp_path, env)
+    check(done)
+    assert len(done) == len(TRAIN_COMMANDS) and sum(result is not None for _, _, result in done) >= 15, done
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        other_lane = pool.submit(benchmarks, [])
-        done = benchmarks(run_in_order([c for c in COMMANDS if not is_benchmark(c)], tmp_path, env)) + other_lane.result()
-    for command, seconds, result in done:
-        print(f"{seconds:6.1f} s  {command}" if result is not None else f"composed  {command}")
-        if result is None:  # cannot train here (CIFAR-10, a GPU, several processes): its model and data are built
-            compose(shlex.split(command)[2:])
-        else:
-            assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
-            if only_prints(command):  # help or the composed config: it printed what it is for
-                assert "usage" in result.stdout or "model:" in result.stdout, (command, result.stdout[-2000:])
-    ran = [command for command, _, result in done if result is not None]
-    assert len(ran) >= 15 and len(done) == len(COMMANDS), ran
-
-    # README's Python example, on a checkpoint the commands above wrote.
     example = re.search(r"<!-- inference-example -->\n```python\n(.*?)```", README, flags=re.S).group(1)
     (checkpoint,) = (tmp_path / "logs" / "tensorboard" / "jsa-mnist-mlp-K10-L20").glob("version_0/checkpoints/last.ckpt")
     assert "logs/tensorboard/jsa-mnist-mlp-K10-L20/version_0/checkpoints/last.ckpt" in example
     script = example.replace("num_samples=1000", "num_samples=4").replace("num_samples=100", "num_samples=4")
     script += "\nassert codes.shape == (x.shape[0], 20) and 0 <= images.min() and images.max() <= 1 and (nll > 0).all()\n"
-    result = preloaded.run_code(script, [], tmp_path, env, timeout=300)  # python -c script, forked as the commands are
+    result = preloaded.run_code(script, [], tmp_path, env, timeout=COMMAND_LIMIT_S)  # python -c script, forked as the commands are
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("module", sorted(BENCHMARK_COMMANDS))
+def test_each_benchmark_command_runs_as_written(module, tmp_path, mnist_dir):
+    """A benchmark's commands in a working directory of their own (`jsa_study` and `jsa_study --report-only` write one
+    report); one that README shows only as `--report-only` reads the records the repository holds, as in a checkout."""
+    commands = BENCHMARK_COMMANDS[module]
+    if all("--report-only" in c for c in commands):
+        shutil.copytree(REPO / REPORT_RECORDS[module], tmp_path / REPORT_RECORDS[module])
+    done = run_in_order(commands, tmp_path, command_env(mnist_dir))
+    check(done)
+    assert len(done) == len(commands), done
 
 
 def compose(args: list[str]) -> None:

@@ -3,9 +3,19 @@ short enough to read: at most 300 lines."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
+import os
 import re
+import shlex
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 import launch.cli_app
 import train
@@ -41,10 +51,6 @@ def test_what_fit_help_lists_is_what_readme_and_usage_say(capsys):
 def test_readme_says_its_timings_are_of_an_idle_machine_and_how_to_share_a_busy_one():
     """README's timings were taken on an idle machine, and it says so; its advice for a busy one, one torch thread
     with OMP_NUM_THREADS=1, is what torch does with it."""
-    import os
-    import subprocess
-    import sys
-
     assert "README's timings are of an idle machine" in README and "on an idle 2-core AMD EPYC" in README
     advice = re.search(r"cores busy, prefix `(\w+)=(\d+)`", README)
     assert advice, "README names the setting for a busy machine"
@@ -55,14 +61,70 @@ def test_readme_says_its_timings_are_of_an_idle_machine_and_how_to_share_a_busy_
 
 @pytest.mark.slow  # starts a Python process (torch's import)
 def test_the_cpu_wheel_tip_checks_that_pip_kept_the_cpu_build():
-    """`pip install -e .` replaces the CPU build when the CPU index lacks the torch pyproject.toml asks for: the tip
-    names the command that shows which build is installed, and it runs."""
-    import subprocess
-    import sys
-
-    [tip] = [p for p in README.split("\n\n") if p.startswith("No GPU?")]
-    check = re.search(r'`(python -c "import torch; print\(torch.__version__\)")` must still end in `\+cpu`', tip)
-    assert check, tip
+    """pip takes PyPI's CUDA build where PyPI has a newer torch than the CPU index: the tip names the command that
+    shows which build is installed, and it runs."""
+    check = re.search(r'`(python -c "import torch; print\(torch.__version__\)")` then ends in `\+cpu`', cpu_tip())
+    assert check, cpu_tip()
     shown = subprocess.run([sys.executable, *check[1].split(" ", 2)[1:2], check[1].split('"')[1]], capture_output=True,
                            text=True, timeout=120)
     assert re.fullmatch(r"\d+\.\d+\.\d+(\+\w+)?", shown.stdout.strip()), shown.stdout + shown.stderr
+
+
+def cpu_tip() -> str:
+    [tip] = [p for p in README.split("\n\n") if p.startswith("No GPU?")]
+    return tip
+
+
+def fake_wheel(index: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
+    """A wheel of `name` `version` that holds only its metadata, listed in the simple index `index` (PEP 503)."""
+    files = index.parent / "files"
+    files.mkdir(parents=True, exist_ok=True)
+    wheel = files / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    info = f"{name.replace('-', '_')}-{version}.dist-info"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                             + "".join(f"Requires-Dist: {r}\n" for r in requires))
+        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(f"{info}/RECORD", "")
+    page = index / name / "index.html"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text((page.read_text() if page.exists() else "") + f'<a href="{wheel.as_uri()}">{wheel.name}</a>\n')
+
+
+@pytest.mark.slow  # starts pip
+def test_the_cpu_install_command_takes_the_cpu_torch_over_pypis(tmp_path):
+    """The tip's command is the set-up command with PyTorch's CPU index as an extra index. pip then sees PyPI's
+    torch X (a CUDA build, with nvidia-* dependencies) and the CPU index's X+cpu, and takes the higher: a local
+    version sorts above its public one (PEP 440). Shown with pip's own resolver (`--dry-run --report`) on two local
+    indexes standing for PyPI and the CPU index, each holding the torch and torchvision that pyproject.toml asks for
+    (metadata-only wheels of the installed versions), pyproject's requirements of the two in place of `-e .`."""
+    setup = re.search(r"```bash\n(python3 -m venv .*)\n```", README)[1]
+    found = re.search(r"`(python3 -m venv [^`]*--extra-index-url[^`]*)`", cpu_tip())
+    assert found, f"the tip gives no set-up command with an extra index: {cpu_tip()}"
+    command = found[1]
+    url = re.search(r"--extra-index-url (\S+)", command)[1]
+    assert url == "https://download.pytorch.org/whl/cpu" and command == setup.replace(
+        "pip install -e .", f"pip install -e . --extra-index-url {url}"), (setup, command)
+    pyproject = (REPO / "pyproject.toml").read_text()
+    wanted = [Requirement(r) for r in re.findall(r'"(torch(?:vision)?\b[^"]*)"', pyproject)]
+    assert [r.name for r in wanted] == ["torch", "torchvision"], wanted
+    pypi, cpu = tmp_path / "pypi" / "simple", tmp_path / "cpu" / "simple"
+    torch, vision = (Version(importlib.metadata.version(r.name)).public for r in wanted)
+    assert all(Version(v) in r.specifier for v, r in zip((torch, vision), wanted)), (torch, vision, wanted)
+    fake_wheel(pypi, "torch", torch, ("nvidia-cublas",))
+    fake_wheel(pypi, "nvidia-cublas", "1.0")
+    fake_wheel(pypi, "torchvision", vision, (f"torch=={torch}",))
+    fake_wheel(cpu, "torch", f"{torch}+cpu")
+    fake_wheel(cpu, "torchvision", f"{vision}+cpu", (f"torch=={torch}",))
+
+    [install] = [part.strip() for part in command.split("&&") if part.strip().startswith("pip install")]
+    args = shlex.split(install.replace(url, cpu.as_uri()))[2:]
+    args = [str(r) for r in wanted] + [a for a in args if a not in ("-e", ".")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
+    report = tmp_path / "report.json"
+    result = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report",
+                             str(report), "--no-cache-dir", "--index-url", pypi.as_uri(), *args], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    chosen = {item["metadata"]["name"]: item["metadata"]["version"] for item in json.loads(report.read_text())["install"]}
+    assert chosen == {"torch": f"{torch}+cpu", "torchvision": f"{vision}+cpu"}, chosen

@@ -18,8 +18,9 @@ from datamodules.mnist import MNISTDataModule
 from datamodules.replicas import ReplicaData
 from models.jsa import JSA
 from models.replicas import Replicas
+from tests.conftest import DATA_ROOT
 
-DATA_DIR = os.environ.get("DATA_DIR", str(__import__("pathlib").Path(__file__).resolve().parents[3] / "shared" / "data"))
+DATA_DIR = str(DATA_ROOT)
 SETTINGS = dict(num_latents=6, num_categories=4, code_dim=4, mis_steps=4, gradient_states="expected", val_num_samples=2, cache_size=200)
 
 
