@@ -215,10 +215,7 @@ class JSA(CategoricalLatentModel):
         """The sampler's terms (docs/jsa.md#one-training-step), and the cache's while it is read."""
         counts = code_counts(sample.latent, self.num_categories)
         self.class_used |= counts > 0
-        terms = {
-            "acceptance_rate": sample.accepted.float().mean() / self.mis_steps,
-            "cache_hit_rate": has_start.float().mean() if has_start is not None else torch.zeros((), device=counts.device),
-            "perplexity": usage_perplexity(counts),
-            "classes_used": self.class_used.float().mean(),
-        }
+        terms = {"acceptance_rate": sample.accepted.float().mean() / self.mis_steps, "perplexity": usage_perplexity(counts),
+                 "cache_hit_rate": has_start.float().mean() if has_start is not None else torch.zeros((), device=counts.device),
+                 "classes_used": self.class_used.float().mean()}
         return terms if age is None else {**terms, **cache_diagnostics(sample, age, has_start)}
