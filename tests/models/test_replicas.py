@@ -331,3 +331,26 @@ def test_each_replica_data_module_holds_its_own_seed():
     replicas.train_dataloader()
     assert [(r.seed, r.hparams["seed"], r.hparams_initial["seed"]) for r in replicas.replicas] == [(3, 3, 3), (4, 4, 4), (5, 5, 5)]
     assert replicas.datamodule.hparams["seed"] == 9
+
+
+def test_a_replica_best_checkpoint_is_named_as_its_single_run_names_it(tmp_path):
+    """One epoch of 3 batches and its validation: each replica's best has the name the single run's checkpoint callback
+    (configs/callbacks/default.yaml) gives its best after the same steps, and the process's last.ckpt was written
+    then (launch/runs/replicas.py's checkpoint callback)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from checkpoints.trainer.validation_checkpoint import ValidationCheckpoint
+    from launch.rules import checkpoint_settings
+
+    short = dict(max_steps=-1, max_epochs=1, limit_train_batches=3, precision="32-true")
+    single = ModelCheckpoint(**{**checkpoint_settings(), "dirpath": str(tmp_path / "single")})
+    trainer(tmp_path, **short, callbacks=[single]).fit(model(0), datamodule=data(0))
+    runs = ReplicaRuns(str(tmp_path / "tensorboard"), ["a", "b"])
+    process = ValidationCheckpoint(dirpath=str(tmp_path / "process"), save_last=True, save_top_k=0)
+    trainer(tmp_path, **short, callbacks=[runs, process]).fit(
+        Replicas([model(0), model(1)], [0, 1]), datamodule=ReplicaData(data(0), [0, 1]))
+    expected = sorted(p.name for p in (tmp_path / "single").glob("epoch*.ckpt"))
+    assert len(expected) == 1 and expected[0].startswith("epoch000-")
+    for name in ("a", "b"):
+        assert sorted(p.name for p in (tmp_path / "tensorboard" / name / "version_0/checkpoints").glob("epoch*.ckpt")) == expected
+    assert load_checkpoint_file(tmp_path / "process/last.ckpt")["epoch"] == 0
