@@ -354,3 +354,18 @@ def test_a_replica_best_checkpoint_is_named_as_its_single_run_names_it(tmp_path)
     for name in ("a", "b"):
         assert sorted(p.name for p in (tmp_path / "tensorboard" / name / "version_0/checkpoints").glob("epoch*.ckpt")) == expected
     assert load_checkpoint_file(tmp_path / "process/last.ckpt")["epoch"] == 0
+
+
+def test_the_progress_line_of_replicas_says_its_val_nll_is_over_the_replicas(tmp_path, capsys):
+    """The plain progress line after a validation names the replicas' mean, min and max of val/nll, not one bare
+    val/nll that reads as a run's."""
+    from callbacks.progress import LineProgressBar
+
+    short = dict(max_steps=-1, max_epochs=1, limit_train_batches=2, precision="32-true", enable_progress_bar=True)
+    replicas = Replicas([model(0), model(1)], [0, 1])
+    trainer(tmp_path, **short, callbacks=[LineProgressBar(refresh_seconds=0)]).fit(replicas, datamodule=ReplicaData(data(0), [0, 1]))
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("validation done")]
+    nll = sorted(float(m["val/nll"]) for m in replicas.replica_val)
+    shown = dict(item.split("=") for item in line.split("  ")[-1].split())
+    assert sorted(shown) == ["val/nll_max", "val/nll_mean", "val/nll_min"]
+    assert float(shown["val/nll_min"]) == pytest.approx(nll[0], rel=1e-3) and float(shown["val/nll_max"]) == pytest.approx(nll[1], rel=1e-3)
