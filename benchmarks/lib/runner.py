@@ -33,12 +33,8 @@ def last_checkpoint(log_dir: Path) -> Path | None:
     return found[0] if found else None
 
 
-def train(name: str, overrides: Sequence[str], log_dir: Path, start_from: Path | None = None) -> tuple[Path, float, str]:
+def train(name: str, overrides: Sequence[str], log_dir: Path) -> tuple[Path, float, str]:
     """Train (or resume) one run with `log_dir=log_dir`: (its TensorBoard run directory, seconds, the command as shown).
-
-    `start_from`: a checkpoint outside `log_dir` the run starts from when it has no last.ckpt of its own (a branch of
-    another run: its parameters, optimizer, epoch and JSA cache, trained on with these overrides, logged as a new
-    TensorBoard run under `log_dir`); once the run has saved a checkpoint, it resumes from its own.
 
     The study process holds `log_dir` locked while its run trains, and removes an unfinished run only when no process
     holds it or its TensorBoard run: two study processes given the same --logs and run (--only) never remove each
@@ -53,7 +49,6 @@ def train(name: str, overrides: Sequence[str], log_dir: Path, start_from: Path |
         ckpt = last_checkpoint(log_dir)
         if ckpt is None:  # stopped before its first checkpoint (or never started): start it afresh, in version_0
             remove_unfinished(name, log_dir)
-            ckpt = start_from
         cmd = [sys.executable, str(REPO / "train.py"), *overrides, f"log_dir={log_dir}"] + ([f"ckpt_path={ckpt}"] if ckpt else [])
         start = time.perf_counter()
         with appending(log_dir / "train.log") as log:  # the run's output follows the earlier attempts'
@@ -258,15 +253,19 @@ def add_is_resolution_arguments(parser: argparse.ArgumentParser, measured: str) 
                              "runs are measured on one: changing it measures them all again")
 
 
-def add_study_arguments(parser: argparse.ArgumentParser, out: str, logs: str) -> None:
-    """The options every study of runs under the JSA paper's protocol shares (benchmarks/studies/jsa_study.py, cache/study.py)."""
+PACKED_DEFAULT = "1: each run a process of its own"
+
+
+def add_study_arguments(parser: argparse.ArgumentParser, out: str, logs: str, packed: str = PACKED_DEFAULT) -> None:
+    """The options every study of runs under the JSA paper's protocol shares (benchmarks/studies/jsa_study.py, cache/study.py);
+    `packed`: what --replicas-per-process does by default (add_run_selection_arguments)."""
     parser.add_argument("--val-every", type=int, default=5, help="validate every this many epochs (the paper: 5)")
     parser.add_argument("--val-samples", type=int, default=100, help="importance samples of val NLL (the paper: 1000)")
     parser.add_argument("--steps-per-epoch", type=int, default=275, help="training steps per epoch (55,000 / 200)")
     parser.add_argument("--out", type=Path, default=Path(out), help="report and run records")
     parser.add_argument("--logs", type=Path, default=Path(logs), help="the runs' TensorBoard logs and checkpoints")
     parser.add_argument("--report-only", action="store_true", help="write the report from the finished runs only")
-    add_run_selection_arguments(parser)
+    add_run_selection_arguments(parser, packed)
     parser.add_argument("extra", nargs="*", help="more train.py overrides for every run (e.g. trainer.limit_train_batches=2)")
 
 
@@ -278,23 +277,25 @@ def patterns(text: str) -> list[str]:
     return items
 
 
-def add_run_selection_arguments(parser: argparse.ArgumentParser) -> None:
-    """--lanes and --only, read by run_pending: every study of runs takes them (through add_study_arguments, and
-    benchmarks/studies/prior_study.py, whose options differ)."""
+def add_run_selection_arguments(parser: argparse.ArgumentParser, packed: str = PACKED_DEFAULT) -> None:
+    """--lanes, --replicas-per-process (`packed`: what it does by default, for its help) and --only, read by run_pending:
+    every study of runs takes them (through add_study_arguments, and benchmarks/studies/prior_study.py, whose options
+    differ)."""
     parser.add_argument("--lanes", type=int, default=1, help="runs at once, each on cores/lanes threads (default 1)")
     parser.add_argument("--replicas-per-process", type=int, default=1, metavar="N",
                         help="train up to N runs that differ in their seed alone as the replicas of one process "
-                             "(docs/replicas.md; for a GPU; default 1: each run a process of its own)")
+                             f"(docs/replicas.md; for a GPU; default {packed})")
     parser.add_argument("--only", type=patterns, metavar="PATTERNS",
                         help="run only the planned runs whose names match one of these comma-separated shell patterns "
                              "(e.g. 'mnist-*-s1'), to spread a study over machines; the report covers every record")
 
 
 def check_study_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, positive: Sequence[str],
-                          choices: dict[str, tuple[list[str], list[str]]] | None = None) -> None:
+                          choices: dict[str, tuple[list[str], list[str]]] | None = None, empty_report: bool = False) -> None:
     """parser.error for a count below 1 (`positive`, by attribute name) or a name outside its choices ({option:
     (given, known)}) or an --out or --logs that is a file; then --out and --logs made absolute, --report-only's records
-    checked, and --out/runs created."""
+    checked (none is an error unless `empty_report`: a study whose report says that no run has finished), and
+    --out/runs created."""
     for name in (*positive, "replicas_per_process"):
         if getattr(args, name, 1) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -303,7 +304,7 @@ def check_study_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
             parser.error(f"--{name}: unknown {', '.join(sorted(set(given) - set(known)))}; choose from {', '.join(known)}")
     check_directory_options(parser, args, ("out", "logs"))
     args.out, args.logs = args.out.resolve(), args.logs.resolve()
-    if args.report_only:
+    if args.report_only and not empty_report:
         read_records(args.out, report_only=True)
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
 

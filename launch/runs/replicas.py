@@ -26,6 +26,7 @@ from callbacks.replica_runs import ReplicaRuns
 from checkpoints.file_format import save_checkpoint_file
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.replica import branch_checkpoint
+from callbacks.validation_checkpoint import ValidationCheckpoint
 from common.private_api import checkpoint_every_n_train_steps
 from datamodules.replicas import ReplicaData
 from launch.checks.settings import SettingsError
@@ -87,7 +88,7 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
     names = replica_names(run.name, seeds, arms)
     ckpt_path, branch = run.ckpt_path, None
     if ckpt_path:
-        branch = trunk_to_branch(ckpt_path, seeds, arms)
+        branch = trunk_to_branch(ckpt_path, seeds, arms, names)
     group_dir = replica_process_dir(run.log_dir, run.name, None if branch is not None else ckpt_path)
     if branch is not None:  # the arms start from their seed's trunk replica, in a process of their own
         ckpt_path = f"{group_dir}/checkpoints/branch-point.ckpt"
@@ -95,9 +96,11 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
     callbacks = [c for c in run.trainer.get("callbacks") or [] if type(c).__name__ not in SINGLE_RUN_CALLBACKS]
     every = next((checkpoint_every_n_train_steps(c) for c in callbacks if isinstance(c, ModelCheckpoint)), None)
     callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
-    if run.trainer.get("enable_checkpointing") is not False:  # the process's last.ckpt: every replica's resume point
-        callbacks.append(ModelCheckpoint(dirpath=f"{group_dir}/checkpoints", save_last=True, save_top_k=0,
-                                         every_n_train_steps=every, enable_version_counter=False))
+    if run.trainer.get("enable_checkpointing") is not False:
+        # the process's last.ckpt, every replica's resume point: after every validation (each replica's last and best
+        # are written with it) and every N training steps where the run's checkpoint callback says so
+        callbacks.append(ValidationCheckpoint(dirpath=f"{group_dir}/checkpoints", save_last=True, save_top_k=0,
+                                              every_n_train_steps=every, enable_version_counter=False))
     callbacks.append(ReplicaRuns(tensorboard_root(run.log_dir), names, new_logger=ReservedVersionLogger))
     return dataclasses.replace(
         run, model=model, datamodule=ReplicaData(run.datamodule, replica_seeds), name=f"{run.name}-replicas",
@@ -105,13 +108,15 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
         front_end="replicas", tensorboard=None, output_dir=group_dir, ckpt_path=ckpt_path)
 
 
-def trunk_to_branch(ckpt_path: str, seeds: Sequence[int], arms: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The branch checkpoint (checkpoints/replica.py) when `ckpt_path` is a replicated process of these seeds and no
-    arms (a trunk) and this process has several arms: e.g. JSA to epoch 300 for 5 seeds, then its arms with and without
-    the cache from there, each arm of a seed the same run up to the branch (the paired design). None: resume as it is."""
+def trunk_to_branch(ckpt_path: str, seeds: Sequence[int], arms: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any] | None:
+    """The branch checkpoint (checkpoints/replica.py) when `ckpt_path` is a replicated process of these seeds, one
+    replica each (a trunk), and this process trains other runs (several arms, or one arm of other settings, `names`):
+    e.g. JSA to epoch 300 for 5 seeds, then its arms with and without the cache from there, each arm of a seed the same
+    run up to the branch (the paired design), in a process and runs of its own. None: the same runs, resumed as they
+    are (the process's own last.ckpt, or a trunk continued with its own settings)."""
     checkpoint = load_checkpoint_file(ckpt_path)
     saved = checkpoint.get("replica_seeds")
-    if len(arms) > 1 and saved is not None and list(saved) == list(seeds):
+    if saved is not None and list(saved) == list(seeds) and (len(arms) > 1 or ReplicaRuns.saved_names(checkpoint) != list(names)):
         return branch_checkpoint(checkpoint, len(arms))
     return None
 

@@ -213,8 +213,12 @@ def test_arms_branch_from_a_trunk_as_its_seeds_replicas(tmp_path):
     fit_replicas(tmp_path / "trunk", seeds, 3)
     trunk = load_checkpoint_file(tmp_path / "trunk/group/last.ckpt")
     arms = [{}, {"cache_start_epoch": 1}]
-    branch = trunk_to_branch(str(tmp_path / "trunk/group/last.ckpt"), seeds, arms)
+    trunk_path = str(tmp_path / "trunk/group/last.ckpt")
+    branch = trunk_to_branch(trunk_path, seeds, arms, ["jsa-seed0", "jsa-seed1", "jsa-seed0-c", "jsa-seed1-c"])
     assert branch["replica_seeds"] == [0, 1, 0, 1]
+    # one arm: other settings branch into runs of their own; the trunk's own runs resume it
+    assert trunk_to_branch(trunk_path, seeds, arms[1:], ["jsa-seed0-c", "jsa-seed1-c"])["replica_seeds"] == [0, 1]
+    assert trunk_to_branch(trunk_path, seeds, arms[:1], ["jsa-seed0", "jsa-seed1"]) is None
     save_checkpoint_file(branch, tmp_path / "branch.ckpt")
     start = StartState()
     replicas = Replicas([model(seed, **arm) for arm in arms for seed in seeds], seeds * 2)
@@ -261,16 +265,26 @@ def test_the_compiled_batched_step_equals_the_eager_one(cls):
         torch.testing.assert_close(compiled_grads[name], eager_grads[name], rtol=1e-4, atol=1e-4, msg=name)
 
 
+# Where a replicated process saves: every 2 steps (the faults' settings), or at its validations only (every 2 epochs
+# of 4 steps: steps 8, 16, ...), as a study's process validating every N epochs does.
+SAVES = {"steps": {}, "validations": {"trainer.limit_train_batches": "4", "trainer.check_val_every_n_epoch": "2",
+                                      "callbacks.model_checkpoint.every_n_train_steps": "null"}}
+VALIDATION_STEPS = 8
+
+
 @pytest.mark.slow
-def test_a_killed_replicated_process_resumes_every_replica_where_it_stopped(tmp_path):
+@pytest.mark.parametrize("saves", SAVES)
+def test_a_killed_replicated_process_resumes_every_replica_where_it_stopped(tmp_path, saves):
     """`train.py replicas.seeds=[0,1]` killed (SIGKILL) once its last.ckpt exists, then resumed from it: the process and
     each replica's last.ckpt end as an uninterrupted process's do (weights, cache, optimizer), and each replica's run
-    is the one it started in."""
+    is the one it started in. Saving at validations only, the process's last.ckpt and each replica's last and best are
+    written at the first validation, long before the end."""
     import signal
 
     from benchmarks.robustness import faults
 
-    settings = [*faults.SETTINGS, "replicas.seeds=[0,1]", "data.val_size=59000", f"data.data_dir={DATA_DIR}"]
+    given = [s for s in faults.SETTINGS if s.split("=")[0] not in SAVES[saves]] + [f"{k}={v}" for k, v in SAVES[saves].items()]
+    settings = [*given, "replicas.seeds=[0,1]", "data.val_size=59000", f"data.data_dir={DATA_DIR}"]
 
     def group(log_dir):
         return sorted((log_dir / "logs" / "replicas").glob("*/*/checkpoints/last.ckpt"))
@@ -284,7 +298,14 @@ def test_a_killed_replicated_process_resumes_every_replica_where_it_stopped(tmp_
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     (stopped,) = group(tmp_path / "killed")
-    assert load_checkpoint_file(stopped)["global_step"] < faults.STEPS
+    stopped_at = load_checkpoint_file(stopped)["global_step"]
+    assert stopped_at < faults.STEPS
+    if saves == "validations":  # saved at a validation, with each replica's last and best
+        assert stopped_at % VALIDATION_STEPS == 0
+        for seed in (0, 1):
+            (run,) = (tmp_path / "killed/logs/tensorboard").glob(f"*-seed{seed}/version_0")
+            assert load_checkpoint_file(run / "checkpoints/last.ckpt")["global_step"] >= stopped_at
+            assert list((run / "checkpoints").glob("epoch*-step*.ckpt"))
     code, output = faults.finish(faults.run_train(tmp_path / "killed", *settings, f"ckpt_path={stopped}"))
     assert code == 0, output[-3000:]
     (straight,) = group(tmp_path / "straight")
@@ -330,3 +351,102 @@ def test_replica_runs_state_from_a_checkpoint_is_checked_and_never_removes_outsi
     runs.loggers = [Logger()]
     runs.on_save_checkpoint(Trainer(), Module(), {"epoch": 0, "global_step": 1, "loops": {}})
     assert outside.exists() and (tmp_path / "tb/a/version_0/checkpoints/epoch000-step000001.ckpt").exists()
+
+
+def test_each_replica_data_module_holds_its_own_seed():
+    """Each replica's data module says its own seed, where hparams.yaml (`hparams_initial`) and its checkpoint
+    (`hparams`) read it, and the module it was copied from keeps its own."""
+    replicas = ReplicaData(data(9), [3, 4, 5])
+    replicas.setup("fit")
+    replicas.train_dataloader()
+    assert [(r.seed, r.hparams["seed"], r.hparams_initial["seed"]) for r in replicas.replicas] == [(3, 3, 3), (4, 4, 4), (5, 5, 5)]
+    assert replicas.datamodule.hparams["seed"] == 9
+
+
+def test_a_replica_best_checkpoint_is_named_as_its_single_run_names_it(tmp_path):
+    """One epoch of 3 batches and its validation: each replica's best has the name the single run's checkpoint callback
+    (configs/callbacks/default.yaml) gives its best after the same steps, and the process's last.ckpt was written
+    then (launch/runs/replicas.py's checkpoint callback)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from callbacks.validation_checkpoint import ValidationCheckpoint
+    from launch.rules import checkpoint_settings
+
+    short = dict(max_steps=-1, max_epochs=1, limit_train_batches=3, precision="32-true")
+    single = ModelCheckpoint(**{**checkpoint_settings(), "dirpath": str(tmp_path / "single")})
+    trainer(tmp_path, **short, callbacks=[single]).fit(model(0), datamodule=data(0))
+    runs = ReplicaRuns(str(tmp_path / "tensorboard"), ["a", "b"])
+    process = ValidationCheckpoint(dirpath=str(tmp_path / "process"), save_last=True, save_top_k=0)
+    trainer(tmp_path, **short, callbacks=[runs, process]).fit(
+        Replicas([model(0), model(1)], [0, 1]), datamodule=ReplicaData(data(0), [0, 1]))
+    expected = sorted(p.name for p in (tmp_path / "single").glob("epoch*.ckpt"))
+    assert len(expected) == 1 and expected[0].startswith("epoch000-")
+    for name in ("a", "b"):
+        assert sorted(p.name for p in (tmp_path / "tensorboard" / name / "version_0/checkpoints").glob("epoch*.ckpt")) == expected
+    assert load_checkpoint_file(tmp_path / "process/last.ckpt")["epoch"] == 0
+
+
+def test_the_progress_line_of_replicas_says_its_val_nll_is_over_the_replicas(tmp_path, capsys):
+    """The plain progress line after a validation names the replicas' mean, min and max of val/nll, not one bare
+    val/nll that reads as a run's."""
+    from callbacks.progress import LineProgressBar
+
+    short = dict(max_steps=-1, max_epochs=1, limit_train_batches=2, precision="32-true", enable_progress_bar=True)
+    replicas = Replicas([model(0), model(1)], [0, 1])
+    trainer(tmp_path, **short, callbacks=[LineProgressBar(refresh_seconds=0)]).fit(replicas, datamodule=ReplicaData(data(0), [0, 1]))
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("validation done")]
+    nll = sorted(float(m["val/nll"]) for m in replicas.replica_val)
+    shown = dict(item.split("=") for item in line.split("  ")[-1].split())
+    assert sorted(shown) == ["val/nll_max", "val/nll_mean", "val/nll_min"]
+    assert float(shown["val/nll_min"]) == pytest.approx(nll[0], rel=1e-3) and float(shown["val/nll_max"]) == pytest.approx(nll[1], rel=1e-3)
+
+
+@pytest.mark.slow  # end to end: a replicated trunk, then its arms branched from it and tested (train.py, twice)
+def test_arms_branched_from_a_trunk_keep_their_own_best_and_test_it_with_their_own_seed(tmp_path):
+    """`train.py replicas.seeds=[0,1]` for 2 epochs (the trunk, validating every epoch), then
+    `replicas.arms=[{},{cache_start_epoch:2}]` from its last.ckpt to epoch 4 with run_test=true: the branch point is the
+    trunk's last validation; each arm's run holds checkpoints of its own validations only (epochs 2 and 3), its curve
+    starts after the branch point, and its test restored its own best; every replica's hparams.yaml, checkpoints and
+    test say its own seed, with no changed setting."""
+    import re
+    import subprocess
+    import sys
+
+    import yaml
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from benchmarks.robustness.faults import REPO
+
+    settings = ["model=jsa", "model.mis_steps=2", "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=32",
+                "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
+                "trainer.num_sanity_val_steps=0", "trainer.enable_progress_bar=false", "callbacks.gradient_variance.every_n_steps=0",
+                "data.val_size=59000", f"data.data_dir={DATA_DIR}", "replicas.seeds=[0,1]", "log_dir=logs"]
+
+    def train(*args):
+        done = subprocess.run([sys.executable, str(REPO / "train.py"), *settings, *args], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout + done.stderr
+
+    train("trainer.max_epochs=2", "run_test=false")
+    (trunk,) = (tmp_path / "logs/replicas").glob("*/*/checkpoints/last.ckpt")
+    assert (load_checkpoint_file(trunk)["epoch"], load_checkpoint_file(trunk)["global_step"]) == (1, 4)
+    output = train("trainer.max_epochs=4", "run_test=true", "replicas.arms=[{},{cache_start_epoch:2}]", f"ckpt_path={trunk}")
+    assert "changed settings" not in output
+    runs = sorted((tmp_path / "logs/tensorboard").glob("*-seed*-cache_start_epoch2/version_0")) + \
+        sorted((tmp_path / "logs/tensorboard").glob("*-seed[01]/version_1"))  # the no-cache arm: a new run beside the trunk's
+    assert len(runs) == 4
+    restored = re.findall(r"Restoring states from the checkpoint path at (\S+)", output)
+    for run in runs:
+        seed = int(re.search(r"-seed(\d)", run.parent.name).group(1))
+        files = sorted(p.name for p in (run / "checkpoints").glob("epoch*.ckpt"))
+        assert files and all(int(name[5:8]) >= 2 for name in files), (run, files)
+        (best,) = files
+        assert str(run / "checkpoints" / best) in restored, (run, restored)
+        events = EventAccumulator(str(run))
+        events.Reload()
+        assert [s.step for s in events.Scalars("val/nll")] == [6, 8]
+        assert len(events.Scalars("test/nll")) == 1
+        assert yaml.safe_load((run / "hparams.yaml").read_text())["seed"] == seed
+        for name in ("last.ckpt", best):
+            checkpoint = load_checkpoint_file(run / "checkpoints" / name)
+            assert checkpoint["datamodule_hyper_parameters"]["seed"] == checkpoint["hyper_parameters"]["test_seed"] == seed
