@@ -9,11 +9,16 @@ process fills a GPU that one small run leaves mostly idle.
 - `--replicas-per-process N` of a study whose runs differ in their seed alone (`plan_packs`, `train_pack`) packs them N
   to a process, beside a `packed.json` in each run's log_dir, and `runner.train` hands that run over without training it
   again.
+- `run_lock` and `remove_unfinished`: a study holds the folder it trains in locked, and removes the leftovers of a
+  process cut before its first checkpoint only inside that folder (single runs too: benchmarks/lib/runner.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import re
 import shlex
 import shutil
@@ -21,11 +26,51 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, ContextManager, Sequence
+from typing import Callable, ContextManager, Iterator, Sequence
+
+from common.files import appending, read_regular, write_file
 
 SEED = re.compile(r"^seed=(\d+)$")
 PACKED = "packed.json"  # in a run's log_dir: its run was trained in a pack
 REPO = Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def run_lock(name: str, log_dir: Path) -> Iterator[None]:
+    """An exclusive flock on the run's `log_dir` for as long as this process trains it; one line if another holds it."""
+    descriptor = os.open(log_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(f"run {name}: {log_dir} is being trained by another study process (the same --logs and "
+                             "run); wait for it to end, or give this one another --logs") from None
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def remove_unfinished(name: str, log_dir: Path) -> None:
+    """Remove `log_dir/tensorboard` (a run that stopped before its first checkpoint), unless a process still writes one
+    of its runs (train.py holds its run directory locked: launch/runs/run_directory.py) or it leads outside `log_dir`."""
+    from launch.runs.run_directory import read_owner
+
+    tensorboard = log_dir / "tensorboard"
+    if not tensorboard.exists() and not tensorboard.is_symlink():
+        return
+    if tensorboard.is_symlink() or tensorboard.resolve().parent != log_dir.resolve():
+        raise SystemExit(f"run {name}: {tensorboard} is a link; a study removes an unfinished run only inside --logs: "
+                         "remove the link")
+    for run_dir in [p for p in tensorboard.glob("*/*") if p.is_dir() and not p.is_symlink()]:
+        descriptor = os.open(run_dir, os.O_RDONLY)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(f"run {name}: {run_dir} is being written by {read_owner(run_dir / '.owner')}; it is not "
+                             "removed: wait for that process to end") from None
+        finally:
+            os.close(descriptor)
+    shutil.rmtree(tensorboard.resolve())  # safe: resolved, inside --logs (checked above), written by no live process
 
 
 def configuration(overrides: Sequence[str]) -> tuple[tuple[str, ...], int] | None:
@@ -48,8 +93,6 @@ def train_process(label: str, overrides: Sequence[str], process_dir: Path, run_l
     else starting it from `start_from`: (seconds, the command as shown, without log_dir). Started afresh, the folder's
     leftovers of a process cut before its first checkpoint are removed first, so each replica's run is version_0.
     `run_lock` keeps a second study process out of the folder; a failed process is one line naming its log."""
-    from benchmarks.lib.runner import remove_unfinished
-
     process_dir.mkdir(parents=True, exist_ok=True)
     with run_lock(label, process_dir):
         resume = process_checkpoint(process_dir)
@@ -59,8 +102,8 @@ def train_process(label: str, overrides: Sequence[str], process_dir: Path, run_l
         start = resume or start_from
         cmd = [sys.executable, str(REPO / "train.py"), *overrides, f"log_dir={process_dir}"] + ([f"ckpt_path={start}"] if start else [])
         begun = time.perf_counter()
-        with open(process_dir / "train.log", "a") as log:
-            log.write(f"\n$ {shlex.join(cmd)}\n")
+        with appending(process_dir / "train.log") as log:  # the process's output follows the earlier attempts'
+            log.write(f"\n$ {shlex.join(cmd)}\n".encode())
             log.flush()
             done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         seconds = time.perf_counter() - begun
@@ -117,7 +160,7 @@ def train_pack(names: Sequence[str], requests: dict[str, tuple[list[str], Path]]
         log_dir = requests[name][1]
         hand_over(pack_dir, f"*-seed{seed}", log_dir)
         record = {"seconds": seconds / len(names), "process_seconds": seconds, "replicas": len(names), "command": shown}
-        (log_dir / PACKED).write_text(json.dumps(record) + "\n")
+        write_file(log_dir / PACKED, json.dumps(record) + "\n")
 
 
 def packed_run(log_dir: Path) -> tuple[Path, float, str] | None:
@@ -125,6 +168,6 @@ def packed_run(log_dir: Path) -> tuple[Path, float, str] | None:
     path = log_dir / PACKED
     if not path.exists():
         return None
-    record = json.loads(path.read_text())
+    record = json.loads(read_regular(path))
     (run_dir,) = log_dir.glob("tensorboard/*/version_0")
     return run_dir, float(record["seconds"]), str(record["command"])

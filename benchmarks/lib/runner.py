@@ -8,21 +8,19 @@ when it stopped before its first checkpoint), so an interrupted study continues 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import fnmatch
 import json
 import math
 import os
 import platform
 import shlex
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
+from benchmarks.lib.packing import packed_run, remove_unfinished, run_lock
 from common.files import appending, open_regular, write_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,8 +37,6 @@ def train(name: str, overrides: Sequence[str], log_dir: Path) -> tuple[Path, flo
     The study process holds `log_dir` locked while its run trains, and removes an unfinished run only when no process
     holds it or its TensorBoard run: two study processes given the same --logs and run (--only) never remove each
     other's live run; the second says so in one line."""
-    from benchmarks.lib.packing import packed_run
-
     packed = packed_run(log_dir)
     if packed is not None:  # trained as a replica of a pack (benchmarks/lib/packing.py)
         return packed
@@ -60,44 +56,6 @@ def train(name: str, overrides: Sequence[str], log_dir: Path) -> tuple[Path, flo
     (run_dir,) = log_dir.glob("tensorboard/*/version_0")
     shown = shlex.join(["python", "train.py", *(o.replace(f"{REPO}/", "") for o in overrides)])
     return run_dir, time.perf_counter() - start, shown
-
-
-@contextlib.contextmanager
-def run_lock(name: str, log_dir: Path) -> Iterator[None]:
-    """An exclusive flock on the run's `log_dir` for as long as this process trains it; one line if another holds it."""
-    descriptor = os.open(log_dir, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SystemExit(f"run {name}: {log_dir} is being trained by another study process (the same --logs and "
-                             "run); wait for it to end, or give this one another --logs") from None
-        yield
-    finally:
-        os.close(descriptor)  # releases the lock
-
-
-def remove_unfinished(name: str, log_dir: Path) -> None:
-    """Remove `log_dir/tensorboard` (a run that stopped before its first checkpoint), unless a process still writes one
-    of its runs (train.py holds its run directory locked: launch/runs/run_directory.py) or it leads outside `log_dir`."""
-    from launch.runs.run_directory import read_owner
-
-    tensorboard = log_dir / "tensorboard"
-    if not tensorboard.exists() and not tensorboard.is_symlink():
-        return
-    if tensorboard.is_symlink() or tensorboard.resolve().parent != log_dir.resolve():
-        raise SystemExit(f"run {name}: {tensorboard} is a link; a study removes an unfinished run only inside --logs: "
-                         "remove the link")
-    for run_dir in [p for p in tensorboard.glob("*/*") if p.is_dir() and not p.is_symlink()]:
-        descriptor = os.open(run_dir, os.O_RDONLY)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SystemExit(f"run {name}: {run_dir} is being written by {read_owner(run_dir / '.owner')}; it is not "
-                             "removed: wait for that process to end") from None
-        finally:
-            os.close(descriptor)
-    shutil.rmtree(tensorboard.resolve())  # safe: resolved, inside --logs (checked above), written by no live process
 
 
 class NotYet(Exception):

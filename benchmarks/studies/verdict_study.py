@@ -40,6 +40,7 @@ from benchmarks.lib.plots import curve_grid
 from benchmarks.lib.records import epoch_of, read_curves
 from benchmarks.lib.stats import fmt, holm, paired_interval, paired_p, t_threshold, two_sample_p
 from benchmarks.studies.cache.study import DIAGNOSTICS
+from common.files import read_regular, write_file
 
 EPOCHS = 500  # the paper's `--epoch 500`
 BRANCH_EPOCH = 300  # the paper's `start = 300`: the cache is read from here on
@@ -195,7 +196,7 @@ def train_process(process: Process, args: argparse.Namespace, made_on: str) -> N
     if not finished.exists():
         print(f"{process.name}: {len(process.runs)} runs as the replicas of one process ...", flush=True)
         seconds, command = packing.train_process(process.name, process.overrides, process_dir, runner.run_lock, start_from)
-        runner.write_atomically(finished, json.dumps({"seconds": seconds, "command": command}) + "\n")
+        write_file(finished, json.dumps({"seconds": seconds, "command": command}) + "\n")
     done = runner.read_json(finished)
     if process.stage == "trunk":
         shared = {sha256(packing.process_checkpoint(process_dir))}
@@ -208,7 +209,7 @@ def train_process(process: Process, args: argparse.Namespace, made_on: str) -> N
                   **read_curves(run_dir, extra_tags=[f"train/{tag}" for tag in DIAGNOSTICS])}
         if shared:
             record["branch_sha256"] = next(iter(shared))  # the trunk checkpoint this run shares with its seed's others
-        runner.write_atomically(args.out / "runs" / f"{name}.json", json.dumps(record) + "\n")
+        write_file(args.out / "runs" / f"{name}.json", json.dumps(record) + "\n")
         print(f"{name}: {record['seconds'] / 60:.1f} min" + runner.test_nll(record), flush=True)
 
 
@@ -354,11 +355,11 @@ def write_report(args: argparse.Namespace) -> Path:
     lines += comparison_lines(values, (REFIT_MEASURE,), "The refit-q check, secondary", args.branch_epoch)
     findings = args.out / "FINDINGS.md"
     if findings.exists():
-        lines += ["", findings.read_text()]
+        lines += ["", read_regular(findings).decode()]
     commands = dict.fromkeys(r["command"] for r in records.values())  # each run's train.py command, once
-    (args.out / "commands.txt").write_text("".join(f"{command}\n" for command in commands))
+    write_file(args.out / "commands.txt", "".join(f"{command}\n" for command in commands))
     report = args.out / "report.md"
-    report.write_text("\n".join(lines) + "\n")
+    write_file(report, "\n".join(lines) + "\n")
     return report
 
 

@@ -128,11 +128,6 @@ ALLOWED = {
     ("launch/runs/worker_slots.py", "os.open"): "a lock file, flocked and never written",
     ("benchmarks/robustness/bad_inputs.py", "mkfifo"): "a bad input it plants for a case: a FIFO where a checkpoint should be",
     ("benchmarks/robustness/bad_inputs.py", "shutil.copytree"): "into a folder it just made, each file by the one writer",
-    # Rewritten on another branch; their writes go through common/files.py there.
-    ("benchmarks/lib/packing.py", "open"): "train.log of a pack",
-    ("benchmarks/lib/packing.py", "write_text"): "a packed run's record",
-    ("benchmarks/studies/verdict_study.py", "write_text"): "the study's report and commands",
-    ("benchmarks/studies/verdict_study.py", "shutil.copyfile"): "a branch point's checkpoint",
 }
 
 
