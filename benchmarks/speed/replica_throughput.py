@@ -11,7 +11,8 @@ steps/s and replica-steps/s, and the speed-up of R replicas over R = 1 (the goal
 replica-steps/s). The plain single-run step of the model (no vmap) is the first line of each block, so that R = 1's
 cost of vmap is seen too. In the eager block each R also times one whole validation of the R replicas as a study
 validates (`--val-images` images in batches of 500, `--val-samples` importance samples each; eager in both modes, as
-`model.compile=step` compiles the training step only). Each line is written as soon as it is measured, to the
+`model.compile=step` compiles the training step only), and each line gives the seconds of the first step (compiled:
+the compilation). Each line is written as soon as it is measured, to the
 terminal and to --out.
 
 `--mps-probe` first says whether CUDA MPS's control program is on the machine and whether a daemon runs (it starts
@@ -93,6 +94,15 @@ def measure(fn, device: torch.device, seconds: float) -> float:
     return median_seconds(fn, seconds, num_threads=torch.get_num_threads(), warm_up=3)
 
 
+def first_call_seconds(fn, device: torch.device) -> float:
+    """Seconds of one call, synchronized: the first call of a compiled step is its compilation."""
+    start = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
 def mps_probe(say) -> None:
     control = shutil.which("nvidia-cuda-mps-control")
     say(f"CUDA MPS: nvidia-cuda-mps-control {'at ' + control if control else 'not on this machine'}")
@@ -122,22 +132,28 @@ def lanes_against_replicas(lanes: int, name: str, seconds: float, say) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--replicas", type=lambda s: [int(r) for r in s.split(",")], default=[1, 4, 8, 16, 32])
+    parser.add_argument("--replicas", type=lambda s: [int(r) for r in s.split(",")],
+                        help="the R measured, comma-separated (default 1,4,8,16,32; --quick: 1,2)")
     parser.add_argument("--models", type=lambda s: s.split(","), default=["jsa", "rws"])
     parser.add_argument("--seconds", type=float, default=2.0, help="timing per measurement (blocked_autorange)")
     parser.add_argument("--no-compile", action="store_true", help="eager only")
+    parser.add_argument("--compiled-only", action="store_true", help="compiled only (with --quick too: the CPU's compile)")
     parser.add_argument("--mps-probe", action="store_true", help="MPS's presence, then processes against replicas (CUDA)")
     parser.add_argument("--lanes", type=int, default=8, help="processes of --mps-probe")
     parser.add_argument("--val-images", type=int, default=5000, help="images of the timed validation (default 5000, "
                         "experiment=jsa_paper's val split; 0: no validation timed)")
     parser.add_argument("--val-samples", type=int, default=1000, help="importance samples an image (default 1000)")
-    parser.add_argument("--quick", action="store_true", help="a CPU smoke run: tiny networks, R = 1, 2, a 500-image "
-                        "validation at 4 samples")
+    parser.add_argument("--quick", action="store_true", help="a CPU smoke run: tiny networks, a 500-image validation "
+                        "at 4 samples, eager unless --compiled-only")
     parser.add_argument("--out", type=Path, help="also write the lines to this file")
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() and not args.quick else "cpu")
+    if args.no_compile and args.compiled_only:
+        parser.error("--no-compile and --compiled-only: give one")
     if args.quick:
-        args.replicas, args.seconds, args.no_compile, args.val_images, args.val_samples = [1, 2], 0.2, True, EVAL_BATCH, 4
+        args.replicas, args.val_images, args.val_samples = args.replicas or [1, 2], EVAL_BATCH, 4
+        args.seconds, args.no_compile = min(args.seconds, 0.2), not args.compiled_only
+    args.replicas = args.replicas or [1, 4, 8, 16, 32]
     out = open(args.out, "w") if args.out else None
 
     def say(line: str) -> None:
@@ -152,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
         mps_probe(say)
         lanes_against_replicas(args.lanes, "jsa", args.seconds, say)
     for model in args.models:
-        for compile in ([False] if args.no_compile else [False, True]):
+        for compile in ([False] if args.no_compile else [True] if args.compiled_only else [False, True]):
             mode = "compiled (model.compile=step)" if compile else "eager"
             base = None
             for r in args.replicas:
@@ -160,9 +176,11 @@ def main(argv: list[str] | None = None) -> None:
                 if base is None:
                     t_single = measure(single, device, args.seconds)
                     say(f"{model} {mode}: the plain single-run step: {1000 * t_single:.2f} ms, {1 / t_single:.1f} steps/s")
+                first = first_call_seconds(replicated, device)  # compiled: the compilation
                 t = measure(replicated, device, args.seconds)
                 base = base or r / t
-                say(f"{model} {mode}: R = {r:2d}: {1000 * t:.2f} ms/step, {r / t:.1f} replica-steps/s, {r / t / base:.2f}x R = 1")
+                say(f"{model} {mode}: R = {r:2d}: {1000 * t:.2f} ms/step, {r / t:.1f} replica-steps/s, {r / t / base:.2f}x R = 1, "
+                    f"first step {first:.1f} s")
                 if args.val_images and not compile:
                     batches = -(-args.val_images // EVAL_BATCH)
                     v = measure(validation, device, args.seconds) * batches
