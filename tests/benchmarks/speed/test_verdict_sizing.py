@@ -65,3 +65,20 @@ def test_a_validation_timed_at_other_sizes_is_scaled_to_the_studys(tmp_path):
     figures = verdict_sizing.read_tables(tmp_path / "t.txt")
     assert figures["v_jsa"] == {1: pytest.approx(0.1 * 10 * 250)} and figures["v_rws"] == {1: 0.2}
     assert figures["t_jsa"] == {1: 0.002} and figures["c_rws"] == {1: 5.0}
+
+
+def test_the_sizing_reads_the_lines_replica_throughput_writes(tmp_path, monkeypatch):
+    # replica_throughput's own output, its steps stubbed: the compiled lines (the only mode --compiled-only measures)
+    # and the eager block's validation lines are what the sizing parses.
+    from benchmarks.speed import replica_throughput
+
+    calls = []
+    monkeypatch.setattr(replica_throughput, "build", lambda model, r, compile, *_: (
+        (lambda: calls.append((model, r, compile))), (lambda: None), (lambda: None)))
+    replica_throughput.main(["--quick", "--compiled-only", "--replicas", "1,3", "--out", str(tmp_path / "compiled.txt")])
+    replica_throughput.main(["--quick", "--replicas", "1,3", "--out", str(tmp_path / "eager.txt")])
+    assert {compile for *_, compile in calls} == {True, False}
+    assert not any("eager" in line for line in (tmp_path / "compiled.txt").read_text().splitlines()[1:])
+    figures = verdict_sizing.read_tables(tmp_path / "eager.txt", tmp_path / "compiled.txt")
+    assert {name: sorted(points) for name, points in figures.items()} == {
+        f"{kind}_{model}": [1, 3] for kind in "tcv" for model in ("jsa", "rws")}
