@@ -1,10 +1,14 @@
-"""A study's runs that share a configuration, trained as the replicas of one process (`--replicas-per-process N`,
-docs/replicas.md): runs whose train.py overrides differ in `seed=S` alone are packed N at a time into one
-`train.py ... replicas.seeds=[...]` process, which fills a GPU that one small run leaves mostly idle.
+"""A study's runs trained as the replicas of one process (docs/replicas.md): one `train.py ... replicas.seeds=[...]`
+process fills a GPU that one small run leaves mostly idle.
 
-Each replica's TensorBoard run is then moved to where its run would have trained alone (`<logs>/<name>/tensorboard/`),
-beside a `packed.json` saying so, and `runner.train` hands that run over without training it again: the study records,
-reports and resumes it as it does any run. An interrupted pack resumes from its process's last.ckpt.
+- `train_process` trains (or resumes) one replicated process in a log folder of its own: from its own last.ckpt when
+  it has one (written at every validation), else from `start_from` (a trunk process's checkpoint: its arms branch
+  from it, launch/runs/replicas.py: trunk_to_branch), else from scratch.
+- `hand_over` moves a finished replica's TensorBoard run to where its run would have trained alone
+  (`<logs>/<name>/tensorboard/`): the study records, reports and measures it as it does any run.
+- `--replicas-per-process N` of a study whose runs differ in their seed alone (`plan_packs`, `train_pack`) packs them N
+  to a process, beside a `packed.json` in each run's log_dir, and `runner.train` hands that run over without training it
+  again.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from pathlib import Path
 from typing import Callable, ContextManager, Sequence
 
 SEED = re.compile(r"^seed=(\d+)$")
-PACKED = "packed.json"
-REPO = Path(__file__).resolve().parents[2]  # in a run's log_dir: its run was trained in a pack
+PACKED = "packed.json"  # in a run's log_dir: its run was trained in a pack
+REPO = Path(__file__).resolve().parents[2]
 
 
 def configuration(overrides: Sequence[str]) -> tuple[tuple[str, ...], int] | None:
@@ -32,10 +36,57 @@ def configuration(overrides: Sequence[str]) -> tuple[tuple[str, ...], int] | Non
     return tuple(o for o in overrides if not SEED.match(o)), int(SEED.match(seeds[0]).group(1))
 
 
+def process_checkpoint(process_dir: Path) -> Path | None:
+    """The last.ckpt of the replicated process trained with `log_dir=process_dir` (every replica's resume point), if any."""
+    found = sorted(process_dir.glob("replicas/*/*/checkpoints/last.ckpt"))
+    return found[-1] if found else None
+
+
+def train_process(label: str, overrides: Sequence[str], process_dir: Path, run_lock: Callable[[str, Path], ContextManager],
+                  start_from: Path | None = None) -> tuple[float, str]:
+    """Train `python train.py *overrides log_dir=process_dir` (a replicated process), resuming it from its own last.ckpt,
+    else starting it from `start_from`: (seconds, the command as shown, without log_dir). Started afresh, the folder's
+    leftovers of a process cut before its first checkpoint are removed first, so each replica's run is version_0.
+    `run_lock` keeps a second study process out of the folder; a failed process is one line naming its log."""
+    from benchmarks.lib.runner import remove_unfinished
+
+    process_dir.mkdir(parents=True, exist_ok=True)
+    with run_lock(label, process_dir):
+        resume = process_checkpoint(process_dir)
+        if resume is None:
+            remove_unfinished(label, process_dir)
+            shutil.rmtree(process_dir / "replicas", ignore_errors=True)  # safe: inside the study's --logs, locked above
+        start = resume or start_from
+        cmd = [sys.executable, str(REPO / "train.py"), *overrides, f"log_dir={process_dir}"] + ([f"ckpt_path={start}"] if start else [])
+        begun = time.perf_counter()
+        with open(process_dir / "train.log", "a") as log:
+            log.write(f"\n$ {shlex.join(cmd)}\n")
+            log.flush()
+            done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        seconds = time.perf_counter() - begun
+    if done.returncode != 0:
+        raise SystemExit(f"{label} failed (exit {done.returncode}); its output: {process_dir / 'train.log'}")
+    return seconds, shlex.join(["python", "train.py", *(o.replace(f"{REPO}/", "") for o in overrides)])
+
+
+def hand_over(process_dir: Path, replica: str, log_dir: Path) -> Path:
+    """Move the replica run whose TensorBoard folder under `process_dir`/tensorboard/ matches the glob `replica` to
+    `log_dir/tensorboard/`, where its run would have trained alone; its run directory there. Idempotent: a run moved
+    before is found where it lies."""
+    moved = sorted(log_dir.glob(f"tensorboard/{replica}/version_0"))
+    if moved:
+        return moved[0]
+    (run,) = process_dir.glob(f"tensorboard/{replica}/version_0")
+    target = log_dir / "tensorboard" / run.parent.name / "version_0"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(run), str(target))
+    return target
+
+
 def plan_packs(requests: dict[str, tuple[list[str], Path] | None], size: int) -> list[list[str]]:
     """Packs of at most `size` runs of one configuration (in the given order), of runs not yet trained (no last.ckpt of
     their own, no packed.json); a configuration of one run stays a single run, and so does a run whose request is None
-    (the study trains it alone: it starts from another run's checkpoint, or tests after training, which replicas do not)."""
+    (the study trains it alone)."""
     groups: dict[tuple[str, ...], list[str]] = {}
     for name, request in requests.items():
         if request is None:
@@ -51,33 +102,16 @@ def plan_packs(requests: dict[str, tuple[list[str], Path] | None], size: int) ->
 
 def train_pack(names: Sequence[str], requests: dict[str, tuple[list[str], Path]], packs_dir: Path,
                run_lock: Callable[[str, Path], ContextManager]) -> None:
-    """Train `names` as one replicated process (resuming it if it was interrupted; `run_lock` keeps a second study
-    process out of it), then put each replica's run in its run's log_dir with a packed.json (the process's seconds
-    shared among its replicas, and its command)."""
+    """Train `names` as one replicated process (`train_process`), then put each replica's run in its run's log_dir with
+    a packed.json (the process's seconds shared among its replicas, and its command)."""
     common = configuration(requests[names[0]][0])[0]
     seeds = [configuration(requests[name][0])[1] for name in names]
     pack_dir = packs_dir / f"{names[0]}-x{len(names)}"
-    pack_dir.mkdir(parents=True, exist_ok=True)
-    with run_lock(f"pack {names[0]} (x{len(names)})", pack_dir):
-        resume = sorted(pack_dir.glob("replicas/*/*/checkpoints/last.ckpt"))
-        cmd = [sys.executable, str(REPO / "train.py"), *common, f"replicas.seeds=[{','.join(map(str, seeds))}]",
-               f"log_dir={pack_dir}"] + ([f"ckpt_path={resume[-1]}"] if resume else [])
-        start = time.perf_counter()
-        with open(pack_dir / "train.log", "a") as log:
-            log.write(f"\n$ {shlex.join(cmd)}\n")
-            log.flush()
-            done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"pack of {', '.join(names)} failed (exit {done.returncode}); its output: {pack_dir / 'train.log'}")
-    shown = shlex.join(["python", "train.py", *(o.replace(f"{REPO}/", "") for o in cmd[2:-1 if resume else None]
-                                               if not o.startswith("log_dir="))])
+    seconds, shown = train_process(f"pack {names[0]} (x{len(names)})", [*common, f"replicas.seeds=[{','.join(map(str, seeds))}]"],
+                                   pack_dir, run_lock)
     for name, seed in zip(names, seeds):
-        (run,) = pack_dir.glob(f"tensorboard/*-seed{seed}/version_0")
         log_dir = requests[name][1]
-        target = log_dir / "tensorboard" / run.parent.name / "version_0"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(run), str(target))
+        hand_over(pack_dir, f"*-seed{seed}", log_dir)
         record = {"seconds": seconds / len(names), "process_seconds": seconds, "replicas": len(names), "command": shown}
         (log_dir / PACKED).write_text(json.dumps(record) + "\n")
 

@@ -31,12 +31,8 @@ def last_checkpoint(log_dir: Path) -> Path | None:
     return found[0] if found else None
 
 
-def train(name: str, overrides: Sequence[str], log_dir: Path, start_from: Path | None = None) -> tuple[Path, float, str]:
+def train(name: str, overrides: Sequence[str], log_dir: Path) -> tuple[Path, float, str]:
     """Train (or resume) one run with `log_dir=log_dir`: (its TensorBoard run directory, seconds, the command as shown).
-
-    `start_from`: a checkpoint outside `log_dir` the run starts from when it has no last.ckpt of its own (a branch of
-    another run: its parameters, optimizer, epoch and JSA cache, trained on with these overrides, logged as a new
-    TensorBoard run under `log_dir`); once the run has saved a checkpoint, it resumes from its own.
 
     The study process holds `log_dir` locked while its run trains, and removes an unfinished run only when no process
     holds it or its TensorBoard run: two study processes given the same --logs and run (--only) never remove each
@@ -51,7 +47,6 @@ def train(name: str, overrides: Sequence[str], log_dir: Path, start_from: Path |
         ckpt = last_checkpoint(log_dir)
         if ckpt is None:  # stopped before its first checkpoint (or never started): start it afresh, in version_0
             remove_unfinished(name, log_dir)
-            ckpt = start_from
         cmd = [sys.executable, str(REPO / "train.py"), *overrides, f"log_dir={log_dir}"] + ([f"ckpt_path={ckpt}"] if ckpt else [])
         start = time.perf_counter()
         with open(log_dir / "train.log", "a") as log:
@@ -296,10 +291,11 @@ def add_run_selection_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_study_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, positive: Sequence[str],
-                          choices: dict[str, tuple[list[str], list[str]]] | None = None) -> None:
+                          choices: dict[str, tuple[list[str], list[str]]] | None = None, empty_report: bool = False) -> None:
     """parser.error for a count below 1 (`positive`, by attribute name) or a name outside its choices ({option:
     (given, known)}) or an --out or --logs that is a file; then --out and --logs made absolute, --report-only's records
-    checked, and --out/runs created."""
+    checked (none is an error unless `empty_report`: a study whose report says that no run has finished), and
+    --out/runs created."""
     for name in (*positive, "replicas_per_process"):
         if getattr(args, name, 1) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -308,7 +304,7 @@ def check_study_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
             parser.error(f"--{name}: unknown {', '.join(sorted(set(given) - set(known)))}; choose from {', '.join(known)}")
     check_directory_options(parser, args, ("out", "logs"))
     args.out, args.logs = args.out.resolve(), args.logs.resolve()
-    if args.report_only:
+    if args.report_only and not empty_report:
         read_records(args.out, report_only=True)
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
 

@@ -2,36 +2,40 @@
 epoch 300, against RWS, five seeds an arm, with the comparisons fixed here before any run (benchmarks/results/
 verdict-study/PLAN.md says the same in words; a test holds the two together).
 
-    python -m benchmarks.studies.verdict_study --lanes 8           # every run (resumable), then the report
-    python -m benchmarks.studies.verdict_study --only 'jsa-*-s0'   # a subset, to spread the study over leases
+    python -m benchmarks.studies.verdict_study                     # every run (resumable), then the report
+    python -m benchmarks.studies.verdict_study --only 'rws-*'      # the processes of these runs only
     python -m benchmarks.studies.verdict_study --is-resolution     # finished runs' NLL at 1000 and 20,000 samples
     python -m benchmarks.studies.verdict_study --refit-q           # a fresh q for each final decoder, NLL at 5000
-    python -m benchmarks.studies.verdict_study --report-only       # the report from the records
+    python -m benchmarks.studies.verdict_study --report-only       # the report from the records (none: it says so)
 
-Arms, each `python train.py experiment=jsa_paper ...` (configs/experiment/jsa_paper.yaml: 500 epochs, validation
-every 5 with 1000 importance samples, test at the best validation):
-- `jsa-never`: JSA with its cache written and never read (`model.cache_start_epoch=null`). It trains in two stages in
-  one log directory: `jsa-never-s<seed>-to300` to epoch 300 (no test), whose last.ckpt is copied to
-  `--logs/branch-points/` (the branch point), then `jsa-never-s<seed>` resumes it to epoch 500.
-- `jsa-cache300` (the paper's cache, read from epoch 300, ρ = 0) and `jsa-cache300-rho0.2` (ρ = 0.2): each starts
-  from its seed's branch point (runner.train's `start_from`: parameters, Adam state, epoch and the cache filled over
-  300 epochs) and trains epochs 301-500 with the cache read. The pair shares its first 300 epochs exactly (one file,
-  its sha256 kept in both records), so cache − no cache is a paired comparison per seed.
-- `rws`, and `vimco` with --vimco: 500 epochs from scratch.
+Every arm trains as replicas (docs/replicas.md), `--replicas-per-process` seeds to a train.py process (default: all),
+each `experiment=jsa_paper` (configs/experiment/jsa_paper.yaml: validation every 5 epochs with 1000 importance
+samples, the test at each run's best validation):
+- JSA, per group of seeds, two processes one after the other: the trunk (`model=jsa model.cache_start_epoch=null`,
+  the cache written and never read; runs `jsa-never-s<seed>-to<B>`) to the branch epoch B (`--branch-epoch`, the
+  paper's 300), no test; then, from the trunk process's own last.ckpt, one process of three arms
+  (`replicas.arms=[{},{cache_start_epoch:B},{cache_start_epoch:B,cache_refresh:0.2}]`: `jsa-never`, the paper's cache
+  `jsa-cache300` and `jsa-cache300-rho0.2`), epochs B+1 to 500 with the test. Every arm of a seed starts as that seed's
+  trunk replica (launch/runs/replicas.py: trunk_to_branch), so each seed's three runs share epochs 1-B exactly (the
+  trunk checkpoint's sha256 is kept in their records): cache − no cache is a paired comparison per seed. Each arm is a
+  run of its own: its curves and its best validation are its own (epochs B+5 to 500).
+- `rws`, and `vimco` with --vimco: one process per group of seeds, 500 epochs from scratch, then the test.
 
-A run's record is written the moment it finishes (benchmarks/lib/runner.py); an interrupted run resumes from its
-last.ckpt (written at every validation), so a lease that ends loses at most the epochs since the last validation.
+A process trains in its own folder under `--logs/processes/`; when it finishes, each replica's run is moved to
+`--logs/<run>/` (benchmarks/lib/packing.py) and its record written at once. A process cut short (a timeout) resumes
+from its last.ckpt, written at every validation, when the same command runs again on the same machine.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
+import json
 import statistics
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.lib import runner
+from benchmarks.lib import packing, runner
 from benchmarks.lib.plots import curve_grid
 from benchmarks.lib.records import epoch_of, read_curves
 from benchmarks.lib.stats import fmt, holm, paired_interval, paired_p, t_threshold, two_sample_p
@@ -40,17 +44,27 @@ from benchmarks.studies.cache.study import DIAGNOSTICS
 EPOCHS = 500  # the paper's `--epoch 500`
 BRANCH_EPOCH = 300  # the paper's `start = 300`: the cache is read from here on
 SEEDS = 5
+JSA = ["model=jsa", "model.cache_start_epoch=null"]  # the trunk's process and its arms': the cache written, not read
 
-# arm -> (label, train.py overrides after `experiment=jsa_paper`)
+# arm -> (label, the process's train.py overrides after `experiment=jsa_paper`); {branch}: --branch-epoch
 ARMS = {
-    "jsa-never": ("JSA, no cache", ["model=jsa", "model.cache_start_epoch=null"]),
-    "jsa-cache300": ("JSA, the paper's cache (from epoch 300, ρ = 0)", ["model=jsa", f"model.cache_start_epoch={BRANCH_EPOCH}"]),
-    "jsa-cache300-rho0.2": ("JSA, cache from epoch 300, ρ = 0.2",
-                            ["model=jsa", f"model.cache_start_epoch={BRANCH_EPOCH}", "model.cache_refresh=0.2"]),
+    "jsa-never": ("JSA, no cache", JSA),
+    "jsa-cache300": ("JSA, the paper's cache (from epoch {branch}, ρ = 0)", JSA),
+    "jsa-cache300-rho0.2": ("JSA, cache from epoch {branch}, ρ = 0.2", JSA),
     "rws": ("RWS", ["model=rws"]),
     "vimco": ("VIMCO", ["model=vimco"]),  # with --vimco only; described, in no pre-registered comparison
 }
-BRANCHES = ("jsa-cache300", "jsa-cache300-rho0.2")  # continued from jsa-never's epoch-300 checkpoint
+BRANCHES = ("jsa-never", "jsa-cache300", "jsa-cache300-rho0.2")  # the arms of the process that starts from the trunk
+
+
+def arm_settings(arm: str, branch_epoch: int) -> dict[str, float | int]:
+    """A JSA arm's settings in `replicas.arms` (the model settings its replicas differ in)."""
+    return {"jsa-never": {}, "jsa-cache300": {"cache_start_epoch": branch_epoch},
+            "jsa-cache300-rho0.2": {"cache_start_epoch": branch_epoch, "cache_refresh": 0.2}}[arm]
+
+
+def label(arm: str, branch_epoch: int = BRANCH_EPOCH) -> str:
+    return ARMS[arm][0].format(branch=branch_epoch)
 
 
 @dataclass(frozen=True)
@@ -59,7 +73,7 @@ class Comparison:
 
     a: str
     b: str
-    paired: bool  # by seed: b's and a's runs share their first 300 epochs
+    paired: bool  # by seed: b's and a's runs share their first epochs (the trunk)
 
 
 # Fixed before the runs (issue 56): each at both measures, Holm over all of them together.
@@ -78,73 +92,158 @@ def run_name(arm: str, seed: int) -> str:
     return f"{arm}-s{seed}"
 
 
-def trunk_name(seed: int) -> str:
-    return f"jsa-never-s{seed}-to{BRANCH_EPOCH}"
+def trunk_name(seed: int, branch_epoch: int) -> str:
+    return f"jsa-never-s{seed}-to{branch_epoch}"
 
 
-def plan(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
-    """(run name, stage, arm, seed): the trunks and RWS of every seed first (they wait for nothing), then what waits
-    for a trunk: the no-cache continuation and the branches."""
-    arms = [arm for arm in args.arms if arm != "vimco" or args.vimco]
-    jobs = [(trunk_name(seed), "trunk", "jsa-never", seed) for seed in range(args.seeds) if "jsa-never" in arms]
-    jobs += [(run_name(arm, seed), "scratch", arm, seed) for seed in range(args.seeds) for arm in ("rws", "vimco") if arm in arms]
-    jobs += [(run_name(arm, seed), "continued" if arm == "jsa-never" else "branch", arm, seed)
-             for seed in range(args.seeds) for arm in ("jsa-never", *BRANCHES) if arm in arms]
+@dataclass(frozen=True)
+class Process:
+    """One replicated train.py process: `runs` maps each of its run names to (arm, seed, replica settings)."""
+
+    name: str  # its folder under --logs/processes
+    stage: str  # "trunk" (JSA to the branch epoch), "branch" (JSA's arms from the trunk) or "scratch" (RWS, VIMCO)
+    overrides: tuple[str, ...]  # train.py overrides, without log_dir and ckpt_path
+    runs: tuple[tuple[str, str, int, tuple[tuple[str, float | int], ...]], ...]  # (run, arm, seed, arm settings)
+    epochs: int
+    trunk: str | None = None  # the process whose last.ckpt this one starts from (its arms branch from it)
+
+
+def seed_groups(args: argparse.Namespace) -> list[list[int]]:
+    size = args.replicas_per_process or args.seeds
+    return [list(range(args.seeds))[i:i + size] for i in range(0, args.seeds, size)]
+
+
+def common(seeds: list[int], epochs: int, args: argparse.Namespace) -> list[str]:
+    return ["experiment=jsa_paper", f"replicas.seeds=[{','.join(map(str, seeds))}]", f"trainer.max_epochs={epochs}",
+            f"trainer.check_val_every_n_epoch={args.val_every}", f"model.val_num_samples={args.val_samples}"]
+
+
+def hydra_value(settings: dict) -> str:
+    return "{" + ",".join(f"{key}:{value}" for key, value in settings.items()) + "}"
+
+
+def plan(args: argparse.Namespace) -> list[list[Process]]:
+    """The jobs, each a list of processes trained one after the other: per group of seeds, JSA's trunk then its arms;
+    RWS (and VIMCO). A job's processes wait for nothing outside it."""
+    jobs = []
+    for seeds in seed_groups(args):
+        group = f"s{seeds[0]}-{seeds[-1]}"
+        arms = [arm for arm in BRANCHES if arm in args.arms]
+        if arms:
+            trunk = Process(f"jsa-trunk-{group}-to{args.branch_epoch}", "trunk",
+                            (*common(seeds, args.branch_epoch, args), *JSA, "run_test=false", *args.extra),
+                            tuple((trunk_name(s, args.branch_epoch), "jsa-never", s, ()) for s in seeds), args.branch_epoch)
+            settings = [arm_settings(arm, args.branch_epoch) for arm in arms]
+            branches = Process(f"jsa-arms-{group}-from{args.branch_epoch}", "branch",
+                               (*common(seeds, args.epochs, args), *JSA, f"replicas.arms=[{','.join(map(hydra_value, settings))}]",
+                                "run_test=true", *args.extra),
+                               tuple((run_name(arm, s), arm, s, tuple(arm_settings(arm, args.branch_epoch).items()))
+                                     for arm in arms for s in seeds), args.epochs, trunk=trunk.name)
+            jobs.append([trunk, branches])
+        for arm in ("rws", "vimco"):
+            if arm in args.arms:
+                jobs.append([Process(f"{arm}-{group}", "scratch", (*common(seeds, args.epochs, args), *ARMS[arm][1], "run_test=true",
+                                                                  *args.extra),
+                                     tuple((run_name(arm, s), arm, s, ()) for s in seeds), args.epochs)])
     return jobs
 
 
-def overrides(arm: str, seed: int, epochs: int, args: argparse.Namespace) -> list[str]:
-    return ["experiment=jsa_paper", f"seed={seed}", f"trainer.max_epochs={epochs}",
-            f"trainer.check_val_every_n_epoch={args.val_every}", f"model.val_num_samples={args.val_samples}",
-            *ARMS[arm][1], *args.extra]
-
-
-def branch_point(args: argparse.Namespace, seed: int) -> Path:
-    return args.logs / "branch-points" / f"{trunk_name(seed)}.ckpt"
+def run_names(args: argparse.Namespace) -> list[str]:
+    return [run for job in plan(args) for process in job for run, *_ in process.runs]
 
 
 def sha256(path: Path) -> str:
-    """The branch point's digest, as the checkpoint files' own checksum computes it (imported here: it brings torch)."""
+    """The trunk checkpoint's digest, as the checkpoint files' own checksum computes it (imported here: it brings torch)."""
     from checkpoints.file_format import file_digest
 
     return file_digest(path)
 
 
-def train_request(name: str, stage: str, arm: str, seed: int, args: argparse.Namespace) -> tuple[list[str], Path] | None:
-    """With --replicas-per-process N, the trunks of N seeds train as one process (benchmarks/lib/packing.py); the branches
-    start from their trunk's checkpoint and RWS tests after training (experiment=jsa_paper's run_test): each alone."""
-    if stage != "trunk":
-        return None
-    return overrides(arm, seed, BRANCH_EPOCH, args) + ["run_test=false"], args.logs / run_name(arm, seed)
+def replica_dir_name(seed: int, settings: tuple[tuple[str, float | int], ...]) -> str:
+    """The glob of a replica's TensorBoard folder in its process (launch/runs/replicas.py: replica_names)."""
+    from launch.runs.replicas import replica_names
+
+    return replica_names("*", [seed], [dict(settings)])[0]
 
 
-def run_job(name: str, stage: str, arm: str, seed: int, args: argparse.Namespace) -> dict:
-    """Train one planned run; the continuation and the branches wait (runner.NotYet) for their seed's trunk record."""
-    log_dir = args.logs / run_name(arm, seed)  # the trunk and its continuation share one
-    start_from, trunk = None, {}
-    if stage in ("continued", "branch"):
-        trunk_record = args.out / "runs" / f"{trunk_name(seed)}.json"
-        if not trunk_record.exists():
-            raise runner.NotYet(f"{trunk_name(seed)} has not finished")
-        trunk = runner.read_json(trunk_record)
-    if stage == "branch":
-        start_from = branch_point(args, seed)
-        if not start_from.is_file() or sha256(start_from) != trunk["branch_sha256"]:
-            raise SystemExit(f"{name}: its branch point {start_from} is missing or is not the file {trunk_name(seed)} "
-                             f"wrote (sha256 {trunk['branch_sha256'][:12]}…); a branch starts only from its trunk's epoch "
-                             f"{BRANCH_EPOCH}: train the trunk again (delete its record) or restore the file")
-    epochs = BRANCH_EPOCH if stage == "trunk" else args.epochs
-    extra = ["run_test=false"] if stage == "trunk" else []  # the trunk's test would be at epoch <= 300: not the study's
-    run_dir, seconds, command = runner.train(name, overrides(arm, seed, epochs, args) + extra, log_dir, start_from)
-    record = {"name": name, "arm": arm, "seed": seed, "stage": stage, "epochs": epochs, "command": command, "seconds": seconds}
-    if stage == "trunk":
-        point = branch_point(args, seed)
-        point.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(runner.last_checkpoint(log_dir), point)  # outside the run: a branch logs a run of its own
-        record["branch_sha256"] = sha256(point)
-    elif trunk:
-        record["branch_sha256"] = trunk["branch_sha256"]  # the epochs 1-300 this run shares with its seed's others
-    return {**record, **read_curves(run_dir, extra_tags=[f"train/{tag}" for tag in DIAGNOSTICS])}
+def single_command(process: Process, seed: int, settings: tuple[tuple[str, float | int], ...]) -> str:
+    """The replica as the train.py command of its single run (what benchmarks/lib/at_checkpoints.py rebuilds it from)."""
+    overrides = [o for o in process.overrides if not o.startswith(("replicas.", "run_test="))]
+    return " ".join(["python", "train.py", *overrides[:1], f"seed={seed}", *overrides[1:],
+                     *(f"model.{key}={value}" for key, value in settings)])
+
+
+def train_process(process: Process, args: argparse.Namespace, made_on: str) -> None:
+    """Train one process (resuming it), then move its replicas' runs to --logs/<run>/ and write each run's record; a
+    process whose records all exist is skipped. A branch process starts from its trunk's last.ckpt, the file whose
+    sha256 the trunk's records keep."""
+    pending = [run for run in process.runs if not (args.out / "runs" / f"{run[0]}.json").exists()]
+    if not pending:
+        return
+    process_dir = args.logs / "processes" / process.name
+    finished = process_dir / "finished.json"
+    start_from, shared = None, None
+    if process.trunk is not None:
+        trunk_dir = args.logs / "processes" / process.trunk
+        start_from = packing.process_checkpoint(trunk_dir)
+        shared = {runner.read_json(args.out / "runs" / f"{trunk_name(seed, args.branch_epoch)}.json")["branch_sha256"]
+                  for _, _, seed, _ in process.runs}
+        if start_from is None or {sha256(start_from)} != shared:
+            raise SystemExit(f"{process.name}: its trunk's checkpoint {start_from or trunk_dir} is missing or is not the one "
+                             "the trunk's records name; the arms start only from their trunk's: train the trunk again "
+                             "(delete its records and its folder) or restore the file")
+    if not finished.exists():
+        print(f"{process.name}: {len(process.runs)} runs as the replicas of one process ...", flush=True)
+        seconds, command = packing.train_process(process.name, process.overrides, process_dir, runner.run_lock, start_from)
+        runner.write_atomically(finished, json.dumps({"seconds": seconds, "command": command}) + "\n")
+    done = runner.read_json(finished)
+    if process.stage == "trunk":
+        shared = {sha256(packing.process_checkpoint(process_dir))}
+    for name, arm, seed, settings in pending:
+        run_dir = packing.hand_over(process_dir, replica_dir_name(seed, settings), args.logs / name)
+        record = {"name": name, "arm": arm, "seed": seed, "stage": process.stage, "epochs": process.epochs,
+                  "command": single_command(process, seed, settings), "process_command": done["command"],
+                  "seconds": done["seconds"] / len(process.runs), "process_seconds": done["seconds"],
+                  "replicas": len(process.runs), "machine": made_on, "protocol": protocol(run_dir, args),
+                  **read_curves(run_dir, extra_tags=[f"train/{tag}" for tag in DIAGNOSTICS])}
+        if shared:
+            record["branch_sha256"] = next(iter(shared))  # the trunk checkpoint this run shares with its seed's others
+        runner.write_atomically(args.out / "runs" / f"{name}.json", json.dumps(record) + "\n")
+        print(f"{name}: {record['seconds'] / 60:.1f} min" + runner.test_nll(record), flush=True)
+
+
+def protocol(run_dir: Path, args: argparse.Namespace) -> dict:
+    """The settings a run trained with, for the report's Protocol line: the study's options and the run's own
+    hyperparameters (its hparams.yaml) that the line names."""
+    import yaml
+
+    hparams = yaml.safe_load((run_dir / "hparams.yaml").read_text()) if (run_dir / "hparams.yaml").exists() else {}
+    return {"epochs": args.epochs, "branch_epoch": args.branch_epoch, "val_every": args.val_every,
+            "val_samples": hparams.get("val_num_samples", args.val_samples), "test_samples": hparams.get("test_num_samples"),
+            "batch_size": hparams.get("batch_size"), "overrides": list(args.extra)}
+
+
+def train_all(args: argparse.Namespace) -> None:
+    """Every job (`plan`) with a run matching --only, --lanes at a time (each job's processes in order); a failed job
+    lets the others finish, then is raised."""
+    import os
+
+    jobs = [job for job in plan(args) if runner.selected([run for p in job for run, *_ in p.runs], args.only)]
+    if args.only and not jobs:
+        raise SystemExit(f"--only {','.join(args.only)}: no planned run matches; the plan's runs: {', '.join(run_names(args))}")
+    if args.lanes > 1:  # read by the train.py subprocesses' torch
+        os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // args.lanes))
+    made_on = runner.machine()
+
+    def run_job(job: list[Process]) -> None:
+        for process in job:
+            train_process(process, args, made_on)
+
+    with ThreadPoolExecutor(max_workers=args.lanes) as lanes:
+        results = [lanes.submit(run_job, job) for job in jobs]
+    failures = [result.exception() for result in results if result.exception() is not None]
+    if failures:
+        raise failures[0]
 
 
 # ---- the report ---------------------------------------------------------------------------------
@@ -170,7 +269,7 @@ def difference(values: dict[str, dict[int, float]], comparison: Comparison) -> t
 
 
 def comparison_lines(values_by_measure: dict[str, dict[str, dict[int, float]]], measures: tuple[str, ...] = MEASURES,
-                     which: str = "The pre-registered comparisons") -> list[str]:
+                     which: str = "The pre-registered comparisons", branch_epoch: int = BRANCH_EPOCH) -> list[str]:
     """The pre-registered comparisons at every measure of `measures`, Holm-adjusted over all of them (those not yet
     measurable count as not made: the family is the registered one, and the report says how many were made)."""
     rows, p_values = [], []
@@ -186,7 +285,7 @@ def comparison_lines(values_by_measure: dict[str, dict[str, dict[int, float]]], 
              "the comparisons made:", "",
              "| measure | a − b | test | seeds | mean | 95 % interval | p | Holm-adjusted p |", "|---|---|---|---|---|---|---|---|"]
     for (measure, comparison, result), q in zip(rows, adjusted):
-        name = f"{ARMS[comparison.a][0]} − {ARMS[comparison.b][0]}"
+        name = f"{label(comparison.a, branch_epoch)} − {label(comparison.b, branch_epoch)}"
         test = "paired by seed" if comparison.paired else "two-sample"
         if result is None:
             lines.append(f"| {measure} | {name} | {test} | – | not yet measured | – | – | – |")
@@ -223,40 +322,69 @@ def measured_values(args: argparse.Namespace, records: dict[str, dict]) -> dict[
 
 
 def write_report(args: argparse.Namespace) -> Path:
+    """report.md (and commands.txt) from the records under --out/runs, whatever their number (none: it says so)."""
     records = runner.read_records(args.out)
+    finished = {name: r for name, r in records.items() if r.get("stage") != "trunk"}
+    planned = run_names(args)
     lines = [f"# The verdict at {args.epochs} epochs: JSA with and without the paper's cache against RWS", "",
-             f"Protocol: `experiment=jsa_paper`, {args.epochs} epochs, val NLL from {args.val_samples} importance samples every "
-             f"{args.val_every} epochs, test NLL from 1000 samples on the 10,000 test images at the best val epoch; the cache "
-             f"arms branch from their seed's no-cache run at epoch {BRANCH_EPOCH}. The plan: PLAN.md. Written by `python -m "
-             f"benchmarks.studies.verdict_study` ({len(records)} of {len(plan(args))} planned runs finished).", ""]
+             *protocol_lines(records, args), "",
+             f"Written by `python -m benchmarks.studies.verdict_study` ({len(records)} of {len(planned)} planned runs finished"
+             + ("; no run has finished yet" if not records else "") + "). The plan: PLAN.md.", ""]
     if records:
         lines += [runner.machines_line(list(records.values())), ""]
     lines += ["| arm | seeds | test NLL | best val NLL | epoch of best val | min per run (machine) |", "|---|---|---|---|---|---|"]
-    for arm, (label, _) in ARMS.items():
-        runs = [r for r in records.values() if r["arm"] == arm and r.get("stage") != "trunk"]
+    for arm in ARMS:
+        runs = [r for r in finished.values() if r["arm"] == arm]
         if not runs:
             continue
         test = [r["test"]["nll"] for r in runs if "nll" in r["test"]]
         best = [min(r["curves"]["nll"], key=lambda point: point[1]) for r in runs if r["curves"]["nll"]]
-        # a no-cache run's minutes include its trunk's (epochs 1-300, a record of its own)
-        timed = [{**r, "seconds": r["seconds"] + records.get(trunk_name(r["seed"]), {}).get("seconds", 0) * (arm == "jsa-never")}
-                 for r in runs]
-        lines.append(f"| {label} | {len(runs)} | {mean_sd(test)} | {mean_sd([b[1] for b in best])} | "
-                     f"{', '.join(str(epoch_of(b[0], args.steps_per_epoch)) for b in best)} | {runner.minutes_by_machine(timed)} |")
-    lines += shared_start_lines(records)
-    if any(r.get("stage") != "trunk" for r in records.values()):
+        lines.append(f"| {label(arm, args.branch_epoch)} | {len(runs)} | {mean_sd(test)} | {mean_sd([b[1] for b in best])} | "
+                     f"{', '.join(str(epoch_of(b[0], args.steps_per_epoch)) for b in best)} | {runner.minutes_by_machine(runs)} |")
+    trunks = [r for r in records.values() if r.get("stage") == "trunk"]
+    if trunks:
+        lines += ["", f"The trunks (epochs 1-{args.branch_epoch}, shared by each seed's JSA arms; their minutes are not in the "
+                      f"arms' above): {len(trunks)} seeds, {runner.minutes_by_machine(trunks)} min per seed."]
+    lines += shared_start_lines(records, args.branch_epoch)
+    if finished:
         lines += ["", f"![val NLL and JSA's sampler over the {args.epochs} epochs]({plot(records, args).name})"]
     lines += sample_count_lines(args, records)
     values = measured_values(args, records)
-    lines += comparison_lines(values)
-    lines += comparison_lines(values, (REFIT_MEASURE,), "The refit-q check, secondary")
+    lines += comparison_lines(values, branch_epoch=args.branch_epoch)
+    lines += comparison_lines(values, (REFIT_MEASURE,), "The refit-q check, secondary", args.branch_epoch)
     findings = args.out / "FINDINGS.md"
     if findings.exists():
         lines += ["", findings.read_text()]
-    (args.out / "commands.txt").write_text("".join(f"{r['command']}\n" for r in records.values()))
+    commands = dict.fromkeys(r["command"] for r in records.values())  # each run's train.py command, once
+    (args.out / "commands.txt").write_text("".join(f"{command}\n" for command in commands))
     report = args.out / "report.md"
     report.write_text("\n".join(lines) + "\n")
     return report
+
+
+def protocol_lines(records: dict[str, dict], args: argparse.Namespace) -> list[str]:
+    """The Protocol line from the settings the records say their runs trained with (`protocol`); before any record,
+    the settings asked for; records that differ are listed apart."""
+    asked = {"epochs": args.epochs, "branch_epoch": args.branch_epoch, "val_every": args.val_every,
+             "val_samples": args.val_samples, "test_samples": None, "batch_size": None, "overrides": list(args.extra)}
+    kinds: dict[str, list[str]] = {}
+    for name, record in records.items():
+        kinds.setdefault(json.dumps(record.get("protocol", asked), sort_keys=True), []).append(name)
+
+    def line(settings: dict) -> str:
+        test = f"{settings['test_samples']} samples" if settings["test_samples"] else "the experiment's samples"
+        batch = f", batch {settings['batch_size']}" if settings["batch_size"] else ""
+        extra = f" {' '.join(settings['overrides'])}" if settings["overrides"] else ""
+        return (f"`experiment=jsa_paper{extra}`{batch}, {settings['epochs']} epochs, val NLL from {settings['val_samples']} "
+                f"importance samples every {settings['val_every']} epochs, the test NLL from {test} at each run's best "
+                f"validation; the JSA arms branch from their seed's trunk at epoch {settings['branch_epoch']}")
+
+    if len(kinds) <= 1:
+        settings = json.loads(next(iter(kinds))) if kinds else asked
+        return [f"Protocol{'' if kinds else ' (asked for: no run has finished)'}: {line(settings)}."]
+    return ["Protocol: the records' settings differ:", "",
+            *(f"- {len(names)} runs ({', '.join(sorted(names)[:3])}{', …' if len(names) > 3 else ''}): {line(json.loads(kind))}"
+              for kind, names in kinds.items())]
 
 
 def sample_count_lines(args: argparse.Namespace, records: dict[str, dict]) -> list[str]:
@@ -271,36 +399,40 @@ def sample_count_lines(args: argparse.Namespace, records: dict[str, dict]) -> li
              "images and seed for every run (`--is-resolution`), mean ± sd over seeds:", "",
              "| arm | seeds | " + " | ".join(f"NLL, {k} samples" for k in counts) + f" | fall from {counts[0]} to {counts[-1]} |",
              "|---|---|" + "---|" * (len(counts) + 1)]
-    for arm, (label, _) in ARMS.items():
+    for arm in ARMS:
         runs = [kept["runs"][name] for name, r in records.items() if r["arm"] == arm and r.get("stage") != "trunk" and name in kept["runs"]]
         if runs:
             means = {k: [statistics.mean(run[k]["nll"]) for run in runs] for k in counts}
             fall = [a - b for a, b in zip(means[counts[0]], means[counts[-1]])]
-            lines.append(f"| {label} | {len(runs)} | " + " | ".join(mean_sd(means[k]) for k in counts) + f" | {mean_sd(fall)} |")
+            lines.append(f"| {label(arm, args.branch_epoch)} | {len(runs)} | " + " | ".join(mean_sd(means[k]) for k in counts)
+                         + f" | {mean_sd(fall)} |")
     return lines
 
 
 def plot(records: dict[str, dict], args: argparse.Namespace) -> Path:
-    """Every finished run's val NLL and JSA's sampler diagnostics over training (verdict_curves.png): the no-cache
-    run's curve covers epochs 5-500 (its trunk's validations are its own), a branch's starts at 305."""
+    """Every run's val NLL and JSA's sampler diagnostics over training (verdict_curves.png): a trunk's curve covers
+    epochs 1 to the branch epoch (in the no-cache arm's colour, unlabelled), each arm's own run the epochs after it."""
     path = args.out / "verdict_curves.png"
     arms = list(ARMS)
     finished = [r for r in records.values() if r.get("stage") != "trunk"]
     first_seed = {arm: min(r["seed"] for r in finished if r["arm"] == arm) for arm in {r["arm"] for r in finished}}
-    curve_grid([("MNIST", finished)], ("nll", *DIAGNOSTICS),
-               lambda r: (f"C{arms.index(r['arm'])}", ARMS[r["arm"]][0] if r["seed"] == first_seed[r["arm"]] else None),
-               args.steps_per_epoch, path, nll_span=6.0)
+
+    def style(record: dict) -> tuple[str, str | None]:
+        shown = record.get("stage") != "trunk" and record["seed"] == first_seed[record["arm"]]
+        return f"C{arms.index(record['arm'])}", label(record["arm"], args.branch_epoch) if shown else None
+
+    curve_grid([("MNIST", list(records.values()))], ("nll", *DIAGNOSTICS), style, args.steps_per_epoch, path, nll_span=6.0)
     return path
 
 
-def shared_start_lines(records: dict[str, dict]) -> list[str]:
-    """Whether each seed's paired runs share their first 300 epochs: the branch point every one of them names."""
+def shared_start_lines(records: dict[str, dict], branch_epoch: int) -> list[str]:
+    """Whether each seed's paired runs share their first epochs: the trunk checkpoint every one of them names."""
     lines = []
     for seed in sorted({r["seed"] for r in records.values() if r.get("branch_sha256")}):
         names = {r["name"]: r["branch_sha256"] for r in records.values() if r["seed"] == seed and r.get("branch_sha256")}
         same = len(set(names.values())) == 1
-        lines.append(f"- seed {seed}: {', '.join(sorted(names))} " + ("share one epoch-300 checkpoint (sha256 "
-                     f"{next(iter(names.values()))[:12]}…)" if same else "name different epoch-300 checkpoints: NOT PAIRED"))
+        lines.append(f"- seed {seed}: {', '.join(sorted(names))} " + (f"share one epoch-{branch_epoch} checkpoint (sha256 "
+                     f"{next(iter(names.values()))[:12]}…)" if same else f"name different epoch-{branch_epoch} checkpoints: NOT PAIRED"))
     return ["", "The paired runs' shared start:", "", *lines] if lines else []
 
 
@@ -313,9 +445,13 @@ def mean_sd(values: list[float]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=EPOCHS, help=f"epochs per run (default {EPOCHS}, the paper's)")
+    parser.add_argument("--branch-epoch", type=int, default=BRANCH_EPOCH,
+                        help=f"the JSA trunk's last epoch, where its arms branch (default {BRANCH_EPOCH}, the paper's); a "
+                             "multiple of --val-every (the trunk's last checkpoint is written at a validation)")
     parser.add_argument("--seeds", type=int, default=SEEDS, help=f"seeds per arm (default {SEEDS})")
     parser.add_argument("--arms", type=lambda text: text.split(","), default=[arm for arm in ARMS if arm != "vimco"],
-                        help=f"subset of {','.join(ARMS)} (default all but vimco); a cache arm needs jsa-never's trunk")
+                        help=f"subset of {','.join(ARMS)} (default all but vimco); the JSA arms are trained together, "
+                             "jsa-never and at least one cache arm")
     parser.add_argument("--vimco", action="store_true", help="add the VIMCO arm (described, in no registered comparison)")
     runner.add_is_resolution_arguments(parser, "the finished runs")
     parser.add_argument("--refit-q", action="store_true", help="only refit a fresh q to each finished run's decoder and "
@@ -324,20 +460,26 @@ def main(argv: list[str] | None = None) -> None:
                         "--epochs × --steps-per-epoch)")
     parser.add_argument("--refit-samples", type=int, default=5000, help="importance samples after the refit (default 5000)")
     runner.add_study_arguments(parser, out="benchmarks/results/verdict-study", logs="logs/verdict-study")
-    # The paper's validation (1000 samples), and the full test set at 1000 and 20,000 samples.
-    parser.set_defaults(val_samples=1000, is_images=10000, is_samples=[1000, 20000])
+    # The paper's validation (1000 samples), the full test set at 1000 and 20,000 samples, every seed in one process.
+    parser.set_defaults(val_samples=1000, is_images=10000, is_samples=[1000, 20000], replicas_per_process=None)
     args = parser.parse_args(argv)
     if args.vimco and "vimco" not in args.arms:
         args.arms.append("vimco")
     args.vimco = "vimco" in args.arms  # --arms naming it asks for it as --vimco does
     args.refit_steps = args.refit_steps if args.refit_steps is not None else args.epochs * args.steps_per_epoch
-    runner.check_study_arguments(parser, args, ("epochs", "seeds", "lanes", "val_every", "val_samples", "steps_per_epoch",
-                                                "is_images", "refit_steps", "refit_samples"),
-                                 {"arms": (args.arms, list(ARMS))})
-    if args.epochs <= BRANCH_EPOCH:
-        parser.error(f"--epochs must be above the branch epoch {BRANCH_EPOCH}, got {args.epochs}")
-    if set(BRANCHES) & set(args.arms) and "jsa-never" not in args.arms:
-        parser.error("--arms: the cache arms branch from jsa-never's epoch-300 checkpoint; add jsa-never")
+    args.replicas_per_process = args.replicas_per_process or args.seeds
+    runner.check_study_arguments(parser, args, ("epochs", "branch_epoch", "seeds", "lanes", "val_every", "val_samples",
+                                                "steps_per_epoch", "is_images", "refit_steps", "refit_samples"),
+                                 {"arms": (args.arms, list(ARMS))}, empty_report=True)
+    if args.epochs <= args.branch_epoch:
+        parser.error(f"--epochs must be above --branch-epoch {args.branch_epoch}, got {args.epochs}")
+    if args.branch_epoch % args.val_every:
+        parser.error(f"--branch-epoch {args.branch_epoch}: expected a multiple of --val-every {args.val_every} (the trunk's "
+                     "last checkpoint, where the arms start, is written at a validation)")
+    jsa_arms = [arm for arm in BRANCHES if arm in args.arms]
+    if jsa_arms and (jsa_arms[0] != "jsa-never" or len(jsa_arms) < 2):
+        parser.error(f"--arms {','.join(args.arms)}: the JSA arms branch together from their trunk, jsa-never (the "
+                     "comparisons' reference) and at least one cache arm; give jsa-never,jsa-cache300[,jsa-cache300-rho0.2]")
     if args.is_resolution:
         from benchmarks.lib import at_checkpoints  # torch: only for the measurement
 
@@ -349,7 +491,11 @@ def main(argv: list[str] | None = None) -> None:
         refit_q.refit_finished_runs(args.out, args.logs, lambda record: record.get("stage") != "trunk", args.refit_steps,
                                     args.is_images, args.refit_samples, args.is_device)
     elif not args.report_only:
-        runner.run_plan(plan(args), run_job, args, train_request=train_request)
+        try:
+            train_all(args)
+        finally:  # what finished, also when a process failed
+            print(f"report: {write_report(args)}")
+        return
     print(f"report: {write_report(args)}")
 
 

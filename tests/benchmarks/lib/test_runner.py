@@ -431,3 +431,44 @@ def test_runs_that_differ_in_their_seed_alone_train_as_replicas_of_one_process(t
         (args.out / "runs" / f"{name}.json").unlink()
     runner.run_plan(plan, run_job, args, train_request=lambda name, steps, seed, args: (overrides(steps, seed), args.logs / name))
     assert (args.logs / "packs" / "a-s0-x2" / "train.log").read_text() == log  # packed before: not trained again
+
+
+def test_a_replicated_process_starts_from_its_trunk_resumes_from_its_own_checkpoint_and_hands_each_run_over(tmp_path, monkeypatch):
+    """packing.train_process: from `start_from` until the process has a last.ckpt of its own (written at a validation),
+    then from that one (a process cut by a timeout goes on where it stopped); a fresh start first removes what a process
+    cut before its first checkpoint left. hand_over moves a replica's run once, and finds it where it lies after."""
+    from benchmarks.lib import packing
+
+    process_dir, commands, found = tmp_path / "process", [], []
+
+    def fake_train(cmd, **kwargs):
+        commands.append(cmd)
+        found.append(sorted(p.name for p in process_dir.glob("tensorboard/*")))  # what the process finds at its start
+        run = process_dir / "tensorboard" / "jsa-seed3-cache_start_epoch2" / "version_0"
+        run.mkdir(parents=True, exist_ok=True)
+        if len(commands) > 1:  # the first try is cut before its first checkpoint
+            (process_dir / "replicas" / "jsa" / "t-1" / "checkpoints").mkdir(parents=True, exist_ok=True)
+            (process_dir / "replicas" / "jsa" / "t-1" / "checkpoints" / "last.ckpt").write_text("saved")
+        return runner.subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(packing.subprocess, "run", fake_train)
+    trunk = tmp_path / "trunk" / "last.ckpt"
+    for _ in range(3):
+        seconds, shown = packing.train_process("arms", ["replicas.seeds=[3]", "trainer.max_epochs=4"], process_dir, runner.run_lock, trunk)
+    own = process_dir / "replicas" / "jsa" / "t-1" / "checkpoints" / "last.ckpt"
+    assert [cmd[-1] for cmd in commands] == [f"ckpt_path={trunk}", f"ckpt_path={trunk}", f"ckpt_path={own}"]
+    assert found == [[], [], ["jsa-seed3-cache_start_epoch2"]]  # a fresh start's leftovers removed, a resumed run kept
+    assert shown == "python train.py 'replicas.seeds=[3]' trainer.max_epochs=4" and seconds >= 0
+    assert packing.process_checkpoint(process_dir) == own
+    moved = packing.hand_over(process_dir, "*-seed3-cache_start_epoch2", tmp_path / "run")
+    assert moved == tmp_path / "run" / "tensorboard" / "jsa-seed3-cache_start_epoch2" / "version_0" and moved.is_dir()
+    assert packing.hand_over(process_dir, "*-seed3-cache_start_epoch2", tmp_path / "run") == moved
+    assert not (process_dir / "tensorboard" / "jsa-seed3-cache_start_epoch2" / "version_0").exists()
+
+
+def test_a_failed_replicated_process_is_one_line_naming_its_log(tmp_path, monkeypatch):
+    from benchmarks.lib import packing
+
+    monkeypatch.setattr(packing.subprocess, "run", lambda cmd, **kwargs: runner.subprocess.CompletedProcess(cmd, 2))
+    with pytest.raises(SystemExit, match=r"^rws-s0-4 failed \(exit 2\); its output: .*/process/train.log$"):
+        packing.train_process("rws-s0-4", ["model=rws"], tmp_path / "process", runner.run_lock)

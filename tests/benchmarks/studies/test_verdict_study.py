@@ -1,37 +1,18 @@
-"""benchmarks/studies/verdict_study.py: the 500-epoch verdict's plan (trunks, their continuation, the cache branches
-from the epoch-300 checkpoint, RWS), its pre-registered comparisons and their report; runner.train's `start_from`."""
+"""benchmarks/studies/verdict_study.py: the 500-epoch verdict's plan (per group of seeds a trunk process, then its three
+JSA arms as replicas from the trunk's own checkpoint; RWS), its pre-registered comparisons and their report."""
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
+import shutil
 from pathlib import Path
 
 import pytest
 
-from benchmarks.lib import runner
 from benchmarks.studies import verdict_study
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def test_a_run_starts_from_its_branch_point_until_it_has_a_checkpoint_of_its_own(tmp_path, monkeypatch):
-    commands = []
-
-    def fake_train(cmd, **kwargs):
-        commands.append(cmd)
-        checkpoints = tmp_path / "logs" / "tensorboard" / "jsa" / "version_0" / "checkpoints"
-        checkpoints.mkdir(parents=True, exist_ok=True)
-        (checkpoints / "last.ckpt").write_text("saved")
-        return subprocess.CompletedProcess(cmd, 0)
-
-    monkeypatch.setattr(runner.subprocess, "run", fake_train)
-    branch = tmp_path / "branch-points" / "trunk.ckpt"
-    runner.train("b", ["model=jsa"], tmp_path / "logs", start_from=branch)
-    runner.train("b", ["model=jsa"], tmp_path / "logs", start_from=branch)  # resumed: from its own last.ckpt
-    assert commands[0][-1] == f"ckpt_path={branch}"
-    assert commands[1][-1] == f"ckpt_path={tmp_path / 'logs' / 'tensorboard' / 'jsa' / 'version_0' / 'checkpoints' / 'last.ckpt'}"
 
 
 # test NLL per (arm, seed): the paper's cache 0.3 better than no cache in every seed, up to a seed's noise
@@ -43,75 +24,117 @@ NLL |= {("rws", s): 70.2 + d for s, d in enumerate([0.3, -0.1, 0.2, -0.4, 0.1])}
 
 @pytest.fixture
 def fake_training(monkeypatch):
-    """runner.train and read_curves without train.py: each call logged; a run's last.ckpt holds its log dir's name
-    and its epochs (a trunk's differs from every other seed's), its test NLL comes from NLL."""
+    """packing.train_process and read_curves without train.py: each process logged as (name, overrides, start_from);
+    it writes its last.ckpt (its name and overrides: a trunk's differs from every other group's) and a TensorBoard
+    folder per replica, named as launch/runs/replicas.py names them from its replicas.seeds and replicas.arms (parsed
+    by Hydra); a run's val curve lies after its start epoch, its test NLL comes from NLL."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from launch.runs.replicas import replica_names
+
     calls = []
 
-    def train(name, overrides, log_dir, start_from=None):
-        calls.append((name, list(overrides), log_dir, start_from))
-        run_dir = log_dir / "tensorboard" / "jsa" / "version_0"
-        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        epochs = next(o for o in overrides if o.startswith("trainer.max_epochs="))
-        (run_dir / "checkpoints" / "last.ckpt").write_text(f"{log_dir.name} {epochs}")
-        (run_dir / "which").write_text(name)
-        return run_dir, 60.0, "python train.py " + " ".join(overrides)
+    def train_process(label, overrides, process_dir, run_lock, start_from=None):
+        calls.append((label, list(overrides), start_from))
+        value = {o.split("=", 1)[0]: OverridesParser.create().parse_override(o).value() for o in overrides if "=" in o}
+        arms = value.get("replicas.arms") or [{}]
+        first = 0 if start_from is None else int(re.search(r"trainer.max_epochs=(\d+)", start_from.read_text()).group(1))
+        checkpoints = process_dir / "replicas" / "jsa" / "t-1" / "checkpoints"
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        (checkpoints / "last.ckpt").write_text(f"{label} " + " ".join(overrides))
+        for index, settings in enumerate(arms):
+            arm = verdict_study.BRANCHES[index] if label.startswith("jsa-") else value["model"]
+            for seed in value["replicas.seeds"]:
+                run_dir = process_dir / "tensorboard" / replica_names("jsa", [seed], [settings])[0] / "version_0"
+                run_dir.mkdir(parents=True)
+                run = {"arm": arm, "seed": seed, "first": first, "last": value["trainer.max_epochs"],
+                       "every": value["trainer.check_val_every_n_epoch"], "test": value["run_test"]}
+                (run_dir / "which").write_text(json.dumps(run))
+        return 60.0, "python train.py " + " ".join(overrides)
 
     def read_curves(run_dir, extra_tags=()):
-        name = (run_dir / "which").read_text()
-        if name.endswith("-to300"):
-            return {"curves": {"nll": [[300 * 275 - 1, 75.0]]}, "epoch_time_s": [], "test": {}}
-        arm, seed = name.rsplit("-s", 1)
-        nll = NLL[arm, int(seed)]
-        return {"curves": {"nll": [[490 * 275 - 1, nll + 3.1], [500 * 275 - 1, nll + 3.0]]}, "epoch_time_s": [], "test": {"nll": nll}}
+        run = json.loads((run_dir / "which").read_text())
+        nll = NLL.get((run["arm"], run["seed"]), 75.0) if run["test"] else 75.0
+        epochs = range(run["first"] + run["every"], run["last"] + 1, run["every"])
+        curve = [[epoch * 275 - 1, nll + 3.0 + (run["last"] - epoch) / 100] for epoch in epochs]
+        return {"curves": {"nll": curve}, "epoch_time_s": [], "test": {"nll": nll} if run["test"] else {}}
 
-    monkeypatch.setattr(verdict_study.runner, "train", train)
+    monkeypatch.setattr(verdict_study.packing, "train_process", train_process)
     monkeypatch.setattr(verdict_study, "read_curves", read_curves)
     return calls
 
 
-def test_the_branches_start_from_their_seeds_epoch_300_checkpoint_and_the_no_cache_run_goes_on_in_its_own(tmp_path, fake_training):
+def test_each_seed_groups_trunk_trains_to_the_branch_epoch_then_its_three_arms_from_its_own_checkpoint(tmp_path, fake_training):
+    """Per group of seeds one trunk process (no test), then one process of the three JSA arms started from the trunk's
+    last.ckpt: the no-cache continuation is a run of its own, trained to 500 and tested, its curve its own; RWS one
+    process with its test. Records name the trunk checkpoint they share, and the report counts no minutes twice."""
     out, logs = tmp_path / "out", tmp_path / "logs"
-    verdict_study.main(["--out", str(out), "--logs", str(logs), "--lanes", "2"])
-    names = [call[0] for call in fake_training]
-    assert sorted(names) == sorted([f"jsa-never-s{s}-to300" for s in range(5)] + [f"{arm}-s{s}" for s in range(5) for arm in
-                                   ("jsa-never", "jsa-cache300", "jsa-cache300-rho0.2", "rws")])
-    for seed in range(5):
-        trunk = names.index(f"jsa-never-s{seed}-to300")
-        assert all(names.index(f"{arm}-s{seed}") > trunk for arm in ("jsa-never", "jsa-cache300", "jsa-cache300-rho0.2"))
-    by_name = {call[0]: call for call in fake_training}
-    _, trunk_overrides, trunk_dir, _ = by_name["jsa-never-s1-to300"]
-    assert {"trainer.max_epochs=300", "run_test=false", "model.cache_start_epoch=null", "model.val_num_samples=1000"} <= set(trunk_overrides)
-    _, overrides, log_dir, start = by_name["jsa-never-s1"]
-    assert log_dir == trunk_dir and start is None and "trainer.max_epochs=500" in overrides and "run_test=false" not in overrides
-    point = logs / "branch-points" / "jsa-never-s1-to300.ckpt"
-    assert point.read_text() == "jsa-never-s1 trainer.max_epochs=300"  # the trunk's last.ckpt at epoch 300
-    for arm, settings in (("jsa-cache300", ["model.cache_start_epoch=300"]),
-                          ("jsa-cache300-rho0.2", ["model.cache_start_epoch=300", "model.cache_refresh=0.2"])):
-        _, overrides, log_dir, start = by_name[f"{arm}-s1"]
-        assert start == point and log_dir == logs / f"{arm}-s1" and set(settings) <= set(overrides)
-        assert "trainer.max_epochs=500" in overrides and "model.cache_start_epoch=null" not in overrides
-    _, overrides, _, start = by_name["rws-s1"]
-    assert start is None and "model=rws" in overrides and "trainer.max_epochs=500" in overrides
+    verdict_study.main(["--out", str(out), "--logs", str(logs), "--replicas-per-process", "3", "--lanes", "2"])
+    labels = [call[0] for call in fake_training]
+    assert sorted(labels) == sorted(["jsa-trunk-s0-2-to300", "jsa-arms-s0-2-from300", "jsa-trunk-s3-4-to300",
+                                     "jsa-arms-s3-4-from300", "rws-s0-2", "rws-s3-4"])
+    by_label = {call[0]: call for call in fake_training}
+    assert labels.index("jsa-arms-s3-4-from300") > labels.index("jsa-trunk-s3-4-to300")
+    _, trunk, start = by_label["jsa-trunk-s3-4-to300"]
+    assert start is None and {"replicas.seeds=[3,4]", "trainer.max_epochs=300", "run_test=false", "model.cache_start_epoch=null",
+                              "model.val_num_samples=1000"} <= set(trunk) and not any(o.startswith("replicas.arms=") for o in trunk)
+    _, arms, start = by_label["jsa-arms-s3-4-from300"]
+    trunk_checkpoint = logs / "processes" / "jsa-trunk-s3-4-to300" / "replicas" / "jsa" / "t-1" / "checkpoints" / "last.ckpt"
+    assert start == trunk_checkpoint
+    assert {"replicas.seeds=[3,4]", "trainer.max_epochs=500", "run_test=true", "model.cache_start_epoch=null",
+            "replicas.arms=[{},{cache_start_epoch:300},{cache_start_epoch:300,cache_refresh:0.2}]"} <= set(arms)
+    _, rws, start = by_label["rws-s0-2"]
+    assert start is None and {"model=rws", "trainer.max_epochs=500", "run_test=true", "replicas.seeds=[0,1,2]"} <= set(rws)
     records = {p.stem: json.loads(p.read_text()) for p in (out / "runs").glob("*.json")}
-    shared = {records[f"{arm}-s1"]["branch_sha256"] for arm in ("jsa-never", "jsa-cache300", "jsa-cache300-rho0.2")}
-    assert shared == {records["jsa-never-s1-to300"]["branch_sha256"]} and "branch_sha256" not in records["rws-s1"]
+    assert sorted(records) == sorted([f"jsa-never-s{s}-to300" for s in range(5)] + [f"{arm}-s{s}" for s in range(5) for arm in
+                                     ("jsa-never", "jsa-cache300", "jsa-cache300-rho0.2", "rws")])
+    never, trunk_record = records["jsa-never-s4"], records["jsa-never-s4-to300"]
+    assert never["test"] == {"nll": NLL["jsa-never", 4]} and trunk_record["test"] == {}
+    assert min(epoch_of(step) for step, _ in never["curves"]["nll"]) == 305  # its own validations only
+    assert max(epoch_of(step) for step, _ in trunk_record["curves"]["nll"]) == 300
+    assert never["command"] == ("python train.py experiment=jsa_paper seed=4 trainer.max_epochs=500 trainer.check_val_every_n_epoch=5 "
+                                "model.val_num_samples=1000 model=jsa model.cache_start_epoch=null")
+    assert records["jsa-cache300-rho0.2-s4"]["command"].endswith("model.cache_start_epoch=300 model.cache_refresh=0.2")
+    assert never["seconds"] == 60.0 / 6 and never["replicas"] == 6 and trunk_record["seconds"] == 60.0 / 2
+    digest = verdict_study.sha256(trunk_checkpoint)
+    assert {records[f"{arm}-s4"]["branch_sha256"] for arm in verdict_study.BRANCHES} == {digest}
+    assert trunk_record["branch_sha256"] == digest and "branch_sha256" not in records["rws-s4"]
+    for name, record in records.items():  # each run in a log folder of its own, where at_checkpoints looks for it
+        assert [p.parent.name for p in (logs / name).glob("tensorboard/*/version_0")] == [name_of(record)], name
     report = (out / "report.md").read_text()
-    assert "- seed 1: jsa-cache300-rho0.2-s1, jsa-cache300-s1, jsa-never-s1, jsa-never-s1-to300 share one epoch-300 checkpoint" in report
-    assert "![val NLL and JSA's sampler over the 500 epochs](verdict_curves.png)" in report
-    assert "| JSA, no cache | 5 | " in report and "| 2.0 (" in report.split("| JSA, no cache | 5 | ")[1].splitlines()[0]  # trunk + rest
-    assert "| 1.0 (" in report.split("| RWS | 5 | ")[1].splitlines()[0]
+    assert "- seed 4: jsa-cache300-rho0.2-s4, jsa-cache300-s4, jsa-never-s4, jsa-never-s4-to300 share one epoch-300 checkpoint" in report
+    assert "| 0.1 (" in report.split("| JSA, no cache | 5 | ")[1].splitlines()[0]  # its own process's share: 60 s / 9 or 6 replicas
+    assert "The trunks (epochs 1-300, shared by each seed's JSA arms" in report and "5 seeds, 0.4 (" in report
     assert (out / "verdict_curves.png").stat().st_size > 0
+    assert (out / "commands.txt").read_text().count("\n") == 25  # each run's single-run command
 
 
-def test_a_branch_waits_for_its_trunk_and_one_whose_branch_point_changed_is_refused_in_one_line(tmp_path, fake_training, capsys):
+def name_of(record: dict) -> str:
+    """The replica folder of a run in the fake processes (launch/runs/replicas.py's naming)."""
+    settings = verdict_study.arm_settings(record["arm"], 300) if record["arm"] in verdict_study.BRANCHES else {}
+    return "jsa-seed" + str(record["seed"]) + "".join(f"-{key}{value}" for key, value in settings.items())
+
+
+def epoch_of(step: int) -> int:
+    return round((step + 1) / 275)
+
+
+def test_a_rerun_trains_only_what_has_no_record_and_an_arm_process_starts_only_from_its_trunks_file(tmp_path, fake_training, capsys):
     out, logs = tmp_path / "out", tmp_path / "logs"
-    verdict_study.main(["--out", str(out), "--logs", str(logs), "--seeds", "1", "--only", "jsa-cache300-s0"])
-    assert not fake_training and "1 run(s) wait for records no run will write: jsa-cache300-s0" in capsys.readouterr().out
-    verdict_study.main(["--out", str(out), "--logs", str(logs), "--seeds", "1", "--arms", "jsa-never"])
-    (logs / "branch-points" / "jsa-never-s0-to300.ckpt").write_text("another state")
-    with pytest.raises(SystemExit, match=r"jsa-cache300-s0: its branch point .* is missing or is not the file jsa-never-s0-to300 wrote"):
-        verdict_study.main(["--out", str(out), "--logs", str(logs), "--seeds", "1", "--arms", "jsa-never,jsa-cache300"])
-    assert not any(call[0] == "jsa-cache300-s0" for call in fake_training)
+    argv = ["--out", str(out), "--logs", str(logs), "--seeds", "2"]
+    verdict_study.main(argv)
+    assert len(fake_training) == 3
+    (out / "runs" / "jsa-cache300-s1.json").unlink()  # a process cut after it finished, before all its records
+    verdict_study.main(argv)
+    assert len(fake_training) == 3 and (out / "runs" / "jsa-cache300-s1.json").exists()  # from its finished process
+    for name in ("jsa-never-s0", "jsa-cache300-s0", "jsa-cache300-rho0.2-s0", "jsa-never-s1", "jsa-cache300-s1", "jsa-cache300-rho0.2-s1"):
+        (out / "runs" / f"{name}.json").unlink()
+    shutil.rmtree(logs / "processes" / "jsa-arms-s0-1-from300")
+    trunk = next((logs / "processes" / "jsa-trunk-s0-1-to300").glob("replicas/*/*/checkpoints/last.ckpt"))
+    trunk.write_text("another state")
+    with pytest.raises(SystemExit, match=r"jsa-arms-s0-1-from300: its trunk's checkpoint .* is not the one the trunk's records name"):
+        verdict_study.main(argv)
+    assert len(fake_training) == 3
 
 
 def test_the_report_tests_the_registered_comparisons_paired_where_they_share_a_start_with_holm_over_those_made(tmp_path, fake_training):
@@ -168,18 +191,66 @@ def test_the_report_tests_the_registered_comparisons_paired_where_they_share_a_s
 def test_the_plan_file_names_every_registered_comparison_and_measure():
     plan = (REPO / "benchmarks" / "results" / "verdict-study" / "PLAN.md").read_text()
     for comparison in verdict_study.COMPARISONS:
-        expected = f"{verdict_study.ARMS[comparison.a][0]} − {verdict_study.ARMS[comparison.b][0]}"
+        expected = f"{verdict_study.label(comparison.a)} − {verdict_study.label(comparison.b)}"
         assert expected in plan, expected
     for measure in verdict_study.MEASURES:
         assert measure in plan, measure
     assert re.search(rf"Holm.*over (all )?the {len(verdict_study.COMPARISONS) * len(verdict_study.MEASURES)}", plan)
 
 
-def test_the_study_refuses_a_cache_arm_without_its_trunk_and_too_few_epochs(tmp_path, capsys):
-    for argv, message in ((["--arms", "jsa-cache300"], "add jsa-never"), (["--epochs", "300"], "above the branch epoch 300")):
-        with pytest.raises(SystemExit):
-            verdict_study.main([*argv, "--out", str(tmp_path / "out"), "--logs", str(tmp_path / "logs")])
-        assert message in capsys.readouterr().err
+@pytest.mark.parametrize("argv, message", [
+    (["--arms", "jsa-cache300"], "jsa-never (the comparisons' reference) and at least one cache arm"),
+    (["--arms", "jsa-never,rws"], "jsa-never (the comparisons' reference) and at least one cache arm"),
+    (["--epochs", "300"], "--epochs must be above --branch-epoch 300, got 300"),
+    (["--branch-epoch", "3", "--val-every", "2", "--epochs", "6"], "--branch-epoch 3: expected a multiple of --val-every 2"),
+    (["--branch-epoch", "0"], "--branch-epoch must be >= 1"),
+])
+def test_the_study_refuses_arms_that_cannot_branch_and_a_branch_epoch_between_validations(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit):
+        verdict_study.main([*argv, "--out", str(tmp_path / "out"), "--logs", str(tmp_path / "logs")])
+    assert message in capsys.readouterr().err
+
+
+def test_the_branch_epoch_and_the_tiny_settings_reach_every_process_and_the_reports_protocol_line(tmp_path, fake_training):
+    out = tmp_path / "out"
+    verdict_study.main(["--out", str(out), "--logs", str(tmp_path / "logs"), "--seeds", "2", "--branch-epoch", "2", "--epochs", "4",
+                        "--val-every", "1", "--val-samples", "2", "data.batch_size=50", "trainer.limit_train_batches=2"])
+    by_label = {call[0]: call[1] for call in fake_training}
+    assert {"trainer.max_epochs=2", "trainer.check_val_every_n_epoch=1", "model.val_num_samples=2", "data.batch_size=50",
+            "trainer.limit_train_batches=2"} <= set(by_label["jsa-trunk-s0-1-to2"])
+    assert "replicas.arms=[{},{cache_start_epoch:2},{cache_start_epoch:2,cache_refresh:0.2}]" in by_label["jsa-arms-s0-1-from2"]
+    assert {"trainer.max_epochs=4", "data.batch_size=50"} <= set(by_label["rws-s0-1"])
+    report = (out / "report.md").read_text()
+    assert ("Protocol: `experiment=jsa_paper data.batch_size=50 trainer.limit_train_batches=2`, 4 epochs, val NLL from 2 "
+            "importance samples every 1 epochs, the test NLL from the experiment's samples at each run's best validation; "
+            "the JSA arms branch from their seed's trunk at epoch 2.") in report
+    assert "| JSA, the paper's cache (from epoch 2, ρ = 0) | 2 |" in report and "(10 of 10 planned runs finished)" in report
+
+
+def test_the_protocol_line_says_what_the_records_ran_with_and_lists_them_apart_when_they_differ(tmp_path, fake_training):
+    out, logs = tmp_path / "out", tmp_path / "logs"
+    verdict_study.main(["--out", str(out), "--logs", str(logs), "--seeds", "2", "--arms", "rws"])
+    path = out / "runs" / "rws-s1.json"
+    record = json.loads(path.read_text())
+    assert record["protocol"] == {"epochs": 500, "branch_epoch": 300, "val_every": 5, "val_samples": 1000, "test_samples": None,
+                                  "batch_size": None, "overrides": []}
+    record["protocol"] |= {"val_samples": 100, "test_samples": 1000, "batch_size": 200}
+    path.write_text(json.dumps(record))
+    verdict_study.main(["--out", str(out), "--logs", str(logs), "--seeds", "2", "--arms", "rws", "--report-only", "--epochs", "400"])
+    report = (out / "report.md").read_text()
+    assert "Protocol: the records' settings differ:" in report
+    assert ("- 1 runs (rws-s1): `experiment=jsa_paper`, batch 200, 500 epochs, val NLL from 100 importance samples every 5 "
+            "epochs, the test NLL from 1000 samples at each run's best validation") in report
+    assert "- 1 runs (rws-s0): `experiment=jsa_paper`, 500 epochs, val NLL from 1000 " in report  # the records', not --epochs 400
+
+
+def test_report_only_without_records_writes_a_report_that_says_so(tmp_path, capsys):
+    out = tmp_path / "out"
+    verdict_study.main(["--out", str(out), "--logs", str(tmp_path / "logs"), "--report-only", "--seeds", "2"])
+    report = (out / "report.md").read_text()
+    assert "Protocol (asked for: no run has finished): `experiment=jsa_paper`, 500 epochs" in report
+    assert "(0 of 10 planned runs finished; no run has finished yet)" in report
+    assert report.count("| not yet measured |") == 15 and (out / "commands.txt").read_text() == ""
 
 
 def test_vimco_runs_when_asked_for_by_vimco_or_by_arms(tmp_path, fake_training, monkeypatch):
@@ -187,18 +258,6 @@ def test_vimco_runs_when_asked_for_by_vimco_or_by_arms(tmp_path, fake_training, 
     for n, argv in enumerate((["--arms", "rws,vimco"], ["--arms", "rws", "--vimco"], ["--arms", "rws"])):
         out = tmp_path / f"out{n}"
         verdict_study.main([*argv, "--seeds", "1", "--out", str(out), "--logs", str(tmp_path / f"logs{n}")])
-        assert ("vimco-s0" in [call[0] for call in fake_training]) == (n < 2), argv
+        assert ("vimco-s0-0" in [call[0] for call in fake_training]) == (n < 2), argv
+        assert (out / "runs" / "vimco-s0.json").exists() == (n < 2)
         fake_training.clear()
-
-
-def test_with_replicas_per_process_the_trunks_are_packed_and_the_rest_train_alone(tmp_path, monkeypatch):
-    """--replicas-per-process 5: the five seeds' trunks (no test, from scratch) are one pack; the branches (they start
-    from their trunk's checkpoint) and RWS (it tests after training) are not packed."""
-    from benchmarks.lib import packing
-
-    packed = []
-    monkeypatch.setattr(packing, "train_pack", lambda names, requests, packs_dir, lock: packed.append(list(names)))
-    monkeypatch.setattr(verdict_study.runner, "run_pending", lambda *a, **k: [])
-    monkeypatch.setattr(verdict_study, "write_report", lambda args: tmp_path / "report.md")
-    verdict_study.main(["--out", str(tmp_path / "out"), "--logs", str(tmp_path / "logs"), "--replicas-per-process", "5"])
-    assert packed == [[f"jsa-never-s{s}-to300" for s in range(5)]]
