@@ -24,9 +24,12 @@ for wheel in $WHEELS; do  # one name a call: pip saves nothing of a call in whic
 done
 ls .verdict/whl | grep -qi "^antlr4_python3_runtime-${ANTLR##*==}-" || "$PYTHON" -m pip wheel -q --no-deps -w .verdict/whl "$ANTLR"
 [ "$(ls .verdict/whl/*.whl | wc -l)" = 6 ] || { echo "prepare: expected 6 wheels in .verdict/whl: $(ls .verdict/whl)" >&2; exit 1; }
-# What a call sends: tracked and untracked-not-ignored files, and the carried folder.
-sent=$( { git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null; find .verdict -type f -printf '%s\n'; } |
-        awk '{s += $1} END {print s}')
-echo "prepare: .verdict $(du -sh .verdict | cut -f1) (wheels $(du -sh .verdict/whl | cut -f1), MNIST $(du -sh .verdict/data | cut -f1));" \
-     "a call sends $(awk -v s="$sent" 'BEGIN {printf "%.1f MiB", s / 1048576}') of at most 64 MiB"
+# What a call sends: tracked and untracked-not-ignored files, and the carried folder (bytes, shown in MiB).
+bytes() { awk '{s += $1} END {print s + 0}'; }
+mib() { awk -v s="$1" 'BEGIN {printf "%.1f MiB", s / 1048576}'; }
+tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | bytes)
+wheels=$(find .verdict/whl -type f -printf '%s\n' | bytes) mnist=$(find .verdict/data -type f -printf '%s\n' | bytes)
+sent=$((tree + wheels + mnist))
+echo "prepare: a call sends $(mib $sent) of at most 64 MiB: the working tree $(mib $tree), .verdict $(mib $((wheels + mnist)))" \
+     "(MNIST $(mib $mnist), wheels $(mib $wheels))"
 [ "$sent" -le $((64 * 1048576)) ] || { echo "prepare: over the device's 64 MiB" >&2; exit 1; }
