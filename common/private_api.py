@@ -19,6 +19,10 @@ OVERRIDDEN = {
     # line before Lightning seeds. _prepare_subcommand_parser gives validate and test their --fresh_weights flag.
     "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_run_subcommand", "_get", "_parser", "_instantiate_trainer", "_set_seed",
                                            "_prepare_subcommand_parser"),
+    # checkpoints/trainer/validation_checkpoint.py: _save_checkpoint counts the files written; the others are called
+    # to write last.ckpt where Lightning saves after a validation
+    "lightning.pytorch.callbacks.ModelCheckpoint": ("_save_checkpoint", "_should_save_on_train_epoch_end",
+                                                    "_save_last_checkpoint", "_monitor_candidates"),
 }
 
 
@@ -34,6 +38,18 @@ def record_hyperparameter(module: Any, name: str, value: Any) -> None:
     returns, which save_hyperparameters made)."""
     module.hparams[name] = value
     module._hparams_initial[name] = value
+
+
+def own_hyperparameters(module: Any, hparams: dict[str, Any]) -> None:
+    """Give a shallow copy of a module that saved hyperparameters its own, `hparams`: the copy shares the dict they live
+    in (`_hparams`, which save_hyperparameters updates in place) and the logger's copy (`_hparams_initial`) with the
+    original, so that setting the copy's would set every copy's (datamodules/replicas.py: one data module per seed)."""
+    import copy
+
+    from lightning.fabric.utilities.data import AttributeDict
+
+    module._hparams = AttributeDict(hparams)
+    module._hparams_initial = copy.deepcopy(module._hparams)
 
 
 def ignore_in_ddp(module: Any, names: list[str]) -> None:

@@ -11,6 +11,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from common.private_api import own_hyperparameters
 from datamodules.base import ImageDataModule, InMemoryImageDataset
 from datamodules.resumable import ResumableDataLoader
 
@@ -19,7 +20,7 @@ def replica_datamodule(datamodule: ImageDataModule, seed: int) -> ImageDataModul
     """The data module a single run with `seed` would have, sharing the loaded images (set up) with `datamodule`."""
     replica = copy.copy(datamodule)
     replica.seed = seed
-    replica.save_hyperparameters({**datamodule.hparams, "seed": seed})  # its own: hparams.yaml and its checkpoint say its seed
+    own_hyperparameters(replica, {**datamodule.hparams, "seed": seed})  # hparams.yaml and its checkpoint say its seed
     replica.train_set = InMemoryImageDataset(datamodule.train_set.images, datamodule.binarize, seed=seed)
     return replica
 

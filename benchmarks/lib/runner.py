@@ -258,15 +258,19 @@ def add_is_resolution_arguments(parser: argparse.ArgumentParser, measured: str) 
                              "runs are measured on one: changing it measures them all again")
 
 
-def add_study_arguments(parser: argparse.ArgumentParser, out: str, logs: str) -> None:
-    """The options every study of runs under the JSA paper's protocol shares (benchmarks/studies/jsa_study.py, cache/study.py)."""
+PACKED_DEFAULT = "1: each run a process of its own"
+
+
+def add_study_arguments(parser: argparse.ArgumentParser, out: str, logs: str, packed: str = PACKED_DEFAULT) -> None:
+    """The options every study of runs under the JSA paper's protocol shares (benchmarks/studies/jsa_study.py, cache/study.py);
+    `packed`: what --replicas-per-process does by default (add_run_selection_arguments)."""
     parser.add_argument("--val-every", type=int, default=5, help="validate every this many epochs (the paper: 5)")
     parser.add_argument("--val-samples", type=int, default=100, help="importance samples of val NLL (the paper: 1000)")
     parser.add_argument("--steps-per-epoch", type=int, default=275, help="training steps per epoch (55,000 / 200)")
     parser.add_argument("--out", type=Path, default=Path(out), help="report and run records")
     parser.add_argument("--logs", type=Path, default=Path(logs), help="the runs' TensorBoard logs and checkpoints")
     parser.add_argument("--report-only", action="store_true", help="write the report from the finished runs only")
-    add_run_selection_arguments(parser)
+    add_run_selection_arguments(parser, packed)
     parser.add_argument("extra", nargs="*", help="more train.py overrides for every run (e.g. trainer.limit_train_batches=2)")
 
 
@@ -278,13 +282,14 @@ def patterns(text: str) -> list[str]:
     return items
 
 
-def add_run_selection_arguments(parser: argparse.ArgumentParser) -> None:
-    """--lanes and --only, read by run_pending: every study of runs takes them (through add_study_arguments, and
-    benchmarks/studies/prior_study.py, whose options differ)."""
+def add_run_selection_arguments(parser: argparse.ArgumentParser, packed: str = PACKED_DEFAULT) -> None:
+    """--lanes, --replicas-per-process (`packed`: what it does by default, for its help) and --only, read by run_pending:
+    every study of runs takes them (through add_study_arguments, and benchmarks/studies/prior_study.py, whose options
+    differ)."""
     parser.add_argument("--lanes", type=int, default=1, help="runs at once, each on cores/lanes threads (default 1)")
     parser.add_argument("--replicas-per-process", type=int, default=1, metavar="N",
                         help="train up to N runs that differ in their seed alone as the replicas of one process "
-                             "(docs/replicas.md; for a GPU; default 1: each run a process of its own)")
+                             f"(docs/replicas.md; for a GPU; default {packed})")
     parser.add_argument("--only", type=patterns, metavar="PATTERNS",
                         help="run only the planned runs whose names match one of these comma-separated shell patterns "
                              "(e.g. 'mnist-*-s1'), to spread a study over machines; the report covers every record")

@@ -459,7 +459,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--refit-steps", type=int, help="the refit's Adam steps (default: as many as a run trained, "
                         "--epochs × --steps-per-epoch)")
     parser.add_argument("--refit-samples", type=int, default=5000, help="importance samples after the refit (default 5000)")
-    runner.add_study_arguments(parser, out="benchmarks/results/verdict-study", logs="logs/verdict-study")
+    runner.add_study_arguments(parser, out="benchmarks/results/verdict-study", logs="logs/verdict-study",
+                               packed="every seed of an arm in one process")
     # The paper's validation (1000 samples), the full test set at 1000 and 20,000 samples, every seed in one process.
     parser.set_defaults(val_samples=1000, is_images=10000, is_samples=[1000, 20000], replicas_per_process=None)
     args = parser.parse_args(argv)

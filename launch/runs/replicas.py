@@ -26,6 +26,7 @@ from callbacks.replica_runs import ReplicaRuns
 from checkpoints.file_format import save_checkpoint_file
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.replica import branch_checkpoint
+from checkpoints.trainer.validation_checkpoint import ValidationCheckpoint
 from common.private_api import checkpoint_every_n_train_steps
 from datamodules.replicas import ReplicaData
 from launch.checks.settings import SettingsError
@@ -95,9 +96,11 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
     callbacks = [c for c in run.trainer.get("callbacks") or [] if type(c).__name__ not in SINGLE_RUN_CALLBACKS]
     every = next((checkpoint_every_n_train_steps(c) for c in callbacks if isinstance(c, ModelCheckpoint)), None)
     callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
-    if run.trainer.get("enable_checkpointing") is not False:  # the process's last.ckpt: every replica's resume point
-        callbacks.append(ModelCheckpoint(dirpath=f"{group_dir}/checkpoints", save_last=True, save_top_k=0,
-                                         every_n_train_steps=every, enable_version_counter=False))
+    if run.trainer.get("enable_checkpointing") is not False:
+        # the process's last.ckpt, every replica's resume point: after every validation (each replica's last and best
+        # are written with it) and every N training steps where the run's checkpoint callback says so
+        callbacks.append(ValidationCheckpoint(dirpath=f"{group_dir}/checkpoints", save_last=True, save_top_k=0,
+                                              every_n_train_steps=every, enable_version_counter=False))
     callbacks.append(ReplicaRuns(tensorboard_root(run.log_dir), names, new_logger=ReservedVersionLogger))
     return dataclasses.replace(
         run, model=model, datamodule=ReplicaData(run.datamodule, replica_seeds), name=f"{run.name}-replicas",

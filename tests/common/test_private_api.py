@@ -36,6 +36,11 @@ def test_the_adapters_work_on_the_installed_versions(tmp_path):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     assert private_api.checkpoint_every_n_train_steps(ModelCheckpoint(every_n_train_steps=7)) == 7
+    import copy
+
+    twin = copy.copy(model)
+    private_api.own_hyperparameters(twin, {**model.hparams, "latent_dim": 3})
+    assert (twin.hparams["latent_dim"], twin.hparams_initial["latent_dim"], model.hparams["latent_dim"]) == (3, 3, 2)
     from torch.nn.parallel import DistributedDataParallel  # reads the attribute: the name must be torch's
 
     assert "_ddp_params_and_buffers_to_ignore" in inspect.getsource(DistributedDataParallel)

@@ -235,16 +235,26 @@ def test_the_compiled_batched_step_equals_the_eager_one(cls):
         torch.testing.assert_close(compiled_grads[name], eager_grads[name], rtol=1e-4, atol=1e-4, msg=name)
 
 
+# Where a replicated process saves: every 2 steps (the faults' settings), or at its validations only (every 2 epochs
+# of 4 steps: steps 8, 16, ...), as a study's process validating every N epochs does.
+SAVES = {"steps": {}, "validations": {"trainer.limit_train_batches": "4", "trainer.check_val_every_n_epoch": "2",
+                                      "callbacks.model_checkpoint.every_n_train_steps": "null"}}
+VALIDATION_STEPS = 8
+
+
 @pytest.mark.slow
-def test_a_killed_replicated_process_resumes_every_replica_where_it_stopped(tmp_path):
+@pytest.mark.parametrize("saves", SAVES)
+def test_a_killed_replicated_process_resumes_every_replica_where_it_stopped(tmp_path, saves):
     """`train.py replicas.seeds=[0,1]` killed (SIGKILL) once its last.ckpt exists, then resumed from it: the process and
     each replica's last.ckpt end as an uninterrupted process's do (weights, cache, optimizer), and each replica's run
-    is the one it started in."""
+    is the one it started in. Saving at validations only, the process's last.ckpt and each replica's last and best are
+    written at the first validation, long before the end."""
     import signal
 
     from benchmarks.robustness import faults
 
-    settings = [*faults.SETTINGS, "replicas.seeds=[0,1]", "data.val_size=59000", f"data.data_dir={DATA_DIR}"]
+    given = [s for s in faults.SETTINGS if s.split("=")[0] not in SAVES[saves]] + [f"{k}={v}" for k, v in SAVES[saves].items()]
+    settings = [*given, "replicas.seeds=[0,1]", "data.val_size=59000", f"data.data_dir={DATA_DIR}"]
 
     def group(log_dir):
         return sorted((log_dir / "logs" / "replicas").glob("*/*/checkpoints/last.ckpt"))
@@ -258,7 +268,14 @@ def test_a_killed_replicated_process_resumes_every_replica_where_it_stopped(tmp_
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     (stopped,) = group(tmp_path / "killed")
-    assert load_checkpoint_file(stopped)["global_step"] < faults.STEPS
+    stopped_at = load_checkpoint_file(stopped)["global_step"]
+    assert stopped_at < faults.STEPS
+    if saves == "validations":  # saved at a validation, with each replica's last and best
+        assert stopped_at % VALIDATION_STEPS == 0
+        for seed in (0, 1):
+            (run,) = (tmp_path / "killed/logs/tensorboard").glob(f"*-seed{seed}/version_0")
+            assert load_checkpoint_file(run / "checkpoints/last.ckpt")["global_step"] >= stopped_at
+            assert list((run / "checkpoints").glob("epoch*-step*.ckpt"))
     code, output = faults.finish(faults.run_train(tmp_path / "killed", *settings, f"ckpt_path={stopped}"))
     assert code == 0, output[-3000:]
     (straight,) = group(tmp_path / "straight")
@@ -304,3 +321,36 @@ def test_replica_runs_state_from_a_checkpoint_is_checked_and_never_removes_outsi
     runs.loggers = [Logger()]
     runs.on_save_checkpoint(Trainer(), Module(), {"epoch": 0, "global_step": 1, "loops": {}})
     assert outside.exists() and (tmp_path / "tb/a/version_0/checkpoints/epoch000-step000001.ckpt").exists()
+
+
+def test_each_replica_data_module_holds_its_own_seed():
+    """Each replica's data module says its own seed, where hparams.yaml (`hparams_initial`) and its checkpoint
+    (`hparams`) read it, and the module it was copied from keeps its own."""
+    replicas = ReplicaData(data(9), [3, 4, 5])
+    replicas.setup("fit")
+    replicas.train_dataloader()
+    assert [(r.seed, r.hparams["seed"], r.hparams_initial["seed"]) for r in replicas.replicas] == [(3, 3, 3), (4, 4, 4), (5, 5, 5)]
+    assert replicas.datamodule.hparams["seed"] == 9
+
+
+def test_a_replica_best_checkpoint_is_named_as_its_single_run_names_it(tmp_path):
+    """One epoch of 3 batches and its validation: each replica's best has the name the single run's checkpoint callback
+    (configs/callbacks/default.yaml) gives its best after the same steps, and the process's last.ckpt was written
+    then (launch/runs/replicas.py's checkpoint callback)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from checkpoints.trainer.validation_checkpoint import ValidationCheckpoint
+    from launch.rules import checkpoint_settings
+
+    short = dict(max_steps=-1, max_epochs=1, limit_train_batches=3, precision="32-true")
+    single = ModelCheckpoint(**{**checkpoint_settings(), "dirpath": str(tmp_path / "single")})
+    trainer(tmp_path, **short, callbacks=[single]).fit(model(0), datamodule=data(0))
+    runs = ReplicaRuns(str(tmp_path / "tensorboard"), ["a", "b"])
+    process = ValidationCheckpoint(dirpath=str(tmp_path / "process"), save_last=True, save_top_k=0)
+    trainer(tmp_path, **short, callbacks=[runs, process]).fit(
+        Replicas([model(0), model(1)], [0, 1]), datamodule=ReplicaData(data(0), [0, 1]))
+    expected = sorted(p.name for p in (tmp_path / "single").glob("epoch*.ckpt"))
+    assert len(expected) == 1 and expected[0].startswith("epoch000-")
+    for name in ("a", "b"):
+        assert sorted(p.name for p in (tmp_path / "tensorboard" / name / "version_0/checkpoints").glob("epoch*.ckpt")) == expected
+    assert load_checkpoint_file(tmp_path / "process/last.ckpt")["epoch"] == 0

@@ -137,6 +137,26 @@ def test_a_rerun_trains_only_what_has_no_record_and_an_arm_process_starts_only_f
     assert len(fake_training) == 3
 
 
+def test_only_trains_the_processes_of_the_runs_it_names_and_a_failed_process_lets_the_others_finish(tmp_path, fake_training, monkeypatch):
+    out, logs = tmp_path / "out", tmp_path / "logs"
+    verdict_study.main(["--out", str(out), "--logs", str(logs), "--seeds", "2", "--only", "rws-*"])
+    assert [call[0] for call in fake_training] == ["rws-s0-1"]
+    assert sorted(p.stem for p in (out / "runs").glob("*.json")) == ["rws-s0", "rws-s1"]
+    trained = verdict_study.packing.train_process
+
+    def failing(label, *args, **kwargs):
+        if label.startswith("jsa-arms-"):
+            raise SystemExit(f"{label} failed (exit 1); its output: train.log")
+        return trained(label, *args, **kwargs)
+
+    monkeypatch.setattr(verdict_study.packing, "train_process", failing)
+    with pytest.raises(SystemExit, match="^jsa-arms-s0-1-from300 failed"):
+        verdict_study.main(["--out", str(out), "--logs", str(logs), "--seeds", "2", "--vimco", "--lanes", "2"])
+    assert sorted(p.stem for p in (out / "runs").glob("*.json")) == ["jsa-never-s0-to300", "jsa-never-s1-to300", "rws-s0", "rws-s1",
+                                                                    "vimco-s0", "vimco-s1"]
+    assert "(6 of 12 planned runs finished)" in (out / "report.md").read_text()
+
+
 def test_the_report_tests_the_registered_comparisons_paired_where_they_share_a_start_with_holm_over_those_made(tmp_path, fake_training):
     from scipy import stats
 
@@ -261,3 +281,33 @@ def test_vimco_runs_when_asked_for_by_vimco_or_by_arms(tmp_path, fake_training, 
         assert ("vimco-s0-0" in [call[0] for call in fake_training]) == (n < 2), argv
         assert (out / "runs" / "vimco-s0.json").exists() == (n < 2)
         fake_training.clear()
+
+
+TINY = ["--seeds", "2", "--branch-epoch", "1", "--epochs", "2", "--val-every", "1", "--val-samples", "2", "--steps-per-epoch", "2",
+        "data.val_size=59900", "data.batch_size=50", "data.eval_batch_size=50", "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1", "model.test_num_samples=2"]
+
+
+@pytest.mark.slow
+def test_the_whole_study_trains_through_train_py_each_arm_tested_and_its_curves_and_best_its_own(tmp_path):
+    """Two seeds, the trunk to epoch 1 and the arms to 2, on 100 training images: every run recorded with its test; each
+    arm's validations and best checkpoint after the branch epoch, the trunk's before it; all of a seed's arms start from
+    one file; the report makes every registered comparison at the runs' own test."""
+    out, logs = tmp_path / "out", tmp_path / "logs"
+    verdict_study.main(["--out", str(out), "--logs", str(logs), *TINY])
+    records = {p.stem: json.loads(p.read_text()) for p in (out / "runs").glob("*.json")}
+    assert sorted(records) == sorted(["jsa-never-s0-to1", "jsa-never-s1-to1"] + [f"{arm}-s{s}" for s in range(2) for arm in
+                                     ("jsa-never", "jsa-cache300", "jsa-cache300-rho0.2", "rws")])
+    for name, record in records.items():
+        epochs = [round((step + 1) / 2) for step, _ in record["curves"]["nll"]]
+        best = [p.name for p in (logs / name).glob("tensorboard/*/version_0/checkpoints/epoch*.ckpt")]
+        if record["stage"] == "trunk":
+            assert epochs == [1] and record["test"] == {}, name
+        elif record["stage"] == "branch":
+            assert epochs == [2] and "nll" in record["test"] and best == ["epoch001-step000004.ckpt"], (name, epochs, best)
+        else:
+            assert epochs == [1, 2] and "nll" in record["test"], name
+    assert len({records[f"{arm}-s1"]["branch_sha256"] for arm in verdict_study.BRANCHES}) == 1
+    report = (out / "report.md").read_text()
+    assert "(10: 5 differences at 2 measures; 5 made so far)" in report
+    assert not [line for line in report.splitlines() if line.startswith("| test NLL, 1000 samples |") and "not yet measured" in line]

@@ -1,0 +1,47 @@
+"""Lightning's ModelCheckpoint with `last.ckpt` written after every validation, the resume point of a run cut there.
+
+Lightning 2.6 writes `last.ckpt` only at a step where it also saved a top-k file: a run whose val/nll did not improve
+at a validation, or a replicated process that keeps no top-k of its own (each replica's best is
+callbacks/replica_runs.py's), would be left with a resume point from an older validation, or none before the end.
+Here, where Lightning saves after a validation (the train epoch's end or the validation's end,
+`_should_save_on_train_epoch_end`), `last.ckpt` is written when Lightning wrote nothing there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
+
+
+class ValidationCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint (same arguments) whose `save_last` holds after every validation of a fit."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._saves = 0  # files written, to tell whether Lightning's own hook saved
+
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        super()._save_checkpoint(trainer, filepath)
+        self._saves += 1
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        saves = self._saves
+        super().on_train_epoch_end(trainer, pl_module)
+        if self._should_save_on_train_epoch_end(trainer):
+            self._save_last_if_unsaved(trainer, saves)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        saves = self._saves
+        super().on_validation_end(trainer, pl_module)
+        if not self._should_save_on_train_epoch_end(trainer):
+            self._save_last_if_unsaved(trainer, saves)
+
+    def _save_last_if_unsaved(self, trainer: L.Trainer, saves: int) -> None:
+        # Also when a step-triggered save wrote this step before the validation: what follows a validation (each
+        # replica's best and val metrics, a callback's state) belongs in the resume point.
+        if (self.save_last and saves == self._saves and trainer.state.fn == TrainerFn.FITTING
+                and not trainer.sanity_checking and not trainer.fast_dev_run):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
