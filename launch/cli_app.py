@@ -9,7 +9,6 @@ import sys
 from typing import Any, NoReturn, Optional
 
 from hydra.utils import get_class
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
@@ -18,6 +17,7 @@ from checkpoints.errors import CheckpointError
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.model_class import check_model_class
 from checkpoints.registry import registered, registered_class
+from checkpoints.trainer.validation_checkpoint import ValidationCheckpoint
 from common.private_api import cli_callbacks, cli_trainer, cli_value
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
@@ -77,7 +77,7 @@ class CollectionCLI(LightningCLI):
         parser.add_argument("--replicas.arms", type=Optional[list[dict[str, Any]]], default=None,
                             help="settings replicas of one seed may differ in, one replica per seed and arm, e.g. "
                                  "'[{}, {cache_start_epoch: 300}]' (JSA: cache_start_epoch, cache_refresh)")
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(ValidationCheckpoint, "checkpoint")
         parser.set_defaults({f"checkpoint.{key}": value for key, value in rules.checkpoint_settings().items()})
         parser.set_defaults({f"trainer.{key}": value for key, value in rules.trainer_defaults().items()})
         parser.set_defaults({"trainer.callbacks": [{"class_path": f"{type(c).__module__}.{type(c).__name__}"}

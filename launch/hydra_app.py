@@ -21,8 +21,9 @@ from launch.checks.schema import CONFIGS
 from launch.console import quiet_console
 from launch.errors import user_errors_as_one_line
 from launch.hydra_config import register_defaults
-from launch.hydra_run import build_run
+from launch.hydra_run import build_run, replica_tests
 from launch.runs.run_directory import note_existing_directories, note_hydra_job, remove_if_only_hydra_files
+from models.replicas import Replicas
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,10 @@ def run(cfg: Any) -> dict[str, float]:
     with rules.running(trainer, log.info):
         note_hydra_job(trainer.logger)  # after the run's files are listed: a refused new run still leaves nothing
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
-        if cfg.get("run_test"):
+        if cfg.get("run_test") and isinstance(model, Replicas):
+            for replica in replica_tests(cfg, model, trainer):  # each replica's run_test, as its single run's
+                test_replica(*replica)
+        elif cfg.get("run_test"):
             # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
             use_model = any(getattr(c, "use_mean", False) for c in trainer.callbacks) or not trainer.checkpoint_callback
             if not use_model and not trainer.checkpoint_callback.best_model_path:
@@ -48,6 +52,12 @@ def run(cfg: Any) -> dict[str, float]:
     if best is not None and getattr(trainer.checkpoint_callback, "monitor", None) == "val/nll":
         metrics["val/nll_best"] = float(best)
     return metrics
+
+
+def test_replica(datamodule: Any, model: Any, trainer: Any, ckpt_path: str) -> None:
+    """One replica's test stage, from `ckpt_path`, in its own run (launch/hydra_run.py: replica_tests)."""
+    with rules.running(trainer, log.info, evaluating_only=True):
+        trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path)
 
 
 def main() -> None:

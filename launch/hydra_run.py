@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import lightning as L
 import torch
@@ -18,7 +18,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
+
+from callbacks.replica_runs import ReplicaRuns
 
 from launch import rules
 from launch.checks.settings import SettingsError, check_settings
@@ -123,13 +125,32 @@ def describe_run(cfg: Any) -> RunDescription:
     replicas = cfg.get("replicas") or {}
     if replicas.get("seeds") is None:
         return run
-    if cfg.get("run_test"):
-        raise SettingsError("run_test=true with replicas: test each replica's checkpoint on its own "
-                            "(python train.py test --ckpt_path=<its run>/checkpoints/<best>.ckpt)")
     seeds, arms = check_replica_request(OmegaConf.to_container(replicas.seeds) if OmegaConf.is_config(replicas.seeds) else replicas.seeds,
                                         OmegaConf.to_container(replicas.arms) if OmegaConf.is_config(replicas.get("arms")) else replicas.get("arms"),
                                         "replicas")
     return replicate(run, seeds, arms)
+
+
+def replica_tests(cfg: Any, replicas: Any, trainer: Any) -> Iterator[tuple[Any, Any, Any, str | None]]:
+    """run_test=true after a replicated fit: each replica's test as its single run's run_test (its seed, and its model
+    settings where they differ from the config's: its arm's, JSA's cache size), from its own best checkpoint on val/nll
+    (its last when no validation ran, as a single run tests its final weights), logged into its own run:
+    (datamodule, model, trainer, checkpoint) each."""
+    (runs,) = [c for c in trainer.callbacks if isinstance(c, ReplicaRuns)]
+    for r, seed in enumerate(replicas.seeds):
+        own = {key: value for key, value in replicas.settings[r].hparams.items()
+               if key in cfg.model and isinstance(value, (bool, int, float, str, type(None))) and value != cfg.model[key]}
+        ckpt_path = runs.best_files[r]
+        if ckpt_path is None:
+            ckpt_path = str(Path(runs.loggers[r].log_dir) / "checkpoints" / "last.ckpt")
+            log.warning("run_test: replica %s had no validation before training stopped, so no best checkpoint on val/nll: "
+                        "testing its final weights (%s)", runs.names[r], ckpt_path)
+        single = cfg.copy()
+        with open_dict(single):
+            single.replicas, single.seed, single.ckpt_path = None, seed, ckpt_path
+            single.model.update(own)
+        datamodule, model, test_trainer, _ = build_run(single)
+        yield datamodule, model, test_trainer, ckpt_path
 
 
 def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:

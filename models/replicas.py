@@ -228,8 +228,9 @@ class Replicas(L.LightningModule):
                 metric.update(values[name][r])
 
     def on_validation_epoch_end(self) -> None:
-        """Each replica's val metrics, for callbacks/replica_runs.py to log to its own run; the mean over the replicas
-        as `val/nll` (the progress bar's)."""
+        """Each replica's val metrics, for callbacks/replica_runs.py to log to its own run. The progress bar shows the
+        replicas' val/nll by name as what it is: `val/nll_mean`, `val/nll_min`, `val/nll_max` over the replicas; the
+        mean is also `val/nll` (off the bar), what a sweep minimizes (launch/hydra_app.py)."""
         self.replica_val = []
         for metrics in self.replica_metrics:
             values = {f"val/{name}": metric.compute() for name, metric in metrics.items()}
@@ -239,4 +240,7 @@ class Replicas(L.LightningModule):
         for metrics in self.replica_metrics:
             for metric in metrics.values():
                 metric.reset()
-        self.log("val/nll", torch.stack([m["val/nll"] for m in self.replica_val]).mean(), prog_bar=True)
+        nll = torch.stack([m["val/nll"] for m in self.replica_val])
+        self.log("val/nll", nll.mean())
+        for name, value in (("mean", nll.mean()), ("min", nll.min()), ("max", nll.max())):
+            self.log(f"val/nll_{name}", value, prog_bar=True)

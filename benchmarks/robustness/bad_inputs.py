@@ -161,7 +161,6 @@ def front_end_cases() -> list[Case]:
         Case("hydra replicas.seed=[0] (misspelt)", "hydra", ["replicas.seed=[0]"], mention="replicas.seeds"),
         Case("hydra replicas.arms set a non-gating setting", "hydra", ["replicas.seeds=[0,1]", "replicas.arms=[{{mis_steps:3}}]"],
              mention="mis_steps"),
-        Case("hydra replicas with run_test=true", "hydra", ["replicas.seeds=[0,1]", "run_test=true"], mention="run_test"),
         Case("hydra replicas of VQ-VAE", "hydra", ["model=vqvae", "replicas.seeds=[0,1]"], mention="VQVAE"),
         Case("hydra replicas with chain_rows=distinct", "hydra", ["replicas.seeds=[0,1]", "model.chain_rows=distinct"],
              mention="chain_rows"),

@@ -9,8 +9,6 @@ Here, where Lightning saves after a validation (the train epoch's end or the val
 
 from __future__ import annotations
 
-from typing import Any
-
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
@@ -19,9 +17,13 @@ from lightning.pytorch.trainer.states import TrainerFn
 class ValidationCheckpoint(ModelCheckpoint):
     """ModelCheckpoint (same arguments) whose `save_last` holds after every validation of a fit."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._saves = 0  # files written, to tell whether Lightning's own hook saved
+    @property
+    def state_key(self) -> str:
+        """Lightning's key for these settings (`ModelCheckpoint{...}`): its state in a checkpoint written by either
+        class is restored by the other (a run resumed across the change keeps its best)."""
+        return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
+
+    _saves = 0  # files written, to tell whether Lightning's own hook saved (no __init__: the CLI reads Lightning's)
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         super()._save_checkpoint(trainer, filepath)

@@ -354,3 +354,69 @@ def test_a_replica_best_checkpoint_is_named_as_its_single_run_names_it(tmp_path)
     for name in ("a", "b"):
         assert sorted(p.name for p in (tmp_path / "tensorboard" / name / "version_0/checkpoints").glob("epoch*.ckpt")) == expected
     assert load_checkpoint_file(tmp_path / "process/last.ckpt")["epoch"] == 0
+
+
+def test_the_progress_line_of_replicas_says_its_val_nll_is_over_the_replicas(tmp_path, capsys):
+    """The plain progress line after a validation names the replicas' mean, min and max of val/nll, not one bare
+    val/nll that reads as a run's."""
+    from callbacks.progress import LineProgressBar
+
+    short = dict(max_steps=-1, max_epochs=1, limit_train_batches=2, precision="32-true", enable_progress_bar=True)
+    replicas = Replicas([model(0), model(1)], [0, 1])
+    trainer(tmp_path, **short, callbacks=[LineProgressBar(refresh_seconds=0)]).fit(replicas, datamodule=ReplicaData(data(0), [0, 1]))
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("validation done")]
+    nll = sorted(float(m["val/nll"]) for m in replicas.replica_val)
+    shown = dict(item.split("=") for item in line.split("  ")[-1].split())
+    assert sorted(shown) == ["val/nll_max", "val/nll_mean", "val/nll_min"]
+    assert float(shown["val/nll_min"]) == pytest.approx(nll[0], rel=1e-3) and float(shown["val/nll_max"]) == pytest.approx(nll[1], rel=1e-3)
+
+
+@pytest.mark.slow  # end to end: a replicated trunk, then its arms branched from it and tested (train.py, twice)
+def test_arms_branched_from_a_trunk_keep_their_own_best_and_test_it_with_their_own_seed(tmp_path):
+    """`train.py replicas.seeds=[0,1]` for 2 epochs (the trunk, validating every epoch), then
+    `replicas.arms=[{},{cache_start_epoch:2}]` from its last.ckpt to epoch 4 with run_test=true: the branch point is the
+    trunk's last validation; each arm's run holds checkpoints of its own validations only (epochs 2 and 3), its curve
+    starts after the branch point, and its test restored its own best; every replica's hparams.yaml, checkpoints and
+    test say its own seed, with no changed setting."""
+    import re
+    import subprocess
+    import sys
+
+    import yaml
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from benchmarks.robustness.faults import REPO
+
+    settings = ["model=jsa", "model.mis_steps=2", "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=32",
+                "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
+                "trainer.num_sanity_val_steps=0", "trainer.enable_progress_bar=false", "callbacks.gradient_variance.every_n_steps=0",
+                "data.val_size=59000", f"data.data_dir={DATA_DIR}", "replicas.seeds=[0,1]", "log_dir=logs"]
+
+    def train(*args):
+        done = subprocess.run([sys.executable, str(REPO / "train.py"), *settings, *args], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout + done.stderr
+
+    train("trainer.max_epochs=2", "run_test=false")
+    (trunk,) = (tmp_path / "logs/replicas").glob("*/*/checkpoints/last.ckpt")
+    assert (load_checkpoint_file(trunk)["epoch"], load_checkpoint_file(trunk)["global_step"]) == (1, 4)
+    output = train("trainer.max_epochs=4", "run_test=true", "replicas.arms=[{},{cache_start_epoch:2}]", f"ckpt_path={trunk}")
+    assert "changed settings" not in output
+    runs = sorted((tmp_path / "logs/tensorboard").glob("*-seed*-cache_start_epoch2/version_0")) + \
+        sorted((tmp_path / "logs/tensorboard").glob("*-seed[01]/version_1"))  # the no-cache arm: a new run beside the trunk's
+    assert len(runs) == 4
+    restored = re.findall(r"Restoring states from the checkpoint path at (\S+)", output)
+    for run in runs:
+        seed = int(re.search(r"-seed(\d)", run.parent.name).group(1))
+        files = sorted(p.name for p in (run / "checkpoints").glob("epoch*.ckpt"))
+        assert files and all(int(name[5:8]) >= 2 for name in files), (run, files)
+        (best,) = files
+        assert str(run / "checkpoints" / best) in restored, (run, restored)
+        events = EventAccumulator(str(run))
+        events.Reload()
+        assert [s.step for s in events.Scalars("val/nll")] == [6, 8]
+        assert len(events.Scalars("test/nll")) == 1
+        assert yaml.safe_load((run / "hparams.yaml").read_text())["seed"] == seed
+        for name in ("last.ckpt", best):
+            checkpoint = load_checkpoint_file(run / "checkpoints" / name)
+            assert checkpoint["datamodule_hyper_parameters"]["seed"] == checkpoint["hyper_parameters"]["test_seed"] == seed

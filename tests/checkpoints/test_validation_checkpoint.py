@@ -1,0 +1,51 @@
+"""A run's last.ckpt after every validation (checkpoints/trainer/validation_checkpoint.py): also when val/nll did not
+improve there (Lightning 2.6 writes save_last only with a top-k file), so that a run cut after it resumes from it."""
+
+from __future__ import annotations
+
+import warnings
+
+import lightning as L
+import torch
+from lightning.pytorch.demos.boring_classes import BoringModel
+
+from hydra.utils import instantiate
+
+from checkpoints.loader import load_checkpoint_file
+from launch.checks.defaults import config_file
+
+
+class NoImprovement(BoringModel):
+    """Its val/nll is the same at every validation: only the first one is a best."""
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/nll", torch.tensor(1.0))
+
+
+def fit(tmp_path, check_val_every_n_epoch: int) -> L.Trainer:
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    callback = instantiate({**config_file("callbacks/default.yaml")["model_checkpoint"], "dirpath": str(tmp_path)})
+    trainer = L.Trainer(max_epochs=4, limit_train_batches=2, limit_val_batches=1, check_val_every_n_epoch=check_val_every_n_epoch,
+                        callbacks=[callback], logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        num_sanity_val_steps=0)
+    trainer.fit(NoImprovement())
+    return trainer
+
+
+def test_last_checkpoint_is_written_at_every_validation_that_did_not_improve(tmp_path):
+    """The run's checkpoint callback (configs/callbacks/default.yaml), validating every 2 epochs or every epoch: the
+    best is the first validation's, and last.ckpt the last validation's (epoch 3, step 8), not the best's."""
+    for every in (1, 2):
+        fit(tmp_path / str(every), every)
+        assert [p.name for p in (tmp_path / str(every)).glob("epoch*.ckpt")] == [f"epoch{every - 1:03d}-step{2 * every:06d}.ckpt"]
+        last = load_checkpoint_file(tmp_path / str(every) / "last.ckpt")
+        assert (last["epoch"], last["global_step"]) == (3, 8), every
+
+
+def test_its_state_in_a_checkpoint_is_lightnings(tmp_path):
+    """The state key is ModelCheckpoint's for the same settings: a checkpoint either wrote restores the other's best."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    settings = {key: value for key, value in config_file("callbacks/default.yaml")["model_checkpoint"].items() if key != "_target_"}
+    callback = instantiate({**config_file("callbacks/default.yaml")["model_checkpoint"]})
+    assert type(callback) is not ModelCheckpoint and callback.state_key == ModelCheckpoint(**settings).state_key
