@@ -5,6 +5,7 @@
 # lease unpacked into the next lease's tree as the lead commits them; the last report must have every arm and every
 # pre-registered comparison. From the repository root:
 #   VENV=/work/venv312 bash benchmarks/results/verdict-study/lease/dry_run.sh   # prints where it worked, then PASS/FAIL
+#   FROM=verdict ...   # to try a change again: from that call on (lease1, lease2 or verdict); a pass is a run from lease1
 set -o pipefail
 VENV=${VENV:?VENV: the virtualenv of the versions of the device}
 HERE=benchmarks/results/verdict-study/lease
@@ -49,19 +50,25 @@ call() {  # call NAME SCRIPT ARGS...: one run-tool call on the machine as it is;
     for tgz in "$out"/*.tgz; do [ -e "$tgz" ] && RESULTS+=("$tgz"); done
 }
 
-fresh_machine; call lease1 $HERE/lease1.sh
-for table in replicas_eager.txt replicas_compiled.txt; do [ -s "$WORK/out-lease1/$table" ] || fail "lease 1: no $table"; done
-grep -q "validation: R =  2" "$WORK/out-lease1/replicas_eager.txt" || fail "lease 1: no validation timed"
-grep -q "compiled (model.compile=step): R =  1" "$WORK/out-lease1/replicas_compiled.txt" || fail "lease 1: no compiled line"
-# The sizing, here as after a real lease 1 (the CPU's toy figures fit no plan: that answer is a pass too).
-PYTHONPATH=$PWD python3 -m benchmarks.speed.verdict_sizing "$WORK"/out-lease1/replicas_{eager,compiled}.txt > "$WORK/sizing.txt" 2>&1 ||
-    grep -q "no plan fits" "$WORK/sizing.txt" || { cat "$WORK/sizing.txt"; fail "verdict_sizing"; }
-echo "sizing: $(tail -n 1 "$WORK/sizing.txt")"
-fresh_machine; call lease2 $HERE/lease2.sh
-for table in determinism.txt gpu_estimators_rows.txt gpu_estimators_rows_fused_adam.txt gpu_estimators_rows_L16.txt; do
-    [ -s "$WORK/out-lease2/$table" ] || fail "lease 2: no $table"
-done
-grep -q "val/nll" "$WORK/out-lease2/determinism.txt" || fail "lease 2: the determinism runs logged no val/nll"
+FROM=${FROM:-lease1}
+[ "$FROM" = lease1 ] || [ "$FROM" = lease2 ] || [ "$FROM" = verdict ] || fail "FROM=$FROM: expected lease1, lease2 or verdict"
+if [ "$FROM" = lease1 ]; then
+    fresh_machine; call lease1 $HERE/lease1.sh
+    for table in replicas_eager.txt replicas_compiled.txt; do [ -s "$WORK/out-lease1/$table" ] || fail "lease 1: no $table"; done
+    grep -q "validation: R =  2" "$WORK/out-lease1/replicas_eager.txt" || fail "lease 1: no validation timed"
+    grep -q "compiled (model.compile=step): R =  1" "$WORK/out-lease1/replicas_compiled.txt" || fail "lease 1: no compiled line"
+    # The sizing, here as after a real lease 1 (the CPU's toy figures fit no plan: that answer is a pass too).
+    PYTHONPATH=$PWD python3 -m benchmarks.speed.verdict_sizing "$WORK"/out-lease1/replicas_{eager,compiled}.txt > "$WORK/sizing.txt" 2>&1 ||
+        grep -q "no plan fits" "$WORK/sizing.txt" || { cat "$WORK/sizing.txt"; fail "verdict_sizing"; }
+    echo "sizing: $(tail -n 1 "$WORK/sizing.txt")"
+fi
+if [ "$FROM" != verdict ]; then
+    fresh_machine; call lease2 $HERE/lease2.sh
+    for table in determinism.txt gpu_estimators_rows.txt gpu_estimators_rows_fused_adam.txt gpu_estimators_rows_L16.txt; do
+        [ -s "$WORK/out-lease2/$table" ] || fail "lease 2: no $table"
+    done
+    grep -q "val/nll" "$WORK/out-lease2/determinism.txt" || fail "lease 2: the determinism runs logged no val/nll"
+fi
 fresh_machine; call verdict-0 $HERE/verdict.sh 1 0        # seed 0: JSA's processes and RWS's side by side
 fresh_machine; call verdict-1-jsa $HERE/verdict.sh 1 1 jsa  # seed 1: JSA's, then RWS's in a call of its own
 fresh_machine; call verdict-1-rws $HERE/verdict.sh 1 1 rws
@@ -79,4 +86,4 @@ rows = [line for line in report.splitlines() if re.match(r"^\| (test NLL|NLL, )"
 assert len(rows) == 15, f"{len(rows)} comparison rows, expected 10 + 5 refit-q"
 print(f"the report has the 4 arms at 2 seeds and all {len(rows)} comparisons")
 PY
-echo "dry run PASS ($SECONDS s)"
+echo "dry run PASS from $FROM ($SECONDS s)"

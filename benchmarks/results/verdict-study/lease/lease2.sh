@@ -7,7 +7,7 @@
 #    conv backbone (benchmarks/speed/gpu_scaling.py --estimators), each table line by line to $OUT.
 . "$(dirname "$0")/setup.sh"
 if [ -n "$TOY" ]; then
-    EPOCHS=1 COMPILE="" TRAIN="trainer.limit_train_batches=3 trainer.limit_val_batches=1 data.batch_size=8 data.eval_batch_size=8 model.val_num_samples=2"
+    EPOCHS=1 COMPILE="" TRAIN="trainer.check_val_every_n_epoch=1 trainer.limit_train_batches=3 trainer.limit_val_batches=1 data.batch_size=8 data.eval_batch_size=8 model.val_num_samples=2"
     # the tables eager on tiny networks (the last --compiled wins: none), as --quick would but for its compilations
     ROWS="--device cpu --batch-size 8 --hidden-channels 8 --particles 3 --min-run-time 0.05 --rounds 1 --backbones mlp --compiled"
     FUSED="$ROWS" L16="--device cpu --batch-size 8 --hidden-channels 8 --particles 3 --min-run-time 0.05 --rounds 1 --compiled"
