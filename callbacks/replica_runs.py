@@ -46,6 +46,13 @@ class ReplicaRuns(L.Callback):
         self.best_files: list[str | None] = [None] * len(self.names)
         self.loggers: list[TensorBoardLogger] = []
 
+    @classmethod
+    def saved_names(cls, checkpoint: dict[str, Any]) -> list[str] | None:
+        """The run names a replicated process's checkpoint holds in this callback's state; None when it holds none."""
+        callbacks = checkpoint.get("callbacks")
+        state = callbacks.get(cls.__qualname__) if isinstance(callbacks, dict) else None
+        return state.get("names") if isinstance(state, dict) else None
+
     def state_dict(self) -> dict[str, Any]:
         return {"names": self.names, "versions": self.versions, "best": self.best, "best_files": self.best_files}
 

@@ -88,7 +88,7 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
     names = replica_names(run.name, seeds, arms)
     ckpt_path, branch = run.ckpt_path, None
     if ckpt_path:
-        branch = trunk_to_branch(ckpt_path, seeds, arms)
+        branch = trunk_to_branch(ckpt_path, seeds, arms, names)
     group_dir = replica_process_dir(run.log_dir, run.name, None if branch is not None else ckpt_path)
     if branch is not None:  # the arms start from their seed's trunk replica, in a process of their own
         ckpt_path = f"{group_dir}/checkpoints/branch-point.ckpt"
@@ -108,13 +108,15 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
         front_end="replicas", tensorboard=None, output_dir=group_dir, ckpt_path=ckpt_path)
 
 
-def trunk_to_branch(ckpt_path: str, seeds: Sequence[int], arms: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The branch checkpoint (checkpoints/replica.py) when `ckpt_path` is a replicated process of these seeds and no
-    arms (a trunk) and this process has several arms: e.g. JSA to epoch 300 for 5 seeds, then its arms with and without
-    the cache from there, each arm of a seed the same run up to the branch (the paired design). None: resume as it is."""
+def trunk_to_branch(ckpt_path: str, seeds: Sequence[int], arms: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any] | None:
+    """The branch checkpoint (checkpoints/replica.py) when `ckpt_path` is a replicated process of these seeds, one
+    replica each (a trunk), and this process trains other runs (several arms, or one arm of other settings, `names`):
+    e.g. JSA to epoch 300 for 5 seeds, then its arms with and without the cache from there, each arm of a seed the same
+    run up to the branch (the paired design), in a process and runs of its own. None: the same runs, resumed as they
+    are (the process's own last.ckpt, or a trunk continued with its own settings)."""
     checkpoint = load_checkpoint_file(ckpt_path)
     saved = checkpoint.get("replica_seeds")
-    if len(arms) > 1 and saved is not None and list(saved) == list(seeds):
+    if saved is not None and list(saved) == list(seeds) and (len(arms) > 1 or ReplicaRuns.saved_names(checkpoint) != list(names)):
         return branch_checkpoint(checkpoint, len(arms))
     return None
 
