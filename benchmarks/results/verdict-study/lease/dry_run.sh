@@ -54,11 +54,16 @@ FROM=${FROM:-lease1}
 [ "$FROM" = lease1 ] || [ "$FROM" = lease2 ] || [ "$FROM" = verdict ] || fail "FROM=$FROM: expected lease1, lease2 or verdict"
 if [ "$FROM" = lease1 ]; then
     fresh_machine; call lease1 $HERE/lease1.sh
-    for table in replicas_eager.txt replicas_compiled.txt; do [ -s "$WORK/out-lease1/$table" ] || fail "lease 1: no $table"; done
+    for table in replicas_eager.txt replicas_compiled_jsa.txt replicas_compiled_rws.txt; do
+        [ -s "$WORK/out-lease1/$table" ] || fail "lease 1: no $table"
+    done
     grep -q "validation: R =  2" "$WORK/out-lease1/replicas_eager.txt" || fail "lease 1: no validation timed"
-    grep -q "compiled (model.compile=step): R =  1" "$WORK/out-lease1/replicas_compiled.txt" || fail "lease 1: no compiled line"
+    for model in jsa rws; do
+        grep -q "^$model compiled (model.compile=step): R =  1" "$WORK/out-lease1/replicas_compiled_$model.txt" ||
+            fail "lease 1: no compiled $model line"
+    done
     # The sizing, here as after a real lease 1 (the CPU's toy figures fit no plan: that answer is a pass too).
-    PYTHONPATH=$PWD python3 -m benchmarks.speed.verdict_sizing "$WORK"/out-lease1/replicas_{eager,compiled}.txt > "$WORK/sizing.txt" 2>&1 ||
+    PYTHONPATH=$PWD python3 -m benchmarks.speed.verdict_sizing "$WORK"/out-lease1/replicas_*.txt > "$WORK/sizing.txt" 2>&1 ||
         grep -q "no plan fits" "$WORK/sizing.txt" || { cat "$WORK/sizing.txt"; fail "verdict_sizing"; }
     echo "sizing: $(tail -n 1 "$WORK/sizing.txt")"
 fi
