@@ -63,7 +63,7 @@ if [ "$FROM" = lease1 ]; then
             fail "lease 1: no compiled $model line"
     done
     # The sizing, here as after a real lease 1 (the CPU's toy figures fit no plan: that answer is a pass too).
-    PYTHONPATH=$PWD python3 -m benchmarks.speed.verdict_sizing "$WORK"/out-lease1/replicas_*.txt > "$WORK/sizing.txt" 2>&1 ||
+    PYTHONPATH=$PWD python3 -m benchmarks.studies.verdict_sizing "$WORK"/out-lease1/replicas_*.txt > "$WORK/sizing.txt" 2>&1 ||
         grep -q "no plan fits" "$WORK/sizing.txt" || { cat "$WORK/sizing.txt"; fail "verdict_sizing"; }
     echo "sizing: $(tail -n 1 "$WORK/sizing.txt")"
 fi

@@ -3,7 +3,7 @@
 # eager (with the MPS probe, and one whole 1000-sample validation of the R replicas timed at each R), then compiled
 # (model.compile=step, each R's compilation timed), JSA and RWS under limits of their own, so that a slow compilation
 # of one leaves the other measured. The verdict's commands are sized from these files
-# (python -m benchmarks.speed.verdict_sizing). Ends within 590 s: each table written line by line to $OUT, so a step
+# (python -m benchmarks.studies.verdict_sizing). Ends within 590 s: each table written line by line to $OUT, so a step
 # cut short keeps what it measured.
 . "$(dirname "$0")/setup.sh"
 if [ -n "$TOY" ]; then

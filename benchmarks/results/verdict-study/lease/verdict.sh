@@ -1,5 +1,5 @@
 #!/bin/bash
-# A verdict command (LEASES.md; benchmarks/speed/verdict_sizing.py picks them): `verdict.sh N K [jsa|rws]` trains the
+# A verdict command (LEASES.md; benchmarks/studies/verdict_sizing.py picks them): `verdict.sh N K [jsa|rws]` trains the
 # K-th group of N seeds (K = 0, 1, ...): JSA's trunk to the branch epoch, then its three arms from the trunk's own
 # checkpoint, and RWS, as replicated processes (JSA's and RWS's side by side, --lanes 2; `jsa` or `rws`: only those),
 # each run's record written as it finishes; then, on this machine where their checkpoints

@@ -1,6 +1,6 @@
 """How the verdict study splits into device calls of at most 10 minutes, from lease 1's replica tables.
 
-    python -m benchmarks.speed.verdict_sizing replicas_eager.txt replicas_compiled.txt
+    python -m benchmarks.studies.verdict_sizing benchmarks/results/speed/replicas_*_h200.txt   # lease 1's tables
 
 A verdict command (benchmarks/results/verdict-study/lease/verdict.sh N K [jsa|rws]) trains the K-th group of N seeds,
 JSA's processes, RWS's or both side by side on the one GPU, then measures the runs it finished at 20,000 samples on

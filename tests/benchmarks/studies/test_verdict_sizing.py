@@ -1,8 +1,8 @@
-"""benchmarks/speed/verdict_sizing.py: the verdict's commands sized from lease 1's replica tables."""
+"""benchmarks/studies/verdict_sizing.py: the verdict's commands sized from lease 1's replica tables."""
 
 import pytest
 
-from benchmarks.speed import verdict_sizing
+from benchmarks.studies import verdict_sizing
 
 
 def tables(tmp_path, step_ms, validation_s_per_replica, compile_s=30.0):
