@@ -5,9 +5,10 @@
 # each run's record written as it finishes; then, on this machine where their checkpoints
 # lie, the 20,000-sample measure of the runs it finished (--is-resolution) and, where PLAN.md's amendment has fixed the
 # refit's steps (REFIT_STEPS=...), the refit-q check; then the report. Records, measures and report come back in $OUT
-# as results.tgz, to unpack into benchmarks/results/verdict-study and commit. Within 590 s in all: training until
-# TRAIN_LIMIT (default 470 s), the measures until 560 s. Run again on the same warm machine, it resumes a process cut
-# by the limit from its last validation (the logs stay in the git-ignored .verdict-run/, which no call carries).
+# as results.tgz, to unpack into benchmarks/results/verdict-study and commit. Within CALL_LIMIT (the call's
+# timeout_s, default 600) less 10 s: training until CALL_LIMIT - 130 s, the measures until CALL_LIMIT - 40 s. Run again
+# on the same warm machine (CALL_LIMIT=<its timeout_s>), it resumes a process cut by the limit from its last validation
+# (the logs stay in the git-ignored .verdict-run/, which no call carries).
 . "$(dirname "$0")/setup.sh"
 SIZE=${1:?verdict.sh N K [jsa|rws]: the K-th group of N seeds} GROUP=${2:?verdict.sh N K [jsa|rws]: the K-th group of N seeds}
 case "${3:-both}" in
@@ -24,7 +25,8 @@ if [ -n "$TOY" ]; then  # 2 seeds; a branch epoch of 2 of 4; 3 batches of 8 an e
     COMPILE=""  # eager: inductor on 2 cores takes minutes a process (lease 1's toy table compiles the replicated step)
 else  # the pre-registered study (PLAN.md): 5 seeds, branch at 300, 500 epochs, validation at 1000 samples
     STUDY="--seeds 5" MEASURES="--is-device cuda" TRAIN="" REFIT=""
-    TRAIN_LIMIT=${TRAIN_LIMIT:-470} MEASURE_END=560 COMPILE="model.compile=step"
+    CALL_LIMIT=${CALL_LIMIT:-600} COMPILE="model.compile=step"
+    TRAIN_LIMIT=$((CALL_LIMIT - 130)) MEASURE_END=$((CALL_LIMIT - 40))
 fi
 STUDY="$STUDY --replicas-per-process $SIZE --logs .verdict-run/logs"
 ONLY=$(python3 -c "import sys; n, k = map(int, sys.argv[1:]); print(','.join(f'*-s{s},*-s{s}-*' for s in range(n * k, n * k + n)))" "$SIZE" "$GROUP")
