@@ -1,6 +1,6 @@
 """Lightning callbacks for what every model shares but no model's algorithm needs to know: the NaN guard,
-preemption, image grids, the HPARAMS tab, training speed, the test stage's cost, gradient variance and the
-collection of SG-MCMC samples. Those that guard a run rather than measure it (the NaN guard, preemption, the DDP process
+preemption, image grids, the HPARAMS tab, training speed, the test stage's cost, gradient variance, the
+collection of SG-MCMC samples, and the checkpoint callback (Lightning's, with last.ckpt after every validation). Those that guard a run rather than measure it (the NaN guard, preemption, the DDP process
 group) are in callbacks/guards/.
 
 configs/callbacks/default.yaml lists the set both front ends switch on (launch/rules.py reads it for LightningCLI);
@@ -21,6 +21,7 @@ from callbacks.posterior_samples import PosteriorSamples
 from callbacks.progress import LineProgressBar, progress_bar
 from callbacks.speed import TrainingSpeed
 from callbacks.testing_cost import TestCost
+from callbacks.validation_checkpoint import ValidationCheckpoint
 
 # Where these modules were before: a LightningCLI run's config.yaml names each callback by its module
 # (`class_path: callbacks.nonfinite.NonFiniteLossGuard`), and `fit -c <an older run>/config.yaml` still loads it.
@@ -41,5 +42,6 @@ __all__ = [
     "SaveOnPreemption",
     "TestCost",
     "TrainingSpeed",
+    "ValidationCheckpoint",
     "progress_bar",
 ]

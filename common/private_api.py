@@ -19,7 +19,7 @@ OVERRIDDEN = {
     # line before Lightning seeds. _prepare_subcommand_parser gives validate and test their --fresh_weights flag.
     "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_run_subcommand", "_get", "_parser", "_instantiate_trainer", "_set_seed",
                                            "_prepare_subcommand_parser"),
-    # checkpoints/trainer/validation_checkpoint.py: _save_checkpoint counts the files written; the others are called
+    # callbacks/validation_checkpoint.py: _save_checkpoint counts the files written; the others are called
     # to write last.ckpt where Lightning saves after a validation
     "lightning.pytorch.callbacks.ModelCheckpoint": ("_save_checkpoint", "_should_save_on_train_epoch_end",
                                                     "_save_last_checkpoint", "_monitor_candidates"),

@@ -13,11 +13,11 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
 import models  # noqa: F401  (registers the subclasses for --model=NAME)
+from callbacks.validation_checkpoint import ValidationCheckpoint
 from checkpoints.errors import CheckpointError
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.model_class import check_model_class
 from checkpoints.registry import registered, registered_class
-from checkpoints.trainer.validation_checkpoint import ValidationCheckpoint
 from common.private_api import cli_callbacks, cli_trainer, cli_value
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS

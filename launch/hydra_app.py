@@ -36,7 +36,7 @@ def run(cfg: Any) -> dict[str, float]:
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
         if cfg.get("run_test") and isinstance(model, Replicas):
             for replica in replica_tests(cfg, model, trainer):  # each replica's run_test, as its single run's
-                test_replica(*replica)
+                run_replica_test(*replica)
         elif cfg.get("run_test"):
             # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
             use_model = any(getattr(c, "use_mean", False) for c in trainer.callbacks) or not trainer.checkpoint_callback
@@ -54,7 +54,7 @@ def run(cfg: Any) -> dict[str, float]:
     return metrics
 
 
-def test_replica(datamodule: Any, model: Any, trainer: Any, ckpt_path: str) -> None:
+def run_replica_test(datamodule: Any, model: Any, trainer: Any, ckpt_path: str) -> None:
     """One replica's test stage, from `ckpt_path`, in its own run (launch/hydra_run.py: replica_tests)."""
     with rules.running(trainer, log.info, evaluating_only=True):
         trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path)

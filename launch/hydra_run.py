@@ -21,7 +21,6 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf, open_dict
 
 from callbacks.replica_runs import ReplicaRuns
-
 from launch import rules
 from launch.checks.settings import SettingsError, check_settings
 from launch.hydra_config import check_run_settings, command_line_overrides, model_settings, swept_keys

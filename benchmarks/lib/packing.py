@@ -76,7 +76,11 @@ def hand_over(process_dir: Path, replica: str, log_dir: Path) -> Path:
     moved = sorted(log_dir.glob(f"tensorboard/{replica}/version_0"))
     if moved:
         return moved[0]
-    (run,) = process_dir.glob(f"tensorboard/{replica}/version_0")
+    found = sorted(process_dir.glob(f"tensorboard/{replica}/version_0"))
+    if len(found) != 1:
+        raise SystemExit(f"{process_dir}: expected one replica run tensorboard/{replica}/version_0 from its process, found "
+                         f"{len(found)}; see its train.log")
+    (run,) = found
     target = log_dir / "tensorboard" / run.parent.name / "version_0"
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(run), str(target))

@@ -7,8 +7,6 @@ make of what a checkpoint restores. The file itself (format, loader) is one leve
 * `atomic_checkpoints`: `AtomicCheckpoints`, the callback that installs the plugin and checks what is restored;
 * `restored_state`: the restored loop counts and optimizer buffers, checked;
 * `restored_paths`: the paths a restored ModelCheckpoint state names, kept inside the run;
-* `validation_checkpoint`: `ValidationCheckpoint`, Lightning's ModelCheckpoint with last.ckpt written after every
-  validation (the runs' and the replicated processes' checkpoint callback);
 * `random_state`: every rank's random state in the checkpoint (`RandomStateCheckpoint`), for an exact resume;
 * `resume_settings`: a resumed run with settings other than the checkpoint's: one line naming them, this run's
   optimizer settings applied (`ResumeSettings`).

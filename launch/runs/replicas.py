@@ -26,7 +26,7 @@ from callbacks.replica_runs import ReplicaRuns
 from checkpoints.file_format import save_checkpoint_file
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.replica import branch_checkpoint
-from checkpoints.trainer.validation_checkpoint import ValidationCheckpoint
+from callbacks.validation_checkpoint import ValidationCheckpoint
 from common.private_api import checkpoint_every_n_train_steps
 from datamodules.replicas import ReplicaData
 from launch.checks.settings import SettingsError

@@ -343,7 +343,7 @@ def test_a_replica_best_checkpoint_is_named_as_its_single_run_names_it(tmp_path)
     then (launch/runs/replicas.py's checkpoint callback)."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from checkpoints.trainer.validation_checkpoint import ValidationCheckpoint
+    from callbacks.validation_checkpoint import ValidationCheckpoint
     from launch.rules import checkpoint_settings
 
     short = dict(max_steps=-1, max_epochs=1, limit_train_batches=3, precision="32-true")

@@ -464,6 +464,8 @@ def test_a_replicated_process_starts_from_its_trunk_resumes_from_its_own_checkpo
     assert moved == tmp_path / "run" / "tensorboard" / "jsa-seed3-cache_start_epoch2" / "version_0" and moved.is_dir()
     assert packing.hand_over(process_dir, "*-seed3-cache_start_epoch2", tmp_path / "run") == moved
     assert not (process_dir / "tensorboard" / "jsa-seed3-cache_start_epoch2" / "version_0").exists()
+    with pytest.raises(SystemExit, match=r"process: expected one replica run tensorboard/\*-seed4/version_0 from its process, found 0"):
+        packing.hand_over(process_dir, "*-seed4", tmp_path / "run4")
 
 
 def test_a_failed_replicated_process_is_one_line_naming_its_log(tmp_path, monkeypatch):

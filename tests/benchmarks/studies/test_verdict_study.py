@@ -119,7 +119,7 @@ def epoch_of(step: int) -> int:
     return round((step + 1) / 275)
 
 
-def test_a_rerun_trains_only_what_has_no_record_and_an_arm_process_starts_only_from_its_trunks_file(tmp_path, fake_training, capsys):
+def test_a_rerun_trains_only_what_has_no_record_and_an_arm_process_starts_only_from_its_trunks_file(tmp_path, fake_training):
     out, logs = tmp_path / "out", tmp_path / "logs"
     argv = ["--out", str(out), "--logs", str(logs), "--seeds", "2"]
     verdict_study.main(argv)

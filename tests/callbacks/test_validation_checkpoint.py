@@ -1,4 +1,4 @@
-"""A run's last.ckpt after every validation (checkpoints/trainer/validation_checkpoint.py): also when val/nll did not
+"""A run's last.ckpt after every validation (callbacks/validation_checkpoint.py): also when val/nll did not
 improve there (Lightning 2.6 writes save_last only with a top-k file), so that a run cut after it resumes from it."""
 
 from __future__ import annotations
