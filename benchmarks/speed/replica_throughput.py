@@ -5,15 +5,20 @@
 
 At the JSA paper's protocol (MLP 784-512-256, LeakyReLU, V = 20 latents of K = 10 classes, batch 200, L = S = 20) a
 step is bound by kernel launches on a GPU, not arithmetic. For JSA (`chain` gradient on static rows, the accelerator's
-default) and RWS, eager and compiled whole (`model.compile=step`), and R = 1, 4, 8, 16 replicas, this measures one
-replicated training step (the vmapped loss of every replica, backward, Adam over the stacked weights) and reports
+default) and RWS, eager and compiled whole (`model.compile=step`), and R = 1, 4, 8, 16, 32 replicas, this measures
+one replicated training step (the vmapped loss of every replica, backward, Adam over the stacked weights) and reports
 steps/s and replica-steps/s, and the speed-up of R replicas over R = 1 (the goal: R = 16 at least 8x R = 1's
 replica-steps/s). The plain single-run step of the model (no vmap) is the first line of each block, so that R = 1's
-cost of vmap is seen too. Each line is written as soon as it is measured, to the terminal and to --out.
+cost of vmap is seen too. In the eager block each R also times one whole validation of the R replicas as a study
+validates (`--val-images` images in batches of 500, `--val-samples` importance samples each; eager in both modes, as
+`model.compile=step` compiles the training step only), and each line gives the seconds of the first step (compiled:
+the compilation). Each line is written as soon as it is measured, to the
+terminal and to --out.
 
 `--mps-probe` first says whether CUDA MPS's control program is on the machine and whether a daemon runs (it starts
-none: the machine's settings are left as they are), then times `--lanes` processes each training one plain run at
-once beside one process of as many replicas: the same work as processes sharing the GPU, or as one batched step.
+none: the machine's settings are left as they are; with no `pgrep` there it says it did not look), then times
+`--lanes` processes each training one plain run at once beside one process of as many replicas: the same work as
+processes sharing the GPU, or as one batched step.
 """
 
 from __future__ import annotations
@@ -32,10 +37,12 @@ from common.files import write_file
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER = dict(num_latents=20, num_categories=10, activation="leaky_relu")
+EVAL_BATCH = 500  # experiment=jsa_paper's data.eval_batch_size
 
 
-def build(name: str, replicas: int, compile: bool, device: torch.device, quick: bool):
-    """(one step of R replicas, one plain step of the model), both training steps with Adam."""
+def build(name: str, replicas: int, compile: bool, device: torch.device, quick: bool, val_samples: int = 1000):
+    """(one step of R replicas, one plain step of the model, the R replicas' validation of one batch of images), the
+    steps training steps with Adam; the validation as Lightning runs it (no gradients), `val_samples` samples an image."""
     import lightning as L
 
     from models.jsa import JSA
@@ -43,7 +50,7 @@ def build(name: str, replicas: int, compile: bool, device: torch.device, quick: 
     from models.rws import RWS
 
     batch, steps = (8, 3) if quick else (200, 20)
-    settings = {**PAPER, "compile": "step" if compile else False}
+    settings = {**PAPER, "compile": "step" if compile else False, "val_num_samples": val_samples}
     if quick:
         settings.update(num_latents=4, num_categories=4)
 
@@ -72,7 +79,14 @@ def build(name: str, replicas: int, compile: bool, device: torch.device, quick: 
         loss.backward()
         single_optimizer.step()
 
-    return replicated_step, single_step
+    x_val = torch.bernoulli(torch.rand(EVAL_BATCH, 1, 28, 28, device=device))  # one eval batch, shared by the replicas
+    index_val = torch.arange(EVAL_BATCH, device=device)
+
+    def replicated_validation() -> None:
+        with torch.no_grad():
+            replicated.validation_step((x_val, index_val), 0)
+
+    return replicated_step, single_step, replicated_validation
 
 
 def measure(fn, device: torch.device, seconds: float) -> float:
@@ -82,9 +96,21 @@ def measure(fn, device: torch.device, seconds: float) -> float:
     return median_seconds(fn, seconds, num_threads=torch.get_num_threads(), warm_up=3)
 
 
+def first_call_seconds(fn, device: torch.device) -> float:
+    """Seconds of one call, synchronized: the first call of a compiled step is its compilation."""
+    start = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
 def mps_probe(say) -> None:
     control = shutil.which("nvidia-cuda-mps-control")
     say(f"CUDA MPS: nvidia-cuda-mps-control {'at ' + control if control else 'not on this machine'}")
+    if shutil.which("pgrep") is None:
+        say("CUDA MPS daemon: not looked for (no pgrep on this machine)")
+        return
     running = subprocess.run(["pgrep", "-f", "nvidia-cuda-mps-server|nvidia-cuda-mps-control"], capture_output=True, text=True)
     say(f"CUDA MPS daemon: {'running' if running.stdout.strip() else 'not running (none started here)'}")
 
@@ -93,7 +119,7 @@ def lanes_against_replicas(lanes: int, name: str, seconds: float, say) -> None:
     """`lanes` processes of one plain run each, started together, against one process of `lanes` replicas: the
     aggregate steps/s of each way (each process times its own steps after its warm-up)."""
     code = ("import sys, torch; from benchmarks.speed.replica_throughput import build, measure; "
-            f"dev = torch.device('cuda'); r, s = build('{name}', {{R}}, False, dev, False); "
+            f"dev = torch.device('cuda'); r, s, _ = build('{name}', {{R}}, False, dev, False); "
             f"fn = s if {{R}} == 1 else r; print(measure(fn, dev, {seconds}))")
     start = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, "-c", code.replace("{R}", "1")], cwd=REPO, stdout=subprocess.PIPE, text=True)
@@ -108,18 +134,28 @@ def lanes_against_replicas(lanes: int, name: str, seconds: float, say) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--replicas", type=lambda s: [int(r) for r in s.split(",")], default=[1, 4, 8, 16])
+    parser.add_argument("--replicas", type=lambda s: [int(r) for r in s.split(",")],
+                        help="the R measured, comma-separated (default 1,4,8,16,32; --quick: 1,2)")
     parser.add_argument("--models", type=lambda s: s.split(","), default=["jsa", "rws"])
     parser.add_argument("--seconds", type=float, default=2.0, help="timing per measurement (blocked_autorange)")
     parser.add_argument("--no-compile", action="store_true", help="eager only")
+    parser.add_argument("--compiled-only", action="store_true", help="compiled only (with --quick too: the CPU's compile)")
     parser.add_argument("--mps-probe", action="store_true", help="MPS's presence, then processes against replicas (CUDA)")
     parser.add_argument("--lanes", type=int, default=8, help="processes of --mps-probe")
-    parser.add_argument("--quick", action="store_true", help="a CPU smoke run: tiny networks, R = 1, 2")
+    parser.add_argument("--val-images", type=int, default=5000, help="images of the timed validation (default 5000, "
+                        "experiment=jsa_paper's val split; 0: no validation timed)")
+    parser.add_argument("--val-samples", type=int, default=1000, help="importance samples an image (default 1000)")
+    parser.add_argument("--quick", action="store_true", help="a CPU smoke run: tiny networks, a 500-image validation "
+                        "at 4 samples, eager unless --compiled-only")
     parser.add_argument("--out", type=Path, help="also write the lines to this file")
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() and not args.quick else "cpu")
+    if args.no_compile and args.compiled_only:
+        parser.error("--no-compile and --compiled-only: give one")
     if args.quick:
-        args.replicas, args.seconds, args.no_compile = [1, 2], 0.2, True
+        args.replicas, args.val_images, args.val_samples = args.replicas or [1, 2], EVAL_BATCH, 4
+        args.seconds, args.no_compile = min(args.seconds, 0.2), not args.compiled_only
+    args.replicas = args.replicas or [1, 4, 8, 16, 32]
     said: list[str] = []
 
     def say(line: str) -> None:
@@ -134,18 +170,25 @@ def main(argv: list[str] | None = None) -> None:
         mps_probe(say)
         lanes_against_replicas(args.lanes, "jsa", args.seconds, say)
     for model in args.models:
-        for compile in ([False] if args.no_compile else [False, True]):
+        for compile in ([False] if args.no_compile else [True] if args.compiled_only else [False, True]):
             mode = "compiled (model.compile=step)" if compile else "eager"
             base = None
             for r in args.replicas:
-                replicated, single = build(model, r, compile, device, args.quick)
+                replicated, single, validation = build(model, r, compile, device, args.quick, args.val_samples)
                 if base is None:
                     t_single = measure(single, device, args.seconds)
                     say(f"{model} {mode}: the plain single-run step: {1000 * t_single:.2f} ms, {1 / t_single:.1f} steps/s")
+                first = first_call_seconds(replicated, device)  # compiled: the compilation
                 t = measure(replicated, device, args.seconds)
                 base = base or r / t
-                say(f"{model} {mode}: R = {r:2d}: {1000 * t:.2f} ms/step, {r / t:.1f} replica-steps/s, {r / t / base:.2f}x R = 1")
-                del replicated, single
+                say(f"{model} {mode}: R = {r:2d}: {1000 * t:.2f} ms/step, {r / t:.1f} replica-steps/s, {r / t / base:.2f}x R = 1, "
+                    f"first step {first:.1f} s")
+                if args.val_images and not compile:
+                    batches = -(-args.val_images // EVAL_BATCH)
+                    v = measure(validation, device, args.seconds) * batches
+                    say(f"{model} validation: R = {r:2d}: {v:.2f} s for {args.val_images} images at {args.val_samples} "
+                        f"samples ({v / r:.3f} s per replica)")
+                del replicated, single, validation
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
 
