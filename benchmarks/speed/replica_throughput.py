@@ -24,7 +24,6 @@ processes sharing the GPU, or as one batched step.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
