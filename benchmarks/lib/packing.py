@@ -99,17 +99,21 @@ def train_process(label: str, overrides: Sequence[str], process_dir: Path, run_l
         if resume is None:
             remove_unfinished(label, process_dir)
             shutil.rmtree(process_dir / "replicas", ignore_errors=True)  # safe: inside the study's --logs, locked above
-        start = resume or start_from
-        cmd = [sys.executable, str(REPO / "train.py"), *overrides, f"log_dir={process_dir}"] + ([f"ckpt_path={start}"] if start else [])
-        begun = time.perf_counter()
-        with appending(process_dir / "train.log") as log:  # the process's output follows the earlier attempts'
-            log.write(f"\n$ {shlex.join(cmd)}\n".encode())
-            log.flush()
-            done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        seconds = time.perf_counter() - begun
+        return run_train_py(label, overrides, process_dir, resume or start_from)
+
+
+def run_train_py(label: str, overrides: Sequence[str], log_dir: Path, ckpt: Path | None) -> tuple[float, str]:
+    """`python train.py *overrides log_dir=log_dir [ckpt_path=ckpt]`, its output appended to `log_dir/train.log` after
+    the earlier attempts': (seconds, the command as shown, without log_dir); a failure is one line naming the log."""
+    cmd = [sys.executable, str(REPO / "train.py"), *overrides, f"log_dir={log_dir}"] + ([f"ckpt_path={ckpt}"] if ckpt else [])
+    begun = time.perf_counter()
+    with appending(log_dir / "train.log") as log:
+        log.write(f"\n$ {shlex.join(cmd)}\n".encode())
+        log.flush()
+        done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     if done.returncode != 0:
-        raise SystemExit(f"{label} failed (exit {done.returncode}); its output: {process_dir / 'train.log'}")
-    return seconds, shlex.join(["python", "train.py", *(o.replace(f"{REPO}/", "") for o in overrides)])
+        raise SystemExit(f"{label} failed (exit {done.returncode}); its output: {log_dir / 'train.log'}")
+    return time.perf_counter() - begun, shlex.join(["python", "train.py", *(o.replace(f"{REPO}/", "") for o in overrides)])
 
 
 def hand_over(process_dir: Path, replica: str, log_dir: Path) -> Path:

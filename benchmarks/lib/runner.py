@@ -13,15 +13,11 @@ import json
 import math
 import os
 import platform
-import shlex
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from benchmarks.lib.packing import packed_run, remove_unfinished, run_lock
-from common.files import appending, open_regular, write_file
+from benchmarks.lib.packing import packed_run, remove_unfinished, run_lock, run_train_py
+from common.files import open_regular, write_file
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,17 +41,9 @@ def train(name: str, overrides: Sequence[str], log_dir: Path) -> tuple[Path, flo
         ckpt = last_checkpoint(log_dir)
         if ckpt is None:  # stopped before its first checkpoint (or never started): start it afresh, in version_0
             remove_unfinished(name, log_dir)
-        cmd = [sys.executable, str(REPO / "train.py"), *overrides, f"log_dir={log_dir}"] + ([f"ckpt_path={ckpt}"] if ckpt else [])
-        start = time.perf_counter()
-        with appending(log_dir / "train.log") as log:  # the run's output follows the earlier attempts'
-            log.write(f"\n$ {shlex.join(cmd)}\n".encode())
-            log.flush()
-            done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        raise SystemExit(f"run {name} failed (exit {done.returncode}); its output: {log_dir / 'train.log'}")
+        seconds, shown = run_train_py(f"run {name}", overrides, log_dir, ckpt)
     (run_dir,) = log_dir.glob("tensorboard/*/version_0")
-    shown = shlex.join(["python", "train.py", *(o.replace(f"{REPO}/", "") for o in overrides)])
-    return run_dir, time.perf_counter() - start, shown
+    return run_dir, seconds, shown
 
 
 class NotYet(Exception):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -449,7 +450,7 @@ def test_a_replicated_process_starts_from_its_trunk_resumes_from_its_own_checkpo
         if len(commands) > 1:  # the first try is cut before its first checkpoint
             (process_dir / "replicas" / "jsa" / "t-1" / "checkpoints").mkdir(parents=True, exist_ok=True)
             (process_dir / "replicas" / "jsa" / "t-1" / "checkpoints" / "last.ckpt").write_text("saved")
-        return runner.subprocess.CompletedProcess(cmd, 0)
+        return subprocess.CompletedProcess(cmd, 0)
 
     monkeypatch.setattr(packing.subprocess, "run", fake_train)
     trunk = tmp_path / "trunk" / "last.ckpt"
@@ -471,6 +472,6 @@ def test_a_replicated_process_starts_from_its_trunk_resumes_from_its_own_checkpo
 def test_a_failed_replicated_process_is_one_line_naming_its_log(tmp_path, monkeypatch):
     from benchmarks.lib import packing
 
-    monkeypatch.setattr(packing.subprocess, "run", lambda cmd, **kwargs: runner.subprocess.CompletedProcess(cmd, 2))
+    monkeypatch.setattr(packing.subprocess, "run", lambda cmd, **kwargs: subprocess.CompletedProcess(cmd, 2))
     with pytest.raises(SystemExit, match=r"^rws-s0-4 failed \(exit 2\); its output: .*/process/train.log$"):
         packing.train_process("rws-s0-4", ["model=rws"], tmp_path / "process", runner.run_lock)
