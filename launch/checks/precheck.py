@@ -249,6 +249,8 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
             owner = ", ".join(sorted({schema_name(schema, group, choice) for choice in choices.get(group, [])} - {None}))
             raise EarlyRefusal(f"{key}: no such setting{f' of {owner}' if owner and (not experiment or group == 'trainer') else ''}"
                                f"{did_you_mean(key, names) or elsewhere(schema, group, name)}")
+        if group not in CLASS_DEFAULT_GROUPS and key not in appended and not in_file:
+            check_config_key(key, value or "V", group, choices.get(group, [None]))  # a setting its file leaves out
         if value is not None:
             check_value(key, value, [settings for settings in specs if name in settings], cli=in_file)
 
@@ -290,6 +292,11 @@ def removed_trainer_option(option: str, value: str | None, cli: bool) -> str:
     return f"{option}: no such {'option' if cli else 'setting'} of Trainer (Lightning 2 removed it); use {use}"
 
 
+# The groups whose configs extend their class's defaults (launch/hydra_config.py: register_defaults): every setting of
+# the class is in the composed config. Another group's config (optimizer) holds only the keys its file sets.
+CLASS_DEFAULT_GROUPS = ("model", "data", "trainer")
+
+
 def check_append(key: str, value: str, choices: dict[str, list[str | None]], schema: dict[str, Any]) -> None:
     """`+KEY=V` adds a key the config does not have; Hydra refuses it for a key that already has a value (after the
     imports, in six lines), where `KEY=V` is what was meant."""
@@ -305,7 +312,7 @@ def check_append(key: str, value: str, choices: dict[str, list[str | None]], sch
         target = schema["choices"].get(group, {}).get(picked[0]) if group in GROUPS else None
         if in_file is not None:
             set_by = f"configs/{group}/{picked[0]}.yaml"
-        elif "." not in name and name in schema.get("set_by_default", {}).get(target, ()):
+        elif "." not in name and group in CLASS_DEFAULT_GROUPS and name in schema.get("set_by_default", {}).get(target, ()):
             set_by = f"the default of {target.rsplit('.', 1)[-1]}"
         else:
             set_by = None
