@@ -150,6 +150,7 @@ class CollectionCLI(LightningCLI):
             if self.subcommand != "fit":
                 raise SettingsError(f"--replicas.seeds with {self.subcommand}: {self.subcommand} each replica's checkpoint on its "
                                     f"own (python train.py {self.subcommand} --ckpt_path=<its run>/checkpoints/last.ckpt)")
+            rules.check_replicable(self.model, "--model.scheduler")
             run = replicate(run, *check_replica_request(replicas.get("seeds"), replicas.get("arms"), "--replicas"), option="--replicas")
             self.model, self.datamodule = run.model, run.datamodule
         trainer, resume = build_trainer(run)

@@ -35,7 +35,7 @@ TOP_LEVEL_SPECS = {key: type_spec(hint) for key, hint in TOP_LEVEL_SETTINGS.item
 def unknown_top_level_setting(key: str) -> str:
     """The line that refuses a top-level key nothing reads (here, and after the imports in launch/hydra_config.py)."""
     return f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})"
-CONFIG_GROUPS = ("model", "data", "optimizer", "trainer", "logger", "callbacks", "experiment", "hydra")
+CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
 # Hydra options after which the config tree is another one, or that take the next word as their value.
 OTHER_TREE = ("--config-name", "-cn", "--config-path", "-cp", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")
 

@@ -33,7 +33,7 @@ MAX_RECEIVED_FILES = 500  # config files one command may have read (nested, or i
 # A Hydra config's _target_ may also name the Trainer and Hydra's launchers and sweepers (configs/ do); not hydra.utils,
 # whose get_class and get_method import the name they are given.
 HYDRA_PREFIXES = ("lightning.Trainer", "hydra_plugins.")
-GROUP_FOLDERS = ("model", "data", "optimizer", "trainer", "logger", "callbacks", "experiment", "hydra")
+GROUP_FOLDERS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
 PLAIN_TAGS = {"!", *(f"tag:yaml.org,2002:{kind}" for kind in ("str", "int", "float", "bool", "null", "map", "seq",
                                                               "merge", "timestamp"))}
 
