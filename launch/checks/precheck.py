@@ -188,7 +188,8 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
             for choice in wanted:
                 if choice not in available and not (key == "experiment" and choice in ("null", "")):
                     # Hydra leaves a group out with ~group (it refuses group=null from the command line)
-                    leave_out = f" (~{key} leaves it out)" if choice in ("null", "none", "None", "false") else ""
+                    leave_out = (f" ({key}=none leaves it out)" if "none" in available else f" (~{key} leaves it out)") \
+                        if choice in ("null", "none", "None", "false") else ""
                     raise EarlyRefusal(f"{key}={choice}: no such config in configs/{key}/; expected one of "
                                        f"{', '.join(available)}{did_you_mean(choice, available)}{leave_out}")
             choices[key] = wanted or [None]
