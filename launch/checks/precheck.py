@@ -248,7 +248,8 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
         if not any(name in settings for settings in specs):
             names = sorted({f"{group}.{n}" for settings in specs for n in settings})
             owner = ", ".join(sorted({schema_name(schema, group, choice) for choice in choices.get(group, [])} - {None}))
-            raise EarlyRefusal(f"{key}: no such setting{f' of {owner}' if owner and (not experiment or group == 'trainer') else ''}"
+            owned = owner and (not experiment or group == "trainer")  # an experiment may choose another model
+            raise EarlyRefusal(f"{key}: no such setting{f' of {owner}' if owned else ''}"
                                f"{did_you_mean(key, names) or elsewhere(schema, group, name)}")
         if group not in CLASS_DEFAULT_GROUPS and key not in appended and not in_file:
             check_config_key(key, value or "V", group, choices.get(group, [None]))  # a setting its file leaves out
@@ -457,7 +458,8 @@ def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | No
         candidates = [f"{given.rsplit('.', 1)[0]}.{n}" for n in known]
         owners = [cls for cls, target in schema["cli_classes"].get(group, {}).items() if name in schema["classes"].get(target, {})]
         what = "option" if shown else "setting"
-        hint = f"; it is {'an option' if shown else 'a setting'} of {owners[0]}" + (f" (--{group}={owners[0]})" if shown else "") if owners else ""
+        hint = f"; it is {'an' if shown else 'a'} {what} of {owners[0]}" if owners else ""
+        hint += f" (--{group}={owners[0]})" if owners and shown else ""
         raise EarlyRefusal(f"{given}: no such {what} of {chosen[group].rsplit('.', 1)[-1]}{did_you_mean(given, candidates) or hint}")
     if value is not None and name in settings:
         check_value(given, value, [settings], cli=True)
