@@ -17,6 +17,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
 import models  # noqa: F401  (registers the subclasses for --model=NAME)
 from checkpoints.errors import CheckpointError
+from checkpoints.import_paths import TRUST_HINT
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.model_class import check_model_class
 from checkpoints.registry import registered, registered_class
@@ -168,7 +169,7 @@ class CollectionCLI(LightningCLI):
             class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
             if class_path is not None and not is_registered_model(class_path):
                 raise CheckpointError(f"--ckpt_path={ckpt_path} names the class {class_path!r}, which is not one of the "
-                                      "collection's models; it is not imported")
+                                      f"collection's models; it is not imported; {TRUST_HINT}")
             written_by, given = checkpoint.get("model_class") or "", self.given_model
             if given and written_by and given.rsplit(".", 1)[-1] != written_by.rsplit(".", 1)[-1]:
                 given_class = registered_class(given, "model")
