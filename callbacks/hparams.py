@@ -34,6 +34,14 @@ def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def _factory_name(factory: Any) -> str:
+    """The class a factory builds (`functools.partial(CosineAnnealingLR, ...)`: CosineAnnealingLR), or "none"."""
+    if factory is None:
+        return "none"
+    built = getattr(factory, "func", factory)
+    return getattr(built, "__name__", type(factory).__name__)
+
+
 class HparamsWithMetrics(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         logger = trainer.logger
@@ -69,6 +77,7 @@ def write_hparams(logger: TensorBoardLogger, model: L.LightningModule, datamodul
         "num_params": sum(p.numel() for p in model.parameters()),
         "optimizer": type(optimizer).__name__,
         "optimizer_lr": optimizer.defaults.get("lr"),
+        "scheduler": _factory_name(getattr(model, "scheduler_factory", None)),  # (its setting is a factory, not a value)
         # data.batch_size is per device; one optimizer step sees this many examples:
         "effective_batch_size": batch_size and batch_size * batches_per_step,
     }

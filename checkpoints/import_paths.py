@@ -2,12 +2,15 @@
 `load_from_checkpoint` through its instantiator) imports a string wherever the setting's type admits a class or a
 function: a `class_path`, a Callable option (`optimizer: strangers_module.make`), a callback or logger given as a
 plain string, a `LambdaCallback` hook; Hydra imports a `_target_`. Importing a module runs its code, so a received
-config file or checkpoint may name, in any of those places, only the collection's packages and the Lightning and torch
-classes those settings take. Standard library only: the launch side uses this before torch is imported.
+config file or checkpoint may name, in any of those places, only the collection's packages, the Lightning and torch
+classes those settings take, and the user's own packages and modules listed in the environment variable
+LATENT_ZOO_TRUST (`LATENT_ZOO_TRUST=mypkg,my_callbacks`). Standard library only: the launch side uses this before
+torch is imported.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 from typing import Any, Iterator
@@ -29,14 +32,45 @@ PATH_SETTINGS = frozenset({"ckpt_path", "log_dir", "data_dir", "default_root_dir
 _DOTTED = re.compile(r"[^\W\d]\w*(?:\s*\.\s*[^\W\d]\w*)+")
 
 
+TRUST_VARIABLE = "LATENT_ZOO_TRUST"
+TRUST_HINT = f"to trust your own package or module, list it in {TRUST_VARIABLE} (e.g. {TRUST_VARIABLE}=mypkg,my_callbacks)"
+
+
+def trusted_prefixes() -> tuple[str, ...]:
+    """The user's own packages and modules, from LATENT_ZOO_TRUST (comma-separated dotted names): a name in one of
+    them is admitted wherever the collection's are, by the front ends and by `load_from_checkpoint` alike. ValueError
+    (one line) for an entry that is not a dotted name: a typo would otherwise trust nothing, or everything."""
+    prefixes = []
+    for entry in os.environ.get(TRUST_VARIABLE, "").split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        parts = entry.split(".")
+        if not all(part.isidentifier() and part.isascii() for part in parts) or "__main__" in parts:
+            raise ValueError(f"{TRUST_VARIABLE}={os.environ[TRUST_VARIABLE]}: {entry!r} is not a package or module name; "
+                             "expected comma-separated dotted names, e.g. mypkg,my_callbacks")
+        prefixes.append(entry + ".")
+    return tuple(prefixes)
+
+
 def looks_like_import_path(text: str) -> bool:
     return bool(_DOTTED.fullmatch(unicodedata.normalize("NFKC", text).strip()))
 
 
 def is_allowed_import(name: str, extra_prefixes: tuple[str, ...] = ()) -> bool:
-    """Whether `name`, exactly as written, lies in one of the allowed packages (never a `__main__` module)."""
+    """Whether `name`, exactly as written, lies in one of the allowed packages or the trusted ones (never a `__main__`
+    module)."""
+    return _lies_in(name, ALLOWED_IMPORT_PREFIXES + trusted_prefixes() + extra_prefixes)
+
+
+def is_trusted(name: object) -> bool:
+    """Whether `name` lies in one of the user's own packages or modules (LATENT_ZOO_TRUST)."""
+    return isinstance(name, str) and _lies_in(name, trusted_prefixes())
+
+
+def _lies_in(name: str, prefixes: tuple[str, ...]) -> bool:
     parts = name.split(".")
-    return (name.startswith(ALLOWED_IMPORT_PREFIXES + extra_prefixes) and "__main__" not in parts
+    return (name.startswith(prefixes) and "__main__" not in parts
             and all(part.isidentifier() and part.isascii() for part in parts))
 
 

@@ -2,8 +2,9 @@
 
 Checked. The file is verified first (checkpoints/file_format.py: its checksum, its declared sizes), under a shared lock
 on its directory, so that no save of the same path lands in between. A checkpoint may come from anyone, and unpickling
-can run code: it is read with `weights_only=True`, and the class paths its settings name must be the collection's
-(checkpoints/registry.py, checkpoints/import_paths.py), unless the caller says in code that it trusts the file.
+can run code: it is read with `weights_only=True`, and the class paths its settings name must be the collection's or
+lie in the user's own packages listed in LATENT_ZOO_TRUST (checkpoints/registry.py, checkpoints/import_paths.py),
+unless the caller says in code that it trusts the file.
 
 Once per command. A resume reads the checkpoint in several places before the trainer restores it (the front end
 checks which model wrote it, LightningCLI takes the model's settings from it, the builder checks it against the run),
@@ -33,7 +34,7 @@ import torch
 
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import CHECKSUM_SUFFIX, directory_lock, verify_checkpoint_file
-from checkpoints.import_paths import foreign_import_paths
+from checkpoints.import_paths import TRUST_HINT, foreign_import_paths
 from checkpoints.registry import is_registered
 from common.private_api import lightning_load
 
@@ -156,10 +157,10 @@ def refuse_unregistered_classes(checkpoint: dict[str, Any], path: Any) -> None:
         for where, name in named(checkpoint.get(section), section):
             if not is_registered(name):
                 raise CheckpointError(f"checkpoint {path}: {where} names {str(name)[:120]!r}, which is not one of the "
-                                      "collection's models or data modules; it is not imported (importing runs code)")
+                                      f"collection's models or data modules; it is not imported (importing runs code); {TRUST_HINT}")
         # A setting given as a dotted string (optimizer: strangers_module.make) is imported by jsonargparse when
         # LightningCLI or load_from_checkpoint builds the model from these settings, wherever its type takes a function
         # or a class: only the collection's and Lightning's and torch's own are allowed (checkpoints/import_paths.py).
         for where, name in foreign_import_paths(checkpoint.get(section), section, skip_keys=IMPORTED_KEYS):
             raise CheckpointError(f"checkpoint {path}: {where} is {name[:120]!r}, a dotted name that is not one of the "
-                                  "collection's, Lightning's or torch.optim's; it is not imported (importing runs code)")
+                                  f"collection's, Lightning's or torch.optim's; it is not imported (importing runs code); {TRUST_HINT}")

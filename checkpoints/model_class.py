@@ -26,7 +26,11 @@ def stamp_model_class(checkpoint: dict[str, Any], cls: type) -> None:
 def check_loaded_class(checkpoint_path: Any, cls: type, trusted: bool) -> None:
     """`cls.load_from_checkpoint(checkpoint_path)` on a checkpoint another class wrote: one line naming the loader to
     use, before the class is built from the other's hyperparameters. A local file is read through the safe loader
-    (checksum, weights only, registered classes); a stream is read and put back where it was."""
+    (checksum, weights only, registered classes); a stream is read and put back where it was. The collection's data
+    modules are registered first: a checkpoint names the one it was trained on, and a script that loads a model
+    may never have imported them."""
+    import datamodules  # noqa: F401  (registers them: checkpoints/registry.py)
+
     if hasattr(checkpoint_path, "seek"):
         start = checkpoint_path.tell()
         checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=not trusted)  # safe: True unless the caller wrote weights_only=False

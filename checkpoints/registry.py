@@ -2,9 +2,13 @@
 the collection's models and data modules, each registering itself when its class is defined (`__init_subclass__` in
 models/base.py and datamodules/base.py; importing the package imports every module), and Lightning's instantiator.
 Kept here, filled from there, so that checkpoints/ imports neither: nothing registered (those packages not imported)
-refuses every class, never admits one. The front ends' lists of models and data sets are read from here too."""
+refuses every class, never admits one. A class of the user's own packages listed in LATENT_ZOO_TRUST
+(checkpoints/import_paths.py) is admitted too, before its module is imported (a subclass of a model, say). The front
+ends' lists of models and data sets are read from here too."""
 
 from __future__ import annotations
+
+from checkpoints.import_paths import is_trusted
 
 LIGHTNING_INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
 _REGISTERED: dict[str, dict[str, type]] = {"model": {}, "data": {}}  # kind -> {class path or short name: class}
@@ -29,8 +33,9 @@ def registered_class(name: str, kind: str) -> type | None:
 
 
 def is_registered(name: object, kind: str | None = None) -> bool:
-    """Whether a class path a checkpoint names is a registered `kind` (any kind: also Lightning's instantiator)."""
-    if kind is None and name == LIGHTNING_INSTANTIATOR:
+    """Whether a class path a checkpoint names is a registered `kind` (any kind: also Lightning's instantiator), or
+    lies in a package the user trusts (LATENT_ZOO_TRUST)."""
+    if (kind is None and name == LIGHTNING_INSTANTIATOR) or is_trusted(name):
         return True
     kinds = [kind] if kind else list(_REGISTERED)
     return isinstance(name, str) and any(name in _REGISTERED[k] for k in kinds)

@@ -4,8 +4,10 @@ one line naming the option as given."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 from hydra.utils import get_class
@@ -15,6 +17,7 @@ import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
 import models  # noqa: F401  (registers the subclasses for --model=NAME)
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from checkpoints.errors import CheckpointError
+from checkpoints.import_paths import TRUST_HINT
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.model_class import check_model_class
 from checkpoints.registry import registered, registered_class
@@ -27,6 +30,7 @@ from launch.checks.exit import exit_with
 from launch.errors import user_errors_as_one_line
 from launch.checks.defaults import default_class, log_dir as default_log_dir, seed as default_seed
 from launch.checks.arguments import option_value
+from launch.checks.received_config import ConfigRefusal, cli_sources, composed, composed_text, given_settings, is_config_option
 from launch.checks.precheck import FRESH_WEIGHTS_OPTION, refuse_early, scheduler_without_optimizer, untrained_evaluation
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.run_builder import RunDescription, build_trainer
@@ -148,6 +152,7 @@ class CollectionCLI(LightningCLI):
             if self.subcommand != "fit":
                 raise SettingsError(f"--replicas.seeds with {self.subcommand}: {self.subcommand} each replica's checkpoint on its "
                                     f"own (python train.py {self.subcommand} --ckpt_path=<its run>/checkpoints/last.ckpt)")
+            rules.check_replicable(self.model, "--model.scheduler")
             run = replicate(run, *check_replica_request(replicas.get("seeds"), replicas.get("arms"), "--replicas"), option="--replicas")
             self.model, self.datamodule = run.model, run.datamodule
         trainer, resume = build_trainer(run)
@@ -165,7 +170,7 @@ class CollectionCLI(LightningCLI):
             class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
             if class_path is not None and not is_registered_model(class_path):
                 raise CheckpointError(f"--ckpt_path={ckpt_path} names the class {class_path!r}, which is not one of the "
-                                      "collection's models; it is not imported")
+                                      f"collection's models; it is not imported; {TRUST_HINT}")
             written_by, given = checkpoint.get("model_class") or "", self.given_model
             if given and written_by and given.rsplit(".", 1)[-1] != written_by.rsplit(".", 1)[-1]:
                 given_class = registered_class(given, "model")
@@ -201,11 +206,13 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
     raw_args = list(sys.argv[1:] if args is None else args)
     subcommand = raw_args[0] if raw_args and raw_args[0] in SUBCOMMANDS else None
     given_model = option_value(raw_args, "--model")
-    # JSA on MNIST unless told otherwise, as in the Hydra front end. Given as arguments, not as parser
-    # defaults: jsonargparse would carry a default class's settings over to another class the user picks.
+    # JSA on MNIST unless told otherwise (on the command line or in a config file), as in the Hydra front end. Given
+    # as arguments before the config files, not as parser defaults: jsonargparse would carry a default class's
+    # settings over to another class the user picks.
+    named = _classes_in_config_files(raw_args)
     defaults = [f"--{key}={default_class(key)}" for key in ("model", "data")
-                if not any(a == f"--{key}" or a.startswith(f"--{key}=") for a in raw_args)]
-    if not any(a in ("-c", "--config", "-h", "--help") or a.startswith(("--config=", "-c=")) for a in raw_args):
+                if key not in named and not any(a == f"--{key}" or a.startswith(f"--{key}=") for a in raw_args)]
+    if defaults and not any(a in ("-h", "--help") for a in raw_args):
         first = [raw_args.pop(0)] if subcommand else []
         raw_args = first + defaults + raw_args
         if args is None:  # from the command line: LightningCLI reads sys.argv (given both, it warns)
@@ -228,6 +235,22 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
             save_config_kwargs={"overwrite": True, "config_filename": "config.yaml" if subcommand in ("fit", None) else f"config_{subcommand}.yaml"},
             seed_everything_default=default_seed(),  # configs/train.yaml's
         )
+
+
+def _classes_in_config_files(args: list[str]) -> set[str]:
+    """The groups ("model", "data") whose class the command line's config files name (`model: VAE`, `model:
+    {class_path: ...}`); a file that cannot be read is left to the parser to report."""
+    named = set()
+    for option, value in cli_sources(args if args and args[0] in SUBCOMMANDS else ["fit", *args]):
+        if not is_config_option(option):
+            continue
+        try:
+            node = composed(Path(value), "config file") if os.path.isfile(value) else composed_text(value, option)
+        except ConfigRefusal:
+            continue
+        named |= {key.split(".")[0] for key, text in given_settings(node)
+                  if (key in ("model", "data") and text is not None) or key in ("model.class_path", "data.class_path")}
+    return named
 
 
 def _parser_message(text: str, args: list[str]) -> str:

@@ -25,7 +25,7 @@ from launch import rules
 from launch.checks.settings import SettingsError, check_settings
 from launch.hydra_config import check_run_settings, command_line_overrides, model_settings, swept_keys
 from launch.run_builder import RunDescription, build_trainer
-from launch.run_layout import process_dir, run_name
+from launch.run_layout import LOGGER_FOLDERS, TENSORBOARD, logger_root, process_dir, run_name
 from launch.runs.replicas import check_replica_request, replicate
 from launch.runs.worker_slots import claim_slot
 
@@ -38,9 +38,10 @@ def build(cfg: Any) -> tuple[Any, Any]:
     check_settings(get_class(data_settings["_target_"]), data_settings, "data")
     settings = model_settings(cfg)
     check_settings(get_class(settings["_target_"]), settings, "model")
-    if cfg.get("optimizer"):  # after the model's: the optimizer's lr is ${model.lr} unless set
-        optimizer_settings = OmegaConf.to_container(cfg.optimizer, resolve=True)
-        check_settings(get_class(optimizer_settings["_target_"]), optimizer_settings, "optimizer")
+    for group in ("optimizer", "scheduler"):  # after the model's: the optimizer's lr is ${model.lr} unless set
+        if cfg.get(group):
+            group_settings = OmegaConf.to_container(cfg[group], resolve=True)
+            check_settings(get_class(group_settings["_target_"]), group_settings, group)
     overrides = command_line_overrides()
     rules.seed_settings({"data": data_settings, "model": settings},
                         {"data": get_class(data_settings["_target_"]), "model": get_class(settings["_target_"])},
@@ -48,8 +49,10 @@ def build(cfg: Any) -> tuple[Any, Any]:
     datamodule = instantiate(data_settings, _convert_="all")
     settings = rules.follow_data(settings, type(datamodule), datamodule.binarize)
     optimizer = instantiate(cfg.optimizer) if cfg.get("optimizer") else None
+    scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None  # the model's configure_optimizers builds both
     try:
-        model = instantiate(settings, data_shape=list(datamodule.image_shape), optimizer=optimizer, _convert_="all")
+        model = instantiate(settings, data_shape=list(datamodule.image_shape), optimizer=optimizer, scheduler=scheduler,
+                            _convert_="all")
     except InstantiationException as error:  # the constructor refused a combination of settings: its message
         if not isinstance(error.__cause__, (ValueError, TypeError)):
             raise
@@ -104,6 +107,27 @@ def parallel_job_settings(cfg: Any) -> dict[str, Any]:
     return settings
 
 
+def chosen_logger(cfg: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
+    """The run's logger as the logger group chose it, placed by the run's layout (launch/run_layout.py): (False,
+    its settings) for TensorBoard, whose run the builder makes; (a CSVLogger of run `name`, None) for logger=csv;
+    (False, None) for logger=none. Another class is refused: the layout would not know where its run goes."""
+    settings = OmegaConf.to_container(cfg.logger, resolve=True) if cfg.get("logger") else {}
+    if not settings:
+        return False, None
+    target = settings.pop("_target_", None)
+    if target not in LOGGER_FOLDERS:
+        raise SettingsError(f"logger._target_={target}: a run is logged by the loggers its layout places: "
+                            f"{', '.join(path.rsplit('.', 1)[-1] for path in LOGGER_FOLDERS)} (logger=tensorboard, logger=csv), "
+                            "or none (logger=none)")
+    try:
+        check_settings(get_class(target), settings, "logger")
+    except SettingsError as error:  # logger._target_=... over another logger's settings
+        raise SettingsError(f"{error} (logger=csv and logger=tensorboard choose a logger with its own settings)") from None
+    if LOGGER_FOLDERS[target] == TENSORBOARD:
+        return False, settings
+    return get_class(target)(save_dir=logger_root(cfg.log_dir, target), name=name, **settings), None
+
+
 def describe_run(cfg: Any) -> RunDescription:
     """The run of a composed config (launch/run_builder.py's RunDescription), checked, seeded and built but for its
     trainer."""
@@ -114,17 +138,21 @@ def describe_run(cfg: Any) -> RunDescription:
     datamodule, model = build(cfg)
     trainer = instantiate(cfg.trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    tensorboard = {k: v for k, v in cfg.logger.items() if k != "_target_"} if cfg.get("logger") else None
+    name = run_name(cfg.run_name, model.run_tag, swept_settings(cfg))
+    logger, tensorboard = chosen_logger(cfg, name)
     run = RunDescription(
-        model=model, datamodule=datamodule, name=run_name(cfg.run_name, model.run_tag, swept_settings(cfg)),
-        log_dir=cfg.log_dir, front_end="hydra", tensorboard=tensorboard,
-        trainer={**trainer.keywords, "callbacks": callbacks, "logger": False, **parallel_job_settings(cfg)},
+        model=model, datamodule=datamodule, name=name, log_dir=cfg.log_dir, front_end="hydra", tensorboard=tensorboard,
+        trainer={**trainer.keywords, "callbacks": callbacks, "logger": logger, **parallel_job_settings(cfg)},
         trainer_class=trainer.func, ckpt_path=cfg.get("ckpt_path"), ddp_timeout_s=cfg.ddp_timeout_s,
         # ~logger: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory
         output_dir=hydra_output_dir(cfg))
     replicas = cfg.get("replicas") or {}
     if replicas.get("seeds") is None:
         return run
+    rules.check_replicable(model, "scheduler")
+    if logger:  # each replica's run is a TensorBoard run of its own (docs/replicas.md)
+        raise SettingsError(f"logger={HydraConfig.get().runtime.choices.get('logger')} with replicas: each replica logs to a "
+                            "TensorBoard run of its own; use logger=tensorboard (or logger=none)")
     seeds, arms = check_replica_request(OmegaConf.to_container(replicas.seeds) if OmegaConf.is_config(replicas.seeds) else replicas.seeds,
                                         OmegaConf.to_container(replicas.arms) if OmegaConf.is_config(replicas.get("arms")) else replicas.get("arms"),
                                         "replicas")

@@ -30,6 +30,7 @@ from callbacks.guards.preemption import SaveOnPreemption
 from callbacks.guards.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
 from common.signatures import constructor_defaults
 from launch.checks.defaults import config_file
+from launch.checks.settings import SettingsError
 from launch.errors import REFUSALS, StoppedByCtrlC, ctrl_c_as_status_130, lightning_refusals_as_settings_errors
 from launch.runs.distributed import check_launcher, strategy_with_timeout
 from launch.runs.run_directory import no_traces_if_refused, requeued_job_checkpoint, run_summary_at_end, slurm_job_id
@@ -80,6 +81,14 @@ def seed_settings(settings: dict[str, dict[str, Any]], classes: dict[str, type],
         default = constructor_defaults(classes[group]).get(key, seed)
         if key in constructor_defaults(classes[group]) and not given(group, key) and (seed_given or settings[group].get(key) == default):
             settings[group][key] = seed
+
+
+def check_replicable(model: Any, option: str) -> None:
+    """Replicas train with the optimizer alone (models/replicas.py builds it over the stacked weights): a learning-rate
+    scheduler is refused, not dropped."""
+    if getattr(model, "scheduler_factory", None) is not None:
+        raise SettingsError(f"{option} with replicas: replicas train without a learning-rate scheduler; train each seed "
+                            "as a run of its own to schedule its learning rate")
 
 
 def follow_data(model_settings: dict[str, Any], data_class: type, binarize: Any) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 directory, a TensorBoard run or none, the run's name.
 
     <log_dir>/tensorboard/<name>/version_<N>/   a logged run: TensorBoard events, hparams.yaml, checkpoints/
+    <log_dir>/csv/<name>/version_<N>/           a run logged to CSV files (Hydra's logger=csv): metrics.csv, checkpoints/
     <log_dir>/hydra/<name>/<time>-<pid>/         Hydra's own directory of a run (.hydra/, train.log; configs/train.yaml's
                                                  hydra.run.dir), which also holds an unlogged Hydra run's checkpoints
     <log_dir>/cli/<name>/<time>-<pid>/           an unlogged LightningCLI run: config.yaml, checkpoints/
@@ -21,6 +22,8 @@ import time
 from typing import Any
 
 TENSORBOARD = "tensorboard"  # <log_dir>/tensorboard: every TensorBoard run, one `tensorboard --logdir` for all
+# The loggers a run's layout places, by class path: each one's folder under <log_dir>.
+LOGGER_FOLDERS = {"lightning.pytorch.loggers.TensorBoardLogger": TENSORBOARD, "lightning.pytorch.loggers.CSVLogger": "csv"}
 
 
 def run_name(base: str, run_tag: str, swept: dict[str, Any] | None = None) -> str:
@@ -31,6 +34,11 @@ def run_name(base: str, run_tag: str, swept: dict[str, Any] | None = None) -> st
 
 def tensorboard_root(log_dir: str) -> str:
     return f"{log_dir}/{TENSORBOARD}"
+
+
+def logger_root(log_dir: str, logger_class: str) -> str:
+    """<log_dir>/<the logger's folder>: where the runs of a logger of LOGGER_FOLDERS go."""
+    return f"{log_dir}/{LOGGER_FOLDERS[logger_class]}"
 
 
 def process_dir(log_dir: str, kind: str, name: str) -> str:

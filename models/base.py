@@ -33,7 +33,7 @@ from common.settings import check_seed
 from common.signatures import constructor_defaults, settings_of
 from models.compiled_step import COMPILED_GRAPHS_LIMIT, compile_step, graph_mode, held_step_input, hold_step_inputs, run_compiled
 from models.components.backbones import Activation
-from models.components.optimizers import OptimizerFactory, check_optimizer_factory
+from models.components.optimizers import OptimizerFactory, SchedulerFactory, check_optimizer_factory
 from models.components.likelihoods import LikelihoodName, SigmaShape, bits_per_dim, build_likelihood
 from samplers.importance import importance_log_likelihood
 from samplers.sgmcmc import SGMCMC
@@ -86,6 +86,9 @@ class LatentVariableModel(L.LightningModule):
             (Hydra: `optimizer=sgld`; CLI: `--model.optimizer=samplers.SGLD`); None: Adam(lr). An
             SG-MCMC sampler is told the training-set size N, so that it samples the posterior
             given all N examples (docs/sgmcmc.md#the-minibatch-potential).
+        scheduler: builds a learning-rate scheduler from the optimizer, stepped once per epoch, e.g.
+            `functools.partial(CosineAnnealingLR, T_max=10)` (Hydra: `scheduler=cosine`, configs/scheduler/);
+            None: the learning rate stays as the optimizer sets it.
         val_num_samples: importance samples per image for `val/nll`.
         test_num_samples: importance samples per image for `test/nll`.
         eval_chunk_size: importance samples scored in one decoder pass (bounds the memory). The default, 20, keeps
@@ -157,6 +160,7 @@ class LatentVariableModel(L.LightningModule):
         num_mixtures: int = 5,
         lr: float = 1e-3,
         optimizer: OptimizerFactory | None = None,
+        scheduler: SchedulerFactory | None = None,
         val_num_samples: int = 100,
         test_num_samples: int = 1000,
         eval_chunk_size: int = 20,
@@ -192,6 +196,7 @@ class LatentVariableModel(L.LightningModule):
         self.optimizer_factory = optimizer
         if optimizer is not None:  # its settings are checked now, not at the first training step (a traceback there)
             check_optimizer_factory(optimizer)
+        self.scheduler_factory = scheduler
         self.eval_num_samples = {"val": val_num_samples, "test": test_num_samples}
         self.eval_chunk_size = eval_chunk_size
         self.test_seed = test_seed
@@ -207,7 +212,7 @@ class LatentVariableModel(L.LightningModule):
         # Every constructor argument of the subclass chain (Lightning collects those of each __init__ up the calling
         # frames, so a subclass does not call this again) but the optimizer, a callable: the HPARAMS tab names its
         # class (callbacks/hparams.py).
-        self.save_hyperparameters(ignore=["optimizer"])
+        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.record_resolved(likelihood=likelihood or "bernoulli")
 
     def record_resolved(self, **settings: Any) -> None:
@@ -415,17 +420,20 @@ class LatentVariableModel(L.LightningModule):
         return offset - estimate.log_likelihood, estimate.elbo - offset
 
     # ---- optimizer and the callbacks a model cannot do without ---------------------
-    def configure_optimizers(self) -> torch.optim.Optimizer:
+    def configure_optimizers(self) -> Any:
         if self.optimizer_factory is None:
-            return torch.optim.Adam(self.parameters(), lr=self.lr)
-        optimizer = self.optimizer_factory(self.parameters())
+            optimizer = torch.optim.Adam(self.parameters(), lr=self.lr)
+        else:
+            optimizer = self.optimizer_factory(self.parameters())
         if isinstance(optimizer, SGMCMC):
             num_examples = getattr(self.trainer.datamodule, "num_train_examples", None)
             if num_examples is None:
                 raise ValueError("an SG-MCMC optimizer needs the training-set size: train with one of the data modules")
             # seed_everything seeded every rank alike, so the injected noise is the same on all of them.
             optimizer.attach(dataset_size=num_examples, seed=torch.initial_seed())
-        return optimizer
+        if self.scheduler_factory is None:
+            return optimizer
+        return {"optimizer": optimizer, "lr_scheduler": self.scheduler_factory(optimizer)}  # stepped after each epoch
 
     def configure_callbacks(self) -> list[L.Callback]:
         # Exact resume needs the random state; nothing lost needs atomic, checksummed checkpoint files.

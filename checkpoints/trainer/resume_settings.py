@@ -9,7 +9,9 @@ Lightning loads the checkpoint's state into it. Two things could silently disagr
 * the optimizer: Lightning restores the optimizer's state, hyperparameters included, so a new
   `model.lr` would be recorded and ignored. `ResumeSettings` sets every optimizer hyperparameter
   back to this run's value after the restore, and logs each setting that changed. Another optimizer
-  class (Adam's moments loaded into an SG-MCMC sampler) has no such meaning: it is refused.
+  class (Adam's moments loaded into an SG-MCMC sampler) has no such meaning: it is refused. Under a
+  learning-rate scheduler the learning rate is the scheduler's, restored with its state: it is left as
+  restored, and another scheduler (or none, where the checkpoint's run had one) is refused.
 
 The data module's settings are logged the same way; its loader resumes at the same example of the
 epoch whatever the batch size (datamodules/resumable.py).
@@ -69,8 +71,12 @@ def _shorter(detail: str) -> str:
     return f"{match[1]} ({match[2]}) in the checkpoint, ({match[3]}) here" if match else detail
 
 
-def optimizer_names(optimizers: list[torch.optim.Optimizer]) -> list[str]:
+def optimizer_names(optimizers: list[Any]) -> list[str]:
     return [f"{type(o).__module__}.{type(o).__qualname__}" for o in optimizers]
+
+
+def scheduler_names(trainer: L.Trainer) -> list[str]:
+    return optimizer_names([config.scheduler for config in trainer.lr_scheduler_configs])
 
 
 class ResumeSettings(L.Callback):
@@ -79,10 +85,12 @@ class ResumeSettings(L.Callback):
 
     def __init__(self) -> None:
         self._saved_optimizers: list[str] | None = None
+        self._saved_schedulers: list[str] | None = None
         self._resumed = False
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         checkpoint["optimizer_classes"] = optimizer_names(trainer.optimizers)
+        checkpoint["lr_scheduler_classes"] = scheduler_names(trainer)
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         changed = changed_settings(checkpoint, pl_module, trainer.datamodule)
@@ -90,6 +98,7 @@ class ResumeSettings(L.Callback):
             log.warning("resuming with changed settings (this run's values are used and recorded): %s",
                         ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items()))
         self._saved_optimizers = checkpoint.get("optimizer_classes")
+        self._saved_schedulers = checkpoint.get("lr_scheduler_classes")
         self._resumed = True
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -101,10 +110,17 @@ class ResumeSettings(L.Callback):
             raise CheckpointError(
                 f"the checkpoint holds the state of optimizer {', '.join(self._saved_optimizers)}, this run uses "
                 f"{', '.join(current)}: resume with the checkpoint's optimizer, or start a new run")
+        schedulers = scheduler_names(trainer)
+        if self._saved_schedulers is not None and self._saved_schedulers != schedulers:
+            raise CheckpointError(
+                f"the checkpoint's run scheduled its learning rate with {', '.join(self._saved_schedulers) or 'no scheduler'}, "
+                f"this run with {', '.join(schedulers) or 'no scheduler'}: resume with the checkpoint's scheduler "
+                "(scheduler=..., --model.scheduler=...), or start a new run")
+        scheduled = {"lr"} if schedulers else set()  # the restored scheduler's, as it left it
         for optimizer in trainer.optimizers:
             for group in optimizer.param_groups:
                 for key, value in optimizer.defaults.items():
-                    if key in IMPLEMENTATION_FLAGS or key not in group or _same(group[key], value):
+                    if key in IMPLEMENTATION_FLAGS | scheduled or key not in group or _same(group[key], value):
                         continue
                     if trainer.is_global_zero:
                         log.warning("resuming: optimizer %s %r (checkpoint) -> %r (this run)", key, group[key], value)

@@ -35,7 +35,7 @@ TOP_LEVEL_SPECS = {key: type_spec(hint) for key, hint in TOP_LEVEL_SETTINGS.item
 def unknown_top_level_setting(key: str) -> str:
     """The line that refuses a top-level key nothing reads (here, and after the imports in launch/hydra_config.py)."""
     return f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})"
-CONFIG_GROUPS = ("model", "data", "optimizer", "trainer", "logger", "callbacks", "experiment", "hydra")
+CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
 # Hydra options after which the config tree is another one, or that take the next word as their value.
 OTHER_TREE = ("--config-name", "-cn", "--config-path", "-cp", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")
 
@@ -188,7 +188,8 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
             for choice in wanted:
                 if choice not in available and not (key == "experiment" and choice in ("null", "")):
                     # Hydra leaves a group out with ~group (it refuses group=null from the command line)
-                    leave_out = f" (~{key} leaves it out)" if choice in ("null", "none", "None", "false") else ""
+                    leave_out = (f" ({key}=none leaves it out)" if "none" in available else f" (~{key} leaves it out)") \
+                        if choice in ("null", "none", "None", "false") else ""
                     raise EarlyRefusal(f"{key}={choice}: no such config in configs/{key}/; expected one of "
                                        f"{', '.join(available)}{did_you_mean(choice, available)}{leave_out}")
             choices[key] = wanted or [None]
@@ -250,6 +251,8 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
             owned = owner and (not experiment or group == "trainer")  # an experiment may choose another model
             raise EarlyRefusal(f"{key}: no such setting{f' of {owner}' if owned else ''}"
                                f"{did_you_mean(key, names) or elsewhere(schema, group, name)}")
+        if group not in CLASS_DEFAULT_GROUPS and key not in appended and not in_file:
+            check_config_key(key, value or "V", group, choices.get(group, [None]))  # a setting its file leaves out
         if value is not None:
             check_value(key, value, [settings for settings in specs if name in settings], cli=in_file)
 
@@ -291,6 +294,11 @@ def removed_trainer_option(option: str, value: str | None, cli: bool) -> str:
     return f"{option}: no such {'option' if cli else 'setting'} of Trainer (Lightning 2 removed it); use {use}"
 
 
+# The groups whose configs extend their class's defaults (launch/hydra_config.py: register_defaults): every setting of
+# the class is in the composed config. Another group's config (optimizer) holds only the keys its file sets.
+CLASS_DEFAULT_GROUPS = ("model", "data", "trainer")
+
+
 def check_append(key: str, value: str, choices: dict[str, list[str | None]], schema: dict[str, Any]) -> None:
     """`+KEY=V` adds a key the config does not have; Hydra refuses it for a key that already has a value (after the
     imports, in six lines), where `KEY=V` is what was meant."""
@@ -306,7 +314,7 @@ def check_append(key: str, value: str, choices: dict[str, list[str | None]], sch
         target = schema["choices"].get(group, {}).get(picked[0]) if group in GROUPS else None
         if in_file is not None:
             set_by = f"configs/{group}/{picked[0]}.yaml"
-        elif "." not in name and name in schema.get("set_by_default", {}).get(target, ()):
+        elif "." not in name and group in CLASS_DEFAULT_GROUPS and name in schema.get("set_by_default", {}).get(target, ()):
             set_by = f"the default of {target.rsplit('.', 1)[-1]}"
         else:
             set_by = None

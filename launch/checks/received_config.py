@@ -7,7 +7,8 @@
 - each file for kind, size and YAML alias expansion (a pipe would block, a "billion laughs" file would eat the memory),
   and for YAML tags (plain values only);
 - each dotted name where a parser would import it (a LightningCLI value that reads as one, a Hydra `_target_`) against
-  the allowed packages (checkpoints/import_paths.py, which also holds a checkpoint's settings to the same rule).
+  the allowed packages and the user's own listed in LATENT_ZOO_TRUST (checkpoints/import_paths.py, which also holds a
+  checkpoint's settings to the same rule).
 
 Read with yaml's composer only: nothing is built, no alias is expanded, no tag constructs anything. A config that names
 only allowed classes still chooses what runs (README, "Reliability"); `python -m launch.checks.received_config ARGS` lists
@@ -22,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from checkpoints.import_paths import PATH_SETTINGS, is_allowed_import, looks_like_import_path
+from checkpoints.import_paths import PATH_SETTINGS, TRUST_HINT, is_allowed_import, looks_like_import_path, trusted_prefixes
 from launch.checks.schema import CONFIGS
 
 MAX_CONFIG_BYTES = 1 << 20  # far above any config here (the largest is a few KB)
@@ -32,7 +33,7 @@ MAX_RECEIVED_FILES = 500  # config files one command may have read (nested, or i
 # A Hydra config's _target_ may also name the Trainer and Hydra's launchers and sweepers (configs/ do); not hydra.utils,
 # whose get_class and get_method import the name they are given.
 HYDRA_PREFIXES = ("lightning.Trainer", "hydra_plugins.")
-GROUP_FOLDERS = ("model", "data", "optimizer", "trainer", "logger", "callbacks", "experiment", "hydra")
+GROUP_FOLDERS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
 PLAIN_TAGS = {"!", *(f"tag:yaml.org,2002:{kind}" for kind in ("str", "int", "float", "bool", "null", "map", "seq",
                                                               "merge", "timestamp"))}
 
@@ -167,7 +168,7 @@ class ReceivedFiles:
             leaf = where.rsplit(".", 1)[-1]
             if leaf in ("_target_", "class_path") and looks_like_import_path(value):
                 if not is_allowed_import(value, HYDRA_PREFIXES):
-                    raise ConfigRefusal(refusal_of_name(label, where, value, cli=False))
+                    raise ConfigRefusal(refusal_of_name(label, where, value))
                 self.imports.append(f"{label}: {where} = {value}")
             return
         named = named_file(value, base)
@@ -206,11 +207,9 @@ def given_settings(node: Any, where: str = "") -> list[tuple[str, str | None]]:
     return found
 
 
-def refusal_of_name(label: str, where: str, value: str, cli: bool = True) -> str:
-    trusted = "--trainer.callbacks+=CLASS" if cli else "+callbacks.NAME._target_=CLASS"
+def refusal_of_name(label: str, where: str, value: str) -> str:
     return (f"{label}: {where} names {value.strip()[:120]!r}, which is not a class or function of the collection, Lightning "
-            "or torch.optim; it is not imported (importing runs code): read the file; a class you trust can be given on "
-            f"the command line ({trusted})")
+            f"or torch.optim; it is not imported (importing runs code): read the file; {TRUST_HINT}")
 
 
 def named_file(value: str, base: Path) -> Path | None:
@@ -381,6 +380,10 @@ def defaults_groups(node: Any, yaml: Any) -> list[str]:
 def received_files(argv: list[str], cli: bool) -> ReceivedFiles:
     """Every config file `python train.py ARGV` would have jsonargparse or Hydra read, checked (ConfigRefusal naming
     the first that is refused), with the dotted names they give."""
+    try:
+        trusted_prefixes()  # a malformed LATENT_ZOO_TRUST: refused before anything is read
+    except ValueError as error:
+        raise ConfigRefusal(str(error)) from None
     files = ReceivedFiles()
     if cli:
         check_cli_sources(argv, files)

@@ -38,8 +38,8 @@ CONFIGS = REPO / "configs"
 # Where the configurable classes are defined: a change to any of these files may change a signature.
 SOURCES = ("models", "datamodules", "samplers")
 # Constructor arguments that are not settings: the front ends pass them (registered defaults leave them out).
-NOT_SETTINGS = {"model": ("data_shape", "optimizer"), "trainer": ("logger", "callbacks", "plugins")}
-GROUPS = ("model", "data", "optimizer", "trainer")  # the config groups whose choices name one class
+NOT_SETTINGS = {"model": ("data_shape", "optimizer", "scheduler"), "trainer": ("logger", "callbacks", "plugins")}
+GROUPS = ("model", "data", "optimizer", "scheduler", "trainer")  # the config groups whose choices name one class
 
 
 def default_choices() -> dict[str, str]:

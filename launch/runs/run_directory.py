@@ -261,6 +261,7 @@ def note_hydra_job(logger: Any) -> None:
     job: dict[str, Any] = {"output_dir": str(output_dir)}
     if hydra.mode == RunMode.MULTIRUN:
         job |= {"sweep_dir": str(output_dir.parent), "job_num": hydra.job.num}
+    path.parent.mkdir(parents=True, exist_ok=True)  # a CSV run's directory is made at its first write, not reserved
     write_file(path, yaml.safe_dump(job))
 
 

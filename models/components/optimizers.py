@@ -1,5 +1,6 @@
 """The optimizer a model trains with, given as a factory (`model.optimizer`: Adam by default, or an SG-MCMC sampler,
-configs/optimizer/), checked when the model is built rather than at the first training step."""
+configs/optimizer/), checked when the model is built rather than at the first training step; and its learning-rate
+scheduler, also a factory (`model.scheduler`, configs/scheduler/)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from samplers.hmc import HMC
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
+SchedulerFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]  # configs/scheduler/
 
 
 def check_optimizer_factory(optimizer: OptimizerFactory) -> None:

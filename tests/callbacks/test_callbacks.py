@@ -45,6 +45,21 @@ def test_hparams_with_metrics_alone(tmp_path, mnist_dir):
     assert not any(tag.startswith("hp/") for tag in fit(tmp_path / "b", mnist_dir, [])[1].Tags()["scalars"])
 
 
+def test_the_hparams_tab_names_the_learning_rate_scheduler(tmp_path):
+    """model.scheduler is a factory (not a hyperparameter the model saves): the tab names the class it builds."""
+    import functools
+
+    from callbacks.hparams import write_hparams
+
+    written = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("callbacks.hparams.hparams", lambda params, metrics: written.update(params) or [])
+        for scheduler, name in ((None, "none"), (functools.partial(torch.optim.lr_scheduler.StepLR, step_size=2), "StepLR")):
+            model = VAE(latent_dim=2, scheduler=scheduler)
+            write_hparams(TensorBoardLogger(tmp_path), model, None, torch.optim.Adam(model.parameters()), 1, 0)
+            assert written["scheduler"] == name
+
+
 def test_training_speed_alone(tmp_path, mnist_dir):
     _, events = fit(tmp_path, mnist_dir, [TrainingSpeed()])
     step_times = events.Scalars("train/step_time_ms")

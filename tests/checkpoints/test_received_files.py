@@ -118,7 +118,7 @@ def test_a_callback_in_a_received_config_file_is_refused_before_it_is_imported(t
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
         "error: config file received.yaml: trainer.callbacks[0].class_path names 'planted.Thing', which is not a class or "
         "function of the collection, Lightning or torch.optim; it is not imported (importing runs code): read the file; "
-        "a class you trust can be given on the command line (--trainer.callbacks+=CLASS)"]
+        "to trust your own package or module, list it in LATENT_ZOO_TRUST (e.g. LATENT_ZOO_TRUST=mypkg,my_callbacks)"]
 
 
 @pytest.mark.parametrize("name, command", [("hparams.yaml", "hydra"), ("hparams.yaml (dangling)", "hydra"), (".owner", "hydra"),

@@ -5,6 +5,7 @@ seeded binarization, and every rank's random state saved in the checkpoint (chec
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import lightning as L
@@ -13,7 +14,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from datamodules import MNISTDataModule
-from models import JSA, VQVAE
+from models import JSA, VAE, VQVAE
 
 pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 
@@ -23,6 +24,9 @@ STOP, END = 13, 17  # 10 batches per epoch: the checkpoint falls in the middle o
 def build(name: str) -> L.LightningModule:
     if name == "jsa":
         return JSA(mis_steps=3, val_num_samples=2)
+    if name.startswith("vae"):  # a cosine schedule's checkpoint falls after the schedule's first step (an epoch's end)
+        cosine = functools.partial(torch.optim.lr_scheduler.CosineAnnealingLR, T_max=2)
+        return VAE(latent_dim=4, val_num_samples=2, scheduler=cosine if "cosine" in name else None)
     return VQVAE(num_categories=16, code_dim=4, hidden_channels=16, val_num_samples=1)
 
 
@@ -39,7 +43,7 @@ def fit(name: str, mnist_dir: Path, ckpt_dir: Path, max_steps: int, ckpt_path: P
     return model
 
 
-@pytest.mark.parametrize("name", ["jsa", "vqvae"])
+@pytest.mark.parametrize("name", ["jsa", "vqvae", "vae, cosine schedule"])
 def test_resumed_run_equals_uninterrupted_run(name, mnist_dir, tmp_path):
     uninterrupted = fit(name, mnist_dir, tmp_path / "a", END)
     fit(name, mnist_dir, tmp_path / "b", STOP)
@@ -65,3 +69,17 @@ def test_interruption_changes_nothing_only_if_state_is_restored(mnist_dir, tmp_p
     torch.save(stripped, tmp_path / "stripped.ckpt")
     resumed = fit("jsa", mnist_dir, tmp_path / "c", END, ckpt_path=tmp_path / "stripped.ckpt")
     assert not torch.equal(uninterrupted.cache.codes, resumed.cache.codes)
+
+
+@pytest.mark.parametrize("first, then", [("vae, cosine schedule", "vae"), ("vae", "vae, cosine schedule")])
+def test_a_run_resumed_with_another_learning_rate_schedule_is_refused(first, then, mnist_dir, tmp_path):
+    """The learning rate of a scheduled run is the restored scheduler's: a resume without it (or with one the
+    checkpoint's run did not have) would train with a learning rate nobody chose."""
+    from checkpoints.errors import CheckpointError
+
+    fit(first, mnist_dir, tmp_path / "b", STOP)
+    (checkpoint,) = (tmp_path / "b").glob("*.ckpt")
+    cosine, none = "torch.optim.lr_scheduler.CosineAnnealingLR", "no scheduler"
+    saved, this = (cosine, none) if "cosine" in first else (none, cosine)
+    with pytest.raises(CheckpointError, match=f"scheduled its learning rate with {saved}, this run with {this}: resume with"):
+        fit(then, mnist_dir, tmp_path / "c", END, ckpt_path=checkpoint)

@@ -153,7 +153,9 @@ def test_a_checkpoint_that_names_a_foreign_class_is_not_imported(good_checkpoint
     assert result.returncode == 2 and not (tmp_path / "imported").exists(), result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1] == (f"error: checkpoint {path}: hyper_parameters._class_path names "
                                                       "'strangers_module.Model', which is not one of the collection's models "
-                                                      "or data modules; it is not imported (importing runs code)")
+                                                      "or data modules; it is not imported (importing runs code); to "
+                                                      "trust your own package or module, list it in LATENT_ZOO_TRUST "
+                                                      "(e.g. LATENT_ZOO_TRUST=mypkg,my_callbacks)")
 
 
 def test_no_payload_runs_through_either_front_end(good_checkpoint, payload_url, tmp_path, mnist_dir):

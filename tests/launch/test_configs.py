@@ -19,7 +19,7 @@ import train
 from checkpoints.registry import registered
 from common.signatures import constructor_defaults
 from launch.runs import distributed, run_directory
-from launch.checks.schema import config_targets
+from launch.checks.schema import NOT_SETTINGS, config_targets
 from models.categorical import CategoricalLatentModel
 from models.components.likelihoods import BernoulliLikelihood, DiscretizedLogisticLikelihood
 
@@ -95,7 +95,7 @@ def test_model_configs_state_only_what_differs_from_the_class(model):
     cfg = composed([f"model={model}"])
     cls = hydra.utils.get_class(cfg.model._target_)
     for name, default in constructor_defaults(cls).items():
-        if name not in ("data_shape", "optimizer", *written):
+        if name not in (*NOT_SETTINGS["model"], *written):
             assert cfg.model[name] == default, name
     assert composed([f"model={model}", "model.lr=0.5"]).model.lr == 0.5  # no `+` needed
 

@@ -125,3 +125,83 @@ def test_a_log_dir_from_a_config_file_is_where_the_cli_writes_and_is_checked_the
     with pytest.raises(SystemExit):
         launch.cli_app.main(["fit", "--model=JSA", "--data=MNISTDataModule", "-c", str(config)])
     assert capsys.readouterr().err.strip().endswith("--log_dir=logs: logs is a file, not a directory; expected a directory to write the run in")
+
+
+@pytest.mark.parametrize("choice, kind, folder", [("tensorboard", "TensorBoardLogger", "tensorboard"), ("csv", "CSVLogger", "csv"),
+                                                  ("none", None, None)])
+def test_hydras_logger_group_chooses_the_logger_and_the_layout_places_it(choice, kind, folder, tmp_path, described, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _, _, trainer, _ = launch.hydra_run.build_run(composed([f"logger={choice}", f"log_dir={tmp_path / 'logs'}"]))
+    if kind is None:
+        assert trainer.logger is None and described[0].tensorboard is None
+    else:
+        assert kind in [cls.__name__ for cls in type(trainer.logger).__mro__]
+        assert Path(trainer.logger.log_dir).parent.resolve() == (tmp_path / "logs" / folder / described[0].name).resolve()
+
+
+@pytest.mark.parametrize("overrides, refusal", [
+    # TensorBoard's settings under another class: refused, not a TensorBoard run written in its place
+    (["logger._target_=lightning.pytorch.loggers.CSVLogger"], "logger.default_hp_metric is not a setting of CSVLogger (logger=csv and "
+     "logger=tensorboard choose a logger with its own settings)"),
+    (["logger=csv", "logger._target_=lightning.pytorch.loggers.MLFlowLogger"], "logger._target_=lightning.pytorch.loggers.MLFlowLogger: "
+     "a run is logged by the loggers its layout places: TensorBoardLogger, CSVLogger (logger=tensorboard, logger=csv), or none (logger=none)"),
+    (["logger=csv", "replicas.seeds=[0,1]"], "logger=csv with replicas: each replica logs to a TensorBoard run of its own"),
+    (["scheduler=cosine", "replicas.seeds=[0,1]"], "scheduler with replicas: replicas train without a learning-rate scheduler"),
+])
+def test_a_logger_or_scheduler_the_run_cannot_place_is_refused(overrides, refusal, tmp_path, monkeypatch):
+    from launch.checks.settings import SettingsError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SettingsError) as refused:
+        launch.hydra_run.build_run(composed([*overrides, f"log_dir={tmp_path / 'logs'}"]))
+    assert refusal in str(refused.value)
+
+
+@pytest.mark.parametrize("choice, cli, expected", [
+    ("cosine", ["--model.scheduler=CosineAnnealingLR", "--model.scheduler.T_max=3"], ("CosineAnnealingLR", {"T_max": 3})),
+    ("step", ["--model.scheduler=StepLR", "--model.scheduler.step_size=10"], ("StepLR", {"step_size": 10, "gamma": 0.1})),
+    ("none", [], None),
+])
+def test_a_scheduler_is_built_by_the_models_configure_optimizers_in_both_front_ends(choice, cli, expected, tmp_path, described, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    both_front_ends(tmp_path, [f"scheduler={choice}", "trainer.max_epochs=3"], [*cli, "--trainer.max_epochs=3"])
+    for run in described:
+        configured = run.model.configure_optimizers()
+        if expected is None:
+            assert isinstance(configured, torch.optim.Adam)
+            continue
+        scheduler = configured["lr_scheduler"]
+        assert type(scheduler).__name__ == expected[0] and scheduler.optimizer is configured["optimizer"]
+        assert {key: getattr(scheduler, key) for key in expected[1]} == expected[1]
+
+
+@pytest.mark.parametrize("text, model, data", [("trainer:\n  max_epochs: 1\n", "JSA", "MNISTDataModule"),
+                                               ("model: VAE\n", "VAE", "MNISTDataModule"),
+                                               ("model:\n  init_args:\n    mis_steps: 3\n", "JSA", "MNISTDataModule"),
+                                               ("data: FashionMNISTDataModule\n", "JSA", "FashionMNISTDataModule")])
+def test_a_cli_config_file_without_model_or_data_takes_the_defaults(text, model, data, tmp_path, described, monkeypatch):
+    """README's defaults, --model=JSA --data=MNISTDataModule, for what a -c file leaves out; its settings still apply."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my.yaml").write_text(text)
+    launch.cli_app.main(["fit", "-c", "my.yaml", f"--log_dir={tmp_path / 'logs'}"])
+    (run,) = described
+    assert (type(run.model).__name__, type(run.datamodule).__name__) == (model, data)
+    if "mis_steps" in text:
+        assert run.model.hparams.mis_steps == 3
+
+
+@pytest.mark.slow  # a run through train.py
+def test_a_csv_logged_run_with_a_cosine_schedule_writes_its_metrics_and_schedule(tmp_path, mnist_dir):
+    from tests import preloaded
+
+    env = {**__import__("os").environ, "DATA_DIR": str(mnist_dir)}
+    result = preloaded.run_train(["model=vae", "logger=csv", "scheduler=cosine", "trainer.max_epochs=2", "trainer.limit_train_batches=2",
+                                  "trainer.limit_val_batches=1", "log_dir=logs"], tmp_path, env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (run,) = (tmp_path / "logs" / "csv").glob("*/version_0")
+    assert "val/nll" in (run / "metrics.csv").read_text()
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    (schedule,) = checkpoint["lr_schedulers"]
+    assert schedule["T_max"] == 2 and schedule["last_epoch"] == 2  # annealed over the run's 2 epochs: the lr is eta_min
+    assert checkpoint["optimizer_states"][0]["param_groups"][0]["lr"] == 0.0
+    assert not (tmp_path / "logs" / "tensorboard").exists()

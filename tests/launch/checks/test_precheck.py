@@ -37,7 +37,8 @@ def test_the_committed_schema_is_what_the_classes_give():
     ("model.mis_step=3", "model.mis_step: no such setting of JSA; did you mean model.mis_steps?"),
     ("model=vae model.mis_steps=3", "model.mis_steps: no such setting of VAE; it is a setting of JSA (model=jsa)"),
     ("model=nope", f"model=nope: no such config in configs/model/; expected one of {MODEL_CONFIGS}"),
-    ("logger=null", "logger=null: no such config in configs/logger/; expected one of tensorboard (~logger leaves it out)"),
+    ("logger=null", "logger=null: no such config in configs/logger/; expected one of csv, none, tensorboard (logger=none leaves it out)"),
+    ("callbacks=null", "callbacks=null: no such config in configs/callbacks/; expected one of default, sgmcmc (~callbacks leaves it out)"),
     ("data=mnsit", "did you mean mnist?"),
     ("trainer.max_epochs=abc", "trainer.max_epochs='abc': expected an integer or null"),
     ("seed=abc", "seed='abc': expected an integer"),
@@ -88,6 +89,9 @@ def test_the_committed_schema_is_what_the_classes_give():
      "only adds a key that has none; drop the + to set it: trainer.max_epochs=1"),
     ("+model.mis_steps=3", "model.mis_steps already has a value (the default of JSA)"),
     ("+seed=1", "seed already has a value (configs/train.yaml)"),
+    # an optimizer's config holds only the keys its file sets (not the class's defaults): the + that adds one
+    ("optimizer.weight_decay=0.1", "optimizer.weight_decay: configs/optimizer/adam.yaml has no such key (one it leaves out "
+     "is added with +optimizer.weight_decay=0.1)"),
     ("fit --lr_scheduler=StepLR", "--lr_scheduler=StepLR without --optimizer would be ignored: LightningCLI schedules only an "
      "optimizer it builds itself; give both: --optimizer=Adam"),
     # evaluating untrained weights (hours of importance sampling for a meaningless number) asks for the flag that says so
@@ -199,6 +203,7 @@ VALID = [
     "fit --model=mypackage.MyModel --model.anything=1",
     "callbacks=sgmcmc callbacks.posterior_samples.thin=5 callbacks.model_checkpoint.save_top_k=3",
     "+callbacks.model_checkpoint.verbose=true", "experiment=jsa_paper callbacks.gradient_variance.every_n_steps=0",
+    "+optimizer.weight_decay=0.1", "++optimizer.weight_decay=0.1", "optimizer=sgld optimizer.temperature=2",
 ]
 
 
@@ -220,6 +225,20 @@ def test_valid_commands_pass(command, tmp_path, monkeypatch):
     argv = shlex.split(command)
     with_files_named_by([argv], tmp_path, monkeypatch)
     assert refuse_early(argv, cli=bool(argv) and argv[0] in ("fit", "validate", "test")) is None
+
+
+@pytest.mark.parametrize("given", ["+optimizer.weight_decay=0.1", "optimizer.weight_decay=0.1", "+trainer.max_epochs=3"])
+def test_the_advice_on_a_plus_is_what_hydra_composes(given):
+    """Where the early check refuses a key with or without +, the command it advises composes in Hydra (and passes the
+    early check); where it lets one pass, Hydra composes that."""
+    from launch.hydra_config import compose
+
+    refusal = refuse_early([given], cli=False)
+    advised = refusal.rsplit(" ", 1)[-1].rstrip(")") if refusal else given
+    assert refuse_early([advised], cli=False) is None, advised
+    key, value = advised.lstrip("+").split("=")
+    group, name = key.split(".")
+    assert compose([advised])[group][name] == float(value), advised
 
 
 def test_an_option_without_its_value_is_left_to_the_parser():

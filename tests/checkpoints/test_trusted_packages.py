@@ -1,0 +1,155 @@
+"""Your own code is not a stranger's: the packages and modules listed in LATENT_ZOO_TRUST (here a real package on
+PYTHONPATH: mypkg with a VAE subclass, and my_callbacks with a callback) are admitted by both front ends and by
+`load_from_checkpoint`, while a stranger's module named beside them is still never imported."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from checkpoints.errors import CheckpointError
+from checkpoints.file_format import save_checkpoint_file
+from checkpoints.import_paths import TRUST_VARIABLE, is_allowed_import, trusted_prefixes
+from checkpoints.loader import load_checkpoint_file
+from checkpoints.registry import is_registered
+from launch.checks.received_config import refuse_received_configs
+from tests import preloaded
+
+REPO = Path(__file__).resolve().parents[2]
+MY_MODEL = "from models import VAE\n\n\nclass MyVAE(VAE):\n    \"\"\"A user's own subclass.\"\"\"\n"
+MY_CALLBACKS = ("import lightning as L\n\n\nclass PrintEpoch(L.Callback):\n"
+                "    def on_train_epoch_end(self, trainer, pl_module):\n"
+                "        print(f'my epoch {trainer.current_epoch} ended', flush=True)\n")
+MARKER = "STRANGER-RAN"
+STRANGERS = f"open({MARKER!r}, 'w').close()\n\n\nclass Thing:\n    pass\n"  # imported: leaves the marker
+TINY_RUN = ["trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1"]
+MY_CONFIG = """\
+model:
+  class_path: mypkg.mymodel.MyVAE
+  init_args:
+    latent_dim: 2
+trainer:
+  max_epochs: 1
+  limit_train_batches: 2
+  limit_val_batches: 1
+  callbacks:
+    - class_path: my_callbacks.PrintEpoch
+"""
+
+
+@pytest.fixture
+def user(tmp_path: Path, mnist_dir: Path) -> dict[str, str]:
+    """A working directory holding the user's own package and module and a stranger's module, all importable; the
+    environment trusts nothing yet."""
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "mymodel.py").write_text(MY_MODEL)
+    (tmp_path / "my_callbacks.py").write_text(MY_CALLBACKS)
+    (tmp_path / "strangers.py").write_text(STRANGERS)
+    env = {key: value for key, value in os.environ.items() if key != TRUST_VARIABLE}
+    return {**env, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}", "DATA_DIR": str(mnist_dir), "HYDRA_FULL_ERROR": "0"}
+
+
+def trusting(env: dict[str, str], names: str = "mypkg,my_callbacks") -> dict[str, str]:
+    return {**env, TRUST_VARIABLE: names}
+
+
+def last_line(result) -> str:
+    return result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ""
+
+
+def test_the_trusted_packages_are_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv(TRUST_VARIABLE, " mypkg , my_callbacks,")
+    assert trusted_prefixes() == ("mypkg.", "my_callbacks.")
+    assert is_allowed_import("my_callbacks.PrintEpoch") and is_allowed_import("mypkg.mymodel.MyVAE")
+    assert is_registered("mypkg.mymodel.MyVAE", "model") and is_registered("mypkg.mymodel.MyVAE")
+    # a package of a longer name, a stranger's, a __main__ module: not trusted
+    assert not is_allowed_import("mypkgx.Thing") and not is_registered("strangers.Thing")
+    assert not is_allowed_import("mypkg.__main__.Thing")
+    monkeypatch.delenv(TRUST_VARIABLE)
+    assert not is_allowed_import("my_callbacks.PrintEpoch") and not is_registered("mypkg.mymodel.MyVAE", "model")
+
+
+@pytest.mark.parametrize("value", ["mypkg,*", "my pkg", "mypkg.", "__main__"])
+def test_a_malformed_trust_list_is_refused_in_one_line(value, monkeypatch):
+    monkeypatch.setenv(TRUST_VARIABLE, value)
+    refusal = refuse_received_configs(["fit"], cli=True)
+    assert refusal is not None and refusal.startswith(f"{TRUST_VARIABLE}={value}: ") and "\n" not in refusal
+    assert "expected comma-separated dotted names" in refusal
+
+
+@pytest.mark.parametrize("names", ["mypkg.mymodel.MyVAE", "strangers.Thing"])
+def test_a_checkpoint_naming_a_class_is_read_only_when_it_is_trusted(names, monkeypatch, tmp_path):
+    """The checkpoint reader's rule (every read: test, resume, load_from_checkpoint): a class path in a trusted package
+    is admitted; a stranger's is refused with the way to trust one's own."""
+    monkeypatch.setenv(TRUST_VARIABLE, "mypkg")
+    path = tmp_path / "named.ckpt"
+    save_checkpoint_file({"state_dict": {"w": torch.zeros(1)}, "hyper_parameters": {"_class_path": names}}, path)
+    if names.startswith("mypkg."):
+        assert load_checkpoint_file(path)["hyper_parameters"]["_class_path"] == names
+    else:
+        with pytest.raises(CheckpointError, match=f"hyper_parameters._class_path names 'strangers.Thing'.*{TRUST_VARIABLE}"):
+            load_checkpoint_file(path)
+
+
+@pytest.mark.slow
+def test_the_cli_trains_reruns_tests_and_loads_your_own_code(user, tmp_path):
+    """`fit -c my.yaml` (a model subclass and a callback of one's own, no --model or --data: the defaults fill in),
+    the run's own config.yaml run again, `test --ckpt_path` of its checkpoint and `MyVAE.load_from_checkpoint`."""
+    (tmp_path / "my.yaml").write_text(MY_CONFIG)
+    refused = preloaded.run_train(["fit", "-c", "my.yaml"], tmp_path, user, timeout=240)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr[-2000:]
+    assert last_line(refused).startswith("error: config file my.yaml: model.class_path names 'mypkg.mymodel.MyVAE'")
+    assert TRUST_VARIABLE in last_line(refused)
+
+    trained = preloaded.run_train(["fit", "-c", "my.yaml", "--log_dir=logs"], tmp_path, trusting(user), timeout=300)
+    assert trained.returncode == 0 and "my epoch 0 ended" in trained.stdout, trained.stderr[-2000:]
+    (run,) = (tmp_path / "logs" / "tensorboard").glob("*/version_0")
+    assert "MyVAE" in (run / "config.yaml").read_text() and "MNISTDataModule" in (run / "config.yaml").read_text()
+
+    again = preloaded.run_train(["fit", "-c", str(run / "config.yaml"), "--log_dir=again"], tmp_path, trusting(user), timeout=300)
+    assert again.returncode == 0 and "my epoch 0 ended" in again.stdout, again.stderr[-2000:]
+
+    last = run / "checkpoints" / "last.ckpt"
+    refused = preloaded.run_train(["test", f"--ckpt_path={last}"], tmp_path, user, timeout=240)
+    assert refused.returncode == 2 and TRUST_VARIABLE in last_line(refused), refused.stderr[-2000:]
+    assert "'mypkg.mymodel.MyVAE'" in last_line(refused)
+    tested = preloaded.run_train(["test", f"--ckpt_path={last}", "--trainer.limit_test_batches=1"], tmp_path,
+                                 trusting(user, "mypkg"), timeout=300)
+    assert tested.returncode == 0 and "test/nll" in tested.stdout, tested.stderr[-2000:]
+
+    code = f"from mypkg.mymodel import MyVAE\nprint(type(MyVAE.load_from_checkpoint({str(last)!r})).__name__)"
+    loaded = preloaded.run_code(code, [], tmp_path, trusting(user, "mypkg"), timeout=240)
+    assert loaded.returncode == 0 and loaded.stdout.strip().splitlines()[-1] == "MyVAE", loaded.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_hydra_trains_and_tests_a_model_of_your_own(user, tmp_path):
+    """`model._target_=mypkg.mymodel.MyVAE run_test=true`: the best checkpoint of one's own model is tested."""
+    args = ["model=vae", "model._target_=mypkg.mymodel.MyVAE", "model.latent_dim=2", "run_test=true", *TINY_RUN, "log_dir=logs"]
+    result = preloaded.run_train(args, tmp_path, trusting(user, "mypkg"), timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "test/nll" in output, output[-2000:]
+    assert "Restoring states from the checkpoint path at" in output and "epoch000-step000002.ckpt" in output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("front_end", ["cli -c", "hydra -cd"])
+def test_a_strangers_module_beside_your_own_is_still_never_imported(front_end, user, tmp_path):
+    if front_end == "cli -c":
+        (tmp_path / "received.yaml").write_text(MY_CONFIG + "    - class_path: strangers.Thing\n")
+        args, label, where = ["fit", "-c", "received.yaml"], "config file received.yaml", "trainer.callbacks[1].class_path"
+    else:
+        (tmp_path / "received" / "callbacks").mkdir(parents=True)
+        (tmp_path / "received" / "callbacks" / "mine.yaml").write_text(
+            "epochs:\n  _target_: my_callbacks.PrintEpoch\nthing:\n  _target_: strangers.Thing\n")
+        args, where = ["-cd", "received", "callbacks=mine"], "thing._target_"
+        label = f"Hydra config {Path('received') / 'callbacks' / 'mine.yaml'}"
+    result = preloaded.run_train(args, tmp_path, trusting(user), timeout=240)
+    assert not (tmp_path / MARKER).exists()
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
+    assert last_line(result).startswith(f"error: {label}: {where} names 'strangers.Thing'"), last_line(result)
+    assert TRUST_VARIABLE in last_line(result)
