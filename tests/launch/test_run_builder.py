@@ -54,7 +54,7 @@ def test_the_same_run_through_both_front_ends_builds_the_same_run(tmp_path, desc
          "--model.gradient_rows=2"])
     hydra_run, cli_run = described
     assert isinstance(hydra_run.model.row_choice(torch.device("cpu")), int) and isinstance(cli_run.model.row_choice(torch.device("cpu")), int)  # JSA's k + 1 gradient rows, from both
-    assert (hydra_run.name, cli_run.name) == ("jsa-mnist-mlp-K10-L5", "jsa-mnist-mlp-K10-L5")
+    assert (hydra_run.name, cli_run.name) == ("jsa-mnist-mlp-K10-L5-rows2", "jsa-mnist-mlp-K10-L5-rows2")
     assert hydra_run.log_dir == cli_run.log_dir == str(tmp_path / "logs")
     without_optimizer = lambda model: {k: v for k, v in settings_of(model).items() if k != "optimizer"}
     assert without_optimizer(hydra_run.model) == without_optimizer(cli_run.model)

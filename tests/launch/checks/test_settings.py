@@ -74,7 +74,7 @@ def test_trainer_values_lightning_takes_but_cannot_run_are_refused(key, value, m
     (["callbacks.progress_bar.refresh_seconds=abc"], "callbacks.progress_bar.refresh_seconds='abc': expected a number"),
     (["optimizer=sgld", "callbacks=sgmcmc", "callbacks.posterior_samples.keep=foo"],
      "callbacks.posterior_samples.keep='foo': expected one of 'mean', 'list'"),
-    (["+callbacks.model_checkpoint.every_n_epoch=2"], "callbacks.model_checkpoint.every_n_epoch is not a setting of ModelCheckpoint"),
+    (["+callbacks.model_checkpoint.every_n_epoch=2"], "callbacks.model_checkpoint.every_n_epoch is not a setting of ValidationCheckpoint"),
     # +: past Hydra (the early checks refuse logger.save_dir=... without it, tests/launch/checks/test_precheck.py)
     (["+logger.name=mine"], "logger.name=mine: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give run_name=mine instead"),
     (["+logger.save_dir=/tmp/runs"], "logger.save_dir=/tmp/runs: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give log_dir=/tmp/runs instead"),
