@@ -4,7 +4,8 @@ Lightning 2.6 writes `last.ckpt` only at a step where it also saved a top-k file
 at a validation, or a replicated process that keeps no top-k of its own (each replica's best is
 callbacks/replica_runs.py's), would be left with a resume point from an older validation, or none before the end.
 Here, where Lightning saves after a validation (the train epoch's end or the validation's end,
-`_should_save_on_train_epoch_end`), `last.ckpt` is written when Lightning wrote nothing there.
+`_should_save_on_train_epoch_end`), `last.ckpt` is written when Lightning wrote nothing there, in a run whose
+last.ckpt follows its validations alone (with `every_n_train_steps`, the steps' saves are the resume points).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
+
+from common.private_api import checkpoint_every_n_train_steps
 
 
 class ValidationCheckpoint(ModelCheckpoint):
@@ -42,8 +45,9 @@ class ValidationCheckpoint(ModelCheckpoint):
             self._save_last_if_unsaved(trainer, saves)
 
     def _save_last_if_unsaved(self, trainer: L.Trainer, saves: int) -> None:
-        # Also when a step-triggered save wrote this step before the validation: what follows a validation (each
-        # replica's best and val metrics, a callback's state) belongs in the resume point.
-        if (self.save_last and saves == self._saves and trainer.state.fn == TrainerFn.FITTING
-                and not trainer.sanity_checking and not trainer.fast_dev_run):
+        # Only where last.ckpt follows the validations alone: with every_n_train_steps the resume points are the
+        # steps' (Lightning resumes an iteration-based run from one written at an epoch's end in another state than
+        # the uninterrupted run's, so a run stopped there would not continue bit for bit).
+        if (self.save_last and saves == self._saves and checkpoint_every_n_train_steps(self) is None
+                and trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking and not trainer.fast_dev_run):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
