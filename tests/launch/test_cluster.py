@@ -205,7 +205,7 @@ def test_an_optuna_study_writes_the_best_trials_settings(tmp_path, mnist_dir):
         best_of[run.name] = min(e.value for e in events.Scalars("val/nll"))
     winner = min(best_of, key=best_of.get)
     assert result["best_value"] == pytest.approx(best_of[winner], rel=1e-6)
-    assert winner == f"jsa-mnist-mlp-K10-L{best['model.mis_steps']}-cache_start_epoch{best['model.cache_start_epoch']}-lr{best['model.lr']!r}"
+    assert winner == f"jsa-mnist-mlp-K10-L{best['model.mis_steps']}-cache{best['model.cache_start_epoch']}-lr{best['model.lr']!r}"
 
     from benchmarks import compare
 
