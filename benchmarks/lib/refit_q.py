@@ -1,4 +1,4 @@
-"""The refit-q check of a trained categorical model (issue 56): is an arm's lower NLL its decoder's, or an artifact of
+"""The refit-q check of a trained categorical model: is an arm's lower NLL its decoder's, or an artifact of
 its q? Every importance-sampled NLL uses the run's own q as the proposal, and a poorer q overstates -log p(x) more.
 So each final decoder gets a fresh q (the encoder re-initialized from one seed), trained with one objective for
 every arm, RWS's wake-q step (S proposals from q, self-normalized weights: a self-normalized estimate of

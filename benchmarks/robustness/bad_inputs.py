@@ -148,7 +148,7 @@ def front_end_cases() -> list[Case]:
         Case("cli --model.foo=1", "cli", ["fit", "--model.foo=1"], mention="foo"),
         Case("cli --trainer.num_nodes=2 without a launcher", "cli", ["fit", "--trainer.strategy=ddp", "--trainer.num_nodes=2"],
              mention="torchrun"),
-        # what a new user tried (issue 59): Lightning 1's option, a CLI option without its subcommand, Hydra's + on a
+        # what a new user tries: Lightning 1's option, a CLI option without its subcommand, Hydra's + on a
         # key that has a value, a scheduler LightningCLI would ignore, testing untrained weights
         Case("hydra trainer.gpus=1 (Lightning 1)", "hydra", ["trainer.gpus=1"], mention="trainer.devices"),
         Case("cli --trainer.gpus=1 (Lightning 1)", "cli", ["fit", "--trainer.gpus=1"], mention="--trainer.devices"),
@@ -157,7 +157,7 @@ def front_end_cases() -> list[Case]:
         Case("hydra +trainer.max_epochs=1 (a key that has a value)", "hydra", ["+trainer.max_epochs=1"], mention="drop the +"),
         Case("cli --lr_scheduler=StepLR without --optimizer", "cli", ["fit", "--lr_scheduler=StepLR"], mention="--optimizer"),
         Case("cli test without --ckpt_path", "cli", ["test"], mention="--ckpt_path"),
-        # replicas (issue 54): the seeds, the arms, what cannot be replicated
+        # replicas: the seeds, the arms, what cannot be replicated
         Case("hydra replicas.seeds=3", "hydra", ["replicas.seeds=3"], mention="replicas.seeds"),
         Case("hydra replicas.seeds with a seed repeated", "hydra", ["replicas.seeds=[0,0]"], mention="repeated", quick=True),
         Case("hydra replicas.seed=[0] (misspelt)", "hydra", ["replicas.seed=[0]"], mention="replicas.seeds"),
@@ -274,7 +274,7 @@ def all_cases() -> list[Case]:
 
 
 def received_cases() -> list[Case]:
-    """Issue 48's families: what a colleague's checkpoint, run, config or data file must never do here (remove the
+    """The received-file families: what a colleague's checkpoint, run, config or data file must never do here (remove the
     user's files, import a planted module, write through a link, hang, crash with a traceback)."""
     resume = ["model=jsa", "ckpt_path={planted}", "trainer.max_steps=4"]
     cli_fast = ["--trainer.limit_test_batches=1", "--model.test_num_samples=2"]
@@ -378,7 +378,7 @@ STRANGER_MARKER = "STRANGER-RAN"
 
 
 def config_source_cases() -> list[Case]:
-    """Issue 58: every way a config's or a checkpoint's settings reach jsonargparse or Hydra, each naming
+    """Every way a config's or a checkpoint's settings reach jsonargparse or Hydra, each naming
     strangers_module (on the path, as '.' is for many users): refused before anything imports it, in one line that
     names the file and the key. The received files are written into the case's directory (`files`)."""
     def cli(name: str, args: list[str], mention: str, files: dict[str, str], quick: bool = False) -> Case:

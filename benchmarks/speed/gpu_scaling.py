@@ -3,7 +3,7 @@
     python -m benchmarks.speed.gpu_scaling                      # on a CUDA machine: CIFAR-10 conv nets, batch 128
     python -m benchmarks.speed.gpu_scaling --precision bf16-mixed --compile
     python -m benchmarks.speed.gpu_scaling --tiny               # a CPU smoke run of the same code, tiny networks
-    python -m benchmarks.speed.gpu_scaling --estimators --out benchmarks/results/speed/gpu_estimators_h100.txt   # issue 46's table
+    python -m benchmarks.speed.gpu_scaling --estimators --out benchmarks/results/speed/gpu_estimators_h100.txt   # the estimators' table
     python -m benchmarks.speed.gpu_scaling --estimators --quick # its CPU smoke run
 
 JSA's index-cached MIS scores the L+1 candidates of every example in one batched decoder pass. On a

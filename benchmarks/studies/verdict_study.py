@@ -1,4 +1,4 @@
-"""The verdict at convergence (issue 56): JSA under the JSA paper's full protocol, 500 epochs with its cache read from
+"""The verdict at convergence: JSA under the JSA paper's full protocol, 500 epochs with its cache read from
 epoch 300, against RWS, five seeds an arm, with the comparisons fixed here before any run (benchmarks/results/
 verdict-study/PLAN.md says the same in words; a test holds the two together).
 
@@ -77,7 +77,7 @@ class Comparison:
     paired: bool  # by seed: b's and a's runs share their first epochs (the trunk)
 
 
-# Fixed before the runs (issue 56): each at both measures, Holm over all of them together.
+# Fixed before the runs (PLAN.md): each at both measures, Holm over all of them together.
 COMPARISONS = (
     Comparison("rws", "jsa-never", paired=False),
     Comparison("rws", "jsa-cache300", paired=False),

@@ -185,7 +185,7 @@ class DiscretizedLogisticLikelihood(Likelihood):
         log_weights, means, log_scales = self._mixture(full_precision(out), x.shape[-3])
         k = _levels(x).unsqueeze(-3).to(means.dtype)  # (..., C, 1, H, W)
         # Each edge computed once from the integer level, (2k ± 1)/255 - 1, not as c_k ± 1/255: the upper edge of
-        # level k and the lower edge of level k + 1 are then the same float, so the 256 masses telescope to 1 (issue 31).
+        # level k and the lower edge of level k + 1 are then the same float, so the 256 masses telescope to 1.
         edge_upper = (2 * k + 1) / (NUM_LEVELS - 1) - 1
         edge_lower = (2 * k - 1) / (NUM_LEVELS - 1) - 1
         inv_scale = torch.exp(-log_scales)

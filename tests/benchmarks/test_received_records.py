@@ -1,4 +1,4 @@
-"""Records and logs from someone else (issue 48): the report readers (a study's --report-only, benchmarks.compare) skip a
+"""Records and logs from someone else: the report readers (a study's --report-only, benchmarks.compare) skip a
 record or file that is not one with one line naming it, and write the report from the rest."""
 
 from __future__ import annotations

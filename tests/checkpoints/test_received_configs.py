@@ -1,4 +1,4 @@
-"""Received configs and checkpoint settings, fourth pass (issue 58): every way a config or a checkpoint's settings
+"""Received configs and checkpoint settings: every way a config or a checkpoint's settings
 reach jsonargparse or Hydra is checked before anything is imported. Each spelling is a case of
 benchmarks/robustness/bad_inputs.py's table (config_source_cases), run here as the real command in a directory that
 holds the received files and strangers_module.py, which writes STRANGER-RAN when imported: the marker is never

@@ -1,4 +1,4 @@
-"""Files from someone else, third pass (issue 48): a received checkpoint or run deletes nothing outside the run, imports
+"""Files from someone else: a received checkpoint or run deletes nothing outside the run, imports
 nothing the collection does not register, and writes through no link; each test plants the received file and runs the
 real command. (Pickled payloads and URLs: tests/checkpoints/test_untrusted_files.py.)"""
 

@@ -315,8 +315,8 @@ def test_every_study_refuses_a_file_for_out_or_logs_and_an_empty_report_before_w
 
 
 def test_a_corrupt_record_is_skipped_with_one_line_naming_it(tmp_path, capsys):
-    """A record that is not one leaves the report (as if its run had not finished), named in one line (issue 48: one
-    bad record no longer takes the whole report down)."""
+    """A record that is not one leaves the report (as if its run had not finished), named in one line (a
+    bad record does not take the whole report down)."""
     runs = tmp_path / "runs"
     runs.mkdir()
     (runs / "a.json").write_text(json.dumps({"name": "a"}))

@@ -52,7 +52,7 @@ SHARP_LOGISTICS = {
 
 @pytest.mark.parametrize("params", SHARP_LOGISTICS.values(), ids=SHARP_LOGISTICS.keys())
 def test_discretized_logistic_sums_to_one_in_float32_at_the_smallest_scale(params):
-    """Issue 31: level k's upper edge and level k + 1's lower edge must be the same float, or the 256 masses do not
+    """Level k's upper edge and level k + 1's lower edge must be the same float, or the 256 masses do not
     telescope: with edges c_k ± 1/255 the float32 sum was off by 1.6e-5 for a logistic centred on an edge."""
     logits, means, log_scales = (torch.tensor(v) for v in params)
     likelihood = DiscretizedLogisticLikelihood(num_mixtures=len(logits))
