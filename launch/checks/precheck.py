@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from launch.checks.arguments import TAKES_VALUE, option_value, option_values, overrides_of, scalar, values_of
+from launch.checks.arguments import option_values, overrides_of, scalar, values_of
 from launch.checks.paths import PathRefusal, check_paths
 from launch.checks.received_config import ConfigRefusal, composed, given_settings, hydra_folders
 from launch.checks.schema import CONFIGS, GROUPS, NOT_SETTINGS, default_choices, every_config, expected, load, type_spec
