@@ -1,15 +1,9 @@
 """Shared in-memory image DataModule.
 
-Small image benchmarks (MNIST, CIFAR-10) fit in RAM as uint8, so each split is
-kept as one contiguous ``(N, C, H, W)`` uint8 tensor and a whole batch is built
-with a single fancy-indexing op plus vectorised binarisation. This avoids the
-per-image PIL/``ToTensor`` round trip of the torchvision datasets, which
-dominates training time for small models (see ``benchmarks/speed/datamodule_speed.py``).
-
-Every batch is ``(x, index)``; ``index`` is the example's position inside its
-split. JSA keeps a per-example cache keyed by the train-split index, so the
-index must not depend on shuffling or on how a DistributedSampler shards the
-split: it is the dataset index the sampler drew, never a batch-local position.
+Each split is one contiguous (N, C, H, W) uint8 tensor, so a batch is one fancy-indexing op plus a vectorised
+binarisation, without the per-image PIL/ToTensor round trip of the torchvision datasets
+(benchmarks/speed/datamodule_speed.py). Every batch is (x, index), `index` the example's position in its split: JSA's
+per-example cache is keyed by it, so it is the dataset index the sampler drew, never a batch-local position.
 """
 
 from __future__ import annotations
