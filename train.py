@@ -6,7 +6,6 @@ Hydra (config tree in configs/, `key=value` overrides, `-m` multirun):
 
 LightningCLI (jsonargparse; subcommands fit/validate/test/predict):
     python train.py fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1
-
 This file only dispatches: launch/hydra_app.py and launch/cli_app.py describe the run, launch/run_builder.py builds it.
 """
 

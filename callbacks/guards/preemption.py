@@ -59,7 +59,7 @@ class SaveOnPreemption(L.Callback):
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         self.signal = signal.SIGINT
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C: KeyboardInterrupt, now
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C: KeyboardInterrupt at once
         log.warning("Ctrl-C: stopping after this step and saving a checkpoint (press Ctrl-C again to abort at once)")
         os.kill(os.getpid(), signal.SIGTERM)  # Lightning's SIGTERM path: stop at the step boundary, all ranks
 

@@ -4,8 +4,7 @@ A resumed run is built from this run's settings (and records them); Lightning th
 * shapes: a setting that changes a tensor cannot take the checkpoint's state; `state_mismatch` turns torch's refusal
   into one line naming the settings that differ;
 * the optimizer: Lightning restores its hyperparameters too, so `ResumeSettings` sets each back to this run's value
-  and logs what changed; another optimizer class is refused. Under a scheduler the learning rate is the restored
-  scheduler's; another scheduler (or none where there was one) is refused.
+  and logs what changed; another optimizer class, or another scheduler (whose learning rate is restored), is refused.
 The data module's changed settings are logged the same way (its loader resumes at the same example:
 datamodules/resumable.py).
 """
