@@ -3,13 +3,10 @@
     python -m benchmarks.compare logs/tensorboard [--out reports/compare] [--runs GLOB ... | --all]
 
 Every directory under the roots that holds TensorBoard event files is a run. The report compares the runs of the
-latest multirun (by a run's hydra_job.yaml, Hydra's directories or the process that wrote it: `place_runs`), or
-those whose path matches `--runs GLOB` (`'jsa-*'`, `'*/version_0'`, a run name), or `--all`, and lists every run
-found, compared or left out with the reason. Written
-to --out: `report.md` (`write_report`), `val_nll.png` (val/nll against step and wall time; the VQ-VAE's bound in a
-row of its own) and `reconstructions.png` (each run's test reconstructions, runs of MIN_STEPS_FOR_RECONSTRUCTIONS
-steps or more).
-"""
+latest multirun (by a run's hydra_job.yaml, Hydra's directories or the process that wrote it: `place_runs`), those
+whose path matches `--runs GLOB` (`'jsa-*'`, `'*/version_0'`, a run name), or `--all`, and lists every run found with
+why it was left out, if it was. Written to --out: `report.md` (`write_report`), `val_nll.png` (against step and wall
+time) and `reconstructions.png` (runs of at least MIN_STEPS_FOR_RECONSTRUCTIONS steps)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,7 @@
     python -m benchmarks.speed.gpu_scaling --estimators --out benchmarks/results/speed/gpu_estimators_h100.txt
     python -m benchmarks.speed.gpu_scaling --estimators --quick # its CPU smoke run
 
-What each line times: benchmarks/results/speed/README.md#how-each-benchmark-measures.
-"""
+What each line times: benchmarks/results/speed/README.md#how-each-benchmark-measures."""
 
 from __future__ import annotations
 

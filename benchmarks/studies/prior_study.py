@@ -5,10 +5,8 @@
     python -m benchmarks.studies.prior_study --report-only  # the report from the finished runs
     python -m benchmarks.studies.prior_study --lanes 2      # two runs at once (one thread each on two cores)
 
-The cost: JSA's step and the prior's share of MIS's scoring with each prior, side by side in one process. The
-quality: JSA with each prior, and the VQ-VAE with a learned prior and its second stage, at equal epochs. The
-settings of both: benchmarks/results/priors/README.md.
-"""
+The cost of each prior, side by side in one process, and JSA's and the VQ-VAE's quality with each at equal epochs;
+the settings of both: benchmarks/results/priors/README.md."""
 
 from __future__ import annotations
 

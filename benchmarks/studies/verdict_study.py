@@ -1,6 +1,5 @@
-"""The verdict at convergence: JSA under the JSA paper's full protocol, 500 epochs with its cache read from epoch 300,
-against RWS, five seeds an arm, with the comparisons fixed here before any run (benchmarks/results/verdict-study/
-PLAN.md says the same in words, arms and protocol included; a test holds the two together).
+"""The verdict at convergence: JSA (500 epochs, its cache read from epoch 300) against RWS, five seeds an arm, under the
+JSA paper's protocol, the comparisons fixed here before any run (benchmarks/results/verdict-study/PLAN.md in words).
 
     python -m benchmarks.studies.verdict_study                     # every run (resumable), then the report
     python -m benchmarks.studies.verdict_study --only 'rws-*'      # the processes of these runs only
@@ -8,12 +7,8 @@ PLAN.md says the same in words, arms and protocol included; a test holds the two
     python -m benchmarks.studies.verdict_study --refit-q           # a fresh q for each final decoder, NLL at 5000
     python -m benchmarks.studies.verdict_study --report-only       # the report from the records (none: it says so)
 
-Every arm trains as replicas (docs/replicas.md), `--replicas-per-process` seeds to a train.py process: JSA's trunk to
-the branch epoch, then its three arms from the trunk's last.ckpt (launch/runs/replicas.py: trunk_to_branch), so each
-seed's JSA runs share their first epochs exactly; RWS (and VIMCO with --vimco) from scratch. A process trains under
-`--logs/processes/`; each finished replica's run moves to `--logs/<run>/` (benchmarks/lib/packing.py) with its
-record, and a process cut short resumes from its last.ckpt when the same command runs again on the same machine.
-"""
+Arms train as replicas, a process per group of seeds (JSA: a trunk, then its arms from the trunk's last.ckpt), each
+resumable, each finished run moved to `--logs/<run>/` with its record (benchmarks/lib/packing.py)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,13 @@
 """The field study: is JSA better than its rivals, and at what cost? Every discrete estimator under the JSA paper's
-protocol (20 particles each) for 30 epochs and three seeds, with the uniform and the learned MADE prior, the Gaussian
-VAE beside them, binarized Fashion-MNIST as a second data set, every model at the same training time, the
-importance-sampling estimator's resolution and the estimators' gradient noise at shared parameters.
+protocol for 30 epochs and three seeds, with the uniform and the MADE prior, the Gaussian VAE beside them, binarized
+Fashion-MNIST too, every model at equal training time, the IS estimator's resolution and the gradients' noise.
 
     python -m benchmarks.studies.field.study                  # every run and measurement (resumable), then the report
     python -m benchmarks.studies.field.study --report-only    # the report from the finished records
     python -m benchmarks.studies.field.study --lanes 2        # two runs at once, one thread each (results' lanes.md)
     python -m benchmarks.studies.field.study --only 'mnist-*-s1,mnist-*-s2' --lanes 4   # a subset, on another machine
 
-The order of the runs and the measurements: benchmarks/results/field-study/README.md.
-"""
+The order of the runs and the measurements: benchmarks/results/field-study/README.md."""
 
 from __future__ import annotations
 
