@@ -76,7 +76,7 @@ def hydra_output_dir(cfg: Any) -> str:
     """Hydra's directory of this run (its .hydra/ config and train.log: configs/train.yaml's hydra.run.dir); outside a
     Hydra app (a config composed in a test or a notebook has Hydra's settings but no runtime.output_dir, which Hydra
     sets when it runs a job), one of the same layout (launch/run_layout.py). Placed: a link that leads it out of
-    <log_dir>/hydra is refused."""
+    <log_dir> is refused."""
     output_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None) if HydraConfig.initialized() else None
     return placed(cfg.log_dir, "hydra", output_dir) if output_dir else process_dir(cfg.log_dir, "hydra", cfg.run_name)
 
@@ -126,7 +126,7 @@ def chosen_logger(cfg: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
         raise SettingsError(f"{error} (logger=csv and logger=tensorboard choose a logger with its own settings)") from None
     if LOGGER_FOLDERS[target] == TENSORBOARD:
         return False, settings
-    placed(cfg.log_dir, LOGGER_FOLDERS[target], f"{logger_root(cfg.log_dir, target)}/{name}")  # no link out of <log_dir>/csv
+    placed(cfg.log_dir, LOGGER_FOLDERS[target], f"{logger_root(cfg.log_dir, target)}/{name}")  # no link out of <log_dir>
     return get_class(target)(save_dir=logger_root(cfg.log_dir, target), name=name, **settings), None
 
 

@@ -13,8 +13,8 @@ the key settings, then each setting of its estimator not at its default, e.g. js
 multirun, each swept setting the tag does not show: e.g. jsa-mnist-mlp-K10-L20-lr0.01, where <base> is
 Hydra's run_name (<model>-<data> by default) or the CLI's <model>-<data>.
 
-Each folder is resolved where it is placed and refused in one line when a symbolic link leads it out of its
-<log_dir>/<kind> (common/files.py: resolved_inside; TensorBoard's: launch/runs/run_directory.py).
+Each folder is resolved where it is placed and refused in one line when a symbolic link leads it out of <log_dir>
+(common/files.py: resolved_inside; TensorBoard's: launch/runs/run_directory.py). <log_dir> itself is the user's choice.
 """
 
 from __future__ import annotations
@@ -52,12 +52,12 @@ def process_dir(log_dir: str, kind: str, name: str) -> str:
 
 
 def placed(log_dir: str, kind: str, path: str) -> str:
-    """`path`, a run's folder below <log_dir>/<kind>, resolved; LeadsOutside when a link leads it out of there. A folder
-    the user put elsewhere (hydra.run.dir=...) is theirs, and is returned as given."""
-    root = os.path.abspath(f"{log_dir}/{kind}")
-    if os.path.commonpath([root, os.path.abspath(path)]) != root:
+    """`path`, a run's folder below <log_dir>/<kind>, resolved; LeadsOutside when a link leads it out of <log_dir>. A
+    folder the user put elsewhere (hydra.run.dir=...) is theirs, and is returned as given."""
+    folder = os.path.abspath(f"{log_dir}/{kind}")
+    if os.path.commonpath([folder, os.path.abspath(path)]) != folder:
         return path
-    return str(resolved_inside(root, path))
+    return str(resolved_inside(log_dir, path))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -127,7 +127,8 @@ def tensorboard_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs
     moment get two directories: `os.mkdir` succeeds for one of them only)."""
     kwargs = {"default_hp_metric": False, **kwargs}
     if "://" not in save_dir:  # one canonical path: a resumed run's checkpoint directory (found from the checkpoint's
-        save_dir = str(Path(save_dir).resolve())  # absolute path) then equals the first's, and best-model tracking goes on
+        # absolute path) then equals the first's, and best-model tracking goes on; no link leads it out of <log_dir>
+        save_dir = str(resolved_inside(Path(save_dir).parent, save_dir))
     run = run_of_checkpoint(ckpt_path)
     job = slurm_job_id()
     if run is None and job is not None:

@@ -95,6 +95,10 @@ def test_a_run_name_folder_that_links_elsewhere_receives_no_new_run(tmp_path):
     logger = ReservedVersionLogger(str(tmp_path / "logs" / "tensorboard"), name="jsa")
     with pytest.raises(LeadsOutside, match="jsa leads through a symbolic link to .*users-folder"):
         logger.version
+    (tmp_path / "received-logs").mkdir()
+    (tmp_path / "received-logs" / "tensorboard").symlink_to(users)  # the TensorBoard folder itself a link out of log_dir
+    with pytest.raises(LeadsOutside, match="received-logs/tensorboard leads through a symbolic link"):
+        tensorboard_logger(str(tmp_path / "received-logs" / "tensorboard"), "jsa", None)
     assert list(users.iterdir()) == []
 
 
@@ -115,7 +119,7 @@ def test_a_process_folder_that_links_out_of_its_kind_is_refused_and_one_placed_e
     users.mkdir()
     (tmp_path / "logs" / "cli").mkdir(parents=True)
     (tmp_path / "logs" / "cli" / "jsa").symlink_to(users)
-    with pytest.raises(LeadsOutside, match=f"outside {tmp_path}/logs/cli"):
+    with pytest.raises(LeadsOutside, match=f"outside {tmp_path}/logs:"):
         process_dir(str(tmp_path / "logs"), "cli", "jsa")
     assert process_dir(str(tmp_path / "logs"), "cli", "vae").startswith(f"{tmp_path}/logs/cli/vae/")
     assert placed(str(tmp_path / "logs"), "hydra", str(users / "run")) == str(users / "run")  # hydra.run.dir=...: the user's
