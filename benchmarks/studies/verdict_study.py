@@ -181,7 +181,7 @@ def train_process(process: Process, args: argparse.Namespace, made_on: str) -> N
     pending = [run for run in process.runs if not (args.out / "runs" / f"{run[0]}.json").exists()]
     if not pending:
         return
-    process_dir = args.logs / "processes" / process.name
+    process_dir = packing.study_folder(args.logs, "processes", process.name)
     finished = process_dir / "finished.json"
     start_from, shared = None, None
     if process.trunk is not None:
