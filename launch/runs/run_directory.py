@@ -71,7 +71,7 @@ def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike) -> No
                             "checkpoints: wait until that process ends, or resume from a copy of the checkpoint in "
                             "another directory") from None
     try:
-        refuse_links(run_dir)
+        refuse_unwritable(run_dir)
     except CheckpointError:
         os.close(descriptor)
         raise
@@ -82,13 +82,19 @@ def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike) -> No
     atexit.register(lambda: (run_dir / OWNER_FILE).unlink(missing_ok=True))  # safe: the owner note this process wrote in its run
 
 
-def refuse_links(run_dir: Path) -> None:
-    """CheckpointError naming the first file of WRITTEN_IN_PLACE that is a symbolic link (dangling too) in `run_dir`."""
+def refuse_unwritable(run_dir: Path) -> None:
+    """CheckpointError naming the first entry of WRITTEN_IN_PLACE in `run_dir` that is a symbolic link (dangling too),
+    or a folder where the run writes a file (the file would never be written: a traceback at the run's first save)."""
     for entry in os.scandir(run_dir):
-        if entry.is_symlink() and any(fnmatch.fnmatch(entry.name, pattern) for pattern in WRITTEN_IN_PLACE):
+        if not any(fnmatch.fnmatch(entry.name, pattern) for pattern in WRITTEN_IN_PLACE):
+            continue
+        if entry.is_symlink():
             raise CheckpointError(f"the run {run_dir} holds {entry.name} as a link to {os.readlink(entry.path)}: a run "
                                   "writes that file in place and never through a link; remove the link, or resume "
                                   "from a copy of the checkpoint in another directory")
+        if entry.name != "checkpoints" and entry.is_dir():
+            raise CheckpointError(f"the run {run_dir} holds {entry.name} as a folder: the run writes a file there; "
+                                  "remove the folder, or resume from a copy of the checkpoint in another directory")
 
 
 def read_owner(path: Path) -> str:

@@ -12,7 +12,8 @@ import pytest
 from common.files import LeadsOutside
 from launch.run_layout import placed, process_dir
 from launch.runs import run_directory
-from launch.runs.run_directory import ReservedVersionLogger, no_traces_if_refused, tensorboard_logger
+from checkpoints.errors import CheckpointError
+from launch.runs.run_directory import ReservedVersionLogger, no_traces_if_refused, own_run_directory, read_owner, tensorboard_logger
 
 
 class Refused(ValueError):
@@ -138,6 +139,33 @@ def test_a_refused_runs_folder_goes_but_not_the_users_folder_a_link_led_to(tmp_p
     (users / "2026-01-01_00-00-00-1" / ".hydra").mkdir(parents=True)
     run_directory.remove_if_only_hydra_files(str(tmp_path / "logs" / "hydra" / "jsa" / "2026-01-01_00-00-00-1"))
     assert users.is_dir() and list(users.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", [".owner", "hparams.yaml", "config.yaml", "hydra_job.yaml"])
+def test_a_received_run_holding_a_folder_where_it_writes_a_file_is_refused_naming_it(name, tmp_path):
+    run_dir = tmp_path / "tensorboard" / "jsa" / "version_0"
+    (run_dir / name / "inside").mkdir(parents=True)
+    with pytest.raises(CheckpointError, match=f"^the run {run_dir} holds {name} as a folder: the run writes a file there"):
+        own_run_directory(run_dir, tmp_path / "tensorboard")
+    assert sorted(p.name for p in run_dir.iterdir()) == [name]
+
+
+def test_a_received_runs_owner_note_or_hparams_that_is_a_fifo_is_never_waited_on(tmp_path):
+    """A resume writes its own .owner over a FIFO (replaced, never opened) and leaves hparams.yaml to Lightning's
+    writer (replaced too); the owner's note, read for a message, is not waited on."""
+    import threading
+
+    run_dir = tmp_path / "tensorboard" / "jsa" / "version_0"
+    run_dir.mkdir(parents=True)
+    for name in (".owner", "hparams.yaml"):
+        os.mkfifo(run_dir / name)
+    said = []
+    reader = threading.Thread(target=lambda: said.append(read_owner(run_dir / ".owner")), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert said == ["another process"]
+    own_run_directory(run_dir, tmp_path / "tensorboard")
+    assert (run_dir / ".owner").read_text().startswith(f"process {os.getpid()} on ")
 
 
 @pytest.mark.slow  # real processes
