@@ -287,11 +287,14 @@ def read_json(path: Path) -> dict:
     return value
 
 
-def record_problem(record: dict) -> str | None:
-    """Why a record cannot go into a report (None when it can): empty, a field of the wrong type, or a non-finite
-    number where every run of a study writes a finite one (a diverged run's NaN test NLL)."""
+def record_problem(record: dict, name: str) -> str | None:
+    """Why the record of run `name` (its file's stem) cannot go into a report (None when it can): empty, of another
+    kind (a run's record names its run), a field of the wrong type, or a non-finite number where every run of a study
+    writes a finite one (a diverged run's NaN test NLL)."""
     if not record:
         return "it is empty"
+    if record.get("name") != name:
+        return f"its 'name' is {str(record.get('name'))[:60]!r}, not {name!r}: not a run's record (a JSON file of another kind)"
     for key, kind in (("name", str), ("model", str), ("arm", str), ("command", str), ("machine", str), ("seed", int),
                       ("epochs", int), ("seconds", (int, float)), ("test", dict), ("val", dict)):
         if key in record and (not isinstance(record[key], kind) or isinstance(record[key], bool)):
@@ -316,7 +319,7 @@ def read_records(out: Path, report_only: bool = False, folder: str = "runs") -> 
         except SystemExit as refusal:
             print(f"skipped {refusal}", flush=True)
             continue
-        problem = record_problem(record)
+        problem = record_problem(record, path.stem)
         if problem:
             print(f"skipped {path}: {problem}; delete it to run it again", flush=True)
             continue

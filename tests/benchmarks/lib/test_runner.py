@@ -521,3 +521,19 @@ def test_a_records_folder_that_links_out_of_out_is_refused_before_anything_is_wr
         importlib.import_module(f"benchmarks.studies.{study}").main(["--report-only", "--out", str(tmp_path / "out"),
                                                                         "--logs", str(tmp_path / "logs")])
     assert untouched(users) and sorted(p.name for p in (tmp_path / "out").iterdir()) == ["runs"]
+
+
+def test_a_json_file_of_another_kind_among_the_records_is_skipped_naming_it(tmp_path, capsys):
+    """A runs/ folder holding a measurement's file, or a record renamed, beside a run's record: each left out in one
+    line naming it (a report, and the measurements of finished runs, read the others)."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "a.json").write_text(json.dumps({"name": "a", "seconds": 1.0}))
+    (runs / "is-resolution.json").write_text(json.dumps({"settings": {"images": 500}, "runs": {}}))
+    (runs / "b.json").write_text(json.dumps({"name": "../../elsewhere"}))
+    assert runner.read_records(tmp_path) == {"a": {"name": "a", "seconds": 1.0}}
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"skipped {runs}/b.json: its 'name' is '../../elsewhere', not 'b': not a run's record (a JSON file of "
+                   "another kind); delete it to run it again",
+                   f"skipped {runs}/is-resolution.json: its 'name' is 'None', not 'is-resolution': not a run's record (a "
+                   "JSON file of another kind); delete it to run it again"]
