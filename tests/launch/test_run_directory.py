@@ -126,6 +126,21 @@ def test_a_process_folder_that_links_out_of_its_kind_is_refused_and_one_placed_e
     assert placed(str(tmp_path / "logs"), "hydra", str(users / "run")) == str(users / "run")  # hydra.run.dir=...: the user's
 
 
+def test_a_csv_run_name_folder_that_links_elsewhere_is_refused(tmp_path):
+    from omegaconf import OmegaConf
+
+    from launch.hydra_run import chosen_logger
+
+    users = tmp_path / "users-folder"
+    users.mkdir()
+    (tmp_path / "logs" / "csv").mkdir(parents=True)
+    (tmp_path / "logs" / "csv" / "jsa").symlink_to(users)
+    cfg = OmegaConf.create({"log_dir": str(tmp_path / "logs"), "logger": {"_target_": "lightning.pytorch.loggers.CSVLogger"}})
+    with pytest.raises(LeadsOutside, match="csv/jsa leads through a symbolic link"):
+        chosen_logger(cfg, "jsa")
+    assert chosen_logger(cfg, "vae")[0].root_dir == str(tmp_path / "logs" / "csv" / "vae")
+
+
 def test_a_refused_runs_folder_goes_but_not_the_users_folder_a_link_led_to(tmp_path, monkeypatch):
     """Hydra's folder of a refused run, made through a link before the refusal: it goes, the (empty) folder the link
     leads to stays."""
