@@ -19,8 +19,8 @@ Reading. `open_regular` opens without blocking (O_NONBLOCK: opening a FIFO waits
 line naming the file and what it is, anything but a regular file: a FIFO or a device would block the read or never
 end, and a folder fails later with a traceback.
 
-Placing. `resolved_inside` resolves a folder the collection or a study writes in (a run's folder below its logger's
-root, a study's run below --logs) once, where it is placed, and refuses it in one line when a symbolic link on the way
+Placing. `resolved_inside` resolves a folder the collection or a study writes in (a run's folder below log_dir, a
+study's below --logs or --out) once, where it is placed, and refuses it in one line when a symbolic link on the way
 leads outside that root: a run-name folder a received `logs/` holds as a link to elsewhere receives no checkpoint,
 event or removal. The root itself is the user's to choose, links and all.
 """
