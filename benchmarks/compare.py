@@ -212,7 +212,7 @@ def read_job_file(path: Path) -> dict | None:
         return None
     try:
         composed(file, "job file")  # kind, size and alias expansion, before anything is built
-        job = yaml.safe_load(file.read_text(errors="replace"))
+        job = yaml.safe_load(read_regular(file).decode(errors="replace"))
     except (ConfigRefusal, OSError, yaml.YAMLError, RecursionError) as error:
         print(f"skipped {file}: {' '.join(str(error).split())[:200] or type(error).__name__}", flush=True)
         return None

@@ -21,6 +21,7 @@ from checkpoints.file_format import CHECKSUM_SUFFIX, save_checkpoint_file
 from checkpoints.model_class import stamp_model_class
 from checkpoints.replica import replica_checkpoint
 from checkpoints.trainer.restored_paths import lies_inside
+from common.files import resolved_inside
 from common.lightning_files import RunLogger
 from common.log_steps import is_logging_step
 from models.replicas import replica_terms
@@ -70,9 +71,10 @@ class ReplicaRuns(L.Callback):
             self.loggers = [self.new_logger(self.save_dir, name=name, default_hp_metric=False) for name in self.names]
             self.versions = [logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
                              for logger in self.loggers]
-        else:
-            self.loggers = [RunLogger(self.save_dir, name=name, version=version, default_hp_metric=False)
-                            for name, version in zip(self.names, self.versions)]
+        else:  # each resumed run where it lies, no link leading it out of save_dir
+            runs = [resolved_inside(self.save_dir, Path(self.save_dir, name, version)) for name, version in zip(self.names, self.versions)]
+            self.loggers = [RunLogger(str(run.parents[1]), name=run.parent.name, version=run.name, default_hp_metric=False)
+                            for run in runs]
         for r, logger in enumerate(self.loggers):
             model, data = pl_module.settings[r], trainer.datamodule.replicas[r]
             logger.log_hyperparams({**data.hparams, **model.hparams})  # hparams.yaml

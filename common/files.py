@@ -18,6 +18,11 @@ a FIFO or a device at the target is replaced as by a write, and the log starts a
 Reading. `open_regular` opens without blocking (O_NONBLOCK: opening a FIFO waits for no writer) and refuses, in one
 line naming the file and what it is, anything but a regular file: a FIFO or a device would block the read or never
 end, and a folder fails later with a traceback.
+
+Placing. `resolved_inside` resolves a folder the collection or a study writes in (a run's folder below log_dir, a
+study's below --logs or --out) once, where it is placed, and refuses it in one line when a symbolic link on the way
+leads outside that root: a run-name folder a received `logs/` holds as a link to elsewhere receives no checkpoint,
+event or removal. The root itself is the user's to choose, links and all.
 """
 
 from __future__ import annotations
@@ -34,6 +39,20 @@ TEMPORARY_MARK = ".tmp-"  # `.<name>.tmp-<pid>`: a temporary file of process <pi
 
 class NotARegularFile(OSError):
     """A file to be read is a FIFO, a folder, a device or a socket: it is not opened (one line naming it)."""
+
+
+class LeadsOutside(OSError):
+    """A folder to be written in leads, through a symbolic link, outside the root it is placed in (one line naming it)."""
+
+
+def resolved_inside(root: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """`path` with its links and `..` resolved, when that is `root` (resolved too) or lies below it; else LeadsOutside
+    naming `path`, where it leads and `root`. A missing part resolves as it is named (nothing is made here)."""
+    inside, resolved = Path(root).resolve(), Path(path).resolve()
+    if resolved != inside and inside not in resolved.parents:
+        raise LeadsOutside(f"{path} leads through a symbolic link to {resolved}, outside {root}: nothing is written "
+                           "through a link; remove the link, or give another folder")
+    return resolved
 
 
 @contextlib.contextmanager

@@ -266,7 +266,12 @@ class ImageDataModule(L.LightningDataModule):
     def _ensure_files(self, train: bool, download: bool) -> None:
         """DataNotFoundError unless the split's files are all there, after downloading the missing ones if allowed."""
         # exists(), not is_file(): a folder or an unreadable file of that name is reported by _load, not as missing
-        missing = [f for f in self._files(train) if not f.exists()]
+        try:
+            missing = [f for f in self._files(train) if not f.exists()]
+        except PermissionError as err:  # a folder on the way this user may not look into (mode 000, say)
+            raise DataError(f"{type(self).__name__}: cannot look for {err.filename}: permission denied. Fix: make the data "
+                            f"folder {self.data_dir} (DATA_DIR, or data.data_dir) and the folders below it readable and "
+                            "searchable by this user (chmod u+rx), or point DATA_DIR at one that is.") from None
         if missing and download:
             with self._undone_if_refused():
                 try:

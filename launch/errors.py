@@ -13,6 +13,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf.errors import OmegaConfBaseException
 
 from checkpoints.errors import CheckpointError
+from common.files import LeadsOutside, NotARegularFile
 from datamodules import DataError
 from launch.checks.exit import exit_with
 from launch.checks.settings import SettingsError
@@ -42,8 +43,9 @@ def ctrl_c_as_status_130() -> Iterator[None]:
         raise
 
 
-# What refuses a run before it trains: a setting, the data, a checkpoint (the user's to fix).
-REFUSALS = (DataError, CheckpointError, SettingsError, MisconfigurationException)
+# What refuses a run before it trains: a setting, the data, a checkpoint, a run's file that is not a regular file or a
+# run's folder that a link leads out of its root (the user's to fix).
+REFUSALS = (DataError, CheckpointError, SettingsError, MisconfigurationException, NotARegularFile, LeadsOutside)
 
 
 @contextlib.contextmanager

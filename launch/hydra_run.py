@@ -25,7 +25,7 @@ from launch import rules
 from launch.checks.settings import SettingsError, check_settings
 from launch.hydra_config import check_run_settings, command_line_overrides, model_settings, swept_keys
 from launch.run_builder import RunDescription, build_trainer
-from launch.run_layout import LOGGER_FOLDERS, TENSORBOARD, logger_root, process_dir, run_name
+from launch.run_layout import LOGGER_FOLDERS, TENSORBOARD, logger_root, placed, process_dir, run_name
 from launch.runs.replicas import check_replica_request, replicate
 from launch.runs.worker_slots import claim_slot
 
@@ -75,9 +75,10 @@ def swept_settings(cfg: Any) -> dict[str, str]:
 def hydra_output_dir(cfg: Any) -> str:
     """Hydra's directory of this run (its .hydra/ config and train.log: configs/train.yaml's hydra.run.dir); outside a
     Hydra app (a config composed in a test or a notebook has Hydra's settings but no runtime.output_dir, which Hydra
-    sets when it runs a job), one of the same layout (launch/run_layout.py)."""
+    sets when it runs a job), one of the same layout (launch/run_layout.py). Placed: a link that leads it out of
+    <log_dir> is refused."""
     output_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None) if HydraConfig.initialized() else None
-    return output_dir or process_dir(cfg.log_dir, "hydra", cfg.run_name)
+    return placed(cfg.log_dir, "hydra", output_dir) if output_dir else process_dir(cfg.log_dir, "hydra", cfg.run_name)
 
 
 def parallel_job_settings(cfg: Any) -> dict[str, Any]:
@@ -125,6 +126,7 @@ def chosen_logger(cfg: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
         raise SettingsError(f"{error} (logger=csv and logger=tensorboard choose a logger with its own settings)") from None
     if LOGGER_FOLDERS[target] == TENSORBOARD:
         return False, settings
+    placed(cfg.log_dir, LOGGER_FOLDERS[target], f"{logger_root(cfg.log_dir, target)}/{name}")  # no link out of <log_dir>
     return get_class(target)(save_dir=logger_root(cfg.log_dir, target), name=name, **settings), None
 
 

@@ -12,6 +12,9 @@ directory, a TensorBoard run or none, the run's name.
 the key settings, then each setting of its estimator not at its default, e.g. jsa-mnist-mlp-K10-L20-rows4), plus, in a
 multirun, each swept setting the tag does not show: e.g. jsa-mnist-mlp-K10-L20-lr0.01, where <base> is
 Hydra's run_name (<model>-<data> by default) or the CLI's <model>-<data>.
+
+Each folder is resolved where it is placed and refused in one line when a symbolic link leads it out of <log_dir>
+(common/files.py: resolved_inside; TensorBoard's: launch/runs/run_directory.py). <log_dir> itself is the user's choice.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import dataclasses
 import os
 import time
 from typing import Any
+
+from common.files import resolved_inside
 
 TENSORBOARD = "tensorboard"  # <log_dir>/tensorboard: every TensorBoard run, one `tensorboard --logdir` for all
 # The loggers a run's layout places, by class path: each one's folder under <log_dir>.
@@ -42,8 +47,17 @@ def logger_root(log_dir: str, logger_class: str) -> str:
 
 
 def process_dir(log_dir: str, kind: str, name: str) -> str:
-    """<log_dir>/<kind>/<name>/<date>_<time>-<pid>: the layout of Hydra's own run directories."""
-    return f"{log_dir}/{kind}/{name}/{time.strftime('%Y-%m-%d_%H-%M-%S')}-{os.getpid()}"
+    """<log_dir>/<kind>/<name>/<date>_<time>-<pid>, placed: the layout of Hydra's own run directories."""
+    return placed(log_dir, kind, f"{log_dir}/{kind}/{name}/{time.strftime('%Y-%m-%d_%H-%M-%S')}-{os.getpid()}")
+
+
+def placed(log_dir: str, kind: str, path: str) -> str:
+    """`path`, a run's folder below <log_dir>/<kind>, resolved; LeadsOutside when a link leads it out of <log_dir>. A
+    folder the user put elsewhere (hydra.run.dir=...) is theirs, and is returned as given."""
+    folder = os.path.abspath(f"{log_dir}/{kind}")
+    if os.path.commonpath([folder, os.path.abspath(path)]) != folder:
+        return path
+    return str(resolved_inside(log_dir, path))
 
 
 @dataclasses.dataclass(frozen=True)

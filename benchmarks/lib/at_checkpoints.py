@@ -124,8 +124,7 @@ def measure_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool],
     settings = {"images": images, "samples": sorted(sample_counts), "device": device}
     kept = runner.read_json(path) if path.exists() else {}
     measured = kept.get("runs", {}) if {"device": "cpu", **kept.get("settings", {})} == settings else {}
-    for record_path in sorted((out / "runs").glob("*.json")):
-        record = runner.read_json(record_path)
+    for record in runner.read_records(out).values():  # each a run's record, named by its file (others skipped, named)
         if not wanted(record) or record["name"] in measured:
             continue
         try:

@@ -11,6 +11,8 @@ process fills a GPU that one small run leaves mostly idle.
   again.
 - `run_lock` and `remove_unfinished`: a study holds the folder it trains in locked, and removes the leftovers of a
   process cut before its first checkpoint only inside that folder (single runs too: benchmarks/lib/runner.py).
+- `study_folder`: each folder a study trains in (a run's, a pack's) or writes its records to, resolved where it is
+  placed, and refused in one line when a link leads it out of --logs or --out.
 """
 
 from __future__ import annotations
@@ -28,11 +30,20 @@ import time
 from pathlib import Path
 from typing import Callable, ContextManager, Iterator, Sequence
 
-from common.files import appending, read_regular, write_file
+from common.files import LeadsOutside, appending, read_regular, resolved_inside, write_file
 
 SEED = re.compile(r"^seed=(\d+)$")
 PACKED = "packed.json"  # in a run's log_dir: its run was trained in a pack
 REPO = Path(__file__).resolve().parents[2]
+
+
+def study_folder(root: Path, *parts: str) -> Path:
+    """`root`/`parts` (--logs or --out, resolved, and a folder below it), resolved; one line when a symbolic link leads
+    it out of `root`: a study writes, moves and removes only inside its own folders."""
+    try:
+        return resolved_inside(root, root.joinpath(*parts))
+    except LeadsOutside as error:
+        raise SystemExit(str(error)) from None
 
 
 @contextlib.contextmanager
@@ -93,6 +104,7 @@ def train_process(label: str, overrides: Sequence[str], process_dir: Path, run_l
     else starting it from `start_from`: (seconds, the command as shown, without log_dir). Started afresh, the folder's
     leftovers of a process cut before its first checkpoint are removed first, so each replica's run is version_0.
     `run_lock` keeps a second study process out of the folder; a failed process is one line naming its log."""
+    process_dir = study_folder(process_dir.parent, process_dir.name)
     process_dir.mkdir(parents=True, exist_ok=True)
     with run_lock(label, process_dir):
         resume = process_checkpoint(process_dir)
@@ -128,7 +140,7 @@ def hand_over(process_dir: Path, replica: str, log_dir: Path) -> Path:
         raise SystemExit(f"{process_dir}: expected one replica run tensorboard/{replica}/version_0 from its process, found "
                          f"{len(found)}; see its train.log")
     (run,) = found
-    target = log_dir / "tensorboard" / run.parent.name / "version_0"
+    target = study_folder(log_dir.parent, log_dir.name, "tensorboard", run.parent.name) / "version_0"
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(run), str(target))
     return target
@@ -157,7 +169,7 @@ def train_pack(names: Sequence[str], requests: dict[str, tuple[list[str], Path]]
     a packed.json (the process's seconds shared among its replicas, and its command)."""
     common = configuration(requests[names[0]][0])[0]
     seeds = [configuration(requests[name][0])[1] for name in names]
-    pack_dir = packs_dir / f"{names[0]}-x{len(names)}"
+    pack_dir = study_folder(packs_dir.parent, packs_dir.name, f"{names[0]}-x{len(names)}")
     seconds, shown = train_process(f"pack {names[0]} (x{len(names)})", [*common, f"replicas.seeds=[{','.join(map(str, seeds))}]"],
                                    pack_dir, run_lock)
     for name, seed in zip(names, seeds):

@@ -16,7 +16,7 @@ import platform
 from pathlib import Path
 from typing import Callable, Sequence
 
-from benchmarks.lib.packing import packed_run, remove_unfinished, run_lock, run_train_py
+from benchmarks.lib.packing import packed_run, remove_unfinished, run_lock, run_train_py, study_folder
 from common.files import open_regular, write_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,6 +33,7 @@ def train(name: str, overrides: Sequence[str], log_dir: Path) -> tuple[Path, flo
     The study process holds `log_dir` locked while its run trains, and removes an unfinished run only when no process
     holds it or its TensorBoard run: two study processes given the same --logs and run (--only) never remove each
     other's live run; the second says so in one line."""
+    log_dir = study_folder(log_dir.parent, log_dir.name)  # no link out of --logs: nothing removed or written there
     packed = packed_run(log_dir)
     if packed is not None:  # trained as a replica of a pack (benchmarks/lib/packing.py)
         return packed
@@ -241,7 +242,7 @@ def check_study_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
     """parser.error for a count below 1 (`positive`, by attribute name) or a name outside its choices ({option:
     (given, known)}) or an --out or --logs that is a file; then --out and --logs made absolute, --report-only's records
     checked (none is an error unless `empty_report`: a study whose report says that no run has finished), and
-    --out/runs created."""
+    --out/runs created (no link leading it out of --out)."""
     for name in (*positive, "replicas_per_process"):
         if getattr(args, name, 1) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -249,19 +250,21 @@ def check_study_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
         if set(given) - set(known):
             parser.error(f"--{name}: unknown {', '.join(sorted(set(given) - set(known)))}; choose from {', '.join(known)}")
     check_directory_options(parser, args, ("out", "logs"))
-    args.out, args.logs = args.out.resolve(), args.logs.resolve()
+    runs = study_folder(args.out, "runs")
     if args.report_only and not empty_report:
         read_records(args.out, report_only=True)
-    (args.out / "runs").mkdir(parents=True, exist_ok=True)
+    runs.mkdir(parents=True, exist_ok=True)
 
 
 def check_directory_options(parser: argparse.ArgumentParser, args: argparse.Namespace, names: Sequence[str]) -> None:
-    """parser.error for an output option that names a file (or lies under one), before anything is run or written."""
+    """parser.error for an output option that names a file (or lies under one), before anything is run or written;
+    then each option resolved, once (the folders below it are placed with `study_folder`)."""
     for name in names:
         path = getattr(args, name)
         blocking = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
         if blocking is not None:
             parser.error(f"--{name} {path}: {blocking} is a file; expected a directory to write in")
+        setattr(args, name, path.resolve())
 
 
 MAX_RECORD_BYTES = 64 << 20  # a record with its curves is a few hundred KB
@@ -284,11 +287,14 @@ def read_json(path: Path) -> dict:
     return value
 
 
-def record_problem(record: dict) -> str | None:
-    """Why a record cannot go into a report (None when it can): empty, a field of the wrong type, or a non-finite
-    number where every run of a study writes a finite one (a diverged run's NaN test NLL)."""
+def record_problem(record: dict, name: str) -> str | None:
+    """Why the record of run `name` (its file's stem) cannot go into a report (None when it can): empty, of another
+    kind (a run's record names its run), a field of the wrong type, or a non-finite number where every run of a study
+    writes a finite one (a diverged run's NaN test NLL)."""
     if not record:
         return "it is empty"
+    if record.get("name") != name:
+        return f"its 'name' is {str(record.get('name'))[:60]!r}, not {name!r}: not a run's record (a JSON file of another kind)"
     for key, kind in (("name", str), ("model", str), ("arm", str), ("command", str), ("machine", str), ("seed", int),
                       ("epochs", int), ("seconds", (int, float)), ("test", dict), ("val", dict)):
         if key in record and (not isinstance(record[key], kind) or isinstance(record[key], bool)):
@@ -313,7 +319,7 @@ def read_records(out: Path, report_only: bool = False, folder: str = "runs") -> 
         except SystemExit as refusal:
             print(f"skipped {refusal}", flush=True)
             continue
-        problem = record_problem(record)
+        problem = record_problem(record, path.stem)
         if problem:
             print(f"skipped {path}: {problem}; delete it to run it again", flush=True)
             continue

@@ -12,13 +12,16 @@ with DATA_DIR set and the training cut to a couple of steps, and is classified:
 - silent:      an error was expected and the run went on (or a documented behaviour was not logged);
 - unclear:     it stopped without a traceback, but the message does not name the option or file;
 - wrote:       it stopped with a clear message, but left files behind;
-- lost:        a file of the user's (`victim/` beside the run) is gone: a received file made the run remove it;
+- lost:        a file of the user's (`victim/` beside the run) is gone or changed, or one was made there: a received
+               file made the run remove it, or write into it or through a link to it;
 - ran:         a module planted beside a received file was imported (its code ran);
 - hang:        it did not end within the case's time limit.
 
 Files from someone else (received_cases): checkpoints whose callback state names the user's files, whose
 hyperparameters name a planted module, runs whose files are links, data files that are pipes, config files that
-expand without bound, divergence, malformed state; each case's family says which (`received ...`).
+expand without bound, divergence, malformed state, run and study folders that link elsewhere or hold a FIFO, a folder
+or a hard link to the user's file where a file is written (run_folder_cases); each case's family says which
+(`received ...`).
 Every way a config or a checkpoint's settings reach jsonargparse or Hydra (config_source_cases, `received source: ...`):
 each case writes its received files into its own directory, and names strangers_module, which writes STRANGER-RAN
 into the working directory of a process that imports it (outcome `ran`).
@@ -62,7 +65,7 @@ MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-image
 @dataclass
 class Case:
     id: str
-    family: str  # hydra, cli, data, checkpoint, resume, library
+    family: str  # hydra, cli, data, checkpoint, resume, library, study (a benchmark tool, run as ["-c", code])
     args: list[str]  # train.py's arguments; or ["-c", code] for the library; {placeholders} filled in per run
     expect: str = "error"  # error | documented
     mention: str | None = None  # a clear message names this (default: the option's last key)
@@ -270,7 +273,7 @@ def stranger_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     return (option_cases() + front_end_cases() + data_cases() + checkpoint_cases() + resume_cases() + stranger_cases()
-            + received_cases() + config_source_cases())
+            + received_cases() + config_source_cases() + run_folder_cases())
 
 
 def received_cases() -> list[Case]:
@@ -365,6 +368,60 @@ def received_cases() -> list[Case]:
                       ["model=jsa", "ckpt_path={root}/weights-only.ckpt"], mention="weights only"))
     cases.append(Case("received settings: hydra log_dir from an unset environment variable", "hydra",
                       ["log_dir=${{oc.env:LATENT_ZOO_UNSET_DIR}}"], mention="LATENT_ZOO_UNSET_DIR"))
+    return cases
+
+
+def run_folder_cases() -> list[Case]:
+    """Received runs and study folders: a folder of a run or of a study that is a link to the user's folder (victim/),
+    a run's file that is a hard link to the user's file, a FIFO or a folder, a study's records folder holding JSON of
+    another kind. Nothing written through a link or into the user's file, nothing removed outside, nothing waited on."""
+    resume = ["model=jsa", "ckpt_path={planted}", "trainer.max_steps=4"]
+    outside, restored = "leads through a symbolic link", "Restored all states"
+    cases = [
+        Case("received run folder: hydra; <log_dir>/tensorboard a link to the user's folder (victim)", "hydra", ["model=jsa"],
+             mention=outside, files=(("logs/tensorboard", "<link:../victim>"),), quick=True),
+        Case("received run folder: hydra; Hydra's <log_dir>/hydra/<run_name> a link (victim)", "hydra", ["model=jsa"],
+             mention=outside, files=(("logs/hydra/jsa-mnist", "<link:../../victim>"),)),
+        Case("received run folder: cli fit; the run-name folder a link (victim)", "cli", ["fit"], mention=outside,
+             files=(("logs/tensorboard/jsa-mnist-mlp-K10-L20", "<link:../../victim>"),)),
+        Case("received run folder: cli fit without a logger; the process folder's run name a link (victim)", "cli",
+             ["fit", "--trainer.logger=false"], mention=outside, files=(("logs/cli/jsa-mnist-mlp-K10-L20", "<link:../../victim>"),)),
+    ]
+    for name in (".owner", "hparams.yaml"):
+        for kind, what in (("hardlink", "a hard link to the user's file"), ("fifo", "a FIFO")):
+            cases.append(Case(f"received run file: hydra resume; the run's {name} {what} (victim)", "resume", resume,
+                              expect="documented", documented_by=restored, copy_runs=True, plant=f"{kind} {name}",
+                              quick=name == ".owner" and kind == "hardlink"))
+    for kind, what in (("hardlink", "a hard link to the user's file"), ("fifo", "a FIFO")):
+        cases.append(Case(f"received run file: cli fit resume; the run's config.yaml {what} (victim)", "resume",
+                          ["fit", "--ckpt_path={planted}", "--trainer.max_steps=4"], expect="documented", documented_by=restored,
+                          copy_runs=True, plant=f"{kind} config.yaml"))
+    for name in (".owner", "hparams.yaml", "hydra_job.yaml"):
+        cases.append(Case(f"received run file: hydra resume; the run's {name} a folder", "resume", resume, mention="as a folder",
+                          copy_runs=True, plant=f"folder {name}"))
+    compare = "from benchmarks.compare import main\nmain(['logs/tensorboard', '--out', 'report', '--all'])"
+    for name in ("events", "hydra_job.yaml"):
+        cases.append(Case(f"received run file: benchmarks.compare; a run's {name} a FIFO", "study", ["-c", compare],
+                          expect="documented", documented_by="skipped", copy_runs=True, plant=f"fifo {name}"))
+    report_only = "from benchmarks.studies.verdict_study import main\nmain(['--report-only', '--out', 'out', '--logs', 'logs'])"
+    cache_run = ("from benchmarks.studies.cache.study import main\nmain(['--only', 'L20-never-s0', '--models', 'L20', '--out', "
+                 "'out', '--logs', 'study-logs', 'trainer.max_steps=2', 'trainer.limit_val_batches=1', "
+                 "'trainer.limit_test_batches=1', 'model.val_num_samples=2', 'model.test_num_samples=2'])")
+    cases += [
+        Case("received study folder: cache study; a run's folder under --logs a link to the user's folder (victim)", "study",
+             ["-c", cache_run], mention=outside, files=(("study-logs/L20-never-s0", "<link:../victim>"),
+                                                        ("victim/tensorboard/x/version_0/notes.txt", "years of work"))),
+        Case("received study folder: verdict study --report-only; --out/runs a link to the user's folder (victim)", "study",
+             ["-c", report_only], mention=outside, files=(("out/runs", "<link:../victim>"),)),
+        Case("received study folder: verdict study --report-only; report.md a link to the user's file (victim)", "study",
+             ["-c", report_only], expect="documented", documented_by="report:", files=(("out/report.md", "<link:../victim/notes.txt>"),)),
+        Case("received study folder: verdict study --report-only; report.md a hard link to the user's file (victim)", "study",
+             ["-c", report_only], expect="documented", documented_by="report:",
+             files=(("out/report.md", "<hardlink:../victim/notes.txt>"),)),
+        Case("received study folder: verdict study --report-only; --out/runs holding JSON of another kind", "study",
+             ["-c", report_only], expect="documented", documented_by="not a run's record",
+             files=(("out/runs/is-resolution.json", '{"settings": {"images": 500}, "runs": {}}'),)),
+    ]
     return cases
 
 
@@ -503,7 +560,8 @@ def config_source_cases() -> list[Case]:
 
 
 def write_received(cwd: Path, files: tuple[tuple[str, str], ...]) -> None:
-    """A case's received files: text, or "<fifo>", "<dir>", "<link:TARGET>" for a named pipe, a folder, a link."""
+    """A case's received files: text, or "<fifo>", "<dir>", "<link:TARGET>", "<hardlink:TARGET>" for a named pipe, a
+    folder, a symbolic link, a hard link (TARGET relative to the file's folder)."""
     for name, text in files:
         path = cwd / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -513,6 +571,8 @@ def write_received(cwd: Path, files: tuple[tuple[str, str], ...]) -> None:
             path.mkdir()
         elif text.startswith("<link:"):
             path.symlink_to(text[len("<link:"):-1])
+        elif text.startswith("<hardlink:"):
+            os.link(path.parent / text[len("<hardlink:"):-1], path)
         else:
             write_file(path, text)
 
@@ -560,11 +620,18 @@ def plant(name: str, last: Path, cwd: Path) -> Path:
         else:
             hparams[what] = "planted_module.Thing"
             checkpoint.pop("model_class", None) if what == "_class_path" else None
-    elif kind == "link":
+    elif kind in ("link", "hardlink", "fifo", "folder"):  # a file of the run: a link, a hard link, a FIFO, a folder
         link_name, dangling = what.split(" ")[0], what.endswith("dangling")
         link = last.parents[1] / link_name
+        if link_name == "events":
+            (link,) = last.parents[1].glob("events.out.tfevents.*")
         link.unlink(missing_ok=True)  # safe: a file of the run this case just trained in its own temporary cwd
-        link.symlink_to(cwd / "created-outside.yaml" if dangling else victim / "notes.txt")
+        if kind == "link":
+            link.symlink_to(cwd / "created-outside.yaml" if dangling else victim / "notes.txt")
+        elif kind == "hardlink":
+            os.link(victim / "notes.txt", link)
+        else:
+            os.mkfifo(link) if kind == "fifo" else link.mkdir()
         return last
     elif kind == "optimizer":
         buffers = checkpoint["optimizer_states"][0]["state"][0]
@@ -777,7 +844,7 @@ def run_case(case: Case, root: Path, data_dir: Path) -> dict:
     # The received files' folder on the path, as '.' is for many users: a module planted there is importable.
     env = {**os.environ, "DATA_DIR": str(root / f"data-{case.data}") if case.data else str(data_dir),
            "PYTHONPATH": f"{REPO}{os.pathsep}{root}", "HYDRA_FULL_ERROR": "0"}
-    before = snapshot(cwd)
+    before, users = snapshot(cwd), snapshot(cwd / "victim")
     began = time.monotonic()
     try:
         result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=CASE_TIMEOUT_S)
@@ -791,8 +858,8 @@ def run_case(case: Case, root: Path, data_dir: Path) -> dict:
         outcome, message = classify(case, result.returncode, result.stdout, result.stderr, written)
     if (cwd / STRANGER_MARKER).exists():  # a module a received file named was imported: its code ran
         outcome, message = "ran", f"strangers_module was imported; {message}"
-    if not (cwd / "victim" / "notes.txt").is_file() or (cwd / "created-outside.yaml").exists():
-        outcome, message = "lost", f"the user's victim/notes.txt is gone, or a file was made through a link; {message}"
+    if snapshot(cwd / "victim") != users or (cwd / "created-outside.yaml").exists():
+        outcome, message = "lost", f"a file of the user's victim/ is gone, changed or new, or a file was made through a link; {message}"
     code = result.returncode if result is not None else None
     shutil.rmtree(cwd, ignore_errors=True)  # safe: the case's own mkdtemp working directory
     return {**asdict(case), "input": case.input, "outcome": outcome, "message": message, "exit": code,

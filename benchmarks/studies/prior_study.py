@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from benchmarks.lib import runner
+from benchmarks.lib.packing import study_folder
 from benchmarks.lib.records import read_curves
 from benchmarks.lib.stats import t_threshold
 from common.files import read_regular, write_file
@@ -194,10 +195,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.only and not runner.selected(names, args.only):  # before the cost table's minutes, not after
         parser.error(f"--only {','.join(args.only)}: no planned run matches; the plan's runs: {', '.join(names)}")
     runner.check_directory_options(parser, args, ("out", "logs"))
-    args.out, args.logs = args.out.resolve(), args.logs.resolve()
+    runs = study_folder(args.out, "runs")
     if args.report_only:
         runner.read_records(args.out, report_only=True)
-    (args.out / "runs").mkdir(parents=True, exist_ok=True)
+    runs.mkdir(parents=True, exist_ok=True)
     cost_path = args.out / "cost.json"
     if args.cost_only or not (args.report_only or cost_path.exists()):  # a resumed study keeps the costs it measured
         data_dir = os.environ.get("DATA_DIR", "data")

@@ -165,7 +165,7 @@ def train_process(process: Process, args: argparse.Namespace, made_on: str) -> N
     pending = [run for run in process.runs if not (args.out / "runs" / f"{run[0]}.json").exists()]
     if not pending:
         return
-    process_dir = args.logs / "processes" / process.name
+    process_dir = packing.study_folder(args.logs, "processes", process.name)
     finished = process_dir / "finished.json"
     start_from, shared = None, None
     if process.trunk is not None:
@@ -202,7 +202,7 @@ def protocol(run_dir: Path, args: argparse.Namespace) -> dict:
     hyperparameters (its hparams.yaml) that the line names."""
     import yaml
 
-    hparams = yaml.safe_load((run_dir / "hparams.yaml").read_text()) if (run_dir / "hparams.yaml").exists() else {}
+    hparams = yaml.safe_load(read_regular(run_dir / "hparams.yaml")) if (run_dir / "hparams.yaml").exists() else {}
     return {"epochs": args.epochs, "branch_epoch": args.branch_epoch, "val_every": args.val_every,
             "val_samples": hparams.get("val_num_samples", args.val_samples), "test_samples": hparams.get("test_num_samples"),
             "batch_size": hparams.get("batch_size"), "overrides": list(args.extra)}

@@ -25,7 +25,7 @@ from callbacks.validation_checkpoint import ValidationCheckpoint
 from common.private_api import checkpoint_every_n_train_steps
 from datamodules.replicas import ReplicaData
 from launch.checks.settings import SettingsError
-from launch.run_layout import process_dir, tensorboard_root
+from launch.run_layout import TENSORBOARD, placed, process_dir, tensorboard_root
 from launch.runs.run_directory import ReservedVersionLogger
 from models.replicas import Replicas
 
@@ -96,7 +96,8 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
         # are written with it) and every N training steps where the run's checkpoint callback says so
         callbacks.append(ValidationCheckpoint(dirpath=f"{group_dir}/checkpoints", save_last=True, save_top_k=0,
                                               every_n_train_steps=every, enable_version_counter=False))
-    callbacks.append(ReplicaRuns(tensorboard_root(run.log_dir), names, new_logger=ReservedVersionLogger))
+    tensorboard = placed(run.log_dir, TENSORBOARD, tensorboard_root(run.log_dir))  # no link out of <log_dir>
+    callbacks.append(ReplicaRuns(tensorboard, names, new_logger=ReservedVersionLogger))
     return dataclasses.replace(
         run, model=model, datamodule=ReplicaData(run.datamodule, replica_seeds), name=f"{run.name}-replicas",
         trainer={**run.trainer, "callbacks": callbacks, "logger": False, "default_root_dir": group_dir},

@@ -30,7 +30,7 @@ from callbacks.guards.preemption import checkpoint_directory
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import held_directories
 from checkpoints.trainer.restored_paths import lies_inside
-from common.files import read_regular, write_file
+from common.files import read_regular, resolved_inside, write_file
 from common.lightning_files import RunLogger
 
 SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
@@ -46,8 +46,9 @@ class RunInUseError(CheckpointError):
     """Another live process writes the run that a checkpoint belongs to."""
 
 
-def own_run_directory(run_dir: str | os.PathLike) -> None:
-    """Make this process the one writer of `run_dir`, or refuse in one line naming the process that is.
+def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike) -> None:
+    """Make this process the one writer of `run_dir`, or refuse in one line naming the process that is, or a link
+    on the way from `root` (its logger's save_dir) that leads outside it (common/files.py: resolved_inside).
 
     Two processes resuming one run would write the same checkpoint and event files, and the second's checkpoints
     would replace the first's. The owner holds an exclusive `flock` on the run directory itself for as long as it
@@ -56,7 +57,7 @@ def own_run_directory(run_dir: str | os.PathLike) -> None:
     owns a distributed run (the other ranks do not write its files)."""
     if rank_zero_only.rank != 0:
         return
-    run_dir = Path(run_dir).resolve()
+    run_dir = resolved_inside(root, run_dir)
     if run_dir in _owned:
         return
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -70,7 +71,7 @@ def own_run_directory(run_dir: str | os.PathLike) -> None:
                             "checkpoints: wait until that process ends, or resume from a copy of the checkpoint in "
                             "another directory") from None
     try:
-        refuse_links(run_dir)
+        refuse_unwritable(run_dir)
     except CheckpointError:
         os.close(descriptor)
         raise
@@ -81,13 +82,19 @@ def own_run_directory(run_dir: str | os.PathLike) -> None:
     atexit.register(lambda: (run_dir / OWNER_FILE).unlink(missing_ok=True))  # safe: the owner note this process wrote in its run
 
 
-def refuse_links(run_dir: Path) -> None:
-    """CheckpointError naming the first file of WRITTEN_IN_PLACE that is a symbolic link (dangling too) in `run_dir`."""
+def refuse_unwritable(run_dir: Path) -> None:
+    """CheckpointError naming the first entry of WRITTEN_IN_PLACE in `run_dir` that is a symbolic link (dangling too),
+    or a folder where the run writes a file (the file would never be written: a traceback at the run's first save)."""
     for entry in os.scandir(run_dir):
-        if entry.is_symlink() and any(fnmatch.fnmatch(entry.name, pattern) for pattern in WRITTEN_IN_PLACE):
+        if not any(fnmatch.fnmatch(entry.name, pattern) for pattern in WRITTEN_IN_PLACE):
+            continue
+        if entry.is_symlink():
             raise CheckpointError(f"the run {run_dir} holds {entry.name} as a link to {os.readlink(entry.path)}: a run "
                                   "writes that file in place and never through a link; remove the link, or resume "
                                   "from a copy of the checkpoint in another directory")
+        if entry.name != "checkpoints" and entry.is_dir():
+            raise CheckpointError(f"the run {run_dir} holds {entry.name} as a folder: the run writes a file there; "
+                                  "remove the folder, or resume from a copy of the checkpoint in another directory")
 
 
 def read_owner(path: Path) -> str:
@@ -126,14 +133,15 @@ def tensorboard_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs
     moment get two directories: `os.mkdir` succeeds for one of them only)."""
     kwargs = {"default_hp_metric": False, **kwargs}
     if "://" not in save_dir:  # one canonical path: a resumed run's checkpoint directory (found from the checkpoint's
-        save_dir = str(Path(save_dir).resolve())  # absolute path) then equals the first's, and best-model tracking goes on
+        # absolute path) then equals the first's, and best-model tracking goes on; no link leads it out of <log_dir>
+        save_dir = str(resolved_inside(Path(save_dir).parent, save_dir))
     run = run_of_checkpoint(ckpt_path)
     job = slurm_job_id()
     if run is None and job is not None:
         run = (save_dir, name, f"{SLURM_VERSION}{job}")
     if run is None:
         return ReservedVersionLogger(save_dir, name=name, **kwargs)
-    own_run_directory(Path(run[0]) / run[1] / run[2])  # before anything is written there
+    own_run_directory(Path(run[0]) / run[1] / run[2], run[0])  # before anything is written there
     # Continuing in its own checkpoint directory is intended: Lightning's warning about it is not news.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
     return RunLogger(run[0], name=run[1], version=run[2], **kwargs)
@@ -147,11 +155,12 @@ class ReservedVersionLogger(RunLogger):
         version = super()._get_next_version()
         if rank_zero_only.rank != 0:  # other ranks never write here; rank 0's directory is broadcast
             return version
-        Path(self.root_dir).mkdir(parents=True, exist_ok=True)
+        root_dir = resolved_inside(self.save_dir, self.root_dir)  # the run's name folder: no link out of save_dir
+        root_dir.mkdir(parents=True, exist_ok=True)
         while True:
             try:
-                (Path(self.root_dir) / f"version_{version}").mkdir()
-                own_run_directory(Path(self.root_dir) / f"version_{version}")  # so that no resume writes into it meanwhile
+                (root_dir / f"version_{version}").mkdir()
+                own_run_directory(root_dir / f"version_{version}", self.save_dir)  # so that no resume writes into it meanwhile
                 return version
             except FileExistsError:  # taken since the listing: by a run started at the same time
                 version += 1
@@ -225,8 +234,8 @@ def note_existing_directories(log_dir: str | os.PathLike) -> None:
     process starts, so that a refused run removes only the directories it made, never an empty one the user made."""
     root = Path(log_dir).resolve()
     _existing_before.update(p for p in (root, *root.parents) if p.is_dir())
-    if root.is_dir():
-        _existing_before.update(p for p in (*root.glob("*"), *root.glob("*/*")) if p.is_dir())
+    if root.is_dir():  # resolved: a folder a link there leads to is the user's too
+        _existing_before.update(p.resolve() for p in (*root.glob("*"), *root.glob("*/*")) if p.is_dir())
 
 
 def remove_with_empty_parents(path: Path) -> None:

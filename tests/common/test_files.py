@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from common.files import NotARegularFile, appending, read_regular, replacing, write_file
+from common.files import LeadsOutside, NotARegularFile, appending, read_regular, replacing, resolved_inside, write_file
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -109,6 +109,30 @@ def test_a_fifo_is_replaced_by_a_write_and_refused_by_a_read_without_waiting(tmp
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"{fifo} is a FIFO (named pipe), not a regular file: it is not read", "process 1"]
+
+
+def test_a_folder_a_link_leads_outside_its_root_is_refused_naming_it(tmp_path):
+    elsewhere = tmp_path / "users-folder"
+    elsewhere.mkdir()
+    root = tmp_path / "logs" / "tensorboard"
+    root.mkdir(parents=True)
+    (root / "jsa").symlink_to(elsewhere)
+    with pytest.raises(LeadsOutside, match=f"^{root}/jsa/version_0 leads through a symbolic link to {elsewhere}/version_0, "
+                                           f"outside {root}: nothing is written through a link"):
+        resolved_inside(root, root / "jsa" / "version_0")
+    with pytest.raises(LeadsOutside):
+        resolved_inside(root, root / ".." / "hydra")  # `..` counts as a link does
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_link_inside_its_root_and_a_root_that_is_a_link_are_resolved(tmp_path):
+    scratch = tmp_path / "scratch"
+    (scratch / "tensorboard" / "jsa").mkdir(parents=True)
+    (tmp_path / "logs").symlink_to(scratch)  # the user's own choice: their log_dir on another disk
+    (scratch / "tensorboard" / "latest").symlink_to("jsa")
+    assert resolved_inside(tmp_path / "logs" / "tensorboard", tmp_path / "logs" / "tensorboard" / "latest" / "version_0") \
+        == scratch / "tensorboard" / "jsa" / "version_0"
+    assert resolved_inside(tmp_path / "logs", tmp_path / "logs") == scratch
 
 
 # ---- no other writer in the tree --------------------------------------------------------------------------------

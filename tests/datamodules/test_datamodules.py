@@ -101,6 +101,33 @@ def test_a_data_dir_that_is_a_file_is_refused_naming_where_it_came_from(monkeypa
         FashionMNISTDataModule()
 
 
+@pytest.mark.slow  # a process of its own: root reads any folder unless it gives up that power (setpriv)
+def test_a_data_folder_this_user_cannot_look_into_is_one_line_naming_it(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    (data / "MNIST" / "raw").mkdir(parents=True)
+    data.chmod(0)
+    drop = []  # root ignores the mode: it is run without the capabilities that let it
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: a folder of mode 000 cannot be made unreadable")
+        drop = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps", "-dac_override,-dac_read_search"]
+    code = f"from datamodules import MNISTDataModule\nMNISTDataModule(data_dir={str(data)!r}).prepare_data()"
+    try:
+        result = subprocess.run([*drop, sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    finally:
+        data.chmod(0o755)
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"datamodules.base.DataError: MNISTDataModule: cannot look for {data}/MNIST/raw/train-images-idx3-ubyte: "
+        f"permission denied. Fix: make the data folder {data} (DATA_DIR, or data.data_dir) and the folders below it "
+        "readable and searchable by this user (chmod u+rx), or point DATA_DIR at one that is.")
+
+
 def test_invalid_arguments_rejected() -> None:
     with pytest.raises(ValueError, match="binarize"):
         MNISTDataModule(binarize="stochastic")  # type: ignore[arg-type]

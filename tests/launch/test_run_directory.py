@@ -9,7 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from launch.runs.run_directory import no_traces_if_refused
+from common.files import LeadsOutside
+from launch.run_layout import placed, process_dir
+from launch.runs import run_directory
+from checkpoints.errors import CheckpointError
+from launch.runs.run_directory import ReservedVersionLogger, no_traces_if_refused, own_run_directory, read_owner, tensorboard_logger
 
 
 class Refused(ValueError):
@@ -80,6 +84,103 @@ def test_a_refused_run_keeps_the_empty_directories_the_user_made(tmp_path, monke
         (run_dir / f"events.out.tfevents.1.host.{os.getpid()}.0").write_text("")
         raise Refused
     assert (tmp_path / "logs" / "tensorboard").is_dir() and not (tmp_path / "logs" / "tensorboard" / "jsa").exists()
+
+
+def test_a_run_name_folder_that_links_elsewhere_receives_no_new_run(tmp_path):
+    """A received logs/ whose run-name folder is a link to the user's folder: the new run's version_N is refused there,
+    before anything is made."""
+    users = tmp_path / "users-folder"
+    users.mkdir()
+    (tmp_path / "logs" / "tensorboard").mkdir(parents=True)
+    (tmp_path / "logs" / "tensorboard" / "jsa").symlink_to(users)
+    logger = ReservedVersionLogger(str(tmp_path / "logs" / "tensorboard"), name="jsa")
+    with pytest.raises(LeadsOutside, match="jsa leads through a symbolic link to .*users-folder"):
+        logger.version
+    (tmp_path / "received-logs").mkdir()
+    (tmp_path / "received-logs" / "tensorboard").symlink_to(users)  # the TensorBoard folder itself a link out of log_dir
+    with pytest.raises(LeadsOutside, match="received-logs/tensorboard leads through a symbolic link"):
+        tensorboard_logger(str(tmp_path / "received-logs" / "tensorboard"), "jsa", None)
+    assert list(users.iterdir()) == []
+
+
+def test_a_version_folder_that_links_elsewhere_is_not_continued_by_a_requeued_job(tmp_path, monkeypatch):
+    """A SLURM job's run (<name>/slurm_job_<id>) continued after a requeue: a link there out of the root is refused."""
+    users = tmp_path / "users-folder"
+    users.mkdir()
+    (tmp_path / "tensorboard" / "jsa").mkdir(parents=True)
+    (tmp_path / "tensorboard" / "jsa" / "slurm_job_7").symlink_to(users)
+    monkeypatch.setattr("launch.runs.run_directory.slurm_job_id", lambda: "7")
+    with pytest.raises(LeadsOutside, match="slurm_job_7 leads through a symbolic link"):
+        tensorboard_logger(str(tmp_path / "tensorboard"), "jsa", None)
+    assert list(users.iterdir()) == []
+
+
+def test_a_process_folder_that_links_out_of_its_kind_is_refused_and_one_placed_elsewhere_is_the_users(tmp_path):
+    users = tmp_path / "users-folder"
+    users.mkdir()
+    (tmp_path / "logs" / "cli").mkdir(parents=True)
+    (tmp_path / "logs" / "cli" / "jsa").symlink_to(users)
+    with pytest.raises(LeadsOutside, match=f"outside {tmp_path}/logs:"):
+        process_dir(str(tmp_path / "logs"), "cli", "jsa")
+    assert process_dir(str(tmp_path / "logs"), "cli", "vae").startswith(f"{tmp_path}/logs/cli/vae/")
+    assert placed(str(tmp_path / "logs"), "hydra", str(users / "run")) == str(users / "run")  # hydra.run.dir=...: the user's
+
+
+def test_a_csv_run_name_folder_that_links_elsewhere_is_refused(tmp_path):
+    from omegaconf import OmegaConf
+
+    from launch.hydra_run import chosen_logger
+
+    users = tmp_path / "users-folder"
+    users.mkdir()
+    (tmp_path / "logs" / "csv").mkdir(parents=True)
+    (tmp_path / "logs" / "csv" / "jsa").symlink_to(users)
+    cfg = OmegaConf.create({"log_dir": str(tmp_path / "logs"), "logger": {"_target_": "lightning.pytorch.loggers.CSVLogger"}})
+    with pytest.raises(LeadsOutside, match="csv/jsa leads through a symbolic link"):
+        chosen_logger(cfg, "jsa")
+    assert chosen_logger(cfg, "vae")[0].root_dir == str(tmp_path / "logs" / "csv" / "vae")
+
+
+def test_a_refused_runs_folder_goes_but_not_the_users_folder_a_link_led_to(tmp_path, monkeypatch):
+    """Hydra's folder of a refused run, made through a link before the refusal: it goes, the (empty) folder the link
+    leads to stays."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(run_directory, "_existing_before", set())
+    users = tmp_path / "users-empty-folder"
+    users.mkdir()
+    (tmp_path / "logs" / "hydra").mkdir(parents=True)
+    (tmp_path / "logs" / "hydra" / "jsa").symlink_to(users)
+    run_directory.note_existing_directories(tmp_path / "logs")
+    (users / "2026-01-01_00-00-00-1" / ".hydra").mkdir(parents=True)
+    run_directory.remove_if_only_hydra_files(str(tmp_path / "logs" / "hydra" / "jsa" / "2026-01-01_00-00-00-1"))
+    assert users.is_dir() and list(users.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", [".owner", "hparams.yaml", "config.yaml", "hydra_job.yaml"])
+def test_a_received_run_holding_a_folder_where_it_writes_a_file_is_refused_naming_it(name, tmp_path):
+    run_dir = tmp_path / "tensorboard" / "jsa" / "version_0"
+    (run_dir / name / "inside").mkdir(parents=True)
+    with pytest.raises(CheckpointError, match=f"^the run {run_dir} holds {name} as a folder: the run writes a file there"):
+        own_run_directory(run_dir, tmp_path / "tensorboard")
+    assert sorted(p.name for p in run_dir.iterdir()) == [name]
+
+
+def test_a_received_runs_owner_note_or_hparams_that_is_a_fifo_is_never_waited_on(tmp_path):
+    """A resume writes its own .owner over a FIFO (replaced, never opened) and leaves hparams.yaml to Lightning's
+    writer (replaced too); the owner's note, read for a message, is not waited on."""
+    import threading
+
+    run_dir = tmp_path / "tensorboard" / "jsa" / "version_0"
+    run_dir.mkdir(parents=True)
+    for name in (".owner", "hparams.yaml"):
+        os.mkfifo(run_dir / name)
+    said = []
+    reader = threading.Thread(target=lambda: said.append(read_owner(run_dir / ".owner")), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert said == ["another process"]
+    own_run_directory(run_dir, tmp_path / "tensorboard")
+    assert (run_dir / ".owner").read_text().startswith(f"process {os.getpid()} on ")
 
 
 @pytest.mark.slow  # real processes

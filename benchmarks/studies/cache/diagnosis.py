@@ -84,7 +84,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("extra", nargs="*", help="more train.py overrides of the checkpoint run (e.g. trainer.limit_train_batches=2)")
     args = parser.parse_args(argv)
     runner.check_directory_options(parser, args, ("out", "logs"))
-    args.out, args.logs = args.out.resolve(), args.logs.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
 
     from benchmarks.lib.at_checkpoints import build, first_test_images, overrides_of

@@ -475,3 +475,65 @@ def test_a_failed_replicated_process_is_one_line_naming_its_log(tmp_path, monkey
     monkeypatch.setattr(packing.subprocess, "run", lambda cmd, **kwargs: subprocess.CompletedProcess(cmd, 2))
     with pytest.raises(SystemExit, match=r"^rws-s0-4 failed \(exit 2\); its output: .*/process/train.log$"):
         packing.train_process("rws-s0-4", ["model=rws"], tmp_path / "process", runner.run_lock)
+
+
+def users_folder(tmp_path: Path) -> Path:
+    """A folder of the user's that a received study folder links to: an unfinished run's leftovers and a note."""
+    users = tmp_path / "users-folder"
+    (users / "tensorboard" / "x" / "version_0").mkdir(parents=True)
+    (users / "tensorboard" / "x" / "version_0" / "notes.txt").write_text("years of work")
+    (users / "replicas").mkdir()
+    (users / "replicas" / "notes.txt").write_text("years of work")
+    return users
+
+
+def untouched(users: Path) -> bool:
+    return sorted(p.relative_to(users).as_posix() for p in users.rglob("*")) == [
+        "replicas", "replicas/notes.txt", "tensorboard", "tensorboard/x", "tensorboard/x/version_0",
+        "tensorboard/x/version_0/notes.txt"]
+
+
+def test_a_run_folder_that_links_out_of_logs_is_refused_and_nothing_there_is_removed(tmp_path, monkeypatch):
+    """A received --logs whose run folder is a link to the user's folder: a single run, and a replicated process, are
+    refused in one line before their leftovers are removed (or anything is trained or written there)."""
+    from benchmarks.lib import packing
+
+    users = users_folder(tmp_path)
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "r").symlink_to(users)
+    monkeypatch.setattr(runner, "run_train_py", lambda *a: pytest.fail("trained"))
+    monkeypatch.setattr(packing, "run_train_py", lambda *a: pytest.fail("trained"))
+    with pytest.raises(SystemExit, match=f"^{tmp_path}/logs/r leads through a symbolic link to {users}, outside {tmp_path}/logs"):
+        runner.train("r", [], tmp_path / "logs" / "r")
+    with pytest.raises(SystemExit, match="leads through a symbolic link"):
+        packing.train_process("r", [], tmp_path / "logs" / "r", runner.run_lock)
+    assert untouched(users)
+
+
+@pytest.mark.parametrize("study", ["jsa_study", "prior_study"])
+def test_a_records_folder_that_links_out_of_out_is_refused_before_anything_is_written(study, tmp_path):
+    import importlib
+
+    users = users_folder(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "runs").symlink_to(users)
+    with pytest.raises(SystemExit, match=f"^{tmp_path}/out/runs leads through a symbolic link to {users}"):
+        importlib.import_module(f"benchmarks.studies.{study}").main(["--report-only", "--out", str(tmp_path / "out"),
+                                                                        "--logs", str(tmp_path / "logs")])
+    assert untouched(users) and sorted(p.name for p in (tmp_path / "out").iterdir()) == ["runs"]
+
+
+def test_a_json_file_of_another_kind_among_the_records_is_skipped_naming_it(tmp_path, capsys):
+    """A runs/ folder holding a measurement's file, or a record renamed, beside a run's record: each left out in one
+    line naming it (a report, and the measurements of finished runs, read the others)."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "a.json").write_text(json.dumps({"name": "a", "seconds": 1.0}))
+    (runs / "is-resolution.json").write_text(json.dumps({"settings": {"images": 500}, "runs": {}}))
+    (runs / "b.json").write_text(json.dumps({"name": "../../elsewhere"}))
+    assert runner.read_records(tmp_path) == {"a": {"name": "a", "seconds": 1.0}}
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"skipped {runs}/b.json: its 'name' is '../../elsewhere', not 'b': not a run's record (a JSON file of "
+                   "another kind); delete it to run it again",
+                   f"skipped {runs}/is-resolution.json: its 'name' is 'None', not 'is-resolution': not a run's record (a "
+                   "JSON file of another kind); delete it to run it again"]

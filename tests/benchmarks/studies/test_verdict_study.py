@@ -4,6 +4,7 @@ JSA arms as replicas from the trunk's own checkpoint; RWS), its pre-registered c
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -271,6 +272,18 @@ def test_report_only_without_records_writes_a_report_that_says_so(tmp_path, caps
     assert "Protocol (asked for: no run has finished): `experiment=jsa_paper`, 500 epochs" in report
     assert "(0 of 10 planned runs finished; no run has finished yet)" in report
     assert report.count("| not yet measured |") == 15 and (out / "commands.txt").read_text() == ""
+
+
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
+def test_report_only_replaces_a_linked_report_and_leaves_the_users_file_as_it_was(link, tmp_path):
+    users = tmp_path / "users-report.md"
+    users.write_text("the user's report")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.md").symlink_to(users) if link == "symbolic" else os.link(users, out / "report.md")
+    verdict_study.main(["--out", str(out), "--logs", str(tmp_path / "logs"), "--report-only", "--seeds", "2"])
+    assert users.read_text() == "the user's report"
+    assert not (out / "report.md").is_symlink() and "no run has finished yet" in (out / "report.md").read_text()
 
 
 def test_vimco_runs_when_asked_for_by_vimco_or_by_arms(tmp_path, fake_training, monkeypatch):
