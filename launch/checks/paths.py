@@ -94,5 +94,10 @@ def check_paths(argv: list[str], cli: bool, data_class: str | None) -> None:
     folder = Path(data_dir).expanduser()
     if not folder.exists():
         raise PathRefusal(f"DATA_DIR={data_dir} does not exist; {fix}")
-    if folder.is_dir() and not any(folder.iterdir()):
+    try:
+        empty = folder.is_dir() and not any(folder.iterdir())
+    except PermissionError:
+        raise PathRefusal(f"DATA_DIR={data_dir} cannot be read by this user (its permissions); give it read and search "
+                          f"permission (chmod u+rx), or {fix}") from None
+    if empty:
         raise PathRefusal(f"DATA_DIR={data_dir} is an empty folder; {fix}")

@@ -353,3 +353,22 @@ def test_a_checkpoint_that_is_a_pipe_is_named_as_one_not_as_missing(tmp_path):
     for argv, cli in (([f"ckpt_path={pipe}"], False), (["fit", f"--ckpt_path={pipe}"], True)):
         refusal = str(refuse_early(argv, cli=cli))
         assert "not a regular file" in refusal and "no such file" not in refusal, refusal
+
+
+@pytest.mark.slow  # a process of its own: root reads any folder unless it gives up that power (setpriv)
+def test_a_data_dir_this_user_cannot_read_is_one_line_naming_it(tmp_path):
+    data = tmp_path / "data"
+    (data / "MNIST").mkdir(parents=True)
+    data.chmod(0)
+    drop = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: a folder of mode 000 cannot be made unreadable")
+        drop = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps", "-dac_override,-dac_read_search"]
+    try:
+        result = subprocess.run([*drop, sys.executable, str(REPO / "train.py")], cwd=tmp_path, capture_output=True, text=True,
+                                timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), "DATA_DIR": str(data)})
+    finally:
+        data.chmod(0o755)
+    assert result.returncode == 2 and result.stderr.startswith(f"error: DATA_DIR={data} cannot be read by this user"), result.stderr
+    assert result.stderr.count("\n") == 1
