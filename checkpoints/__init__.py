@@ -4,7 +4,7 @@ The file and what it names (no Lightning at import):
 
 * `errors`: `CheckpointError`, free of Lightning and torch (samplers/ and datamodules/ raise it);
 * `file_format`: how a checkpoint lies on disk: atomic writes, the checksum file, the directory lock, verification;
-* `loader`: the one way a checkpoint is read: checked, weights only, the registered classes only, once per command;
+* `loader`: the one way a checkpoint is read: checked, weights only, the registered classes only;
 * `registry`, `import_paths`: the classes and dotted names a checkpoint or a received config may name;
 * `model_class`: which model wrote a checkpoint, and refusing to load it into another;
 * `replica`: one replica's checkpoint cut from a replicated process's, and a trunk's branched into arms;
