@@ -12,9 +12,10 @@ Tags: `train/loss` and `train/<term>` for the other terms `training_loss` return
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from typing import Any, Callable, ClassVar, Iterable, Literal, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 import lightning as L
 import torch
@@ -22,23 +23,43 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
-from checkpoints.model_class import check_loaded_class, check_model_class, stamp_model_class
+from checkpoints.model_class import (
+    check_loaded_class,
+    check_model_class,
+    stamp_model_class,
+)
 from checkpoints.registry import register
 from checkpoints.trainer.atomic_checkpoints import AtomicCheckpoints
 from checkpoints.trainer.random_state import RandomStateCheckpoint
-from checkpoints.trainer.resume_settings import ResumeSettings, changed_settings, state_mismatch
+from checkpoints.trainer.resume_settings import (
+    ResumeSettings,
+    changed_settings,
+    state_mismatch,
+)
 from common.log_steps import is_logging_step
-from common.private_api import attached_trainer, raise_recompile_limit, record_hyperparameter
-from common.settings import check_seed
+from common.private_api import (
+    attached_trainer,
+    raise_recompile_limit,
+    record_hyperparameter,
+)
 from common.signatures import constructor_defaults, settings_of
-from models.compiled_step import COMPILED_GRAPHS_LIMIT, compile_step, graph_mode, held_step_input, hold_step_inputs, run_compiled
-from models.components.backbones import Activation
-from models.components.optimizers import OptimizerFactory, SchedulerFactory, check_optimizer_factory
-from models.components.likelihoods import LikelihoodName, SigmaShape, bits_per_dim, build_likelihood
+from configs.settings import ModelSettings
+from models.compiled_step import (
+    COMPILED_GRAPHS_LIMIT,
+    compile_step,
+    graph_mode,
+    held_step_input,
+    hold_step_inputs,
+    run_compiled,
+)
+from models.components.likelihoods import bits_per_dim, build_likelihood
+from models.components.optimizers import (
+    OptimizerFactory,
+    SchedulerFactory,
+    check_optimizer_factory,
+)
 from samplers.importance import importance_log_likelihood
 from samplers.sgmcmc import SGMCMC
-
-CompileMode = Literal["networks", "step"]
 
 
 def inference(method: Callable) -> Callable:
@@ -147,39 +168,24 @@ class LatentVariableModel(L.LightningModule):
                        if settings[name] != self.setting_default(name))
 
     def setting_default(self, name: str) -> Any:
-        """The value of setting `name` when it is left out: the constructor's default."""
+        """The value of setting `name` when it is left out: its declared default (configs/settings.py)."""
         return constructor_defaults(type(self))[name]
 
-    def __init__(
-        self,
-        data_shape: Sequence[int] = (1, 28, 28),
-        likelihood: LikelihoodName | None = None,
-        sigma: float = 0.1,
-        learn_sigma: bool = False,
-        sigma_shape: SigmaShape = "image",
-        num_mixtures: int = 5,
-        lr: float = 1e-3,
-        optimizer: OptimizerFactory | None = None,
-        scheduler: SchedulerFactory | None = None,
-        val_num_samples: int = 100,
-        test_num_samples: int = 1000,
-        eval_chunk_size: int = 20,
-        test_seed: int = 0,
-        activation: Activation = "relu",
-        compile: bool | CompileMode = False,
-    ) -> None:
+    def __init__(self, settings: ModelSettings, data_shape: Sequence[int] = (1, 28, 28),
+                 optimizer: OptimizerFactory | None = None, scheduler: SchedulerFactory | None = None) -> None:
+        """`settings`: the model's, checked (configs/settings.py); `data_shape`: (C, H, W) of the images, which the
+        front ends take from the data module.
+
+        `optimizer` builds the optimizer from the parameters, e.g. `functools.partial(SGLD, lr=1e-7)` (Hydra:
+        `optimizer=sgld`; CLI: `--model.optimizer=samplers.SGLD`); None: Adam(lr). An SG-MCMC sampler is told the
+        training-set size N, so that it samples the posterior given all N examples
+        (docs/sgmcmc.md#the-minibatch-potential). `scheduler` builds a learning-rate scheduler from the optimizer,
+        stepped once per epoch (Hydra: `scheduler=cosine`); None: the learning rate stays as the optimizer sets it.
+        """
         super().__init__()
-        for name, value, least in (("lr", lr, 0.0), ("sigma", sigma, 0.0)):
-            if not least < value < float("inf"):  # inf: the first step would leave every weight NaN
-                raise ValueError(f"{name} must be > 0 and finite, got {value}")
-        for name, value in (("num_mixtures", num_mixtures), ("val_num_samples", val_num_samples),
-                            ("test_num_samples", test_num_samples), ("eval_chunk_size", eval_chunk_size)):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        check_seed("test_seed", test_seed)
-        self.activation = activation
-        if compile not in (False, True, "networks", "step"):
-            raise ValueError(f"compile must be false, true (= 'networks'), 'networks' or 'step', got {compile!r}")
+        self.settings = settings
+        compile = settings.compile
+        self.activation = settings.activation
         self.compile_networks = compile in (True, "networks")
         self.compile_step = compile == "step"
         self._networks_compiled = False
@@ -188,18 +194,19 @@ class LatentVariableModel(L.LightningModule):
         self.batched_replicas = False  # the template of the batched step of replicas (models/replicas.py)
         self.data_shape = tuple(int(d) for d in data_shape)
         self.num_dims = math.prod(self.data_shape)
-        self.likelihood = build_likelihood(likelihood or "bernoulli", sigma=sigma, learn_sigma=learn_sigma,
-                                           sigma_shape=sigma_shape, num_mixtures=num_mixtures, data_shape=self.data_shape)
+        self.likelihood = build_likelihood(settings.likelihood or "bernoulli", sigma=settings.sigma, learn_sigma=settings.learn_sigma,
+                                           sigma_shape=settings.sigma_shape, num_mixtures=settings.num_mixtures,
+                                           data_shape=self.data_shape)
         # The decoder emits this many maps: the likelihood's parameters for every channel of the image.
         self.output_channels = self.data_shape[0] * self.likelihood.params_per_channel
-        self.lr = lr
+        self.lr = settings.lr
         self.optimizer_factory = optimizer
         if optimizer is not None:  # its settings are checked now, not at the first training step (a traceback there)
             check_optimizer_factory(optimizer)
         self.scheduler_factory = scheduler
-        self.eval_num_samples = {"val": val_num_samples, "test": test_num_samples}
-        self.eval_chunk_size = eval_chunk_size
-        self.test_seed = test_seed
+        self.eval_num_samples = {"val": settings.val_num_samples, "test": settings.test_num_samples}
+        self.eval_chunk_size = settings.eval_chunk_size
+        self.test_seed = settings.test_seed
         # torchmetrics accumulate over the epoch and reduce across devices under DDP. PSNR is that
         # of the mean squared error over the whole split, 10 log10(1 / MSE), pixels in [0, 1].
         self.eval_metrics = torch.nn.ModuleDict({
@@ -209,11 +216,10 @@ class LatentVariableModel(L.LightningModule):
             })
             for stage in ("val", "test")
         })
-        # Every constructor argument of the subclass chain (Lightning collects those of each __init__ up the calling
-        # frames, so a subclass does not call this again) but the optimizer, a callable: the HPARAMS tab names its
-        # class (callbacks/hparams.py).
-        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
-        self.record_resolved(likelihood=likelihood or "bernoulli")
+        # Every setting, and the data's shape; not the optimizer, a callable: the HPARAMS tab names its class
+        # (callbacks/hparams.py). Lightning adds how LightningCLI built the model (`_instantiator`).
+        self.save_hyperparameters({"data_shape": list(self.data_shape), **dataclasses.asdict(settings)})
+        self.record_resolved(likelihood=settings.likelihood or "bernoulli")
 
     def record_resolved(self, **settings: Any) -> None:
         """The values settings left at None resolved to (the likelihood, the backbone, the number of latents), in the
