@@ -16,7 +16,7 @@ import pytest
 
 import models  # noqa: F401  (registers the model classes)
 from checkpoints.registry import registered
-from launch.checks import schema
+from launch.checks import configs as schema
 from launch.checks.precheck import refuse_early
 
 REPO = Path(__file__).resolve().parents[3]
@@ -27,7 +27,7 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
 def test_the_committed_schema_is_what_the_classes_give():
     committed = json.loads(schema.SCHEMA_FILE.read_text())
     assert committed == json.loads(json.dumps(schema.build())), (
-        "launch/checks/settings_schema.json is stale: run `python -m launch.checks.schema` and commit the file")
+        "launch/checks/settings_schema.json is stale: run `python -m launch.checks.configs` and commit the file")
 
 
 @pytest.mark.parametrize("command, line", [

@@ -259,7 +259,7 @@ def test_hydra_takes_a_registered_prior(toy):
     from hydra.utils import get_class, instantiate
     from omegaconf import OmegaConf
 
-    from launch.checks.schema import config_targets
+    from launch.checks.configs import config_targets
     from launch.checks.settings import check_settings
     from tests.launch.test_configs import STANDALONE, composed
 
@@ -277,9 +277,9 @@ def test_hydra_takes_a_registered_prior(toy):
 
 
 def test_the_precheck_takes_a_registered_prior(toy, tmp_path, monkeypatch):
-    """The precheck reads launch/checks/settings_schema.json, which `python -m launch.checks.schema` writes from the constructors'
+    """The precheck reads launch/checks/settings_schema.json, which `python -m launch.checks.configs` writes from the constructors'
     type hints: written with `toy` registered, it lists `toy` for every discrete-latent model, in both front ends."""
-    from launch.checks import schema
+    from launch.checks import configs as schema
     from launch.checks.precheck import refuse_early
 
     monkeypatch.setattr(schema, "SCHEMA_FILE", tmp_path / "settings_schema.json")
