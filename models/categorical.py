@@ -36,6 +36,8 @@ class CategoricalLatentModel(LatentVariableModel, abstract=True):  # a base, nev
     """Encoder q(h|x), code embedding + decoder p(x|h), prior p(h); training is left to subclasses. Its settings:
     configs/settings.py's CategoricalSettings."""
 
+    has_discrete_latent = True
+
     def __init__(self, settings: CategoricalSettings, *args: Any) -> None:
         super().__init__(settings, *args)  # data_shape, optimizer, scheduler (models/base.py)
         backbone, num_latents, num_categories, code_dim = settings.backbone or "mlp", settings.num_latents, settings.num_categories, settings.code_dim

@@ -56,6 +56,12 @@ def declared(target: str | None) -> dict[str, Any] | None:
     return typing.get_type_hints(found) if found is not None else None
 
 
+def declared_defaults(target: str | None) -> dict[str, Any]:
+    """setting -> default of the class at `target`, as configs/settings.py declares them; {} for a class that declares none."""
+    found = settings_class(target) if target else None
+    return {field.name: field.default for field in dataclasses.fields(found)} if found is not None else {}
+
+
 def check_declared(target: str | None, given: dict[str, Any]) -> None:
     """Build the settings of the class at `target` from `given` (a ValueError naming the first setting refused), as
     its constructor will; nothing for a class that declares none."""

@@ -25,7 +25,7 @@ from launch.checks.paths import PathRefusal, check_paths
 from launch.checks.received_config import ConfigRefusal, composed, given_settings, hydra_folders
 from common.settings import expected
 from launch.checks.configs import CONFIGS, GROUPS, NOT_SETTINGS, check_declared, cli_classes, config_targets, declared, \
-    default_choices, every_config
+    declared_defaults, default_choices, every_config
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
 TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
@@ -326,7 +326,7 @@ def check_append(key: str, value: str, choices: dict[str, list[str | None]], sch
         target = schema["choices"].get(group, {}).get(picked[0]) if group in GROUPS else None
         if in_file is not None:
             set_by = f"configs/{group}/{picked[0]}.yaml"
-        elif "." not in name and group in CLASS_DEFAULT_GROUPS and name in (declared(target) or {}):
+        elif "." not in name and group in CLASS_DEFAULT_GROUPS and declared_defaults(target).get(name) is not None:
             set_by = f"the default of {target.rsplit('.', 1)[-1]}"
         else:
             set_by = None
@@ -454,7 +454,8 @@ def check_cli(argv: list[str], schema: dict[str, Any]) -> None:
         given = {}
         for option, value, file in pairs:
             name = option[2:].removeprefix(f"{group}.").removeprefix("init_args.")
-            read = values_of(unquoted(value) if file else value, cli=True) if value is not None else None
+            text = unquoted(value) if file else value
+            read = values_of(text, cli=True) if text is not None else None
             if option.startswith(f"--{group}.") and "." not in name and read is not None:
                 given[name] = read[0]
         check_combination(group, chosen[group], given, f"--{group}")
