@@ -1,14 +1,13 @@
 """The command line checked before torch, Lightning and the models are imported: the common mistakes (an unknown
-option, a config that does not exist, a value of the wrong type or out of its constructor's range, a checkpoint or
+option, a config that does not exist, a value of the wrong type or out of its declared range, a checkpoint or
 --config file that is missing or not YAML, a run directory that is a file, an empty DATA_DIR) are refused in about
-a second with one `error:` line and the closest valid names, instead of after ten seconds of imports or as Hydra's
-six-line report. The settings of LightningCLI's --config files and of a Hydra experiment the command picks are checked
-as the command line's, the line naming the file.
+a second with one `error:` line and the closest valid names. The settings of LightningCLI's --config files and of a
+Hydra experiment the command picks are checked as the command line's, the line naming the file.
 
-Only what can be decided from the command line, the files it names and `launch/checks/settings_schema.json` is checked
-here; a setting this module cannot judge (an interpolation, a list, a quoted value in a file, a class whose schema
-entry is stale) passes, and the full checks after the imports (launch/checks/settings.py, the constructors, jsonargparse)
-still run on everything.
+A model's and a data module's settings are checked against configs/settings.py before the imports; the Trainer's,
+an optimizer's and a scheduler's once Lightning is imported (the front ends run these checks again then). A setting
+this module cannot judge (an interpolation, a list, a quoted value in a file) passes: the constructors still check
+everything.
 """
 
 from __future__ import annotations

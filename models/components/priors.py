@@ -22,16 +22,15 @@ The learned priors start as the uniform prior (their output layer is zero), so a
 one on starts from where a uniform-prior run starts.
 
 The registry `PRIORS` (name -> class, at the end of this module) is the one list of priors: `build_prior` looks
-a name up there, and `PriorName`, the type of every model's `prior` argument (which LightningCLI, the Hydra
-settings check and launch/checks/settings_schema.json read their choices from), is derived from it. Adding a prior is
-its class and one line there (CONTRIBUTING.md).
+a model's `prior` setting up there when the model is built. Adding a prior is its class and one line there
+(CONTRIBUTING.md).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Literal, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -266,16 +265,6 @@ PRIORS: dict[str, type[CodePrior]] = {
     "autoregressive": AutoregressivePrior,
     "pixelcnn": PixelCNNPrior,
 }
-
-
-def __getattr__(name: str) -> Any:
-    """`PriorName`, the type of every model's `prior` argument: a Literal of the names in PRIORS,
-    made when it is read, so that it lists what the registry holds at that moment (a prior registered at run time
-    too). Annotate with the module attribute, `prior: priors.PriorName` (the annotations are read when LightningCLI
-    or a settings check asks); `from models.components.priors import PriorName` would fix the list at import."""
-    if name == "PriorName":
-        return Literal[tuple(PRIORS)]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def factorized_priors() -> list[str]:

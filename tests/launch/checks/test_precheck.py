@@ -312,3 +312,18 @@ def test_a_checkpoint_that_is_a_pipe_is_named_as_one_not_as_missing(tmp_path):
     for argv, cli in (([f"ckpt_path={pipe}"], False), (["fit", f"--ckpt_path={pipe}"], True)):
         refusal = str(refuse_early(argv, cli=cli))
         assert "not a regular file" in refusal and "no such file" not in refusal, refusal
+
+
+@pytest.mark.slow  # starts train.py
+@pytest.mark.parametrize("argv, line", [
+    (["trainer.max_epoch=1"], "error: trainer.max_epoch: no such setting of Trainer; did you mean trainer.max_epochs?"),
+    (["optimizer.lrr=1"], "error: optimizer.lrr: no such setting of Adam; did you mean optimizer.lr?"),
+    (["fit", "--trainer.max_epoch=1"], "error: --trainer.max_epoch: no such option of Trainer; did you mean --trainer.max_epochs?"),
+])
+def test_the_settings_of_the_trainer_and_optimizer_are_refused_in_one_line_once_imported(argv, line, tmp_path):
+    """Their settings are Lightning's and torch's, declared by their constructors: checked once those are imported,
+    with the same line, before anything is written."""
+    result = subprocess.run([sys.executable, str(REPO / "train.py"), *argv], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == line, result.stderr[-2000:]
+    assert not list(tmp_path.iterdir())  # nothing written
