@@ -6,10 +6,7 @@ Hydra (config tree in configs/, `key=value` overrides, `-m` multirun):
 
 LightningCLI (jsonargparse; subcommands fit/validate/test/predict):
     python train.py fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1
-
-This file only dispatches: the launch package describes the run (launch/hydra_app.py, launch/cli_app.py) and builds
-it with one builder (launch/run_builder.py, applying the rules of launch/rules.py). Before either front end imports torch and Lightning, launch/checks/precheck.py refuses a
-misspelt or ill-typed setting in one line.
+This file only dispatches: launch/hydra_app.py and launch/cli_app.py describe the run, launch/run_builder.py builds it.
 """
 
 from __future__ import annotations

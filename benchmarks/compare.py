@@ -2,40 +2,11 @@
 
     python -m benchmarks.compare logs/tensorboard [--out reports/compare] [--runs GLOB ... | --all]
 
-Every directory under the given roots that holds TensorBoard event files is a run. The report compares the
-runs of the latest multirun under the roots (e.g. the last `python train.py -m experiment=compare data=mnist`),
-and lists every run it found, compared or left out, with the reason: a run of an earlier multirun, or a single
-run (`python train.py ...` without -m, a LightningCLI run). A run belongs to a multirun by, in this order:
-
-1. `<run>/hydra_job.yaml`, where the training code wrote one: its `sweep_dir`, the Hydra multirun's directory
-   (without one, the file says the run was a single Hydra run);
-2. Hydra's own directories beside the root (`<log_dir>/hydra/multirun/<date>_<time>-<pid>/<n>-<run_name>`, and
-   `<log_dir>/hydra/<run_name>/<date>_<time>-<pid>` for a single run): the process id in the name of the run's
-   first event file (`events.out.tfevents.<time>.<host>.<pid>.<n>`) and the run's name tie it to the latest such
-   directory that started before the run;
-3. else the process that wrote the run's first event file: the runs one process made are one multirun (Hydra's
-   basic launcher runs the jobs one after another in its own process), a process that made one run is a single run.
-
-A multirun's start is its first run's. `--runs GLOB` (repeatable) compares the runs whose directory relative to
-the root matches instead (`'jsa-*'`, `'*/version_0'`, or a run name: all its versions), `--all` every run. The
-event files are read with TensorBoard's own `EventAccumulator`: scalars, images, and the hyperparameters of the
-HPARAMS tab (model class, parameter count, every constructor argument). Each run is labelled by its name, with
-its version and the settings that differ (or its start) where two compared runs share a name. Written to --out:
-
-* `report.md`: a row per run, sorted by NLL with the best ranked first: model, data, key settings, test NLL (nats), bpd,
-  reconstruction MSE, PSNR, ms per training step, epochs trained (a resumed epoch too), parameters, seconds per epoch,
-  then what makes a gap noise (one seed per run; barely trained runs). Where a run was
-  not tested the val numbers stand in, marked `(val)`. The VQ-VAE's NLL is an upper bound, marked `≤`: with its
-  learned prior when it has one, and the uniform-prior bound beside it (`nll, uniform prior`). Then a line per run
-  found: compared (as which label) or left out, and why.
-  Where a multirun found was an Optuna study (`python train.py -m ... model=NAME hydra/sweeper=tune`), a line per
-  study: its model, the best trial's settings (its lr, ...) and val NLL, from `<sweep dir>/optimization_results.yaml`.
-* `val_nll.png`: val/nll against training step and against wall time, a line per run; the VQ-VAE's bound in a
-  row of its own, below the estimates.
-* `reconstructions.png`: each run's test reconstructions (the same test images for every run: the
-  test stage is seeded), inputs and reconstructions side by side as in TensorBoard, at most four runs a row; only
-  runs of at least MIN_STEPS_FOR_RECONSTRUCTIONS training steps (shorter ones all show the same blur).
-"""
+Every directory under the roots that holds TensorBoard event files is a run. The report compares the runs of the
+latest multirun (by a run's hydra_job.yaml, Hydra's directories or the process that wrote it: `place_runs`), those
+whose path matches `--runs GLOB` (`'jsa-*'`, `'*/version_0'`, a run name), or `--all`, and lists every run found with
+why it was left out, if it was. Written to --out: `report.md` (`write_report`), `val_nll.png` (against step and wall
+time) and `reconstructions.png` (runs of at least MIN_STEPS_FOR_RECONSTRUCTIONS steps)."""
 
 from __future__ import annotations
 
@@ -253,7 +224,15 @@ def read_job_file(path: Path) -> dict | None:
 
 
 def place_runs(roots: list[Path]) -> list[Found]:
-    """Every run under the roots, each with its multirun (or what single run it is)."""
+    """Every run under the roots, each with its multirun (or what single run it is), by, in this order:
+
+    1. `<run>/hydra_job.yaml`, where the training code wrote one: its `sweep_dir` (or that the run was a single one);
+    2. Hydra's own directories beside the root (`<log_dir>/hydra/multirun/<date>_<time>-<pid>/<n>-<run_name>`, and
+       `<log_dir>/hydra/<run_name>/<date>_<time>-<pid>` for a single run): the process id in the run's first event
+       file's name and the run's name tie it to the latest such directory that started before it;
+    3. else the process that wrote the run's first event file: the runs one process made are one multirun (Hydra's basic
+       launcher runs the jobs one after another in its own process), a process that made one run is a single run.
+    A multirun's start is its first run's."""
     found = []
     for root in roots:
         processes = hydra_processes(root)
@@ -585,7 +564,14 @@ def tuning_section(found: list[Found]) -> str:
 
 
 def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, everything: bool = False) -> Path:
-    """The report of the runs under `roots`: the latest multirun's; those matching a glob of `runs`; or all (`everything`)."""
+    """The report of the runs under `roots`: the latest multirun's; those matching a glob of `runs`; or all (`everything`).
+
+    A row per run, sorted by NLL with the best ranked first: model, data, key settings, test NLL (nats), bpd,
+    reconstruction MSE, PSNR, ms per training step, epochs trained, parameters, seconds per epoch, then what makes a
+    gap noise (one seed per run; barely trained runs). An untested run shows its val numbers, marked `(val)`; the
+    VQ-VAE's NLL is an upper bound, marked `≤` (with its learned prior if it has one, the uniform-prior bound beside
+    it). Each run is labelled by its name, with its version and differing settings (or its start) where two share a
+    name. Then a line per run found, and per Optuna study (`hydra/sweeper=tune`) its best trial's settings and val NLL."""
     every_run = place_runs(roots)
     selection = select_runs(every_run, runs, everything)
     tuned = tuning_section(every_run)  # every study found, whichever runs are compared

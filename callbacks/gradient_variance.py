@@ -1,15 +1,10 @@
-"""The variance of each model's gradient estimate, in the same tags for every model:
-`train/encoder_grad_variance` and `train/decoder_grad_variance` (plus `train/encoder_grad_variance_<variant>` where a
-model offers another encoder estimator at the same parameters, e.g. REINFORCE without control variate, `_no_cv`).
+"""The variance of each model's gradient estimate, in the same tags for every model: `train/encoder_grad_variance`,
+`train/decoder_grad_variance`, and `train/encoder_grad_variance_<variant>` for another encoder estimator (`_no_cv`).
 
-Every `every_n_steps` training steps, on that step's batch and at the current parameters, the model
-draws `repeats` independent gradient estimates (`LatentVariableModel.gradient_estimates`: fresh
-samples, fresh MIS chains from the same cached states, nothing written); the logged number is the
-trace of their sample covariance, Σ_i Var[g_i] over the parameters of the group (the encoder's φ:
-`encoder_parameters()`; the decoder's θ: all the others, prior and likelihood included). The
-measurement runs under a forked random state, so training draws the same random numbers with or
-without it; its time counts in the step's time (`train/step_time_ms`) and is logged on its own
-(`train/grad_variance_time_s`).
+Every `every_n_steps` steps, on that batch and at the current parameters, the model draws `repeats` independent
+estimates (`gradient_estimates`: nothing written); the logged number is the trace of their sample covariance,
+Σ_i Var[g_i], over the encoder's parameters (`encoder_parameters()`) or all the others. It runs under a forked random
+state, so training's draws are unchanged; its time is logged as `train/grad_variance_time_s`.
 """
 
 from __future__ import annotations

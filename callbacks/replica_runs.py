@@ -1,14 +1,8 @@
-"""Each replica of a replicated process (models/replicas.py) as a run of its own: what a single run with its seed and
-settings leaves, so that `benchmarks.compare`, the studies and `train.py test --ckpt_path` read it as they read a run.
-
-- its TensorBoard run, `<save_dir>/<name>/version_N`: the `train/<term>` tags at the logging steps, the `val/` tags
-  after each validation, `hparams.yaml` and the HPARAMS tab;
-- its checkpoints in that run's `checkpoints/`: `last.ckpt` whenever the process saves one, and the best on `val/nll`
-  (ModelCheckpoint's file name: `epoch<E>-step<S>.ckpt`), each a single run's checkpoint (checkpoints/replica.py).
-
-The replicas' versions and best values are this callback's state in the process's own checkpoint: a resumed process
-goes on writing into the same runs.
-"""
+"""Each replica of a replicated process (models/replicas.py) as a run of its own, read by `benchmarks.compare`, the
+studies and `train.py test --ckpt_path` as they read a run: its TensorBoard run `<save_dir>/<name>/version_N` (the
+`train/` and `val/` tags, `hparams.yaml`, the HPARAMS tab) and its `checkpoints/`, a single run's `last.ckpt` and best
+on `val/nll` (checkpoints/replica.py). The replicas' versions and best values are this callback's state, so a resumed
+process goes on writing into the same runs."""
 
 from __future__ import annotations
 

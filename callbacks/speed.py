@@ -1,15 +1,9 @@
-"""Training speed in the same tags for every model: `train/step_time_ms`, `train/samples_per_s`,
-`train/epoch_time_s`.
+"""Training speed in the same tags for every model: `train/step_time_ms`, `train/samples_per_s`, `train/epoch_time_s`.
 
-A step's time is the wall time from the start of one training batch to the start of the next
-(the step itself, logging and fetching the next batch), minus any validation run in between; at each
-logging step (`trainer.log_every_n_steps`) the mean over the steps since the last one is logged. No
-explicit synchronization is added (logging a Python float does copy it to the device): on a GPU the
-host can run ahead of the device by a few kernels, but not for long, so the time between batches is
-the device's throughput in steady state.
-
-An epoch's time is logged only for an epoch that ran whole in this process: a run resumed from a mid-epoch
-checkpoint starts inside an epoch without `on_train_epoch_start`, and the part it runs is not an epoch's time.
+A step's time is the wall time from one training batch's start to the next's, minus any validation in between, its
+mean logged at each logging step. Nothing is synchronized: the host runs only a few kernels ahead of a GPU, so in
+steady state the time between batches is the device's throughput. An epoch's time is logged only for an epoch run
+whole in this process (a run resumed mid-epoch starts without `on_train_epoch_start`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """What the test stage will cost, said before it computes anything: the importance-sampled NLL scores every test image
-with `model.test_num_samples` samples (1000 by default: 10,000 MNIST images take about 11 minutes on 2 CPU cores),
-far more than a validation does, so a run that tests says how much work that is and about how long it will take here.
+with `model.test_num_samples` samples (1000 by default), far more than a validation does.
 
-The time is measured, not guessed: the first test batch's first images are scored once, with the test's number of
-samples, before the batch runs; the estimate is that time per image times the images to test. Enough images are
-timed for about `probe_work` image-samples (8 of 1000 samples each, 80 of 100), which the networks run in a batch
-as the test does: a handful of images alone would time the per-call overhead, not the work. Its random draws
-come from a forked random state, so the test's own draws (seeded at the start of the test epoch) are as without it.
+The estimate is measured here: the first test batch's first images are scored once with the test's number of samples,
+enough for about `probe_work` image-samples in one batch (timing a handful of images alone would time the per-call
+overhead); the time per image times the images to test is the estimate. Its draws come from a forked random state.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
-"""Checkpoint files that are never half-written and never silently wrong: how one lies on disk.
+"""Checkpoint files that are never half-written and never silently wrong: how one lies on disk
+(docs/cluster.md#files-that-survive-a-kill).
 
-Atomic writes. Lightning's own save streams the bytes through fsspec, whose local "transaction"
-writes a temporary file in TMPDIR and moves it over the checkpoint: across filesystems (TMPDIR on
-/dev/shm or a node-local disk, checkpoints on shared storage) that move is a copy, and a process
-killed during it leaves a truncated `last.ckpt`. Here the bytes are written as every file of the
-collection is (common/files.py): to a temporary file beside the checkpoint, flushed to the disk
-(fsync), and `os.replace` swaps the name: a reader, or a resume after a kill at any moment, finds
-the old file or the new one, whole.
-
-Checksums. Beside every checkpoint `X.ckpt` lies `X.ckpt.sha256`, the SHA-256 of its bytes; a load
-checks it and refuses a file whose bytes changed (a flipped bit, a truncated copy) with one line
-naming the file. The two files cannot be replaced together, so while a checkpoint is replaced the
-checksum file lists both the old and the new digest, and afterwards only the new one: a kill at
-any moment leaves a checkpoint whose digest is listed. Checkpoints without a checksum file (from
-elsewhere, or older ones) still load.
-
-One unit. Two processes saving one path at once could interleave those steps and leave a checksum file that
-describes the other's checkpoint. A save holds an exclusive `flock` on the checkpoint's directory for its three
-writes, and a read (check and load, checkpoints/loader.py) a shared one, so a reader sees a checkpoint and its
-checksum file from one save, and writers take turns.
+* atomic writes: a temporary beside the checkpoint, fsync, `os.replace` (common/files.py), where Lightning's fsspec
+  save would move a TMPDIR file across filesystems, a copy that a kill truncates;
+* checksums: `X.ckpt.sha256` beside `X.ckpt`, listing the old and the new digest while a checkpoint is replaced; a
+  load refuses a file whose bytes changed, and a checkpoint without one still loads;
+* one unit: a save holds an exclusive `flock` on the directory, a read (checkpoints/loader.py) a shared one.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
-"""Find the ops that would stall an accelerator: a value read back to the host, or an output whose shape depends on
-the data (docs/jsa.md#static-or-distinct-rows). On a GPU each of them waits for every kernel queued before it, and a
-new shape is a new allocation (and, compiled, a new graph); neither shows on the CPU, where nothing is queued, so
-they are found by name instead: `HostSyncCounter` records every such op that runs while it is active, on any device.
+"""Find the ops that would stall an accelerator: a value read back to the host, or an output whose shape depends on the
+data (docs/jsa.md#static-or-distinct-rows). Neither shows on the CPU, so they are found by name:
 
     with HostSyncCounter() as counter:
         model.training_loss(x, index)["loss"].backward()
     assert not counter.found, counter.found
 
-A TorchDispatchMode sees the ops at the bottom of the dispatcher, after autograd (the backward's too) and after the
-composite ops have been taken apart (`F.one_hot` shows as the `min`, `max` and `item` it is made of). Host reads
-that bypass the dispatcher on the CPU (`Tensor.tolist`, `.numpy()`, `.cpu()` of a CPU tensor) are caught by
-patching those methods while the counter is active.
+A TorchDispatchMode sees the ops after autograd (the backward's too) and decomposition (`F.one_hot` shows as its
+`min`, `max` and `item`); CPU host reads that bypass the dispatcher (`tolist`, `.numpy()`, `.cpu()`) are patched.
 """
 
 from __future__ import annotations

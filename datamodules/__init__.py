@@ -12,7 +12,7 @@ from checkpoints.registry import register, registered
 
 from .base import DataCorruptError, DataError, DataNotFoundError, ImageDataModule
 
-# The base stays nameable by a checkpoint, as it was when this package listed its classes by hand.
+# The base is registered too, so that a checkpoint that names it loads.
 register("data", ImageDataModule)
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")

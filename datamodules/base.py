@@ -1,15 +1,9 @@
 """Shared in-memory image DataModule.
 
-Small image benchmarks (MNIST, CIFAR-10) fit in RAM as uint8, so each split is
-kept as one contiguous ``(N, C, H, W)`` uint8 tensor and a whole batch is built
-with a single fancy-indexing op plus vectorised binarisation. This avoids the
-per-image PIL/``ToTensor`` round trip of the torchvision datasets, which
-dominates training time for small models (see ``benchmarks/speed/datamodule_speed.py``).
-
-Every batch is ``(x, index)``; ``index`` is the example's position inside its
-split. JSA keeps a per-example cache keyed by the train-split index, so the
-index must not depend on shuffling or on how a DistributedSampler shards the
-split: it is the dataset index the sampler drew, never a batch-local position.
+Each split is one contiguous (N, C, H, W) uint8 tensor, so a batch is one fancy-indexing op plus a vectorised
+binarisation, without the per-image PIL/ToTensor round trip of the torchvision datasets
+(benchmarks/speed/datamodule_speed.py). Every batch is (x, index), `index` the example's position in its split: JSA's
+per-example cache is keyed by it, so it is the dataset index the sampler drew, never a batch-local position.
 """
 
 from __future__ import annotations
@@ -51,16 +45,12 @@ class DataCorruptError(DataError, ValueError):
 class InMemoryImageDataset(Dataset[Batch]):
     """A split held as one uint8 tensor; yields ``(x, index)`` with x in [0, 1].
 
-    ``__getitems__`` builds a whole batch at once. torch's map-style fetcher
-    calls ``dataset.__getitems__(batch_indices)`` and then hands the result to
-    ``collate_fn``, so the DataLoader must use :func:`collate_prebatched`.
-    Binarisation: ``dynamic`` draws ``bernoulli(x)``, ``static`` thresholds at 0.5,
-    ``none`` leaves grey values. With ``seed`` set, the dynamic draw of a pixel is a
-    function of (seed, epoch, the image's index, the pixel) alone (`pixel_uniforms`),
-    so an image is binarized alike whatever batch, batch size or rank it comes in:
-    a resumed run sees the same batches (datamodules/resumable.py), and with
-    ``fixed_draw`` (val and test) every model and epoch sees the same binary images.
-    """
+    ``__getitems__`` builds a whole batch at once (torch's map-style fetcher calls it, then ``collate_fn``: the
+    DataLoader must use :func:`collate_prebatched`). Binarisation: ``dynamic`` draws ``bernoulli(x)``, ``static``
+    thresholds at 0.5, ``none`` leaves grey values. With ``seed`` set, a pixel's dynamic draw is a function of (seed,
+    epoch, the image's index, the pixel) alone (`pixel_uniforms`), so an image is binarized alike in any batch, batch
+    size or rank (a resumed run sees the same batches), and with ``fixed_draw`` (val and test) every model and epoch
+    sees the same binary images."""
 
     def __init__(self, images: Tensor, binarize: Binarize = "none", seed: int | None = None, fixed_draw: bool = False) -> None:
         if images.dtype != torch.uint8 or images.dim() != 4:
@@ -125,19 +115,14 @@ def collate_prebatched(batch: Batch) -> Batch:
 class ImageDataModule(L.LightningDataModule):
     """Base class: train/val split of the training file, fast in-memory loaders.
 
-    Subclasses set ``image_shape``, ``train_file_size``, ``test_file_size`` and
-    implement :meth:`_files` (the files a split is read from), :meth:`_read` (read
-    and check them as uint8 ``(N, C, H, W)``) and :meth:`_download` (fetch the
-    missing ones). Bad data is one line, never a traceback: missing files raise
-    :class:`DataNotFoundError`, files with wrong contents :class:`DataCorruptError`
-    (never replaced by a download), unreadable ones :class:`DataError`.
+    Subclasses set ``image_shape``, ``train_file_size``, ``test_file_size`` and implement :meth:`_files` (the files a
+    split is read from), :meth:`_read` (read and check them as uint8 ``(N, C, H, W)``) and :meth:`_download` (fetch the
+    missing ones). Bad data is one line, never a traceback: missing files raise :class:`DataNotFoundError`, files with
+    wrong contents :class:`DataCorruptError` (never replaced by a download), unreadable ones :class:`DataError`.
 
-    The validation split is carved from the training file with
-    ``perm = torch.randperm(n, generator=torch.Generator().manual_seed(split_seed))``:
-    the first ``n - val_size`` positions of ``perm`` form the train split, the
-    last ``val_size`` the val split, so the split is identical on every run
-    and rank. The same ``binarize`` mode applies to all three splits.
-    """
+    The validation split is the last ``val_size`` positions of ``torch.randperm(n,
+    generator=torch.Generator().manual_seed(split_seed))``, the train split the first ``n - val_size``, so the split is
+    identical on every run and rank. The same ``binarize`` mode applies to all three splits."""
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: object) -> None:
         """A data module of datamodules/ registers itself when defined (`--data=NAME`, `data_defaults/NAME`, nameable

@@ -99,13 +99,10 @@ def read_idx(path: Path, shape: tuple[int, ...], values: bool = True) -> Tensor 
 def read_cifar_batch(path: Path, count: int, md5: str) -> np.ndarray:
     """The (count, 3072) uint8 'data' rows of a CIFAR-10 python batch file, after checking its md5 and structure.
 
-    The file could come from anyone, so its md5 (the official one, from torchvision's CIFAR10.train_list/test_list)
-    is computed before a byte is unpickled, and the unpickling is restricted to numpy arrays (`CifarUnpickler`):
-    no file can run code, whether its md5 matches or not. A file whose md5 differs is still unpickled that safe
-    way, to say what is wrong with it (truncated, no labels, wrong size) when the structure shows it, which says more
-    than a checksum. Hashing the bytes costs about 0.25 s for the 184 MB of the six files (measured), on every
-    setup; nothing is cached, so that a file replaced between runs is checked again.
-    """
+    The md5 (torchvision's CIFAR10.train_list/test_list) is computed before a byte is unpickled, and unpickling admits
+    numpy arrays only (`CifarUnpickler`), so no file can run code. A file whose md5 differs is still unpickled that way
+    to say what is wrong with it (truncated, no labels, wrong size). Nothing is cached: a file replaced between runs is
+    checked again."""
     if regular_file_size(path) > 2 * count * (CIFAR_ROW + 64) + (1 << 20):  # an official batch: about count * 3 KB
         raise corrupt(path, f"{path.stat().st_size} bytes, far more than a CIFAR-10 batch of {count} images")
     raw = path.read_bytes()

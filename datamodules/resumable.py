@@ -1,17 +1,12 @@
-"""A training loader that a run resumed from a mid-epoch checkpoint continues exactly.
+"""A training loader that a run resumed from a mid-epoch checkpoint continues exactly: what decides the batches is
+saved state.
 
-Three things decide which batches training sees, and each is made a function of saved state:
-
-* the order: each epoch is a permutation seeded by (seed, epoch), sharded across ranks —
-  `DistributedSampler`'s rule, used with one replica too, so single- and multi-device runs shuffle
-  alike and Lightning keeps the sampler instead of injecting its own;
-* the position: `state_dict()` records the epoch and how many of its examples training has consumed
-  (batches counted by the data module's `on_before_batch_transfer`, which Lightning calls once per
-  batch a step uses, not by the loader: the loop fetches one batch ahead), and `load_state_dict()`
-  makes the next iteration start right after them, also when the resumed run's batch size differs. Lightning calls both (stateful loaders) when it saves
-  and restores a checkpoint; it calls `set_epoch` at the start of every epoch;
-* the dynamic binarization: drawn from a generator seeded by (seed, epoch, the batch's first
-  index), not from the global RNG, so a batch is the same whenever it is made.
+* the order: each epoch a permutation seeded by (seed, epoch), sharded across ranks by `DistributedSampler`'s rule,
+  with one replica too, so single- and multi-device runs shuffle alike and Lightning keeps this sampler;
+* the position: `state_dict()` records the epoch and the examples consumed (counted by the data module's
+  `on_before_batch_transfer`, once per batch a step uses; the loader fetches one ahead), and `load_state_dict()`
+  starts right after them, whatever the resumed batch size (Lightning calls both for stateful loaders);
+* the dynamic binarization: a generator seeded by (seed, epoch, the batch's first index), not the global RNG.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""The models a user picks (one module each) on the shared base `LatentVariableModel` (models/base.py) and, for
-JSA, RWS, VIMCO and the discrete VAEs, the categorical latent model they share (models/categorical.py); the
-building blocks every model may use (backbones, likelihoods, priors, the vector quantizer, code-usage statistics)
-are in models/components/.
+"""The models a user picks, one module each, on `LatentVariableModel` (models/base.py) and, for the categorical ones,
+`CategoricalLatentModel` (models/categorical.py); shared building blocks are in models/components/.
 
-Registration is by definition: a `LatentVariableModel` subclass in a module of models/ registers itself when its class
-is defined (`LatentVariableModel.__init_subclass__`, checkpoints/registry.py). Importing this package imports every
-module of models/, so `import models` registers them all, and exports each under its class name: `from models import
-JSA`, `_target_: models.JSA` in configs/model/, `--model=JSA` in LightningCLI. Adding a model is its module, its
-config, its README row and its test (CONTRIBUTING.md): nothing here.
+A subclass registers itself when defined (`LatentVariableModel.__init_subclass__`, checkpoints/registry.py). Importing
+this package imports every module of models/ and exports each class by name: `from models import JSA`,
+`_target_: models.JSA`, `--model=JSA`. Adding a model needs nothing here (CONTRIBUTING.md).
 """
 
 import importlib

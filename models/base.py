@@ -1,13 +1,10 @@
-"""What every latent-variable model of the collection shares: one training step, one evaluation
-protocol with one set of TensorBoard tags, one optimizer set-up.
+"""What every latent-variable model shares: one training step, one evaluation protocol with one set of TensorBoard tags,
+one optimizer set-up. A subclass says how to train and how to score ("what a subclass provides"); what is not the
+algorithm (NaN guard, random state, image grids, HPARAMS, speed) is a callback in callbacks/.
 
-A subclass says how to train and how to score (the methods under "what a subclass provides");
-everything else that is not the algorithm (NaN guard, random-state checkpointing, image grids,
-the HPARAMS tab, training speed) is a callback in callbacks/.
-
-Tags: `train/loss` and `train/<term>` for the other terms `training_loss` returns;
-`{val,test}/nll` (importance-sampled -log p(x), nats per image, docs/vae.md#importance-sampled-log-likelihood),
-`{val,test}/bpd`, `{val,test}/elbo`, `{val,test}/recon_mse`, `{val,test}/psnr`.
+Tags: `train/loss` and `train/<term>` for the other terms of `training_loss`; `{val,test}/nll` (importance-sampled
+-log p(x), nats per image, docs/vae.md#importance-sampled-log-likelihood), `{val,test}/bpd`, `/elbo`, `/recon_mse`,
+`/psnr`.
 """
 
 from __future__ import annotations
@@ -113,8 +110,8 @@ class LatentVariableModel(L.LightningModule):
         val_num_samples: importance samples per image for `val/nll`.
         test_num_samples: importance samples per image for `test/nll`.
         eval_chunk_size: importance samples scored in one decoder pass (bounds the memory). The default, 20, keeps
-            a pass of a 128-image batch (2,560 rows) small enough for the CPU's caches (benchmarks/speed/eval_speed.py
-            compares chunk sizes; figures in benchmarks/results/speed/); on a GPU a larger chunk may be faster.
+            a pass of a 128-image batch (2,560 rows) within the CPU's caches (benchmarks/speed/eval_speed.py); on a
+            GPU a larger chunk may be faster.
         test_seed: seed of the test stage's importance samples, so that test estimates are reproducible.
         activation: nonlinearity of the MLP backbone's hidden layers, `relu` or `leaky_relu` (slope 0.2, as
             in the JSA paper's code).

@@ -1,19 +1,11 @@
-"""The categorical latent-variable model that JSA (and the discrete-VAE baselines) train.
+"""The categorical latent-variable model that JSA, RWS, VIMCO and the discrete VAEs train.
 
     p_θ(x, h) = p(h) p_θ(x | h),   h = (h_1, ..., h_V),  h_v ∈ {0, ..., K-1}
     q_φ(h | x) = prod_v Cat(h_v; softmax(logits_v(x)))
 
-p(h) is one of the code priors of models/components/priors.py: uniform (log p(h) = -V log K), learned
-and factorized, or learned and autoregressive (MADE for any layout, a gated PixelCNN for the grid),
-trained with the decoder by every estimator that maximizes log p(x, h) in θ. The decoder embeds the
-codes (a K x D table per latent position, or one table shared by all positions) and feeds
-the shared decoder backbone; p_θ(x | h) is one of the shared likelihoods.
-
-Two layouts, from the backbone:
-* flat (`mlp`): V latent positions chosen freely (e.g. V=20, K=10; or V=200, K=2, the
-  Bernoulli-latent model of the JSA paper); the V embeddings are concatenated.
-* spatial (`conv`): one latent per cell of the encoder's grid (7x7 for MNIST, 8x8 for
-  CIFAR-10), V = H/4 * W/4, as in a VQ-VAE, so JSA and VQ-VAE share the same networks.
+p(h) is a prior of models/components/priors.py, trained with the decoder; the decoder embeds the codes (a K x D table
+per position, or one shared) and feeds the shared decoder backbone. Layouts: flat (`mlp`, V chosen freely, the
+embeddings concatenated) or spatial (`conv`, one latent per cell of the encoder's H/4 x W/4 grid, as in a VQ-VAE).
 """
 
 from __future__ import annotations

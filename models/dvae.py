@@ -1,30 +1,13 @@
-"""Discrete VAE: JSA's categorical model trained by maximizing the ELBO, the baselines JSA is compared with.
+"""Discrete VAE: JSA's categorical model trained on the ELBO, a baseline of JSA (docs/score-function.md).
 
-Exactly the model of `CategoricalLatentModel` (encoder q_φ(h | x), code embeddings, decoder
-p_θ(x | h), prior p(h)); only the training differs. JSA follows the model's posterior with MCMC;
-a discrete VAE maximizes
+    ELBO(x) = E_q[ f(h) ],    f(h) = log p_θ(x, h) - log q_φ(h | x)
 
-    ELBO(x) = E_q[ f(h) ],    f(h) = log p_θ(x, h) - log q_φ(h | x),
+* `reinforce`: E_q[∇φ log q · (f - B)] with S samples (samplers/score_function.py), B = `optimal` (leave-one-out B*),
+  `running_mean` or `none`. Unbiased; `GradientVariance` also logs `train/encoder_grad_variance_no_cv` (B = 0).
+* `gumbel`: h relaxed to y = softmax((logits + g) / τ), g ~ Gumbel(0, 1), τ_t = max(τ_min, τ_0 exp(-r t)), with
+  KL(q || p) in closed form; biased for τ > 0. `straight_through` decodes the one-hot argmax in the forward pass.
 
-whose gradient for θ is E_q[∇θ log p_θ(x, h)] (sampled directly), while for φ the sampling
-distribution itself depends on φ and h is discrete, so no reparameterization exists. Two estimators:
-
-* `reinforce`: the score-function estimate with S samples per example (samplers/score_function.py,
-  docs/score-function.md), E_q[∇φ log q · (f - B)], with the control variate B = `optimal` (B*,
-  docs/score-function.md#the-optimal-control-variate, leave-one-out over the S samples), `running_mean` (an exponential moving average of f over
-  training), or `none` (B = 0). Unbiased.
-* `gumbel`: the Gumbel-softmax / Concrete relaxation (Jang et al., 2017; Maddison et al., 2017).
-  h is replaced by y = softmax((logits + g) / τ), g ~ Gumbel(0, 1), which is reparameterized; the
-  decoder reads the mix of class embeddings y; the KL(q || p) to the prior is taken in closed form:
-  relaxed ELBO = E_g[log p_θ(x | y)] - KL(q_φ(h | x) || p(h)). Biased for τ > 0; τ is annealed
-  as τ_t = max(τ_min, τ_0 exp(-r t)). `straight_through`: the decoder reads the one-hot argmax in
-  the forward pass and the gradient of y in the backward pass.
-
-`train/loss` is the (relaxed, for `gumbel`) negative ELBO, comparable with the VAE's. The gradient
-variance (`train/encoder_grad_variance`, `train/decoder_grad_variance`) is measured by the
-`GradientVariance` callback for every model on the same schedule (callbacks/gradient_variance.py);
-for `reinforce` it also measures the estimate without control variate (B = 0) at the same parameters,
-`train/encoder_grad_variance_no_cv`, so TensorBoard shows what a control variate buys.
+`train/loss` is the (relaxed) negative ELBO.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """JSA: joint stochastic approximation (Xu & Ou, 2016; Ou & Song, 2020) for the categorical model (docs/jsa.md).
 
-θ by maximum likelihood and φ by the inclusive KL(p_θ(h|x) || q_φ(h|x)): both gradients are expectations over the
-model's own posterior, estimated from one index-cached MIS call per example (samplers/mis.py) with q_φ as the proposal.
-Each example's chain persists across epochs in a cache (samplers/cache.py), written every step and read from
-`cache_start_epoch` on (never by default: every chain starts from a fresh proposal). One step:
+θ by maximum likelihood and φ by the inclusive KL(p_θ(h|x) || q_φ(h|x)), both over the model's posterior, sampled by
+one index-cached MIS call per example (samplers/mis.py) with q_φ as the proposal. One step:
 
-    h_0..h_L <- candidates (h_0 = cache[index] or a proposal, L proposals from q); the chain over them ends in h*
-    cache[index] <- h*
+    h_0..h_L <- candidates (h_0 = cache[index] or a proposal, L proposals from q); the chain ends in h*
+    cache[index] <- h*                                   (read from `cache_start_epoch` on; samplers/cache.py)
     loss = -Σ_j λ_j log p_θ(x, h_j) - Σ_j μ_j log q_φ(h_j | x)
 
 λ: the weights of `gradient_states` (samplers/visits.py); μ = λ, or with `q_states="fresh"` the self-normalized

@@ -1,21 +1,12 @@
 """R independent runs of one model configuration trained as one batched computation (docs/replicas.md).
 
-A small model's training step on a GPU is bound by kernel launches, not arithmetic: its matrix products take a few
-hundredths of the step. R seeds trained as R processes take turns on the device; trained here they are one step whose
-kernels are R times larger, at nearly the latency of one (the model-ensembling pattern of `torch.func`:
-`stack_module_state` + `vmap`).
-
-Each replica keeps its own parameters, buffers (JSA's cache among them) and optimizer state, stacked along a leading
-dimension of size R: one Adam over the stacked tensors is R independent Adams (Adam is elementwise). The model's own
-`training_loss` runs unchanged under `torch.func.vmap`, on a template of the model whose tensors are replaced by the
-replica's slice (`torch.func.functional_call`); each replica sees its own batch (its own data order and binarization,
-datamodules/replicas.py) and its own random draws (vmap's randomness="different"). The loss is the sum of the
-replicas' losses, so that replica r's gradient is that of its own loss alone.
-
-Replicas may differ in the settings that only gate behaviour (the model class's `replica_settings`: JSA's
-`cache_start_epoch` and `cache_refresh`): the batched step reads what they decide from each replica's `step_inputs`, held
-as a compiled step holds them (models/compiled_step.py), its numbers per replica. Everything a replica
-leaves behind (its TensorBoard run, hparams.yaml, a checkpoint that loads alone) comes from callbacks/replica_runs.py.
+Each replica's parameters, buffers (JSA's cache among them) and optimizer state are stacked along a leading dimension
+of size R, and the model's unchanged `training_loss` runs under `torch.func.vmap` on a template whose tensors
+`functional_call` replaces by the replica's slice (`stack_module_state` + `vmap`, randomness="different"). The loss
+is the sum of the replicas' losses, so each replica's gradient is its own; one Adam over the stacked tensors is R
+Adams. Settings that only gate behaviour (`replica_settings`) may differ: the step reads them from each replica's
+`step_inputs`, held as a compiled step holds them (models/compiled_step.py). What a replica leaves behind (TensorBoard
+run, hparams.yaml, checkpoints) comes from callbacks/replica_runs.py.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """RWS: reweighted wake-sleep (Bornschein & Bengio, 2015) on JSA's categorical model (docs/multi-sample.md#rws).
 
-The model is `CategoricalLatentModel`'s (encoder q_φ(h | x), code embeddings, decoder p_θ(x | h),
-prior p(h)); only the training differs. Like JSA, RWS fits θ by maximum likelihood and φ by the
-inclusive KL(p_θ(h | x) || q_φ(h | x)), with both expectations over the posterior p_θ(h | x); where JSA
-draws one posterior sample by MCMC, RWS weights S proposals h_s ~ q_φ(h | x) by self-normalized
-importance weights w̃_s ∝ p_θ(x, h_s) / q_φ(h_s | x) (samplers/multi_sample.py):
+θ by maximum likelihood and φ by the inclusive KL, as in JSA, but over S proposals h_s ~ q_φ(h | x) weighted by
+self-normalized importance weights w̃_s ∝ p_θ(x, h_s) / q_φ(h_s | x) (samplers/multi_sample.py):
 
     wake, θ:  Σ_s w̃_s ∇θ log p_θ(x, h_s)        wake, φ:  Σ_s w̃_s ∇φ log q_φ(h_s | x)
 
-The estimates are biased for finite S (self-normalization), consistent as S grows. The sleep phase
-(optional, off by default): fit q to "dreams" (h, x) ~ p_θ(h) p_θ(x | h), ∇φ log q_φ(h | x), one dream per
-training example (the same inclusive KL, averaged over the model's images instead of the data).
-
-One step: S decoder passes with gradient per example (plus, with the sleep phase, one without).
+Biased for finite S, consistent as S grows. The optional sleep phase fits q to one dream (h, x) ~ p_θ per example.
 """
 
 from __future__ import annotations

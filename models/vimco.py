@@ -1,16 +1,10 @@
-"""VIMCO (Mnih & Rezende, 2016) on JSA's categorical model (docs/multi-sample.md#vimco).
-
-The model is `CategoricalLatentModel`'s; only the training differs. VIMCO maximizes the S-sample
-importance-weighted bound (Burda et al., 2016)
+"""VIMCO (Mnih & Rezende, 2016) on JSA's categorical model (docs/multi-sample.md#vimco). It maximizes the S-sample bound
 
     L_S(x) = E_{h_1..h_S ~ q_φ(h|x)} [ log (1/S) Σ_s p_θ(x, h_s) / q_φ(h_s | x) ]  <=  log p_θ(x)
 
-whose gradient for θ back-propagates through the bound directly (Σ_s w̃_s ∇θ log p_θ(x, h_s)), and
-for φ adds a score-function term whose learning signal for sample s is L̂ - L̂_{-s}, with the
-leave-one-out baseline L̂_{-s} that replaces h_s's weight by the geometric mean of the others
-(samplers/multi_sample.py). Unbiased for the gradient of L_S; `train/loss` is -L̂, the negative bound.
-
-One step: S decoder passes with gradient per example.
+θ's gradient back-propagates through the bound; φ's adds a score-function term with learning signal L̂ - L̂_{-s},
+the leave-one-out baseline replacing h_s's weight by the geometric mean of the others (samplers/multi_sample.py).
+Unbiased for ∇L_S; `train/loss` is -L̂.
 """
 
 from __future__ import annotations

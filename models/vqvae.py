@@ -1,30 +1,14 @@
-"""VQ-VAE (van den Oord et al., 2017): a deterministic encoder, a codebook, a decoder.
+"""VQ-VAE (van den Oord et al., 2017): a deterministic encoder, a codebook, a decoder (docs/vqvae.md).
 
     z_e = encoder(x);  k = argmin_j ||z_e - e_j||^2;  z_q = e_k;  x ~ p(x | z_q)
     loss = -log p(x | z_q) / num_dims  +  ||sg[z_e] - e||^2  +  beta ||z_e - sg[e]||^2
+    -log p(x) <= -log p(x | z_q(x)) + n log K     (uniform prior over K codes at n positions)
 
-with the straight-through gradient (the decoder's input gradient is copied to the encoder) and
-either a learned codebook or an EMA codebook (models/components/quantizer.py; docs/vqvae.md). Every term is a mean over
-its elements (pixels for the reconstruction, latent entries for the codebook terms).
-
-Likelihood, comparable with the other models: with a uniform prior over the K codes at each of
-the n latent positions and the deterministic posterior q(k | x) = 1[k = k(x)],
-
-    -log p(x) <= -log p(x | z_q(x)) + n log K,
-
-which is what the shared importance-sampling evaluation gives for this q (every sample is the
-same code, so the estimate is this bound whatever the number of samples). `val/nll` and `val/bpd`
-of the VQ-VAE are therefore *upper bounds*, not estimates (docs/vqvae.md#the-likelihood-bound).
-
-The paper's second stage (docs/priors.md#vq-vaes-second-stage): a learned prior p(k) over the code
-grid (`prior=pixelcnn`, or `autoregressive` for a flat latent) tightens the bound to
--log p(x | z_q(x)) - log p(k(x)). The prior is fit to the stop-gradient codes, by maximum likelihood:
-
-    loss_prior = -log p(sg[k(x)])          (its parameters only; the autoencoder's gradients are unchanged)
-
-alongside the autoencoder from the first step, and alone once the autoencoder is frozen: after
-`autoencoder_epochs` epochs, or from the start when `autoencoder_checkpoint` names a trained VQ-VAE.
-With a learned prior, `{val,test}/nll_uniform_prior` keeps the uniform-prior bound beside it.
+The codebook (learned or EMA) is models/components/quantizer.py. `val/nll` and `val/bpd` are this upper bound
+(docs/vqvae.md#the-likelihood-bound). A learned prior p(k) (`prior=pixelcnn` or `autoregressive`) is fit to sg[k(x)]
+by maximum likelihood, beside the autoencoder or alone once it is frozen (`autoencoder_epochs`,
+`autoencoder_checkpoint`); it tightens the bound to -log p(x | z_q(x)) - log p(k(x))
+(docs/priors.md#vq-vaes-second-stage).
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
-"""The persistent per-example MIS cache of JSA: the last state of every training example's chain.
+"""The persistent per-example MIS cache of JSA: the last state of every training example's chain
+(docs/mis.md#the-per-example-cache).
 
-JSA runs one Markov chain per training example across the whole of training: each MIS call
-starts from the state the example's chain reached the last time the example was seen
-(re-scored under the current networks), so the chain keeps mixing instead of restarting.
-The states live in one integer tensor (num_examples, *latent_shape) of the smallest dtype that
-holds the K classes plus an "empty" sentinel, beside the epoch in which each example's state last changed (how
-long its chain has stayed put, a diagnostic: every example is written once an epoch, so the age of the write alone
-would always be one epoch); both are registered buffers, so every checkpoint carries them and a resumed
-run continues the saved chains.
+Each MIS call starts from the state the example's chain reached at its previous visit (re-scored under the current
+networks). States are one integer tensor (num_examples, *latent_shape) of the smallest dtype holding K classes plus
+an "empty" sentinel, beside the epoch in which each state last changed (how long its chain has stayed put; every
+example is written once an epoch, so the write's age alone says nothing). Both are buffers: checkpoints carry them
+and a resumed run continues the chains.
 """
 
 from __future__ import annotations
@@ -70,7 +68,7 @@ class LatentCache(nn.Module):
         position = torch.arange(index.shape[0], device=index.device)
         last = torch.full_like(self.changed_epoch, -1, dtype=torch.long)
         last.scatter_reduce_(0, index, position, reduce="amax")
-        new = latent[last[index]].to(self.codes.dtype)  # repeated indices now carry identical rows
+        new = latent[last[index]].to(self.codes.dtype)  # every occurrence of an index carries its last row
         changed = (self.codes[index] != new).flatten(1).any(1)
         self.codes[index] = new
         self.changed_epoch[index] = torch.where(changed, epoch, self.changed_epoch[index])

@@ -1,24 +1,14 @@
 """Hamiltonian Monte Carlo with leapfrog trajectories and a Metropolis-Hastings test (docs/sgmcmc.md#hmc).
 
-Target exp(-U(θ) / T). Each `step(closure)` draws a momentum p ~ N(0, T M) (M = diag(m), the mass), follows
-the Hamiltonian H(θ, p) = U(θ) + ½ pᵀ M⁻¹ p for `num_leapfrog` leapfrog steps of size h,
+Target exp(-U(θ) / T). A step draws p ~ N(0, T M), runs `num_leapfrog` leapfrog steps of size h on
+H(θ, p) = U(θ) + ½ pᵀ M⁻¹ p,
 
-    p ← p - (h/2) ∇U(θ),    θ ← θ + h M⁻¹ p,    p ← p - (h/2) ∇U(θ)      (L times, inner half kicks merged),
+    p ← p - (h/2) ∇U(θ),    θ ← θ + h M⁻¹ p,    p ← p - (h/2) ∇U(θ)      (inner half kicks merged),
 
-and accepts the end point with probability min(1, exp(-(H_end - H_start) / T)); a rejected proposal puts back
-the starting θ (and its gradient) bit for bit. The leapfrog map is reversible (negate p, run again: back to the
-start) and preserves volume, so this acceptance makes exp(-H / T) exactly invariant for any h: the step size only
-changes how often a proposal is accepted (the energy error of a trajectory is O(h²)), never what is sampled.
-
-U must be the full-data potential: a minibatch energy in the test samples the minibatch's posterior, not the
-data's (docs/sgmcmc.md#hmc). The closure follows torch.optim's convention (it zeroes the gradients, computes U,
-back-propagates it and returns U, like torch.optim.LBFGS's); one that only returns U with its autograd graph also
-works. It may return one energy per chain, shape (K,), when every parameter's leading dimension indexes K
-independent chains: each chain is then accepted or rejected on its own (many chains in one tensor).
-
-With `adapt_steps` > 0 the step size is tuned by dual averaging (Hoffman & Gelman, 2014, Algorithm 5) towards the
-mean acceptance probability `target_accept` during the first `adapt_steps` steps, and then frozen at the
-averaged value: adaptation while sampling would break the Markov property, so samples count after the warm-up.
+and accepts with probability min(1, exp(-(H_end - H_start) / T)), else restores θ and its gradient bit for bit: the
+leapfrog is reversible and volume-preserving, so exp(-H / T) is invariant for any h. U is the full-data potential;
+the closure follows torch.optim's (as LBFGS's) and may return one energy per chain, shape (K,). `adapt_steps` tunes h
+by dual averaging (Hoffman & Gelman, 2014) during warm-up, then freezes it.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
-"""Metropolis Independence Sampling (MIS) with the encoder q(h|x) as proposal, index-cached.
+"""Metropolis independence sampling (MIS) with the encoder q(h|x) as proposal, index-cached (docs/mis.md).
 
-Target p(h | x) ∝ p(x, h); proposal q(h | x), independent of the current state. One MH step
-from h_t with proposal h' ~ q accepts with probability min(1, r),
+A step from h_t with proposal h' ~ q accepts with probability min(1, r) (docs/mis.md#the-acceptance-ratio),
 
     r = [p(x, h') q(h_t | x)] / [p(x, h_t) q(h' | x)] = exp(w' - w_t),   w = log p(x, h) - log q(h | x),
 
-so the whole chain is decided by the importance log-weights w of its candidates
-(docs/mis.md#the-acceptance-ratio). One MIS call therefore costs one encoder pass and one batched
-decoder pass over the (L+1)B candidate rows, T_q + T_p((L+1)B) instead of T_q + L (2 T_p + 3 T_q)
-(docs/mis.md#cost-model):
-
-1. encoder once -> log q(. | x) for all V latent positions;
-2. draw the L proposals (plus a start state) in one call;
-3. gather log q of all L+1 candidates from that same log-softmax;
-4. score all L+1 candidates with one batched decoder pass -> log p(x, h_j);
-5. run the chain over candidate *indices* (`mis_chain`): only the accept/reject is sequential.
-
-`naive_mis` is the textbook form (fresh network passes every step, docs/mis.md#naive-mis): the
-reference implementation that the tests compare the distribution against and that
-`benchmarks/speed/mis_speed.py` measures the speed-up against.
+so the chain is decided by its candidates' weights: one encoder pass, the L proposals (and a start) drawn at once, one
+batched decoder pass over the (L+1)B candidates, then the accept/reject over candidate indices (`mis_chain`), at
+T_q + T_p((L+1)B) instead of T_q + L (2 T_p + 3 T_q) (docs/mis.md#cost-model). `naive_mis` is the textbook form with
+fresh network passes every step (docs/mis.md#naive-mis), the reference of the tests and of
+benchmarks/speed/mis_speed.py.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Multi-sample estimators on S importance samples h_1..h_S ~ q(h | x): RWS and VIMCO (docs/multi-sample.md).
 
-Both start from the importance log-weights of S samples drawn from the encoder,
+    log w_s = log p_θ(x, h_s) - log q_φ(h_s | x),       w̃_s = w_s / Σ_j w_j  (self-normalized)
 
-    log w_s = log p_θ(x, h_s) - log q_φ(h_s | x),       w̃_s = w_s / Σ_j w_j  (self-normalized),
-
-and differ in what they do with them. Each function takes `log_joint` (B, S) with gradient to θ and
-`log_proposal` (B, S) with gradient to φ (the samples themselves carry no gradient) and returns a
-(B,) surrogate: a tensor whose *gradient* is the estimator; what its value means is said per function.
-Everything stays in log space: weights come from a softmax over log w, bounds from a logsumexp.
+Each function takes `log_joint` (B, S) with gradient to θ and `log_proposal` (B, S) with gradient to φ (the samples
+carry none) and returns a (B,) surrogate whose gradient is the estimator; its value is said per function. Everything
+stays in log space (softmax over log w, logsumexp for bounds).
 """
 
 from __future__ import annotations

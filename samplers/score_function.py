@@ -1,22 +1,12 @@
-"""The score-function (REINFORCE) gradient of the ELBO for a categorical q, with control variates.
+"""The score-function (REINFORCE) gradient of the ELBO for a categorical q, with control variates
+(docs/score-function.md).
 
-For a latent h ~ q_φ(h | x) and the learning signal f(h) = log p_θ(x, h) - log q_φ(h | x),
+    f(h) = log p_θ(x, h) - log q_φ(h | x),     ∇φ ELBO = E_q[ ∇φ log q_φ(h | x) · (f(h) - B) ]   for any constant B
+    B* = E_q[ ||∇φ log q||² f ] / E_q[ ||∇φ log q||² ]                   (the variance-minimizing B)
 
-    ∇φ ELBO = ∇φ E_q[f(h)] = E_q[ ∇φ log q_φ(h | x) · f(h) ]     (docs/score-function.md#the-score-function-gradient)
-
-(the term E_q[∇φ log q] that the product rule adds is zero, since Σ_h ∇q = ∇ Σ_h q = 0). Any
-constant B keeps the estimate unbiased, E_q[∇φ log q · (f - B)] = ∇φ ELBO
-(docs/score-function.md#control-variates), and the B that minimizes its variance is
-(docs/score-function.md#the-optimal-control-variate)
-
-    B* = E_q[ ||∇φ log q||² f ] / E_q[ ||∇φ log q||² ].
-
-Both expectations are estimated from the S samples drawn for the same example. So that B does
-not depend on the sample it multiplies (which would bias the estimate), sample s gets the
-leave-one-out estimate from the other S - 1 samples. ∇φ log q is taken with respect to the
-encoder's logits, where it has the closed form one_hot(h) - softmax(logits) for each latent
-position: B* is then the optimal baseline of the gradient the encoder back-propagates, and costs
-no extra backward pass.
+B* is estimated leave-one-out from the other S - 1 samples of the example, so that it does not depend on the sample it
+multiplies. ∇φ log q is taken with respect to the encoder's logits, one_hot(h) - softmax(logits) per position: B* is
+the optimal baseline of the gradient the encoder back-propagates, at no extra backward pass.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
-"""Stochastic-gradient MCMC (SGLD, SGHMC, SGNHT, Santa) as `torch.optim.Optimizer`s; the derivations, the update rules
-and their discretisation errors are in docs/sgmcmc.md, each class's rule in its docstring.
-
-Target: the posterior p(θ | X) ∝ exp(-U(θ)), U(θ) = -log p(θ) - Σ_{x ∈ X} log p(x | θ), sampled at temperature T
-as exp(-U(θ) / T) by a discretised SDE that needs only ∇U, or its unbiased minibatch estimate
-(docs/sgmcmc.md#the-minibatch-potential)
+"""Stochastic-gradient MCMC (SGLD, SGHMC, SGNHT, Santa) as `torch.optim.Optimizer`s (docs/sgmcmc.md; each class's
+update rule in its docstring). They sample exp(-U(θ) / T), U(θ) = -log p(θ) - Σ_{x ∈ X} log p(x | θ), from ∇U or its
+unbiased minibatch estimate (docs/sgmcmc.md#the-minibatch-potential)
 
     Û(θ) = -log p(θ) - (N / n) Σ_{x ∈ X̃} log p(x | θ),     X̃ ⊂ X uniformly drawn, |X̃| = n, |X| = N.
 
-Without the factor N/n the chain samples a posterior that has seen n data points, not N. `.grad` holds ∇Û (or ∇U)
-when `.step()` is called; after `attach(dataset_size=N)` it holds the batch-mean loss's gradient and `step()`
-multiplies it by N, so gradient clipping (Lightning's `gradient_clip_val`) acts before the factor. All per-parameter
-state (momentum, thermostats, Santa's preconditioner) lives in `self.state` and round-trips through `state_dict()`;
-the noise comes from an optional `torch.Generator`. `SampleCollector` keeps thinned snapshots after a burn-in. Exact
-HMC, with a Metropolis-Hastings test on the full-data energy, is samplers/hmc.py.
+After `attach(dataset_size=N)`, `.grad` holds the batch-mean loss's gradient and `step()` multiplies it by N, so
+gradient clipping acts before the factor. Per-parameter state lives in `self.state` (round-trips through
+`state_dict()`); noise comes from an optional `torch.Generator`. `SampleCollector` keeps thinned snapshots after a
+burn-in; exact HMC is samplers/hmc.py.
 """
 
 from __future__ import annotations
@@ -297,12 +292,11 @@ class SGNHT(SGMCMC):
 
 class Santa(SGMCMC):
     """Santa: stochastic annealing thermostats with an RMSprop preconditioner (Chen, Carlson, Gan, Li & Carin, 2016;
-    docs/sgmcmc.md#santa). It samples exp(-U / T_t) while the temperature T_t = T₀ t^(-γ) anneals (exploration),
-    then drops the stochastic terms and is a momentum optimizer with one adaptive momentum per element
-    (refinement), ending in a mode of U.
+    docs/sgmcmc.md#santa). It samples exp(-U / T_t) while T_t = T₀ t^(-γ) anneals (exploration), then drops the
+    stochastic terms and is a momentum optimizer with one adaptive momentum per element (refinement).
 
-    `lr` is the paper's learning rate η; its dynamics run in step h = √η with momentum p = u / h and
-    thermostat ξ = α / h (the paper's u, α), per element, as mSGNHT's. With g the preconditioner,
+    `lr` is the paper's η; the dynamics run in step h = √η with momentum p = u / h and thermostat ξ = α / h per element,
+    as mSGNHT's. With g the preconditioner,
 
         v ← σ v + (1 - σ) ḡ ⊙ ḡ,     g = 1 / √(λ + √v)     (ḡ: `.grad`; after `attach`, the batch-mean gradient ∇Û / N)
 
@@ -314,18 +308,9 @@ class Santa(SGMCMC):
     refinement (t > exploration_steps): ξ frozen, no noise:
         p ← e^{-hξ/2} (e^{-hξ/2} p - h g ⊙ ∇Û)   (euler: (1 - hξ) p - h g ⊙ ∇Û),     θ ← θ + h g ⊙ p.
 
-    In the paper's units (u = h p, α = h ξ) the refinement is u ← e^{-α} u - η g ⊙ ∇Û, θ ← θ + g ⊙ u: RMSprop
-    with learning rate η and one momentum per element (euler with α = 1 is exactly RMSprop(lr=η, alpha=σ, eps=λ)).
-    The splitting's two θ half steps of consecutive iterations are merged, so that the gradient is taken at the
-    point where the splitting needs it (the paper takes it half a drift earlier); both halves use the current g.
-
-    `drift_correction=True` adds the paper's estimate of the drift T ∇_θ g that a θ-dependent preconditioner
-    needs, T_t (1 - g_{t-1} / g) ⊘ p (its (η / β)(1 - g_{t-1} ⊘ g_t) ⊘ u_{t-1}), with |p| floored at 1e-3 √T_t.
-    It is off by default, as in the authors' released code: g follows the gradient history, not θ, and the
-    estimate divides the history's change of g by a momentum: small noise while g is stationary, large kicks
-    where g drifts and p is near 0 (tests/samplers/test_hmc.py). v starts at the first ḡ ⊙ ḡ, also as in the authors'
-    code: from the paper's v₀ = 0 the first g would be (1 - σ)^(-1/4) times too large (5.6 at σ = 0.999) and
-    decrease over ~1 / (1 - σ) steps.
+    Euler refinement with α = 1 is RMSprop(lr=η, alpha=σ, eps=λ). Where this differs from the paper's pseudo-code
+    (merged θ half steps, v starting at the first ḡ ⊙ ḡ, the drift correction off by default, ξ starting at g):
+    docs/sgmcmc.md#santa.
 
     Args:
         params: parameters (or param groups); their `.grad` must hold ∇U or ∇Û (after `attach`, the batch-mean
@@ -339,7 +324,8 @@ class Santa(SGMCMC):
         initial_thermostat: ξ at the start (the paper's α₀ = √η C: C), or None for the first preconditioner g,
             the thermostat's equilibrium when the injected noise 2 T g h is all the noise there is.
         integrator: "splitting" (Santa-SSS, the paper's Algorithm 2) or "euler" (Santa-E, Algorithm 1).
-        drift_correction: add the paper's finite-difference T ∇_θ g term (above) in the exploration stage.
+        drift_correction: add the paper's finite-difference estimate of T ∇_θ g, T_t (1 - g_{t-1} / g) ⊘ p with |p|
+            floored at 1e-3 √T_t, in the exploration stage.
         generator: source of the injected noise and of the initial momentum (the global RNG if None).
     """
 

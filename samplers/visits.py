@@ -1,19 +1,11 @@
 """How much each of an MIS call's L+1 candidates counts in JSA's gradient (docs/jsa.md#which-states-the-gradient-uses).
 
-JSA's gradient averages −∇ log p_θ(x, h) − ∇ log q_φ(h | x) over MCMC states. Given the candidates of one
-index-cached MIS call (candidate 0 the start state, 1..L the proposals), every such average is a weighted
-sum over the candidates, with weights that sum to 1 per example:
-
-* `final`:    the chain's last state, weight 1;
-* `chain`:    the L states after each step (the JSA paper's code), weight n_j / L with n_j the number of
-              steps that ended on candidate j (`visit_counts`); a rejection repeats the current state,
-              so only the distinct candidates need a decoder pass with gradient;
-* `expected`: weight E[n_j | candidates] / L (`expected_visits`), the conditional expectation of the
-              `chain` weights given the candidates, over the accept/reject uniforms alone. Same
-              expectation as `chain`, variance no larger (Rao-Blackwell), and no sampled path needed.
-
-`gradient_rows` turns the weights into the rows θ's gradient differentiates: every candidate, the distinct visited
-ones, or a fixed k + 1 per example (`sum_and_sample`, docs/jsa.md#a-fixed-number-of-gradient-rows).
+Each average of −∇ log p_θ(x, h) − ∇ log q_φ(h | x) over the chain's states is a weighted sum over the candidates
+(candidate 0 the start, 1..L the proposals), weights summing to 1 per example: `final`, the last state (weight 1);
+`chain`, the L states after each step (n_j / L, n_j the steps ending on candidate j: `visit_counts`); `expected`,
+E[n_j | candidates] / L (`expected_visits`), the same mean as `chain` with no more variance (Rao-Blackwell).
+`sum_and_sample` turns weights into a fixed k + 1 gradient rows per example
+(docs/jsa.md#a-fixed-number-of-gradient-rows).
 """
 
 from __future__ import annotations

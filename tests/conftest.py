@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"torchinductor-{os.getpid()}")
 # Inductor's C++ for the CPU without vector intrinsics, in this process and those it starts: the suite's compiled
 # steps are checked against the eager step (graph capture, buffer writes, eager's random draws), which does not hinge
-# on the instructions the kernels use, and scalar kernels generate and compile in about 60 % of the time here (a
-# VAE's and three JSA/DVAE steps: 51 s -> 30 s, 2-core Xeon). One test compiles with the vector code
+# on the instructions the kernels use, and scalar kernels generate and compile faster (benchmarks/results/suite/).
+# One test compiles with the vector code
 # (tests/models/test_accelerator_step.py); a value set outside the suite is kept.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
 
 import pytest  # noqa: E402
 
 # No torch, torchvision or project import at the top: under xdist the controller loads this file too, runs no test,
-# and would spend about 4 s on them before it starts the workers. What needs them imports them where it is used.
+# and would spend seconds on them before it starts the workers. What needs them imports them where it is used.
 if TYPE_CHECKING:
     import torch
 

@@ -1,15 +1,10 @@
-"""Measurements at trained parameters, for the studies (benchmarks/studies/field/study.py, cache/study.py, long_study.py):
+"""Measurements at trained parameters, for the studies (field/study.py, cache/study.py, long_study.py):
 
-* `step_cost`: ms per training step of every run's model, timed side by side in one process (the runs' own logged
-  epoch times depend on what else the machine was doing at the time).
-* `is_resolution`: how finely the importance-sampled NLL resolves a model, -log (1/K) Σ_k p(x, h_k) / q(h_k | x)
-  with K = 1000, 5000, 20000 samples on the same test images (the estimate falls towards the true -log p(x) as K
-  grows: docs/vae.md#importance-sampled-log-likelihood), with the ELBO from the same samples; per image, so that
-  two models' difference gets a paired standard error.
-* `gradient_quality`: every estimator's gradient at the same parameters (one reference run's checkpoints), so that
-  their noise is compared where they stand on equal ground, not along each method's own trajectory: the trace of
-  the covariance of repeated estimates on a fixed batch (as callbacks/gradient_variance.py logs during training)
-  and the signal-to-noise ratio ||E g||² / tr Cov g, with ||E g||² estimated without bias as ||ḡ||² - tr Ĉov / n.
+* `step_cost`: ms per training step of every run's model, timed side by side in one process;
+* `is_resolution`: the importance-sampled NLL, -log (1/K) Σ_k p(x, h_k) / q(h_k | x), at K = 1000, 5000, 20000 on the
+  same test images, with the ELBO, per image for paired differences (docs/vae.md#importance-sampled-log-likelihood);
+* `gradient_quality`: every estimator's gradient at one reference run's parameters: tr Cov g of repeated estimates on
+  a fixed batch and the SNR ||E g||² / tr Cov g, with ||E g||² estimated without bias as ||ḡ||² - tr Ĉov / n.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""The refit-q check of a trained categorical model: is an arm's lower NLL its decoder's, or an artifact of
-its q? Every importance-sampled NLL uses the run's own q as the proposal, and a poorer q overstates -log p(x) more.
-So each final decoder gets a fresh q (the encoder re-initialized from one seed), trained with one objective for
-every arm, RWS's wake-q step (S proposals from q, self-normalized weights: a self-normalized estimate of
-−∇ KL(p_θ(h | x) ‖ q(h | x)), no chain and no cache), with the decoder and the prior frozen; then the NLL is
-estimated again with the refitted q. Two decoders compared through q's fitted this way differ by what the decoders
-differ by, up to how well each refit converged.
-
-Used by benchmarks/studies/verdict_study.py (--refit-q); kept in --out/refit-q.json, one entry per run, written after
-each, so an interrupted pass resumes.
-"""
+"""The refit-q check of a trained categorical model: is an arm's lower NLL its decoder's, or an artifact of its q?
+A poorer proposal q overstates -log p(x) more, so each final decoder gets a fresh q (encoder re-initialized from one
+seed) trained by one objective for every arm, RWS's wake-q step (a self-normalized estimate of
+−∇ KL(p_θ(h | x) ‖ q(h | x)); no chain, no cache), decoder and prior frozen, and the NLL is estimated again.
+Used by benchmarks/studies/verdict_study.py (--refit-q); kept in --out/refit-q.json, written after each run, so an
+interrupted pass resumes."""
 
 from __future__ import annotations
 

@@ -2,19 +2,11 @@
 
     python -m benchmarks.robustness.faults [--kills 20] [--concurrent 10] [--resumes 10] [--out benchmarks/results/faults]
 
-1. kill -9 during checkpoint writes: a training run that saves every step is killed the moment a temporary
-   checkpoint file appears beside `last.ckpt` (a save in progress), with TMPDIR on another filesystem
-   (/dev/shm); every checkpoint left must verify against its checksum and load, and the next run resumes
-   from `last.ckpt`. Repeated until `--kills` kills have hit a save in progress (a kill that lands just
-   after the save is checked too and counted apart), in one run directory, then resumed to the end once.
-2. Runs started at the same moment: two identical runs are started together, `--concurrent` times; each
-   must get its own TensorBoard version and Hydra directory and finish with its own `last.ckpt`.
-3. Two resumes of one run started at the same moment, `--resumes` times: one writes the run to its end, the
-   other is refused in one line naming the owner (exit 2), and the run's `last.ckpt` is the finished one's. The
-   owner waits at its training start until the other has been answered (`HoldAtTrainStart`), so that the two
-   overlap however slowly each starts.
-
-Writes results.json and results.md under --out. tests/launch/test_interruptions.py runs both with small counts.
+1. kill -9 the moment a save is in progress (TMPDIR on another filesystem): every checkpoint left verifies and
+   loads, and the next run resumes from `last.ckpt`;
+2. two identical runs started together: each gets its own version and Hydra directory and its own `last.ckpt`;
+3. two resumes of one run at once: one finishes it, the other is refused naming the owner (exit 2).
+Writes results.json and results.md under --out; each fault in detail: benchmarks/results/faults/README.md.
 """
 
 from __future__ import annotations

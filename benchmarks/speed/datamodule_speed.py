@@ -1,14 +1,10 @@
-"""Seconds per MNIST training epoch: in-memory batched path vs. the plain torchvision path.
+"""Seconds per MNIST training epoch: the in-memory batched path against the plain torchvision path.
 
-Both paths serve the same 55k-image train split as ``(x, index)`` batches of
-128, shuffled, ``num_workers=0``, in this process:
+    python -m benchmarks.speed.datamodule_speed [--epochs N]       # data from DATA_DIR (default ../shared/data)
 
-* fast:  ``MNISTDataModule.train_dataloader()`` (one gather + vectorised binarisation per batch);
-* plain: ``torchvision.datasets.MNIST`` + ``transforms.ToTensor()`` per image, wrapped to
-  return ``(x, index)`` (and ``bernoulli`` per image for dynamic binarisation), default collate.
-
-Run: ``python -m benchmarks.speed.datamodule_speed [--epochs N]``; data from env ``DATA_DIR``
-(default ``../shared/data``).
+Both serve the 55k-image train split as (x, index) batches of 128, shuffled, num_workers=0: `fast` is
+`MNISTDataModule.train_dataloader()` (one gather and a vectorised binarisation per batch), `plain` is
+`torchvision.datasets.MNIST` with `ToTensor()` per image (and `bernoulli` per image for dynamic binarisation).
 """
 
 from __future__ import annotations

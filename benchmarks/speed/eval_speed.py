@@ -2,23 +2,10 @@
 
     python -m benchmarks.speed.eval_speed [--batch-size 64] [--samples 200] [--models vae,jsa] [--chunk-sizes 20 100]
 
-For each model (MNIST, its default MLP, untrained weights: the cost does not depend on them), measured side by
-side in one run (medians of torch.utils.benchmark's blocked_autorange, under torch.inference_mode as Lightning's
-val/test loops run; eval and its matmul floor timed in 5 alternating rounds, the ratio the median of the rounds'):
-
-* `eval`: one call of `model.importance_estimate` on a batch: the encoder pass and `--samples` importance
-  samples in chunks of `eval_chunk_size` (what a val/test step costs, without the reconstruction metrics);
-* `matmul floor`: the matrix products that call performs, recorded with their shapes (aten.mm/addmm/bmm/linear,
-  and convolutions for a conv backbone) and
-  replayed alone on random float32 tensors: the time its FLOPs take as plain matmuls on this machine;
-* the FLOPs counted by `torch.utils.flop_counter` (one multiply-add = 2 FLOPs) and the achieved GFLOP/s;
-* `ratio` = eval / matmul floor (issue target <= 1.5), and where the rest of the time goes: the top operators
-  of torch.profiler's table for one call.
-
-`--chunk-sizes` measures each model at several `eval_chunk_size` values side by side (default: the models' default).
-With `--test-images N`, also the test stage as a whole (`Trainer.test` on N real MNIST test images with the
-model's `test_num_samples`), against N / batch x the per-batch time of the same evaluation: what the loop around
-the step (metrics, image grids, logging, the data loader) adds. Needs DATA_DIR.
+For each model: one evaluation call against the same matrix products replayed alone (the matmul floor), their
+ratio, the FLOPs and GFLOP/s, and where the rest of the time goes; `--chunk-sizes` compares `eval_chunk_size`
+values, `--test-images N` times the whole test stage (needs DATA_DIR).
+How: benchmarks/results/speed/README.md#how-each-benchmark-measures.
 """
 
 from __future__ import annotations

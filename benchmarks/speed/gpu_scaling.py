@@ -1,38 +1,13 @@
-"""How JSA's training step scales with the number of MIS steps L on a GPU (docs/mis.md#cost-model).
+"""How JSA's training step scales with the number of MIS steps L on a GPU (docs/mis.md#cost-model), and with
+--estimators every estimator's step at S = L, eager and compiled whole (docs/mis.md#compiling-the-whole-step).
 
     python -m benchmarks.speed.gpu_scaling                      # on a CUDA machine: CIFAR-10 conv nets, batch 128
     python -m benchmarks.speed.gpu_scaling --precision bf16-mixed --compile
     python -m benchmarks.speed.gpu_scaling --tiny               # a CPU smoke run of the same code, tiny networks
-    python -m benchmarks.speed.gpu_scaling --estimators --out benchmarks/results/speed/gpu_estimators_h100.txt   # the estimators' table
+    python -m benchmarks.speed.gpu_scaling --estimators --out benchmarks/results/speed/gpu_estimators_h100.txt
     python -m benchmarks.speed.gpu_scaling --estimators --quick # its CPU smoke run
 
-JSA's index-cached MIS scores the L+1 candidates of every example in one batched decoder pass. On a
-CPU that pass costs in proportion to its B (L+1) rows, so the linear cost model predicts a JSA step of
-1 + (L+1)/6 VAE steps (a forward pass ~ 1/6 of a forward+backward+Adam step). On a GPU the pass is
-nearly free while the device is not saturated: the JSA/VAE ratio stays flat as L grows, until the
-candidate rows fill the device; the `µs/row` column (the step's extra time per added candidate row)
-shows where that happens.
-
-For each L, measured side by side in one run (medians of torch.utils.benchmark's blocked_autorange,
-which synchronizes CUDA): one MIS call (encoder, candidate pass, chain; no gradient), one JSA training
-step (MIS, forward, backward, Adam) and one VAE step on the same conv backbone and batch, these two in 3
-alternating rounds (benchmarks/lib/timing.py) so that the ratio holds on a machine whose speed drifts. The networks
-are those `python train.py model=jsa data=cifar10` trains (conv backbone, discretized-logistic likelihood,
-K=10, D=16 codes on the 8x8 grid; the VAE with 16 latent channels per cell), on random 8-bit images
-(the cost does not depend on the pixels). `--precision bf16-mixed` runs the steps under bfloat16 autocast
-(log-probabilities stay float32, models/components/precision.py); `--compile` compiles the encoder and
-decoder as `model.compile=true` does.
-
-`--estimators` measures instead the table of the estimators at S = L particles (default 20,
-docs/mis.md#compiling-the-whole-step): JSA's step with the chain gradient on static rows (`chain_rows=static`, the
-accelerator's default), on distinct rows (the CPU's, eager only), on k + 1 = 3 and 5 rows (`gradient_rows=2`, `4`:
-sum-and-sample), with `expected` and `final`, RWS and VIMCO with S
-samples, and the VAE, on the MLP backbone (MNIST's shapes, bernoulli likelihood) and the conv one (CIFAR-10's,
-discretized logistic), each eager and compiled whole (`model.compile=step`: loss and backward one graph, CUDA graphs
-on CUDA; Adam eager in both, `--fused-adam`: Adam(fused=True) in both), all of a backbone in alternating rounds. Each line is written as soon as it is
-measured, to the terminal and to --out, so a run cut short keeps what it measured. `compile s` is the first
-compiled step (the compilation) and the warm-up after it.
-"""
+What each line times: benchmarks/results/speed/README.md#how-each-benchmark-measures."""
 
 from __future__ import annotations
 

@@ -2,20 +2,9 @@
 
     python -m benchmarks.speed.jsa_gradient_cost [--warm-up-steps 300] [--rounds 5] [--min-run-time 10]
 
-The JSA paper's setting (experiment=jsa_paper: MLP 784-512-256 with LeakyReLU, 20 latents x 10 classes, batch 200,
-L = S = 20) on a batch of real MNIST (`DATA_DIR`, statically binarized). A JSA model is first trained for
-`--warm-up-steps` steps on consecutive batches (final-state gradient) so that the MIS acceptance rate, and with it the number of distinct
-states a chain visits, is that of a model in training rather than of random weights; every variant then starts
-from those parameters. One step is forward, backward and an Adam update of `training_loss`, timed on one thread in
-alternating rounds (benchmarks/lib/timing.py), so a ratio is the median of the rounds' ratios.
-
-Variants: JSA `final`; JSA `chain` as the paper's code computes it (every one of the L path states scored again
-with gradient, this collection's form before the change, kept here as `PathAverageJSA`); JSA `chain` from the
-distinct visited states (chain_rows=distinct, the CPU's default), on static rows (chain_rows=static, every candidate
-scored once with gradient) and on k + 1 rows (`--gradient-rows`, default k = 2, 4, 8: sum-and-sample,
-docs/jsa.md#a-fixed-number-of-gradient-rows); JSA `expected` (the Rao-Blackwellized weights over all L+1 candidates,
-scored once with gradient); RWS and VIMCO with S = 20. Decoder rows per example and step are counted apart: without gradient
-(the MIS candidates) and with gradient (forward and backward).
+The JSA paper's setting on real MNIST (`DATA_DIR`), from parameters trained `--warm-up-steps` steps; one step is
+forward, backward and Adam on one thread, in alternating rounds, with the decoder rows each variant scores. The
+variants: benchmarks/results/speed/README.md#how-each-benchmark-measures.
 """
 
 from __future__ import annotations

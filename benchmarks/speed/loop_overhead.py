@@ -3,25 +3,9 @@ progress bar) against the bare step, so that a feature cannot quietly add host s
 
     python -m benchmarks.speed.loop_overhead [--models jsa,vae] [--steps 120] [--repeats 3]
 
-For each model, `--repeats` times, on real MNIST batches (DATA_DIR), two runs:
-
-* `fit`: `launch.hydra_app.run` on the composed Hydra config (`model=<name>`, fewer steps than an epoch so that only training
-  steps run);
-* `lightning`: the same model in a plain `lightning.Trainer` with nothing of the collection's (no logger, progress
-  bar, checkpointing or callback, not even the model's own `configure_callbacks`): the floor of `Trainer.fit`'s loop.
-
-In both, one more callback runs a `bare` step at the start of every training batch: a second copy of the model, built
-from the same config, in a plain loop over its own loader (`training_loss`, `zero_grad`, `backward`,
-`optimizer.step`, the next batch). Each step inside the trainer (from the end of that bare step to the next batch's
-start: the step, logging, callbacks, fetching the next batch) is thus paired with a bare step taken just before it,
-so that the machine's drift over a run (seen here: 15% between runs minutes apart on a shared 2-core VM) affects
-both alike.
-
-The first 10 steps of each run are left out (warm-up). Reported: the median step of each; fit / bare (issue target
-<= 1.05), split into lightning / bare (Lightning's own loop: hooks, closure, batch transfer) and fit / lightning
-(what the collection adds: its callbacks, logger and progress bar); and the mean ratio fit / bare, which also
-carries what happens every N steps (logging every 50 steps; the gradient-variance callback, every 200, is not
-reached by runs shorter than 200 steps).
+Each step inside the trainer is paired with a bare step taken just before it, so that the machine's drift falls on
+both; fit / bare splits into Lightning's own loop (lightning / bare) and what the collection adds (fit / lightning).
+How: benchmarks/results/speed/README.md#how-each-benchmark-measures.
 """
 
 from __future__ import annotations

@@ -2,16 +2,10 @@
 
     python -m benchmarks.speed.memory [--models jsa,vae] [--steps 200] [--test-batches 20]
 
-For each model, three real `python train.py model=<name>` processes on MNIST (DATA_DIR), each measured alone
-(the peak resident set of a child process, `ru_maxrss` of a wrapper that runs only it):
-
-* `start`: 1 training step, no validation, no test: the interpreter, torch, Lightning and the data in memory;
-* `train`: `--steps` training steps with validation on 4 batches;
-* `test`: 1 training step, then the test stage on `--test-batches` batches of 128 with the model's
-  `test_num_samples` importance samples (memory bounded by `eval_chunk_size`).
-
-Beside them: the bytes of the data module's uint8 tensors (one per split, no float copy), the model's parameters
-and buffers (JSA's cache included) and Adam's two moments.
+Three real processes per model on MNIST (DATA_DIR), each measured alone: `start` (one step), `train` (`--steps`
+steps with validation) and `test` (the test stage, memory bounded by `eval_chunk_size`); beside them the bytes of the
+data, the parameters and buffers, and Adam's moments.
+How: benchmarks/results/speed/README.md#how-each-benchmark-measures.
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
-"""Index-cached MIS vs the naive MIS (docs/mis.md#cost-model), and JSA's training step vs the VAE's.
+"""Index-cached MIS against the naive MIS (docs/mis.md#cost-model), and JSA's training step against the VAE's.
 
     python -m benchmarks.speed.mis_speed [--batch-size 128] [--device cpu] [--precision bf16-mixed] [--rounds 5]
 
-All timings come from torch.utils.benchmark's blocked_autorange, on the same networks (MNIST-sized MLP backbone,
-V=20, K=10) and the same batch. Each pair compared (naive and cached; JSA and VAE) is measured in `--rounds`
-alternating rounds, and a ratio is the median of the rounds' ratios: the machine's drift over a run (seen here: 20%
-within minutes on a shared 2-core VM) then falls on both sides alike instead of on one.
-
-1. One MIS call, cached vs naive, for L in {1, 4, 16, 64}. The cost model (docs/mis.md#cost-model) puts the naive call at
-   T_q + L (2 T_p + 3 T_q) and the cached one at T_q + T_p(batch of L+1); with T_p ~ T_q and a
-   decoder whose cost grows with its batch (a CPU), the predicted speed-up is ~ (5L + 1)/(L + 2).
-2. One training step (forward, backward, Adam) of JSA vs the VAE on the same backbone. JSA adds
-   a no-grad decoder pass over L+1 candidates per example; with a forward+backward costing ~3
-   forwards, the linear cost model predicts a ratio of ~ 1 + (L + 1) / 6 (a prediction, not a bound: JSA's
-   larger networks push the measured ratio above it at small L, batching below it at large L).
-3. The share of a cached MIS call spent in the sequential accept/reject loop (`mis_chain`) at L=64.
-
-`--precision bf16-mixed` runs every call and step under bfloat16 autocast, as `trainer.precision=bf16-mixed`
-does (the log-probabilities stay float32, models/components/precision.py): faster on a CPU with bfloat16
-matrix units (AMX) as well as on a GPU.
+Cached against naive MIS calls for L in {1, 4, 16, 64}, the JSA/VAE step ratio beside the cost model's prediction,
+and the sequential chain's share of a call, on the same networks and batch in alternating rounds.
+How: benchmarks/results/speed/README.md#how-each-benchmark-measures.
 """
 
 from __future__ import annotations

@@ -3,22 +3,9 @@
     python -m benchmarks.speed.replica_throughput --out benchmarks/results/speed/replicas_h100.txt   # on a lent GPU
     python -m benchmarks.speed.replica_throughput --quick                                            # a CPU smoke run
 
-At the JSA paper's protocol (MLP 784-512-256, LeakyReLU, V = 20 latents of K = 10 classes, batch 200, L = S = 20) a
-step is bound by kernel launches on a GPU, not arithmetic. For JSA (`chain` gradient on static rows, the accelerator's
-default) and RWS, eager and compiled whole (`model.compile=step`), and R = 1, 4, 8, 16, 32 replicas, this measures
-one replicated training step (the vmapped loss of every replica, backward, Adam over the stacked weights) and reports
-steps/s and replica-steps/s, and the speed-up of R replicas over R = 1 (the goal: R = 16 at least 8x R = 1's
-replica-steps/s). The plain single-run step of the model (no vmap) is the first line of each block, so that R = 1's
-cost of vmap is seen too. In the eager block each R also times one whole validation of the R replicas as a study
-validates (`--val-images` images in batches of 500, `--val-samples` importance samples each; eager in both modes, as
-`model.compile=step` compiles the training step only), and each line gives the seconds of the first step (compiled:
-the compilation). Each line is written as soon as it is measured, to the
-terminal and to --out.
-
-`--mps-probe` first says whether CUDA MPS's control program is on the machine and whether a daemon runs (it starts
-none: the machine's settings are left as they are; with no `pgrep` there it says it did not look), then times
-`--lanes` processes each training one plain run at once beside one process of as many replicas: the same work as
-processes sharing the GPU, or as one batched step.
+For JSA and RWS at the JSA paper's protocol, eager and compiled whole, R = 1 … 32: steps/s, replica-steps/s and the
+speed-up over R = 1, and a validation of the R replicas; `--mps-probe` compares processes sharing the GPU. Each line
+is written as soon as it is measured. How: benchmarks/results/speed/README.md#how-each-benchmark-measures.
 """
 
 from __future__ import annotations

@@ -4,16 +4,9 @@ timed in alternating rounds, each round a fresh process per tree (a tree is impo
     git archive main | tar -x -C /tmp/before
     python -m benchmarks.speed.source_trees /tmp/before . --rounds 6
 
-The step is that of benchmarks/speed/jsa_gradient_cost.py's paper setting (MLP 784-512-256 with LeakyReLU, 20 latents x 10
-classes, batch 200, L = 20, `gradient_states` chain, everything else the class's defaults, so the CPU's default
-chain rows), on a binarized MNIST-like batch of fixed random pixels (the cost does not depend on the pixels beyond
-the acceptance rate, the same in both trees), forward, backward and an Adam update, on one thread. A machine's speed
-drifts within minutes; alternating the trees round by round lets the drift fall on both, and the ratio is the median
-of the rounds' ratios (benchmarks/lib/timing.py's rule).
-
-`--jsa-only` compares in one process instead: the `JSA` class of each tree's models/jsa.py (the rest of the code from
-this tree), each step timed in turn within the same seconds, `--rounds` alternating rounds of `--seconds` each. For
-a change confined to models/jsa.py this pairs far more tightly than separate processes on a shared machine.
+`--jsa-only` times each tree's `JSA` class in one process instead, `--rounds` rounds of `--seconds` each: for a change
+confined to models/jsa.py it pairs far more tightly.
+The step and the rule: benchmarks/results/speed/README.md#how-each-benchmark-measures.
 """
 
 from __future__ import annotations

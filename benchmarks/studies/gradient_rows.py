@@ -2,16 +2,9 @@
 
     python -m benchmarks.studies.gradient_rows --checkpoint PATH [--ks 1 2 4 8] [--batches 4] [--repeats 50]
 
-`gradient_rows=k` differentiates k + 1 decoder rows per example, the k candidates of largest weight exactly and one
-drawn from the rest (sum-and-sample, docs/jsa.md#a-fixed-number-of-gradient-rows): unbiased, so what it can cost is
-variance. At shared parameters (the checkpoint, a JSA run of experiment=jsa_paper part-way through training) every k
-and every row (`all`: chain_rows=static, the gradient without row sampling) draws `--repeats` independent gradient
-estimates (`JSA.gradient_estimates`: fresh proposals and chains, nothing written) on each of `--batches` training
-batches, and the table gives, per parameter group, tr Cov g and the SNR ||E g||² / tr Cov g
-(benchmarks/lib/at_checkpoints.py:noise_and_signal), means over the batches. q's gradient is a gather from the one
-encoder pass and keeps every candidate's weight, so φ's numbers move with k only by Monte Carlo error; θ's carry the
-price. Beside them: how many candidates carry weight per example (the rows `all` pays for) and the share of examples
-with more than k of them (where the draw is random at all).
+At a checkpoint's parameters, every k and `all` rows draw `--repeats` independent gradient estimates on each of
+`--batches` batches; per parameter group, tr Cov g and the SNR ||E g||² / tr Cov g, and how many candidates carry
+weight per example (benchmarks/results/gradient-rows/README.md).
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Bits/dim on grey (8-bit) MNIST with the discretized logistic likelihood, every model, a short budget.
 
-Runs `experiment=compare` (same MLP networks, optimizer, batch size and seed for every model) on
-grey MNIST (`data.binarize=none`; the likelihood follows the data: a mixture of 5 discretized
-logistics per pixel, exact bits/dim), one model at a time so that an interrupted study continues
-with the models not yet done, then writes the comparison report. On a 2-core CPU the budget is
-cut to fit a session: `--steps` training steps, and the test bound from `--test-samples`
-importance samples on the first `--test-batches` batches of the test split (the same images for
-every model). Usage:
-
     python -m benchmarks.studies.grey_mnist --out benchmarks/results/grey-mnist
+
+Runs `experiment=compare` (the same networks, optimizer, batch size and seed for every model) on grey MNIST
+(`data.binarize=none`: a mixture of 5 discretized logistics per pixel, exact bits/dim), one model at a time so that
+an interrupted study continues, then writes the comparison report. `--steps`, `--test-samples` and `--test-batches`
+cut the budget (the same test images for every model).
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
-"""The JSA study: JSA against RWS, VIMCO, REINFORCE+B* and Gumbel-softmax on one categorical model, under
-the JSA paper's protocol (configs/experiment/jsa_paper.yaml), with the Gaussian VAE and the VQ-VAE at
-matched networks as context, seed spread, and an ablation of JSA's settings.
+"""The JSA study: JSA against RWS, VIMCO, REINFORCE+B* and Gumbel-softmax on one categorical model, under the JSA
+paper's protocol, with the Gaussian VAE and the VQ-VAE at matched networks as context, seed spread, and an ablation
+of JSA's settings (the groups of runs: benchmarks/results/jsa-study/README.md).
 
     python -m benchmarks.studies.jsa_study                       # the whole study (resumable), then the report
     python -m benchmarks.studies.jsa_study --report-only         # the report from the finished runs
     python -m benchmarks.studies.jsa_study --epochs 500 --short-epochs 50 --val-samples 1000 --out benchmarks/results/jsa-study-500
                                                          # the paper's 500 epochs: a GPU machine's job
-
-Each run is `python train.py experiment=jsa_paper model=... seed=...` (the command is recorded), logged to
-`--logs/<run>`; a finished run leaves `--out/runs/<run>.json` (its curves and test numbers read from
-TensorBoard), so an interrupted study continues where it stopped: finished runs are skipped and an
-unfinished one resumes from its last.ckpt. `--out` gets report.md, the PNG plots and commands.txt.
-
-Three groups, all under the same protocol except the number of epochs:
-* main: every model for `--epochs`, test IS-NLL with 1000 samples at the epoch of best val NLL;
-* seeds: the five discrete estimators with seeds 1..`--seeds`-1 for `--short-epochs` (seed 0 is the
-  main run at the same epoch: the runs are identical up to it);
-* ablation: JSA at `--short-epochs` with one setting changed each: L in {1, 5}, the cache read from
-  epoch 0, the final state's gradient, a learned prior.
 """
 
 from __future__ import annotations

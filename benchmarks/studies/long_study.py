@@ -1,21 +1,11 @@
-"""Is JSA's deficit to RWS a 30-epoch artefact? JSA without its cache, JSA with a cache setting, and RWS, trained
-under the JSA paper's protocol (configs/experiment/jsa_paper.yaml, uniform prior, 20 particles) for --epochs
-(default 100) with three seeds each, on MNIST: the field study's 30-epoch comparison at a budget where the runs
-may converge.
+"""Is JSA's deficit to RWS a 30-epoch artefact? JSA without its cache, JSA with a cache setting, and RWS under the JSA
+paper's protocol for --epochs (default 100), three seeds each, on MNIST (the arms and the report:
+benchmarks/results/long-study/README.md).
 
     python -m benchmarks.studies.long_study                   # every run (resumable), then the report
     python -m benchmarks.studies.long_study --report-only     # the report from the finished runs
     python -m benchmarks.studies.long_study --is-resolution   # only the finished runs' IS-NLL at 100, 1000, 5000 samples
     python -m benchmarks.studies.long_study --arms jsa-never,rws --lanes 2 --logs /scratch/long-study
-
-The cache arm reads the cache from 60 % of the run on (the JSA paper reads it over its last 40 %: 300 of 500
-epochs); `--cache-arm` names its extra train.py settings (default: the cache alone, `q_states=chain`). Each run is
-`python train.py experiment=jsa_paper ...` (the command is in its JSON record under `--out/runs/`); a finished run
-is skipped, an unfinished one resumes from its last.ckpt (benchmarks/lib/runner.py). The report gives, per arm, the
-test NLL (1000 samples at the best val epoch), the best val NLL, the epoch it came at and whether that is the last
-validation (a run whose best epoch is its last has not converged), with seed spread and the RWS − JSA differences;
-then, from every finished run's best checkpoint, the importance-sampled NLL at 100, 1000 and 5000 samples on the
-first 500 test images, as the cache study measures it (`--is-resolution`, benchmarks/lib/at_checkpoints.py).
 """
 
 from __future__ import annotations

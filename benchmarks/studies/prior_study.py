@@ -5,21 +5,8 @@
     python -m benchmarks.studies.prior_study --report-only  # the report from the finished runs
     python -m benchmarks.studies.prior_study --lanes 2      # two runs at once (one thread each on two cores)
 
-Cost, measured side by side in one process (interleaved repeats, medians), on real MNIST batches:
-* ms per JSA training step (MIS with L = 10, loss, backward, Adam) with each prior: the flat layout
-  (MLP, 20 x 10, batch 128) and the grid (conv, 7 x 7 x 10, batch 32);
-* the prior's batched scoring of all B * (L + 1) candidates at L = 20 in one pass, against the decoder's
-  pass over the same candidates (log p(x | h)): the share a learned prior adds to MIS's scoring.
-
-Quality at equal epochs (`python train.py` runs, each recorded in --out/runs/<name>.json; a finished run is
-skipped, an unfinished one resumes from its last.ckpt):
-* JSA (MLP, 20 x 10, L = 10) with the uniform, factorized and autoregressive prior, `--seeds` seeds each;
-  val IS-NLL (100 samples) after `--epochs` epochs;
-* VQ-VAE with a learned prior fit alongside: the MLP with K = 10 codes per position (the comparison's
-  discrete latent) and MADE, the conv grid (7 x 7, K = 512) and a gated PixelCNN; val/nll (the bound with the
-  learned prior) beside val/nll_uniform_prior; then the MLP's second stage: `--stage2-epochs` more epochs of
-  the prior alone on the frozen autoencoder (model=vqvae_prior).
-"""
+The cost of each prior, side by side in one process, and JSA's and the VQ-VAE's quality with each at equal epochs;
+the settings of both: benchmarks/results/priors/README.md."""
 
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
 """Santa against Adam on one model of the collection: the same model, data, seed and epochs, val NLL after each.
 
-Trains `python train.py model=<model> optimizer=adam` and `... optimizer=santa` (configs/optimizer/santa.yaml,
-samplers/sgmcmc.py, docs/sgmcmc.md#santa) one after the other, reads each run's `val/nll` (nats per image, from
-`model.val_num_samples` importance samples) from its TensorBoard events, and writes under --out:
-
-* `report.md`: a row per optimizer: epochs, training steps, the val NLL after every epoch and at the end, wall time;
-  the exact commands, the machine (`lscpu`'s model name) and whether the budget was a short one;
-* `command.txt`: how the report was made.
-
-Santa explores (samples at the annealed temperature) for `--exploration-fraction` of the run's steps and refines
-(optimizes) for the rest, so that a short run shows both stages. On a 2-core CPU a full epoch of the VAE with
-val NLL takes minutes: `--limit-train-batches` (a fraction or a number of batches per epoch) and
-`--limit-val-batches` cut it. Usage:
-
     nice -n 10 python -m benchmarks.studies.santa_vs_adam --epochs 1 --limit-train-batches 100 --limit-val-batches 8
+
+Trains `python train.py model=<model> optimizer=adam` and `... optimizer=santa` (docs/sgmcmc.md#santa) one after the
+other and writes `report.md` (per optimizer: epochs, steps, val NLL after every epoch and at the end, wall time, the
+commands and the machine) and `command.txt` under --out. Santa explores for `--exploration-fraction` of the steps
+and refines for the rest, so that a short run shows both; `--limit-*-batches` cut an epoch on a small machine.
 """
 
 from __future__ import annotations

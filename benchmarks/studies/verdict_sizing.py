@@ -3,21 +3,17 @@
     python -m benchmarks.studies.verdict_sizing benchmarks/results/speed/replicas_*_h200.txt   # lease 1's tables
 
 A verdict command (benchmarks/results/verdict-study/lease/verdict.sh N K [jsa|rws]) trains the K-th group of N seeds,
-JSA's processes, RWS's or both side by side on the one GPU, then measures the runs it finished at 20,000 samples on
-the same machine (their checkpoints do not travel). Its seconds, by PLAN.md's protocol (275 steps an epoch, a
-validation of 5000 images at 1000 samples every 5 epochs, the test on 10,000 images at the best one):
+then measures its finished runs at 20,000 samples. Its seconds, by PLAN.md's protocol:
 
     JSA: 82,500 t_J(N) + 60 v_J(N) + c_J(N)  +  55,000 t_J(3N) + 42 v_J(3N) + c_J(3N)   (trunk, then its three arms)
     RWS: 137,500 t_W(N) + 102 v_W(N) + c_W(N)
     the measure: 42 v(1) per run (1000 and 20,000 samples on 10,000 images: 42 validations of one run)
 
-with t the compiled replicated step at R replicas (ms/step), v one validation of R replicas (scaled to 5000 images at
-1000 samples in proportion, if timed at others) and c the first compiled step (the compilation), read from the tables and interpolated linearly in R (extrapolated past the largest R). Two
-processes side by side share the GPU: their sum is what the sizing counts (safe when they overlap, as launch-bound
-steps do). Each command must end its measures by `--limit` seconds after its start (verdict.sh: 560), `--setup`
-seconds of which go to installing the wheels, unpacking MNIST and starting processes. The plan is the one of fewest
-commands whose every command fits (its training ends by `--train-limit`, verdict.sh's TRAIN_LIMIT: 470); each is
-printed with its estimate.
+t: the compiled replicated step at R replicas (ms/step); v: one validation of R replicas (scaled to 5000 images at
+1000 samples); c: the first compiled step; read from the tables, linear in R between (and past) the measured R. Two
+processes side by side count as their sum. The plan is the one of fewest commands whose every command ends its
+training by `--train-limit` and its measures by `--limit` seconds, `--setup` of them for the set-up; each is printed
+with its estimate.
 """
 
 from __future__ import annotations

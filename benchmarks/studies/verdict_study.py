@@ -1,6 +1,5 @@
-"""The verdict at convergence: JSA under the JSA paper's full protocol, 500 epochs with its cache read from
-epoch 300, against RWS, five seeds an arm, with the comparisons fixed here before any run (benchmarks/results/
-verdict-study/PLAN.md says the same in words; a test holds the two together).
+"""The verdict at convergence: JSA (500 epochs, its cache read from epoch 300) against RWS, five seeds an arm, under the
+JSA paper's protocol, the comparisons fixed here before any run (benchmarks/results/verdict-study/PLAN.md in words).
 
     python -m benchmarks.studies.verdict_study                     # every run (resumable), then the report
     python -m benchmarks.studies.verdict_study --only 'rws-*'      # the processes of these runs only
@@ -8,23 +7,8 @@ verdict-study/PLAN.md says the same in words; a test holds the two together).
     python -m benchmarks.studies.verdict_study --refit-q           # a fresh q for each final decoder, NLL at 5000
     python -m benchmarks.studies.verdict_study --report-only       # the report from the records (none: it says so)
 
-Every arm trains as replicas (docs/replicas.md), `--replicas-per-process` seeds to a train.py process (default: all),
-each `experiment=jsa_paper` (configs/experiment/jsa_paper.yaml: validation every 5 epochs with 1000 importance
-samples, the test at each run's best validation):
-- JSA, per group of seeds, two processes one after the other: the trunk (`model=jsa model.cache_start_epoch=null`,
-  the cache written and never read; runs `jsa-never-s<seed>-to<B>`) to the branch epoch B (`--branch-epoch`, the
-  paper's 300), no test; then, from the trunk process's own last.ckpt, one process of three arms
-  (`replicas.arms=[{},{cache_start_epoch:B},{cache_start_epoch:B,cache_refresh:0.2}]`: `jsa-never`, the paper's cache
-  `jsa-cache300` and `jsa-cache300-rho0.2`), epochs B+1 to 500 with the test. Every arm of a seed starts as that seed's
-  trunk replica (launch/runs/replicas.py: trunk_to_branch), so each seed's three runs share epochs 1-B exactly (the
-  trunk checkpoint's sha256 is kept in their records): cache − no cache is a paired comparison per seed. Each arm is a
-  run of its own: its curves and its best validation are its own (epochs B+5 to 500).
-- `rws`, and `vimco` with --vimco: one process per group of seeds, 500 epochs from scratch, then the test.
-
-A process trains in its own folder under `--logs/processes/`; when it finishes, each replica's run is moved to
-`--logs/<run>/` (benchmarks/lib/packing.py) and its record written at once. A process cut short (a timeout) resumes
-from its last.ckpt, written at every validation, when the same command runs again on the same machine.
-"""
+Arms train as replicas, a process per group of seeds (JSA: a trunk, then its arms from the trunk's last.ckpt), each
+resumable, each finished run moved to `--logs/<run>/` with its record (benchmarks/lib/packing.py)."""
 
 from __future__ import annotations
 

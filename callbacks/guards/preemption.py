@@ -1,20 +1,10 @@
 """SIGTERM (how SLURM and Kubernetes preempt) and Ctrl-C save a resumable checkpoint and stop.
 
-Lightning turns SIGTERM into a flag that ends training at the next step boundary (in DDP, rank 0's
-flag is broadcast so that every rank stops at the same step) by raising `SIGTERMException`. This
-callback, on that exception:
-
-* writes `last.ckpt` into the checkpoint directory (every rank takes part, as in any save), the
-  state after the last finished step: resuming from it continues bit-for-bit like any resume;
-* sets the exit status to 128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C), the shell's
-  convention for "killed by a signal": a scheduler or a script sees that the run did not finish.
-  (Lightning's own `SIGTERMException` exits with status 0.)
-
-Ctrl-C (SIGINT) is made to take the same path: the first one asks the process to stop after the
-current step, the way SIGTERM does; a second one interrupts at once, saving nothing.
-
-The message names the command that resumes the run (`resume_command`); Lightning's own "Received SIGTERM: 15"
-line, which would say the same less clearly (and, after Ctrl-C, name the wrong signal), is left out.
+Lightning turns SIGTERM into `SIGTERMException` at the next step boundary (rank 0's flag broadcast under DDP). On it,
+this callback writes `last.ckpt` (every rank takes part), the state after the last finished step, and sets the exit
+status to 128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C), where Lightning's own exits with 0. The first
+Ctrl-C takes the same path; a second interrupts at once, saving nothing. The message names the command that resumes
+the run (`resume_command`), in place of Lightning's "Received SIGTERM: 15" line.
 """
 
 from __future__ import annotations
@@ -69,7 +59,7 @@ class SaveOnPreemption(L.Callback):
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         self.signal = signal.SIGINT
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C: KeyboardInterrupt, now
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C: KeyboardInterrupt at once
         log.warning("Ctrl-C: stopping after this step and saving a checkpoint (press Ctrl-C again to abort at once)")
         os.kill(os.getpid(), signal.SIGTERM)  # Lightning's SIGTERM path: stop at the step boundary, all ranks
 

@@ -1,18 +1,11 @@
 """A DDP run's process group: its collectives' timeout set once every rank has started, and the group released before
 the interpreter shuts down, in every rank.
 
-The ranks' rendezvous waits for the slowest to start (launch/runs/distributed.py: STARTUP_TIMEOUT_S, at least ten
-minutes: a rank may import torch a minute after another on a busy machine); `CollectiveTimeout` then gives every later
-collective the run's own ddp_timeout_s, after which a stuck peer stops the run with a message.
-
-
-Left to interpreter exit, gloo's worker threads can outlive Python and abort a process whose run succeeded
-("terminate called without an active exception", exit status -6; pytorch/pytorch#190489). The fix is to call
-`destroy_process_group` while Python is still alive. Lightning registers it with `atexit` for NCCL only
-(`lightning.fabric.utilities.distributed._init_dist_connection`); this callback registers the same for any backend
-when the trainer is set up. It runs in every rank, also in ddp_spawn's spawned processes, which run none of the
-launch code. It acts at exit, not when the run ends, because a multirun's next job in the same processes reuses the
-group: Lightning's Hydra support runs the whole sweep in each rank.
+The rendezvous waits for the slowest rank to start (launch/runs/distributed.py: STARTUP_TIMEOUT_S); `CollectiveTimeout`
+then gives every later collective the run's ddp_timeout_s. Left to interpreter exit, gloo's threads can abort a
+process whose run succeeded (exit status -6; pytorch/pytorch#190489), so `destroy_process_group` is registered with
+`atexit` for any backend, as Lightning does for NCCL only; at exit, not at the run's end, because a multirun's next
+job reuses the group. It runs in every rank, ddp_spawn's spawned processes included.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ class AtomicCheckpoints(L.Callback):
                                                                    if getattr(c, "dirpath", None)]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.ckpt_path:  # the optimizers' state is restored by now (once per fit: one host sync)
+        if trainer.ckpt_path:  # the optimizers' state is restored before training starts (once per fit: one host sync)
             check_optimizer_states(trainer, pl_module)
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:

@@ -1,12 +1,9 @@
-"""Every rank's random state in the checkpoint, so that a resumed run draws the random numbers an
-uninterrupted run would have drawn (MIS proposals, reparameterization noise, ...).
+"""Every rank's random state in the checkpoint, so that a resumed run draws what an uninterrupted run would have drawn.
 
-Saved: torch's CPU generator (and the device's CUDA generator where used) of every rank; the
-data order is the training loader's own state (datamodules/resumable.py), and an SG-MCMC
-sampler's noise generator is part of the optimizer's state (samplers/sgmcmc.py). The saved
-states are applied when training starts (after any sanity check, which draws numbers too). A run
-that does not resume gives each DDP rank its own stream, seed + rank, so that the ranks'
-samples are independent and still determined by the seed.
+Saved: torch's CPU generator (and the CUDA generator where used) of every rank, applied when training starts (after
+any sanity check, which draws numbers too); the data order is the loader's own state (datamodules/resumable.py), an
+SG-MCMC sampler's noise generator the optimizer's. A run that does not resume seeds each DDP rank seed + rank, so the
+ranks' samples are independent and still determined by the seed.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Resuming with settings that differ from the checkpoint's: train with what the run records, or refuse.
 
-A resumed run is built from this run's settings (and records them: config.yaml, the HPARAMS tab), then
-Lightning loads the checkpoint's state into it. Two things could silently disagree with the record:
-
-* the shapes: a setting that changes a tensor (the latent size, a width, the cache's size or whether
-  there is a cache) cannot take the checkpoint's state. `state_mismatch` turns torch's refusal into
-  one line naming the settings that differ;
-* the optimizer: Lightning restores the optimizer's state, hyperparameters included, so a new
-  `model.lr` would be recorded and ignored. `ResumeSettings` sets every optimizer hyperparameter
-  back to this run's value after the restore, and logs each setting that changed. Another optimizer
-  class (Adam's moments loaded into an SG-MCMC sampler) has no such meaning: it is refused. Under a
-  learning-rate scheduler the learning rate is the scheduler's, restored with its state: it is left as
-  restored, and another scheduler (or none, where the checkpoint's run had one) is refused.
-
-The data module's settings are logged the same way; its loader resumes at the same example of the
-epoch whatever the batch size (datamodules/resumable.py).
+A resumed run is built from this run's settings (and records them); Lightning then loads the checkpoint into it.
+* shapes: a setting that changes a tensor cannot take the checkpoint's state; `state_mismatch` turns torch's refusal
+  into one line naming the settings that differ;
+* the optimizer: Lightning restores its hyperparameters too, so `ResumeSettings` sets each back to this run's value
+  and logs what changed; another optimizer class, or another scheduler (whose learning rate is restored), is refused.
+The data module's changed settings are logged the same way (its loader resumes at the same example:
+datamodules/resumable.py).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""A described run turned into R replicas of it trained in one process (models/replicas.py, docs/replicas.md), for both
-front ends: Hydra's `replicas.seeds=[0,1,2,3]` and LightningCLI's `--replicas.seeds=[0,1,2,3]`, with `replicas.arms`
-the settings replicas of one seed may differ in (e.g. `[{},{cache_start_epoch:300}]`: every seed with and without).
+"""A described run turned into R replicas trained in one process (models/replicas.py, docs/replicas.md), for both front
+ends: `replicas.seeds=[0,1,2,3]`, with `replicas.arms` the settings replicas of one seed may differ in.
 
-Each replica is built as the run of its seed would be (the seed set, then the model built with the described model's
-settings and the arm's) and is a run of its own: `<log_dir>/tensorboard/<name>-seed<S>[-<setting><value>...]`
-(callbacks/replica_runs.py). The process itself writes no TensorBoard run (the comparison would count it as a run):
-its progress bar and its own last.ckpt, the resume point of all replicas, go to `<log_dir>/replicas/<name>/<time>-<pid>`.
-
-Arms from a trunk: given `ckpt_path` of a replicated process of the same seeds without arms, a process with arms starts
-each arm of a seed from that seed's replica (`trunk_to_branch`): the arms are one run up to the branch point, as the
-verdict study's branches are (benchmarks/results/verdict-study/PLAN.md).
+Each replica is built as the run of its seed would be and is a run of its own,
+`<log_dir>/tensorboard/<name>-seed<S>[-<setting><value>...]` (callbacks/replica_runs.py); the process writes no
+TensorBoard run, only its progress and its own last.ckpt under `<log_dir>/replicas/<name>/<time>-<pid>`. Given a
+trunk's `ckpt_path` (the same seeds, no arms), each arm of a seed starts from that seed's replica (`trunk_to_branch`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""Which GPU a job of a parallel multirun trains on (hydra/launcher=parallel, configs/hydra/launcher/parallel.yaml).
+"""Which GPU a job of a parallel multirun trains on (hydra/launcher=parallel; docs/cluster.md).
 
-joblib starts the next job as soon as any running one ends, so picking the GPU by job number (job k -> cuda:k mod
-GPUs) can put two jobs on one GPU while another sits idle: with 2 GPUs, a short job 1 ends, job 2 starts on cuda:0
-beside a long job 0. Instead each worker process holds one of n_jobs slots for as long as it lives (an exclusive
-`flock` on `<sweep dir>/.worker-slots/slot<k>.lock`, released by the kernel when the process ends, however it ends),
-and trains on cuda:(slot mod GPUs). The jobs running at one moment hold different slots: with n_jobs <= GPUs (the
-default, one job per GPU) they never share a GPU. With more jobs than GPUs a worker keeps its GPU from job to job, so
-while some workers sit idle the busy ones can share a GPU that another leaves idle. Where no slot can be taken, the
-job number picks the GPU, as before.
+joblib starts the next job as soon as any one ends, so job k -> cuda:(k mod GPUs) could put two jobs on one GPU while
+another idles. Each worker process instead holds one of n_jobs slots for as long as it lives (an exclusive `flock` on
+`<sweep dir>/.worker-slots/slot<k>.lock`, released by the kernel however the process ends) and trains on
+cuda:(slot mod GPUs): with n_jobs <= GPUs the running jobs never share a GPU. Where no slot can be taken, the job
+number picks the GPU.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""Encoder/decoder networks shared by every model (VAE, VQ-VAE, JSA).
+"""Encoder/decoder networks shared by every model, for 28x28x1 (MNIST) and 32x32x3 (CIFAR-10) images.
 
-Two families, each for 28x28x1 (MNIST) and 32x32x3 (CIFAR-10) images:
+* `mlp`: flatten -> 512 -> 256 -> features, and its mirror; the latent is (B, channels).
+* `conv`: the VQ-VAE paper's shape (van den Oord et al., 2017): two stride-2 4x4 convolutions, a 3x3 convolution, two
+  residual blocks, a 1x1 projection; the latent is a (B, channels, H/4, W/4) grid.
 
-* `mlp`: flatten -> 512 -> 256 -> features, and the mirror image. The latent is a
-  flat vector of `channels` numbers: shape (B, channels).
-* `conv`: the VQ-VAE paper's shape (van den Oord et al., 2017): two stride-2 4x4
-  convolutions, a 3x3 convolution and two residual blocks, then a 1x1 projection.
-  The latent is a grid: shape (B, channels, H/4, W/4), i.e. 7x7 for MNIST, 8x8 for
-  CIFAR-10.
-
-`build_backbone` returns (encoder, decoder, grid): the encoder maps an image to
-(B, encoder_channels, *grid), the decoder maps (B, decoder_channels, *grid) to a
-tensor of the image's shape (logits or means, interpreted by a likelihood).
+`build_backbone` returns (encoder, decoder, grid); the decoder's output has the image's shape and is read by a
+likelihood.
 """
 
 from __future__ import annotations

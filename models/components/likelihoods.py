@@ -1,21 +1,12 @@
-"""Observation models p(x | decoder output), shared by every model in the collection.
+"""Observation models p(x | decoder output) shared by every model, so that `val/nll` means the same thing for all
+(docs/likelihoods.md). Each gives log p(x | h) summed over pixels, one number per example.
 
-A likelihood turns the decoder's output tensor (same shape as the image) into
-log p(x | h), summed over pixels, one number per example. All models use these
-classes, so a `val/nll` of the VAE, the VQ-VAE and JSA means the same thing.
-
-* `bernoulli`: for binarized images; the decoder outputs logits.
-* `discretized_logistic`: for 8-bit images (grey MNIST, CIFAR-10; the default for them): each
-  channel of each pixel is a mixture of M logistics discretized to the 256 levels (Salimans et al.,
-  2017, PixelCNN++, without its RGB coupling); an exact probability of the 8-bit value, so
-  bpd = -log2 P(x) / D. The decoder outputs 3M numbers per channel (mixture logits, means, log-scales).
-* `categorical`: for 8-bit images, a 256-way softmax per channel and pixel (van den Oord et al., 2016);
-  the decoder outputs 256 logits per channel.
-* `gaussian`: for continuous images with fixed or learned sigma (one, or one per channel or per
-  pixel); the decoder outputs the mean. Pixels are uniformly dequantized first
-  (x~ = (255 x + u) / 256, u ~ U[0, 1)), so the density of x~ is a proper
-  density of 8-bit data and `bits_per_dim` follows
-  bpd = (-log p(x~) + D log 256) / (D log 2). Its sigma floors the bits/dim that any model can reach.
+* `bernoulli`: binarized images; the decoder outputs logits.
+* `discretized_logistic`: 8-bit images; a mixture of M logistics per channel discretized to 256 levels (Salimans
+  et al., 2017, without the RGB coupling); the decoder outputs 3M numbers per channel.
+* `categorical`: 8-bit images; a 256-way softmax per channel and pixel (van den Oord et al., 2016).
+* `gaussian`: dequantized images x~ = (255 x + u) / 256, u ~ U[0, 1), fixed or learned sigma; the decoder outputs the
+  mean, and bpd = (-log p(x~) + D log 256) / (D log 2).
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """Priors p(h) over discrete codes h = (h_1, ..., h_V), h_v ∈ {0, ..., K-1} (docs/priors.md).
 
-Every prior is autoregressive in the raster order of the V positions,
+    log p(h) = sum_v log p(h_v | h_<v)     (raster order; all V conditionals from one pass over h)
 
-    log p(h) = sum_v log p(h_v | h_<v),
-
-and gives all V conditionals from one forward pass over the codes themselves (teacher forcing): a
-network whose output at position v sees only the inputs at positions < v. So `log_prob` scores any
-number of code sets at once, e.g. all B·(L+1) candidates of a JSA step in one pass, and `sample`
-draws h_1, h_2, ... in V passes.
-
-* `uniform`: p(h_v) = 1/K, nothing that trains (zero logits).
-* `factorized`: p(h_v) = softmax(logits_v), V x K learned logits; positions independent.
-* `autoregressive`: MADE (Germain et al., 2015): an MLP over the one-hot codes whose weight masks
-  cut every path from input position v' to output position v unless v' < v.
-* `pixelcnn`: a gated PixelCNN (van den Oord et al., 2016, "Conditional image generation with
-  PixelCNN decoders") over the H' x W' code grid, with the codes embedded as its input channels; the
-  vertical stack sees the rows above, the horizontal stack the cells to the left, so there is no
-  blind spot.
-
-The learned priors start as the uniform prior (their output layer is zero), so a run that switches
-one on starts from where a uniform-prior run starts.
-
-The registry `PRIORS` (name -> class, at the end of this module) is the one list of priors: `build_prior` looks
-a model's `prior` setting up there when the model is built. Adding a prior is its class and one line there
-(CONTRIBUTING.md).
+`uniform` (zero logits), `factorized` (V x K logits), `autoregressive` (MADE, Germain et al., 2015) and `pixelcnn`
+(gated PixelCNN, van den Oord et al., 2016, over the code grid, no blind spot). `log_prob` scores any number of code
+sets in one pass; `sample` takes V passes. Learned priors start uniform (zero output layer). `PRIORS` (name -> class,
+at the end) is the one list: `build_prior` looks a model's `prior` setting up there.
 """
 
 from __future__ import annotations

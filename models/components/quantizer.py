@@ -1,44 +1,14 @@
-"""Vector quantizer of the VQ-VAE (van den Oord et al., 2017), plain torch + torch.distributed.
+"""Vector quantizer of the VQ-VAE (van den Oord et al., 2017), plain torch + torch.distributed (docs/vqvae.md).
 
-The encoder output z_e(x) is replaced by its nearest entry of a codebook e_1..e_K (each of size D):
+    k = argmin_j ||z_e(x) - e_j||^2,   z_q(x) = e_k        (one (N, K) matmul: ||z||^2 - 2 z·e_j + ||e_j||^2)
+    quantized = z_e + sg[z_q - z_e]                          (straight-through: the decoder's gradient to z_e)
+    L_vq = ||sg[z_e] - e||^2 + beta ||z_e - sg[e]||^2        (codebook + commitment; means over elements)
+    EMA:  N_k <- d N_k + (1 - d) n_k,  m_k <- d m_k + (1 - d) s_k,  e_k = m_k / Ñ_k   (Ñ Laplace-smoothed;
+          starting at N_k = 1, m_k = e_k, not debiased: docs/vqvae.md#ema-codebook)
 
-    k = argmin_j ||z_e(x) - e_j||^2,   z_q(x) = e_k,
-    ||z - e_j||^2 = ||z||^2 - 2 z·e_j + ||e_j||^2      (one (N, K) matmul for all N vectors).
-
-argmin has no gradient, so the straight-through estimator copies the decoder's gradient to the
-encoder: the forward value is z_q, the backward is the identity,
-
-    quantized = z_e + sg[z_q - z_e]        (sg = stop-gradient, `.detach()`).
-
-The codebook is trained by the codebook loss and the encoder is kept close to its codes by the
-commitment loss (both are means over elements; beta = 0.25 in the paper):
-
-    L_vq = ||sg[z_e] - e||^2 + beta ||z_e - sg[e]||^2.
-
-EMA variant (paper's appendix; Sonnet's `VectorQuantizerEMA`): no codebook loss; each code follows
-the running mean of the vectors assigned to it. With n_k the batch count and s_k the batch sum of
-the vectors assigned to code k (pooled over all DDP ranks) and decay d,
-
-    N_k <- d N_k + (1 - d) n_k,      m_k <- d m_k + (1 - d) s_k,
-    e_k  = m_k / Ñ_k,   Ñ_k = (N_k + eps) / (n + K eps) * n,   n = sum_k N_k,
-
-where Ñ is Laplace-smoothed so that a code with N_k ≈ 0 does not divide by zero (as in Sonnet, the
-buffer keeps the raw N_k; the smoothing only enters the division). Unlike Sonnet, the averages start at
-N_k = 1, m_k = e_k and are not debiased (Sonnet starts them at zero and divides by 1 - d^t): a code no
-batch uses stays at its start (until the smoothing shrinks it) instead of sitting at the origin
-(docs/vqvae.md#ema-codebook).
-
-Two training aids from lucidrains' `vector-quantize-pytorch`:
-* dead-code restart: a code whose running usage (EMA of n_k) falls below `dead_code_threshold` is
-  moved onto a randomly chosen encoder output of the current batch;
-* k-means init: the first training batch initializes the codebook by Lloyd's k-means.
-
-Under DDP every rank keeps an identical codebook: batch statistics are summed over ranks, restart
-candidates are drawn from rank 0's batch and broadcast, and k-means runs on the gathered first batch
-(all ranks must then pass batches of equal size, as DistributedSampler ensures) with rank 0's
-result broadcast. Collectives run
-only in training forwards; in eval the statistics (perplexity) are those of the local batch, so that
-one rank may quantize alone (e.g. for logging samples) without waiting on the others.
+Dead-code restarts and k-means init (as in lucidrains' vector-quantize-pytorch):
+docs/vqvae.md#dead-codes-and-k-means-initialization. Under DDP every rank keeps the same codebook (statistics summed,
+candidates and k-means from rank 0); collectives run in training forwards only, so one rank may quantize alone in eval.
 """
 
 from __future__ import annotations

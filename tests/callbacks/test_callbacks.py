@@ -93,7 +93,7 @@ def resume(tmp_path: Path, mnist_dir: Path, callbacks: list, **kwargs) -> L.Trai
 
 def test_training_speed_after_a_mid_epoch_resume_logs_no_epoch_time_it_did_not_measure(tmp_path, mnist_dir):
     """Resumed at step 3 of a 6-batch epoch, the process never sees the epoch start: the epoch's time it could log is
-    either absent or within the resumed fit's wall time (it was seconds since boot)."""
+    either absent or within the resumed fit's wall time (never a time since boot)."""
     import time
 
     start = time.perf_counter()

@@ -139,7 +139,7 @@ def test_each_model_gets_its_own_search_space():
 # ---- real multiruns, tiny ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # two real multiruns of two models each (about 20 s and 30 s on 2 cores)
+@pytest.mark.slow  # two real multiruns of two models each
 @pytest.mark.parametrize("launcher", ["parallel", "slurm_local"])
 def test_a_parallel_comparison_lands_like_a_sequential_one(launcher, tmp_path, mnist_dir):
     extra = ["hydra.launcher.n_jobs=2"] if launcher == "parallel" else []
@@ -184,7 +184,7 @@ def test_a_parallel_comparison_lands_like_a_sequential_one(launcher, tmp_path, m
     assert all(math.isfinite(float(row[nll].strip().replace(",", ""))) for row in rows)  # tested: test/nll
 
 
-@pytest.mark.slow  # three trials of JSA (about 25 s on 2 cores)
+@pytest.mark.slow  # three trials of JSA
 def test_an_optuna_study_writes_the_best_trials_settings(tmp_path, mnist_dir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

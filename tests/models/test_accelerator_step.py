@@ -3,12 +3,10 @@ to the host or makes a shape depend on the data, for every model, prior and `gra
 chain_rows=static), and the whole `training_loss` captured by torch.compile(fullgraph=True) as one graph that
 computes what the eager step computes.
 
-The compiled models are tiny (8x8 images, V = 3, K = 3, batch 4, L = 3). The quick loop checks the full-graph
-capture with a backend that runs the captured graph as it is (Dynamo's part of torch.compile: graph breaks,
-`.item()` and data-dependent shapes are all Dynamo's to refuse), one case per model family (JSA's: its epoch test and
-the Trainer's compile=step run); the slow cases compile
-every family with inductor (loss and backward), with the random ops of the compiled code drawn as eager draws them
-(`fallback_random`), so that from one seed the compiled and the eager step see the same randomness and must agree.
+On tiny models (8x8 images, V = 3, K = 3, batch 4, L = 3), the quick loop checks the capture with a backend that runs
+the captured graph as it is (Dynamo refuses graph breaks, `.item()` and data-dependent shapes), one case per model
+family; the slow cases compile every family with inductor, random ops drawn as eager draws them (`fallback_random`),
+so that from one seed the compiled and the eager step must agree.
 """
 
 from __future__ import annotations
@@ -234,7 +232,7 @@ INDUCTOR_COMPILE = {
 }
 
 
-@pytest.mark.slow  # inductor compiles each forward and backward: 20-80 s a case on 2 shared cores
+@pytest.mark.slow  # inductor compiles each forward and backward
 @pytest.mark.parametrize("name", INDUCTOR_COMPILE)
 def test_training_loss_compiled_with_inductor_equals_eager(name):
     with torch._inductor.config.patch(fallback_random=True):  # the compiled code's random draws are eager's
@@ -309,7 +307,7 @@ def test_a_new_batch_shape_gets_a_static_graph_of_its_own():
     torch._dynamo.reset()
 
 
-@pytest.mark.slow  # inductor compiles RWS's and the VAE's steps (seconds each on 2 cores)
+@pytest.mark.slow  # inductor compiles RWS's and the VAE's steps
 def test_the_estimator_table_names_a_compilation_that_fails_and_goes_on(monkeypatch, capsys):
     """benchmarks/speed/gpu_scaling.py --estimators: a model whose compiled step raises (another torch's compiler) gets
     one line naming it, and the others are still measured compiled."""

@@ -1,18 +1,11 @@
 """Fault-targeted tests: each one fails when a specific, plausible bug is put into the models.
 
-* Gumbel-softmax temperature annealing: the relaxed samples of step t must use
-  τ_t = max(τ_min, τ_0 exp(-r t)), not the initial τ_0 (`current_temperature` or `gumbel_loss`
-  ignoring the schedule).
-* Straight-through Gumbel-softmax: the decoder must read exact one-hot codes and the encoder get the
-  gradient through the soft sample when `straight_through=True`, and soft codes when it is False
-  (`hard=` hard-wired to False or to True).
-* JSA's MIS cache: each example's final chain state is written to, and later read from, the row of
-  its own index in the training split, not the row of its position in the batch.
-
-The relaxed samples are checked by replaying the Gumbel noise: the random state is recorded right
-before each `torch.nn.functional.gumbel_softmax` call, and the reference sample is recomputed from
-the same noise with the temperature the schedule prescribes, so the check does not trust the
-temperature the model passes.
+* Gumbel-softmax annealing: step t's relaxed samples use τ_t = max(τ_min, τ_0 exp(-r t)), not τ_0; checked by
+  replaying the Gumbel noise recorded before each `gumbel_softmax` call with the scheduled temperature.
+* Straight-through Gumbel-softmax: the decoder reads exact one-hot codes and the encoder gets the soft sample's
+  gradient when `straight_through=True`, soft codes when False.
+* JSA's MIS cache: each example's final state is written to, and read from, the row of its index in the training
+  split, not of its position in the batch.
 """
 
 from __future__ import annotations

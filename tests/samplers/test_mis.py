@@ -1,14 +1,11 @@
 """Statistical tests of the MIS samplers and the latent cache against exact answers.
 
-Every distributional check compares a histogram of many independent chains with a
-distribution computed exactly by enumeration: on a finite state space the Metropolis
-independence sampler (MIS) with target pi and proposal q has the transition matrix
+On a finite state space MIS with target pi and proposal q has the transition matrix
 
     P[i, j] = q_j min(1, (pi_j q_i) / (pi_i q_j))   (j != i),     P[i, i] = 1 - sum_{j != i} P[i, j],
 
-so after L steps from a start distribution mu the state is distributed as mu P^L exactly.
-Histograms are compared with a chi-square goodness-of-fit test at level ALPHA; all
-randomness comes from seeded torch.Generators, so every test is deterministic.
+so after L steps from a start distribution mu the state is distributed as mu P^L exactly. Histograms of many
+independent chains are compared with it by a chi-square test at level ALPHA, from seeded generators.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """Statistical tests of the SG-MCMC samplers (SGLD, SGHMC, SGNHT) against closed-form targets.
 
-Every chain is vectorised: a parameter of shape (K, 2) holds K independent chains on a 2-D
-target (the potential is a sum over chains, so each row gets its own gradient). Mean and
-covariance are pooled over the chains and the kept (thinned) steps after burn-in, and errors
-are measured in units of the target's standard deviations s_i = sqrt(Σ_ii):
+A parameter of shape (K, 2) holds K independent chains on a 2-D target; mean and covariance are pooled over chains
+and kept steps, with errors in units of the target's standard deviations s_i = sqrt(Σ_ii):
 
     mean error = max_i |m_i - μ_i| / s_i,        covariance error = max_ij |S_ij - Σ_ij| / (s_i s_j).
 
-A discretised sampler does not sample the target exactly: each step size below is chosen so
-that its O(h) stationary bias (stated at the configuration) sits well inside the tolerance,
-while the errors that a wrong update makes (a missing √2 halves the variance, noise 2h instead
-of 2(C - B̂)h divides it by C, a missing N/n multiplies it by N/n) are many times larger.
-All randomness comes from seeded torch.Generators, so every test is deterministic.
+Each step size keeps its O(h) stationary bias well inside the tolerance, while a wrong update (a missing √2, noise 2h
+instead of 2(C - B̂)h, a missing N/n) is many times larger. All randomness comes from seeded generators.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""Is q fed stale states, or did the posterior get harder? With the model p_θ frozen at a mid-run checkpoint of the
-Bernoulli-200 JSA (cache read from the middle of the run, as the cache study's `middle` arm), q is retrained for the
-same number of steps (a) on the cached chain's states, as JSA trains it (`q_states=chain`), and (b) on this step's
-fresh proposals (`q_states=fresh`, docs/jsa.md#what-q-learns-from). θ is the same for both, so both q's are judged
-against the same posterior: a q that ends closer to it on (b) than on (a) says the chain's states, not the
-posterior, held q back.
+"""Is q fed stale states, or did the posterior get harder? With p_θ frozen at a mid-run checkpoint of the Bernoulli-200
+JSA (the cache study's `middle` arm), q is retrained on the cached chain's states (`q_states=chain`) and on fresh
+proposals (`q_states=fresh`), and both q's are judged against the same posterior by −ELBO and the IS-NLL with 100 and
+5000 samples (benchmarks/results/cache-study/README.md). Writes `--out/diagnosis.json` and `--out/diagnosis.md`.
 
     python -m benchmarks.studies.cache.diagnosis                 # the checkpoint run (resumable), then the measurement
     python -m benchmarks.studies.cache.diagnosis --q-steps 550   # two epochs of q steps (the default)
-
-For the checkpoint's q and each retrained q: −ELBO and the importance-sampled NLL with 100 and 5000 samples on the
-same test images; NLL(100) − NLL(5000) says how good a proposal q is for the frozen model. The cache statistics of
-the retraining (acceptance, the share of chains stuck on their cached state, the cached state's log-weight gap) are
-kept beside them. Writes `--out/diagnosis.json` and `--out/diagnosis.md`.
 """
 
 from __future__ import annotations

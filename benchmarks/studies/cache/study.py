@@ -1,29 +1,12 @@
-"""When does JSA's persistent MIS cache help? The same model trained with the cache read from epoch 0, from the
-middle of the run, and never, under the JSA paper's protocol (configs/experiment/jsa_paper.yaml), for three
-models: the paper's categorical model at L = 20 and at L = 5 (fewer fresh proposals per step), and the paper's
-Bernoulli model (200 binary latents, `model.num_latents=200 model.num_categories=2`), where q is a poorer proposal.
+"""When does JSA's persistent MIS cache help? The same model with the cache read from epoch 0, from the middle of the
+run, and never, under the JSA paper's protocol, for the categorical model at L = 20 and L = 5 and the Bernoulli-200
+model, with the remedies for the mid-run cache's lock-in (`middle-fresh`, `middle-refresh<ρ>`) as arms of their own.
 
     python -m benchmarks.studies.cache.study                  # every run (resumable), then the report
     python -m benchmarks.studies.cache.study --report-only    # the report from the finished runs
     python -m benchmarks.studies.cache.study --is-resolution  # IS-NLL of the finished middle/never runs at 100, 1000, 5000 samples
 
-The remedies for the mid-run cache's lock-in are arms of their own: `middle-fresh` (q trained on fresh proposals,
-`model.q_states=fresh`) and `middle-refresh<ρ>` (a share ρ of the chains restarted each step, `model.cache_refresh`;
-ρ = 0.05, 0.2, 0.5 with one seed, then `--refresh` with every seed).
-
-The runs go in order of how much they tell: seed 0 of every arm of the L = 20 and the Bernoulli models, then
-seeds 1 and 2 of their middle and no-cache arms, then of their epoch-0 arms, then L = 5 (one seed), then the
-remedies (seed 0 of each, Bernoulli first; then seeds 1 and 2 of `middle-fresh` and of the chosen ρ). Each run is `python train.py experiment=jsa_paper ...` (the command
-is recorded in its JSON record under `--out/runs/`); a finished run is skipped, an unfinished one resumes from its
-last.ckpt (benchmarks/lib/runner.py). The report (`--out/report.md`, `cache_diagnostics.png`) gives val/test NLL
-mean ± sd per arm and JSA's sampler diagnostics over training: acceptance rate, and where the cache is read the
-share of chains stuck on their cached state, the cached states' age and their log-weight gap to the best proposal.
-`--is-resolution` measures, on the same test images, the importance-sampled NLL of every finished run of the middle
-and no-cache arms with 100, 1000 and 5000 samples (benchmarks/lib/at_checkpoints.py): how far the 100-sample val figure
-sits above the better estimates says how good a proposal q is (`is-resolution.json`, added to the report).
-
-A run trained again keeps its first record beside the new one: `--out/first-runs/<name>.json` (the categorical
-`cache_refresh=0.2` arm's first runs, whose checkpoints stayed on a lent machine), reported in rows of their own.
+The arms, the order of the runs and what the report shows: benchmarks/results/cache-study/README.md.
 """
 
 from __future__ import annotations

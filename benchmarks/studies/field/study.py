@@ -1,26 +1,13 @@
-"""The field study: is JSA better than its rivals, and at what cost? (the JSA study's second version, beside
-benchmarks/results/jsa-study/). Every discrete estimator under the JSA paper's protocol
-(configs/experiment/jsa_paper.yaml: 20 particles each, Gumbel straight-through with 20 samples) for 30 epochs
-and three seeds, with the uniform prior and with the learned MADE prior, the Gaussian VAE beside them, a second
-data set (binarized Fashion-MNIST), every model at the same training time, the importance-sampling estimator's
-own resolution, and the estimators' gradient noise at shared parameters.
+"""The field study: is JSA better than its rivals, and at what cost? Every discrete estimator under the JSA paper's
+protocol for 30 epochs and three seeds, with the uniform and the MADE prior, the Gaussian VAE beside them, binarized
+Fashion-MNIST too, every model at equal training time, the IS estimator's resolution and the gradients' noise.
 
     python -m benchmarks.studies.field.study                  # every run and measurement (resumable), then the report
     python -m benchmarks.studies.field.study --report-only    # the report from the finished records
-    python -m benchmarks.studies.field.study --lanes 2        # two runs at once, one thread each (benchmarks/results/field-study/lanes.md)
+    python -m benchmarks.studies.field.study --lanes 2        # two runs at once, one thread each (results' lanes.md)
     python -m benchmarks.studies.field.study --only 'mnist-*-s1,mnist-*-s2' --lanes 4   # a subset, on another machine
 
-The runs go in the order of what they tell: seed 0 of every MNIST arm; each arm's training step timed side by side
-(the time axis of every equal-time comparison: the runs' own logged times depend on what else the machine did);
-the Gaussian VAE again for as long as the 20-particle estimators train (equal time); the measurements at
-checkpoints (benchmarks/lib/at_checkpoints.py); then seeds 1 and 2 of every MNIST arm, then Fashion-MNIST (seed 0),
-then seeds 1 and 2 of every Fashion-MNIST arm whose seed-0 test NLL is within CLOSE nats of an arm it is compared
-with (one seed cannot tell those apart).
-The measurements are the IS-NLL with 1000, 5000 and 20000 samples on 500 test images for the best run of each
-family, and every estimator's gradient variance and signal-to-noise ratio at the reference run's (JSA, uniform
-prior, seed 0) parameters after epochs 5, 10 and 30. Each record lands in `--out/runs/<name>.json` as soon as it
-exists; a finished record is skipped, an unfinished run resumes from its last.ckpt (benchmarks/lib/runner.py).
-"""
+The order of the runs and the measurements: benchmarks/results/field-study/README.md."""
 
 from __future__ import annotations
 
