@@ -88,41 +88,8 @@ def setting_tag(label: str, value: Any) -> str:
 
 
 class LatentVariableModel(L.LightningModule):
-    """Shared base of every model.
-
-    Args:
-        data_shape: (C, H, W) of the images.
-        likelihood: `bernoulli` (binarized data), `discretized_logistic` or `categorical` (8-bit data, exact
-            bits/dim), `gaussian` (dequantized data); None: the one that suits the data, which both front
-            ends of train.py take from the data module (`bernoulli` when the model is built without one).
-        sigma: standard deviation of the gaussian likelihood (its initial value if learned).
-        learn_sigma: learn the sigma of the gaussian likelihood.
-        sigma_shape: one sigma per `image`, per `channel` or per `pixel` (gaussian).
-        num_mixtures: logistics per channel and pixel of the discretized_logistic likelihood.
-        lr: Adam learning rate (when `optimizer` is left out).
-        optimizer: builds the optimizer from the parameters, e.g. `functools.partial(SGLD, lr=1e-7)`
-            (Hydra: `optimizer=sgld`; CLI: `--model.optimizer=samplers.SGLD`); None: Adam(lr). An
-            SG-MCMC sampler is told the training-set size N, so that it samples the posterior
-            given all N examples (docs/sgmcmc.md#the-minibatch-potential).
-        scheduler: builds a learning-rate scheduler from the optimizer, stepped once per epoch, e.g.
-            `functools.partial(CosineAnnealingLR, T_max=10)` (Hydra: `scheduler=cosine`, configs/scheduler/);
-            None: the learning rate stays as the optimizer sets it.
-        val_num_samples: importance samples per image for `val/nll`.
-        test_num_samples: importance samples per image for `test/nll`.
-        eval_chunk_size: importance samples scored in one decoder pass (bounds the memory). The default, 20, keeps
-            a pass of a 128-image batch (2,560 rows) within the CPU's caches (benchmarks/speed/eval_speed.py); on a
-            GPU a larger chunk may be faster.
-        test_seed: seed of the test stage's importance samples, so that test estimates are reproducible.
-        activation: nonlinearity of the MLP backbone's hidden layers, `relu` or `leaky_relu` (slope 0.2, as
-            in the JSA paper's code).
-        compile: what torch.compile compiles when a Trainer runs the model. `networks` (or true): the encoder and
-            decoder (`nn.Module.compile`, in place: parameter names and checkpoints are unchanged); the samplers,
-            estimators and log-likelihoods run eagerly around them. `step`: the whole training step, loss and
-            backward, as one graph (`training_loss`, fullgraph=True), with CUDA graphs (mode="reduce-overhead") on
-            a CUDA device, so that a step is a few launches instead of hundreds of small kernels; evaluation runs
-            eagerly (docs/mis.md#compiling-the-whole-step). false: nothing. The first steps and evaluations of each
-            new batch shape pay the compilation.
-    """
+    """Shared base of every model. Its settings: configs/settings.py's ModelSettings (the likelihood, the learning
+    rate, the evaluation, compilation)."""
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         """A model of models/ registers itself when defined: pickable (`--model=NAME`, `model_defaults/NAME`) and

@@ -11,7 +11,7 @@ embeddings concatenated) or spatial (`conv`, one latent per cell of the encoder'
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
