@@ -15,7 +15,7 @@ import sys
 import warnings
 
 from launch import CLI_SUBCOMMANDS
-from launch.checks.schema import CONFIGS as CONFIG_DIR
+from launch.checks.configs import CONFIGS as CONFIG_DIR
 # Lightning 2.6 on torch 2.14 warns about its own use of a torch pytree API on every step.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
 
@@ -59,12 +59,7 @@ def main() -> None:
     from launch.checks.received_config import refuse_received_configs  # a config file that would hang or import a stranger's module
 
     cli = bool(argv) and argv[0] in CLI_SUBCOMMANDS
-    refusal = refuse_received_configs(argv, cli)
-    try:
-        refusal = refusal or refuse_early(argv, cli=cli)
-    except (KeyError, TypeError, AttributeError, ValueError) as error:  # a damaged launch/checks/settings_schema.json
-        print(f"note: the early checks were skipped ({type(error).__name__}: {error}; launch/checks/settings_schema.json may be "
-              "damaged: python -m launch.checks.schema rewrites it); the full checks still run", file=sys.stderr)
+    refusal = refuse_received_configs(argv, cli) or refuse_early(argv, cli=cli)
     if refusal:
         from launch.checks.exit import exit_with
 

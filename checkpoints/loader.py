@@ -1,100 +1,44 @@
-"""The one way a checkpoint is read: checked, weights only, and once per command.
+"""The one way a checkpoint is read: checked and weights only.
 
-Checked. The file is verified first (checkpoints/file_format.py: its checksum, its declared sizes), under a shared lock
-on its directory, so that no save of the same path lands in between. A checkpoint may come from anyone, and unpickling
-can run code: it is read with `weights_only=True`, and the class paths its settings name must be the collection's or
-lie in the user's own packages listed in LATENT_ZOO_TRUST (checkpoints/registry.py, checkpoints/import_paths.py),
-unless the caller says in code that it trusts the file.
-
-Once per command. A resume reads the checkpoint in several places before the trainer restores it (the front end
-checks which model wrote it, LightningCLI takes the model's settings from it, the builder checks it against the run),
-and each read would hash and unpickle the whole file again. The last files read are kept, keyed by the file's identity
-(its resolved path, inode, size, modification and change times, and those of its checksum file) and the read's own
-arguments, so a later read of the unchanged file neither reads nor hashes it; a file replaced or rewritten since, or
-given another checksum file, is read again. Only files last modified `SETTLED_S` before they were read are kept: a
-filesystem's timestamps tick coarsely (a few milliseconds, a second on some), and a file rewritten in place within the
-tick of its previous write would keep its size and modification time.
-
-What a reader may change. Each reader gets its own dicts and lists (the tensors are shared, never copied): Lightning's
-settings parser pops keys from the hyperparameters it is given. The trainer's restore (`hand_over`, the I/O plugin)
-keeps what it is given for good: the migration sets keys, ModelCheckpoint keeps the restored `best_k_models` dict and
-adds to it, and the optimizer keeps the restored moments (on the CPU the very tensors) and updates them in place at
-every step. It gets the kept checkpoint itself, which then leaves the cache: no later read sees what training did to it.
+The file is verified first (checkpoints/file_format.py: its checksum, its declared sizes), under a shared lock on its
+directory, so that no save of the same path lands in between. A checkpoint may come from anyone, and unpickling can run
+code: it is read with `weights_only=True`, and the class paths its settings name must be the collection's or lie in
+the user's own packages listed in LATENT_ZOO_TRUST (checkpoints/registry.py, checkpoints/import_paths.py), unless the
+caller says in code that it trusts the file. A command reads its checkpoint once: the builder hands what it read to
+the trainer's restore (launch/run_builder.py, checkpoints/trainer/io_plugin.py).
 """
 
 from __future__ import annotations
 
 import os
-import time
-from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Hashable, Iterator
+from typing import Any, Iterator
 
 import torch
 
 from checkpoints.errors import CheckpointError
-from checkpoints.file_format import CHECKSUM_SUFFIX, directory_lock, verify_checkpoint_file
+from checkpoints.file_format import directory_lock, verify_checkpoint_file
 from checkpoints.import_paths import TRUST_HINT, foreign_import_paths
 from checkpoints.registry import is_registered
 from common.private_api import lightning_load
 
-RECENT_FILES = 2  # checkpoints kept: one command reads one (a branch point, a stage-1 autoencoder: two)
-SETTLED_S = 2.0  # a file modified more recently than this when read is not kept (module docstring)
-_recent: OrderedDict[Hashable, dict[str, Any]] = OrderedDict()  # file identity and read arguments -> checkpoint
 
-
-def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False,
-                         hand_over: bool = False) -> dict[str, Any]:
+def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False) -> dict[str, Any]:
     """The checkpoint at `path`, verified and read weights only (module docstring); a file torch cannot read is a
     CheckpointError naming it. `trusted`: the caller trusts the file in code (`load_from_checkpoint(path,
     weights_only=False)`). Only local files: a URL is refused, so nothing is fetched and unpickled that nobody has
-    looked at. `hand_over`: the caller keeps what it gets and may change it in place (the trainer's restore)."""
+    looked at."""
     if "://" in str(path):
         raise CheckpointError(f"checkpoint {path} is a URL: checkpoints are read from local files only; download it, make "
                               "sure you trust where it came from, and give the local path")
-    key = _identity(path, map_location, trusted)
-    checkpoint = _recent.pop(key, None) if key is not None else None
-    if checkpoint is None:
-        checkpoint, key = _read(path, map_location, trusted)
-    if hand_over:
-        return checkpoint
-    if key is not None:
-        _recent[key] = checkpoint
-        while len(_recent) > RECENT_FILES:
-            _recent.popitem(last=False)
-    return _own_containers(checkpoint)
+    return _read(path, map_location, trusted)
 
 
-def _identity(path: str | os.PathLike, map_location: Any, trusted: bool) -> Hashable | None:
-    """What a kept checkpoint is found by: the identity of the file and of its checksum file, and the read's arguments;
-    None for a read that is not kept (a missing file, one not settled, an unhashable map_location)."""
-    path = Path(path)
-    files = []
-    for file in (path, path.with_name(path.name + CHECKSUM_SUFFIX)):
-        try:
-            status = os.stat(file)
-        except FileNotFoundError:  # a checkpoint without a checksum file (a missing checkpoint: below)
-            files.append(None)
-            continue
-        except (OSError, ValueError):
-            return None
-        if time.time_ns() - status.st_mtime_ns < SETTLED_S * 1e9:
-            return None
-        files.append((status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns))
-    key = (str(path.resolve()), *files, map_location, trusted)
-    try:
-        hash(key)
-    except TypeError:  # a dict map_location
-        return None
-    return key if files[0] is not None else None
-
-
-def _read(path: str | os.PathLike, map_location: Any, trusted: bool) -> tuple[dict[str, Any], Hashable | None]:
-    """The checked checkpoint, and the identity of the file it was read from (taken under the lock)."""
+def _read(path: str | os.PathLike, map_location: Any, trusted: bool) -> dict[str, Any]:
+    """The checked checkpoint."""
     try:
         with directory_lock(Path(path).parent, exclusive=False):  # no save of this path in between
             verify_checkpoint_file(path)
-            key = _identity(path, map_location, trusted)
             checkpoint = lightning_load(path, map_location=map_location, weights_only=not trusted)
     except CheckpointError:
         raise
@@ -117,19 +61,7 @@ def _read(path: str | os.PathLike, map_location: Any, trusted: bool) -> tuple[di
     if broken:  # resuming or testing from it would only propagate NaN
         raise CheckpointError(f"checkpoint {path} holds non-finite weights ({', '.join(broken[:3])}"
                               f"{', ...' if len(broken) > 3 else ''}): the run diverged before it was written; use an earlier one")
-    return checkpoint, key
-
-
-def _own_containers(value: Any, depth: int = 0) -> Any:
-    """`value` with its dicts and lists copied and its tensors (and other leaves) shared; below 64 levels, which no
-    checkpoint written by a run reaches, shared as they are."""
-    if depth > 64:
-        return value
-    if isinstance(value, dict):
-        return {key: _own_containers(item, depth + 1) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_own_containers(item, depth + 1) for item in value]
-    return value
+    return checkpoint
 
 
 # Keys under which a checkpoint's hyperparameters name something to import: jsonargparse's `class_path` (LightningCLI

@@ -1,9 +1,51 @@
-"""One-line checks of a constructor's settings, each naming the option, what it takes and what it got (the front ends
-show the line as the run's error)."""
+"""One-line checks of settings, each naming the setting, what it takes and what it got (the front ends show the line
+as the run's error). Torch-free: the front ends run them before the heavy imports (configs/settings.py)."""
 
 from __future__ import annotations
 
-from typing import Any, get_args
+import dataclasses
+import types
+import typing
+from typing import Any, Literal, Union, get_args, get_origin
+
+SEED_RANGE = (0, 2**32 - 1)  # numpy's, which Lightning's seed_everything checks too
+
+
+def expected(hint: Any, value: Any) -> str | None:
+    """None if `value` fits the type hint (a Literal, int, float, bool, str, a union of them, None), else what was
+    expected; a hint of another kind takes anything (the constructor decides)."""
+    origin = get_origin(hint)
+    if origin is Literal:
+        return None if value in get_args(hint) else "one of " + ", ".join(map(repr, get_args(hint)))
+    if origin in (Union, types.UnionType):
+        options = get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        failures = [expected(option, value) for option in options if option is not type(None)]
+        if all(failures):
+            return " or ".join(failures) + (" or null" if type(None) in options else "")
+        return None
+    if hint is bool:
+        return None if isinstance(value, bool) else "true or false"
+    if hint is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
+    if hint is float:
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
+    if hint is str:
+        return None if isinstance(value, str) else "a string"
+    if hint is type(None):
+        return None if value is None else "null"
+    return None
+
+
+def check_types(settings: Any) -> None:
+    """Every field of the settings dataclass `settings` of its declared type (a ValueError naming the first that is not)."""
+    hints = typing.get_type_hints(type(settings))
+    for field in dataclasses.fields(settings):
+        value = getattr(settings, field.name)
+        want = expected(hints[field.name], value)
+        if want is not None:
+            raise ValueError(f"{field.name}={value!r}: expected {want}")
 
 
 def spoken(options: tuple) -> str:
@@ -42,8 +84,7 @@ def check_share(name: str, value: float) -> None:
 def check_seed(name: str, value: Any) -> None:
     """`value` an integer (not a bool) in numpy's seed range [0, 2**32 - 1], the one Lightning's `seed_everything`
     checks too: numpy and torch would refuse it only where it is first used (a test seed: after training)."""
-    from lightning.fabric.utilities.seed import max_seed_value, min_seed_value
-
+    min_seed_value, max_seed_value = SEED_RANGE
     if isinstance(value, bool) or not isinstance(value, int) or not min_seed_value <= value <= max_seed_value:
         raise ValueError(f"{name} must be an integer in [{min_seed_value}, {max_seed_value}] (numpy's seed range), got "
                          f"{value!r}" + ("" if type(value) is int else f" ({type(value).__name__})"))

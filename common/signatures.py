@@ -1,19 +1,34 @@
-"""What a class's constructor says: its arguments' defaults and type hints, following **kwargs up the class
-hierarchy. The constructors are the one source of settings: Hydra's config groups are registered from these defaults
-(launch/hydra_config.py), LightningCLI reads the same signatures, and the settings checks (launch/checks/settings.py), the
-settings schema (launch/checks/schema.py) and the checkpoint's settings on resume (checkpoints/trainer/resume_settings.py) use them.
+"""What a class takes and its defaults: a model's or data module's declared settings (configs/settings.py), another
+class's constructor arguments (the Trainer's, an optimizer's), following **kwargs up the class hierarchy. Hydra's
+config groups are registered from these defaults (launch/hydra_config.py), and the checkpoint's settings on resume
+(checkpoints/trainer/resume_settings.py) and the HPARAMS tab (callbacks/hparams.py) read them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import typing
 from typing import Any
 
+from configs.settings import Settings, settings_class
+
+
+def declared_settings(cls: Any) -> type[Settings] | None:
+    """The settings class `cls` (or the nearest of its bases) declares in configs/settings.py; None if none does."""
+    for klass in getattr(cls, "__mro__", ()):
+        found = settings_class(f"{klass.__module__}.{klass.__qualname__}")
+        if found is not None:
+            return found
+    return None
+
 
 def constructor_defaults(cls: type) -> dict[str, Any]:
-    """The constructor arguments of `cls` with their defaults, following **kwargs up the class hierarchy
-    (the one source of defaults: Hydra's configs are built from it, LightningCLI reads the same signatures)."""
+    """The settings `cls` takes with their defaults: its declared settings' (configs/settings.py), else its
+    constructor's arguments, following **kwargs up the class hierarchy."""
+    declared = declared_settings(cls)
+    if declared is not None:
+        return {field.name: field.default for field in dataclasses.fields(declared)}
     defaults: dict[str, Any] = {}
     for init in _initializers(cls):
         parameters = inspect.signature(init).parameters.values()
@@ -32,7 +47,11 @@ def settings_of(obj: Any) -> dict[str, Any]:
 
 
 def constructor_hints(cls: type) -> dict[str, Any]:
-    """The type hint of every constructor argument of `cls`, following **kwargs up the class hierarchy."""
+    """The type hint of every setting `cls` takes: its declared settings', else its constructor arguments', following
+    **kwargs up the class hierarchy."""
+    declared = declared_settings(cls)
+    if declared is not None:
+        return typing.get_type_hints(declared)
     hints: dict[str, Any] = {}
     for init in _initializers(cls):
         own = typing.get_type_hints(init, include_extras=False)

@@ -9,11 +9,12 @@ per-example cache is keyed by it, so it is the dataset index the sampler drew, n
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import shutil
 from pathlib import Path
-from typing import ClassVar, Iterator, Literal, get_args
+from typing import ClassVar, Iterator
 
 import lightning as L
 import torch
@@ -22,11 +23,10 @@ from torch.utils.data import DataLoader, Dataset
 
 from checkpoints.registry import register
 from common.private_api import record_hyperparameter
-from common.settings import check_seed
+from configs.settings import Binarize, DataSettings
 
 from .resumable import ResumableDataLoader, ResumableSampler
 
-Binarize = Literal["none", "dynamic", "static"]
 Batch = tuple[Tensor, Tensor]
 
 
@@ -107,16 +107,6 @@ def pixel_uniforms(index: Tensor, image_shape: torch.Size, seed: int, epoch: int
     return (h.double() / 2.0**32).float().clamp_max(1 - 2**-24).view(-1, *image_shape)
 
 
-def _check_int(name: str, value: object, minimum: int | None) -> None:
-    """An integer option: not a bool (True would pass for 1), a string or a float (128.0, 1e3); nor a numpy
-    integer, which torch's BatchSampler refuses later."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        expected = "an integer" if minimum is None else f"an integer >= {minimum}"
-        raise ValueError(f"{name} must be {expected}, got {value!r} ({type(value).__name__})")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
-
-
 def collate_prebatched(batch: Batch) -> Batch:
     """Pass through a batch that ``InMemoryImageDataset.__getitems__`` already built."""
     return batch
@@ -145,55 +135,14 @@ class ImageDataModule(L.LightningDataModule):
     train_file_size: ClassVar[int]
     test_file_size: ClassVar[int]
 
-    def __init__(
-        self,
-        data_dir: str | None = None,
-        batch_size: int = 128,
-        num_workers: int = 0,
-        binarize: Binarize = "none",
-        val_size: int = 5000,
-        split_seed: int = 0,
-        download: bool = True,
-        pin_memory: bool = False,
-        eval_batch_size: int | None = None,
-        seed: int = 0,
-    ) -> None:
-        """
-        Args:
-            data_dir: Root holding the torchvision file layout. ``None`` falls
-                back to env ``DATA_DIR``, then ``./data``.
-            batch_size: Training batch size, at most the training split
-                (``train_file_size - val_size``): a larger one is refused, as it is
-                surely a mistake (one step per epoch, every image in it).
-            num_workers: DataLoader worker processes (each builds whole batches).
-            binarize: ``"none"`` (grey values in [0, 1]), ``"dynamic"`` (a Bernoulli
-                draw per image and epoch; one fixed draw per val/test image) or
-                ``"static"`` (threshold 0.5).
-            val_size: Examples moved from the training file to the val split.
-            split_seed: Seed of the train/val permutation.
-            download: Let ``prepare_data`` download missing files.
-            pin_memory: Pin batches in page-locked memory (for GPU training).
-            eval_batch_size: Val/test batch size, at most the larger of the val and
-                test splits (a loader over the smaller one yields it in one batch).
-                ``None`` means ``batch_size``, not checked against these splits: a
-                batch larger than a split is then just the whole split.
-            seed: Seed of the training order (a permutation per epoch) and of the
-                dynamic binarization; Hydra passes the run's ``seed``.
-        """
+    def __init__(self, settings: DataSettings) -> None:
+        """`settings`: the data module's, checked (configs/settings.py's DataSettings); here what needs the data set's
+        sizes: a batch larger than its split is refused, as it is surely a mistake (one step per epoch)."""
         super().__init__()
-        self.save_hyperparameters()
-        if binarize not in get_args(Binarize):
-            raise ValueError(f"binarize must be one of {get_args(Binarize)}, got {binarize!r}")
-        for name, value, minimum in [("batch_size", batch_size, 1), ("num_workers", num_workers, 0), ("val_size", val_size, None)]:
-            _check_int(name, value, minimum)
-        check_seed("split_seed", split_seed)
-        check_seed("seed", seed)
-        if eval_batch_size is not None:
-            _check_int("eval_batch_size", eval_batch_size, 1)
-        for name, value in (("download", download), ("pin_memory", pin_memory)):
-            if not isinstance(value, bool):
-                raise ValueError(f"{name} must be true or false, got {value!r} ({type(value).__name__})")
-        if not 0 <= val_size < self.train_file_size:
+        self.settings = settings
+        self.save_hyperparameters(dataclasses.asdict(settings))
+        data_dir, batch_size, val_size, eval_batch_size = settings.data_dir, settings.batch_size, settings.val_size, settings.eval_batch_size
+        if not val_size < self.train_file_size:
             raise ValueError(f"val_size must be in [0, {self.train_file_size}), got {val_size}")
         n_train = self.train_file_size - val_size
         if batch_size > n_train:
@@ -209,15 +158,10 @@ class ImageDataModule(L.LightningDataModule):
             source = "data_dir" if data_dir else "the environment's DATA_DIR" if os.environ.get("DATA_DIR") else "data_dir"
             raise ValueError(f"{source}={self.data_dir} is a file; expected the folder that holds (or will hold) the "
                              "data set's folder in torchvision's layout")
-        self.batch_size = batch_size
-        self.num_workers = num_workers
-        self.binarize = binarize
-        self.val_size = val_size
-        self.split_seed = split_seed
-        self.download = download
-        self.pin_memory = pin_memory
+        self.batch_size, self.num_workers, self.binarize = batch_size, settings.num_workers, settings.binarize
+        self.val_size, self.split_seed, self.seed = val_size, settings.split_seed, settings.seed
+        self.download, self.pin_memory = settings.download, settings.pin_memory
         self.eval_batch_size = batch_size if eval_batch_size is None else eval_batch_size
-        self.seed = seed
         self.train_sampler: ResumableSampler | None = None
         self.train_set: InMemoryImageDataset | None = None
         self.val_set: InMemoryImageDataset | None = None

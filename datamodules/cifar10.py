@@ -5,12 +5,15 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 from torchvision.datasets import CIFAR10
 from torchvision.datasets import utils as tv_utils
+
+from configs.settings import CIFAR10DataModuleSettings
 
 from .base import ImageDataModule
 from .files import read_cifar_batch
@@ -30,6 +33,9 @@ class CIFAR10DataModule(ImageDataModule):
     image_shape = (3, 32, 32)
     train_file_size = 50000
     test_file_size = 10000
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(CIFAR10DataModuleSettings(**settings))
 
     @property
     def folder(self) -> Path:

@@ -15,7 +15,9 @@ from torch import Tensor
 from torchvision.datasets import MNIST, FashionMNIST
 from torchvision.datasets import utils as tv_utils
 
-from .base import Binarize, ImageDataModule
+from configs.settings import MNISTDataModuleSettings
+
+from .base import ImageDataModule
 from .files import corrupt, read_idx
 
 
@@ -35,8 +37,8 @@ class MNISTDataModule(ImageDataModule):
     train_file_size = 60000
     test_file_size = 10000
 
-    def __init__(self, data_dir: str | None = None, binarize: Binarize = "dynamic", **kwargs: Any) -> None:
-        super().__init__(data_dir=data_dir, binarize=binarize, **kwargs)
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(MNISTDataModuleSettings(**settings))
 
     @property
     def raw_folder(self) -> Path:

@@ -4,6 +4,7 @@ one line naming the option as given."""
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import sys
@@ -61,6 +62,7 @@ class CollectionCLI(LightningCLI):
 
     command_line: list[str] = []  # the arguments as given (with the default --model/--data), set by main()
     given_model: str | None = None  # --model as the user gave it (None: the default, or the checkpoint's class)
+    checkpoint: dict[str, Any] | None = None  # --ckpt_path's content, read once (_parse_ckpt_path)
 
     def _set_seed(self) -> None:
         seed = cli_value(self, self.config, "seed_everything")  # as the Hydra front end's seed: numpy's range, or true/false
@@ -146,7 +148,8 @@ class CollectionCLI(LightningCLI):
             name=run_name(f"{self.model.config_name}-{self.datamodule.config_name}", self.model.run_tag),
             # the default logger (none given, or true): a TensorBoard run, as Hydra's; another logger: as given
             tensorboard={} if trainer_config.get("logger") in (None, True) else None,
-            ckpt_path=config.get("ckpt_path"), trainer_class=lambda **settings: cli_trainer(self, settings))
+            ckpt_path=config.get("ckpt_path"), checkpoint=self.checkpoint,
+            trainer_class=lambda **settings: cli_trainer(self, settings))
         replicas = config.get("replicas") or {}
         if replicas.get("seeds") is not None:
             if self.subcommand != "fit":
@@ -166,7 +169,7 @@ class CollectionCLI(LightningCLI):
         # first: the class it names must be a registered model before anything imports it, and the one --model names.
         ckpt_path = self.config[self.config.subcommand].get("ckpt_path") if self.config.get("subcommand") else None
         if ckpt_path:
-            checkpoint = load_checkpoint_file(ckpt_path)
+            checkpoint = self.checkpoint = load_checkpoint_file(ckpt_path)  # handed to the builder: read once
             class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
             if class_path is not None and not is_registered_model(class_path):
                 raise CheckpointError(f"--ckpt_path={ckpt_path} names the class {class_path!r}, which is not one of the "
@@ -179,7 +182,7 @@ class CollectionCLI(LightningCLI):
                 raise CheckpointError(f"--ckpt_path={ckpt_path} was written by {written_by}, not --model={given}")
             # What LightningCLI's own _parse_ckpt_path does, from this read: its torch.load would read the file a
             # second time, past the checksum.
-            hparams = dict(checkpoint.get("hyper_parameters") or {})
+            hparams = copy.deepcopy(dict(checkpoint.get("hyper_parameters") or {}))  # the parser changes what it is given
             hparams.pop("_instantiator", None)
             if hparams:
                 if "_class_path" in hparams:

@@ -16,8 +16,9 @@ from omegaconf import OmegaConf
 from launch import rules
 from launch.checks.arguments import overrides_of
 from launch.checks.defaults import log_dir as default_log_dir
-from launch.checks.exit import USER_ERROR
-from launch.checks.schema import CONFIGS
+from launch.checks.exit import USER_ERROR, exit_with
+from launch.checks.configs import CONFIGS
+from launch.checks.precheck import refuse_early
 from launch.console import quiet_console
 from launch.errors import user_errors_as_one_line
 from launch.hydra_config import register_defaults
@@ -61,6 +62,9 @@ def run_replica_test(datamodule: Any, model: Any, trainer: Any, ckpt_path: str) 
 
 
 def main() -> None:
+    refusal = refuse_early(sys.argv[1:], cli=False)  # again, with the Trainer's, optimizers' and schedulers' settings
+    if refusal:
+        exit_with(refusal)
     register_defaults()
     given = dict(overrides_of(sys.argv[1:])).get("log_dir")  # before Hydra makes its run directory there
     note_existing_directories(given if given and "${" not in given else default_log_dir())

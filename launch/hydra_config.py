@@ -20,7 +20,7 @@ import models  # noqa: F401
 from checkpoints.registry import registered
 from common.signatures import constructor_defaults
 from launch.checks.precheck import CONFIG_GROUPS, LAYOUT_SETTINGS, TOP_LEVEL_SETTINGS, layout_setting, unknown_top_level_setting
-from launch.checks.schema import CONFIGS, NOT_SETTINGS, every_config
+from launch.checks.configs import CONFIGS, NOT_SETTINGS, every_config
 from launch.checks.settings import SettingsError, check_settings, check_trainer_values, expected
 
 

@@ -4,7 +4,7 @@ Hydra describes a run from its composed config (launch/hydra_run.py: `describe_r
 instantiated namespace (launch/cli_app.py: `CollectionCLI.instantiate_trainer`); `build_trainer` then applies every
 rule of launch/rules.py to it, in one place: the checkpoint's model class, the TensorBoard run and its directory,
 where a run without a logger writes, `trainer.enable_checkpointing=false`, the collective timeout, the preemption
-and process-group callbacks, and the checkpoint fit starts from.
+and process-group callbacks, and the checkpoint fit starts from, read once and handed to the trainer's restore.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ import dataclasses
 from typing import Any, Callable
 
 from lightning import Trainer
+from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.model_class import check_model_class
+from checkpoints.trainer.io_plugin import AtomicCheckpointIO
 from launch import rules
 from launch.checks.defaults import ddp_timeout_s
 from launch.checks.paths import write_root_refusal
@@ -39,6 +41,7 @@ class RunDescription:
     tensorboard: dict[str, Any] | None  # the TensorBoard run's own settings; None: no TensorBoard run (trainer["logger"] as given)
     output_dir: str | None = None  # a directory already made for the run (Hydra's), where it writes without a logger
     ckpt_path: str | None = None  # the checkpoint to start from
+    checkpoint: dict[str, Any] | None = None  # ckpt_path's content, where the front end has read it already
     ddp_timeout_s: float = dataclasses.field(default_factory=ddp_timeout_s)
     trainer_class: Callable[..., Any] | None = None  # lightning.Trainer unless the front end adds to it (LightningCLI)
 
@@ -50,8 +53,9 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     refusal = write_root_refusal("--log_dir" if run.front_end == "cli" else "log_dir", run.log_dir)
     if refusal:
         raise SettingsError(refusal)
+    checkpoint = run.checkpoint
     if run.ckpt_path:
-        checkpoint = load_checkpoint_file(run.ckpt_path)
+        checkpoint = checkpoint if checkpoint is not None else load_checkpoint_file(run.ckpt_path)
         check_model_class(checkpoint, getattr(run.model, "model_class", type(run.model)), run.ckpt_path)
         check_replica_checkpoint(checkpoint, run.model, run.ckpt_path)
     where = layout(run)
@@ -66,4 +70,7 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     settings = {**run.trainer, "callbacks": callbacks}
     settings.update(rules.trainer_settings(settings, logger, run.ddp_timeout_s, where.unlogged_dir))
     trainer = (run.trainer_class or Trainer)(**{**settings, "logger": logger})
+    if checkpoint is not None and type(trainer.strategy.checkpoint_io) in (TorchCheckpointIO, AtomicCheckpointIO):
+        # the restore takes the checkpoint read above instead of reading the file again
+        trainer.strategy.checkpoint_io = AtomicCheckpointIO(read=(run.ckpt_path, checkpoint))
     return trainer, rules.resume_point(trainer, run.ckpt_path)

@@ -9,9 +9,10 @@ Tags: `train/loss` and `train/<term>` for the other terms of `training_loss`; `{
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from typing import Any, Callable, ClassVar, Iterable, Literal, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 import lightning as L
 import torch
@@ -19,23 +20,43 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
-from checkpoints.model_class import check_loaded_class, check_model_class, stamp_model_class
+from checkpoints.model_class import (
+    check_loaded_class,
+    check_model_class,
+    stamp_model_class,
+)
 from checkpoints.registry import register
 from checkpoints.trainer.atomic_checkpoints import AtomicCheckpoints
 from checkpoints.trainer.random_state import RandomStateCheckpoint
-from checkpoints.trainer.resume_settings import ResumeSettings, changed_settings, state_mismatch
+from checkpoints.trainer.resume_settings import (
+    ResumeSettings,
+    changed_settings,
+    state_mismatch,
+)
 from common.log_steps import is_logging_step
-from common.private_api import attached_trainer, raise_recompile_limit, record_hyperparameter
-from common.settings import check_seed
+from common.private_api import (
+    attached_trainer,
+    raise_recompile_limit,
+    record_hyperparameter,
+)
 from common.signatures import constructor_defaults, settings_of
-from models.compiled_step import COMPILED_GRAPHS_LIMIT, compile_step, graph_mode, held_step_input, hold_step_inputs, run_compiled
-from models.components.backbones import Activation
-from models.components.optimizers import OptimizerFactory, SchedulerFactory, check_optimizer_factory
-from models.components.likelihoods import LikelihoodName, SigmaShape, bits_per_dim, build_likelihood
+from configs.settings import ModelSettings
+from models.compiled_step import (
+    COMPILED_GRAPHS_LIMIT,
+    compile_step,
+    graph_mode,
+    held_step_input,
+    hold_step_inputs,
+    run_compiled,
+)
+from models.components.likelihoods import bits_per_dim, build_likelihood
+from models.components.optimizers import (
+    OptimizerFactory,
+    SchedulerFactory,
+    check_optimizer_factory,
+)
 from samplers.importance import importance_log_likelihood
 from samplers.sgmcmc import SGMCMC
-
-CompileMode = Literal["networks", "step"]
 
 
 def inference(method: Callable) -> Callable:
@@ -67,41 +88,8 @@ def setting_tag(label: str, value: Any) -> str:
 
 
 class LatentVariableModel(L.LightningModule):
-    """Shared base of every model.
-
-    Args:
-        data_shape: (C, H, W) of the images.
-        likelihood: `bernoulli` (binarized data), `discretized_logistic` or `categorical` (8-bit data, exact
-            bits/dim), `gaussian` (dequantized data); None: the one that suits the data, which both front
-            ends of train.py take from the data module (`bernoulli` when the model is built without one).
-        sigma: standard deviation of the gaussian likelihood (its initial value if learned).
-        learn_sigma: learn the sigma of the gaussian likelihood.
-        sigma_shape: one sigma per `image`, per `channel` or per `pixel` (gaussian).
-        num_mixtures: logistics per channel and pixel of the discretized_logistic likelihood.
-        lr: Adam learning rate (when `optimizer` is left out).
-        optimizer: builds the optimizer from the parameters, e.g. `functools.partial(SGLD, lr=1e-7)`
-            (Hydra: `optimizer=sgld`; CLI: `--model.optimizer=samplers.SGLD`); None: Adam(lr). An
-            SG-MCMC sampler is told the training-set size N, so that it samples the posterior
-            given all N examples (docs/sgmcmc.md#the-minibatch-potential).
-        scheduler: builds a learning-rate scheduler from the optimizer, stepped once per epoch, e.g.
-            `functools.partial(CosineAnnealingLR, T_max=10)` (Hydra: `scheduler=cosine`, configs/scheduler/);
-            None: the learning rate stays as the optimizer sets it.
-        val_num_samples: importance samples per image for `val/nll`.
-        test_num_samples: importance samples per image for `test/nll`.
-        eval_chunk_size: importance samples scored in one decoder pass (bounds the memory). The default, 20, keeps
-            a pass of a 128-image batch (2,560 rows) within the CPU's caches (benchmarks/speed/eval_speed.py); on a
-            GPU a larger chunk may be faster.
-        test_seed: seed of the test stage's importance samples, so that test estimates are reproducible.
-        activation: nonlinearity of the MLP backbone's hidden layers, `relu` or `leaky_relu` (slope 0.2, as
-            in the JSA paper's code).
-        compile: what torch.compile compiles when a Trainer runs the model. `networks` (or true): the encoder and
-            decoder (`nn.Module.compile`, in place: parameter names and checkpoints are unchanged); the samplers,
-            estimators and log-likelihoods run eagerly around them. `step`: the whole training step, loss and
-            backward, as one graph (`training_loss`, fullgraph=True), with CUDA graphs (mode="reduce-overhead") on
-            a CUDA device, so that a step is a few launches instead of hundreds of small kernels; evaluation runs
-            eagerly (docs/mis.md#compiling-the-whole-step). false: nothing. The first steps and evaluations of each
-            new batch shape pay the compilation.
-    """
+    """Shared base of every model. Its settings: configs/settings.py's ModelSettings (the likelihood, the learning
+    rate, the evaluation, compilation)."""
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         """A model of models/ registers itself when defined: pickable (`--model=NAME`, `model_defaults/NAME`) and
@@ -144,39 +132,24 @@ class LatentVariableModel(L.LightningModule):
                        if settings[name] != self.setting_default(name))
 
     def setting_default(self, name: str) -> Any:
-        """The value of setting `name` when it is left out: the constructor's default."""
+        """The value of setting `name` when it is left out: its declared default (configs/settings.py)."""
         return constructor_defaults(type(self))[name]
 
-    def __init__(
-        self,
-        data_shape: Sequence[int] = (1, 28, 28),
-        likelihood: LikelihoodName | None = None,
-        sigma: float = 0.1,
-        learn_sigma: bool = False,
-        sigma_shape: SigmaShape = "image",
-        num_mixtures: int = 5,
-        lr: float = 1e-3,
-        optimizer: OptimizerFactory | None = None,
-        scheduler: SchedulerFactory | None = None,
-        val_num_samples: int = 100,
-        test_num_samples: int = 1000,
-        eval_chunk_size: int = 20,
-        test_seed: int = 0,
-        activation: Activation = "relu",
-        compile: bool | CompileMode = False,
-    ) -> None:
+    def __init__(self, settings: ModelSettings, data_shape: Sequence[int] = (1, 28, 28),
+                 optimizer: OptimizerFactory | None = None, scheduler: SchedulerFactory | None = None) -> None:
+        """`settings`: the model's, checked (configs/settings.py); `data_shape`: (C, H, W) of the images, which the
+        front ends take from the data module.
+
+        `optimizer` builds the optimizer from the parameters, e.g. `functools.partial(SGLD, lr=1e-7)` (Hydra:
+        `optimizer=sgld`; CLI: `--model.optimizer=samplers.SGLD`); None: Adam(lr). An SG-MCMC sampler is told the
+        training-set size N, so that it samples the posterior given all N examples
+        (docs/sgmcmc.md#the-minibatch-potential). `scheduler` builds a learning-rate scheduler from the optimizer,
+        stepped once per epoch (Hydra: `scheduler=cosine`); None: the learning rate stays as the optimizer sets it.
+        """
         super().__init__()
-        for name, value, least in (("lr", lr, 0.0), ("sigma", sigma, 0.0)):
-            if not least < value < float("inf"):  # inf: the first step would leave every weight NaN
-                raise ValueError(f"{name} must be > 0 and finite, got {value}")
-        for name, value in (("num_mixtures", num_mixtures), ("val_num_samples", val_num_samples),
-                            ("test_num_samples", test_num_samples), ("eval_chunk_size", eval_chunk_size)):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        check_seed("test_seed", test_seed)
-        self.activation = activation
-        if compile not in (False, True, "networks", "step"):
-            raise ValueError(f"compile must be false, true (= 'networks'), 'networks' or 'step', got {compile!r}")
+        self.settings = settings
+        compile = settings.compile
+        self.activation = settings.activation
         self.compile_networks = compile in (True, "networks")
         self.compile_step = compile == "step"
         self._networks_compiled = False
@@ -185,18 +158,19 @@ class LatentVariableModel(L.LightningModule):
         self.batched_replicas = False  # the template of the batched step of replicas (models/replicas.py)
         self.data_shape = tuple(int(d) for d in data_shape)
         self.num_dims = math.prod(self.data_shape)
-        self.likelihood = build_likelihood(likelihood or "bernoulli", sigma=sigma, learn_sigma=learn_sigma,
-                                           sigma_shape=sigma_shape, num_mixtures=num_mixtures, data_shape=self.data_shape)
+        self.likelihood = build_likelihood(settings.likelihood or "bernoulli", sigma=settings.sigma, learn_sigma=settings.learn_sigma,
+                                           sigma_shape=settings.sigma_shape, num_mixtures=settings.num_mixtures,
+                                           data_shape=self.data_shape)
         # The decoder emits this many maps: the likelihood's parameters for every channel of the image.
         self.output_channels = self.data_shape[0] * self.likelihood.params_per_channel
-        self.lr = lr
+        self.lr = settings.lr
         self.optimizer_factory = optimizer
         if optimizer is not None:  # its settings are checked now, not at the first training step (a traceback there)
             check_optimizer_factory(optimizer)
         self.scheduler_factory = scheduler
-        self.eval_num_samples = {"val": val_num_samples, "test": test_num_samples}
-        self.eval_chunk_size = eval_chunk_size
-        self.test_seed = test_seed
+        self.eval_num_samples = {"val": settings.val_num_samples, "test": settings.test_num_samples}
+        self.eval_chunk_size = settings.eval_chunk_size
+        self.test_seed = settings.test_seed
         # torchmetrics accumulate over the epoch and reduce across devices under DDP. PSNR is that
         # of the mean squared error over the whole split, 10 log10(1 / MSE), pixels in [0, 1].
         self.eval_metrics = torch.nn.ModuleDict({
@@ -206,11 +180,10 @@ class LatentVariableModel(L.LightningModule):
             })
             for stage in ("val", "test")
         })
-        # Every constructor argument of the subclass chain (Lightning collects those of each __init__ up the calling
-        # frames, so a subclass does not call this again) but the optimizer, a callable: the HPARAMS tab names its
-        # class (callbacks/hparams.py).
-        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
-        self.record_resolved(likelihood=likelihood or "bernoulli")
+        # Every setting, and the data's shape; not the optimizer, a callable: the HPARAMS tab names its class
+        # (callbacks/hparams.py). Lightning adds how LightningCLI built the model (`_instantiator`).
+        self.save_hyperparameters({"data_shape": list(self.data_shape), **dataclasses.asdict(settings)})
+        self.record_resolved(likelihood=settings.likelihood or "bernoulli")
 
     def record_resolved(self, **settings: Any) -> None:
         """The values settings left at None resolved to (the likelihood, the backbone, the number of latents), in the

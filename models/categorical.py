@@ -11,64 +11,28 @@ embeddings concatenated) or spatial (`conv`, one latent per cell of the encoder'
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from configs.settings import CategoricalSettings
 from models.base import LatentVariableModel, inference
-from models.components.backbones import BackboneName, build_backbone, latent_grid
+from models.components.backbones import build_backbone, latent_grid
 from models.components.precision import full_precision
-from models.components import priors
 from models.components.priors import build_prior
 from samplers.mis import categorical_log_prob, sample_categorical
 
-Embedding = Literal["auto", "per_position", "shared"]
-
 
 class CategoricalLatentModel(LatentVariableModel, abstract=True):  # a base, never picked: not registered
-    """Encoder q(h|x), code embedding + decoder p(x|h), prior p(h); training is left to subclasses.
-
-    Args:
-        backbone: `mlp` (flat latent) or `conv` (a grid of latents); None: the one that suits the data
-            (train.py takes it from the data module: conv for CIFAR-10), else mlp.
-        num_latents: V for the flat layout (default 20); for `conv` it is the grid size and may be
-            left out (given, it must equal H/4 * W/4).
-        num_categories: K, classes per latent position (>= 2).
-        code_dim: D, size of a code's embedding fed to the decoder.
-        embedding: `per_position` (a K x D table per position), `shared` (one table, like a VQ-VAE
-            codebook) or `auto` (per position for `mlp`, shared for `conv`).
-        prior: p(h), a name in models/components/priors.py's PRIORS: `uniform`, `factorized` (learned logits
-            per position), `autoregressive` (MADE) or `pixelcnn` (a gated PixelCNN over the grid; backbone=conv);
-            the learned ones train with the decoder (docs/priors.md).
-        prior_hidden: width of the autoregressive prior (None: 256 for MADE, 64 channels for the PixelCNN).
-        prior_layers: its depth (None: 2 hidden layers for MADE, 5 gated layers for the PixelCNN).
-        hidden_channels: width of the conv backbone.
-        **kwargs: the shared arguments of `LatentVariableModel` (likelihood, lr, evaluation).
-    """
+    """Encoder q(h|x), code embedding + decoder p(x|h), prior p(h); training is left to subclasses. Its settings:
+    configs/settings.py's CategoricalSettings."""
 
     has_discrete_latent = True
 
-    def __init__(
-        self,
-        data_shape: Sequence[int] = (1, 28, 28),
-        backbone: BackboneName | None = None,
-        num_latents: int | None = None,
-        num_categories: int = 10,
-        code_dim: int = 16,
-        embedding: Embedding = "auto",
-        prior: priors.PriorName = "uniform",
-        prior_hidden: int | None = None,
-        prior_layers: int | None = None,
-        hidden_channels: int = 64,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(data_shape=data_shape, **kwargs)
-        backbone = backbone or "mlp"
-        if num_categories < 2:
-            raise ValueError(f"num_categories (K) must be >= 2, got {num_categories}")
-        if code_dim < 1:
-            raise ValueError(f"code_dim must be >= 1, got {code_dim}")
+    def __init__(self, settings: CategoricalSettings, *args: Any) -> None:
+        super().__init__(settings, *args)  # data_shape, optimizer, scheduler (models/base.py)
+        backbone, num_latents, num_categories, code_dim = settings.backbone or "mlp", settings.num_latents, settings.num_categories, settings.code_dim
         self.grid = latent_grid(backbone, self.data_shape)
         if self.grid:
             grid_size = math.prod(self.grid)
@@ -79,8 +43,6 @@ class CategoricalLatentModel(LatentVariableModel, abstract=True):  # a base, nev
                 )
             num_latents = grid_size
         num_latents = 20 if num_latents is None else num_latents
-        if num_latents < 1:
-            raise ValueError(f"num_latents (V) must be >= 1, got {num_latents}")
         self.backbone, self.num_latents, self.num_categories, self.code_dim = backbone, num_latents, num_categories, code_dim
         self.record_resolved(backbone=backbone, num_latents=num_latents)
 
@@ -92,16 +54,16 @@ class CategoricalLatentModel(LatentVariableModel, abstract=True):  # a base, nev
             self.data_shape,
             encoder_channels=num_categories if per_cell else num_latents * num_categories,
             decoder_channels=code_dim if per_cell else num_latents * code_dim,
-            hidden_channels=hidden_channels,
+            hidden_channels=settings.hidden_channels,
             output_channels=self.output_channels,
             activation=self.activation,
         )
-        self.per_position = embedding == "per_position" or (embedding == "auto" and not per_cell)
+        self.per_position = settings.embedding == "per_position" or (settings.embedding == "auto" and not per_cell)
         table_size = num_latents * num_categories if self.per_position else num_categories
         self.embedding = nn.Embedding(table_size, code_dim)
         self.register_buffer("position_offset", torch.arange(num_latents) * num_categories, persistent=False)
-        self.prior_name = prior
-        self.prior = build_prior(prior, num_latents, num_categories, self.grid, prior_hidden, prior_layers)
+        self.prior_name = settings.prior
+        self.prior = build_prior(settings.prior, num_latents, num_categories, self.grid, settings.prior_hidden, settings.prior_layers)
 
     # ---- q(h | x) -----------------------------------------------------------------
     def encoder_logits(self, x: Tensor) -> Tensor:

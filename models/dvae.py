@@ -13,13 +13,15 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from configs.settings import ControlVariate, DiscreteVAESettings
 from models.categorical import CategoricalLatentModel
+from models.components.optimizers import OptimizerFactory, SchedulerFactory
 from models.components.priors import factorized_priors
 from samplers.score_function import (
     categorical_score_norm_sq,
@@ -27,57 +29,24 @@ from samplers.score_function import (
     score_function_surrogate,
 )
 
-Estimator = Literal["reinforce", "gumbel"]
-ControlVariate = Literal["optimal", "running_mean", "none"]
 DEFAULT_NUM_SAMPLES = {"reinforce": 4, "gumbel": 1}
 
 
 class DiscreteVAE(CategoricalLatentModel):
-    """The categorical latent-variable model of JSA trained on the ELBO by REINFORCE or Gumbel-softmax.
+    """The categorical latent-variable model of JSA trained on the ELBO by REINFORCE or Gumbel-softmax. Its settings:
+    configs/settings.py's DiscreteVAESettings (the estimator and its settings) and CategoricalSettings."""
 
-    Args:
-        estimator: `reinforce` (score function) or `gumbel` (Gumbel-softmax relaxation).
-        num_samples: S, samples of h per example and step (REINFORCE: >= 2 for the `optimal` baseline;
-            Gumbel: relaxed samples whose log-likelihoods are averaged); None: 4 for REINFORCE, 1 for Gumbel.
-        control_variate: REINFORCE's B: `optimal` (B*, leave-one-out), `running_mean` or `none`.
-        baseline_decay: decay of the running mean of f (`running_mean`).
-        temperature: τ_0 of the Gumbel-softmax; temperature_min: τ_min; anneal_rate: r per step.
-        straight_through: Gumbel: decode the hard argmax, back-propagate through the relaxed sample.
-        **kwargs: the model's arguments (see `CategoricalLatentModel`) and the shared ones.
-    """
-
-    def __init__(
-        self,
-        estimator: Estimator = "reinforce",
-        num_samples: int | None = None,
-        control_variate: ControlVariate = "optimal",
-        baseline_decay: float = 0.99,
-        temperature: float = 1.0,
-        temperature_min: float = 0.5,
-        anneal_rate: float = 1e-4,
-        straight_through: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        if estimator not in ("reinforce", "gumbel"):
-            raise ValueError(f"estimator must be 'reinforce' or 'gumbel', got {estimator!r}")
-        if control_variate not in ("optimal", "running_mean", "none"):
-            raise ValueError(f"control_variate must be 'optimal', 'running_mean' or 'none', got {control_variate!r}")
-        if num_samples is None:  # the settings each estimator has always run with
-            num_samples = DEFAULT_NUM_SAMPLES.get(estimator, 1)
-        if num_samples < 1 or (estimator == "reinforce" and control_variate == "optimal" and num_samples < 2):
-            raise ValueError(f"num_samples must be >= 1 (>= 2 for the leave-one-out optimal baseline), got {num_samples}")
-        if not 0 < temperature_min <= temperature:
-            raise ValueError(f"need 0 < temperature_min <= temperature, got {temperature_min} and {temperature}")
-        if not 0 <= baseline_decay < 1:
-            raise ValueError(f"baseline_decay must be in [0, 1), got {baseline_decay}")
-        if anneal_rate < 0:
-            raise ValueError(f"anneal_rate must be >= 0, got {anneal_rate}")
+    def __init__(self, data_shape: Sequence[int] = (1, 28, 28), optimizer: OptimizerFactory | None = None,
+                 scheduler: SchedulerFactory | None = None, **settings: Any) -> None:
+        super().__init__(DiscreteVAESettings(**settings), data_shape, optimizer, scheduler)
+        s = self.settings
+        estimator, control_variate = s.estimator, s.control_variate
+        num_samples = DEFAULT_NUM_SAMPLES[estimator] if s.num_samples is None else s.num_samples  # each estimator's own
         self.estimator, self.num_samples, self.control_variate = estimator, num_samples, control_variate
         self.record_resolved(num_samples=num_samples)
-        self.baseline_decay = baseline_decay
-        self.temperature, self.temperature_min, self.anneal_rate = temperature, temperature_min, anneal_rate
-        self.straight_through = straight_through
+        self.baseline_decay = s.baseline_decay
+        self.temperature, self.temperature_min, self.anneal_rate = s.temperature, s.temperature_min, s.anneal_rate
+        self.straight_through = s.straight_through
         if estimator == "gumbel" and not self.prior.is_factorized:
             raise ValueError(
                 f"estimator=gumbel takes the KL to the prior in closed form, which needs a factorized prior "

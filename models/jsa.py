@@ -13,87 +13,34 @@ weights of the fresh proposals (docs/jsa.md#what-q-learns-from). No gradient flo
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
 
 from common.private_api import ignore_in_ddp
-from common.settings import check_at_least, check_choice, check_share
+from configs.settings import JSASettings
 from models.categorical import CategoricalLatentModel
 from models.components.code_usage import code_counts, usage_perplexity
-from samplers.cache import CACHE_DIAGNOSTICS, MAX_CACHE_SIZE, LatentCache, cache_diagnostics, check_cache_size, refresh_starts
+from models.components.optimizers import OptimizerFactory, SchedulerFactory
+from samplers.cache import CACHE_DIAGNOSTICS, LatentCache, cache_diagnostics, check_cache_size, refresh_starts
 from samplers.mis import MISSample, categorical_log_prob, index_cached_mis
-from samplers.visits import GradientStates, RowChoice, candidate_weights, fresh_proposal_weights, gradient_rows
-
-QStates = Literal["chain", "fresh"]
-ChainRows = Literal["auto", "static", "distinct"]
+from samplers.visits import RowChoice, candidate_weights, fresh_proposal_weights, gradient_rows
 
 
 class JSA(CategoricalLatentModel):
-    """Categorical latent-variable model trained by JSA with the index-cached MIS sampler.
+    """Categorical latent-variable model trained by JSA with the index-cached MIS sampler. Its settings:
+    configs/settings.py's JSASettings (mis_steps, the cache, the gradient's states and rows) and CategoricalSettings."""
 
-    Args:
-        mis_steps: L, Metropolis-Hastings steps per training example and step (>= 1).
-        use_cache: keep a per-example cache of each chain's last state (written every step; read from
-            `cache_start_epoch` on). False: no cache at all.
-        cache_start_epoch: read the cache from this epoch on (it is written from the start); None (the default): never,
-            each chain starts from a fresh proposal (docs/mis.md#when-does-the-cache-help).
-        cache_refresh: ρ, the share of chains that restart from a fresh proposal instead of their cached state, drawn
-            anew each step (0: none; docs/mis.md#restarting-a-share-of-the-chains).
-        q_states: the states q's gradient uses: `chain`, the states θ's gradient uses (the JSA paper); `fresh`, this
-            step's fresh proposals weighted by self-normalized importance weights, which the cache never feeds
-            (docs/jsa.md#what-q-learns-from).
-        gradient_states: which states the gradient step uses (docs/jsa.md#which-states-the-gradient-uses): `final`
-            (the chain's last state), `chain` (the average over the L states the chain visited, as in the official
-            JSA code; each distinct state is scored once) or `expected` (that average's expectation over the
-            accept/reject draws given the candidates: Rao-Blackwellized, same mean, lower variance).
-        chain_rows: how `chain` scores the states it averages, the same gradient either way
-            (docs/jsa.md#static-or-distinct-rows): `distinct` re-scores the distinct visited states only (fewest rows,
-            but their number depends on the data: a host sync and a new shape each step), `static` weights all L+1
-            candidates of the sampler's one decoder pass by their visit counts (static shapes: no sync, compiles whole),
-            `auto` (the default): `static` on an accelerator and for replicas, `distinct` on the CPU.
-        gradient_rows: k, the decoder rows per example that θ's gradient differentiates for `chain` and `expected`:
-            the k candidates of largest weight exactly plus one drawn from the remaining weight and weighted by it
-            (sum-and-sample; unbiased, exact when at most k candidates carry weight), a fixed k + 1 rows whatever
-            the chain did, with the candidates scored once without autograd (docs/jsa.md#a-fixed-number-of-gradient-rows).
-            k >= L + 1 is `chain_rows=static` exactly. None (the default): every weighted row, as `chain_rows` says.
-        cache_size: number of training examples; filled in from the data module when left out.
-        **kwargs: the model's arguments (see `CategoricalLatentModel`: backbone, num_latents,
-            num_categories, ...) and the shared ones (see `LatentVariableModel`).
-    """
-
-    def __init__(
-        self,
-        mis_steps: int = 20,
-        use_cache: bool = True,
-        cache_start_epoch: int | None = None,
-        gradient_states: GradientStates = "chain",
-        q_states: QStates = "chain",
-        cache_refresh: float = 0.0,
-        cache_size: int | None = None,
-        chain_rows: ChainRows = "auto",
-        gradient_rows: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        check_at_least("mis_steps (L)", mis_steps, 1)
-        check_choice("gradient_states", gradient_states, GradientStates)
-        check_choice("q_states", q_states, QStates)
-        check_choice("chain_rows", chain_rows, ChainRows)
-        check_at_least("gradient_rows", gradient_rows, 1, whole=True, none="every weighted row")
-        check_at_least("cache_start_epoch", cache_start_epoch, 0, none="")
-        check_share("cache_refresh", cache_refresh)
-        check_at_least("cache_size", cache_size, 1, whole=True, none="the training split's size", most=MAX_CACHE_SIZE)
-        if gradient_rows is not None and gradient_states == "final":
-            raise ValueError("gradient_rows applies to gradient_states 'chain' and 'expected'; 'final' differentiates one row already")
-        if gradient_rows is not None and chain_rows != "auto":
-            raise ValueError(f"gradient_rows and chain_rows={chain_rows!r} both choose the rows of the gradient: set one of them")
-        self.mis_steps, self.use_cache, self.cache_start_epoch, self.cache_refresh = mis_steps, use_cache, cache_start_epoch, cache_refresh
-        self.gradient_states, self.q_states, self.chain_rows, self.gradient_rows = gradient_states, q_states, chain_rows, gradient_rows
+    def __init__(self, data_shape: Sequence[int] = (1, 28, 28), optimizer: OptimizerFactory | None = None,
+                 scheduler: SchedulerFactory | None = None, **settings: Any) -> None:
+        super().__init__(JSASettings(**settings), data_shape, optimizer, scheduler)
+        s = self.settings
+        self.mis_steps, self.use_cache, self.cache_start_epoch, self.cache_refresh = s.mis_steps, s.use_cache, s.cache_start_epoch, s.cache_refresh
+        self.gradient_states, self.q_states, self.chain_rows, self.gradient_rows = s.gradient_states, s.q_states, s.chain_rows, s.gradient_rows
         self.cache: LatentCache | None = None
-        if use_cache and cache_size is not None:
-            self._allocate_cache(cache_size)
+        if s.use_cache and s.cache_size is not None:
+            self._allocate_cache(s.cache_size)
         self.register_buffer("class_used", torch.zeros(self.num_categories, dtype=torch.bool))  # `train/classes_used`
         # Every rank keeps the whole cache and writes the gathered pairs of each step (`write_cache`): DDP must not
         # also broadcast these buffers from rank 0.

@@ -10,32 +10,29 @@ Biased for finite S, consistent as S grows. The optional sleep phase fits q to o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
 
+from configs.settings import RWSSettings
 from models.categorical import CategoricalLatentModel
+from models.components.optimizers import OptimizerFactory, SchedulerFactory
 from samplers.mis import categorical_log_prob
 from samplers.multi_sample import importance_weighted_bound, rws_surrogate
 
 
 class RWS(CategoricalLatentModel):
-    """The categorical latent-variable model of JSA trained by reweighted wake-sleep.
-
-    Args:
-        num_samples: S, proposals from q per example and step (>= 1).
-        sleep_phase: also fit q on samples (h, x) drawn from the model (needs a likelihood that can sample).
-        **kwargs: the model's arguments (see `CategoricalLatentModel`) and the shared ones.
-    """
+    """The categorical latent-variable model of JSA trained by reweighted wake-sleep. Its settings:
+    configs/settings.py's RWSSettings (num_samples, sleep_phase) and CategoricalSettings."""
 
     config_name = "rws"  # as in configs/model/ and the run names
     run_tag_keys = ("backbone", "num_categories", "num_samples", "prior")
 
-    def __init__(self, num_samples: int = 10, sleep_phase: bool = False, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        if num_samples < 1:
-            raise ValueError(f"num_samples (S) must be >= 1, got {num_samples}")
+    def __init__(self, data_shape: Sequence[int] = (1, 28, 28), optimizer: OptimizerFactory | None = None,
+                 scheduler: SchedulerFactory | None = None, **settings: Any) -> None:
+        super().__init__(RWSSettings(**settings), data_shape, optimizer, scheduler)
+        num_samples, sleep_phase = self.settings.num_samples, self.settings.sleep_phase
         if sleep_phase and not self.likelihood.can_sample:
             raise ValueError(f"sleep_phase=true draws images from the model, which the {type(self.likelihood).__name__} "
                              "cannot do; use the bernoulli or gaussian likelihood, or sleep_phase=false")

@@ -17,7 +17,9 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from models.components.backbones import BackboneName, build_backbone
+from configs.settings import VAESettings
+from models.components.backbones import build_backbone
+from models.components.optimizers import OptimizerFactory, SchedulerFactory
 from models.components.precision import full_precision
 from models.base import LatentVariableModel, inference
 
@@ -31,34 +33,19 @@ def _log_normal(z: Tensor, mean: Tensor, log_var: Tensor) -> Tensor:
 
 
 class VAE(LatentVariableModel):
-    """Gaussian-latent VAE on the shared backbones.
-
-    Args:
-        backbone: `mlp` (flat latent of `latent_dim`) or `conv` (a grid of `latent_dim`-channel latents); None:
-            the one that suits the data (train.py takes it from the data module: conv for CIFAR-10), else mlp.
-        latent_dim: latent size (channels per grid position for `conv`).
-        hidden_channels: width of the conv backbone.
-        **kwargs: the shared arguments of `LatentVariableModel` (likelihood, lr, evaluation).
-    """
+    """Gaussian-latent VAE on the shared backbones. Its settings:
+    configs/settings.py's VAESettings (backbone, latent_dim, hidden_channels) and ModelSettings."""
 
     config_name = "vae"  # as in configs/model/ and the run names
     run_tag_keys = ("backbone", "latent_dim")
 
-    def __init__(
-        self,
-        data_shape: Sequence[int] = (1, 28, 28),
-        backbone: BackboneName | None = None,
-        latent_dim: int = 32,
-        hidden_channels: int = 64,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(data_shape=data_shape, **kwargs)
-        if latent_dim < 1:
-            raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")
-        backbone = backbone or "mlp"
+    def __init__(self, data_shape: Sequence[int] = (1, 28, 28), optimizer: OptimizerFactory | None = None,
+                 scheduler: SchedulerFactory | None = None, **settings: Any) -> None:
+        super().__init__(VAESettings(**settings), data_shape, optimizer, scheduler)
+        backbone, latent_dim = self.settings.backbone or "mlp", self.settings.latent_dim
         self.encoder, self.decoder, self.grid = build_backbone(
-            backbone, self.data_shape, 2 * latent_dim, latent_dim, hidden_channels, output_channels=self.output_channels,
-            activation=self.activation,
+            backbone, self.data_shape, 2 * latent_dim, latent_dim, self.settings.hidden_channels,
+            output_channels=self.output_channels, activation=self.activation,
         )
         self.latent_shape = (latent_dim, *self.grid)
         self.backbone, self.latent_dim = backbone, latent_dim

@@ -9,30 +9,27 @@ Unbiased for ∇L_S; `train/loss` is -L̂.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from torch import Tensor
 
+from configs.settings import VIMCOSettings
 from models.categorical import CategoricalLatentModel
+from models.components.optimizers import OptimizerFactory, SchedulerFactory
 from samplers.multi_sample import vimco_surrogate
 
 
 class VIMCO(CategoricalLatentModel):
-    """The categorical latent-variable model of JSA trained on the S-sample bound with VIMCO's gradient.
-
-    Args:
-        num_samples: S, samples from q per example and step (>= 2, for the leave-one-out baselines).
-        **kwargs: the model's arguments (see `CategoricalLatentModel`) and the shared ones.
-    """
+    """The categorical latent-variable model of JSA trained on the S-sample bound with VIMCO's gradient. Its settings:
+    configs/settings.py's VIMCOSettings (num_samples) and CategoricalSettings."""
 
     config_name = "vimco"  # as in configs/model/ and the run names
     run_tag_keys = ("backbone", "num_categories", "num_samples", "prior")
 
-    def __init__(self, num_samples: int = 10, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        if num_samples < 2:
-            raise ValueError(f"num_samples (S) must be >= 2 for VIMCO's leave-one-out baselines, got {num_samples}")
-        self.num_samples = num_samples
+    def __init__(self, data_shape: Sequence[int] = (1, 28, 28), optimizer: OptimizerFactory | None = None,
+                 scheduler: SchedulerFactory | None = None, **settings: Any) -> None:
+        super().__init__(VIMCOSettings(**settings), data_shape, optimizer, scheduler)
+        self.num_samples = self.settings.num_samples
 
     @property
     def run_tag(self) -> str:

@@ -24,10 +24,11 @@ from torchmetrics import MeanMetric
 from checkpoints.loader import load_checkpoint_file
 from common.private_api import finds_unused_parameters, ignore_in_ddp
 from common.signatures import constructor_defaults
+from configs.settings import VQVAESettings
 from models.base import LatentVariableModel, inference
-from models.components.backbones import BackboneName, build_backbone, latent_grid
+from models.components.backbones import build_backbone, latent_grid
 from models.components.code_usage import CodeUsage
-from models.components import priors
+from models.components.optimizers import OptimizerFactory, SchedulerFactory
 from models.components.priors import build_prior
 from models.components.quantizer import QuantizerOutput, VectorQuantizer
 
@@ -45,32 +46,7 @@ class PointMassPosterior(NamedTuple):
 
 
 class VQVAE(LatentVariableModel):
-    """VQ-VAE on the shared backbones.
-
-    Args:
-        backbone: `conv` (the paper's encoder/decoder; one code per cell of the 7x7 / 8x8 grid)
-            or `mlp` (a flat latent of `num_latents` codes); None: the one that suits the data, else conv.
-        num_categories: K, the number of codes (the codebook size).
-        code_dim: D, dimension of a code vector.
-        num_latents: codes per image for `mlp` (default 20); for `conv` the grid (leave it out).
-        hidden_channels: width of the conv backbone.
-        beta: commitment weight.
-        ema: move the codebook by exponential moving averages instead of the codebook loss.
-        decay: EMA decay (also for the usage statistics behind dead-code restarts).
-        dead_code_threshold: restart codes whose EMA usage (vectors per batch) falls below this (0 = off).
-        (The defaults, EMA codebook and restarts, are not the paper's main-text model:
-        `ema=False, dead_code_threshold=0`; docs/vqvae.md says why.)
-        kmeans_init: initialize the codebook by k-means on the first training batch.
-        prior: p(k) of the likelihood bound, a name in models/components/priors.py's PRIORS: `uniform` (K^-n),
-            or learned on the codes: `factorized`, `autoregressive` (MADE) or `pixelcnn` (a gated PixelCNN over
-            the grid; backbone=conv).
-        prior_hidden, prior_layers: width and depth of the autoregressive prior (None: its defaults).
-        autoencoder_epochs: epochs in which encoder, codebook and decoder train; after them they are frozen
-            and only the prior trains (the second stage). None: every epoch.
-        autoencoder_checkpoint: a trained VQ-VAE's checkpoint whose encoder, codebook and decoder this run
-            starts from (frozen unless autoencoder_epochs > 0): the second stage as a run of its own.
-        **kwargs: the shared arguments of `LatentVariableModel` (likelihood, lr, evaluation).
-    """
+    """VQ-VAE on the shared backbones. Its settings: configs/settings.py's VQVAESettings and ModelSettings."""
 
     config_name = "vqvae"  # as in configs/model/ and the run names
     run_tag_keys = ("backbone", "num_categories", "prior")
@@ -78,57 +54,30 @@ class VQVAE(LatentVariableModel):
     estimator_settings = {"ema": "ema", "decay": "decay", "dead_code_threshold": "dead", "beta": "beta", "kmeans_init": "kmeans"}
     has_discrete_latent = True
 
-    def __init__(
-        self,
-        data_shape: Sequence[int] = (1, 28, 28),
-        backbone: BackboneName | None = None,
-        num_categories: int = 512,
-        code_dim: int = 64,
-        num_latents: int | None = None,
-        hidden_channels: int = 64,
-        beta: float = 0.25,
-        ema: bool = True,
-        decay: float = 0.99,
-        dead_code_threshold: float = 1.0,
-        kmeans_init: bool = False,
-        prior: priors.PriorName = "uniform",
-        prior_hidden: int | None = None,
-        prior_layers: int | None = None,
-        autoencoder_epochs: int | None = None,
-        autoencoder_checkpoint: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(data_shape=data_shape, **kwargs)
-        backbone_name = backbone or "conv"
-        if num_categories < 2:
-            raise ValueError(f"num_categories (K, the number of codes) must be >= 2, got {num_categories}")
+    def __init__(self, data_shape: Sequence[int] = (1, 28, 28), optimizer: OptimizerFactory | None = None,
+                 scheduler: SchedulerFactory | None = None, **settings: Any) -> None:
+        super().__init__(VQVAESettings(**settings), data_shape, optimizer, scheduler)
+        s = self.settings
+        backbone_name, num_categories, code_dim, num_latents = s.backbone or "conv", s.num_categories, s.code_dim, s.num_latents
         self.grid = latent_grid(backbone_name, self.data_shape)
         if self.grid and num_latents not in (None, math.prod(self.grid)):
             raise ValueError(f"with the conv backbone the codes are the {self.grid} grid; leave num_latents out (got {num_latents})")
         self.num_latents = math.prod(self.grid) if self.grid else (20 if num_latents is None else num_latents)
-        if self.num_latents < 1:
-            raise ValueError(f"num_latents (codes per image) must be >= 1, got {self.num_latents}")
         self.backbone, self.num_categories, self.code_dim = backbone_name, num_categories, code_dim
         self.record_resolved(backbone=backbone_name, num_latents=self.num_latents)
         channels = code_dim if self.grid else self.num_latents * code_dim
-        self.encoder, self.decoder, _ = build_backbone(backbone_name, self.data_shape, channels, channels, hidden_channels,
+        self.encoder, self.decoder, _ = build_backbone(backbone_name, self.data_shape, channels, channels, s.hidden_channels,
                                                        output_channels=self.output_channels, activation=self.activation)
-        self.quantizer = VectorQuantizer(num_categories, code_dim, beta, ema, decay, dead_code_threshold=dead_code_threshold, kmeans_init=kmeans_init)
+        self.quantizer = VectorQuantizer(num_categories, code_dim, s.beta, s.ema, s.decay, dead_code_threshold=s.dead_code_threshold,
+                                         kmeans_init=s.kmeans_init)
         # Spatial z_e is (B, D, H', W'): channels first; flat z_e is (B, V, D): channels last.
         self.channel_dim = 1 if self.grid else -1
         self.train_usage, self.val_usage = CodeUsage(num_categories), CodeUsage(num_categories)
-        self.prior_name = prior
-        self.prior = build_prior(prior, self.num_latents, num_categories, self.grid, prior_hidden, prior_layers)
-        if autoencoder_epochs is not None and autoencoder_epochs < 0:
-            raise ValueError(f"autoencoder_epochs must be >= 0 or None (every epoch), got {autoencoder_epochs}")
+        self.prior_name = s.prior
+        self.prior = build_prior(s.prior, self.num_latents, num_categories, self.grid, s.prior_hidden, s.prior_layers)
+        autoencoder_epochs, autoencoder_checkpoint = s.autoencoder_epochs, s.autoencoder_checkpoint
         if autoencoder_checkpoint is not None and autoencoder_epochs is None:
             autoencoder_epochs = 0  # a trained autoencoder: fit the prior only
-        if autoencoder_epochs == 0 and autoencoder_checkpoint is None:
-            raise ValueError("autoencoder_epochs=0 freezes the autoencoder from the start: give the trained VQ-VAE's checkpoint "
-                             "as model.autoencoder_checkpoint=PATH (its last.ckpt or best checkpoint)")
-        if autoencoder_epochs is not None and self.prior_name == "uniform":
-            raise ValueError("autoencoder_epochs / autoencoder_checkpoint: a second stage fits a learned prior; set model.prior "
-                             "(pixelcnn for the conv grid, autoregressive for backbone=mlp)")
         self.autoencoder_epochs, self.autoencoder_checkpoint = autoencoder_epochs, autoencoder_checkpoint
         if autoencoder_epochs == 0:  # frozen for good: only the prior's parameters take gradients (and DDP syncs only those)
             for name, parameter in self.named_parameters():

@@ -19,7 +19,6 @@ from checkpoints.errors import CheckpointError
 from samplers.mis import MISSample
 
 CACHE_DIAGNOSTICS = ("cache_stuck_rate", "cache_age_epochs", "cache_log_weight_gap")  # `cache_diagnostics`
-MAX_CACHE_SIZE = 10**7  # chains: far beyond any training split here (ImageNet has 1.28 million), a few hundred MB
 
 
 def cache_dtype(num_categories: int) -> torch.dtype:

@@ -15,9 +15,9 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
+from configs.settings import GradientStates
 from samplers.mis import MISSample, categorical_draw
 
-GradientStates = Literal["final", "chain", "expected"]
 RowChoice = int | Literal["every", "final", "distinct"]
 
 

@@ -46,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from launch.checks.schema import config_targets
+from launch.checks.configs import config_targets
 from benchmarks.lib import markdown
 from common.files import write_file
 

@@ -11,7 +11,6 @@ How: benchmarks/results/speed/README.md#how-each-benchmark-measures.
 from __future__ import annotations
 
 import argparse
-import inspect
 import itertools
 import time
 from collections import Counter
@@ -22,8 +21,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks.lib import arguments
 from benchmarks.lib.timing import median_seconds, paired
+from configs.settings import ModelSettings
 from models import JSA, VAE, VQVAE, DiscreteVAE
-from models.base import LatentVariableModel
 
 MODELS = {"vae": VAE, "jsa": JSA, "dvae": DiscreteVAE, "vqvae": VQVAE}
 ROUNDS = 5  # alternating rounds of eval and its matmul floor (benchmarks/lib/timing.py)
@@ -127,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--min-run-time", type=arguments.number(0), default=1.0, help="seconds each timing runs for, over its 5 rounds (default 1)")
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's top operators of one call per model")
     parser.add_argument("--test-images", type=arguments.integer(0), default=0, help="also time Trainer.test on this many test images")
-    parser.add_argument("--chunk-sizes", type=arguments.integer(1), nargs="+", default=[inspect.signature(LatentVariableModel).parameters["eval_chunk_size"].default],
+    parser.add_argument("--chunk-sizes", type=arguments.integer(1), nargs="+", default=[ModelSettings.eval_chunk_size],
                         help="eval_chunk_size values to measure side by side (default: the models' default)")
     args = parser.parse_args(argv)
     generator = torch.Generator().manual_seed(0)

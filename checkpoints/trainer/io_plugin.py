@@ -5,6 +5,7 @@ run's checkpoint directories (checkpoints/trainer/restored_paths.py)."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,18 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path, storage_options)
         save_checkpoint_file(checkpoint, path)
 
+    def __init__(self, read: tuple[Any, dict[str, Any]] | None = None) -> None:
+        super().__init__()
+        self.read = read  # (path, checkpoint): what the builder read already, handed to the restore (loader.py)
+
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
         # Every read the trainer makes (resume, test/validate ckpt_path) is the safe one; only an explicit
-        # `weights_only=False` given to the trainer in code trusts the file. Onto the CPU, as the reads before it (one
-        # kept read serves them all): the restore copies every tensor to where its module or optimizer lives. The
-        # restore keeps and changes what it gets (checkpoints/loader.py).
-        checkpoint = load_checkpoint_file(path, map_location or "cpu", trusted=weights_only is False, hand_over=True)
+        # `weights_only=False` given to the trainer in code trusts the file. The checkpoint the builder read is handed
+        # over once, not read again; onto the CPU: the restore copies every tensor to where its module or optimizer lives.
+        if self.read is not None and weights_only is not False and _same_file(self.read[0], path):
+            checkpoint, self.read = self.read[1], None
+        else:
+            checkpoint = load_checkpoint_file(path, map_location or "cpu", trusted=weights_only is False)
         if "pytorch-lightning_version" not in checkpoint:  # Lightning's migration would end in a KeyError
             raise CheckpointError(f"checkpoint {path} holds a model's weights only, not a Lightning checkpoint (no "
                                   "'pytorch-lightning_version'); the trainer cannot resume or test from it. In Python: "
@@ -55,3 +62,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         checksum_file = target.with_name(target.name + CHECKSUM_SUFFIX)
         if checksum_file.is_file() and not checksum_file.is_symlink():
             checksum_file.unlink()  # safe: beside the checkpoint just removed, in the same checked directory
+
+
+def _same_file(first: Any, second: Any) -> bool:
+    try:
+        return os.path.samefile(first, second)
+    except (OSError, TypeError, ValueError):
+        return False

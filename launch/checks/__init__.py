@@ -5,8 +5,8 @@ misspelt, ill-typed or unsafe setting is one line within a second (train.py call
 - received_config.py: config files and Hydra folders a command names, read bounded and refused if they would import
   a stranger's module or hang;
 - precheck.py: every setting checked against the schema, with "did you mean" (those of the config files it reads too);
-- schema.py (settings_schema.json): the settings of every configured class, their types and bounds, kept in step
-  with the code; settings.py: the same types checked against the constructors once the classes are imported;
+- configs.py: what configs/ declares (each group's choices and classes, configs/settings.py's settings); settings.py:
+  the settings of the other classes (the Trainer, optimizers) checked against their constructors once imported;
 - defaults.py: configs/*.yaml as written, the defaults both front ends and these checks read;
 - exit.py: how a refusal ends: one line on stderr and exit status 2.
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from launch.checks.schema import CONFIGS, default_choices
+from launch.checks.configs import CONFIGS, default_choices
 
 
 @functools.cache

@@ -1,14 +1,13 @@
 """The command line checked before torch, Lightning and the models are imported: the common mistakes (an unknown
-option, a config that does not exist, a value of the wrong type or out of its constructor's range, a checkpoint or
+option, a config that does not exist, a value of the wrong type or out of its declared range, a checkpoint or
 --config file that is missing or not YAML, a run directory that is a file, an empty DATA_DIR) are refused in about
-a second with one `error:` line and the closest valid names, instead of after ten seconds of imports or as Hydra's
-six-line report. The settings of LightningCLI's --config files and of a Hydra experiment the command picks are checked
-as the command line's, the line naming the file.
+a second with one `error:` line and the closest valid names. The settings of LightningCLI's --config files and of a
+Hydra experiment the command picks are checked as the command line's, the line naming the file.
 
-Only what can be decided from the command line, the files it names and `launch/checks/settings_schema.json` is checked
-here; a setting this module cannot judge (an interpolation, a list, a quoted value in a file, a class whose schema
-entry is stale) passes, and the full checks after the imports (launch/checks/settings.py, the constructors, jsonargparse)
-still run on everything.
+A model's and a data module's settings are checked against configs/settings.py before the imports; the Trainer's,
+an optimizer's and a scheduler's once Lightning is imported (the front ends run these checks again then). A setting
+this module cannot judge (an interpolation, a list, a quoted value in a file) passes: the constructors still check
+everything.
 """
 
 from __future__ import annotations
@@ -16,20 +15,22 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from launch.checks.arguments import option_values, overrides_of, scalar, values_of
 from launch.checks.paths import PathRefusal, check_paths
 from launch.checks.received_config import ConfigRefusal, composed, given_settings, hydra_folders
-from launch.checks.schema import CONFIGS, GROUPS, NOT_SETTINGS, default_choices, every_config, expected, load, type_spec
+from common.settings import expected
+from launch.checks.configs import CONFIGS, GROUPS, NOT_SETTINGS, check_declared, cli_classes, config_targets, declared, \
+    declared_defaults, default_choices, every_config
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
 TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
                       "run_name": str, "discrete_latent": dict | None, "per_model": dict | None,
                       "compare_backbone": dict | None, "compare_prior": dict | None, "replicas": dict | None}
 REPLICA_SETTINGS = ("replicas.seeds", "replicas.arms")  # launch/runs/replicas.py checks their values
-TOP_LEVEL_SPECS = {key: type_spec(hint) for key, hint in TOP_LEVEL_SETTINGS.items()}
 
 
 def unknown_top_level_setting(key: str) -> str:
@@ -237,14 +238,14 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
         if not dot:
             if key not in TOP_LEVEL_SETTINGS and not key.startswith("_"):
                 raise EarlyRefusal(unknown_top_level_setting(key) + did_you_mean(key, all_options()))
-            if key in TOP_LEVEL_SPECS and value is not None:
-                check_value(key, value, [{key: TOP_LEVEL_SPECS[key]}], cli=in_file)
+            if key in TOP_LEVEL_SETTINGS and value is not None:
+                check_value(key, value, [TOP_LEVEL_SETTINGS], cli=in_file)
             return
+        if group == "trainer" and name in REMOVED_TRAINER_OPTIONS:
+            raise EarlyRefusal(removed_trainer_option(key, value, cli=False))
         specs = settings_of(group) if group in GROUPS and "." not in name and not name.startswith("_") else None
         if specs is None:
             return
-        if group == "trainer" and name in REMOVED_TRAINER_OPTIONS and not any(name in settings for settings in specs):
-            raise EarlyRefusal(removed_trainer_option(key, value, cli=False))
         if not any(name in settings for settings in specs):
             names = sorted({f"{group}.{n}" for settings in specs for n in settings})
             owner = ", ".join(sorted({schema_name(schema, group, choice) for choice in choices.get(group, [])} - {None}))
@@ -255,7 +256,11 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
             check_config_key(key, value or "V", group, choices.get(group, [None]))  # a setting its file leaves out
         if value is not None:
             check_value(key, value, [settings for settings in specs if name in settings], cli=in_file)
+            read = values_of(value, in_file)
+            if read is not None and len(read) == 1 and group in ("model", "data"):
+                given.setdefault(group, {})[name] = read[0]
 
+    given: dict[str, dict[str, Any]] = {}
     for key, value in overrides:
         check_setting(key, value)
     for path in experiment_files(argv, experiment):  # YAML as OmegaConf reads it: YAML 1.1, as LightningCLI's values
@@ -264,6 +269,12 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
                 check_setting(key, unquoted(value), in_file=True)
             except EarlyRefusal as refusal:
                 raise EarlyRefusal(f"{path}: {refusal}") from None
+    for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them
+        picked = choices.get(group, [None])
+        if len(picked) == 1 and picked[0] not in (None, "null") and not (group == "model" and experiment):
+            composed = composed_choice(group, picked[0]) or {}
+            in_file = composed.get(group, {}) if isinstance(composed.get(group), dict) else {}
+            check_combination(group, schema["choices"][group].get(picked[0]), {**in_file, **given.get(group, {})}, group)
 
 
 # The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
@@ -314,7 +325,7 @@ def check_append(key: str, value: str, choices: dict[str, list[str | None]], sch
         target = schema["choices"].get(group, {}).get(picked[0]) if group in GROUPS else None
         if in_file is not None:
             set_by = f"configs/{group}/{picked[0]}.yaml"
-        elif "." not in name and group in CLASS_DEFAULT_GROUPS and name in schema.get("set_by_default", {}).get(target, ()):
+        elif "." not in name and group in CLASS_DEFAULT_GROUPS and declared_defaults(target).get(name) is not None:
             set_by = f"the default of {target.rsplit('.', 1)[-1]}"
         else:
             set_by = None
@@ -438,6 +449,15 @@ def check_cli(argv: list[str], schema: dict[str, Any]) -> None:
     for option, value, file in pairs:
         if file is None:
             check_cli_setting(option, value, chosen, schema, shown="--")
+    for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them
+        given = {}
+        for option, value, file in pairs:
+            name = option[2:].removeprefix(f"{group}.").removeprefix("init_args.")
+            text = unquoted(value) if file else value
+            read = values_of(text, cli=True) if text is not None else None
+            if option.startswith(f"--{group}.") and "." not in name and read is not None:
+                given[name] = read[0]
+        check_combination(group, chosen[group], given, f"--{group}")
 
 
 def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | None], schema: dict[str, Any], shown: str) -> None:
@@ -447,12 +467,12 @@ def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | No
     if not dot or group not in chosen or chosen[group] is None:
         return
     name = name.removeprefix("init_args.")
+    if group == "trainer" and name in REMOVED_TRAINER_OPTIONS:
+        raise EarlyRefusal(removed_trainer_option(f"{shown}{group}.{name}", value, cli=bool(shown)))
     settings = schema["classes"].get(chosen[group])
     if settings is None or "." in name or name in ("class_path", "init_args", "dict_kwargs", "help"):
         return
     known = [*settings, *NOT_SETTINGS.get(group, ())]  # LightningCLI exposes these too (--model.optimizer, ...)
-    if group == "trainer" and name in REMOVED_TRAINER_OPTIONS and name not in known:
-        raise EarlyRefusal(removed_trainer_option(f"{shown}{group}.{name}", value, cli=bool(shown)))
     given = shown + option[2:].rstrip("+")  # as written: --model.mis_steps, model.init_args.mis_steps
     if name not in known:
         candidates = [f"{given.rsplit('.', 1)[0]}.{n}" for n in known]
@@ -463,6 +483,19 @@ def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | No
         raise EarlyRefusal(f"{given}: no such {what} of {chosen[group].rsplit('.', 1)[-1]}{did_you_mean(given, candidates) or hint}")
     if value is not None and name in settings:
         check_value(given, value, [settings], cli=True)
+
+
+def check_combination(group: str, target: str | None, values: dict[str, Any], shown: str) -> None:
+    """The settings of the class at `target` built from `values` as its constructor builds them (configs/settings.py);
+    its refusal named `<shown>.<setting>` (`model.mis_steps`, `--model.mis_steps`). A value left to resolve later (an
+    interpolation) is left out."""
+    values = {name: value for name, value in values.items() if not (isinstance(value, str) and "${" in value)}
+    try:
+        check_declared(target, values)
+    except ValueError as error:
+        text = str(error)
+        named = text.split(" ", 1)[0].split("=", 1)[0] in (declared(target) or {})
+        raise EarlyRefusal(f"{shown}.{text}" if named else f"{shown}: {text}") from None
 
 
 def unquoted(value: str | None) -> str | None:
@@ -582,6 +615,30 @@ def data_class_of(argv: list[str], cli: bool, schema: dict[str, Any] | None) -> 
     choice = dict(overrides_of(argv)).get("data") or default_choices().get("data")
     target = (schema or {}).get("choices", {}).get("data", {}).get(choice or "")
     return target.rsplit(".", 1)[-1] if target else None
+
+
+def load() -> dict[str, Any]:
+    """Each group's choices and the class each builds, the settings each class takes, and LightningCLI's class names.
+    Before the imports, the settings configs/settings.py declares (models, data modules); once Lightning is imported
+    (the front ends check the command line again then), the constructors' of the other classes too (the Trainer,
+    the optimizers and schedulers)."""
+    choices = {group: config_targets(group) for group in GROUPS}
+    choices["trainer"] = {path.stem: "lightning.Trainer" for path in (CONFIGS / "trainer").glob("*.yaml")}
+    classes = {target: hints for targets in choices.values() for target in targets.values()
+               if (hints := declared(target) or imported_hints(target)) is not None}
+    return {"choices": choices, "classes": classes, "cli_classes": cli_classes()}
+
+
+def imported_hints(target: str) -> dict[str, Any] | None:
+    """setting -> type hint of the class at `target`, from its constructor, once Lightning is imported; else None."""
+    if "lightning" not in sys.modules:
+        return None
+    from hydra.utils import get_class
+
+    from common.signatures import constructor_defaults, constructor_hints
+
+    cls = get_class(target)
+    return {**dict.fromkeys(constructor_defaults(cls)), **constructor_hints(cls)}
 
 
 def refuse_early(argv: list[str], cli: bool) -> str | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from checkpoints.import_paths import PATH_SETTINGS, TRUST_HINT, is_allowed_import, looks_like_import_path, trusted_prefixes
-from launch.checks.schema import CONFIGS
+from launch.checks.configs import CONFIGS
 
 MAX_CONFIG_BYTES = 1 << 20  # far above any config here (the largest is a few KB)
 MAX_EXPANDED_NODES = 100_000  # YAML nodes after alias expansion: a config file has hundreds

@@ -12,18 +12,12 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from common.settings import expected
 from common.signatures import constructor_defaults, constructor_hints
-from launch.checks.schema import expected as expected_by_spec
-from launch.checks.schema import type_spec
 
 
 class SettingsError(ValueError):
     """A setting has a value its constructor does not take (the user's to fix)."""
-
-
-def expected(hint: Any, value: Any) -> str | None:
-    """None if `value` fits the type hint `hint`, else what was expected (launch/checks/schema.py's check, on the hint's spec)."""
-    return expected_by_spec(type_spec(hint), value)
 
 
 def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:

@@ -10,7 +10,6 @@ trunk's `ckpt_path` (the same seeds, no arms), each arm of a seed starts from th
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -23,6 +22,7 @@ from checkpoints.loader import load_checkpoint_file
 from checkpoints.replica import branch_checkpoint
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from common.private_api import checkpoint_every_n_train_steps
+from common.signatures import constructor_defaults
 from datamodules.replicas import ReplicaData
 from launch.checks.settings import SettingsError
 from launch.run_layout import TENSORBOARD, placed, process_dir, tensorboard_root
@@ -57,7 +57,7 @@ def check_replica_request(seeds: Any, arms: Any, option: str) -> tuple[list[int]
 def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], option: str = "replicas") -> Any:
     """The run description (launch/run_builder.py) of `run`'s configuration trained for every seed and arm in one process."""
     described = run.model
-    accepted = inspect.signature(type(described)).parameters
+    accepted = constructor_defaults(type(described))
     settings = {key: value for key, value in described.hparams.items() if not key.startswith("_")}  # (LightningCLI adds _class_path)
     if "cache_size" in accepted:  # JSA's cache is stacked with the weights, so it exists before training
         settings["cache_size"] = run.datamodule.num_train_examples

@@ -10,12 +10,11 @@ likelihood.
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from typing import Sequence
 
 from torch import Tensor, nn
 
-BackboneName = Literal["mlp", "conv"]
-Activation = Literal["relu", "leaky_relu"]
+from configs.settings import Activation, BackboneName
 
 
 def activation_layer(name: Activation) -> nn.Module:

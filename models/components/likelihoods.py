@@ -12,17 +12,14 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from configs.settings import LikelihoodName, SigmaShape
 from models.components.precision import full_precision
 
-
-LikelihoodName = Literal["bernoulli", "discretized_logistic", "categorical", "gaussian"]
-SigmaShape = Literal["image", "channel", "pixel"]
 NUM_LEVELS = 256  # 8-bit pixels
 
 

@@ -5,14 +5,14 @@
 `uniform` (zero logits), `factorized` (V x K logits), `autoregressive` (MADE, Germain et al., 2015) and `pixelcnn`
 (gated PixelCNN, van den Oord et al., 2016, over the code grid, no blind spot). `log_prob` scores any number of code
 sets in one pass; `sample` takes V passes. Learned priors start uniform (zero output layer). `PRIORS` (name -> class,
-at the end) is the one list: `build_prior` and `PriorName`, every model's `prior` type, are read from it.
+at the end) is the one list: `build_prior` looks a model's `prior` setting up there.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Literal, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -247,16 +247,6 @@ PRIORS: dict[str, type[CodePrior]] = {
     "autoregressive": AutoregressivePrior,
     "pixelcnn": PixelCNNPrior,
 }
-
-
-def __getattr__(name: str) -> Any:
-    """`PriorName`, the type of every model's `prior` argument: a Literal of the names in PRIORS,
-    made when it is read, so that it lists what the registry holds at that moment (a prior registered at run time
-    too). Annotate with the module attribute, `prior: priors.PriorName` (the annotations are read when LightningCLI
-    or a settings check asks); `from models.components.priors import PriorName` would fix the list at import."""
-    if name == "PriorName":
-        return Literal[tuple(PRIORS)]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def factorized_priors() -> list[str]:

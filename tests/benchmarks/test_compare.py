@@ -234,7 +234,7 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
     tiny = [*FAST, "trainer.limit_test_batches=1", "model.test_num_samples=2", "data.batch_size=32"]
     train(["-m", "experiment=compare", "data=mnist", *tiny], tmp_path, mnist_dir)
     root = tmp_path / "logs" / "tensorboard"
-    from launch.checks.schema import config_targets
+    from launch.checks.configs import config_targets
     from tests.launch.test_configs import STANDALONE
 
     runs = sorted(p.name for p in root.iterdir())

@@ -1,114 +1,37 @@
-"""A checkpoint is read once per command (checkpoints/loader.py): later reads of the unchanged file neither read nor hash
-it, a file rewritten since is read again, no reader sees what another changed, and a real resume through either front
-end reads its checkpoint once."""
+"""A command reads its checkpoint once: the builder hands what it read to the trainer's restore
+(checkpoints/trainer/io_plugin.py), and a real resume through either front end unpickles and hashes the file once."""
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-import checkpoints.file_format
 import checkpoints.loader
-from checkpoints.errors import CheckpointError
 from checkpoints.file_format import save_checkpoint_file
-from checkpoints.loader import load_checkpoint_file
+from checkpoints.trainer.io_plugin import AtomicCheckpointIO
 from tests import preloaded
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def settled(path: Path) -> Path:
-    """`path` as a checkpoint one resumes from is: written a while ago, with its checksum file (the loader keeps no
-    file written just now)."""
-    past = time.time() - 60
-    for file in (path, path.with_name(path.name + ".sha256")):
-        if file.exists():
-            os.utime(file, (past, past))
-    return path
-
-
-def saved(path: Path, content: dict) -> Path:
-    save_checkpoint_file(content, path)
-    return path
-
-
-@pytest.fixture
-def reads(monkeypatch) -> dict[str, int]:
-    """How often the loader unpickled and hashed a file, in this test; nothing kept from other tests."""
-    counts = {"load": 0, "digest": 0}
-    real_load, real_digest = checkpoints.loader.lightning_load, checkpoints.file_format.file_digest
-
-    def counted(name, real):
-        def call(*args, **kwargs):
-            counts[name] += 1
-            return real(*args, **kwargs)
-        return call
-
-    monkeypatch.setattr(checkpoints.loader, "lightning_load", counted("load", real_load))
-    monkeypatch.setattr(checkpoints.file_format, "file_digest", counted("digest", real_digest))
-    monkeypatch.setattr(checkpoints.loader, "_recent", type(checkpoints.loader._recent)())
-    return counts
-
-
-def checkpoint(value: float) -> dict:
-    return {"state_dict": {"w": torch.full((100,), value)}, "hyper_parameters": {"lr": 1e-3, "sizes": [1, 2]},
-            "callbacks": {"ModelCheckpoint": {"best_k_models": {"a.ckpt": 1.0}}}}
-
-
-def test_a_file_loaded_many_times_is_read_and_hashed_once(tmp_path, reads):
-    path = settled(saved(tmp_path / "last.ckpt", checkpoint(1.0)))
-    loaded = [load_checkpoint_file(path) for _ in range(5)]
-    assert reads == {"load": 1, "digest": 1}
-    assert all(torch.equal(c["state_dict"]["w"], torch.ones(100)) and c["hyper_parameters"] == {"lr": 1e-3, "sizes": [1, 2]}
-               for c in loaded)
-
-
-def test_what_one_reader_changes_no_other_reader_sees(tmp_path, reads):
-    """LightningCLI pops keys from the hyperparameters it reads; the trainer's restore keeps the dicts and tensors it
-    gets (ModelCheckpoint adds to best_k_models, the optimizer updates the moments in place) and so takes the kept
-    checkpoint with it: the next read is a fresh one."""
-    path = settled(saved(tmp_path / "last.ckpt", checkpoint(1.0)))
-    first = load_checkpoint_file(path)
-    first["hyper_parameters"].pop("lr")
-    first["hyper_parameters"]["sizes"].append(3)
-    first["callbacks"]["ModelCheckpoint"]["best_k_models"]["b.ckpt"] = 2.0
-    second = load_checkpoint_file(path)
-    assert second["hyper_parameters"] == {"lr": 1e-3, "sizes": [1, 2]}
-    assert second["callbacks"]["ModelCheckpoint"]["best_k_models"] == {"a.ckpt": 1.0}
-    assert reads["load"] == 1
-
-    restored = load_checkpoint_file(path, hand_over=True)  # the kept one, handed over: the restore changes it
-    assert reads["load"] == 1
-    restored["state_dict"]["w"].add_(1)
-    assert torch.equal(load_checkpoint_file(path)["state_dict"]["w"], torch.ones(100)) and reads["load"] == 2
-
-
-def test_a_rewritten_file_is_read_again(tmp_path, reads):
-    path = settled(saved(tmp_path / "last.ckpt", checkpoint(1.0)))
-    assert load_checkpoint_file(path)["state_dict"]["w"][0] == 1.0
-    settled(saved(path, checkpoint(2.0)))  # the run's next save (a new file under the same name)
-    assert load_checkpoint_file(path)["state_dict"]["w"][0] == 2.0
-    assert reads == {"load": 2, "digest": 2}
-    checksum_file = path.with_name("last.ckpt.sha256")
-    checksum_file.write_text("0" * 64)
-    settled(checksum_file)  # another checksum file: the file is checked again
-    with pytest.raises(CheckpointError, match="is corrupt"):
-        load_checkpoint_file(path)
-
-    # A file written just now is not kept: rewritten in place within the same clock tick, it would keep its size, its
-    # inode and its times.
-    fresh = saved(tmp_path / "fresh.ckpt", checkpoint(3.0))
-    load_checkpoint_file(fresh)
-    load_checkpoint_file(fresh)
-    assert reads["load"] == 4
-    torch.save(checkpoint(4.0), fresh)
-    (tmp_path / "fresh.ckpt.sha256").unlink()
-    assert load_checkpoint_file(fresh)["state_dict"]["w"][0] == 4.0
+def test_the_restore_takes_the_checkpoint_the_builder_read_and_reads_any_other(tmp_path, monkeypatch):
+    path = tmp_path / "last.ckpt"
+    save_checkpoint_file({"state_dict": {"w": torch.ones(3)}, "pytorch-lightning_version": "2.6.6"}, path)
+    reads = []
+    real = checkpoints.loader.lightning_load
+    monkeypatch.setattr(checkpoints.loader, "lightning_load", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    read = checkpoints.loader.load_checkpoint_file(path)
+    plugin = AtomicCheckpointIO(read=(str(tmp_path / "." / "last.ckpt"), read))  # the same file, named another way
+    assert plugin.load_checkpoint(path) is read and len(reads) == 1  # handed over, not read again
+    again = plugin.load_checkpoint(path)  # handed over once: a later restore (test after fit) reads the file
+    assert again is not read and torch.equal(again["state_dict"]["w"], torch.ones(3)) and len(reads) == 2
+    other = tmp_path / "other.ckpt"
+    save_checkpoint_file({"state_dict": {"w": torch.zeros(3)}, "pytorch-lightning_version": "2.6.6"}, other)
+    assert torch.equal(AtomicCheckpointIO(read=(path, read)).load_checkpoint(other)["state_dict"]["w"], torch.zeros(3))
 
 
 # Runs train.py in this process with every torch.load and checksum of the checkpoint counted (whoever calls them:
@@ -150,7 +73,7 @@ def test_a_resume_through_either_front_end_reads_its_checkpoint_once(front_end, 
     max_steps = option.format("trainer.max_steps") + "{}"
     first = preloaded.run_train([*TINY[front_end], max_steps.format(2)], tmp_path, env, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
-    ckpt = settled(next(tmp_path.glob("logs/tensorboard/*/version_0/checkpoints/last.ckpt")))
+    ckpt = (next(tmp_path.glob("logs/tensorboard/*/version_0/checkpoints/last.ckpt")))
     resume = option.format("ckpt_path") + str(ckpt)
     result = preloaded.run_code(COUNTING, [str(ckpt), *TINY[front_end], max_steps.format(4), resume], tmp_path, env,
                                 timeout=300)

@@ -19,7 +19,7 @@ import train
 from checkpoints.registry import registered
 from common.signatures import constructor_defaults
 from launch.runs import distributed, run_directory
-from launch.checks.schema import NOT_SETTINGS, config_targets
+from launch.checks.configs import NOT_SETTINGS, config_targets
 from models.categorical import CategoricalLatentModel
 from models.components.likelihoods import BernoulliLikelihood, DiscretizedLogisticLikelihood
 

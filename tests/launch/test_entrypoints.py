@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from common.signatures import constructor_defaults
-from launch.checks.schema import config_targets
+from launch.checks.configs import config_targets
 from tests import preloaded
 from tests.launch.test_configs import DATA, MODELS, STANDALONE
 

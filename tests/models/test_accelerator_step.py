@@ -288,7 +288,7 @@ def test_model_compile_step_trains_through_the_compiled_step(monkeypatch):
 def test_model_compile_takes_networks_or_step():
     assert categorical(RWS, compile=True).compile_networks and not categorical(RWS, compile=True).compile_step
     assert categorical(RWS, compile="step").compile_step and not categorical(RWS, compile="step").compile_networks
-    with pytest.raises(ValueError, match="compile must be false, true \\(= 'networks'\\), 'networks' or 'step', got 'all'"):
+    with pytest.raises(ValueError, match="compile='all': expected true or false or one of 'networks', 'step'"):
         categorical(RWS, compile="all")
 
 

@@ -1,6 +1,6 @@
-"""models/base.py saves the hyperparameters once for every model: each constructor argument of the whole class chain
-(the subclass's own and those it passes on in **kwargs), the given values over the defaults, the optimizer and the
-learning-rate scheduler (factories, not values) left out."""
+"""models/base.py saves the hyperparameters once for every model: each of its declared settings (configs/settings.py),
+the given values over the defaults, and the data's shape; the optimizer and the learning-rate scheduler (factories, not
+values) left out."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ SMALL = {VQVAE: {"num_categories": 16, "code_dim": 4, "hidden_channels": 16}}
 
 
 @pytest.mark.parametrize("cls", registered("model"), ids=lambda cls: cls.__name__)
-def test_every_constructor_argument_of_the_class_chain_is_saved_but_the_optimizer(cls):
+def test_every_setting_is_saved_with_the_data_shape_but_not_the_optimizer(cls):
     model = cls(**SMALL.get(cls, {}), lr=0.02, optimizer=torch.optim.SGD, scheduler=torch.optim.lr_scheduler.StepLR)
-    assert set(model.hparams) == set(constructor_defaults(cls)) - {"optimizer", "scheduler"}
+    assert set(model.hparams) == set(constructor_defaults(cls)) | {"data_shape"}
     assert model.hparams["lr"] == 0.02  # the base class's argument, given to the subclass
 
 

@@ -287,7 +287,7 @@ def test_chain_rows_auto_is_static_on_an_accelerator_and_distinct_on_the_cpu():
     assert model.row_choice(torch.device("cpu")) == "distinct"
     assert toy_jsa(mis_steps=2, chain_rows="static").row_choice(torch.device("cpu")) == "every"
     assert toy_jsa(mis_steps=2, chain_rows="distinct").row_choice(torch.device("cuda")) == "distinct"
-    with pytest.raises(ValueError, match="chain_rows must be 'auto', 'static' or 'distinct', got 'fixed'"):
+    with pytest.raises(ValueError, match="chain_rows='fixed': expected one of 'auto', 'static', 'distinct'"):
         toy_jsa(chain_rows="fixed")
 
 
@@ -420,8 +420,8 @@ def test_sampled_rows_score_the_candidates_without_autograd(monkeypatch):
 def test_gradient_rows_settings_are_checked():
     cpu = torch.device("cpu")
     assert toy_jsa(mis_steps=2, gradient_rows=2).row_choice(cpu) == 2 and toy_jsa(mis_steps=2, gradient_rows=3).row_choice(cpu) == "every"
-    for bad, message in ((0, "gradient_rows must be >= 1"), (2.5, "gradient_rows must be a whole number"),
-                         (True, "gradient_rows must be a whole number")):
+    for bad, message in ((0, "gradient_rows must be >= 1"), (2.5, "gradient_rows=2.5: expected an integer"),
+                         (True, "gradient_rows=True: expected an integer")):
         with pytest.raises(ValueError, match=message):
             toy_jsa(gradient_rows=bad)
     with pytest.raises(ValueError, match="'final' differentiates one row already"):

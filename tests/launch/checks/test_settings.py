@@ -13,7 +13,6 @@ from models import JSA, VQVAE, DiscreteVAE
 
 
 @pytest.mark.parametrize("cls, settings, message", [
-    (JSA, {"prior": "gaussian"}, "model.prior='gaussian': expected one of 'uniform', 'factorized', 'autoregressive', 'pixelcnn'"),
     (JSA, {"embedding": "foo"}, "model.embedding='foo': expected one of 'auto', 'per_position', 'shared'"),
     (JSA, {"lr": "abc"}, "model.lr='abc': expected a number"),
     (JSA, {"mis_steps": 2.5}, "model.mis_steps=2.5: expected an integer"),
@@ -23,7 +22,7 @@ from models import JSA, VQVAE, DiscreteVAE
     (JSA, {"gradient_states": "all"}, "expected one of 'final', 'chain'"),
     (JSA, {"backbone": "resnet"}, "expected one of 'mlp', 'conv' or null"),
     (DiscreteVAE, {"estimator": "gumbell"}, "expected one of 'reinforce', 'gumbel'"),
-    (VQVAE, {"prior": "gaussian", "beta": "x"}, "model.prior='gaussian'"),
+    (VQVAE, {"ema": "x"}, "model.ema='x': expected true or false"),
     (JSA, {"unknown_setting": 1}, "model.unknown_setting is not a setting of JSA"),
     (MNISTDataModule, {"binarize": "yes"}, "data.binarize='yes': expected one of 'none', 'dynamic', 'static'"),
     (MNISTDataModule, {"batch_size": 12.5}, "data.batch_size=12.5: expected an integer"),
@@ -37,8 +36,8 @@ def test_a_wrong_setting_is_refused_with_what_was_expected(cls, settings, messag
 
 def test_every_wrong_setting_is_named_in_one_line():
     with pytest.raises(SettingsError) as error:
-        check_settings(VQVAE, {"prior": "gaussian", "beta": "x"}, "model")
-    assert "model.prior" in str(error.value) and "model.beta='x': expected a number" in str(error.value)
+        check_settings(VQVAE, {"embedding": "foo", "beta": "x"}, "model")
+    assert "model.embedding is not a setting of VQVAE" in str(error.value) and "model.beta='x': expected a number" in str(error.value)
     assert "\n" not in str(error.value)
 
 
