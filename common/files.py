@@ -1,28 +1,12 @@
-"""The one way the collection and its benchmarks write a file, and the one way they read a file from a run or a
-received folder.
+"""The one way the collection writes a file, and the one way it reads or places one in a run or a received folder
+(docs/cluster.md#files-that-survive-a-kill).
 
-Writing. The bytes go to a new temporary file beside the target (created exclusively, so never through a link
-planted under its name), are flushed to the disk (fsync), and `os.replace` renames the temporary over the target.
-A reader, or a process killed at any moment, finds the old file or the new one, whole (a killed process's temporary
-stays behind as `.<name>.tmp-<pid>`; checkpoint folders clear theirs: checkpoints/file_format.py). The rename re-points
-the name and writes into no existing file, so
-* a target that is a hard link to another file (a user's file a received run links to) is replaced: the other name
-  keeps its bytes;
-* a target that is a symbolic link is replaced as a link: the name becomes the new file, and what the link pointed
-  at is left as it was. Nothing is ever written through a link;
-* a target that is a FIFO or a device is replaced too: nothing waits for a reader.
-An append (`appending`) copies the old file into the new one, renames it over the target, and then goes on
-writing into the new file: a log that a subprocess writes into while it runs. Only a regular file is copied; a link,
-a FIFO or a device at the target is replaced as by a write, and the log starts afresh in its place.
-
-Reading. `open_regular` opens without blocking (O_NONBLOCK: opening a FIFO waits for no writer) and refuses, in one
-line naming the file and what it is, anything but a regular file: a FIFO or a device would block the read or never
-end, and a folder fails later with a traceback.
-
-Placing. `resolved_inside` resolves a folder the collection or a study writes in (a run's folder below log_dir, a
-study's below --logs or --out) once, where it is placed, and refuses it in one line when a symbolic link on the way
-leads outside that root: a run-name folder a received `logs/` holds as a link to elsewhere receives no checkpoint,
-event or removal. The root itself is the user's to choose, links and all.
+Writing: a new temporary beside the target (created exclusively), fsync, `os.replace` over the target, so a reader or
+a killed process finds the old file or the new one, whole, and nothing is written through a link, a FIFO or a device.
+`appending` copies the old regular file into the new one and goes on writing there (a subprocess's log).
+Reading: `open_regular` opens with O_NONBLOCK and refuses anything but a regular file in one line naming it.
+Placing: `resolved_inside` resolves a folder a run or a study writes in once, and refuses it in one line when a link on
+the way leads outside its root (the root itself is the user's to choose, links and all).
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
-"""The rules that turn a user's settings into a run, each written once and applied by both front ends (the Hydra
-app, launch/hydra_app.py, and the LightningCLI app, launch/cli_app.py).
-
-- Defaults live in Hydra's config files (launch/checks/defaults.py reads them): the model and data, the seed and the
-  DDP collective timeout (configs/train.yaml), the trainer settings the collection changes
-  (configs/trainer/default.yaml), the callbacks every run gets by default and how checkpoints are kept
-  (configs/callbacks/default.yaml). LightningCLI takes them as its defaults.
-- The model's likelihood and backbone follow the data unless given (`follow_data`); the run's seed also seeds the
-  data order and the test stage unless they are given (`seed_settings`).
-- Where a run writes and what it is called: launch/run_layout.py.
-- Every run gets the callbacks of `always_on_callbacks`, whatever the configs say; the model adds those that make
-  its checkpoints whole itself (checkpoints/), so that any script's Trainer gets them.
-- The trainer gets the collective timeout, SLURM's root directory, signal handling, and no progress bar callback
-  when the bar is off (`trainer_settings`); once built, multi-node runs need a launcher and a requeued SLURM job
-  resumes from what its last attempt saved (`resume_point`).
-- A run ends with one line naming its directory, last.ckpt and the TensorBoard command, and a run refused before it
-  saved anything leaves no directory behind (`running`).
+"""The rules that turn a user's settings into a run, each written once and applied by both front ends: defaults from
+configs/ (launch/checks/defaults.py reads them; LightningCLI takes them as its defaults); the likelihood and backbone
+follow the data unless given (`follow_data`); the run's seed seeds the data order and the test stage unless they are
+given (`seed_settings`); the callbacks every run gets (`always_on_callbacks`); the trainer's collective timeout, SLURM
+root, signal handling and progress bar (`trainer_settings`); launchers and a requeued SLURM job's resume point
+(`resume_point`); the last line of a run and no directory left by a refused one (`running`).
 """
 
 from __future__ import annotations

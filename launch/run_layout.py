@@ -1,20 +1,10 @@
-"""Where a run writes and what it is called, decided here for both front ends from what the user chose: the log
-directory, a TensorBoard run or none, the run's name.
+"""Where a run writes and what it is called, for both front ends:
 
-    <log_dir>/tensorboard/<name>/version_<N>/   a logged run: TensorBoard events, hparams.yaml, checkpoints/
-    <log_dir>/csv/<name>/version_<N>/           a run logged to CSV files (Hydra's logger=csv): metrics.csv, checkpoints/
-    <log_dir>/hydra/<name>/<time>-<pid>/         Hydra's own directory of a run (.hydra/, train.log; configs/train.yaml's
-                                                 hydra.run.dir), which also holds an unlogged Hydra run's checkpoints
-    <log_dir>/cli/<name>/<time>-<pid>/           an unlogged LightningCLI run: config.yaml, checkpoints/
-    <log_dir>/replicas/<name>/<time>-<pid>/      a replicated process's own checkpoints (docs/replicas.md)
+    <log_dir>/{tensorboard,csv}/<name>/version_<N>/   a logged run: events or metrics.csv, hparams.yaml, checkpoints/
+    <log_dir>/{hydra,cli,replicas}/<name>/<time>-<pid>/   Hydra's own files, or an unlogged run's or replicated process's
 
-<time>-<pid> keeps two runs started together apart. A run's name is <base>-<the model's key settings> (its run_tag:
-the key settings, then each setting of its estimator not at its default, e.g. jsa-mnist-mlp-K10-L20-rows4), plus, in a
-multirun, each swept setting the tag does not show: e.g. jsa-mnist-mlp-K10-L20-lr0.01, where <base> is
-Hydra's run_name (<model>-<data> by default) or the CLI's <model>-<data>.
-
-Each folder is resolved where it is placed and refused in one line when a symbolic link leads it out of <log_dir>
-(common/files.py: resolved_inside; TensorBoard's: launch/runs/run_directory.py). <log_dir> itself is the user's choice.
+<name> is <base>-<run_tag> (the model's key settings, then its estimator's settings off their defaults, then in a
+multirun each swept setting the tag does not show), <base> Hydra's run_name or the CLI's <model>-<data>.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""The command line checked before torch, Lightning and the models are imported: the common mistakes (an unknown
-option, a config that does not exist, a value of the wrong type or out of its declared range, a checkpoint or
---config file that is missing or not YAML, a run directory that is a file, an empty DATA_DIR) are refused in about
-a second with one `error:` line and the closest valid names. The settings of LightningCLI's --config files and of a
-Hydra experiment the command picks are checked as the command line's, the line naming the file.
-
-A model's and a data module's settings are checked against configs/settings.py before the imports; the Trainer's,
-an optimizer's and a scheduler's once Lightning is imported (the front ends run these checks again then). A setting
-this module cannot judge (an interpolation, a list, a quoted value in a file) passes: the constructors still check
-everything.
+"""The command line checked before the heavy imports: an unknown option, a config that does not exist, a value of the
+wrong type or out of its declared range, a checkpoint or --config file that is missing or not YAML, a run directory
+that is a file, an empty DATA_DIR: one `error:` line with the closest valid names, in both front ends, the settings of
+LightningCLI's --config files and of a Hydra experiment included. A model's and a data module's settings are checked
+against configs/settings.py before the imports; the Trainer's, an optimizer's and a scheduler's once Lightning is
+imported (the front ends check again then). What this module cannot judge (an interpolation, a list, a quoted value
+in a file) passes: the constructors still check everything.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
-"""Config files as received, checked before jsonargparse or Hydra reads them (importing a module runs its code):
-
-- every source a command line gives: LightningCLI's `-c`/`--config` in each spelling argparse takes, any option's
-  value that names a file (`--model=FILE`, `--trainer.callbacks=FILE`) or is YAML naming one, and every file a config
-  names as a setting's value (`model: sub.yaml`), at any depth; Hydra's config groups in the folders the command adds
-  (`-cd`, `--config-dir`, `-cp`, `hydra.searchpath`), sub-folders and the groups defaults lists name included;
-- each file for kind, size and YAML alias expansion (a pipe would block, a "billion laughs" file would eat the memory),
-  and for YAML tags (plain values only);
-- each dotted name where a parser would import it (a LightningCLI value that reads as one, a Hydra `_target_`) against
-  the allowed packages and the user's own listed in LATENT_ZOO_TRUST (checkpoints/import_paths.py, which also holds a
-  checkpoint's settings to the same rule).
-
-Read with yaml's composer only: nothing is built, no alias is expanded, no tag constructs anything. A config that names
-only allowed classes still chooses what runs (README, "Reliability"); `python -m launch.checks.received_config ARGS` lists
-what a command would read and import.
+"""Config files as received, checked before jsonargparse or Hydra reads them (importing a module runs its code): every
+source a command line gives (LightningCLI's `-c`/`--config` in each spelling, an option's value that names a file or is
+YAML naming one, a file a config names as a value, at any depth; Hydra's groups in the folders the command adds) for
+kind, size, YAML alias expansion and tags (a pipe would block, a "billion laughs" file would eat the memory), and each
+dotted name where a parser would import it against the allowed packages and the user's own in LATENT_ZOO_TRUST
+(checkpoints/import_paths.py). Read with yaml's composer only: nothing is built, no alias expanded, no tag constructs
+anything. `python -m launch.checks.received_config ARGS` lists what a command would read and import.
 """
 
 from __future__ import annotations
