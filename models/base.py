@@ -24,6 +24,7 @@ from torchmetrics.image import PeakSignalNoiseRatio
 
 from checkpoints.model_class import check_loaded_class, check_model_class, stamp_model_class
 from checkpoints.registry import register
+from checkpoints.structure import check_fits
 from checkpoints.trainer.atomic_checkpoints import AtomicCheckpoints
 from checkpoints.trainer.random_state import RandomStateCheckpoint
 from checkpoints.trainer.resume_settings import ResumeSettings, changed_settings, state_mismatch
@@ -460,7 +461,9 @@ class LatentVariableModel(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         trainer = attached_trainer(self)  # None in load_from_checkpoint
-        check_model_class(checkpoint, type(self), getattr(trainer, "ckpt_path", None) if trainer is not None else None)
+        ckpt_path = getattr(trainer, "ckpt_path", None) if trainer is not None else None
+        check_model_class(checkpoint, type(self), ckpt_path)
+        check_fits(checkpoint["state_dict"], self.state_dict(), ckpt_path)
         datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
         self._changed_on_resume = changed_settings(checkpoint, self, datamodule)  # named if the state does not fit
 

@@ -34,8 +34,8 @@ class AtomicCheckpoints(L.Callback):
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         # Called before the callbacks' own states are loaded: what reaches ModelCheckpoint names only its directory.
         check_loop_state(checkpoint, trainer)
-        states = checkpoint.get("callbacks")
+        states = checkpoint.get("callbacks") or {}  # mappings (checkpoints/structure.py)
         for callback in trainer.checkpoint_callbacks:
-            state = states.get(callback.state_key) if isinstance(states, dict) else None
-            if isinstance(callback, ModelCheckpoint) and isinstance(state, dict) and callback.dirpath:
+            state = states.get(callback.state_key)
+            if isinstance(callback, ModelCheckpoint) and state is not None and callback.dirpath:
                 drop_paths_outside(state, callback.dirpath, trainer.ckpt_path)

@@ -26,11 +26,9 @@ def check_loop_state(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
             return None if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 0 else where
         return None
 
-    loops = checkpoint.get("loops")
+    loops = checkpoint.get("loops") or {}  # a mapping of mappings (checkpoints/structure.py)
     found = (mismatch(checkpoint.get("epoch", 0), 0, "epoch") or mismatch(checkpoint.get("global_step", 0), 0, "global_step")
-             or (mismatch(loops, {}, "loops") if loops is not None else None)
-             or (mismatch(loops.get("fit_loop"), trainer.fit_loop.state_dict(), "loops.fit_loop")
-                 if isinstance(loops, dict) and "fit_loop" in loops else None))
+             or (mismatch(loops["fit_loop"], trainer.fit_loop.state_dict(), "loops.fit_loop") if "fit_loop" in loops else None))
     if found:
         raise CheckpointError(f"checkpoint {trainer.ckpt_path}: its {found} is not what a training loop writes there (a "
                               "count >= 0, or a mapping): the file was altered; use another checkpoint")
