@@ -38,20 +38,20 @@ def check_structure(checkpoint: dict[str, Any], path: Any) -> None:
     if not isinstance(state, dict) or not all(isinstance(value, torch.Tensor) for value in state.values()):
         refuse("state_dict", "is not a mapping of parameter names to tensors")
     for key in (*MAPPINGS, *LISTS_OF_MAPPINGS):
-        section = checkpoint.get(key, [] if key in LISTS_OF_MAPPINGS else {})
-        if not isinstance(section, list if key in LISTS_OF_MAPPINGS else dict):
-            refuse(key, f"is {kind(section)}, not a {'list' if key in LISTS_OF_MAPPINGS else 'mapping'}")
+        expected = list if key in LISTS_OF_MAPPINGS else dict
+        section = checkpoint.get(key, expected())
+        if not isinstance(section, expected):
+            refuse(key, f"is {kind(section)}, not a {'list' if expected is list else 'mapping'}")
         if key in ("callbacks", "loops", *LISTS_OF_MAPPINGS):  # one state each
-            for name, value in section.items() if isinstance(section, dict) else enumerate(section):
+            for name, value in section.items() if expected is dict else enumerate(section):
                 if not isinstance(value, dict):
-                    refuse(f"{key}[{name if isinstance(name, int) else repr(str(name)[:80])}]", f"is {kind(value)}, not a mapping (a callback's, loop's, "
-                                                         "optimizer's or scheduler's state)")
+                    label = name if isinstance(name, int) else repr(str(name)[:80])
+                    refuse(f"{key}[{label}]", f"is {kind(value)}, not a mapping (a callback's, loop's, optimizer's or "
+                                              "scheduler's state)")
     for index, optimizer in enumerate(checkpoint.get("optimizer_states", [])):
-        state_ok = isinstance(optimizer.get("state"), dict) and all(isinstance(v, dict) for v in optimizer["state"].values())
-        groups = optimizer.get("param_groups")
-        if not state_ok or not isinstance(groups, list) or not all(isinstance(group, dict) for group in groups):
-            refuse(f"optimizer_states[{index}]", "is not an optimizer's state (a mapping 'state' of mappings and a list "
-                                                 "'param_groups' of mappings)")
+        if not _is_optimizer_state(optimizer):
+            refuse(f"optimizer_states[{index}]", "is not an optimizer's state (torch's: 'state', a mapping of mappings of "
+                                                 "tensors and numbers; 'param_groups', a list of mappings of 'params' ids)")
     for where, tensor in _tensors(checkpoint, ""):
         if tensor is None:
             refuse(where, f"is nested more than {MAX_DEPTH} levels deep")
@@ -63,6 +63,15 @@ def check_structure(checkpoint: dict[str, Any], path: Any) -> None:
     if broken:  # resuming or testing from it would only propagate NaN
         raise CheckpointError(f"checkpoint {path} holds non-finite weights ({', '.join(broken[:3])}"
                               f"{', ...' if len(broken) > 3 else ''}): the run diverged before it was written; use an earlier one")
+
+
+def _is_optimizer_state(value: dict) -> bool:
+    state, groups = value.get("state"), value.get("param_groups")
+    return (isinstance(state, dict) and isinstance(groups, list)
+            and all(isinstance(buffers, dict) and all(isinstance(item, (torch.Tensor, int, float)) or item is None
+                                                      for item in buffers.values()) for buffers in state.values())
+            and all(isinstance(group, dict) and isinstance(group.get("params"), list)
+                    and all(type(i) is int for i in group["params"]) for group in groups))
 
 
 def _tensors(value: Any, where: str, depth: int = 0) -> Iterator[tuple[str, torch.Tensor | None]]:

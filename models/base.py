@@ -471,7 +471,8 @@ class LatentVariableModel(L.LightningModule):
         try:
             return super().load_state_dict(state_dict, strict=strict, assign=assign)
         except RuntimeError as error:  # a checkpoint of other settings: one line naming them
-            raise state_mismatch(error, getattr(self, "_changed_on_resume", {})) from None
+            trainer = attached_trainer(self)  # None in load_from_checkpoint
+            raise state_mismatch(error, getattr(self, "_changed_on_resume", {}), trainer and trainer.ckpt_path) from None
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         stamp_model_class(checkpoint, type(self))

@@ -34,6 +34,15 @@ def check_loop_state(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
                               "count >= 0, or a mapping): the file was altered; use another checkpoint")
 
 
+def check_optimizer_groups(saved: list[list[int]], trainer: L.Trainer) -> None:
+    """CheckpointError unless the checkpoint holds a state for each of the trainer's optimizers with as many parameter
+    groups, and parameters in each, as the optimizer has (`saved`: the numbers of parameters, group by group)."""
+    built = [[len(group["params"]) for group in optimizer.param_groups] for optimizer in trainer.optimizers]
+    if saved != built:
+        raise CheckpointError(f"checkpoint {trainer.ckpt_path}: its optimizer_states hold {saved} parameters group by group, "
+                              f"this run's optimizers {built}: the file was altered, or written for other settings")
+
+
 def check_optimizer_states(trainer: L.Trainer, pl_module: L.LightningModule) -> None:
     """CheckpointError naming the first restored optimizer buffer that is not finite, or whose shape differs from its
     parameter's: resumed, either fails at the first step with a traceback, or spoils every weight."""

@@ -73,6 +73,9 @@ SECTIONS = {  # what is altered -> the key the line names
     "an optimizer's state a list": (lambda c: c["optimizer_states"][0].update(state=[1]), "optimizer_states[0] is not"),
     "an optimizer's param_groups a mapping": (lambda c: c["optimizer_states"][0].update(param_groups={}),
                                               "optimizer_states[0] is not"),
+    "an optimizer's param group without params": (lambda c: c["optimizer_states"][0].update(param_groups=[{"lr": 0.1}]),
+                                                  "optimizer_states[0] is not"),
+    "an Adam step a string": (lambda c: adam(c).update(step="x"), "optimizer_states[0] is not"),
     "lr_schedulers a mapping": (lambda c: c.update(lr_schedulers={"a": 1}), "lr_schedulers is a dict"),
     "lr_schedulers a list of strings": (lambda c: c.update(lr_schedulers=["x"]), "lr_schedulers[0] is a str"),
 }
@@ -133,6 +136,20 @@ def test_a_tensor_of_another_kind_of_number_than_the_models_is_refused_on_load(w
     with pytest.raises(CheckpointError) as refused:
         JSA.load_from_checkpoint(path)
     assert str(refused.value).startswith(f"the checkpoint: state_dict.{name} {expected}")
+
+
+@pytest.mark.parametrize("groups", [[], [0, 0]], ids=["no optimizer state", "a parameter group twice"])
+def test_an_optimizer_state_of_other_parameter_groups_is_refused_before_it_is_restored(groups, good, tmp_path, mnist_dir):
+    """Lightning restores no optimizer state from a checkpoint that holds none (Adam's moments would restart from zero),
+    and torch's restore refuses other groups with a traceback: each is one line naming the checkpoint and the key."""
+    path = altered(good, tmp_path, lambda c: c.update(optimizer_states=[{**c["optimizer_states"][0], "param_groups": [
+        c["optimizer_states"][0]["param_groups"][i] for i in groups]}] if groups else []))
+    trainer = L.Trainer(default_root_dir=tmp_path, max_steps=2, limit_val_batches=0, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    with pytest.raises(CheckpointError) as refused:
+        trainer.fit(JSA(**SETTINGS), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16, val_size=59800),
+                    ckpt_path=path)
+    assert str(refused.value).startswith(f"checkpoint {path}: its optimizer_states hold {[[13] * len(groups)] if groups else []} ")
 
 
 def test_cache_codes_outside_the_codebook_are_refused_in_a_replicated_processs_checkpoint():
