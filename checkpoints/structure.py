@@ -17,8 +17,9 @@ import torch
 
 from checkpoints.errors import CheckpointError
 
-MAPPINGS = ("hyper_parameters", "datamodule_hyper_parameters", "callbacks", "loops")  # what Lightning reads by key
-LISTS_OF_MAPPINGS = ("optimizer_states", "lr_schedulers")  # one state per optimizer or scheduler, in order
+SECTIONS = {"hyper_parameters": dict, "datamodule_hyper_parameters": dict, "callbacks": dict, "loops": dict,
+            "optimizer_states": list, "lr_schedulers": list}  # what Lightning reads each as
+STATES = ("callbacks", "loops", "optimizer_states", "lr_schedulers")  # sections of one mapping per callback, loop, ...
 DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool,
           torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}  # what a run's models and optimizers hold
 MAX_DEPTH = 32  # deeper than anything a run writes: a crafted file
@@ -31,23 +32,17 @@ def check_structure(checkpoint: dict[str, Any], path: Any) -> None:
         raise CheckpointError(f"checkpoint {path}: {key} {problem}; the file was altered or is not a Lightning "
                               "checkpoint; use another checkpoint")
 
-    def kind(value: Any) -> str:
-        return f"a {type(value).__name__}"
-
     state = checkpoint["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(value, torch.Tensor) for value in state.values()):
         refuse("state_dict", "is not a mapping of parameter names to tensors")
-    for key in (*MAPPINGS, *LISTS_OF_MAPPINGS):
-        expected = list if key in LISTS_OF_MAPPINGS else dict
+    for key, expected in SECTIONS.items():
         section = checkpoint.get(key, expected())
         if not isinstance(section, expected):
-            refuse(key, f"is {kind(section)}, not a {'list' if expected is list else 'mapping'}")
-        if key in ("callbacks", "loops", *LISTS_OF_MAPPINGS):  # one state each
-            for name, value in section.items() if expected is dict else enumerate(section):
-                if not isinstance(value, dict):
-                    label = name if isinstance(name, int) else repr(str(name)[:80])
-                    refuse(f"{key}[{label}]", f"is {kind(value)}, not a mapping (a callback's, loop's, optimizer's or "
-                                              "scheduler's state)")
+            refuse(key, f"is a {type(section).__name__}, not a {'list' if expected is list else 'mapping'}")
+        for name, value in (section.items() if expected is dict else enumerate(section)) if key in STATES else ():
+            if not isinstance(value, dict):
+                label = name if isinstance(name, int) else repr(str(name)[:80])
+                refuse(f"{key}[{label}]", f"is a {type(value).__name__}, not a mapping (the state Lightning restores)")
     for index, optimizer in enumerate(checkpoint.get("optimizer_states", [])):
         if not _is_optimizer_state(optimizer):
             refuse(f"optimizer_states[{index}]", "is not an optimizer's state (torch's: 'state', a mapping of mappings of "

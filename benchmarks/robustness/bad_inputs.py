@@ -18,7 +18,8 @@ with DATA_DIR set and the training cut to a couple of steps, and is classified:
 
 Files from someone else (received_cases): checkpoints whose callback state names the user's files, whose
 hyperparameters name a planted module, runs whose files are links, data files that are pipes, config files that
-expand without bound, divergence, malformed state; each case's family says which (`received ...`).
+expand without bound, divergence, malformed state; each case's family says which (`received ...`). Checkpoints of the
+wrong structure, through both front ends (structure_cases, `received structure: ...`).
 Every way a config or a checkpoint's settings reach jsonargparse or Hydra (config_source_cases, `received source: ...`):
 each case writes its received files into its own directory, and names strangers_module, which writes STRANGER-RAN
 into the working directory of a process that imports it (outcome `ran`).
@@ -378,7 +379,8 @@ def structure_cases() -> list[Case]:
                                          "--model.test_num_samples=2"]}
     both = ("hyper_parameters a list", "ModelCheckpoint's state a string", "a sparse weight", "meta cache codes", "an integer weight")
     cases = [Case(f"received structure: {command}; {what}", "resume" if command == "hydra resume" else "checkpoint",
-                  args, mention=f"received.ckpt: {named}", copy_runs=True, plant=f"structure {what}")
+                  args, mention=f"received.ckpt: {named}", copy_runs=True, plant=f"structure {what}",
+                  quick=(command, what) == ("cli test --ckpt_path", "hyper_parameters a list"))
              for what, named in STRUCTURE_PLANTS.items() for command, args in commands.items()
              if command == "hydra resume" or what in both]
     cases.append(Case("received structure: hydra resume of replicas; int64 cache codes outside the codebook", "resume",
