@@ -11,13 +11,14 @@ where the state is loaded into it (`check_fits`, from models/base.py and models/
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Iterator
 
 import torch
 
 from checkpoints.errors import CheckpointError
 
-SECTIONS = {"hyper_parameters": dict, "datamodule_hyper_parameters": dict, "callbacks": dict, "loops": dict,
+SECTIONS = {"hyper_parameters": Mapping, "datamodule_hyper_parameters": Mapping, "callbacks": Mapping, "loops": Mapping,
             "optimizer_states": list, "lr_schedulers": list}  # what Lightning reads each as
 STATES = ("callbacks", "loops", "optimizer_states", "lr_schedulers")  # sections of one mapping per callback, loop, ...
 DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool,
@@ -33,14 +34,14 @@ def check_structure(checkpoint: dict[str, Any], path: Any) -> None:
                               "checkpoint; use another checkpoint")
 
     state = checkpoint["state_dict"]
-    if not isinstance(state, dict) or not all(isinstance(value, torch.Tensor) for value in state.values()):
+    if not isinstance(state, Mapping) or not all(isinstance(value, torch.Tensor) for value in state.values()):
         refuse("state_dict", "is not a mapping of parameter names to tensors")
     for key, expected in SECTIONS.items():
-        section = checkpoint.get(key, expected())
+        section = checkpoint.get(key, [] if expected is list else {})
         if not isinstance(section, expected):
             refuse(key, f"is a {type(section).__name__}, not a {'list' if expected is list else 'mapping'}")
-        for name, value in (section.items() if expected is dict else enumerate(section)) if key in STATES else ():
-            if not isinstance(value, dict):
+        for name, value in (section.items() if expected is Mapping else enumerate(section)) if key in STATES else ():
+            if not isinstance(value, Mapping):
                 label = name if isinstance(name, int) else repr(str(name)[:80])
                 refuse(f"{key}[{label}]", f"is a {type(value).__name__}, not a mapping (the state Lightning restores)")
     for index, optimizer in enumerate(checkpoint.get("optimizer_states", [])):
@@ -75,7 +76,7 @@ def _tensors(value: Any, where: str, depth: int = 0) -> Iterator[tuple[str, torc
         yield where, None
     elif isinstance(value, torch.Tensor):
         yield where, value
-    elif isinstance(value, dict):
+    elif isinstance(value, Mapping):
         for key, item in value.items():
             yield from _tensors(item, f"{where}.{str(key)[:80]}" if where else str(key)[:80], depth + 1)
     elif isinstance(value, (list, tuple)):

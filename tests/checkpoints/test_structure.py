@@ -162,3 +162,12 @@ def test_cache_codes_outside_the_codebook_are_refused_in_a_replicated_processs_c
                                               r"0\.\.3 \(e\.g\. 300\)"):
         replicas.on_load_checkpoint({"state_dict": {**state, "stacked/cache/codes": codes}})
     replicas.on_load_checkpoint({"state_dict": state})  # the sound state loads
+
+
+def test_a_trusted_checkpoint_may_hold_its_settings_in_any_mapping(tmp_path):
+    """A file its reader trusts (weights_only=False) may pickle Hydra's DictConfig as its hyperparameters: a mapping."""
+    from omegaconf import OmegaConf
+
+    path = tmp_path / "trusted.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(2)}, "hyper_parameters": OmegaConf.create({"lr": 0.1})}, path)
+    assert load_checkpoint_file(path, trusted=True)["hyper_parameters"]["lr"] == 0.1
