@@ -171,3 +171,14 @@ def test_a_trusted_checkpoint_may_hold_its_settings_in_any_mapping(tmp_path):
     path = tmp_path / "trusted.ckpt"
     torch.save({"state_dict": {"w": torch.ones(2)}, "hyper_parameters": OmegaConf.create({"lr": 0.1})}, path)
     assert load_checkpoint_file(path, trusted=True)["hyper_parameters"]["lr"] == 0.1
+
+
+def test_a_model_checkpoint_state_whose_best_k_models_is_a_list_is_dropped_with_its_line(tmp_path, caplog):
+    """Inside ModelCheckpoint's state (checkpoints/trainer/restored_paths.py): best_k_models of another kind is ignored
+    with the line that names what was dropped, not a TypeError from hashing it."""
+    from checkpoints.trainer.restored_paths import drop_paths_outside
+
+    state = {"best_k_models": [[1]], "last_model_path": str(tmp_path / "last.ckpt")}
+    with caplog.at_level("WARNING"):
+        drop_paths_outside(state, str(tmp_path), "received.ckpt")
+    assert state["best_k_models"] == {} and "checkpoint received.ckpt: its ModelCheckpoint state names [[1]]" in caplog.text
