@@ -84,16 +84,16 @@ def _tensors(value: Any, where: str, depth: int = 0) -> Iterator[tuple[str, torc
             yield from _tensors(item, f"{where}[{index}]", depth + 1)
 
 
-def kind_of(tensor: torch.Tensor) -> str:
+def _kind_of(tensor: torch.Tensor) -> str:
     return "floats" if tensor.is_floating_point() else "truth values" if tensor.dtype == torch.bool else "integers"
 
 
 def check_fits(state_dict: dict[str, Any], own: dict[str, torch.Tensor], path: Any) -> None:
-    """CheckpointError naming the first tensor of `state_dict` that holds another kind of number (`kind_of`) than the
+    """CheckpointError naming the first tensor of `state_dict` that holds another kind of number (`_kind_of`) than the
     model's own tensor of that name (`own`): loaded, it would be cast without a word (an integer weight, float cache
     codes). Shapes: torch's load_state_dict reports them (checkpoints/trainer/resume_settings.py)."""
     for name, value in state_dict.items():
-        if name in own and isinstance(value, torch.Tensor) and kind_of(value) != kind_of(own[name]):
+        if name in own and isinstance(value, torch.Tensor) and _kind_of(value) != _kind_of(own[name]):
             raise CheckpointError(f"{f'checkpoint {path}' if path else 'the checkpoint'}: state_dict.{name} holds "
-                                  f"{kind_of(value)} ({value.dtype}), the model's {kind_of(own[name])} ({own[name].dtype}): "
+                                  f"{_kind_of(value)} ({value.dtype}), the model's {_kind_of(own[name])} ({own[name].dtype}): "
                                   "the file was altered or written by another model; use another checkpoint")
