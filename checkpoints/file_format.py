@@ -42,14 +42,17 @@ def listed_digests(path: Path) -> list[str] | None:
     checksum_file = path.with_name(path.name + CHECKSUM_SUFFIX)
     if not checksum_file.is_file():
         return None
-    # As written here ("<digest> [<previous digest>]"), or as `sha256sum` writes it ("<DIGEST>  <name>"), any case.
-    text = read_regular(checksum_file, 4096).decode(errors="replace")  # a few digests: the first 4 KB of a file that may be anything
-    digests = [word.lower() for word in text.split()
-               if len(word) == 64 and all(c in "0123456789abcdefABCDEF" for c in word)]
+    digests = _digests_in(checksum_file)
     if not digests:
         raise CheckpointError(f"checksum file {checksum_file} holds no SHA-256 digest (64 hexadecimal digits): restore it, "
                               f"or delete it to load {path.name} unchecked")
     return digests
+
+
+def _digests_in(checksum_file: Path) -> list[str]:
+    # As written here ("<digest> [<previous digest>]"), or as `sha256sum` writes it ("<DIGEST>  <name>"), any case.
+    text = read_regular(checksum_file, 4096).decode(errors="replace")  # a few digests: the first 4 KB of a file that may be anything
+    return [word.lower() for word in text.split() if len(word) == 64 and all(c in "0123456789abcdefABCDEF" for c in word)]
 
 
 def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
@@ -62,7 +65,9 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike) ->
     digest = hashlib.sha256(data).hexdigest()
     checksum_file = path.with_name(path.name + CHECKSUM_SUFFIX)
     with directory_lock(path.parent, exclusive=True):
-        old = (listed_digests(path) or [])[:1] if path.exists() else []
+        # The replaced checkpoint's digest stays listed until it is replaced (module docstring). A checksum file of no
+        # digest is replaced as it is: it let no load of the old checkpoint through, and the new one gets its own.
+        old = _digests_in(checksum_file)[:1] if path.exists() and checksum_file.is_file() else []
         write_atomically(checksum_file, " ".join([digest, *old]).encode())  # both, while the checkpoint is replaced
         write_atomically(path, data)
         write_atomically(checksum_file, digest.encode())

@@ -4,8 +4,10 @@ The file is verified first (checkpoints/file_format.py: its checksum, its declar
 directory, so that no save of the same path lands in between. A checkpoint may come from anyone, and unpickling can run
 code: it is read with `weights_only=True`, and the class paths its settings name must be the collection's or lie in
 the user's own packages listed in LATENT_ZOO_TRUST (checkpoints/registry.py, checkpoints/import_paths.py), unless the
-caller says in code that it trusts the file. A command reads its checkpoint once: the builder hands what it read to
-the trainer's restore (launch/run_builder.py, checkpoints/trainer/io_plugin.py).
+caller says in code that it trusts the file. Its structure is checked here too, once for every reader
+(checkpoints/structure.py): mappings where Lightning expects them, dense tensors of real or integer numbers, finite
+weights. A command reads its checkpoint once: the builder hands what it read to the trainer's restore
+(launch/run_builder.py, checkpoints/trainer/io_plugin.py).
 """
 
 from __future__ import annotations
@@ -14,12 +16,11 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-import torch
-
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import directory_lock, verify_checkpoint_file
 from checkpoints.import_paths import TRUST_HINT, foreign_import_paths
 from checkpoints.registry import is_registered
+from checkpoints.structure import check_structure
 from common.private_api import lightning_load
 
 
@@ -52,15 +53,9 @@ def _read(path: str | os.PathLike, map_location: Any, trusted: bool) -> dict[str
                               "values (which are never unpickled: they could run code)") from None
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointError(f"checkpoint {path} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
+    check_structure(checkpoint, path)
     if not trusted:
         refuse_unregistered_classes(checkpoint, path)
-    state = checkpoint["state_dict"]
-    if not isinstance(state, dict) or not all(isinstance(value, torch.Tensor) for value in state.values()):
-        raise CheckpointError(f"checkpoint {path}: its 'state_dict' is not a mapping of parameter names to tensors")
-    broken = [name for name, value in state.items() if value.is_floating_point() and not torch.isfinite(value).all()]
-    if broken:  # resuming or testing from it would only propagate NaN
-        raise CheckpointError(f"checkpoint {path} holds non-finite weights ({', '.join(broken[:3])}"
-                              f"{', ...' if len(broken) > 3 else ''}): the run diverged before it was written; use an earlier one")
     return checkpoint
 
 

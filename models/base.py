@@ -26,6 +26,7 @@ from checkpoints.model_class import (
     stamp_model_class,
 )
 from checkpoints.registry import register
+from checkpoints.structure import check_fits
 from checkpoints.trainer.atomic_checkpoints import AtomicCheckpoints
 from checkpoints.trainer.random_state import RandomStateCheckpoint
 from checkpoints.trainer.resume_settings import (
@@ -430,7 +431,9 @@ class LatentVariableModel(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         trainer = attached_trainer(self)  # None in load_from_checkpoint
-        check_model_class(checkpoint, type(self), getattr(trainer, "ckpt_path", None) if trainer is not None else None)
+        ckpt_path = getattr(trainer, "ckpt_path", None) if trainer is not None else None
+        check_model_class(checkpoint, type(self), ckpt_path)
+        check_fits(checkpoint["state_dict"], self.state_dict(), ckpt_path)
         datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
         self._changed_on_resume = changed_settings(checkpoint, self, datamodule)  # named if the state does not fit
 
@@ -438,7 +441,8 @@ class LatentVariableModel(L.LightningModule):
         try:
             return super().load_state_dict(state_dict, strict=strict, assign=assign)
         except RuntimeError as error:  # a checkpoint of other settings: one line naming them
-            raise state_mismatch(error, getattr(self, "_changed_on_resume", {})) from None
+            trainer = attached_trainer(self)  # None in load_from_checkpoint
+            raise state_mismatch(error, getattr(self, "_changed_on_resume", {}), trainer and trainer.ckpt_path) from None
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         stamp_model_class(checkpoint, type(self))

@@ -22,11 +22,14 @@ from torch.func import functional_call, stack_module_state, vmap
 from torchmetrics import MeanMetric
 
 from checkpoints.model_class import stamp_model_class
+from checkpoints.structure import check_fits
 from checkpoints.trainer.atomic_checkpoints import AtomicCheckpoints
 from checkpoints.trainer.random_state import RandomStateCheckpoint
+from common.private_api import attached_trainer
 from models.base import LatentVariableModel
 from models.compiled_step import INPUT_BUFFER, compile_step, graph_mode, numbers, register_input_buffers, run_compiled
 from models.components.likelihoods import bits_per_dim
+from samplers.cache import LatentCache, check_loaded_state
 
 # Settings every replica may differ in: its seed, and the seed of the test stage's samples (${seed} in the configs).
 ALWAYS_PER_REPLICA = ("test_seed",)
@@ -129,6 +132,16 @@ class Replicas(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         stamp_model_class(checkpoint, self.model_class)
         checkpoint["replica_seeds"] = list(self.seeds)  # a single run never resumes from it (launch/runs/replicas.py)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """The stacked state held to what each model checks of its own on load: the kinds of number its tensors hold
+        (checkpoints/structure.py), JSA's cache codes inside the codebook (samplers/cache.py)."""
+        state = checkpoint["state_dict"]
+        trainer = attached_trainer(self)
+        check_fits(state, self.state_dict(), trainer.ckpt_path if trainer is not None else None)
+        for name, module in self.template.named_modules():
+            if isinstance(module, LatentCache):
+                check_loaded_state(module, state, f"stacked/{_key(name)}/")
 
     # ---- the stacked state, by the model's own names ------------------------------
     def stacked_state(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:

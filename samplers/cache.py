@@ -40,7 +40,7 @@ class LatentCache(nn.Module):
         self.register_buffer("changed_epoch", torch.zeros(num_examples, dtype=torch.int32))
         self.num_categories = num_categories
         self.register_load_state_dict_pre_hook(_add_changed_epoch)
-        self.register_load_state_dict_pre_hook(_check_loaded_state)
+        self.register_load_state_dict_pre_hook(check_loaded_state)
 
     @property
     def num_examples(self) -> int:
@@ -131,15 +131,13 @@ def _add_changed_epoch(module: nn.Module, state_dict: dict, prefix: str, *args) 
 MAX_EPOCH = 10**7  # far beyond any run; a changed epoch outside [0, MAX_EPOCH) was not written by training
 
 
-def _check_loaded_state(module: LatentCache, state_dict: dict, prefix: str, *args) -> None:
+def check_loaded_state(module: LatentCache, state_dict: dict, prefix: str, *args) -> None:
     """A checkpoint's cache is read as indices (an out-of-range code is an index error on the CPU and a device-side
-    assert on a GPU) and logged as ages: it must hold integer codes in 0..K-1 or the sentinel, and changed epochs in
-    [0, MAX_EPOCH). A file that does not is refused in one line before anything uses it."""
+    assert on a GPU) and logged as ages: it must hold codes in 0..K-1 or the sentinel, and changed epochs in
+    [0, MAX_EPOCH). A file that does not is refused in one line before anything uses it. (That they are integers,
+    dense and on a device: checkpoints/structure.py. A replicated process's stacked cache: models/replicas.py.)"""
     codes, epochs = state_dict.get(prefix + "codes"), state_dict.get(prefix + "changed_epoch")
     if isinstance(codes, Tensor) and codes.numel():
-        if codes.is_floating_point() or codes.is_complex() or codes.dtype == torch.bool:
-            raise CheckpointError(f"the checkpoint's {prefix}codes (JSA's cache) are {codes.dtype}, not integer class ids: "
-                                  "the file was altered; use another checkpoint")
         valid = ((codes >= 0) & (codes < module.num_categories)) | (codes.long() == module.sentinel)
         if not valid.all():
             bad = codes[~valid]
@@ -147,6 +145,6 @@ def _check_loaded_state(module: LatentCache, state_dict: dict, prefix: str, *arg
                                   f"classes 0..{module.num_categories - 1} (e.g. {bad.flatten()[0].item()}): the file was "  # sync: on load, the refusal's message only
                                   "altered or written for another num_categories; use another checkpoint")
     if isinstance(epochs, Tensor) and epochs.numel():
-        if epochs.is_floating_point() or epochs.dtype == torch.bool or not ((epochs >= 0) & (epochs < MAX_EPOCH)).all():
+        if not ((epochs >= 0) & (epochs < MAX_EPOCH)).all():
             raise CheckpointError(f"the checkpoint's {prefix}changed_epoch (JSA's cache) holds values that are not epochs "
                                   f"(integers in [0, {MAX_EPOCH})): the file was altered; use another checkpoint")

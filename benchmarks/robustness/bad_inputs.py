@@ -21,7 +21,8 @@ Files from someone else (received_cases): checkpoints whose callback state names
 hyperparameters name a planted module, runs whose files are links, data files that are pipes, config files that
 expand without bound, divergence, malformed state, run and study folders that link elsewhere or hold a FIFO, a folder
 or a hard link to the user's file where a file is written (run_folder_cases); each case's family says which
-(`received ...`).
+(`received ...`). Checkpoints of the wrong structure, through both front ends (structure_cases,
+`received structure: ...`).
 Every way a config or a checkpoint's settings reach jsonargparse or Hydra (config_source_cases, `received source: ...`):
 each case writes its received files into its own directory, and names strangers_module, which writes STRANGER-RAN
 into the working directory of a process that imports it (outcome `ran`).
@@ -273,7 +274,7 @@ def stranger_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     return (option_cases() + front_end_cases() + data_cases() + checkpoint_cases() + resume_cases() + stranger_cases()
-            + received_cases() + config_source_cases() + run_folder_cases())
+            + received_cases() + structure_cases() + config_source_cases() + run_folder_cases())
 
 
 def received_cases() -> list[Case]:
@@ -422,6 +423,29 @@ def run_folder_cases() -> list[Case]:
              ["-c", report_only], expect="documented", documented_by="not a run's record",
              files=(("out/runs/is-resolution.json", '{"settings": {"images": 500}, "runs": {}}'),)),
     ]
+
+
+def structure_cases() -> list[Case]:
+    """A received checkpoint of the wrong structure (STRUCTURE_PLANTS: a section of another kind, a tensor that is not
+    dense real numbers or not the kind of number the model holds, cache codes outside the codebook), each refused in one
+    line naming the checkpoint and the key; and a resume from the best checkpoint beside a garbage last.ckpt.sha256."""
+    resume = ["model=jsa", "ckpt_path={planted}", "trainer.max_steps=4"]
+    commands = {"hydra resume": resume, "cli fit --ckpt_path": ["fit", "--ckpt_path={planted}", "--trainer.max_steps=4"],
+                "cli test --ckpt_path": ["test", "--ckpt_path={planted}", "--trainer.limit_test_batches=1",
+                                         "--model.test_num_samples=2"]}
+    both = ("hyper_parameters a list", "ModelCheckpoint's state a string", "a sparse weight", "meta cache codes", "an integer weight")
+    cases = [Case(f"received structure: {command}; {what}", "resume" if command == "hydra resume" else "checkpoint",
+                  args, mention=f"received.ckpt: {named}", copy_runs=True, plant=f"structure {what}",
+                  quick=(command, what) == ("cli test --ckpt_path", "hyper_parameters a list"))
+             for what, named in STRUCTURE_PLANTS.items() for command, args in commands.items()
+             if command == "hydra resume" or what in both]
+    cases.append(Case("received structure: hydra resume of replicas; int64 cache codes outside the codebook", "resume",
+                      ["model=jsa", "replicas.seeds=[0,1]", "ckpt_path={planted}", "trainer.max_steps=4"],
+                      mention="stacked/cache/codes (JSA's cache) hold 1 value(s) outside", copy_runs=True,
+                      plant="replicas cache codes 300"))
+    cases.append(Case("received structure: hydra resume from the best checkpoint beside a garbage last.ckpt.sha256", "resume",
+                      ["model=jsa", "ckpt_path={planted}", "trainer.max_steps=4"], expect="documented",
+                      documented_by="Restored all states", copy_runs=True, plant="checksum of last.ckpt garbage"))
     return cases
 
 
@@ -581,16 +605,80 @@ RECEIVED_DATA = ["train images a named pipe", "train labels a named pipe", "trai
 PLANTED_MODULE = "open({marker!r}, 'w').close()\nclass Thing:\n    pass\n"
 
 
-def plant(name: str, last: Path, cwd: Path) -> Path:
+STRUCTURE_PLANTS = {  # what is altered in a received checkpoint (`alter_structure`) -> the key its refusal names
+    "hyper_parameters a list": "hyper_parameters is a list",
+    "datamodule_hyper_parameters a string": "datamodule_hyper_parameters is a str",
+    "callbacks a list": "callbacks is a list",
+    "ModelCheckpoint's state a string": 'callbacks["ModelCheckpoint{',
+    "the fit loop's state a string": "loops['fit_loop'] is a str",
+    "optimizer_states a mapping": "optimizer_states is a dict",
+    "an optimizer's state a list": "optimizer_states[0] is not an optimizer's state",
+    "lr_schedulers a list of strings": "lr_schedulers[0] is a str",
+    "a sparse weight": "state_dict.encoder.net.0.bias is a sparse_coo tensor",
+    "a meta weight": "state_dict.encoder.net.0.bias is a meta tensor",
+    "meta cache codes": "state_dict.cache.codes is a meta tensor",
+    "sparse cache codes": "state_dict.cache.codes is a sparse_coo tensor",
+    "a sparse Adam moment": "optimizer_states[0].state.0.exp_avg is a sparse_coo tensor",
+    "a meta Adam moment": "optimizer_states[0].state.0.exp_avg is a meta tensor",
+    "a complex weight": "state_dict.encoder.net.0.bias is a tensor of torch.complex64",
+    "an integer weight": "state_dict.encoder.net.0.bias holds integers",
+    "float cache codes": "state_dict.cache.codes holds floats",
+}
+
+
+def alter_structure(checkpoint: dict, what: str) -> None:
+    """Alter `checkpoint` as STRUCTURE_PLANTS `what` says, the rest of it intact."""
+    import torch
+
+    state, adam, weight = checkpoint["state_dict"], checkpoint["optimizer_states"][0]["state"][0], "encoder.net.0.bias"
+    model_checkpoint = next(key for key in checkpoint["callbacks"] if key.startswith("ModelCheckpoint"))
+    changes = {
+        "hyper_parameters a list": lambda: checkpoint.update(hyper_parameters=[1, 2, 3]),
+        "datamodule_hyper_parameters a string": lambda: checkpoint.update(datamodule_hyper_parameters="batch_size=16"),
+        "callbacks a list": lambda: checkpoint.update(callbacks=list(checkpoint["callbacks"].values())),
+        "ModelCheckpoint's state a string": lambda: checkpoint["callbacks"].update({model_checkpoint: "garbage"}),
+        "the fit loop's state a string": lambda: checkpoint["loops"].update(fit_loop="garbage"),
+        "optimizer_states a mapping": lambda: checkpoint.update(optimizer_states=checkpoint["optimizer_states"][0]),
+        "an optimizer's state a list": lambda: checkpoint["optimizer_states"][0].update(state=[1, 2]),
+        "lr_schedulers a list of strings": lambda: checkpoint.update(lr_schedulers=["StepLR"]),
+        "a sparse weight": lambda: state.update({weight: state[weight].to_sparse()}),
+        "a meta weight": lambda: state.update({weight: torch.empty_like(state[weight], device="meta")}),
+        "meta cache codes": lambda: state.update({"cache.codes": torch.empty_like(state["cache.codes"], device="meta")}),
+        "sparse cache codes": lambda: state.update({"cache.codes": state["cache.codes"].to_sparse()}),
+        "a sparse Adam moment": lambda: adam.update(exp_avg=adam["exp_avg"].to_sparse()),
+        "a meta Adam moment": lambda: adam.update(exp_avg=torch.empty_like(adam["exp_avg"], device="meta")),
+        "a complex weight": lambda: state.update({weight: state[weight].to(torch.complex64)}),
+        "an integer weight": lambda: state.update({weight: state[weight].to(torch.int64)}),
+        "float cache codes": lambda: state.update({"cache.codes": state["cache.codes"].float()}),
+    }
+    changes[what]()
+
+
+def plant(name: str, last: Path, cwd: Path, data_dir: Path) -> Path:
     """Alter the case's copy of the JSA run as PLANTS `name` says; returns the checkpoint the case is given."""
     import torch
 
     from checkpoints.file_format import save_checkpoint_file
 
-    checkpoint = torch.load(last, weights_only=True)
     kind, _, what = name.partition(" ")
+    if kind == "checksum":  # the best checkpoint is given; the checksum file of last.ckpt beside it holds garbage
+        write_file(last.with_name(last.name + ".sha256"), "not a checksum\n")
+        (best,) = last.parent.glob("epoch*.ckpt")
+        return best
+    if kind == "replicas":  # a replicated process's run, trained in the case's directory first
+        env = {**os.environ, "DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO)}
+        subprocess.run([sys.executable, TRAIN, "model=jsa", "replicas.seeds=[0,1]", *HYDRA_FAST], cwd=cwd, env=env,
+                       capture_output=True, check=True)
+        (last,) = (cwd / "logs" / "replicas").glob("*/*/checkpoints/last.ckpt")
+    checkpoint = torch.load(last, weights_only=True)
     victim = cwd / "victim"
-    if kind == "callback":
+    if kind == "structure":
+        alter_structure(checkpoint, what)
+    elif kind == "replicas":  # int64 codes, as a stranger writes them: 300 would wrap to 44 in the cache's uint8
+        codes = checkpoint["state_dict"]["stacked/cache/codes"].long()
+        codes[1, 0, 0] = int(what.rsplit(" ", 1)[-1])
+        checkpoint["state_dict"]["stacked/cache/codes"] = codes
+    elif kind == "callback":
         (state,) = [v for k, v in checkpoint["callbacks"].items() if k.startswith("ModelCheckpoint")]
         state.pop("dirpath")
         relative_victim = f"{last.parent.relative_to(cwd)}/../../../../../victim"
@@ -827,7 +915,7 @@ def run_case(case: Case, root: Path, data_dir: Path) -> dict:
         shutil.copytree(root / "runs" / "logs", cwd / "logs", copy_function=lambda source, target: write_file(target, Path(source).read_bytes()))
         places["jsa"] = str(run_checkpoint(root, "jsa", runs=cwd))
     if case.plant:
-        places["planted"] = str(plant(case.plant, Path(places["jsa"]), cwd))
+        places["planted"] = str(plant(case.plant, Path(places["jsa"]), cwd, data_dir))
     write_received(cwd, case.files)
     args = [a.format(**places) for a in case.args]
     if args[:1] == ["-c"]:

@@ -37,7 +37,7 @@ def drop_paths_outside(state: dict[str, Any], directory: str, source: Any) -> No
     best = state.get("best_k_models")
     if best is not None:
         kept = {path: score for path, score in best.items() if not outside(path)} if isinstance(best, dict) else {}
-        dropped += [path for path in (best if isinstance(best, dict) else [best]) if path not in kept]
+        dropped += [path for path in best if path not in kept] if isinstance(best, dict) else [best]
         state["best_k_models"] = kept
     if dropped:
         log.warning("checkpoint %s: its ModelCheckpoint state names %s outside this run's checkpoint directory %s; "

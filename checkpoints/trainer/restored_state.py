@@ -26,14 +26,21 @@ def check_loop_state(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
             return None if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 0 else where
         return None
 
-    loops = checkpoint.get("loops")
+    loops = checkpoint.get("loops") or {}  # a mapping of mappings (checkpoints/structure.py)
     found = (mismatch(checkpoint.get("epoch", 0), 0, "epoch") or mismatch(checkpoint.get("global_step", 0), 0, "global_step")
-             or (mismatch(loops, {}, "loops") if loops is not None else None)
-             or (mismatch(loops.get("fit_loop"), trainer.fit_loop.state_dict(), "loops.fit_loop")
-                 if isinstance(loops, dict) and "fit_loop" in loops else None))
+             or (mismatch(loops["fit_loop"], trainer.fit_loop.state_dict(), "loops.fit_loop") if "fit_loop" in loops else None))
     if found:
         raise CheckpointError(f"checkpoint {trainer.ckpt_path}: its {found} is not what a training loop writes there (a "
                               "count >= 0, or a mapping): the file was altered; use another checkpoint")
+
+
+def check_optimizer_groups(saved: list[list[int]], trainer: L.Trainer) -> None:
+    """CheckpointError unless the checkpoint holds a state for each of the trainer's optimizers with as many parameter
+    groups, and parameters in each, as the optimizer has (`saved`: the numbers of parameters, group by group)."""
+    built = [[len(group["params"]) for group in optimizer.param_groups] for optimizer in trainer.optimizers]
+    if saved != built:
+        raise CheckpointError(f"checkpoint {trainer.ckpt_path}: its optimizer_states hold {saved} parameters group by group, "
+                              f"this run's optimizers {built}: the file was altered, or written for other settings")
 
 
 def check_optimizer_states(trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -40,9 +40,9 @@ def changed_settings(checkpoint: dict[str, Any], module: L.LightningModule, data
     return changed
 
 
-def state_mismatch(error: RuntimeError, changed: dict[str, tuple[Any, Any]]) -> Exception:
+def state_mismatch(error: RuntimeError, changed: dict[str, tuple[Any, Any]], path: Any = None) -> Exception:
     """torch's "Error(s) in loading state_dict" (missing, unexpected or reshaped tensors) as one line that
-    names the settings that differ from the checkpoint's; any other error unchanged."""
+    names the checkpoint (`path`, where known) and the settings that differ from the checkpoint's; any other error unchanged."""
     text = str(error)
     if "Error(s) in loading state_dict" not in text:
         return error
@@ -51,7 +51,7 @@ def state_mismatch(error: RuntimeError, changed: dict[str, tuple[Any, Any]]) -> 
     summary = summary if len(summary) <= 300 else summary[:300] + " ..."
     settings = ", ".join(f"{k}={old!r} -> {new!r}" for k, (old, new) in changed.items())
     return CheckpointError(
-        f"the checkpoint does not fit this model ({summary}): "
+        f"{f'checkpoint {path}' if path else 'the checkpoint'} does not fit this model ({summary}): "
         + (f"the settings differ from the checkpoint's ({settings}); " if settings else "")
         + "resume with the checkpoint's settings, or start a new run without ckpt_path")
 

@@ -126,7 +126,7 @@ def test_resume_into_other_shapes_names_the_settings(tmp_path):
     trainer.save_checkpoint(path)
     with pytest.raises(CheckpointError, match=r"does not fit this model .*model\.num_latents=20 -> 12") as error:
         fit(JSA(mis_steps=2, val_num_samples=2, cache_size=64, num_latents=12), tmp_path, 2, ckpt_path=path)
-    assert "\n" not in str(error.value)
+    assert "\n" not in str(error.value) and str(error.value).startswith(f"checkpoint {path} does not fit this model")
     with pytest.raises(CheckpointError, match=r"cache\.codes.*model\.use_cache=True -> False"):
         fit(JSA(mis_steps=2, val_num_samples=2, use_cache=False), tmp_path, 2, ckpt_path=path)
 
@@ -228,10 +228,21 @@ def test_checksum_files_written_by_sha256sum_or_in_capitals_are_read(tmp_path):
         load_checkpoint_file(path)
 
 
+def test_a_save_replaces_a_checksum_file_of_no_digest(tmp_path):
+    """A run resumed from its best checkpoint beside a last.ckpt whose checksum file holds garbage: its first save of
+    last.ckpt writes both files anew (the garbage let no load through), instead of stopping the run."""
+    path = tmp_path / "last.ckpt"
+    save_checkpoint_file(small_checkpoint(), path)
+    (tmp_path / "last.ckpt.sha256").write_text("not a digest\n")
+    save_checkpoint_file(small_checkpoint(b=torch.zeros(2)), path)
+    assert listed_digests(path) == [file_digest(path)]
+    assert load_checkpoint_file(path)["state_dict"]["b"].shape == (2,)
+
+
 @pytest.mark.parametrize("state, message", [
     ({"w": torch.tensor([1.0, float("nan")])}, r"holds non-finite weights \(w\): the run diverged"),
     ({"b": torch.tensor([float("inf")])}, r"holds non-finite weights \(b\)"),
-    ({"w": [1.0, 2.0]}, "its 'state_dict' is not a mapping of parameter names to tensors"),
+    ({"w": [1.0, 2.0]}, "state_dict is not a mapping of parameter names to tensors"),
 ])
 def test_checkpoints_of_the_wrong_structure_or_with_non_finite_weights_are_refused(state, message, tmp_path):
     path = tmp_path / "x.ckpt"

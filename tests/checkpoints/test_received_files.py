@@ -279,7 +279,7 @@ def damaged(checkpoint: dict, what: str) -> str:
         return "error: the checkpoint's cache.codes (JSA's cache) hold 1 value(s) outside the classes 0..9 (e.g. -3)"
     if what == "cache codes float":
         state["cache.codes"] = state["cache.codes"].float() + 0.5
-        return "error: the checkpoint's cache.codes (JSA's cache) are torch.float32, not integer class ids"
+        return "error: checkpoint {planted}: state_dict.cache.codes holds floats (torch.float32), the model's integers"
     if what == "changed_epoch garbage":
         state["cache.changed_epoch"][0] = -2**31
         return "error: the checkpoint's cache.changed_epoch (JSA's cache) holds values that are not epochs"
@@ -301,8 +301,8 @@ def damaged(checkpoint: dict, what: str) -> str:
 def test_malformed_state_in_a_received_checkpoint_is_refused_in_one_line(what, run, tmp_path):
     last = copied_run(run, tmp_path)
     checkpoint = torch.load(last, weights_only=True)
-    expected = damaged(checkpoint, what)
     planted = last.with_name("received.ckpt")
+    expected = damaged(checkpoint, what).format(planted=planted)
     save_checkpoint_file(checkpoint, planted)
     result = train(tmp_path, "model=jsa", "trainer.max_steps=6", *FAST, f"ckpt_path={planted}")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
