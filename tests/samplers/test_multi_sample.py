@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from models import RWS, VIMCO
+from models.components.backbones import MLPDecoder, MLPEncoder
 from samplers import categorical_log_prob
 from samplers.multi_sample import importance_weighted_bound, vimco_baselines
 
@@ -24,7 +25,10 @@ STATES = torch.tensor(list(itertools.product(range(2), repeat=2)))  # all 4 late
 def toy(cls, num_samples: int, **kwargs):
     torch.manual_seed(0)
     model = cls(data_shape=(1, 2, 2), num_latents=2, num_categories=2, code_dim=2, num_samples=num_samples,
-                prior="factorized", **kwargs).double()
+                prior="factorized", **kwargs)
+    model.encoder = MLPEncoder((1, 2, 2), 2 * 2, hidden=(64, 64))  # narrow: per-state gradients over every parameter
+    model.decoder = MLPDecoder(2 * 2, (1, 2, 2), hidden=(64, 64))
+    model = model.double()
     with torch.no_grad():  # larger weights and a non-uniform prior: q, p(h | x) and p(h) far apart
         for p in model.parameters():
             p.mul_(2.0)
