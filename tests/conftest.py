@@ -66,6 +66,19 @@ def mnist_slice(mnist_dir: Path, n: int = 128) -> tuple[torch.Tensor, torch.Tens
     return dm.train_set.__getitems__(list(range(n)))
 
 
+def narrow_mlps(model, width: int = 64):
+    """`model` with its MLP encoder and decoder replaced by two hidden layers of `width` (the same inputs, outputs and
+    activation): the toy models of a few pixels that tests enumerate need no 512/256 MNIST MLP, whose per-state
+    gradients and 20000-row batches would dominate their time."""
+    from models.components.backbones import MLPDecoder, MLPEncoder
+
+    activation = getattr(model, "activation", "relu")
+    data_shape = model.data_shape
+    model.encoder = MLPEncoder(data_shape, model.encoder.net[-1].out_features, (width, width), activation)
+    model.decoder = MLPDecoder(model.decoder.net[0].in_features, model.decoder.data_shape, (width, width), activation)
+    return model
+
+
 def train_on_batch(model, x: torch.Tensor, index: torch.Tensor, steps: int) -> tuple[dict, dict]:
     """`steps` Adam steps of `model.training_loss` on one batch; the loss terms of the first and the last."""
     optimizer = model.configure_optimizers()

@@ -15,9 +15,8 @@ from scipy import stats
 
 from datamodules import MNISTDataModule
 from models import JSA
-from models.components.backbones import MLPDecoder, MLPEncoder
 from samplers import categorical_log_prob
-from tests.conftest import mnist_slice, train_on_batch
+from tests.conftest import mnist_slice, narrow_mlps, train_on_batch
 
 V, K = 2, 3  # 9 joint latent states: small enough to enumerate p(h | x)
 ALL_STATES = torch.tensor(list(itertools.product(range(K), repeat=V)))  # (9, V)
@@ -28,8 +27,7 @@ def toy_jsa(**kwargs) -> JSA:
     kwargs.setdefault("cache_start_epoch", 0)
     torch.manual_seed(0)
     model = JSA(data_shape=(1, 2, 2), num_latents=V, num_categories=K, code_dim=2, likelihood="gaussian", sigma=1.0, **kwargs)
-    model.encoder = MLPEncoder((1, 2, 2), V * K, hidden=(64, 64))  # narrow: the chains' tests run 20000 of them
-    model.decoder = MLPDecoder(V * 2, (1, 2, 2), hidden=(64, 64))
+    narrow_mlps(model)  # the chains' tests run 20000 of them
     with torch.no_grad():  # larger weights: p(h | x) spread over the states and far from q (TV ~ 0.5)
         for p in model.parameters():
             p.mul_(1.65)

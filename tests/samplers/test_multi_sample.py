@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from models import RWS, VIMCO
-from models.components.backbones import MLPDecoder, MLPEncoder
 from samplers import categorical_log_prob
 from samplers.multi_sample import importance_weighted_bound, vimco_baselines
+from tests.conftest import narrow_mlps
 
 STATES = torch.tensor(list(itertools.product(range(2), repeat=2)))  # all 4 latent states, (4, V=2)
 
@@ -26,9 +26,7 @@ def toy(cls, num_samples: int, **kwargs):
     torch.manual_seed(0)
     model = cls(data_shape=(1, 2, 2), num_latents=2, num_categories=2, code_dim=2, num_samples=num_samples,
                 prior="factorized", **kwargs)
-    model.encoder = MLPEncoder((1, 2, 2), 2 * 2, hidden=(64, 64))  # narrow: per-state gradients over every parameter
-    model.decoder = MLPDecoder(2 * 2, (1, 2, 2), hidden=(64, 64))
-    model = model.double()
+    model = narrow_mlps(model).double()  # per-state gradients over every parameter
     with torch.no_grad():  # larger weights and a non-uniform prior: q, p(h | x) and p(h) far apart
         for p in model.parameters():
             p.mul_(2.0)
