@@ -66,6 +66,15 @@ def mnist_slice(mnist_dir: Path, n: int = 128) -> tuple[torch.Tensor, torch.Tens
     return dm.train_set.__getitems__(list(range(n)))
 
 
+def says(message: object, *parts: str) -> None:
+    """`message` (an exception or a string) names each of `parts`: the option it refuses, the value given, the fix it
+    offers (CONTRIBUTING: one clear line naming the option and what was expected). The words around them are the
+    message's own: a rewording passes, a message that loses the option or the fix fails."""
+    text = " ".join(str(message).split())
+    missing = [part for part in parts if part not in text]
+    assert not missing, f"{text!r} does not name {missing}"
+
+
 def narrow_mlps(model, width: int = 64):
     """`model` with its MLP encoder and decoder replaced by two hidden layers of `width` (the same inputs, outputs and
     activation): the toy models of a few pixels that tests enumerate need no 512/256 MNIST MLP, whose per-state
