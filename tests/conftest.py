@@ -66,6 +66,28 @@ def mnist_slice(mnist_dir: Path, n: int = 128) -> tuple[torch.Tensor, torch.Tens
     return dm.train_set.__getitems__(list(range(n)))
 
 
+def says(message: object, *parts: str) -> None:
+    """`message` (an exception or a string) names each of `parts`: the option it refuses, the value given, the fix it
+    offers (CONTRIBUTING: one clear line naming the option and what was expected). The words around them are the
+    message's own: a rewording passes, a message that loses the option or the fix fails."""
+    text = " ".join(str(message).split())
+    missing = [part for part in parts if part not in text]
+    assert not missing, f"{text!r} does not name {missing}"
+
+
+def narrow_mlps(model, width: int = 64):
+    """`model` with its MLP encoder and decoder replaced by two hidden layers of `width` (the same inputs, outputs and
+    activation): the toy models of a few pixels that tests enumerate need no 512/256 MNIST MLP, whose per-state
+    gradients and 20000-row batches would dominate their time."""
+    from models.components.backbones import MLPDecoder, MLPEncoder
+
+    activation = getattr(model, "activation", "relu")
+    data_shape = model.data_shape
+    model.encoder = MLPEncoder(data_shape, model.encoder.net[-1].out_features, (width, width), activation)
+    model.decoder = MLPDecoder(model.decoder.net[0].in_features, model.decoder.data_shape, (width, width), activation)
+    return model
+
+
 def train_on_batch(model, x: torch.Tensor, index: torch.Tensor, steps: int) -> tuple[dict, dict]:
     """`steps` Adam steps of `model.training_loss` on one batch; the loss terms of the first and the last."""
     optimizer = model.configure_optimizers()

@@ -90,16 +90,18 @@ def test_sigterm_and_ctrl_c_save_a_checkpoint_exit_nonzero_and_resume_bit_for_bi
 def test_ctrl_c_during_test_exits_130_and_leaves_the_run_as_it_was(tmp_path, mnist_dir):
     """`python train.py test --ckpt_path=...` logs into the run that wrote the checkpoint; Ctrl-C while it tests
     exits with 130 (Lightning's own answer is 1) and takes back what the stopped test wrote there (its event file,
-    with image grids and no metrics; config_test.yaml), as a refused run does."""
+    with image grids and no metrics; config_test.yaml), as a refused run does. The test holds at its second batch
+    (tests/scripts/hold.py) until the signal comes."""
     fit = ["fit", "--model=VAE", "--trainer.max_steps=2", "--trainer.limit_val_batches=1", "--model.val_num_samples=2"]
     fitted = preloaded.run_train(fit, tmp_path, {**os.environ, "DATA_DIR": str(mnist_dir)}, timeout=240)
     assert fitted.returncode == 0, fitted.stderr[-3000:]
     run = tmp_path / "logs" / "tensorboard" / "vae-mnist-mlp-z32" / "version_0"
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     tested = start_train(tmp_path, mnist_dir, "test", "--model=VAE", f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
-                       "--model.test_num_samples=1000")
-    # the test stage has begun logging into the run: its event file is there
-    wait_for(lambda: len(list(run.glob("events.out.tfevents.*"))) > len([p for p in before if p.name.startswith("events.")]), tested)
+                         "--model.test_num_samples=2", "--trainer.limit_test_batches=2",
+                         "--trainer.callbacks+=tests.scripts.hold.HoldInTest")
+    wait_for((tmp_path / "holding-test").exists, tested, timeout=600)
+    assert len(list(run.glob("events.out.tfevents.*"))) > len([p for p in before if p.name.startswith("events.")])
     tested.send_signal(signal.SIGINT)
     code, output = finish(tested)
     assert code == 130, output[-3000:]
@@ -109,10 +111,12 @@ def test_ctrl_c_during_test_exits_130_and_leaves_the_run_as_it_was(tmp_path, mni
 
 def test_ctrl_c_during_hydras_test_stage_exits_130_and_keeps_the_fitted_run(tmp_path, mnist_dir):
     """Hydra tests after fit (run_test=true): Ctrl-C in that test stage exits 130, not Lightning's 1, and the run its
-    fit wrote stays with its checkpoint and the line that names it."""
+    fit wrote stays with its checkpoint and the line that names it. The test holds at its second batch until the
+    signal comes (tests/scripts/hold.py)."""
     tested = start_train(tmp_path, mnist_dir, "model=vae", "trainer.max_steps=2", "trainer.limit_val_batches=1",
-                       "model.val_num_samples=2", "run_test=true")
-    wait_for(lambda: "importance samples each" in tested.log.read_text(), tested, timeout=600, poll=0.05)  # the test stage's first line
+                         "model.val_num_samples=2", "run_test=true", "model.test_num_samples=2",
+                         "trainer.limit_test_batches=2", "+callbacks.hold._target_=tests.scripts.hold.HoldInTest")
+    wait_for((tmp_path / "holding-test").exists, tested, timeout=600)  # inside the test loop (tests/scripts/hold.py)
     tested.send_signal(signal.SIGINT)
     code, output = finish(tested)
     assert code == 130, output[-3000:]

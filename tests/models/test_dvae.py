@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from models import DiscreteVAE
 from samplers import categorical_log_prob
 from samplers.score_function import categorical_score_norm_sq, leave_one_out_optimal_baseline
-from tests.conftest import mnist_slice, train_on_batch
+from tests.conftest import mnist_slice, narrow_mlps, train_on_batch
 
 Z_MAX = 4.5  # |mean - exact| / standard error, per checked coordinate
 
@@ -25,6 +25,7 @@ def toy_dvae(num_latents: int = 2, num_categories: int = 3, **kwargs) -> Discret
         data_shape=(1, 2, 2), num_latents=num_latents, num_categories=num_categories, code_dim=2,
         likelihood="gaussian", sigma=1.0, **kwargs,
     )
+    narrow_mlps(model)  # its tests draw hundreds of gradient estimates
     with torch.no_grad():  # larger weights: q and p(h | x) far apart, so the gradients are not tiny
         for p in model.parameters():
             p.mul_(1.5)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from models import JSA, DiscreteVAE
+from tests.conftest import narrow_mlps
 
 # The function under the model's relaxed samples, kept before any monkeypatching.
 ORIGINAL_GUMBEL_SOFTMAX = F.gumbel_softmax
@@ -279,7 +280,7 @@ def test_categorical_importance_estimate_equals_the_enumerated_likelihood():
     from samplers import importance_log_likelihood
 
     torch.manual_seed(0)
-    model = JSA(data_shape=(1, 2, 2), num_latents=2, num_categories=3, code_dim=2, likelihood="gaussian", sigma=1.0).double()
+    model = narrow_mlps(JSA(data_shape=(1, 2, 2), num_latents=2, num_categories=3, code_dim=2, likelihood="gaussian", sigma=1.0)).double()
     x = torch.rand(3, 1, 2, 2, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     states = torch.tensor(list(itertools.product(range(3), repeat=2)))  # (9, V)
     with torch.no_grad():

@@ -18,7 +18,7 @@ from datamodules.mnist import MNISTDataModule
 from datamodules.replicas import ReplicaData
 from models.jsa import JSA
 from models.replicas import Replicas
-from tests.conftest import DATA_ROOT
+from tests.conftest import DATA_ROOT, narrow_mlps
 
 DATA_DIR = str(DATA_ROOT)
 SETTINGS = dict(num_latents=6, num_categories=4, code_dim=4, mis_steps=4, gradient_states="expected", val_num_samples=2, cache_size=200)
@@ -28,9 +28,12 @@ def data(seed: int) -> MNISTDataModule:
     return MNISTDataModule(data_dir=DATA_DIR, batch_size=100, binarize="dynamic", val_size=59800, seed=seed, eval_batch_size=50)
 
 
-def model(seed: int, **settings) -> JSA:
+def model(seed: int, narrow: bool = True, **settings) -> JSA:
+    """JSA with SETTINGS, seeded; narrow: 64-wide MLPs (conftest.narrow_mlps), unless the test loads its checkpoint
+    as the class builds it."""
     L.seed_everything(seed, verbose=False)
-    return JSA(**{**SETTINGS, "test_seed": seed, **settings})
+    built = JSA(**{**SETTINGS, "test_seed": seed, **settings})
+    return narrow_mlps(built) if narrow else built
 
 
 def trainer(tmp_path, **settings) -> L.Trainer:
@@ -152,10 +155,10 @@ def test_the_batched_step_reads_each_replicas_step_inputs_at_the_processs_step(m
     torch.testing.assert_close(terms["temperature"], torch.full((2,), models[0].temperature_at(5)))
 
 
-def fit_replicas(tmp_path, seeds, max_steps, ckpt_path=None, **settings):
+def fit_replicas(tmp_path, seeds, max_steps, ckpt_path=None, narrow=True, **settings):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    replicas = Replicas([model(seed, **{k: v[r] for k, v in settings.items()}) for r, seed in enumerate(seeds)], seeds)
+    replicas = Replicas([model(seed, narrow, **{k: v[r] for k, v in settings.items()}) for r, seed in enumerate(seeds)], seeds)
     runs = ReplicaRuns(str(tmp_path / "tensorboard"), [f"jsa-seed{s}" for s in seeds])
     checkpoints = ModelCheckpoint(dirpath=str(tmp_path / "group"), save_last=True, every_n_train_steps=3)
     # float32: a single run's resume is exact there (under precision=64-true Lightning's resume is not, replicas or not)
@@ -171,9 +174,10 @@ def test_a_replicated_process_resumes_exactly_and_each_replica_checkpoint_loads_
     single run's: JSA.load_from_checkpoint gives its slice, and a single run resumes from it with the replica's batches."""
     seeds = [0, 1]
     gates = dict(cache_start_epoch=[None, 1], cache_refresh=[0.0, 0.5])
-    straight, _ = fit_replicas(tmp_path / "straight", seeds, 7, **gates)
-    fit_replicas(tmp_path / "interrupted", seeds, 3, **gates)
-    resumed, runs = fit_replicas(tmp_path / "interrupted", seeds, 7, ckpt_path=str(tmp_path / "interrupted/group/last.ckpt"), **gates)
+    straight, _ = fit_replicas(tmp_path / "straight", seeds, 7, narrow=False, **gates)
+    fit_replicas(tmp_path / "interrupted", seeds, 3, narrow=False, **gates)
+    resumed, runs = fit_replicas(tmp_path / "interrupted", seeds, 7, ckpt_path=str(tmp_path / "interrupted/group/last.ckpt"),
+                                 narrow=False, **gates)
     for name, p in straight.state_dict().items():
         assert torch.equal(p, resumed.state_dict()[name]), (name, (p - resumed.state_dict()[name]).abs().max())
     # the same runs were continued: one version each
@@ -187,10 +191,10 @@ def test_a_replicated_process_resumes_exactly_and_each_replica_checkpoint_loads_
                            else group["state_dict"]["stacked/" + name.replace(".", "/")][1]), name
     checkpoint = load_checkpoint_file(last)
     assert checkpoint["global_step"] == 6 and checkpoint["datamodule_hyper_parameters"]["seed"] == 1
-    single, record = model(1), Record()
+    single, record = model(1, narrow=False), Record()
     trainer(tmp_path / "single", max_steps=8, precision="32-true", callbacks=[record]).fit(single, datamodule=data(1), ckpt_path=str(last))
     fresh = Record()
-    trainer(tmp_path / "fresh", max_steps=8, precision="32-true", callbacks=[fresh]).fit(model(1), datamodule=data(1))
+    trainer(tmp_path / "fresh", max_steps=8, precision="32-true", callbacks=[fresh]).fit(model(1, narrow=False), datamodule=data(1))
     assert len(record.batches) == 2 and torch.equal(record.batches[0][1], fresh.batches[6][1])
 
 

@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from datamodules import MNISTDataModule
 from models import VQVAE
-from tests.conftest import mnist_slice, train_on_batch
+from tests.conftest import mnist_slice, says, train_on_batch
 
 
 def small_vqvae(**kwargs) -> VQVAE:
@@ -183,14 +183,16 @@ def test_second_stage_from_a_checkpoint(mnist_dir, tmp_path):
         other.load_autoencoder(str(path))
     relu_elsewhere = small_vqvae(backbone="mlp", activation="leaky_relu", prior="autoregressive")
     torch.save({"state_dict": stage1.state_dict(), "model_class": "models.vqvae.VQVAE", "hyper_parameters": dict(stage1.hparams)}, path)
-    with pytest.raises(ValueError, match="was trained with other settings \\(activation='relu' there, 'leaky_relu' here\\)"):
+    with pytest.raises(ValueError) as refused:
         relu_elsewhere.load_autoencoder(str(path))  # the same shapes, another network
+    says(refused.value, "activation", "'relu'", "'leaky_relu'")
     with pytest.raises(FileNotFoundError, match="model.autoencoder_checkpoint: no file"):
         other.load_autoencoder(str(tmp_path / "missing.ckpt"))
     with pytest.raises(ValueError, match="a second stage fits a learned prior; set model.prior"):
         small_vqvae(autoencoder_epochs=2)
-    with pytest.raises(ValueError, match="autoencoder_epochs=0 freezes the autoencoder from the start: give .*model.autoencoder_checkpoint"):
+    with pytest.raises(ValueError) as refused:
         small_vqvae(prior="pixelcnn", autoencoder_epochs=0)
+    says(refused.value, "autoencoder_epochs=0", "model.autoencoder_checkpoint")
 
 
 def test_a_freeze_mid_run_is_refused_under_ddp_without_unused_parameter_search():
@@ -202,7 +204,8 @@ def test_a_freeze_mid_run_is_refused_under_ddp_without_unused_parameter_search()
         trainer = SimpleNamespace(datamodule=None, world_size=2, strategy=SimpleNamespace(_ddp_kwargs=kwargs))
         with patch.object(VQVAE, "trainer", new_callable=PropertyMock, return_value=trainer):
             if refused:
-                with pytest.raises(ValueError, match="model.autoencoder_epochs=2 under DDP: .*ddp_find_unused_parameters_true"):
+                with pytest.raises(ValueError) as refused:
                     model.setup("fit")
+                says(refused.value, "model.autoencoder_epochs=2", "DDP", "ddp_find_unused_parameters_true")
             else:
                 model.setup("fit")

@@ -17,6 +17,7 @@ import torch
 from models import RWS, VIMCO
 from samplers import categorical_log_prob
 from samplers.multi_sample import importance_weighted_bound, vimco_baselines
+from tests.conftest import narrow_mlps
 
 STATES = torch.tensor(list(itertools.product(range(2), repeat=2)))  # all 4 latent states, (4, V=2)
 
@@ -24,7 +25,8 @@ STATES = torch.tensor(list(itertools.product(range(2), repeat=2)))  # all 4 late
 def toy(cls, num_samples: int, **kwargs):
     torch.manual_seed(0)
     model = cls(data_shape=(1, 2, 2), num_latents=2, num_categories=2, code_dim=2, num_samples=num_samples,
-                prior="factorized", **kwargs).double()
+                prior="factorized", **kwargs)
+    model = narrow_mlps(model).double()  # per-state gradients over every parameter
     with torch.no_grad():  # larger weights and a non-uniform prior: q, p(h | x) and p(h) far apart
         for p in model.parameters():
             p.mul_(2.0)

@@ -6,7 +6,6 @@ import json
 import re
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -51,32 +50,32 @@ def test_runs_no_run_can_unblock_are_returned_not_waited_for(tmp_path):
 
 
 def test_two_lanes_run_two_at_once(tmp_path):
-    running, most = set(), []
-    lock = threading.Lock()
+    """Each run waits until a second one is running beside it: only two lanes at once let all four finish (one lane
+    at a time, the first run waits in vain and fails), however slowly the threads start."""
+    together = threading.Barrier(2, timeout=30)
 
     def run(name: str) -> dict:
-        with lock:
-            running.add(name)
-            most.append(len(running))
-        time.sleep(0.2)
-        with lock:
-            running.discard(name)
+        together.wait()
         return {}
 
     runner.run_pending(["a", "b", "c", "d"], tmp_path, run, lambda record: "", lanes=2)
-    assert max(most) == 2 and len(list(tmp_path.glob("*.json"))) == 4
+    assert len(list(tmp_path.glob("*.json"))) == 4
 
 
 def test_a_failed_run_lets_the_running_one_finish_starts_no_other_and_is_raised(tmp_path):
-    started, b_running = [], threading.Event()
+    started, a_lane, a_running, b_running = [], [], threading.Event(), threading.Event()
 
     def run(name: str) -> dict:
         started.append(name)
         if name == "a":
+            a_lane.append(threading.current_thread())
+            a_running.set()
             assert b_running.wait(timeout=30)
             raise SystemExit("run a failed")
         b_running.set()
-        time.sleep(0.3)  # still running when a fails
+        assert a_running.wait(timeout=30)
+        a_lane[0].join(timeout=30)  # b still runs when a's lane has taken a's failure and ended
+        assert not a_lane[0].is_alive()
         return {}
 
     with pytest.raises(SystemExit, match="run a failed"):

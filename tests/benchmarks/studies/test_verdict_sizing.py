@@ -68,13 +68,15 @@ def test_a_validation_timed_at_other_sizes_is_scaled_to_the_studys(tmp_path):
 
 
 def test_the_sizing_reads_the_lines_replica_throughput_writes(tmp_path, monkeypatch):
-    # replica_throughput's own output, its steps stubbed: the compiled lines (the only mode --compiled-only measures)
-    # and the eager block's validation lines are what the sizing parses.
+    # replica_throughput's own output, its steps and their timing stubbed (each step called once, 2 ms a call): the
+    # compiled lines (the only mode --compiled-only measures) and the eager block's validation lines are what the
+    # sizing parses.
     from benchmarks.speed import replica_throughput
 
     calls = []
     monkeypatch.setattr(replica_throughput, "build", lambda model, r, compile, *_: (
         (lambda: calls.append((model, r, compile))), (lambda: None), (lambda: None)))
+    monkeypatch.setattr(replica_throughput, "measure", lambda fn, device, seconds: fn() or 0.002)
     replica_throughput.main(["--quick", "--compiled-only", "--replicas", "1,3", "--out", str(tmp_path / "compiled.txt")])
     replica_throughput.main(["--quick", "--replicas", "1,3", "--out", str(tmp_path / "eager.txt")])
     assert {compile for *_, compile in calls} == {True, False}

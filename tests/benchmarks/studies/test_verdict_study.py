@@ -65,6 +65,13 @@ def fake_training(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def no_figure(monkeypatch):
+    """The report's figure named and not drawn, for the tests of what the study trains and reports: matplotlib's
+    drawing is most of their time. test_each_seed_groups_trunk_... draws it and checks the file."""
+    monkeypatch.setattr(verdict_study, "plot", lambda records, args: args.out / "verdict_curves.png")
+
+
 def test_each_seed_groups_trunk_trains_to_the_branch_epoch_then_its_three_arms_from_its_own_checkpoint(tmp_path, fake_training):
     """Per group of seeds one trunk process (no test), then one process of the three JSA arms started from the trunk's
     last.ckpt: the no-cache continuation is a run of its own, trained to 500 and tested, its curve its own; RWS one
@@ -120,7 +127,7 @@ def epoch_of(step: int) -> int:
     return round((step + 1) / 275)
 
 
-def test_a_rerun_trains_only_what_has_no_record_and_an_arm_process_starts_only_from_its_trunks_file(tmp_path, fake_training):
+def test_a_rerun_trains_only_what_has_no_record_and_an_arm_process_starts_only_from_its_trunks_file(tmp_path, fake_training, no_figure):
     out, logs = tmp_path / "out", tmp_path / "logs"
     argv = ["--out", str(out), "--logs", str(logs), "--seeds", "2"]
     verdict_study.main(argv)
@@ -138,7 +145,7 @@ def test_a_rerun_trains_only_what_has_no_record_and_an_arm_process_starts_only_f
     assert len(fake_training) == 3
 
 
-def test_only_trains_the_processes_of_the_runs_it_names_and_a_failed_process_lets_the_others_finish(tmp_path, fake_training, monkeypatch):
+def test_only_trains_the_processes_of_the_runs_it_names_and_a_failed_process_lets_the_others_finish(tmp_path, fake_training, no_figure, monkeypatch):
     out, logs = tmp_path / "out", tmp_path / "logs"
     verdict_study.main(["--out", str(out), "--logs", str(logs), "--seeds", "2", "--only", "rws-*"])
     assert [call[0] for call in fake_training] == ["rws-s0-1"]
@@ -158,7 +165,7 @@ def test_only_trains_the_processes_of_the_runs_it_names_and_a_failed_process_let
     assert "(6 of 12 planned runs finished)" in (out / "report.md").read_text()
 
 
-def test_the_report_tests_the_registered_comparisons_paired_where_they_share_a_start_with_holm_over_those_made(tmp_path, fake_training):
+def test_the_report_tests_the_registered_comparisons_paired_where_they_share_a_start_with_holm_over_those_made(tmp_path, fake_training, no_figure):
     from scipy import stats
 
     out, logs = tmp_path / "out", tmp_path / "logs"
@@ -232,7 +239,7 @@ def test_the_study_refuses_arms_that_cannot_branch_and_a_branch_epoch_between_va
     assert message in capsys.readouterr().err
 
 
-def test_the_branch_epoch_and_the_tiny_settings_reach_every_process_and_the_reports_protocol_line(tmp_path, fake_training):
+def test_the_branch_epoch_and_the_tiny_settings_reach_every_process_and_the_reports_protocol_line(tmp_path, fake_training, no_figure):
     out = tmp_path / "out"
     verdict_study.main(["--out", str(out), "--logs", str(tmp_path / "logs"), "--seeds", "2", "--branch-epoch", "2", "--epochs", "4",
                         "--val-every", "1", "--val-samples", "2", "data.batch_size=50", "trainer.limit_train_batches=2"])
@@ -248,7 +255,7 @@ def test_the_branch_epoch_and_the_tiny_settings_reach_every_process_and_the_repo
     assert "| JSA, the paper's cache (from epoch 2, ρ = 0) | 2 |" in report and "(10 of 10 planned runs finished)" in report
 
 
-def test_the_protocol_line_says_what_the_records_ran_with_and_lists_them_apart_when_they_differ(tmp_path, fake_training):
+def test_the_protocol_line_says_what_the_records_ran_with_and_lists_them_apart_when_they_differ(tmp_path, fake_training, no_figure):
     out, logs = tmp_path / "out", tmp_path / "logs"
     verdict_study.main(["--out", str(out), "--logs", str(logs), "--seeds", "2", "--arms", "rws"])
     path = out / "runs" / "rws-s1.json"
