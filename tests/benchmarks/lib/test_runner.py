@@ -241,11 +241,12 @@ def test_a_record_written_meanwhile_by_another_machine_is_not_redone(tmp_path):
 
 
 def test_reports_say_which_machine_made_each_run_and_its_minutes_apart():
-    records = [{"name": "a", "seconds": 2640.0}, {"name": "b", "seconds": 186.0, "machine": "NVIDIA H200"},
+    records = [{"name": "a", "seconds": 2640.0, "machine": "AMD EPYC, 2 cores"}, {"name": "b", "seconds": 186.0, "machine": "NVIDIA H200"},
                {"name": "c", "seconds": 2700.0, "machine": "AMD EPYC, 2 cores"}]
-    assert runner.minutes_by_machine(records) == "44 (AMD EPYC); 3.1 (H200)"  # a record without one: made on the EPYC
+    assert runner.minutes_by_machine(records) == "44 (AMD EPYC); 3.1 (H200)"
     assert runner.machines_line(records) == "Made on: AMD EPYC, 2 cores: 2 (a, c); NVIDIA H200: 1 (b)."
     assert runner.machines_line(records[:1]) == "Made on: AMD EPYC, 2 cores: all 1."
+    assert runner.machines_line([{"name": "d", "seconds": 60.0}]) == "Made on: machine not recorded: all 1."  # not assumed
 
 
 def test_the_priors_second_stage_waits_for_the_first_stages_record_in_two_lanes(tmp_path, monkeypatch):
