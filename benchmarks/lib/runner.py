@@ -16,6 +16,7 @@ import platform
 from pathlib import Path
 from typing import Callable, Sequence
 
+from benchmarks.lib import markdown
 from benchmarks.lib.packing import packed_run, remove_unfinished, run_lock, run_train_py
 from common.files import open_regular, write_file
 
@@ -90,8 +91,8 @@ def machines_line(records: Sequence[dict]) -> str:
     by: dict[str, list[str]] = {}
     for r in records:
         by.setdefault(made_on(r), []).append(r["name"])
-    return "Made on: " + "; ".join(f"{machine}: {len(names)} ({', '.join(sorted(names))})" if len(by) > 1 else
-                                   f"{machine}: all {len(names)}" for machine, names in sorted(by.items())) + "."
+    return markdown.one_line("Made on: " + "; ".join(f"{machine}: {len(names)} ({', '.join(sorted(names))})" if len(by) > 1 else
+                                                    f"{machine}: all {len(names)}" for machine, names in sorted(by.items())) + ".")
 
 
 def selected(names: Sequence[str], only: Sequence[str] | None) -> list[str]:
