@@ -72,8 +72,8 @@ def mean_sd(values: list[float]) -> str:
 
 def differences(values: dict[str, list[float]], labels: dict, family: list | None = None, measure: str = "") -> list[list[str]]:
     """The cells of a table row "a − b" for each of the PAIRS with values on both sides: the difference of the seed
-    means, the t-test's 95 % threshold and whether the difference passes it. Each test is added to `family` as (measure, difference, a, b), so
-    that the report can correct for all of its tests at once (`family_lines`)."""
+    means, the t-test's 95 % threshold and whether the difference passes it. Each test is added to `family` as
+    (measure, difference, a, b), so that the report can correct for all of its tests at once (`family_lines`)."""
     rows = []
     for a, b in PAIRS:
         if values.get(a) and values.get(b):
