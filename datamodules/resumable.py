@@ -65,11 +65,8 @@ class ResumableDataLoader(DataLoader):
         return {"epoch": self.sampler.epoch, "examples_done": self.sampler.examples_done}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        # Checkpoints written before positions were counted in examples hold batches of this batch size.
-
         state = state if isinstance(state, dict) else {}
-        examples_done = state.get("examples_done", state.get("batches_done", 0) * self.sampler.batch_size)
-        epoch, total = state.get("epoch"), len(self.sampler)
+        epoch, examples_done, total = state.get("epoch"), state.get("examples_done"), len(self.sampler)
 
         def count(value: Any, most: float) -> bool:
             return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most

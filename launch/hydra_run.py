@@ -46,18 +46,23 @@ def build(cfg: Any) -> tuple[Any, Any]:
     rules.seed_settings({"data": data_settings, "model": settings},
                         {"data": get_class(data_settings["_target_"]), "model": get_class(settings["_target_"])},
                         cfg.seed, "seed" in overrides, lambda group, key: f"{group}.{key}" in overrides)
-    datamodule = instantiate(data_settings, _convert_="all")
+    datamodule = constructed(data_settings, "data")
     settings = rules.follow_data(settings, type(datamodule), datamodule.binarize)
     optimizer = instantiate(cfg.optimizer) if cfg.get("optimizer") else None
     scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None  # the model's configure_optimizers builds both
+    model = constructed(settings, "model", data_shape=list(datamodule.image_shape), optimizer=optimizer, scheduler=scheduler)
+    return datamodule, model
+
+
+def constructed(settings: dict[str, Any], group: str, **kwargs: Any) -> Any:
+    """The object `settings` describe; a refusal of its constructor (a value out of range, a combination of settings)
+    as one line naming the group and the class: "data (MNISTDataModule): seed must be ..."."""
     try:
-        model = instantiate(settings, data_shape=list(datamodule.image_shape), optimizer=optimizer, scheduler=scheduler,
-                            _convert_="all")
-    except InstantiationException as error:  # the constructor refused a combination of settings: its message
+        return instantiate(settings, _convert_="all", **kwargs)
+    except InstantiationException as error:
         if not isinstance(error.__cause__, (ValueError, TypeError)):
             raise
-        raise SettingsError(f"model ({cfg.model._target_.rsplit('.', 1)[-1]}): {error.__cause__}") from None
-    return datamodule, model
+        raise SettingsError(f"{group} ({settings['_target_'].rsplit('.', 1)[-1]}): {error.__cause__}") from None
 
 
 def swept_settings(cfg: Any) -> dict[str, str]:

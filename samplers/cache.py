@@ -39,7 +39,6 @@ class LatentCache(nn.Module):
         self.register_buffer("codes", torch.full((num_examples, *latent_shape), self.sentinel, dtype=dtype))
         self.register_buffer("changed_epoch", torch.zeros(num_examples, dtype=torch.int32))
         self.num_categories = num_categories
-        self.register_load_state_dict_pre_hook(_add_changed_epoch)
         self.register_load_state_dict_pre_hook(check_loaded_state)
 
     @property
@@ -120,12 +119,6 @@ def check_cache_size(cache: LatentCache, num_examples: int, val_size: object) ->
             f"examples (data.val_size={val_size}: another validation split or data set?); use the "
             "data settings it was trained with, or start a new run"
         )
-
-
-def _add_changed_epoch(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
-    """Checkpoints from before the cache kept its epochs: their states count as changed at epoch 0."""
-    if prefix + "codes" in state_dict and prefix + "changed_epoch" not in state_dict:
-        state_dict[prefix + "changed_epoch"] = torch.zeros(state_dict[prefix + "codes"].shape[0], dtype=torch.int32)
 
 
 MAX_EPOCH = 10**7  # far beyond any run; a changed epoch outside [0, MAX_EPOCH) was not written by training

@@ -113,8 +113,8 @@ def measure_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool],
     """`is_resolution` for every finished run of a study (a record under out/runs/ for which `wanted(record)`) not
     measured before with the same settings, from its best checkpoint under logs/<run>; kept in out/is-resolution.json,
     one entry per run, written after each, so an interrupted pass resumes. The draws differ between devices, so the
-    device is one of the settings (a file without it was measured on the CPU). A run whose logs did not survive (made
-    on another machine) is named and skipped: its record still counts."""
+    device is one of the settings. A run whose logs did not survive (made on another machine) is named and skipped:
+    its record still counts."""
     import json
 
     from benchmarks.lib import runner
@@ -123,7 +123,7 @@ def measure_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool],
     path = out / "is-resolution.json"
     settings = {"images": images, "samples": sorted(sample_counts), "device": device}
     kept = runner.read_json(path) if path.exists() else {}
-    measured = kept.get("runs", {}) if {"device": "cpu", **kept.get("settings", {})} == settings else {}
+    measured = kept.get("runs", {}) if kept.get("settings") == settings else {}
     for record in runner.read_records(out).values():  # each a run's record, named by its file (others skipped, named)
         if not wanted(record) or record["name"] in measured:
             continue

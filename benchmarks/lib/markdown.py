@@ -17,8 +17,9 @@ def one_line(value: object) -> str:
 
 def cell(value: object) -> str:
     """`value` as the text of a table cell: on one line, each pipe escaped (GitHub's tables split a row at every pipe
-    without a backslash before it, code spans included, and show `\\|` as `|`)."""
-    return one_line(value).replace("|", "\\|")
+    without a backslash before it, code spans included, and show `\\|` as `|`) with the backslashes before it doubled
+    (GitHub reads `\\\\` as one escaped backslash: the pipe of a value's `\\|` would end the cell)."""
+    return re.sub(r"(\\*)\|", lambda pipe: 2 * pipe[1] + "\\|", one_line(value))
 
 
 def table_row(cells: Iterable[object]) -> str:

@@ -26,10 +26,7 @@ def read_curves(run_dir: Path, extra_tags: list[str] = ()) -> dict:
     tags = set(events.Tags()["scalars"])
 
     def series(tag: str) -> list[list[float]]:
-        points = [[e.step, e.value] for e in events.Scalars(tag)] if tag in tags else []
-        if "grad_variance" in tag:  # earlier versions of the callback wrote each measurement twice: keep one
-            points = [p for i, p in enumerate(points) if i == 0 or p[1] != points[i - 1][1]]
-        return points
+        return [[e.step, e.value] for e in events.Scalars(tag)] if tag in tags else []
 
     epoch_time = series("train/epoch_time_s")
     curves = {tag.split("/", 1)[1]: series(tag) for tag in (

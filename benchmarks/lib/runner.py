@@ -16,6 +16,7 @@ import platform
 from pathlib import Path
 from typing import Callable, Sequence
 
+from benchmarks.lib import markdown
 from benchmarks.lib.packing import packed_run, remove_unfinished, run_lock, run_train_py, study_folder
 from common.files import open_regular, write_file
 
@@ -66,13 +67,14 @@ def machine() -> str:
     return f"{model}, {len(os.sched_getaffinity(0))} cores"
 
 
-# Records made before they kept their machine: the cache and field studies' FINDINGS.md say all of theirs trained here.
-BEFORE_MACHINE_FIELD = "AMD EPYC, 2 cores"
+def made_on(record: dict) -> str:
+    """The machine a record was made on (`machine()`, written by `run_pending`), or "machine not recorded"."""
+    return record.get("machine", "machine not recorded")
 
 
 def machine_label(record: dict) -> str:
     """A short name of the machine a record was made on: 'AMD EPYC', 'H200'."""
-    return record.get("machine", BEFORE_MACHINE_FIELD).split(",")[0].replace("NVIDIA ", "")
+    return made_on(record).split(",")[0].replace("NVIDIA ", "")
 
 
 def minutes_by_machine(records: Sequence[dict]) -> str:
@@ -89,9 +91,9 @@ def machines_line(records: Sequence[dict]) -> str:
     floating-point noise (the same seed gives a different stream on a GPU, as another seed would), its minutes do."""
     by: dict[str, list[str]] = {}
     for r in records:
-        by.setdefault(r.get("machine", BEFORE_MACHINE_FIELD), []).append(r["name"])
-    return "Made on: " + "; ".join(f"{machine}: {len(names)} ({', '.join(sorted(names))})" if len(by) > 1 else
-                                   f"{machine}: all {len(names)}" for machine, names in sorted(by.items())) + "."
+        by.setdefault(made_on(r), []).append(r["name"])
+    return markdown.one_line("Made on: " + "; ".join(f"{machine}: {len(names)} ({', '.join(sorted(names))})" if len(by) > 1 else
+                                                    f"{machine}: all {len(names)}" for machine, names in sorted(by.items())) + ".")
 
 
 def selected(names: Sequence[str], only: Sequence[str] | None) -> list[str]:

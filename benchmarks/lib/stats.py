@@ -74,14 +74,14 @@ def fmt(value: float | None, digits: int = 2) -> str:
     return "–" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
 
 
-def difference_cells(a: list[float], b: list[float]) -> str:
-    """The cells "mean(a) − mean(b) | t × s.e. | beyond the seed noise?" of a report's difference table, each side a
+def difference_cells(a: list[float], b: list[float]) -> list[str]:
+    """The cells [mean(a) − mean(b), t × s.e., beyond the seed noise?] of a report's difference table, each side a
     list of per-seed values; the threshold and verdict are "–" below two seeds a side."""
     threshold = t_threshold(statistics.stdev(a) if len(a) > 1 else math.nan, len(a),
                             statistics.stdev(b) if len(b) > 1 else math.nan, len(b))
     difference = statistics.mean(a) - statistics.mean(b)
     verdict = "–" if not math.isfinite(threshold) else ("yes" if abs(difference) > threshold else "no")
-    return f"{difference:+.2f} | {fmt(threshold)} | {verdict}"
+    return [f"{difference:+.2f}", fmt(threshold), verdict]
 
 
 def two_sample_p(a: list[float], b: list[float]) -> float:

@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from benchmarks.lib import arguments
+from benchmarks.lib import arguments, markdown
 from benchmarks.lib.timing import alternating, median_seconds
 from datamodules import MNISTDataModule
 from models import JSA, RWS, VIMCO
@@ -114,7 +114,7 @@ def main() -> None:
           f"acceptance rate {acceptance:.3f}, {distinct:.2f} distinct states per chain of {L}; torch {torch.__version__}")
     print("\n| variant | ms per step | / JSA final | decoder rows per example and step (no grad + grad) |\n|---|---|---|---|")
     for name, (seconds, ratio) in times.items():
-        print(f"| {name} | {1e3 * seconds:.1f} | {ratio:.2f} | {rows[name]} |")
+        print(markdown.table_row([name, f"{1e3 * seconds:.1f}", f"{ratio:.2f}", rows[name]]))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.lib import arguments
+from benchmarks.lib import arguments, markdown
 from benchmarks.lib.at_checkpoints import build, noise_and_signal
 from callbacks.gradient_variance import flat_gradients
 from checkpoints.loader import load_checkpoint_file
@@ -72,8 +72,9 @@ def table(record: dict) -> list[str]:
         for k, r in by_k.items():
             rows = f"{int(k) + 1}" if k != "all" else f"all {record['settings']['mis_steps'] + 1}"
             share = f"{100 * r['share_beyond_k']:.0f} %" if k != "all" else "–"
-            lines.append(f"| {states} | {rows} | {r['decoder']['snr']:.3g} | {r['decoder']['variance']:.4g} | "
-                         f"{r['encoder']['snr']:.3g} | {r['encoder']['variance']:.4g} | {r['weighted_candidates']:.2f} | {share} |")
+            lines.append(markdown.table_row([states, rows, f"{r['decoder']['snr']:.3g}", f"{r['decoder']['variance']:.4g}",
+                                             f"{r['encoder']['snr']:.3g}", f"{r['encoder']['variance']:.4g}",
+                                             f"{r['weighted_candidates']:.2f}", share]))
     return lines
 
 

@@ -130,9 +130,10 @@ def write_report(args: argparse.Namespace) -> Path:
         best = min(nll, key=lambda sv: sv[1]) if nll else None
         step_ms = statistics.median(v for _, v in r["curves"]["step_time_ms"]) if r["curves"]["step_time_ms"] else None
         enc = r["curves"]["encoder_grad_variance"]
-        lines.append(f"| {LABELS[r['model']]} | {fmt(r['test'].get('nll'))} | {fmt(best[1] if best else None)} | "
-                     f"{epoch_of(best[0], spe) if best else '–'} | {fmt(step_ms, 0)} | {decoder_evaluations(r)} | "
-                     f"{fmt(max(training_minutes(r, spe).values(), default=None), 1)} | {fmt(enc[-1][1], 3) if enc else '–'} |")
+        lines.append(markdown.table_row([
+            LABELS[r["model"]], fmt(r["test"].get("nll")), fmt(best[1] if best else None), epoch_of(best[0], spe) if best else "–",
+            fmt(step_ms, 0), decoder_evaluations(r), fmt(max(training_minutes(r, spe).values(), default=None), 1),
+            fmt(enc[-1][1], 3) if enc else "–"]))
 
     # Equal wall time: the shortest total training time among the 20-particle estimators; each model's best
     # val NLL among the validations it reached within that time.
@@ -146,7 +147,7 @@ def write_report(args: argparse.Namespace) -> Path:
             reached = training_minutes(r, spe)
             within = [v for st, v in r["curves"]["nll"] if reached.get(epoch_of(st, spe), math.inf) <= budget * 1.001]
             epochs = max((e for e, t in reached.items() if t <= budget * 1.001), default=0)
-            lines.append(f"| {LABELS[r['model']]} | {fmt(min(within) if within else None)} | {epochs} |")
+            lines.append(markdown.table_row([LABELS[r["model"]], fmt(min(within) if within else None), epochs]))
 
     lines += ["", f"## Seed spread: val NLL (nats, {args.val_samples} samples) after {args.short_epochs} epochs", "",
               "| estimator | seeds | mean | sd | values |", "|---|---|---|---|---|"]
@@ -157,8 +158,7 @@ def write_report(args: argparse.Namespace) -> Path:
         if values:
             sd = statistics.stdev(values) if len(values) > 1 else float("nan")
             spread[model] = (statistics.mean(values), sd, len(values))
-            lines.append(f"| {LABELS[model]} | {len(values)} | {fmt(spread[model][0])} | {fmt(sd)} | "
-                         f"{', '.join(fmt(v) for v in values)} |")
+            lines.append(markdown.table_row([LABELS[model], len(values), fmt(spread[model][0]), fmt(sd), ", ".join(fmt(v) for v in values)]))
     if "jsa" in spread:
         lines += ["", "Differences from JSA (means over seeds). A difference counts as larger than the seed noise when it "
                   "exceeds t × s.e., the 95% threshold of a two-sample t-test with pooled variance (s.e. = "
@@ -170,7 +170,7 @@ def write_report(args: argparse.Namespace) -> Path:
                 continue
             se2 = t_threshold(sd, n, sd_j, n_j)
             verdict = "–" if not math.isfinite(se2) else ("yes" if abs(mean - mean_j) > se2 else "no")
-            lines.append(f"| {LABELS[model]} | {mean - mean_j:+.2f} | {fmt(se2)} | {verdict} |")
+            lines.append(markdown.table_row([LABELS[model], f"{mean - mean_j:+.2f}", fmt(se2), verdict]))
 
     lines += ["", f"## JSA ablation: val NLL after {args.short_epochs} epochs, seed 0, one setting changed", "",
               "| variant | val NLL | acceptance rate (last) | cache hit rate (last) | ms per step |", "|---|---|---|---|---|"]
@@ -182,9 +182,8 @@ def write_report(args: argparse.Namespace) -> Path:
         # The same budget for every row: the main run's values up to the short budget's end.
         acc, hit = ([p for p in r["curves"][tag] if p[0] < args.short_epochs * spe] for tag in ("acceptance_rate", "cache_hit_rate"))
         early = [v for s, v in r["curves"]["step_time_ms"] if s <= args.short_epochs * spe]
-        lines.append(f"| {markdown.cell(name)} | {fmt(value_at_epoch(r, args.short_epochs, spe))} | "
-                     f"{fmt(acc[-1][1], 3) if acc else '–'} | {fmt(hit[-1][1], 3) if hit else '–'} | "
-                     f"{fmt(statistics.median(early), 0) if early else '–'} |")
+        lines.append(markdown.table_row([name, fmt(value_at_epoch(r, args.short_epochs, spe)), fmt(acc[-1][1], 3) if acc else "–",
+                                         fmt(hit[-1][1], 3) if hit else "–", fmt(statistics.median(early), 0) if early else "–"]))
     if "jsa" in spread:
         lines.append(f"\nJSA's seed-to-seed sd at this budget is {fmt(spread['jsa'][1])} nats; two single runs differ by "
                      f"sqrt(2) × that from noise alone, so differences below {fmt(2 * math.sqrt(2) * spread['jsa'][1])} nats "

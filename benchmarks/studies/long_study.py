@@ -14,7 +14,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from benchmarks.lib import runner
+from benchmarks.lib import markdown, runner
 from benchmarks.lib.plots import curve_grid
 from benchmarks.lib.records import epoch_of, read_curves
 from benchmarks.lib.stats import difference_cells, fmt, holm, two_sample_p
@@ -60,14 +60,14 @@ def mean_sd(values: list[float]) -> str:
     return f"{values[0]:.2f} (1 seed)" if len(values) == 1 else f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def differences(values: dict[str, list[float]], labels: dict, family: list | None = None, measure: str = "") -> list[str]:
-    """Table rows "a − b" for the PAIRS with values on both sides: the difference of the seed means, the t-test's 95 %
-    threshold and whether the difference passes it. Each test is added to `family` as (measure, difference, a, b), so
-    that the report can correct for all of its tests at once (`family_lines`)."""
+def differences(values: dict[str, list[float]], labels: dict, family: list | None = None, measure: str = "") -> list[list[str]]:
+    """The cells of a table row "a − b" for each of the PAIRS with values on both sides: the difference of the seed
+    means, the t-test's 95 % threshold and whether the difference passes it. Each test is added to `family` as
+    (measure, difference, a, b), so that the report can correct for all of its tests at once (`family_lines`)."""
     rows = []
     for a, b in PAIRS:
         if values.get(a) and values.get(b):
-            rows.append(f"| {labels[a][0]} − {labels[b][0]} | {difference_cells(values[a], values[b])} |")
+            rows.append([f"{labels[a][0]} − {labels[b][0]}", *difference_cells(values[a], values[b])])
             if family is not None:
                 family.append((measure, f"{labels[a][0]} − {labels[b][0]}", values[a], values[b]))
     return rows
@@ -83,7 +83,7 @@ def family_lines(family: list) -> list[str]:
     lines = ["", f"Every test of the difference tables above ({len(family)}), with its p and its p adjusted by Holm's method over "
              f"all {len(family)} (a difference counts for the report as a whole when its adjusted p is below 0.05):", "",
              "| measure | difference | p | Holm-adjusted p |", "|---|---|---|---|"]
-    lines += [f"| {measure} | {name} | {fmt(p, 3)} | {fmt(q, 2)} |" for (measure, name, _, _), p, q in zip(family, p_values, adjusted)]
+    lines += [markdown.table_row([measure, name, fmt(p, 3), fmt(q, 2)]) for (measure, name, _, _), p, q in zip(family, p_values, adjusted)]
     return lines
 
 
@@ -102,7 +102,8 @@ def gap_over_budget_lines(by_arm: dict[str, list[dict]], labels: dict, args: arg
              "| difference | epoch | mean | t × s.e. | beyond the seed noise? |", "|---|---|---|---|---|"]
     for epoch in epochs:
         values = {arm: [v for r in runs if (v := val_at(r, epoch, args.steps_per_epoch)) is not None] for arm, runs in by_arm.items()}
-        lines += [row.replace(" | ", f" | {epoch} | ", 1) for row in differences(values, labels, family, f"val NLL, epoch {epoch}")]
+        lines += [markdown.table_row([name, epoch, *cells])
+                  for name, *cells in differences(values, labels, family, f"val NLL, epoch {epoch}")]
     return lines
 
 
@@ -131,19 +132,19 @@ def is_resolution_lines(args: argparse.Namespace, records: list[dict], labels: d
             per_arm.setdefault(arm_of[name], []).append(measured)
     lines = ["", f"Importance-sampled NLL of the best checkpoints on the first {kept['settings']['images']} test images, the "
              "same images and seed for every run (`--is-resolution`); mean ± sd over seeds:", "",
-             "| arm | seeds | " + " | ".join(f"NLL, {k} samples" for k in counts) + " | −ELBO |", "|---|---|" + "---|" * (len(counts) + 1)]
+             markdown.table_row(["arm", "seeds", *(f"NLL, {k} samples" for k in counts), "−ELBO"]), "|---|---|" + "---|" * (len(counts) + 1)]
     for arm, runs in per_arm.items():
-        lines.append(f"| {labels.get(arm, (arm,))[0]} | {len(runs)} | "
-                     + " | ".join(mean_sd([statistics.mean(r[k]["nll"]) for r in runs]) for k in counts)
-                     + f" | {mean_sd([-statistics.mean(r[counts[-1]]['elbo']) for r in runs])} |")
+        lines.append(markdown.table_row([labels.get(arm, (arm,))[0], len(runs),
+                                         *(mean_sd([statistics.mean(r[k]["nll"]) for r in runs]) for k in counts),
+                                         mean_sd([-statistics.mean(r[counts[-1]]["elbo"]) for r in runs])]))
     most = {arm: [statistics.mean(r[counts[-1]]["nll"]) for r in runs] for arm, runs in per_arm.items()}
-    rows = differences(most, labels, family, f"IS-NLL, {counts[-1]} samples")
+    rows = [markdown.table_row(cells) for cells in differences(most, labels, family, f"IS-NLL, {counts[-1]} samples")]
     if rows:
         lines += ["", f"Differences at {counts[-1]} samples:", "", "| difference | mean | t × s.e. | beyond the seed noise? |",
                   "|---|---|---|---|", *rows]
     unmeasured = sorted(name for name in arm_of if name not in kept["runs"])
     if unmeasured:
-        lines += ["", f"Finished runs not yet in is-resolution.json: {', '.join(unmeasured)}."]
+        lines += ["", f"Finished runs not yet in is-resolution.json: {markdown.one_line(', '.join(unmeasured))}."]
     return lines
 
 
@@ -188,8 +189,8 @@ def write_report(args: argparse.Namespace) -> Path:
              f"NLL from 1000 samples at the best val epoch. Written by `python -m benchmarks.studies.long_study` ({len(records)} of "
              f"{len(plan(args))} runs finished); the commands are in commands.txt.", "",
              runner.machines_line(records) if records else "No run has finished yet.", "",
-             "| arm | seeds | test NLL | best val NLL | epoch of best val | best = last validation | val NLL fall over the last "
-             f"{LAST_STRETCH} epochs | min per run (machine) |",
+             markdown.table_row(["arm", "seeds", "test NLL", "best val NLL", "epoch of best val", "best = last validation",
+                                 f"val NLL fall over the last {LAST_STRETCH} epochs", "min per run (machine)"]),
              "|---|---|---|---|---|---|---|---|"]
     by_arm: dict[str, list[dict]] = {}
     for r in records:
@@ -200,13 +201,13 @@ def write_report(args: argparse.Namespace) -> Path:
         best = [min(c, key=lambda p: p[1]) for c in curves]
         last = sum(b[0] == c[-1][0] for b, c in zip(best, curves))
         fall = [c[-1 - LAST_STRETCH // args.val_every][1] - c[-1][1] for c in curves if len(c) > LAST_STRETCH // args.val_every]
-        lines.append(f"| {labels.get(arm, (arm,))[0]} | {len(runs)} | {mean_sd(test)} | {mean_sd([b[1] for b in best])} | "
-                     f"{', '.join(str(epoch_of(b[0], spe)) for b in best)} | {last} of {len(best)} | {mean_sd(fall)} | "
-                     f"{runner.minutes_by_machine(runs)} |")
+        lines.append(markdown.table_row([labels.get(arm, (arm,))[0], len(runs), mean_sd(test), mean_sd([b[1] for b in best]),
+                                         ", ".join(str(epoch_of(b[0], spe)) for b in best), f"{last} of {len(best)}",
+                                         mean_sd(fall), runner.minutes_by_machine(runs)]))
     lines += resumed_lines(records)
     test_nll = {arm: [r["test"]["nll"] for r in runs if "nll" in r["test"]] for arm, runs in by_arm.items()}
     family: list = []  # every test of the difference tables, for Holm's correction over all of them
-    rows = differences(test_nll, labels, family, "test NLL")
+    rows = [markdown.table_row(cells) for cells in differences(test_nll, labels, family, "test NLL")]
     if rows:
         lines += ["", "Test-NLL differences (95 % threshold of a pooled two-sample t-test; – below two seeds an arm):", "",
                   "| difference | mean | t × s.e. | beyond the seed noise? |", "|---|---|---|---|", *rows]

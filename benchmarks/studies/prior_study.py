@@ -16,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.lib import runner
+from benchmarks.lib import markdown, runner
 from benchmarks.lib.packing import study_folder
 from benchmarks.lib.records import read_curves
 from benchmarks.lib.stats import t_threshold
@@ -126,9 +126,10 @@ def write_report(args: argparse.Namespace) -> Path:
         for backbone, row in cost.items():
             base = row["uniform/step"]
             for prior in [k.split("/")[0] for k in row if k.endswith("/step")]:
-                lines.append(f"| {backbone} | {row['batch']} | {prior} | {row[prior + '/step']:.1f} | {row[prior + '/step'] / base:.2f}× | "
-                             f"{row[prior + '/prior_scoring']:.2f} | {row[prior + '/decoder_scoring']:.1f} | "
-                             f"{row[prior + '/prior_scoring'] / row[prior + '/decoder_scoring']:.3f} |")
+                lines.append(markdown.table_row([
+                    backbone, row["batch"], prior, f"{row[prior + '/step']:.1f}", f"{row[prior + '/step'] / base:.2f}×",
+                    f"{row[prior + '/prior_scoring']:.2f}", f"{row[prior + '/decoder_scoring']:.1f}",
+                    f"{row[prior + '/prior_scoring'] / row[prior + '/decoder_scoring']:.3f}"]))
         lines.append("")
     jsa = {prior: [v for name, r in records.items() if name.startswith(f"jsa-{prior}-s") and (v := last(r, "nll")) is not None]
            for prior in JSA_PRIORS}
@@ -148,8 +149,8 @@ def write_report(args: argparse.Namespace) -> Path:
                 difference = f"{statistics.mean(values) - statistics.mean(base):+.2f}"
                 base_sd = statistics.stdev(base) if len(base) > 1 else float("nan")
                 threshold = fmt(t_threshold(sd, len(values), base_sd, len(base)))
-            lines.append(f"| {prior} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.mean(values):.2f} ± {fmt(sd)} | "
-                         f"{difference} | {threshold} |")
+            lines.append(markdown.table_row([prior, ", ".join(f"{v:.2f}" for v in values),
+                                             f"{statistics.mean(values):.2f} ± {fmt(sd)}", difference, threshold]))
         lines.append("")
     vq = [(n, r) for n, r in records.items() if n.startswith("vqvae-")]
     if vq:
@@ -162,13 +163,13 @@ def write_report(args: argparse.Namespace) -> Path:
             learned, uniform = last(record, "nll"), last(record, "nll_uniform_prior")
             epochs = len(record["epoch_time_s"])
             diff = f"{uniform - learned:.2f}" if learned is not None and uniform is not None else "—"
-            lines.append(f"| {name} | {epochs} | {fmt(uniform)} | {fmt(learned)} | {diff} |")
+            lines.append(markdown.table_row([name, epochs, fmt(uniform), fmt(learned), diff]))
         lines.append("")
     findings = args.out / "FINDINGS.md"  # written by hand from the numbers above, kept with them
     if findings.exists():
         lines += [read_regular(findings).decode().rstrip(), ""]
     if records:
-        lines += ["## Commands", "", *[f"- `{r['command']}`" for r in records.values()], ""]
+        lines += ["## Commands", "", *[f"- `{markdown.one_line(r['command'])}`" for r in records.values()], ""]
     report = args.out / "report.md"
     write_file(report, "\n".join(lines))
     return report

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.lib import arguments
+from benchmarks.lib import arguments, markdown
 from benchmarks.compare import find_runs, read_run
 from common.files import write_file
 
@@ -117,7 +117,7 @@ def main() -> None:
              "|---|---|---|---|---|---|"]
     for optimizer, history, seconds, _ in rows:
         final = f"{history[-1][1]:.2f}" if history else "n/a"
-        table.append(f"| {optimizer} | {args.epochs} | {total_steps} | {per_epoch(history)} | {final} | {seconds:.0f} |")
+        table.append(markdown.table_row([optimizer, args.epochs, total_steps, per_epoch(history), final, f"{seconds:.0f}"]))
     budget = ("full epochs, full validation split" if full_epochs else
               f"**a short run**: {args.epochs} epoch(s) of {steps_per_epoch(args.batch_size, args.limit_train_batches)} "
               f"training batches of {args.batch_size} (trainer.limit_train_batches={args.limit_train_batches}), "

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.lib import packing, runner
+from benchmarks.lib import markdown, packing, runner
 from benchmarks.lib.plots import curve_grid
 from benchmarks.lib.records import epoch_of, read_curves
 from benchmarks.lib.stats import fmt, holm, paired_interval, paired_p, t_threshold, two_sample_p
@@ -273,10 +273,10 @@ def comparison_lines(values_by_measure: dict[str, dict[str, dict[int, float]]], 
         name = f"{label(comparison.a, branch_epoch)} − {label(comparison.b, branch_epoch)}"
         test = "paired by seed" if comparison.paired else "two-sample"
         if result is None:
-            lines.append(f"| {measure} | {name} | {test} | – | not yet measured | – | – | – |")
+            lines.append(markdown.table_row([measure, name, test, "–", "not yet measured", "–", "–", "–"]))
             continue
         mean, low, high, p, seeds = result
-        lines.append(f"| {measure} | {name} | {test} | {seeds} | {mean:+.2f} | {low:+.2f} to {high:+.2f} | {fmt(p, 3)} | {fmt(q, 3)} |")
+        lines.append(markdown.table_row([measure, name, test, seeds, f"{mean:+.2f}", f"{low:+.2f} to {high:+.2f}", fmt(p, 3), fmt(q, 3)]))
     return lines
 
 
@@ -324,8 +324,9 @@ def write_report(args: argparse.Namespace) -> Path:
             continue
         test = [r["test"]["nll"] for r in runs if "nll" in r["test"]]
         best = [min(r["curves"]["nll"], key=lambda point: point[1]) for r in runs if r["curves"]["nll"]]
-        lines.append(f"| {label(arm, args.branch_epoch)} | {len(runs)} | {mean_sd(test)} | {mean_sd([b[1] for b in best])} | "
-                     f"{', '.join(str(epoch_of(b[0], args.steps_per_epoch)) for b in best)} | {runner.minutes_by_machine(runs)} |")
+        lines.append(markdown.table_row([label(arm, args.branch_epoch), len(runs), mean_sd(test), mean_sd([b[1] for b in best]),
+                                         ", ".join(str(epoch_of(b[0], args.steps_per_epoch)) for b in best),
+                                         runner.minutes_by_machine(runs)]))
     trunks = [r for r in records.values() if r.get("stage") == "trunk"]
     if trunks:
         lines += ["", f"The trunks (epochs 1-{args.branch_epoch}, shared by each seed's JSA arms; their minutes are not in the "
@@ -382,15 +383,15 @@ def sample_count_lines(args: argparse.Namespace, records: dict[str, dict]) -> li
     counts = [str(k) for k in kept["settings"]["samples"]]
     lines = ["", f"Importance-sampled NLL of the best checkpoints on {kept['settings']['images']} test images, the same "
              "images and seed for every run (`--is-resolution`), mean ± sd over seeds:", "",
-             "| arm | seeds | " + " | ".join(f"NLL, {k} samples" for k in counts) + f" | fall from {counts[0]} to {counts[-1]} |",
+             markdown.table_row(["arm", "seeds", *(f"NLL, {k} samples" for k in counts), f"fall from {counts[0]} to {counts[-1]}"]),
              "|---|---|" + "---|" * (len(counts) + 1)]
     for arm in ARMS:
         runs = [kept["runs"][name] for name, r in records.items() if r["arm"] == arm and r.get("stage") != "trunk" and name in kept["runs"]]
         if runs:
             means = {k: [statistics.mean(run[k]["nll"]) for run in runs] for k in counts}
             fall = [a - b for a, b in zip(means[counts[0]], means[counts[-1]])]
-            lines.append(f"| {label(arm, args.branch_epoch)} | {len(runs)} | " + " | ".join(mean_sd(means[k]) for k in counts)
-                         + f" | {mean_sd(fall)} |")
+            lines.append(markdown.table_row([label(arm, args.branch_epoch), len(runs), *(mean_sd(means[k]) for k in counts),
+                                             mean_sd(fall)]))
     return lines
 
 

@@ -157,6 +157,20 @@ def test_a_logger_or_scheduler_the_run_cannot_place_is_refused(overrides, refusa
     assert refusal in str(refused.value)
 
 
+@pytest.mark.parametrize("override, named", [
+    ("data.seed=18446744073709551616", "data (MNISTDataModule): seed "),
+    ("data.split_seed=-1", "data (MNISTDataModule): split_seed "),
+    ("model.test_seed=18446744073709551616", "model (JSA): test_seed "),
+])
+def test_a_constructors_refusal_names_the_group_class_and_setting_before_the_run(override, named, monkeypatch):
+    from launch.checks.settings import SettingsError
+
+    monkeypatch.setattr("sys.argv", ["train.py", override])
+    with pytest.raises(SettingsError) as refused:
+        launch.hydra_run.build(composed([override]))
+    assert str(refused.value).startswith(named) and "4294967295" in str(refused.value)
+
+
 @pytest.mark.parametrize("choice, cli, expected", [
     ("cosine", ["--model.scheduler=CosineAnnealingLR", "--model.scheduler.T_max=3"], ("CosineAnnealingLR", {"T_max": 3})),
     ("step", ["--model.scheduler=StepLR", "--model.scheduler.step_size=10"], ("StepLR", {"step_size": 10, "gamma": 0.1})),

@@ -226,13 +226,6 @@ def test_cache_diagnostics_are_logged_only_when_the_cache_is_read():
     assert "cache_stuck_rate" not in late.training_loss(torch.rand(4, 1, 2, 2), torch.arange(4))
 
 
-def test_a_cache_from_before_the_changed_epochs_loads():
-    model = toy_jsa(mis_steps=2, cache_size=4)
-    state = {k: v for k, v in model.state_dict().items() if k != "cache.changed_epoch"}
-    model.load_state_dict(state)
-    assert model.cache.changed_epoch.tolist() == [0, 0, 0, 0]
-
-
 # ---- chain_rows: the chain gradient with static shapes (docs/jsa.md#static-or-distinct-rows) ----------------------
 
 @pytest.mark.parametrize("path_kind", ["sampled", "repeated", "all_rejected", "all_accepted"])

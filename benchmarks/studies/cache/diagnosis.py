@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.lib import arguments, runner
+from benchmarks.lib import arguments, markdown, runner
 from common.files import write_file
 
 MODEL = ["experiment=jsa_paper", "model=jsa", "model.mis_steps=20", "model.num_latents=200", "model.num_categories=2"]
@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "logs")}
     write_file(args.out / "diagnosis.json", json.dumps({"settings": settings, **results}, indent=1) + "\n")
     fewest, most = f"nll_{min(args.samples)}", f"nll_{max(args.samples)}"
-    rows = [f"| {name} | {r['neg_elbo']:.2f} | {r[fewest]:.2f} | {r[most]:.2f} | {r[fewest] - r[most]:.2f} | "
-            + " | ".join(f"{r[k]:.3f}" if k in r else "–" for k in ("acceptance_rate", "cache_stuck_rate", "cache_log_weight_gap")) + " |"
+    rows = [markdown.table_row([name, f"{r['neg_elbo']:.2f}", f"{r[fewest]:.2f}", f"{r[most]:.2f}", f"{r[fewest] - r[most]:.2f}",
+                                *(f"{r[k]:.3f}" if k in r else "–" for k in ("acceptance_rate", "cache_stuck_rate", "cache_log_weight_gap"))])
             for name, r in (("checkpoint's q", results["checkpoint"]), ("q retrained on the chain's states", results["chain"]),
                             ("q retrained on fresh proposals", results["fresh"]))]
     write_file(args.out / "diagnosis.md", "\n".join([
@@ -111,8 +111,9 @@ def main(argv: list[str] | None = None) -> None:
         f"`python -m benchmarks.studies.cache.diagnosis` with θ frozen at epoch {args.epochs} of `{command}`; q retrained for "
         f"{args.q_steps} steps (Adam {args.lr}) each way; {args.images} test images, seed 0 for every estimate. Cache "
         "statistics: means over the last fifth of the retraining.", "",
-        f"| q | −ELBO | NLL, {min(args.samples)} samples | NLL, {max(args.samples)} samples | gap | acceptance | stuck on the "
-        "cached state | log-weight gap, cached − best proposal |", "|---|---|---|---|---|---|---|---|", *rows, ""]))
+        markdown.table_row(["q", "−ELBO", f"NLL, {min(args.samples)} samples", f"NLL, {max(args.samples)} samples", "gap",
+                            "acceptance", "stuck on the cached state", "log-weight gap, cached − best proposal"]),
+        "|---|---|---|---|---|---|---|---|", *rows, ""]))
     print(f"report: {args.out / 'diagnosis.md'}")
 
 

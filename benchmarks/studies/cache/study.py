@@ -16,7 +16,7 @@ import math
 import statistics
 from pathlib import Path
 
-from benchmarks.lib import arguments, runner
+from benchmarks.lib import arguments, markdown, runner
 from benchmarks.lib.plots import curve_grid
 from benchmarks.lib.records import read_curves
 from benchmarks.lib.stats import difference_cells, fmt
@@ -86,8 +86,8 @@ def is_resolution_table(args: argparse.Namespace, records: list[dict]) -> list[s
     arm_of = {r["name"]: (r["model"], r["arm"]) for r in records}
     lines = ["", f"Importance-sampled test NLL of the best checkpoints on the first {kept['settings']['images']} test images, "
              "the same images and seed for every run (`--is-resolution`); mean ± sd over seeds:", "",
-             "| model | cache read | seeds | " + " | ".join(f"NLL, {k} samples" for k in counts)
-             + f" | −ELBO | NLL({counts[0]}) − NLL({counts[-1]}) |", "|---|---|---|" + "---|" * (len(counts) + 2)]
+             markdown.table_row(["model", "cache read", "seeds", *(f"NLL, {k} samples" for k in counts), "−ELBO",
+                                 f"NLL({counts[0]}) − NLL({counts[-1]})"]), "|---|---|---|" + "---|" * (len(counts) + 2)]
     for model in MODELS:
         for arm in MEASURED_ARMS:
             runs = [v for name, v in kept["runs"].items() if arm_of.get(name) == (model, arm)]
@@ -96,16 +96,17 @@ def is_resolution_table(args: argparse.Namespace, records: list[dict]) -> list[s
             nll = {k: [statistics.mean(r[k]["nll"]) for r in runs] for k in counts}
             elbo = [-statistics.mean(runs_k["elbo"]) for runs_k in (r[counts[-1]] for r in runs)]
             loose = [a - b for a, b in zip(nll[counts[0]], nll[counts[-1]])]
-            lines.append(f"| {MODELS[model][0]} | {arm} | {len(runs)} | " + " | ".join(mean_sd(nll[k]) for k in counts)
-                         + f" | {mean_sd(elbo)} | {mean_sd(loose)} |")
+            lines.append(markdown.table_row([MODELS[model][0], arm, len(runs), *(mean_sd(nll[k]) for k in counts),
+                                             mean_sd(elbo), mean_sd(loose)]))
     unmeasured = sorted(r["name"] for r in records if r.get("arm") in MEASURED_ARMS and r["name"] not in kept["runs"])
     if unmeasured:
         lines += ["", "Finished middle/no-cache runs with no entry in is-resolution.json, so absent from these tables: "
-                  f"{', '.join(unmeasured)} (`--is-resolution` measures a run only where its checkpoints are under --logs)."]
+                  f"{markdown.one_line(', '.join(unmeasured))} (`--is-resolution` measures a run only where its checkpoints are under --logs)."]
     lines += ["", "The same, each mid-run arm − never per test image, the two arms paired by seed and image (mean ± standard error "
               "over the images: it covers the images and the estimator's noise, not the seed-to-seed spread of training, "
               "so each seed pair is a row of its own):", "",
-              "| model | cache read | seed | " + " | ".join(f"{k} samples" for k in counts) + " | −ELBO |", "|---|---|---|" + "---|" * (len(counts) + 1)]
+              markdown.table_row(["model", "cache read", "seed", *(f"{k} samples" for k in counts), "−ELBO"]),
+              "|---|---|---|" + "---|" * (len(counts) + 1)]
     for model, middle in ((model, arm) for model in MODELS for arm in MEASURED_ARMS if arm != "never"):
         by_seed = {(arm_of[name][1], name.rsplit("-s", 1)[1]): v for name, v in kept["runs"].items() if arm_of.get(name, ("",))[0] == model}
         for seed in sorted(seed for arm, seed in by_seed if arm == middle and ("never", seed) in by_seed):
@@ -114,8 +115,8 @@ def is_resolution_table(args: argparse.Namespace, records: list[dict]) -> list[s
                 sign = -1 if key == "elbo" else 1  # the column is −ELBO (+ 0.0 below: no "-0.00")
                 return f"{sign * statistics.mean(differences) + 0.0:+.2f} ± {statistics.stdev(differences) / math.sqrt(len(differences)):.2f}"
 
-            lines.append(f"| {MODELS[model][0]} | {middle} | {seed} | " + " | ".join(paired(k, "nll") for k in counts)
-                         + f" | {paired(counts[-1], 'elbo')} |")
+            lines.append(markdown.table_row([MODELS[model][0], middle, seed, *(paired(k, "nll") for k in counts),
+                                             paired(counts[-1], "elbo")]))
     return lines
 
 
@@ -164,9 +165,8 @@ def write_report(args: argparse.Namespace) -> Path:
             val = [min(v for _, v in r["curves"]["nll"]) for r in runs if r["curves"]["nll"]]
             diagnostics = [statistics.mean(d) if (d := [x for r in runs if (x := late_mean(r["curves"].get(tag, []), last_fifth)) is not None]) else None
                            for tag in DIAGNOSTICS]
-            lines.append(f"| {MODELS[model][0]} | {arm} | {len(runs)} | {mean_sd(test)} | {mean_sd(elbo)} | {mean_sd(val)} | "
-                         + " | ".join(fmt(d, 3) for d in diagnostics)
-                         + f" | {runner.minutes_by_machine(runs)} |")
+            lines.append(markdown.table_row([MODELS[model][0], arm, len(runs), mean_sd(test), mean_sd(elbo), mean_sd(val),
+                                             *(fmt(d, 3) for d in diagnostics), runner.minutes_by_machine(runs)]))
 
     lines += ["", "Test-NLL differences from the arm without the cache, and each remedy's from the plain mid-run arm (a "
               "difference counts when it exceeds t × s.e., the 95% threshold of a two-sample t-test with pooled variance; "
@@ -180,11 +180,11 @@ def write_report(args: argparse.Namespace) -> Path:
             base = [r["test"]["nll"] for r in arms.get((model, against), []) if "nll" in r["test"]]
             if not test or not base:
                 continue
-            lines.append(f"| {MODELS[model][0]} | {arm} | {against} | {difference_cells(test, base)} |")
+            lines.append(markdown.table_row([MODELS[model][0], arm, against, *difference_cells(test, base)]))
 
     if first_runs:
         lines += ["", f"Rows \"…, first runs\": the first records of runs trained again with the same commands ({FIRST_RUNS}/: "
-                  f"{', '.join(sorted(first_runs))}); the rows without it are the reruns', whose checkpoints the IS-NLL "
+                  f"{markdown.one_line(', '.join(sorted(first_runs)))}); the rows without it are the reruns', whose checkpoints the IS-NLL "
                   "measurement below read."]
     lines += is_resolution_table(args, records)
     plot(records, args)

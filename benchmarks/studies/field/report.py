@@ -53,10 +53,10 @@ def results_table(records: dict[str, dict], grouped: dict[str, list[dict]], spe:
         best_epochs = [epoch_of(min(r["curves"]["nll"], key=lambda p: p[1])[0], spe) for r in runs if r["curves"]["nll"]]
         forward, backward = decoder_rows(runs[0])
         per_epoch = cost_minutes(records, runs[0], spe) if runs[0]["data"] == "mnist" else None
-        lines.append(f"| {label(runs[0])} | {len(runs)} | {mean_sd([r['test']['nll'] for r in runs])} | "
-                     f"{mean_sd([-r['test']['elbo'] for r in runs])} | {', '.join(map(str, best_epochs))} | "
-                     f"{fmt(per_epoch * 60_000 / spe if per_epoch else None, 0)} | {forward:.1f} / {backward:.1f} | "
-                     f"{fmt(per_epoch * runs[0]['epochs'] if per_epoch else None, 1)} |")
+        lines.append(markdown.table_row([
+            label(runs[0]), len(runs), mean_sd([r["test"]["nll"] for r in runs]), mean_sd([-r["test"]["elbo"] for r in runs]),
+            ", ".join(map(str, best_epochs)), fmt(per_epoch * 60_000 / spe if per_epoch else None, 0),
+            f"{forward:.1f} / {backward:.1f}", fmt(per_epoch * runs[0]["epochs"] if per_epoch else None, 1)]))
     return lines
 
 
@@ -71,7 +71,7 @@ def differences(grouped: dict[str, list[dict]], data: str) -> list[str]:
         threshold = t_threshold(sd[0], len(va), sd[1], len(vb))
         difference = statistics.mean(va) - statistics.mean(vb)
         verdict = "–" if not math.isfinite(threshold) else ("yes" if abs(difference) > threshold else "no")
-        lines.append(f"| {label(grouped[a][0])} | {label(grouped[b][0])} | {difference:+.2f} | {fmt(threshold)} | {verdict} |")
+        lines.append(markdown.table_row([label(grouped[a][0]), label(grouped[b][0]), f"{difference:+.2f}", fmt(threshold), verdict]))
     return lines
 
 
@@ -106,7 +106,7 @@ def across_data_sets(records: dict[str, dict]) -> list[str]:
             runs = grouped[arm_name(data, *key)]
             cells += [f"{mean_sd([r['test']['nll'] for r in runs])} ({len(runs)})",
                       f"{rank[data, True][key]} / {rank[data, False][key]}", fmt(gap(data, key))]
-        lines.append(f"| {label(first[arm_name('mnist', *key)][0])} | " + " | ".join(cells) + " |")
+        lines.append(markdown.table_row([label(first[arm_name("mnist", *key)][0]), *cells]))
     return lines
 
 
@@ -125,7 +125,7 @@ def equal_time(records: dict[str, dict], spe: int) -> tuple[list[float], list[st
     if not trained:
         return [], []
     budgets = [min(trained), statistics.median(trained)]
-    lines = ["| model | minutes trained | " + " | ".join(f"best val NLL within {b:.1f} min (validated at minute)" for b in budgets) + " |",
+    lines = [markdown.table_row(["model", "minutes trained", *(f"best val NLL within {b:.1f} min (validated at minute)" for b in budgets)]),
              "|---|---|" + "---|" * len(budgets)]
     for r in sorted(runs, key=lambda r: (r["model"], r["prior"] or "", r["kind"])):
         per_epoch = cost_minutes(records, r, spe)
@@ -135,27 +135,27 @@ def equal_time(records: dict[str, dict], spe: int) -> tuple[list[float], list[st
             value, epoch = min(within) if within else (None, None)
             stopped = " (its run stopped sooner)" if r["epochs"] * per_epoch < budget * 0.999 else ""
             cells.append(f"{fmt(value)} ({epoch * per_epoch:.1f}){stopped}" if value is not None else "—")
-        lines.append(f"| {label(r)}{' (equal-time run)' if r['kind'] == 'equal_time' else ''} | {r['epochs'] * per_epoch:.1f} | "
-                     + " | ".join(cells) + " |")
+        lines.append(markdown.table_row([label(r) + (" (equal-time run)" if r["kind"] == "equal_time" else ""),
+                                         f"{r['epochs'] * per_epoch:.1f}", *cells]))
     return budgets, lines
 
 
 def is_resolution(record: dict) -> list[str]:
     counts = sorted(next(iter(record["is_resolution"].values())), key=int)
-    lines = ["| run | " + " | ".join(f"NLL, K = {k}" for k in counts) + f" | −ELBO (K = {counts[-1]}) | "
-             f"NLL(K = {counts[0]}) − NLL(K = {counts[-1]}) ± s.e. over images |", "|---|" + "---|" * (len(counts) + 2)]
+    lines = [markdown.table_row(["run", *(f"NLL, K = {k}" for k in counts), f"−ELBO (K = {counts[-1]})",
+                                 f"NLL(K = {counts[0]}) − NLL(K = {counts[-1]}) ± s.e. over images"]), "|---|" + "---|" * (len(counts) + 2)]
     for name, by_count in record["is_resolution"].items():
         low, high = (by_count[counts[0]]["nll"], by_count[counts[-1]]["nll"])
         gap = [a - b for a, b in zip(low, high)]
         se = statistics.stdev(gap) / math.sqrt(len(gap)) if len(gap) > 1 else float("nan")
-        lines.append(f"| {markdown.cell(name)} | " + " | ".join(fmt(statistics.mean(by_count[k]["nll"])) for k in counts) +
-                     f" | {fmt(-statistics.mean(by_count[counts[-1]]['elbo']))} | {statistics.mean(gap):+.3f} ± {fmt(se, 3)} |")
+        lines.append(markdown.table_row([name, *(fmt(statistics.mean(by_count[k]["nll"])) for k in counts),
+                                         fmt(-statistics.mean(by_count[counts[-1]]["elbo"])), f"{statistics.mean(gap):+.3f} ± {fmt(se, 3)}"]))
     jsa = next((name for name in record["is_resolution"] if name.split("-")[1] == "jsa"), None)
     if jsa is None:
         return lines
     # A difference between two runs at each K, paired over the same images: does it move as K grows?
     lines += ["", f"Each run − {jsa}, paired over the same images (mean ± s.e.):", "",
-              "| run | " + " | ".join(f"K = {k}" for k in counts) + " |", "|---|" + "---|" * len(counts)]
+              markdown.table_row(["run", *(f"K = {k}" for k in counts)]), "|---|" + "---|" * len(counts)]
     for name, by_count in record["is_resolution"].items():
         if name == jsa:
             continue
@@ -164,7 +164,7 @@ def is_resolution(record: dict) -> list[str]:
             paired = [a - b for a, b in zip(by_count[k]["nll"], record["is_resolution"][jsa][k]["nll"], strict=True)]
             se = statistics.stdev(paired) / math.sqrt(len(paired)) if len(paired) > 1 else float("nan")
             cells.append(f"{statistics.mean(paired):+.2f} ± {fmt(se)}")
-        lines.append(f"| {markdown.cell(name)} | " + " | ".join(cells) + " |")
+        lines.append(markdown.table_row([name, *cells]))
     return lines
 
 
@@ -172,8 +172,8 @@ def gradient_table(record: dict) -> list[str]:
     lines = ["| after epoch | estimator | encoder: tr Cov | encoder: SNR | decoder: tr Cov | decoder: SNR |", "|---|---|---|---|---|---|"]
     for epoch, by_model in record["gradients"].items():
         for model, groups in by_model.items():
-            lines.append(f"| {epoch} | {LABELS[model]} | {groups['encoder']['variance']:.3g} | {groups['encoder']['snr']:.3g} | "
-                         f"{groups['decoder']['variance']:.3g} | {groups['decoder']['snr']:.3g} |")
+            lines.append(markdown.table_row([epoch, LABELS[model], f"{groups['encoder']['variance']:.3g}", f"{groups['encoder']['snr']:.3g}",
+                                             f"{groups['decoder']['variance']:.3g}", f"{groups['decoder']['snr']:.3g}"]))
     return lines
 
 

@@ -194,8 +194,8 @@ def test_the_long_studys_gap_table_reads_each_arms_val_nll_at_30_the_cache_start
 
 def test_a_finished_runs_is_measurement_is_kept_and_not_redone_and_a_run_without_logs_is_named(tmp_path, capsys, monkeypatch):
     """benchmarks/at_checkpoints.measure_finished_runs: each wanted, unmeasured run once, from its best checkpoint;
-    one whose logs are gone is named and skipped; a second pass measures nothing again; a file written before the
-    device was a setting counts as the CPU's, and a pass on another device measures every run again."""
+    one whose logs are gone is named and skipped; a second pass measures nothing again, and a pass on another device
+    measures every run again."""
     from benchmarks.lib import at_checkpoints
 
     (tmp_path / "runs").mkdir()
@@ -218,10 +218,6 @@ def test_a_finished_runs_is_measurement_is_kept_and_not_redone_and_a_run_without
     assert kept["settings"] == {"images": 1, "samples": [100, 5000], "device": "cpu"} and list(kept["runs"]) == ["a"]
     assert capsys.readouterr().out.count("IS resolution of b: skipped (no checkpoint under b)") == 2
 
-    del kept["settings"]["device"]  # written before the device was a setting: the CPU's, kept
-    (tmp_path / "is-resolution.json").write_text(json.dumps(kept))
-    at_checkpoints.measure_finished_runs(tmp_path, tmp_path / "logs", lambda r: r["arm"] != "c", 1, [5000, 100])
-    assert measured == ["a"]
     at_checkpoints.measure_finished_runs(tmp_path, tmp_path / "logs", lambda r: r["arm"] != "c", 1, [5000, 100], "cuda")
     kept = json.loads((tmp_path / "is-resolution.json").read_text())
     assert measured == ["a", "a"] and kept["settings"]["device"] == "cuda" and kept["runs"]["a"]["100"]["device"] == "cuda"
@@ -240,11 +236,12 @@ def test_a_record_written_meanwhile_by_another_machine_is_not_redone(tmp_path):
 
 
 def test_reports_say_which_machine_made_each_run_and_its_minutes_apart():
-    records = [{"name": "a", "seconds": 2640.0}, {"name": "b", "seconds": 186.0, "machine": "NVIDIA H200"},
+    records = [{"name": "a", "seconds": 2640.0, "machine": "AMD EPYC, 2 cores"}, {"name": "b", "seconds": 186.0, "machine": "NVIDIA H200"},
                {"name": "c", "seconds": 2700.0, "machine": "AMD EPYC, 2 cores"}]
-    assert runner.minutes_by_machine(records) == "44 (AMD EPYC); 3.1 (H200)"  # a record without one: made on the EPYC
+    assert runner.minutes_by_machine(records) == "44 (AMD EPYC); 3.1 (H200)"
     assert runner.machines_line(records) == "Made on: AMD EPYC, 2 cores: 2 (a, c); NVIDIA H200: 1 (b)."
     assert runner.machines_line(records[:1]) == "Made on: AMD EPYC, 2 cores: all 1."
+    assert runner.machines_line([{"name": "d", "seconds": 60.0}]) == "Made on: machine not recorded: all 1."  # not assumed
 
 
 def test_the_priors_second_stage_waits_for_the_first_stages_record_in_two_lanes(tmp_path, monkeypatch):
