@@ -215,9 +215,10 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
     named = _classes_in_config_files(raw_args)
     defaults = [f"--{key}={default_class(key)}" for key in ("model", "data")
                 if key not in named and not any(a == f"--{key}" or a.startswith(f"--{key}=") for a in raw_args)]
-    if defaults and not any(a in ("-h", "--help") for a in raw_args):
-        first = [raw_args.pop(0)] if subcommand else []
-        raw_args = first + defaults + raw_args
+    ordered = _class_first(raw_args)
+    if (defaults or ordered != raw_args) and not any(a in ("-h", "--help") for a in raw_args):
+        first = [ordered.pop(0)] if subcommand else []
+        raw_args = first + defaults + ordered
         if args is None:  # from the command line: LightningCLI reads sys.argv (given both, it warns)
             sys.argv[1:] = raw_args
         else:
@@ -238,6 +239,18 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
             save_config_kwargs={"overwrite": True, "config_filename": "config.yaml" if subcommand in ("fit", None) else f"config_{subcommand}.yaml"},
             seed_everything_default=default_seed(),  # configs/train.yaml's
         )
+
+
+def _class_first(args: list[str]) -> list[str]:
+    """`--model.lr=0.5 --model=VAE`: jsonargparse reads a class's settings against the class chosen before them, so the
+    class the command line chooses goes before the first of them."""
+    args = list(args)
+    for key in ("model", "data"):
+        chosen = next((i for i, arg in enumerate(args) if arg.startswith(f"--{key}=")), None)
+        first = next((i for i, arg in enumerate(args) if arg.startswith(f"--{key}.") and arg.split("=")[0] != f"--{key}.help"), None)
+        if chosen is not None and first is not None and first < chosen:
+            args.insert(first, args.pop(chosen))
+    return args
 
 
 def _classes_in_config_files(args: list[str]) -> set[str]:

@@ -127,6 +127,16 @@ def test_a_log_dir_from_a_config_file_is_where_the_cli_writes_and_is_checked_the
     assert capsys.readouterr().err.strip().endswith("--log_dir=logs: logs is a file, not a directory; expected a directory to write the run in")
 
 
+def test_a_setting_given_before_its_class_applies_to_that_class(tmp_path, described, monkeypatch):
+    """`fit --model.lr=0.5 --model=VAE`: the settings are read against the class the command line chooses, wherever
+    it stands (jsonargparse reads them against the class chosen before them)."""
+    monkeypatch.chdir(tmp_path)
+    app = launch.cli_app.main(["fit", "--model.lr=0.5", "--model.val_num_samples=2", "--model=VAE", "--data.batch_size=7",
+                               "--data=FashionMNISTDataModule"])
+    assert type(app.model).__name__ == "VAE" and app.model.lr == 0.5 and app.model.eval_num_samples["val"] == 2
+    assert type(app.datamodule).__name__ == "FashionMNISTDataModule" and app.datamodule.batch_size == 7
+
+
 @pytest.mark.parametrize("choice, kind, folder", [("tensorboard", "TensorBoardLogger", "tensorboard"), ("csv", "CSVLogger", "csv"),
                                                   ("none", None, None)])
 def test_hydras_logger_group_chooses_the_logger_and_the_layout_places_it(choice, kind, folder, tmp_path, described, monkeypatch):
