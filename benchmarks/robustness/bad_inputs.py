@@ -423,6 +423,7 @@ def run_folder_cases() -> list[Case]:
              ["-c", report_only], expect="documented", documented_by="not a run's record",
              files=(("out/runs/is-resolution.json", '{"settings": {"images": 500}, "runs": {}}'),)),
     ]
+    return cases
 
 
 def structure_cases() -> list[Case]:
