@@ -1,13 +1,10 @@
-"""The one way a checkpoint is read: checked and weights only.
-
-The file is verified first (checkpoints/file_format.py: its checksum, its declared sizes), under a shared lock on its
-directory, so that no save of the same path lands in between. A checkpoint may come from anyone, and unpickling can run
-code: it is read with `weights_only=True`, and the class paths its settings name must be the collection's or lie in
-the user's own packages listed in LATENT_ZOO_TRUST (checkpoints/registry.py, checkpoints/import_paths.py), unless the
-caller says in code that it trusts the file. Its structure is checked here too, once for every reader
-(checkpoints/structure.py): mappings where Lightning expects them, dense tensors of real or integer numbers, finite
-weights. A command reads its checkpoint once: the builder hands what it read to the trainer's restore
-(launch/run_builder.py, checkpoints/trainer/io_plugin.py).
+"""The one way a checkpoint is read: verified first (checkpoints/file_format.py: checksum, declared sizes) under a
+shared lock on its directory, so that no save of the same path lands in between; read with `weights_only=True`, since
+unpickling can run code; the class paths its settings name held to the collection's and the user's own packages listed
+in LATENT_ZOO_TRUST (checkpoints/registry.py, checkpoints/import_paths.py) unless the caller trusts the file in code;
+its structure checked once for every reader (checkpoints/structure.py: mappings where Lightning expects them, dense
+tensors of real or integer numbers, finite weights). A command reads its checkpoint once: the builder hands what it
+read to the trainer's restore (launch/run_builder.py, checkpoints/trainer/io_plugin.py).
 """
 
 from __future__ import annotations
