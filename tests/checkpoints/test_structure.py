@@ -81,13 +81,17 @@ SECTIONS = {  # what is altered -> the key the line names
 }
 
 
-@pytest.mark.parametrize("what", SECTIONS)
-def test_a_section_of_another_kind_is_refused_in_one_line_naming_it(what, good, tmp_path):
-    alter, named = SECTIONS[what]
+def refused_at_read(good, tmp_path, alter, named: str) -> None:
+    """The good checkpoint, altered, is refused when read, in one line naming the checkpoint and the key."""
     path = altered(good, tmp_path, alter)
     with pytest.raises(CheckpointError) as refused:
         load_checkpoint_file(path)
     assert str(refused.value).startswith(f"checkpoint {path}: {named}") and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("what", SECTIONS)
+def test_a_section_of_another_kind_is_refused_in_one_line_naming_it(what, good, tmp_path):
+    refused_at_read(good, tmp_path, *SECTIONS[what])
 
 
 def meta(tensor: torch.Tensor) -> torch.Tensor:
@@ -114,11 +118,7 @@ TENSORS = {
 
 @pytest.mark.parametrize("what", TENSORS)
 def test_a_tensor_that_is_not_dense_real_numbers_is_refused_in_one_line_naming_it(what, good, tmp_path):
-    alter, named = TENSORS[what]
-    path = altered(good, tmp_path, alter)
-    with pytest.raises(CheckpointError) as refused:
-        load_checkpoint_file(path)
-    assert str(refused.value).startswith(f"checkpoint {path}: {named}") and "\n" not in str(refused.value)
+    refused_at_read(good, tmp_path, *TENSORS[what])
 
 
 KINDS = {  # a tensor of another kind of number than the model's own: torch's copy would cast it without a word
