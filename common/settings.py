@@ -12,8 +12,8 @@ SEED_RANGE = (0, 2**32 - 1)  # numpy's, which Lightning's seed_everything checks
 
 
 def expected(hint: Any, value: Any) -> str | None:
-    """None if `value` fits the type hint (a Literal, int, float, bool, str, a union of them, None), else what was
-    expected; a hint of another kind takes anything (the constructor decides)."""
+    """None if `value` fits the type hint (a Literal, int, float, bool, str, another class, a union of them, None), else
+    what was expected; a hint of another kind (a callable, a generic) takes anything (the constructor decides)."""
     origin = get_origin(hint)
     if origin is Literal:
         return None if value in get_args(hint) else "one of " + ", ".join(map(repr, get_args(hint)))
@@ -35,6 +35,8 @@ def expected(hint: Any, value: Any) -> str | None:
         return None if isinstance(value, str) else "a string"
     if hint is type(None):
         return None if value is None else "null"
+    if get_origin(hint) is None and isinstance(hint, type):  # another class (torch's Tensor): a value of it, not text
+        return None if isinstance(value, hint) else f"a {hint.__name__}"
     return None
 
 

@@ -62,6 +62,7 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("model=vimco model.num_samples=1", "model.num_samples (S) must be >= 2 for VIMCO's leave-one-out baselines, got 1"),
     ("fit --model=DiscreteVAE --model.baseline_decay=1", "--model.baseline_decay must be in [0, 1), got 1"),
     ("model.lr=0", "model.lr must be > 0 and finite, got 0"),
+    ("optimizer.lr=abc", "optimizer.lr='abc': expected a number or a Tensor"),  # Adam's lr: float | Tensor
     ("model.cache_start_epoch=-1", "model.cache_start_epoch must be >= 0, got -1"),
     ("data.batch_size=0", "data.batch_size must be >= 1, got 0"),
     ("model=dvae model.temperature_min=2", "model: need 0 < temperature_min <= temperature, got 2 and 1.0"),
