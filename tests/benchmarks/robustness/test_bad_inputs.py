@@ -1,6 +1,6 @@
 """A case of each kind from benchmarks/robustness/bad_inputs.py (its --quick set) against real `python train.py` processes:
 each must stay a clear one-line error that names the option or file and leaves nothing behind, or a
-documented, logged behaviour. The whole table (306 cases) is `python -m benchmarks.robustness.bad_inputs`.
+documented, logged behaviour. The whole table is `python -m benchmarks.robustness.bad_inputs`.
 
 The quick set runs here as `python -m benchmarks.robustness.bad_inputs --quick`, which exits 1 unless every case is a
 clear error or documented; tests/test_documented_commands.py runs README's command with one case."""
