@@ -32,7 +32,7 @@ HISTORY = {
     "issue N": r"\bissue \d+",
     "#NN": r"#\d\d\b",
     "pass (issue": r"pass \(issue",
-    "third/fourth pass": r"\b(third|fourth) pass\b",
+    "ordinal pass": r"\b(third|fourth)\s+pass\b",
     "was": r" was ",
     "used to": r"\bused to\b",
     "no longer": r"\bno longer\b",
