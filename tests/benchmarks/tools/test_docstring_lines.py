@@ -37,7 +37,7 @@ class C:
     9
     10
     11"""
-'''.replace("{history}", "this step used to take 0.25 s (" + "issue 12)")  # history, as a file would hold it
+'''.replace("{history}", "this step used to take 0.25 s (issue" + " 12)")  # history, as a file would hold it
 
 
 def test_a_known_module_gives_its_counts(tmp_path):
