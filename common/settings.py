@@ -50,18 +50,6 @@ def check_types(settings: Any) -> None:
             raise ValueError(f"{field.name}={value!r}: expected {want}")
 
 
-def spoken(options: tuple) -> str:
-    """'a', 'b' or 'c'."""
-    quoted = [repr(option) for option in options]
-    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
-
-
-def check_choice(name: str, value: Any, choices: Any) -> None:
-    """`value` one of the Literal type `choices`."""
-    if value not in get_args(choices):
-        raise ValueError(f"{name} must be {spoken(get_args(choices))}, got {value!r}")
-
-
 def check_at_least(name: str, value: Any, least: int, whole: bool = False, none: str | None = None,
                    most: int | None = None) -> None:
     """`value` >= `least` (and <= `most` if given), a whole number if `whole`; None is taken unless `none` is None (its
