@@ -19,7 +19,8 @@ import datamodules  # noqa: F401  (importing the packages registers their classe
 import models  # noqa: F401
 from checkpoints.registry import registered
 from common.signatures import constructor_defaults
-from launch.checks.precheck import CONFIG_GROUPS, LAYOUT_SETTINGS, TOP_LEVEL_SETTINGS, layout_setting, unknown_top_level_setting
+from launch.checks.hydra_check import CONFIG_GROUPS, LAYOUT_SETTINGS, layout_setting, unknown_top_level_setting
+from launch.checks.precheck import TOP_LEVEL_SETTINGS
 from launch.checks.configs import CONFIGS, NOT_SETTINGS, every_config
 from launch.checks.settings import SettingsError, check_settings, check_trainer_values, expected
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launch.checks import precheck
+from launch.checks import hydra_check
 from launch.checks.precheck import refuse_early
 from tests.launch.test_entrypoints import FAST, REPO, train
 
@@ -56,7 +56,7 @@ def test_an_unknown_or_misused_launcher_or_sweeper_is_one_line(command, line):
 ])
 def test_a_missing_extra_names_the_pip_install_that_provides_it(command, package, monkeypatch):
     assert refuse_early(shlex.split(command), cli=False) is None  # installed (the test extra pulls the cluster extra)
-    monkeypatch.setattr(precheck, "plugin_installed", lambda name: False)
+    monkeypatch.setattr(hydra_check, "plugin_installed", lambda name: False)
     refusal = refuse_early(shlex.split(command), cli=False)
     assert refusal is not None and "\n" not in refusal, refusal
     assert "plugin is not installed: pip install -e '.[cluster]'" in refusal and f"(or pip install {package})" in refusal
