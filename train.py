@@ -55,13 +55,13 @@ def _config_groups() -> str:
 
 def main() -> None:
     argv = sys.argv[1:]
-    from launch.checks.precheck import refuse_early  # before the imports of torch and Lightning: typos are refused at once
+    from launch.checks.early import refuse_early  # before the imports of torch and Lightning: typos are refused at once
     from launch.checks.received_config import refuse_received_configs  # a config file that would hang or import a stranger's module
 
     cli = bool(argv) and argv[0] in CLI_SUBCOMMANDS
     refusal = refuse_received_configs(argv, cli) or refuse_early(argv, cli=cli)
     if refusal:
-        from launch.checks.exit import exit_with
+        from launch.checks.early import exit_with
 
         exit_with(refusal)
     if argv and argv[0] in CLI_SUBCOMMANDS:

@@ -27,13 +27,13 @@ from common.private_api import cli_callbacks, cli_trainer, cli_value
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch import rules
-from launch.checks.exit import exit_with
+from launch.checks.early import exit_with
 from launch.errors import user_errors_as_one_line
 from launch.checks.defaults import default_class, log_dir as default_log_dir, seed as default_seed
 from launch.checks.arguments import option_value
 from launch.checks.received_config import ConfigRefusal, cli_sources, composed, composed_text, given_settings, is_config_option
 from launch.checks.cli_check import FRESH_WEIGHTS_OPTION, scheduler_without_optimizer, untrained_evaluation
-from launch.checks.precheck import refuse_early
+from launch.checks.early import refuse_early
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.run_builder import RunDescription, build_trainer
 from launch.run_layout import run_name

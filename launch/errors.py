@@ -15,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 from checkpoints.errors import CheckpointError
 from common.files import LeadsOutside, NotARegularFile
 from datamodules import DataError
-from launch.checks.exit import exit_with
+from launch.checks.early import exit_with
 from launch.checks.settings import SettingsError
 from launch.runs.distributed import collective_timeout_message, is_collective_timeout
 

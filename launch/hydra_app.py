@@ -16,9 +16,9 @@ from omegaconf import OmegaConf
 from launch import rules
 from launch.checks.arguments import overrides_of
 from launch.checks.defaults import log_dir as default_log_dir
-from launch.checks.exit import USER_ERROR, exit_with
+from launch.checks.early import USER_ERROR, exit_with
 from launch.checks.configs import CONFIGS
-from launch.checks.precheck import refuse_early
+from launch.checks.early import refuse_early
 from launch.console import quiet_console
 from launch.errors import user_errors_as_one_line
 from launch.hydra_config import register_defaults

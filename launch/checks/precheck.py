@@ -1,25 +1,18 @@
-"""The command line checked before the heavy imports: an unknown option, a config that does not exist, a value of the
-wrong type or out of its declared range, a checkpoint or --config file that is missing or not YAML, a run directory
-that is a file, an empty DATA_DIR: one `error:` line with the closest valid names, in both front ends, the settings of
-LightningCLI's --config files and of a Hydra experiment included. A model's and a data module's settings are checked
-against configs/settings.py before the imports; the Trainer's, an optimizer's and a scheduler's once Lightning is
-imported (the front ends check again then). What this module cannot judge (an interpolation, a list, a quoted value
-in a file) passes: the constructors still check everything.
-"""
+"""What both early checks share (launch/checks/hydra_check.py, cli_check.py; run by launch/checks/early.py): the
+refusal and its "did you mean", a value checked against the settings of the classes that take it, a model's or data
+module's settings built as their constructor builds them (configs/settings.py), the top-level settings, Lightning 1.x
+Trainer options, and a config file's settings as received_config.py reads them."""
 
 from __future__ import annotations
 
 import difflib
-import sys
 from pathlib import Path
 from typing import Any
 
-from launch.checks.arguments import option_values, overrides_of, values_of
-from launch.checks.paths import PathRefusal, check_paths
+from launch.checks.arguments import values_of
 from launch.checks.received_config import ConfigRefusal, composed, given_settings
 from common.settings import expected
-from launch.checks.configs import CONFIGS, GROUPS, check_declared, cli_classes, config_targets, declared, \
-    default_choices
+from launch.checks.configs import check_declared, declared
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
 TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
@@ -101,60 +94,4 @@ def config_file_settings(name: str) -> list[tuple[str, str | None]]:
         return given_settings(composed(Path(name), "config file"))
     except ConfigRefusal as refusal:
         raise EarlyRefusal(str(refusal)) from None
-
-
-# Options after which nothing runs (help, a printed config): no file, directory or DATA_DIR is looked at.
-PRINTS_ONLY = {True: ("-h", "--help", "--print_config", "--model.help", "--data.help"),  # LightningCLI (its -c is --config)
-               False: ("-h", "--help", "--cfg", "-c", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")}
-
-
-def data_class_of(argv: list[str], cli: bool, schema: dict[str, Any] | None) -> str | None:
-    """The data module class the command uses (MNISTDataModule), for a message; None where unknown."""
-    if cli:
-        return (dict(option_values(argv[1:])).get("--data") or "MNISTDataModule").rsplit(".", 1)[-1]
-    choice = dict(overrides_of(argv)).get("data") or default_choices().get("data")
-    target = (schema or {}).get("choices", {}).get("data", {}).get(choice or "")
-    return target.rsplit(".", 1)[-1] if target else None
-
-
-def load() -> dict[str, Any]:
-    """Each group's choices and the class each builds, the settings each class takes, and LightningCLI's class names.
-    Before the imports, the settings configs/settings.py declares (models, data modules); once Lightning is imported
-    (the front ends check the command line again then), the constructors' of the other classes too (the Trainer,
-    the optimizers and schedulers)."""
-    choices = {group: config_targets(group) for group in GROUPS}
-    choices["trainer"] = {path.stem: "lightning.Trainer" for path in (CONFIGS / "trainer").glob("*.yaml")}
-    classes = {target: hints for targets in choices.values() for target in targets.values()
-               if (hints := declared(target) or imported_hints(target)) is not None}
-    return {"choices": choices, "classes": classes, "cli_classes": cli_classes()}
-
-
-def imported_hints(target: str) -> dict[str, Any] | None:
-    """setting -> type hint of the class at `target`, from its constructor, once Lightning is imported; else None."""
-    if "lightning" not in sys.modules:
-        return None
-    from hydra.utils import get_class
-
-    from common.signatures import constructor_defaults, constructor_hints
-
-    cls = get_class(target)
-    return {**dict.fromkeys(constructor_defaults(cls)), **constructor_hints(cls)}
-
-
-def refuse_early(argv: list[str], cli: bool) -> str | None:
-    """The `error:` line for a mistake seen before the imports, or None (then the full checks decide)."""
-    schema = load()
-    prints_only = any(arg.split("=", 1)[0] in PRINTS_ONLY[cli] or (not cli and arg.startswith("-c") and not arg.startswith("--"))
-                      for arg in argv)  # Hydra's -cjob is --cfg job
-    try:
-        if cli:
-            from launch.checks.cli_check import check_cli_command as check
-        else:
-            from launch.checks.hydra_check import check_hydra_command as check
-        check(argv, schema, prints_only)
-        if not prints_only and not any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
-            check_paths(argv, cli, data_class_of(argv, cli, schema))
-    except (EarlyRefusal, PathRefusal) as refusal:
-        return str(refusal)
-    return None
 

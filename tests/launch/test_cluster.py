@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from launch.checks import hydra_check
-from launch.checks.precheck import refuse_early
+from launch.checks.early import refuse_early
 from tests.launch.test_entrypoints import FAST, REPO, train
 
 TINY = [*FAST, "trainer.limit_test_batches=1", "model.test_num_samples=2", "data.batch_size=32"]

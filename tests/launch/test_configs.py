@@ -283,7 +283,7 @@ def test_an_unknown_experiment_is_refused_with_the_choices():
 
 
 def test_an_output_directory_that_is_a_file_is_refused_before_hydra_writes(tmp_path):
-    from launch.checks.precheck import refuse_early
+    from launch.checks.early import refuse_early
 
     (tmp_path / "afile").write_text("")
     for key in ("log_dir", "hydra.run.dir", "hydra.sweep.dir"):

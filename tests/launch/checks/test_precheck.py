@@ -16,7 +16,7 @@ import pytest
 import models  # noqa: F401  (registers the model classes)
 from checkpoints.registry import registered
 from launch.checks import configs as schema
-from launch.checks.precheck import refuse_early
+from launch.checks.early import refuse_early
 
 REPO = Path(__file__).resolve().parents[3]
 MODEL_CONFIGS = ", ".join(sorted(schema.config_targets("model")))  # dvae, dvae_gumbel, jsa, ...

@@ -280,7 +280,7 @@ def test_hydra_takes_a_registered_prior(toy):
 def test_the_precheck_takes_a_registered_prior_and_the_registry_refuses_another(toy):
     """A prior registered by one's own code (a script that registers one, then calls train.main()) passes the checks
     before the imports in both front ends; a name nobody registered is refused by the registry, naming the choices."""
-    from launch.checks.precheck import refuse_early
+    from launch.checks.early import refuse_early
 
     assert refuse_early(["model=jsa", "model.prior=toy"], cli=False) is None
     assert refuse_early(["fit", "--model=VQVAE", "--model.prior=toy"], cli=True) is None
