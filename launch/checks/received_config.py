@@ -240,7 +240,7 @@ def received_files(argv: list[str], cli: bool) -> ReceivedFiles:
             if not default and name not in os.environ:
                 raise ConfigRefusal(f"{arg.lstrip('+~')}: the environment variable {name} is not set; set it, or give a "
                                     f"default: ${{oc.env:{name},DEFAULT}}")
-    groups = ["", *(path.name for path in CONFIGS.iterdir() if path.is_dir()),
+    groups = ["", *sorted(path.name for path in CONFIGS.iterdir() if path.is_dir()),
               *(arg.lstrip("+~").split("=")[0].split("@")[0] for arg in argv if "=" in arg)]
     for folder in [] if cli else hydra_folders(argv):
         pending, scanned = list(groups), set()
