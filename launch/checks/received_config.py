@@ -131,8 +131,7 @@ class ReceivedFiles:
         self.walk(node, label, path.parent if cli else None, (*chain, resolved))
         return node
 
-    def walk(self, node: Any, label: str, base: Path | None, chain: tuple[Path, ...] = (), names: bool = True,
-             where: str = "") -> None:
+    def walk(self, node: Any, label: str, base: Path | None, chain: tuple[Path, ...] = (), names: bool = True) -> None:
         """Each node of a composed file once (a shared alias once), top to bottom, holding every name a parser would
         import to the rule: Hydra's (`base` None) a `_target_`; LightningCLI's any dotted string (`names=False`: a
         value typed on the command line is the user's). For LightningCLI, as jsonargparse reads them, a value naming a
@@ -140,7 +139,7 @@ class ReceivedFiles:
         YAML as part of this one."""
         import yaml
 
-        seen, stack = set(), [(node, where)]
+        seen, stack = set(), [(node, "")]
         while stack:
             node, where = stack.pop()
             if node is None or id(node) in seen:
