@@ -212,36 +212,42 @@ def defaults_groups(node: Any) -> list[str]:
 
 def received_files(argv: list[str], cli: bool) -> ReceivedFiles:
     """Every config file `python train.py ARGV` would have jsonargparse or Hydra read from the user, checked
-    (ConfigRefusal naming the first refused), with the dotted names they give. Hydra's: in each folder the command
-    adds, its top-level files (a primary config) and every file of each config group it may read (configs/'s, the
-    command line's, those the files' defaults lists name), sub-folders included (a link to one is not followed)."""
+    (ConfigRefusal naming the first refused), with the dotted names they give. Hydra's: the files of configs/ the
+    command line chooses (`experiment=X`, `model=a,b`), and in each folder the command adds, its top-level files (a
+    primary config) and every file of each config group Hydra may read there (configs/'s, the command line's, those
+    the files' defaults lists name), sub-folders included (a link to one is not followed)."""
     try:
         trusted_prefixes()  # a malformed LATENT_ZOO_TRUST: refused before anything is read
     except ValueError as error:
         raise ConfigRefusal(str(error)) from None
     found = ReceivedFiles()
-    for option, value in cli_sources(argv) if cli else []:
-        config, path = is_config_option(option), named_file(value, Path("."))
-        if not config and option[2:].rstrip("+").rsplit(".", 1)[-1] in PATH_SETTINGS:
-            continue
-        if path is not None and (config or not path.is_dir()):  # -c DIR: refused as not a regular file
-            found.read(path, f"config file {path}" + ("" if config else f" (given as {option})"), cli=True)
-        elif path is None:  # YAML typed on the command line (-c '{...}', --model='class_path: ...'): the files it names
-            try:
-                node = composed_text(value, f"the value of {option}")
-            except ConfigRefusal:
-                if config or value.lstrip()[:1] in ("{", "["):
-                    raise
-                continue  # not YAML: jsonargparse reports it
-            found.walk(node, f"the value of {option}", Path("."), names=False)
-    for arg in [] if cli else argv:  # Hydra resolves some (log_dir) before any check, with a traceback
+    if cli:
+        for option, value in cli_sources(argv):
+            config, path = is_config_option(option), named_file(value, Path("."))
+            if not config and option[2:].rstrip("+").rsplit(".", 1)[-1] in PATH_SETTINGS:
+                continue
+            if path is not None and (config or not path.is_dir()):  # -c DIR: refused as not a regular file
+                found.read(path, f"config file {path}" + ("" if config else f" (given as {option})"), cli=True)
+            elif path is None:  # YAML typed on the command line (-c '{...}', --model='class_path: ...'): its files
+                try:
+                    node = composed_text(value, f"the value of {option}")
+                except ConfigRefusal:
+                    if config or value.lstrip()[:1] in ("{", "["):
+                        raise
+                    continue  # not YAML: jsonargparse reports it
+                found.walk(node, f"the value of {option}", Path("."), names=False)
+        return found
+    for arg in argv:  # Hydra resolves some (log_dir) before any check, with a traceback
         for name, default in re.findall(r"\$\{oc\.env:\s*([^,}\s]+)\s*(,[^}]*)?\}", arg.partition("=")[2]):
             if not default and name not in os.environ:
                 raise ConfigRefusal(f"{arg.lstrip('+~')}: the environment variable {name} is not set; set it, or give a "
                                     f"default: ${{oc.env:{name},DEFAULT}}")
-    groups = ["", *sorted(path.name for path in CONFIGS.iterdir() if path.is_dir()),
-              *(arg.lstrip("+~").split("=")[0].split("@")[0] for arg in argv if "=" in arg)]
-    for folder in [] if cli else hydra_folders(argv):
+    chosen = [(arg.lstrip("+~").partition("=")[0].split("@")[0], arg.partition("=")[2]) for arg in argv if "=" in arg]
+    for path in (CONFIGS / group / f"{choice.strip()}.yaml" for group, value in chosen for choice in value.split(",")):
+        if path.is_file():  # configs/'s own, or a received file put there
+            found.read(path, f"Hydra config {path}", cli=False)
+    groups = ["", *sorted(path.name for path in CONFIGS.iterdir() if path.is_dir()), *(group for group, _ in chosen)]
+    for folder in hydra_folders(argv):
         pending, scanned = list(groups), set()
         while pending:
             group = pending.pop().strip("/")

@@ -1,7 +1,7 @@
 """The bounds and rules of launch/checks/received_config.py that the command-line cases (benchmarks/robustness/
 bad_inputs.py's config_source_cases, run as real commands in tests/checkpoints/test_received_configs.py) do not reach:
 an alias inside its own node, a tag on a key, nesting and file-count bounds, the groups a Hydra defaults list names, a
-linked group folder, path settings that are files, an unset environment variable."""
+linked group folder, a received file put into configs/, path settings that are files, an unset environment variable."""
 
 from __future__ import annotations
 
@@ -65,6 +65,14 @@ def test_a_hydra_group_folder_that_is_a_link_is_read_through_it(tmp_path):
     (tmp_path / "received").mkdir()
     (tmp_path / "received" / "experiment").symlink_to(tmp_path / "elsewhere")
     assert "aliases expand" in refuse_received_configs(["hydra.searchpath=[file://received]", "experiment=bomb"], cli=False)
+
+
+def test_a_received_file_put_into_configs_is_read_when_chosen(tmp_path, monkeypatch):
+    monkeypatch.setattr(received_config, "CONFIGS", tmp_path / "configs")
+    write({"configs/experiment/received.yaml": "# @package _global_\nthing:\n  " + STRANGER})
+    assert refuse_received_configs(["experiment=received"], cli=False).startswith(
+        f"Hydra config {tmp_path / 'configs' / 'experiment' / 'received.yaml'}: thing._target_ names 'strangers_module.Thing'")
+    assert refuse_received_configs(["experiment=mine"], cli=False) is None  # not chosen: not read
 
 
 def test_what_hydra_reads_and_imports_is_listed():
