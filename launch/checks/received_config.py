@@ -76,7 +76,10 @@ def composed_text(text: str, label: str) -> Any:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         too_large = node is not None and expanded(node) > MAX_EXPANDED_NODES
     except yaml.YAMLError as error:
-        raise ConfigRefusal(f"{label} is not valid YAML ({' '.join(str(error).split())[:160]})") from None
+        mark, problem = getattr(error, "problem_mark", None), getattr(error, "problem", None) or str(error).split("\n")[0]
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigRefusal(f"{label} is not valid YAML{where}: {problem}; fix it there (often the indentation, a missing "
+                            "space after ':' or an unclosed quote or bracket)") from None
     except RecursionError:
         raise ConfigRefusal(f"{label} is nested too deeply to be a config file") from None
     if too_large:

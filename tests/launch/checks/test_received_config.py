@@ -37,6 +37,13 @@ def test_a_file_that_would_expand_for_ever_or_construct_a_key_is_refused(text, s
     assert said in refuse_received_configs(["fit", "-c", "received.yaml"], cli=True)
 
 
+def test_a_file_that_is_not_yaml_is_refused_naming_the_line_and_the_fix():
+    write({"received.yaml": "trainer:\n  max_epochs: 1\n model: x: y\n"})
+    assert refuse_received_configs(["fit", "-c", "received.yaml"], cli=True) == (
+        "config file received.yaml is not valid YAML at line 3, column 2: expected <block end>, but found '<block mapping "
+        "start>'; fix it there (often the indentation, a missing space after ':' or an unclosed quote or bracket)")
+
+
 def test_nested_config_files_are_bounded_in_depth_and_refused_when_they_loop():
     write({f"level{i}.yaml": f"model: level{i + 1}.yaml\n" for i in range(8)} | {"level8.yaml": "{}\n"})
     assert refuse_received_configs(["fit", "-c", "level1.yaml"], cli=True) is None  # eight files: the bound
