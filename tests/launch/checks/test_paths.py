@@ -1,0 +1,46 @@
+"""The places a command names on disk (launch/checks/paths.py) that tests/launch/checks/test_precheck.py's table does
+not reach: a run name that is a path, Lightning's checkpoint names and URLs left to the run, each value of a sweep,
+and a config file in any spelling (it may set log_dir and data_dir) leaving those to be checked once parsed."""
+
+from __future__ import annotations
+
+import pytest
+
+from launch.checks.paths import PathRefusal, check_paths
+
+
+@pytest.fixture(autouse=True)
+def here(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DATA_DIR", raising=False)
+
+
+@pytest.mark.parametrize("name", ["../../outside", "a/b", "..", ".", "a\\b", ""])
+def test_a_run_name_that_is_a_path_is_refused(name):
+    with pytest.raises(PathRefusal, match=r"expected a name \(no '/', not '.' or '..'\): runs are written under log_dir"):
+        check_paths([f"run_name={name}"], cli=False, data_class=None)
+    check_paths(["run_name=mine"], cli=False, data_class=None)
+
+
+def test_a_checkpoint_of_the_run_and_a_url_are_left_to_the_run():
+    check_paths(["test", "--ckpt_path=best"], cli=True, data_class=None)
+    check_paths(["ckpt_path=last"], cli=False, data_class=None)
+    check_paths(["ckpt_path=http://127.0.0.1:9/last.ckpt"], cli=False, data_class=None)  # refused unfetched, once read
+
+
+def test_each_value_of_a_sweep_is_checked(tmp_path):
+    (tmp_path / "a.ckpt").write_bytes(b"")
+    with pytest.raises(PathRefusal, match="^ckpt_path=nope.ckpt: no such file"):
+        check_paths(["-m", "ckpt_path=a.ckpt,nope.ckpt"], cli=False, data_class=None)
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(PathRefusal, match="^log_dir=afile: afile is a file, not a directory"):
+        check_paths(["-m", "log_dir=runs,afile"], cli=False, data_class=None)
+
+
+@pytest.mark.parametrize("config", [["-c", "run.yaml"], ["-crun.yaml"], ["--config=run.yaml"], ["--conf", "run.yaml"]])
+def test_a_config_file_in_any_spelling_may_set_log_dir_and_data_dir(config, tmp_path, monkeypatch):
+    (tmp_path / "logs").write_text("a file where the default log_dir would be")
+    monkeypatch.setenv("DATA_DIR", str(tmp_path / "nothing-here"))
+    check_paths(["fit", *config], cli=True, data_class=None)
+    with pytest.raises(PathRefusal, match=r"^--log_dir=logs \(the default\): logs is a file, not a directory"):
+        check_paths(["fit"], cli=True, data_class=None)
