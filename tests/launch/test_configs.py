@@ -22,6 +22,7 @@ from launch.runs import distributed, run_directory
 from launch.checks.configs import NOT_SETTINGS, config_targets
 from models.categorical import CategoricalLatentModel
 from models.components.likelihoods import BernoulliLikelihood, DiscretizedLogisticLikelihood
+from tests.conftest import says
 
 MODELS = sorted(p.stem for p in (train.CONFIG_DIR / "model").glob("*.yaml"))
 # vqvae_prior, the VQ-VAE's second stage, needs a stage-1 checkpoint: test_entrypoints.py trains both stages.
@@ -268,6 +269,28 @@ def test_top_level_and_trainer_settings_are_checked_before_the_run(overrides, me
     with pytest.raises(SettingsError) as error:
         launch.hydra_config.check_run_settings(cfg)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize("override, names", [
+    ("trainer.devices=0", ("devices=0",)),
+    ("replicas.seeds=[0,0]", ("replicas.seeds=[0, 0]", "repeated")),
+    ("model.lr=${nope}", ("model.lr", "nope")),
+])
+def test_a_setting_refused_once_composed_ends_the_run_in_one_line_and_writes_nothing(override, names, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """What the early checks cannot judge (a trainer's value, a list, an interpolation), refused by the run as train.py
+    runs it: exit status 2, one line naming the setting, nothing under log_dir (a process of each path:
+    benchmarks/robustness/bad_inputs.py --quick)."""
+    import launch.errors
+
+    monkeypatch.setattr("sys.argv", ["train.py", override])
+    cfg = composed([override, f"log_dir={tmp_path}", "trainer.max_steps=1"])
+    with pytest.raises(SystemExit) as stop, launch.errors.user_errors_as_one_line():
+        launch.hydra_app.run(cfg)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    says(err, *names)
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("experiment", [None, "compare", "jsa_paper", "cifar10_vqvae_paper"])
