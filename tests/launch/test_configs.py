@@ -129,6 +129,7 @@ def test_conv_model_trains_on_cifar10_format_data(model, cifar10_dir: Path, tmp_
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
 
 
+@pytest.mark.slow  # every model's config composed and built: the full suite runs it, the quick loop leaves it out
 @pytest.mark.parametrize("data,backbone", [("mnist", "mlp"), ("fashion_mnist", "mlp"), ("cifar10", "conv")])
 def test_compare_experiment_matches_networks_and_latents(data, backbone):
     """experiment=compare: every model on the data's backbone, one seed/optimizer/budget, the discrete
@@ -209,6 +210,7 @@ def test_cifar10_vqvae_paper_experiment_runs_tiny_on_cpu(model, cifar10_dir, tmp
     assert 0 < metrics["test/bpd"] < 20 and math.isfinite(metrics["test/nll"])  # exact bits/dim of 8-bit data
 
 
+@pytest.mark.slow  # every model's config composed and built: the full suite runs it, the quick loop leaves it out
 @pytest.mark.parametrize("model", STANDALONE)
 def test_jsa_paper_gives_every_model_the_papers_settings(model):
     cfg = composed(["experiment=jsa_paper", f"model={model}"])

@@ -344,6 +344,7 @@ def test_santa_without_annealing_samples_the_gaussian(integrator: str) -> None:
     assert_matches(samples, MU, SIGMA, f"Santa ({integrator}) at T = 1")
 
 
+@pytest.mark.slow  # a long statistical check: the full suite runs it, the quick loop leaves it out
 def test_santa_drift_correction_is_harmless_while_g_is_stationary_and_heats_while_it_drifts() -> None:
     """drift_correction=True adds the paper's estimate of T ∇_θ g: the change of g since the last step over the
     displacement h g p. Where g is stationary (v started at the first ∇U², as Santa does) that change is small noise
@@ -370,6 +371,7 @@ def mixture_potential(x: Tensor) -> Tensor:
     return -torch.logaddexp(math.log(0.75) - 0.5 * (x + 2) ** 2, math.log(0.25) - 0.5 * (x - 2) ** 2)
 
 
+@pytest.mark.slow  # a long statistical check: the full suite runs it, the quick loop leaves it out
 def test_annealed_santa_finds_the_global_mode_more_often_than_sgd_and_adam() -> None:
     """1000 starts spread evenly over [-4, 4]; each method runs 3000 full-gradient steps. SGD and Adam end in the
     mode whose basin they start in (55% global); Santa explores at T₀ = 2, anneals as T_t = 2 t^(-0.3) over 2000

@@ -116,6 +116,7 @@ GAUSSIAN_CASES = {
 }
 
 
+@pytest.mark.slow  # a long statistical check: the full suite runs it, the quick loop leaves it out
 @pytest.mark.parametrize("name", list(GAUSSIAN_CASES))
 def test_recovers_gaussian_mean_and_covariance(name: str) -> None:
     make_sampler, burn_in, num_kept = GAUSSIAN_CASES[name]
@@ -140,6 +141,7 @@ def test_temperature_scales_the_covariance(name: str) -> None:
         assert float(state["thermostat"]) == pytest.approx(1.0, rel=0.05)
 
 
+@pytest.mark.slow  # a long statistical check: the full suite runs it, the quick loop leaves it out
 def test_sghmc_noise_estimate_cancels_gradient_noise() -> None:
     """Gradient noise N(0, V) is a diffusion B = hV/2 in p; B̂ = B removes it (docs/sgmcmc.md#sghmc).
 
@@ -482,6 +484,7 @@ def test_sample_collector_running_mean_matches_list() -> None:
 # ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a long statistical check: the full suite runs it, the quick loop leaves it out
 def test_sgld_trains_a_collection_model_on_the_potential(mnist_dir, tmp_path):
     """optimizer=SGLD: the sampler moves on U = N x batch-mean loss; the callback collects samples."""
     import functools
