@@ -28,14 +28,13 @@ def claim_slot(directory: Path, slots: int) -> int | None:
             handle = os.open(directory / f"slot{slot}.lock", os.O_CREAT | os.O_RDWR, 0o644)
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # held by another live worker
+            except OSError as error:  # held by another live worker (BlockingIOError); or no flock here (ENOSYS, ENOLCK)
                 os.close(handle)
-                continue
-            except OSError:  # a file system without flock (ENOSYS, ENOLCK)
-                os.close(handle)
-                raise
+                if isinstance(error, BlockingIOError):
+                    continue
+                return None
             _held[directory] = (handle, slot)
             return slot
-    except OSError:
+    except OSError:  # the directory cannot be made, or a lock file cannot be opened
         return None
     return None
