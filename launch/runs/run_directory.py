@@ -39,9 +39,10 @@ OWNER_FILE = ".owner"  # <run>/.owner names the process that writes the run, whi
 WRITTEN_IN_PLACE = (OWNER_FILE, "hparams.yaml", "hydra_job.yaml", "config.yaml", "config_*.yaml", "checkpoints")
 
 
-def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike) -> None:
+def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike, new: bool = False) -> None:
     """Make this process the one writer of `run_dir`, or refuse in one line naming the process that is, or a link
-    on the way from `root` (its logger's save_dir) that leads outside it (common/files.py: resolved_inside).
+    on the way from `root` (its logger's save_dir) that leads outside it (common/files.py: resolved_inside). `new`:
+    `run_dir` is made here, or FileExistsError (`os.mkdir` succeeds for one process only).
 
     Two processes resuming one run would write the same checkpoint and event files, and the second's checkpoints
     would replace the first's. The owner holds an exclusive `flock` on the run directory itself for as long as it
@@ -51,9 +52,9 @@ def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike) -> No
     if rank_zero_only.rank != 0:
         return
     run_dir = resolved_inside(root, run_dir)
+    run_dir.mkdir(parents=True, exist_ok=not new)
     if run_dir in held_directories:
         return
-    run_dir.mkdir(parents=True, exist_ok=True)
     refuse_unwritable(run_dir)
     descriptor = os.open(run_dir, os.O_RDONLY)
     try:
@@ -134,13 +135,11 @@ class ReservedVersionLogger(RunLogger):
             return version
         root_dir = resolved_inside(self.save_dir, self.root_dir)  # the run's name folder: no link out of save_dir
         while True:
-            try:
-                (root_dir / f"version_{version}").mkdir(parents=True)
-                break
+            try:  # owned at once, so that no resume writes into it meanwhile
+                own_run_directory(root_dir / f"version_{version}", self.save_dir, new=True)
+                return version
             except FileExistsError:  # taken since the listing: by a run started at the same time
                 version += 1
-        own_run_directory(root_dir / f"version_{version}", self.save_dir)  # so that no resume writes into it meanwhile
-        return version
 
 
 def requeued_job_checkpoint(trainer: Any) -> str | None:

@@ -86,6 +86,17 @@ def test_a_refused_run_keeps_the_empty_directories_the_user_made(tmp_path, monke
     assert (tmp_path / "logs" / "tensorboard").is_dir() and not (tmp_path / "logs" / "tensorboard" / "jsa").exists()
 
 
+def test_a_version_taken_since_the_listing_goes_to_the_next_one(tmp_path, monkeypatch):
+    """Two runs started at the same moment list the same versions: the directory is reserved by `os.mkdir`, which one
+    of them wins; the other takes the next version (tests/launch/test_interruptions.py races two processes)."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    monkeypatch.setattr(TensorBoardLogger, "_get_next_version", lambda self: 0)  # the listing found no version
+    (tmp_path / "jsa" / "version_0").mkdir(parents=True)  # made since, by the other run
+    assert ReservedVersionLogger(str(tmp_path), name="jsa").version == 1
+    assert (tmp_path / "jsa" / "version_1" / ".owner").read_text().startswith(f"process {os.getpid()} on ")
+
+
 def test_a_run_name_folder_that_links_elsewhere_receives_no_new_run(tmp_path):
     """A received logs/ whose run-name folder is a link to the user's folder: the new run's version_N is refused there,
     before anything is made."""
