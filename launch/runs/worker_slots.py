@@ -28,13 +28,14 @@ def claim_slot(directory: Path, slots: int) -> int | None:
             handle = os.open(directory / f"slot{slot}.lock", os.O_CREAT | os.O_RDWR, 0o644)
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as error:  # held by another live worker (BlockingIOError); or no flock here (ENOSYS, ENOLCK)
+            except BlockingIOError:  # held by another live worker
                 os.close(handle)
-                if isinstance(error, BlockingIOError):
-                    continue
-                return None
+                continue
+            except OSError:  # a file system without flock (ENOSYS, ENOLCK)
+                os.close(handle)
+                raise
             _held[directory] = (handle, slot)
             return slot
-    except OSError:  # the directory cannot be made, or a lock file cannot be opened
+    except OSError:
         return None
     return None
