@@ -55,12 +55,14 @@ def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike, new: 
     run_dir.mkdir(parents=True, exist_ok=not new)
     if run_dir in held_directories:
         return
-    refuse_unwritable(run_dir)
     descriptor = os.open(run_dir, os.O_RDONLY)
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # first: a live owner's run is in use, whatever it holds
+        refuse_unwritable(run_dir)
+    except (BlockingIOError, CheckpointError) as error:
         os.close(descriptor)
+        if not isinstance(error, BlockingIOError):
+            raise
         raise CheckpointError(f"the run {run_dir} is being written by {read_owner(run_dir / OWNER_FILE)}; a second writer "
                               "would replace its checkpoints: wait until that process ends, or resume from a copy of the "
                               "checkpoint in another directory") from None

@@ -194,6 +194,25 @@ def test_a_received_runs_owner_note_or_hparams_that_is_a_fifo_is_never_waited_on
     assert (run_dir / ".owner").read_text().startswith(f"process {os.getpid()} on ")
 
 
+def test_a_run_held_by_a_live_process_is_refused_as_in_use_before_what_it_holds_is_judged(tmp_path):
+    """The owner's lock first: a run another process writes is named as in use, even when it holds a link (its
+    `.owner` linked to a device, tests/checkpoints/test_received_files.py runs the two processes)."""
+    import fcntl
+
+    run_dir = tmp_path / "tensorboard" / "jsa" / "version_0"
+    run_dir.mkdir(parents=True)
+    (run_dir / ".owner").symlink_to("/dev/zero")
+    holder = os.open(run_dir, os.O_RDONLY)  # another open file: its flock excludes this process's own as another's would
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(CheckpointError, match=f"^the run {run_dir} is being written by another process; "):
+            own_run_directory(run_dir, tmp_path / "tensorboard")
+    finally:
+        os.close(holder)
+    with pytest.raises(CheckpointError, match="holds .owner as a link to /dev/zero"):  # released: what it holds is judged
+        own_run_directory(run_dir, tmp_path / "tensorboard")
+
+
 @pytest.mark.slow  # real processes
 def test_a_log_dir_nobody_can_write_to_is_one_line(tmp_path, mnist_dir):
     """An immutable directory (chattr +i: read-only even for root) as log_dir, or as the working directory."""
