@@ -11,9 +11,7 @@ def quiet_console(hydra: bool) -> None:
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda record: "💡 Tip" not in record.getMessage())
     if hydra:
         for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-            lightning_logger = logging.getLogger(name)
-            for handler in list(lightning_logger.handlers):
-                lightning_logger.removeHandler(handler)
-            lightning_logger.propagate = True
+            logging.getLogger(name).handlers.clear()
+            logging.getLogger(name).propagate = True
 
 

@@ -17,7 +17,7 @@ from common.files import LeadsOutside, NotARegularFile
 from datamodules import DataError
 from launch.checks.early import exit_with
 from launch.checks.settings import SettingsError
-from launch.runs.distributed import collective_timeout_message, is_collective_timeout
+from launch.runs.distributed import collective_timeout_message
 
 # Settings Lightning refuses only once it knows the data, with a ValueError whose message names the option.
 LIGHTNING_REFUSALS = ("`val_check_interval`",)
@@ -82,6 +82,7 @@ def user_errors_as_one_line() -> Iterator[None]:
     except Exception as error:
         if getattr(error, "nonfinite_message", None):  # diverged weights failed a step (callbacks/guards/nonfinite.py)
             exit_with(error.nonfinite_message)
-        if not isinstance(error, RuntimeError) or not is_collective_timeout(error):
+        timeout = collective_timeout_message(error) if isinstance(error, RuntimeError) else None
+        if timeout is None:
             raise
-        exit_with(collective_timeout_message(error))
+        exit_with(timeout)

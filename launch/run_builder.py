@@ -23,7 +23,7 @@ from launch import rules
 from launch.checks.defaults import ddp_timeout_s
 from launch.checks.paths import write_root_refusal
 from launch.checks.settings import SettingsError
-from launch.run_layout import layout
+from launch.run_layout import TENSORBOARD, process_dir
 from launch.runs.replicas import check_replica_checkpoint
 from launch.runs.run_directory import tensorboard_logger
 
@@ -58,9 +58,9 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
         checkpoint = checkpoint if checkpoint is not None else load_checkpoint_file(run.ckpt_path)
         check_model_class(checkpoint, getattr(run.model, "model_class", type(run.model)), run.ckpt_path)
         check_replica_checkpoint(checkpoint, run.model, run.ckpt_path)
-    where = layout(run)
-    if where.tensorboard_root is not None:
-        logger = tensorboard_logger(where.tensorboard_root, run.name, run.ckpt_path, **run.tensorboard)
+    unlogged_dir = run.output_dir or process_dir(run.log_dir, run.front_end, run.name)  # a run without a logger's files
+    if run.tensorboard is not None:
+        logger = tensorboard_logger(f"{run.log_dir}/{TENSORBOARD}", run.name, run.ckpt_path, **run.tensorboard)
     else:
         logger = run.trainer.get("logger", False)
     callbacks = list(run.trainer.get("callbacks") or [])
@@ -68,7 +68,7 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     if run.trainer.get("enable_checkpointing") is False:
         callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
     settings = {**run.trainer, "callbacks": callbacks}
-    settings.update(rules.trainer_settings(settings, logger, run.ddp_timeout_s, where.unlogged_dir))
+    settings.update(rules.trainer_settings(settings, logger, run.ddp_timeout_s, unlogged_dir))
     trainer = (run.trainer_class or Trainer)(**{**settings, "logger": logger})
     if checkpoint is not None and type(trainer.strategy.checkpoint_io) in (TorchCheckpointIO, AtomicCheckpointIO):
         # the restore takes the checkpoint read above instead of reading the file again

@@ -9,7 +9,6 @@ multirun each swept setting the tag does not show), <base> Hydra's run_name or t
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from typing import Any
@@ -25,10 +24,6 @@ def run_name(base: str, run_tag: str, swept: dict[str, Any] | None = None) -> st
     """<base>-<run_tag>[-<key><value>...]: runs of other settings get other directories."""
     name = f"{base}-{run_tag}" if run_tag else base
     return name + "".join(f"-{key.rsplit('.', 1)[-1]}{value}" for key, value in (swept or {}).items())
-
-
-def tensorboard_root(log_dir: str) -> str:
-    return f"{log_dir}/{TENSORBOARD}"
 
 
 def logger_root(log_dir: str, logger_class: str) -> str:
@@ -48,15 +43,3 @@ def placed(log_dir: str, kind: str, path: str) -> str:
     if os.path.commonpath([folder, os.path.abspath(path)]) != folder:
         return path
     return str(resolved_inside(log_dir, path))
-
-
-@dataclasses.dataclass(frozen=True)
-class RunLayout:
-    tensorboard_root: str | None  # None: no TensorBoard run (the logger is off, or the user gave another logger)
-    unlogged_dir: str  # where the run's files go when it has no logger directory (its checkpoints; the CLI's config.yaml)
-
-
-def layout(run: Any) -> RunLayout:
-    """The directories of a described run (launch/run_builder.py's RunDescription)."""
-    return RunLayout(tensorboard_root=tensorboard_root(run.log_dir) if run.tensorboard is not None else None,
-                     unlogged_dir=run.output_dir or process_dir(run.log_dir, run.front_end, run.name))

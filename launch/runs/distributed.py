@@ -14,45 +14,38 @@ from lightning.pytorch.strategies import StrategyRegistry
 
 from launch.checks.settings import SettingsError
 
-DDP_TIMEOUT_S = 600  # as ddp_timeout_s in configs/train.yaml
-# How long the ranks wait for each other to start (torch's rendezvous), whatever ddp_timeout_s says: each rank imports
-# torch and builds the run on its own, and on a busy machine or a slow file system one may start a minute after
-# another, which is not a hang. callbacks/guards/process_group.py's CollectiveTimeout sets ddp_timeout_s once all are there.
-STARTUP_TIMEOUT_S = DDP_TIMEOUT_S
+# How long the ranks wait for each other to start (torch's rendezvous), whatever ddp_timeout_s says (this is its default
+# in configs/train.yaml): each rank imports torch and builds the run on its own, and on a busy machine or a slow file
+# system one may start a minute after another, which is not a hang. callbacks/guards/process_group.py's
+# CollectiveTimeout sets ddp_timeout_s once all are there.
+STARTUP_TIMEOUT_S = 600
 
 
 def strategy_with_timeout(strategy: Any, seconds: float) -> Any:
     """A DDP-family strategy named by a string (ddp, ddp_spawn, ...) built with a timeout: a process that waits longer
     than `seconds` at a collective for a stuck or dead peer stops with an error naming the operation, instead of
     waiting torch's default 30 minutes in silence (the strategy's own timeout covers the start, at least
-    STARTUP_TIMEOUT_S; `collective_timeout` is the callback that shortens it to `seconds` after). Anything else
-    unchanged."""
-    if not isinstance(strategy, str) or strategy not in StrategyRegistry:
-        return strategy
-    entry = StrategyRegistry[strategy]
-    if "timeout" not in inspect.signature(entry["strategy"]).parameters:
+    STARTUP_TIMEOUT_S; the CollectiveTimeout callback shortens it to `seconds` after). Anything else unchanged."""
+    entry = StrategyRegistry[strategy] if isinstance(strategy, str) and strategy in StrategyRegistry else None
+    if entry is None or "timeout" not in inspect.signature(entry["strategy"]).parameters:
         return strategy
     return entry["strategy"](**{**entry["init_params"], "timeout": timedelta(seconds=max(seconds, STARTUP_TIMEOUT_S))})
 
 
-def is_collective_timeout(error: BaseException) -> bool:
-    """gloo: "Timed out waiting ... for recv" / "Application timeout caused pair closure"; NCCL's watchdog:
-    "... collective operation timeout"; raised from inside torch.distributed or DDP (any other error that mentions a
-    timeout, say a data loader's, is not one)."""
-    text = str(error).lower()
-    return ("timed out" in text or "timeout" in text) and any(
-        "/torch/distributed/" in f.filename or "/torch/nn/parallel/" in f.filename for f in traceback.extract_tb(error.__traceback__))
-
-
-def collective_timeout_message(error: BaseException) -> str:
-    """One line: the collective that waited (the innermost torch.distributed / DDP frame) and the fix."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if "/torch/distributed/" in f.filename
-              or "/torch/nn/parallel/" in f.filename]
-    where = f" in {frames[-1].name} ({frames[-1].filename.split('/torch/', 1)[-1]})" if frames else ""
-    reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
-    return (f"a distributed collective timed out{where}: {reason}. Another process is stuck or died: check the "
-            "other ranks' logs; raise ddp_timeout_s (Hydra) or --trainer.strategy=DDPStrategy --trainer.strategy.timeout=H:MM:SS (LightningCLI) if a "
-            "rank legitimately works alone for longer")
+def collective_timeout_message(error: BaseException) -> str | None:
+    """One line naming the collective that timed out (the innermost torch.distributed / DDP frame) and the fix; None
+    when `error` is no collective timeout: gloo's "Timed out waiting ... for recv" / "Application timeout caused pair
+    closure" and NCCL's watchdog "... collective operation timeout" are raised from inside torch.distributed or DDP
+    (any other error that mentions a timeout, say a data loader's, is not one)."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if "/torch/distributed/" in f.filename or "/torch/nn/parallel/" in f.filename]
+    text = str(error).strip()
+    if not frames or ("timed out" not in text.lower() and "timeout" not in text.lower()):
+        return None
+    return (f"a distributed collective timed out in {frames[-1].name} ({frames[-1].filename.split('/torch/', 1)[-1]}): "
+            f"{text.splitlines()[0][:200]}. Another process is stuck or died: check the other ranks' logs; raise "
+            "ddp_timeout_s (Hydra) or --trainer.strategy=DDPStrategy --trainer.strategy.timeout=H:MM:SS (LightningCLI) "
+            "if a rank legitimately works alone for longer")
 
 
 def check_launcher(trainer: Any) -> None:

@@ -25,7 +25,7 @@ from common.private_api import checkpoint_every_n_train_steps
 from common.signatures import constructor_defaults
 from datamodules.replicas import ReplicaData
 from launch.checks.settings import SettingsError
-from launch.run_layout import TENSORBOARD, placed, process_dir, tensorboard_root
+from launch.run_layout import TENSORBOARD, placed, process_dir
 from launch.runs.run_directory import ReservedVersionLogger
 from models.replicas import Replicas
 
@@ -41,7 +41,7 @@ def replica_names(name: str, seeds: Sequence[int], arms: Sequence[dict[str, Any]
 
 def check_replica_request(seeds: Any, arms: Any, option: str) -> tuple[list[int], list[dict[str, Any]]]:
     """`seeds` a non-empty list of distinct integers in numpy's range, `arms` null or a non-empty list of mappings."""
-    if not isinstance(seeds, (list, tuple)) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds):
+    if not isinstance(seeds, (list, tuple)) or not seeds or not all(type(s) is int and 0 <= s < 2**32 for s in seeds):
         raise SettingsError(f"{option}.seeds={seeds!r}: expected a list of integer seeds in [0, 2^32 - 1], e.g. [0,1,2,3]")
     if len(set(seeds)) != len(seeds):
         raise SettingsError(f"{option}.seeds={list(seeds)}: a seed is repeated; each replica needs its own seed")
@@ -56,35 +56,32 @@ def check_replica_request(seeds: Any, arms: Any, option: str) -> tuple[list[int]
 
 def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], option: str = "replicas") -> Any:
     """The run description (launch/run_builder.py) of `run`'s configuration trained for every seed and arm in one process."""
-    described = run.model
-    accepted = constructor_defaults(type(described))
-    settings = {key: value for key, value in described.hparams.items() if not key.startswith("_")}  # (LightningCLI adds _class_path)
-    if "cache_size" in accepted:  # JSA's cache is stacked with the weights, so it exists before training
+    model_class = type(run.model)
+    settings = {key: value for key, value in run.model.hparams.items() if not key.startswith("_")}  # (LightningCLI adds _class_path)
+    if "cache_size" in constructor_defaults(model_class):  # JSA's cache is stacked with the weights, so it exists before training
         settings["cache_size"] = run.datamodule.num_train_examples
-    free = getattr(type(described), "replica_settings", ())
-    for key in {key for arm in arms for key in arm}:
-        if key not in free:
-            allowed = ", ".join(free) or "none"
-            raise SettingsError(f"{option}.arms sets {key}: replicas of one process may differ only in the settings that gate "
-                                f"behaviour ({type(described).__name__}: {allowed}); run other settings as other processes")
-    models, replica_seeds = [], []
+    free = getattr(model_class, "replica_settings", ())
+    fixed = next((key for arm in arms for key in arm if key not in free), None)
+    if fixed is not None:
+        raise SettingsError(f"{option}.arms sets {fixed}: replicas of one process may differ only in the settings that gate "
+                            f"behaviour ({model_class.__name__}: {', '.join(free) or 'none'}); run other settings as other processes")
+    models, replica_seeds = [], [seed for _ in arms for seed in seeds]
     for arm in arms:
         for seed in seeds:
             L.seed_everything(seed, workers=True, verbose=False)
             try:
-                models.append(type(described)(**{**settings, **arm, "test_seed": seed}, optimizer=described.optimizer_factory))
+                models.append(model_class(**{**settings, **arm, "test_seed": seed}, optimizer=run.model.optimizer_factory))
             except (ValueError, TypeError) as error:
                 raise SettingsError(f"{option}.arms {arm}: {error}") from None
-            replica_seeds.append(seed)
     try:
         model = Replicas(models, replica_seeds)
     except ValueError as error:
         raise SettingsError(str(error)) from None
     names = replica_names(run.name, seeds, arms)
-    ckpt_path, branch = run.ckpt_path, None
-    if ckpt_path:
-        branch = trunk_to_branch(ckpt_path, seeds, arms, names)
-    group_dir = replica_process_dir(run.log_dir, run.name, None if branch is not None else ckpt_path)
+    ckpt_path = run.ckpt_path
+    branch = trunk_to_branch(ckpt_path, seeds, arms, names) if ckpt_path else None
+    resumed = branch is None and ckpt_path and Path(ckpt_path).parent.name == "checkpoints"  # the process writes there
+    group_dir = str(Path(ckpt_path).parent.parent) if resumed else process_dir(run.log_dir, "replicas", run.name)
     if branch is not None:  # the arms start from their seed's trunk replica, in a process of their own
         ckpt_path = f"{group_dir}/checkpoints/branch-point.ckpt"
         save_checkpoint_file(branch, ckpt_path)
@@ -96,7 +93,7 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
         # are written with it) and every N training steps where the run's checkpoint callback says so
         callbacks.append(ValidationCheckpoint(dirpath=f"{group_dir}/checkpoints", save_last=True, save_top_k=0,
                                               every_n_train_steps=every, enable_version_counter=False))
-    tensorboard = placed(run.log_dir, TENSORBOARD, tensorboard_root(run.log_dir))  # no link out of <log_dir>
+    tensorboard = placed(run.log_dir, TENSORBOARD, f"{run.log_dir}/{TENSORBOARD}")  # no link out of <log_dir>
     callbacks.append(ReplicaRuns(tensorboard, names, new_logger=ReservedVersionLogger))
     return dataclasses.replace(
         run, model=model, datamodule=ReplicaData(run.datamodule, replica_seeds), name=f"{run.name}-replicas",
@@ -117,23 +114,14 @@ def trunk_to_branch(ckpt_path: str, seeds: Sequence[int], arms: Sequence[dict[st
     return None
 
 
-def replica_process_dir(log_dir: str, name: str, ckpt_path: str | None) -> str:
-    """Where the process writes: the directory of the checkpoint it resumes from, else a new one."""
-    if ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
-        return str(Path(ckpt_path).parent.parent)
-    return process_dir(log_dir, "replicas", name)
-
-
 def check_replica_checkpoint(checkpoint: dict[str, Any], model: Any, ckpt_path: str) -> None:
     """A replicated process resumes from its own last.ckpt (with the same replicas), a single run from a single run's."""
-    saved = checkpoint.get("replica_seeds")
-    seeds = getattr(model, "seeds", None)
-    if saved is None and seeds is not None:
-        raise SettingsError(f"ckpt_path={ckpt_path} is a single run's checkpoint; a replicated process resumes from its own "
-                            "last.ckpt (<log_dir>/replicas/<name>/<time>-<pid>/checkpoints/last.ckpt)")
-    if saved is not None and seeds is None:
-        raise SettingsError(f"ckpt_path={ckpt_path} is the checkpoint of a replicated process (seeds {saved}): resume it with "
-                            "the same replicas settings, or resume one replica alone from its own run's checkpoints/last.ckpt")
-    if saved is not None and list(saved) != list(seeds):
-        raise SettingsError(f"ckpt_path={ckpt_path} holds replicas of seeds {saved}, this process has {list(seeds)}: resume "
-                            "with the replicas settings it was started with")
+    saved, seeds = checkpoint.get("replica_seeds"), getattr(model, "seeds", None)
+    if (saved is None) == (seeds is None) and (saved is None or list(saved) == list(seeds)):
+        return
+    held = f"replicas of seeds {list(saved)}" if saved is not None else "a single run"
+    trains = f"replicas of seeds {list(seeds)}" if seeds is not None else "a single run"
+    raise SettingsError(f"ckpt_path={ckpt_path} holds {held}, this process trains {trains}: a replicated process resumes "
+                        "from its own last.ckpt (<log_dir>/replicas/<name>/<time>-<pid>/checkpoints/last.ckpt) with the "
+                        "replicas settings it was started with; a single run (one replica too) from its own run's "
+                        "checkpoints/last.ckpt")

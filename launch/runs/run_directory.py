@@ -26,60 +26,50 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import OmegaConf
 
 from callbacks.guards.preemption import checkpoint_directory
-
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import held_directories
-from checkpoints.trainer.restored_paths import lies_inside
 from common.files import read_regular, resolved_inside, write_file
 from common.lightning_files import RunLogger
 
 SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
 OWNER_FILE = ".owner"  # <run>/.owner names the process that writes the run, while it runs
-_owned: dict[Path, int] = {}  # the run directories this process holds locked (the open descriptors)
 # The files a run writes in place in its directory (Lightning's hparams.yaml, LightningCLI's config files, ours), and
 # its checkpoint directory: a received run may hold any of them as a link to elsewhere, which a write (or a save and a
 # removal there) would follow. Checkpoints themselves are replaced by rename, which replaces a link and follows none.
 WRITTEN_IN_PLACE = (OWNER_FILE, "hparams.yaml", "hydra_job.yaml", "config.yaml", "config_*.yaml", "checkpoints")
 
 
-class RunInUseError(CheckpointError):
-    """Another live process writes the run that a checkpoint belongs to."""
-
-
-def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike) -> None:
+def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike, new: bool = False) -> None:
     """Make this process the one writer of `run_dir`, or refuse in one line naming the process that is, or a link
-    on the way from `root` (its logger's save_dir) that leads outside it (common/files.py: resolved_inside).
+    on the way from `root` (its logger's save_dir) that leads outside it (common/files.py: resolved_inside). `new`:
+    `run_dir` is made here, or FileExistsError (`os.mkdir` succeeds for one process only).
 
     Two processes resuming one run would write the same checkpoint and event files, and the second's checkpoints
     would replace the first's. The owner holds an exclusive `flock` on the run directory itself for as long as it
-    lives; the kernel releases it when the process ends, however it ends (a kill, a crash), so a dead owner's lock
-    is simply taken over. `<run>/.owner` names the owner for the message, and goes when it exits normally. Rank 0
-    owns a distributed run (the other ranks do not write its files)."""
+    lives (the descriptor stays open); the kernel releases it when the process ends, however it ends (a kill, a
+    crash), so a dead owner's lock is simply taken over. `<run>/.owner` names the owner for the message, and goes
+    when it exits normally. Rank 0 owns a distributed run (the other ranks do not write its files)."""
     if rank_zero_only.rank != 0:
         return
     run_dir = resolved_inside(root, run_dir)
-    if run_dir in _owned:
+    run_dir.mkdir(parents=True, exist_ok=not new)
+    if run_dir in held_directories:
         return
-    run_dir.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(run_dir, os.O_RDONLY)
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(descriptor)
-        owner = read_owner(run_dir / OWNER_FILE)
-        raise RunInUseError(f"the run {run_dir} is being written by {owner}; a second writer would replace its "
-                            "checkpoints: wait until that process ends, or resume from a copy of the checkpoint in "
-                            "another directory") from None
-    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # first: a live owner's run is in use, whatever it holds
         refuse_unwritable(run_dir)
-    except CheckpointError:
+    except (BlockingIOError, CheckpointError) as error:
         os.close(descriptor)
-        raise
-    _owned[run_dir] = descriptor
+        if not isinstance(error, BlockingIOError):
+            raise
+        raise CheckpointError(f"the run {run_dir} is being written by {read_owner(run_dir / OWNER_FILE)}; a second writer "
+                              "would replace its checkpoints: wait until that process ends, or resume from a copy of the "
+                              "checkpoint in another directory") from None
     held_directories.add(run_dir)  # its checkpoint saves (hpc_ckpt_N.ckpt lies here) need no second lock
     write_file(run_dir / OWNER_FILE, f"process {os.getpid()} on {socket.gethostname()}\n")
     # safe: the owner's note in the run this process owns, never a link (refused above; unlink removes a link itself)
-    atexit.register(lambda: (run_dir / OWNER_FILE).unlink(missing_ok=True))  # safe: the owner note this process wrote in its run
+    atexit.register(lambda: (run_dir / OWNER_FILE).unlink(missing_ok=True))
 
 
 def refuse_unwritable(run_dir: Path) -> None:
@@ -107,18 +97,6 @@ def read_owner(path: Path) -> str:
     return " ".join(note.split()) or "another process"
 
 
-def run_of_checkpoint(ckpt_path: str | None) -> tuple[str, str, str] | None:
-    """(save_dir, name, version) of the TensorBoard run a checkpoint lies in
-    (<save_dir>/<name>/<version>/checkpoints/<file>.ckpt), so that resuming, validating or testing
-    from it continues that run: one unbroken curve, no new version directory."""
-    if not ckpt_path:
-        return None
-    path = Path(ckpt_path).resolve()
-    if path.parent.name != "checkpoints" or not path.parents[1].name.startswith(("version_", SLURM_VERSION)):
-        return None
-    return str(path.parents[3]), path.parents[2].name, path.parents[1].name
-
-
 def slurm_job_id() -> str | None:
     """The SLURM job's id (<array job>_<task> in an array) when running as a batch job, else None."""
     if not SLURMEnvironment.detect():
@@ -128,23 +106,25 @@ def slurm_job_id() -> str | None:
 
 
 def tensorboard_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs: Any) -> Any:
-    """The run that wrote `ckpt_path`; else, in a SLURM job, the job's run (a requeued job continues it);
-    else a new version of run `name` under `save_dir`, reserved atomically (two runs started at the same
-    moment get two directories: `os.mkdir` succeeds for one of them only)."""
+    """The run that wrote `ckpt_path` (<save_dir>/<name>/<version>/checkpoints/<file>.ckpt), so that resuming,
+    validating or testing from it continues that run: one unbroken curve, no new version directory; else, in a SLURM
+    job, the job's run (a requeued job continues it); else a new version of run `name` under `save_dir`, reserved
+    atomically (ReservedVersionLogger)."""
     kwargs = {"default_hp_metric": False, **kwargs}
     if "://" not in save_dir:  # one canonical path: a resumed run's checkpoint directory (found from the checkpoint's
         # absolute path) then equals the first's, and best-model tracking goes on; no link leads it out of <log_dir>
         save_dir = str(resolved_inside(Path(save_dir).parent, save_dir))
-    run = run_of_checkpoint(ckpt_path)
-    job = slurm_job_id()
-    if run is None and job is not None:
-        run = (save_dir, name, f"{SLURM_VERSION}{job}")
-    if run is None:
+    path = Path(ckpt_path).resolve() if ckpt_path else None
+    if path is not None and path.parent.name == "checkpoints" and path.parents[1].name.startswith(("version_", SLURM_VERSION)):
+        save_dir, name, version = str(path.parents[3]), path.parents[2].name, path.parents[1].name
+    elif slurm_job_id() is not None:
+        version = f"{SLURM_VERSION}{slurm_job_id()}"
+    else:
         return ReservedVersionLogger(save_dir, name=name, **kwargs)
-    own_run_directory(Path(run[0]) / run[1] / run[2], run[0])  # before anything is written there
+    own_run_directory(Path(save_dir) / name / version, save_dir)  # before anything is written there
     # Continuing in its own checkpoint directory is intended: Lightning's warning about it is not news.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-    return RunLogger(run[0], name=run[1], version=run[2], **kwargs)
+    return RunLogger(save_dir, name=name, version=version, **kwargs)
 
 
 class ReservedVersionLogger(RunLogger):
@@ -156,11 +136,9 @@ class ReservedVersionLogger(RunLogger):
         if rank_zero_only.rank != 0:  # other ranks never write here; rank 0's directory is broadcast
             return version
         root_dir = resolved_inside(self.save_dir, self.root_dir)  # the run's name folder: no link out of save_dir
-        root_dir.mkdir(parents=True, exist_ok=True)
         while True:
-            try:
-                (root_dir / f"version_{version}").mkdir()
-                own_run_directory(root_dir / f"version_{version}", self.save_dir)  # so that no resume writes into it meanwhile
+            try:  # owned at once, so that no resume writes into it meanwhile
+                own_run_directory(root_dir / f"version_{version}", self.save_dir, new=True)
                 return version
             except FileExistsError:  # taken since the listing: by a run started at the same time
                 version += 1
@@ -185,38 +163,32 @@ def no_traces_if_refused(logger: Any, refusals: tuple[type[BaseException], ...])
     # fast_dev_run swaps the logger for Lightning's DummyLogger, which has no directory: nothing to clean up then.
     log_dir = getattr(logger, "log_dir", None) if logger and rank_zero_only.rank == 0 else None
     run_dir = Path(log_dir) if log_dir else None
-    before = files_of(run_dir) if run_dir is not None else {}
+    before = files_of(run_dir)
     kept = {p: p.read_bytes() for p in before if p.suffix == ".yaml"}
     try:
         yield
     except refusals:
-        if run_dir is not None and run_dir.is_dir():
-            remove_traces(run_dir, before, kept)
+        changed = [p for p, mtime in files_of(run_dir).items() if before.get(p) != mtime]
+        if run_dir is None or not run_dir.is_dir() or any(p.suffix == ".ckpt" for p in changed):
+            raise  # it saved a checkpoint: a run, kept whole
+        if not before:  # the run's own new directory: all of it
+            remove_with_empty_parents(run_dir)
+        for path in changed if before else []:  # a resumed run: what this process added goes, what it rewrote is put back
+            if run_dir.resolve() not in path.resolve().parents:
+                continue  # reached through a link (files_of lists none)
+            if path in kept:
+                write_file(path, kept[path])
+            elif path not in before:
+                path.unlink(missing_ok=True)  # safe: a file (not a link) this process added, inside the run (checked above)
         raise
 
 
-def files_of(directory: Path) -> dict[Path, int]:
-    """Every file below `directory`, with its modification time (ns); the owner's note (which goes with its process) aside."""
-    if not directory.is_dir():
+def files_of(directory: Path | None) -> dict[Path, int]:
+    """Every file below `directory`, with its modification time (ns); the owner's note (which goes with its process)
+    and links aside: a refused run puts back or removes only the files themselves, never what a link points at."""
+    if directory is None or not directory.is_dir():
         return {}
-    # Links aside: a refused run puts back or removes only the files themselves, never what a link points at.
     return {p: p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file() and not p.is_symlink() and p.name != OWNER_FILE}
-
-
-def remove_traces(run_dir: Path, before: dict[Path, int], kept: dict[Path, bytes]) -> None:
-    changed = [p for p, mtime in files_of(run_dir).items() if before.get(p) != mtime]
-    if any(p.suffix == ".ckpt" for p in changed):  # it saved a checkpoint: a run, kept whole
-        return
-    if not before:  # the run's own new directory: all of it
-        remove_with_empty_parents(run_dir)
-        return
-    for path in changed:  # a resumed run: what this process added goes, what it rewrote is put back
-        if path.is_symlink() or not lies_inside(path, run_dir):
-            continue  # made a link since (never written through), or reached through one
-        if path in kept:
-            write_file(path, kept[path])
-        elif path not in before:
-            path.unlink(missing_ok=True)  # safe: a file (not a link) this process added, inside the run (checked above)
 
 
 def remove_if_only_hydra_files(directory: str) -> None:
@@ -239,18 +211,18 @@ def note_existing_directories(log_dir: str | os.PathLike) -> None:
 
 
 def remove_with_empty_parents(path: Path) -> None:
-    """Remove `path` and the directories above it (up to the working directory) that this leaves empty, but none
-    that existed when the process started."""
-    path = path.resolve()
-    if path == Path(path.anchor) or path in Path.cwd().resolve().parents or path == Path.cwd().resolve():
-        return  # never the working directory or above it: a run's own directory lies below them
+    """Remove `path` and the directories above it that this leaves empty, but none that existed when the process
+    started, and never the working directory or above it (a run's own directory lies below them)."""
+    path, cwd = path.resolve(), Path.cwd().resolve()
+    if path == cwd or path in cwd.parents:
+        return
     shutil.rmtree(path, ignore_errors=True)  # safe: resolved; the run directory (or Hydra's) this process made itself
     for parent in path.parents:
+        if parent == cwd or parent in _existing_before:
+            break
         try:
-            if parent == Path.cwd() or parent in _existing_before or any(parent.iterdir()):
-                break
-            parent.rmdir()
-        except OSError:  # gone, or filled meanwhile by another run
+            parent.rmdir()  # an empty directory only
+        except OSError:  # not empty (filled meanwhile by another run), or gone
             break
 
 
@@ -260,11 +232,9 @@ def note_hydra_job(logger: Any) -> None:
     parent of the job's output directory (configs/train.yaml: hydra.sweep.subdir is one level)."""
     if not getattr(logger, "log_dir", None) or rank_zero_only.rank != 0 or not HydraConfig.initialized():
         return  # no logger, or fast_dev_run's DummyLogger (no directory)
-    path = Path(logger.log_dir) / "hydra_job.yaml"
-    if path.exists() or path.is_symlink():  # a link (dangling too) is never written through
-        return
-    hydra = HydraConfig.get()
-    if OmegaConf.is_missing(hydra.runtime, "output_dir"):  # a config composed in Python (tests): no Hydra job
+    path, hydra = Path(logger.log_dir) / "hydra_job.yaml", HydraConfig.get()
+    # a link (dangling too) is never written through; a config composed in Python (tests) has no Hydra job
+    if path.exists() or path.is_symlink() or OmegaConf.is_missing(hydra.runtime, "output_dir"):
         return
     output_dir = Path(hydra.runtime.output_dir).resolve()
     job: dict[str, Any] = {"output_dir": str(output_dir)}
@@ -278,45 +248,31 @@ def run_summary(trainer: Any) -> str | None:
     """One line naming where a run is: its TensorBoard run directory, its last checkpoint and the command that shows
     it, e.g. `run: logs/tensorboard/jsa-mnist-mlp-K10-L20/version_0 · checkpoint: logs/.../checkpoints/last.ckpt ·
     tensorboard --logdir logs/tensorboard` (paths below the working directory relative to it); None when there is
-    nothing to name (no logger directory, no checkpoint)."""
-    parts = []
-    logger = trainer.logger
+    nothing to name (no logger directory, no checkpoint), or on another rank than 0."""
+    if not trainer.is_global_zero:
+        return None
+    logger, last = trainer.logger, checkpoint_directory(trainer) / "last.ckpt"
     tensorboard = isinstance(logger, TensorBoardLogger) and "://" not in str(logger.save_dir)
-    if tensorboard:
-        parts.append(f"run: {_shown(logger.log_dir)}")
-    last = checkpoint_directory(trainer) / "last.ckpt"
-    if last.is_file():
-        parts.append(f"checkpoint: {_shown(last)}")
-    if tensorboard:
-        parts.append(f"tensorboard --logdir {_shown(logger.save_dir)}")
-    return " · ".join(parts) or None
+    parts = [tensorboard and f"run: {_shown(logger.log_dir)}", last.is_file() and f"checkpoint: {_shown(last)}",
+             tensorboard and f"tensorboard --logdir {_shown(logger.save_dir)}"]
+    return " · ".join(part for part in parts if part) or None
 
 
 def _shown(path: str | os.PathLike) -> str:
     """`path` relative to the working directory when below it (as a user would type it there), else absolute."""
     path = Path(path).resolve()
-    try:
-        path = path.relative_to(Path.cwd())
-    except ValueError:
-        pass
-    return shlex.quote(str(path))
+    return shlex.quote(str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path))
 
 
 @contextlib.contextmanager
 def run_summary_at_end(trainer: Any, say: Any) -> Iterator[None]:
-    """`say(run_summary(trainer))` on rank 0 when the block ends: after the run, or after SIGTERM or Ctrl-C stopped it
-    with a checkpoint (exit 143 or 130); not when the run was refused or failed (nothing of a run to point at)."""
-    stopped = (128 + signal.SIGTERM, 128 + signal.SIGINT)
+    """`say(run_summary(trainer))` when the block ends: after the run, or after SIGTERM or Ctrl-C stopped it with a
+    checkpoint (exit 143 or 130); not when the run was refused or failed (nothing of a run to point at)."""
     try:
         yield
     except SystemExit as stop:
-        if stop.code in stopped:
-            _say_summary(trainer, say)
+        if stop.code in (128 + signal.SIGTERM, 128 + signal.SIGINT) and (line := run_summary(trainer)):
+            say(line)
         raise
-    _say_summary(trainer, say)
-
-
-def _say_summary(trainer: Any, say: Any) -> None:
-    line = run_summary(trainer) if trainer.is_global_zero else None
-    if line:
+    if line := run_summary(trainer):
         say(line)

@@ -143,11 +143,18 @@ def test_both_front_ends_add_the_process_group_release():
 def test_only_a_timeout_raised_inside_torch_distributed_counts_as_a_collective_timeout():
     """Another RuntimeError that mentions a timeout (a data loader's, say) keeps its own traceback, not the DDP
     message; test_a_frozen_ddp_peer_stops_the_run_with_a_message_after_the_timeout shows the real one."""
-    from launch.runs.distributed import is_collective_timeout
+    from launch.runs.distributed import collective_timeout_message
 
     def loader():
         raise RuntimeError("DataLoader timed out after 5 seconds")
 
     with pytest.raises(RuntimeError) as error:
         loader()
-    assert not is_collective_timeout(error.value)
+    assert collective_timeout_message(error.value) is None
+    inside = {}  # gloo's timeout, raised from a frame of torch.distributed: one line naming the collective and the fix
+    exec(compile("def all_reduce():\n    raise RuntimeError('Timed out waiting 5000ms for recv operation to complete')\n",
+                 "/site-packages/torch/distributed/distributed_c10d.py", "exec"), inside)
+    with pytest.raises(RuntimeError) as error:
+        inside["all_reduce"]()
+    assert collective_timeout_message(error.value).startswith(
+        "a distributed collective timed out in all_reduce (distributed/distributed_c10d.py): Timed out waiting 5000ms")

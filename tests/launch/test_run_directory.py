@@ -86,6 +86,17 @@ def test_a_refused_run_keeps_the_empty_directories_the_user_made(tmp_path, monke
     assert (tmp_path / "logs" / "tensorboard").is_dir() and not (tmp_path / "logs" / "tensorboard" / "jsa").exists()
 
 
+def test_a_version_taken_since_the_listing_goes_to_the_next_one(tmp_path, monkeypatch):
+    """Two runs started at the same moment list the same versions: the directory is reserved by `os.mkdir`, which one
+    of them wins; the other takes the next version (tests/launch/test_interruptions.py races two processes)."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    monkeypatch.setattr(TensorBoardLogger, "_get_next_version", lambda self: 0)  # the listing found no version
+    (tmp_path / "jsa" / "version_0").mkdir(parents=True)  # made since, by the other run
+    assert ReservedVersionLogger(str(tmp_path), name="jsa").version == 1
+    assert (tmp_path / "jsa" / "version_1" / ".owner").read_text().startswith(f"process {os.getpid()} on ")
+
+
 def test_a_run_name_folder_that_links_elsewhere_receives_no_new_run(tmp_path):
     """A received logs/ whose run-name folder is a link to the user's folder: the new run's version_N is refused there,
     before anything is made."""
@@ -181,6 +192,25 @@ def test_a_received_runs_owner_note_or_hparams_that_is_a_fifo_is_never_waited_on
     assert said == ["another process"]
     own_run_directory(run_dir, tmp_path / "tensorboard")
     assert (run_dir / ".owner").read_text().startswith(f"process {os.getpid()} on ")
+
+
+def test_a_run_held_by_a_live_process_is_refused_as_in_use_before_what_it_holds_is_judged(tmp_path):
+    """The owner's lock first: a run another process writes is named as in use, even when it holds a link (its
+    `.owner` linked to a device, tests/checkpoints/test_received_files.py runs the two processes)."""
+    import fcntl
+
+    run_dir = tmp_path / "tensorboard" / "jsa" / "version_0"
+    run_dir.mkdir(parents=True)
+    (run_dir / ".owner").symlink_to("/dev/zero")
+    holder = os.open(run_dir, os.O_RDONLY)  # another open file: its flock excludes this process's own as another's would
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(CheckpointError, match=f"^the run {run_dir} is being written by another process; "):
+            own_run_directory(run_dir, tmp_path / "tensorboard")
+    finally:
+        os.close(holder)
+    with pytest.raises(CheckpointError, match="holds .owner as a link to /dev/zero"):  # released: what it holds is judged
+        own_run_directory(run_dir, tmp_path / "tensorboard")
 
 
 @pytest.mark.slow  # real processes

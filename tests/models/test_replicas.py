@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import warnings
 
 import lightning as L
@@ -454,3 +455,18 @@ def test_arms_branched_from_a_trunk_keep_their_own_best_and_test_it_with_their_o
         for name in ("last.ckpt", best):
             checkpoint = load_checkpoint_file(run / "checkpoints" / name)
             assert checkpoint["datamodule_hyper_parameters"]["seed"] == checkpoint["hyper_parameters"]["test_seed"] == seed
+
+
+@pytest.mark.parametrize("saved, seeds, held", [(None, [0, 1], "a single run, this process trains replicas of seeds [0, 1]"),
+                                               ([0, 1], None, "replicas of seeds [0, 1], this process trains a single run"),
+                                               ([0, 1], [2, 3], "replicas of seeds [0, 1], this process trains replicas of seeds [2, 3]")])
+def test_a_checkpoint_of_other_replicas_or_of_a_single_run_is_refused_naming_both(saved, seeds, held):
+    """A replicated process resumes from its own last.ckpt, of the same seeds; a single run from a single run's."""
+    from types import SimpleNamespace
+
+    from launch.checks.settings import SettingsError
+    from launch.runs.replicas import check_replica_checkpoint
+
+    check_replica_checkpoint({"replica_seeds": seeds} if seeds is not None else {}, SimpleNamespace(seeds=seeds), "own.ckpt")
+    with pytest.raises(SettingsError, match=re.escape(f"ckpt_path=last.ckpt holds {held}: a replicated process resumes")):
+        check_replica_checkpoint({"replica_seeds": saved} if saved is not None else {}, SimpleNamespace(seeds=seeds), "last.ckpt")
