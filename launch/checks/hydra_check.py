@@ -134,10 +134,12 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
 
     parser, folders = OverridesParser.create(), hydra_folders(argv)
     given = command_overrides(argv)
-    try:
-        parsed = parser.parse_overrides(given)
-    except HydraException as error:  # Hydra's grammar: the line it names and what it expected
-        raise EarlyRefusal(" ".join(str(error).splitlines()[:2])) from None
+    parsed = []
+    for arg in given:
+        try:
+            parsed += parser.parse_overrides([arg])
+        except HydraException as error:  # Hydra's grammar: what it expected, and where its docs say more
+            raise EarlyRefusal(f"{arg}: {' '.join(str(error).split())}") from None
     flags = [arg.split("=", 1)[0] for arg in argv if arg.startswith("-")]  # Hydra's argparse takes --multi, --cfg=job, -cjob
     multirun = any(f == "-m" or (len(f) > 3 and "--multirun".startswith(f)) for f in flags) or "hydra.mode=MULTIRUN" in given
     printed = any(f.startswith(("--cfg", "-c")) for f in flags)  # only prints the config: a launcher is fine without -m

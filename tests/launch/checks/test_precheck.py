@@ -36,6 +36,11 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("callbacks=null", ["callbacks=null", "default, sgmcmc", "~callbacks"]),
     ("data=mnsit", ["data=mnsit", "mnist?"]),
     ("trainer.max_epochs=abc", ["trainer.max_epochs='abc'", "integer or null"]),
+    ("seed=-1", ["seed=-1", "[0, 2^32 - 1]"]),
+    ("run_test=maybe", ["run_test='maybe'", "true or false"]),
+    ("ddp_timeout_s=0", ["ddp_timeout_s=0", "seconds > 0"]),
+    ("+logger.name=mine", ["logger.name=mine", "run_name=mine"]),  # the run's layout sets them (launch/run_layout.py)
+    ("+logger.save_dir=/tmp/runs", ["logger.save_dir=/tmp/runs", "log_dir=/tmp/runs"]),
     ("seed=abc", ["seed='abc'", "integer"]),
     ("-m model=vae,jsa model.lr=1e-3,abc", ["model.lr='abc'", "number"]),
     ("fit --trainer.max_epoch=1", ["--trainer.max_epoch", "Trainer", "--trainer.max_epochs?"]),
