@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +160,7 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
                                f"({leave_out} leaves it out)")
     trainer_known = "lightning" in sys.modules
     # Before the Trainer's defaults are known, a trainer key is added (++) rather than refused; deleting one is left out.
-    overrides = [f"++{o.input_line.lstrip('+')}" if o.get_key_element().lstrip("+").startswith("trainer.") and not trainer_known
+    overrides = [f"++{o.input_line}" if o.get_key_element().startswith("trainer.") and not trainer_known
                  and not o.is_delete() else o.input_line for o in parsed
                  if not (o.is_delete() and o.get_key_element().startswith("~trainer.") and not trainer_known)]
     if folders:  # --config-dir: a search path entry, as Hydra's app adds it
@@ -167,7 +168,8 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
         overrides = [o for o in overrides if not o.lstrip("+").startswith("hydra.searchpath=")] + \
             [f"hydra.searchpath=[{','.join(searchpath)}]"]
     register_defaults()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (a search path that does not exist: the line below, or Hydra's after the imports)
         jobs = job_overrides(parser.parse_overrides(overrides), {}, parser)
         cfg = composed(compose, jobs[0], parsed, folders, schema)
         params = cfg.hydra.sweeper.get("params") if multirun else None
