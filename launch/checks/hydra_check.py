@@ -23,6 +23,7 @@ from launch.checks.precheck import OTHER_TREE, EarlyRefusal, TOP_LEVEL_SETTINGS,
 REPLICA_SETTINGS = ("replicas.seeds", "replicas.arms")  # launch/runs/replicas.py checks their values
 CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
 CLASS_GROUPS = ("model", "data", "trainer")  # their configs hold every setting of their class (register_defaults)
+FILE_GROUPS = ("callbacks", "logger", "optimizer", "scheduler", "hydra")  # their configs hold the keys their files set
 MAX_JOBS_CHECKED = 16  # a sweep's jobs composed: each value of each swept key once, the first values of the others
 # The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
 LAYOUT_SETTINGS = {"logger.save_dir": "log_dir", "logger.name": "run_name"}
@@ -158,11 +159,15 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
             leave_out = f"{key}=none" if "none" in available else f"~{key}"
             raise EarlyRefusal(f"{key}=null: no such config in configs/{key}/; expected one of {', '.join(available)} "
                                f"({leave_out} leaves it out)")
-    trainer_known = "lightning" in sys.modules
-    # Before the Trainer's defaults are known, a trainer key is added (++) rather than refused; deleting one is left out.
-    overrides = [f"++{o.input_line}" if o.get_key_element().startswith("trainer.") and not trainer_known
-                 and not o.is_delete() else o.input_line for o in parsed
-                 if not (o.is_delete() and o.get_key_element().startswith("~trainer.") and not trainer_known)]
+    # A setting of a class (model, data, trainer) or a top-level one given without + is added (++) and checked below
+    # against the declared settings, which also name its class and the choice that takes it; a key of a file's own
+    # (callbacks, logger, optimizer, scheduler) is left to Hydra's struct mode. The Trainer's keys are unknown until
+    # Lightning is imported: deleting one is left to then.
+    def added(o: Any) -> bool:
+        key = o.get_key_element()
+        return o.type.name == "CHANGE" and "/" not in key and key.split(".")[0] not in FILE_GROUPS and key not in CONFIG_GROUPS
+    overrides = [f"++{o.input_line}" if added(o) else o.input_line for o in parsed
+                 if not (o.is_delete() and o.get_key_element().startswith("~trainer.") and "lightning" not in sys.modules)]
     if folders:  # --config-dir: a search path entry, as Hydra's app adds it
         searchpath = [f"file://{Path(f).resolve()}" for f in folders]
         overrides = [o for o in overrides if not o.lstrip("+").startswith("hydra.searchpath=")] + \
