@@ -128,6 +128,7 @@ def test_a_config_file_that_is_not_yaml_is_named_with_the_line_and_the_fix(tmp_p
     ("hydra", "# @package _global_\ntrainer:\n  max_epoch: 1\n", "trainer.max_epoch: no such setting of Trainer; did you mean trainer.max_epochs?"),
     ("hydra", "# @package _global_\nmodel:\n  mis_stepz: 3\n", "model.mis_stepz: no such setting of JSA; did you mean model.mis_steps?"),
     ("hydra", "# @package _global_\nsed: 3\n", "sed: no such setting (the top-level ones are seed,"),
+    ("hydra", "# @package _global_\nlogger:\n  name: mine\n", "logger.name=mine: the TensorBoard run is"),
     ("hydra", "# @package _global_\ndefaults:\n  - override /model: vae\nmodel: {latent_dim: 8, lr: 1e-3}\n"
      "trainer: {max_epochs: 2, enable_progress_bar: yes}\nseed: 007\nper_model: {jsa: {mis_steps: 3}}\n", None),
 ])
