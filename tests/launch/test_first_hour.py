@@ -91,8 +91,11 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["validate", "--model=VAE", "--ckpt_path=null"], "or --fresh_weights=true to validate a freshly initialized model"),
     (["fit", "--lr_scheduler=StepLR"], "--lr_scheduler=StepLR without --optimizer would be ignored: LightningCLI schedules "
      "only an optimizer it builds itself; give both: --optimizer=Adam"),
+    # numpy's seed range, as Hydra's seed (Lightning would raise its own ValueError, a traceback)
+    (["fit", "--seed_everything=-1"], "--seed_everything"),
+    (["fit", f"--seed_everything={2**32}"], "v<4294967296"),
 ])
-def test_a_subcommands_rule_is_one_line_before_anything_is_built(command, line, tmp_path, monkeypatch, capsys):
+def test_a_rule_of_the_command_is_one_line_before_anything_is_built(command, line, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as stop:
         launch.cli_app.main(command)
