@@ -12,13 +12,10 @@ from typing import Any
 # no longer has is never called, so the test checks that each one is still there.
 OVERRIDDEN = {
     "lightning.pytorch.loggers.TensorBoardLogger": ("_get_next_version",),  # launch/runs/run_directory.py: reserve a version
-    # launch/cli_app.py: _parse_ckpt_path checks the checkpoint's class before LightningCLI imports it; _run_subcommand
-    # prints the run's summary line at the end; _instantiate_trainer (called, not overridden) builds the trainer
-    # launch/run_builder.py describes, with LightningCLI's own callbacks. `_get` and `_parser` are called too
-    # (`cli_value`, `cli_callbacks` below) and checked with them. _set_seed refuses a seed outside numpy's range in one
-    # line before Lightning seeds. _prepare_subcommand_parser gives validate and test their --fresh_weights flag.
-    "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_run_subcommand", "_get", "_parser", "_instantiate_trainer", "_set_seed",
-                                           "_prepare_subcommand_parser"),
+    # launch/cli_app.py: _parse_ckpt_path reads the checkpoint once, checking its classes before LightningCLI imports
+    # them; _instantiate_trainer (called, not overridden) builds the trainer launch/run_builder.py describes, with
+    # LightningCLI's own callbacks.
+    "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_instantiate_trainer"),
     # callbacks/validation_checkpoint.py: _save_checkpoint counts the files written; the others are called
     # to write last.ckpt where Lightning saves after a validation
     "lightning.pytorch.callbacks.ModelCheckpoint": ("_save_checkpoint", "_should_save_on_train_epoch_end",
@@ -84,21 +81,10 @@ def lightning_load(path: Any, map_location: Any, weights_only: bool) -> Any:
     return _load(path, map_location=map_location, weights_only=weights_only)
 
 
-def cli_value(cli: Any, config: Any, key: str, default: Any = None) -> Any:
-    """LightningCLI's value of `key` in `config` under the running subcommand (its `_get`)."""
-    return cli._get(config, key, default=default)
-
-
 def cli_trainer(cli: Any, settings: dict[str, Any]) -> Any:
     """LightningCLI's trainer from `settings`, with the callbacks it adds itself (SaveConfigCallback's config.yaml)
     (its `_instantiate_trainer`)."""
     return cli._instantiate_trainer(settings, [])
-
-
-def cli_callbacks(cli: Any) -> list[Any]:
-    """The callbacks LightningCLI built from its parser's callback groups (e.g. --checkpoint), which its
-    instantiate_trainer adds to the trainer's."""
-    return [cli._get(cli.config_init, key) for key in cli._parser(cli.subcommand).callback_keys]
 
 
 def checkpoint_every_n_train_steps(callback: Any) -> int | None:

@@ -9,45 +9,51 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, NoReturn, Optional, Union
 
 from hydra.utils import get_class
+from jsonargparse.typing import restricted_number_type
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
 import models  # noqa: F401  (registers the subclasses for --model=NAME)
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from checkpoints.errors import CheckpointError
-from checkpoints.import_paths import TRUST_HINT
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.model_class import check_model_class
-from checkpoints.registry import registered, registered_class
 from common.lightning_files import RunConfigFile
-from common.private_api import cli_callbacks, cli_trainer, cli_value
+from common.private_api import cli_trainer
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch import rules
-from launch.checks.early import exit_with
-from launch.errors import user_errors_as_one_line
-from launch.checks.defaults import default_class, log_dir as default_log_dir, seed as default_seed
 from launch.checks.arguments import option_value
+from launch.checks.cli_check import scheduler_without_optimizer
+from launch.checks.defaults import default_class, log_dir as default_log_dir, seed as default_seed
+from launch.checks.early import exit_with, refuse_early
 from launch.checks.received_config import ConfigRefusal, cli_sources, composed, composed_text, given_settings, is_config_option
-from launch.checks.cli_check import FRESH_WEIGHTS_OPTION, scheduler_without_optimizer, untrained_evaluation
-from launch.checks.early import refuse_early
 from launch.checks.settings import SettingsError, check_trainer_values
+from launch.errors import user_errors_as_one_line
 from launch.run_builder import RunDescription, build_trainer
 from launch.run_layout import run_name
 from launch.runs.replicas import check_replica_request, replicate
 from launch.runs.run_directory import note_existing_directories
-from models import LatentVariableModel, is_registered_model
+from models import LatentVariableModel
+
+
+SEED = restricted_number_type("Seed", int, [(">=", 0), ("<", 2**32)])  # numpy's range, as Hydra's seed
 
 
 class Parser(LightningArgumentParser):
-    """Refuses an abbreviated option; reports a wrong one in one line."""
+    """Refuses an abbreviated option; reports a wrong one in one line; validate's and test's parsers (parser_kwargs
+    `evaluates`) take --fresh_weights."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, evaluates: str | None = None, **kwargs: Any) -> None:
         # argparse takes --trainer.max_epoch as an abbreviation of --trainer.max_epochs: a typo would run silently.
         super().__init__(*args, **{**kwargs, "allow_abbrev": False})
+        if evaluates:  # not a Trainer.test argument: LightningCLI does not pass it on
+            self.add_argument("--fresh_weights", type=bool, default=False,
+                              help=f"{evaluates} the freshly initialized weights of the model (no --ckpt_path): "
+                                   "refused without this flag, as a forgotten --ckpt_path")
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
         early = refuse_early(CollectionCLI.command_line, cli=True)  # the same line as before the imports, with "did you mean"
@@ -61,15 +67,12 @@ class Parser(LightningArgumentParser):
 class CollectionCLI(LightningCLI):
     """LightningCLI with the Hydra front end's defaults and rules (launch/rules.py)."""
 
-    command_line: list[str] = []  # the arguments as given (with the default --model/--data), set by main()
-    given_model: str | None = None  # --model as the user gave it (None: the default, or the checkpoint's class)
+    command_line: list[str] = []  # the arguments as the user gave them, set by main()
     checkpoint: dict[str, Any] | None = None  # --ckpt_path's content, read once (_parse_ckpt_path)
 
-    def _set_seed(self) -> None:
-        seed = cli_value(self, self.config, "seed_everything")  # as the Hydra front end's seed: numpy's range, or true/false
-        if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:
-            raise SettingsError(f"--seed_everything={seed}: expected an integer in [0, 2^32 - 1], or true (a random one)")
-        super()._set_seed()
+    def add_default_arguments_to_parser(self, parser: Any) -> None:
+        parser.add_argument("--seed_everything", type=Union[bool, SEED], default=self.seed_everything_default,
+                            help="the seed of the run, in [0, 2^32 - 1] (as Hydra's seed); true: a random one; false: none")
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         # The model is built for the data's image shape, as in the Hydra front end.
@@ -91,43 +94,24 @@ class CollectionCLI(LightningCLI):
         parser.set_defaults({"trainer.callbacks": [{"class_path": f"{type(c).__module__}.{type(c).__name__}"}
                                                    for c in rules.default_callbacks()]})
 
-    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> Any:
-        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
-        if subcommand in ("validate", "test"):  # not a Trainer.test argument: LightningCLI does not pass it on
-            parser.add_argument(FRESH_WEIGHTS_OPTION, type=bool, default=False,
-                                help=f"{subcommand} the freshly initialized weights of the model (no --ckpt_path): "
-                                     "refused without this flag, as a forgotten --ckpt_path")
-        return parser
-
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
-        # (the early checks refuse this before the imports; a -c file may give ckpt_path, so it is decided here)
-        if self.subcommand in ("validate", "test") and not config.get("ckpt_path") and not config.get(FRESH_WEIGHTS_OPTION[2:]):
-            raise SettingsError(untrained_evaluation(self.subcommand))
+        if self.subcommand in ("validate", "test") and not config.get("ckpt_path") and not config.get("fresh_weights"):
+            raise SettingsError(f"{self.subcommand} without --ckpt_path would {self.subcommand} untrained weights: give the "
+                                "checkpoint of a run, --ckpt_path=logs/tensorboard/<run>/version_N/checkpoints/last.ckpt, or "
+                                f"--fresh_weights=true to {self.subcommand} a freshly initialized model")
         if config.get("lr_scheduler") and not config.get("optimizer"):  # LightningCLI would leave the scheduler out
             scheduler = config.lr_scheduler
-            raise SettingsError(scheduler_without_optimizer(str(getattr(scheduler, "class_path", scheduler)).rsplit(".", 1)[-1]))
+            raise SettingsError(scheduler_without_optimizer(str(getattr(scheduler, "class_path", scheduler))))
         # The seed's rule, as in the Hydra front end (launch/rules.py: seed_settings); a seed_everything from a -c
         # file counts as given where it differs from the default.
-        seed = config.get("seed_everything")
+        seed = config.seed_everything  # (SEED's values as plain ints: a model's hyperparameters keep the seed)
+        seed = config.seed_everything = seed if isinstance(seed, bool) else int(seed)
         seed_given = option_value(self.command_line, "--seed_everything") is not None
         if seed_given or seed != default_seed():
             rules.seed_settings({group: config[group].init_args for group in ("data", "model")},
                                 {group: get_class(config[group].class_path) for group in ("data", "model")},
-                                seed, seed_given, lambda group, key: _given(self.command_line, group, key))
-        # A checkpoint's hyperparameters (test/validate --ckpt_path) are merged over the command line by
-        # LightningCLI: an option the user gives wins over them, as without a checkpoint.
-        if self.subcommand and config.get("ckpt_path"):
-            given = {a.split("=", 1)[0].removeprefix("--model.").removeprefix("init_args.").split(".")[0]
-                     for a in self.command_line if a.startswith("--model.")}
-            if given:
-                fresh = self.parser.parse_args(_without_option(self.command_line, "--ckpt_path"))[self.subcommand]
-                for key in given:
-                    config.model.init_args[key] = fresh.model.init_args[key]
-                    if key in (config.model.get("dict_kwargs") or {}):
-                        del config.model.dict_kwargs[key]
-        for key, value in _integer_batch_limits(self.command_line).items():  # as saved in config.yaml (see instantiate_trainer)
-            config.trainer[key] = value
+                                seed, seed_given, lambda group, key: bool(_given(self.command_line, group, {key})))
         note_existing_directories(config.get("log_dir") or default_log_dir())  # as parsed: a -c file may set it
         settings = rules.follow_data(dict(config.model.init_args), get_class(config.data.class_path), config.data.init_args.binarize)
         config.model.init_args.likelihood, config.model.init_args.backbone = settings["likelihood"], settings["backbone"]
@@ -135,14 +119,11 @@ class CollectionCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         """The trainer of the run this namespace describes, by the builder the Hydra front end calls too
         (launch/run_builder.py); LightningCLI still adds its own callbacks (SaveConfigCallback's config.yaml)."""
-        trainer_config = {**cli_value(self, self.config_init, "trainer", default={}), **kwargs}
-        check_trainer_values(trainer_config, "--trainer")
-        # Instantiation reads the limits back as floats; the integers the user gave are counts.
-        for key, value in _integer_batch_limits(self.command_line).items():
-            trainer_config[key] = value
-        # The --checkpoint group's ModelCheckpoint (a parser group, built always) joins the trainer's callbacks.
-        trainer_config["callbacks"] = [*(trainer_config.get("callbacks") or []), *cli_callbacks(self)]
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        trainer_config = {**config.trainer, **kwargs}
+        check_trainer_values(trainer_config, "--trainer")
+        # The --checkpoint group's ModelCheckpoint (a parser group, built always) joins the trainer's callbacks.
+        trainer_config["callbacks"] = [*(trainer_config.get("callbacks") or []), config.checkpoint]
         log_dir = str(config.get("log_dir") or default_log_dir())
         run = RunDescription(
             model=self.model, datamodule=self.datamodule, trainer=trainer_config, log_dir=log_dir, front_end="cli",
@@ -165,35 +146,32 @@ class CollectionCLI(LightningCLI):
         return trainer
 
     def _parse_ckpt_path(self) -> None:
-        # LightningCLI builds the model named in the checkpoint's hyperparameters (--ckpt_path from the command line, a
-        # repeated flag or a -c config file alike), whatever --model says. So the file is read here, the safe way,
-        # first: the class it names must be a registered model before anything imports it, and the one --model names.
-        ckpt_path = self.config[self.config.subcommand].get("ckpt_path") if self.config.get("subcommand") else None
-        if ckpt_path:
-            checkpoint = self.checkpoint = load_checkpoint_file(ckpt_path)  # handed to the builder: read once
-            class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
-            if class_path is not None and not is_registered_model(class_path):
-                raise CheckpointError(f"--ckpt_path={ckpt_path} names the class {class_path!r}, which is not one of the "
-                                      f"collection's models; it is not imported; {TRUST_HINT}")
-            written_by, given = checkpoint.get("model_class") or "", self.given_model
-            if given and written_by and given.rsplit(".", 1)[-1] != written_by.rsplit(".", 1)[-1]:
-                given_class = registered_class(given, "model")
-                if given_class is not None:  # the line with the command that resumes it with the model that wrote it
-                    check_model_class(checkpoint, given_class, ckpt_path, self.config.subcommand)
-                raise CheckpointError(f"--ckpt_path={ckpt_path} was written by {written_by}, not --model={given}")
-            # What LightningCLI's own _parse_ckpt_path does, from this read: its torch.load would read the file a
-            # second time, past the checksum.
-            hparams = copy.deepcopy(dict(checkpoint.get("hyper_parameters") or {}))  # the parser changes what it is given
-            hparams.pop("_instantiator", None)
-            if hparams:
-                if "_class_path" in hparams:
-                    hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
-                self.config = self.parser.parse_object({self.config.subcommand: {"model": hparams}}, self.config)
+        # No public hook comes between the parse and LightningCLI's own read of --ckpt_path (a second torch.load of the
+        # file, past the checksum; the model rebuilt from its hyperparameters whatever --model says): it is done here,
+        # from the one safe read (the registered-classes check included), handed on to the builder.
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if not ckpt_path:
+            return
+        checkpoint = self.checkpoint = load_checkpoint_file(ckpt_path)
+        if option_value(self.command_line, "--model") is not None:  # the model given must be the one that wrote it
+            check_model_class(checkpoint, get_class(self.config[subcommand].model.class_path), ckpt_path, subcommand)
+        hparams = copy.deepcopy(dict(checkpoint.get("hyper_parameters") or {}))  # the parser changes what it is given
+        hparams.pop("_instantiator", None)
+        for key in _given(self.command_line, "model"):  # an option the user gives wins over the checkpoint's
+            hparams.pop(key, None)
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        if hparams:
+            self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
 
-    def _run_subcommand(self, subcommand: str) -> None:
-        # The last line (also after Ctrl-C/SIGTERM): the run, its last.ckpt and the TensorBoard command.
-        with rules.running(self.trainer, lambda line: print(line, flush=True), evaluating_only=subcommand in ("validate", "test")):
-            super()._run_subcommand(subcommand)
+    def fit(self, **kwargs: Any) -> None:
+        """Each subcommand (LightningCLI runs the CLI's method of its name where there is one): the trainer's, with the
+        last line (also after Ctrl-C/SIGTERM) naming the run, its last.ckpt and the TensorBoard command."""
+        with rules.running(self.trainer, lambda line: print(line, flush=True), evaluating_only=self.subcommand in ("validate", "test")):
+            getattr(self.trainer, self.subcommand)(**kwargs)
+
+    validate = test = predict = fit
 
     def instantiate_classes(self) -> None:
         try:
@@ -207,9 +185,8 @@ class CollectionCLI(LightningCLI):
 def main(args: list[str] | None = None, run: bool = True) -> Any:
     """LightningCLI on the same classes, with the same defaults as the Hydra configs (JSA on MNIST, the
     likelihood that suits the data, the same callbacks) and runs named like Hydra's."""
-    raw_args = list(sys.argv[1:] if args is None else args)
+    raw_args = CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
     subcommand = raw_args[0] if raw_args and raw_args[0] in SUBCOMMANDS else None
-    given_model = option_value(raw_args, "--model")
     # JSA on MNIST unless told otherwise (on the command line or in a config file), as in the Hydra front end. Given
     # as arguments before the config files, not as parser defaults: jsonargparse would carry a default class's
     # settings over to another class the user picks.
@@ -226,13 +203,13 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
             args = raw_args
 
     with user_errors_as_one_line():
-        CollectionCLI.command_line, CollectionCLI.given_model = raw_args, given_model
         return CollectionCLI(
             LatentVariableModel,
             ImageDataModule,
             subclass_mode_model=True,
             subclass_mode_data=True,
             parser_class=Parser,
+            parser_kwargs={evaluates: {"evaluates": evaluates} for evaluates in ("validate", "test")},
             args=args,
             run=run,
             # fit writes config.yaml into the run; test/validate into the same run, under their own name
@@ -282,9 +259,6 @@ def _parser_message(text: str, args: list[str]) -> str:
         return " ".join(text.split())
     given = [a.split("=", 1)[0] for a in args if a.startswith("--")]
     option = next((g for g in given if g.endswith(("." + keys[-1], "--" + keys[-1]))), "--" + ".".join(keys))
-    if option in ("--model", "--data") and any("dot import path" in r for r in reasons):  # an unknown class name
-        names = sorted(cls.__name__ for cls in registered(option[2:]) if cls is not ImageDataModule)  # the base is no choice
-        return f"{option}={option_value(args, option)} is not one of {', '.join(names)}"
     return f"{option}: {'; '.join(dict.fromkeys(reasons))}"
 
 
@@ -300,29 +274,8 @@ def _constructor_message(text: str) -> str:
     return prefix + ("; ".join(reasons) or text.splitlines()[0])
 
 
-def _given(args: list[str], group: str, key: str) -> bool:
-    """Whether the command line sets `key` of `group` (--group.key or --group.init_args.key)."""
-    return any(option_value(args, f"--{group}.{prefix}{key}") is not None for prefix in ("", "init_args."))
-
-
-def _integer_batch_limits(args: list[str]) -> dict[str, int]:
-    """jsonargparse reads `--trainer.limit_val_batches=1` as 1.0 (all batches): an integer given is a count."""
-    limits = {}
-    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"):
-        value = option_value(args, f"--trainer.{key}")
-        if value is not None and value.isdigit():
-            limits[key] = int(value)
-    return limits
-
-
-def _without_option(args: list[str], option: str) -> list[str]:
-    """args without `option=VALUE` or `option VALUE`."""
-    out, skip = [], False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == option:
-            skip = True
-        elif not arg.startswith(option + "="):
-            out.append(arg)
-    return out
+def _given(args: list[str], group: str, keys: set[str] | None = None) -> set[str]:
+    """The settings of `group` the command line sets (--group.key or --group.init_args.key), of `keys` if given."""
+    given = {arg.split("=", 1)[0].removeprefix(f"--{group}.").removeprefix("init_args.").split(".")[0]
+             for arg in args if arg.startswith(f"--{group}.")}
+    return given & keys if keys is not None else given

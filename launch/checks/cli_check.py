@@ -1,5 +1,5 @@
 """The early check of a LightningCLI command line (`python train.py fit --OPTION VALUE ...`): the settings of the
-chosen classes, given on the command line or in its --config files, and the subcommands that need a checkpoint."""
+chosen classes, given on the command line or in its --config files."""
 
 from __future__ import annotations
 
@@ -7,24 +7,33 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from launch.checks.arguments import option_values, scalar, values_of
+from launch.checks.arguments import option_values, values_of
 from launch.checks.configs import NOT_SETTINGS, default_choices
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, \
     check_value, config_file_settings, did_you_mean, removed_trainer_option, unquoted
 
-def check_cli(argv: list[str], schema: dict[str, Any]) -> None:
-    """Raise EarlyRefusal for the first mistake of a LightningCLI command line that can be seen without the imports,
-    the settings of its --config files included (each in its place: what comes later wins, as in jsonargparse)."""
-    if any(o in ("--help", "--print_config", "--model.help", "--data.help") for o, _ in option_values(argv[1:])) or any(
-            a.startswith("-h") for a in argv):
+
+def check_cli_command(argv: list[str], schema: dict[str, Any], prints_only: bool) -> None:
+    """Raise EarlyRefusal for the first mistake of a LightningCLI command line that can be seen without the imports: a
+    --config file that does not exist (jsonargparse's report names no file), a class, option or setting the chosen
+    class does not take, a value of the wrong type or range; the settings of its --config files included (each in its
+    place: what comes later wins, as in jsonargparse). Whether a config file is YAML is checked before
+    (launch/checks/received_config.py); whether test has a checkpoint once parsed (launch/cli_app.py)."""
+    if prints_only:
         return  # the help options and print_config refuse nothing
     pairs: list[tuple[str, str | None, str | None]] = []  # (--option, value, the config file that gives it or None)
     for option, value in option_values([f"--config={a[2:].removeprefix('=')}" if a.startswith("-c") and a != "-c" else
                                         "--config" if a == "-c" else a for a in argv[1:]]):
         if option == "--config" and value is not None and not value.lstrip().startswith("{"):
+            if not Path(value).exists():
+                raise EarlyRefusal(f"--config={value}: no such file")
             pairs += [(f"--{key}", text, value) for key, text in config_file_settings(value)]
         else:
             pairs.append((option, value, None))
+    given = {option: value for option, value, _ in pairs}  # (before jsonargparse asks for the scheduler's settings)
+    scheduler = given.get("--lr_scheduler") or given.get("--lr_scheduler.class_path")
+    if scheduler not in (None, "null") and given.get("--optimizer", given.get("--optimizer.class_path")) in (None, "null"):
+        raise EarlyRefusal(scheduler_without_optimizer(scheduler))
     registered = schema["cli_classes"]
 
     def class_of(group: str, option: str, name: str, file: str | None) -> str | None:
@@ -93,76 +102,10 @@ def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | No
         check_value(given, value, [settings], cli=True)
 
 
-# `validate`/`test` evaluate the weights of --ckpt_path; without one they would evaluate untrained weights (hours of
-# importance sampling for a meaningless number) unless this flag says that is what is wanted.
-FRESH_WEIGHTS_OPTION = "--fresh_weights"
-
-
-def untrained_evaluation(subcommand: str) -> str:
-    """The line that refuses `validate`/`test` without --ckpt_path (here, and once parsed in launch/cli_app.py)."""
-    return (f"{subcommand} without --ckpt_path would {subcommand} untrained weights: give the checkpoint of a run, "
-            f"--ckpt_path=logs/tensorboard/<run>/version_N/checkpoints/last.ckpt, or {FRESH_WEIGHTS_OPTION}=true to "
-            f"{subcommand} a freshly initialized model")
-
-
 def scheduler_without_optimizer(scheduler: str) -> str:
-    """The line that refuses --lr_scheduler without --optimizer (here, and once parsed in launch/cli_app.py)."""
+    """The line that refuses --lr_scheduler without --optimizer (here, and once parsed in launch/cli_app.py: a config
+    file may give either), the scheduler named by its class name."""
+    scheduler = scheduler.rsplit(".", 1)[-1]
     return (f"--lr_scheduler={scheduler} without --optimizer would be ignored: LightningCLI schedules only an optimizer it "
             f"builds itself; give both: --optimizer=Adam --optimizer.lr=3e-4 --lr_scheduler={scheduler} with its settings "
             "(they replace the model's own --model.lr and --model.optimizer)")
-
-
-def check_scheduler_has_optimizer(argv: list[str]) -> None:
-    given = dict(option_values(argv[1:]))
-    scheduler = given.get("--lr_scheduler") or given.get("--lr_scheduler.class_path")
-    if scheduler not in (None, "null") and given.get("--optimizer", given.get("--optimizer.class_path")) in (None, "null"):
-        raise EarlyRefusal(scheduler_without_optimizer(scheduler))
-
-
-def check_weights_to_evaluate(argv: list[str]) -> None:
-    """`python train.py test` (or validate) with neither --ckpt_path nor --fresh_weights=true. A config file may give
-    ckpt_path: then the parsed config is checked (launch/cli_app.py)."""
-    if argv[:1] not in (["validate"], ["test"]):
-        return
-    given = dict(option_values(argv[1:]))
-    ok, fresh = scalar(given.get(FRESH_WEIGHTS_OPTION) or "false", cli=True)
-    if given.get("--ckpt_path") not in (None, "null", "None", "") or (ok and fresh is True):
-        return
-    raise EarlyRefusal(untrained_evaluation(argv[0]))
-# What Lightning takes for ckpt_path besides a file (the last or best checkpoint of the run, SLURM's, a registry's).
-
-
-def check_config_files(argv: list[str]) -> None:
-    """LightningCLI's `--config FILE` (-c): a file that exists and is YAML, or one line naming it, where and the fix
-    (jsonargparse's report names neither)."""
-    import yaml
-
-    files = [value for option, value in option_values(argv[1:]) if option == "--config"]
-    files += [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "-c"] + [a[3:] for a in argv if a.startswith("-c=")]
-    for name in files:
-        if name is None or name.lstrip().startswith("{"):  # --config='{"trainer": ...}': YAML given inline, not a file
-            continue
-        path = Path(name)
-        if not path.is_file():
-            raise EarlyRefusal(f"--config={name}: no such file" + (" (a directory)" if path.is_dir() else ""))
-        try:
-            yaml.safe_load(path.read_text())
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-            raise EarlyRefusal(f"--config={name}: not valid YAML at {where}{problem}; fix the file there (often the "
-                               "indentation, a missing space after ':' or an unclosed quote or bracket); "
-                               f"python train.py {argv[0]} --print_config prints a valid config to start from") from None
-        except (OSError, UnicodeDecodeError) as error:
-            raise EarlyRefusal(f"--config={name}: cannot be read ({error})") from None
-
-
-def check_cli_command(argv: list[str], schema: dict[str, Any], prints_only: bool) -> None:
-    """Raise EarlyRefusal for the first mistake of a LightningCLI command line seen before the imports."""
-    if not prints_only:
-        check_config_files(argv)
-        if not any(arg in ("-c", "--config") or arg.startswith(("-c=", "--config=")) for arg in argv):
-            check_weights_to_evaluate(argv)  # (a config file may give ckpt_path: checked once parsed)
-            check_scheduler_has_optimizer(argv)  # (or an optimizer)
-    check_cli(argv, schema)

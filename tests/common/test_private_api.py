@@ -59,9 +59,6 @@ def test_the_adapters_work_on_the_installed_versions(tmp_path):
     writer.close()
     torch.save({"x": torch.ones(2)}, tmp_path / "f.pt")
     assert torch.equal(private_api.lightning_load(tmp_path / "f.pt", map_location="cpu", weights_only=True)["x"], torch.ones(2))
-    from lightning.pytorch.cli import LightningCLI
-
-    assert callable(getattr(LightningCLI, "_get", None)), "LightningCLI._get is gone: common/private_api.py cli_value"
 
 
 def test_no_private_attribute_is_used_outside_the_adapters():

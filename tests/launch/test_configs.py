@@ -337,8 +337,8 @@ def test_the_cli_names_a_wrong_option_as_given_in_one_line():
               "    - Problem with given class_path 'models.JSA':\n        Parser key \"mis_steps\":\n"
               "          Expected a <class 'int'>. Got value: ten\n    - Expected a <class 'NoneType'>\n  Given value type: x")
     assert launch.cli_app._parser_message(report, ["fit", "--model.mis_steps=ten"]) == "--model.mis_steps: Expected a <class 'int'>. Got value: ten"
-    unknown = 'Parser key "model":\n  Errors:\n    - Expected a dot import path string: Nope\n'
-    assert launch.cli_app._parser_message(unknown, ["fit", "--model=Nope"]) == f"--model=Nope is not one of {', '.join(MODEL_CLASSES)}"
+    # an unknown class name: the early check's line, which the parser's report gives way to
+    assert launch.cli_app.refuse_early(["fit", "--model=Nope"], cli=True) == f"--model=Nope is not one of {', '.join(MODEL_CLASSES)}"
     assert launch.cli_app._parser_message("unrecognized arguments: --foo=1", []) == "unrecognized arguments: --foo=1"
 
 

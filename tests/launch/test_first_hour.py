@@ -85,6 +85,25 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     assert type(fresh.model) is VAE and f"{stage}/nll" in fresh.trainer.callback_metrics
 
 
+@pytest.mark.parametrize("command, line", [
+    # evaluating untrained weights (hours of importance sampling for a meaningless number) asks for the flag that says so
+    (["test"], "test without --ckpt_path would test untrained weights: give the checkpoint of a run, --ckpt_path="),
+    (["validate", "--model=VAE", "--ckpt_path=null"], "or --fresh_weights=true to validate a freshly initialized model"),
+    (["fit", "--lr_scheduler=StepLR"], "--lr_scheduler=StepLR without --optimizer would be ignored: LightningCLI schedules "
+     "only an optimizer it builds itself; give both: --optimizer=Adam"),
+    # numpy's seed range, as Hydra's seed (Lightning would raise its own ValueError, a traceback)
+    (["fit", "--seed_everything=-1"], "--seed_everything"),
+    (["fit", f"--seed_everything={2**32}"], "v<4294967296"),
+])
+def test_a_rule_of_the_command_is_one_line_before_anything_is_built(command, line, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main(command)
+    assert stop.value.code == 2 and not (tmp_path / "logs").exists()
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: ") and line in error, error
+
+
 def test_a_scheduler_without_its_optimizer_is_refused_and_works_with_it(tmp_path, monkeypatch, capsys):
     """LightningCLI applies --lr_scheduler only to an optimizer it builds from --optimizer: alone (here from a -c file,
     which the early checks leave to the parser) it would be dropped in silence; with --optimizer it schedules."""
