@@ -29,7 +29,7 @@ from callbacks.guards.preemption import checkpoint_directory
 
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import held_directories
-from checkpoints.trainer.restored_paths import lies_inside
+from checkpoints.trainer.restore_checks import lies_inside
 from common.files import read_regular, resolved_inside, write_file
 from common.lightning_files import RunLogger
 
