@@ -306,7 +306,7 @@ class LatentVariableModel(L.LightningModule):
 
     # ---- checks before training -----------------------------------------------------
     def setup(self, stage: str) -> None:
-        if not any(getattr(callback, "guards_checkpoints", False) for callback in self.trainer.callbacks):
+        if not any(getattr(callback, "guards_checkpoints", False) for callback in getattr(self.trainer, "callbacks", ())):
             rank_zero_warn("this Trainer lacks checkpoints.trainer.SafeCheckpoints: its checkpoints are written without "
                            "atomic writes or checksums, read unchecked, and a resume is not exact; build it with "
                            "Trainer(callbacks=[SafeCheckpoints(), ...]) (from checkpoints.trainer import SafeCheckpoints)")
