@@ -128,16 +128,13 @@ def _process_exists(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
-        return True
+        pass
     return True
 
 
 def file_digest(path: Path) -> str:
-    sha256 = hashlib.sha256()
     with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            sha256.update(block)
-    return sha256.hexdigest()
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def verify_checkpoint_file(path: str | os.PathLike) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
-from typing import Any, Iterator
 
 # The collection's packages, and Lightning's and torch's own classes of the kinds a model, a trainer and LightningCLI
 # take (optimizers and schedulers, callbacks, loggers, strategies, plugins, profilers, accelerators). Of
@@ -72,19 +71,3 @@ def _lies_in(name: str, prefixes: tuple[str, ...]) -> bool:
     parts = name.split(".")
     return (name.startswith(prefixes) and "__main__" not in parts
             and all(part.isidentifier() and part.isascii() for part in parts))
-
-
-def foreign_import_paths(value: Any, where: str, skip_keys: tuple[str, ...] = (), depth: int = 0) -> Iterator[tuple[str, str]]:
-    """(key, value) for every string in a checkpoint's settings (nested mappings and lists) that a parser could import
-    and that is not allowed; keys in `skip_keys` are checked elsewhere, PATH_SETTINGS are paths."""
-    if depth > 32:  # deeper than any real setting: a crafted file
-        yield where, "(nested more than 32 levels)"
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if key not in skip_keys and not (key in PATH_SETTINGS and isinstance(item, str)):  # a path, not a name
-                yield from foreign_import_paths(item, f"{where}.{key}", skip_keys, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            yield from foreign_import_paths(item, f"{where}[{index}]", skip_keys, depth + 1)
-    elif isinstance(value, str) and looks_like_import_path(value) and not is_allowed_import(value):
-        yield where, value

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import directory_lock, verify_checkpoint_file
-from checkpoints.import_paths import TRUST_HINT, foreign_import_paths
+from checkpoints.import_paths import PATH_SETTINGS, TRUST_HINT, is_allowed_import, looks_like_import_path
 from checkpoints.registry import is_registered
-from checkpoints.structure import check_structure
+from checkpoints.structure import check_structure, walk
 from common.private_api import lightning_load
 
 
@@ -29,11 +29,6 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
     if "://" in str(path):
         raise CheckpointError(f"checkpoint {path} is a URL: checkpoints are read from local files only; download it, make "
                               "sure you trust where it came from, and give the local path")
-    return _read(path, map_location, trusted)
-
-
-def _read(path: str | os.PathLike, map_location: Any, trusted: bool) -> dict[str, Any]:
-    """The checked checkpoint."""
     try:
         with directory_lock(Path(path).parent, exclusive=False):  # no save of this path in between
             verify_checkpoint_file(path)
@@ -48,11 +43,7 @@ def _read(path: str | os.PathLike, map_location: Any, trusted: bool) -> dict[str
         raise CheckpointError(f"checkpoint {path} is not a readable checkpoint ({type(error).__name__}: {reason}); it is "
                               "truncated, was not written by torch.save, or holds objects other than tensors and plain "
                               "values (which are never unpickled: they could run code)") from None
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise CheckpointError(f"checkpoint {path} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
-    check_structure(checkpoint, path)
-    if not trusted:
-        refuse_unregistered_classes(checkpoint, path)
+    check_checkpoint(checkpoint, path, trusted)
     return checkpoint
 
 
@@ -62,29 +53,28 @@ def _read(path: str | os.PathLike, map_location: Any, trusted: bool) -> dict[str
 IMPORTED_KEYS = ("class_path", "_class_path", "_target_", "_instantiator")
 
 
+def check_checkpoint(checkpoint: Any, path: Any, trusted: bool = False) -> None:
+    """CheckpointError naming `path` unless `checkpoint` is a Lightning checkpoint of the expected structure
+    (checkpoints/structure.py) whose settings name, unless the caller trusts it, only what may be imported."""
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise CheckpointError(f"checkpoint {path} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
+    check_structure(checkpoint, path)
+    if not trusted:
+        refuse_unregistered_classes(checkpoint, path)
+
+
 def refuse_unregistered_classes(checkpoint: dict[str, Any], path: Any) -> None:
     """CheckpointError naming the first class path in the checkpoint's hyperparameters (at any depth: under
-    `optimizer`, `prior`, ...) that is not a registered component; nothing is imported to find out."""
-    def named(value: Any, where: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
-        if depth > 32:  # deeper than any real setting: a crafted file; refused as a whole
-            yield where, "(nested more than 32 levels)"
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                if key in IMPORTED_KEYS:
-                    yield f"{where}.{key}", item
-                yield from named(item, f"{where}.{key}", depth + 1)
-        elif isinstance(value, (list, tuple)):
-            for index, item in enumerate(value):
-                yield from named(item, f"{where}[{index}]", depth + 1)
-
+    `optimizer`, `prior`, ...) that is not a registered component, or the first other dotted string that is not the
+    collection's, Lightning's or torch.optim's: jsonargparse imports one wherever the setting's type takes a function
+    or a class (`optimizer: strangers_module.make`), when LightningCLI or load_from_checkpoint builds the model from
+    these settings (checkpoints/import_paths.py). Nothing is imported to find out."""
     for section in ("hyper_parameters", "datamodule_hyper_parameters"):
-        for where, name in named(checkpoint.get(section), section):
-            if not is_registered(name):
+        for where, key, name in walk(checkpoint.get(section), section):
+            if key in IMPORTED_KEYS and not is_registered(name):
                 raise CheckpointError(f"checkpoint {path}: {where} names {str(name)[:120]!r}, which is not one of the "
                                       f"collection's models or data modules; it is not imported (importing runs code); {TRUST_HINT}")
-        # A setting given as a dotted string (optimizer: strangers_module.make) is imported by jsonargparse when
-        # LightningCLI or load_from_checkpoint builds the model from these settings, wherever its type takes a function
-        # or a class: only the collection's and Lightning's and torch's own are allowed (checkpoints/import_paths.py).
-        for where, name in foreign_import_paths(checkpoint.get(section), section, skip_keys=IMPORTED_KEYS):
-            raise CheckpointError(f"checkpoint {path}: {where} is {name[:120]!r}, a dotted name that is not one of the "
-                                  f"collection's, Lightning's or torch.optim's; it is not imported (importing runs code); {TRUST_HINT}")
+            if key not in IMPORTED_KEYS and key not in PATH_SETTINGS and isinstance(name, str) \
+                    and looks_like_import_path(name) and not is_allowed_import(name):
+                raise CheckpointError(f"checkpoint {path}: {where} is {name[:120]!r}, a dotted name that is not one of the "
+                                      f"collection's, Lightning's or torch.optim's; it is not imported (importing runs code); {TRUST_HINT}")

@@ -4,9 +4,9 @@ Lightning, the front ends and the models call `.get` and `.items` on the section
 optimizer's and scheduler's state from a list of mappings, and copy every tensor into the model or the optimizer: a
 section of another kind, or a sparse, meta, complex or quantized tensor, would end in a traceback deep inside them (a
 dispatcher listing, "Tensor.item() cannot be called on meta tensors") or be cast without a word. The model's weights
-must be finite: resuming or testing from NaN only propagates it. Each failure is one line naming the checkpoint and the
-key. What only the model knows (each tensor's shape, and whether it holds floats, integers or truth values) is checked
-where the state is loaded into it (`check_fits`, from models/base.py and models/replicas.py).
+must be finite: resuming or testing from NaN only propagates it; `rng_states` must be what torch.set_rng_state takes.
+Each failure is one line naming the checkpoint and the key. What only the model knows (each tensor's name, shape, and
+whether it holds floats, integers or truth values) is checked where the state is loaded into it (`check_fits`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,25 @@ import torch
 from checkpoints.errors import CheckpointError
 
 SECTIONS = {"hyper_parameters": Mapping, "datamodule_hyper_parameters": Mapping, "callbacks": Mapping, "loops": Mapping,
-            "optimizer_states": list, "lr_schedulers": list}  # what Lightning reads each as
-STATES = ("callbacks", "loops", "optimizer_states", "lr_schedulers")  # sections of one mapping per callback, loop, ...
+            "optimizer_states": list, "lr_schedulers": list, "rng_states": list}  # what Lightning and torch read each as
+STATES = ("callbacks", "loops", "optimizer_states", "lr_schedulers", "rng_states")  # of one mapping per callback, ...
 DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool,
           torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}  # what a run's models and optimizers hold
 MAX_DEPTH = 32  # deeper than anything a run writes: a crafted file
+TOO_DEEP = object()  # what `walk` yields where a value nests deeper than MAX_DEPTH
+
+
+def walk(value: Any, where: str = "", depth: int = 0) -> Iterator[tuple[str, Any, Any]]:
+    """(key path, key, item) for every item nested in `value` (mappings, lists and tuples), parents first; TOO_DEEP as
+    the item where it nests deeper than MAX_DEPTH."""
+    listed = isinstance(value, (list, tuple))
+    for key, item in enumerate(value) if listed else value.items() if isinstance(value, Mapping) else ():
+        path = f"{where}[{key}]" if listed else f"{where}.{str(key)[:80]}" if where else str(key)[:80]
+        if depth >= MAX_DEPTH:
+            yield path, key, TOO_DEEP
+            return
+        yield path, key, item
+        yield from walk(item, path, depth + 1)
 
 
 def check_structure(checkpoint: dict[str, Any], path: Any) -> None:
@@ -48,13 +62,15 @@ def check_structure(checkpoint: dict[str, Any], path: Any) -> None:
         if not _is_optimizer_state(optimizer):
             refuse(f"optimizer_states[{index}]", "is not an optimizer's state (torch's: 'state', a mapping of mappings of "
                                                  "tensors and numbers; 'param_groups', a list of mappings of 'params' ids)")
-    for where, tensor in _tensors(checkpoint, ""):
-        if tensor is None:
+    for where, _, item in walk(checkpoint):
+        if item is TOO_DEEP:
             refuse(where, f"is nested more than {MAX_DEPTH} levels deep")
-        if tensor.layout != torch.strided or tensor.is_meta or tensor.dtype not in DTYPES:
-            layout = "meta " if tensor.is_meta else "" if tensor.layout == torch.strided else f"{tensor.layout} "
-            refuse(where, f"is a {layout.removeprefix('torch.')}tensor of {tensor.dtype}: a run writes dense tensors of "
+        if isinstance(item, torch.Tensor) and (item.layout != torch.strided or item.is_meta or item.dtype not in DTYPES):
+            layout = "meta " if item.is_meta else "" if item.layout == torch.strided else f"{item.layout} "
+            refuse(where, f"is a {layout.removeprefix('torch.')}tensor of {item.dtype}: a run writes dense tensors of "
                           "real or integer numbers")
+    if checkpoint.get("rng_states") == [] or not all(_is_random_state(s) for s in checkpoint.get("rng_states", [])):
+        refuse("rng_states", "are not random-generator states (a list of {'cpu': uint8 tensor} per process)")
     broken = [name for name, value in state.items() if value.is_floating_point() and not torch.isfinite(value).all()]
     if broken:  # resuming or testing from it would only propagate NaN
         raise CheckpointError(f"checkpoint {path} holds non-finite weights ({', '.join(broken[:3])}"
@@ -70,30 +86,37 @@ def _is_optimizer_state(value: dict) -> bool:
                     and all(type(i) is int for i in group["params"]) for group in groups))
 
 
-def _tensors(value: Any, where: str, depth: int = 0) -> Iterator[tuple[str, torch.Tensor | None]]:
-    """(key, tensor) for every tensor in `value`; (key, None) where it nests deeper than MAX_DEPTH."""
-    if depth > MAX_DEPTH:
-        yield where, None
-    elif isinstance(value, torch.Tensor):
-        yield where, value
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            yield from _tensors(item, f"{where}.{str(key)[:80]}" if where else str(key)[:80], depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            yield from _tensors(item, f"{where}[{index}]", depth + 1)
+def _is_random_state(value: Mapping) -> bool:
+    """What torch.set_rng_state takes: a CPU generator state of the right size (and a CUDA one, where saved)."""
+    def generator_state(tensor: Any) -> bool:
+        return isinstance(tensor, torch.Tensor) and tensor.dtype == torch.uint8 and tensor.dim() == 1
+
+    return (generator_state(value.get("cpu")) and value["cpu"].numel() == torch.get_rng_state().numel()
+            and ("cuda" not in value or generator_state(value["cuda"])))
 
 
 def _kind_of(tensor: torch.Tensor) -> str:
     return "floats" if tensor.is_floating_point() else "truth values" if tensor.dtype == torch.bool else "integers"
 
 
-def check_fits(state_dict: dict[str, Any], own: dict[str, torch.Tensor], path: Any) -> None:
-    """CheckpointError naming the first tensor of `state_dict` that holds another kind of number (`_kind_of`) than the
-    model's own tensor of that name (`own`): loaded, it would be cast without a word (an integer weight, float cache
-    codes). Shapes: torch's load_state_dict reports them (checkpoints/trainer/resume_settings.py)."""
-    for name, value in state_dict.items():
-        if name in own and isinstance(value, torch.Tensor) and _kind_of(value) != _kind_of(own[name]):
-            raise CheckpointError(f"{f'checkpoint {path}' if path else 'the checkpoint'}: state_dict.{name} holds "
-                                  f"{_kind_of(value)} ({value.dtype}), the model's {_kind_of(own[name])} ({own[name].dtype}): "
-                                  "the file was altered or written by another model; use another checkpoint")
+def check_fits(state_dict: dict[str, torch.Tensor], own: dict[str, torch.Tensor], path: Any,
+               changed: dict[str, tuple[Any, Any]] | None = None) -> None:
+    """CheckpointError, in one line, unless `state_dict` fits the model whose own state is `own`: the first tensor
+    that holds another kind of number (`_kind_of`: loaded, it would be cast without a word), else every tensor missing,
+    unexpected or of another shape, with the settings that differ from the checkpoint's (`changed`, where known)."""
+    name = f"checkpoint {path}" if path else "the checkpoint"
+    for key, value in state_dict.items():
+        if key in own and _kind_of(value) != _kind_of(own[key]):
+            raise CheckpointError(f"{name}: state_dict.{key} holds {_kind_of(value)} ({value.dtype}), the model's "
+                                  f"{_kind_of(own[key])} ({own[key].dtype}): the file was altered or written by another "
+                                  "model; use another checkpoint")
+    differences = ([f"{key} {tuple(value.shape)} in the checkpoint, {tuple(own[key].shape)} here"
+                    for key, value in state_dict.items() if key in own and value.shape != own[key].shape]
+                   + [f"{key} missing" for key in own if key not in state_dict]
+                   + [f"{key} not in this model" for key in state_dict if key not in own])
+    if differences:
+        summary = "; ".join(differences)
+        settings = ", ".join(f"{key}={old!r} -> {new!r}" for key, (old, new) in (changed or {}).items())
+        raise CheckpointError(f"{name} does not fit this model ({summary[:300]}{' ...' if len(summary) > 300 else ''}): "
+                              + (f"the settings differ from the checkpoint's ({settings}); " if settings else "")
+                              + "resume with the checkpoint's settings, or start a new run without ckpt_path")

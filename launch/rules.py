@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import ProgressBar
 
 from callbacks.guards.preemption import SaveOnPreemption
 from callbacks.guards.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
+from checkpoints.trainer import SafeCheckpoints
 from common.signatures import constructor_defaults
 from launch.checks.defaults import config_file
 from launch.checks.settings import SettingsError
@@ -45,12 +46,13 @@ def default_callbacks() -> list[Callback]:
 
 def always_on_callbacks(collective_timeout_s: float | None) -> list[Callback]:
     """The callbacks every run gets, whatever the configs or the command line say (the one list of them):
+    - atomic, checksummed checkpoints, checked restores and an exact resume (checkpoints/trainer/safe_checkpoints.py);
     - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/guards/preemption.py);
     - a DDP run's process group is released at exit in every rank (callbacks/guards/process_group.py);
     - with a collective timeout (a DDP strategy named by a string), the collectives after the ranks' start wait that
       long (callbacks/guards/process_group.py)."""
     timeouts = [CollectiveTimeout(collective_timeout_s)] if collective_timeout_s is not None else []
-    return [SaveOnPreemption(), ReleaseProcessGroupAtExit(), *timeouts]
+    return [SafeCheckpoints(), SaveOnPreemption(), ReleaseProcessGroupAtExit(), *timeouts]
 
 
 # A run's seed (seed=N, --seed_everything=N) seeds these too: the data order and binarization, and the test stage's

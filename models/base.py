@@ -1,6 +1,6 @@
 """What every latent-variable model shares: one training step, one evaluation protocol with one set of TensorBoard tags,
 one optimizer set-up. A subclass says how to train and how to score ("what a subclass provides"); what is not the
-algorithm (NaN guard, random state, image grids, HPARAMS, speed) is a callback in callbacks/.
+algorithm (NaN guard, image grids, HPARAMS, speed) is a callback in callbacks/.
 
 Tags: `train/loss` and `train/<term>` for the other terms of `training_loss`; `{val,test}/nll` (importance-sampled
 -log p(x), nats per image, docs/vae.md#importance-sampled-log-likelihood), `{val,test}/bpd`, `/elbo`, `/recon_mse`,
@@ -20,26 +20,12 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
-from checkpoints.model_class import (
-    check_loaded_class,
-    check_model_class,
-    stamp_model_class,
-)
+from lightning.pytorch.utilities import rank_zero_warn
+
+from checkpoints.model_class import load_checked
 from checkpoints.registry import register
-from checkpoints.structure import check_fits
-from checkpoints.trainer.atomic_checkpoints import AtomicCheckpoints
-from checkpoints.trainer.random_state import RandomStateCheckpoint
-from checkpoints.trainer.resume_settings import (
-    ResumeSettings,
-    changed_settings,
-    state_mismatch,
-)
 from common.log_steps import is_logging_step
-from common.private_api import (
-    attached_trainer,
-    raise_recompile_limit,
-    record_hyperparameter,
-)
+from common.private_api import raise_recompile_limit, record_hyperparameter
 from common.signatures import constructor_defaults, settings_of
 from configs.settings import ModelSettings
 from models.compiled_step import (
@@ -320,6 +306,10 @@ class LatentVariableModel(L.LightningModule):
 
     # ---- checks before training -----------------------------------------------------
     def setup(self, stage: str) -> None:
+        if not any(getattr(callback, "guards_checkpoints", False) for callback in getattr(self.trainer, "callbacks", ())):
+            rank_zero_warn("this Trainer lacks checkpoints.trainer.SafeCheckpoints: its checkpoints are written without "
+                           "atomic writes or checksums, read unchecked, and a resume is not exact; build it with "
+                           "Trainer(callbacks=[SafeCheckpoints(), ...]) (from checkpoints.trainer import SafeCheckpoints)")
         datamodule = self.trainer.datamodule
         if datamodule is None:
             return
@@ -390,7 +380,7 @@ class LatentVariableModel(L.LightningModule):
         offset = self.likelihood.nll_offset(self.num_dims)
         return offset - estimate.log_likelihood, estimate.elbo - offset
 
-    # ---- optimizer and the callbacks a model cannot do without ---------------------
+    # ---- optimizer ----------------------------------------------------------------
     def configure_optimizers(self) -> Any:
         if self.optimizer_factory is None:
             optimizer = torch.optim.Adam(self.parameters(), lr=self.lr)
@@ -406,43 +396,9 @@ class LatentVariableModel(L.LightningModule):
             return optimizer
         return {"optimizer": optimizer, "lr_scheduler": self.scheduler_factory(optimizer)}  # stepped after each epoch
 
-    def configure_callbacks(self) -> list[L.Callback]:
-        # Exact resume needs the random state; nothing lost needs atomic, checksummed checkpoint files.
-        # A resumed run trains with the settings it records (checkpoints/trainer/resume_settings.py). (Signals are the
-        # launch side's: launch/rules.py adds callbacks/guards/preemption.py's SaveOnPreemption to the trainer.)
-        needed = (RandomStateCheckpoint, AtomicCheckpoints, ResumeSettings)
-        # Lightning calls this at every fit, validate and test: the trainer holds them from an earlier one (test after
-        # fit, run_test=true), or the user gave one. Returned again, they would replace themselves with a log line
-        # ("... will override existing callbacks passed to Trainer") in every job of a multirun.
-        trainer = attached_trainer(self)
-        held = trainer.callbacks if trainer is not None else []
-        return [callback() for callback in needed if not any(isinstance(c, callback) for c in held)]
-
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> "LatentVariableModel":
-        """Lightning's loader, after checking that the checkpoint was written by this class (before the
-        class is built from the checkpoint's hyperparameters, which would fail on another class's)."""
-        # The collection's checkpoints hold plain types only, so this read unpickles no code, whatever the
-        # environment says; only the caller's own `weights_only=False` trusts the file. URLs are refused.
-        trusted = kwargs.get("weights_only") is False
-        kwargs["weights_only"] = not trusted
-        check_loaded_class(checkpoint_path, cls, trusted)
-        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        trainer = attached_trainer(self)  # None in load_from_checkpoint
-        ckpt_path = getattr(trainer, "ckpt_path", None) if trainer is not None else None
-        check_model_class(checkpoint, type(self), ckpt_path)
-        check_fits(checkpoint["state_dict"], self.state_dict(), ckpt_path)
-        datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
-        self._changed_on_resume = changed_settings(checkpoint, self, datamodule)  # named if the state does not fit
-
-    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
-        try:
-            return super().load_state_dict(state_dict, strict=strict, assign=assign)
-        except RuntimeError as error:  # a checkpoint of other settings: one line naming them
-            trainer = attached_trainer(self)  # None in load_from_checkpoint
-            raise state_mismatch(error, getattr(self, "_changed_on_resume", {}), trainer and trainer.ckpt_path) from None
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        stamp_model_class(checkpoint, type(self))
+        """Lightning's loader, after the checks every checkpoint read makes (checkpoints/model_class.py): weights only
+        unless the caller writes `weights_only=False`, the classes it names registered or trusted (LATENT_ZOO_TRUST),
+        written by this class (before the class is built from another's hyperparameters)."""
+        return load_checked(super().load_from_checkpoint, cls, checkpoint_path, *args, **kwargs)

@@ -21,11 +21,6 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 from torchmetrics import MeanMetric
 
-from checkpoints.model_class import stamp_model_class
-from checkpoints.structure import check_fits
-from checkpoints.trainer.atomic_checkpoints import AtomicCheckpoints
-from checkpoints.trainer.random_state import RandomStateCheckpoint
-from common.private_api import attached_trainer
 from models.base import LatentVariableModel
 from models.compiled_step import INPUT_BUFFER, compile_step, graph_mode, numbers, register_input_buffers, run_compiled
 from models.components.likelihoods import bits_per_dim
@@ -130,15 +125,12 @@ class Replicas(L.LightningModule):
         return type(self.template)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        stamp_model_class(checkpoint, self.model_class)
         checkpoint["replica_seeds"] = list(self.seeds)  # a single run never resumes from it (launch/runs/replicas.py)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """The stacked state held to what each model checks of its own on load: the kinds of number its tensors hold
-        (checkpoints/structure.py), JSA's cache codes inside the codebook (samplers/cache.py)."""
+        """The stacked state held to what each model checks of its own on load: JSA's cache codes inside the codebook
+        (samplers/cache.py). (Names, shapes and kinds of number: checkpoints/trainer/restore_checks.py.)"""
         state = checkpoint["state_dict"]
-        trainer = attached_trainer(self)
-        check_fits(state, self.state_dict(), trainer.ckpt_path if trainer is not None else None)
         for name, module in self.template.named_modules():
             if isinstance(module, LatentCache):
                 check_loaded_state(module, state, f"stacked/{_key(name)}/")
@@ -210,11 +202,6 @@ class Replicas(L.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         factory = self.template.optimizer_factory or functools.partial(torch.optim.Adam, lr=self.template.lr)
         return factory(self.parameters())
-
-    def configure_callbacks(self) -> list[L.Callback]:
-        # As a single run's (models/base.py): the random state for an exact resume, atomic checksummed checkpoints.
-        held = self.trainer.callbacks
-        return [callback() for callback in (RandomStateCheckpoint, AtomicCheckpoints) if not any(isinstance(c, callback) for c in held)]
 
     # ---- evaluation: the shared protocol of models/base.py, per replica ------------------
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:

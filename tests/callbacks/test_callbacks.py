@@ -12,7 +12,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from callbacks import HparamsWithMetrics, ImageGrids, NonFiniteLossGuard, TrainingSpeed
-from checkpoints.trainer.random_state import RandomStateCheckpoint
+from checkpoints.trainer import SafeCheckpoints
 from datamodules import MNISTDataModule
 from models import VAE
 
@@ -140,15 +140,15 @@ def test_the_epoch_line_says_when_max_steps_ended_the_epoch(mnist_dir, capsys):
 
 def test_random_state_checkpoint_saves_and_restores_every_rank_state():
     class FakeTrainer:
-        world_size, global_rank = 1, 0
+        world_size, global_rank, optimizers, lr_scheduler_configs = 1, 0, [], []
 
-    callback, module, checkpoint = RandomStateCheckpoint(), torch.nn.Linear(1, 1), {}
+    callback, module, checkpoint = SafeCheckpoints(), torch.nn.Linear(1, 1), {}
     module.device = torch.device("cpu")
     torch.manual_seed(123)
     callback.on_save_checkpoint(FakeTrainer(), module, checkpoint)
     expected = torch.rand(3)
     torch.manual_seed(0)  # a resumed process starts elsewhere
-    restored = RandomStateCheckpoint()
+    restored = SafeCheckpoints()
     restored.on_load_checkpoint(FakeTrainer(), module, checkpoint)
     restored.on_train_start(FakeTrainer(), module)
     assert torch.equal(torch.rand(3), expected)
@@ -159,12 +159,15 @@ def test_random_state_of_another_number_of_processes_is_not_applied_and_says_so(
     resumed run is not the uninterrupted one."""
 
     class TwoRanks:
-        world_size, global_rank = 2, 0
+        world_size, global_rank, optimizers, lr_scheduler_configs = 2, 0, [], []
 
-    callback = RandomStateCheckpoint()
+    callback, module = SafeCheckpoints(), torch.nn.Linear(1, 1)
+    module.device = torch.device("cpu")
+    torch.manual_seed(5)
     with pytest.warns(UserWarning, match=r"random state of 1 process\(es\), this run has 2: .* afresh from the seed"):
-        callback.on_load_checkpoint(TwoRanks(), None, {"rng_states": [{"cpu": torch.get_rng_state()}]})
-    assert callback._to_restore is None
+        callback.on_load_checkpoint(TwoRanks(), module, {"rng_states": [{"cpu": torch.get_rng_state()}]})
+    callback.on_train_start(TwoRanks(), module)  # rank 0 of 2: its own stream, seed + rank
+    assert torch.initial_seed() == 5
 
 
 def test_nonfinite_guard_alone_raises_and_names_the_term(tmp_path, mnist_dir):

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from checkpoints.errors import CheckpointError
+from checkpoints.trainer import SafeCheckpoints
 from checkpoints.file_format import file_digest, listed_digests, remove_stale_temporaries, save_checkpoint_file
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.trainer.io_plugin import AtomicCheckpointIO
-from checkpoints.trainer.resume_settings import ResumeSettings
 from models import JSA, VAE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def fit(model: L.LightningModule, tmp_path, steps: int, ckpt_path=None) -> L.Tra
     x = torch.rand(64, 1, 28, 28).bernoulli()
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, torch.arange(64)), batch_size=16)
     trainer = L.Trainer(max_steps=steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        default_root_dir=tmp_path, limit_val_batches=0)
+                        default_root_dir=tmp_path, limit_val_batches=0, callbacks=[SafeCheckpoints()])
     trainer.fit(model, train_dataloaders=loader, ckpt_path=ckpt_path)
     return trainer
 
@@ -146,8 +146,18 @@ def test_resume_into_another_optimizer_class_is_refused_before_a_step(tmp_path):
     assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # restored, then stopped: no step
 
 
-def test_resume_settings_is_one_of_every_models_callbacks():
-    assert any(isinstance(c, ResumeSettings) for c in VAE(latent_dim=4).configure_callbacks())
+def test_a_trainer_without_safe_checkpoints_is_told_once_how_to_add_them(tmp_path):
+    """A script's own Trainer that lacks the callback gets one warning naming it (models/base.py), and the
+    builder's list of always-on callbacks holds it (launch/rules.py)."""
+    from launch.rules import always_on_callbacks
+
+    x = torch.rand(16, 1, 28, 28).bernoulli()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, torch.arange(16)), batch_size=16)
+    trainer = L.Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path, limit_val_batches=0)
+    with pytest.warns(UserWarning, match=r"lacks checkpoints\.trainer\.SafeCheckpoints.*Trainer\(callbacks=\[SafeCheckpoints\(\)"):
+        trainer.fit(VAE(latent_dim=4), train_dataloaders=loader)
+    assert any(isinstance(c, SafeCheckpoints) for c in always_on_callbacks(None))
 
 
 # Two writers save one path over and over while a reader loads it, until the reader has loaded it READS times. Each

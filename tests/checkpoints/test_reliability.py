@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning as L
+from checkpoints.trainer import SafeCheckpoints
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -32,7 +33,8 @@ class VAEWithNaNAfter3Steps(VAE):
 def _fit(model: L.LightningModule, dm: MNISTDataModule, ckpt_dir: Path, ckpt_path: Path | None = None, **kwargs) -> L.Trainer:
     trainer = L.Trainer(
         max_steps=6, limit_train_batches=6, limit_val_batches=1, num_sanity_val_steps=0, logger=False,
-        callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=1), NonFiniteLossGuard()],
+        callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_last=True, every_n_train_steps=1), NonFiniteLossGuard(),
+                   SafeCheckpoints()],
         enable_progress_bar=False, enable_model_summary=False, **kwargs,
     )
     trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)

@@ -9,6 +9,7 @@ import functools
 from pathlib import Path
 
 import lightning as L
+from checkpoints.trainer import SafeCheckpoints
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -35,7 +36,8 @@ def fit(name: str, mnist_dir: Path, ckpt_dir: Path, max_steps: int, ckpt_path: P
     model = build(name)
     trainer = L.Trainer(
         max_steps=max_steps, limit_train_batches=10, limit_val_batches=2, num_sanity_val_steps=2, logger=False,
-        callbacks=[ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=STOP, save_top_k=-1, filename="step{step}")],
+        callbacks=[ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=STOP, save_top_k=-1, filename="step{step}"),
+                   SafeCheckpoints()],
         enable_progress_bar=False, enable_model_summary=False,
     )
     trainer.fit(model, datamodule=MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", batch_size=32), ckpt_path=ckpt_path)

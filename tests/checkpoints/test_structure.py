@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from checkpoints.errors import CheckpointError
+from checkpoints.trainer import SafeCheckpoints
 from checkpoints.loader import load_checkpoint_file
 from datamodules import MNISTDataModule
 from models import JSA
@@ -29,7 +30,7 @@ def good(tmp_path_factory, mnist_dir) -> dict:
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     root = tmp_path_factory.mktemp("run")
     trainer = L.Trainer(default_root_dir=root, max_steps=1, limit_val_batches=0, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False)
+                        enable_model_summary=False, callbacks=[SafeCheckpoints()])
     trainer.fit(JSA(**SETTINGS), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16, val_size=59800))
     trainer.save_checkpoint(root / "good.ckpt")
     return torch.load(root / "good.ckpt", weights_only=True)
@@ -145,7 +146,7 @@ def test_an_optimizer_state_of_other_parameter_groups_is_refused_before_it_is_re
     path = altered(good, tmp_path, lambda c: c.update(optimizer_states=[{**c["optimizer_states"][0], "param_groups": [
         c["optimizer_states"][0]["param_groups"][i] for i in groups]}] if groups else []))
     trainer = L.Trainer(default_root_dir=tmp_path, max_steps=2, limit_val_batches=0, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False)
+                        enable_model_summary=False, callbacks=[SafeCheckpoints()])
     with pytest.raises(CheckpointError) as refused:
         trainer.fit(JSA(**SETTINGS), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16, val_size=59800),
                     ckpt_path=path)
@@ -174,9 +175,9 @@ def test_a_trusted_checkpoint_may_hold_its_settings_in_any_mapping(tmp_path):
 
 
 def test_a_model_checkpoint_state_whose_best_k_models_is_a_list_is_dropped_with_its_line(tmp_path, caplog):
-    """Inside ModelCheckpoint's state (checkpoints/trainer/restored_paths.py): best_k_models of another kind is ignored
+    """Inside ModelCheckpoint's state (checkpoints/trainer/restore_checks.py): best_k_models of another kind is ignored
     with the line that names what was dropped, not a TypeError from hashing it."""
-    from checkpoints.trainer.restored_paths import drop_paths_outside
+    from checkpoints.trainer.restore_checks import drop_paths_outside
 
     state = {"best_k_models": [[1]], "last_model_path": str(tmp_path / "last.ckpt")}
     with caplog.at_level("WARNING"):

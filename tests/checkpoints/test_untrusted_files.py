@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from checkpoints.errors import CheckpointError
+from checkpoints.trainer import SafeCheckpoints
 from checkpoints.file_format import save_checkpoint_file
 from checkpoints.loader import load_checkpoint_file
 from datamodules import MNISTDataModule
@@ -39,7 +40,8 @@ class Planted:
 
 def tiny_trainer(root: Path, **kwargs) -> L.Trainer:
     return L.Trainer(default_root_dir=root, max_steps=1, limit_train_batches=1, limit_val_batches=0, limit_test_batches=1,
-                     logger=False, enable_progress_bar=False, enable_model_summary=False, **kwargs)
+                     logger=False, enable_progress_bar=False, enable_model_summary=False,
+                     **{"callbacks": [SafeCheckpoints()], **kwargs})
 
 
 @pytest.fixture(scope="module")

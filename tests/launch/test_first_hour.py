@@ -17,6 +17,7 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from checkpoints.trainer import SafeCheckpoints
 
 import launch.hydra_run
 import launch.cli_app
@@ -178,7 +179,7 @@ def test_bernoulli_model_refuses_grey_pixels_outside_the_trainer(mnist_dir):
 def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mnist_dir, capsys):
     dm = MNISTDataModule(data_dir=str(mnist_dir), batch_size=16)
     trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)])
+                        callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True), SafeCheckpoints()])
     trainer.fit(VAE(latent_dim=4, test_num_samples=7), datamodule=dm)
     with pytest.raises(ValueError, match=r"written by models\.vae\.VAE, not models\.jsa\.JSA; load it with VAE"):
         JSA.load_from_checkpoint(tmp_path / "last.ckpt")
@@ -195,7 +196,8 @@ def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mn
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(HydraConfig.instance(), "cfg", None)  # no Hydra run: LightningCLI's command
         with pytest.raises(ValueError, match=re.escape(f"resume it with the model that wrote it: python train.py fit --model=VAE --ckpt_path={last} (")):
-            L.Trainer(max_steps=2, logger=False, enable_progress_bar=False, enable_model_summary=False).fit(JSA(), datamodule=dm, ckpt_path=last)
+            L.Trainer(max_steps=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                      callbacks=[SafeCheckpoints()]).fit(JSA(), datamodule=dm, ckpt_path=last)
     assert isinstance(VAE.load_from_checkpoint(tmp_path / "last.ckpt"), VAE)
     import io
     assert isinstance(VAE.load_from_checkpoint(io.BytesIO((tmp_path / "last.ckpt").read_bytes())), VAE)  # a stream too

@@ -15,6 +15,7 @@ import torch
 
 from callbacks.replica_runs import ReplicaRuns
 from checkpoints.loader import load_checkpoint_file
+from checkpoints.trainer import SafeCheckpoints
 from datamodules.mnist import MNISTDataModule
 from datamodules.replicas import ReplicaData
 from models.jsa import JSA
@@ -41,7 +42,8 @@ def trainer(tmp_path, **settings) -> L.Trainer:
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     return L.Trainer(**{"max_steps": 4, "limit_val_batches": 1, "logger": False, "enable_progress_bar": False,
                         "enable_model_summary": False, "default_root_dir": str(tmp_path), "precision": "64-true",
-                        "num_sanity_val_steps": 0, **settings})
+                        "num_sanity_val_steps": 0, **settings,
+                        "callbacks": [SafeCheckpoints(), *settings.get("callbacks", [])]})
 
 
 class Record(L.Callback):

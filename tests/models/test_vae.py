@@ -8,6 +8,7 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from checkpoints.trainer import SafeCheckpoints
 
 from datamodules import MNISTDataModule
 from models import VAE
@@ -64,7 +65,7 @@ def _trainer(tmp_path: Path, max_steps: int) -> L.Trainer:
         limit_val_batches=1,
         num_sanity_val_steps=0,
         logger=False,
-        callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)],
+        callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True), SafeCheckpoints()],
         enable_progress_bar=False,
         enable_model_summary=False,
     )

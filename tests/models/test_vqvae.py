@@ -11,6 +11,7 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from checkpoints.trainer import SafeCheckpoints
 
 from datamodules import MNISTDataModule
 from models import VQVAE
@@ -86,7 +87,7 @@ def test_vqvae_learns_on_real_mnist(mnist_dir):
 def _trainer(tmp_path: Path, max_steps: int, **kwargs) -> L.Trainer:
     return L.Trainer(
         max_steps=max_steps, limit_train_batches=3, limit_val_batches=2, num_sanity_val_steps=0, logger=False,
-        callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)], enable_progress_bar=False,
+        callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True), SafeCheckpoints()], enable_progress_bar=False,
         enable_model_summary=False, log_every_n_steps=1, **kwargs,
     )
 

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from checkpoints.errors import CheckpointError
+from checkpoints.trainer import SafeCheckpoints
 from samplers import SGHMC, SGLD, SGNHT, SampleCollector
 
 MU = torch.tensor([1.0, -2.0])
@@ -592,7 +593,8 @@ def test_posterior_samples_are_in_the_checkpoint_and_a_resumed_run_continues_the
         every_4 = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=4, save_top_k=-1, filename="{step}")
         trainer = L.Trainer(max_steps=8, limit_train_batches=20, limit_val_batches=0, num_sanity_val_steps=0,
                             logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
-                            callbacks=[collect, every_4] if ckpt_path is None else [collect], accelerator="cpu")
+                            callbacks=[collect, every_4, SafeCheckpoints()] if ckpt_path is None else [collect, SafeCheckpoints()],
+                            accelerator="cpu")
         trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
         return collect.collector
 

@@ -1,0 +1,104 @@
+"""The callback that keeps a trainer's checkpoints whole and its resume exact, whichever script builds the Trainer:
+launch/rules.py adds it to every run of train.py; a script of your own adds it itself,
+`Trainer(callbacks=[SafeCheckpoints()])` (README).
+
+* Every save, load and removal goes through `AtomicCheckpointIO` (checkpoints/trainer/io_plugin.py: atomic,
+  checksummed writes; the checked read, held to this trainer before anything is restored); a plugin the user gave is
+  kept.
+* A checkpoint names the model class that wrote it (checkpoints/model_class.py), its optimizers' and schedulers'
+  classes, and every rank's random state: torch's CPU generator (and the CUDA one where used), applied when training
+  starts (after any sanity check, which draws numbers too). The data order is the loader's own state
+  (datamodules/resumable.py), an SG-MCMC sampler's noise generator the optimizer's. A run that does not resume seeds
+  each DDP rank seed + rank, so the ranks' samples are independent and still determined by the seed.
+* A resume restores the optimizers' states only into optimizers they fit (checkpoints/trainer/restore_checks.py), and
+  then sets each optimizer hyperparameter back to this run's value (Lightning restores them too), logging each change.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.plugins import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_warn
+
+from checkpoints.model_class import stamp_model_class
+from checkpoints.trainer.io_plugin import AtomicCheckpointIO
+from checkpoints.trainer.restore_checks import check_optimizers, class_names, same
+
+log = logging.getLogger(__name__)
+
+# Optimizer constructor flags that choose an implementation, not a hyperparameter of the update.
+IMPLEMENTATION_FLAGS = {"foreach", "fused", "capturable", "differentiable", "maximize"}
+
+
+class SafeCheckpoints(L.Callback):
+    """Atomic checkpoints, checked restores and an exact resume (module docstring)."""
+
+    guards_checkpoints = True  # what models/base.py looks for in a trainer's callbacks, without importing this module
+
+    def __init__(self) -> None:
+        self._restoring: dict[str, Any] | None = None  # the checkpoint being restored, until training starts
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # setup runs before Lightning restores a checkpoint, so resuming reads through the plugin too.
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        if isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO):
+            trainer.strategy.checkpoint_io.trainer = trainer
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        stamp_model_class(checkpoint, getattr(pl_module, "model_class", type(pl_module)))  # a replicated process's too
+        checkpoint["optimizer_classes"] = class_names(trainer.optimizers)
+        checkpoint["lr_scheduler_classes"] = class_names(config.scheduler for config in trainer.lr_scheduler_configs)
+        # Called on every rank (rank 0 writes the file), so the gather is a collective all ranks join.
+        state = {"cpu": torch.get_rng_state()}
+        if pl_module.device.type == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state(pl_module.device)
+        if trainer.world_size > 1:
+            gathered = {k: trainer.strategy.all_gather(v.to(pl_module.device)).cpu() for k, v in state.items()}
+            # clone(): each rank's state its own tensor, not a view into the gathered stack
+            # (torch.set_rng_state refuses a tensor with a storage offset).
+            checkpoint["rng_states"] = [{k: v[rank].clone() for k, v in gathered.items()} for rank in range(trainer.world_size)]
+        else:
+            checkpoint["rng_states"] = [state]
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._restoring = checkpoint
+        states = checkpoint.get("rng_states")  # (random-generator states: checkpoints/structure.py)
+        if states is not None and len(states) != trainer.world_size:  # the streams start as seeded, and the user is told
+            rank_zero_warn(f"the checkpoint holds the random state of {len(states)} process(es), this run has "
+                           f"{trainer.world_size}: the random streams start afresh from the seed, so the resumed run "
+                           "is not the one an uninterrupted run would have been")
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The optimizers are built by now, and their states not yet restored.
+        if self._restoring is not None and trainer.ckpt_path:
+            check_optimizers(self._restoring, trainer)
+        elif self._restoring is not None:  # restored for an earlier test or validation
+            self._restoring = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        checkpoint, self._restoring = self._restoring, None
+        states = (checkpoint or {}).get("rng_states")
+        if states is not None and len(states) == trainer.world_size:
+            state = states[trainer.global_rank]
+            torch.set_rng_state(state["cpu"].contiguous())
+            if "cuda" in state and pl_module.device.type == "cuda":
+                torch.cuda.set_rng_state(state["cuda"].contiguous(), pl_module.device)
+        elif trainer.world_size > 1:  # every rank was seeded alike (seed_everything): give each its own stream
+            torch.manual_seed(torch.initial_seed() + trainer.global_rank)
+        if checkpoint is None:
+            return
+        # Lightning restored the optimizers' hyperparameters: `defaults` still holds what this run's constructor got.
+        scheduled = {"lr"} if trainer.lr_scheduler_configs else set()  # the restored scheduler's, as it left it
+        for optimizer in trainer.optimizers:
+            for group in optimizer.param_groups:
+                for key, value in optimizer.defaults.items():
+                    if key in IMPLEMENTATION_FLAGS | scheduled or key not in group or same(group[key], value):
+                        continue
+                    if trainer.is_global_zero:
+                        log.warning("resuming: optimizer %s %r (checkpoint) -> %r (this run)", key, group[key], value)
+                    group[key] = value
