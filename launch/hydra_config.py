@@ -1,6 +1,6 @@
-"""What the Hydra front end reads from its config tree and command line: the config composed in this process, a
-model's settings with an experiment's shared ones applied, the command line's overrides and swept keys, and the checks
-of the trainer's and callbacks' settings that need their classes (before anything is seeded, built or written)."""
+"""What the Hydra front end reads from its config tree and command line: the constructors' defaults as config nodes,
+a model's settings with an experiment's shared ones applied, the command line's overrides and swept keys, and the
+checks of the top-level, trainer, callback and logger settings (before anything is seeded, built or written)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,37 @@ from typing import Any
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
+from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_class, get_object
+from lightning import Trainer
 from omegaconf import OmegaConf
 
-import lightning  # noqa: F401  (register_defaults takes the Trainer's defaults from its signature once imported)
-from launch.checks.configs import CONFIGS
-from launch.checks.hydra_check import register_defaults
-from launch.checks.settings import check_settings, check_trainer_values
+import datamodules  # noqa: F401  (importing the packages registers their classes)
+import models  # noqa: F401
+from checkpoints.registry import registered
+from common.signatures import constructor_defaults
+from launch.checks.hydra_check import CONFIG_GROUPS, LAYOUT_SETTINGS, layout_setting, unknown_top_level_setting
+from launch.checks.precheck import TOP_LEVEL_SETTINGS
+from launch.checks.configs import CONFIGS, NOT_SETTINGS, every_config
+from launch.checks.settings import SettingsError, check_settings, check_trainer_values, expected
+
+
+def register_defaults() -> None:
+    """Store every registered model's and data module's constructor defaults as Hydra configs
+    `model_defaults/<Class>` and `data_defaults/<Class>` (and lightning.Trainer's as `trainer_defaults/Trainer`),
+    which configs/model/*.yaml, configs/data/*.yaml and configs/trainer/default.yaml extend: the class signatures are the one source of defaults, `--cfg job` shows them, and
+    `model.NAME=VALUE` needs no `+`. Also the `${every_config:...}` resolver the config tree uses."""
+    store = ConfigStore.instance()
+    for group, kind, skip in (("model_defaults", "model", NOT_SETTINGS["model"]), ("data_defaults", "data", ())):
+        for cls in registered(kind):
+            store.store(group=group, name=cls.__name__, node={k: v for k, v in constructor_defaults(cls).items() if k not in skip})
+    # Every lightning.Trainer argument, so that trainer.NAME=VALUE works for all of them (logger and callbacks
+    # come from their own config groups).
+    trainer_settings = {k: v for k, v in constructor_defaults(Trainer).items() if k not in NOT_SETTINGS["trainer"]}
+    store.store(group="trainer_defaults", name="Trainer", node=trainer_settings)
+    # experiment=compare's models: `${every_config:model,vqvae_prior}`, the configs of configs/model/ as they are now
+    OmegaConf.register_new_resolver("every_config", every_config, replace=True)
 
 
 def compose(overrides: list[str]) -> Any:
@@ -66,12 +89,31 @@ def swept_keys() -> set[str]:
 
 
 def check_run_settings(cfg: Any) -> None:
-    """What only Lightning and the callbacks' classes can check, before anything is seeded, built or written: the
-    trainer's settings against lightning.Trainer (a value it accepts but cannot run, too) and each callback's against
-    its constructor. The early check (launch/checks/hydra_check.py) has checked the composed config's keys."""
+    """The top-level settings and the trainer's, checked before anything is seeded, built or written:
+    a `+key=value` that nothing reads (a typo of a setting, say `+ckpt_pth=...`) is refused, not ignored."""
+    problems = []
+    for arg in sys.argv[1:]:
+        key = arg.lstrip("+~").partition("=")[0]
+        if arg.startswith("+") and "." not in key and "/" not in key and key not in (*TOP_LEVEL_SETTINGS, *CONFIG_GROUPS):
+            problems.append(unknown_top_level_setting(key))
+    top_level = {key: cfg[key] for key in TOP_LEVEL_SETTINGS if key in cfg}
+    for key, value in OmegaConf.to_container(OmegaConf.create(top_level), resolve=False).items():
+        want = expected(TOP_LEVEL_SETTINGS[key], value)
+        if want is not None:
+            problems.append(f"{key}={value!r}: expected {want}")
+    if isinstance(cfg.get("seed"), int) and not 0 <= cfg.seed < 2**32:
+        problems.append(f"seed={cfg.seed}: expected an integer in [0, 2^32 - 1]")
+    if isinstance(cfg.get("ddp_timeout_s"), (int, float)) and not cfg.ddp_timeout_s > 0:
+        problems.append(f"ddp_timeout_s={cfg.ddp_timeout_s}: expected a number of seconds > 0")
+    if problems:
+        raise SettingsError("; ".join(problems))
     trainer_settings = OmegaConf.to_container(cfg.trainer, resolve=True)
     check_settings(get_class(trainer_settings["_target_"]), trainer_settings, "trainer")
     check_trainer_values(trainer_settings, "trainer")
     for name, callback in (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items():
         if isinstance(callback, dict) and "_target_" in callback:
             check_settings(get_object(callback["_target_"]), callback, f"callbacks.{name}")  # a class or a factory
+    logger_settings = OmegaConf.to_container(cfg.logger, resolve=False) if cfg.get("logger") else {}
+    for key in LAYOUT_SETTINGS:  # (+logger.save_dir=... passes Hydra; the early checks refuse it without the +)
+        if key.removeprefix("logger.") in logger_settings:
+            raise SettingsError(layout_setting(key, logger_settings[key.removeprefix("logger.")]))

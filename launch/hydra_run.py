@@ -35,7 +35,9 @@ log = logging.getLogger(__name__)
 def build(cfg: Any) -> tuple[Any, Any]:
     """The data module and the model of a composed config; the model's likelihood and backbone follow the data unless set."""
     data_settings = OmegaConf.to_container(cfg.data, resolve=True)
-    settings = model_settings(cfg)  # checked by the early check (launch/checks/hydra_check.py) and their constructors
+    check_settings(get_class(data_settings["_target_"]), data_settings, "data")
+    settings = model_settings(cfg)
+    check_settings(get_class(settings["_target_"]), settings, "model")
     for group in ("optimizer", "scheduler"):  # after the model's: the optimizer's lr is ${model.lr} unless set
         if cfg.get(group):
             group_settings = OmegaConf.to_container(cfg[group], resolve=True)

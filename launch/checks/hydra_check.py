@@ -1,74 +1,54 @@
-"""The early check of a Hydra command line (`python train.py KEY=VALUE ...`), on the config Hydra itself composes from
-it (its compose API: configs/ and the folders --config-dir adds), before torch is imported: Hydra's refusals (a config
-that does not exist, a key its struct mode refuses, a `+` on a key that has a value) as one line, then each composed
-job's model and data against their declared settings (configs/settings.py) and its top-level keys. Until Lightning is
-imported the Trainer's settings are unknown: the trainer's keys are then added, not refused, and checked once it is
-(launch/hydra_app.py runs this check again). Also Hydra's plugins and the other front end's options."""
+"""The early check of a Hydra command line (`python train.py KEY=VALUE ...`): config choices, settings of the
+chosen classes and of a picked experiment, `+` on a key that has a value, Hydra plugins, options of the other front end."""
 
 from __future__ import annotations
 
 import re
-import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
-from common.settings import expected
-from launch.checks.arguments import TAKES_VALUE, values_of
+from launch.checks.arguments import overrides_of, values_of
 from launch.checks.received_config import hydra_folders
-from launch.checks.configs import CONFIGS, NOT_SETTINGS, config_targets, declared, declared_defaults, every_config
+from launch.checks.configs import CONFIGS, GROUPS, declared_defaults, default_choices, every_config
 from launch.checks.precheck import OTHER_TREE, EarlyRefusal, TOP_LEVEL_SETTINGS, REMOVED_TRAINER_OPTIONS, check_combination, \
-    did_you_mean, removed_trainer_option
+    check_value, config_file_settings, did_you_mean, removed_trainer_option, unquoted
 
 REPLICA_SETTINGS = ("replicas.seeds", "replicas.arms")  # launch/runs/replicas.py checks their values
-CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
-CLASS_GROUPS = ("model", "data", "trainer")  # their configs hold every setting of their class (register_defaults)
-FILE_GROUPS = ("callbacks", "logger", "optimizer", "scheduler", "hydra")  # their configs hold the keys their files set
-MAX_JOBS_CHECKED = 16  # a sweep's jobs composed: each value of each swept key once, the first values of the others
-# The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
-LAYOUT_SETTINGS = {"logger.save_dir": "log_dir", "logger.name": "run_name"}
 
 
 def unknown_top_level_setting(key: str) -> str:
+    """The line that refuses a top-level key nothing reads (here, and after the imports in launch/hydra_config.py)."""
     return f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})"
+CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
 
 
-def layout_setting(key: str, value: Any) -> str:
-    return (f"{key}={value}: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give "
-            f"{LAYOUT_SETTINGS[key]}={value} instead")
-
-
-def register_defaults() -> None:
-    """The Hydra configs `model_defaults/<Class>` and `data_defaults/<Class>` (configs/settings.py's declared defaults)
-    and `trainer_defaults/Trainer` (lightning.Trainer's constructor defaults once Lightning is imported, else empty),
-    which configs/model/*.yaml, configs/data/*.yaml and configs/trainer/default.yaml extend: `--cfg job` shows every
-    setting and `model.NAME=VALUE` needs no `+`. Also the `${every_config:...}` resolver (experiment=compare)."""
-    from hydra.core.config_store import ConfigStore
-    from omegaconf import OmegaConf
-
-    store = ConfigStore.instance()
-    for group in ("model", "data"):
-        for target in set(config_targets(group).values()):
-            store.store(group=f"{group}_defaults", name=target.rsplit(".", 1)[-1], node=declared_defaults(target))
-    trainer: dict[str, Any] = {}
-    if "lightning" in sys.modules:
-        from lightning import Trainer
-
-        from common.signatures import constructor_defaults
-
-        trainer = {k: v for k, v in constructor_defaults(Trainer).items() if k not in NOT_SETTINGS["trainer"]}
-    store.store(group="trainer_defaults", name="Trainer", node=trainer)
-    OmegaConf.register_new_resolver("every_config", every_config, replace=True)
 
 
 # Hydra's launcher and sweeper groups: `basic` (Hydra's own), the configs of the Hydra plugins pyproject's `cluster`
-# extra installs (by the plugin's name), and this project's configs/hydra/<group>/*.yaml, which extend one of those
-# (`defaults: - joblib`). Hydra's composition finds the configs of whatever plugins are installed.
+# extra installs (by the plugin's name), this project's configs/hydra/<group>/*.yaml, which extend one of those
+# (`defaults: - joblib`), and whatever other installed Hydra plugins register.
 PLUGIN_GROUPS = {"hydra/launcher": "launcher", "hydra/sweeper": "sweeper"}
 PLUGIN_PACKAGES = {"joblib": "hydra-joblib-launcher", "submitit_local": "hydra-submitit-launcher",
                    "submitit_slurm": "hydra-submitit-launcher", "optuna": "hydra-optuna-sweeper"}
 CLUSTER_EXTRA = "pip install -e '.[cluster]'"
+_STORED = re.compile(r"""group\s*=\s*["'](hydra/(?:launcher|sweeper))["']\s*,\s*name\s*=\s*["'](\w+)["']""")
 _EXTENDS = re.compile(rf"^\s*-\s*({'|'.join(PLUGIN_PACKAGES)})\s*(?:#.*)?$", re.M)
+
+
+def installed_plugin_choices() -> dict[str, set[str]]:
+    """group -> the choices the installed Hydra plugins register (their ConfigStore calls, read as text: no imports)."""
+    import importlib.util
+
+    found: dict[str, set[str]] = {group: set() for group in PLUGIN_GROUPS}
+    try:
+        spec = importlib.util.find_spec("hydra_plugins")
+    except (ImportError, ValueError):
+        return found
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        for source in Path(location).glob("*/*.py"):
+            for group, name in _STORED.findall(source.read_text(errors="replace")):
+                found[group].add(name)
+    return found
 
 
 def plugin_installed(package: str) -> bool:
@@ -82,239 +62,266 @@ def plugin_installed(package: str) -> bool:
 
 
 def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
-    """`hydra/launcher=NAME` / `hydra/sweeper=NAME`: its plugin installed, in a multirun."""
+    """`hydra/launcher=NAME` / `hydra/sweeper=NAME`: a config that exists, whose plugin is installed, in a multirun."""
+    kind = PLUGIN_GROUPS[group]
+    ours = {p.stem: p for p in (CONFIGS / group).glob("*.yaml")}
+    installed = installed_plugin_choices()[group]
     for choice in [str(v) for v in values_of(value) or []]:
-        ours = CONFIGS / group / f"{choice}.yaml"
-        extends = _EXTENDS.search(ours.read_text()) if ours.is_file() else None
+        extends = _EXTENDS.search(ours[choice].read_text()) if choice in ours else None
         plugin = extends[1] if extends else choice if choice in PLUGIN_PACKAGES else None
         if plugin is not None and not plugin_installed(PLUGIN_PACKAGES[plugin]):
-            raise EarlyRefusal(f"{group}={choice}: the {plugin} {PLUGIN_GROUPS[group]} plugin is not installed: "
-                               f"{CLUSTER_EXTRA} (or pip install {PLUGIN_PACKAGES[plugin]})")
+            package = PLUGIN_PACKAGES[plugin]
+            raise EarlyRefusal(f"{group}={choice}: the {plugin} {kind} plugin is not installed: {CLUSTER_EXTRA} "
+                               f"(or pip install {package})")
+        if plugin is None and choice not in ("basic", *ours, *installed):
+            plugins = [name for name, package in PLUGIN_PACKAGES.items() if package.endswith(kind)]  # installed or not
+            available = sorted({"basic", *ours, *plugins, *installed})
+            raise EarlyRefusal(f"{group}={choice}: no such {kind}; expected one of {', '.join(available)} "
+                               f"(configs/{group}/ and the Hydra plugins of {CLUSTER_EXTRA}){did_you_mean(choice, available)}")
         if not multirun and choice != "basic":
-            raise EarlyRefusal(f"{group}={choice}: a {PLUGIN_GROUPS[group]} runs the jobs of a multirun only; add -m "
+            raise EarlyRefusal(f"{group}={choice}: a {kind} runs the jobs of a multirun only; add -m "
                                f"(python train.py -m {group}={choice} ...)")
 
 
-def command_overrides(argv: list[str]) -> list[str]:
-    """The KEY=VALUE overrides of a Hydra command line, as Hydra's parser takes them (not an option or its value)."""
-    overrides, skip = [], False
-    for arg in argv:
-        if skip or arg.startswith("-"):
-            option = arg.split("=", 1)[0]
-            skip = not skip and "=" not in arg and (arg in (*TAKES_VALUE, "-cd") or (len(option) > 9 and "--config-dir".startswith(option)))
-            continue
-        overrides.append(arg)
-    return overrides
+def check_one_model_per_study(model: str | None, experiment: list[str]) -> None:
+    """hydra/sweeper=tune runs one Optuna study of one model: a swept model (model=a,b, or experiment=compare's list
+    of models) would make Optuna pick the model too, with another model's search space."""
+    def sweeps_models(name: str) -> bool:  # the experiment, or one it extends (compare_quick: defaults: [compare])
+        import yaml
+
+        path = CONFIGS / "experiment" / f"{name}.yaml"
+        text = path.read_text() if path.is_file() else ""
+        if re.search(r"^\s+params:\s*\n\s+model:", text, re.M):
+            return True
+        try:
+            extends = (yaml.safe_load(text) or {}).get("defaults") or []
+        except yaml.YAMLError:
+            return False
+        return any(isinstance(parent, str) and parent not in ("_self_", name) and sweeps_models(parent) for parent in extends)
+
+    if (model is not None and "," in model) or (model is None and any(sweeps_models(e) for e in experiment)):
+        raise EarlyRefusal("hydra/sweeper=tune tunes one model per study: give model=NAME (every estimator in turn: "
+                           f"for m in {' '.join(compared_models())}; do python train.py -m experiment=compare "
+                           "model=$m hydra/sweeper=tune; done)")
 
 
-def choices_in(group: str, folders: list[Path]) -> list[str]:
-    return sorted({p.stem for folder in (CONFIGS, *folders) for p in (folder / group).glob("*.yaml")})
+def compared_models() -> list[str]:
+    """experiment=compare's models, as its sweep names them: `${every_config:model,LEFT_OUT...}` or a list `a,b`."""
+    found = re.search(r"^[ \t]+model:[ \t]*(\S+)", (CONFIGS / "experiment" / "compare.yaml").read_text(), re.M)
+    swept = found[1] if found else ""
+    every = re.fullmatch(r"\$\{every_config:model((?:,\w+)*)\}", swept)
+    return (every_config("model", *every[1].split(",")[1:]) if every else swept).split(",")
 
 
-def job_overrides(parsed: list[Any], params: dict[str, str], parser: Any) -> list[list[str]]:
-    """The jobs of a sweep to compose, each a list of overrides: the first value of every swept key, then each other
-    value of each swept key in turn (at most MAX_JOBS_CHECKED); the swept keys are the command line's and the sweeper's
-    `params` (experiment=compare's models) it does not give. A sweep that cannot be listed (Optuna's interval) is left
-    to the sweeper."""
-    given = {o.get_key_element().lstrip("+~") for o in parsed}
-    swept = parsed + [o for o in parser.parse_overrides([f"{k}={v}" for k, v in params.items() if k not in given])]
-    choices = [[o.input_line] if not o.is_sweep_override() else
-               [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_discrete_sweep() else [] for o in swept]
-    first = [values[0] for values in choices if values]
-    jobs = [first] + [[*first[:i], value, *first[i + 1:]] for i, values in enumerate(c for c in choices if c) for value in values[1:]]
-    return jobs[:MAX_JOBS_CHECKED]
+def experiment_files(argv: list[str], experiment: list[str]) -> list[str]:
+    """The experiment files a Hydra command picks, from configs/experiment/ and the folders it adds (--config-dir), that
+    set global settings (`# @package _global_`, as configs/experiment/'s do)."""
+    found = [folder / "experiment" / f"{name}.yaml" for name in experiment for folder in (CONFIGS, *hydra_folders(argv))]
+    return [str(path) for path in found if path.is_file() and "@package _global_" in path.read_text(errors="replace")[:2000]]
 
 
 def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
-    """Raise EarlyRefusal for the first mistake of a Hydra command line, each job of a sweep composed by Hydra."""
+    """Raise EarlyRefusal for the first mistake of a Hydra command line that can be seen without the imports."""
     if any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
         return
-    from hydra import compose, initialize_config_dir
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-
-    parser, folders = OverridesParser.create(), hydra_folders(argv)
-    given = command_overrides(argv)
-    parsed = []
-    for arg in given:
-        try:
-            parsed += parser.parse_overrides([arg])
-        except HydraException as error:  # Hydra's grammar: what it expected, and where its docs say more
-            raise EarlyRefusal(f"{arg}: {' '.join(str(error).split())}") from None
-    flags = [arg.split("=", 1)[0] for arg in argv if arg.startswith("-")]  # Hydra's argparse takes --multi, --cfg=job, -cjob
-    multirun = any(f == "-m" or (len(f) > 3 and "--multirun".startswith(f)) for f in flags) or "hydra.mode=MULTIRUN" in given
-    printed = any(f.startswith(("--cfg", "-c")) for f in flags)  # only prints the config: a launcher is fine without -m
-    keys = {o.get_key_element().lstrip("+~"): o for o in parsed}
-    for key, override in keys.items():
+    overrides = overrides_of(argv)
+    # Hydra's argparse takes abbreviations (--multi) and joined values (--cfg=job, -cjob). --cfg only prints the
+    # config: a sweeper or launcher is fine there without -m.
+    flags = [arg.split("=", 1)[0] for arg in argv if arg.startswith("-")]
+    multirun = any(f == "-m" or (len(f) > 3 and "--multirun".startswith(f)) or f.startswith(("--cfg", "-c"))
+                   for f in flags) or ("hydra.mode", "MULTIRUN") in overrides
+    for key, value in overrides:
         if key in PLUGIN_GROUPS:
-            check_plugin_choice(key, override.input_line.split("=", 1)[1], multirun or printed)
-        group, _, name = key.partition(".")
-        if group == "trainer" and name in REMOVED_TRAINER_OPTIONS:
-            raise EarlyRefusal(removed_trainer_option(key, override.input_line.split("=", 1)[1], cli=False))
+            check_plugin_choice(key, value, multirun)
+
+    choices = {group: [choice] for group, choice in default_choices().items()}
+    for key, value in overrides:
+        if key in CONFIG_GROUPS and key != "hydra":
+            available = sorted({p.stem for folder in (CONFIGS, *hydra_folders(argv)) for p in (folder / key).glob("*.yaml")})
+            read = values_of(value)  # quotes and spaces are Hydra's syntax, not part of the name
+            wanted = [str(v) if v is not None else "null" for v in read] if read is not None else []
+            for choice in wanted:
+                if choice not in available and not (key == "experiment" and choice in ("null", "")):
+                    # Hydra leaves a group out with ~group (it refuses group=null from the command line)
+                    leave_out = (f" ({key}=none leaves it out)" if "none" in available else f" (~{key} leaves it out)") \
+                        if choice in ("null", "none", "None", "false") else ""
+                    raise EarlyRefusal(f"{key}={choice}: no such config in configs/{key}/; expected one of "
+                                       f"{', '.join(available)}{did_you_mean(choice, available)}{leave_out}")
+            choices[key] = wanted or [None]
+    experiment = [c for c in choices.get("experiment", [None]) if c not in (None, "null", "")]
+    if ("hydra/sweeper", "tune") in overrides:
+        check_one_model_per_study(dict(overrides).get("model"), experiment)
+
+    def settings_of(group: str) -> list[dict[str, Any]] | None:
+        """The settings of every class `group` may build in this command; None where one is unknown or stale."""
+        picked = choices.get(group, [None])
+        if group == "model" and experiment:  # an experiment may choose the models itself
+            picked = list(schema["choices"]["model"])
+        targets = [schema["choices"][group].get(choice) for choice in picked] if group != "trainer" else ["lightning.Trainer"]
+        if any(target is None or target not in schema["classes"] for target in targets):
+            return None
+        return [schema["classes"][target] for target in targets]
+
+    def all_options() -> list[str]:
+        options = [*TOP_LEVEL_SETTINGS, *REPLICA_SETTINGS]
+        for group in GROUPS:
+            for settings in settings_of(group) or []:
+                options += [f"{group}.{name}" for name in settings]
+        return sorted(set(options))
+
+    appended = {arg.lstrip("+").partition("=")[0] for arg in argv if arg.startswith("+")}
+    if not experiment:  # (an experiment may set more)
+        for arg in argv:
+            if arg.startswith("+") and not arg.startswith("++") and "=" in arg:
+                check_append(*arg[1:].split("=", 1), choices, schema)
+    def check_setting(key: str, value: str | None, in_file: bool = False) -> None:
+        """One `key=value` of the command line, or one setting of a picked experiment file (its value read as YAML)."""
+        group, dot, name = key.partition(".")
         if key in LAYOUT_SETTINGS:
-            raise EarlyRefusal(layout_setting(key, override.input_line.split("=", 1)[1]))
-        if key in CONFIG_GROUPS and override.value() is None and key != "hydra":  # Hydra: "must be a string or a list"
-            available = choices_in(key, folders)
-            leave_out = f"{key}=none" if "none" in available else f"~{key}"
-            raise EarlyRefusal(f"{key}=null: no such config in configs/{key}/; expected one of {', '.join(available)} "
-                               f"({leave_out} leaves it out)")
-    # A setting of a class (model, data, trainer) or a top-level one given without + is added (++) and checked below
-    # against the declared settings, which also name its class and the choice that takes it; a key of a file's own
-    # (callbacks, logger, optimizer, scheduler) is left to Hydra's struct mode. The Trainer's keys are unknown until
-    # Lightning is imported: deleting one is left to then.
-    def added(o: Any) -> bool:
-        key = o.get_key_element()
-        return o.type.name == "CHANGE" and "/" not in key and key.split(".")[0] not in FILE_GROUPS and key not in CONFIG_GROUPS
-    overrides = [f"++{o.input_line}" if added(o) else o.input_line for o in parsed
-                 if not (o.is_delete() and o.get_key_element().startswith("~trainer.") and "lightning" not in sys.modules)]
-    if folders:  # --config-dir: a search path entry, as Hydra's app adds it
-        searchpath = [f"file://{Path(f).resolve()}" for f in folders]
-        overrides = [o for o in overrides if not o.lstrip("+").startswith("hydra.searchpath=")] + \
-            [f"hydra.searchpath=[{','.join(searchpath)}]"]
-    register_defaults()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # (a search path that does not exist: the line below, or Hydra's after the imports)
-        jobs = job_overrides(parser.parse_overrides(overrides), {}, parser)
-        cfg = composed(compose, jobs[0], parsed, folders, schema)
-        params = cfg.hydra.sweeper.get("params") if multirun else None
-        params = OmegaConf.to_container(params, resolve=True) if params else {}
-        if cfg.hydra.runtime.choices.get("hydra/sweeper") == "tune" and (
-                ("model" in params and "model" not in keys) or (keys.get("model") and keys["model"].is_sweep_override())):
-            raise EarlyRefusal("hydra/sweeper=tune tunes one model per study: give model=NAME (every estimator in turn: "
-                               f"for m in {' '.join(every_config('model', 'vqvae_prior').split(','))}; do python train.py -m "
-                               "experiment=compare model=$m hydra/sweeper=tune; done)")
-        for job in job_overrides(parser.parse_overrides(overrides), params, parser):
-            check_job(cfg if job == jobs[0] else composed(compose, job, parsed, folders, schema), keys, folders, schema)
+            raise EarlyRefusal(layout_setting(key, value))
+        if group in ("callbacks", "logger") and dot and key not in appended and not experiment:
+            check_config_key(key, value, group, choices.get(group, [None]))
+            return
+        if key in CONFIG_GROUPS or group in ("hydra", "callbacks", "logger", "defaults") or key.startswith("hydra/"):
+            return
+        if group == "replicas" and dot:
+            if key not in REPLICA_SETTINGS:
+                raise EarlyRefusal(f"{key}: no such setting (the replicas' are {', '.join(REPLICA_SETTINGS)})"
+                                   + did_you_mean(key, list(REPLICA_SETTINGS)))
+            return
+        if not dot:
+            if key not in TOP_LEVEL_SETTINGS and not key.startswith("_"):
+                raise EarlyRefusal(unknown_top_level_setting(key) + did_you_mean(key, all_options()))
+            if key in TOP_LEVEL_SETTINGS and value is not None:
+                check_value(key, value, [TOP_LEVEL_SETTINGS], cli=in_file)
+            return
+        if group == "trainer" and name in REMOVED_TRAINER_OPTIONS:
+            raise EarlyRefusal(removed_trainer_option(key, value, cli=False))
+        specs = settings_of(group) if group in GROUPS and "." not in name and not name.startswith("_") else None
+        if specs is None:
+            return
+        if not any(name in settings for settings in specs):
+            names = sorted({f"{group}.{n}" for settings in specs for n in settings})
+            owner = ", ".join(sorted({schema_name(schema, group, choice) for choice in choices.get(group, [])} - {None}))
+            owned = owner and (not experiment or group == "trainer")  # an experiment may choose another model
+            raise EarlyRefusal(f"{key}: no such setting{f' of {owner}' if owned else ''}"
+                               f"{did_you_mean(key, names) or elsewhere(schema, group, name)}")
+        if group not in CLASS_DEFAULT_GROUPS and key not in appended and not in_file:
+            check_config_key(key, value or "V", group, choices.get(group, [None]))  # a setting its file leaves out
+        if value is not None:
+            check_value(key, value, [settings for settings in specs if name in settings], cli=in_file)
+            read = values_of(value, in_file)
+            if read is not None and len(read) == 1 and group in ("model", "data"):
+                given.setdefault(group, {})[name] = read[0]
+
+    given: dict[str, dict[str, Any]] = {}
+    for key, value in overrides:
+        check_setting(key, value)
+    for path in experiment_files(argv, experiment):  # YAML as OmegaConf reads it: YAML 1.1, as LightningCLI's values
+        for key, value in config_file_settings(path):
+            try:
+                check_setting(key, unquoted(value), in_file=True)
+            except EarlyRefusal as refusal:
+                raise EarlyRefusal(f"{path}: {refusal}") from None
+    for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them
+        picked = choices.get(group, [None])
+        if len(picked) == 1 and picked[0] not in (None, "null") and not (group == "model" and experiment):
+            composed = composed_choice(group, picked[0]) or {}
+            in_file = composed.get(group, {}) if isinstance(composed.get(group), dict) else {}
+            check_combination(group, schema["choices"][group].get(picked[0]), {**in_file, **given.get(group, {})}, group)
 
 
-def composed(compose: Any, overrides: list[str], given: list[Any], folders: list[Path], schema: dict[str, Any]) -> Any:
-    """The config Hydra composes from `overrides`; its refusal as one line naming the override and the fix."""
-    from hydra.errors import ConfigCompositionException, MissingConfigException
-    from omegaconf import OmegaConf
+# The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
+LAYOUT_SETTINGS = {"logger.save_dir": "log_dir", "logger.name": "run_name"}
 
+
+def layout_setting(key: str, value: str) -> str:
+    return (f"{key}={value}: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give "
+            f"{LAYOUT_SETTINGS[key]}={value} instead")
+
+
+# The groups whose configs extend their class's defaults (launch/hydra_config.py: register_defaults): every setting of
+# the class is in the composed config. Another group's config (optimizer) holds only the keys its file sets.
+CLASS_DEFAULT_GROUPS = ("model", "data", "trainer")
+
+
+def check_append(key: str, value: str, choices: dict[str, list[str | None]], schema: dict[str, Any]) -> None:
+    """`+KEY=V` adds a key the config does not have; Hydra refuses it for a key that already has a value (after the
+    imports, in six lines), where `KEY=V` is what was meant."""
+    group, dot, name = key.split("@", 1)[0].partition(".")
+    if not dot:
+        set_by = "configs/train.yaml" if _config_value(composed_choice(".", "train") or {}, [group]) is not None else None
+    else:
+        picked = choices.get(group, [None])
+        if len(picked) != 1 or picked[0] in (None, "null"):
+            return
+        composed = composed_choice(group, picked[0]) or {}
+        in_file = _config_value(composed.get(group, composed) if group in ("model", "data") else composed, name.split("."))
+        target = schema["choices"].get(group, {}).get(picked[0]) if group in GROUPS else None
+        if in_file is not None:
+            set_by = f"configs/{group}/{picked[0]}.yaml"
+        elif "." not in name and group in CLASS_DEFAULT_GROUPS and declared_defaults(target).get(name) is not None:
+            set_by = f"the default of {target.rsplit('.', 1)[-1]}"
+        else:
+            set_by = None
+    if set_by is not None:
+        raise EarlyRefusal(f"+{key}={value}: {key} already has a value ({set_by}), and + only adds a key that has none; "
+                           f"drop the + to set it: {key}={value}")
+
+
+def _config_value(node: Any, path: list[str]) -> Any:
+    """The value at `path` in a config read as YAML, or None where there is none."""
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def composed_choice(group: str, choice: str) -> dict[str, Any] | None:
+    """configs/<group>/<choice>.yaml merged over the files of its defaults list, as Hydra composes it; None where a
+    file is missing or not plain YAML (then Hydra decides)."""
+    import yaml
+
+    path = CONFIGS / group / f"{choice}.yaml"
     try:
-        return compose("train", overrides=overrides, return_hydra_config=True)
-    except MissingConfigException as error:  # In 'train': Could not find 'model/jsaa'
-        group, _, choice = str(error.missing_cfg_file).rpartition("/")
-        available = list(error.options or choices_in(group, folders))
-        what = f"no such {PLUGIN_GROUPS[group]}" if group in PLUGIN_GROUPS else f"no such config in configs/{group}/"
-        plugins = f" (configs/{group}/ and the Hydra plugins of {CLUSTER_EXTRA})" if group in PLUGIN_GROUPS else ""
-        raise EarlyRefusal(f"{group}={choice}: {what}; expected one of {', '.join(available)}{plugins}"
-                           f"{did_you_mean(choice, available)}") from None
-    except (ConfigCompositionException, ValueError) as error:
-        text = str(error)
-        added = re.match(r"Could not append to config\. An item is already at '(.+)'", text)
-        missing = re.match(r"Could not override '(.+)'", text)
-        if added or missing:
-            key = (added or missing)[1]
-            line = next(o.input_line for o in given if o.get_key_element().lstrip("+") == key)
-            value = line.split("=", 1)[1]
-            without = composed(compose, [o for o in overrides if o.split("=", 1)[0].lstrip("+") != key], given, folders, schema)
-            group = key.partition(".")[0]
-            choice = without.hydra.runtime.choices.get(group)
-            where = f"configs/{group}/{choice}.yaml" if choice else "configs/train.yaml"
-            target = OmegaConf.select(without, f"{group}._target_") if choice and group in CLASS_GROUPS else None
-            if added:
-                source = f"{where} or the defaults of {target.rsplit('.', 1)[-1]} it extends" if target else where
-                raise EarlyRefusal(f"{line}: {key} already has a value ({source}), and + only adds a key that has none; "
-                                   f"drop the + to set it: {key}={value}") from None
-            raise EarlyRefusal(no_such_key(key, value, OmegaConf.to_container(without, resolve=False), where, schema)) from None
-        raise EarlyRefusal(" ".join(text.split())) from None  # Hydra's message names the override
+        own = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    merged: dict[str, Any] = {}
+    for parent in own.pop("defaults", None) or []:
+        base = composed_choice(group, parent) if isinstance(parent, str) and parent != "_self_" else {}
+        if base is None:
+            return None
+        merged = _merged(merged, base)
+    return _merged(merged, own)
 
 
-def no_such_key(key: str, value: str, tree: dict[str, Any], where: str, schema: dict[str, Any]) -> str:
-    """The line for `key=value` where `tree` (the composed config) has no such key: a setting of the class its group
-    builds, or a key of the group's config file (one it leaves out is added with +)."""
-    group, _, name = key.partition(".")
-    node, walked = tree, group
-    if not name or group == "replicas" or not isinstance(tree.get(group), dict):
-        if group == "replicas":
-            return f"{key}: no such setting (the replicas' are {', '.join(REPLICA_SETTINGS)})" + did_you_mean(key, list(REPLICA_SETTINGS))
-        options = [*TOP_LEVEL_SETTINGS, *REPLICA_SETTINGS, *(f"{g}.{n}" for g in CLASS_GROUPS for n in tree.get(g) or {})]
-        return unknown_top_level_setting(key) + did_you_mean(key, options)
-    node = tree[group]
-    target = node.get("_target_") if isinstance(node, dict) else None
-    hints = schema["classes"].get(target) if target else None
-    if hints is not None and name.split(".")[0] not in hints:  # not a setting of the class at all
-        names = [f"{group}.{n}" for n in hints]
-        return f"{key}: no such setting of {target.rsplit('.', 1)[-1]}{did_you_mean(key, names) or elsewhere(schema, group, name)}"
-    for part in name.split("."):
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+    return out
+
+
+def check_config_key(key: str, value: str, group: str, picked: list[str | None]) -> None:
+    """`callbacks.NAME.KEY=V` or `logger.KEY=V` without `+`: Hydra takes only the keys its config file sets (struct
+    mode) and refuses any other in several lines; refused here in one, with the likely key or the `+` that adds it."""
+    if len(picked) != 1 or picked[0] in (None, "null"):
+        return
+    node: Any = composed_choice(group, picked[0])
+    walked = group
+    for part in key.split(".")[1:]:
         if not isinstance(node, dict):
-            break
+            return
         if part not in node:
+            where = f"configs/{group}/{picked[0]}.yaml"
             options = [f"{walked}.{k}" for k in node if not str(k).startswith("_")]
             what = "callback" if walked == "callbacks" else "key"
             hint = did_you_mean(f"{walked}.{part}", options) or (f" (it has {', '.join(options)})" if what == "callback" else "")
-            return f"{walked}.{part}: {where} has no such {what}{hint} (one it leaves out is added with +{key}={value})"
+            raise EarlyRefusal(f"{walked}.{part}: {where} has no such {what}{hint} (one it leaves out is added with "
+                               f"+{key}={value})")
         node, walked = node[part], f"{walked}.{part}"
-    return f"{key}: {where} has no such key (one it leaves out is added with +{key}={value})"
-
-
-def check_job(cfg: Any, keys: dict[str, Any], folders: list[Path], schema: dict[str, Any]) -> None:
-    """One composed job: its top-level keys and values, its model and data settings as their constructors build them
-    (the experiment's shared settings applied), the trainer's, optimizer's and scheduler's once their classes are
-    imported. A refusal of a value the command line did not give names the experiment file that gave it."""
-    from omegaconf import OmegaConf
-
-    tree = OmegaConf.to_container(cfg, resolve=False)
-    experiment = cfg.hydra.runtime.choices.get("experiment")
-    files = [f / "experiment" / f"{experiment}.yaml" for f in (CONFIGS, *folders)] if experiment else []
-    source = next((f"{path}: " for path in files if path.is_file()), "")
-
-    def refuse(key: str, line: str) -> None:
-        raise EarlyRefusal(line if key in keys else f"{source}{line}")
-
-    for key, value in tree.items():
-        if key == "hydra" or key in CONFIG_GROUPS or key.startswith("_"):
-            continue
-        if key not in TOP_LEVEL_SETTINGS:
-            refuse(key, no_such_key(key, "", tree, "", schema))
-        if isinstance(value, str) and "${" in value:
-            continue
-        want = expected(TOP_LEVEL_SETTINGS[key], value) or \
-            ("an integer in [0, 2^32 - 1]" if key == "seed" and isinstance(value, int) and not 0 <= value < 2**32 else None) or \
-            ("a number of seconds > 0" if key == "ddp_timeout_s" and isinstance(value, (int, float)) and not value > 0 else None)
-        if want:
-            refuse(key, f"{key}={value!r}: expected {want}")
-    for name in (tree.get("replicas") or {}):
-        if f"replicas.{name}" not in REPLICA_SETTINGS:
-            refuse(f"replicas.{name}", no_such_key(f"replicas.{name}", "", tree, "", schema))
-    for name, value in (tree.get("logger") or {}).items():
-        if f"logger.{name}" in LAYOUT_SETTINGS:
-            refuse(f"logger.{name}", layout_setting(f"logger.{name}", value))
-    for group in ("model", "data", "trainer", "optimizer", "scheduler"):
-        node = tree.get(group)
-        target = node.get("_target_") if isinstance(node, dict) else None
-        hints = schema["classes"].get(target) if target else None
-        if hints is None:
-            continue
-        shared = shared_settings(tree, group, cfg, keys)
-        for name, value in {**node, **shared}.items():
-            if name.startswith("_"):
-                continue
-            if name not in hints:
-                refuse(f"{group}.{name}", no_such_key(f"{group}.{name}", "", tree, "", schema))
-            want = None if isinstance(value, str) and "${" in value else expected(hints[name], value)
-            if want:
-                refuse(f"{group}.{name}", f"{group}.{name}={value!r}: expected {want}")
-        if group in ("model", "data"):
-            try:
-                check_combination(group, target, {**node, **shared}, group)
-            except EarlyRefusal as refusal:
-                named = str(refusal).split(" ", 1)[0].split("=", 1)[0].rstrip(":")
-                refuse(named, str(refusal))
-
-
-def shared_settings(tree: dict[str, Any], group: str, cfg: Any, keys: dict[str, Any]) -> dict[str, Any]:
-    """An experiment's settings for the model (launch/hydra_config.py: model_settings): `discrete_latent`'s that the
-    model takes, then `per_model.<its config name>`, each unless the command line sets it."""
-    if group != "model":
-        return {}
-    takes = declared(tree["model"].get("_target_")) or {}
-    own = (tree.get("per_model") or {}).get(cfg.hydra.runtime.choices.get("model")) or {}
-    shared = {k: v for k, v in (tree.get("discrete_latent") or {}).items() if k in takes}
-    return {k: v for k, v in {**shared, **own}.items() if f"model.{k}" not in keys}
 
 
 def elsewhere(schema: dict[str, Any], group: str, name: str) -> str:
@@ -325,6 +332,11 @@ def elsewhere(schema: dict[str, Any], group: str, name: str) -> str:
         return ""
     choice, target = next(iter(owners.items()))
     return f"; it is a setting of {target.rsplit('.', 1)[-1]} ({group}={choice})"
+
+
+def schema_name(schema: dict[str, Any], group: str, choice: str | None) -> str | None:
+    target = "lightning.Trainer" if group == "trainer" else schema["choices"].get(group, {}).get(choice or "")
+    return target.rsplit(".", 1)[-1] if target else None
 
 
 # Hydra's own options (its argparse takes an abbreviation of any of them: --multi, --cfg).

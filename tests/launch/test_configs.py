@@ -254,11 +254,16 @@ def test_ddp_strategies_get_the_collective_timeout():
 
 
 @pytest.mark.parametrize("overrides, message", [
+    (["+ckpt_pth=x"], "ckpt_pth: no such setting"),
+    (["seed=abc"], "seed='abc': expected an integer"),
+    (["seed=-1"], "seed=-1: expected an integer in [0, 2^32 - 1]"),
+    (["run_test=maybe"], "run_test='maybe': expected true or false"),
+    (["ddp_timeout_s=0"], "ddp_timeout_s=0: expected a number of seconds > 0"),
     (["trainer.max_epochs=abc"], "trainer.max_epochs='abc': expected an integer or null"),
     (["trainer.precision=foo"], "trainer.precision='foo': expected one of"),
     (["+trainer.max_epoch=3"], "trainer.max_epoch is not a setting of Trainer"),
 ])
-def test_trainer_settings_are_checked_before_the_run(overrides, message, monkeypatch):
+def test_top_level_and_trainer_settings_are_checked_before_the_run(overrides, message, monkeypatch):
     from launch.checks.settings import SettingsError
 
     cfg = composed(overrides)

@@ -74,10 +74,13 @@ def test_trainer_values_lightning_takes_but_cannot_run_are_refused(key, value, m
     (["optimizer=sgld", "callbacks=sgmcmc", "callbacks.posterior_samples.keep=foo"],
      "callbacks.posterior_samples.keep='foo': expected one of 'mean', 'list'"),
     (["+callbacks.model_checkpoint.every_n_epoch=2"], "callbacks.model_checkpoint.every_n_epoch is not a setting of ValidationCheckpoint"),
+    # +: past Hydra (the early checks refuse logger.save_dir=... without it, tests/launch/checks/test_precheck.py)
+    (["+logger.name=mine"], "logger.name=mine: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give run_name=mine instead"),
+    (["+logger.save_dir=/tmp/runs"], "logger.save_dir=/tmp/runs: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give log_dir=/tmp/runs instead"),
 ])
-def test_callback_settings_are_checked_before_the_run(overrides, message):
-    """Each callback's settings against its constructor (or factory: callbacks.progress_bar), refused in one line
-    before anything is built."""
+def test_callback_and_logger_settings_are_checked_before_the_run(overrides, message):
+    """Each callback's settings against its constructor (or factory: callbacks.progress_bar), and a logger.name
+    or save_dir that the run's layout sets (launch/run_layout.py), refused in one line before anything is built."""
     from launch.hydra_config import check_run_settings
     from tests.launch.test_configs import composed
 
