@@ -13,7 +13,8 @@ from torch import Tensor
 
 def _mapped(checkpoint: dict[str, Any], tensor: Callable[[Tensor], Tensor], loader: Callable[[list], Any]) -> dict[str, Any]:
     """`checkpoint` with `tensor` applied to every stacked weight and optimizer buffer (not to a 0-d entry: Adam's step
-    count is shared) and `loader` to the list of per-replica data loader positions (datamodules/replicas.py)."""
+    count is shared) and `loader` to the list of per-replica data loader positions (datamodules/replicas.py), its
+    result in place of the loader's state."""
     def each(value: Any) -> Any:
         return tensor(value) if isinstance(value, Tensor) and value.dim() > 0 else copy.deepcopy(value)
 
@@ -48,6 +49,6 @@ def branch_checkpoint(checkpoint: dict[str, Any], num_arms: int) -> dict[str, An
     seed starts as that seed's trunk replica (weights, buffers such as JSA's cache, Adam's moments, data position), the
     arms one after another (launch/runs/replicas.py builds the replicas arm by arm), in a new process with runs of its
     own."""
-    branch = _mapped(checkpoint, lambda value: value.repeat(num_arms, *([1] * (value.dim() - 1))), lambda states: states * num_arms)
+    branch = _mapped(checkpoint, lambda value: value.repeat(num_arms, *([1] * (value.dim() - 1))), lambda states: {"replicas": states * num_arms})
     branch["replica_seeds"] = list(checkpoint["replica_seeds"]) * num_arms
     return branch
