@@ -1,14 +1,12 @@
-"""What a checkpoint restores into a trainer, checked before Lightning or torch restores it: an altered count or buffer,
-or a state of other settings, would otherwise end in a traceback deep in Lightning or torch, or train on silently (a
-negative step, NaN moments that spoil every weight at the first step, the best checkpoint named outside the run). Each
-refusal names the checkpoint and the first entry that is wrong, in one line.
+"""What a checkpoint restores into a trainer, checked before Lightning or torch restores it (an altered count or buffer,
+or a state of other settings, would end in a traceback deep in Lightning or train on silently); each refusal names the
+checkpoint and the first wrong entry, in one line.
 
-* `check_restored`, when the checkpoint is read (checkpoints/trainer/io_plugin.py): the model's state fits (names,
-  shapes, kinds of number; the settings that differ from the checkpoint's are named, and logged when it loads); the
-  loop counts; the paths a restored ModelCheckpoint names are kept inside the run's checkpoint directory (Lightning
-  removes "the previous one" at its next save, and compares paths without resolving `..` or links);
-* `check_optimizers`, once the optimizers are built and before their state is restored: the same optimizer and
-  scheduler classes, parameter groups, and finite moments of each parameter's shape.
+* `check_restored`, when the checkpoint is read (io_plugin.py): the model's state fits (names, shapes, kinds of number;
+  differing settings named), the loop counts, and a restored ModelCheckpoint's paths stay inside the run's checkpoint
+  directory (Lightning removes "the previous one" at its next save);
+* `check_optimizers`, once the optimizers are built: the same optimizer and scheduler classes, parameter groups, and
+  finite moments of each parameter's shape.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
-"""The callback that keeps a trainer's checkpoints whole and its resume exact, whichever script builds the Trainer:
-launch/rules.py adds it to every run of train.py; a script of your own adds it itself,
-`Trainer(callbacks=[SafeCheckpoints()])` (README).
+"""The callback that keeps a trainer's checkpoints whole and its resume exact, whichever script builds the Trainer
+(launch/rules.py adds it to every run of train.py; your own script: `Trainer(callbacks=[SafeCheckpoints()])`).
 
-* Every save, load and removal goes through `AtomicCheckpointIO` (checkpoints/trainer/io_plugin.py: atomic,
-  checksummed writes; the checked read, held to this trainer before anything is restored); a plugin the user gave is
-  kept.
-* A checkpoint names the model class that wrote it (checkpoints/model_class.py), its optimizers' and schedulers'
-  classes, and every rank's random state: torch's CPU generator (and the CUDA one where used), applied when training
-  starts (after any sanity check, which draws numbers too). The data order is the loader's own state
-  (datamodules/resumable.py), an SG-MCMC sampler's noise generator the optimizer's. A run that does not resume seeds
-  each DDP rank seed + rank, so the ranks' samples are independent and still determined by the seed.
-* A resume restores the optimizers' states only into optimizers they fit (checkpoints/trainer/restore_checks.py), and
-  then sets each optimizer hyperparameter back to this run's value (Lightning restores them too), logging each change.
+* Saves, loads and removals go through `AtomicCheckpointIO` (io_plugin.py: atomic, checksummed writes; the read held
+  to this trainer before anything is restored); a plugin the user gave is kept.
+* A checkpoint names its model class, its optimizers' and schedulers' classes, and every rank's random state (applied
+  when training starts, after any sanity check); a run that does not resume seeds each DDP rank seed + rank.
+* A resume restores the optimizers' states only into optimizers they fit (restore_checks.py), then sets each optimizer
+  hyperparameter back to this run's value, logging each change.
 """
 
 from __future__ import annotations
