@@ -68,8 +68,7 @@ def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike, new: 
                               "checkpoint in another directory") from None
     held_directories.add(run_dir)  # its checkpoint saves (hpc_ckpt_N.ckpt lies here) need no second lock
     write_file(run_dir / OWNER_FILE, f"process {os.getpid()} on {socket.gethostname()}\n")
-    # safe: the owner's note in the run this process owns, never a link (refused above; unlink removes a link itself)
-    atexit.register(lambda: (run_dir / OWNER_FILE).unlink(missing_ok=True))
+    atexit.register(lambda: (run_dir / OWNER_FILE).unlink(missing_ok=True))  # safe: this process's own note, no link
 
 
 def refuse_unwritable(run_dir: Path) -> None:
