@@ -16,9 +16,10 @@ from omegaconf import OmegaConf
 from launch import rules
 from launch.checks.arguments import overrides_of
 from launch.checks.defaults import log_dir as default_log_dir
-from launch.checks.early import USER_ERROR, exit_with
 from launch.checks.configs import CONFIGS
-from launch.checks.early import refuse_early
+from launch.checks.early import USER_ERROR, exit_with, load
+from launch.checks.hydra_check import IMPORTED_GROUPS, check_hydra
+from launch.checks.precheck import EarlyRefusal
 from launch.console import quiet_console
 from launch.errors import user_errors_as_one_line
 from launch.hydra_config import register_defaults
@@ -62,9 +63,10 @@ def run_replica_test(datamodule: Any, model: Any, trainer: Any, ckpt_path: str) 
 
 
 def main() -> None:
-    refusal = refuse_early(sys.argv[1:], cli=False)  # again, with the Trainer's, optimizers' and schedulers' settings
-    if refusal:
-        exit_with(refusal)
+    try:  # before Hydra composes, whose struct mode would refuse an unknown key in several lines
+        check_hydra(sys.argv[1:], load(), only=IMPORTED_GROUPS)
+    except EarlyRefusal as refusal:
+        exit_with(str(refusal))
     register_defaults()
     given = dict(overrides_of(sys.argv[1:])).get("log_dir")  # before Hydra makes its run directory there
     note_existing_directories(given if given and "${" not in given else default_log_dir())

@@ -23,6 +23,7 @@ from launch.checks.hydra_check import CONFIG_GROUPS, LAYOUT_SETTINGS, layout_set
 from launch.checks.precheck import TOP_LEVEL_SETTINGS
 from launch.checks.configs import CONFIGS, NOT_SETTINGS, every_config
 from launch.checks.settings import SettingsError, check_settings, check_trainer_values, expected
+from launch.run_layout import LOGGER_FOLDERS
 
 
 def register_defaults() -> None:
@@ -89,13 +90,11 @@ def swept_keys() -> set[str]:
 
 
 def check_run_settings(cfg: Any) -> None:
-    """The top-level settings and the trainer's, checked before anything is seeded, built or written:
-    a `+key=value` that nothing reads (a typo of a setting, say `+ckpt_pth=...`) is refused, not ignored."""
-    problems = []
-    for arg in sys.argv[1:]:
-        key = arg.lstrip("+~").partition("=")[0]
-        if arg.startswith("+") and "." not in key and "/" not in key and key not in (*TOP_LEVEL_SETTINGS, *CONFIG_GROUPS):
-            problems.append(unknown_top_level_setting(key))
+    """Every setting of a composed config, checked once, before anything is seeded, built or written: the top-level
+    ones (a key nothing reads, from `+key=value` or a file, is refused, not ignored), and each group's against its
+    class's constructor: the model's (an experiment's shared settings applied), the data module's, the trainer's,
+    the optimizer's, the scheduler's, the logger's and each callback's (a class or a factory)."""
+    problems = [unknown_top_level_setting(key) for key in cfg if key not in (*TOP_LEVEL_SETTINGS, *CONFIG_GROUPS)]
     top_level = {key: cfg[key] for key in TOP_LEVEL_SETTINGS if key in cfg}
     for key, value in OmegaConf.to_container(OmegaConf.create(top_level), resolve=False).items():
         want = expected(TOP_LEVEL_SETTINGS[key], value)
@@ -107,13 +106,23 @@ def check_run_settings(cfg: Any) -> None:
         problems.append(f"ddp_timeout_s={cfg.ddp_timeout_s}: expected a number of seconds > 0")
     if problems:
         raise SettingsError("; ".join(problems))
-    trainer_settings = OmegaConf.to_container(cfg.trainer, resolve=True)
-    check_settings(get_class(trainer_settings["_target_"]), trainer_settings, "trainer")
-    check_trainer_values(trainer_settings, "trainer")
+    logger = OmegaConf.to_container(cfg.logger, resolve=False) if cfg.get("logger") else {}
+    for key in LAYOUT_SETTINGS:  # (+logger.save_dir=... passes Hydra; the early checks refuse it without the +)
+        if key.removeprefix("logger.") in logger:
+            raise SettingsError(layout_setting(key, logger[key.removeprefix("logger.")]))
+    if logger and logger.get("_target_") not in LOGGER_FOLDERS:
+        raise SettingsError(f"logger._target_={logger.get('_target_')}: a run is logged by the loggers its layout places: "
+                            f"{', '.join(path.rsplit('.', 1)[-1] for path in LOGGER_FOLDERS)} (logger=tensorboard, logger=csv), "
+                            "or none (logger=none)")
+    groups = {"model": model_settings(cfg), **{group: OmegaConf.to_container(cfg[group], resolve=True)
+                                                for group in ("data", "trainer", "optimizer", "scheduler", "logger") if cfg.get(group)}}
     for name, callback in (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items():
         if isinstance(callback, dict) and "_target_" in callback:
-            check_settings(get_object(callback["_target_"]), callback, f"callbacks.{name}")  # a class or a factory
-    logger_settings = OmegaConf.to_container(cfg.logger, resolve=False) if cfg.get("logger") else {}
-    for key in LAYOUT_SETTINGS:  # (+logger.save_dir=... passes Hydra; the early checks refuse it without the +)
-        if key.removeprefix("logger.") in logger_settings:
-            raise SettingsError(layout_setting(key, logger_settings[key.removeprefix("logger.")]))
+            groups[f"callbacks.{name}"] = callback
+    for group, settings in groups.items():
+        try:
+            check_settings(get_object(settings["_target_"]), settings, group)
+        except SettingsError as error:  # logger._target_=... over another logger's settings
+            mixed = " (logger=csv and logger=tensorboard choose a logger with its own settings)" if group == "logger" else ""
+            raise SettingsError(f"{error}{mixed}") from None
+    check_trainer_values(groups["trainer"], "trainer")

@@ -22,7 +22,7 @@ from omegaconf import OmegaConf, open_dict
 
 from callbacks.replica_runs import ReplicaRuns
 from launch import rules
-from launch.checks.settings import SettingsError, check_settings
+from launch.checks.settings import SettingsError
 from launch.hydra_config import check_run_settings, command_line_overrides, model_settings, swept_keys
 from launch.run_builder import RunDescription, build_trainer
 from launch.run_layout import LOGGER_FOLDERS, TENSORBOARD, logger_root, placed, process_dir, run_name
@@ -35,13 +35,7 @@ log = logging.getLogger(__name__)
 def build(cfg: Any) -> tuple[Any, Any]:
     """The data module and the model of a composed config; the model's likelihood and backbone follow the data unless set."""
     data_settings = OmegaConf.to_container(cfg.data, resolve=True)
-    check_settings(get_class(data_settings["_target_"]), data_settings, "data")
     settings = model_settings(cfg)
-    check_settings(get_class(settings["_target_"]), settings, "model")
-    for group in ("optimizer", "scheduler"):  # after the model's: the optimizer's lr is ${model.lr} unless set
-        if cfg.get(group):
-            group_settings = OmegaConf.to_container(cfg[group], resolve=True)
-            check_settings(get_class(group_settings["_target_"]), group_settings, group)
     overrides = command_line_overrides()
     rules.seed_settings({"data": data_settings, "model": settings},
                         {"data": get_class(data_settings["_target_"]), "model": get_class(settings["_target_"])},
@@ -116,19 +110,11 @@ def parallel_job_settings(cfg: Any) -> dict[str, Any]:
 def chosen_logger(cfg: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
     """The run's logger as the logger group chose it, placed by the run's layout (launch/run_layout.py): (False,
     its settings) for TensorBoard, whose run the builder makes; (a CSVLogger of run `name`, None) for logger=csv;
-    (False, None) for logger=none. Another class is refused: the layout would not know where its run goes."""
+    (False, None) for logger=none (launch/hydra_config.py: check_run_settings refuses a class the layout cannot place)."""
     settings = OmegaConf.to_container(cfg.logger, resolve=True) if cfg.get("logger") else {}
     if not settings:
         return False, None
-    target = settings.pop("_target_", None)
-    if target not in LOGGER_FOLDERS:
-        raise SettingsError(f"logger._target_={target}: a run is logged by the loggers its layout places: "
-                            f"{', '.join(path.rsplit('.', 1)[-1] for path in LOGGER_FOLDERS)} (logger=tensorboard, logger=csv), "
-                            "or none (logger=none)")
-    try:
-        check_settings(get_class(target), settings, "logger")
-    except SettingsError as error:  # logger._target_=... over another logger's settings
-        raise SettingsError(f"{error} (logger=csv and logger=tensorboard choose a logger with its own settings)") from None
+    target = settings.pop("_target_")
     if LOGGER_FOLDERS[target] == TENSORBOARD:
         return False, settings
     placed(cfg.log_dir, LOGGER_FOLDERS[target], f"{logger_root(cfg.log_dir, target)}/{name}")  # no link out of <log_dir>

@@ -120,8 +120,13 @@ def experiment_files(argv: list[str], experiment: list[str]) -> list[str]:
     return [str(path) for path in found if path.is_file() and "@package _global_" in path.read_text(errors="replace")[:2000]]
 
 
-def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
-    """Raise EarlyRefusal for the first mistake of a Hydra command line that can be seen without the imports."""
+# The groups whose settings their constructors declare (Lightning's, torch's): checked once these are imported.
+IMPORTED_GROUPS = ("trainer", "optimizer", "scheduler")
+
+
+def check_hydra(argv: list[str], schema: dict[str, Any], only: tuple[str, ...] | None = None) -> None:
+    """Raise EarlyRefusal for the first mistake of a Hydra command line that can be seen without the imports; with
+    `only`, of those groups' settings alone (IMPORTED_GROUPS, once imported: the rest was checked before)."""
     if any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
         return
     overrides = overrides_of(argv)
@@ -131,7 +136,7 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
     multirun = any(f == "-m" or (len(f) > 3 and "--multirun".startswith(f)) or f.startswith(("--cfg", "-c"))
                    for f in flags) or ("hydra.mode", "MULTIRUN") in overrides
     for key, value in overrides:
-        if key in PLUGIN_GROUPS:
+        if key in PLUGIN_GROUPS and only is None:
             check_plugin_choice(key, value, multirun)
 
     choices = {group: [choice] for group, choice in default_choices().items()}
@@ -149,7 +154,7 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
                                        f"{', '.join(available)}{did_you_mean(choice, available)}{leave_out}")
             choices[key] = wanted or [None]
     experiment = [c for c in choices.get("experiment", [None]) if c not in (None, "null", "")]
-    if ("hydra/sweeper", "tune") in overrides:
+    if ("hydra/sweeper", "tune") in overrides and only is None:
         check_one_model_per_study(dict(overrides).get("model"), experiment)
 
     def settings_of(group: str) -> list[dict[str, Any]] | None:
@@ -170,13 +175,15 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
         return sorted(set(options))
 
     appended = {arg.lstrip("+").partition("=")[0] for arg in argv if arg.startswith("+")}
-    if not experiment:  # (an experiment may set more)
+    if not experiment and only is None:  # (an experiment may set more)
         for arg in argv:
             if arg.startswith("+") and not arg.startswith("++") and "=" in arg:
                 check_append(*arg[1:].split("=", 1), choices, schema)
     def check_setting(key: str, value: str | None, in_file: bool = False) -> None:
         """One `key=value` of the command line, or one setting of a picked experiment file (its value read as YAML)."""
         group, dot, name = key.partition(".")
+        if only is not None and group not in only:
+            return
         if key in LAYOUT_SETTINGS:
             raise EarlyRefusal(layout_setting(key, value))
         if group in ("callbacks", "logger") and dot and key not in appended and not experiment:
@@ -208,7 +215,7 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
                                f"{did_you_mean(key, names) or elsewhere(schema, group, name)}")
         if group not in CLASS_DEFAULT_GROUPS and key not in appended and not in_file:
             check_config_key(key, value or "V", group, choices.get(group, [None]))  # a setting its file leaves out
-        if value is not None:
+        if value is not None and only is None:  # (after the imports, values are checked once composed)
             check_value(key, value, [settings for settings in specs if name in settings], cli=in_file)
             read = values_of(value, in_file)
             if read is not None and len(read) == 1 and group in ("model", "data"):
@@ -223,7 +230,7 @@ def check_hydra(argv: list[str], schema: dict[str, Any]) -> None:
                 check_setting(key, unquoted(value), in_file=True)
             except EarlyRefusal as refusal:
                 raise EarlyRefusal(f"{path}: {refusal}") from None
-    for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them
+    for group in ("model", "data") if only is None else ():  # the ranges and combinations, as the constructor checks them
         picked = choices.get(group, [None])
         if len(picked) == 1 and picked[0] not in (None, "null") and not (group == "model" and experiment):
             composed = composed_choice(group, picked[0]) or {}

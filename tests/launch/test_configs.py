@@ -262,6 +262,12 @@ def test_ddp_strategies_get_the_collective_timeout():
     (["trainer.max_epochs=abc"], "trainer.max_epochs='abc': expected an integer or null"),
     (["trainer.precision=foo"], "trainer.precision='foo': expected one of"),
     (["+trainer.max_epoch=3"], "trainer.max_epoch is not a setting of Trainer"),
+    # each group's values, once composed: the model's with an experiment's shared settings applied
+    (["model.mis_steps=abc"], "model.mis_steps='abc': expected an integer"),
+    (["experiment=jsa_paper", "+per_model.jsa.mis_stepz=3"], "model.mis_stepz is not a setting of JSA"),
+    (["data.batch_size=x"], "data.batch_size='x': expected an integer"),
+    (["optimizer.lr=abc"], "optimizer.lr='abc': expected a number"),
+    (["scheduler=step", "scheduler.gamma=x"], "scheduler.gamma='x': expected a number"),
 ])
 def test_top_level_and_trainer_settings_are_checked_before_the_run(overrides, message, monkeypatch):
     from launch.checks.settings import SettingsError

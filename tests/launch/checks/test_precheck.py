@@ -96,6 +96,24 @@ def test_mistakes_are_one_line_with_the_closest_name(command, named):
     says(refusal, *named)
 
 
+def test_after_the_imports_the_names_of_the_trainer_optimizer_and_scheduler_settings_alone_are_checked_before_hydra():
+    """The Hydra front end's pass once Lightning and torch are imported, before Hydra composes (whose struct mode would
+    refuse an unknown key in several lines): the names their constructors declare; what the early check saw before the
+    imports is not checked again, and every value is checked once composed (launch/hydra_config.py: check_run_settings)."""
+    from launch.checks.early import load
+    from launch.checks.hydra_check import IMPORTED_GROUPS, check_hydra
+    from launch.checks.precheck import EarlyRefusal
+
+    for argv, named in ((["trainer.max_epoch=1"], "trainer.max_epochs?"), (["optimizer.lrr=1"], "optimizer.lr?"),
+                        (["scheduler=step", "scheduler.gama=1"], "scheduler.gamma?")):
+        with pytest.raises(EarlyRefusal) as refusal:
+            check_hydra(argv, load(), only=IMPORTED_GROUPS)
+        says(str(refusal.value), *named)
+    for argv in (["model.mis_step=3"], ["+ckpt_pth=x"], ["-m", "hydra/launcher=jobib"], ["trainer.max_epochs=abc"],
+                 ["optimizer.lr=abc"]):
+        check_hydra(argv, load(), only=IMPORTED_GROUPS)
+
+
 def test_a_config_file_that_is_not_yaml_or_not_there_is_named(tmp_path):
     from launch.checks.received_config import refuse_received_configs
 
