@@ -1,11 +1,10 @@
-"""What configs/ declares, read without torch: each config group's choices and the class each builds (configs/<group>/
-*.yaml, read as text), and the settings each class declares (configs/settings.py): what the early checks check a
-command line against."""
+"""What configs/ declares, read as YAML without torch or Hydra: each config group's choices, a config file merged over
+its defaults list as Hydra composes it, the class each choice builds, and the settings each class declares
+(configs/settings.py): what the early checks check a command line against."""
 
 from __future__ import annotations
 
 import dataclasses
-import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -19,27 +18,60 @@ NOT_SETTINGS = {"model": ("data_shape", "optimizer", "scheduler"), "trainer": ("
 GROUPS = ("model", "data", "optimizer", "scheduler", "trainer")  # the config groups whose choices name one class
 
 
-def default_choices() -> dict[str, str]:
+def read_config(name: str) -> dict[str, Any] | None:
+    """configs/<name> as YAML; None where it is missing or not a plain YAML mapping (then Hydra decides)."""
+    import yaml
+
+    try:
+        found = yaml.load((CONFIGS / name).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def composed_choice(group: str, choice: str) -> dict[str, Any] | None:
+    """configs/<group>/<choice>.yaml merged over the files of its group that its defaults list names, as Hydra composes
+    it; None where a file is missing or not plain YAML."""
+    own = read_config(f"{group}/{choice}.yaml")
+    if own is None:
+        return None
+    merged: dict[str, Any] = {}
+    for parent in [p for p in own.pop("defaults", None) or [] if isinstance(p, str) and p != "_self_"] + [None]:
+        base = own if parent is None else composed_choice(group, parent)
+        if base is None:
+            return None
+        merged = _merged(merged, base)
+    return merged
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+    return out
+
+
+def config_value(node: Any, path: list[str]) -> Any:
+    """The value at `path` in a config read as YAML, or None where there is none."""
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def default_choices() -> dict[str, str | None]:
     """group -> the default choice of configs/train.yaml's defaults list (`- model: jsa`)."""
-    choices = {}
-    for line in (CONFIGS / "train.yaml").read_text().splitlines():
-        match = re.match(r"\s*-\s*(\w+)\s*:\s*([\w.]+)", line)
-        if match:
-            choices[match[1]] = match[2]
-    return choices
+    defaults = (read_config("train.yaml") or {}).get("defaults") or []
+    return {group: choice for entry in defaults if isinstance(entry, dict) for group, choice in entry.items()}
 
 
 def config_targets(group: str) -> dict[str, str]:
-    """choice -> the class its config builds, for configs/<group>/*.yaml (read as text: no YAML import needed)."""
-    def target_of(path: Path) -> str | None:
-        lines = path.read_text().splitlines()
-        target = next((line.split(":", 1)[1].strip() for line in lines if line.strip().startswith("_target_:")), None)
-        # A config that extends another of its group (configs/model/dvae_gumbel.yaml: defaults: [dvae, _self_]).
-        names = [line.strip()[2:].split("#")[0].strip() for line in lines if line.strip().startswith("- ")]
-        parents = [path.with_name(name + ".yaml") for name in names if name.isidentifier()]
-        return target or next((target_of(parent) for parent in parents if parent.is_file() and parent != path), None)
-
-    return {path.stem: target for path in sorted((CONFIGS / group).glob("*.yaml")) if (target := target_of(path))}
+    """choice -> the class its config builds, for configs/<group>/*.yaml (a model's and a data module's under their group)."""
+    found = {path.stem: composed_choice(group, path.stem) for path in sorted((CONFIGS / group).glob("*.yaml"))}
+    targets = {choice: config_value(config, [group, "_target_"]) or config_value(config, ["_target_"])
+               for choice, config in found.items()}
+    return {choice: target for choice, target in targets.items() if isinstance(target, str)}
 
 
 def every_config(group: str, *left_out: str) -> str:

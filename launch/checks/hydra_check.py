@@ -3,81 +3,76 @@ chosen classes and of a picked experiment, `+` on a key that has a value, Hydra 
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 from typing import Any
 
 from launch.checks.arguments import overrides_of, values_of
-from launch.checks.received_config import hydra_folders
-from launch.checks.configs import CONFIGS, GROUPS, declared_defaults, default_choices, every_config
+from launch.checks.configs import CONFIGS, GROUPS, composed_choice, config_value, declared_defaults, default_choices, \
+    every_config, read_config
 from launch.checks.precheck import OTHER_TREE, EarlyRefusal, TOP_LEVEL_SETTINGS, REMOVED_TRAINER_OPTIONS, check_combination, \
     check_value, config_file_settings, did_you_mean, removed_trainer_option, unquoted
+from launch.checks.received_config import hydra_folders
 
+CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
 REPLICA_SETTINGS = ("replicas.seeds", "replicas.arms")  # launch/runs/replicas.py checks their values
+# The groups whose settings their constructors declare (Lightning's, torch's): checked once these are imported.
+IMPORTED_GROUPS = ("trainer", "optimizer", "scheduler")
+# The groups whose configs extend their class's defaults (launch/hydra_config.py: register_defaults): every setting of
+# the class is in the composed config. Another group's config (optimizer) holds only the keys its file sets.
+CLASS_DEFAULT_GROUPS = ("model", "data", "trainer")
+# The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
+LAYOUT_SETTINGS = {"logger.save_dir": "log_dir", "logger.name": "run_name"}
 
 
 def unknown_top_level_setting(key: str) -> str:
-    """The line that refuses a top-level key nothing reads (here, and after the imports in launch/hydra_config.py)."""
+    """The line that refuses a top-level key nothing reads (here, and once composed in launch/hydra_config.py)."""
     return f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})"
-CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
 
 
+def layout_setting(key: str, value: Any) -> str:
+    return (f"{key}={value}: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give "
+            f"{LAYOUT_SETTINGS[key]}={value} instead")
 
 
-# Hydra's launcher and sweeper groups: `basic` (Hydra's own), the configs of the Hydra plugins pyproject's `cluster`
-# extra installs (by the plugin's name), this project's configs/hydra/<group>/*.yaml, which extend one of those
-# (`defaults: - joblib`), and whatever other installed Hydra plugins register.
-PLUGIN_GROUPS = {"hydra/launcher": "launcher", "hydra/sweeper": "sweeper"}
+# Hydra's launchers and sweepers: `basic` (Hydra's own), the plugins pyproject's `cluster` extra installs (each choice:
+# its plugin's package), this project's configs/hydra/<group>/*.yaml, which extend one of those (`defaults: - joblib`),
+# and any other installed Hydra plugin (its folder hydra_plugins/hydra_<name>_launcher).
 PLUGIN_PACKAGES = {"joblib": "hydra-joblib-launcher", "submitit_local": "hydra-submitit-launcher",
                    "submitit_slurm": "hydra-submitit-launcher", "optuna": "hydra-optuna-sweeper"}
 CLUSTER_EXTRA = "pip install -e '.[cluster]'"
-_STORED = re.compile(r"""group\s*=\s*["'](hydra/(?:launcher|sweeper))["']\s*,\s*name\s*=\s*["'](\w+)["']""")
-_EXTENDS = re.compile(rf"^\s*-\s*({'|'.join(PLUGIN_PACKAGES)})\s*(?:#.*)?$", re.M)
 
 
-def installed_plugin_choices() -> dict[str, set[str]]:
-    """group -> the choices the installed Hydra plugins register (their ConfigStore calls, read as text: no imports)."""
-    import importlib.util
-
-    found: dict[str, set[str]] = {group: set() for group in PLUGIN_GROUPS}
+def installed_plugins() -> list[str]:
+    """The folders of the installed Hydra plugins (hydra_joblib_launcher, ...), found without importing them."""
     try:
         spec = importlib.util.find_spec("hydra_plugins")
     except (ImportError, ValueError):
-        return found
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        for source in Path(location).glob("*/*.py"):
-            for group, name in _STORED.findall(source.read_text(errors="replace")):
-                found[group].add(name)
-    return found
+        return []
+    return [path.name for location in (spec.submodule_search_locations or [] if spec else []) for path in Path(location).iterdir()]
 
 
 def plugin_installed(package: str) -> bool:
-    """Whether the Hydra plugin distribution `package` (hydra-joblib-launcher) is importable, without importing it."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(f"hydra_plugins.{package.replace('-', '_')}") is not None
-    except (ImportError, ValueError):
-        return False
+    """Whether the Hydra plugin distribution `package` (hydra-joblib-launcher) is installed."""
+    return package.replace("-", "_") in installed_plugins()
 
 
 def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
     """`hydra/launcher=NAME` / `hydra/sweeper=NAME`: a config that exists, whose plugin is installed, in a multirun."""
-    kind = PLUGIN_GROUPS[group]
-    ours = {p.stem: p for p in (CONFIGS / group).glob("*.yaml")}
-    installed = installed_plugin_choices()[group]
+    kind = group.rsplit("/", 1)[1]
+    ours = [path.stem for path in (CONFIGS / group).glob("*.yaml")]
+    known = sorted({"basic", *ours, *(name for name, package in PLUGIN_PACKAGES.items() if package.endswith(kind))})
     for choice in [str(v) for v in values_of(value) or []]:
-        extends = _EXTENDS.search(ours[choice].read_text()) if choice in ours else None
-        plugin = extends[1] if extends else choice if choice in PLUGIN_PACKAGES else None
+        extends = (read_config(f"{group}/{choice}.yaml") or {}).get("defaults") or [] if choice in ours else []
+        plugin = next((p for p in [choice, *extends] if isinstance(p, str) and p in PLUGIN_PACKAGES), None)
         if plugin is not None and not plugin_installed(PLUGIN_PACKAGES[plugin]):
-            package = PLUGIN_PACKAGES[plugin]
             raise EarlyRefusal(f"{group}={choice}: the {plugin} {kind} plugin is not installed: {CLUSTER_EXTRA} "
-                               f"(or pip install {package})")
-        if plugin is None and choice not in ("basic", *ours, *installed):
-            plugins = [name for name, package in PLUGIN_PACKAGES.items() if package.endswith(kind)]  # installed or not
-            available = sorted({"basic", *ours, *plugins, *installed})
-            raise EarlyRefusal(f"{group}={choice}: no such {kind}; expected one of {', '.join(available)} "
-                               f"(configs/{group}/ and the Hydra plugins of {CLUSTER_EXTRA}){did_you_mean(choice, available)}")
+                               f"(or pip install {PLUGIN_PACKAGES[plugin]})")
+        others = [name for name in installed_plugins() if name.endswith(kind) and f"_{choice.split('_')[0]}_" in name]
+        if plugin is None and choice not in known and not others:
+            raise EarlyRefusal(f"{group}={choice}: no such {kind}; expected one of {', '.join(known)} "
+                               f"(configs/{group}/ and the Hydra plugins of {CLUSTER_EXTRA}){did_you_mean(choice, known)}")
         if not multirun and choice != "basic":
             raise EarlyRefusal(f"{group}={choice}: a {kind} runs the jobs of a multirun only; add -m "
                                f"(python train.py -m {group}={choice} ...)")
@@ -86,31 +81,16 @@ def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
 def check_one_model_per_study(model: str | None, experiment: list[str]) -> None:
     """hydra/sweeper=tune runs one Optuna study of one model: a swept model (model=a,b, or experiment=compare's list
     of models) would make Optuna pick the model too, with another model's search space."""
-    def sweeps_models(name: str) -> bool:  # the experiment, or one it extends (compare_quick: defaults: [compare])
-        import yaml
+    def swept_models(name: str) -> Any:  # hydra.sweeper.params.model of the experiment (or of one it extends)
+        return config_value(composed_choice("experiment", name), ["hydra", "sweeper", "params", "model"])
 
-        path = CONFIGS / "experiment" / f"{name}.yaml"
-        text = path.read_text() if path.is_file() else ""
-        if re.search(r"^\s+params:\s*\n\s+model:", text, re.M):
-            return True
-        try:
-            extends = (yaml.safe_load(text) or {}).get("defaults") or []
-        except yaml.YAMLError:
-            return False
-        return any(isinstance(parent, str) and parent not in ("_self_", name) and sweeps_models(parent) for parent in extends)
-
-    if (model is not None and "," in model) or (model is None and any(sweeps_models(e) for e in experiment)):
+    if (model is not None and "," in model) or (model is None and any(swept_models(e) for e in experiment)):
+        compared = str(swept_models("compare"))  # `${every_config:model,LEFT_OUT...}` or a list `a,b`
+        every = re.fullmatch(r"\$\{every_config:model((?:,\w+)*)\}", compared)
+        compared = every_config("model", *every[1].split(",")[1:]) if every else compared
         raise EarlyRefusal("hydra/sweeper=tune tunes one model per study: give model=NAME (every estimator in turn: "
-                           f"for m in {' '.join(compared_models())}; do python train.py -m experiment=compare "
+                           f"for m in {compared.replace(',', ' ')}; do python train.py -m experiment=compare "
                            "model=$m hydra/sweeper=tune; done)")
-
-
-def compared_models() -> list[str]:
-    """experiment=compare's models, as its sweep names them: `${every_config:model,LEFT_OUT...}` or a list `a,b`."""
-    found = re.search(r"^[ \t]+model:[ \t]*(\S+)", (CONFIGS / "experiment" / "compare.yaml").read_text(), re.M)
-    swept = found[1] if found else ""
-    every = re.fullmatch(r"\$\{every_config:model((?:,\w+)*)\}", swept)
-    return (every_config("model", *every[1].split(",")[1:]) if every else swept).split(",")
 
 
 def experiment_files(argv: list[str], experiment: list[str]) -> list[str]:
@@ -118,10 +98,6 @@ def experiment_files(argv: list[str], experiment: list[str]) -> list[str]:
     set global settings (`# @package _global_`, as configs/experiment/'s do)."""
     found = [folder / "experiment" / f"{name}.yaml" for name in experiment for folder in (CONFIGS, *hydra_folders(argv))]
     return [str(path) for path in found if path.is_file() and "@package _global_" in path.read_text(errors="replace")[:2000]]
-
-
-# The groups whose settings their constructors declare (Lightning's, torch's): checked once these are imported.
-IMPORTED_GROUPS = ("trainer", "optimizer", "scheduler")
 
 
 def check_hydra(argv: list[str], schema: dict[str, Any], only: tuple[str, ...] | None = None) -> None:
@@ -136,7 +112,7 @@ def check_hydra(argv: list[str], schema: dict[str, Any], only: tuple[str, ...] |
     multirun = any(f == "-m" or (len(f) > 3 and "--multirun".startswith(f)) or f.startswith(("--cfg", "-c"))
                    for f in flags) or ("hydra.mode", "MULTIRUN") in overrides
     for key, value in overrides:
-        if key in PLUGIN_GROUPS and only is None:
+        if key in ("hydra/launcher", "hydra/sweeper") and only is None:
             check_plugin_choice(key, value, multirun)
 
     choices = {group: [choice] for group, choice in default_choices().items()}
@@ -209,7 +185,7 @@ def check_hydra(argv: list[str], schema: dict[str, Any], only: tuple[str, ...] |
             return
         if not any(name in settings for settings in specs):
             names = sorted({f"{group}.{n}" for settings in specs for n in settings})
-            owner = ", ".join(sorted({schema_name(schema, group, choice) for choice in choices.get(group, [])} - {None}))
+            owner = ", ".join(sorted({class_name(schema, group, choice) for choice in choices.get(group, [])} - {None}))
             owned = owner and (not experiment or group == "trainer")  # an experiment may choose another model
             raise EarlyRefusal(f"{key}: no such setting{f' of {owner}' if owned else ''}"
                                f"{did_you_mean(key, names) or elsewhere(schema, group, name)}")
@@ -238,32 +214,18 @@ def check_hydra(argv: list[str], schema: dict[str, Any], only: tuple[str, ...] |
             check_combination(group, schema["choices"][group].get(picked[0]), {**in_file, **given.get(group, {})}, group)
 
 
-# The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
-LAYOUT_SETTINGS = {"logger.save_dir": "log_dir", "logger.name": "run_name"}
-
-
-def layout_setting(key: str, value: str) -> str:
-    return (f"{key}={value}: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give "
-            f"{LAYOUT_SETTINGS[key]}={value} instead")
-
-
-# The groups whose configs extend their class's defaults (launch/hydra_config.py: register_defaults): every setting of
-# the class is in the composed config. Another group's config (optimizer) holds only the keys its file sets.
-CLASS_DEFAULT_GROUPS = ("model", "data", "trainer")
-
-
 def check_append(key: str, value: str, choices: dict[str, list[str | None]], schema: dict[str, Any]) -> None:
     """`+KEY=V` adds a key the config does not have; Hydra refuses it for a key that already has a value (after the
     imports, in six lines), where `KEY=V` is what was meant."""
     group, dot, name = key.split("@", 1)[0].partition(".")
     if not dot:
-        set_by = "configs/train.yaml" if _config_value(composed_choice(".", "train") or {}, [group]) is not None else None
+        set_by = "configs/train.yaml" if config_value(composed_choice(".", "train") or {}, [group]) is not None else None
     else:
         picked = choices.get(group, [None])
         if len(picked) != 1 or picked[0] in (None, "null"):
             return
         composed = composed_choice(group, picked[0]) or {}
-        in_file = _config_value(composed.get(group, composed) if group in ("model", "data") else composed, name.split("."))
+        in_file = config_value(composed.get(group, composed) if group in ("model", "data") else composed, name.split("."))
         target = schema["choices"].get(group, {}).get(picked[0]) if group in GROUPS else None
         if in_file is not None:
             set_by = f"configs/{group}/{picked[0]}.yaml"
@@ -274,41 +236,6 @@ def check_append(key: str, value: str, choices: dict[str, list[str | None]], sch
     if set_by is not None:
         raise EarlyRefusal(f"+{key}={value}: {key} already has a value ({set_by}), and + only adds a key that has none; "
                            f"drop the + to set it: {key}={value}")
-
-
-def _config_value(node: Any, path: list[str]) -> Any:
-    """The value at `path` in a config read as YAML, or None where there is none."""
-    for part in path:
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def composed_choice(group: str, choice: str) -> dict[str, Any] | None:
-    """configs/<group>/<choice>.yaml merged over the files of its defaults list, as Hydra composes it; None where a
-    file is missing or not plain YAML (then Hydra decides)."""
-    import yaml
-
-    path = CONFIGS / group / f"{choice}.yaml"
-    try:
-        own = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return None
-    merged: dict[str, Any] = {}
-    for parent in own.pop("defaults", None) or []:
-        base = composed_choice(group, parent) if isinstance(parent, str) and parent != "_self_" else {}
-        if base is None:
-            return None
-        merged = _merged(merged, base)
-    return _merged(merged, own)
-
-
-def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _merged(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
-    return out
 
 
 def check_config_key(key: str, value: str, group: str, picked: list[str | None]) -> None:
@@ -331,17 +258,16 @@ def check_config_key(key: str, value: str, group: str, picked: list[str | None])
         node, walked = node[part], f"{walked}.{part}"
 
 
+
+
 def elsewhere(schema: dict[str, Any], group: str, name: str) -> str:
     """'; it is a setting of JSA (model=jsa)' when another choice of the group takes `name`, else ''."""
-    owners = {choice: target for choice, target in schema["choices"].get(group, {}).items()
-              if name in schema["classes"].get(target, {})}
-    if not owners:
-        return ""
-    choice, target = next(iter(owners.items()))
-    return f"; it is a setting of {target.rsplit('.', 1)[-1]} ({group}={choice})"
+    owners = [(choice, target) for choice, target in schema["choices"].get(group, {}).items()
+              if name in schema["classes"].get(target, {})]
+    return f"; it is a setting of {owners[0][1].rsplit('.', 1)[-1]} ({group}={owners[0][0]})" if owners else ""
 
 
-def schema_name(schema: dict[str, Any], group: str, choice: str | None) -> str | None:
+def class_name(schema: dict[str, Any], group: str, choice: str | None) -> str | None:
     target = "lightning.Trainer" if group == "trainer" else schema["choices"].get(group, {}).get(choice or "")
     return target.rsplit(".", 1)[-1] if target else None
 
@@ -351,9 +277,16 @@ HYDRA_OPTIONS = ("--help", "--hydra-help", "--version", "--cfg", "--resolve", "-
                  "--shell-completion", "--config-path", "--config-name", "--config-dir", "--experimental-rerun", "--info")
 
 
-def check_no_cli_options(argv: list[str]) -> None:
-    """A LightningCLI option without its subcommand (`python train.py --print_config`, `--model=VAE`) goes to Hydra,
-    whose report is its usage text and "unrecognized arguments"."""
+def check_hydra_command(argv: list[str], schema: dict[str, Any], prints_only: bool) -> None:
+    """Raise EarlyRefusal for the first mistake of a Hydra command line seen before the imports: Hydra's
+    --experimental-rerun (or an abbreviation argparse expands to it), which unpickles the file it is given (a stranger's
+    file would run code); a LightningCLI option without its subcommand, which Hydra answers with its usage text; then
+    the overrides (check_hydra)."""
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if len(flag) > 2 and "--experimental-rerun".startswith(flag):
+            raise EarlyRefusal(f"{flag}: a run's config.pickle is never unpickled here (a stranger's file could run "
+                               "code); to rerun a run, pass the overrides in its .hydra/overrides.yaml")
     for arg in argv:
         flag = arg.split("=", 1)[0]
         if arg.startswith("--") and len(flag) > 2 and not any(option.startswith(flag) for option in HYDRA_OPTIONS):
@@ -361,20 +294,4 @@ def check_no_cli_options(argv: list[str]) -> None:
                 " (Hydra takes key=value settings: python train.py --help)"
             raise EarlyRefusal(f"{flag} is an option of the LightningCLI front end, which needs a subcommand first: "
                                f"python train.py fit {arg}{hydra}")
-
-
-def check_no_pickled_rerun(argv: list[str]) -> None:
-    """Hydra's --experimental-rerun (or any abbreviation argparse expands to it) unpickles the file it is given, a
-    run's .hydra/config.pickle: a stranger's file would run code. Refused, whatever the schema says."""
-    for arg in argv:
-        flag = arg.split("=", 1)[0]
-        if len(flag) > 2 and "--experimental-rerun".startswith(flag):
-            raise EarlyRefusal(f"{flag}: a run's config.pickle is never unpickled here (a stranger's file could run "
-                               "code); to rerun a run, pass the overrides in its .hydra/overrides.yaml")
-
-
-def check_hydra_command(argv: list[str], schema: dict[str, Any], prints_only: bool) -> None:
-    """Raise EarlyRefusal for the first mistake of a Hydra command line seen before the imports."""
-    check_no_pickled_rerun(argv)
-    check_no_cli_options(argv)
     check_hydra(argv, schema)

@@ -62,6 +62,15 @@ def test_a_missing_extra_names_the_pip_install_that_provides_it(command, package
     assert "plugin is not installed: pip install -e '.[cluster]'" in refusal and f"(or pip install {package})" in refusal
 
 
+def test_the_choices_of_another_installed_hydra_plugin_pass(monkeypatch):
+    """A plugin the cluster extra does not install (hydra-ray-launcher: hydra_plugins/hydra_ray_launcher registers ray
+    and ray_aws) is known by its folder: its choices pass, a sweeper of that name does not."""
+    monkeypatch.setattr(hydra_check, "installed_plugins", lambda: ["hydra_joblib_launcher", "hydra_ray_launcher"])
+    assert refuse_early(["-m", "hydra/launcher=ray"], cli=False) is None
+    assert refuse_early(["-m", "hydra/launcher=ray_aws"], cli=False) is None
+    assert "no such sweeper" in refuse_early(["-m", "hydra/sweeper=ray"], cli=False)
+
+
 @pytest.mark.parametrize("command", [
     "-m experiment=compare hydra/launcher=parallel", "-m experiment=compare hydra/launcher=parallel hydra.launcher.n_jobs=4",
     "-m experiment=compare trainer=ddp trainer.devices=4 hydra/launcher=slurm hydra.launcher.partition=gpu",
