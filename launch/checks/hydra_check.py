@@ -27,7 +27,7 @@ LAYOUT_SETTINGS = {"logger.save_dir": "log_dir", "logger.name": "run_name"}
 
 
 def unknown_top_level_setting(key: str) -> str:
-    """The line that refuses a top-level key nothing reads (here, and once composed in launch/hydra_config.py)."""
+    """The line that refuses a top-level key nothing reads (here, and once composed in launch/hydra_run.py)."""
     return f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})"
 
 

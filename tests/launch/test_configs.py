@@ -147,7 +147,7 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
     # ... with a learned prior over its codes, fit alongside: MADE over the flat codes, a PixelCNN over the grid
     assert vqvae.prior_name == {"mlp": "autoregressive", "conv": "pixelcnn"}[backbone] and vqvae.autoencoder_epochs is None
     assert jsa.prior_name == "uniform"  # the other models keep theirs
-    flat_on_cifar = launch.hydra_config.model_settings(composed(["experiment=compare", "model=vqvae", "data=cifar10", "model.backbone=mlp"]))
+    flat_on_cifar = launch.hydra_run.model_settings(composed(["experiment=compare", "model=vqvae", "data=cifar10", "model.backbone=mlp"]))
     assert flat_on_cifar["prior"] == "autoregressive"  # the prior follows the layout, not the data set
     for dvae in (built["dvae"], built["dvae_gumbel"]):  # exactly JSA's categorical model
         assert {k: v.shape for k, v in dvae.state_dict().items() if k != "baseline_mean"} == {k: v.shape for k, v in jsa.state_dict().items() if not k.startswith(("cache", "class_used"))}
@@ -159,9 +159,9 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
     # command-line setting overrides it.
     assert set(composed(["experiment=compare"]).compare_backbone) == {"mnist", "fashion_mnist", "cifar10"}  # the map holds backbones only
     assert composed(["experiment=compare", "model.hidden_channels=16"]).model.hidden_channels == 16
-    assert launch.hydra_config.model_settings(composed(["experiment=compare", "model=vqvae", "discrete_latent.num_categories=64"]))["num_categories"] == 64
-    assert launch.hydra_config.model_settings(composed(["experiment=compare", "model=jsa", "model.num_categories=4"]))["num_categories"] == 4
-    assert "num_categories" not in launch.hydra_config.model_settings(composed(["experiment=compare", "model=vae"]))  # no discrete latent
+    assert launch.hydra_run.model_settings(composed(["experiment=compare", "model=vqvae", "discrete_latent.num_categories=64"]))["num_categories"] == 64
+    assert launch.hydra_run.model_settings(composed(["experiment=compare", "model=jsa", "model.num_categories=4"]))["num_categories"] == 4
+    assert "num_categories" not in launch.hydra_run.model_settings(composed(["experiment=compare", "model=vae"]))  # no discrete latent
 
 
 def test_the_comparison_sweeps_every_model():
@@ -231,7 +231,7 @@ def test_jsa_paper_gives_every_model_the_papers_settings(model):
 
 def test_a_command_line_setting_wins_over_the_experiments_per_model_one():
     cfg = composed(["experiment=jsa_paper", "model=jsa", "model.mis_steps=5", "model.code_dim=4"])
-    settings = launch.hydra_config.model_settings(cfg)
+    settings = launch.hydra_run.model_settings(cfg)
     assert settings["mis_steps"] == 5 and settings["code_dim"] == 4 and settings["gradient_states"] == "chain"
 
 
@@ -275,7 +275,7 @@ def test_top_level_and_trainer_settings_are_checked_before_the_run(overrides, me
     cfg = composed(overrides)
     monkeypatch.setattr("sys.argv", ["train.py", *overrides])
     with pytest.raises(SettingsError) as error:
-        launch.hydra_config.check_run_settings(cfg)
+        launch.hydra_run.check_run_settings(cfg)
     assert message in str(error.value)
 
 
@@ -305,7 +305,7 @@ def test_a_setting_refused_once_composed_ends_the_run_in_one_line_and_writes_not
 def test_every_shipped_config_passes_the_run_settings_check(experiment, monkeypatch):
     overrides = [f"experiment={experiment}"] if experiment else []
     monkeypatch.setattr("sys.argv", ["train.py", *overrides, "+discrete_latent.code_dim=4"])
-    launch.hydra_config.check_run_settings(composed(overrides))
+    launch.hydra_run.check_run_settings(composed(overrides))
 
 
 def test_an_unknown_experiment_is_refused_with_the_choices():

@@ -99,7 +99,7 @@ def test_mistakes_are_one_line_with_the_closest_name(command, named):
 def test_after_the_imports_the_names_of_the_trainer_optimizer_and_scheduler_settings_alone_are_checked_before_hydra():
     """The Hydra front end's pass once Lightning and torch are imported, before Hydra composes (whose struct mode would
     refuse an unknown key in several lines): the names their constructors declare; what the early check saw before the
-    imports is not checked again, and every value is checked once composed (launch/hydra_config.py: check_run_settings)."""
+    imports is not checked again, and every value is checked once composed (launch/hydra_run.py: check_run_settings)."""
     from launch.checks.early import load
     from launch.checks.hydra_check import IMPORTED_GROUPS, check_hydra
     from launch.checks.precheck import EarlyRefusal
