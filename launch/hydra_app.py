@@ -37,8 +37,9 @@ def run(cfg: Any) -> dict[str, float]:
         note_hydra_job(trainer.logger)  # after the run's files are listed: a refused new run still leaves nothing
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
         if cfg.get("run_test") and isinstance(model, Replicas):
-            for replica in replica_tests(cfg, model, trainer):  # each replica's run_test, as its single run's
-                run_replica_test(*replica)
+            for replica_data, replica, replica_trainer, best in replica_tests(cfg, model, trainer):  # as its single run's
+                with rules.running(replica_trainer, log.info, evaluating_only=True):
+                    replica_trainer.test(replica, datamodule=replica_data, ckpt_path=best)
         elif cfg.get("run_test"):
             # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
             use_model = any(getattr(c, "use_mean", False) for c in trainer.callbacks) or not trainer.checkpoint_callback
@@ -54,12 +55,6 @@ def run(cfg: Any) -> dict[str, float]:
     if best is not None and getattr(trainer.checkpoint_callback, "monitor", None) == "val/nll":
         metrics["val/nll_best"] = float(best)
     return metrics
-
-
-def run_replica_test(datamodule: Any, model: Any, trainer: Any, ckpt_path: str) -> None:
-    """One replica's test stage, from `ckpt_path`, in its own run (launch/hydra_run.py: replica_tests)."""
-    with rules.running(trainer, log.info, evaluating_only=True):
-        trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path)
 
 
 def main() -> None:

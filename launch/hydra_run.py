@@ -216,17 +216,14 @@ def describe_run(cfg: Any) -> RunDescription:
         trainer_class=trainer.func, ckpt_path=cfg.get("ckpt_path"), ddp_timeout_s=cfg.ddp_timeout_s,
         # ~logger: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory
         output_dir=hydra_output_dir(cfg))
-    replicas = cfg.get("replicas") or {}
+    replicas = OmegaConf.to_container(cfg.replicas, resolve=True) if cfg.get("replicas") else {}
     if replicas.get("seeds") is None:
         return run
     rules.check_replicable(model, "scheduler")
     if logger:  # each replica's run is a TensorBoard run of its own (docs/replicas.md)
         raise SettingsError(f"logger={HydraConfig.get().runtime.choices.get('logger')} with replicas: each replica logs to a "
                             "TensorBoard run of its own; use logger=tensorboard (or logger=none)")
-    seeds, arms = check_replica_request(OmegaConf.to_container(replicas.seeds) if OmegaConf.is_config(replicas.seeds) else replicas.seeds,
-                                        OmegaConf.to_container(replicas.arms) if OmegaConf.is_config(replicas.get("arms")) else replicas.get("arms"),
-                                        "replicas")
-    return replicate(run, seeds, arms)
+    return replicate(run, *check_replica_request(replicas["seeds"], replicas.get("arms"), "replicas"))
 
 
 def replica_tests(cfg: Any, replicas: Any, trainer: Any) -> Iterator[tuple[Any, Any, Any, str | None]]:
