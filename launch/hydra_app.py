@@ -74,12 +74,9 @@ def main() -> None:
     # jobs resolve it in their own processes (Hydra hands them its resolvers), so that they share the sweep directory.
     launching_pid = os.getpid()
     OmegaConf.register_new_resolver("pid", lambda: launching_pid, replace=True)
-
-    def parallel_jobs() -> int:
-        """configs/hydra/launcher/parallel.yaml's n_jobs: one job per GPU where there are several, else 2."""
-        return torch.cuda.device_count() if torch.cuda.device_count() > 1 else 2
-
-    OmegaConf.register_new_resolver("parallel_jobs", parallel_jobs, replace=True)
+    # configs/hydra/launcher/parallel.yaml's n_jobs: one job per GPU where there are several, else 2
+    OmegaConf.register_new_resolver("parallel_jobs", lambda: torch.cuda.device_count() if torch.cuda.device_count() > 1 else 2,
+                                    replace=True)
     logging.getLogger("alembic").setLevel(logging.WARNING)  # Optuna's storage imports it: a line per plugin it sets up
 
     @hydra.main(version_base="1.3", config_path=str(CONFIGS), config_name="train")

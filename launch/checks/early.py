@@ -38,9 +38,9 @@ def data_class_of(argv: list[str], cli: bool, schema: dict[str, Any] | None) -> 
 
 def load() -> dict[str, Any]:
     """Each group's choices and the class each builds, the settings each class takes, and LightningCLI's class names.
-    Before the imports, the settings configs/settings.py declares (models, data modules); once Lightning is imported
-    (the front ends check the command line again then), the constructors' of the other classes too (the Trainer,
-    the optimizers and schedulers)."""
+    Before the imports, the settings configs/settings.py declares (models, data modules); once Lightning is imported,
+    the constructors' of the other classes too (the Trainer, the optimizers and schedulers: the Hydra front end checks
+    their names then, launch/hydra_app.py; LightningCLI the command line again)."""
     choices = {group: config_targets(group) for group in GROUPS}
     choices["trainer"] = {path.stem: "lightning.Trainer" for path in (CONFIGS / "trainer").glob("*.yaml")}
     classes = {target: hints for targets in choices.values() for target in targets.values()
