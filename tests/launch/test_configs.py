@@ -279,6 +279,16 @@ def test_top_level_and_trainer_settings_are_checked_before_the_run(overrides, me
     assert message in str(error.value)
 
 
+def test_a_top_level_key_nothing_reads_is_refused_once_composed_wherever_it_came_from(monkeypatch):
+    """The composed config's own keys are checked, not the command line's: a key a file adds (here through the compose
+    API, which leaves sys.argv alone) is refused as one given with +."""
+    from launch.checks.settings import SettingsError
+
+    monkeypatch.setattr("sys.argv", ["train.py"])
+    with pytest.raises(SettingsError, match="^sed: no such setting"):
+        launch.hydra_run.check_run_settings(composed(["+sed=3"]))
+
+
 @pytest.mark.parametrize("override, names", [
     ("trainer.devices=0", ("devices=0",)),
     ("replicas.seeds=[0,0]", ("replicas.seeds=[0, 0]", "repeated")),
