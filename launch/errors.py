@@ -8,7 +8,6 @@ import contextlib
 import signal
 from typing import Iterator
 
-from hydra.errors import InstantiationException
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf.errors import OmegaConfBaseException
 
@@ -73,12 +72,6 @@ def user_errors_as_one_line() -> Iterator[None]:
         exit_with(f"{key}: {reason}" if key else reason)
     except (*REFUSALS, FloatingPointError) as error:
         exit_with(str(error))
-    except InstantiationException as error:  # a constructor refused a setting (its ValueError, its message)
-        cause = error.__cause__
-        if not isinstance(cause, (ValueError, TypeError, MisconfigurationException)):
-            raise
-        key = str(error).rsplit("full_key:", 1)[-1].strip() if "full_key:" in str(error) else ""
-        exit_with(f"{key + ': ' if key else ''}{cause}")
     except Exception as error:
         if getattr(error, "nonfinite_message", None):  # diverged weights failed a step (callbacks/guards/nonfinite.py)
             exit_with(error.nonfinite_message)

@@ -20,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from hydra.utils import get_class, get_object, instantiate
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import OmegaConf, open_dict
 
 from callbacks.replica_runs import ReplicaRuns
@@ -127,11 +128,12 @@ def build(cfg: Any) -> tuple[Any, Any]:
 
 def constructed(settings: dict[str, Any], group: str, **kwargs: Any) -> Any:
     """The object `settings` describe; a refusal of its constructor (a value out of range, a combination of settings)
-    as one line naming the group and the class: "data (MNISTDataModule): seed must be ..."."""
+    as one line naming the group and the class: "data (MNISTDataModule): seed must be ...", "callbacks.model_checkpoint
+    (ValidationCheckpoint): Invalid value for save_top_k=-5 ..."."""
     try:
         return instantiate(settings, _convert_="all", **kwargs)
     except InstantiationException as error:
-        if not isinstance(error.__cause__, (ValueError, TypeError)):
+        if not isinstance(error.__cause__, (ValueError, TypeError, MisconfigurationException)):
             raise
         raise SettingsError(f"{group} ({settings['_target_'].rsplit('.', 1)[-1]}): {error.__cause__}") from None
 
@@ -207,7 +209,8 @@ def describe_run(cfg: Any) -> RunDescription:
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model = build(cfg)
     trainer = instantiate(cfg.trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    callbacks = [constructed(settings, f"callbacks.{name}") for name, settings in
+                 (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items()]
     name = run_name(cfg.run_name, model.run_tag, swept_settings(cfg))
     logger, tensorboard = chosen_logger(cfg, name)
     run = RunDescription(

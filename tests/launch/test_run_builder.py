@@ -182,6 +182,20 @@ def test_a_constructors_refusal_names_the_group_class_and_setting_before_the_run
     assert str(refused.value).startswith(named) and "4294967295" in str(refused.value)
 
 
+@pytest.mark.parametrize("override, named", [
+    ("callbacks.model_checkpoint.save_top_k=-5", "callbacks.model_checkpoint (ValidationCheckpoint): Invalid value for save_top_k=-5"),
+    ("callbacks.gradient_variance.every_n_steps=-1", "callbacks.gradient_variance (GradientVariance): every_n_steps must be >= 0"),
+])
+def test_a_callbacks_constructor_refusal_names_the_callback_and_its_class_before_the_run(override, named, tmp_path, monkeypatch):
+    from launch.checks.settings import SettingsError
+
+    monkeypatch.setattr("sys.argv", ["train.py", override])
+    with pytest.raises(SettingsError) as refused:
+        launch.hydra_run.build_run(composed([override, f"log_dir={tmp_path / 'logs'}"]))
+    assert str(refused.value).startswith(named), refused.value
+    assert not (tmp_path / "logs").exists()
+
+
 @pytest.mark.parametrize("choice, cli, expected", [
     ("cosine", ["--model.scheduler=CosineAnnealingLR", "--model.scheduler.T_max=3"], ("CosineAnnealingLR", {"T_max": 3})),
     ("step", ["--model.scheduler=StepLR", "--model.scheduler.step_size=10"], ("StepLR", {"step_size": 10, "gamma": 0.1})),
