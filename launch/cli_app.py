@@ -24,7 +24,7 @@ from common.lightning_files import RunConfigFile
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch import rules
-from launch.checks.arguments import option_value
+from launch.checks.arguments import option_values
 from launch.checks.cli_check import scheduler_without_optimizer
 from launch.checks.defaults import default_class, log_dir as default_log_dir, seed as default_seed
 from launch.checks.early import exit_with, refuse_early
@@ -57,12 +57,10 @@ class Parser(LightningArgumentParser):
                                    "refused without this flag, as a forgotten --ckpt_path")
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
-        early = refuse_early(CollectionCLI.command_line, cli=True)  # the same line as before the imports, with "did you mean"
-        if early:
-            exit_with(early)
         given = CollectionCLI.command_line
         subcommand = given[0] if given and given[0] in SUBCOMMANDS else "fit"
-        exit_with(f"{_one_line(message, given)} (python train.py {subcommand} --help lists the options)")
+        # the same line as before the imports (with "did you mean") where the early check sees the mistake
+        exit_with(refuse_early(given, cli=True) or f"{_one_line(message, given)} (python train.py {subcommand} --help lists the options)")
 
 
 class CollectionCLI(LightningCLI):
@@ -92,9 +90,9 @@ class CollectionCLI(LightningCLI):
         # A group of its own, not one of LightningCLI's callback keys: instantiate_trainer adds it to the callbacks, which
         # the builder may drop it from (trainer.enable_checkpointing=false).
         parser.add_class_arguments(ValidationCheckpoint, "checkpoint", fail_untyped=False, sub_configs=True)
-        parser.set_defaults({f"checkpoint.{key}": value for key, value in rules.checkpoint_settings().items()})
-        parser.set_defaults({f"trainer.{key}": value for key, value in rules.trainer_defaults().items()})
-        parser.set_defaults({"trainer.callbacks": [{"class_path": f"{type(c).__module__}.{type(c).__name__}"}
+        parser.set_defaults({**{f"checkpoint.{key}": value for key, value in rules.checkpoint_settings().items()},
+                             **{f"trainer.{key}": value for key, value in rules.trainer_defaults().items()},
+                             "trainer.callbacks": [{"class_path": f"{type(c).__module__}.{type(c).__name__}"}
                                                    for c in rules.default_callbacks()]})
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
@@ -109,10 +107,9 @@ class CollectionCLI(LightningCLI):
         if not self.ckpt_path:
             return
         config.ckpt_path, checkpoint = None, load_checkpoint_file(self.ckpt_path)
-        self.checkpoint = checkpoint
-        chosen = get_class(config.model.class_path)
-        if (option_value(self.command_line, "--model") is not None
-                and checkpoint.get("model_class") not in (None, f"{chosen.__module__}.{chosen.__qualname__}")):
+        self.checkpoint, chosen = checkpoint, get_class(config.model.class_path)
+        written_by = checkpoint.get("model_class")
+        if dict(option_values(self.command_line)).get("--model") and written_by not in (None, f"{chosen.__module__}.{chosen.__qualname__}"):
             return  # another model's checkpoint: the builder refuses it (checkpoints/model_class.py)
         hparams = copy.deepcopy(dict(checkpoint.get("hyper_parameters") or {}))  # the parser changes what it is given
         hparams.pop("_instantiator", None)
@@ -132,13 +129,12 @@ class CollectionCLI(LightningCLI):
                                 "checkpoint of a run, --ckpt_path=logs/tensorboard/<run>/version_N/checkpoints/last.ckpt, or "
                                 f"--fresh_weights=true to {self.subcommand} a freshly initialized model")
         if config.get("lr_scheduler") and not config.get("optimizer"):  # LightningCLI would leave the scheduler out
-            scheduler = config.lr_scheduler
-            raise SettingsError(scheduler_without_optimizer(str(getattr(scheduler, "class_path", scheduler))))
+            raise SettingsError(scheduler_without_optimizer(str(getattr(config.lr_scheduler, "class_path", config.lr_scheduler))))
         # The seed's rule, as in the Hydra front end (launch/rules.py: seed_settings); a seed_everything from a -c
         # file counts as given where it differs from the default.
         seed = config.seed_everything  # (SEED's values as plain ints: a model's hyperparameters keep the seed)
         seed = config.seed_everything = seed if isinstance(seed, bool) else int(seed)
-        seed_given = option_value(self.command_line, "--seed_everything") is not None
+        seed_given = dict(option_values(self.command_line)).get("--seed_everything") is not None
         if seed_given or seed != default_seed():
             rules.seed_settings({group: config[group].init_args for group in ("data", "model")},
                                 {group: get_class(config[group].class_path) for group in ("data", "model")},
@@ -155,9 +151,9 @@ class CollectionCLI(LightningCLI):
         check_trainer_values(trainer_config, "--trainer")
         # The --checkpoint group's ModelCheckpoint (a parser group, built always) joins the trainer's callbacks.
         trainer_config["callbacks"] = [*(trainer_config.get("callbacks") or []), config.checkpoint]
-        log_dir = str(config.get("log_dir") or default_log_dir())
         run = RunDescription(
-            model=self.model, datamodule=self.datamodule, trainer=trainer_config, log_dir=log_dir, front_end="cli",
+            model=self.model, datamodule=self.datamodule, trainer=trainer_config, front_end="cli",
+            log_dir=str(config.get("log_dir") or default_log_dir()),
             name=run_name(f"{self.model.config_name}-{self.datamodule.config_name}", self.model.run_tag),
             # the default logger (none given, or true): a TensorBoard run, as Hydra's; another logger: as given
             tensorboard={} if trainer_config.get("logger") in (None, True) else None,
@@ -197,7 +193,8 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
     """LightningCLI on the same classes, with the same defaults as the Hydra configs (JSA on MNIST, the
     likelihood that suits the data, the same callbacks) and runs named like Hydra's."""
     CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
-    subcommand = CollectionCLI.command_line[0] if CollectionCLI.command_line else None
+    given = CollectionCLI.command_line[:1]
+    subcommand = given[0] if given in (["validate"], ["test"], ["predict"]) else "fit"
     with user_errors_as_one_line():
         return CollectionCLI(
             LatentVariableModel,
@@ -209,7 +206,7 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
             run=run,
             # fit writes config.yaml into the run; test/validate into the same run, under their own name
             save_config_callback=RunConfigFile,  # config.yaml written as every file is (common/files.py)
-            save_config_kwargs={"overwrite": True, "config_filename": f"config_{subcommand}.yaml" if subcommand in ("validate", "test", "predict") else "config.yaml"},
+            save_config_kwargs={"overwrite": True, "config_filename": "config.yaml" if subcommand == "fit" else f"config_{subcommand}.yaml"},
             seed_everything_default=default_seed(),  # configs/train.yaml's
         )
 
