@@ -335,6 +335,8 @@ def test_the_cli_keeps_the_constructors_own_message_from_jsonargparses_report():
     assert launch.cli_app._one_line(report, []) == "lr must be > 0, got -1.0"
     named = report.replace("Namespace(...)", "Namespace(class_path='models.JSA', init_args=Namespace(lr=-1.0))")
     assert launch.cli_app._one_line(named, []) == "JSA: lr must be > 0, got -1.0"
+    # a constructor's own message of several lines, not a report: all of it, on one line
+    assert launch.cli_app._one_line("expected a float\n  got: ten", []) == "expected a float got: ten"
 
 
 def test_the_cli_names_a_wrong_option_as_given_in_one_line():
