@@ -5,10 +5,8 @@ one line naming the option as given."""
 from __future__ import annotations
 
 import copy
-import os
 import re
 import sys
-from pathlib import Path
 from typing import Any, NoReturn, Optional, Union
 
 from hydra.utils import get_class
@@ -28,7 +26,6 @@ from launch.checks.arguments import option_values
 from launch.checks.cli_check import scheduler_without_optimizer
 from launch.checks.defaults import default_class, log_dir as default_log_dir, seed as default_seed
 from launch.checks.early import exit_with, refuse_early
-from launch.checks.received_config import ConfigRefusal, cli_sources, composed, composed_text, given_settings, is_config_option
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import user_errors_as_one_line
 from launch.run_builder import RunDescription, build_trainer
@@ -212,36 +209,19 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
 
 
 def _with_defaults(args: list[str]) -> list[str]:
-    """JSA on MNIST unless the command line or its config files choose the class, as in the Hydra front end, given as
-    arguments before the others (a parser default would carry the default class's settings over to another class
-    the user picks); and a class the command line chooses put before the first of its settings (jsonargparse reads
-    `--model.lr=0.5 --model=VAE`'s lr against the class chosen before it)."""
+    """JSA on MNIST unless told otherwise, as in the Hydra front end: given as the first arguments, which a later
+    choice (on the command line or in a config file) replaces with that class's own defaults (a parser default would
+    carry the default class's settings over to it); and a class the command line chooses put before the first of its
+    settings (jsonargparse reads `--model.latent_dim=8 --model=VAE`'s setting against the class chosen before it: JSA has none)."""
     if any(arg in ("-h", "--help") for arg in args):
         return args
     first, args = (args[:1], list(args[1:])) if args and args[0] in SUBCOMMANDS else ([], list(args))
-    named = {key.split(".")[0] for file in _config_files(first or ["fit"], args) for key, text in given_settings(file)
-             if (key in ("model", "data") and text is not None) or key in ("model.class_path", "data.class_path")}
-    for key in ("data", "model"):
-        chosen = [i for i, arg in enumerate(args) if arg == f"--{key}" or arg.startswith(f"--{key}=")]
+    for key in ("model", "data"):
+        chosen = [i for i, arg in enumerate(args) if arg.startswith(f"--{key}=")]
         settings = [i for i, arg in enumerate(args) if arg.startswith(f"--{key}.") and not arg.startswith(f"--{key}.help")]
-        if not chosen and key not in named:
-            args.insert(0, f"--{key}={default_class(key)}")
-        elif chosen and settings and settings[0] < chosen[0] and "=" in args[chosen[0]]:
+        if chosen and settings and settings[0] < chosen[0]:
             args.insert(settings[0], args.pop(chosen[0]))
-    return first + args
-
-
-def _config_files(subcommand: list[str], args: list[str]) -> list[Any]:
-    """The composed YAML of each config the command line gives (-c FILE, -c '{...}'); one that cannot be read is
-    left to the parser to report."""
-    nodes = []
-    for option, value in cli_sources([*subcommand, *args]):
-        try:
-            if is_config_option(option):
-                nodes.append(composed(Path(value), "config file") if os.path.isfile(value) else composed_text(value, option))
-        except ConfigRefusal:
-            pass
-    return nodes
+    return [*first, *(f"--{key}={default_class(key)}" for key in ("model", "data")), *args]
 
 
 def _one_line(text: str, args: list[str]) -> str:
