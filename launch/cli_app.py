@@ -105,8 +105,8 @@ class CollectionCLI(LightningCLI):
             return
         config.ckpt_path, checkpoint = None, load_checkpoint_file(self.ckpt_path)
         self.checkpoint, chosen = checkpoint, get_class(config.model.class_path)
-        written_by = checkpoint.get("model_class")
-        if dict(option_values(self.command_line)).get("--model") and written_by not in (None, f"{chosen.__module__}.{chosen.__qualname__}"):
+        given_model = dict(option_values(self.command_line)).get("--model")
+        if given_model and checkpoint.get("model_class") not in (None, f"{chosen.__module__}.{chosen.__qualname__}"):
             return  # another model's checkpoint: the builder refuses it (checkpoints/model_class.py)
         hparams = copy.deepcopy(dict(checkpoint.get("hyper_parameters") or {}))  # the parser changes what it is given
         hparams.pop("_instantiator", None)
@@ -212,7 +212,8 @@ def _with_defaults(args: list[str]) -> list[str]:
     """JSA on MNIST unless told otherwise, as in the Hydra front end: given as the first arguments, which a later
     choice (on the command line or in a config file) replaces with that class's own defaults (a parser default would
     carry the default class's settings over to it); and a class the command line chooses put before the first of its
-    settings (jsonargparse reads `--model.latent_dim=8 --model=VAE`'s setting against the class chosen before it: JSA has none)."""
+    settings (jsonargparse reads `--model.latent_dim=8 --model=VAE`'s setting against the class chosen before it,
+    which has none)."""
     if any(arg in ("-h", "--help") for arg in args):
         return args
     first, args = (args[:1], list(args[1:])) if args and args[0] in SUBCOMMANDS else ([], list(args))
