@@ -12,10 +12,6 @@ from typing import Any
 # no longer has is never called, so the test checks that each one is still there.
 OVERRIDDEN = {
     "lightning.pytorch.loggers.TensorBoardLogger": ("_get_next_version",),  # launch/runs/run_directory.py: reserve a version
-    # launch/cli_app.py: _parse_ckpt_path reads the checkpoint once, checking its classes before LightningCLI imports
-    # them; _instantiate_trainer (called, not overridden) builds the trainer launch/run_builder.py describes, with
-    # LightningCLI's own callbacks.
-    "lightning.pytorch.cli.LightningCLI": ("_parse_ckpt_path", "_instantiate_trainer"),
     # callbacks/validation_checkpoint.py: _save_checkpoint counts the files written; the others are called
     # to write last.ckpt where Lightning saves after a validation
     "lightning.pytorch.callbacks.ModelCheckpoint": ("_save_checkpoint", "_should_save_on_train_epoch_end",
@@ -79,12 +75,6 @@ def lightning_load(path: Any, map_location: Any, weights_only: bool) -> Any:
     from lightning.fabric.utilities.cloud_io import _load
 
     return _load(path, map_location=map_location, weights_only=weights_only)
-
-
-def cli_trainer(cli: Any, settings: dict[str, Any]) -> Any:
-    """LightningCLI's trainer from `settings`, with the callbacks it adds itself (SaveConfigCallback's config.yaml)
-    (its `_instantiate_trainer`)."""
-    return cli._instantiate_trainer(settings, [])
 
 
 def checkpoint_every_n_train_steps(callback: Any) -> int | None:

@@ -5,10 +5,8 @@ one line naming the option as given."""
 from __future__ import annotations
 
 import copy
-import os
 import re
 import sys
-from pathlib import Path
 from typing import Any, NoReturn, Optional, Union
 
 from hydra.utils import get_class
@@ -20,17 +18,14 @@ import models  # noqa: F401  (registers the subclasses for --model=NAME)
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from checkpoints.errors import CheckpointError
 from checkpoints.loader import load_checkpoint_file
-from checkpoints.model_class import check_model_class
 from common.lightning_files import RunConfigFile
-from common.private_api import cli_trainer
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch import rules
-from launch.checks.arguments import option_value
+from launch.checks.arguments import option_values
 from launch.checks.cli_check import scheduler_without_optimizer
 from launch.checks.defaults import default_class, log_dir as default_log_dir, seed as default_seed
 from launch.checks.early import exit_with, refuse_early
-from launch.checks.received_config import ConfigRefusal, cli_sources, composed, composed_text, given_settings, is_config_option
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import user_errors_as_one_line
 from launch.run_builder import RunDescription, build_trainer
@@ -40,6 +35,9 @@ from launch.runs.run_directory import note_existing_directories
 from models import LatentVariableModel
 
 
+# The lines of jsonargparse's report that say where, not what (_one_line)
+REPORT_NOISE = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path", "Parser key",
+                "Expected a <class 'NoneType'>")
 SEED = restricted_number_type("Seed", int, [(">=", 0), ("<", 2**32)])  # numpy's range, as Hydra's seed
 
 
@@ -56,19 +54,17 @@ class Parser(LightningArgumentParser):
                                    "refused without this flag, as a forgotten --ckpt_path")
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
-        early = refuse_early(CollectionCLI.command_line, cli=True)  # the same line as before the imports, with "did you mean"
-        if early:
-            exit_with(early)
         given = CollectionCLI.command_line
         subcommand = given[0] if given and given[0] in SUBCOMMANDS else "fit"
-        exit_with(f"{_parser_message(message, given)} (python train.py {subcommand} --help lists the options)")
+        # the same line as before the imports (with "did you mean") where the early check sees the mistake
+        exit_with(refuse_early(given, cli=True) or f"{_one_line(message, given)} (python train.py {subcommand} --help lists the options)")
 
 
 class CollectionCLI(LightningCLI):
     """LightningCLI with the Hydra front end's defaults and rules (launch/rules.py)."""
 
     command_line: list[str] = []  # the arguments as the user gave them, set by main()
-    checkpoint: dict[str, Any] | None = None  # --ckpt_path's content, read once (_parse_ckpt_path)
+    checkpoint: dict[str, Any] | None = None  # --ckpt_path's content, read once (parse_arguments)
 
     def add_default_arguments_to_parser(self, parser: Any) -> None:
         parser.add_argument("--seed_everything", type=Union[bool, SEED], default=self.seed_everything_default,
@@ -88,26 +84,54 @@ class CollectionCLI(LightningCLI):
         parser.add_argument("--replicas.arms", type=Optional[list[dict[str, Any]]], default=None,
                             help="settings replicas of one seed may differ in, one replica per seed and arm, e.g. "
                                  "'[{}, {cache_start_epoch: 300}]' (JSA: cache_start_epoch, cache_refresh)")
-        parser.add_lightning_class_args(ValidationCheckpoint, "checkpoint")
-        parser.set_defaults({f"checkpoint.{key}": value for key, value in rules.checkpoint_settings().items()})
-        parser.set_defaults({f"trainer.{key}": value for key, value in rules.trainer_defaults().items()})
-        parser.set_defaults({"trainer.callbacks": [{"class_path": f"{type(c).__module__}.{type(c).__name__}"}
+        # A group of its own, not one of LightningCLI's callback keys: instantiate_trainer adds it to the callbacks, which
+        # the builder may drop it from (trainer.enable_checkpointing=false).
+        parser.add_class_arguments(ValidationCheckpoint, "checkpoint", fail_untyped=False, sub_configs=True)
+        parser.set_defaults({**{f"checkpoint.{key}": value for key, value in rules.checkpoint_settings().items()},
+                             **{f"trainer.{key}": value for key, value in rules.trainer_defaults().items()},
+                             "trainer.callbacks": [{"class_path": f"{type(c).__module__}.{type(c).__name__}"}
                                                    for c in rules.default_callbacks()]})
+
+    def parse_arguments(self, parser: Any, args: Any) -> None:
+        """The command line with the default classes (`_with_defaults`), then the settings of --ckpt_path's checkpoint
+        under those the command line gives, from its one safe read (the registered-classes check included), handed
+        on to the builder. --ckpt_path is held aside until before_instantiate_classes: LightningCLI would read the file
+        a second time (past its checksum) and put the checkpoint's settings over the command line's."""
+        self.config = parser.parse_args(_with_defaults(self.command_line))
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else {}
+        self.ckpt_path = config.get("ckpt_path")
+        if not self.ckpt_path:
+            return
+        config.ckpt_path, checkpoint = None, load_checkpoint_file(self.ckpt_path)
+        self.checkpoint, chosen = checkpoint, get_class(config.model.class_path)
+        given_model = dict(option_values(self.command_line)).get("--model")
+        if given_model and checkpoint.get("model_class") not in (None, f"{chosen.__module__}.{chosen.__qualname__}"):
+            return  # another model's checkpoint: the builder refuses it (checkpoints/model_class.py)
+        hparams = copy.deepcopy(dict(checkpoint.get("hyper_parameters") or {}))  # the parser changes what it is given
+        hparams.pop("_instantiator", None)
+        for key in _given(self.command_line, "model"):  # an option the user gives wins over the checkpoint's
+            hparams.pop(key, None)
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        if hparams:
+            self.config = parser.parse_object({subcommand: {"model": hparams}}, self.config)
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
+        if self.subcommand:
+            config.ckpt_path = self.ckpt_path
         if self.subcommand in ("validate", "test") and not config.get("ckpt_path") and not config.get("fresh_weights"):
             raise SettingsError(f"{self.subcommand} without --ckpt_path would {self.subcommand} untrained weights: give the "
                                 "checkpoint of a run, --ckpt_path=logs/tensorboard/<run>/version_N/checkpoints/last.ckpt, or "
                                 f"--fresh_weights=true to {self.subcommand} a freshly initialized model")
         if config.get("lr_scheduler") and not config.get("optimizer"):  # LightningCLI would leave the scheduler out
-            scheduler = config.lr_scheduler
-            raise SettingsError(scheduler_without_optimizer(str(getattr(scheduler, "class_path", scheduler))))
+            raise SettingsError(scheduler_without_optimizer(str(getattr(config.lr_scheduler, "class_path", config.lr_scheduler))))
         # The seed's rule, as in the Hydra front end (launch/rules.py: seed_settings); a seed_everything from a -c
         # file counts as given where it differs from the default.
         seed = config.seed_everything  # (SEED's values as plain ints: a model's hyperparameters keep the seed)
         seed = config.seed_everything = seed if isinstance(seed, bool) else int(seed)
-        seed_given = option_value(self.command_line, "--seed_everything") is not None
+        seed_given = dict(option_values(self.command_line)).get("--seed_everything") is not None
         if seed_given or seed != default_seed():
             rules.seed_settings({group: config[group].init_args for group in ("data", "model")},
                                 {group: get_class(config[group].class_path) for group in ("data", "model")},
@@ -118,20 +142,20 @@ class CollectionCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         """The trainer of the run this namespace describes, by the builder the Hydra front end calls too
-        (launch/run_builder.py); LightningCLI still adds its own callbacks (SaveConfigCallback's config.yaml)."""
+        (launch/run_builder.py), which builds it with LightningCLI's own (adding SaveConfigCallback's config.yaml)."""
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         trainer_config = {**config.trainer, **kwargs}
         check_trainer_values(trainer_config, "--trainer")
         # The --checkpoint group's ModelCheckpoint (a parser group, built always) joins the trainer's callbacks.
         trainer_config["callbacks"] = [*(trainer_config.get("callbacks") or []), config.checkpoint]
-        log_dir = str(config.get("log_dir") or default_log_dir())
         run = RunDescription(
-            model=self.model, datamodule=self.datamodule, trainer=trainer_config, log_dir=log_dir, front_end="cli",
+            model=self.model, datamodule=self.datamodule, trainer=trainer_config, front_end="cli",
+            log_dir=str(config.get("log_dir") or default_log_dir()),
             name=run_name(f"{self.model.config_name}-{self.datamodule.config_name}", self.model.run_tag),
             # the default logger (none given, or true): a TensorBoard run, as Hydra's; another logger: as given
             tensorboard={} if trainer_config.get("logger") in (None, True) else None,
-            ckpt_path=config.get("ckpt_path"), checkpoint=self.checkpoint,
-            trainer_class=lambda **settings: cli_trainer(self, settings))
+            ckpt_path=config.get("ckpt_path"), checkpoint=self.checkpoint, subcommand=self.subcommand or "fit",
+            trainer_class=super().instantiate_trainer)
         replicas = config.get("replicas") or {}
         if replicas.get("seeds") is not None:
             if self.subcommand != "fit":
@@ -144,26 +168,6 @@ class CollectionCLI(LightningCLI):
         if self.subcommand == "fit":
             config["ckpt_path"] = resume
         return trainer
-
-    def _parse_ckpt_path(self) -> None:
-        # No public hook comes between the parse and LightningCLI's own read of --ckpt_path (a second torch.load of the
-        # file, past the checksum; the model rebuilt from its hyperparameters whatever --model says): it is done here,
-        # from the one safe read (the registered-classes check included), handed on to the builder.
-        subcommand = self.config.get("subcommand")
-        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if not ckpt_path:
-            return
-        checkpoint = self.checkpoint = load_checkpoint_file(ckpt_path)
-        if option_value(self.command_line, "--model") is not None:  # the model given must be the one that wrote it
-            check_model_class(checkpoint, get_class(self.config[subcommand].model.class_path), ckpt_path, subcommand)
-        hparams = copy.deepcopy(dict(checkpoint.get("hyper_parameters") or {}))  # the parser changes what it is given
-        hparams.pop("_instantiator", None)
-        for key in _given(self.command_line, "model"):  # an option the user gives wins over the checkpoint's
-            hparams.pop(key, None)
-        if "_class_path" in hparams:
-            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
-        if hparams:
-            self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
 
     def fit(self, **kwargs: Any) -> None:
         """Each subcommand (LightningCLI runs the CLI's method of its name where there is one): the trainer's, with the
@@ -179,29 +183,15 @@ class CollectionCLI(LightningCLI):
         except (ValueError, TypeError) as error:  # a constructor refused a setting: its message, one line
             if isinstance(error, (CheckpointError, SettingsError)):
                 raise
-            raise SettingsError(_constructor_message(str(error))) from None
+            raise SettingsError(_one_line(str(error), [])) from None
 
 
 def main(args: list[str] | None = None, run: bool = True) -> Any:
     """LightningCLI on the same classes, with the same defaults as the Hydra configs (JSA on MNIST, the
     likelihood that suits the data, the same callbacks) and runs named like Hydra's."""
-    raw_args = CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
-    subcommand = raw_args[0] if raw_args and raw_args[0] in SUBCOMMANDS else None
-    # JSA on MNIST unless told otherwise (on the command line or in a config file), as in the Hydra front end. Given
-    # as arguments before the config files, not as parser defaults: jsonargparse would carry a default class's
-    # settings over to another class the user picks.
-    named = _classes_in_config_files(raw_args)
-    defaults = [f"--{key}={default_class(key)}" for key in ("model", "data")
-                if key not in named and not any(a == f"--{key}" or a.startswith(f"--{key}=") for a in raw_args)]
-    ordered = _class_first(raw_args)
-    if (defaults or ordered != raw_args) and not any(a in ("-h", "--help") for a in raw_args):
-        first = [ordered.pop(0)] if subcommand else []
-        raw_args = first + defaults + ordered
-        if args is None:  # from the command line: LightningCLI reads sys.argv (given both, it warns)
-            sys.argv[1:] = raw_args
-        else:
-            args = raw_args
-
+    CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
+    given = CollectionCLI.command_line[:1]
+    subcommand = given[0] if given in (["validate"], ["test"], ["predict"]) else "fit"
     with user_errors_as_one_line():
         return CollectionCLI(
             LatentVariableModel,
@@ -210,68 +200,45 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
             subclass_mode_data=True,
             parser_class=Parser,
             parser_kwargs={evaluates: {"evaluates": evaluates} for evaluates in ("validate", "test")},
-            args=args,
             run=run,
             # fit writes config.yaml into the run; test/validate into the same run, under their own name
             save_config_callback=RunConfigFile,  # config.yaml written as every file is (common/files.py)
-            save_config_kwargs={"overwrite": True, "config_filename": "config.yaml" if subcommand in ("fit", None) else f"config_{subcommand}.yaml"},
+            save_config_kwargs={"overwrite": True, "config_filename": "config.yaml" if subcommand == "fit" else f"config_{subcommand}.yaml"},
             seed_everything_default=default_seed(),  # configs/train.yaml's
         )
 
 
-def _class_first(args: list[str]) -> list[str]:
-    """`--model.lr=0.5 --model=VAE`: jsonargparse reads a class's settings against the class chosen before them, so the
-    class the command line chooses goes before the first of them."""
-    args = list(args)
+def _with_defaults(args: list[str]) -> list[str]:
+    """JSA on MNIST unless told otherwise, as in the Hydra front end: given as the first arguments, which a later
+    choice (on the command line or in a config file) replaces with that class's own defaults (a parser default would
+    carry the default class's settings over to it); and a class the command line chooses put before the first of its
+    settings (jsonargparse reads `--model.latent_dim=8 --model=VAE`'s setting against the class chosen before it,
+    which has none)."""
+    if any(arg in ("-h", "--help") for arg in args):
+        return args
+    first, args = (args[:1], list(args[1:])) if args and args[0] in SUBCOMMANDS else ([], list(args))
     for key in ("model", "data"):
-        chosen = next((i for i, arg in enumerate(args) if arg.startswith(f"--{key}=")), None)
-        first = next((i for i, arg in enumerate(args) if arg.startswith(f"--{key}.") and arg.split("=")[0] != f"--{key}.help"), None)
-        if chosen is not None and first is not None and first < chosen:
-            args.insert(first, args.pop(chosen))
-    return args
+        chosen = [i for i, arg in enumerate(args) if arg.startswith(f"--{key}=")]
+        settings = [i for i, arg in enumerate(args) if arg.startswith(f"--{key}.") and not arg.startswith(f"--{key}.help")]
+        if chosen and settings and settings[0] < chosen[0]:
+            args.insert(settings[0], args.pop(chosen[0]))
+    return [*first, *(f"--{key}={default_class(key)}" for key in ("model", "data")), *args]
 
 
-def _classes_in_config_files(args: list[str]) -> set[str]:
-    """The groups ("model", "data") whose class the command line's config files name (`model: VAE`, `model:
-    {class_path: ...}`); a file that cannot be read is left to the parser to report."""
-    named = set()
-    for option, value in cli_sources(args if args and args[0] in SUBCOMMANDS else ["fit", *args]):
-        if not is_config_option(option):
-            continue
-        try:
-            node = composed(Path(value), "config file") if os.path.isfile(value) else composed_text(value, option)
-        except ConfigRefusal:
-            continue
-        named |= {key.split(".")[0] for key, text in given_settings(node)
-                  if (key in ("model", "data") and text is not None) or key in ("model.class_path", "data.class_path")}
-    return named
-
-
-def _parser_message(text: str, args: list[str]) -> str:
-    """jsonargparse's nested report ('Parser key "model": ... Parser key "mis_steps": Expected a <class 'int'>.
-    Got value: ten') as one line naming the option as given: '--model.mis_steps: Expected a <class 'int'>. Got value: ten'."""
+def _one_line(text: str, args: list[str]) -> str:
+    """jsonargparse's nested report as one line: its reasons, named by the option as given for the parser's ('Parser
+    key "model": ... Parser key "mis_steps": Expected a <class 'int'>. Got value: ten' -> '--model.mis_steps: Expected
+    ...'), by the class whose constructor refused a setting for the constructor's (inside a union-subtype report)."""
     keys = list(dict.fromkeys(re.findall(r'Parser key "([^"]+)"', text)))
-    noise = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path", "Parser key",
-             "Expected a <class 'NoneType'>")
     lines = [line.strip().removeprefix("- ") for line in text.splitlines()[1:]]
-    reasons = [line for line in lines if line and not line.startswith(noise)]
-    if not keys or not reasons:
+    reasons = list(dict.fromkeys(line for line in lines if line and not line.startswith(REPORT_NOISE)))
+    if not reasons or not (keys or "Errors:" in text):  # not a nested report
         return " ".join(text.split())
-    given = [a.split("=", 1)[0] for a in args if a.startswith("--")]
-    option = next((g for g in given if g.endswith(("." + keys[-1], "--" + keys[-1]))), "--" + ".".join(keys))
-    return f"{option}: {'; '.join(dict.fromkeys(reasons))}"
-
-
-def _constructor_message(text: str) -> str:
-    """jsonargparse reports a constructor's refusal inside its union-subtype report (Errors: / - ... /
-    Given value: <the whole namespace>): keep the constructor's own message."""
-    if "Errors:" not in text:
-        return text
-    reasons = [line.strip()[2:] for line in text.split("Errors:", 1)[1].splitlines()
-               if line.strip().startswith("- ") and not line.strip().startswith("- Expected a <class 'NoneType'>")]
     refused_by = re.search(r"class_path='([\w.]+)'", text)
-    prefix = f"{refused_by[1].rsplit('.', 1)[-1]}: " if refused_by else ""
-    return prefix + ("; ".join(reasons) or text.splitlines()[0])
+    given = [a.split("=", 1)[0] for a in args if a.startswith("--")]
+    name = (next((g for g in given if g.endswith(("." + keys[-1], "--" + keys[-1]))), "--" + ".".join(keys)) if keys else
+            refused_by[1].rsplit(".", 1)[-1] if refused_by else None)
+    return (f"{name}: " if name else "") + "; ".join(reasons)
 
 
 def _given(args: list[str], group: str, keys: set[str] | None = None) -> set[str]:

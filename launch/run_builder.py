@@ -42,6 +42,7 @@ class RunDescription:
     output_dir: str | None = None  # a directory already made for the run (Hydra's), where it writes without a logger
     ckpt_path: str | None = None  # the checkpoint to start from
     checkpoint: dict[str, Any] | None = None  # ckpt_path's content, where the front end has read it already
+    subcommand: str = "fit"  # what the checkpoint is for: a refusal names the command that works (checkpoints/model_class.py)
     ddp_timeout_s: float = dataclasses.field(default_factory=ddp_timeout_s)
     trainer_class: Callable[..., Any] | None = None  # lightning.Trainer unless the front end adds to it (LightningCLI)
 
@@ -56,7 +57,7 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     checkpoint = run.checkpoint
     if run.ckpt_path:
         checkpoint = checkpoint if checkpoint is not None else load_checkpoint_file(run.ckpt_path)
-        check_model_class(checkpoint, getattr(run.model, "model_class", type(run.model)), run.ckpt_path)
+        check_model_class(checkpoint, getattr(run.model, "model_class", type(run.model)), run.ckpt_path, run.subcommand)
         check_replica_checkpoint(checkpoint, run.model, run.ckpt_path)
     unlogged_dir = run.output_dir or process_dir(run.log_dir, run.front_end, run.name)  # a run without a logger's files
     if run.tensorboard is not None:

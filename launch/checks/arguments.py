@@ -1,5 +1,5 @@
 """A command line read as the two front ends read it, before anything is imported: Hydra's `KEY=VALUE` overrides
-(`overrides_of`), LightningCLI's `--option VALUE` pairs (`option_values`, `option_value`), and the plain values they
+(`overrides_of`), LightningCLI's `--option VALUE` pairs (`option_values`), and the plain values they
 set (`scalar`, `values_of`, by Hydra's grammar or LightningCLI's YAML 1.1). The early checks (precheck.py) and both
 front ends after them read the command line through these functions, so that they agree on what was given."""
 
@@ -66,11 +66,6 @@ def option_values(argv: list[str]) -> list[tuple[str, str | None]]:
             i += value is not None
         i += 1
     return pairs
-
-
-def option_value(argv: list[str], option: str) -> str | None:
-    """The value a LightningCLI command line gives `option` (the last, as argparse takes it), or None."""
-    return dict(option_values(argv)).get(option)
 
 
 def overrides_of(argv: list[str]) -> list[tuple[str, str]]:

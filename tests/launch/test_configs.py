@@ -348,19 +348,21 @@ def test_a_refused_run_leaves_no_hydra_directory_behind(tmp_path, monkeypatch):
 def test_the_cli_keeps_the_constructors_own_message_from_jsonargparses_report():
     report = ("Does not validate against any of the Union subtypes\nSubtypes: [...]\nErrors:\n"
               "  - lr must be > 0, got -1.0\n  - Expected a <class 'NoneType'>\nGiven value type: ...\nGiven value: Namespace(...)")
-    assert launch.cli_app._constructor_message(report) == "lr must be > 0, got -1.0"
+    assert launch.cli_app._one_line(report, []) == "lr must be > 0, got -1.0"
     named = report.replace("Namespace(...)", "Namespace(class_path='models.JSA', init_args=Namespace(lr=-1.0))")
-    assert launch.cli_app._constructor_message(named) == "JSA: lr must be > 0, got -1.0"
+    assert launch.cli_app._one_line(named, []) == "JSA: lr must be > 0, got -1.0"
+    # a constructor's own message of several lines, not a report: all of it, on one line
+    assert launch.cli_app._one_line("expected a float\n  got: ten", []) == "expected a float got: ten"
 
 
 def test_the_cli_names_a_wrong_option_as_given_in_one_line():
     report = ('Parser key "model":\n  Does not validate against any of the Union subtypes\n  Errors:\n'
               "    - Problem with given class_path 'models.JSA':\n        Parser key \"mis_steps\":\n"
               "          Expected a <class 'int'>. Got value: ten\n    - Expected a <class 'NoneType'>\n  Given value type: x")
-    assert launch.cli_app._parser_message(report, ["fit", "--model.mis_steps=ten"]) == "--model.mis_steps: Expected a <class 'int'>. Got value: ten"
+    assert launch.cli_app._one_line(report, ["fit", "--model.mis_steps=ten"]) == "--model.mis_steps: Expected a <class 'int'>. Got value: ten"
     # an unknown class name: the early check's line, which the parser's report gives way to
     assert launch.cli_app.refuse_early(["fit", "--model=Nope"], cli=True) == f"--model=Nope is not one of {', '.join(MODEL_CLASSES)}"
-    assert launch.cli_app._parser_message("unrecognized arguments: --foo=1", []) == "unrecognized arguments: --foo=1"
+    assert launch.cli_app._one_line("unrecognized arguments: --foo=1", []) == "unrecognized arguments: --foo=1"
 
 
 def test_the_seed_seeds_the_data_order_and_the_test_stage_unless_they_are_given():

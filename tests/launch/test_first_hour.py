@@ -67,6 +67,23 @@ def test_cli_defaults_to_jsa_on_binarized_mnist(tmp_path):
     assert grey.model.hparams["likelihood"] == "discretized_logistic"  # follows the data: 8-bit grey pixels
 
 
+@pytest.mark.parametrize("choice", [["-c", "my.yaml"], ["-c", "{model: VQVAE, data: CIFAR10DataModule}"],
+                                    ["--model.class_path=VQVAE", "--data", "CIFAR10DataModule"]])
+def test_a_class_chosen_anywhere_takes_its_own_defaults_not_the_default_classes(choice, tmp_path, monkeypatch):
+    """A class a config file (or an inline config, or --model.class_path) chooses is built with its own defaults:
+    jsonargparse would carry the default JSA's and MNIST's over (num_categories=10, binarize=dynamic)."""
+    from common.signatures import constructor_defaults
+    from datamodules import CIFAR10DataModule
+    from models import VQVAE
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my.yaml").write_text("model: VQVAE\ndata:\n  class_path: CIFAR10DataModule\n")
+    cli = launch.cli_app.main([*choice, f"--trainer.default_root_dir={tmp_path}"], run=False)
+    assert type(cli.model) is VQVAE and type(cli.datamodule) is CIFAR10DataModule
+    assert cli.model.hparams["num_categories"] == constructor_defaults(VQVAE)["num_categories"] != 10
+    assert cli.datamodule.binarize == constructor_defaults(CIFAR10DataModule)["binarize"] == "none"
+
+
 @pytest.mark.slow  # runs through the front ends
 @pytest.mark.parametrize("subcommand", ["test", "validate"])
 def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tmp_path, monkeypatch, capsys):

@@ -132,9 +132,10 @@ def test_a_setting_given_before_its_class_applies_to_that_class(tmp_path, descri
     """`fit --model.lr=0.5 --model=VAE`: the settings are read against the class the command line chooses, wherever
     it stands (jsonargparse reads them against the class chosen before them)."""
     monkeypatch.chdir(tmp_path)
-    app = launch.cli_app.main(["fit", "--model.lr=0.5", "--model.val_num_samples=2", "--model=VAE", "--data.batch_size=7",
-                               "--data=FashionMNISTDataModule"])
+    app = launch.cli_app.main(["fit", "--model.lr=0.5", "--model.latent_dim=8", "--model.val_num_samples=2", "--model=VAE",
+                               "--data.batch_size=7", "--data=FashionMNISTDataModule"])  # latent_dim: VAE's, not JSA's
     assert type(app.model).__name__ == "VAE" and app.model.lr == 0.5 and app.model.eval_num_samples["val"] == 2
+    assert app.model.hparams["latent_dim"] == 8
     assert type(app.datamodule).__name__ == "FashionMNISTDataModule" and app.datamodule.batch_size == 7
 
 
