@@ -63,16 +63,15 @@ def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = No
     name = found.rsplit(".", 1)[-1]
     written = f"{f'checkpoint {ckpt_path}' if ckpt_path else 'this checkpoint'} was written by {found}, not {_qualified_name(cls)}"
     written_by = next((model for model in registered("model") if _qualified_name(model) == found), None)
-    if subcommand is None:
-        raise CheckpointError(f"{written}; load it with {name}.load_from_checkpoint")
-    if written_by is None:  # not one of the collection's models (never imported): nothing to resume it with here
-        raise CheckpointError(f"{written}, and that is not one of the collection's models")
+    if subcommand is None or written_by is None:  # not one of the collection's models (never imported): nothing to resume it with here
+        raise CheckpointError(f"{written}; load it with {name}.load_from_checkpoint" if subcommand is None
+                              else f"{written}, and that is not one of the collection's models")
+    # The Hydra config of the model that wrote it; a property (DiscreteVAE: dvae or dvae_gumbel) of the checkpoint's settings
     config_name = written_by.config_name
-    if not isinstance(config_name, str):  # a property (DiscreteVAE: dvae or dvae_gumbel): of the checkpoint's settings
+    if not isinstance(config_name, str):
         try:
             config_name = config_name.fget(types.SimpleNamespace(**(checkpoint.get("hyper_parameters") or {})))
         except AttributeError:  # a setting it reads is not recorded
             config_name = name.lower()
-    verb = "resume" if subcommand == "fit" else subcommand
-    raise CheckpointError(f"{written}: {verb} it with the model that wrote it: "
+    raise CheckpointError(f"{written}: {'resume' if subcommand == 'fit' else subcommand} it with the model that wrote it: "
                           f"{resume_command(ckpt_path or 'PATH', name, config_name, subcommand)} (in Python: {name}.load_from_checkpoint)")

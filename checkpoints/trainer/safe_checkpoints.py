@@ -72,7 +72,7 @@ class SafeCheckpoints(L.Callback):
         # The optimizers are built by now, and their states not yet restored.
         if self._restoring is not None and trainer.ckpt_path:
             check_optimizers(self._restoring, trainer)
-        elif self._restoring is not None:  # restored for an earlier test or validation
+        else:  # nothing restored, or restored for an earlier test or validation
             self._restoring = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -92,8 +92,7 @@ class SafeCheckpoints(L.Callback):
         for optimizer in trainer.optimizers:
             for group in optimizer.param_groups:
                 for key, value in optimizer.defaults.items():
-                    if key in IMPLEMENTATION_FLAGS | scheduled or key not in group or same(group[key], value):
-                        continue
-                    if trainer.is_global_zero:
-                        log.warning("resuming: optimizer %s %r (checkpoint) -> %r (this run)", key, group[key], value)
-                    group[key] = value
+                    if key not in IMPLEMENTATION_FLAGS | scheduled and key in group and not same(group[key], value):
+                        if trainer.is_global_zero:
+                            log.warning("resuming: optimizer %s %r (checkpoint) -> %r (this run)", key, group[key], value)
+                        group[key] = value

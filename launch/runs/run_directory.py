@@ -7,12 +7,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
-import fnmatch
 import os
 import shlex
 import shutil
-import signal
-import socket
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -58,8 +55,17 @@ def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike, new: 
     descriptor = os.open(run_dir, os.O_RDONLY)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # first: a live owner's run is in use, whatever it holds
-        refuse_unwritable(run_dir)
-    except (BlockingIOError, CheckpointError) as error:
+        for entry in os.scandir(run_dir):  # a file the run writes in place: a link (dangling too), or a folder
+            if not any(Path(entry.name).match(pattern) for pattern in WRITTEN_IN_PLACE):
+                continue
+            if entry.is_symlink():
+                raise CheckpointError(f"the run {run_dir} holds {entry.name} as a link to {os.readlink(entry.path)}: a "
+                                      "run writes that file in place and never through a link; remove the link, or "
+                                      "resume from a copy of the checkpoint in another directory")
+            if entry.name != "checkpoints" and entry.is_dir():  # the file would never be written: a traceback at the first save
+                raise CheckpointError(f"the run {run_dir} holds {entry.name} as a folder: the run writes a file there; "
+                                      "remove the folder, or resume from a copy of the checkpoint in another directory")
+    except BaseException as error:
         os.close(descriptor)
         if not isinstance(error, BlockingIOError):
             raise
@@ -67,23 +73,8 @@ def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike, new: 
                               "would replace its checkpoints: wait until that process ends, or resume from a copy of the "
                               "checkpoint in another directory") from None
     held_directories.add(run_dir)  # its checkpoint saves (hpc_ckpt_N.ckpt lies here) need no second lock
-    write_file(run_dir / OWNER_FILE, f"process {os.getpid()} on {socket.gethostname()}\n")
+    write_file(run_dir / OWNER_FILE, f"process {os.getpid()} on {os.uname().nodename}\n")
     atexit.register(lambda: (run_dir / OWNER_FILE).unlink(missing_ok=True))  # safe: this process's own note, no link
-
-
-def refuse_unwritable(run_dir: Path) -> None:
-    """CheckpointError naming the first entry of WRITTEN_IN_PLACE in `run_dir` that is a symbolic link (dangling too),
-    or a folder where the run writes a file (the file would never be written: a traceback at the run's first save)."""
-    for entry in os.scandir(run_dir):
-        if not any(fnmatch.fnmatch(entry.name, pattern) for pattern in WRITTEN_IN_PLACE):
-            continue
-        if entry.is_symlink():
-            raise CheckpointError(f"the run {run_dir} holds {entry.name} as a link to {os.readlink(entry.path)}: a run "
-                                  "writes that file in place and never through a link; remove the link, or resume "
-                                  "from a copy of the checkpoint in another directory")
-        if entry.name != "checkpoints" and entry.is_dir():
-            raise CheckpointError(f"the run {run_dir} holds {entry.name} as a folder: the run writes a file there; "
-                                  "remove the folder, or resume from a copy of the checkpoint in another directory")
 
 
 def read_owner(path: Path) -> str:
@@ -270,7 +261,7 @@ def run_summary_at_end(trainer: Any, say: Any) -> Iterator[None]:
     try:
         yield
     except SystemExit as stop:
-        if stop.code in (128 + signal.SIGTERM, 128 + signal.SIGINT) and (line := run_summary(trainer)):
+        if stop.code in (143, 130) and (line := run_summary(trainer)):  # 128 + SIGTERM, 128 + SIGINT
             say(line)
         raise
     if line := run_summary(trainer):
