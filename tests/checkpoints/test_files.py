@@ -131,6 +131,22 @@ def test_resume_into_other_shapes_names_the_settings(tmp_path):
         fit(JSA(mis_steps=2, val_num_samples=2, use_cache=False), tmp_path, 2, ckpt_path=path)
 
 
+@pytest.mark.parametrize("alter, named", [
+    (lambda c: c.update(global_step=-1), "global_step"),
+    (lambda c: c["loops"]["fit_loop"].update(epoch_progress="garbage"), "loops.fit_loop.epoch_progress"),
+    (lambda c: c["loops"]["fit_loop"]["epoch_progress"]["total"].update(completed=True), "loops.fit_loop.epoch_progress.total.completed"),
+])
+def test_a_loop_count_that_no_training_loop_writes_is_refused_naming_it(alter, named, tmp_path):
+    trainer = fit(VAE(latent_dim=4), tmp_path, 1)
+    path = tmp_path / "ckpt.ckpt"
+    trainer.save_checkpoint(path)
+    checkpoint = torch.load(path, weights_only=True)
+    alter(checkpoint)
+    save_checkpoint_file(checkpoint, path)
+    with pytest.raises(CheckpointError, match=f"checkpoint {path}: its {named} is not what a training loop writes there"):
+        fit(VAE(latent_dim=4), tmp_path, 2, ckpt_path=path)
+
+
 def test_resume_into_another_optimizer_class_is_refused_before_a_step(tmp_path):
     import functools
 
