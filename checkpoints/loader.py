@@ -25,10 +25,11 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
     """The checkpoint at `path`, verified and read weights only (module docstring); a file torch cannot read is a
     CheckpointError naming it. `trusted`: the caller trusts the file in code (`load_from_checkpoint(path,
     weights_only=False)`). Only local files: a URL is refused, so nothing is fetched and unpickled that nobody has
-    looked at."""
-    if "://" in str(path):
-        raise CheckpointError(f"checkpoint {path} is a URL: checkpoints are read from local files only; download it, make "
-                              "sure you trust where it came from, and give the local path")
+    looked at; and so is a stream (it has no checksum beside it)."""
+    if "://" in str(path) or hasattr(path, "read"):
+        raise CheckpointError(f"checkpoint {path} is a {'stream' if hasattr(path, 'read') else 'URL'}: checkpoints are read "
+                              "from local files only; save or download it, make sure you trust where it came from, and "
+                              "give the local path")
     try:
         with directory_lock(Path(path).parent, exclusive=False):  # no save of this path in between
             verify_checkpoint_file(path)
@@ -43,7 +44,11 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
         raise CheckpointError(f"checkpoint {path} is not a readable checkpoint ({type(error).__name__}: {reason}); it is "
                               "truncated, was not written by torch.save, or holds objects other than tensors and plain "
                               "values (which are never unpickled: they could run code)") from None
-    check_checkpoint(checkpoint, path, trusted)
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise CheckpointError(f"checkpoint {path} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
+    check_structure(checkpoint, path)
+    if not trusted:
+        refuse_unregistered_classes(checkpoint, path)
     return checkpoint
 
 
@@ -51,16 +56,6 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
 # rebuilds the model from them, nested settings included), Hydra's `_target_`, Lightning's `_class_path` and
 # `_instantiator` (load_from_checkpoint imports the latter by name).
 IMPORTED_KEYS = ("class_path", "_class_path", "_target_", "_instantiator")
-
-
-def check_checkpoint(checkpoint: Any, path: Any, trusted: bool = False) -> None:
-    """CheckpointError naming `path` unless `checkpoint` is a Lightning checkpoint of the expected structure
-    (checkpoints/structure.py) whose settings name, unless the caller trusts it, only what may be imported."""
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise CheckpointError(f"checkpoint {path} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
-    check_structure(checkpoint, path)
-    if not trusted:
-        refuse_unregistered_classes(checkpoint, path)
 
 
 def refuse_unregistered_classes(checkpoint: dict[str, Any], path: Any) -> None:

@@ -7,10 +7,8 @@ from __future__ import annotations
 import types
 from typing import Any, Callable
 
-import torch
-
 from checkpoints.errors import CheckpointError
-from checkpoints.loader import check_checkpoint, load_checkpoint_file
+from checkpoints.loader import load_checkpoint_file
 from checkpoints.registry import registered
 from checkpoints.resume_command import resume_command
 from checkpoints.structure import check_fits
@@ -27,8 +25,8 @@ def stamp_model_class(checkpoint: dict[str, Any], cls: type) -> None:
 
 def load_checked(load: Callable[..., Any], cls: type, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
     """`load(checkpoint_path, *args, **kwargs)` (Lightning's `cls.load_from_checkpoint`) after the checks every reader
-    makes: a local file through the safe loader (checksum, weights only, registered classes; a stream read and put back
-    where it was), written by `cls` (before `cls` is built from another class's hyperparameters); then the kinds of
+    makes: a local file through the safe loader (checksum, weights only, registered classes; a stream is refused),
+    written by `cls` (before `cls` is built from another class's hyperparameters); then the kinds of
     number of the loaded state. The collection's checkpoints hold plain types only, so the read unpickles no code; only
     the caller's own `weights_only=False` trusts the file. The collection's data modules are registered first: a
     checkpoint names the one it was trained on, and a script that loads a model may never have imported them."""
@@ -36,13 +34,7 @@ def load_checked(load: Callable[..., Any], cls: type, checkpoint_path: Any, *arg
 
     trusted = kwargs.get("weights_only") is False
     kwargs["weights_only"] = not trusted
-    if hasattr(checkpoint_path, "seek"):
-        start = checkpoint_path.tell()
-        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=not trusted)  # safe: True unless the caller wrote weights_only=False
-        checkpoint_path.seek(start)
-        check_checkpoint(checkpoint, "given as a stream", trusted)
-    else:
-        checkpoint = load_checkpoint_file(checkpoint_path, trusted=trusted)
+    checkpoint = load_checkpoint_file(checkpoint_path, trusted=trusted)
     check_model_class(checkpoint, cls, subcommand=None)
     model = load(checkpoint_path, *args, **kwargs)
     check_fits(checkpoint["state_dict"], model.state_dict(), None)

@@ -48,17 +48,16 @@ class SafeCheckpoints(L.Callback):
         stamp_model_class(checkpoint, getattr(pl_module, "model_class", type(pl_module)))  # a replicated process's too
         checkpoint["optimizer_classes"] = class_names(trainer.optimizers)
         checkpoint["lr_scheduler_classes"] = class_names(config.scheduler for config in trainer.lr_scheduler_configs)
-        # Called on every rank (rank 0 writes the file), so the gather is a collective all ranks join.
         state = {"cpu": torch.get_rng_state()}
         if pl_module.device.type == "cuda":
             state["cuda"] = torch.cuda.get_rng_state(pl_module.device)
-        if trainer.world_size > 1:
-            gathered = {k: trainer.strategy.all_gather(v.to(pl_module.device)).cpu() for k, v in state.items()}
-            # clone(): each rank's state its own tensor, not a view into the gathered stack
-            # (torch.set_rng_state refuses a tensor with a storage offset).
-            checkpoint["rng_states"] = [{k: v[rank].clone() for k, v in gathered.items()} for rank in range(trainer.world_size)]
-        else:
-            checkpoint["rng_states"] = [state]
+        # Called on every rank (rank 0 writes the file), so the gather is a collective all ranks join (one process:
+        # the state itself). clone(): each rank's state its own tensor, not a view into the gathered stack
+        # (torch.set_rng_state refuses a tensor with a storage offset).
+        gathered = {key: trainer.strategy.all_gather(value.to(pl_module.device)).cpu().reshape(trainer.world_size, -1)
+                    for key, value in state.items()}
+        checkpoint["rng_states"] = [{key: value[rank].clone() for key, value in gathered.items()}
+                                    for rank in range(trainer.world_size)]
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._restoring = checkpoint

@@ -98,6 +98,16 @@ def test_unusable_checkpoints_are_one_clear_error_naming_the_file(tmp_path, cont
     assert str(path) in str(error.value) and "\n" not in str(error.value)
 
 
+def test_a_stream_is_refused_in_one_line_before_it_is_read():
+    """load_from_checkpoint reads local files only: a stream has no checksum beside it to verify."""
+    import io
+
+    stream = io.BytesIO(b"anything")
+    with pytest.raises(CheckpointError, match="is a stream: checkpoints are read from local files only"):
+        VAE.load_from_checkpoint(stream)
+    assert stream.tell() == 0
+
+
 def fit(model: L.LightningModule, tmp_path, steps: int, ckpt_path=None) -> L.Trainer:
     x = torch.rand(64, 1, 28, 28).bernoulli()
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, torch.arange(64)), batch_size=16)
