@@ -8,10 +8,9 @@ import types
 from typing import Any, Callable
 
 from checkpoints.errors import CheckpointError
-from checkpoints.loader import load_checkpoint_file
+from checkpoints.loader import check_fits, load_checkpoint_file
 from checkpoints.registry import registered
 from checkpoints.resume_command import resume_command
-from checkpoints.structure import check_fits
 
 
 def stamp_model_class(checkpoint: dict[str, Any], cls: type) -> None:

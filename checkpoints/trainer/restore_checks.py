@@ -20,7 +20,7 @@ import lightning as L
 import torch
 
 from checkpoints.errors import CheckpointError
-from checkpoints.structure import check_fits
+from checkpoints.loader import check_fits
 from common.signatures import constructor_defaults, settings_of
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ def check_restored(checkpoint: dict[str, Any], trainer: L.Trainer, path: Any) ->
     if found := _misfit(checkpoint, own):
         raise CheckpointError(f"checkpoint {path}: its {found} is not what a training loop writes there (a count >= 0, "
                               "or a mapping): the file was altered; use another checkpoint")
-    states = checkpoint.get("callbacks") or {}  # mappings (checkpoints/structure.py)
+    states = checkpoint.get("callbacks") or {}  # mappings (checkpoints/loader.py)
     for callback in trainer.checkpoint_callbacks:
         state = states.get(callback.state_key)
         if state is not None and getattr(callback, "dirpath", None):
@@ -135,7 +135,7 @@ def check_optimizers(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
     for state, optimizer in zip(states, trainer.optimizers):
         params = [param for group in optimizer.param_groups for param in group["params"]]
         for index, buffers in state["state"].items():
-            param = params[index] if 0 <= index < len(params) else None  # (ints: checkpoints/structure.py)
+            param = params[index] if 0 <= index < len(params) else None  # (ints: checkpoints/loader.py)
             for key, value in buffers.items():
                 where = f"checkpoint {path}: the optimizer's {key} of {names.get(id(param), f'parameter {index}')}"
                 if isinstance(value, torch.Tensor) and value.dim() > 0 and (param is None or value.shape != param.shape):

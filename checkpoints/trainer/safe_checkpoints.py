@@ -61,7 +61,7 @@ class SafeCheckpoints(L.Callback):
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._restoring = checkpoint
-        states = checkpoint.get("rng_states")  # (random-generator states: checkpoints/structure.py)
+        states = checkpoint.get("rng_states")  # (random-generator states: checkpoints/loader.py)
         if states is not None and len(states) != trainer.world_size:  # the streams start as seeded, and the user is told
             rank_zero_warn(f"the checkpoint holds the random state of {len(states)} process(es), this run has "
                            f"{trainer.world_size}: the random streams start afresh from the seed, so the resumed run "
