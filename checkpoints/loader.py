@@ -1,18 +1,12 @@
 """The one way a checkpoint is read, and what it must hold before anything uses it.
 
-Read: verified first (checkpoints/file_format.py: checksum, declared sizes) under a shared lock on its directory, so
-that no save of the same path lands in between; with `weights_only=True`, since unpickling can run code; the class
-paths its settings name held to the collection's and the user's own packages listed in LATENT_ZOO_TRUST
-(checkpoints/registry.py, checkpoints/import_paths.py) unless the caller trusts the file in code. A command reads its
-checkpoint once: the builder hands what it read to the trainer's restore (launch/run_builder.py, trainer/io_plugin.py).
-
-Held (`check_structure`, once for every reader): Lightning, the front ends and the models call `.get` and `.items` on
-the sections that hold mappings, load each optimizer's and scheduler's state from a list of mappings, and copy every
-tensor into the model or the optimizer: a section of another kind, or a sparse, meta, complex or quantized tensor,
-would end in a traceback deep inside them or be cast without a word. The weights must be finite (resuming or testing
-from NaN only propagates it); `rng_states` what torch.set_rng_state takes. Each failure is one line naming the
-checkpoint and the key. What only the model knows (each tensor's name, shape, and kind of number) is checked where the
-state is loaded into it (`check_fits`).
+Read: verified (checkpoints/file_format.py: checksum, declared sizes) under a shared lock on its directory, so that no
+save lands in between; `weights_only=True`, since unpickling can run code; the class paths its settings name held to
+the collection's and LATENT_ZOO_TRUST's packages (registry.py, import_paths.py) unless the caller trusts the file in
+code. A command reads its checkpoint once: the builder hands it to the trainer's restore (trainer/io_plugin.py).
+Held (`check_structure`): mappings and lists where Lightning and the models read them, dense tensors of real or integer
+numbers, finite weights, random states torch takes; else one line naming the checkpoint and the key, not a traceback
+deep inside them. What only the model knows (names, shapes, kinds of number) is checked on load (`check_fits`).
 """
 
 from __future__ import annotations
