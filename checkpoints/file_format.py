@@ -4,7 +4,8 @@
 * atomic writes: a temporary beside the checkpoint, fsync, `os.replace` (common/files.py), where Lightning's fsspec
   save would move a TMPDIR file across filesystems, a copy that a kill truncates;
 * checksums: `X.ckpt.sha256` beside `X.ckpt`, listing the old and the new digest while a checkpoint is replaced; a
-  load refuses a file whose bytes changed, and a checkpoint without one still loads;
+  load refuses a file whose bytes changed (torch.load notices no flipped bit in tensor data), and a checkpoint without
+  one still loads;
 * one unit: a save holds an exclusive `flock` on the directory, a read (checkpoints/loader.py) a shared one.
 """
 
@@ -15,6 +16,7 @@ import fcntl
 import hashlib
 import io
 import os
+import string
 import time
 import zipfile
 from pathlib import Path
@@ -26,33 +28,31 @@ from checkpoints.errors import CheckpointError
 from common.files import TEMPORARY_MARK, read_regular, write_file
 
 CHECKSUM_SUFFIX = ".sha256"
+# How long a read waits for another process's lock on the checkpoint's directory (a save holds it for the seconds
+# its files take to write; a live run for as long as it runs, on its own run directory).
+LOCK_WAIT_S = 120.0
+# Directories this process already holds an exclusive flock on (its run directory, launch/runs/run_directory.py): a second
+# flock there from this process would wait for itself, and the held one already keeps other writers out.
+held_directories: set[Path] = set()
 
 
-def write_atomically(path: Path, data: bytes | memoryview) -> None:
+def listed_digests(path: Path) -> list[str] | None:
+    """The digests the checksum file of `path` accepts, or None without a checksum file: as written here
+    ("<digest> [<previous digest>]") or as `sha256sum` writes it ("<DIGEST>  <name>"), any case."""
+    checksum_file = path.with_name(path.name + CHECKSUM_SUFFIX)
+    if not checksum_file.is_file():
+        return None
+    text = read_regular(checksum_file, 4096).decode(errors="replace")  # a few digests: the first 4 KB of a file that may be anything
+    return [word.lower() for word in text.split() if len(word) == 64 and set(word) <= set(string.hexdigits)]
+
+
+def write_atomically(path: Path, data: str | bytes | memoryview) -> None:
     """`path` holds `data` afterwards, or (killed on the way) what it held before: never a part (common/files.py)."""
     try:
         write_file(path, data)
     except OSError as error:  # a full disk, a read-only directory: no partial file is left, the old one stays
         raise CheckpointError(f"could not write {path} ({error.strerror or error}): free space on its disk or give a "
                               "directory the run can write to; the previous file, if any, is unchanged") from None
-
-
-def listed_digests(path: Path) -> list[str] | None:
-    """The digests the checksum file of `path` accepts, or None without a checksum file."""
-    checksum_file = path.with_name(path.name + CHECKSUM_SUFFIX)
-    if not checksum_file.is_file():
-        return None
-    digests = _digests_in(checksum_file)
-    if not digests:
-        raise CheckpointError(f"checksum file {checksum_file} holds no SHA-256 digest (64 hexadecimal digits): restore it, "
-                              f"or delete it to load {path.name} unchecked")
-    return digests
-
-
-def _digests_in(checksum_file: Path) -> list[str]:
-    # As written here ("<digest> [<previous digest>]"), or as `sha256sum` writes it ("<DIGEST>  <name>"), any case.
-    text = read_regular(checksum_file, 4096).decode(errors="replace")  # a few digests: the first 4 KB of a file that may be anything
-    return [word.lower() for word in text.split() if len(word) == 64 and all(c in "0123456789abcdefABCDEF" for c in word)]
 
 
 def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
@@ -67,69 +67,53 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike) ->
     with directory_lock(path.parent, exclusive=True):
         # The replaced checkpoint's digest stays listed until it is replaced (module docstring). A checksum file of no
         # digest is replaced as it is: it let no load of the old checkpoint through, and the new one gets its own.
-        old = _digests_in(checksum_file)[:1] if path.exists() and checksum_file.is_file() else []
-        write_atomically(checksum_file, " ".join([digest, *old]).encode())  # both, while the checkpoint is replaced
+        old = (listed_digests(path) or [])[:1] if path.exists() else []
+        write_atomically(checksum_file, " ".join([digest, *old]))  # both, while the checkpoint is replaced
         write_atomically(path, data)
-        write_atomically(checksum_file, digest.encode())
+        write_atomically(checksum_file, digest)
     remove_stale_temporaries(path.parent)
-
-
-# How long a read waits for another process's lock on the checkpoint's directory (a save holds it for the seconds
-# its files take to write; a live run for as long as it runs, on its own run directory).
-LOCK_WAIT_S = 120.0
-# Directories this process already holds an exclusive flock on (its run directory, launch/runs/run_directory.py): a second
-# flock there from this process would wait for itself, and the held one already keeps other writers out.
-held_directories: set[Path] = set()
 
 
 @contextlib.contextmanager
 def directory_lock(directory: Path, exclusive: bool) -> Iterator[None]:
     """An advisory `flock` on `directory` (exclusive for a save, shared for a read), released on leaving; none where
-    the directory cannot be opened (missing: the read reports the missing file)."""
-    if Path(directory).resolve() in held_directories:
-        yield
-        return
+    the directory cannot be opened (missing: the read reports the missing file). A save waits as long as it takes
+    (giving up would end the training run); a read gives up after LOCK_WAIT_S, since a live run that owns the
+    directory holds its lock for good."""
     try:
-        descriptor = os.open(directory, os.O_RDONLY)
+        descriptor = None if Path(directory).resolve() in held_directories else os.open(directory, os.O_RDONLY)
     except OSError:
-        yield
-        return
+        descriptor = None
     try:
-        if exclusive:  # a save waits as long as it takes: giving up would end the training run
-            fcntl.flock(descriptor, fcntl.LOCK_EX)
-        else:  # a read gives up after LOCK_WAIT_S: a live run that owns the directory holds its lock for good
-            deadline = time.monotonic() + LOCK_WAIT_S
-            while True:
-                try:
-                    fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise CheckpointError(f"{directory} has been locked by another process for {LOCK_WAIT_S:g} s (a "
-                                              "run that owns the directory, or a save in progress); wait for it to "
-                                              "end, or copy the checkpoint elsewhere") from None
-                    time.sleep(0.05)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while descriptor is not None:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else (fcntl.LOCK_SH | fcntl.LOCK_NB))
+                break
+            except BlockingIOError:  # (a read's only: a save's flock waits)
+                if time.monotonic() > deadline:
+                    raise CheckpointError(f"{directory} has been locked by another process for {LOCK_WAIT_S:g} s (a "
+                                          "run that owns the directory, or a save in progress); wait for it to end, or "
+                                          "copy the checkpoint elsewhere") from None
+                time.sleep(0.05)
         yield
     finally:
-        os.close(descriptor)  # releases the lock
+        if descriptor is not None:
+            os.close(descriptor)  # releases the lock
 
 
 def remove_stale_temporaries(directory: Path) -> None:
     """Delete temporary files left in `directory` by processes killed while writing (their pid is gone)."""
     for temporary in directory.glob(f".*{TEMPORARY_MARK}*"):
         pid = temporary.name.rsplit(TEMPORARY_MARK, 1)[-1]
-        if pid.isdigit() and not _process_exists(int(pid)):
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:  # gone
             temporary.unlink(missing_ok=True)  # safe: a name in `directory` itself (a link: the link only, not its target)
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        pass
-    return True
+        except (PermissionError, OverflowError):  # another user's process; no such pid at all
+            pass
 
 
 def file_digest(path: Path) -> str:
@@ -138,37 +122,35 @@ def file_digest(path: Path) -> str:
 
 
 def verify_checkpoint_file(path: str | os.PathLike) -> None:
-    """Raise CheckpointError naming `path` if it is missing, empty or its bytes differ from its checksum."""
+    """Raise CheckpointError naming `path` if it is missing, empty, not a regular file, declares more than it holds,
+    or its bytes differ from its checksum."""
     path = Path(path)
-    if path.is_dir():
-        raise CheckpointError(f"checkpoint {path} is a directory (ckpt_path expects a .ckpt file written by a run, e.g. "
-                              f"{path / 'checkpoints' / 'last.ckpt'})")
-    if path.exists() and not path.is_file():  # a pipe would block the read, a device never end
-        raise CheckpointError(f"checkpoint {path} is not a regular file (a pipe or a device); it is not read")
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist (ckpt_path expects a .ckpt file written by a run)")
+    if not path.is_file():  # a pipe would block the read, a device never end
+        raise CheckpointError(f"checkpoint {path} " + (
+            f"is a directory (ckpt_path expects a .ckpt file written by a run, e.g. {path / 'checkpoints' / 'last.ckpt'})"
+            if path.is_dir() else "is not a regular file (a pipe or a device); it is not read" if path.exists()
+            else "does not exist (ckpt_path expects a .ckpt file written by a run)"))
     if path.stat().st_size == 0:
         raise CheckpointError(f"checkpoint {path} is empty: the run that wrote it was probably killed; use another one")
     check_declared_sizes(path)
     digests = listed_digests(path)
-    if digests is not None:
-        digest = file_digest(path)
-        if digest not in digests:
-            raise CheckpointError(
-                f"checkpoint {path} is corrupt: its SHA-256 {digest[:12]}... differs from the one recorded in "
-                f"{path.name}{CHECKSUM_SUFFIX} when it was written ({digests[0][:12]}...); use another checkpoint")
+    if digests == []:
+        raise CheckpointError(f"checksum file {path}{CHECKSUM_SUFFIX} holds no SHA-256 digest (64 hexadecimal digits): "
+                              f"restore it, or delete it to load {path.name} unchecked")
+    if digests and (digest := file_digest(path)) not in digests:
+        raise CheckpointError(f"checkpoint {path} is corrupt: its SHA-256 {digest[:12]}... differs from the one recorded "
+                              f"in {path.name}{CHECKSUM_SUFFIX} when it was written ({digests[0][:12]}...); use another checkpoint")
 
 
 def check_declared_sizes(path: Path) -> None:
     """Refuse, from the zip's directory alone, a checkpoint whose entries are compressed or declare more bytes than the
-    file holds: torch.save stores its entries as they are, so such a file was crafted to expand in memory."""
-    if not zipfile.is_zipfile(path):  # torch's legacy format, or not a checkpoint: the load says which
-        return
+    file holds: torch.save stores its entries as they are, so such a file was crafted to expand in memory. A file that
+    is not a zip (torch's legacy format, or no checkpoint) or whose directory is damaged is left to the load."""
     try:
         with zipfile.ZipFile(path) as archive:
             entries = archive.infolist()
     except (zipfile.BadZipFile, OSError, ValueError):
-        return  # a damaged directory: the load names the file
+        return
     declared, size = sum(entry.file_size for entry in entries), path.stat().st_size
     if declared > size or any(entry.compress_type != zipfile.ZIP_STORED for entry in entries):
         raise CheckpointError(f"checkpoint {path} declares {declared} bytes of data in a {size}-byte file (compressed "

@@ -39,17 +39,12 @@ def trusted_prefixes() -> tuple[str, ...]:
     """The user's own packages and modules, from LATENT_ZOO_TRUST (comma-separated dotted names): a name in one of
     them is admitted wherever the collection's are, by the front ends and by `load_from_checkpoint` alike. ValueError
     (one line) for an entry that is not a dotted name: a typo would otherwise trust nothing, or everything."""
-    prefixes = []
-    for entry in os.environ.get(TRUST_VARIABLE, "").split(","):
-        entry = entry.strip()
-        if not entry:
-            continue
-        parts = entry.split(".")
-        if not all(part.isidentifier() and part.isascii() for part in parts) or "__main__" in parts:
-            raise ValueError(f"{TRUST_VARIABLE}={os.environ[TRUST_VARIABLE]}: {entry!r} is not a package or module name; "
-                             "expected comma-separated dotted names, e.g. mypkg,my_callbacks")
-        prefixes.append(entry + ".")
-    return tuple(prefixes)
+    entries = [entry.strip() for entry in os.environ.get(TRUST_VARIABLE, "").split(",") if entry.strip()]
+    wrong = next((entry for entry in entries if not _is_module_path(entry)), None)
+    if wrong is not None:
+        raise ValueError(f"{TRUST_VARIABLE}={os.environ[TRUST_VARIABLE]}: {wrong!r} is not a package or module name; "
+                         "expected comma-separated dotted names, e.g. mypkg,my_callbacks")
+    return tuple(f"{entry}." for entry in entries)
 
 
 def looks_like_import_path(text: str) -> bool:
@@ -59,15 +54,15 @@ def looks_like_import_path(text: str) -> bool:
 def is_allowed_import(name: str, extra_prefixes: tuple[str, ...] = ()) -> bool:
     """Whether `name`, exactly as written, lies in one of the allowed packages or the trusted ones (never a `__main__`
     module)."""
-    return _lies_in(name, ALLOWED_IMPORT_PREFIXES + trusted_prefixes() + extra_prefixes)
+    return name.startswith(ALLOWED_IMPORT_PREFIXES + trusted_prefixes() + extra_prefixes) and _is_module_path(name)
 
 
 def is_trusted(name: object) -> bool:
     """Whether `name` lies in one of the user's own packages or modules (LATENT_ZOO_TRUST)."""
-    return isinstance(name, str) and _lies_in(name, trusted_prefixes())
+    return isinstance(name, str) and name.startswith(trusted_prefixes()) and _is_module_path(name)
 
 
-def _lies_in(name: str, prefixes: tuple[str, ...]) -> bool:
+def _is_module_path(name: str) -> bool:
+    """ASCII identifiers joined by dots, as importlib takes them, none of them `__main__`."""
     parts = name.split(".")
-    return (name.startswith(prefixes) and "__main__" not in parts
-            and all(part.isidentifier() and part.isascii() for part in parts))
+    return "__main__" not in parts and all(part.isidentifier() and part.isascii() for part in parts)

@@ -1,34 +1,143 @@
-"""The one way a checkpoint is read: verified first (checkpoints/file_format.py: checksum, declared sizes) under a
-shared lock on its directory, so that no save of the same path lands in between; read with `weights_only=True`, since
-unpickling can run code; the class paths its settings name held to the collection's and the user's own packages listed
-in LATENT_ZOO_TRUST (checkpoints/registry.py, checkpoints/import_paths.py) unless the caller trusts the file in code;
-its structure checked once for every reader (checkpoints/structure.py: mappings where Lightning expects them, dense
-tensors of real or integer numbers, finite weights). A command reads its checkpoint once: the builder hands what it
-read to the trainer's restore (launch/run_builder.py, checkpoints/trainer/io_plugin.py).
+"""The one way a checkpoint is read, and what it must hold before anything uses it.
+
+Read: verified (checkpoints/file_format.py: checksum, declared sizes) under a shared lock on its directory, so that no
+save lands in between; `weights_only=True`, since unpickling can run code; the class paths its settings name held to
+the collection's and LATENT_ZOO_TRUST's packages (registry.py, import_paths.py) unless the caller trusts the file in
+code. A command reads its checkpoint once: the builder hands it to the trainer's restore (trainer/io_plugin.py).
+Held (`check_structure`): mappings and lists where Lightning and the models read them, dense tensors of real or integer
+numbers, finite weights, random states torch takes; else one line naming the checkpoint and the key, not a traceback
+deep inside them. What only the model knows (names, shapes, kinds of number) is checked on load (`check_fits`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+import torch
 
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import directory_lock, verify_checkpoint_file
 from checkpoints.import_paths import PATH_SETTINGS, TRUST_HINT, is_allowed_import, looks_like_import_path
 from checkpoints.registry import is_registered
-from checkpoints.structure import check_structure, walk
 from common.private_api import lightning_load
+
+
+SECTIONS = {"hyper_parameters": Mapping, "datamodule_hyper_parameters": Mapping, "callbacks": Mapping, "loops": Mapping,
+            "optimizer_states": list, "lr_schedulers": list, "rng_states": list}  # what Lightning and torch read each as
+STATES = ("callbacks", "loops", "optimizer_states", "lr_schedulers", "rng_states")  # of one mapping per callback, ...
+DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool,
+          torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}  # what a run's models and optimizers hold
+MAX_DEPTH = 32  # deeper than anything a run writes: a crafted file
+TOO_DEEP = object()  # what `walk` yields where a value nests deeper than MAX_DEPTH
+
+
+def walk(value: Any, where: str = "", depth: int = 0) -> Iterator[tuple[str, Any, Any]]:
+    """(key path, key, item) for every item nested in `value` (mappings, lists and tuples), parents first; TOO_DEEP as
+    the item where it nests deeper than MAX_DEPTH."""
+    listed = isinstance(value, (list, tuple))
+    for key, item in enumerate(value) if listed else value.items() if isinstance(value, Mapping) else ():
+        path = f"{where}[{key}]" if listed else f"{where}.{str(key)[:80]}" if where else str(key)[:80]
+        if depth >= MAX_DEPTH:
+            yield path, key, TOO_DEEP
+            return
+        yield path, key, item
+        yield from walk(item, path, depth + 1)
+
+
+def check_structure(checkpoint: dict[str, Any], path: Any) -> None:
+    """CheckpointError naming `path` and the first key of `checkpoint` that is not what Lightning and the models expect
+    there (module docstring); `checkpoint` is a mapping with a `state_dict`."""
+    def refuse(key: str, problem: str) -> None:
+        raise CheckpointError(f"checkpoint {path}: {key} {problem}; the file was altered or is not a Lightning "
+                              "checkpoint; use another checkpoint")
+
+    state = checkpoint["state_dict"]
+    if not isinstance(state, Mapping) or not all(isinstance(value, torch.Tensor) for value in state.values()):
+        refuse("state_dict", "is not a mapping of parameter names to tensors")
+    for key, expected in SECTIONS.items():
+        section = checkpoint.get(key, [] if expected is list else {})
+        if not isinstance(section, expected):
+            refuse(key, f"is a {type(section).__name__}, not a {'list' if expected is list else 'mapping'}")
+        for name, value in (section.items() if expected is Mapping else enumerate(section)) if key in STATES else ():
+            if not isinstance(value, Mapping):
+                label = name if isinstance(name, int) else repr(str(name)[:80])
+                refuse(f"{key}[{label}]", f"is a {type(value).__name__}, not a mapping (the state Lightning restores)")
+    for index, optimizer in enumerate(checkpoint.get("optimizer_states", [])):
+        if not _is_optimizer_state(optimizer):
+            refuse(f"optimizer_states[{index}]", "is not an optimizer's state (torch's: 'state', a mapping of mappings of "
+                                                 "tensors and numbers; 'param_groups', a list of mappings of 'params' ids)")
+    for where, _, item in walk(checkpoint):
+        if item is TOO_DEEP:
+            refuse(where, f"is nested more than {MAX_DEPTH} levels deep")
+        if isinstance(item, torch.Tensor) and (item.layout != torch.strided or item.is_meta or item.dtype not in DTYPES):
+            layout = "meta " if item.is_meta else "" if item.layout == torch.strided else f"{item.layout} "
+            refuse(where, f"is a {layout.removeprefix('torch.')}tensor of {item.dtype}: a run writes dense tensors of "
+                          "real or integer numbers")
+    if checkpoint.get("rng_states") == [] or not all(_is_random_state(s) for s in checkpoint.get("rng_states", [])):
+        refuse("rng_states", "are not random-generator states (a list of {'cpu': uint8 tensor} per process)")
+    broken = [name for name, value in state.items() if value.is_floating_point() and not torch.isfinite(value).all()]
+    if broken:  # resuming or testing from it would only propagate NaN
+        raise CheckpointError(f"checkpoint {path} holds non-finite weights ({', '.join(broken[:3])}"
+                              f"{', ...' if len(broken) > 3 else ''}): the run diverged before it was written; use an earlier one")
+
+
+def _is_optimizer_state(value: dict) -> bool:
+    state, groups = value.get("state"), value.get("param_groups")
+    return (isinstance(state, dict) and isinstance(groups, list)
+            and all(isinstance(buffers, dict) and all(isinstance(item, (torch.Tensor, int, float)) or item is None
+                                                      for item in buffers.values()) for buffers in state.values())
+            and all(isinstance(group, dict) and isinstance(group.get("params"), list)
+                    and all(type(i) is int for i in group["params"]) for group in groups))
+
+
+def _is_random_state(value: Mapping) -> bool:
+    """What torch.set_rng_state takes: a CPU generator state of the right size (and a CUDA one, where saved)."""
+    def generator_state(tensor: Any) -> bool:
+        return isinstance(tensor, torch.Tensor) and tensor.dtype == torch.uint8 and tensor.dim() == 1
+
+    return (generator_state(value.get("cpu")) and value["cpu"].numel() == torch.get_rng_state().numel()
+            and ("cuda" not in value or generator_state(value["cuda"])))
+
+
+def _kind_of(tensor: torch.Tensor) -> str:
+    return "floats" if tensor.is_floating_point() else "truth values" if tensor.dtype == torch.bool else "integers"
+
+
+def check_fits(state_dict: dict[str, torch.Tensor], own: dict[str, torch.Tensor], path: Any,
+               changed: dict[str, tuple[Any, Any]] | None = None) -> None:
+    """CheckpointError, in one line, unless `state_dict` fits the model whose own state is `own`: the first tensor
+    that holds another kind of number (`_kind_of`: loaded, it would be cast without a word), else every tensor missing,
+    unexpected or of another shape, with the settings that differ from the checkpoint's (`changed`, where known)."""
+    name = f"checkpoint {path}" if path else "the checkpoint"
+    for key, value in state_dict.items():
+        if key in own and _kind_of(value) != _kind_of(own[key]):
+            raise CheckpointError(f"{name}: state_dict.{key} holds {_kind_of(value)} ({value.dtype}), the model's "
+                                  f"{_kind_of(own[key])} ({own[key].dtype}): the file was altered or written by another "
+                                  "model; use another checkpoint")
+    differences = ([f"{key} {tuple(value.shape)} in the checkpoint, {tuple(own[key].shape)} here"
+                    for key, value in state_dict.items() if key in own and value.shape != own[key].shape]
+                   + [f"{key} missing" for key in own if key not in state_dict]
+                   + [f"{key} not in this model" for key in state_dict if key not in own])
+    if differences:
+        summary = "; ".join(differences)
+        settings = ", ".join(f"{key}={old!r} -> {new!r}" for key, (old, new) in (changed or {}).items())
+        raise CheckpointError(f"{name} does not fit this model ({summary[:300]}{' ...' if len(summary) > 300 else ''}): "
+                              + (f"the settings differ from the checkpoint's ({settings}); " if settings else "")
+                              + "resume with the checkpoint's settings, or start a new run without ckpt_path")
 
 
 def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False) -> dict[str, Any]:
     """The checkpoint at `path`, verified and read weights only (module docstring); a file torch cannot read is a
     CheckpointError naming it. `trusted`: the caller trusts the file in code (`load_from_checkpoint(path,
     weights_only=False)`). Only local files: a URL is refused, so nothing is fetched and unpickled that nobody has
-    looked at."""
-    if "://" in str(path):
-        raise CheckpointError(f"checkpoint {path} is a URL: checkpoints are read from local files only; download it, make "
-                              "sure you trust where it came from, and give the local path")
+    looked at; and so is a stream (it has no checksum beside it)."""
+    if "://" in str(path) or hasattr(path, "read"):
+        raise CheckpointError(f"checkpoint {path} is a {'stream' if hasattr(path, 'read') else 'URL'}: checkpoints are read "
+                              "from local files only; save or download it, make sure you trust where it came from, and "
+                              "give the local path")
     try:
         with directory_lock(Path(path).parent, exclusive=False):  # no save of this path in between
             verify_checkpoint_file(path)
@@ -43,7 +152,11 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
         raise CheckpointError(f"checkpoint {path} is not a readable checkpoint ({type(error).__name__}: {reason}); it is "
                               "truncated, was not written by torch.save, or holds objects other than tensors and plain "
                               "values (which are never unpickled: they could run code)") from None
-    check_checkpoint(checkpoint, path, trusted)
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise CheckpointError(f"checkpoint {path} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
+    check_structure(checkpoint, path)
+    if not trusted:
+        refuse_unregistered_classes(checkpoint, path)
     return checkpoint
 
 
@@ -51,16 +164,6 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
 # rebuilds the model from them, nested settings included), Hydra's `_target_`, Lightning's `_class_path` and
 # `_instantiator` (load_from_checkpoint imports the latter by name).
 IMPORTED_KEYS = ("class_path", "_class_path", "_target_", "_instantiator")
-
-
-def check_checkpoint(checkpoint: Any, path: Any, trusted: bool = False) -> None:
-    """CheckpointError naming `path` unless `checkpoint` is a Lightning checkpoint of the expected structure
-    (checkpoints/structure.py) whose settings name, unless the caller trusts it, only what may be imported."""
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise CheckpointError(f"checkpoint {path} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
-    check_structure(checkpoint, path)
-    if not trusted:
-        refuse_unregistered_classes(checkpoint, path)
 
 
 def refuse_unregistered_classes(checkpoint: dict[str, Any], path: Any) -> None:

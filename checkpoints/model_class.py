@@ -7,13 +7,10 @@ from __future__ import annotations
 import types
 from typing import Any, Callable
 
-import torch
-
 from checkpoints.errors import CheckpointError
-from checkpoints.loader import check_checkpoint, load_checkpoint_file
+from checkpoints.loader import check_fits, load_checkpoint_file
 from checkpoints.registry import registered
 from checkpoints.resume_command import resume_command
-from checkpoints.structure import check_fits
 
 
 def stamp_model_class(checkpoint: dict[str, Any], cls: type) -> None:
@@ -27,8 +24,8 @@ def stamp_model_class(checkpoint: dict[str, Any], cls: type) -> None:
 
 def load_checked(load: Callable[..., Any], cls: type, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
     """`load(checkpoint_path, *args, **kwargs)` (Lightning's `cls.load_from_checkpoint`) after the checks every reader
-    makes: a local file through the safe loader (checksum, weights only, registered classes; a stream read and put back
-    where it was), written by `cls` (before `cls` is built from another class's hyperparameters); then the kinds of
+    makes: a local file through the safe loader (checksum, weights only, registered classes; a stream is refused),
+    written by `cls` (before `cls` is built from another class's hyperparameters); then the kinds of
     number of the loaded state. The collection's checkpoints hold plain types only, so the read unpickles no code; only
     the caller's own `weights_only=False` trusts the file. The collection's data modules are registered first: a
     checkpoint names the one it was trained on, and a script that loads a model may never have imported them."""
@@ -36,13 +33,7 @@ def load_checked(load: Callable[..., Any], cls: type, checkpoint_path: Any, *arg
 
     trusted = kwargs.get("weights_only") is False
     kwargs["weights_only"] = not trusted
-    if hasattr(checkpoint_path, "seek"):
-        start = checkpoint_path.tell()
-        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=not trusted)  # safe: True unless the caller wrote weights_only=False
-        checkpoint_path.seek(start)
-        check_checkpoint(checkpoint, "given as a stream", trusted)
-    else:
-        checkpoint = load_checkpoint_file(checkpoint_path, trusted=trusted)
+    checkpoint = load_checkpoint_file(checkpoint_path, trusted=trusted)
     check_model_class(checkpoint, cls, subcommand=None)
     model = load(checkpoint_path, *args, **kwargs)
     check_fits(checkpoint["state_dict"], model.state_dict(), None)
@@ -63,16 +54,15 @@ def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = No
     name = found.rsplit(".", 1)[-1]
     written = f"{f'checkpoint {ckpt_path}' if ckpt_path else 'this checkpoint'} was written by {found}, not {_qualified_name(cls)}"
     written_by = next((model for model in registered("model") if _qualified_name(model) == found), None)
-    if subcommand is None:
-        raise CheckpointError(f"{written}; load it with {name}.load_from_checkpoint")
-    if written_by is None:  # not one of the collection's models (never imported): nothing to resume it with here
-        raise CheckpointError(f"{written}, and that is not one of the collection's models")
+    if subcommand is None or written_by is None:  # not one of the collection's models (never imported): nothing to resume it with here
+        raise CheckpointError(f"{written}; load it with {name}.load_from_checkpoint" if subcommand is None
+                              else f"{written}, and that is not one of the collection's models")
+    # The Hydra config of the model that wrote it; a property (DiscreteVAE: dvae or dvae_gumbel) of the checkpoint's settings
     config_name = written_by.config_name
-    if not isinstance(config_name, str):  # a property (DiscreteVAE: dvae or dvae_gumbel): of the checkpoint's settings
+    if not isinstance(config_name, str):
         try:
             config_name = config_name.fget(types.SimpleNamespace(**(checkpoint.get("hyper_parameters") or {})))
         except AttributeError:  # a setting it reads is not recorded
             config_name = name.lower()
-    verb = "resume" if subcommand == "fit" else subcommand
-    raise CheckpointError(f"{written}: {verb} it with the model that wrote it: "
+    raise CheckpointError(f"{written}: {'resume' if subcommand == 'fit' else subcommand} it with the model that wrote it: "
                           f"{resume_command(ckpt_path or 'PATH', name, config_name, subcommand)} (in Python: {name}.load_from_checkpoint)")

@@ -27,11 +27,6 @@ def registered(kind: str) -> list[type]:
     return list(dict.fromkeys(_REGISTERED[kind].values()))
 
 
-def registered_class(name: str, kind: str) -> type | None:
-    """The registered `kind` a command line names: by class path, the package's short path, or the class name alone."""
-    return _REGISTERED[kind].get(name) or next((cls for cls in registered(kind) if cls.__name__ == name), None)
-
-
 def is_registered(name: object, kind: str | None = None) -> bool:
     """Whether a class path a checkpoint names is a registered `kind` (any kind: also Lightning's instantiator), or
     lies in a package the user trusts (LATENT_ZOO_TRUST)."""

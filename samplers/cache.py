@@ -128,7 +128,7 @@ def check_loaded_state(module: LatentCache, state_dict: dict, prefix: str, *args
     """A checkpoint's cache is read as indices (an out-of-range code is an index error on the CPU and a device-side
     assert on a GPU) and logged as ages: it must hold codes in 0..K-1 or the sentinel, and changed epochs in
     [0, MAX_EPOCH). A file that does not is refused in one line before anything uses it. (That they are integers,
-    dense and on a device: checkpoints/structure.py. A replicated process's stacked cache: models/replicas.py.)"""
+    dense and on a device: checkpoints/loader.py. A replicated process's stacked cache: models/replicas.py.)"""
     codes, epochs = state_dict.get(prefix + "codes"), state_dict.get(prefix + "changed_epoch")
     if isinstance(codes, Tensor) and codes.numel():
         valid = ((codes >= 0) & (codes < module.num_categories)) | (codes.long() == module.sentinel)

@@ -6,7 +6,6 @@ checkpoint directories (never a directory, never through a link to elsewhere).""
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         # `weights_only=False` given to the trainer in code trusts the file. The checkpoint the builder read is handed
         # over once, not read again; onto the CPU: the restore copies every tensor to where its module or optimizer lives.
         module = getattr(self.trainer, "lightning_module", None)
-        if self.read is not None and weights_only is not False and _same_file(self.read[0], path):
+        if self.read is not None and weights_only is not False and Path(self.read[0]).resolve() == Path(path).resolve():
             checkpoint, self.read = self.read[1], None
         else:
             checkpoint = load_checkpoint_file(path, map_location or "cpu", trusted=weights_only is False)
@@ -64,13 +63,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             log.warning("not removing %s: it is not a checkpoint file inside the run's checkpoint directory", path)
             return
         target.unlink()  # safe: resolved, a regular file, inside the run's checkpoint directory (checked above)
-        checksum_file = target.with_name(target.name + CHECKSUM_SUFFIX)
-        if checksum_file.is_file() and not checksum_file.is_symlink():
-            checksum_file.unlink()  # safe: beside the checkpoint just removed, in the same checked directory
+        if (checksum_file := target.with_name(target.name + CHECKSUM_SUFFIX)).is_file():
+            checksum_file.unlink()  # safe: beside the checkpoint just removed, in the same checked directory (a link: the link only)
 
-
-def _same_file(first: Any, second: Any) -> bool:
-    try:
-        return os.path.samefile(first, second)
-    except (OSError, TypeError, ValueError):
-        return False

@@ -20,7 +20,7 @@ import lightning as L
 import torch
 
 from checkpoints.errors import CheckpointError
-from checkpoints.structure import check_fits
+from checkpoints.loader import check_fits
 from common.signatures import constructor_defaults, settings_of
 
 log = logging.getLogger(__name__)
@@ -37,8 +37,11 @@ def check_restored(checkpoint: dict[str, Any], trainer: L.Trainer, path: Any) ->
     if changed and trainer.is_global_zero:
         log.warning("resuming with changed settings (this run's values are used and recorded): %s",
                     ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items()))
-    _check_loop_state(checkpoint, trainer, path)
-    states = checkpoint.get("callbacks") or {}  # mappings (checkpoints/structure.py)
+    own = {"epoch": 0, "global_step": 0, "loops": {"fit_loop": trainer.fit_loop.state_dict()}}  # what a trainer writes
+    if found := _misfit(checkpoint, own):
+        raise CheckpointError(f"checkpoint {path}: its {found} is not what a training loop writes there (a count >= 0, "
+                              "or a mapping): the file was altered; use another checkpoint")
+    states = checkpoint.get("callbacks") or {}  # mappings (checkpoints/loader.py)
     for callback in trainer.checkpoint_callbacks:
         state = states.get(callback.state_key)
         if state is not None and getattr(callback, "dirpath", None):
@@ -71,25 +74,18 @@ def same(a: Any, b: Any) -> bool:
         return True
 
 
-def _check_loop_state(checkpoint: dict[str, Any], trainer: L.Trainer, path: Any) -> None:
-    """Refuse an epoch, step or fit-loop entry that is not what the trainer's own state holds there (a mapping, or a
-    count >= 0): Lightning would fail on it with a traceback, or count from a negative step."""
-    def mismatch(saved: Any, expected: Any, where: str) -> str | None:
-        if isinstance(expected, dict):
-            if not isinstance(saved, dict):
-                return where
-            return next((found for key, value in expected.items() if key in saved
-                         for found in [mismatch(saved[key], value, f"{where}.{key}")] if found), None)
-        if isinstance(expected, int) and not isinstance(expected, bool):
-            return None if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 0 else where
-        return None
+def _misfit(saved: Any, own: Any, where: str = "") -> str | None:
+    """The first key path at which `saved` is not what the trainer's `own` state holds there (a mapping, or a count
+    >= 0): Lightning would fail on it with a traceback, or count from a negative step."""
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
 
-    loops = checkpoint.get("loops") or {}
-    found = (mismatch(checkpoint.get("epoch", 0), 0, "epoch") or mismatch(checkpoint.get("global_step", 0), 0, "global_step")
-             or (mismatch(loops["fit_loop"], trainer.fit_loop.state_dict(), "loops.fit_loop") if "fit_loop" in loops else None))
-    if found:
-        raise CheckpointError(f"checkpoint {path}: its {found} is not what a training loop writes there (a count >= 0, "
-                              "or a mapping): the file was altered; use another checkpoint")
+    if not isinstance(own, dict):
+        return where if count(own) and not (count(saved) and saved >= 0) else None
+    if not isinstance(saved, dict):
+        return where
+    return next(filter(None, (_misfit(saved[key], value, f"{where}.{key}" if where else key)
+                              for key, value in own.items() if key in saved)), None)
 
 
 def lies_inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
@@ -98,21 +94,15 @@ def lies_inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
 
 
 def drop_paths_outside(state: dict[str, Any], directory: str, source: Any) -> None:
-    """Empty every path of a restored ModelCheckpoint state that is not a file name inside `directory`: Lightning
-    would remove it at the next save, or load it as "the best"."""
-    def outside(path: Any) -> bool:
-        return not isinstance(path, str) or (path != "" and not lies_inside(path, directory))
-
-    dropped = [state[key] for key in RESTORED_PATHS if key in state and outside(state[key])]
-    state.update({key: "" for key in RESTORED_PATHS if key in state and outside(state[key])})
-    best = state.get("best_k_models")
-    if best is not None:
-        kept = {path: score for path, score in best.items() if not outside(path)} if isinstance(best, dict) else {}
-        dropped += [path for path in best if path not in kept] if isinstance(best, dict) else [best]
-        state["best_k_models"] = kept
-    if dropped:
+    """Empty the paths of a restored ModelCheckpoint state, `best_k_models` included, when one is not a file name
+    inside `directory`: Lightning would remove it at the next save, or load it as "the best"."""
+    best = state.get("best_k_models", {})
+    named = [state.get(key, "") for key in RESTORED_PATHS] + (list(best) if isinstance(best, dict) else [best])
+    outside = [path for path in named if not isinstance(path, str) or (path != "" and not lies_inside(path, directory))]
+    if outside:
+        state.update({key: "" for key in RESTORED_PATHS}, best_k_models={})
         log.warning("checkpoint %s: its ModelCheckpoint state names %s outside this run's checkpoint directory %s; "
-                    "ignored (nothing there is removed or loaded)", source, repr(dropped[0])[:200], directory)
+                    "ignored (nothing there is removed or loaded)", source, repr(outside[0])[:200], directory)
 
 
 def class_names(objects: Any) -> list[str]:
@@ -145,15 +135,13 @@ def check_optimizers(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
     for state, optimizer in zip(states, trainer.optimizers):
         params = [param for group in optimizer.param_groups for param in group["params"]]
         for index, buffers in state["state"].items():
-            param = params[index] if 0 <= index < len(params) else None  # (ints: checkpoints/structure.py)
+            param = params[index] if 0 <= index < len(params) else None  # (ints: checkpoints/loader.py)
             for key, value in buffers.items():
-                if not isinstance(value, torch.Tensor):
-                    continue
                 where = f"checkpoint {path}: the optimizer's {key} of {names.get(id(param), f'parameter {index}')}"
-                if value.dim() > 0 and (param is None or value.shape != param.shape):
+                if isinstance(value, torch.Tensor) and value.dim() > 0 and (param is None or value.shape != param.shape):
                     raise CheckpointError(f"{where} has shape {tuple(value.shape)}, the parameter "
                                           f"{tuple(param.shape) if param is not None else 'none'}: the file was altered, "
                                           "or written for other settings")
-                if value.is_floating_point() and not torch.isfinite(value).all():
+                if isinstance(value, torch.Tensor) and value.is_floating_point() and not torch.isfinite(value).all():
                     raise CheckpointError(f"{where} holds NaN or inf: resuming would spoil the weights at the first step; "
                                           "use an earlier checkpoint")

@@ -48,21 +48,20 @@ class SafeCheckpoints(L.Callback):
         stamp_model_class(checkpoint, getattr(pl_module, "model_class", type(pl_module)))  # a replicated process's too
         checkpoint["optimizer_classes"] = class_names(trainer.optimizers)
         checkpoint["lr_scheduler_classes"] = class_names(config.scheduler for config in trainer.lr_scheduler_configs)
-        # Called on every rank (rank 0 writes the file), so the gather is a collective all ranks join.
         state = {"cpu": torch.get_rng_state()}
         if pl_module.device.type == "cuda":
             state["cuda"] = torch.cuda.get_rng_state(pl_module.device)
-        if trainer.world_size > 1:
-            gathered = {k: trainer.strategy.all_gather(v.to(pl_module.device)).cpu() for k, v in state.items()}
-            # clone(): each rank's state its own tensor, not a view into the gathered stack
-            # (torch.set_rng_state refuses a tensor with a storage offset).
-            checkpoint["rng_states"] = [{k: v[rank].clone() for k, v in gathered.items()} for rank in range(trainer.world_size)]
-        else:
-            checkpoint["rng_states"] = [state]
+        # Called on every rank (rank 0 writes the file), so the gather is a collective all ranks join (one process:
+        # the state itself). clone(): each rank's state its own tensor, not a view into the gathered stack
+        # (torch.set_rng_state refuses a tensor with a storage offset).
+        gathered = {key: trainer.strategy.all_gather(value.to(pl_module.device)).cpu().reshape(trainer.world_size, -1)
+                    for key, value in state.items()}
+        checkpoint["rng_states"] = [{key: value[rank].clone() for key, value in gathered.items()}
+                                    for rank in range(trainer.world_size)]
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._restoring = checkpoint
-        states = checkpoint.get("rng_states")  # (random-generator states: checkpoints/structure.py)
+        states = checkpoint.get("rng_states")  # (random-generator states: checkpoints/loader.py)
         if states is not None and len(states) != trainer.world_size:  # the streams start as seeded, and the user is told
             rank_zero_warn(f"the checkpoint holds the random state of {len(states)} process(es), this run has "
                            f"{trainer.world_size}: the random streams start afresh from the seed, so the resumed run "
@@ -72,7 +71,7 @@ class SafeCheckpoints(L.Callback):
         # The optimizers are built by now, and their states not yet restored.
         if self._restoring is not None and trainer.ckpt_path:
             check_optimizers(self._restoring, trainer)
-        elif self._restoring is not None:  # restored for an earlier test or validation
+        else:  # nothing restored, or restored for an earlier test or validation
             self._restoring = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -92,8 +91,7 @@ class SafeCheckpoints(L.Callback):
         for optimizer in trainer.optimizers:
             for group in optimizer.param_groups:
                 for key, value in optimizer.defaults.items():
-                    if key in IMPLEMENTATION_FLAGS | scheduled or key not in group or same(group[key], value):
-                        continue
-                    if trainer.is_global_zero:
-                        log.warning("resuming: optimizer %s %r (checkpoint) -> %r (this run)", key, group[key], value)
-                    group[key] = value
+                    if key not in IMPLEMENTATION_FLAGS | scheduled and key in group and not same(group[key], value):
+                        if trainer.is_global_zero:
+                            log.warning("resuming: optimizer %s %r (checkpoint) -> %r (this run)", key, group[key], value)
+                        group[key] = value

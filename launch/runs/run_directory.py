@@ -7,12 +7,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
-import fnmatch
 import os
 import shlex
 import shutil
-import signal
-import socket
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -37,6 +34,7 @@ OWNER_FILE = ".owner"  # <run>/.owner names the process that writes the run, whi
 # its checkpoint directory: a received run may hold any of them as a link to elsewhere, which a write (or a save and a
 # removal there) would follow. Checkpoints themselves are replaced by rename, which replaces a link and follows none.
 WRITTEN_IN_PLACE = (OWNER_FILE, "hparams.yaml", "hydra_job.yaml", "config.yaml", "config_*.yaml", "checkpoints")
+ELSEWHERE = "resume from a copy of the checkpoint in another directory"  # what a refused resume may do instead
 
 
 def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike, new: bool = False) -> None:
@@ -58,32 +56,22 @@ def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike, new: 
     descriptor = os.open(run_dir, os.O_RDONLY)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # first: a live owner's run is in use, whatever it holds
-        refuse_unwritable(run_dir)
-    except (BlockingIOError, CheckpointError) as error:
+        for entry in os.scandir(run_dir):  # a file the run writes in place as a link (dangling too), or as a folder (a
+            # traceback at the first save: the file is never written)
+            kind = (f"a link to {os.readlink(entry.path)}" if entry.is_symlink()
+                    else "a folder" if entry.is_dir() and entry.name != "checkpoints" else None)
+            if kind and any(Path(entry.name).match(pattern) for pattern in WRITTEN_IN_PLACE):
+                raise CheckpointError(f"the run {run_dir} holds {entry.name} as {kind}: the run writes a file there, in "
+                                      f"place and never through a link; remove it, or {ELSEWHERE}")
+    except BaseException as error:
         os.close(descriptor)
         if not isinstance(error, BlockingIOError):
             raise
         raise CheckpointError(f"the run {run_dir} is being written by {read_owner(run_dir / OWNER_FILE)}; a second writer "
-                              "would replace its checkpoints: wait until that process ends, or resume from a copy of the "
-                              "checkpoint in another directory") from None
+                              f"would replace its checkpoints: wait until that process ends, or {ELSEWHERE}") from None
     held_directories.add(run_dir)  # its checkpoint saves (hpc_ckpt_N.ckpt lies here) need no second lock
-    write_file(run_dir / OWNER_FILE, f"process {os.getpid()} on {socket.gethostname()}\n")
+    write_file(run_dir / OWNER_FILE, f"process {os.getpid()} on {os.uname().nodename}\n")
     atexit.register(lambda: (run_dir / OWNER_FILE).unlink(missing_ok=True))  # safe: this process's own note, no link
-
-
-def refuse_unwritable(run_dir: Path) -> None:
-    """CheckpointError naming the first entry of WRITTEN_IN_PLACE in `run_dir` that is a symbolic link (dangling too),
-    or a folder where the run writes a file (the file would never be written: a traceback at the run's first save)."""
-    for entry in os.scandir(run_dir):
-        if not any(fnmatch.fnmatch(entry.name, pattern) for pattern in WRITTEN_IN_PLACE):
-            continue
-        if entry.is_symlink():
-            raise CheckpointError(f"the run {run_dir} holds {entry.name} as a link to {os.readlink(entry.path)}: a run "
-                                  "writes that file in place and never through a link; remove the link, or resume "
-                                  "from a copy of the checkpoint in another directory")
-        if entry.name != "checkpoints" and entry.is_dir():
-            raise CheckpointError(f"the run {run_dir} holds {entry.name} as a folder: the run writes a file there; "
-                                  "remove the folder, or resume from a copy of the checkpoint in another directory")
 
 
 def read_owner(path: Path) -> str:
@@ -236,9 +224,8 @@ def note_hydra_job(logger: Any) -> None:
     if path.exists() or path.is_symlink() or OmegaConf.is_missing(hydra.runtime, "output_dir"):
         return
     output_dir = Path(hydra.runtime.output_dir).resolve()
-    job: dict[str, Any] = {"output_dir": str(output_dir)}
-    if hydra.mode == RunMode.MULTIRUN:
-        job |= {"sweep_dir": str(output_dir.parent), "job_num": hydra.job.num}
+    multirun = {"sweep_dir": str(output_dir.parent), "job_num": hydra.job.num} if hydra.mode == RunMode.MULTIRUN else {}
+    job = {"output_dir": str(output_dir), **multirun}
     path.parent.mkdir(parents=True, exist_ok=True)  # a CSV run's directory is made at its first write, not reserved
     write_file(path, yaml.safe_dump(job))
 
@@ -270,7 +257,7 @@ def run_summary_at_end(trainer: Any, say: Any) -> Iterator[None]:
     try:
         yield
     except SystemExit as stop:
-        if stop.code in (128 + signal.SIGTERM, 128 + signal.SIGINT) and (line := run_summary(trainer)):
+        if stop.code in (143, 130) and (line := run_summary(trainer)):  # 128 + SIGTERM, 128 + SIGINT
             say(line)
         raise
     if line := run_summary(trainer):

@@ -98,6 +98,16 @@ def test_unusable_checkpoints_are_one_clear_error_naming_the_file(tmp_path, cont
     assert str(path) in str(error.value) and "\n" not in str(error.value)
 
 
+def test_a_stream_is_refused_in_one_line_before_it_is_read():
+    """load_from_checkpoint reads local files only: a stream has no checksum beside it to verify."""
+    import io
+
+    stream = io.BytesIO(b"anything")
+    with pytest.raises(CheckpointError, match="is a stream: checkpoints are read from local files only"):
+        VAE.load_from_checkpoint(stream)
+    assert stream.tell() == 0
+
+
 def fit(model: L.LightningModule, tmp_path, steps: int, ckpt_path=None) -> L.Trainer:
     x = torch.rand(64, 1, 28, 28).bernoulli()
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, torch.arange(64)), batch_size=16)
@@ -129,6 +139,22 @@ def test_resume_into_other_shapes_names_the_settings(tmp_path):
     assert "\n" not in str(error.value) and str(error.value).startswith(f"checkpoint {path} does not fit this model")
     with pytest.raises(CheckpointError, match=r"cache\.codes.*model\.use_cache=True -> False"):
         fit(JSA(mis_steps=2, val_num_samples=2, use_cache=False), tmp_path, 2, ckpt_path=path)
+
+
+@pytest.mark.parametrize("alter, named", [
+    (lambda c: c.update(global_step=-1), "global_step"),
+    (lambda c: c["loops"]["fit_loop"].update(epoch_progress="garbage"), "loops.fit_loop.epoch_progress"),
+    (lambda c: c["loops"]["fit_loop"]["epoch_progress"]["total"].update(completed=True), "loops.fit_loop.epoch_progress.total.completed"),
+])
+def test_a_loop_count_that_no_training_loop_writes_is_refused_naming_it(alter, named, tmp_path):
+    trainer = fit(VAE(latent_dim=4), tmp_path, 1)
+    path = tmp_path / "ckpt.ckpt"
+    trainer.save_checkpoint(path)
+    checkpoint = torch.load(path, weights_only=True)
+    alter(checkpoint)
+    save_checkpoint_file(checkpoint, path)
+    with pytest.raises(CheckpointError, match=f"checkpoint {path}: its {named} is not what a training loop writes there"):
+        fit(VAE(latent_dim=4), tmp_path, 2, ckpt_path=path)
 
 
 def test_resume_into_another_optimizer_class_is_refused_before_a_step(tmp_path):

@@ -1,4 +1,4 @@
-"""A checkpoint's structure, checked once where it is read (checkpoints/structure.py): each section of another kind,
+"""A checkpoint's structure, checked once where it is read (checkpoints/loader.py): each section of another kind,
 each tensor that is not dense real or integer numbers, each tensor holding another kind of number than the model's,
 and JSA's cache codes outside the codebook in a replicated process's checkpoint, refused in one line naming the
 checkpoint and the key. Each file is a real tiny run's checkpoint altered with torch.save, the rest of it intact.
