@@ -1,6 +1,6 @@
 """Checkpoint files: atomic writes, checksums verified on load, clear errors for unusable files, and
 resuming with changed settings (checkpoints/file_format.py, checkpoints/loader.py,
-checkpoints/trainer/resume_settings.py). The kill tests against a real training process are in test_interruptions.py."""
+checkpoints/trainer/restore_checks.py). The kill tests against a real training process are in test_interruptions.py."""
 
 from __future__ import annotations
 
