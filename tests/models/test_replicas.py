@@ -19,6 +19,7 @@ from checkpoints.trainer import SafeCheckpoints
 from datamodules.mnist import MNISTDataModule
 from datamodules.replicas import ReplicaData
 from models.jsa import JSA
+from models.compiled_step import compile_step
 from models.replicas import Replicas
 from tests.conftest import DATA_ROOT, narrow_mlps
 
@@ -242,11 +243,16 @@ def test_arms_branch_from_a_trunk_as_its_seeds_replicas(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cls", ["jsa", "rws"])
-def test_the_compiled_batched_step_equals_the_eager_one(cls):
-    """model.compile=step with replicas: the vmapped step compiled whole (inductor, its random draws eager's) gives the
-    eager step's losses and gradients, with the cache read by one replica (JSA)."""
+@pytest.mark.parametrize("cls, backend", [("jsa", "inductor"), ("rws", "aot_eager")])
+def test_the_compiled_batched_step_equals_the_eager_one(cls, backend, monkeypatch):
+    """model.compile=step with replicas: the vmapped step compiled whole gives the eager step's losses and gradients,
+    with the cache read by one replica (JSA). JSA's through inductor (its random draws eager's); RWS's through aot_eager
+    (Dynamo's and AOTAutograd's graphs of the vmapped step, eager kernels: inductor's are JSA's case)."""
+    import models.replicas
     from models.rws import RWS
+
+    if backend != "inductor":
+        monkeypatch.setattr(models.replicas, "compile_step", lambda step, **options: compile_step(step, backend=backend))
 
     def build(compile):
         if cls == "rws":
