@@ -422,13 +422,11 @@ def test_arms_branched_from_a_trunk_keep_their_own_best_and_test_it_with_their_o
     starts after the branch point, and its test restored its own best; every replica's hparams.yaml, checkpoints and
     test say its own seed, with no changed setting."""
     import re
-    import subprocess
-    import sys
 
     import yaml
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from benchmarks.robustness.faults import REPO
+    from tests import preloaded
 
     settings = ["model=jsa", "model.mis_steps=2", "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=32",
                 "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
@@ -436,7 +434,7 @@ def test_arms_branched_from_a_trunk_keep_their_own_best_and_test_it_with_their_o
                 "data.val_size=59000", f"data.data_dir={DATA_DIR}", "replicas.seeds=[0,1]", "log_dir=logs"]
 
     def train(*args):
-        done = subprocess.run([sys.executable, str(REPO / "train.py"), *settings, *args], cwd=tmp_path, capture_output=True, text=True)
+        done = preloaded.run_train([*settings, *args], tmp_path)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         return done.stdout + done.stderr
 
