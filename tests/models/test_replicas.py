@@ -295,6 +295,7 @@ def test_a_killed_replicated_process_resumes_every_replica_where_it_stopped(tmp_
     import signal
 
     from benchmarks.robustness import faults
+    from tests import preloaded
 
     given = [s for s in faults.SETTINGS if s.split("=")[0] not in SAVES[saves]] + [f"{k}={v}" for k, v in SAVES[saves].items()]
     settings = [*given, "replicas.seeds=[0,1]", "data.val_size=59000", f"data.data_dir={DATA_DIR}"]
@@ -302,11 +303,14 @@ def test_a_killed_replicated_process_resumes_every_replica_where_it_stopped(tmp_
     def group(log_dir):
         return sorted((log_dir / "logs" / "replicas").glob("*/*/checkpoints/last.ckpt"))
 
+    def run_train(cwd, *args):  # a real process (its own session, as faults.run_train's), forked with the imports done
+        return preloaded.start_train(list(args), cwd, dict(os.environ))
+
     (tmp_path / "straight").mkdir()
-    code, output = faults.finish(faults.run_train(tmp_path / "straight", *settings))
+    code, output = faults.finish(run_train(tmp_path / "straight", *settings))
     assert code == 0, output[-3000:]
     (tmp_path / "killed").mkdir()
-    process = faults.run_train(tmp_path / "killed", *settings)
+    process = run_train(tmp_path / "killed", *settings)
     faults.wait_for(lambda: bool(group(tmp_path / "killed")), process)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
@@ -319,7 +323,7 @@ def test_a_killed_replicated_process_resumes_every_replica_where_it_stopped(tmp_
             (run,) = (tmp_path / "killed/logs/tensorboard").glob(f"*-seed{seed}/version_0")
             assert load_checkpoint_file(run / "checkpoints/last.ckpt")["global_step"] >= stopped_at
             assert list((run / "checkpoints").glob("epoch*-step*.ckpt"))
-    code, output = faults.finish(faults.run_train(tmp_path / "killed", *settings, f"ckpt_path={stopped}"))
+    code, output = faults.finish(run_train(tmp_path / "killed", *settings, f"ckpt_path={stopped}"))
     assert code == 0, output[-3000:]
     (straight,) = group(tmp_path / "straight")
     ends = [load_checkpoint_file(path) for path in (straight, stopped)]
