@@ -200,3 +200,18 @@ def _run(argv: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.Co
 def run_train(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """`python train.py *args` (run_script's way); the environment is this process's unless `env` is given."""
     return run_script(TRAIN, list(args), cwd, dict(os.environ if env is None else env), timeout)
+
+
+def studies_fork_train_py(monkeypatch) -> None:
+    """The benchmark studies' `python train.py ...` processes (benchmarks/lib/packing.py's run_train_py) forked as
+    run_script forks them, their output appended to the study's log as the interpreter's would be: for the tests of a
+    study's own logic, where the process is not what is tested."""
+    from benchmarks.lib import packing
+
+    def run(cmd, cwd, stdout, stderr):
+        assert cmd[1:2] == [str(TRAIN)] and stderr == subprocess.STDOUT, cmd
+        result = run_script(TRAIN, cmd[2:], Path(cwd), dict(os.environ))
+        stdout.write((result.stdout + result.stderr).encode())
+        return result
+
+    monkeypatch.setattr(packing, "subprocess", types.SimpleNamespace(run=run, STDOUT=subprocess.STDOUT))  # packing's alone

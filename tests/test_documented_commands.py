@@ -62,6 +62,12 @@ BENCHMARK_FAST = {"benchmarks.studies.grey_mnist": ["--steps", "2", "--val-every
                                         "--only", "jsa-autoregressive-s0,vqvae-mlp-*", "trainer.limit_train_batches=2",
                                         "trainer.limit_val_batches=1", "model.val_num_samples=2"]}
 
+# experiment=compare's sweep cut to two models (a sweep override, as README's `model=jsa,...` ones) where
+# `experiment=compare_quick` (every model of experiment=compare, in the same sizes) has run each model already: two
+# jobs prove the launcher's route (joblib's worker processes, each a new interpreter) and the report's.
+EVERY_MODEL_SHOWN_BY = {"python train.py -m experiment=compare hydra/launcher=parallel": "experiment=compare_quick",
+                        "python train.py -m experiment=compare data=mnist": "experiment=compare_quick"}
+
 # The committed records a study's `--report-only` reads (its default --out), where README shows no run of it.
 REPORT_RECORDS = {"benchmarks.studies.cache.study": "benchmarks/results/cache-study"}
 # The time limit of one command at its smallest size, the same for all, with room for a loaded machine: two cores
@@ -96,6 +102,9 @@ def test_the_commands_are_found():
     assert "python train.py model=jsa" in COMMANDS  # the main job of the set-up command
     assert any("ckpt_path=" in c for c in COMMANDS) and any(c.startswith("python -m benchmarks.compare") for c in COMMANDS)
     assert len(COMMANDS) >= 20
+    for command, shown_by in EVERY_MODEL_SHOWN_BY.items():  # the cut commands are README's, after the one that shows theirs
+        assert command in TRAIN_COMMANDS, command
+        assert any(shown_by in c for c in TRAIN_COMMANDS[:TRAIN_COMMANDS.index(command)]), command
 
 
 def command_line(command: str) -> list[str] | None:
@@ -117,6 +126,8 @@ def command_line(command: str) -> list[str] | None:
         extra = CLI_FAST if args[1] == "fit" else ["--trainer.limit_test_batches=1", "--model.test_num_samples=2"]
     else:  # an Optuna study: two trials show it works
         extra = HYDRA_FAST + (["hydra.sweeper.n_trials=2"] if "hydra/sweeper=tune" in args else [])
+        if command in EVERY_MODEL_SHOWN_BY:  # another command runs each of its models; two jobs show its route
+            extra.append("model=jsa,vae")
     return [sys.executable, *args, *extra]
 
 

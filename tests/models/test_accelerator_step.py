@@ -233,11 +233,24 @@ INDUCTOR_COMPILE = {
 }
 
 
+# Inductor's kernels for a case of each family and of JSA's rows; the other cases through aot_eager: Dynamo's graph and
+# the forward and backward graphs AOTAutograd derives from it (buffer writes included), run by eager kernels. What
+# sets the cases of a family apart is in those graphs; the kernels inductor writes for them are the same ops'.
+THROUGH_AOT_EAGER = {"jsa-chain-noread", "jsa-expected-read", "jsa-expected-noread", "jsa-final-read", "jsa-final-noread",
+                     "jsa-rows2-chain", "dvae-reinforce"}
+
+
 @pytest.mark.slow  # inductor compiles each forward and backward
-@pytest.mark.parametrize("name", INDUCTOR_COMPILE)
+@pytest.mark.parametrize("name", [name for name in INDUCTOR_COMPILE if name not in THROUGH_AOT_EAGER])
 def test_training_loss_compiled_with_inductor_equals_eager(name):
     with torch._inductor.config.patch(fallback_random=True):  # the compiled code's random draws are eager's
         assert compiled_against_eager(INDUCTOR_COMPILE[name], "inductor") == 1
+
+
+@pytest.mark.slow  # AOTAutograd traces each forward and backward
+@pytest.mark.parametrize("name", sorted(THROUGH_AOT_EAGER))
+def test_training_loss_compiled_through_aot_autograd_equals_eager(name):
+    assert compiled_against_eager(INDUCTOR_COMPILE[name], "aot_eager") == 1
 
 
 @pytest.mark.slow  # inductor, and its vector headers compiled once for this process
@@ -309,12 +322,17 @@ def test_a_new_batch_shape_gets_a_static_graph_of_its_own():
     torch._dynamo.reset()
 
 
-@pytest.mark.slow  # inductor compiles RWS's and the VAE's steps
+@pytest.mark.slow  # RWS's and the VAE's steps compiled
 def test_the_estimator_table_names_a_compilation_that_fails_and_goes_on(monkeypatch, capsys):
     """benchmarks/speed/gpu_scaling.py --estimators: a model whose compiled step raises (another torch's compiler) gets
-    one line naming it, and the others are still measured compiled."""
+    one line naming it, and the others are still measured compiled (through aot_eager: the table's handling is tested
+    here, inductor's kernels above)."""
     from benchmarks.speed import gpu_scaling
+    from models.base import LatentVariableModel
 
+    compile_training_loss = LatentVariableModel.compile_training_loss
+    monkeypatch.setattr(LatentVariableModel, "compile_training_loss",
+                        lambda self, **options: compile_training_loss(self, backend="aot_eager"))
     def fails(self, x, index):
         raise RuntimeError("planted compile failure\nsecond line")
 

@@ -19,6 +19,7 @@ from checkpoints.trainer import SafeCheckpoints
 from datamodules.mnist import MNISTDataModule
 from datamodules.replicas import ReplicaData
 from models.jsa import JSA
+from models.compiled_step import compile_step
 from models.replicas import Replicas
 from tests.conftest import DATA_ROOT, narrow_mlps
 
@@ -242,11 +243,16 @@ def test_arms_branch_from_a_trunk_as_its_seeds_replicas(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cls", ["jsa", "rws"])
-def test_the_compiled_batched_step_equals_the_eager_one(cls):
-    """model.compile=step with replicas: the vmapped step compiled whole (inductor, its random draws eager's) gives the
-    eager step's losses and gradients, with the cache read by one replica (JSA)."""
+@pytest.mark.parametrize("cls, backend", [("jsa", "inductor"), ("rws", "aot_eager")])
+def test_the_compiled_batched_step_equals_the_eager_one(cls, backend, monkeypatch):
+    """model.compile=step with replicas: the vmapped step compiled whole gives the eager step's losses and gradients,
+    with the cache read by one replica (JSA). JSA's through inductor (its random draws eager's); RWS's through aot_eager
+    (Dynamo's and AOTAutograd's graphs of the vmapped step, eager kernels: inductor's are JSA's case)."""
+    import models.replicas
     from models.rws import RWS
+
+    if backend != "inductor":
+        monkeypatch.setattr(models.replicas, "compile_step", lambda step, **options: compile_step(step, backend=backend))
 
     def build(compile):
         if cls == "rws":
@@ -289,6 +295,7 @@ def test_a_killed_replicated_process_resumes_every_replica_where_it_stopped(tmp_
     import signal
 
     from benchmarks.robustness import faults
+    from tests import preloaded
 
     given = [s for s in faults.SETTINGS if s.split("=")[0] not in SAVES[saves]] + [f"{k}={v}" for k, v in SAVES[saves].items()]
     settings = [*given, "replicas.seeds=[0,1]", "data.val_size=59000", f"data.data_dir={DATA_DIR}"]
@@ -296,11 +303,14 @@ def test_a_killed_replicated_process_resumes_every_replica_where_it_stopped(tmp_
     def group(log_dir):
         return sorted((log_dir / "logs" / "replicas").glob("*/*/checkpoints/last.ckpt"))
 
+    def run_train(cwd, *args):  # a real process (its own session, as faults.run_train's), forked with the imports done
+        return preloaded.start_train(list(args), cwd, dict(os.environ))
+
     (tmp_path / "straight").mkdir()
-    code, output = faults.finish(faults.run_train(tmp_path / "straight", *settings))
+    code, output = faults.finish(run_train(tmp_path / "straight", *settings))
     assert code == 0, output[-3000:]
     (tmp_path / "killed").mkdir()
-    process = faults.run_train(tmp_path / "killed", *settings)
+    process = run_train(tmp_path / "killed", *settings)
     faults.wait_for(lambda: bool(group(tmp_path / "killed")), process)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
@@ -313,7 +323,7 @@ def test_a_killed_replicated_process_resumes_every_replica_where_it_stopped(tmp_
             (run,) = (tmp_path / "killed/logs/tensorboard").glob(f"*-seed{seed}/version_0")
             assert load_checkpoint_file(run / "checkpoints/last.ckpt")["global_step"] >= stopped_at
             assert list((run / "checkpoints").glob("epoch*-step*.ckpt"))
-    code, output = faults.finish(faults.run_train(tmp_path / "killed", *settings, f"ckpt_path={stopped}"))
+    code, output = faults.finish(run_train(tmp_path / "killed", *settings, f"ckpt_path={stopped}"))
     assert code == 0, output[-3000:]
     (straight,) = group(tmp_path / "straight")
     ends = [load_checkpoint_file(path) for path in (straight, stopped)]
@@ -416,13 +426,11 @@ def test_arms_branched_from_a_trunk_keep_their_own_best_and_test_it_with_their_o
     starts after the branch point, and its test restored its own best; every replica's hparams.yaml, checkpoints and
     test say its own seed, with no changed setting."""
     import re
-    import subprocess
-    import sys
 
     import yaml
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from benchmarks.robustness.faults import REPO
+    from tests import preloaded
 
     settings = ["model=jsa", "model.mis_steps=2", "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=32",
                 "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
@@ -430,7 +438,7 @@ def test_arms_branched_from_a_trunk_keep_their_own_best_and_test_it_with_their_o
                 "data.val_size=59000", f"data.data_dir={DATA_DIR}", "replicas.seeds=[0,1]", "log_dir=logs"]
 
     def train(*args):
-        done = subprocess.run([sys.executable, str(REPO / "train.py"), *settings, *args], cwd=tmp_path, capture_output=True, text=True)
+        done = preloaded.run_train([*settings, *args], tmp_path)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         return done.stdout + done.stderr
 

@@ -394,12 +394,15 @@ def test_the_cache_studys_first_runs_of_a_rerun_arm_are_reported_beside_the_reru
 
 
 @pytest.mark.slow
-def test_runs_that_differ_in_their_seed_alone_train_as_replicas_of_one_process(tmp_path):
+def test_runs_that_differ_in_their_seed_alone_train_as_replicas_of_one_process(tmp_path, monkeypatch):
     """--replicas-per-process 2: seeds 0 and 1 of one configuration train in one train.py process, seed 0 of another
     alone; every run's record is made from its own TensorBoard run as before, and a rerun trains nothing again."""
     import argparse
 
     from benchmarks.lib.packing import PACKED
+    from tests import preloaded
+
+    preloaded.studies_fork_train_py(monkeypatch)
 
     tiny = ["data.val_size=59900", "data.batch_size=50", "trainer.max_epochs=1", "trainer.limit_val_batches=1",
             "model.val_num_samples=2", "model.num_latents=4", "model.mis_steps=3", "~callbacks.image_grids"]

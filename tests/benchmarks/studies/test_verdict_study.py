@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.studies import verdict_study
+from tests import preloaded
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -309,10 +310,11 @@ TINY = ["--seeds", "2", "--branch-epoch", "1", "--epochs", "2", "--val-every", "
 
 
 @pytest.mark.slow
-def test_the_whole_study_trains_through_train_py_each_arm_tested_and_its_curves_and_best_its_own(tmp_path):
+def test_the_whole_study_trains_through_train_py_each_arm_tested_and_its_curves_and_best_its_own(tmp_path, monkeypatch):
     """Two seeds, the trunk to epoch 1 and the arms to 2, on 100 training images: every run recorded with its test; each
     arm's validations and best checkpoint after the branch epoch, the trunk's before it; all of a seed's arms start from
     one file; the report makes every registered comparison at the runs' own test."""
+    preloaded.studies_fork_train_py(monkeypatch)
     out, logs = tmp_path / "out", tmp_path / "logs"
     verdict_study.main(["--out", str(out), "--logs", str(logs), *TINY])
     records = {p.stem: json.loads(p.read_text()) for p in (out / "runs").glob("*.json")}
