@@ -118,7 +118,7 @@ def __getattr__(name: str) -> type:
 def sigint_as_found() -> Iterator[None]:
     """Each test leaves SIGINT's handler as it found it: Lightning, for one, ignores SIGINT for good once a Trainer call
     meets a KeyboardInterrupt (lightning/pytorch/trainer/call.py), and a process a later test starts would inherit the
-    ignore (a guard: benchmarks/results/suite/README.md, the Ctrl-C failures whose cause was not pinned down)."""
+    ignore (a guard against a Ctrl-C test leaving SIGINT ignored for the tests after it)."""
     handler = signal.getsignal(signal.SIGINT)
     yield
     if handler is not None:  # None: a handler installed outside Python, which it cannot put back

@@ -1,4 +1,4 @@
-"""`python train.py ARGS` in a process of its own that skips the interpreter's 4-5 s of library imports.
+"""`python train.py ARGS` in a process of its own that skips the interpreter's import of the libraries.
 
 A multiprocessing forkserver imports torch, Lightning and Hydra once; every command then runs train.py as
 `__main__` in a fresh fork of it, with its own environment, working directory, sys.argv and sys.path (the script's
@@ -6,8 +6,8 @@ folder first), Hydra singleton, signal handlers, torch settings, default start m
 `python train.py ARGS` has. The project's own modules are not preloaded: each fork imports them from the folder of
 the train.py it runs. (The fork shares the server's hash seed and numpy's unseeded state; every run seeds its own.)
 The suite's real-process tests run train.py this way (the documented commands, both front ends, received files and
-configs, runs that are signalled: start_script), and `python -m` and `python -c` too: a new interpreter spends about
-6 s importing those libraries first (2-core Xeon). What needs a fresh interpreter stays one: the early checks that
+configs, runs that are signalled: start_script), and `python -m` and `python -c` too: a new interpreter would import those libraries first
+(benchmarks/results/suite/ has the cost). What needs a fresh interpreter stays one: the early checks that
 must import nothing heavy, the DDP ranks Lightning starts (rank 1), the fault harness's own runs
 (benchmarks/robustness/faults.py). Known differences from the interpreter: an uncaught error is printed by
 multiprocessing (a `Process <name>:` line first) after the threads are joined and the atexit functions ran, and an
@@ -32,7 +32,7 @@ from pathlib import Path
 
 # What a train.py run imports before its first step, all third-party (the forks share them, read-only).
 PRELOAD = ["torch", "torchvision", "lightning.pytorch", "torchmetrics", "hydra", "omegaconf", "tensorboard"]
-# The script the suite's real-process tests run (each a fresh fork instead of a fresh interpreter: 6 s of imports saved).
+# The script the suite's real-process tests run (each a fresh fork instead of a fresh interpreter).
 TRAIN = Path(__file__).resolve().parents[1] / "train.py"
 # The project's top-level packages: none may come from the server, whose sys.path is not the script's.
 PROJECT = {"train", "launch", "models", "datamodules", "samplers", "callbacks", "checkpoints", "common", "benchmarks"}

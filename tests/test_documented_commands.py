@@ -8,8 +8,7 @@ on this machine is checked as far as it can be: commands on CIFAR-10 (no copy he
 processes are composed and their model and data built, without training; `tensorboard` (a server) and
 the launchers `srun`/`torchrun` are left out. README's Python example runs against a checkpoint
 written by the commands. Each command (train.py or `python -m benchmarks...`) runs in a process of its own, forked
-from one that has imported torch, Lightning and Hydra once (tests/preloaded.py): about 1 s for a short run instead
-of 5 to 9.
+from one that has imported torch, Lightning and Hydra once (tests/preloaded.py).
 """
 
 from __future__ import annotations

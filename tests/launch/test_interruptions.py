@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def start(cwd: Path, mnist_dir: Path, *args: str, env: dict | None = None) -> preloaded.Started:
     """faults.start's run (its SETTINGS, a process group of its own, its output in one file), forked from
-    tests/preloaded's server: 6 s of imports saved a run. The harness's own tests below start theirs as faults does."""
+    tests/preloaded's server (no library imports per run). The harness's own tests below start theirs as faults does."""
     return start_train(cwd, mnist_dir, *faults.SETTINGS, *args, env=env)
 
 
