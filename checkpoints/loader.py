@@ -132,16 +132,22 @@ def check_fits(state_dict: dict[str, torch.Tensor], own: dict[str, torch.Tensor]
 def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False) -> dict[str, Any]:
     """The checkpoint at `path`, verified and read weights only (module docstring); a file torch cannot read is a
     CheckpointError naming it. `trusted`: the caller trusts the file in code (`load_from_checkpoint(path,
-    weights_only=False)`). Only local files: a URL is refused, so nothing is fetched and unpickled that nobody has
-    looked at; and so is a stream (it has no checksum beside it)."""
-    if "://" in str(path) or hasattr(path, "read"):
-        raise CheckpointError(f"checkpoint {path} is a {'stream' if hasattr(path, 'read') else 'URL'}: checkpoints are read "
-                              "from local files only; save or download it, make sure you trust where it came from, and "
-                              "give the local path")
+    weights_only=False)`). A URL is refused, so nothing is fetched and unpickled that nobody has looked at; a stream
+    (which Lightning's load_from_checkpoint takes) has no checksum beside it, and is read and put back where it was."""
+    if "://" in str(path):
+        raise CheckpointError(f"checkpoint {path} is a URL: checkpoints are read from local files only; download it, make "
+                              "sure you trust where it came from, and give the local path")
+    stream = hasattr(path, "read")
+    name = "given as a stream" if stream else path
     try:
-        with directory_lock(Path(path).parent, exclusive=False):  # no save of this path in between
-            verify_checkpoint_file(path)
+        if stream:
+            start = path.tell()
             checkpoint = lightning_load(path, map_location=map_location, weights_only=not trusted)
+            path.seek(start)
+        else:
+            with directory_lock(Path(path).parent, exclusive=False):  # no save of this path in between
+                verify_checkpoint_file(path)
+                checkpoint = lightning_load(path, map_location=map_location, weights_only=not trusted)
     except CheckpointError:
         raise
     except Exception as error:  # truncated zip, pickled garbage, code planted in the pickle, not a checkpoint at all
@@ -149,14 +155,14 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
         # torch's weights_only refusal wraps the real reason in advice about weights_only that does not apply here
         text = text.rsplit("WeightsUnpickler error:", 1)[-1].strip() if "WeightsUnpickler error:" in text else text
         reason = " ".join(text.split())[:160] if text else type(error).__name__
-        raise CheckpointError(f"checkpoint {path} is not a readable checkpoint ({type(error).__name__}: {reason}); it is "
+        raise CheckpointError(f"checkpoint {name} is not a readable checkpoint ({type(error).__name__}: {reason}); it is "
                               "truncated, was not written by torch.save, or holds objects other than tensors and plain "
                               "values (which are never unpickled: they could run code)") from None
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise CheckpointError(f"checkpoint {path} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
-    check_structure(checkpoint, path)
+        raise CheckpointError(f"checkpoint {name} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
+    check_structure(checkpoint, name)
     if not trusted:
-        refuse_unregistered_classes(checkpoint, path)
+        refuse_unregistered_classes(checkpoint, name)
     return checkpoint
 
 

@@ -24,8 +24,8 @@ def stamp_model_class(checkpoint: dict[str, Any], cls: type) -> None:
 
 def load_checked(load: Callable[..., Any], cls: type, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
     """`load(checkpoint_path, *args, **kwargs)` (Lightning's `cls.load_from_checkpoint`) after the checks every reader
-    makes: a local file through the safe loader (checksum, weights only, registered classes; a stream is refused),
-    written by `cls` (before `cls` is built from another class's hyperparameters); then the kinds of
+    makes: a local file through the safe loader (checksum, weights only, registered classes; a stream read and put back
+    where it was), written by `cls` (before `cls` is built from another class's hyperparameters); then the kinds of
     number of the loaded state. The collection's checkpoints hold plain types only, so the read unpickles no code; only
     the caller's own `weights_only=False` trusts the file. The collection's data modules are registered first: a
     checkpoint names the one it was trained on, and a script that loads a model may never have imported them."""
