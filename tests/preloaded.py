@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import multiprocessing
 import multiprocessing.util  # its exit function (joins the runs) registered before ours below
 import os
@@ -44,11 +45,13 @@ def context() -> multiprocessing.context.BaseContext:
     return forkserver
 
 
-def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str, new_session: bool = False) -> None:
+def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str, new_session: bool = False,
+             forks_python: bool = False) -> None:
     """`python argv[0] argv[1:]` in the fork (`python -m module ...` when argv[0] is -m, `python -c code ...` when it
     is -c): the interpreter's set-up, the script, module or code as __main__, the interpreter's exit. `out` and `err`
     name the files for stdout and stderr (one file for both when they are the same); new_session: the process leads
-    a session and process group of its own (Popen's start_new_session)."""
+    a session and process group of its own (Popen's start_new_session); forks_python: the run's own
+    `subprocess.run([sys.executable, ...])` are forked in turn (`forked_subprocess_run`)."""
     import runpy
 
     import torch
@@ -79,6 +82,8 @@ def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str, new_sessi
     opened = {path: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) for path in {out, err}}
     for fd, path in ((1, out), (2, err)):
         os.dup2(opened[path], fd)  # one file: one offset for both, as `2>&1`
+    if forks_python:
+        subprocess.run = forked_subprocess_run(subprocess.run)
     if env.get("OMP_NUM_THREADS"):  # read by a new interpreter; the server has imported torch already
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
     try:
@@ -100,15 +105,60 @@ def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str, new_sessi
         sys.stderr.flush()
 
 
-def run_script(script: Path, args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_script(script: Path, args: list[str], cwd: Path, env: dict, timeout: float | None = 600,
+               forks_python: bool = False) -> subprocess.CompletedProcess:
     """`python script *args` in `cwd` with environment `env`: its exit status and what it printed. Like
-    subprocess.run, it kills the process on a timeout (TimeoutExpired, with the output) or an interrupt."""
-    return _run([str(script), *args], cwd, env, timeout)
+    subprocess.run, it kills the process on a timeout (TimeoutExpired, with the output) or an interrupt.
+    forks_python: the script's own `python train.py ...` and `python -m ...` processes are forks too."""
+    return _run([str(script), *args], cwd, env, timeout, forks_python=forks_python)
 
 
-def run_module(module: str, args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_module(module: str, args: list[str], cwd: Path, env: dict, timeout: float | None = 600,
+               forks_python: bool = False) -> subprocess.CompletedProcess:
     """`python -m module *args`, as run_script runs a script."""
-    return _run(["-m", module, *args], cwd, env, timeout)
+    return _run(["-m", module, *args], cwd, env, timeout, forks_python=forks_python)
+
+
+def forked_subprocess_run(interpreter_run):
+    """subprocess.run for a run that starts Python processes of its own (a study's `python train.py ...` runs): a
+    `[sys.executable, script.py | -m module, ...]` command is forked as run_script forks one, with subprocess.run's
+    cwd, env, stdout/stderr (None, DEVNULL, PIPE, STDOUT, a file), capture_output, text, check and timeout; any other
+    command, or another keyword, goes to `interpreter_run`. `python -c` stays an interpreter: a process that measures
+    its children (benchmarks/speed/memory.py) needs them to be its own."""
+    handled = {"cwd", "env", "stdout", "stderr", "capture_output", "text", "check", "timeout"}
+
+    def run(args, **kwargs):
+        argv = [str(arg) for arg in args] if isinstance(args, (list, tuple)) else []
+        if (len(argv) < 2 or argv[0] != sys.executable or set(kwargs) - handled
+                or not (argv[1] == "-m" or argv[1].endswith(".py"))):
+            return interpreter_run(args, **kwargs)
+        stdout, stderr = kwargs.get("stdout"), kwargs.get("stderr")
+        if kwargs.get("capture_output"):
+            stdout = stderr = subprocess.PIPE
+        env = dict(os.environ if kwargs.get("env") is None else kwargs["env"])
+        cwd = Path(kwargs.get("cwd") or os.getcwd())
+        # This module as the fork's pickling finds it by name (a run's fork dropped the suite's modules: _as_main).
+        this_module = importlib.import_module(__name__)
+        result = this_module._run(argv[1:], cwd, env, kwargs.get("timeout"), merged=stderr == subprocess.STDOUT,
+                                  forks_python=True)
+        for text, target, stream in ((result.stdout, stdout, sys.stdout), (result.stderr, stderr, sys.stderr)):
+            if target is None:  # inherited: this process's stdout or stderr
+                stream.flush()
+                os.write(stream.fileno(), text.encode())
+            elif target not in (subprocess.PIPE, subprocess.DEVNULL, subprocess.STDOUT):  # a file or a descriptor
+                if not isinstance(target, int):
+                    target.flush()
+                os.write(target if isinstance(target, int) else target.fileno(), text.encode())
+        as_bytes = not kwargs.get("text")
+        result = subprocess.CompletedProcess(
+            args, result.returncode,
+            *((part.encode() if as_bytes else part) if target == subprocess.PIPE else None
+              for part, target in ((result.stdout, stdout), (result.stderr, stderr))))
+        if kwargs.get("check"):
+            result.check_returncode()
+        return result
+
+    return run
 
 
 class Started:
@@ -176,14 +226,23 @@ def run_code(code: str, args: list[str], cwd: Path, env: dict, timeout: float = 
     return _run(["-c", code, *args], cwd, env, timeout)
 
 
-def _run(argv: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
+def _run(argv: list[str], cwd: Path, env: dict, timeout: float | None, merged: bool = False,
+         forks_python: bool = False) -> subprocess.CompletedProcess:
+    """argv as run_script takes it, its stdout and stderr kept apart, or in stdout alone when `merged` (`2>&1`)."""
     with tempfile.TemporaryDirectory() as streams:
-        out, err = Path(streams) / "stdout", Path(streams) / "stderr"
+        out, err = Path(streams) / "stdout", Path(streams) / ("stdout" if merged else "stderr")
         out.touch()
         err.touch()
         name = argv[1] if argv[0] == "-m" else "-c" if argv[0] == "-c" else Path(argv[0]).name
-        process = context().Process(target=_as_main, args=(argv, str(cwd), env, str(out), str(err)), name=name)
-        process.start()
+        process = context().Process(target=_as_main, args=(argv, str(cwd), env, str(out), str(err), False, forks_python),
+                                    name=name)
+        # The fork imports no __main__ of this process (multiprocessing's spawn.prepare would, as __mp_main__): a run
+        # that forks its own runs has its benchmark module there.
+        main, sys.modules["__main__"] = sys.modules["__main__"], types.ModuleType("__main__")
+        try:
+            process.start()
+        finally:
+            sys.modules["__main__"] = main
         try:
             process.join(timeout)
             timed_out = process.is_alive()
@@ -191,7 +250,8 @@ def _run(argv: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.Co
             if process.is_alive():
                 process.kill()
                 process.join()
-        result = subprocess.CompletedProcess(argv, process.exitcode, out.read_text(errors="replace"), err.read_text(errors="replace"))
+        result = subprocess.CompletedProcess(argv, process.exitcode, out.read_text(errors="replace"),
+                                             "" if merged else err.read_text(errors="replace"))
     if timed_out:
         raise subprocess.TimeoutExpired(argv, timeout, result.stdout, result.stderr)
     return result
@@ -203,15 +263,9 @@ def run_train(args: list[str], cwd: Path, env: dict | None = None, timeout: floa
 
 
 def studies_fork_train_py(monkeypatch) -> None:
-    """The benchmark studies' `python train.py ...` processes (benchmarks/lib/packing.py's run_train_py) forked as
-    run_script forks them, their output appended to the study's log as the interpreter's would be: for the tests of a
-    study's own logic, where the process is not what is tested."""
+    """The benchmark studies' `python train.py ...` processes (benchmarks/lib/packing.py's run_train_py) forked by
+    forked_subprocess_run: for the tests of a study's own logic, where the process is not what is tested."""
     from benchmarks.lib import packing
 
-    def run(cmd, cwd, stdout, stderr):
-        assert cmd[1:2] == [str(TRAIN)] and stderr == subprocess.STDOUT, cmd
-        result = run_script(TRAIN, cmd[2:], Path(cwd), dict(os.environ))
-        stdout.write((result.stdout + result.stderr).encode())
-        return result
-
+    run = forked_subprocess_run(subprocess.run)
     monkeypatch.setattr(packing, "subprocess", types.SimpleNamespace(run=run, STDOUT=subprocess.STDOUT))  # packing's alone

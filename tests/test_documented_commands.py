@@ -8,7 +8,8 @@ on this machine is checked as far as it can be: commands on CIFAR-10 (no copy he
 processes are composed and their model and data built, without training; `tensorboard` (a server) and
 the launchers `srun`/`torchrun` are left out. README's Python example runs against a checkpoint
 written by the commands. Each command (train.py or `python -m benchmarks...`) runs in a process of its own, forked
-from one that has imported torch, Lightning and Hydra once (tests/preloaded.py).
+from one that has imported torch, Lightning and Hydra once (tests/preloaded.py), and so do a benchmark's own
+`python train.py ...` runs.
 """
 
 from __future__ import annotations
@@ -145,9 +146,10 @@ def run_in_order(commands: list[str], cwd: Path, env: dict) -> list[tuple[str, f
             done.append((command, 0.0, None))
             continue
         began = time.monotonic()
-        # A process of its own, forked from one that has the imports done.
+        # A process of its own, forked from one that has the imports done; a benchmark's own `python train.py ...`
+        # runs are forked in turn.
         if argv[1] == "-m":
-            result = preloaded.run_module(argv[2], argv[3:], cwd, env, timeout=COMMAND_LIMIT_S)
+            result = preloaded.run_module(argv[2], argv[3:], cwd, env, timeout=COMMAND_LIMIT_S, forks_python=True)
         else:
             result = preloaded.run_script(Path(argv[1]), argv[2:], cwd, env, timeout=COMMAND_LIMIT_S)
         done.append((command, time.monotonic() - began, result))

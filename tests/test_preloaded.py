@@ -86,6 +86,42 @@ def test_code_runs_as_python_dash_c_runs_it(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == "ValueError: the end", result.stderr[-2000:]
 
 
+PARENT = """
+import subprocess, sys
+child = [sys.executable, sys.argv[1]]
+done = subprocess.run([*child, "0"], capture_output=True, text=True)
+print("captured", done.returncode, done.stdout.strip(), done.stderr.strip())
+with open("log", "w") as log:
+    log.write("first\\n")
+    subprocess.run([*child, "0"], stdout=log, stderr=subprocess.STDOUT)
+print("log", open("log").read().split())
+done = subprocess.run([*child, "0"], stdout=subprocess.PIPE)
+print("piped", type(done.stdout).__name__, done.stderr)
+subprocess.run([*child, "0"])
+try:
+    subprocess.run([*child, "4"], capture_output=True, check=True)
+except subprocess.CalledProcessError as error:
+    print("check", error.returncode)
+done = subprocess.run([sys.executable, "-c", "import sys; print('torch' in sys.modules)"], capture_output=True, text=True)
+print("dash c", done.stdout.strip())
+"""
+CHILD = "import sys\nprint('forked' if 'torch' in sys.modules else 'interpreter')\nprint('err', file=sys.stderr)\nsys.exit(int(sys.argv[1]))\n"
+
+
+def test_a_runs_own_python_scripts_are_forked_with_subprocess_runs_streams_and_checks(tmp_path):
+    """forks_python: the run's `subprocess.run([sys.executable, script, ...])` is a fork of the preloaded server (torch
+    is imported before the script runs), its output where subprocess.run's arguments send it; `python -c` stays a new
+    interpreter."""
+    (tmp_path / "parent.py").write_text(PARENT)
+    (tmp_path / "child.py").write_text(CHILD)
+    result = preloaded.run_script(tmp_path / "parent.py", [str(tmp_path / "child.py")], tmp_path, dict(os.environ),
+                                  forks_python=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == ["captured 0 forked err", "log ['first', 'forked', 'err']", "piped bytes None",
+                                          "forked", "check 4", "dash c False"]
+    assert result.stderr == "err\nerr\n"  # the piped run's and the inheriting run's
+
+
 STARTED = """
 import os, signal, sys, time
 signal.signal(signal.SIGTERM, lambda *_: (print("term", flush=True), sys.exit(143)))
