@@ -1,4 +1,4 @@
-"""A case of each kind from benchmarks/robustness/bad_inputs.py (its --quick set) against real `python train.py` processes:
+"""A case of each kind from benchmarks/robustness/bad_inputs.py (its --quick set) against `python train.py` processes:
 each must stay a clear one-line error that names the option or file and leaves nothing behind, or a
 documented, logged behaviour. The whole table is `python -m benchmarks.robustness.bad_inputs`.
 
@@ -28,8 +28,9 @@ def test_the_quick_set_covers_every_kind_of_input():
 
 def test_each_kind_of_bad_input_is_clear_or_documented(tmp_path, mnist_dir):
     """The quick set, each case a real process (two at a time, the benchmark's default), with a limit that holds where
-    the suite's workers and other jobs share two cores."""
+    the suite's workers and other jobs share two cores. Its `python train.py` cases are forked from a process that has
+    the libraries imported (tests/preloaded.py); the whole table starts each case in a new interpreter."""
     env = {**os.environ, "DATA_DIR": str(mnist_dir), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     result = preloaded.run_module("benchmarks.robustness.bad_inputs", ["--quick", "--out", str(tmp_path / "out")],
-                                  tmp_path, env, timeout=QUICK_SET_LIMIT_S)
+                                  tmp_path, env, timeout=QUICK_SET_LIMIT_S, forks_python=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
