@@ -166,9 +166,8 @@ def test_a_second_study_process_never_removes_a_live_run(holder, tmp_path):
     try:
         assert first.stdout.readline().strip() == "held"
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        result = subprocess.run([sys.executable, "-m", "benchmarks.studies.cache.study", "--out", str(out), "--logs", str(logs),
-                                 "--only", "L20-middle-s0", "--epochs", "1"], cwd=REPO, env=env, capture_output=True,
-                                text=True, timeout=120)
+        result = preloaded.run_module("benchmarks.studies.cache.study", ["--out", str(out), "--logs", str(logs), "--only",
+                                      "L20-middle-s0", "--epochs", "1"], REPO, env, timeout=120, forks_python=True)
     finally:
         first.kill()
         first.wait()

@@ -17,6 +17,7 @@ import models  # noqa: F401  (registers the model classes)
 from checkpoints.registry import registered
 from launch.checks import configs as schema
 from launch.checks.early import refuse_early
+from tests import preloaded
 from tests.conftest import says
 
 REPO = Path(__file__).resolve().parents[3]
@@ -357,7 +358,6 @@ def test_a_data_dir_this_user_cannot_read_is_one_line_naming_it(tmp_path):
 def test_the_settings_of_the_trainer_and_optimizer_are_refused_in_one_line_once_imported(argv, line, tmp_path):
     """Their settings are Lightning's and torch's, declared by their constructors: checked once those are imported,
     with the same line, before anything is written."""
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), *argv], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    result = preloaded.run_train(argv, tmp_path, {**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)  # imports done: forked
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == line, result.stderr[-2000:]
     assert not list(tmp_path.iterdir())  # nothing written
