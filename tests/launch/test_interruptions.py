@@ -126,6 +126,41 @@ def test_ctrl_c_during_hydras_test_stage_exits_130_and_keeps_the_fitted_run(tmp_
                                                     "tensorboard --logdir logs/tensorboard"), output[-3000:]
 
 
+# Ctrl-C while tests/scripts/hold.py holds, with SIGINT blocked in the holding (main) thread: another thread takes the
+# signal and runs its handler, and no system call of the holding thread is interrupted, as when the signal lands between
+# Python's last check for signals and the start of a sleep. Prints how long the KeyboardInterrupt took.
+CTRL_C_BESIDE_THE_HOLD = """
+import os, signal, sys, threading, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from tests.scripts.hold import HoldInTest
+
+sent = []
+def ctrl_c():  # as the tests send it: once the hold says it waits
+    while not Path("holding-test").exists():
+        time.sleep(0.01)
+    sent.append(time.monotonic())
+    os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=ctrl_c, daemon=True).start()
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+try:
+    HoldInTest(timeout_s=float(sys.argv[2])).on_test_batch_start(None, None, None, batch_idx=1)
+except KeyboardInterrupt:
+    print(time.monotonic() - sent[0])
+"""
+
+
+def test_the_test_stages_hold_ends_at_ctrl_c_even_when_no_sleep_of_it_was_interrupted(tmp_path):
+    """The Ctrl-C-during-test tests send SIGINT the moment the hold's file appears; a hold waiting in one sleep of
+    timeout_s would then, now and again, take the KeyboardInterrupt only when that sleep ends (and the test pass after
+    timeout_s). Its wait ends at the signal, whichever thread took it (CTRL_C_BESIDE_THE_HOLD)."""
+    timeout_s = 60
+    result = preloaded.run_code(CTRL_C_BESIDE_THE_HOLD, [str(REPO), str(timeout_s)], tmp_path, dict(os.environ))
+    assert result.returncode == 0 and result.stdout.strip(), result.stderr[-2000:]
+    assert float(result.stdout) < timeout_s / 2, result.stdout  # the signal, not the timeout, ended the hold
+
+
 def test_kill_during_checkpoint_writes_never_leaves_a_broken_checkpoint(tmp_path, mnist_dir, monkeypatch):
     """SIGKILL the moment a temporary checkpoint file appears (a save in progress), with TMPDIR on another
     filesystem than the checkpoints (/dev/shm); each surviving checkpoint verifies and loads, and the

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import lightning as L
 
+# The longest a Ctrl-C waits for its KeyboardInterrupt here (`HoldInTest.on_test_batch_start`).
+POLL_S = 0.05
+
 
 class HoldInTest(L.Callback):
     def __init__(self, timeout_s: float = 120) -> None:
@@ -19,4 +22,9 @@ class HoldInTest(L.Callback):
                             dataloader_idx: int = 0) -> None:
         if batch_idx == 1:
             Path("holding-test").touch()
-            time.sleep(self.timeout_s)  # Ctrl-C's KeyboardInterrupt ends the sleep
+            # Short sleeps, not one of timeout_s: Python runs a signal's handler between bytecodes, and a SIGINT that
+            # lands after the last check but before a sleep's system call starts (the test sends it the moment the
+            # file appears) interrupts nothing, so its KeyboardInterrupt would come only when that sleep ends.
+            deadline = time.monotonic() + self.timeout_s
+            while time.monotonic() < deadline:
+                time.sleep(POLL_S)
