@@ -128,7 +128,8 @@ signal.signal(signal.SIGTERM, lambda *_: (print("term", flush=True), sys.exit(14
 print("out", os.getpgid(0) == os.getpid() == os.getsid(0), flush=True)
 print("err", file=sys.stderr, flush=True)
 print("ready", flush=True)
-time.sleep(60)
+while True:  # short sleeps: a signal that lands just before one is handled when it ends
+    time.sleep(0.05)
 """
 
 
