@@ -156,6 +156,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: not item.nodeid.startswith(longest))
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the imports and the collection made (torch, Lightning, Hydra, the test modules) lives as long as the
+    session: `gc.freeze` moves it out of the collector's reach, so that a full collection, which the tests' many
+    short-lived objects trigger, walks the objects a test made rather than every object of those libraries."""
+    import gc
+
+    gc.freeze()
+
+
 @pytest.fixture(scope="session")
 def mnist_dir() -> Path:
     """Data root holding ``MNIST/raw``: DATA_ROOT (`data_root`). Missing files fail, not skip."""
