@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import tempfile
@@ -58,7 +59,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def mnist_slice(mnist_dir: Path, n: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first n images of the MNIST training split, statically binarized, and their indices."""
+    """The first n images of the MNIST training split, statically binarized, and their indices: a copy of the
+    session's (the data module reads the files once), which the caller may change."""
+    x, index = mnist_slice_once(mnist_dir, n)
+    return x.clone(), index.clone()
+
+
+@functools.cache
+def mnist_slice_once(mnist_dir: Path, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     from datamodules import MNISTDataModule
 
     dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="static")
