@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import signal
 import tempfile
@@ -21,6 +22,7 @@ os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"to
 # One test compiles with the vector code
 # (tests/models/test_accelerator_step.py); a value set outside the suite is kept.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
+gc.disable()  # until the collection ends: pytest_collection below
 
 import pytest  # noqa: E402
 
@@ -164,13 +166,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: not item.nodeid.startswith(longest))
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """What the imports and the collection made (torch, Lightning, Hydra, the test modules) lives as long as the
-    session: `gc.freeze` moves it out of the collector's reach, so that a full collection, which the tests' many
-    short-lived objects trigger, walks the objects a test made rather than every object of those libraries."""
-    import gc
-
-    gc.freeze()
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Iterator[object]:
+    """What the imports and the collection make (torch, Lightning, Hydra, the test modules) lives as long as the
+    session: the cyclic garbage collector is off while they are made (from this file's import on), and `gc.freeze`
+    then moves them out of its reach, so that a full collection, which the tests' short-lived objects trigger, walks
+    the objects a test made rather than every object of those libraries. Under xdist the controller, which collects
+    nothing, passes here too."""
+    try:
+        return (yield)
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 @pytest.fixture(scope="session")
