@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
 import signal
 import tempfile
@@ -20,6 +22,7 @@ os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"to
 # One test compiles with the vector code
 # (tests/models/test_accelerator_step.py); a value set outside the suite is kept.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
+gc.disable()  # until the collection ends: pytest_collection below
 
 import pytest  # noqa: E402
 
@@ -58,7 +61,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def mnist_slice(mnist_dir: Path, n: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first n images of the MNIST training split, statically binarized, and their indices."""
+    """The first n images of the MNIST training split, statically binarized, and their indices: a copy of the
+    session's (the data module reads the files once), which the caller may change."""
+    x, index = mnist_slice_once(mnist_dir, n)
+    return x.clone(), index.clone()
+
+
+@functools.cache
+def mnist_slice_once(mnist_dir: Path, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     from datamodules import MNISTDataModule
 
     dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="static")
@@ -154,6 +164,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     quick set: under xdist (worksteal) the workers start them at once, and take the rest after."""
     longest = ("tests/test_documented_commands.py::test_", "tests/benchmarks/robustness/test_bad_inputs.py::test_each_kind")
     items.sort(key=lambda item: not item.nodeid.startswith(longest))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Iterator[object]:
+    """What the imports and the collection make (torch, Lightning, Hydra, the test modules) lives as long as the
+    session: the cyclic garbage collector is off while they are made (from this file's import on), and `gc.freeze`
+    then moves them out of its reach, so that a full collection, which the tests' short-lived objects trigger, walks
+    the objects a test made rather than every object of those libraries. Under xdist the controller, which collects
+    nothing, passes here too."""
+    try:
+        return (yield)
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 @pytest.fixture(scope="session")

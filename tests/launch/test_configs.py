@@ -3,11 +3,15 @@ model trains on CIFAR-10-format data through the same `run()` that train.py uses
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 from pathlib import Path
 
 import hydra
 import pytest
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
 
 import launch.hydra_run
 import launch.cli_app
@@ -31,7 +35,18 @@ DATA = sorted(p.stem for p in (train.CONFIG_DIR / "data").glob("*.yaml"))
 MODEL_CLASSES = sorted(cls.__name__ for cls in registered("model"))  # the models LightningCLI offers: DiscreteVAE, JSA, ...
 
 
-composed = launch.hydra_config.compose  # the config `python train.py OVERRIDES` runs with
+@functools.cache
+def composed_once(overrides: tuple[str, ...]) -> DictConfig:
+    return launch.hydra_config.compose(list(overrides))
+
+
+def composed(overrides: list[str]) -> DictConfig:
+    """The config `python train.py OVERRIDES` runs with (launch.hydra_config.compose). A compose is a function of the
+    overrides and configs/: a repeated one is a copy of the first (the caller may change its own), made Hydra's current
+    config as compose makes it."""
+    cfg = copy.deepcopy(composed_once(tuple(overrides)))
+    HydraConfig.instance().set_config(cfg)
+    return cfg
 
 
 def test_default_is_jsa_on_mnist():
@@ -103,14 +118,16 @@ def test_model_configs_state_only_what_differs_from_the_class(model):
 
 @pytest.mark.parametrize("data", DATA)
 @pytest.mark.parametrize("model", STANDALONE)
-@pytest.mark.parametrize("backbone", ["mlp", "conv"])
-def test_every_model_builds_for_every_data_set(model, data, backbone):
-    cfg = composed([f"model={model}", f"data={data}", f"model.backbone={backbone}"])
-    datamodule, net = launch.hydra_run.build(cfg)
-    assert net.data_shape == datamodule.image_shape
-    expected = BernoulliLikelihood if data in ("mnist", "fashion_mnist") else DiscretizedLogisticLikelihood  # binarized by default
-    assert isinstance(net.likelihood, expected)
-    assert launch.run_layout.run_name(cfg.run_name, net.run_tag).startswith(f"{model}-{data}-{backbone}-")
+def test_every_model_builds_for_every_data_set(model, data):
+    """Each backbone, set as `model.backbone=...` sets it: a value of the composed config (no config file reads it)."""
+    for backbone in ("mlp", "conv"):
+        cfg = composed([f"model={model}", f"data={data}"])
+        cfg.model.backbone = backbone
+        datamodule, net = launch.hydra_run.build(cfg)
+        assert net.data_shape == datamodule.image_shape and net.backbone == backbone
+        expected = BernoulliLikelihood if data in ("mnist", "fashion_mnist") else DiscretizedLogisticLikelihood  # binarized by default
+        assert isinstance(net.likelihood, expected)
+        assert launch.run_layout.run_name(cfg.run_name, net.run_tag).startswith(f"{model}-{data}-{backbone}-")
 
 
 @pytest.mark.slow  # a run through the Hydra front end

@@ -26,6 +26,8 @@ def toy_jsa(**kwargs) -> JSA:
     """A JSA whose 9 latent states can be enumerated; its chains continue from the cache from the first epoch."""
     if kwargs.get("use_cache", True):
         kwargs.setdefault("cache_start_epoch", 0)
+    if kwargs.get("prior") == "autoregressive":
+        kwargs.setdefault("prior_hidden", 8)  # a MADE sized for V = 2 positions, as narrow_mlps sizes the networks
     torch.manual_seed(0)
     model = JSA(data_shape=(1, 2, 2), num_latents=V, num_categories=K, code_dim=2, likelihood="gaussian", sigma=1.0, **kwargs)
     narrow_mlps(model)  # the chains' tests run 20000 of them

@@ -11,6 +11,7 @@ are in target standard deviations, as in tests/samplers/test_sgmcmc.py. All rand
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -18,7 +19,8 @@ from torch import Tensor
 
 import samplers.sgmcmc
 from samplers import HMC, SGHMC, SGLD, SGNHT, Santa, leapfrog
-from tests.samplers.test_sgmcmc import MU, NOISE_SD, PRECISION, PRIOR_PRECISION, SIGMA, regression_data, regression_posterior
+from tests.samplers.test_sgmcmc import (MU, NOISE_SD, PRECISION, PRIOR_PRECISION, SIGMA, gaussian_gradient, regression_data,
+                                         regression_posterior)
 from tests.samplers.test_sgmcmc import single_thread  # noqa: F401  (autouse: one intra-op thread for these tiny tensors)
 
 Z_TOL = 5.0  # errors must stay within 5 Monte Carlo standard errors
@@ -321,12 +323,18 @@ def test_splitting_friction_steps_are_stable_for_any_friction() -> None:
 # ----------------------------------------------------------------------------------------
 
 
-def run_santa(theta: Tensor, sampler: Santa, potential, steps: int, keep_from: int | None = None,
-              thin: int = 5) -> Tensor:
+def gradient_of(potential: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    """∇ of the chains' summed `potential`, by autograd."""
+    return lambda theta: torch.autograd.grad(potential(theta).sum(), theta)[0]
+
+
+def run_santa(theta: Tensor, sampler: Santa, gradient: Callable[[Tensor], Tensor], steps: int,
+              keep_from: int | None = None, thin: int = 5) -> Tensor:
+    """`steps` steps of `sampler` (or any optimizer) on θ's gradient `gradient(θ)`; the states kept from `keep_from`
+    on, every `thin`-th (θ at the end if none are kept)."""
     kept = []
     for step in range(steps):
-        sampler.zero_grad()
-        potential(theta).sum().backward()
+        theta.grad = gradient(theta)
         sampler.step()
         if keep_from is not None and step >= keep_from and (step - keep_from) % thin == 0:
             kept.append(theta.detach().clone())
@@ -340,7 +348,7 @@ def test_santa_without_annealing_samples_the_gaussian(integrator: str) -> None:
     theta = torch.zeros(2000, 2, requires_grad=True)
     sampler = Santa([theta], lr=0.0025, exploration_steps=10**9, anneal_rate=0.0, integrator=integrator,
                     generator=torch.Generator().manual_seed(0))
-    samples = run_santa(theta, sampler, gaussian_energies, steps=2000, keep_from=1000)
+    samples = run_santa(theta, sampler, gaussian_gradient, steps=2000, keep_from=1000)
     assert_matches(samples, MU, SIGMA, f"Santa ({integrator}) at T = 1")
 
 
@@ -360,7 +368,7 @@ def test_santa_drift_correction_is_harmless_while_g_is_stationary_and_heats_whil
         if paper_start:  # the state Santa would build at the first step, but with the paper's v₀ = 0
             momentum = torch.randn(theta.shape, generator=generator)
             sampler.state[theta].update(step=0, square_average=torch.zeros_like(theta), momentum=momentum)
-        samples = run_santa(theta, sampler, gaussian_energies, steps=2000, keep_from=1000)
+        samples = run_santa(theta, sampler, gaussian_gradient, steps=2000, keep_from=1000)
         errors[paper_start] = chain_moments(samples, MU, SIGMA)
     assert errors[False]["mean_z"] < Z_TOL and errors[False]["cov_z"] < Z_TOL, errors[False]
     assert errors[True]["cov_error"] > 0.3, errors[True]
@@ -380,7 +388,7 @@ def test_annealed_santa_finds_the_global_mode_more_often_than_sgd_and_adam() -> 
 
     def at_global_mode(make_optimizer) -> float:
         x = starts.clone().requires_grad_(True)
-        end = run_santa(x, make_optimizer([x]), mixture_potential, steps=3000)
+        end = run_santa(x, make_optimizer([x]), gradient_of(mixture_potential), steps=3000)
         assert torch.isfinite(end).all()
         return float(((end + 2).abs() < 0.05).float().mean())
 
@@ -420,7 +428,7 @@ def test_santa_refinement_is_deterministic_and_descends_to_the_mode() -> None:
         theta = torch.zeros(8, 2, requires_grad=True)
         sampler = Santa([theta], lr=0.01, exploration_steps=0, initial_thermostat=5.0,
                         generator=torch.Generator().manual_seed(seed))
-        ends.append(run_santa(theta, sampler, gaussian_energies, steps=1500))
+        ends.append(run_santa(theta, sampler, gaussian_gradient, steps=1500))
     assert torch.equal(ends[0], ends[1])
     torch.testing.assert_close(ends[0], MU.expand(8, 2), rtol=0, atol=0.01)
 
@@ -431,9 +439,9 @@ def test_santa_switches_from_exploration_to_refinement() -> None:
     generator = torch.Generator().manual_seed(0)
     sampler = Santa([theta], lr=0.01, exploration_steps=20, anneal_rate=0.5, temperature=3.0, generator=generator)
     assert sampler.temperature_at(1) == 3.0 and sampler.temperature_at(4) == 1.5
-    run_santa(theta, sampler, gaussian_energies, steps=20)
+    run_santa(theta, sampler, gaussian_gradient, steps=20)
     thermostat, drawn = sampler.state[theta]["thermostat"].clone(), generator.get_state()
-    run_santa(theta, sampler, gaussian_energies, steps=10)
+    run_santa(theta, sampler, gaussian_gradient, steps=10)
     assert torch.equal(sampler.state[theta]["thermostat"], thermostat) and torch.equal(generator.get_state(), drawn)
 
 

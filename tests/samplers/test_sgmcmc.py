@@ -52,6 +52,12 @@ def gaussian_potential(theta: Tensor, mean: Tensor = MU, precision: Tensor = PRE
     return 0.5 * ((offset @ precision.to(theta.dtype)) * offset).sum()
 
 
+def gaussian_gradient(theta: Tensor) -> Tensor:
+    """∇U = (θ - μ) Σ⁻¹ of `gaussian_potential`, without autograd: the samplers read the gradient, not how it was
+    made, and the chains' many steps then cost the sampler's own work."""
+    return (theta.detach() - MU) @ PRECISION
+
+
 def minibatch_potential(log_prior: Tensor, log_likelihood_sum: Tensor, dataset_size: int, batch_size: int) -> Tensor:
     """Û(θ) = -log p(θ) - (N / n) Σ_{x in batch} log p(x | θ), the unbiased minibatch potential
     (docs/sgmcmc.md#the-minibatch-potential). Elementwise: (K,) inputs give K chains' potentials."""
@@ -89,12 +95,9 @@ def run_gaussian_chains(
     sampler = make_sampler([theta], generator)
     collector = SampleCollector(theta, burn_in=burn_in, thin=thin)
     for _ in range(burn_in + num_kept * thin):
-        sampler.zero_grad()
-        potential = gaussian_potential(theta)
+        theta.grad = gaussian_gradient(theta)
         if gradient_noise > 0:
-            noise = torch.randn(theta.shape, generator=generator) * gradient_noise**0.5
-            potential = potential + (noise * theta).sum()  # adds `noise` to ∇U
-        potential.backward()
+            theta.grad += torch.randn(theta.shape, generator=generator) * gradient_noise**0.5
         sampler.step()
         collector()
     assert collector.num_kept == num_kept
@@ -206,8 +209,7 @@ def ensemble_path(make_sampler: SamplerFactory, checkpoints: list[int], num_chai
     sampler = make_sampler([theta], generator)
     states = []
     for step in range(1, max(checkpoints) + 1):
-        sampler.zero_grad()
-        gaussian_potential(theta).backward()
+        theta.grad = gaussian_gradient(theta)
         sampler.step()
         if step in checkpoints:
             states.append(theta.detach().clone())

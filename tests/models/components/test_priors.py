@@ -161,8 +161,8 @@ def test_models_score_with_the_exact_prior_and_train_it(cls):
     torch.testing.assert_close(log_joint, log_px_given_h + model.prior.log_prob(sets).detach())
     exact_nll = -log_joint.logsumexp(1)
     torch.manual_seed(2)
-    # 20,000 samples: within 0.04 of the exact value over 20 seeds, where a wrong p(h) is off by ~1 nat
-    torch.testing.assert_close(model.nll(x, 20_000), exact_nll, atol=0.1, rtol=0)
+    # 8,000 samples: within 0.07 of the exact value over 20 seeds, where a wrong p(h) is off by ~1 nat
+    torch.testing.assert_close(model.nll(x, 8_000), exact_nll, atol=0.1, rtol=0)
 
     loss = model.training_loss(x, torch.arange(2))["loss"]
     loss.backward()
