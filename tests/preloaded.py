@@ -7,7 +7,8 @@ folder first), Hydra singleton, signal handlers, torch settings, default start m
 the train.py it runs. (The fork shares the server's hash seed and numpy's unseeded state; every run seeds its own.)
 The suite's real-process tests run train.py this way (the documented commands, both front ends, received files and
 configs, runs that are signalled: start_script), and `python -m` and `python -c` too: a new interpreter would import those libraries first
-(benchmarks/results/suite/ has the cost). What needs a fresh interpreter stays one: the early checks that
+(benchmarks/results/suite/ has the cost). A run started with forks_python (a documented benchmark, the bad-input quick
+set) has its own `python train.py ...` and `python -m ...` forked too (forked_subprocess_run). What needs a fresh interpreter stays one: the early checks that
 must import nothing heavy, the DDP ranks Lightning starts (rank 1), the fault harness's own runs
 (benchmarks/robustness/faults.py). Known differences from the interpreter: an uncaught error is printed by
 multiprocessing (a `Process <name>:` line first) after the threads are joined and the atexit functions ran, and an

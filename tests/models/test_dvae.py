@@ -166,5 +166,5 @@ def test_discrete_vae_learns_on_real_mnist(mnist_dir, estimator):
     x, index = mnist_slice(mnist_dir, 128)
     torch.manual_seed(0)
     first, last = train_on_batch(narrow_mlps(DiscreteVAE(estimator=estimator)), x, index, steps=50)
-    # -ELBO: ~ 784 log 2 + V log K = 589 nats untrained; 50 Adam steps on one batch get well below 300 (about 210).
+    # -ELBO: ~ 784 log 2 + V log K = 589 nats untrained; 50 Adam steps on one batch get well below 300.
     assert first["loss"] > 450 and last["loss"] < 300, (first["loss"], last["loss"])
