@@ -10,6 +10,7 @@ import fcntl
 import os
 import shlex
 import shutil
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -30,6 +31,7 @@ from common.lightning_files import RunLogger
 
 SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
 OWNER_FILE = ".owner"  # <run>/.owner names the process that writes the run, while it runs
+OWNER_NOTE_WAIT_S = 2.0  # how long a refused writer waits for the owner's note, which follows the owner's lock
 # The files a run writes in place in its directory (Lightning's hparams.yaml, LightningCLI's config files, ours), and
 # its checkpoint directory: a received run may hold any of them as a link to elsewhere, which a write (or a save and a
 # removal there) would follow. Checkpoints themselves are replaced by rename, which replaces a link and follows none.
@@ -76,12 +78,17 @@ def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike, new: 
 
 def read_owner(path: Path) -> str:
     """The owner's note, as the message shows it: at most a line of a regular file (a received run's `.owner` may be
-    a link to a device that never ends, or a pipe that never opens)."""
-    try:
-        note = "" if path.is_symlink() else read_regular(path, 200).decode(errors="replace")
-    except OSError:  # missing (between the owner's lock and its note), or not a regular file
-        return "another process"
-    return " ".join(note.split()) or "another process"
+    a link to a device that never ends, or a pipe that never opens). The owner writes it just after taking the lock,
+    so a note not there yet is waited for, up to OWNER_NOTE_WAIT_S."""
+    deadline = time.monotonic() + OWNER_NOTE_WAIT_S
+    while True:
+        try:
+            note = "" if path.is_symlink() else " ".join(read_regular(path, 200).decode(errors="replace").split())
+        except OSError:  # missing (between the owner's lock and its note), or not a regular file
+            note = ""
+        if note or time.monotonic() > deadline:
+            return note or "another process"
+        time.sleep(0.05)
 
 
 def slurm_job_id() -> str | None:

@@ -176,10 +176,12 @@ def test_a_received_run_holding_a_folder_where_it_writes_a_file_is_refused_namin
     assert sorted(p.name for p in run_dir.iterdir()) == [name]
 
 
-def test_a_received_runs_owner_note_or_hparams_that_is_a_fifo_is_never_waited_on(tmp_path):
+def test_a_received_runs_owner_note_or_hparams_that_is_a_fifo_is_never_waited_on(tmp_path, monkeypatch):
     """A resume writes its own .owner over a FIFO (replaced, never opened) and leaves hparams.yaml to Lightning's
     writer (replaced too); the owner's note, read for a message, is not waited on."""
     import threading
+
+    monkeypatch.setattr(run_directory, "OWNER_NOTE_WAIT_S", 0.0)  # (the wait for a note still to come: below)
 
     run_dir = tmp_path / "tensorboard" / "jsa" / "version_0"
     run_dir.mkdir(parents=True)
@@ -194,10 +196,36 @@ def test_a_received_runs_owner_note_or_hparams_that_is_a_fifo_is_never_waited_on
     assert (run_dir / ".owner").read_text().startswith(f"process {os.getpid()} on ")
 
 
-def test_a_run_held_by_a_live_process_is_refused_as_in_use_before_what_it_holds_is_judged(tmp_path):
+def test_a_refusal_names_the_owner_whose_note_follows_its_lock(tmp_path, monkeypatch):
+    """The owner takes the lock, then writes its note: a second writer refused in between waits for the note, and
+    names the process."""
+    import fcntl
+
+    run_dir = tmp_path / "tensorboard" / "jsa" / "version_0"
+    run_dir.mkdir(parents=True)
+    holder = os.open(run_dir, os.O_RDONLY)  # the owner, holding the lock, its note not written yet
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    waits = []
+
+    def owner_writes_its_note_meanwhile(seconds: float) -> None:
+        waits.append(seconds)
+        (run_dir / ".owner").write_text("process 4242 on node7\n")
+
+    monkeypatch.setattr(run_directory, "time", SimpleNamespace(monotonic=time.monotonic, sleep=owner_writes_its_note_meanwhile))
+    try:
+        with pytest.raises(CheckpointError, match=f"^the run {run_dir} is being written by process 4242 on node7; "):
+            own_run_directory(run_dir, tmp_path / "tensorboard")
+    finally:
+        os.close(holder)
+    assert len(waits) == 1
+
+
+def test_a_run_held_by_a_live_process_is_refused_as_in_use_before_what_it_holds_is_judged(tmp_path, monkeypatch):
     """The owner's lock first: a run another process writes is named as in use, even when it holds a link (its
     `.owner` linked to a device, tests/checkpoints/test_received_files.py runs the two processes)."""
     import fcntl
+
+    monkeypatch.setattr(run_directory, "OWNER_NOTE_WAIT_S", 0.0)  # no note comes: named as another process at once
 
     run_dir = tmp_path / "tensorboard" / "jsa" / "version_0"
     run_dir.mkdir(parents=True)
