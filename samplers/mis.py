@@ -1,8 +1,8 @@
 """Metropolis independence sampling (MIS) with the encoder q(h|x) as proposal, index-cached (docs/mis.md).
 
-A step from h_t with proposal h' ~ q accepts with probability min(1, r) (docs/mis.md#the-acceptance-ratio),
+A step from the state h with proposal h' ~ q accepts with probability min(1, r) (docs/mis.md#the-acceptance-ratio),
 
-    r = [p(x, h') q(h_t | x)] / [p(x, h_t) q(h' | x)] = exp(w' - w_t),   w = log p(x, h) - log q(h | x),
+    r = [p(x, h') q(h | x)] / [p(x, h) q(h' | x)] = exp(w(h') - w(h)),   w(h) = log p(x, h) - log q(h | x),
 
 so the chain is decided by its candidates' weights: one encoder pass, the L proposals (and a start) drawn at once, one
 batched decoder pass over the (L+1)B candidates, then the accept/reject over candidate indices (`mis_chain`), at
