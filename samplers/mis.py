@@ -22,9 +22,9 @@ LogJoint = Callable[[Tensor], Tensor]  # h (B, N, V) long -> log p(x, h) (B, N)
 
 
 class MISChain(NamedTuple):
-    index: Tensor  # (B,) candidate index of the state after L steps
+    index: Tensor  # (B,) candidate index c_L of the state after L steps
     accepted: Tensor  # (B,) number of accepted moves
-    path: Tensor  # (B, L) candidate index of the state after each step
+    path: Tensor  # (B, L) candidate index c_t of the state after each step t = 1..L
 
 
 class NaiveMISSample(NamedTuple):
@@ -40,7 +40,7 @@ class MISSample(NamedTuple):
     candidates: Tensor  # (B, L+1, V) candidate 0 = start state, 1..L = proposals in order
     log_target: Tensor  # (B, L+1) log p(x, h_j) (with the graph of `log_joint`, if it was built under grad)
     log_proposal: Tensor  # (B, L+1) log q(h_j | x)
-    path_index: Tensor  # (B, L) candidate index of the state after each step
+    path_index: Tensor  # (B, L) candidate index c_t of the state after each step t = 1..L
 
 
 def mis_chain(log_target: Tensor, log_proposal: Tensor, generator: torch.Generator | None = None) -> MISChain:
