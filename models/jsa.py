@@ -4,7 +4,7 @@
 one index-cached MIS call per example (samplers/mis.py) with q_φ as the proposal. One step:
 
     h_0..h_L <- candidates (h_0 = cache[index] or a proposal, L proposals from q); the chain ends in h*
-    cache[index] <- h*                                   (read from `cache_start_epoch` on; samplers/cache.py)
+    cache[index] <- h*                                   (every step; read as h_0 from `cache_start_epoch` on)
     loss = -Σ_j λ_j log p_θ(x, h_j) - Σ_j μ_j log q_φ(h_j | x)
 
 λ: the weights of `gradient_states` (samplers/visits.py); μ = λ, or with `q_states="fresh"` the self-normalized
@@ -96,9 +96,9 @@ class JSA(CategoricalLatentModel):
     def jsa_loss(self, x: Tensor, log_q: Tensor, sample: MISSample, has_start: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """-E_λ[log p_θ(x, h)] and -E_μ[log q_φ(h | x)], batch means of weighted sums over the L+1 candidates (the weights
         sum to 1 per example; μ by `q_states`). `has_start` marks the chains whose candidate 0 is a cached state."""
-        weight = candidate_weights(sample, self.gradient_states)
+        weight = candidate_weights(sample, self.gradient_states)  # λ
         loss_p = -self.weighted_log_joint(x, sample, weight).mean()
-        if self.q_states == "fresh":
+        if self.q_states == "fresh":  # μ: self-normalized over the fresh proposals; else μ = λ
             weight = fresh_proposal_weights(sample.log_target, sample.log_proposal, has_start)
         loss_q = -(weight * categorical_log_prob(log_q, sample.candidates)).sum(1).mean()
         return loss_p, loss_q

@@ -90,12 +90,13 @@ def refresh_starts(has_start: Tensor, rate: float | Tensor, generator: torch.Gen
 
 
 def cache_diagnostics(sample: MISSample, age: Tensor, has_start: Tensor) -> dict[str, Tensor]:
-    """Over the chains that start from a cached state (docs/mis.md#when-the-cache-helps):
+    """Over the chains that start from a cached state (docs/mis.md#when-does-the-cache-help):
 
     cache_stuck_rate: the fraction that never leave it in this step's L proposals;
     cache_age_epochs: the mean number of epochs since their state last changed (`age`, read before this step's write);
     cache_log_weight_gap: the mean of w(cached) - max_j w(proposal j), w = log p(x, h) - log q(h | x); > 0 where the
-        cached state outweighs every fresh proposal (a stale state the chain cannot leave, or a mode q misses).
+        cached state outweighs every fresh proposal, each then accepted with probability exp(w_j - w(cached)) < 1 (a
+        stale state the chain rarely leaves, or a mode q misses).
     """
     log_weight = (sample.log_target - sample.log_proposal).detach()
     started = has_start.float()

@@ -1,8 +1,8 @@
 """Metropolis independence sampling (MIS) with the encoder q(h|x) as proposal, index-cached (docs/mis.md).
 
-A step from h_t with proposal h' ~ q accepts with probability min(1, r) (docs/mis.md#the-acceptance-ratio),
+A step from the state h with proposal h' ~ q accepts with probability min(1, r) (docs/mis.md#the-acceptance-ratio),
 
-    r = [p(x, h') q(h_t | x)] / [p(x, h_t) q(h' | x)] = exp(w' - w_t),   w = log p(x, h) - log q(h | x),
+    r = [p(x, h') q(h | x)] / [p(x, h) q(h' | x)] = exp(w(h') - w(h)),   w(h) = log p(x, h) - log q(h | x),
 
 so the chain is decided by its candidates' weights: one encoder pass, the L proposals (and a start) drawn at once, one
 batched decoder pass over the (L+1)B candidates, then the accept/reject over candidate indices (`mis_chain`), at
@@ -22,9 +22,9 @@ LogJoint = Callable[[Tensor], Tensor]  # h (B, N, V) long -> log p(x, h) (B, N)
 
 
 class MISChain(NamedTuple):
-    index: Tensor  # (B,) candidate index of the state after L steps
+    index: Tensor  # (B,) candidate index c_L of the state after L steps
     accepted: Tensor  # (B,) number of accepted moves
-    path: Tensor  # (B, L) candidate index of the state after each step
+    path: Tensor  # (B, L) candidate index c_t of the state after each step t = 1..L
 
 
 class NaiveMISSample(NamedTuple):
@@ -40,7 +40,7 @@ class MISSample(NamedTuple):
     candidates: Tensor  # (B, L+1, V) candidate 0 = start state, 1..L = proposals in order
     log_target: Tensor  # (B, L+1) log p(x, h_j) (with the graph of `log_joint`, if it was built under grad)
     log_proposal: Tensor  # (B, L+1) log q(h_j | x)
-    path_index: Tensor  # (B, L) candidate index of the state after each step
+    path_index: Tensor  # (B, L) candidate index c_t of the state after each step t = 1..L
 
 
 def mis_chain(log_target: Tensor, log_proposal: Tensor, generator: torch.Generator | None = None) -> MISChain:

@@ -15,7 +15,8 @@ from torch import Tensor
 
 
 def importance_weighted_bound(log_weight: Tensor) -> Tensor:
-    """The S-sample bound L_S = log (1/S) Σ_s w_s (Burda et al., 2016), per example: (B, S) -> (B,)."""
+    """L̂ = log (1/S) Σ_s w_s per example, (B, S) -> (B,): its expectation over h_1..h_S ~ q is the S-sample bound
+    L_S (Burda et al., 2016)."""
     return log_weight.logsumexp(1) - math.log(log_weight.shape[1])
 
 
@@ -54,11 +55,11 @@ def vimco_baselines(log_weight: Tensor) -> Tensor:
 def vimco_surrogate(log_joint: Tensor, log_proposal: Tensor) -> Tensor:
     """VIMCO (Mnih & Rezende, 2016): the gradient of the S-sample bound L_S (docs/multi-sample.md#vimco):
 
-        ∇ E[L_S] = E[ Σ_s (L̂ - L̂_{-s}) ∇φ log q_φ(h_s | x) + Σ_s w̃_s ∇ log w_s ],
+        ∇ L_S = ∇ E[L̂] = E[ Σ_s (L̂ - L̂_{-s}) ∇φ log q_φ(h_s | x) + Σ_s w̃_s ∇ log w_s ],
 
     the score-function term with a per-sample learning signal L̂ - L̂_{-s}, and the gradient of L̂ through
     the weights (for θ: Σ w̃_s ∇θ log p(x, h_s); for φ: -Σ w̃_s ∇φ log q(h_s | x)). The value of the
-    returned (B,) surrogate is L̂ = L_S of these samples.
+    returned (B,) surrogate is L̂ of these samples.
     """
     log_weight = log_joint - log_proposal
     bound = importance_weighted_bound(log_weight)  # gradient: Σ_s w̃_s ∇ log w_s

@@ -1,7 +1,7 @@
 """The score-function (REINFORCE) gradient of the ELBO for a categorical q, with control variates
 (docs/score-function.md).
 
-    f(h) = log p_θ(x, h) - log q_φ(h | x),     ∇φ ELBO = E_q[ ∇φ log q_φ(h | x) · (f(h) - B) ]   for any constant B
+    f(h) = log p_θ(x, h) - log q_φ(h | x),     ∇φ ELBO = E_q[ ∇φ log q_φ(h | x) · (f(h) - B) ]   for any B independent of h
     B* = E_q[ ||∇φ log q||² f ] / E_q[ ||∇φ log q||² ]                   (the variance-minimizing B)
 
 B* is estimated leave-one-out from the other S - 1 samples of the example, so that it does not depend on the sample it
@@ -27,7 +27,7 @@ def categorical_score_norm_sq(log_probs: Tensor, latent: Tensor) -> Tensor:
 
 
 def leave_one_out_optimal_baseline(signal: Tensor, score_norm_sq: Tensor) -> Tensor:
-    """B*_s = sum_{s' != s} ||g_s'||² f_s' / sum_{s' != s} ||g_s'||²  for each of the S samples.
+    """B*_s = sum_{s' != s} ||ψ_s'||² f_s' / sum_{s' != s} ||ψ_s'||²  for each of the S samples, ψ_s = ∇ log q(h_s | x).
 
     signal, score_norm_sq: (B, S), S >= 2. Returns (B, S); each entry uses only the other samples.
     """

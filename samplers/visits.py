@@ -69,8 +69,8 @@ def expected_visits(log_target: Tensor, log_proposal: Tensor) -> Tensor:
 def fresh_proposal_weights(log_target: Tensor, log_proposal: Tensor, has_start: Tensor | None = None) -> Tensor:
     """Self-normalized importance weights over the candidates drawn fresh from q, (B, L+1), rows summing to 1.
 
-    ŵ_j ∝ p(x, h_j) / q(h_j | x) over the fresh candidates j, 0 on a cached start (candidate 0 where `has_start`):
-    Σ_j ŵ_j ∇ log q(h_j | x) is the wake-phase q gradient of reweighted wake-sleep (Bornschein & Bengio, 2015), a
+    μ_j ∝ p(x, h_j) / q(h_j | x) over the fresh candidates j, 0 on a cached start (candidate 0 where `has_start`):
+    Σ_j μ_j ∇ log q(h_j | x) is the wake-phase q gradient of reweighted wake-sleep (Bornschein & Bengio, 2015), a
     consistent estimate of E_{p(h|x)}[∇ log q(h | x)] as the number of proposals grows, and it reads nothing the cache
     fed back. Log-space: a softmax of the log-weights, no exponential of an unnormalized weight.
     """
