@@ -253,7 +253,7 @@ def test_fresh_q_states_read_nothing_the_cache_fed_back():
 
 
 def test_fresh_q_gradient_is_the_inclusive_kl_gradient():
-    """Σ_j ŵ_j ∇ log q(h_j | x) over many fresh proposals ≈ E_{p(h|x)}[∇ log q(h | x)], the enumerated gradient of
+    """Σ_j μ_j ∇ log q(h_j | x) over many fresh proposals ≈ E_{p(h|x)}[∇ log q(h | x)], the enumerated gradient of
     KL(p(h|x) || q(h|x)) (up to sign); a cached candidate 0 gets weight 0."""
     from samplers import fresh_proposal_weights, index_cached_mis
 
