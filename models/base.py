@@ -157,7 +157,7 @@ class LatentVariableModel(L.LightningModule):
             check_optimizer_factory(optimizer)
         self.scheduler_factory = scheduler
         if scheduler is not None:
-            check_scheduler_factory(scheduler)
+            check_scheduler_factory(scheduler, optimizer or functools.partial(torch.optim.Adam, lr=self.lr))
         self.eval_num_samples = {"val": settings.val_num_samples, "test": settings.test_num_samples}
         self.eval_chunk_size = settings.eval_chunk_size
         self.test_seed = settings.test_seed

@@ -32,12 +32,12 @@ def check_optimizer_factory(optimizer: OptimizerFactory) -> None:
 SCHEDULER_PERIODS = ("T_max", "step_size")
 
 
-def check_scheduler_factory(scheduler: SchedulerFactory) -> None:
-    """One line (ValueError "scheduler: ...") for settings the scheduler refuses, and for a period of fewer than one
-    epoch: scheduler=cosine's T_max is trainer.max_epochs, which is -1 in a run bounded by trainer.max_steps alone."""
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+def check_scheduler_factory(scheduler: SchedulerFactory, optimizer: OptimizerFactory) -> None:
+    """One line (ValueError "scheduler: ...") for settings the scheduler refuses on the model's optimizer, and for a
+    period of fewer than one epoch: scheduler=cosine's T_max is trainer.max_epochs, -1 in a run bounded by
+    trainer.max_steps alone."""
     try:
-        built = scheduler(optimizer)
+        built = scheduler(optimizer([torch.nn.Parameter(torch.zeros(1))]))
     except (ValueError, TypeError) as error:
         raise ValueError(f"scheduler: {error}") from None
     for name in SCHEDULER_PERIODS:

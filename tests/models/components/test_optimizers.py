@@ -33,6 +33,16 @@ def test_a_scheduler_of_whole_epochs_is_taken():
     VAE(latent_dim=4, scheduler=functools.partial(STEP, step_size=1))
 
 
+def test_a_scheduler_is_checked_on_the_models_own_optimizer():
+    """CyclicLR cycles the momentum by default: SGLD has none, which Adam (the default) and SGD would hide."""
+    from samplers import SGLD
+
+    cyclic = functools.partial(torch.optim.lr_scheduler.CyclicLR, base_lr=1e-8, max_lr=1e-6)
+    VAE(latent_dim=4, scheduler=cyclic)
+    with pytest.raises(ValueError, match="^scheduler: optimizer must support momentum"):
+        VAE(latent_dim=4, optimizer=functools.partial(SGLD, lr=1e-7), scheduler=cyclic)
+
+
 def test_hydras_cosine_over_a_run_bounded_by_steps_alone_says_to_give_t_max(monkeypatch, tmp_path):
     """scheduler=cosine's T_max is trainer.max_epochs, -1 when trainer.max_steps alone bounds the run."""
     overrides = ["model=vae", "scheduler=cosine", "trainer.max_epochs=-1", "trainer.max_steps=3"]
