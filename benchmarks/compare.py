@@ -77,8 +77,9 @@ class Run:
 
     @property
     def trained_steps(self) -> int:
-        """The last training step it logged (train/loss), 0 if none."""
-        return max((step for _, step, _ in self.scalars.get("train/loss", [])), default=0)
+        """The last step it logged anything at, 0 if none: validation, an epoch's end and the test log at the step training
+        reached; train/loss only every trainer.log_every_n_steps (never in a run shorter than that)."""
+        return max((step for values in self.scalars.values() for _, step, _ in values), default=0)
 
     def ranked_nll(self) -> tuple[str, float] | None:
         """(split, NLL) where the run has an estimate to rank by (the test one, else the last validation), None for a

@@ -13,6 +13,8 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
+from checkpoints.import_paths import TRUST_VARIABLE
+from checkpoints.registry import is_registered
 from launch import rules
 from launch.checks.arguments import overrides_of
 from launch.checks.defaults import log_dir as default_log_dir
@@ -20,6 +22,7 @@ from launch.checks.configs import CONFIGS
 from launch.checks.early import USER_ERROR, exit_with, load
 from launch.checks.hydra_check import IMPORTED_GROUPS, check_hydra
 from launch.checks.precheck import EarlyRefusal
+from launch.checks.settings import SettingsError
 from launch.console import quiet_console
 from launch.errors import user_errors_as_one_line
 from launch.hydra_config import register_defaults
@@ -34,6 +37,8 @@ def run(cfg: Any) -> dict[str, float]:
     """Build data, model and trainer from a composed config, fit (and test); the run's final metrics."""
     datamodule, model, trainer, ckpt_path = build_run(cfg)
     with rules.running(trainer, log.info):
+        if cfg.get("run_test") and not isinstance(model, Replicas):
+            check_testable(type(model))
         note_hydra_job(trainer.logger)  # after the run's files are listed: a refused new run still leaves nothing
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
         if cfg.get("run_test") and isinstance(model, Replicas):
@@ -55,6 +60,16 @@ def run(cfg: Any) -> dict[str, float]:
     if best is not None and getattr(trainer.checkpoint_callback, "monitor", None) == "val/nll":
         metrics["val/nll_best"] = float(best)
     return metrics
+
+
+def check_testable(cls: type) -> None:
+    """run_test reads the checkpoint fit writes, which names the model's class: one of the user's own packages only
+    if trusted (checkpoints/registry.py), refused here rather than after the whole training."""
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    if not is_registered(name, "model"):
+        raise SettingsError(f"run_test=true with model._target_={name}: the test reads the run's checkpoint, which names "
+                            f"this class of your own; trust its package: {TRUST_VARIABLE}={cls.__module__.split('.')[0]} "
+                            "(README: Your own code)")
 
 
 def main() -> None:

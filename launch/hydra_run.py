@@ -105,6 +105,8 @@ def check_run_settings(cfg: Any) -> None:
     for group, settings in groups.items():
         try:
             check_settings(get_object(settings["_target_"]), settings, group)
+        except ImportError as error:  # a class of one's own misspelled: +callbacks.mine._target_=mypkg.callbacks.Typo
+            raise SettingsError(f"{group}._target_: {' '.join(str(error).split())}") from None
         except SettingsError as error:  # logger._target_=... over another logger's settings
             mixed = " (logger=csv and logger=tensorboard choose a logger with its own settings)" if group == "logger" else ""
             raise SettingsError(f"{error}{mixed}") from None

@@ -41,6 +41,7 @@ from models.components.optimizers import (
     OptimizerFactory,
     SchedulerFactory,
     check_optimizer_factory,
+    check_scheduler_factory,
 )
 from samplers.importance import importance_log_likelihood
 from samplers.sgmcmc import SGMCMC
@@ -155,6 +156,8 @@ class LatentVariableModel(L.LightningModule):
         if optimizer is not None:  # its settings are checked now, not at the first training step (a traceback there)
             check_optimizer_factory(optimizer)
         self.scheduler_factory = scheduler
+        if scheduler is not None:
+            check_scheduler_factory(scheduler, optimizer or functools.partial(torch.optim.Adam, lr=self.lr))
         self.eval_num_samples = {"val": settings.val_num_samples, "test": settings.test_num_samples}
         self.eval_chunk_size = settings.eval_chunk_size
         self.test_seed = settings.test_seed

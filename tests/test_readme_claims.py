@@ -47,6 +47,13 @@ def test_what_fit_help_lists_is_what_readme_and_usage_say(capsys):
     assert "--data.batch_size" in help_text(capsys, "fit", "--data.help", "MNISTDataModule")
 
 
+def test_readmes_cli_spelling_of_the_scheduler_builds_it(tmp_path):
+    """README gives `scheduler=cosine` in LightningCLI's words: those options alone build the model with its scheduler."""
+    [spelling] = re.findall(r"\(CLI: `(--model\.scheduler=[^`]+)`", README)
+    cli = launch.cli_app.main([*spelling.split(), f"--log_dir={tmp_path / 'logs'}"], run=False)
+    assert type(cli.model.configure_optimizers()["lr_scheduler"]).__name__ == "CosineAnnealingLR"
+
+
 @pytest.mark.slow  # starts a Python process (torch's import)
 def test_readme_says_its_timings_are_of_an_idle_machine_and_how_to_share_a_busy_one():
     """README's timings were taken on an idle machine, and it says so; its advice for a busy one, one torch thread

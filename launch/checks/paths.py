@@ -65,6 +65,9 @@ def check_paths(argv: list[str], cli: bool, data_class: str | None) -> None:
         raise PathRefusal(f"run_name={run_name}: expected a name (no '/', not '.' or '..'): runs are written under log_dir")
     config_file_given = cli and any(is_config_option(option) for option, _ in cli_sources(argv))  # it may give these
     log_dir = f"{prefix}log_dir"
+    if given.get(log_dir) is not None and "" in [str(v).strip() for v in values_of(given[log_dir], cli) or []]:
+        # Hydra's own directory, ${log_dir}/hydra, would be /hydra; LightningCLI would write under the default instead
+        raise PathRefusal(f"{log_dir}={given[log_dir]}: an empty path; give a directory the run can write to")
     for option in [*(["--trainer.default_root_dir"] if cli else HYDRA_OUTPUT_DIRS), log_dir]:
         by_default = option == log_dir and option not in given
         for value in [] if by_default and config_file_given else values(option, default_log_dir() if by_default else None):

@@ -1,6 +1,6 @@
 """The optimizer a model trains with, given as a factory (`model.optimizer`: Adam by default, or an SG-MCMC sampler,
 configs/optimizer/), checked when the model is built rather than at the first training step; and its learning-rate
-scheduler, also a factory (`model.scheduler`, configs/scheduler/)."""
+scheduler, also a factory (`model.scheduler`, configs/scheduler/), checked likewise."""
 
 from __future__ import annotations
 
@@ -25,3 +25,24 @@ def check_optimizer_factory(optimizer: OptimizerFactory) -> None:
         raise ValueError("optimizer: HMC is not a training optimizer: its accept/reject test needs the energy of "
                          "the whole data set, and a training step sees one minibatch (with fresh latents every "
                          "call); use sgld, sghmc, sgnht or santa")
+
+
+# The schedulers' periods in epochs (CosineAnnealingLR's T_max, StepLR's step_size), which torch takes unchecked: 0
+# divides by zero at the end of the first epoch, and a negative T_max sets the learning rate to eta_min there.
+SCHEDULER_PERIODS = ("T_max", "step_size")
+
+
+def check_scheduler_factory(scheduler: SchedulerFactory, optimizer: OptimizerFactory) -> None:
+    """One line (ValueError "scheduler: ...") for settings the scheduler refuses on the model's optimizer, and for a
+    period of fewer than one epoch: scheduler=cosine's T_max is trainer.max_epochs, -1 in a run bounded by
+    trainer.max_steps alone."""
+    try:
+        built = scheduler(optimizer([torch.nn.Parameter(torch.zeros(1))]))
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"scheduler: {error}") from None
+    for name in SCHEDULER_PERIODS:
+        period = getattr(built, name, None)
+        if isinstance(period, int) and period < 1:
+            source = " (scheduler=cosine takes it from trainer.max_epochs)" if name == "T_max" else ""
+            raise ValueError(f"scheduler: {type(built).__name__}'s {name}={period}: expected a number of epochs >= 1{source}; "
+                             f"give scheduler.{name}=N (CLI: --model.scheduler.{name}=N)")

@@ -229,6 +229,13 @@ def test_the_report_ranks_by_nll_says_what_is_noise_and_shows_only_readable_reco
     assert "Reconstructions are shown for runs of at least" in report
 
 
+def test_a_run_shorter_than_its_logging_interval_counts_the_steps_it_reached():
+    """train/loss is logged every trainer.log_every_n_steps (50): a 3-step smoke run logs none, but its validation and
+    epoch end log at the step reached, so the report does not say it trained for 0 steps."""
+    scalars = {"val/nll": [(0.0, 2, 500.0)], "train/epoch_time_s": [(0.0, 3, 0.4)], "epoch": [(0.0, 3, 0.0)]}
+    assert compare.Run(Path("run"), "run", {}, scalars).trained_steps == 3
+
+
 @pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 def test_compare_experiment_and_report(tmp_path, mnist_dir):
     tiny = [*FAST, "trainer.limit_test_batches=1", "model.test_num_samples=2", "data.batch_size=32"]

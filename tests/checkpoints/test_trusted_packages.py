@@ -128,8 +128,12 @@ def test_the_cli_trains_reruns_tests_and_loads_your_own_code(user, tmp_path):
 
 @pytest.mark.slow
 def test_hydra_trains_and_tests_a_model_of_your_own(user, tmp_path):
-    """`model._target_=mypkg.mymodel.MyVAE run_test=true`: the best checkpoint of one's own model is tested."""
+    """`model._target_=mypkg.mymodel.MyVAE run_test=true`: the best checkpoint of one's own model is tested; untrusted,
+    the run is refused before it trains, not after (its test would read a checkpoint naming the class)."""
     args = ["model=vae", "model._target_=mypkg.mymodel.MyVAE", "model.latent_dim=2", "run_test=true", *TINY_RUN, "log_dir=logs"]
+    refused = preloaded.run_train(args, tmp_path, user, timeout=240)
+    assert refused.returncode == 2 and last_line(refused).startswith("error: run_test=true with model._target_=mypkg.mymodel.MyVAE: ")
+    assert f"{TRUST_VARIABLE}=mypkg" in last_line(refused) and not (tmp_path / "logs" / "tensorboard").exists(), refused.stderr[-2000:]
     result = preloaded.run_train(args, tmp_path, trusting(user, "mypkg"), timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "test/nll" in output, output[-2000:]

@@ -197,6 +197,20 @@ def test_a_callbacks_constructor_refusal_names_the_callback_and_its_class_before
     assert not (tmp_path / "logs").exists()
 
 
+@pytest.mark.parametrize("override, named", [
+    ("+callbacks.mine._target_=callbacks.PrintEpok", "callbacks.mine._target_: Error loading 'callbacks.PrintEpok'"),
+    ("model._target_=models.VAEE", "model._target_: Error loading 'models.VAEE'"),
+])
+def test_a_target_that_cannot_be_imported_is_one_line_naming_the_group_before_the_run(override, named, tmp_path, monkeypatch):
+    from launch.checks.settings import SettingsError
+
+    monkeypatch.setattr("sys.argv", ["train.py", override])
+    with pytest.raises(SettingsError) as refused:
+        launch.hydra_run.build_run(composed([override, f"log_dir={tmp_path / 'logs'}"]))
+    assert str(refused.value).startswith(named) and "\n" not in str(refused.value), refused.value
+    assert not (tmp_path / "logs").exists()
+
+
 @pytest.mark.parametrize("choice, cli, expected", [
     ("cosine", ["--model.scheduler=CosineAnnealingLR", "--model.scheduler.T_max=3"], ("CosineAnnealingLR", {"T_max": 3})),
     ("step", ["--model.scheduler=StepLR", "--model.scheduler.step_size=10"], ("StepLR", {"step_size": 10, "gamma": 0.1})),

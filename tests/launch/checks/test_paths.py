@@ -37,6 +37,14 @@ def test_each_value_of_a_sweep_is_checked(tmp_path):
         check_paths(["-m", "log_dir=runs,afile"], cli=False, data_class=None)
 
 
+@pytest.mark.parametrize("argv, cli", [(["log_dir="], False), (["log_dir=''"], False), (["-m", "log_dir=runs,"], False),
+                                       (["fit", "--log_dir="], True), (["fit", "--log_dir", ""], True)])
+def test_an_empty_log_dir_is_refused(argv, cli):
+    """Hydra would put its own directory, ${log_dir}/hydra, at /hydra; LightningCLI would write under the default."""
+    with pytest.raises(PathRefusal, match=r"log_dir=\S*: an empty path; give a directory the run can write to$"):
+        check_paths(argv, cli=cli, data_class=None)
+
+
 @pytest.mark.parametrize("config", [["-c", "run.yaml"], ["-crun.yaml"], ["--config=run.yaml"], ["--conf", "run.yaml"]])
 def test_a_config_file_in_any_spelling_may_set_log_dir_and_data_dir(config, tmp_path, monkeypatch):
     (tmp_path / "logs").write_text("a file where the default log_dir would be")

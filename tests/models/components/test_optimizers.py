@@ -1,0 +1,60 @@
+"""models/components/optimizers.py: a learning-rate scheduler's period of fewer than one epoch is refused when the model
+is built, in one line naming the setting, by the model itself and through both front ends."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+import launch.cli_app
+import launch.hydra_run
+from launch.checks.settings import SettingsError
+from models import VAE
+from tests.launch.test_configs import composed
+
+COSINE, STEP = torch.optim.lr_scheduler.CosineAnnealingLR, torch.optim.lr_scheduler.StepLR
+
+
+@pytest.mark.parametrize("scheduler, named", [
+    (functools.partial(COSINE, T_max=0), "scheduler: CosineAnnealingLR's T_max=0: expected a number of epochs >= 1"),
+    (functools.partial(COSINE, T_max=-1), "scheduler: CosineAnnealingLR's T_max=-1: expected a number of epochs >= 1"),
+    (functools.partial(STEP, step_size=0), "scheduler: StepLR's step_size=0: expected a number of epochs >= 1"),
+])
+def test_a_scheduler_period_under_one_epoch_is_refused_when_the_model_is_built(scheduler, named):
+    """Torch takes these: 0 divides by zero at the first epoch's end, a negative T_max sets the learning rate to 0."""
+    with pytest.raises(ValueError, match=named):
+        VAE(latent_dim=4, scheduler=scheduler)
+
+
+def test_a_scheduler_of_whole_epochs_is_taken():
+    VAE(latent_dim=4, scheduler=functools.partial(COSINE, T_max=1))
+    VAE(latent_dim=4, scheduler=functools.partial(STEP, step_size=1))
+
+
+def test_a_scheduler_is_checked_on_the_models_own_optimizer():
+    """CyclicLR cycles the momentum by default: SGLD has none, which Adam (the default) and SGD would hide."""
+    from samplers import SGLD
+
+    cyclic = functools.partial(torch.optim.lr_scheduler.CyclicLR, base_lr=1e-8, max_lr=1e-6)
+    VAE(latent_dim=4, scheduler=cyclic)
+    with pytest.raises(ValueError, match="^scheduler: optimizer must support momentum"):
+        VAE(latent_dim=4, optimizer=functools.partial(SGLD, lr=1e-7), scheduler=cyclic)
+
+
+def test_hydras_cosine_over_a_run_bounded_by_steps_alone_says_to_give_t_max(monkeypatch, tmp_path):
+    """scheduler=cosine's T_max is trainer.max_epochs, -1 when trainer.max_steps alone bounds the run."""
+    overrides = ["model=vae", "scheduler=cosine", "trainer.max_epochs=-1", "trainer.max_steps=3"]
+    monkeypatch.setattr("sys.argv", ["train.py", *overrides])
+    with pytest.raises(SettingsError, match=r"model \(VAE\): scheduler: CosineAnnealingLR's T_max=-1: .*give scheduler.T_max=N"):
+        launch.hydra_run.build(composed(overrides))
+
+
+def test_the_cli_refuses_a_zero_step_size_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        launch.cli_app.main(["--model=VAE", "--model.scheduler=StepLR", "--model.scheduler.step_size=0",
+                             f"--log_dir={tmp_path / 'logs'}"], run=False)
+    assert stopped.value.code == 2
+    assert "error: VAE: scheduler: StepLR's step_size=0: expected a number of epochs >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "logs").exists()
