@@ -4,7 +4,7 @@ Hydra (config tree in configs/, `key=value` overrides, `-m` multirun):
     python train.py model=vae data=mnist trainer.max_epochs=5
     python train.py -m model=vae data=mnist,cifar10
 
-LightningCLI (jsonargparse; subcommands fit/validate/test/predict):
+LightningCLI (jsonargparse; subcommands fit/validate/test):
     python train.py fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1
 This file only dispatches: launch/hydra_app.py and launch/cli_app.py describe the run, launch/run_builder.py builds it.
 """
@@ -21,7 +21,7 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*
 
 USAGE = """\
 usage: python train.py [KEY=VALUE ...]             (Hydra; -m for multirun)
-       python train.py {{fit,validate,test,predict}} [--OPTION VALUE ...]  (LightningCLI)
+       python train.py {{fit,validate,test}} [--OPTION VALUE ...]  (LightningCLI)
 
 Hydra, with the config tree in configs/ (defaults: model=jsa data=mnist):
   python train.py model=vae data=mnist trainer.max_epochs=5

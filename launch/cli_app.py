@@ -1,4 +1,4 @@
-"""The LightningCLI front end: `python train.py {fit,validate,test,predict} [--OPTION VALUE ...]`, on the same classes
+"""The LightningCLI front end: `python train.py {fit,validate,test} [--OPTION VALUE ...]`, on the same classes
 and with the same defaults and run rules as the Hydra front end (launch/rules.py), its parser's reports turned into
 one line naming the option as given."""
 

@@ -21,6 +21,10 @@ def check_cli_command(argv: list[str], schema: dict[str, Any], prints_only: bool
     (launch/checks/received_config.py); whether test has a checkpoint once parsed (launch/cli_app.py)."""
     if prints_only:
         return  # the help options and print_config refuse nothing
+    if argv[0] == "predict":  # LightningCLI offers it; no model has a predict_step or a data module a predict split
+        raise EarlyRefusal("predict: the models have no prediction step; a trained model's codes, reconstructions, "
+                           "samples and NLLs come from it in Python (README, Using a trained model: "
+                           "<Model>.load_from_checkpoint(PATH).encode(x), ...), its test metrics from `test --ckpt_path=PATH`")
     pairs: list[tuple[str, str | None, str | None]] = []  # (--option, value, the config file that gives it or None)
     for option, value in option_values([f"--config={a[2:].removeprefix('=')}" if a.startswith("-c") and a != "-c" else
                                         "--config" if a == "-c" else a for a in argv[1:]]):

@@ -189,6 +189,13 @@ def check_hydra(argv: list[str], schema: dict[str, Any], only: tuple[str, ...] |
             owned = owner and (not experiment or group == "trainer")  # an experiment may choose another model
             raise EarlyRefusal(f"{key}: no such setting{f' of {owner}' if owned else ''}"
                                f"{did_you_mean(key, names) or elsewhere(schema, group, name)}")
+        # Every class the command line sweeps must take it: Hydra would refuse the job of one that does not, in several
+        # lines and after the jobs before it ran (an experiment may choose the models itself: those are not known here).
+        lacking = [class_name(schema, group, choice) for choice, settings in zip(choices.get(group, []), specs)
+                   if name not in settings] if not (experiment and group == "model") else []
+        if lacking:
+            raise EarlyRefusal(f"{key}: no such setting of {', '.join(lacking)}, which {group}={','.join(choices[group])} "
+                               f"sweeps{elsewhere(schema, group, name)}; give it in a multirun of the {group}s that take it")
         if group not in CLASS_DEFAULT_GROUPS and key not in appended and not in_file:
             check_config_key(key, value or "V", group, choices.get(group, [None]))  # a setting its file leaves out
         if value is not None and only is None:  # (after the imports, values are checked once composed)

@@ -89,10 +89,14 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("+seed=1", ["+seed=1", "configs/train.yaml", "seed=1"]),
     # an optimizer's config holds only the keys its file sets (not the class's defaults): the + that adds one
     ("optimizer.weight_decay=0.1", ["optimizer.weight_decay", "configs/optimizer/adam.yaml", "+optimizer.weight_decay=0.1"]),
+    # a setting of one swept model and not of another: Hydra would refuse that model's job once the jobs before it ran
+    ("-m model=vae,jsa model.latent_dim=4", ["model.latent_dim", "JSA", "model=vae,jsa", "VAE (model=vae)"]),
+    # LightningCLI's predict, which no model implements: what to use instead
+    ("predict --ckpt_path=x.ckpt", ["predict", "load_from_checkpoint", "test --ckpt_path"]),
 ])
 def test_mistakes_are_one_line_with_the_closest_name(command, named):
     argv = shlex.split(command)
-    refusal = refuse_early(argv, cli=argv[0] in ("fit", "validate", "test"))
+    refusal = refuse_early(argv, cli=argv[0] in ("fit", "validate", "test", "predict"))
     assert refusal is not None and "\n" not in refusal, refusal
     says(refusal, *named)
 
