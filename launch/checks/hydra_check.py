@@ -118,7 +118,9 @@ def check_hydra(argv: list[str], schema: dict[str, Any], only: tuple[str, ...] |
     choices = {group: [choice] for group, choice in default_choices().items()}
     for key, value in overrides:
         if key in CONFIG_GROUPS and key != "hydra":
-            available = sorted({p.stem for folder in (CONFIGS, *hydra_folders(argv)) for p in (folder / key).glob("*.yaml")})
+            folders = [CONFIGS, *hydra_folders(argv)]
+            available = sorted({p.stem for folder in folders for p in (folder / key).glob("*.yaml")})
+            searched = " or ".join(f"{folder / key}/" if folder != CONFIGS else f"configs/{key}/" for folder in folders)
             read = values_of(value)  # quotes and spaces are Hydra's syntax, not part of the name
             wanted = [str(v) if v is not None else "null" for v in read] if read is not None else []
             for choice in wanted:
@@ -126,7 +128,7 @@ def check_hydra(argv: list[str], schema: dict[str, Any], only: tuple[str, ...] |
                     # Hydra leaves a group out with ~group (it refuses group=null from the command line)
                     leave_out = (f" ({key}=none leaves it out)" if "none" in available else f" (~{key} leaves it out)") \
                         if choice in ("null", "none", "None", "false") else ""
-                    raise EarlyRefusal(f"{key}={choice}: no such config in configs/{key}/; expected one of "
+                    raise EarlyRefusal(f"{key}={choice}: no such config in {searched}; expected one of "
                                        f"{', '.join(available)}{did_you_mean(choice, available)}{leave_out}")
             choices[key] = wanted or [None]
     experiment = [c for c in choices.get("experiment", [None]) if c not in (None, "null", "")]

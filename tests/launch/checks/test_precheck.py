@@ -166,7 +166,8 @@ def test_the_configs_of_a_config_dir_are_choices_of_their_groups(tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "mine.yaml").write_text("_target_: models.VAE\n")
     assert refuse_early(["--config-dir", str(tmp_path), "model=mine"], cli=False) is None
-    assert "did you mean mine?" in refuse_early(["--config-dir", str(tmp_path), "model=mien"], cli=False)
+    refusal = refuse_early(["--config-dir", str(tmp_path), "model=mien"], cli=False)
+    says(refusal, "did you mean mine?", f"configs/model/ or {tmp_path / 'model'}/")  # where it was looked for
 
 
 def test_the_classes_a_config_file_chooses_hold_where_it_stands_on_the_command_line(tmp_path):
