@@ -1,6 +1,7 @@
 """Image grids in TensorBoard: each input next to its reconstruction, and decoded prior samples.
 
-Written for the first batch of every validation and test run (rank 0), under the tags
+Written for the first batch of every validation and test run (rank 0; not the sanity check before training, whose
+metrics Lightning discards too: a resumed run would show its last grid twice), under the tags
 `{val,test}/reconstructions` and `{val,test}/prior_samples` (latents drawn from the model's prior, decoded). The reconstructions are the ones the
 evaluation step already computed (returned as `outputs["reconstructions"]`, models/base.py), so
 only the prior samples cost a decoder pass.
@@ -24,7 +25,7 @@ class ImageGrids(L.Callback):
         self.num_images = num_images
 
     def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        if batch_idx == 0 and isinstance(outputs, dict) and "reconstructions" in outputs:
+        if batch_idx == 0 and not trainer.sanity_checking and isinstance(outputs, dict) and "reconstructions" in outputs:
             self.log_grids(trainer, pl_module, "val", batch[0], outputs["reconstructions"])
 
     def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:

@@ -20,7 +20,7 @@ from models import VAE
 
 def fit(tmp_path: Path, mnist_dir: Path, callbacks: list, steps: int = 4, **kwargs) -> tuple[L.Trainer, EventAccumulator]:
     logger = TensorBoardLogger(tmp_path, name="run", default_hp_metric=False)
-    trainer = L.Trainer(max_steps=steps, limit_train_batches=kwargs.pop("limit_train_batches", steps), limit_val_batches=1, num_sanity_val_steps=0, logger=logger,
+    trainer = L.Trainer(max_steps=steps, limit_train_batches=kwargs.pop("limit_train_batches", steps), limit_val_batches=1, num_sanity_val_steps=kwargs.pop("num_sanity_val_steps", 0), logger=logger,
                         callbacks=callbacks, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         log_every_n_steps=1, **kwargs)
     trainer.fit(VAE(latent_dim=4, val_num_samples=2), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
@@ -30,9 +30,9 @@ def fit(tmp_path: Path, mnist_dir: Path, callbacks: list, steps: int = 4, **kwar
 
 
 def test_image_grids_alone(tmp_path, mnist_dir):
-    _, events = fit(tmp_path, mnist_dir, [ImageGrids(num_images=6)])
+    _, events = fit(tmp_path, mnist_dir, [ImageGrids(num_images=6)], num_sanity_val_steps=1)
     assert set(events.Tags()["images"]) == {"val/reconstructions", "val/prior_samples"}
-    (grid,) = events.Images("val/reconstructions")
+    (grid,) = events.Images("val/reconstructions")  # the validation's, none of the sanity check before training
     assert grid.step == 4 and grid.width > 28 * 2  # inputs beside reconstructions
     _, without = fit(tmp_path / "b", mnist_dir, [])
     assert without.Tags()["images"] == []
@@ -84,7 +84,7 @@ def mid_epoch_checkpoint(tmp_path: Path, mnist_dir: Path) -> Path:
 
 def resume(tmp_path: Path, mnist_dir: Path, callbacks: list, **kwargs) -> L.Trainer:
     logger = TensorBoardLogger(tmp_path, name="resumed", default_hp_metric=False)
-    trainer = L.Trainer(max_steps=12, limit_train_batches=6, limit_val_batches=1, num_sanity_val_steps=0, logger=logger,
+    trainer = L.Trainer(max_steps=12, limit_train_batches=6, limit_val_batches=1, num_sanity_val_steps=kwargs.pop("num_sanity_val_steps", 0), logger=logger,
                         callbacks=callbacks, enable_checkpointing=False, enable_model_summary=False, log_every_n_steps=1,
                         **kwargs)
     trainer.fit(VAE(latent_dim=4, val_num_samples=2), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16),
