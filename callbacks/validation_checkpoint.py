@@ -10,6 +10,8 @@ last.ckpt follows its validations alone (with `every_n_train_steps`, the steps' 
 
 from __future__ import annotations
 
+import warnings
+
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
@@ -27,6 +29,13 @@ class ValidationCheckpoint(ModelCheckpoint):
         return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
 
     _saves = 0  # files written, to tell whether Lightning's own hook saved (no __init__: the CLI reads Lightning's)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        # Before the first validation there is no val/nll to rank checkpoints by (last.ckpt is the run's checkpoint):
+        # Lightning's warning there ("... HINT: Did you call `log('val/nll', value)`?") points at a logging bug there
+        # is not. A key still missing once a validation ran stays Lightning's error.
+        warnings.filterwarnings("ignore", message=r"`ModelCheckpoint\(monitor=.*\)` could not find the monitored key")
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         super()._save_checkpoint(trainer, filepath)

@@ -49,3 +49,16 @@ def test_its_state_in_a_checkpoint_is_lightnings(tmp_path):
     settings = {key: value for key, value in config_file("callbacks/default.yaml")["model_checkpoint"].items() if key != "_target_"}
     callback = instantiate({**config_file("callbacks/default.yaml")["model_checkpoint"]})
     assert type(callback) is not ModelCheckpoint and callback.state_key == ModelCheckpoint(**settings).state_key
+
+
+def test_a_run_stopped_before_its_first_validation_keeps_last_ckpt_without_a_warning_about_logging(tmp_path):
+    """No validation yet, so no val/nll to rank by: last.ckpt is written, and Lightning's warning that asks whether
+    val/nll is logged at all is not shown (it is, at every validation)."""
+    callback = instantiate({**config_file("callbacks/default.yaml")["model_checkpoint"], "dirpath": str(tmp_path)})
+    trainer = L.Trainer(max_steps=2, limit_train_batches=4, callbacks=[callback], logger=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(NoImprovement())
+    assert not [w for w in caught if "could not find the monitored key" in str(w.message)]
+    assert load_checkpoint_file(tmp_path / "last.ckpt")["global_step"] == 2
