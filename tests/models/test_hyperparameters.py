@@ -4,6 +4,8 @@ values) left out."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -16,7 +18,8 @@ SMALL = {VQVAE: {"num_categories": 16, "code_dim": 4, "hidden_channels": 16}}
 
 @pytest.mark.parametrize("cls", registered("model"), ids=lambda cls: cls.__name__)
 def test_every_setting_is_saved_with_the_data_shape_but_not_the_optimizer(cls):
-    model = cls(**SMALL.get(cls, {}), lr=0.02, optimizer=torch.optim.SGD, scheduler=torch.optim.lr_scheduler.StepLR)
+    model = cls(**SMALL.get(cls, {}), lr=0.02, optimizer=torch.optim.SGD,
+                scheduler=functools.partial(torch.optim.lr_scheduler.StepLR, step_size=2))
     assert set(model.hparams) == set(constructor_defaults(cls)) | {"data_shape"}
     assert model.hparams["lr"] == 0.02  # the base class's argument, given to the subclass
 
