@@ -2,7 +2,8 @@
 
 Lightning turns SIGTERM into `SIGTERMException` at the next step boundary (rank 0's flag broadcast under DDP). On it,
 this callback writes `last.ckpt` (every rank takes part), the state after the last finished step, and sets the exit
-status to 128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C), where Lightning's own exits with 0. The first
+status to 128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C), where Lightning's own exits with 0; SIGTERM
+during validate or test exits with 143 too, saving nothing (launch/rules.py takes back what it logged). The first
 Ctrl-C takes the same path; a second interrupts at once, saving nothing. The message names the command that resumes
 the run (`resume_command`), in place of Lightning's "Received SIGTERM: 15" line.
 """
@@ -68,7 +69,10 @@ class SaveOnPreemption(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._restore_sigint()
-        if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
+        if not isinstance(exception, SIGTERMException):
+            return
+        if trainer.state.fn != "fit":  # a stopped validate or test: nothing to resume, but no success either
+            exception.code = 128 + signal.SIGTERM
             return
         path = checkpoint_directory(trainer) / "last.ckpt"
         trainer.save_checkpoint(path, weights_only=False)  # the full state (Lightning's default, said: no log line about it)
