@@ -92,9 +92,12 @@ class SaveOnPreemption(L.Callback):
 
 
 def checkpoint_directory(trainer: L.Trainer) -> Path:
-    """Where the run's ModelCheckpoint writes (its `last.ckpt` is the one to resume from), else
-    <default_root_dir>/checkpoints."""
+    """Where the run's ModelCheckpoint writes (its `last.ckpt` is the one to resume from): its dirpath, else where
+    it puts its files when it has none, as Lightning resolves it at setup (the logger's <log_dir>/checkpoints, else
+    <default_root_dir>/checkpoints); a process that spawned the ranks (ddp_spawn) never ran that setup itself."""
     callback = trainer.checkpoint_callback
     if callback is not None and getattr(callback, "dirpath", None):
         return Path(callback.dirpath)
+    if trainer.loggers and getattr(trainer.loggers[0], "log_dir", None):
+        return Path(trainer.loggers[0].log_dir) / "checkpoints"
     return Path(trainer.default_root_dir) / "checkpoints"
