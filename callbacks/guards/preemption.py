@@ -79,7 +79,7 @@ class SaveOnPreemption(L.Callback):
         name = signal.Signals(self.signal).name
         if trainer.is_global_zero:
             log.warning("%s: saved a resumable checkpoint at step %d to %s; resume with: %s", name, trainer.global_step,
-                        path, resume_command(path, type(pl_module).__name__))
+                        path, resume_command(path, type(pl_module).__name__, config_file=run_config_file(trainer)))
         exception.code = 128 + self.signal  # SystemExit's status: the run was stopped by a signal
 
     def _restore_sigint(self) -> None:
@@ -89,6 +89,11 @@ class SaveOnPreemption(L.Callback):
         if self._previous_sigint is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, self._previous_sigint)
             self._previous_sigint = None
+
+
+def run_config_file(trainer: L.Trainer) -> Path | None:
+    """The config.yaml LightningCLI wrote into the run (launch/cli_app.py), which holds every setting of the run."""
+    return Path(trainer.log_dir) / "config.yaml" if trainer.log_dir else None
 
 
 def checkpoint_directory(trainer: L.Trainer) -> Path:

@@ -337,12 +337,16 @@ def test_ctrl_c_says_how_to_resume_in_the_projects_words_only(tmp_path, mnist_di
                 signal.raise_signal(signal.SIGINT)
 
     trainer = L.Trainer(max_steps=20, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path,
                         callbacks=[CtrlC(), ModelCheckpoint(dirpath=tmp_path, save_last=True), SaveOnPreemption()])  # launch/rules.py adds it
+    (tmp_path / "config.yaml").write_text("data:\n  batch_size: 16\n")  # LightningCLI's record of the run's settings
     with logged() as messages, pytest.raises(SystemExit) as stop:
         trainer.fit(VAE(latent_dim=4), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
     assert stop.value.code == 130
-    last = tmp_path / "last.ckpt"
-    assert messages[-1] == f"SIGINT: saved a resumable checkpoint at step 2 to {last}; resume with: python train.py fit --model=VAE --ckpt_path={last}"
+    last, config = tmp_path / "last.ckpt", tmp_path / "config.yaml"
+    # The run's config.yaml: its data and trainer settings too (LightningCLI restores only the model's from a checkpoint).
+    assert messages[-1] == f"SIGINT: saved a resumable checkpoint at step 2 to {last}; resume with: python train.py fit --config={config} --ckpt_path={last}"
+    assert resume_command(last, "VAE") == f"python train.py fit --model=VAE --ckpt_path={last}"  # a run without one
     assert not [m for m in messages if "Received SIGTERM" in m or "weights_only" in m], messages
     # Under Hydra: the job's own overrides, with model= (the job's choice, or the model that wrote the checkpoint).
     composed(["model=vae", "model.latent_dim=4", "data.batch_size=16"])
