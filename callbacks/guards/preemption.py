@@ -21,6 +21,7 @@ import lightning as L
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from checkpoints.resume_command import resume_command
+from common.private_api import sigterm_without_broadcast
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class SaveOnPreemption(L.Callback):
         self.signal = signal.SIGTERM
         if threading.current_thread() is threading.main_thread():
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+            sigterm_without_broadcast(trainer)  # no collective inside the handler: under DDP it meets another rank's
         if not self._filtering:
             _sigterm_line.active += 1
             self._filtering = True
@@ -76,10 +78,10 @@ class SaveOnPreemption(L.Callback):
             return
         path = checkpoint_directory(trainer) / "last.ckpt"
         trainer.save_checkpoint(path, weights_only=False)  # the full state (Lightning's default, said: no log line about it)
-        name = signal.Signals(self.signal).name
+        name, config_file = signal.Signals(self.signal).name, run_config_file(trainer)  # every rank: a broadcast under DDP
         if trainer.is_global_zero:
             log.warning("%s: saved a resumable checkpoint at step %d to %s; resume with: %s", name, trainer.global_step,
-                        path, resume_command(path, type(pl_module).__name__, config_file=run_config_file(trainer)))
+                        path, resume_command(path, type(pl_module).__name__, config_file=config_file))
         exception.code = 128 + self.signal  # SystemExit's status: the run was stopped by a signal
 
     def _restore_sigint(self) -> None:

@@ -321,6 +321,30 @@ def logged() -> Iterator[list[str]]:
         messages.extend(r.getMessage() for r in records)
 
 
+def test_sigterm_during_fit_starts_no_collective_inside_the_signal_handler(tmp_path, mnist_dir):
+    """Lightning's SIGTERM handler broadcasts rank 0's flag from inside the handler, wherever the signal lands: under DDP
+    that broadcast meets another rank's collective (JSA's cache gather) and the run dies without its checkpoint. While
+    SaveOnPreemption trains, the handler only sets the flag, which the loop broadcasts at the next step boundary."""
+    from unittest.mock import patch
+
+    from callbacks.guards.preemption import SaveOnPreemption
+
+    class Sigterm(L.Callback):
+        def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+            if trainer.global_step == 2:
+                with patch("torch.distributed.broadcast", side_effect=AssertionError("a collective in the handler")), \
+                        patch("torch.distributed.is_initialized", return_value=True), \
+                        patch.object(L.Trainer, "world_size", new=2):
+                    signal.raise_signal(signal.SIGTERM)
+
+    trainer = L.Trainer(max_steps=20, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path,
+                        callbacks=[Sigterm(), ModelCheckpoint(dirpath=tmp_path, save_last=True), SaveOnPreemption()])
+    with pytest.raises(SystemExit) as stop:
+        trainer.fit(VAE(latent_dim=4), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
+    assert stop.value.code == 143 and trainer.global_step == 2
+
+
 def test_ctrl_c_says_how_to_resume_in_the_projects_words_only(tmp_path, mnist_dir, monkeypatch):
     """The first Ctrl-C saves last.ckpt and exits 130 with one message that names the command to resume with;
     Lightning's "Received SIGTERM: 15" (the callback sends itself SIGTERM) and "`weights_only` was not set" are not shown."""
