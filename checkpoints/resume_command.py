@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import os
 import shlex
+from pathlib import Path
 
 
-def resume_command(ckpt_path: str | os.PathLike, class_name: str, config_name: str | None = None, subcommand: str = "fit") -> str:
+def resume_command(ckpt_path: str | os.PathLike, class_name: str, config_name: str | None = None, subcommand: str = "fit",
+                   config_file: str | os.PathLike | None = None) -> str:
     """The command that resumes a run from `ckpt_path` in the front end that runs it. Under Hydra, this job's own
     overrides with `model=<config_name>` (default: this job's model choice) and `ckpt_path=`:
     `python train.py model=jsa model.mis_steps=2 ckpt_path=PATH` (another model drops the model.* ones); otherwise
-    LightningCLI's `python train.py fit --model=<class_name> --ckpt_path=PATH` (it restores the model's settings
+    LightningCLI's `python train.py fit --config=<config_file> --ckpt_path=PATH` with the run's own config.yaml
+    (its trainer and data settings too: the data order continues only with the same batch size), else
+    `python train.py fit --model=<class_name> --ckpt_path=PATH` (LightningCLI restores the model's settings alone
     from the checkpoint), or the `subcommand` that was refused (`test`: testing it is what the user asked for)."""
     from hydra.core.hydra_config import HydraConfig
 
     path = shlex.quote(str(ckpt_path))
     if not HydraConfig.initialized():
+        if config_file is not None and Path(config_file).is_file():
+            return f"python train.py {subcommand} --config={shlex.quote(str(config_file))} --ckpt_path={path}"
         return f"python train.py {subcommand} --model={class_name} --ckpt_path={path}"
     hydra = HydraConfig.get()
     current = hydra.runtime.choices.get("model")

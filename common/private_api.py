@@ -81,3 +81,24 @@ def checkpoint_every_n_train_steps(callback: Any) -> int | None:
     """A ModelCheckpoint's every_n_train_steps (its `_every_n_train_steps`: no public reader), which a replicated process
     keeps for its own last.ckpt (launch/runs/replicas.py)."""
     return callback._every_n_train_steps or None
+
+
+def sigterm_without_broadcast(trainer: Any) -> None:
+    """In the SIGTERM handler Lightning registered for this fit, its notifier replaced by one that does what it does (the
+    signal connector's flag, which the loops read at the next step boundary; the signal passed on to the ranks its
+    launcher started) without the `broadcast` it makes inside the handler: a collective begun at whatever point the
+    signal lands meets another rank's collective of another size under DDP (JSA's cache gather: gloo's "Received data
+    size doesn't match expected size"), and the run dies without its checkpoint. Rank 0's flag reaches every rank at
+    the next step boundary anyway (the training epoch loop's `_broadcast_sigterm_tensor`)."""
+    import signal
+
+    connector, handler = trainer._signal_connector, signal.getsignal(signal.SIGTERM)
+
+    def note_sigterm(signum: int, frame: Any) -> None:
+        if not connector.received_sigterm and trainer.strategy.launcher is not None:
+            trainer.strategy.launcher.kill(signum)
+        connector.received_sigterm = True
+
+    handlers = getattr(handler, "signal_handlers", None)  # lightning's _HandlersCompose
+    if isinstance(handlers, list):
+        handler.signal_handlers = [note_sigterm if h == connector._sigterm_notifier_fn else h for h in handlers]

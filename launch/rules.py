@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator
 from hydra.utils import instantiate
 from lightning import Callback, Trainer
 from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from callbacks.guards.preemption import SaveOnPreemption
 from callbacks.guards.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
@@ -124,10 +125,10 @@ def resume_point(trainer: Any, ckpt_path: str | None) -> str | None:
 @contextlib.contextmanager
 def running(trainer: Any, say: Callable[[str], Any], evaluating_only: bool = False) -> Iterator[None]:
     """Around fit/test: the last line names the run, its last.ckpt and the TensorBoard command (also after Ctrl-C or
-    SIGTERM); a run refused before it saved a checkpoint leaves nothing behind. Ctrl-C exits with 130 wherever it comes;
-    when the process only evaluates (validate, test), the run it was logging into is left as it was (a half-written
+    SIGTERM); a run refused before it saved a checkpoint leaves nothing behind. Ctrl-C exits with 130 wherever it comes
+    (SIGTERM: 143); when the process only evaluates (validate, test), the run it was logging into is left as it was (a half-written
     test stage's image grids without its metrics would look like a result)."""
-    undone = (*REFUSALS, StoppedByCtrlC) if evaluating_only else REFUSALS
+    undone = (*REFUSALS, StoppedByCtrlC, SIGTERMException) if evaluating_only else REFUSALS
     with run_summary_at_end(trainer, say), no_traces_if_refused(trainer.logger, undone), ctrl_c_as_status_130(), \
             lightning_refusals_as_settings_errors():
         yield

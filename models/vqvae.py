@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 from torchmetrics import MeanMetric
 
+from checkpoints.errors import CheckpointError
 from checkpoints.loader import load_checkpoint_file
 from common.private_api import finds_unused_parameters, ignore_in_ddp
 from common.signatures import constructor_defaults
@@ -155,12 +156,13 @@ class VQVAE(LatentVariableModel):
             self.load_autoencoder(self.autoencoder_checkpoint)
 
     def load_autoencoder(self, path: str) -> None:
-        """Encoder, codebook and decoder from a VQ-VAE checkpoint with the same networks (the prior is not read)."""
+        """Encoder, codebook and decoder from a VQ-VAE checkpoint with the same networks (the prior is not read); a file
+        that is missing or of another model is the user's to fix: CheckpointError, one line (launch/errors.py)."""
         if "://" not in str(path) and not Path(path).is_file():
-            raise FileNotFoundError(f"model.autoencoder_checkpoint: no file {path}; give the last.ckpt or best checkpoint of a VQ-VAE run")
+            raise CheckpointError(f"model.autoencoder_checkpoint: no file {path}; give the last.ckpt or best checkpoint of a VQ-VAE run")
         checkpoint = load_checkpoint_file(path)  # the one safe loader: checksum, weights only, no URLs
         if checkpoint.get("model_class", "models.vqvae.VQVAE") != "models.vqvae.VQVAE":
-            raise ValueError(f"model.autoencoder_checkpoint: {path} was written by {checkpoint['model_class']}, not a VQ-VAE")
+            raise CheckpointError(f"model.autoencoder_checkpoint: {path} was written by {checkpoint['model_class']}, not a VQ-VAE")
         # Settings that change what the networks compute without changing a tensor's shape (or that would be
         # reported as one) must match too: a setting left out means the class's default; None on either side
         # means the data's choice (both front ends fill it in), not compared. (A checkpoint without
@@ -171,13 +173,13 @@ class VQVAE(LatentVariableModel):
         differing = [f"{key}={stage1[key]!r} there, {here[key]!r} here" for key in AUTOENCODER_SETTINGS
                      if stage1 and stage1[key] is not None and here[key] is not None and stage1[key] != here[key]]
         if differing:
-            raise ValueError(f"model.autoencoder_checkpoint: {path} was trained with other settings ({'; '.join(differing)}); "
+            raise CheckpointError(f"model.autoencoder_checkpoint: {path} was trained with other settings ({'; '.join(differing)}); "
                              "give this run the stage-1 settings")
         state = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("prior.")}
         own = {k: v for k, v in self.state_dict().items() if not k.startswith("prior.")}
         mismatched = sorted(k for k in own if k not in state or state[k].shape != own[k].shape)
         if mismatched:
-            raise ValueError(
+            raise CheckpointError(
                 f"model.autoencoder_checkpoint: {path} holds another VQ-VAE (differs in {', '.join(mismatched[:3])}); "
                 "use the backbone, num_categories, code_dim and hidden_channels it was trained with"
             )

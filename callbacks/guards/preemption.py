@@ -2,7 +2,8 @@
 
 Lightning turns SIGTERM into `SIGTERMException` at the next step boundary (rank 0's flag broadcast under DDP). On it,
 this callback writes `last.ckpt` (every rank takes part), the state after the last finished step, and sets the exit
-status to 128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C), where Lightning's own exits with 0. The first
+status to 128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C), where Lightning's own exits with 0; SIGTERM
+during validate or test exits with 143 too, saving nothing (launch/rules.py takes back what it logged). The first
 Ctrl-C takes the same path; a second interrupts at once, saving nothing. The message names the command that resumes
 the run (`resume_command`), in place of Lightning's "Received SIGTERM: 15" line.
 """
@@ -20,6 +21,7 @@ import lightning as L
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from checkpoints.resume_command import resume_command
+from common.private_api import sigterm_without_broadcast
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class SaveOnPreemption(L.Callback):
         self.signal = signal.SIGTERM
         if threading.current_thread() is threading.main_thread():
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+            sigterm_without_broadcast(trainer)  # no collective inside the handler: under DDP it meets another rank's
         if not self._filtering:
             _sigterm_line.active += 1
             self._filtering = True
@@ -68,14 +71,17 @@ class SaveOnPreemption(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._restore_sigint()
-        if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
+        if not isinstance(exception, SIGTERMException):
+            return
+        if trainer.state.fn != "fit":  # a stopped validate or test: nothing to resume, but no success either
+            exception.code = 128 + signal.SIGTERM
             return
         path = checkpoint_directory(trainer) / "last.ckpt"
         trainer.save_checkpoint(path, weights_only=False)  # the full state (Lightning's default, said: no log line about it)
-        name = signal.Signals(self.signal).name
+        name, config_file = signal.Signals(self.signal).name, run_config_file(trainer)  # every rank: a broadcast under DDP
         if trainer.is_global_zero:
             log.warning("%s: saved a resumable checkpoint at step %d to %s; resume with: %s", name, trainer.global_step,
-                        path, resume_command(path, type(pl_module).__name__))
+                        path, resume_command(path, type(pl_module).__name__, config_file=config_file))
         exception.code = 128 + self.signal  # SystemExit's status: the run was stopped by a signal
 
     def _restore_sigint(self) -> None:
@@ -87,10 +93,18 @@ class SaveOnPreemption(L.Callback):
             self._previous_sigint = None
 
 
+def run_config_file(trainer: L.Trainer) -> Path | None:
+    """The config.yaml LightningCLI wrote into the run (launch/cli_app.py), which holds every setting of the run."""
+    return Path(trainer.log_dir) / "config.yaml" if trainer.log_dir else None
+
+
 def checkpoint_directory(trainer: L.Trainer) -> Path:
-    """Where the run's ModelCheckpoint writes (its `last.ckpt` is the one to resume from), else
-    <default_root_dir>/checkpoints."""
+    """Where the run's ModelCheckpoint writes (its `last.ckpt` is the one to resume from): its dirpath, else where
+    it puts its files when it has none, as Lightning resolves it at setup (the logger's <log_dir>/checkpoints, else
+    <default_root_dir>/checkpoints); a process that spawned the ranks (ddp_spawn) never ran that setup itself."""
     callback = trainer.checkpoint_callback
     if callback is not None and getattr(callback, "dirpath", None):
         return Path(callback.dirpath)
+    if trainer.loggers and getattr(trainer.loggers[0], "log_dir", None):
+        return Path(trainer.loggers[0].log_dir) / "checkpoints"
     return Path(trainer.default_root_dir) / "checkpoints"

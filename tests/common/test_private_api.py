@@ -57,6 +57,9 @@ def test_the_adapters_work_on_the_installed_versions(tmp_path):
     writer = SummaryWriter(str(tmp_path))
     assert hasattr(private_api.file_writer(writer), "add_summary")
     writer.close()
+    from lightning.pytorch.trainer.connectors.signal_connector import _HandlersCompose, _SignalConnector
+
+    assert hasattr(_HandlersCompose([]), "signal_handlers") and hasattr(_SignalConnector, "_sigterm_notifier_fn")
     torch.save({"x": torch.ones(2)}, tmp_path / "f.pt")
     assert torch.equal(private_api.lightning_load(tmp_path / "f.pt", map_location="cpu", weights_only=True)["x"], torch.ones(2))
 

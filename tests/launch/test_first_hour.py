@@ -321,6 +321,30 @@ def logged() -> Iterator[list[str]]:
         messages.extend(r.getMessage() for r in records)
 
 
+def test_sigterm_during_fit_starts_no_collective_inside_the_signal_handler(tmp_path, mnist_dir):
+    """Lightning's SIGTERM handler broadcasts rank 0's flag from inside the handler, wherever the signal lands: under DDP
+    that broadcast meets another rank's collective (JSA's cache gather) and the run dies without its checkpoint. While
+    SaveOnPreemption trains, the handler only sets the flag, which the loop broadcasts at the next step boundary."""
+    from unittest.mock import patch
+
+    from callbacks.guards.preemption import SaveOnPreemption
+
+    class Sigterm(L.Callback):
+        def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+            if trainer.global_step == 2:
+                with patch("torch.distributed.broadcast", side_effect=AssertionError("a collective in the handler")), \
+                        patch("torch.distributed.is_initialized", return_value=True), \
+                        patch.object(L.Trainer, "world_size", new=2):
+                    signal.raise_signal(signal.SIGTERM)
+
+    trainer = L.Trainer(max_steps=20, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path,
+                        callbacks=[Sigterm(), ModelCheckpoint(dirpath=tmp_path, save_last=True), SaveOnPreemption()])
+    with pytest.raises(SystemExit) as stop:
+        trainer.fit(VAE(latent_dim=4), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
+    assert stop.value.code == 143 and trainer.global_step == 2
+
+
 def test_ctrl_c_says_how_to_resume_in_the_projects_words_only(tmp_path, mnist_dir, monkeypatch):
     """The first Ctrl-C saves last.ckpt and exits 130 with one message that names the command to resume with;
     Lightning's "Received SIGTERM: 15" (the callback sends itself SIGTERM) and "`weights_only` was not set" are not shown."""
@@ -337,12 +361,16 @@ def test_ctrl_c_says_how_to_resume_in_the_projects_words_only(tmp_path, mnist_di
                 signal.raise_signal(signal.SIGINT)
 
     trainer = L.Trainer(max_steps=20, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path,
                         callbacks=[CtrlC(), ModelCheckpoint(dirpath=tmp_path, save_last=True), SaveOnPreemption()])  # launch/rules.py adds it
+    (tmp_path / "config.yaml").write_text("data:\n  batch_size: 16\n")  # LightningCLI's record of the run's settings
     with logged() as messages, pytest.raises(SystemExit) as stop:
         trainer.fit(VAE(latent_dim=4), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
     assert stop.value.code == 130
-    last = tmp_path / "last.ckpt"
-    assert messages[-1] == f"SIGINT: saved a resumable checkpoint at step 2 to {last}; resume with: python train.py fit --model=VAE --ckpt_path={last}"
+    last, config = tmp_path / "last.ckpt", tmp_path / "config.yaml"
+    # The run's config.yaml: its data and trainer settings too (LightningCLI restores only the model's from a checkpoint).
+    assert messages[-1] == f"SIGINT: saved a resumable checkpoint at step 2 to {last}; resume with: python train.py fit --config={config} --ckpt_path={last}"
+    assert resume_command(last, "VAE") == f"python train.py fit --model=VAE --ckpt_path={last}"  # a run without one
     assert not [m for m in messages if "Received SIGTERM" in m or "weights_only" in m], messages
     # Under Hydra: the job's own overrides, with model= (the job's choice, or the model that wrote the checkpoint).
     composed(["model=vae", "model.latent_dim=4", "data.batch_size=16"])

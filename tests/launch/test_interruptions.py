@@ -87,24 +87,25 @@ def test_sigterm_and_ctrl_c_save_a_checkpoint_exit_nonzero_and_resume_bit_for_bi
     assert_same_training_state(uninterrupted, state(last))
 
 
-def test_ctrl_c_during_test_exits_130_and_leaves_the_run_as_it_was(tmp_path, mnist_dir):
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_during_test_exits_nonzero_and_leaves_the_run_as_it_was(signum, status, tmp_path, mnist_dir):
     """`python train.py test --ckpt_path=...` logs into the run that wrote the checkpoint; Ctrl-C while it tests
-    exits with 130 (Lightning's own answer is 1) and takes back what the stopped test wrote there (its event file,
-    with image grids and no metrics; config_test.yaml), as a refused run does. The test holds at its second batch
-    (tests/scripts/hold.py) until the signal comes."""
+    exits with 130 (Lightning's own answer is 1), SIGTERM with 143 (Lightning's: 0, as if the test had finished), and
+    takes back what the stopped test wrote there (its event file, with image grids and no metrics; config_test.yaml),
+    as a refused run does. The test holds at its second batch of three (tests/scripts/hold.py) until the signal comes."""
     fit = ["fit", "--model=VAE", "--trainer.max_steps=2", "--trainer.limit_val_batches=1", "--model.val_num_samples=2"]
     fitted = preloaded.run_train(fit, tmp_path, {**os.environ, "DATA_DIR": str(mnist_dir)}, timeout=240)
     assert fitted.returncode == 0, fitted.stderr[-3000:]
     run = tmp_path / "logs" / "tensorboard" / "vae-mnist-mlp-z32" / "version_0"
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     tested = start_train(tmp_path, mnist_dir, "test", "--model=VAE", f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
-                         "--model.test_num_samples=2", "--trainer.limit_test_batches=2",
+                         "--model.test_num_samples=2", "--trainer.limit_test_batches=3",
                          "--trainer.callbacks+=tests.scripts.hold.HoldInTest")
     wait_for((tmp_path / "holding-test").exists, tested, timeout=600)
     assert len(list(run.glob("events.out.tfevents.*"))) > len([p for p in before if p.name.startswith("events.")])
-    tested.send_signal(signal.SIGINT)
+    tested.send_signal(signum)
     code, output = finish(tested)
-    assert code == 130, output[-3000:]
+    assert code == status, output[-3000:]
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     assert output.strip().splitlines()[-1].startswith("run: logs/tensorboard/vae-mnist-mlp-z32/version_0 "), output[-3000:]  # where it is
 

@@ -169,6 +169,19 @@ def test_a_logger_or_scheduler_the_run_cannot_place_is_refused(overrides, refusa
     assert refusal in str(refused.value)
 
 
+@pytest.mark.parametrize("overrides", [["trainer=ddp", "trainer.accelerator=cpu"], ["trainer.devices=2"],
+                                       ["trainer.strategy=ddp_spawn", "trainer.devices=1"]])
+def test_replicas_under_ddp_are_refused_before_any_process_starts(overrides, tmp_path, monkeypatch):
+    """Replicas are one batched process on one device (docs/replicas.md); under DDP each rank would fail on its own."""
+    from launch.checks.settings import SettingsError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SettingsError) as refused:
+        launch.hydra_run.build_run(composed([*overrides, "replicas.seeds=[0,1]", f"log_dir={tmp_path / 'logs'}"]))
+    assert str(refused.value).startswith("replicas.seeds with trainer.strategy=")
+    assert "replicas train as one process on one device" in str(refused.value)
+
+
 @pytest.mark.parametrize("override, named", [
     ("data.seed=18446744073709551616", "data (MNISTDataModule): seed "),
     ("data.split_seed=-1", "data (MNISTDataModule): split_seed "),

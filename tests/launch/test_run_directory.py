@@ -295,3 +295,21 @@ def test_a_resumed_run_keeps_tracking_its_best_checkpoint(tmp_path, mnist_dir, m
         resumed = fit(4, str((tmp_path / first.last_model_path).resolve()))
     assert not [w for w in caught if "dirpath has changed" in str(w.message)]
     assert Path(resumed.dirpath) == Path(first.dirpath) and Path(first.dirpath).is_absolute()
+
+
+def test_the_last_line_names_the_checkpoint_in_a_process_that_spawned_the_ranks(tmp_path, monkeypatch):
+    """Under ddp_spawn the ranks resolve ModelCheckpoint's folder in their own processes; the process that prints the
+    run's last line, which never did, still names the run's last.ckpt (in the logger's run, where the ranks wrote it)."""
+    from lightning import Trainer
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    monkeypatch.chdir(tmp_path)
+    logger = TensorBoardLogger("logs/tensorboard", name="jsa", version=0)
+    trainer = Trainer(logger=logger, callbacks=[ModelCheckpoint(save_last=True)], enable_progress_bar=False,
+                      enable_model_summary=False)
+    (tmp_path / "logs/tensorboard/jsa/version_0/checkpoints").mkdir(parents=True)
+    (tmp_path / "logs/tensorboard/jsa/version_0/checkpoints/last.ckpt").write_bytes(b"")
+    assert run_directory.run_summary(trainer) == ("run: logs/tensorboard/jsa/version_0 · checkpoint: "
+                                                  "logs/tensorboard/jsa/version_0/checkpoints/last.ckpt · "
+                                                  "tensorboard --logdir logs/tensorboard")

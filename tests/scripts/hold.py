@@ -1,6 +1,6 @@
 """A callback for the Ctrl-C-during-test tests (test_interruptions.py): the test stage stops at the start of its
 second batch, once the first has logged its image grids, and waits there for Ctrl-C; the file `holding-test` in the
-working directory says it is waiting. The test sends SIGINT when that file appears: inside the test loop, however
+working directory says it is waiting. The test sends SIGINT (or SIGTERM) when that file appears: inside the test loop, however
 slowly the run got there. Without the signal it goes on after `timeout_s` and the test ends as usual."""
 
 from __future__ import annotations
@@ -26,5 +26,5 @@ class HoldInTest(L.Callback):
             # lands after the last check but before a sleep's system call starts (the test sends it the moment the
             # file appears) interrupts nothing, so its KeyboardInterrupt would come only when that sleep ends.
             deadline = time.monotonic() + self.timeout_s
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not getattr(trainer, "received_sigterm", False):  # SIGTERM: go on
                 time.sleep(POLL_S)
