@@ -26,6 +26,7 @@ from common.signatures import constructor_defaults, settings_of
 log = logging.getLogger(__name__)
 
 RESTORED_PATHS = ("last_model_path", "best_model_path", "kth_best_model_path")  # ModelCheckpoint's, besides best_k_models
+READ_FOR = {"fit": "resuming", "validate": "validating", "test": "testing", "predict": "predicting"}  # by trainer.state.fn
 
 
 def check_restored(checkpoint: dict[str, Any], trainer: L.Trainer, path: Any) -> None:
@@ -35,8 +36,9 @@ def check_restored(checkpoint: dict[str, Any], trainer: L.Trainer, path: Any) ->
     changed = changed_settings(checkpoint, module, trainer.datamodule)
     check_fits(checkpoint["state_dict"], module.state_dict(), path, changed)
     if changed and trainer.is_global_zero:
-        log.warning("resuming with changed settings (this run's values are used and recorded): %s",
-                    ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items()))
+        differences = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        log.warning("%s with changed settings (this run's values are used and recorded): %s",
+                    READ_FOR.get(trainer.state.fn, "resuming"), differences)
     own = {"epoch": 0, "global_step": 0, "loops": {"fit_loop": trainer.fit_loop.state_dict()}}  # what a trainer writes
     if found := _misfit(checkpoint, own):
         raise CheckpointError(f"checkpoint {path}: its {found} is not what a training loop writes there (a count >= 0, "

@@ -85,3 +85,17 @@ def test_a_run_resumed_with_another_learning_rate_schedule_is_refused(first, the
     saved, this = (cosine, none) if "cosine" in first else (none, cosine)
     with pytest.raises(CheckpointError, match=f"scheduled its learning rate with {saved}, this run with {this}: resume with"):
         fit(then, mnist_dir, tmp_path / "c", END, ckpt_path=checkpoint)
+
+
+def test_changed_settings_are_logged_by_what_the_checkpoint_is_read_for(mnist_dir, tmp_path, caplog):
+    """Testing a checkpoint with other settings says so as testing, not as resuming."""
+    import logging
+
+    fit("vae", mnist_dir, tmp_path, STOP)
+    (checkpoint,) = tmp_path.glob("*.ckpt")
+    trainer = L.Trainer(limit_test_batches=1, logger=False, callbacks=[SafeCheckpoints()], enable_progress_bar=False,
+                        enable_model_summary=False)
+    with caplog.at_level(logging.WARNING, logger="checkpoints.trainer.restore_checks"):
+        trainer.test(VAE(latent_dim=4, val_num_samples=2, test_num_samples=2, lr=5e-4), ckpt_path=checkpoint,
+                     datamodule=MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", batch_size=32))
+    assert "testing with changed settings" in caplog.text and "model.lr: 0.001 -> 0.0005" in caplog.text, caplog.text
