@@ -157,7 +157,7 @@ class LatentVariableModel(L.LightningModule):
             check_optimizer_factory(optimizer)
         self.scheduler_factory = scheduler
         if scheduler is not None:
-            check_scheduler_factory(scheduler, optimizer or functools.partial(torch.optim.Adam, lr=self.lr))
+            check_scheduler_factory(scheduler, self.optimizer_builder)
         self.eval_num_samples = {"val": settings.val_num_samples, "test": settings.test_num_samples}
         self.eval_chunk_size = settings.eval_chunk_size
         self.test_seed = settings.test_seed
@@ -384,11 +384,13 @@ class LatentVariableModel(L.LightningModule):
         return offset - estimate.log_likelihood, estimate.elbo - offset
 
     # ---- optimizer ----------------------------------------------------------------
+    @property
+    def optimizer_builder(self) -> OptimizerFactory:
+        """What builds the model's optimizer over given parameters: `optimizer`, else Adam(lr)."""
+        return self.optimizer_factory or functools.partial(torch.optim.Adam, lr=self.lr)
+
     def configure_optimizers(self) -> Any:
-        if self.optimizer_factory is None:
-            optimizer = torch.optim.Adam(self.parameters(), lr=self.lr)
-        else:
-            optimizer = self.optimizer_factory(self.parameters())
+        optimizer = self.optimizer_builder(self.parameters())
         if isinstance(optimizer, SGMCMC):
             num_examples = getattr(self.trainer.datamodule, "num_train_examples", None)
             if num_examples is None:

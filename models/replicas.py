@@ -12,7 +12,6 @@ run, hparams.yaml, checkpoints) comes from callbacks/replica_runs.py.
 from __future__ import annotations
 
 import copy
-import functools
 from typing import Any, Callable, Sequence
 
 import lightning as L
@@ -200,8 +199,7 @@ class Replicas(L.LightningModule):
         return run_compiled(self._compiled_step, params, buffers, x, index)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        factory = self.template.optimizer_factory or functools.partial(torch.optim.Adam, lr=self.template.lr)
-        return factory(self.parameters())
+        return self.template.optimizer_builder(self.parameters())
 
     # ---- evaluation: the shared protocol of models/base.py, per replica ------------------
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
