@@ -24,7 +24,7 @@ from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch import rules
 from launch.checks.arguments import option_values
 from launch.checks.cli_check import scheduler_without_optimizer
-from launch.checks.defaults import default_class, log_dir as default_log_dir, seed as default_seed
+from launch.checks.configs import default_class, log_dir as default_log_dir, seed as default_seed
 from launch.checks.early import exit_with, refuse_early
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import user_errors_as_one_line

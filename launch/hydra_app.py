@@ -17,15 +17,14 @@ from checkpoints.import_paths import TRUST_VARIABLE
 from checkpoints.registry import is_registered
 from launch import rules
 from launch.checks.arguments import overrides_of
-from launch.checks.defaults import log_dir as default_log_dir
-from launch.checks.configs import CONFIGS
-from launch.checks.early import USER_ERROR, exit_with, load
-from launch.checks.hydra_check import IMPORTED_GROUPS, check_hydra
+from launch.checks.configs import CONFIGS, log_dir as default_log_dir
+from launch.checks.early import USER_ERROR, exit_with
+from launch.checks.hydra_check import check_hydra
 from launch.checks.precheck import EarlyRefusal
 from launch.checks.settings import SettingsError
 from launch.console import quiet_console
 from launch.errors import user_errors_as_one_line
-from launch.hydra_config import register_defaults
+from launch.checks.hydra_config import register_defaults
 from launch.hydra_run import build_run, replica_tests
 from launch.runs.run_directory import note_existing_directories, note_hydra_job, remove_if_only_hydra_files
 from models.replicas import Replicas
@@ -73,8 +72,8 @@ def check_testable(cls: type) -> None:
 
 
 def main() -> None:
-    try:  # before Hydra composes, whose struct mode would refuse an unknown key in several lines
-        check_hydra(sys.argv[1:], load(), only=IMPORTED_GROUPS)
+    try:  # the Trainer's settings, known now, before Hydra composes (its struct mode refuses an unknown one in several lines)
+        check_hydra(sys.argv[1:], trainer_names_only=True)
     except EarlyRefusal as refusal:
         exit_with(str(refusal))
     register_defaults()

@@ -1,9 +1,8 @@
 """A composed Hydra config -> the run's description (launch/run_builder.py), and through the builder both front ends
 call, its data module, model, trainer and the checkpoint fit starts from.
 
-Every value is checked once, against its constructor's type hints, before anything is built (`check_run_settings`:
-Hydra passes any value through; LightningCLI's parser does the same check on its side), and the rules of
-launch/rules.py apply.
+Every value is checked against what its class declares before anything is built (launch/checks/settings.py:
+check_composed; LightningCLI's parser does the same check on its side), and the rules of launch/rules.py apply.
 """
 
 from __future__ import annotations
@@ -19,15 +18,13 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
-from hydra.utils import get_class, get_object, instantiate
+from hydra.utils import get_class, instantiate
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import OmegaConf, open_dict
 
 from callbacks.replica_runs import ReplicaRuns
 from launch import rules
-from launch.checks.hydra_check import CONFIG_GROUPS, LAYOUT_SETTINGS, layout_setting, unknown_top_level_setting
-from launch.checks.precheck import TOP_LEVEL_SETTINGS
-from launch.checks.settings import SettingsError, check_settings, check_trainer_values, expected
+from launch.checks.settings import SettingsError, check_composed
 from launch.run_builder import RunDescription, build_trainer
 from launch.run_layout import LOGGER_FOLDERS, TENSORBOARD, logger_root, placed, process_dir, run_name
 from launch.runs.replicas import check_replica_request, replicate
@@ -72,44 +69,8 @@ def swept_keys() -> set[str]:
 
 
 def check_run_settings(cfg: Any) -> None:
-    """Every setting of a composed config, checked once, before anything is seeded, built or written: the top-level
-    ones (a key nothing reads, from `+key=value` or a file, is refused, not ignored), and each group's against its
-    class's constructor: the model's (an experiment's shared settings applied), the data module's, the trainer's,
-    the optimizer's, the scheduler's, the logger's and each callback's (a class or a factory)."""
-    problems = [unknown_top_level_setting(key) for key in cfg if key not in (*TOP_LEVEL_SETTINGS, *CONFIG_GROUPS)]
-    top_level = {key: cfg[key] for key in TOP_LEVEL_SETTINGS if key in cfg}
-    for key, value in OmegaConf.to_container(OmegaConf.create(top_level), resolve=False).items():
-        want = expected(TOP_LEVEL_SETTINGS[key], value)
-        if want is not None:
-            problems.append(f"{key}={value!r}: expected {want}")
-    if isinstance(cfg.get("seed"), int) and not 0 <= cfg.seed < 2**32:
-        problems.append(f"seed={cfg.seed}: expected an integer in [0, 2^32 - 1]")
-    if isinstance(cfg.get("ddp_timeout_s"), (int, float)) and not cfg.ddp_timeout_s > 0:
-        problems.append(f"ddp_timeout_s={cfg.ddp_timeout_s}: expected a number of seconds > 0")
-    if problems:
-        raise SettingsError("; ".join(problems))
-    logger = OmegaConf.to_container(cfg.logger, resolve=False) if cfg.get("logger") else {}
-    for key in LAYOUT_SETTINGS:  # (+logger.save_dir=... passes Hydra; the early checks refuse it without the +)
-        if key.removeprefix("logger.") in logger:
-            raise SettingsError(layout_setting(key, logger[key.removeprefix("logger.")]))
-    if logger and logger.get("_target_") not in LOGGER_FOLDERS:
-        raise SettingsError(f"logger._target_={logger.get('_target_')}: a run is logged by the loggers its layout places: "
-                            f"{', '.join(path.rsplit('.', 1)[-1] for path in LOGGER_FOLDERS)} (logger=tensorboard, logger=csv), "
-                            "or none (logger=none)")
-    groups = {"model": model_settings(cfg), **{group: OmegaConf.to_container(cfg[group], resolve=True)
-                                                for group in ("data", "trainer", "optimizer", "scheduler", "logger") if cfg.get(group)}}
-    for name, callback in (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items():
-        if isinstance(callback, dict) and "_target_" in callback:
-            groups[f"callbacks.{name}"] = callback
-    check_trainer_values(groups["trainer"], "trainer")  # what the Trainer takes but cannot run
-    for group, settings in groups.items():
-        try:
-            check_settings(get_object(settings["_target_"]), settings, group)
-        except ImportError as error:  # a class of one's own misspelled: +callbacks.mine._target_=mypkg.callbacks.Typo
-            raise SettingsError(f"{group}._target_: {' '.join(str(error).split())}") from None
-        except SettingsError as error:  # logger._target_=... over another logger's settings
-            mixed = " (logger=csv and logger=tensorboard choose a logger with its own settings)" if group == "logger" else ""
-            raise SettingsError(f"{error}{mixed}") from None
+    """Every setting of a composed config, the model's as the run builds it (an experiment's shared settings applied)."""
+    check_composed(cfg, model_settings(cfg))
 
 
 def build(cfg: Any) -> tuple[Any, Any]:
@@ -191,7 +152,7 @@ def parallel_job_settings(cfg: Any) -> dict[str, Any]:
 def chosen_logger(cfg: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
     """The run's logger as the logger group chose it, placed by the run's layout (launch/run_layout.py): (False,
     its settings) for TensorBoard, whose run the builder makes; (a CSVLogger of run `name`, None) for logger=csv;
-    (False, None) for logger=none (check_run_settings refuses a class the layout cannot place)."""
+    (False, None) for logger=none (check_composed refuses a class the layout cannot place)."""
     settings = OmegaConf.to_container(cfg.logger, resolve=True) if cfg.get("logger") else {}
     if not settings:
         return False, None

@@ -1,5 +1,5 @@
 """The rules that turn a user's settings into a run, each written once and applied by both front ends: defaults from
-configs/ (launch/checks/defaults.py reads them; LightningCLI takes them as its defaults); the likelihood and backbone
+configs/ (launch/checks/configs.py reads them; LightningCLI takes them as its defaults); the likelihood and backbone
 follow the data unless given (`follow_data`); the run's seed seeds the data order and the test stage unless they are
 given (`seed_settings`); the callbacks every run gets (`always_on_callbacks`); the trainer's collective timeout, SLURM
 root, signal handling and progress bar (`trainer_settings`); launchers and a requeued SLURM job's resume point
@@ -20,7 +20,7 @@ from callbacks.guards.preemption import SaveOnPreemption
 from callbacks.guards.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
 from checkpoints.trainer import SafeCheckpoints
 from common.signatures import constructor_defaults
-from launch.checks.defaults import config_file
+from launch.checks.configs import config_file
 from launch.checks.settings import SettingsError
 from launch.errors import REFUSALS, StoppedByCtrlC, ctrl_c_as_status_130, lightning_refusals_as_settings_errors
 from launch.runs.distributed import check_launcher, strategy_with_timeout

@@ -20,7 +20,7 @@ from checkpoints.loader import load_checkpoint_file
 from checkpoints.model_class import check_model_class
 from checkpoints.trainer.io_plugin import AtomicCheckpointIO
 from launch import rules
-from launch.checks.defaults import ddp_timeout_s
+from launch.checks.configs import ddp_timeout_s
 from launch.checks.paths import write_root_refusal
 from launch.checks.settings import SettingsError
 from launch.run_layout import TENSORBOARD, process_dir

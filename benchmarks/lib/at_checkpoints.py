@@ -26,7 +26,7 @@ def overrides_of(command: str) -> list[str]:
 def build(overrides: list[str]) -> tuple[Any, Any]:
     """(data module, model) as `python train.py OVERRIDES` builds them."""
     import launch.hydra_run
-    from launch.hydra_config import compose
+    from launch.checks.hydra_config import compose
 
     return launch.hydra_run.build(compose(overrides))
 

@@ -81,7 +81,7 @@ class StepClock(L.Callback):
 
 
 def compose(model: str, steps: int, log_dir: str):
-    from launch.hydra_config import compose as composed
+    from launch.checks.hydra_config import compose as composed
 
     # Fewer steps than an epoch (430 batches of 128): no validation runs before max_steps stops the run.
     return composed([f"model={model}", f"trainer.max_steps={steps}", "trainer.num_sanity_val_steps=0",

@@ -38,7 +38,7 @@ def peak_rss_mib(args: list[str], cwd: Path) -> float:
 def held_bytes(model_name: str) -> dict[str, float]:
     """MiB the data module's tensors, the model's state and Adam's moments take."""
     sys.path.insert(0, str(REPO))
-    from launch.hydra_config import compose as composed
+    from launch.checks.hydra_config import compose as composed
     import launch.hydra_run
 
     datamodule, model = launch.hydra_run.build(composed([f"model={model_name}"]))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-TAKES_VALUE = ("--cfg", "-c", "--package", "-p")
+TAKES_VALUE = ("--cfg", "-c", "--package", "-p", "--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp")
 
 
 # Hydra's grammar (hydra/grammar/OverrideLexer.g4): 007 is a string, 1_000 an int, 1_0.5 a float.

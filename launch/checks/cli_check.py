@@ -4,16 +4,40 @@ chosen classes, given on the command line or in its --config files."""
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
 from typing import Any
 
 from launch.checks.arguments import option_values, values_of
-from launch.checks.configs import NOT_SETTINGS, default_choices
+from launch.checks.configs import CONFIGS, GROUPS, NOT_SETTINGS, cli_classes, config_targets, declared, default_choices
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, \
     check_value, config_file_settings, did_you_mean, removed_trainer_option, unquoted
 
 
-def check_cli_command(argv: list[str], schema: dict[str, Any], prints_only: bool) -> None:
+def load() -> dict[str, Any]:
+    """Each group's choices and the class each builds, the settings each class takes, and LightningCLI's class names.
+    Before the imports, the settings configs/settings.py declares (models, data modules); once Lightning is imported,
+    the Trainer's constructor's too (before, LightningCLI checks them)."""
+    choices = {group: config_targets(group) for group in GROUPS}
+    choices["trainer"] = {path.stem: "lightning.Trainer" for path in (CONFIGS / "trainer").glob("*.yaml")}
+    classes = {target: hints for targets in choices.values() for target in targets.values()
+               if (hints := declared(target) or imported_hints(target)) is not None}
+    return {"choices": choices, "classes": classes, "cli_classes": cli_classes()}
+
+
+def imported_hints(target: str) -> dict[str, Any] | None:
+    """setting -> type hint of the class at `target`, from its constructor, once Lightning is imported; else None."""
+    if "lightning" not in sys.modules:
+        return None
+    from hydra.utils import get_class
+
+    from common.signatures import constructor_defaults, constructor_hints
+
+    cls = get_class(target)
+    return {**dict.fromkeys(constructor_defaults(cls)), **constructor_hints(cls)}
+
+
+def check_cli_command(argv: list[str], prints_only: bool) -> None:
     """Raise EarlyRefusal for the first mistake of a LightningCLI command line that can be seen without the imports: a
     --config file that does not exist (jsonargparse's report names no file), a class, option or setting the chosen
     class does not take, a value of the wrong type or range; the settings of its --config files included (each in its
@@ -21,6 +45,7 @@ def check_cli_command(argv: list[str], schema: dict[str, Any], prints_only: bool
     (launch/checks/received_config.py); whether test has a checkpoint once parsed (launch/cli_app.py)."""
     if prints_only:
         return  # the help options and print_config refuse nothing
+    schema = load()
     if argv[0] == "predict":  # LightningCLI offers it; no model has a predict_step or a data module a predict split
         raise EarlyRefusal("predict: the models have no prediction step; a trained model's codes, reconstructions, "
                            "samples and NLLs come from it in Python (README, Using a trained model: "

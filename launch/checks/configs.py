@@ -5,6 +5,7 @@ its defaults list as Hydra composes it, the class each choice builds, and the se
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,7 @@ def config_targets(group: str) -> dict[str, str]:
 
 
 def every_config(group: str, *left_out: str) -> str:
-    """`${every_config:GROUP,NAME,...}` in a config (launch/hydra_config.py registers it): the choices of configs/GROUP/
+    """`${every_config:GROUP,NAME,...}` in a config (launch/checks/hydra_config.py registers it): the choices of configs/GROUP/
     but those named, as a sweep ("a,b,c"). experiment=compare's models, so that a new model's config joins the
     comparison with no edit there (Hydra's `glob(*,exclude=...)` would too, but the Optuna sweeper refuses a glob)."""
     return ",".join(path.stem for path in sorted((CONFIGS / group).glob("*.yaml")) if path.stem not in left_out)
@@ -107,3 +108,30 @@ def cli_classes() -> dict[str, dict[str, str]]:
     configs/model/ and configs/data/ build (every registered model and data set has its config: CONTRIBUTING.md)."""
     return {group: {target.rsplit(".", 1)[-1]: target for target in sorted(set(config_targets(group).values()))}
             for group in ("model", "data")}
+
+
+@functools.cache
+def config_file(name: str) -> dict[str, Any]:
+    """configs/<name> as written (interpolations unresolved), e.g. config_file("callbacks/default.yaml"): the defaults
+    both front ends read (LightningCLI takes these values as its defaults)."""
+    import yaml
+
+    return yaml.safe_load((CONFIGS / name).read_text())
+
+
+def seed() -> int:
+    return config_file("train.yaml")["seed"]
+
+
+def log_dir() -> str:
+    return config_file("train.yaml")["log_dir"]
+
+
+def ddp_timeout_s() -> float:
+    return config_file("train.yaml")["ddp_timeout_s"]
+
+
+def default_class(group: str) -> str:
+    """The class name of a config group's default choice (configs/train.yaml: model: jsa -> JSA, data: mnist ->
+    MNISTDataModule)."""
+    return config_file(f"{group}/{default_choices()[group]}.yaml")[group]["_target_"].rsplit(".", 1)[-1]

@@ -7,10 +7,10 @@ value in a file) passes: the constructors still check everything."""
 from __future__ import annotations
 
 import sys
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from launch.checks.arguments import option_values, overrides_of
-from launch.checks.configs import CONFIGS, GROUPS, cli_classes, config_targets, declared, default_choices
+from launch.checks.configs import config_targets, default_choices
 from launch.checks.paths import PathRefusal, check_paths
 from launch.checks.precheck import OTHER_TREE, EarlyRefusal
 
@@ -27,42 +27,17 @@ PRINTS_ONLY = {True: ("-h", "--help", "--print_config", "--model.help", "--data.
                False: ("-h", "--help", "--cfg", "-c", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")}
 
 
-def data_class_of(argv: list[str], cli: bool, schema: dict[str, Any] | None) -> str | None:
+def data_class_of(argv: list[str], cli: bool) -> str | None:
     """The data module class the command uses (MNISTDataModule), for a message; None where unknown."""
     if cli:
         return (dict(option_values(argv[1:])).get("--data") or "MNISTDataModule").rsplit(".", 1)[-1]
     choice = dict(overrides_of(argv)).get("data") or default_choices().get("data")
-    target = (schema or {}).get("choices", {}).get("data", {}).get(choice or "")
+    target = config_targets("data").get(choice or "")
     return target.rsplit(".", 1)[-1] if target else None
-
-
-def load() -> dict[str, Any]:
-    """Each group's choices and the class each builds, the settings each class takes, and LightningCLI's class names.
-    Before the imports, the settings configs/settings.py declares (models, data modules); once Lightning is imported,
-    the constructors' of the other classes too (the Trainer, the optimizers and schedulers: the Hydra front end checks
-    their names then, launch/hydra_app.py; LightningCLI the command line again)."""
-    choices = {group: config_targets(group) for group in GROUPS}
-    choices["trainer"] = {path.stem: "lightning.Trainer" for path in (CONFIGS / "trainer").glob("*.yaml")}
-    classes = {target: hints for targets in choices.values() for target in targets.values()
-               if (hints := declared(target) or imported_hints(target)) is not None}
-    return {"choices": choices, "classes": classes, "cli_classes": cli_classes()}
-
-
-def imported_hints(target: str) -> dict[str, Any] | None:
-    """setting -> type hint of the class at `target`, from its constructor, once Lightning is imported; else None."""
-    if "lightning" not in sys.modules:
-        return None
-    from hydra.utils import get_class
-
-    from common.signatures import constructor_defaults, constructor_hints
-
-    cls = get_class(target)
-    return {**dict.fromkeys(constructor_defaults(cls)), **constructor_hints(cls)}
 
 
 def refuse_early(argv: list[str], cli: bool) -> str | None:
     """The `error:` line for a mistake seen before the imports, or None (then the full checks decide)."""
-    schema = load()
     prints_only = any(arg.split("=", 1)[0] in PRINTS_ONLY[cli] or (not cli and arg.startswith("-c") and not arg.startswith("--"))
                       for arg in argv)  # Hydra's -cjob is --cfg job
     try:
@@ -70,9 +45,9 @@ def refuse_early(argv: list[str], cli: bool) -> str | None:
             from launch.checks.cli_check import check_cli_command as check
         else:
             from launch.checks.hydra_check import check_hydra_command as check
-        check(argv, schema, prints_only)
+        check(argv, prints_only)
         if not prints_only and not any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
-            check_paths(argv, cli, data_class_of(argv, cli, schema))
+            check_paths(argv, cli, data_class_of(argv, cli))
     except (EarlyRefusal, PathRefusal) as refusal:
         return str(refusal)
     return None

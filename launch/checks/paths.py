@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from launch.checks.arguments import option_values, overrides_of, values_of
-from launch.checks.defaults import log_dir as default_log_dir
+from launch.checks.configs import log_dir as default_log_dir
 from launch.checks.received_config import cli_sources, is_config_option
 
 CKPT_NAMES = ("last", "best", "hpc", "registry")  # Lightning's names for a checkpoint of the run (test --ckpt_path=best)

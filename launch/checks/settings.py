@@ -1,19 +1,34 @@
-"""Settings checked against the constructors' type hints before anything is built (the Hydra front end).
-
-LightningCLI (jsonargparse) refuses a value that does not match a constructor's annotation; Hydra
-passes whatever the command line says (`model.lr=abc` arrives as the string 'abc', an unknown
-`model.prior=gaussian` as a string the model may never look at). `check_settings` applies the same
-annotations to a Hydra config: a Literal lists the choices, int/float/bool/str the type, `X | None`
-allows null. One error names every wrong setting, with what was expected.
+"""The settings of a composed Hydra config, checked against what their classes declare: the model's and the data
+module's against configs/settings.py (before torch is imported: the early check composes each job of a command line,
+launch/checks/hydra_check.py), the Trainer's, the optimizer's, the scheduler's, the logger's and each callback's against
+their constructors' type hints once those are imported. Hydra passes whatever the command line says (`model.lr=abc`
+arrives as the string 'abc'); a Literal lists the choices, int/float/bool/str the type, `X | None` allows null.
 """
 
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any
 
 from common.settings import expected
 from common.signatures import constructor_defaults, constructor_hints
+from launch.checks.configs import config_targets, declared
+from launch.checks.precheck import TOP_LEVEL_SETTINGS, EarlyRefusal, check_combination, did_you_mean
+from launch.run_layout import LOGGER_FOLDERS
+
+CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
+# The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
+LAYOUT_SETTINGS = {"logger.save_dir": "log_dir", "logger.name": "run_name"}
+
+
+def unknown_top_level_setting(key: str) -> str:
+    return f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})"
+
+
+def layout_setting(key: str, value: Any) -> str:
+    return (f"{key}={value}: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give "
+            f"{LAYOUT_SETTINGS[key]}={value} instead")
 
 
 class SettingsError(ValueError):
@@ -50,20 +65,95 @@ def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:
 
 
 def check_settings(cls: type, settings: dict[str, Any], prefix: str) -> None:
-    """Raise SettingsError naming every `prefix.key` whose value does not fit `cls`'s constructor."""
+    """Raise SettingsError naming the first `prefix.key` whose name or value does not fit `cls`'s constructor."""
     hints = constructor_hints(cls)
-    known = set(hints) | set(constructor_defaults(cls))
+    known = [*hints, *(name for name in constructor_defaults(cls) if name not in hints)]
     # a factory function with **kwargs takes any key (a class's **kwargs are followed up its hierarchy instead)
     takes_any = not inspect.isclass(cls) and any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls).parameters.values())
-    problems = []
     for key, value in settings.items():
         if key.startswith("_"):
             continue
         if key not in known and not takes_any:
-            problems.append(f"{prefix}.{key} is not a setting of {cls.__name__}")
-            continue
+            raise SettingsError(f"{prefix}.{key}: no such setting of {cls.__name__}"
+                                f"{did_you_mean(f'{prefix}.{key}', [f'{prefix}.{name}' for name in known])}")
         want = expected(hints[key], value) if key in hints else None
         if want is not None:
-            problems.append(f"{prefix}.{key}={value!r}: expected {want}")
-    if problems:
-        raise SettingsError("; ".join(problems))
+            raise SettingsError(f"{prefix}.{key}={value!r}: expected {want}")
+
+
+def elsewhere(group: str, name: str) -> str:
+    """'; it is a setting of JSA (model=jsa)' when another config of the group builds a class that takes `name`."""
+    owners = [(choice, target) for choice, target in config_targets(group).items() if name in (declared(target) or {})]
+    return f"; it is a setting of {owners[0][1].rsplit('.', 1)[-1]} ({group}={owners[0][0]})" if owners else ""
+
+
+def check_declared_group(group: str, settings: dict[str, Any]) -> None:
+    """A model's or data module's settings against configs/settings.py: every name one its class declares, then built as
+    its constructor builds them (types, ranges, combinations)."""
+    target = settings.get("_target_")
+    names = declared(target)
+    if names is None:
+        return
+    for key in settings:
+        if key not in names and not key.startswith("_"):
+            raise SettingsError(f"{group}.{key}: no such setting of {target.rsplit('.', 1)[-1]}"
+                                f"{did_you_mean(f'{group}.{key}', [f'{group}.{n}' for n in names]) or elsewhere(group, key)}")
+    try:
+        check_combination(group, target, settings, group)
+    except EarlyRefusal as refusal:
+        raise SettingsError(str(refusal)) from None
+
+
+def check_composed(cfg: Any, model: dict[str, Any] | None = None) -> None:
+    """Every setting of a composed config, before anything is seeded, built or written: the top-level ones (a key
+    nothing reads, from `+key=value` or a file, is refused, not ignored), the model's (`model`: with an experiment's
+    shared settings applied, launch/hydra_run.py) and the data module's, and once Lightning is imported each other
+    group's against its class's constructor. Raises SettingsError naming the first setting refused."""
+    from hydra.utils import get_object
+    from omegaconf import OmegaConf
+
+    unknown = [key for key in cfg if key not in (*TOP_LEVEL_SETTINGS, *CONFIG_GROUPS)]
+    if unknown:
+        options = [*TOP_LEVEL_SETTINGS, *(f"{group}.{key}" for group in ("model", "data", "trainer") for key in cfg.get(group) or {})]
+        raise SettingsError(unknown_top_level_setting(unknown[0]) + did_you_mean(unknown[0], options))
+    top_level = {key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
+                 for key in TOP_LEVEL_SETTINGS if key in cfg}
+    for key, value in top_level.items():
+        if (want := expected(TOP_LEVEL_SETTINGS[key], value)) is not None:
+            raise SettingsError(f"{key}={value!r}: expected {want}")
+    if isinstance(top_level.get("seed"), int) and not 0 <= top_level["seed"] < 2**32:
+        raise SettingsError(f"seed={top_level['seed']}: expected an integer in [0, 2^32 - 1]")
+    if isinstance(top_level.get("ddp_timeout_s"), (int, float)) and not top_level["ddp_timeout_s"] > 0:
+        raise SettingsError(f"ddp_timeout_s={top_level['ddp_timeout_s']}: expected a number of seconds > 0")
+    logger = OmegaConf.to_container(cfg.logger, resolve=False) if cfg.get("logger") else {}
+    for key in LAYOUT_SETTINGS:  # (+logger.save_dir=... passes Hydra)
+        if key.removeprefix("logger.") in logger:
+            raise SettingsError(layout_setting(key, logger[key.removeprefix("logger.")]))
+    if logger and logger.get("_target_") not in LOGGER_FOLDERS:
+        raise SettingsError(f"logger._target_={logger.get('_target_')}: a run is logged by the loggers its layout places: "
+                            f"{', '.join(path.rsplit('.', 1)[-1] for path in LOGGER_FOLDERS)} (logger=tensorboard, logger=csv), "
+                            "or none (logger=none)")
+    groups = {"model": model if model is not None else OmegaConf.to_container(cfg.model, resolve=True),
+              "data": OmegaConf.to_container(cfg.data, resolve=True)}
+    for group, settings in groups.items():
+        check_declared_group(group, settings)
+    if "lightning" not in sys.modules:
+        return  # the other classes' settings are their constructors': checked once those are imported
+    groups.update({group: OmegaConf.to_container(cfg[group], resolve=True)
+                   for group in ("trainer", "optimizer", "scheduler", "logger") if cfg.get(group)})
+    for name, callback in (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items():
+        if isinstance(callback, dict) and "_target_" in callback:
+            groups[f"callbacks.{name}"] = callback
+    check_trainer_values(groups["trainer"], "trainer")  # what the Trainer takes but cannot run
+    for group, settings in groups.items():
+        try:
+            cls = get_object(settings["_target_"])
+        except ImportError as error:  # a class of one's own misspelled: +callbacks.mine._target_=mypkg.callbacks.Typo
+            raise SettingsError(f"{group}._target_: {' '.join(str(error).split())}") from None
+        if group in ("model", "data") and declared(settings["_target_"]) is not None:
+            continue  # checked above
+        try:
+            check_settings(cls, settings, group)
+        except SettingsError as error:  # logger._target_=... over another logger's settings
+            mixed = " (logger=csv and logger=tensorboard choose a logger with its own settings)" if group == "logger" else ""
+            raise SettingsError(f"{error}{mixed}") from None

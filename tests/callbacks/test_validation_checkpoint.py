@@ -12,7 +12,7 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from hydra.utils import instantiate
 
 from checkpoints.loader import load_checkpoint_file
-from launch.checks.defaults import config_file
+from launch.checks.configs import config_file
 
 
 class NoImprovement(BoringModel):

@@ -96,12 +96,12 @@ def test_the_refusal_comes_before_torch_is_imported(tmp_path):
 
 
 def hydra_config(overrides: list[str]):
-    import launch.hydra_config
+    import launch.checks.hydra_config
     import train
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    launch.hydra_config.register_defaults()
+    launch.checks.hydra_config.register_defaults()
     if not OmegaConf.has_resolver("pid"):  # launch.hydra_app.main's (which replaces it)
         OmegaConf.register_new_resolver("pid", os.getpid)
     with initialize_config_dir(config_dir=str(train.CONFIG_DIR), version_base="1.3"):
@@ -261,7 +261,7 @@ def test_a_parallel_job_on_several_gpus_trains_on_its_worker_slots_gpu(tmp_path,
 
     from launch.runs import worker_slots
     from launch.hydra_run import parallel_job_settings
-    from launch.hydra_config import compose
+    from launch.checks.hydra_config import compose
 
     holder = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; from launch.runs.worker_slots import "
                                f"claim_slot; print(claim_slot(Path({str(tmp_path / '.worker-slots')!r}), 2), flush=True); sys.stdin.read()"],

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 import launch.hydra_run
 import launch.cli_app
 import launch.hydra_app
-import launch.hydra_config
+import launch.checks.hydra_config
 import launch.rules
 import launch.run_layout
 import train
@@ -37,11 +37,11 @@ MODEL_CLASSES = sorted(cls.__name__ for cls in registered("model"))  # the model
 
 @functools.cache
 def composed_once(overrides: tuple[str, ...]) -> DictConfig:
-    return launch.hydra_config.compose(list(overrides))
+    return launch.checks.hydra_config.compose(list(overrides))
 
 
 def composed(overrides: list[str]) -> DictConfig:
-    """The config `python train.py OVERRIDES` runs with (launch.hydra_config.compose). A compose is a function of the
+    """The config `python train.py OVERRIDES` runs with (launch.checks.hydra_config.compose). A compose is a function of the
     overrides and configs/: a repeated one is a copy of the first (the caller may change its own), made Hydra's current
     config as compose makes it."""
     cfg = copy.deepcopy(composed_once(tuple(overrides)))
@@ -278,10 +278,10 @@ def test_ddp_strategies_get_the_collective_timeout():
     (["ddp_timeout_s=0"], "ddp_timeout_s=0: expected a number of seconds > 0"),
     (["trainer.max_epochs=abc"], "trainer.max_epochs='abc': expected an integer or null"),
     (["trainer.precision=foo"], "trainer.precision='foo': expected one of"),
-    (["+trainer.max_epoch=3"], "trainer.max_epoch is not a setting of Trainer"),
+    (["+trainer.max_epoch=3"], "trainer.max_epoch: no such setting of Trainer"),
     # each group's values, once composed: the model's with an experiment's shared settings applied
     (["model.mis_steps=abc"], "model.mis_steps='abc': expected an integer"),
-    (["experiment=jsa_paper", "+per_model.jsa.mis_stepz=3"], "model.mis_stepz is not a setting of JSA"),
+    (["experiment=jsa_paper", "+per_model.jsa.mis_stepz=3"], "model.mis_stepz: no such setting of JSA"),
     (["data.batch_size=x"], "data.batch_size='x': expected an integer"),
     (["optimizer.lr=abc"], "optimizer.lr='abc': expected a number"),
     (["scheduler=step", "scheduler.gamma=x"], "scheduler.gamma='x': expected a number"),

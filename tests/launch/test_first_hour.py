@@ -408,12 +408,12 @@ def test_enable_checkpointing_false_runs_without_checkpoints_in_both_front_ends(
     """trainer.enable_checkpointing=false is done, not refused by Lightning beside the default ModelCheckpoint: Hydra
     leaves out callbacks.model_checkpoint, LightningCLI its --checkpoint callback."""
     import launch.hydra_run
-    import launch.hydra_config
+    import launch.checks.hydra_config
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     monkeypatch.setenv("DATA_DIR", str(mnist_dir))
     monkeypatch.chdir(tmp_path)
-    hydra_cfg = launch.hydra_config.compose(["model=vae", "trainer.enable_checkpointing=false", f"log_dir={tmp_path}"])
+    hydra_cfg = launch.checks.hydra_config.compose(["model=vae", "trainer.enable_checkpointing=false", f"log_dir={tmp_path}"])
     _, _, trainer, _ = launch.hydra_run.build_run(hydra_cfg)
     cli = launch.cli_app.main(["--model=VAE", "--trainer.enable_checkpointing=false", f"--trainer.default_root_dir={tmp_path}"],
                               run=False)

@@ -153,7 +153,7 @@ def test_hydras_logger_group_chooses_the_logger_and_the_layout_places_it(choice,
 
 @pytest.mark.parametrize("overrides, refusal", [
     # TensorBoard's settings under another class: refused, not a TensorBoard run written in its place
-    (["logger._target_=lightning.pytorch.loggers.CSVLogger"], "logger.default_hp_metric is not a setting of CSVLogger (logger=csv and "
+    (["logger._target_=lightning.pytorch.loggers.CSVLogger"], "logger.default_hp_metric: no such setting of CSVLogger (logger=csv and "
      "logger=tensorboard choose a logger with its own settings)"),
     (["logger=csv", "logger._target_=lightning.pytorch.loggers.MLFlowLogger"], "logger._target_=lightning.pytorch.loggers.MLFlowLogger: "
      "a run is logged by the loggers its layout places: TensorBoardLogger, CSVLogger (logger=tensorboard, logger=csv), or none (logger=none)"),

@@ -101,22 +101,18 @@ def test_mistakes_are_one_line_with_the_closest_name(command, named):
     says(refusal, *named)
 
 
-def test_after_the_imports_the_names_of_the_trainer_optimizer_and_scheduler_settings_alone_are_checked_before_hydra():
-    """The Hydra front end's pass once Lightning and torch are imported, before Hydra composes (whose struct mode would
-    refuse an unknown key in several lines): the names their constructors declare; what the early check saw before the
-    imports is not checked again, and every value is checked once composed (launch/hydra_run.py: check_run_settings)."""
-    from launch.checks.early import load
-    from launch.checks.hydra_check import IMPORTED_GROUPS, check_hydra
+def test_after_the_imports_the_trainer_settings_are_checked_before_hydra_composes():
+    """The Hydra front end's pass once Lightning is imported, before Hydra composes (whose struct mode would refuse an
+    unknown key in several lines): the Trainer's settings, unknown before the imports; a command line without one is
+    not composed again (the early check did, and the run checks every value once composed)."""
+    from launch.checks.hydra_check import check_hydra
     from launch.checks.precheck import EarlyRefusal
 
-    for argv, named in ((["trainer.max_epoch=1"], "trainer.max_epochs?"), (["optimizer.lrr=1"], "optimizer.lr?"),
-                        (["scheduler=step", "scheduler.gama=1"], "scheduler.gamma?")):
-        with pytest.raises(EarlyRefusal) as refusal:
-            check_hydra(argv, load(), only=IMPORTED_GROUPS)
-        says(str(refusal.value), *named)
-    for argv in (["model.mis_step=3"], ["+ckpt_pth=x"], ["-m", "hydra/launcher=jobib"], ["trainer.max_epochs=abc"],
-                 ["optimizer.lr=abc"]):
-        check_hydra(argv, load(), only=IMPORTED_GROUPS)
+    with pytest.raises(EarlyRefusal) as refusal:
+        check_hydra(["model=vae", "trainer.max_epoch=1"], trainer_names_only=True)
+    says(str(refusal.value), "trainer.max_epoch", "Trainer", "trainer.max_epochs?")
+    for argv in (["model.mis_step=3"], ["+ckpt_pth=x"], ["optimizer.lr=abc"]):
+        check_hydra(argv, trainer_names_only=True)
 
 
 def test_a_config_file_that_is_not_yaml_or_not_there_is_named(tmp_path):
@@ -141,7 +137,7 @@ def test_a_config_file_that_is_not_yaml_or_not_there_is_named(tmp_path):
     ("cli", "trainer:\n  max_epochs: ten\n", "trainer.max_epochs='ten': expected an integer or null"),
     ("cli", "trainer:\n  max_epochs: '10'\n  enable_progress_bar: yes\n", None),  # read as jsonargparse reads YAML
     ("hydra", "# @package _global_\ntrainer:\n  max_epoch: 1\n", "trainer.max_epoch: no such setting of Trainer; did you mean trainer.max_epochs?"),
-    ("hydra", "# @package _global_\nmodel:\n  mis_stepz: 3\n", "model.mis_stepz: no such setting; did you mean model.mis_steps?"),
+    ("hydra", "# @package _global_\nmodel:\n  mis_stepz: 3\n", "model.mis_stepz: no such setting of JSA; did you mean model.mis_steps?"),
     ("hydra", "# @package _global_\nsed: 3\n", "sed: no such setting (the top-level ones are seed,"),
     ("hydra", "# @package _global_\ndefaults:\n  - override /model: vae\nmodel: {latent_dim: 8, lr: 1e-3}\n"
      "trainer: {max_epochs: 2, enable_progress_bar: yes}\nseed: 007\nper_model: {jsa: {mis_steps: 3}}\n", None),
@@ -247,7 +243,7 @@ def test_valid_commands_pass(command, tmp_path, monkeypatch):
 def test_the_advice_on_a_plus_is_what_hydra_composes(given):
     """Where the early check refuses a key with or without +, the command it advises composes in Hydra (and passes the
     early check); where it lets one pass, Hydra composes that."""
-    from launch.hydra_config import compose
+    from launch.checks.hydra_config import compose
 
     refusal = refuse_early([given], cli=False)
     advised = refusal.rsplit(" ", 1)[-1].rstrip(")") if refusal else given
@@ -278,7 +274,8 @@ def test_every_documented_train_command_passes(tmp_path, monkeypatch):
     assert len(commands) > 10
     with_files_named_by(commands, tmp_path, monkeypatch)
     for argv in commands:
-        assert refuse_early(argv, cli=bool(argv) and argv[0] in ("fit", "validate", "test", "predict")) is None, argv
+        refusal = refuse_early(argv, cli=bool(argv) and argv[0] in ("fit", "validate", "test", "predict"))
+        assert refusal is None or "no such device is visible here" in refusal, argv  # trainer=gpu on a machine without one
 
 
 def test_a_prior_of_ones_own_is_left_to_the_registry():
@@ -357,12 +354,11 @@ def test_a_data_dir_this_user_cannot_read_is_one_line_naming_it(tmp_path):
 @pytest.mark.slow  # starts train.py
 @pytest.mark.parametrize("argv, line", [
     (["trainer.max_epoch=1"], "error: trainer.max_epoch: no such setting of Trainer; did you mean trainer.max_epochs?"),
-    (["optimizer.lrr=1"], "error: optimizer.lrr: no such setting of Adam; did you mean optimizer.lr?"),
     (["fit", "--trainer.max_epoch=1"], "error: --trainer.max_epoch: no such option of Trainer; did you mean --trainer.max_epochs?"),
 ])
-def test_the_settings_of_the_trainer_and_optimizer_are_refused_in_one_line_once_imported(argv, line, tmp_path):
-    """Their settings are Lightning's and torch's, declared by their constructors: checked once those are imported,
-    with the same line, before anything is written."""
+def test_the_settings_of_the_trainer_are_refused_in_one_line_once_imported(argv, line, tmp_path):
+    """Its settings are Lightning's, declared by its constructor: checked once Lightning is imported, with the same
+    line, before anything is written."""
     result = preloaded.run_train(argv, tmp_path, {**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)  # imports done: forked
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == line, result.stderr[-2000:]
     assert not list(tmp_path.iterdir())  # nothing written
