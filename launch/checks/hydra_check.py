@@ -170,15 +170,18 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
         planned = jobs(overrides, multirun)
     except HydraException as error:  # Hydra's grammar
         raise EarlyRefusal(" ".join(str(error).split())) from None
-    params: dict[str, Any] = {}
+    first = None
     if multirun:  # an experiment's sweep (experiment=compare: its models), unless the command line sets the key
         try:
-            params = OmegaConf.to_container(composed_job(planned[0], argv).hydra.sweeper, resolve=True).get("params") or {}
+            first = composed_job(planned[0], argv)
         except (HydraException, OmegaConfBaseException) as error:
             raise EarlyRefusal(composition_error(error, planned[0], argv, swept)) from None
-        params = {key: value for key, value in params.items() if key not in {k for k, _ in pairs} and isinstance(value, str)}
-        swept.update({key: value for key, value in params.items() if key in CONFIG_GROUPS and "," in value})
-        planned = jobs([*overrides, *(f"{key}={value}" for key, value in params.items())], multirun)
+        params = {key: value for key, value in (OmegaConf.to_container(first.hydra.sweeper, resolve=True).get("params") or {}).items()
+                  if key not in {k for k, _ in pairs} and isinstance(value, str)}
+        if params:
+            first = None
+            swept.update({key: value for key, value in params.items() if key in CONFIG_GROUPS and "," in value})
+            planned = jobs([*overrides, *(f"{key}={value}" for key, value in params.items())], multirun)
     if ("hydra/sweeper", "tune") in pairs and "model" in swept:  # Optuna would pick the model too, in another's space
         models = " ".join(str(m) for m in values_of(swept["model"]) or [])
         rest = " ".join(arg for arg in argv if not arg.startswith("model="))
@@ -186,15 +189,16 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
                            f"{models}; do python train.py {rest} model=$m; done)")
     for job in planned:
         try:
-            cfg = composed_job(job, argv)
+            cfg = first or composed_job(job, argv)  # (the first job is composed already in a multirun without params)
         except (HydraException, OmegaConfBaseException) as error:
             raise EarlyRefusal(composition_error(error, job, argv, swept)) from None
+        first = None
         try:
             check_composed(cfg)
         except SettingsError as error:
             raise EarlyRefusal(in_file(str(error), job, argv, cfg)) from None
         except OmegaConfBaseException:
-            return  # an interpolation that resolves only in a run (${hydra:runtime.output_dir}): the run checks it
+            continue  # an interpolation that resolves only in a run (${hydra:runtime.output_dir}): the run checks it
 
 
 def in_file(line: str, job: list[str], argv: list[str], cfg: Any) -> str:
@@ -241,6 +245,10 @@ HYDRA_OPTIONS = ("--help", "--hydra-help", "--version", "--cfg", "--resolve", "-
                  "--shell-completion", "--config-path", "--config-name", "--config-dir", "--experimental-rerun", "--info")
 
 
+# Hydra's modes, one per command, and their short forms.
+HYDRA_MODES = {"--run": "-r", "--multirun": "-m", "--cfg": "-c", "--info": "-i", "--shell-completion": "-sc"}
+
+
 def check_hydra_command(argv: list[str], prints_only: bool) -> None:
     """Raise EarlyRefusal for the first mistake of a Hydra command line seen before the imports: Hydra's
     --experimental-rerun (or an abbreviation argparse expands to it), which unpickles the file it is given (a stranger's
@@ -258,4 +266,10 @@ def check_hydra_command(argv: list[str], prints_only: bool) -> None:
                 " (Hydra takes key=value settings: python train.py --help)"
             raise EarlyRefusal(f"{flag} is an option of the LightningCLI front end, which needs a subcommand first: "
                                f"python train.py fit {arg}{hydra}")
+    flags = [arg.split("=", 1)[0] for arg in argv if arg.startswith("-")]  # (--multi, -cjob: argparse takes both)
+    modes = {mode for flag in flags for mode, short in HYDRA_MODES.items() if flag == short or (len(flag) > 3 and mode.startswith(flag))
+             or (short == "-c" and flag.startswith("-c") and flag[:3] not in ("-cd", "-cp", "-cn"))}
+    if len(modes) > 1:  # Hydra's answer is a traceback
+        raise EarlyRefusal(f"{' and '.join(sorted(modes))}: Hydra takes one of {', '.join(HYDRA_MODES)} at a time (--cfg job "
+                           "prints the config of one job: leave out -m)")
     check_hydra(argv)

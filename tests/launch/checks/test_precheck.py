@@ -91,6 +91,10 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("optimizer.weight_decay=0.1", ["optimizer.weight_decay", "configs/optimizer/adam.yaml", "+optimizer.weight_decay=0.1"]),
     # a setting of one swept model and not of another: Hydra would refuse that model's job once the jobs before it ran
     ("-m model=vae,jsa model.latent_dim=4", ["model.latent_dim", "JSA", "model=vae,jsa", "VAE (model=vae)"]),
+    # an experiment's own sweep of the models (experiment=compare) is composed job by job too
+    ("-m experiment=compare model.mis_steps=3", ["model.mis_steps", "DiscreteVAE", "sweeps", "JSA (model=jsa)"]),
+    # two of Hydra's modes, which Hydra answers with a traceback
+    ("-m experiment=compare --cfg job", ["--cfg and --multirun", "leave out -m"]),
     # LightningCLI's predict, which no model implements: what to use instead
     ("predict --ckpt_path=x.ckpt", ["predict", "load_from_checkpoint", "test --ckpt_path"]),
 ])
@@ -362,3 +366,13 @@ def test_the_settings_of_the_trainer_are_refused_in_one_line_once_imported(argv,
     result = preloaded.run_train(argv, tmp_path, {**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)  # imports done: forked
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == line, result.stderr[-2000:]
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_before_the_imports_any_trainer_setting_passes_and_is_checked_once_lightning_is_imported():
+    """The Trainer's settings are its constructor's, unknown before Lightning is imported: the early check composes
+    them as given (a setting configs/trainer/default.yaml leaves out too) and leaves their names to the check after the
+    imports (test_after_the_imports_the_trainer_settings_are_checked_before_hydra_composes)."""
+    probe = ("import sys\nfrom launch.checks.early import refuse_early\n"
+             "print(refuse_early(['trainer.gradient_clip_val=1', 'trainer.max_epoch=1'], cli=False), 'lightning' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.stdout.split() == ["None", "False"], (result.stdout, result.stderr[-2000:])
