@@ -4,12 +4,14 @@ one line naming the option as given."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import inspect
 import re
 import sys
 from typing import Any, NoReturn, Optional, Union
 
-from hydra.utils import get_class
+from hydra.utils import get_class, get_object
 from jsonargparse.typing import restricted_number_type
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -57,7 +59,8 @@ class Parser(LightningArgumentParser):
         given = CollectionCLI.command_line
         subcommand = given[0] if given and given[0] in SUBCOMMANDS else "fit"
         # the same line as before the imports (with "did you mean") where the early check sees the mistake
-        exit_with(refuse_early(given, cli=True) or f"{_one_line(message, given)} (python train.py {subcommand} --help lists the options)")
+        exit_with(refuse_early(given, cli=True) or _required(message, given) or
+                  f"{_one_line(message, given)} (python train.py {subcommand} --help lists the options)")
 
 
 class CollectionCLI(LightningCLI):
@@ -239,6 +242,30 @@ def _one_line(text: str, args: list[str]) -> str:
     name = (next((g for g in given if g.endswith(("." + keys[-1], "--" + keys[-1]))), "--" + ".".join(keys)) if keys else
             refused_by[1].rsplit(".", 1)[-1] if refused_by else None)
     return (f"{name}: " if name else "") + "; ".join(reasons)
+
+
+def _required(message: str, args: list[str]) -> str | None:
+    """jsonargparse's "the following arguments are required: T_max" as the option that sets it, for the class given on
+    the command line that requires it: '--model.scheduler.T_max: required by CosineAnnealingLR (--model.scheduler=...);
+    give --model.scheduler.T_max=VALUE'."""
+    names = re.fullmatch(r"the following arguments are required: ([\w, ]+)", message.strip())
+    wanted = [name.strip() for name in names[1].split(",")] if names else []
+
+    def requires(value: str) -> bool:  # a class path, or a short name of torch.optim's (as LightningCLI resolves them)
+        for path in (value, f"torch.optim.{value}", f"torch.optim.lr_scheduler.{value}"):
+            with contextlib.suppress(Exception):
+                parameters = inspect.signature(get_object(path)).parameters
+                return all(name in parameters and parameters[name].default is inspect.Parameter.empty for name in wanted)
+        return False
+
+    classes = [(option, value) for option, value in option_values(args[1:])
+               if wanted and value and re.fullmatch(r"(\w+\.)*[A-Z]\w*", value) and requires(value)]
+    if len(classes) != 1:
+        return None
+    option, value = classes[0]
+    options = [f"{option}.{name}" for name in wanted]
+    return (f"{', '.join(options)}: required by {value.rsplit('.', 1)[-1]} ({option}={value}); give "
+            f"{' '.join(f'{name}=VALUE' for name in options)}")
 
 
 def _given(args: list[str], group: str, keys: set[str] | None = None) -> set[str]:

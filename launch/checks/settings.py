@@ -8,6 +8,7 @@ arrives as the string 'abc'); a Literal lists the choices, int/float/bool/str th
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 from typing import Any
 
@@ -35,10 +36,15 @@ class SettingsError(ValueError):
     """A setting has a value its constructor does not take (the user's to fix)."""
 
 
+# Lightning's precisions the collection runs in (64-bit: the samplers and JSA's cache hold 32-bit tensors).
+SUPPORTED_PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "32", "16", "bf16", "16-true", "bf16-true", "transformer-engine",
+                        "transformer-engine-float16")
+
+
 def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:
-    """What lightning.Trainer accepts but cannot run: an accelerator this machine lacks (Lightning's own message
-    does not name the option), and accumulate_grad_batches < 1, check_val_every_n_epoch < 1 and val_check_interval <= 0
-    (each a ZeroDivisionError once training starts)."""
+    """What lightning.Trainer accepts but cannot run, or refuses without naming the option: an accelerator this machine
+    lacks, a precision the collection does not run in, a max_time that is not DD:HH:MM:SS, and accumulate_grad_batches
+    < 1, check_val_every_n_epoch < 1 and val_check_interval <= 0 (each a ZeroDivisionError once training starts)."""
     import torch
 
     accelerator, accumulate = settings.get("accelerator"), settings.get("accumulate_grad_batches")
@@ -56,9 +62,14 @@ def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:
     if isinstance(clip, (int, float)) and not isinstance(clip, bool) and not 0 <= clip < float("inf"):
         # Lightning skips clipping at a negative value without a word
         raise SettingsError(f"{prefix}.gradient_clip_val={clip}: expected a finite number >= 0 (0 or null: no clipping)")
-    if str(settings.get("precision")) in ("64", "64-true", "double", "transformer-engine-float64"):
-        raise SettingsError(f"{prefix}.precision={settings['precision']}: 64-bit is not supported (the samplers and JSA's "
-                            "cache hold 32-bit tensors); expected 32-true, 16-mixed or bf16-mixed")
+    precision = settings.get("precision")
+    if precision is not None and str(precision) not in SUPPORTED_PRECISIONS:
+        why = " (the samplers and JSA's cache hold 32-bit tensors)" if "64" in str(precision) else ""
+        raise SettingsError(f"{prefix}.precision={precision}: expected 32-true, 16-mixed or bf16-mixed{why} (or "
+                            f"{', '.join(SUPPORTED_PRECISIONS[3:])})")
+    max_time = settings.get("max_time")
+    if isinstance(max_time, str) and not re.fullmatch(r"\s*\d+:\d+:\d+:\d+\s*", max_time):
+        raise SettingsError(f"{prefix}.max_time={max_time}: expected DD:HH:MM:SS, e.g. 00:12:00:00 for 12 hours (or null)")
     if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval <= 0:
         raise SettingsError(f"{prefix}.val_check_interval={interval}: expected > 0, a fraction of the epoch (at most "
                             "1.0) or a number of batches")

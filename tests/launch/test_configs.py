@@ -277,7 +277,7 @@ def test_ddp_strategies_get_the_collective_timeout():
     (["run_test=maybe"], "run_test='maybe': expected true or false"),
     (["ddp_timeout_s=0"], "ddp_timeout_s=0: expected a number of seconds > 0"),
     (["trainer.max_epochs=abc"], "trainer.max_epochs='abc': expected an integer or null"),
-    (["trainer.precision=foo"], "trainer.precision='foo': expected one of"),
+    (["trainer.precision=foo"], "trainer.precision=foo: expected 32-true, 16-mixed or bf16-mixed"),
     (["+trainer.max_epoch=3"], "trainer.max_epoch: no such setting of Trainer"),
     # each group's values, once composed: the model's with an experiment's shared settings applied
     (["model.mis_steps=abc"], "model.mis_steps='abc': expected an integer"),

@@ -58,3 +58,17 @@ def test_the_cli_refuses_a_zero_step_size_in_one_line(tmp_path, capsys):
     assert stopped.value.code == 2
     assert "error: VAE: scheduler: StepLR's step_size=0: expected a number of epochs >= 1" in capsys.readouterr().err
     assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--model.scheduler=torch.optim.lr_scheduler.CosineAnnealingLR"],
+     "error: --model.scheduler.T_max: required by CosineAnnealingLR (--model.scheduler=torch.optim.lr_scheduler."
+     "CosineAnnealingLR); give --model.scheduler.T_max=VALUE"),
+    (["--optimizer=Adam", "--lr_scheduler=StepLR"],  # Adam requires nothing: the scheduler is named
+     "error: --lr_scheduler.step_size: required by StepLR (--lr_scheduler=StepLR); give --lr_scheduler.step_size=VALUE"),
+])
+def test_the_cli_names_the_option_a_class_on_the_command_line_requires(args, line, tmp_path, capsys):
+    """jsonargparse's "the following arguments are required: T_max" names no option: the line names the one to give."""
+    with pytest.raises(SystemExit) as stopped:
+        launch.cli_app.main(["--model=VAE", *args, f"--log_dir={tmp_path / 'logs'}"], run=False)
+    assert stopped.value.code == 2 and capsys.readouterr().err.strip() == line
