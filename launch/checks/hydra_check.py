@@ -6,6 +6,7 @@ front end."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import re
 from pathlib import Path
@@ -21,12 +22,13 @@ from launch.checks.configs import CONFIGS, config_value, read_config
 from launch.checks.precheck import OTHER_TREE, EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, removed_trainer_option
 from launch.checks.received_config import hydra_folders
 from launch.checks.settings import CONFIG_GROUPS, LAYOUT_SETTINGS, SettingsError, check_composed, elsewhere, layout_setting, \
-    unknown_top_level_setting
+    replica_setting, unknown_top_level_setting
 from launch.checks.hydra_config import compose, trainer_known
 
 # The groups whose configs extend their class's defaults (launch/checks/hydra_config.py: register_defaults): every setting of
 # the class is in the composed config. Another group's config (optimizer) holds only the keys its file sets.
 CLASS_DEFAULT_GROUPS = ("model", "data", "trainer")
+MAX_CHECKED_VALUES = 64  # of one swept setting, checked before the jobs run
 
 
 # Hydra's launchers and sweepers: `basic` (Hydra's own), the plugins pyproject's `cluster` extra installs (each choice:
@@ -91,9 +93,11 @@ def overrides_given(argv: list[str]) -> list[str]:
     return found
 
 
-def jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
-    """The overrides of the jobs a command line runs, each swept value composed once: every value of each swept key
-    with the other keys at their first value (a sweep Optuna samples, interval(), is left to the constructors)."""
+def jobs(overrides: list[str], multirun: bool) -> tuple[list[list[str]], list[list[str]]]:
+    """The overrides of the jobs to compose, and the other values of each swept setting. Each value of a swept config
+    group is composed once, with the other keys at their first value; a swept setting's other values (at most
+    MAX_CHECKED_VALUES of them: the rest are checked by their jobs) are set on the first job's config. A sweep Optuna
+    samples (interval()) is left to the constructors."""
     axes = []
     for override in OverridesParser.create().parse_overrides(overrides):
         try:
@@ -102,7 +106,17 @@ def jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
             continue
         axes.append([f"{override.get_key_element()}={value}" for value in values] if values else [override.input_line])
     first = [axis[0] for axis in axes]
-    return [first] + [[*first[:i], value, *first[i + 1:]] for i, axis in enumerate(axes) for value in axis[1:]]
+    groups = [axis for axis in axes if "/" in axis[0].split("=")[0] or axis[0].lstrip("+~").split("=")[0] in CONFIG_GROUPS]
+    return ([first] + [[*first[:i], value, *first[i + 1:]] for i, axis in enumerate(axes) if axis in groups for value in axis[1:]],
+            [axis[1:MAX_CHECKED_VALUES] for axis in axes if axis not in groups and len(axis) > 1])
+
+
+def with_setting(cfg: Any, override: str) -> Any:
+    """A copy of a composed config with `override` (KEY=VALUE, a key it has) applied, as Hydra applies a value."""
+    parsed = OverridesParser.create().parse_override(override)
+    changed = copy.deepcopy(cfg)
+    OmegaConf.update(changed, parsed.key_or_group, parsed.value(), merge=True)
+    return changed
 
 
 def composed_job(job: list[str], argv: list[str]) -> Any:
@@ -115,14 +129,18 @@ def composed_job(job: list[str], argv: list[str]) -> Any:
 def composition_error(error: Exception, job: list[str], argv: list[str], swept: dict[str, str]) -> str:
     """Hydra's refusal of a job's overrides as one line: a key its config does not have (the likely one, or the `+` that
     adds it), a `+` on a key that has a value, else Hydra's first line."""
-    text = str(error)
+    text = str(error).strip()
     unknown = re.match(r"Could not override '([^']+)'", text)
     appended = re.match(r"Could not append to config. An item is already at '([^']+)'", text)
-    if not (unknown or appended):
-        return " ".join(text.strip().splitlines()[0].split()) if text.strip() else type(error).__name__
-    given = next(o for o in job if o.lstrip("+~").split("=", 1)[0].split("@", 1)[0] == (unknown or appended)[1])
+    several = re.match(r"Ambiguous value for argument '([^']+)'", text)
+    if several:
+        return (f"{several[1]}: several values run one job each in a multirun only; add -m (python train.py -m ...), or "
+                "give a list as [a,b] or a string with commas in quotes")
+    key = getattr(error.__cause__, "full_key", None) if unknown else appended[1] if appended else None
+    given = next((o for o in job if o.lstrip("+~").split("=", 1)[0] == (unknown or appended)[1]), None) if key else None
+    if given is None:  # Hydra's own lines, as one
+        return " ".join(text.split("\n\n")[0].split()) if text else type(error).__name__
     base = composed_job([o for o in job if o is not given], argv)  # the config the override met
-    key = getattr(error.__cause__, "full_key", None) or (unknown or appended)[1]
     group, _, name = key.partition(".")
     choice = base.hydra.runtime.choices.get(group)
     node = OmegaConf.select(base, key.rsplit(".", 1)[0]) if "." in key else base
@@ -131,7 +149,10 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
         where = "configs/train.yaml" if not name else f"configs/{group}/{choice}.yaml{f', {target.rsplit(chr(46), 1)[-1]}' if target else ''}"
         return (f"{given}: {key} already has a value ({where}), and + only adds a key that has none; drop the + to set it: "
                 f"{given.lstrip('+')}")
-    options = [*(f"{key.rsplit('.', 1)[0]}.{k}" if "." in key else k for k in node if not str(k).startswith("_"))]
+    options = [f"{key.rsplit('.', 1)[0]}.{k}" if "." in key else k for k in (node if OmegaConf.is_dict(node) else {})
+               if not str(k).startswith("_")]  # (none under a null: discrete_latent.num_categories=4)
+    if group == "replicas":
+        return replica_setting(key)
     if not name:
         options += [f"{g}.{k}" for g in CLASS_DEFAULT_GROUPS for k in base.get(g) or {}]
         return unknown_top_level_setting(key) + did_you_mean(key, options)
@@ -167,36 +188,34 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
         check_before_composing(argv, pairs, multirun)
     swept = {key: value for key, value in pairs if key in CONFIG_GROUPS and len(values_of(value) or []) > 1}
     try:
-        planned = jobs(overrides, multirun)
+        planned, other_values = jobs(overrides, multirun)
     except HydraException as error:  # Hydra's grammar
         raise EarlyRefusal(" ".join(str(error).split())) from None
-    first = None
-    if multirun:  # an experiment's sweep (experiment=compare: its models), unless the command line sets the key
+
+    def composed(job: list[str]) -> Any:
         try:
-            first = composed_job(planned[0], argv)
+            return composed_job(job, argv)
         except (HydraException, OmegaConfBaseException) as error:
-            raise EarlyRefusal(composition_error(error, planned[0], argv, swept)) from None
-        params = {key: value for key, value in (OmegaConf.to_container(first.hydra.sweeper, resolve=True).get("params") or {}).items()
-                  if key not in {k for k, _ in pairs} and isinstance(value, str)}
-        if params:
-            first = None
-            swept.update({key: value for key, value in params.items() if key in CONFIG_GROUPS and "," in value})
-            planned = jobs([*overrides, *(f"{key}={value}" for key, value in params.items())], multirun)
+            raise EarlyRefusal(composition_error(error, job, argv, swept)) from None
+
+    first = composed(planned[0])
+    params = {key: value for key, value in (OmegaConf.to_container(first.hydra.sweeper, resolve=True).get("params") or {}).items()
+              if key not in {k for k, _ in pairs} and isinstance(value, str)} if multirun else {}
+    if params:  # an experiment's sweep (experiment=compare: its models), unless the command line sets the key
+        swept.update({key: value for key, value in params.items() if key in CONFIG_GROUPS and "," in value})
+        planned, other_values = jobs([*overrides, *(f"{key}={value}" for key, value in params.items())], multirun)
+        first = composed(planned[0])
     if ("hydra/sweeper", "tune") in pairs and "model" in swept:  # Optuna would pick the model too, in another's space
         models = " ".join(str(m) for m in values_of(swept["model"]) or [])
         rest = " ".join(arg for arg in argv if not arg.startswith("model="))
         raise EarlyRefusal(f"hydra/sweeper=tune tunes one model per study: give model=NAME (every model in turn: for m in "
                            f"{models}; do python train.py {rest} model=$m; done)")
-    for job in planned:
+    checked = [(planned[0], first), *((planned[0], with_setting(first, value)) for axis in other_values for value in axis)]
+    for job, cfg in [*checked, *((job, None) for job in planned[1:])]:
         try:
-            cfg = first or composed_job(job, argv)  # (the first job is composed already in a multirun without params)
-        except (HydraException, OmegaConfBaseException) as error:
-            raise EarlyRefusal(composition_error(error, job, argv, swept)) from None
-        first = None
-        try:
-            check_composed(cfg)
+            check_composed(cfg if cfg is not None else composed(job))
         except SettingsError as error:
-            raise EarlyRefusal(in_file(str(error), job, argv, cfg)) from None
+            raise EarlyRefusal(in_file(str(error), job, argv, first)) from None
         except OmegaConfBaseException:
             continue  # an interpolation that resolves only in a run (${hydra:runtime.output_dir}): the run checks it
 
@@ -232,7 +251,7 @@ def check_before_composing(argv: list[str], pairs: list[tuple[str, str]], multir
             read = values_of(value)  # quotes and spaces are Hydra's syntax, not part of the name
             wanted = [str(v) if v is not None else "null" for v in read] if read is not None else []
             for choice in wanted:
-                if choice not in available and not (key == "experiment" and choice in ("null", "")):
+                if choice not in available:
                     # Hydra leaves a group out with ~group (it refuses group=null from the command line)
                     leave_out = (f" ({key}=none leaves it out)" if "none" in available else f" (~{key} leaves it out)") \
                         if choice in ("null", "none", "None", "false") else ""

@@ -21,6 +21,13 @@ from launch.run_layout import LOGGER_FOLDERS
 CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
 # The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
 LAYOUT_SETTINGS = {"logger.save_dir": "log_dir", "logger.name": "run_name"}
+REPLICA_SETTINGS = ("seeds", "arms")
+
+
+def replica_setting(key: str) -> str:
+    """The line that refuses a key of `replicas` that nothing reads (launch/runs/replicas.py reads seeds and arms)."""
+    options = [f"replicas.{name}" for name in REPLICA_SETTINGS]
+    return f"{key}: no such setting (the replicas' are {', '.join(options)}){did_you_mean(key, options)}"
 
 
 def unknown_top_level_setting(key: str) -> str:
@@ -136,6 +143,9 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None) -> None:
         raise SettingsError(f"seed={top_level['seed']}: expected an integer in [0, 2^32 - 1]")
     if isinstance(top_level.get("ddp_timeout_s"), (int, float)) and not top_level["ddp_timeout_s"] > 0:
         raise SettingsError(f"ddp_timeout_s={top_level['ddp_timeout_s']}: expected a number of seconds > 0")
+    for key in cfg.get("replicas") or {}:
+        if key not in REPLICA_SETTINGS:
+            raise SettingsError(replica_setting(f"replicas.{key}"))
     logger = OmegaConf.to_container(cfg.logger, resolve=False) if cfg.get("logger") else {}
     for key in LAYOUT_SETTINGS:  # (+logger.save_dir=... passes Hydra)
         if key.removeprefix("logger.") in logger:

@@ -93,6 +93,15 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("-m model=vae,jsa model.latent_dim=4", ["model.latent_dim", "JSA", "model=vae,jsa", "VAE (model=vae)"]),
     # an experiment's own sweep of the models (experiment=compare) is composed job by job too
     ("-m experiment=compare model.mis_steps=3", ["model.mis_steps", "DiscreteVAE", "sweeps", "JSA (model=jsa)"]),
+    # replicas take seeds and arms alone, with or without + (nothing else reads them)
+    ("replicas.sed=[0,1]", ["replicas.sed", "replicas.seeds?"]),
+    ("+replicas.sed=[0,1]", ["replicas.sed", "replicas.seeds?"]),
+    # a key under a setting that is null (discrete_latent): the + that adds it; several values without -m; a group
+    # override Hydra refuses in several lines, or with a traceback
+    ("discrete_latent.num_categories=4", ["discrete_latent.num_categories", "+discrete_latent.num_categories=4"]),
+    ("model=vae,jsa", ["model=vae,jsa", "add -m"]),
+    ("model@model=vae", ["model@model", "+model@model=vae"]),
+    ("experiment=null", ["experiment=null", "~experiment"]),
     # two of Hydra's modes, which Hydra answers with a traceback
     ("-m experiment=compare --cfg job", ["--cfg and --multirun", "leave out -m"]),
     # LightningCLI's predict, which no model implements: what to use instead
@@ -220,6 +229,7 @@ VALID = [
     "callbacks=sgmcmc callbacks.posterior_samples.thin=5 callbacks.model_checkpoint.save_top_k=3",
     "+callbacks.model_checkpoint.verbose=true", "experiment=jsa_paper callbacks.gradient_variance.every_n_steps=0",
     "+optimizer.weight_decay=0.1", "++optimizer.weight_decay=0.1", "optimizer=sgld optimizer.temperature=2",
+    "+discrete_latent.num_categories=4", "~callbacks.image_grids", "-m model=glob(*,exclude=vqvae_prior) seed=range(2)",
 ]
 
 
