@@ -10,8 +10,10 @@ from typing import Any
 
 from launch.checks.arguments import option_values, values_of
 from launch.checks.configs import CONFIGS, GROUPS, NOT_SETTINGS, cli_classes, config_targets, declared, default_choices
-from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, \
-    check_value, config_file_settings, did_you_mean, removed_trainer_option, unquoted
+from common.settings import expected
+from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, \
+    removed_trainer_option
+from launch.checks.received_config import ConfigRefusal, composed, given_settings
 
 
 def load() -> dict[str, Any]:
@@ -138,3 +140,25 @@ def scheduler_without_optimizer(scheduler: str) -> str:
     return (f"--lr_scheduler={scheduler} without --optimizer would be ignored: LightningCLI schedules only an optimizer it "
             f"builds itself; give both: --optimizer=Adam --optimizer.lr=3e-4 --lr_scheduler={scheduler} with its settings "
             "(they replace the model's own --model.lr and --model.optimizer)")
+
+
+def check_value(option: str, value_text: str, specs: list[dict[str, Any]], cli: bool = False) -> None:
+    """Refuse a value that fits none of the classes that take the setting (each spec: that class's settings)."""
+    values = values_of(value_text, cli)
+    for value in values or []:
+        failures = [expected(settings[option.rsplit(".", 1)[-1]], value) for settings in specs]
+        if failures and all(failures):
+            raise EarlyRefusal(f"{option}={value!r}: expected {failures[0]}")
+
+
+def unquoted(value: str | None) -> str | None:
+    """A config file's value to check: a quoted one is left to the full checks (jsonargparse reads '10' as 10)."""
+    return None if value is not None and value.startswith('"') else value
+
+
+def config_file_settings(name: str) -> list[tuple[str, str | None]]:
+    """The settings a config file gives, read as received_config.py reads it (launch/checks/received_config.py)."""
+    try:
+        return given_settings(composed(Path(name), "config file"))
+    except ConfigRefusal as refusal:
+        raise EarlyRefusal(str(refusal)) from None

@@ -1,17 +1,12 @@
 """What both early checks share (launch/checks/hydra_check.py, cli_check.py; run by launch/checks/early.py): the
-refusal and its "did you mean", a value checked against the settings of the classes that take it, a model's or data
-module's settings built as their constructor builds them (configs/settings.py), the top-level settings, Lightning 1.x
-Trainer options, and a config file's settings as received_config.py reads them."""
+refusal and its "did you mean", a model's or data module's settings built as their constructor builds them
+(configs/settings.py), the top-level settings and Lightning 1.x Trainer options."""
 
 from __future__ import annotations
 
 import difflib
-from pathlib import Path
 from typing import Any
 
-from launch.checks.arguments import values_of
-from launch.checks.received_config import ConfigRefusal, composed, given_settings
-from common.settings import expected
 from launch.checks.configs import check_declared, declared
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
@@ -40,15 +35,6 @@ def did_you_mean(word: str, candidates: list[str]) -> str:
     close = same or [by_leaf[m] for m in difflib.get_close_matches(leaf(word), begun, n=1, cutoff=0)] or \
         [by_leaf[m] for m in difflib.get_close_matches(leaf(word), list(by_leaf), n=1, cutoff=0.75)]
     return f"; did you mean {close[0]}?" if close else ""
-
-
-def check_value(option: str, value_text: str, specs: list[dict[str, Any]], cli: bool = False) -> None:
-    """Refuse a value that fits none of the classes that take the setting (each spec: that class's settings)."""
-    values = values_of(value_text, cli)
-    for value in values or []:
-        failures = [expected(settings[option.rsplit(".", 1)[-1]], value) for settings in specs]
-        if failures and all(failures):
-            raise EarlyRefusal(f"{option}={value!r}: expected {failures[0]}")
 
 
 # Trainer options of Lightning 1.x that Lightning 2 removed, which old scripts and tutorials still give: what replaces
@@ -82,16 +68,4 @@ def check_combination(group: str, target: str | None, values: dict[str, Any], sh
         named = text.split(" ", 1)[0].split("=", 1)[0] in (declared(target) or {})
         raise EarlyRefusal(f"{shown}.{text}" if named else f"{shown}: {text}") from None
 
-
-def unquoted(value: str | None) -> str | None:
-    """A config file's value to check: a quoted one is left to the full checks (jsonargparse reads '10' as 10)."""
-    return None if value is not None and value.startswith('"') else value
-
-
-def config_file_settings(name: str) -> list[tuple[str, str | None]]:
-    """The settings a config file gives, read as received_config.py reads it (launch/checks/received_config.py)."""
-    try:
-        return given_settings(composed(Path(name), "config file"))
-    except ConfigRefusal as refusal:
-        raise EarlyRefusal(str(refusal)) from None
 
