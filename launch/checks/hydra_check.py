@@ -145,8 +145,9 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
     choice = base.hydra.runtime.choices.get(group)
     node = OmegaConf.select(base, key.rsplit(".", 1)[0]) if "." in key else base
     target = node.get("_target_") if group in CLASS_DEFAULT_GROUPS and OmegaConf.is_dict(node) else None
+    owner = target.rsplit(".", 1)[-1] if target else None
     if appended:
-        where = "configs/train.yaml" if not name else f"configs/{group}/{choice}.yaml{f', {target.rsplit(chr(46), 1)[-1]}' if target else ''}"
+        where = "configs/train.yaml" if not name else f"configs/{group}/{choice}.yaml" + (f", {owner}" if owner else "")
         return (f"{given}: {key} already has a value ({where}), and + only adds a key that has none; drop the + to set it: "
                 f"{given.lstrip('+')}")
     options = [f"{key.rsplit('.', 1)[0]}.{k}" if "." in key else k for k in (node if OmegaConf.is_dict(node) else {})
@@ -156,11 +157,11 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
     if not name:
         options += [f"{g}.{k}" for g in CLASS_DEFAULT_GROUPS for k in base.get(g) or {}]
         return unknown_top_level_setting(key) + did_you_mean(key, options)
-    if target is not None and "." not in name:
+    if owner is not None and "." not in name:
         if group in swept:
-            return (f"{key}: no such setting of {target.rsplit('.', 1)[-1]}, which {group}={swept[group]} sweeps"
-                    f"{elsewhere(group, name)}; give it in a multirun of the {group}s that take it")
-        return f"{key}: no such setting of {target.rsplit('.', 1)[-1]}{did_you_mean(key, options) or elsewhere(group, name)}"
+            return (f"{key}: no such setting of {owner}, which {group}={swept[group]} sweeps{elsewhere(group, name)}; give it "
+                    f"in a multirun of the {group}s that take it")
+        return f"{key}: no such setting of {owner}{did_you_mean(key, options) or elsewhere(group, name)}"
     parent = key.rsplit(".", 1)[0]
     what = "callback" if parent == "callbacks" else "key"
     hint = did_you_mean(key, options) or (f" (it has {', '.join(options)})" if what == "callback" else "")
