@@ -23,7 +23,7 @@ from launch.checks.precheck import OTHER_TREE, EarlyRefusal, REMOVED_TRAINER_OPT
 from launch.checks.received_config import hydra_folders
 from launch.checks.settings import CONFIG_GROUPS, LAYOUT_SETTINGS, SettingsError, check_composed, elsewhere, layout_setting, \
     replica_setting, unknown_top_level_setting
-from launch.checks.hydra_config import compose, trainer_known
+from launch.checks.hydra_config import classes_imported, compose
 
 # The groups whose configs extend their class's defaults (launch/checks/hydra_config.py: register_defaults): every setting of
 # the class is in the composed config. Another group's config (optimizer) holds only the keys its file sets.
@@ -122,7 +122,7 @@ def with_setting(cfg: Any, override: str) -> Any:
 def composed_job(job: list[str], argv: list[str]) -> Any:
     """The job's config as Hydra composes it; before Lightning is imported, the Trainer's settings are unknown, so a
     `trainer.NAME=V` is added as given (`++`) and its name checked once they are known (launch/hydra_app.py)."""
-    known = trainer_known()
+    known = classes_imported()
     return compose([o if known or not o.startswith("trainer.") else f"++{o}" for o in job], hydra_folders(argv))
 
 

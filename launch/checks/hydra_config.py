@@ -12,31 +12,47 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.utils import get_class
 from omegaconf import OmegaConf
 
+from checkpoints.registry import registered
+from common.signatures import constructor_defaults
+from configs.settings import settings_class
 from launch.checks.configs import CONFIGS, NOT_SETTINGS, config_targets, declared_defaults, every_config
 
 
-def trainer_known() -> bool:
-    """Whether lightning.Trainer's settings are known here: once Lightning is imported (its constructor declares them)."""
+def classes_imported() -> bool:
+    """Whether Lightning and the collection's classes are imported: then their constructors say what they take (the
+    Trainer's settings, those of a class configs/settings.py declares none for)."""
     return "lightning" in sys.modules
 
 
+def class_defaults(kind: str, target: str) -> Any:
+    """The settings and defaults of the class at `target`: as configs/settings.py declares them; else, once imported,
+    its constructor's; before, an open node (any key composes; its constructor checks them once imported)."""
+    if settings_class(target) is not None:
+        return declared_defaults(target)
+    if classes_imported():
+        return {k: v for k, v in constructor_defaults(get_class(target)).items() if k not in NOT_SETTINGS.get(kind, ())}
+    return OmegaConf.create({}, flags={"struct": False})
+
+
 def register_defaults() -> None:
-    """Store every model's and data module's declared defaults (configs/settings.py) as Hydra configs
-    `model_defaults/<Class>` and `data_defaults/<Class>`, and once Lightning is imported lightning.Trainer's as
-    `trainer_defaults/Trainer`, which configs/model/*.yaml, configs/data/*.yaml and configs/trainer/default.yaml extend:
-    one source of defaults, `--cfg job` shows them, and `model.NAME=VALUE` needs no `+`. Also the `${every_config:...}`
-    resolver the config tree uses."""
+    """Store every model's and data module's defaults (class_defaults) as Hydra configs `model_defaults/<Class>` and
+    `data_defaults/<Class>` (once imported, every registered class's too: one's own), and once Lightning is imported
+    lightning.Trainer's as `trainer_defaults/Trainer`, which configs/model/*.yaml, configs/data/*.yaml and
+    configs/trainer/default.yaml extend: one source of defaults, `--cfg job` shows them, and `model.NAME=VALUE` needs
+    no `+`. Also the `${every_config:...}` resolver the config tree uses."""
     store = ConfigStore.instance()
     for kind in ("model", "data"):
-        for target in sorted(set(config_targets(kind).values())):
-            store.store(group=f"{kind}_defaults", name=target.rsplit(".", 1)[-1], node=declared_defaults(target))
+        targets = {target.rsplit(".", 1)[-1]: target for target in config_targets(kind).values()}
+        if classes_imported():
+            targets.update({cls.__name__: f"{cls.__module__}.{cls.__qualname__}" for cls in registered(kind)})
+        for name, target in sorted(targets.items()):
+            store.store(group=f"{kind}_defaults", name=name, node=class_defaults(kind, target))
     trainer_settings: dict[str, Any] = {}
-    if trainer_known():  # every argument, so that trainer.NAME=VALUE works for all (logger, callbacks: their own groups)
+    if classes_imported():  # every argument, so that trainer.NAME=VALUE works for all (logger, callbacks: their own groups)
         from lightning import Trainer
-
-        from common.signatures import constructor_defaults
 
         trainer_settings = {k: v for k, v in constructor_defaults(Trainer).items() if k not in NOT_SETTINGS["trainer"]}
     store.store(group="trainer_defaults", name="Trainer", node=trainer_settings)
