@@ -64,6 +64,7 @@ def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str, new_sessi
     multiprocessing.set_start_method(None, force=True)  # the interpreter's default again, not forkserver
     os.environ.clear()
     os.environ.update(env)
+    tempfile.tempdir = None  # the server's, found from its own $TMPDIR: found again from the run's, as an interpreter does
     os.chdir(cwd)
     module = argv[1] if argv[0] == "-m" else None
     code = argv[1] if argv[0] == "-c" else None
