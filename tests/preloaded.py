@@ -9,8 +9,8 @@ The suite's real-process tests run train.py this way (the documented commands, b
 configs, runs that are signalled: start_script), and `python -m` and `python -c` too: a new interpreter would import those libraries first
 (benchmarks/results/suite/ has the cost). A run started with forks_python (a documented benchmark, the bad-input quick
 set) has its own `python train.py ...` and `python -m ...` forked too (forked_subprocess_run). What needs a fresh interpreter stays one: the early checks that
-must import nothing heavy, the DDP ranks Lightning starts (rank 1), the fault harness's own runs
-(benchmarks/robustness/faults.py). Known differences from the interpreter: an uncaught error is printed by
+must import nothing heavy, the DDP ranks Lightning starts (rank 1), the fault harness's concurrent
+starts (benchmarks/robustness/faults.py; its kills and resumes are forked: tests/launch/test_interruptions.py). Known differences from the interpreter: an uncaught error is printed by
 multiprocessing (a `Process <name>:` line first) after the threads are joined and the atexit functions ran, and an
 uncaught KeyboardInterrupt exits with 1, not by SIGINT.
 """
