@@ -62,6 +62,7 @@ def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str, new_sessi
     for name in [name for name in sys.modules if name.split(".")[0] == "tests"]:
         del sys.modules[name]  # this module's package, imported to find this function: the script does not see it
     multiprocessing.set_start_method(None, force=True)  # the interpreter's default again, not forkserver
+    server_paths = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))  # on the server's sys.path, not the run's
     os.environ.clear()
     os.environ.update(env)
     tempfile.tempdir = None  # the server's, found from its own $TMPDIR: found again from the run's, as an interpreter does
@@ -71,9 +72,11 @@ def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str, new_sessi
     # -m: runpy puts the module's file in sys.argv[0], as python does; -c: sys.argv[0] is '-c', as python has it.
     sys.argv = list(argv[1:] if module else ["-c", *argv[2:]] if code is not None else argv)
     # The interpreter's order: the script's folder (-m: the working directory; -c: '', the working directory as it is
-    # at each import), then $PYTHONPATH (read at start-up, so set here), then the rest ('' was the server's).
+    # at each import), then $PYTHONPATH (read at start-up, so set here), then the rest ('' and the server's $PYTHONPATH
+    # were the server's).
     sys.path[:] = [cwd if module else "" if code is not None else str(Path(argv[0]).parent),
-                   *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p), *(p for p in sys.path if p)]
+                   *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p),
+                   *(p for p in sys.path if p and p not in server_paths)]
     sys.stdin = open(os.devnull)
     # Ctrl-C raises KeyboardInterrupt, as in an interpreter started from a shell, whatever the server inherited: a
     # Trainer that met a KeyboardInterrupt in the test process ignores SIGINT from then on (Lightning's trainer/call.py),
