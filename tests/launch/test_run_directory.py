@@ -245,8 +245,7 @@ def test_a_run_held_by_a_live_process_is_refused_as_in_use_before_what_it_holds_
 def test_a_log_dir_nobody_can_write_to_is_one_line(tmp_path, mnist_dir):
     """An immutable directory (chattr +i: read-only even for root) as log_dir, or as the working directory."""
     import subprocess
-
-    from tests import preloaded
+    import sys
 
     locked = tmp_path / "locked"
     locked.mkdir()
@@ -254,8 +253,11 @@ def test_a_log_dir_nobody_can_write_to_is_one_line(tmp_path, mnist_dir):
         pytest.skip("chattr +i is not available on this filesystem")
     try:
         env = {**os.environ, "DATA_DIR": str(mnist_dir)}
-        given = preloaded.run_train(["model=vae", f"log_dir={locked}/runs"], tmp_path, env, timeout=300)
-        default = preloaded.run_train(["model=vae"], locked, env, timeout=300)
+        train = str(Path(__file__).resolve().parents[2] / "train.py")
+        given = subprocess.run([sys.executable, train, "model=vae", f"log_dir={locked}/runs"], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=300)
+        default = subprocess.run([sys.executable, train, "model=vae"], cwd=locked, env=env, capture_output=True, text=True,
+                                 timeout=300)
     finally:
         subprocess.run(["chattr", "-i", str(locked)], check=True)
     assert given.returncode == 2 and given.stderr.strip() == (
