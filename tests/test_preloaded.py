@@ -57,7 +57,8 @@ def test_a_run_has_the_interpreters_sys_path(pythonpath, tmp_path):
     if pythonpath:
         env["PYTHONPATH"] = str(tmp_path / pythonpath)
     code = "import sys\nprint(sys.path)"
-    interpreter = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    interpreter = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                 timeout=60, check=True)
     forked = preloaded.run_code(code, [], tmp_path, env)
     assert (forked.returncode, forked.stdout) == (0, interpreter.stdout), forked.stderr[-2000:]
 

@@ -101,7 +101,8 @@ def kill_during_saves(cwd: Path, kills: int) -> dict:
         killed_before = temporaries()  # the killed runs' (`.<name>.tmp-<pid>`), until this run removes them
         process = start(cwd, *every_step, *resume, env=env)
         # a save of this run in progress while last.ckpt exists: the file a kill must not destroy
-        wait_for(lambda: (checkpoints / "last.ckpt").exists() and bool(temporaries() - killed_before), process, poll=0.0005)
+        wait_for(lambda before=killed_before: (checkpoints / "last.ckpt").exists() and bool(temporaries() - before),
+                 process, poll=0.0005)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         left = sorted(checkpoints.glob("*.ckpt"))
