@@ -9,8 +9,8 @@ The suite's real-process tests run train.py this way (the documented commands, b
 configs, runs that are signalled: start_script), and `python -m` and `python -c` too: a new interpreter would import those libraries first
 (benchmarks/results/suite/ has the cost). A run started with forks_python (a documented benchmark, the bad-input quick
 set) has its own `python train.py ...` and `python -m ...` forked too (forked_subprocess_run). What needs a fresh interpreter stays one: the early checks that
-must import nothing heavy, the DDP ranks Lightning starts (rank 1), the fault harness's own runs
-(benchmarks/robustness/faults.py). Known differences from the interpreter: an uncaught error is printed by
+must import nothing heavy, the DDP ranks Lightning starts (rank 1), the fault harness's concurrent
+starts (benchmarks/robustness/faults.py; its kills and resumes are forked: tests/launch/test_interruptions.py). Known differences from the interpreter: an uncaught error is printed by
 multiprocessing (a `Process <name>:` line first) after the threads are joined and the atexit functions ran, and an
 uncaught KeyboardInterrupt exits with 1, not by SIGINT.
 """
@@ -62,17 +62,21 @@ def _as_main(argv: list[str], cwd: str, env: dict, out: str, err: str, new_sessi
     for name in [name for name in sys.modules if name.split(".")[0] == "tests"]:
         del sys.modules[name]  # this module's package, imported to find this function: the script does not see it
     multiprocessing.set_start_method(None, force=True)  # the interpreter's default again, not forkserver
+    server_paths = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))  # on the server's sys.path, not the run's
     os.environ.clear()
     os.environ.update(env)
+    tempfile.tempdir = None  # the server's, found from its own $TMPDIR: found again from the run's, as an interpreter does
     os.chdir(cwd)
     module = argv[1] if argv[0] == "-m" else None
     code = argv[1] if argv[0] == "-c" else None
     # -m: runpy puts the module's file in sys.argv[0], as python does; -c: sys.argv[0] is '-c', as python has it.
     sys.argv = list(argv[1:] if module else ["-c", *argv[2:]] if code is not None else argv)
     # The interpreter's order: the script's folder (-m: the working directory; -c: '', the working directory as it is
-    # at each import), then $PYTHONPATH (read at start-up, so set here), then the rest ('' was the server's).
+    # at each import), then $PYTHONPATH (read at start-up, so set here), then the rest ('' and the server's $PYTHONPATH
+    # were the server's).
     sys.path[:] = [cwd if module else "" if code is not None else str(Path(argv[0]).parent),
-                   *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p), *(p for p in sys.path if p)]
+                   *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p),
+                   *(p for p in sys.path if p and p not in server_paths)]
     sys.stdin = open(os.devnull)
     # Ctrl-C raises KeyboardInterrupt, as in an interpreter started from a shell, whatever the server inherited: a
     # Trainer that met a KeyboardInterrupt in the test process ignores SIGINT from then on (Lightning's trainer/call.py),

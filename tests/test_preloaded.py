@@ -50,6 +50,28 @@ def test_a_forked_script_runs_as_the_interpreter_would_run_it(script, tmp_path):
     assert result.stderr == "to stderr\n"
 
 
+@pytest.mark.parametrize("pythonpath", [None, "elsewhere"])
+def test_a_run_has_the_interpreters_sys_path(pythonpath, tmp_path):
+    """The same sys.path as `python -c` started with the run's environment: the run's $PYTHONPATH, not the server's."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    if pythonpath:
+        env["PYTHONPATH"] = str(tmp_path / pythonpath)
+    code = "import sys\nprint(sys.path)"
+    interpreter = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                 timeout=60, check=True)
+    forked = preloaded.run_code(code, [], tmp_path, env)
+    assert (forked.returncode, forked.stdout) == (0, interpreter.stdout), forked.stderr[-2000:]
+
+
+def test_a_run_puts_its_temporary_files_where_its_own_tmpdir_says(tmp_path):
+    """$TMPDIR is the run's, not the server's (which its imports may have read already): a run told to keep its
+    temporary files on another filesystem (benchmarks/robustness/faults.py) keeps them there."""
+    (tmp_path / "tmp").mkdir()
+    result = preloaded.run_code("import tempfile\nprint(tempfile.gettempdir())", [], tmp_path,
+                                {**os.environ, "TMPDIR": str(tmp_path / "tmp")})
+    assert (result.returncode, result.stdout) == (0, f"{tmp_path / 'tmp'}\n"), result.stderr[-2000:]
+
+
 def test_a_command_past_its_timeout_is_killed_with_its_output(script, tmp_path):
     with pytest.raises(subprocess.TimeoutExpired) as timeout:
         preloaded.run_script(script, ["sleep"], tmp_path / "work", {**os.environ, "MARK": "m"}, timeout=3)

@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 from torchvision.datasets import utils as tv_utils
 
+from tests import preloaded
 from tests.conftest import DATA_ROOT, REPO, data_root, fetch_test_data
 
 # Tests that read the data root without a data_dir of their own: one through the environment (the real files the
@@ -97,12 +97,12 @@ def fresh_clone(at: Path) -> Path:
 
 def readme_test_command(clone: Path, tests: list[str]) -> subprocess.CompletedProcess:
     """README's `python -m pytest` in `clone`, with nothing exported (no DATA_DIR) and no network (a proxy that
-    refuses every connection): what the clone's layout gives is what the tests read."""
+    refuses every connection): what the clone's layout gives is what the tests read. A process of its own, forked from
+    one that has torch and Lightning imported (tests/preloaded.py)."""
     env = {key: value for key, value in os.environ.items()
            if key not in ("DATA_DIR", "PYTHONPATH", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "NO_PROXY", "no_proxy")}
     env.update({name: "http://127.0.0.1:9" for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")})
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *tests],
-                          cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+    return preloaded.run_module("pytest", ["-q", "-n", "0", "-p", "no:cacheprovider", *tests], clone, env, timeout=600)
 
 
 @pytest.mark.slow  # starts pytest

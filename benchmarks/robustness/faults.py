@@ -92,15 +92,17 @@ def kill_during_saves(cwd: Path, kills: int) -> dict:
     env = {"TMPDIR": "/dev/shm" if Path("/dev/shm").is_dir() else str(cwd / "tmp")}
     every_step = ["callbacks.model_checkpoint.every_n_train_steps=1"]
 
-    def temporaries() -> int:
-        return sum(".tmp-" in p.name for p in os.scandir(checkpoints))
+    def temporaries() -> set[str]:
+        return {p.name for p in os.scandir(checkpoints) if ".tmp-" in p.name} if checkpoints.is_dir() else set()
 
     outcomes = []
     while sum(o["temporaries"] > 0 for o in outcomes) < kills and len(outcomes) < 3 * kills:
         resume = [f"ckpt_path={checkpoints / 'last.ckpt'}"] if (checkpoints / "last.ckpt").exists() else []
+        killed_before = temporaries()  # the killed runs' (`.<name>.tmp-<pid>`), until this run removes them
         process = start(cwd, *every_step, *resume, env=env)
-        # a save in progress while last.ckpt exists: the file a kill must not destroy
-        wait_for(lambda: (checkpoints / "last.ckpt").exists() and temporaries() > 0, process, poll=0.0005)
+        # a save of this run in progress while last.ckpt exists: the file a kill must not destroy
+        wait_for(lambda before=killed_before: (checkpoints / "last.ckpt").exists() and bool(temporaries() - before),
+                 process, poll=0.0005)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         left = sorted(checkpoints.glob("*.ckpt"))
@@ -110,7 +112,7 @@ def kill_during_saves(cwd: Path, kills: int) -> dict:
                 load_checkpoint_file(checkpoint)  # raises on a truncated or mismatched file
             except ValueError as error:
                 broken.append(f"{checkpoint.name}: {error}")
-        outcomes.append({"checkpoints": len(left), "broken": broken, "temporaries": temporaries(),
+        outcomes.append({"checkpoints": len(left), "broken": broken, "temporaries": len(temporaries() - killed_before),
                          "step": load_checkpoint_file(checkpoints / "last.ckpt")["global_step"] if not broken else None})
     code, output = finish(start(cwd, *every_step, f"ckpt_path={checkpoints / 'last.ckpt'}", env=env))
     return {
@@ -119,7 +121,7 @@ def kill_during_saves(cwd: Path, kills: int) -> dict:
         "kills_mid_save": sum(o["temporaries"] > 0 for o in outcomes),
         "attempts": outcomes,
         "resumed_to_the_end": code == 0 and load_checkpoint_file(checkpoints / "last.ckpt")["global_step"] == STEPS,
-        "temporaries_left_after_resume": temporaries(),
+        "temporaries_left_after_resume": len(temporaries()),
         "resume_output_tail": "" if code == 0 else output[-2000:],
     }
 

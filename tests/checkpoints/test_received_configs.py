@@ -85,8 +85,8 @@ def test_a_checkpoint_whose_optimizer_is_a_dotted_string_imports_nothing(command
     (tmp_path / "run.yaml").write_text("ckpt_path: received.ckpt\n")
     given = ["--model=JSA", "--data=MNISTDataModule", "-c", "run.yaml"] if "-c" in command else ["--ckpt_path=received.ckpt"]
     if command == "load_from_checkpoint":
-        result = subprocess.run([sys.executable, "-c", "from models import JSA\nJSA.load_from_checkpoint('received.ckpt')"],
-                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+        result = preloaded.run_code("from models import JSA\nJSA.load_from_checkpoint('received.ckpt')", [], tmp_path, env,
+                                    timeout=240)
     else:
         result = preloaded.run_train([command.split()[0], *given, "--trainer.limit_test_batches=1", "--trainer.limit_val_batches=1"],
                                      tmp_path, env, timeout=240)

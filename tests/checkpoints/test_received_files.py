@@ -1,9 +1,11 @@
 """Files from someone else: a received checkpoint or run deletes nothing outside the run, imports
 nothing the collection does not register, and writes through no link; each test plants the received file and runs the
-real command. (Pickled payloads and URLs: tests/checkpoints/test_untrusted_files.py.)"""
+real command (a process: nothing imported, nothing waited on, the exit status), or resumes from it in this process
+where what it checks is what the run did or said. (Pickled payloads and URLs: tests/checkpoints/test_untrusted_files.py.)"""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -12,8 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
+import launch.hydra_app
 from checkpoints.file_format import save_checkpoint_file
+from launch.errors import user_errors_as_one_line
 from tests import preloaded
+from tests.launch.test_configs import composed
 
 pytestmark = pytest.mark.slow  # real processes: the full suite's
 REPO = Path(__file__).resolve().parents[2]
@@ -50,9 +55,9 @@ def checkpoint_callback_state(checkpoint: dict) -> dict:
 
 
 @pytest.mark.parametrize("key", ["last_model_path", "kth_best_model_path", "best_k_models"])
-def test_a_received_checkpoint_removes_nothing_outside_the_run(key, run, tmp_path):
+def test_a_received_checkpoint_removes_nothing_outside_the_run(key, run, tmp_path, monkeypatch, caplog):
     """The sender's ModelCheckpoint state names a directory outside the run, through `..` (relative, as Lightning keeps
-    it when the state omits dirpath) or absolute: resuming with the real command keeps that directory whole."""
+    it when the state omits dirpath) or absolute: resuming (Hydra's run, in this process) keeps that directory whole."""
     last = copied_run(run, tmp_path)
     victim = tmp_path / "notes"
     victim.mkdir()
@@ -67,10 +72,11 @@ def test_a_received_checkpoint_removes_nothing_outside_the_run(key, run, tmp_pat
         state[key] = relative if key == "last_model_path" else str(victim)
     planted = last.with_name("received.ckpt")
     save_checkpoint_file(checkpoint, planted)
-    result = train(tmp_path, "model=jsa", "trainer.max_steps=6", *FAST, f"ckpt_path={planted.relative_to(tmp_path)}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        launch.hydra_app.run(composed(["model=jsa", "trainer.max_steps=6", *FAST, f"ckpt_path={planted.relative_to(tmp_path)}"]))
     assert (victim / "thesis.tex").read_text() == "years of work"
-    assert "outside this run's checkpoint directory" in result.stdout + result.stderr
+    assert "outside this run's checkpoint directory" in caplog.text
 
 
 PLANTED_MODULE = "import pathlib\npathlib.Path('IMPORTED').write_text('the planted module ran')\nclass Thing:\n    pass\n"
@@ -252,23 +258,13 @@ def test_divergence_in_one_step_gets_the_guards_line_not_the_samplers_traceback(
     assert "became NaN or inf" in result.stderr
 
 
-@pytest.mark.parametrize("damage", ["NaN", "shape"])
-def test_a_received_optimizer_state_that_would_spoil_the_weights_is_refused(damage, run, tmp_path):
-    last = copied_run(run, tmp_path)
-    checkpoint = torch.load(last, weights_only=True)
-    buffers = checkpoint["optimizer_states"][0]["state"][0]
-    buffers["exp_avg"] = buffers["exp_avg"] * float("nan") if damage == "NaN" else buffers["exp_avg"][:1]
-    planted = last.with_name("received.ckpt")
-    save_checkpoint_file(checkpoint, planted)
-    result = train(tmp_path, "model=jsa", "trainer.max_steps=6", *FAST, f"ckpt_path={planted}")
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1].startswith(
-        f"error: checkpoint {planted}: the optimizer's exp_avg of encoder.net.0.weight ")
-
-
 def damaged(checkpoint: dict, what: str) -> str:
     """Alter `checkpoint` in place as a received file may be; returns the start of the line the resume must end with."""
     state = checkpoint["state_dict"]
+    if what.startswith("optimizer state"):  # Adam's first moment, which the next step would spread over the weights
+        buffers = checkpoint["optimizer_states"][0]["state"][0]
+        buffers["exp_avg"] = buffers["exp_avg"] * float("nan") if what.endswith("NaN") else buffers["exp_avg"][:1]
+        return "error: checkpoint {planted}: the optimizer's exp_avg of encoder.net.0.weight "
     if what == "cache codes out of range":
         state["cache.codes"][0, 0] = 42
         return "error: the checkpoint's cache.codes (JSA's cache) hold 1 value(s) outside the classes 0..9 (e.g. 42)"
@@ -294,19 +290,40 @@ def damaged(checkpoint: dict, what: str) -> str:
     raise AssertionError(what)
 
 
-@pytest.mark.parametrize("what", ["cache codes out of range", "cache codes negative", "cache codes float",
-                                  "changed_epoch garbage", "data-loader position past the split", "loop state garbage",
-                                  "random state garbage"])
-def test_malformed_state_in_a_received_checkpoint_is_refused_in_one_line(what, run, tmp_path):
+DAMAGES = ["cache codes out of range", "cache codes negative", "cache codes float", "changed_epoch garbage",
+           "data-loader position past the split", "loop state garbage", "random state garbage", "optimizer state NaN",
+           "optimizer state shape"]
+
+
+def planted_damage(run: Path, tmp_path: Path, what: str) -> tuple[Path, str]:
+    """A copy of the fixture's run with its checkpoint damaged as `what` says (received.ckpt beside last.ckpt), and the
+    start of the line a resume from it must end with."""
     last = copied_run(run, tmp_path)
     checkpoint = torch.load(last, weights_only=True)
     planted = last.with_name("received.ckpt")
     expected = damaged(checkpoint, what).format(planted=planted)
     save_checkpoint_file(checkpoint, planted)
+    return planted, expected
+
+
+@pytest.mark.parametrize("what", DAMAGES)
+def test_damaged_state_in_a_received_checkpoint_is_refused_in_one_line(what, run, tmp_path, monkeypatch, capsys):
+    """Resuming from the damaged checkpoint (Hydra's run, in this process, as train.py runs it): exit status 2 and one
+    line naming what is wrong, before a step could spread it over the weights."""
+    planted, expected = planted_damage(run, tmp_path, what)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop, user_errors_as_one_line():
+        launch.hydra_app.run(composed(["model=jsa", "trainer.max_steps=6", *FAST, f"ckpt_path={planted}"]))
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(expected)
+
+
+def test_a_damaged_received_checkpoint_ends_the_real_command_in_one_line(run, tmp_path):
+    """The same refusal from `python train.py ... ckpt_path=`: exit status 2, its line last, no traceback."""
+    planted, expected = planted_damage(run, tmp_path, "cache codes out of range")
     result = train(tmp_path, "model=jsa", "trainer.max_steps=6", *FAST, f"ckpt_path={planted}")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith(expected), result.stderr[-600:]
-
 
 
 @pytest.mark.parametrize("name, kind, command", [(".owner", "FIFO", "hydra"), ("hparams.yaml", "FIFO", "hydra"),

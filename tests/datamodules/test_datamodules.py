@@ -544,9 +544,8 @@ def front_end_args(cls: type[MNISTDataModule], front_end: str, settings: dict[st
 
 
 @pytest.mark.slow  # a train.py process: the same, end to end (several seconds: imports Lightning and Hydra)
-@pytest.mark.parametrize("idx_cls,front_end,problem", [
-    (MNISTDataModule, "hydra", "corrupt"), (FashionMNISTDataModule, "hydra", "corrupt"), (FashionMNISTDataModule, "cli", "corrupt"),
-    (FashionMNISTDataModule, "hydra", "missing"), (FashionMNISTDataModule, "cli", "missing"),
+@pytest.mark.parametrize("idx_cls,front_end,problem", [  # each front end, problem and data set once; every file's line above
+    (MNISTDataModule, "hydra", "corrupt"), (FashionMNISTDataModule, "cli", "missing"),
 ], indirect=["idx_cls"], ids=lambda value: getattr(value, "config_name", value))
 def test_train_py_process_says_bad_data_in_one_line(idx_cls: type[MNISTDataModule], front_end: str, problem: str, idx_copy: Path,
                                                     tmp_path: Path) -> None:
@@ -566,14 +565,19 @@ def test_train_py_process_says_bad_data_in_one_line(idx_cls: type[MNISTDataModul
     assert problem == "corrupt" or "; missing t10k-labels-idx1-ubyte; no download was attempted (download=False)" in last
 
 
-@pytest.mark.slow  # train.py processes: a few steps of a model on Fashion-MNIST, as a user would run them
+@pytest.mark.slow  # trains through the front ends
 @pytest.mark.parametrize("front_end", ["hydra", "cli"])
-def test_train_py_trains_on_fashion_mnist(front_end: str, mnist_dir: Path, tmp_path: Path) -> None:
-    from tests.launch.test_entrypoints import FAST, tags, train
+def test_train_py_trains_on_fashion_mnist(front_end: str, mnist_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A few steps of a model on Fashion-MNIST through each front end (in this process), as a user would run them."""
+    import launch.cli_app
+    from tests.launch.test_entrypoints import CLI_FAST, FAST, hydra_run, tags
 
-    settings = dict(setting.split("=", 1) for setting in FAST)
-    args = front_end_args(FashionMNISTDataModule, front_end, settings)
-    train([*args, "model=vae"] if front_end == "hydra" else [*args, "--model=VAE"], tmp_path, mnist_dir)
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    if front_end == "hydra":
+        hydra_run(["data=fashion_mnist", "model=vae", *FAST], tmp_path)
+    else:
+        launch.cli_app.main(["fit", "--data=FashionMNISTDataModule", "--model=VAE", *CLI_FAST])
     run_dir = tmp_path / "logs" / "tensorboard" / "vae-fashion_mnist-mlp-z32" / "version_0"  # named after the data set
     assert {"train/loss", "val/nll"} <= tags(run_dir) and (run_dir / "checkpoints" / "last.ckpt").is_file()
 

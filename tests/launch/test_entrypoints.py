@@ -1,11 +1,17 @@
-"""Both front ends of train.py, run for real as a user would (processes of their own, forked from a server that has the
-libraries imported: tests/preloaded.py; few steps)."""
+"""Both front ends of train.py end to end on a few steps: what a run writes (TensorBoard tags, the HPARAMS tab,
+checkpoints, run names), resuming and testing into the same run, VQ-VAE's second stage, JSA's settings from either front
+end. Runs go through the front ends' own functions in this process (launch.hydra_app.run on a composed config,
+launch.cli_app.main); what only a process shows (a real multirun's console, an exit status with its one stderr line,
+`--help`) runs `python train.py` as a user would (a fork of a server that has the libraries imported:
+tests/preloaded.py)."""
 
 from __future__ import annotations
 
 import math
 import os
 import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -13,23 +19,35 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+import launch.cli_app
+import launch.hydra_app
+import launch.hydra_run
 from common.signatures import constructor_defaults
 from launch.checks.configs import config_targets
 from tests import preloaded
-from tests.launch.test_configs import DATA, MODELS, STANDALONE
+from tests.conftest import says
+from tests.launch.test_configs import DATA, MODELS, STANDALONE, composed
 
 pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = ["trainer.max_steps=3", "trainer.log_every_n_steps=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=1", "model.val_num_samples=2"]
+CLI_FAST = ["--trainer.max_steps=3", "--trainer.log_every_n_steps=1", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1",
+            "--model.val_num_samples=2"]
 
 
 def train(args: list[str], cwd: Path, mnist_dir: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """`python train.py ARGS` in `cwd`, a process of its own."""
     env = {**os.environ, "DATA_DIR": str(mnist_dir)}
     result = preloaded.run_train(args, cwd, env, timeout=300)
     if check:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
+
+
+def hydra_run(overrides: list[str], cwd: Path) -> dict[str, float]:
+    """`python train.py OVERRIDES` started in `cwd`, run in this process (its logs under cwd/logs)."""
+    return launch.hydra_app.run(composed([*overrides, f"log_dir={cwd / 'logs'}"]))
 
 
 def tags(run_dir: Path) -> set[str]:
@@ -73,17 +91,21 @@ EVERY_MODEL = STANDALONE  # every config of configs/model/ but the VQ-VAE's seco
 
 
 @pytest.fixture(scope="module")
-def every_model_run(tmp_path_factory, mnist_dir) -> tuple[Path, subprocess.CompletedProcess]:
-    """One Hydra multirun over every model (one process: the imports are paid once)."""
+def every_model_run(tmp_path_factory, mnist_dir) -> Path:
+    """Each model's run, one after the other in this process as a multirun's jobs; the folder they were started in."""
     cwd = tmp_path_factory.mktemp("every-model")
     measure = ["callbacks.gradient_variance.every_n_steps=1", "callbacks.gradient_variance.repeats=2"]
-    return cwd, train(["-m", f"model={','.join(EVERY_MODEL)}", "data=mnist", *FAST, *measure], cwd, mnist_dir)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DATA_DIR", str(mnist_dir))
+        mp.chdir(cwd)
+        for model in EVERY_MODEL:
+            hydra_run([f"model={model}", "data=mnist", *FAST, *measure], cwd)
+    return cwd
 
 
 @pytest.mark.parametrize("model", EVERY_MODEL)
 def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, every_model_run):
-    cwd, result = every_model_run
-    (run_dir,) = (cwd / "logs" / "tensorboard").glob(f"{model}-mnist-*/version_0")
+    (run_dir,) = (every_model_run / "logs" / "tensorboard").glob(f"{model}-mnist-*/version_0")
     expected_tags = SHARED_TAGS | MODEL_TAGS.get(model, set()) | (GRADIENT_VARIANCE_TAGS if model != "vqvae" else set())
     assert expected_tags <= tags(run_dir), expected_tags - tags(run_dir)
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
@@ -105,32 +127,49 @@ def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, every_model_ru
     events = EventAccumulator(str(run_dir))
     events.Reload()
     assert all(e.step > 0 and math.isfinite(e.value) for e in events.Scalars("hp/val_nll"))
-    # One line per message (per run of the multirun), no advertising, no escape codes when the output is not a terminal.
-    output = result.stdout + result.stderr
-    assert output.count("GPU available") == len(EVERY_MODEL) and "💡" not in output and "\x1b[" not in output and "\r" not in output
 
 
-def test_hydra_multirun_gives_each_run_its_own_directory(tmp_path, mnist_dir):
-    train(["-m", "model=vae", "data=mnist", "model.latent_dim=4,8", *FAST], tmp_path, mnist_dir)
+def test_a_real_multirun_gives_each_run_its_own_directory_and_one_line_per_message(tmp_path, mnist_dir):
+    """`python train.py -m`: each job a run of its own, named after the swept setting its tag does not show already;
+    one line per message of each job, no advertising, no escape codes when the output is not a terminal."""
+    result = train(["-m", "model=vae", "data=mnist", "model.latent_dim=4,8", "model.lr=0.01,0.02", *FAST], tmp_path, mnist_dir)
     runs = sorted(str(p.relative_to(tmp_path / "logs" / "tensorboard")) for p in (tmp_path / "logs" / "tensorboard").glob("*/*"))
-    assert runs == ["vae-mnist-mlp-z4/version_0", "vae-mnist-mlp-z8/version_0"]  # named after the swept setting
-    train(["-m", "model=vae", "data=mnist", "model.lr=0.01,0.02", *FAST], tmp_path, mnist_dir)
-    names = {p.name for p in (tmp_path / "logs" / "tensorboard").glob("*")}
-    assert {"vae-mnist-mlp-z32-lr0.01", "vae-mnist-mlp-z32-lr0.02"} <= names  # a swept value the tag does not show
-    train(["-m", "model=jsa", "data=mnist", "model.gradient_rows=null,4", *FAST], tmp_path, mnist_dir)
-    names = {p.name for p in (tmp_path / "logs" / "tensorboard").glob("jsa-*")}
-    assert names == {"jsa-mnist-mlp-K10-L20", "jsa-mnist-mlp-K10-L20-rows4"}  # an estimator setting, in the tag once
+    assert runs == [f"vae-mnist-mlp-z{z}-lr{lr}/version_0" for z in (4, 8) for lr in (0.01, 0.02)]  # z4 once: the tag shows it
+    output = result.stdout + result.stderr
+    assert output.count("GPU available") == len(runs) and "💡" not in output and "\x1b[" not in output and "\r" not in output
 
 
-def test_resuming_continues_the_same_tensorboard_run(tmp_path, mnist_dir):
-    train(["model=vae", "data=mnist", *FAST], tmp_path, mnist_dir)
+@pytest.mark.parametrize("swept, names", [
+    (["model=vae", "model.latent_dim=4,8"], {"vae-mnist-mlp-z4", "vae-mnist-mlp-z8"}),  # a key setting: in the tag already
+    (["model=vae", "model.lr=0.01,0.02"], {"vae-mnist-mlp-z32-lr0.01", "vae-mnist-mlp-z32-lr0.02"}),  # one the tag does not show
+    (["model=jsa", "model.gradient_rows=null,4"], {"jsa-mnist-mlp-K10-L20", "jsa-mnist-mlp-K10-L20-rows4"}),  # an estimator setting, once
+    (["model=vae", "seed=1,2", "trainer.max_steps=3,4"], {"vae-mnist-mlp-z32-seed1", "vae-mnist-mlp-z32-seed2"}),  # a seed; no trainer setting
+])
+def test_a_multirun_names_each_job_after_its_swept_settings(swept, names, monkeypatch):
+    """The jobs of `python train.py -m SWEPT`, each composed as Hydra composes it (the job's own values, the sweep on
+    the command line): each is named after the swept settings its tag does not show already."""
+    monkeypatch.setattr(sys, "argv", ["train.py", "-m", *swept])
+    jobs = [[]]
+    for override in swept:
+        key, _, values = override.partition("=")
+        jobs = [[*job, f"{key}={value}"] for job in jobs for value in values.split(",")]
+    found = {launch.hydra_run.describe_run(composed([*job, "hydra.mode=MULTIRUN"])).name for job in jobs}
+    assert found == names
+
+
+def test_resuming_continues_the_same_tensorboard_run(tmp_path, mnist_dir, monkeypatch):
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    hydra_run(["model=vae", "data=mnist", *FAST], tmp_path)
     run_dir = tmp_path / "logs" / "tensorboard" / "vae-mnist-mlp-z32" / "version_0"
     steps_more = [a for a in FAST if not a.startswith(("trainer.max_steps", "trainer.limit_train_batches"))]
-    result = train(["model=vae", "data=mnist", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", "trainer.max_steps=6",
-                    "trainer.limit_train_batches=6", *steps_more], tmp_path, mnist_dir)
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        hydra_run(["model=vae", "data=mnist", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", "trainer.max_steps=6",
+                   "trainer.limit_train_batches=6", *steps_more], tmp_path)
     assert sorted(p.name for p in run_dir.parent.iterdir()) == ["version_0"]  # no new version directory
     assert not list((run_dir / "checkpoints").glob("last-v*.ckpt"))  # last.ckpt itself goes on
-    assert "exists and is not empty" not in result.stdout + result.stderr
+    assert not [w for w in warned if "exists and is not empty" in str(w.message)]
     steps = [e.step for e in _scalars(run_dir, "train/loss")]
     assert steps == sorted(steps) and max(steps) >= 5  # one curve, continued past the checkpoint
 
@@ -159,19 +198,20 @@ def test_missing_data_is_one_line_without_traceback(front_end, tmp_path, mnist_d
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(env_dir) in errors[0] and "DATA_DIR" in errors[0]
     assert "Traceback" not in result.stderr
+    assert not (tmp_path / "logs" / "tensorboard").exists()  # refused before a run was made
 
 
-def test_lightning_cli_fit_then_test_in_the_same_run(tmp_path, mnist_dir):
-    args = ["fit", "--model=VAE", "--data=MNISTDataModule", "--trainer.max_steps=3", "--trainer.log_every_n_steps=1",
-            "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1", "--model.val_num_samples=2"]
-    result = train(args, tmp_path, mnist_dir)
+def test_lightning_cli_fit_then_test_in_the_same_run(tmp_path, mnist_dir, monkeypatch):
+    result = train(["fit", "--model=VAE", "--data=MNISTDataModule", *CLI_FAST], tmp_path, mnist_dir)
     assert "args parameter" not in result.stderr  # LightningCLI reads the command line itself
     run_dir = tmp_path / "logs" / "tensorboard" / "vae-mnist-mlp-z32" / "version_0"  # named like a Hydra run
     assert {"train/loss", "val/nll"} <= tags(run_dir)
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
     assert checkpoint.is_file()
-    train(["test", "--model=VAE", f"--ckpt_path={checkpoint}", "--trainer.limit_test_batches=1", "--model.test_num_samples=2"],
-          tmp_path, mnist_dir)
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    launch.cli_app.main(["test", "--model=VAE", f"--ckpt_path={checkpoint}", "--trainer.limit_test_batches=1",
+                         "--model.test_num_samples=2"])
     assert sorted(p.name for p in run_dir.parent.iterdir()) == ["version_0"]
     assert {"test/nll", "test/reconstructions"} <= tags(run_dir)
 
@@ -182,17 +222,21 @@ def test_help_names_both_front_ends(tmp_path, mnist_dir):
     assert f"data={{{','.join(DATA)}}}" in out and f"model={{{','.join(MODELS)}}}" in out  # data={cifar10,fashion_mnist,mnist}
 
 
-def test_vqvae_second_stage_from_the_first_stages_checkpoint(tmp_path, mnist_dir):
+def test_vqvae_second_stage_from_the_first_stages_checkpoint(tmp_path, mnist_dir, monkeypatch):
     """model=vqvae, then model=vqvae_prior from its last.ckpt: the autoencoder is loaded and stays frozen, the prior
     trains, and the learned-prior bound, the uniform one and the prior's samples are logged."""
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
     flat = ["model.backbone=mlp", "model.num_categories=16", "model.code_dim=4"]
     (tmp_path / "one").mkdir(), (tmp_path / "two").mkdir()
-    train(["model=vqvae", "data=mnist", *FAST, *flat], tmp_path / "one", mnist_dir)
+    monkeypatch.chdir(tmp_path / "one")
+    hydra_run(["model=vqvae", "data=mnist", *FAST, *flat], tmp_path / "one")
     (stage1,) = (tmp_path / "one" / "logs" / "tensorboard").glob("vqvae-mnist-*/version_0/checkpoints/last.ckpt")
-    missing = train(["model=vqvae_prior", "data=mnist", *FAST, *flat, "model.prior=autoregressive"], tmp_path / "two", mnist_dir, check=False)
-    assert missing.returncode != 0 and "model.autoencoder_checkpoint" in missing.stderr + missing.stdout
-    train(["model=vqvae_prior", "data=mnist", *FAST, *flat, "model.prior=autoregressive",
-           f"model.autoencoder_checkpoint={stage1}"], tmp_path / "two", mnist_dir)
+    monkeypatch.chdir(tmp_path / "two")
+    with pytest.raises(Exception) as missing:
+        hydra_run(["model=vqvae_prior", "data=mnist", *FAST, *flat, "model.prior=autoregressive"], tmp_path / "two")
+    says(missing.value, "model.autoencoder_checkpoint")
+    hydra_run(["model=vqvae_prior", "data=mnist", *FAST, *flat, "model.prior=autoregressive",
+               f"model.autoencoder_checkpoint={stage1}"], tmp_path / "two")
     (run_dir,) = (tmp_path / "two" / "logs" / "tensorboard").glob("vqvae_prior-mnist-mlp-K16-autoregressive/version_0")
     assert {"train/prior_nll", "val/nll", "val/nll_uniform_prior", "val/prior_samples"} <= tags(run_dir)
     first = torch.load(stage1, weights_only=True)["state_dict"]
@@ -204,36 +248,36 @@ def test_vqvae_second_stage_from_the_first_stages_checkpoint(tmp_path, mnist_dir
     # Resuming the second stage restores everything from its own checkpoint: stage 1's file is not needed any more.
     stage1.unlink()
     longer = [a for a in FAST if not a.startswith("trainer.max_steps")] + ["trainer.max_steps=6"]  # two epochs of 3
-    train(["model=vqvae_prior", "data=mnist", *longer, *flat, "model.prior=autoregressive",
-           f"model.autoencoder_checkpoint={stage1}", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"], tmp_path / "two", mnist_dir)
+    hydra_run(["model=vqvae_prior", "data=mnist", *longer, *flat, "model.prior=autoregressive",
+               f"model.autoencoder_checkpoint={stage1}", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"], tmp_path / "two")
     resumed = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert resumed["global_step"] == 6 and torch.equal(resumed["state_dict"]["encoder.net.0.weight"], first["encoder.net.0.weight"])
 
 
-def test_jsa_rao_blackwellized_gradient_trains_from_both_front_ends(tmp_path, mnist_dir):
+def test_jsa_rao_blackwellized_gradient_trains_from_both_front_ends(tmp_path, mnist_dir, monkeypatch):
     """`gradient_states=expected` from Hydra and from LightningCLI, with the cache read and its diagnostics logged."""
-    train(["model=jsa", "model.gradient_states=expected", "model.use_cache=true", "model.cache_start_epoch=0", *FAST], tmp_path, mnist_dir)
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    hydra_run(["model=jsa", "model.gradient_states=expected", "model.use_cache=true", "model.cache_start_epoch=0", *FAST], tmp_path)
     (run_dir,) = (tmp_path / "logs" / "tensorboard").glob("jsa-mnist-*/version_0")
     assert {"train/loss", "train/cache_stuck_rate", "train/cache_age_epochs", "train/cache_log_weight_gap"} <= tags(run_dir)
-    args = ["fit", "--model=JSA", "--model.gradient_states=expected", "--data=MNISTDataModule", "--trainer.max_steps=3",
-            "--trainer.log_every_n_steps=1", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1",
-            "--model.val_num_samples=2"]
     (tmp_path / "cli").mkdir()
-    train(args, tmp_path / "cli", mnist_dir)
+    monkeypatch.chdir(tmp_path / "cli")
+    launch.cli_app.main(["fit", "--model=JSA", "--model.gradient_states=expected", "--data=MNISTDataModule", *CLI_FAST])
     (run_dir,) = (tmp_path / "cli" / "logs" / "tensorboard").glob("jsa-mnist-*/version_0")
     assert {"train/loss", "train/acceptance_rate", "val/nll"} <= tags(run_dir)
 
 
 @pytest.mark.parametrize("front_end", ["hydra", "cli"])
-def test_the_cache_remedies_train_from_both_front_ends(front_end, mnist_dir, tmp_path):
+def test_the_cache_remedies_train_from_both_front_ends(front_end, mnist_dir, tmp_path, monkeypatch):
     """`q_states=fresh` and `cache_refresh=0.2` reach the model from either front end (HPARAMS tab), with the cache read."""
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
     settings = {"q_states": "fresh", "cache_refresh": 0.2, "cache_start_epoch": 0}
     if front_end == "hydra":
-        train(["model=jsa", *FAST, *(f"model.{k}={v}" for k, v in settings.items())], tmp_path, mnist_dir)
+        hydra_run(["model=jsa", *FAST, *(f"model.{k}={v}" for k, v in settings.items())], tmp_path)
     else:
-        train(["fit", "--model=JSA", "--trainer.max_steps=3", "--trainer.log_every_n_steps=1", "--trainer.limit_train_batches=3",
-               "--trainer.limit_val_batches=1", "--model.val_num_samples=2", *(f"--model.{k}={v}" for k, v in settings.items())],
-              tmp_path, mnist_dir)
+        launch.cli_app.main(["fit", "--model=JSA", *CLI_FAST, *(f"--model.{k}={v}" for k, v in settings.items())])
     (run_dir,) = (tmp_path / "logs" / "tensorboard").glob("jsa-*/version_0")
     _, params = hparams_tab(run_dir)
     assert {k: params[k] for k in settings} == settings

@@ -2,9 +2,9 @@
 another filesystem), SIGTERM and Ctrl-C (a checkpoint, exit 143/130, a bit-for-bit resume), two runs
 started at the same moment, a frozen DDP peer, a run on several nodes without a launcher, and SLURM's
 preempt-and-requeue cycle with a stand-in `scontrol`. Each run is a process of its own, in a process group of its own:
-forked from tests/preloaded's server (its libraries imported), except the harness's own (benchmarks/robustness/faults.py:
-kills during saves, concurrent starts and resumes), which start `python train.py` as the harness does, and the sbatch
-script's, which runs `python train.py` under a stand-in srun."""
+forked from tests/preloaded's server (its libraries imported), the harness's too (benchmarks/robustness/faults.py: kills
+during saves, concurrent resumes), except its concurrent starts, which start `python train.py` as the harness does, and
+the sbatch script's, which runs `python train.py` under a stand-in srun."""
 
 from __future__ import annotations
 
@@ -37,6 +37,13 @@ def start(cwd: Path, mnist_dir: Path, *args: str, env: dict | None = None) -> pr
 def start_train(cwd: Path, mnist_dir: Path, *args: str, env: dict | None = None) -> preloaded.Started:
     """train.py with `args` alone (`start` adds faults.SETTINGS), started as `start` starts it."""
     return preloaded.start_train(list(args), cwd, {**os.environ, "DATA_DIR": str(mnist_dir), **(env or {})})
+
+
+@pytest.fixture
+def forked_harness(monkeypatch, mnist_dir) -> None:
+    """The harness's runs (faults.run_train: train.py in a session of its own, its output in one file) forked as `start`
+    forks its runs."""
+    monkeypatch.setattr(faults, "run_train", lambda cwd, *args, env=None: start_train(cwd, mnist_dir, *args, env=env))
 
 
 def state(checkpoint_path: Path) -> dict:
@@ -162,7 +169,7 @@ def test_the_test_stages_hold_ends_at_ctrl_c_even_when_no_sleep_of_it_was_interr
     assert float(result.stdout) < timeout_s / 2, result.stdout  # the signal, not the timeout, ended the hold
 
 
-def test_kill_during_checkpoint_writes_never_leaves_a_broken_checkpoint(tmp_path, mnist_dir, monkeypatch):
+def test_kill_during_checkpoint_writes_never_leaves_a_broken_checkpoint(tmp_path, mnist_dir, monkeypatch, forked_harness):
     """SIGKILL the moment a temporary checkpoint file appears (a save in progress), with TMPDIR on another
     filesystem than the checkpoints (/dev/shm); each surviving checkpoint verifies and loads, and the
     next run resumes from last.ckpt and removes the killed processes' temporaries. `python -m
@@ -175,11 +182,12 @@ def test_kill_during_checkpoint_writes_never_leaves_a_broken_checkpoint(tmp_path
 
 
 def test_runs_started_at_the_same_moment_get_their_own_directories(tmp_path, mnist_dir, monkeypatch):
+    """Two `python train.py` started together, each a new interpreter, as the harness starts its runs."""
     monkeypatch.setenv("DATA_DIR", str(mnist_dir))
     assert faults.concurrent_starts(tmp_path, pairs=1)["pairs_with_separate_directories"] == 1
 
 
-def test_two_resumes_of_one_run_started_together_have_one_writer(tmp_path, mnist_dir, monkeypatch):
+def test_two_resumes_of_one_run_started_together_have_one_writer(tmp_path, mnist_dir, monkeypatch, forked_harness):
     """One resumes to its end; the other is refused in one line naming the owner (benchmarks/robustness/faults.py, --resumes)."""
     monkeypatch.setenv("DATA_DIR", str(mnist_dir))
     result = faults.concurrent_resumes(tmp_path, pairs=1)  # `python -m benchmarks.robustness.faults --resumes N` repeats it

@@ -10,8 +10,9 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import SaveConfigCallback
 
-import launch.hydra_run
 import launch.cli_app
+import launch.hydra_app
+import launch.hydra_run
 import launch.run_builder
 from common.signatures import settings_of
 from tests.conftest import says
@@ -246,14 +247,12 @@ def test_a_cli_config_file_without_model_or_data_takes_the_defaults(text, model,
         assert run.model.hparams.mis_steps == 3
 
 
-@pytest.mark.slow  # a run through train.py
-def test_a_csv_logged_run_with_a_cosine_schedule_writes_its_metrics_and_schedule(tmp_path, mnist_dir):
-    from tests import preloaded
-
-    env = {**__import__("os").environ, "DATA_DIR": str(mnist_dir)}
-    result = preloaded.run_train(["model=vae", "logger=csv", "scheduler=cosine", "trainer.max_epochs=2", "trainer.limit_train_batches=2",
-                                  "trainer.limit_val_batches=1", "log_dir=logs"], tmp_path, env, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
+@pytest.mark.slow  # trains through the Hydra front end
+def test_a_csv_logged_run_with_a_cosine_schedule_writes_its_metrics_and_schedule(tmp_path, mnist_dir, monkeypatch):
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    launch.hydra_app.run(composed(["model=vae", "logger=csv", "scheduler=cosine", "trainer.max_epochs=2", "trainer.limit_train_batches=2",
+                                   "trainer.limit_val_batches=1", "log_dir=logs"]))
     (run,) = (tmp_path / "logs" / "csv").glob("*/version_0")
     assert "val/nll" in (run / "metrics.csv").read_text()
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)

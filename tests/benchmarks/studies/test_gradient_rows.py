@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
+import launch.hydra_app
 from benchmarks.studies import gradient_rows
-from tests import preloaded
-from tests.conftest import REPO
+from tests.launch.test_configs import composed
 
 
-@pytest.mark.slow  # a 3-step experiment=jsa_paper run, then 2 x 3 gradient estimates at batch 200, L = 20
+@pytest.mark.slow  # a 3-step experiment=jsa_paper run (in this process), then 2 x 3 gradient estimates at batch 200, L = 20
 def test_the_study_measures_each_k_and_every_row_at_a_trained_checkpoint(tmp_path, mnist_dir, monkeypatch):
     monkeypatch.setenv("DATA_DIR", str(mnist_dir))
-    trained = preloaded.run_train(["experiment=jsa_paper", "trainer.max_epochs=1", "trainer.limit_train_batches=3",
-                                   "trainer.limit_val_batches=1", "model.val_num_samples=2", "run_test=false", f"log_dir={tmp_path}"],
-                                  REPO, {**os.environ, "DATA_DIR": str(mnist_dir)})
-    assert trained.returncode == 0, trained.stderr[-3000:]
+    monkeypatch.chdir(tmp_path)
+    launch.hydra_app.run(composed(["experiment=jsa_paper", "trainer.max_epochs=1", "trainer.limit_train_batches=3",
+                                   "trainer.limit_val_batches=1", "model.val_num_samples=2", "run_test=false", f"log_dir={tmp_path}"]))
     checkpoint = next(tmp_path.glob("tensorboard/*/version_0/checkpoints/last.ckpt"))
     gradient_rows.main(["--checkpoint", str(checkpoint), "--ks", "2", "--states", "chain", "--batches", "1", "--repeats", "3",
                         "--out", str(tmp_path / "out")])
