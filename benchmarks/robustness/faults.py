@@ -24,6 +24,8 @@ from typing import Callable
 
 import lightning as L
 
+import models  # noqa: F401  (registers the model classes the checkpoints it reads name)
+
 from benchmarks.lib import arguments, runner
 from common.files import create_new, write_file
 

@@ -34,3 +34,14 @@ def test_each_kind_of_bad_input_is_clear_or_documented(tmp_path, mnist_dir):
     result = preloaded.run_module("benchmarks.robustness.bad_inputs", ["--quick", "--out", str(tmp_path / "out")],
                                   tmp_path, env, timeout=QUICK_SET_LIMIT_S, forks_python=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_the_fault_harness_can_read_the_checkpoints_it_makes():
+    """`python -m benchmarks.robustness.faults` reads its runs' checkpoints in its own process: the model classes they
+    name are registered there (a checkpoint naming an unregistered class is refused)."""
+    import subprocess
+    import sys
+
+    probe = "import benchmarks.robustness.faults\nfrom checkpoints.registry import is_registered\nprint(is_registered('models.jsa.JSA'))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.stdout.strip() == "True", result.stderr[-2000:]
