@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import signal
@@ -60,7 +61,14 @@ def test_a_run_has_the_interpreters_sys_path(pythonpath, tmp_path):
     interpreter = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                                  timeout=60, check=True)
     forked = preloaded.run_code(code, [], tmp_path, env)
-    assert (forked.returncode, forked.stdout) == (0, interpreter.stdout), forked.stderr[-2000:]
+    assert forked.returncode == 0, forked.stderr[-2000:]
+    expected, found = ast.literal_eval(interpreter.stdout), ast.literal_eval(forked.stdout)
+    head = ["", *([str(tmp_path / pythonpath)] if pythonpath else [])]  # the working directory, then $PYTHONPATH
+    assert found[:len(head)] == expected[:len(head)] == head, found
+    assert [p for p in found if p in expected] == expected, found  # every entry of the interpreter's, in its order
+    servers = {p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p} - set(expected)
+    assert not servers & set(found), found  # the server's $PYTHONPATH is not the run's (its other entries, such as
+    # pytest's rootdir, stay: the modules it imported came from there)
 
 
 def test_a_run_puts_its_temporary_files_where_its_own_tmpdir_says(tmp_path):
