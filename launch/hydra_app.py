@@ -20,11 +20,11 @@ from launch.checks.arguments import overrides_of
 from launch.checks.configs import CONFIGS, log_dir as default_log_dir
 from launch.checks.early import USER_ERROR, exit_with
 from launch.checks.hydra_check import check_hydra
+from launch.checks.hydra_config import register_defaults
 from launch.checks.precheck import EarlyRefusal
 from launch.checks.settings import SettingsError
 from launch.console import quiet_console
 from launch.errors import user_errors_as_one_line
-from launch.checks.hydra_config import register_defaults
 from launch.hydra_run import build_run, replica_tests
 from launch.runs.run_directory import note_existing_directories, note_hydra_job, remove_if_only_hydra_files
 from models.replicas import Replicas
