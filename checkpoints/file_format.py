@@ -66,8 +66,10 @@ def save_checkpoint_file(checkpoint: dict[str, Any], path: str | os.PathLike) ->
     checksum_file = path.with_name(path.name + CHECKSUM_SUFFIX)
     with directory_lock(path.parent, exclusive=True):
         # The replaced checkpoint's digest stays listed until it is replaced (module docstring). A checksum file of no
-        # digest is replaced as it is: it let no load of the old checkpoint through, and the new one gets its own.
-        old = (listed_digests(path) or [])[:1] if path.exists() else []
+        # digest is replaced as it is: it let no load of the old checkpoint through, and the new one gets its own. A
+        # save killed before its replace left two digests listed: the one of the file on disk is kept.
+        listed = (listed_digests(path) or []) if path.exists() else []
+        old = listed if len(listed) <= 1 else [digest for digest in listed if digest == file_digest(path)][:1]
         write_atomically(checksum_file, " ".join([digest, *old]))  # both, while the checkpoint is replaced
         write_atomically(path, data)
         write_atomically(checksum_file, digest)

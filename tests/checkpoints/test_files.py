@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import pytest
@@ -191,6 +192,7 @@ def test_a_trainer_without_safe_checkpoints_is_told_once_how_to_add_them(tmp_pat
 WRITER = """
 import sys
 from pathlib import Path
+from typing import Any
 import torch
 from checkpoints.file_format import save_checkpoint_file
 path, writer, started, stop = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
@@ -205,6 +207,7 @@ print(saves - 1)
 READER = """
 import sys, time
 from pathlib import Path
+from typing import Any
 from checkpoints.errors import CheckpointError
 from checkpoints.loader import load_checkpoint_file
 path, wanted, stop, started = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), [Path(p) for p in sys.argv[4:]]
@@ -345,3 +348,26 @@ def test_a_save_waits_for_a_slow_reader_however_long_instead_of_ending_the_run(t
         reader.kill()
         reader.wait()
     assert torch.equal(load_checkpoint_file(tmp_path / "last.ckpt")["state_dict"]["w"], torch.ones(2))
+
+
+def test_a_save_killed_after_another_killed_save_leaves_the_checkpoint_loadable(tmp_path, monkeypatch):
+    """Two saves in a row killed between listing the new digest and replacing the checkpoint (the fault harness's kills
+    during consecutive resumes): the checkpoint on disk stays listed in its checksum file, and verifies."""
+    from checkpoints import file_format
+
+    path = tmp_path / "last.ckpt"
+    file_format.save_checkpoint_file({"step": 0}, path)
+    write = file_format.write_atomically
+
+    def killed_before_the_replace(target: Path, data: Any) -> None:
+        if target == path:
+            raise KeyboardInterrupt  # the process ends here: the checkpoint is not replaced
+        write(target, data)
+
+    monkeypatch.setattr(file_format, "write_atomically", killed_before_the_replace)
+    for step in (1, 2):
+        with pytest.raises(KeyboardInterrupt):
+            file_format.save_checkpoint_file({"step": step}, path)
+    monkeypatch.undo()
+    file_format.verify_checkpoint_file(path)
+    assert torch.load(path, weights_only=True)["step"] == 0
