@@ -68,15 +68,11 @@ def swept_keys() -> set[str]:
     return keys
 
 
-def check_run_settings(cfg: Any) -> None:
-    """Every setting of a composed config, the model's as the run builds it (an experiment's shared settings applied)."""
-    check_composed(cfg, model_settings(cfg))
-
-
-def build(cfg: Any) -> tuple[Any, Any]:
-    """The data module and the model of a composed config; the model's likelihood and backbone follow the data unless set."""
+def build(cfg: Any, settings: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    """The data module and the model of a composed config (the model's `settings`: model_settings(cfg) unless given);
+    the model's likelihood and backbone follow the data unless set."""
     data_settings = OmegaConf.to_container(cfg.data, resolve=True)
-    settings = model_settings(cfg)
+    settings = model_settings(cfg) if settings is None else settings
     overrides = command_line_overrides()
     rules.seed_settings({"data": data_settings, "model": settings},
                         {"data": get_class(data_settings["_target_"]), "model": get_class(settings["_target_"])},
@@ -166,11 +162,12 @@ def chosen_logger(cfg: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
 def describe_run(cfg: Any) -> RunDescription:
     """The run of a composed config (launch/run_builder.py's RunDescription), checked, seeded and built but for its
     trainer."""
-    check_run_settings(cfg)
+    settings = model_settings(cfg)  # the model's, as the run builds it: checked with every other setting, then built
+    check_composed(cfg, settings)
     if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
         torch.compiler.reset()
     L.seed_everything(cfg.seed, workers=True)
-    datamodule, model = build(cfg)
+    datamodule, model = build(cfg, settings)
     trainer = instantiate(cfg.trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
     callbacks = [constructed(settings, f"callbacks.{name}") for name, settings in
                  (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items()]

@@ -24,6 +24,7 @@ from checkpoints.registry import registered
 from common.signatures import constructor_defaults
 from launch.runs import distributed, run_directory
 from launch.checks.configs import NOT_SETTINGS, config_targets
+from launch.checks.settings import check_composed
 from models.categorical import CategoricalLatentModel
 from models.components.likelihoods import BernoulliLikelihood, DiscretizedLogisticLikelihood
 from tests.conftest import says
@@ -292,7 +293,7 @@ def test_top_level_and_trainer_settings_are_checked_before_the_run(overrides, me
     cfg = composed(overrides)
     monkeypatch.setattr("sys.argv", ["train.py", *overrides])
     with pytest.raises(SettingsError) as error:
-        launch.hydra_run.check_run_settings(cfg)
+        check_composed(cfg, launch.hydra_run.model_settings(cfg))
     assert message in str(error.value)
 
 
@@ -303,7 +304,7 @@ def test_a_top_level_key_nothing_reads_is_refused_once_composed_wherever_it_came
 
     monkeypatch.setattr("sys.argv", ["train.py"])
     with pytest.raises(SettingsError, match="^sed: no such setting"):
-        launch.hydra_run.check_run_settings(composed(["+sed=3"]))
+        check_composed(cfg := composed(["+sed=3"]), launch.hydra_run.model_settings(cfg))
 
 
 @pytest.mark.parametrize("override, names", [
@@ -332,7 +333,7 @@ def test_a_setting_refused_once_composed_ends_the_run_in_one_line_and_writes_not
 def test_every_shipped_config_passes_the_run_settings_check(experiment, monkeypatch):
     overrides = [f"experiment={experiment}"] if experiment else []
     monkeypatch.setattr("sys.argv", ["train.py", *overrides, "+discrete_latent.code_dim=4"])
-    launch.hydra_run.check_run_settings(composed(overrides))
+    check_composed(cfg := composed(overrides), launch.hydra_run.model_settings(cfg))
 
 
 def test_an_unknown_experiment_is_refused_with_the_choices():
