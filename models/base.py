@@ -21,6 +21,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
 from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from checkpoints.model_class import load_checked
 from checkpoints.registry import register
@@ -316,14 +317,15 @@ class LatentVariableModel(L.LightningModule):
         datamodule = self.trainer.datamodule
         if datamodule is None:
             return
+        # MisconfigurationException: a setting the trainer refuses, which the front ends show as one line
         image_shape = tuple(getattr(datamodule, "image_shape", self.data_shape))
         if image_shape != self.data_shape:
-            raise ValueError(
+            raise MisconfigurationException(
                 f"{type(self).__name__} was built for images of shape {self.data_shape} "
                 f"but the data module yields {image_shape}; set model.data_shape to match the data"
             )
         if self.likelihood.requires_binary_data and getattr(datamodule, "binarize", "none") == "none":
-            raise ValueError(
+            raise MisconfigurationException(
                 "the bernoulli likelihood needs binary pixels, but data.binarize='none'; use data.binarize=dynamic "
                 "(or static; LightningCLI: --data.binarize=dynamic), or leave model.likelihood out: it then follows the data"
             )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 import torch
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import Tensor
 from torchmetrics import MeanMetric
 
@@ -143,7 +144,7 @@ class VQVAE(LatentVariableModel):
         strategy = self.trainer.strategy
         if (stage == "fit" and self.autoencoder_epochs and self.trainer.world_size > 1
                 and not finds_unused_parameters(strategy)):
-            raise ValueError(
+            raise MisconfigurationException(  # shown as one line by the front ends (launch/errors.py)
                 f"model.autoencoder_epochs={self.autoencoder_epochs} under DDP: after that epoch the autoencoder's parameters get "
                 "no gradients, which DDP refuses; use trainer.strategy=ddp_find_unused_parameters_true, or train the second "
                 "stage as a run of its own (model=vqvae_prior model.autoencoder_checkpoint=PATH)"

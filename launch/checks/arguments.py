@@ -29,7 +29,7 @@ def scalar(text: str, cli: bool = False) -> tuple[bool, Any]:
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return True, text[1:-1]
     lowered = text.lower()
-    if lowered in ("null", "none" if cli else "null", "~" if cli else "null"):
+    if lowered == "null" or (cli and text == "~"):  # YAML's nulls; `none` is a string to both front ends
         return True, None
     if lowered in ("true", "false"):
         return True, lowered == "true"

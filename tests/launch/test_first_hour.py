@@ -21,6 +21,7 @@ from checkpoints.trainer import SafeCheckpoints
 
 import launch.hydra_run
 import launch.cli_app
+import launch.errors
 import launch.hydra_app
 from callbacks import LineProgressBar
 from common.signatures import settings_of
@@ -120,6 +121,26 @@ def test_a_rule_of_the_command_is_one_line_before_anything_is_built(command, lin
     assert stop.value.code == 2 and not (tmp_path / "logs").exists()
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("error: ") and line in error, error
+
+
+@pytest.mark.parametrize("front_end", ["hydra", "cli"])
+def test_a_setting_refused_when_the_model_meets_its_data_is_one_line_and_leaves_no_run(front_end, tmp_path, monkeypatch,
+                                                                                        capsys):
+    """The Bernoulli likelihood on grey pixels is refused once the trainer sets the model up with its data: one line
+    naming data.binarize, exit status 2, and the run made for it removed; `none` is a value of --data.binarize (not
+    YAML's null) in the CLI."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        if front_end == "hydra":
+            with launch.errors.user_errors_as_one_line():
+                launch.hydra_app.run(composed(["model.likelihood=bernoulli", "data.binarize=none", "trainer.max_steps=1",
+                                               f"log_dir={tmp_path / 'logs'}"]))
+        else:
+            launch.cli_app.main(["fit", "--model.likelihood=bernoulli", "--data.binarize=none", "--trainer.max_steps=1"])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and error.startswith("error: the bernoulli likelihood needs binary pixels") and \
+        "data.binarize=dynamic" in error, error
+    assert not list((tmp_path / "logs").rglob("version_*"))
 
 
 def test_a_scheduler_without_its_optimizer_is_refused_and_works_with_it(tmp_path, monkeypatch, capsys):

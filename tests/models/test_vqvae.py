@@ -11,6 +11,7 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from checkpoints.errors import CheckpointError
 from checkpoints.trainer import SafeCheckpoints
 
@@ -206,7 +207,7 @@ def test_a_freeze_mid_run_is_refused_under_ddp_without_unused_parameter_search()
         trainer = SimpleNamespace(datamodule=None, world_size=2, strategy=SimpleNamespace(_ddp_kwargs=kwargs))
         with patch.object(VQVAE, "trainer", new_callable=PropertyMock, return_value=trainer):
             if refused:
-                with pytest.raises(ValueError) as refused:
+                with pytest.raises(MisconfigurationException) as refused:
                     model.setup("fit")
                 says(refused.value, "model.autoencoder_epochs=2", "DDP", "ddp_find_unused_parameters_true")
             else:
