@@ -124,6 +124,11 @@ def option_cases() -> list[Case]:
     for key, value in data_options:
         cases.append(Case(f"hydra data.{key}={value}", "hydra", [f"data.{key}={value}"], mention=key))
         cases.append(Case(f"cli data.{key}={value}", "cli", ["fit", f"--data.{key}={value}"], mention=key))
+    # settings refused together, once the model meets its data (models/base.py: setup)
+    cases.append(Case("hydra model.likelihood=bernoulli data.binarize=none", "hydra",
+                      ["model.likelihood=bernoulli", "data.binarize=none"], mention="binarize"))
+    cases.append(Case("cli model.likelihood=bernoulli data.binarize=none", "cli",
+                      ["fit", "--model.likelihood=bernoulli", "--data.binarize=none"], mention="binarize"))
     for key, value in trainer_options:
         cases.append(Case(f"hydra trainer.{key}={value}", "hydra", [f"trainer.{key}={value}"], mention=key))
         cases.append(Case(f"cli trainer.{key}={value}", "cli", ["fit", f"--trainer.{key}={value}"], mention=key))
