@@ -18,13 +18,12 @@ def _mapped(checkpoint: dict[str, Any], tensor: Callable[[Tensor], Tensor], load
     def each(value: Any) -> Any:
         return tensor(value) if isinstance(value, Tensor) and value.dim() > 0 else copy.deepcopy(value)
 
-    result = {key: value for key, value in checkpoint.items() if key not in ("state_dict", "optimizer_states", "loops")}
-    result["state_dict"] = {name: each(value) for name, value in checkpoint["state_dict"].items()}
-    result["optimizer_states"] = [{"state": {index: {name: each(value) for name, value in entry.items()}
-                                             for index, entry in state["state"].items()},
-                                   "param_groups": copy.deepcopy(state["param_groups"])} for state in checkpoint.get("optimizer_states", [])]
-    result["callbacks"] = {}
-    result["loops"] = loops = copy.deepcopy(checkpoint.get("loops"))
+    loops = copy.deepcopy(checkpoint.get("loops"))
+    result = {**checkpoint, "state_dict": {name: each(value) for name, value in checkpoint["state_dict"].items()},
+              "optimizer_states": [{"state": {index: {name: each(value) for name, value in entry.items()}
+                                              for index, entry in state["state"].items()},
+                                    "param_groups": copy.deepcopy(state["param_groups"])} for state in checkpoint.get("optimizer_states", [])],
+              "callbacks": {}, "loops": loops}
     fit = loops.get("fit_loop", {}).get("state_dict", {}) if isinstance(loops, dict) else {}
     if isinstance(fit.get("combined_loader"), list):
         fit["combined_loader"] = [loader(state["replicas"]) if isinstance(state, dict) and "replicas" in state else state
