@@ -79,6 +79,10 @@ SECTIONS = {  # what is altered -> the key the line names
     "an Adam step a string": (lambda c: adam(c).update(step="x"), "optimizer_states[0] is not"),
     "lr_schedulers a mapping": (lambda c: c.update(lr_schedulers={"a": 1}), "lr_schedulers is a dict"),
     "lr_schedulers a list of strings": (lambda c: c.update(lr_schedulers=["x"]), "lr_schedulers[0] is a str"),
+    "a random state of floats": (lambda c: c.update(rng_states=[{"cpu": torch.zeros(7)}]), "rng_states are not"),
+    "a random state of another size": (lambda c: c.update(rng_states=[{"cpu": torch.zeros(7, dtype=torch.uint8)}]),
+                                       "rng_states are not"),
+    "a CUDA random state of floats": (lambda c: c["rng_states"][0].update(cuda=torch.zeros(16)), "rng_states are not"),
 }
 
 
