@@ -68,10 +68,11 @@ def test_a_kill_between_the_two_renames_leaves_a_loadable_pair(tmp_path, monkeyp
 def test_stale_temporaries_of_dead_processes_are_removed(tmp_path):
     dead = tmp_path / ".last.ckpt.tmp-999999999"  # no such process
     alive = tmp_path / f".last.ckpt.tmp-{os.getpid()}"
-    dead.write_bytes(b"half")
-    alive.write_bytes(b"being written")
+    not_pids = [tmp_path / ".last.ckpt.tmp-12ab", tmp_path / ".last.ckpt.tmp--1"]  # -1 would signal every process
+    for path in (dead, alive, *not_pids):
+        path.write_bytes(b"half")
     remove_stale_temporaries(tmp_path)
-    assert not dead.exists() and alive.exists()
+    assert not dead.exists() and alive.exists() and all(path.exists() for path in not_pids)
 
 
 @pytest.mark.parametrize("content, message", [
