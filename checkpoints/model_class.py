@@ -11,6 +11,7 @@ from checkpoints.errors import CheckpointError
 from checkpoints.loader import check_fits, load_checkpoint_file
 from checkpoints.registry import LIGHTNING_INSTANTIATOR, qualified_name, registered
 from checkpoints.resume_command import resume_command
+from common.signatures import constructor_defaults
 
 
 def stamp_model_class(checkpoint: dict[str, Any], cls: type) -> None:
@@ -53,12 +54,11 @@ def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = No
     if subcommand is None or written_by is None:  # not one of the collection's models (never imported): nothing to resume it with here
         raise CheckpointError(f"{written}; load it with {name}.load_from_checkpoint" if subcommand is None
                               else f"{written}, and that is not one of the collection's models")
-    # The Hydra config of the model that wrote it; a property (DiscreteVAE: dvae or dvae_gumbel) of the checkpoint's settings
+    # The Hydra config of the model that wrote it; a property (DiscreteVAE: dvae or dvae_gumbel) of its settings, read
+    # from the checkpoint's (a setting not recorded is the class's default)
     config_name = written_by.config_name
-    if not isinstance(config_name, str):
-        try:
-            config_name = config_name.fget(types.SimpleNamespace(**(checkpoint.get("hyper_parameters") or {})))
-        except AttributeError:  # a setting it reads is not recorded
-            config_name = name.lower()
+    if isinstance(config_name, property):
+        settings = {**constructor_defaults(written_by), **(checkpoint.get("hyper_parameters") or {})}
+        config_name = config_name.fget(types.SimpleNamespace(**settings))
     raise CheckpointError(f"{written}: {'resume' if subcommand == 'fit' else subcommand} it with the model that wrote it: "
                           f"{resume_command(ckpt_path or 'PATH', name, config_name, subcommand)} (in Python: {name}.load_from_checkpoint)")
