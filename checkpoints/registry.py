@@ -35,5 +35,4 @@ def is_registered(name: object, kind: str | None = None) -> bool:
     lies in a package the user trusts (LATENT_ZOO_TRUST)."""
     if (kind is None and name == LIGHTNING_INSTANTIATOR) or is_trusted(name):
         return True
-    kinds = [kind] if kind else list(_REGISTERED)
-    return isinstance(name, str) and any(name in _REGISTERED[k] for k in kinds)
+    return isinstance(name, str) and any(name in _REGISTERED[k] for k in ([kind] if kind else _REGISTERED))

@@ -108,7 +108,6 @@ def drop_paths_outside(state: dict[str, Any], directory: str, source: Any) -> No
                     "ignored (nothing there is removed or loaded)", source, repr(outside[0])[:200], directory)
 
 
-
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint I/O with atomic, checksummed writes and verified, checked reads (local paths)."""
 
