@@ -168,12 +168,11 @@ def refuse_unregistered_classes(checkpoint: dict[str, Any], path: Any) -> None:
     collection's, Lightning's or torch.optim's: jsonargparse imports one wherever the setting's type takes a function
     or a class (`optimizer: strangers_module.make`), when LightningCLI or load_from_checkpoint builds the model from
     these settings (checkpoints/import_paths.py). Nothing is imported to find out."""
-    for section in ("hyper_parameters", "datamodule_hyper_parameters"):
-        for where, key, name, _ in walk(checkpoint.get(section), section):
-            if key in IMPORTED_KEYS and not is_registered(name):
-                raise CheckpointError(f"checkpoint {path}: {where} names {str(name)[:120]!r}, which is not one of the "
-                                      f"collection's models or data modules; it is not imported (importing runs code); {TRUST_HINT}")
-            if key not in IMPORTED_KEYS and key not in PATH_SETTINGS and isinstance(name, str) \
-                    and looks_like_import_path(name) and not is_allowed_import(name):
-                raise CheckpointError(f"checkpoint {path}: {where} is {name[:120]!r}, a dotted name that is not one of the "
-                                      f"collection's, Lightning's or torch.optim's; it is not imported (importing runs code); {TRUST_HINT}")
+    for where, key, name, _ in walk({section: checkpoint.get(section) for section in ("hyper_parameters", "datamodule_hyper_parameters")}):
+        if key in IMPORTED_KEYS and not is_registered(name):
+            raise CheckpointError(f"checkpoint {path}: {where} names {str(name)[:120]!r}, which is not one of the "
+                                  f"collection's models or data modules; it is not imported (importing runs code); {TRUST_HINT}")
+        if key not in IMPORTED_KEYS and key not in PATH_SETTINGS and isinstance(name, str) \
+                and looks_like_import_path(name) and not is_allowed_import(name):
+            raise CheckpointError(f"checkpoint {path}: {where} is {name[:120]!r}, a dotted name that is not one of the "
+                                  f"collection's, Lightning's or torch.optim's; it is not imported (importing runs code); {TRUST_HINT}")
