@@ -64,7 +64,7 @@ def check_structure(checkpoint: dict[str, Any], path: Any) -> None:
                 refuse(f"{key}[{label}]", f"is a {type(value).__name__}, not a mapping (the state Lightning restores)")
     for index, optimizer in enumerate(checkpoint.get("optimizer_states", [])):
         if not _is_optimizer_state(optimizer):
-            refuse(f"optimizer_states[{index}]", "is not an optimizer's state (torch's: 'state', a mapping of mappings of "
+            refuse(f"optimizer_states[{index}]", "is not an optimizer's state (torch's: 'state', parameter ids to mappings of "
                                                  "tensors and numbers; 'param_groups', a list of mappings of 'params' ids)")
     for where, _, item, depth in walk(checkpoint):
         if depth >= MAX_DEPTH:
@@ -84,8 +84,9 @@ def check_structure(checkpoint: dict[str, Any], path: Any) -> None:
 def _is_optimizer_state(value: dict) -> bool:
     state, groups = value.get("state"), value.get("param_groups")
     return (isinstance(state, dict) and isinstance(groups, list)
-            and all(isinstance(buffers, dict) and all(isinstance(item, (torch.Tensor, int, float)) or item is None
-                                                      for item in buffers.values()) for buffers in state.values())
+            and all(type(index) is int and isinstance(buffers, dict)
+                    and all(isinstance(item, (torch.Tensor, int, float)) or item is None for item in buffers.values())
+                    for index, buffers in state.items())
             and all(isinstance(group, dict) and isinstance(group.get("params"), list)
                     and all(type(i) is int for i in group["params"]) for group in groups))
 

@@ -77,6 +77,8 @@ SECTIONS = {  # what is altered -> the key the line names
     "an optimizer's param group without params": (lambda c: c["optimizer_states"][0].update(param_groups=[{"lr": 0.1}]),
                                                   "optimizer_states[0] is not"),
     "an Adam step a string": (lambda c: adam(c).update(step="x"), "optimizer_states[0] is not"),
+    "an Adam state under a name, not a parameter id": (lambda c: c["optimizer_states"][0]["state"].update(x=adam(c)),
+                                                       "optimizer_states[0] is not"),
     "lr_schedulers a mapping": (lambda c: c.update(lr_schedulers={"a": 1}), "lr_schedulers is a dict"),
     "lr_schedulers a list of strings": (lambda c: c.update(lr_schedulers=["x"]), "lr_schedulers[0] is a str"),
     "a random state of floats": (lambda c: c.update(rng_states=[{"cpu": torch.zeros(7)}]), "rng_states are not"),
