@@ -30,6 +30,51 @@ RESTORED_PATHS = ("last_model_path", "best_model_path", "kth_best_model_path")  
 READ_FOR = {"fit": "resuming", "validate": "validating", "test": "testing", "predict": "predicting"}  # by trainer.state.fn
 
 
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint I/O with atomic, checksummed writes and verified, checked reads (local paths)."""
+
+    def __init__(self, read: tuple[Any, dict[str, Any]] | None = None) -> None:
+        super().__init__()
+        self.read = read  # (path, checkpoint): what the builder read and checked already (launch/run_builder.py)
+        self.trainer: Any = None  # the trainer it serves (set by SafeCheckpoints); None: the plugin used on its own
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        if "://" in str(path):  # object storage: its uploads are atomic already
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        save_checkpoint_file(checkpoint, path)
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        # Every read the trainer makes (resume, test/validate ckpt_path) is the safe one; only an explicit
+        # `weights_only=False` given to the trainer in code trusts the file. The checkpoint the builder read is handed
+        # over once, not read again; onto the CPU: the restore copies every tensor to where its module or optimizer lives.
+        module = getattr(self.trainer, "lightning_module", None)
+        if self.read is not None and weights_only is not False and Path(self.read[0]).resolve() == Path(path).resolve():
+            checkpoint, self.read = self.read[1], None
+        else:
+            checkpoint = load_checkpoint_file(path, map_location or "cpu", trusted=weights_only is False)
+            if module is not None:
+                check_model_class(checkpoint, getattr(module, "model_class", type(module)), path, self.trainer.state.fn.value)
+        if "pytorch-lightning_version" not in checkpoint:  # Lightning's migration would end in a KeyError
+            raise CheckpointError(f"checkpoint {path} holds a model's weights only, not a Lightning checkpoint (no "
+                                  "'pytorch-lightning_version'); the trainer cannot resume or test from it. In Python: "
+                                  "model.load_state_dict(torch.load(path, weights_only=True)['state_dict'])")
+        if module is not None:
+            check_restored(checkpoint, self.trainer, path)
+        return checkpoint
+
+    def remove_checkpoint(self, path: Any) -> None:
+        # Lightning removes only paths its ModelCheckpoint made or restored, and a restored one lies inside the run's
+        # checkpoint directory (drop_paths_outside); what is removed is a regular file, not a link.
+        if "://" in str(path):
+            return super().remove_checkpoint(path)
+        target = Path(path)
+        if target.is_symlink() or not target.is_file():
+            log.warning("not removing %s: it is not a checkpoint file (a link, a directory or nothing)", path)
+            return
+        target.unlink()  # safe: a regular file that is no link, inside the run's checkpoint directory (above)
+        Path(f"{target}{CHECKSUM_SUFFIX}").unlink(missing_ok=True)  # safe: beside it (a link: the link only)
+
+
 def check_restored(checkpoint: dict[str, Any], trainer: L.Trainer, path: Any) -> None:
     """Refuse a checkpoint whose model state or loop counts do not fit `trainer` (module docstring); log the settings
     that differ from the checkpoint's; drop the restored ModelCheckpoint paths outside its directory, with one line."""
@@ -106,48 +151,3 @@ def drop_paths_outside(state: dict[str, Any], directory: str, source: Any) -> No
         state.update({key: "" for key in RESTORED_PATHS}, best_k_models={})
         log.warning("checkpoint %s: its ModelCheckpoint state names %s outside this run's checkpoint directory %s; "
                     "ignored (nothing there is removed or loaded)", source, repr(outside[0])[:200], directory)
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint I/O with atomic, checksummed writes and verified, checked reads (local paths)."""
-
-    def __init__(self, read: tuple[Any, dict[str, Any]] | None = None) -> None:
-        super().__init__()
-        self.read = read  # (path, checkpoint): what the builder read and checked already (launch/run_builder.py)
-        self.trainer: Any = None  # the trainer it serves (set by SafeCheckpoints); None: the plugin used on its own
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
-        if "://" in str(path):  # object storage: its uploads are atomic already
-            return super().save_checkpoint(checkpoint, path, storage_options)
-        save_checkpoint_file(checkpoint, path)
-
-    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
-        # Every read the trainer makes (resume, test/validate ckpt_path) is the safe one; only an explicit
-        # `weights_only=False` given to the trainer in code trusts the file. The checkpoint the builder read is handed
-        # over once, not read again; onto the CPU: the restore copies every tensor to where its module or optimizer lives.
-        module = getattr(self.trainer, "lightning_module", None)
-        if self.read is not None and weights_only is not False and Path(self.read[0]).resolve() == Path(path).resolve():
-            checkpoint, self.read = self.read[1], None
-        else:
-            checkpoint = load_checkpoint_file(path, map_location or "cpu", trusted=weights_only is False)
-            if module is not None:
-                check_model_class(checkpoint, getattr(module, "model_class", type(module)), path, self.trainer.state.fn.value)
-        if "pytorch-lightning_version" not in checkpoint:  # Lightning's migration would end in a KeyError
-            raise CheckpointError(f"checkpoint {path} holds a model's weights only, not a Lightning checkpoint (no "
-                                  "'pytorch-lightning_version'); the trainer cannot resume or test from it. In Python: "
-                                  "model.load_state_dict(torch.load(path, weights_only=True)['state_dict'])")
-        if module is not None:
-            check_restored(checkpoint, self.trainer, path)
-        return checkpoint
-
-    def remove_checkpoint(self, path: Any) -> None:
-        # Lightning removes only paths its ModelCheckpoint made or restored, and a restored one lies inside the run's
-        # checkpoint directory (drop_paths_outside); what is removed is a regular file, not a link.
-        if "://" in str(path):
-            return super().remove_checkpoint(path)
-        target = Path(path)
-        if target.is_symlink() or not target.is_file():
-            log.warning("not removing %s: it is not a checkpoint file (a link, a directory or nothing)", path)
-            return
-        target.unlink()  # safe: a regular file that is no link, inside the run's checkpoint directory (above)
-        Path(f"{target}{CHECKSUM_SUFFIX}").unlink(missing_ok=True)  # safe: beside it (a link: the link only)
