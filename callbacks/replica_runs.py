@@ -20,7 +20,7 @@ from checkpoints.errors import CheckpointError
 from checkpoints.file_format import CHECKSUM_SUFFIX, save_checkpoint_file
 from checkpoints.model_class import stamp_model_class
 from checkpoints.replica import replica_checkpoint
-from checkpoints.trainer.restore_checks import lies_inside
+from checkpoints.trainer.io_plugin import lies_inside
 from common.files import resolved_inside
 from common.lightning_files import RunLogger
 from common.log_steps import is_logging_step

@@ -106,15 +106,12 @@ def directory_lock(directory: Path, exclusive: bool) -> Iterator[None]:
 
 def remove_stale_temporaries(directory: Path) -> None:
     """Delete temporary files left in `directory` by processes killed while writing (their pid is gone)."""
-    for temporary in directory.glob(f".*{TEMPORARY_MARK}*"):
-        pid = temporary.name.rsplit(TEMPORARY_MARK, 1)[-1]
-        if not pid.isdigit():
-            continue
+    for temporary in directory.glob(f".*{TEMPORARY_MARK}[0-9]*"):  # (digits first: never a negative pid, a group)
         try:
-            os.kill(int(pid), 0)
+            os.kill(int(temporary.name.rsplit(TEMPORARY_MARK, 1)[-1]), 0)
         except ProcessLookupError:  # gone
             temporary.unlink(missing_ok=True)  # safe: a name in `directory` itself (a link: the link only, not its target)
-        except (PermissionError, OverflowError):  # another user's process; no such pid at all
+        except (PermissionError, OverflowError, ValueError):  # another user's process; no such pid at all; not a pid
             pass
 
 

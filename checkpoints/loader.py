@@ -11,6 +11,7 @@ deep inside them. What only the model knows (names, shapes, kinds of number) is 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,19 +32,15 @@ STATES = ("callbacks", "loops", "optimizer_states", "lr_schedulers", "rng_states
 DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool,
           torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}  # what a run's models and optimizers hold
 MAX_DEPTH = 32  # deeper than anything a run writes: a crafted file
-TOO_DEEP = object()  # what `walk` yields where a value nests deeper than MAX_DEPTH
 
 
-def walk(value: Any, where: str = "", depth: int = 0) -> Iterator[tuple[str, Any, Any]]:
-    """(key path, key, item) for every item nested in `value` (mappings, lists and tuples), parents first; TOO_DEEP as
-    the item where it nests deeper than MAX_DEPTH."""
+def walk(value: Any, where: str = "", depth: int = 0) -> Iterator[tuple[str, Any, Any, int]]:
+    """(key path, key, item, depth) for every item nested in `value` (mappings, lists and tuples), parents first, so
+    that a reader refusing a depth (`check_structure`) stops the walk before it recurses any deeper."""
     listed = isinstance(value, (list, tuple))
     for key, item in enumerate(value) if listed else value.items() if isinstance(value, Mapping) else ():
         path = f"{where}[{key}]" if listed else f"{where}.{str(key)[:80]}" if where else str(key)[:80]
-        if depth >= MAX_DEPTH:
-            yield path, key, TOO_DEEP
-            return
-        yield path, key, item
+        yield path, key, item, depth
         yield from walk(item, path, depth + 1)
 
 
@@ -67,10 +64,10 @@ def check_structure(checkpoint: dict[str, Any], path: Any) -> None:
                 refuse(f"{key}[{label}]", f"is a {type(value).__name__}, not a mapping (the state Lightning restores)")
     for index, optimizer in enumerate(checkpoint.get("optimizer_states", [])):
         if not _is_optimizer_state(optimizer):
-            refuse(f"optimizer_states[{index}]", "is not an optimizer's state (torch's: 'state', a mapping of mappings of "
+            refuse(f"optimizer_states[{index}]", "is not an optimizer's state (torch's: 'state', parameter ids to mappings of "
                                                  "tensors and numbers; 'param_groups', a list of mappings of 'params' ids)")
-    for where, _, item in walk(checkpoint):
-        if item is TOO_DEEP:
+    for where, _, item, depth in walk(checkpoint):
+        if depth >= MAX_DEPTH:
             refuse(where, f"is nested more than {MAX_DEPTH} levels deep")
         if isinstance(item, torch.Tensor) and (item.layout != torch.strided or item.is_meta or item.dtype not in DTYPES):
             layout = "meta " if item.is_meta else "" if item.layout == torch.strided else f"{item.layout} "
@@ -87,19 +84,18 @@ def check_structure(checkpoint: dict[str, Any], path: Any) -> None:
 def _is_optimizer_state(value: dict) -> bool:
     state, groups = value.get("state"), value.get("param_groups")
     return (isinstance(state, dict) and isinstance(groups, list)
-            and all(isinstance(buffers, dict) and all(isinstance(item, (torch.Tensor, int, float)) or item is None
-                                                      for item in buffers.values()) for buffers in state.values())
+            and all(type(index) is int and isinstance(buffers, dict)
+                    and all(isinstance(item, (torch.Tensor, int, float)) or item is None for item in buffers.values())
+                    for index, buffers in state.items())
             and all(isinstance(group, dict) and isinstance(group.get("params"), list)
                     and all(type(i) is int for i in group["params"]) for group in groups))
 
 
 def _is_random_state(value: Mapping) -> bool:
     """What torch.set_rng_state takes: a CPU generator state of the right size (and a CUDA one, where saved)."""
-    def generator_state(tensor: Any) -> bool:
-        return isinstance(tensor, torch.Tensor) and tensor.dtype == torch.uint8 and tensor.dim() == 1
-
-    return (generator_state(value.get("cpu")) and value["cpu"].numel() == torch.get_rng_state().numel()
-            and ("cuda" not in value or generator_state(value["cuda"])))
+    states = [value.get("cpu"), *([value["cuda"]] if "cuda" in value else [])]
+    return (all(isinstance(state, torch.Tensor) and state.dtype == torch.uint8 and state.dim() == 1 for state in states)
+            and value["cpu"].numel() == torch.get_rng_state().numel())
 
 
 def _kind_of(tensor: torch.Tensor) -> str:
@@ -139,25 +135,20 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
                               "sure you trust where it came from, and give the local path")
     stream = hasattr(path, "read")
     name = "given as a stream" if stream else path
-    try:
-        if stream:
-            start = path.tell()
+    start = path.tell() if stream else None
+    with contextlib.nullcontext() if stream else directory_lock(Path(path).parent, exclusive=False):  # no save in between
+        if not stream:
+            verify_checkpoint_file(path)
+        try:
             checkpoint = lightning_load(path, map_location=map_location, weights_only=not trusted)
-            path.seek(start)
-        else:
-            with directory_lock(Path(path).parent, exclusive=False):  # no save of this path in between
-                verify_checkpoint_file(path)
-                checkpoint = lightning_load(path, map_location=map_location, weights_only=not trusted)
-    except CheckpointError:
-        raise
-    except Exception as error:  # truncated zip, pickled garbage, code planted in the pickle, not a checkpoint at all
-        text = str(error).strip()
-        # torch's weights_only refusal wraps the real reason in advice about weights_only that does not apply here
-        text = text.rsplit("WeightsUnpickler error:", 1)[-1].strip() if "WeightsUnpickler error:" in text else text
-        reason = " ".join(text.split())[:160] if text else type(error).__name__
-        raise CheckpointError(f"checkpoint {name} is not a readable checkpoint ({type(error).__name__}: {reason}); it is "
-                              "truncated, was not written by torch.save, or holds objects other than tensors and plain "
-                              "values (which are never unpickled: they could run code)") from None
+        except Exception as error:  # truncated zip, pickled garbage, code planted in the pickle, not a checkpoint at all
+            # torch's weights_only refusal wraps the real reason in advice about weights_only that does not apply here
+            reason = " ".join(str(error).rsplit("WeightsUnpickler error:", 1)[-1].split())[:160] or type(error).__name__
+            raise CheckpointError(f"checkpoint {name} is not a readable checkpoint ({type(error).__name__}: {reason}); it is "
+                                  "truncated, was not written by torch.save, or holds objects other than tensors and plain "
+                                  "values (which are never unpickled: they could run code)") from None
+    if stream:
+        path.seek(start)
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointError(f"checkpoint {name} holds no model state (no 'state_dict'): it is not a Lightning checkpoint")
     check_structure(checkpoint, name)
@@ -178,12 +169,11 @@ def refuse_unregistered_classes(checkpoint: dict[str, Any], path: Any) -> None:
     collection's, Lightning's or torch.optim's: jsonargparse imports one wherever the setting's type takes a function
     or a class (`optimizer: strangers_module.make`), when LightningCLI or load_from_checkpoint builds the model from
     these settings (checkpoints/import_paths.py). Nothing is imported to find out."""
-    for section in ("hyper_parameters", "datamodule_hyper_parameters"):
-        for where, key, name in walk(checkpoint.get(section), section):
-            if key in IMPORTED_KEYS and not is_registered(name):
-                raise CheckpointError(f"checkpoint {path}: {where} names {str(name)[:120]!r}, which is not one of the "
-                                      f"collection's models or data modules; it is not imported (importing runs code); {TRUST_HINT}")
-            if key not in IMPORTED_KEYS and key not in PATH_SETTINGS and isinstance(name, str) \
-                    and looks_like_import_path(name) and not is_allowed_import(name):
-                raise CheckpointError(f"checkpoint {path}: {where} is {name[:120]!r}, a dotted name that is not one of the "
-                                      f"collection's, Lightning's or torch.optim's; it is not imported (importing runs code); {TRUST_HINT}")
+    for where, key, name, _ in walk({section: checkpoint.get(section) for section in ("hyper_parameters", "datamodule_hyper_parameters")}):
+        if key in IMPORTED_KEYS and not is_registered(name):
+            raise CheckpointError(f"checkpoint {path}: {where} names {str(name)[:120]!r}, which is not one of the "
+                                  f"collection's models or data modules; it is not imported (importing runs code); {TRUST_HINT}")
+        if key not in IMPORTED_KEYS and key not in PATH_SETTINGS and isinstance(name, str) \
+                and looks_like_import_path(name) and not is_allowed_import(name):
+            raise CheckpointError(f"checkpoint {path}: {where} is {name[:120]!r}, a dotted name that is not one of the "
+                                  f"collection's, Lightning's or torch.optim's; it is not imported (importing runs code); {TRUST_HINT}")

@@ -9,17 +9,18 @@ from typing import Any, Callable
 
 from checkpoints.errors import CheckpointError
 from checkpoints.loader import check_fits, load_checkpoint_file
-from checkpoints.registry import registered
+from checkpoints.registry import LIGHTNING_INSTANTIATOR, qualified_name, registered
 from checkpoints.resume_command import resume_command
+from common.signatures import constructor_defaults
 
 
 def stamp_model_class(checkpoint: dict[str, Any], cls: type) -> None:
     """The checkpoint names the class that wrote it, and names it the way LightningCLI does, so that `python train.py
     test --ckpt_path=...` and `load_from_checkpoint` rebuild it from any checkpoint, whichever front end wrote it."""
-    checkpoint["model_class"] = _qualified_name(cls)
+    checkpoint["model_class"] = qualified_name(cls)
     hparams = checkpoint.setdefault("hyper_parameters", {})
-    hparams.setdefault("_class_path", _qualified_name(cls))
-    hparams.setdefault("_instantiator", "lightning.pytorch.cli.instantiate_module")
+    hparams.setdefault("_class_path", qualified_name(cls))
+    hparams.setdefault("_instantiator", LIGHTNING_INSTANTIATOR)
 
 
 def load_checked(load: Callable[..., Any], cls: type, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
@@ -40,29 +41,24 @@ def load_checked(load: Callable[..., Any], cls: type, checkpoint_path: Any, *arg
     return model
 
 
-def _qualified_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = None, subcommand: str | None = "fit") -> None:
     """Refuse to resume (or evaluate) `cls` from a checkpoint another model wrote, with the command that resumes it
     with that model: `python train.py model=vae ckpt_path=PATH` (Hydra), `... fit --model=VAE --ckpt_path=PATH` (CLI;
     `test --model=VAE ...` when it was `test` that was refused); subcommand None: the loader to use in Python."""
     found = checkpoint.get("model_class")
-    if found is None or found == _qualified_name(cls):
+    if found is None or found == qualified_name(cls):
         return
     name = found.rsplit(".", 1)[-1]
-    written = f"{f'checkpoint {ckpt_path}' if ckpt_path else 'this checkpoint'} was written by {found}, not {_qualified_name(cls)}"
-    written_by = next((model for model in registered("model") if _qualified_name(model) == found), None)
+    written = f"{f'checkpoint {ckpt_path}' if ckpt_path else 'this checkpoint'} was written by {found}, not {qualified_name(cls)}"
+    written_by = next((model for model in registered("model") if qualified_name(model) == found), None)
     if subcommand is None or written_by is None:  # not one of the collection's models (never imported): nothing to resume it with here
         raise CheckpointError(f"{written}; load it with {name}.load_from_checkpoint" if subcommand is None
                               else f"{written}, and that is not one of the collection's models")
-    # The Hydra config of the model that wrote it; a property (DiscreteVAE: dvae or dvae_gumbel) of the checkpoint's settings
+    # The Hydra config of the model that wrote it; a property (DiscreteVAE: dvae or dvae_gumbel) of its settings, read
+    # from the checkpoint's (a setting not recorded is the class's default)
     config_name = written_by.config_name
-    if not isinstance(config_name, str):
-        try:
-            config_name = config_name.fget(types.SimpleNamespace(**(checkpoint.get("hyper_parameters") or {})))
-        except AttributeError:  # a setting it reads is not recorded
-            config_name = name.lower()
+    if isinstance(config_name, property):
+        settings = {**constructor_defaults(written_by), **(checkpoint.get("hyper_parameters") or {})}
+        config_name = config_name.fget(types.SimpleNamespace(**settings))
     raise CheckpointError(f"{written}: {'resume' if subcommand == 'fit' else subcommand} it with the model that wrote it: "
                           f"{resume_command(ckpt_path or 'PATH', name, config_name, subcommand)} (in Python: {name}.load_from_checkpoint)")

@@ -14,13 +14,16 @@ LIGHTNING_INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
 _REGISTERED: dict[str, dict[str, type]] = {"model": {}, "data": {}}  # kind -> {class path or short name: class}
 
 
+def qualified_name(cls: type) -> str:
+    """`package.module.Class`: how a checkpoint names a class (its model, its optimizers)."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def register(kind: str, *classes: type) -> None:
     """Admit `classes` as checkpoint-nameable `kind` ("model" or "data"), under `package.module.Class` and the
     package's short `package.Class` (as LightningCLI and the configs name them)."""
     for cls in classes:
-        package = cls.__module__.split(".", 1)[0]
-        for name in (f"{cls.__module__}.{cls.__qualname__}", f"{package}.{cls.__name__}"):
-            _REGISTERED[kind][name] = cls
+        _REGISTERED[kind].update({qualified_name(cls): cls, f"{cls.__module__.split('.', 1)[0]}.{cls.__name__}": cls})
 
 
 def registered(kind: str) -> list[type]:
@@ -32,5 +35,4 @@ def is_registered(name: object, kind: str | None = None) -> bool:
     lies in a package the user trusts (LATENT_ZOO_TRUST)."""
     if (kind is None and name == LIGHTNING_INSTANTIATOR) or is_trusted(name):
         return True
-    kinds = [kind] if kind else list(_REGISTERED)
-    return isinstance(name, str) and any(name in _REGISTERED[k] for k in kinds)
+    return isinstance(name, str) and any(name in _REGISTERED[k] for k in ([kind] if kind else _REGISTERED))

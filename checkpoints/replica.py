@@ -18,13 +18,12 @@ def _mapped(checkpoint: dict[str, Any], tensor: Callable[[Tensor], Tensor], load
     def each(value: Any) -> Any:
         return tensor(value) if isinstance(value, Tensor) and value.dim() > 0 else copy.deepcopy(value)
 
-    result = {key: value for key, value in checkpoint.items() if key not in ("state_dict", "optimizer_states", "loops")}
-    result["state_dict"] = {name: each(value) for name, value in checkpoint["state_dict"].items()}
-    result["optimizer_states"] = [{"state": {index: {name: each(value) for name, value in entry.items()}
-                                             for index, entry in state["state"].items()},
-                                   "param_groups": copy.deepcopy(state["param_groups"])} for state in checkpoint.get("optimizer_states", [])]
-    result["callbacks"] = {}
-    result["loops"] = loops = copy.deepcopy(checkpoint.get("loops"))
+    loops = copy.deepcopy(checkpoint.get("loops"))
+    result = {**checkpoint, "state_dict": {name: each(value) for name, value in checkpoint["state_dict"].items()},
+              "optimizer_states": [{"state": {index: {name: each(value) for name, value in entry.items()}
+                                              for index, entry in state["state"].items()},
+                                    "param_groups": copy.deepcopy(state["param_groups"])} for state in checkpoint.get("optimizer_states", [])],
+              "callbacks": {}, "loops": loops}
     fit = loops.get("fit_loop", {}).get("state_dict", {}) if isinstance(loops, dict) else {}
     if isinstance(fit.get("combined_loader"), list):
         fit["combined_loader"] = [loader(state["replicas"]) if isinstance(state, dict) and "replicas" in state else state
@@ -38,10 +37,8 @@ def replica_checkpoint(checkpoint: dict[str, Any], replica: int, state_dict: dic
     would have written at the same step, so that it loads, tests and resumes alone. `state_dict`: its slice, under the
     model's names; the hyperparameters of its model and its data module."""
     single = _mapped({**checkpoint, "state_dict": {}}, lambda value: value[replica].clone(), lambda states: states[replica])
-    single["state_dict"] = state_dict
-    single["hparams_name"], single["hyper_parameters"] = "kwargs", copy.deepcopy(hyper_parameters)
-    single["datamodule_hparams_name"], single["datamodule_hyper_parameters"] = "kwargs", copy.deepcopy(data_hyper_parameters)
-    return single
+    return {**single, "state_dict": state_dict, "hparams_name": "kwargs", "hyper_parameters": copy.deepcopy(hyper_parameters),
+            "datamodule_hparams_name": "kwargs", "datamodule_hyper_parameters": copy.deepcopy(data_hyper_parameters)}
 
 
 def branch_checkpoint(checkpoint: dict[str, Any], num_arms: int) -> dict[str, Any]:
@@ -50,5 +47,4 @@ def branch_checkpoint(checkpoint: dict[str, Any], num_arms: int) -> dict[str, An
     arms one after another (launch/runs/replicas.py builds the replicas arm by arm), in a new process with runs of its
     own."""
     branch = _mapped(checkpoint, lambda value: value.repeat(num_arms, *([1] * (value.dim() - 1))), lambda states: {"replicas": states * num_arms})
-    branch["replica_seeds"] = list(checkpoint["replica_seeds"]) * num_arms
-    return branch
+    return {**branch, "replica_seeds": list(checkpoint["replica_seeds"]) * num_arms}

@@ -1,7 +1,7 @@
 """What a class takes and its defaults: a model's or data module's declared settings (configs/settings.py), another
 class's constructor arguments (the Trainer's, an optimizer's), following **kwargs up the class hierarchy. Hydra's
 config groups are registered from these defaults (launch/checks/hydra_config.py), and the checkpoint's settings on resume
-(checkpoints/trainer/restore_checks.py) and the HPARAMS tab (callbacks/hparams.py) read them.
+(checkpoints/trainer/io_plugin.py) and the HPARAMS tab (callbacks/hparams.py) read them.
 """
 
 from __future__ import annotations

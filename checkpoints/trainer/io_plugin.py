@@ -1,23 +1,33 @@
 """Lightning's checkpoint I/O plugin, for every save, load and removal the trainer makes: atomic checksummed writes
-(checkpoints/file_format.py); the checked read (checkpoints/loader.py), held to the trainer it restores into before
-anything is restored (checkpoints/trainer/restore_checks.py); removals only of checkpoint files inside the run's
-checkpoint directories (never a directory, never through a link to elsewhere)."""
+(checkpoints/file_format.py); removals of checkpoint files only (never a directory, never through a link); the checked
+read (checkpoints/loader.py), and what it restores held to the trainer before Lightning or torch restores it (an altered
+count or buffer, or a state of other settings, would end in a traceback deep in Lightning or train on silently), each
+refusal naming the checkpoint and the first wrong entry in one line: the model class (checkpoints/model_class.py); the
+model's state fits (names, shapes, kinds of number; the settings that differ named, and logged); the loop counts; a
+restored ModelCheckpoint's paths stay inside the run's checkpoint directory (Lightning removes "the previous one" at its
+next save, and tests "the best"). The optimizers' states are checked once the optimizers are built (safe_checkpoints.py)."""
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
+import lightning as L
+import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import CHECKSUM_SUFFIX, save_checkpoint_file
-from checkpoints.loader import load_checkpoint_file
+from checkpoints.loader import check_fits, load_checkpoint_file
 from checkpoints.model_class import check_model_class
-from checkpoints.trainer.restore_checks import check_restored, lies_inside
+from common.signatures import constructor_defaults, settings_of
 
 log = logging.getLogger(__name__)
+
+RESTORED_PATHS = ("last_model_path", "best_model_path", "kth_best_model_path")  # ModelCheckpoint's, besides best_k_models
+READ_FOR = {"fit": "resuming", "validate": "validating", "test": "testing", "predict": "predicting"}  # by trainer.state.fn
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -53,16 +63,91 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return checkpoint
 
     def remove_checkpoint(self, path: Any) -> None:
+        # Lightning removes only paths its ModelCheckpoint made or restored, and a restored one lies inside the run's
+        # checkpoint directory (drop_paths_outside); what is removed is a regular file, not a link.
         if "://" in str(path):
             return super().remove_checkpoint(path)
-        target = Path(path).resolve()
-        # Without a trainer (the plugin used on its own), a file named like a checkpoint only.
-        directories = ([c.dirpath for c in self.trainer.checkpoint_callbacks if getattr(c, "dirpath", None)]
-                       if self.trainer is not None else [target.parent] * target.name.endswith(".ckpt"))
-        if not target.is_file() or not any(lies_inside(target, directory) for directory in directories):
-            log.warning("not removing %s: it is not a checkpoint file inside the run's checkpoint directory", path)
+        target = Path(path)
+        if target.is_symlink() or not target.is_file():
+            log.warning("not removing %s: it is not a checkpoint file (a link, a directory or nothing)", path)
             return
-        target.unlink()  # safe: resolved, a regular file, inside the run's checkpoint directory (checked above)
-        if (checksum_file := target.with_name(target.name + CHECKSUM_SUFFIX)).is_file():
-            checksum_file.unlink()  # safe: beside the checkpoint just removed, in the same checked directory (a link: the link only)
+        target.unlink()  # safe: a regular file that is no link, inside the run's checkpoint directory (above)
+        Path(f"{target}{CHECKSUM_SUFFIX}").unlink(missing_ok=True)  # safe: beside it (a link: the link only)
 
+
+def check_restored(checkpoint: dict[str, Any], trainer: L.Trainer, path: Any) -> None:
+    """Refuse a checkpoint whose model state or loop counts do not fit `trainer` (module docstring); log the settings
+    that differ from the checkpoint's; drop the restored ModelCheckpoint paths outside its directory, with one line."""
+    module = trainer.lightning_module
+    changed = changed_settings(checkpoint, module, trainer.datamodule)
+    check_fits(checkpoint["state_dict"], module.state_dict(), path, changed)
+    if changed and trainer.is_global_zero:
+        differences = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        log.warning("%s with changed settings (this run's values are used and recorded): %s",
+                    READ_FOR.get(trainer.state.fn, "resuming"), differences)
+    own = {"epoch": 0, "global_step": 0, "loops": {"fit_loop": trainer.fit_loop.state_dict()}}  # what a trainer writes
+    if found := _misfit(checkpoint, own):
+        raise CheckpointError(f"checkpoint {path}: its {found} is not what a training loop writes there (a count >= 0, "
+                              "or a mapping): the file was altered; use another checkpoint")
+    states = checkpoint.get("callbacks") or {}  # mappings (checkpoints/loader.py)
+    for callback in trainer.checkpoint_callbacks:
+        state = states.get(callback.state_key)
+        if state is not None and getattr(callback, "dirpath", None):
+            drop_paths_outside(state, callback.dirpath, path)
+
+
+def changed_settings(checkpoint: dict[str, Any], module: L.LightningModule, datamodule: Any = None) -> dict[str, tuple[Any, Any]]:
+    """"model.NAME" / "data.NAME" -> (the checkpoint's value, this run's value) for every setting that differs."""
+    defaults = constructor_defaults(type(module))  # a setting left out of either is its default
+    saved = {**defaults, **(checkpoint.get("hyper_parameters") or {})}
+    changed = {f"model.{key}": (saved[key], value) for key, value in settings_of(module).items()
+               if key in saved and not key.startswith("_") and not same(saved[key], value)}
+    saved_data, data = checkpoint.get("datamodule_hyper_parameters"), getattr(datamodule, "hparams", None)
+    if saved_data and data:  # (none if either has no record)
+        changed.update({f"data.{key}": (saved_data[key], value) for key, value in data.items()
+                        if key in saved_data and not same(saved_data[key], value)})
+    return changed
+
+
+def same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return bool(torch.equal(torch.as_tensor(a), torch.as_tensor(b)))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):  # saved lists may come back as tuples
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if callable(a) or callable(b):  # an optimizer factory: rebuilt each run, compared by what it says
+        return repr(a) == repr(b)
+    try:
+        return bool(a == b)
+    except Exception:  # values that cannot be compared: not reported
+        return True
+
+
+def _misfit(saved: Any, own: Any, where: str = "") -> str | None:
+    """The first key path at which `saved` is not what the trainer's `own` state holds there (a mapping, or a count
+    >= 0): Lightning would fail on it with a traceback, or count from a negative step."""
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not isinstance(own, dict):
+        return where if count(own) and not (count(saved) and saved >= 0) else None
+    if not isinstance(saved, dict):
+        return where
+    return next(filter(None, (_misfit(saved[key], value, f"{where}.{key}" if where else key)
+                              for key, value in own.items() if key in saved)), None)
+
+
+def lies_inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
+    """Whether `path`, with `..` and links resolved, lies strictly below `directory` (also resolved)."""
+    return Path(directory).resolve() in Path(path).resolve().parents
+
+
+def drop_paths_outside(state: dict[str, Any], directory: str, source: Any) -> None:
+    """Empty the paths of a restored ModelCheckpoint state, `best_k_models` included, when one is not a file name
+    inside `directory`: Lightning would remove it at the next save, or load it as "the best"."""
+    best = state.get("best_k_models", {})
+    named = [state.get(key, "") for key in RESTORED_PATHS] + (list(best) if isinstance(best, dict) else [best])
+    outside = [path for path in named if not isinstance(path, str) or (path != "" and not lies_inside(path, directory))]
+    if outside:
+        state.update({key: "" for key in RESTORED_PATHS}, best_k_models={})
+        log.warning("checkpoint %s: its ModelCheckpoint state names %s outside this run's checkpoint directory %s; "
+                    "ignored (nothing there is removed or loaded)", source, repr(outside[0])[:200], directory)

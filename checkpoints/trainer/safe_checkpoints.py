@@ -5,7 +5,8 @@
   to this trainer before anything is restored); a plugin the user gave is kept.
 * A checkpoint names its model class, its optimizers' and schedulers' classes, and every rank's random state (applied
   when training starts, after any sanity check); a run that does not resume seeds each DDP rank seed + rank.
-* A resume restores the optimizers' states only into optimizers they fit (restore_checks.py), then sets each optimizer
+* A resume restores the optimizers' states only into optimizers they fit (`check_optimizers`: the same optimizer and
+  scheduler classes, parameter groups, finite moments of each parameter's shape), then sets each optimizer
   hyperparameter back to this run's value, logging each change.
 """
 
@@ -19,9 +20,10 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
+from checkpoints.errors import CheckpointError
 from checkpoints.model_class import stamp_model_class
-from checkpoints.trainer.io_plugin import AtomicCheckpointIO
-from checkpoints.trainer.restore_checks import check_optimizers, class_names, same
+from checkpoints.registry import qualified_name
+from checkpoints.trainer.io_plugin import AtomicCheckpointIO, same
 
 log = logging.getLogger(__name__)
 
@@ -95,3 +97,45 @@ class SafeCheckpoints(L.Callback):
                         if trainer.is_global_zero:
                             log.warning("resuming: optimizer %s %r (checkpoint) -> %r (this run)", key, group[key], value)
                         group[key] = value
+
+
+def class_names(objects: Any) -> list[str]:
+    return [qualified_name(type(o)) for o in objects]
+
+
+def check_optimizers(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
+    """Refuse to restore the checkpoint's optimizer states into `trainer`'s built optimizers of another class, other
+    parameter groups, or a scheduler of another class (whose restored state would apply without a word); or a moment
+    that is not finite or not of its parameter's shape (a traceback at the first step, or every weight spoiled)."""
+    path = trainer.ckpt_path
+    saved, current = checkpoint.get("optimizer_classes"), class_names(trainer.optimizers)
+    if saved is not None and saved != current:
+        raise CheckpointError(f"the checkpoint holds the state of optimizer {', '.join(saved)}, this run uses "
+                              f"{', '.join(current)}: resume with the checkpoint's optimizer, or start a new run")
+    saved, current = checkpoint.get("lr_scheduler_classes"), class_names(c.scheduler for c in trainer.lr_scheduler_configs)
+    if saved is not None and saved != current:
+        raise CheckpointError(f"the checkpoint's run scheduled its learning rate with {', '.join(saved) or 'no scheduler'}, "
+                              f"this run with {', '.join(current) or 'no scheduler'}: resume with the checkpoint's scheduler "
+                              "(scheduler=..., --model.scheduler=...), or start a new run")
+    states = checkpoint.get("optimizer_states")
+    if states is None:  # a checkpoint of the weights alone: Lightning restores no optimizer
+        return
+    saved = [[len(group["params"]) for group in state["param_groups"]] for state in states]
+    built = [[len(group["params"]) for group in optimizer.param_groups] for optimizer in trainer.optimizers]
+    if saved != built:
+        raise CheckpointError(f"checkpoint {path}: its optimizer_states hold {saved} parameters group by group, "
+                              f"this run's optimizers {built}: the file was altered, or written for other settings")
+    names = {id(p): name for name, p in trainer.lightning_module.named_parameters()}
+    for state, optimizer in zip(states, trainer.optimizers):
+        params = [param for group in optimizer.param_groups for param in group["params"]]
+        for index, buffers in state["state"].items():
+            param = params[index] if 0 <= index < len(params) else None  # (ints: checkpoints/loader.py)
+            for key, value in buffers.items():
+                where = f"checkpoint {path}: the optimizer's {key} of {names.get(id(param), f'parameter {index}')}"
+                if isinstance(value, torch.Tensor) and value.dim() > 0 and (param is None or value.shape != param.shape):
+                    raise CheckpointError(f"{where} has shape {tuple(value.shape)}, the parameter "
+                                          f"{tuple(param.shape) if param is not None else 'none'}: the file was altered, "
+                                          "or written for other settings")
+                if isinstance(value, torch.Tensor) and value.is_floating_point() and not torch.isfinite(value).all():
+                    raise CheckpointError(f"{where} holds NaN or inf: resuming would spoil the weights at the first step; "
+                                          "use an earlier checkpoint")

@@ -1,6 +1,6 @@
 """Checkpoint files: atomic writes, checksums verified on load, clear errors for unusable files, and
 resuming with changed settings (checkpoints/file_format.py, checkpoints/loader.py,
-checkpoints/trainer/restore_checks.py). The kill tests against a real training process are in test_interruptions.py."""
+checkpoints/trainer/io_plugin.py). The kill tests against a real training process are in test_interruptions.py."""
 
 from __future__ import annotations
 
@@ -68,10 +68,11 @@ def test_a_kill_between_the_two_renames_leaves_a_loadable_pair(tmp_path, monkeyp
 def test_stale_temporaries_of_dead_processes_are_removed(tmp_path):
     dead = tmp_path / ".last.ckpt.tmp-999999999"  # no such process
     alive = tmp_path / f".last.ckpt.tmp-{os.getpid()}"
-    dead.write_bytes(b"half")
-    alive.write_bytes(b"being written")
+    not_pids = [tmp_path / ".last.ckpt.tmp-12ab", tmp_path / ".last.ckpt.tmp--1"]  # -1 would signal every process
+    for path in (dead, alive, *not_pids):
+        path.write_bytes(b"half")
     remove_stale_temporaries(tmp_path)
-    assert not dead.exists() and alive.exists()
+    assert not dead.exists() and alive.exists() and all(path.exists() for path in not_pids)
 
 
 @pytest.mark.parametrize("content, message", [
@@ -371,3 +372,20 @@ def test_a_save_killed_after_another_killed_save_leaves_the_checkpoint_loadable(
     monkeypatch.undo()
     file_format.verify_checkpoint_file(path)
     assert torch.load(path, weights_only=True)["step"] == 0
+
+
+def test_the_plugin_removes_a_checkpoint_file_and_its_checksum_never_a_link_or_a_directory(tmp_path):
+    """Lightning's ModelCheckpoint removes "the previous" checkpoint through the plugin: a regular file goes with its
+    checksum file; a link (to the user's file) or a directory named like a checkpoint stays, with a line."""
+    outside = tmp_path / "thesis.tex"
+    outside.write_text("years of work")
+    run = tmp_path / "checkpoints"
+    save_checkpoint_file(small_checkpoint(), run / "epoch=0.ckpt")
+    (run / "last.ckpt").symlink_to(outside)
+    (run / "epoch=1.ckpt").mkdir()
+    (run / "epoch=1.ckpt" / "notes.txt").write_text("kept")
+    plugin = AtomicCheckpointIO()
+    for name in ("epoch=0.ckpt", "last.ckpt", "epoch=1.ckpt"):
+        plugin.remove_checkpoint(run / name)
+    assert sorted(p.name for p in run.iterdir()) == ["epoch=1.ckpt", "last.ckpt"]
+    assert outside.read_text() == "years of work" and (run / "epoch=1.ckpt" / "notes.txt").read_text() == "kept"

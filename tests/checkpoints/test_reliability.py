@@ -61,6 +61,23 @@ def test_checkpoint_of_another_model_class_is_refused(dm, tmp_path):
         _fit(JSA(mis_steps=2, val_num_samples=2), dm, tmp_path / "jsa", ckpt_path=tmp_path / "last.ckpt")
 
 
+@pytest.mark.parametrize("settings, config", [({"estimator": "gumbel"}, "dvae_gumbel"), ({}, "dvae")],
+                         ids=["gumbel", "its estimator not recorded"])
+def test_another_models_checkpoint_is_resumed_with_the_config_its_settings_chose(settings, config, monkeypatch):
+    """DiscreteVAE's Hydra config depends on its estimator: the refusal's command names the one the checkpoint's
+    settings chose (the class's default where the checkpoint records none)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from checkpoints.errors import CheckpointError
+    from checkpoints.model_class import check_model_class
+
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", HydraConfig.instance().cfg)  # restored after the compose below
+    composed(["model=jsa"])
+    checkpoint = {"model_class": "models.dvae.DiscreteVAE", "hyper_parameters": settings}
+    with pytest.raises(CheckpointError, match=f"resume it with the model that wrote it: python train.py model={config} ckpt_path=last.ckpt "):
+        check_model_class(checkpoint, JSA, "last.ckpt")
+
+
 @pytest.mark.slow  # three runs through the Hydra front end
 def test_a_seed_makes_a_cpu_run_repeatable(mnist_dir, tmp_path):
     def run(seed: int, name: str) -> dict[str, float]:

@@ -95,7 +95,7 @@ def test_changed_settings_are_logged_by_what_the_checkpoint_is_read_for(mnist_di
     (checkpoint,) = tmp_path.glob("*.ckpt")
     trainer = L.Trainer(limit_test_batches=1, logger=False, callbacks=[SafeCheckpoints()], enable_progress_bar=False,
                         enable_model_summary=False)
-    with caplog.at_level(logging.WARNING, logger="checkpoints.trainer.restore_checks"):
+    with caplog.at_level(logging.WARNING, logger="checkpoints.trainer.io_plugin"):
         trainer.test(VAE(latent_dim=4, val_num_samples=2, test_num_samples=2, lr=5e-4), ckpt_path=checkpoint,
                      datamodule=MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", batch_size=32))
     assert "testing with changed settings" in caplog.text and "model.lr: 0.001 -> 0.0005" in caplog.text, caplog.text

@@ -77,8 +77,14 @@ SECTIONS = {  # what is altered -> the key the line names
     "an optimizer's param group without params": (lambda c: c["optimizer_states"][0].update(param_groups=[{"lr": 0.1}]),
                                                   "optimizer_states[0] is not"),
     "an Adam step a string": (lambda c: adam(c).update(step="x"), "optimizer_states[0] is not"),
+    "an Adam state under a name, not a parameter id": (lambda c: c["optimizer_states"][0]["state"].update(x=adam(c)),
+                                                       "optimizer_states[0] is not"),
     "lr_schedulers a mapping": (lambda c: c.update(lr_schedulers={"a": 1}), "lr_schedulers is a dict"),
     "lr_schedulers a list of strings": (lambda c: c.update(lr_schedulers=["x"]), "lr_schedulers[0] is a str"),
+    "a random state of floats": (lambda c: c.update(rng_states=[{"cpu": torch.zeros(7)}]), "rng_states are not"),
+    "a random state of another size": (lambda c: c.update(rng_states=[{"cpu": torch.zeros(7, dtype=torch.uint8)}]),
+                                       "rng_states are not"),
+    "a CUDA random state of floats": (lambda c: c["rng_states"][0].update(cuda=torch.zeros(16)), "rng_states are not"),
 }
 
 
@@ -175,9 +181,9 @@ def test_a_trusted_checkpoint_may_hold_its_settings_in_any_mapping(tmp_path):
 
 
 def test_a_model_checkpoint_state_whose_best_k_models_is_a_list_is_dropped_with_its_line(tmp_path, caplog):
-    """Inside ModelCheckpoint's state (checkpoints/trainer/restore_checks.py): best_k_models of another kind is ignored
+    """Inside ModelCheckpoint's state (checkpoints/trainer/io_plugin.py): best_k_models of another kind is ignored
     with the line that names what was dropped, not a TypeError from hashing it."""
-    from checkpoints.trainer.restore_checks import drop_paths_outside
+    from checkpoints.trainer.io_plugin import drop_paths_outside
 
     state = {"best_k_models": [[1]], "last_model_path": str(tmp_path / "last.ckpt")}
     with caplog.at_level("WARNING"):
