@@ -138,9 +138,13 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
                 "give a list as [a,b] or a string with commas in quotes")
     key = getattr(error.__cause__, "full_key", None) if unknown else appended[1] if appended else None
     given = next((o for o in job if o.lstrip("+~").split("=", 1)[0] == (unknown or appended)[1]), None) if key else None
+    hydras_line = " ".join(text.split("\n\n")[0].split()) if text else type(error).__name__
     if given is None:  # Hydra's own lines, as one
-        return " ".join(text.split("\n\n")[0].split()) if text else type(error).__name__
-    base = composed_job([o for o in job if o is not given], argv)  # the config the override met
+        return hydras_line
+    try:  # the config the override met: the job's choices of configs, without its settings (another may be a typo too)
+        base = composed_job([o for o in job if o is not given and "." not in o.split("=", 1)[0]], argv)
+    except (HydraException, OmegaConfBaseException):
+        return hydras_line
     group, _, name = key.partition(".")
     choice = base.hydra.runtime.choices.get(group)
     node = OmegaConf.select(base, key.rsplit(".", 1)[0]) if "." in key else base

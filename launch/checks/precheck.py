@@ -29,7 +29,9 @@ def did_you_mean(word: str, candidates: list[str]) -> str:
         return name.rsplit(".", 1)[-1]
 
     same = [c for c in candidates if leaf(c) == leaf(word) and c != word]
-    by_leaf = {leaf(c): c for c in candidates}
+    by_leaf: dict[str, str] = {}
+    for candidate in candidates:  # the first of those with one last part (a top-level seed before data.seed)
+        by_leaf.setdefault(leaf(candidate), candidate)
     # A name cut short (max_ep) means the one it begins (max_epochs), not one a few letters away (max_steps).
     begun = [name for name in by_leaf if name.startswith(leaf(word)) and name != leaf(word)] if leaf(word) else []
     close = same or [by_leaf[m] for m in difflib.get_close_matches(leaf(word), begun, n=1, cutoff=0)] or \

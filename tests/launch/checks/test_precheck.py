@@ -100,6 +100,8 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     # override Hydra refuses in several lines, or with a traceback
     ("discrete_latent.num_categories=4", ["discrete_latent.num_categories", "+discrete_latent.num_categories=4"]),
     ("model=vae,jsa", ["model=vae,jsa", "add -m"]),
+    ("model.mis_step=1 model.cache_siz=2", ["model.mis_step", "JSA", "model.mis_steps?"]),  # two typos: the first named
+    ("sed=1 model.mis_step=1", ["sed", "did you mean seed?"]),  # the top-level seed, not data.seed
     ("model@model=vae", ["model@model", "+model@model=vae"]),
     ("experiment=null", ["experiment=null", "~experiment"]),
     # two of Hydra's modes, which Hydra answers with a traceback
