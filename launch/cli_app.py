@@ -150,7 +150,8 @@ class CollectionCLI(LightningCLI):
         trainer_config = {**config.trainer, **kwargs}
         check_trainer_values(trainer_config, "--trainer")
         # The --checkpoint group's ModelCheckpoint (a parser group, built always) joins the trainer's callbacks.
-        trainer_config["callbacks"] = [*(trainer_config.get("callbacks") or []), config.checkpoint]
+        given = trainer_config.get("callbacks") or []  # --trainer.callbacks=NAME gives one callback, not a list
+        trainer_config["callbacks"] = [*(given if isinstance(given, list) else [given]), config.checkpoint]
         run = RunDescription(
             model=self.model, datamodule=self.datamodule, trainer=trainer_config, front_end="cli",
             log_dir=str(config.get("log_dir") or default_log_dir()),

@@ -143,6 +143,16 @@ def test_a_setting_refused_when_the_model_meets_its_data_is_one_line_and_leaves_
     assert not list((tmp_path / "logs").rglob("version_*"))
 
 
+def test_one_callback_given_alone_joins_the_runs_callbacks(tmp_path):
+    """--trainer.callbacks=NAME (LightningCLI takes one callback as well as a list) replaces the default callbacks by it,
+    beside the checkpoint callback and those every run gets."""
+    from lightning.pytorch.callbacks import LearningRateMonitor
+
+    cli = launch.cli_app.main(["--trainer.callbacks=LearningRateMonitor", f"--trainer.default_root_dir={tmp_path}"], run=False)
+    kinds = [type(c).__name__ for c in cli.trainer.callbacks]
+    assert {"LearningRateMonitor", "ValidationCheckpoint", "SafeCheckpoints"} <= set(kinds) and "ImageGrids" not in kinds, kinds
+
+
 def test_a_scheduler_without_its_optimizer_is_refused_and_works_with_it(tmp_path, monkeypatch, capsys):
     """LightningCLI applies --lr_scheduler only to an optimizer it builds from --optimizer: alone (here from a -c file,
     which the early checks leave to the parser) it would be dropped in silence; with --optimizer it schedules."""
