@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib
 import inspect
 import re
 import sys
 from typing import Any, NoReturn, Optional, Union
 
-from hydra.utils import get_class, get_object
+from hydra.utils import get_class
 from jsonargparse.typing import restricted_number_type
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -40,6 +41,8 @@ from models import LatentVariableModel
 # The lines of jsonargparse's report that say where, not what (_one_line)
 REPORT_NOISE = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path", "Parser key",
                 "Expected a <class 'NoneType'>")
+# Where LightningCLI finds a class given by its short name (--optimizer=Adam, --trainer.logger=CSVLogger).
+SHORT_NAME_MODULES = ("torch.optim", "torch.optim.lr_scheduler", "lightning.pytorch.loggers", "lightning.pytorch.callbacks")
 SEED = restricted_number_type("Seed", int, [(">=", 0), ("<", 2**32)])  # numpy's range, as Hydra's seed
 
 
@@ -252,10 +255,11 @@ def _required(message: str, args: list[str]) -> str | None:
     names = re.fullmatch(r"the following arguments are required: ([\w, ]+)", message.strip())
     wanted = [name.strip() for name in names[1].split(",")] if names else []
 
-    def requires(value: str) -> bool:  # a class path, or a short name of torch.optim's (as LightningCLI resolves them)
-        for path in (value, f"torch.optim.{value}", f"torch.optim.lr_scheduler.{value}"):
-            with contextlib.suppress(Exception):
-                parameters = inspect.signature(get_object(path)).parameters
+    def requires(value: str) -> bool:  # a class path, or a short name LightningCLI resolves (SHORT_NAME_MODULES)
+        for path in (value, *(f"{module}.{value}" for module in SHORT_NAME_MODULES)):
+            module, _, name = path.rpartition(".")
+            with contextlib.suppress(Exception):  # imported quietly: hydra's get_object logs every miss
+                parameters = inspect.signature(getattr(importlib.import_module(module), name)).parameters
                 return all(name in parameters and parameters[name].default is inspect.Parameter.empty for name in wanted)
         return False
 

@@ -4,6 +4,7 @@ is built, in one line naming the setting, by the model itself and through both f
 from __future__ import annotations
 
 import functools
+import logging
 
 import pytest
 import torch
@@ -66,9 +67,13 @@ def test_the_cli_refuses_a_zero_step_size_in_one_line(tmp_path, capsys):
      "CosineAnnealingLR); give --model.scheduler.T_max=VALUE"),
     (["--optimizer=Adam", "--lr_scheduler=StepLR"],  # Adam requires nothing: the scheduler is named
      "error: --lr_scheduler.step_size: required by StepLR (--lr_scheduler=StepLR); give --lr_scheduler.step_size=VALUE"),
+    (["--trainer.logger=CSVLogger"],
+     "error: --trainer.logger.save_dir: required by CSVLogger (--trainer.logger=CSVLogger); give --trainer.logger.save_dir=VALUE"),
 ])
-def test_the_cli_names_the_option_a_class_on_the_command_line_requires(args, line, tmp_path, capsys):
-    """jsonargparse's "the following arguments are required: T_max" names no option: the line names the one to give."""
+def test_the_cli_names_the_option_a_class_on_the_command_line_requires(args, line, tmp_path, capsys, caplog):
+    """jsonargparse's "the following arguments are required: T_max" names no option: the line names the one to give,
+    and nothing else is said (no log line of the classes looked for)."""
     with pytest.raises(SystemExit) as stopped:
         launch.cli_app.main(["--model=VAE", *args, f"--log_dir={tmp_path / 'logs'}"], run=False)
     assert stopped.value.code == 2 and capsys.readouterr().err.strip() == line
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING], caplog.records
