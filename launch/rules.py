@@ -16,6 +16,7 @@ from lightning import Callback, Trainer
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from callbacks.guards.nonfinite import NonFiniteLossGuard
 from callbacks.guards.preemption import SaveOnPreemption
 from callbacks.guards.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
 from checkpoints.trainer import SafeCheckpoints
@@ -45,15 +46,19 @@ def default_callbacks() -> list[Callback]:
     return [instantiate(entry) for name, entry in config_file("callbacks/default.yaml").items() if name != "model_checkpoint"]
 
 
-def always_on_callbacks(collective_timeout_s: float | None) -> list[Callback]:
-    """The callbacks every run gets, whatever the configs or the command line say (the one list of them):
+def always_on_callbacks(collective_timeout_s: float | None, given: list[Callback] = ()) -> list[Callback]:
+    """The callbacks every run gets beside the `given` ones, whatever the configs or the command line say (the one list
+    of them):
     - atomic, checksummed checkpoints, checked restores and an exact resume (checkpoints/trainer/safe_checkpoints.py);
     - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/guards/preemption.py);
+    - a NaN or inf loss stops training (callbacks/guards/nonfinite.py), with its settings in configs/callbacks/default.yaml
+      unless a list of one's own replaces them (`-c my.yaml`'s trainer.callbacks, `callbacks=...`): then its defaults;
     - a DDP run's process group is released at exit in every rank (callbacks/guards/process_group.py);
     - with a collective timeout (a DDP strategy named by a string), the collectives after the ranks' start wait that
       long (callbacks/guards/process_group.py)."""
+    guard = [] if any(isinstance(c, NonFiniteLossGuard) for c in given) else [NonFiniteLossGuard()]
     timeouts = [CollectiveTimeout(collective_timeout_s)] if collective_timeout_s is not None else []
-    return [SafeCheckpoints(), SaveOnPreemption(), ReleaseProcessGroupAtExit(), *timeouts]
+    return [SafeCheckpoints(), SaveOnPreemption(), *guard, ReleaseProcessGroupAtExit(), *timeouts]
 
 
 # A run's seed (seed=N, --seed_everything=N) seeds these too: the data order and binarization, and the test stage's
@@ -109,7 +114,8 @@ def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir:
     # fast_dev_run replaces any logger by Lightning's DummyLogger, which has no directory: the same as none.
     if (not logger or settings.get("fast_dev_run")) and settings.get("default_root_dir") is None and unlogged_dir is not None:
         changed["default_root_dir"] = unlogged_dir
-    callbacks = [*(settings.get("callbacks") or []), *always_on_callbacks(collective_timeout_s)]
+    given = list(settings.get("callbacks") or [])
+    callbacks = [*given, *always_on_callbacks(collective_timeout_s, given)]
     if settings.get("enable_progress_bar") is False:  # None: on
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     return {**changed, "callbacks": callbacks}

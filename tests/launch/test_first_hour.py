@@ -143,14 +143,17 @@ def test_a_setting_refused_when_the_model_meets_its_data_is_one_line_and_leaves_
     assert not list((tmp_path / "logs").rglob("version_*"))
 
 
-def test_one_callback_given_alone_joins_the_runs_callbacks(tmp_path):
+def test_callbacks_of_ones_own_replace_the_defaults_but_not_the_guards(tmp_path):
     """--trainer.callbacks=NAME (LightningCLI takes one callback as well as a list) replaces the default callbacks by it,
-    beside the checkpoint callback and those every run gets."""
-    from lightning.pytorch.callbacks import LearningRateMonitor
-
+    beside the checkpoint callback and the guards every run keeps (the NaN guard among them); so does ~callbacks in
+    Hydra; a run of the defaults has one NaN guard, configs/callbacks/default.yaml's."""
     cli = launch.cli_app.main(["--trainer.callbacks=LearningRateMonitor", f"--trainer.default_root_dir={tmp_path}"], run=False)
-    kinds = [type(c).__name__ for c in cli.trainer.callbacks]
-    assert {"LearningRateMonitor", "ValidationCheckpoint", "SafeCheckpoints"} <= set(kinds) and "ImageGrids" not in kinds, kinds
+    _, _, hydra_trainer, _ = launch.hydra_run.build_run(composed(["~callbacks", f"log_dir={tmp_path / 'logs'}"]))
+    _, _, default_trainer, _ = launch.hydra_run.build_run(composed([f"log_dir={tmp_path / 'logs'}"]))
+    for trainer, own in ((cli.trainer, {"LearningRateMonitor", "ValidationCheckpoint"}), (hydra_trainer, set())):
+        kinds = [type(c).__name__ for c in trainer.callbacks]
+        assert own | {"SafeCheckpoints", "SaveOnPreemption", "NonFiniteLossGuard"} <= set(kinds) and "ImageGrids" not in kinds, kinds
+    assert [type(c).__name__ for c in default_trainer.callbacks].count("NonFiniteLossGuard") == 1
 
 
 def test_a_scheduler_without_its_optimizer_is_refused_and_works_with_it(tmp_path, monkeypatch, capsys):
