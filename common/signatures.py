@@ -1,5 +1,6 @@
-"""What a class takes and its defaults: a model's or data module's declared settings (configs/settings.py), another
-class's constructor arguments (the Trainer's, an optimizer's), following **kwargs up the class hierarchy. Hydra's
+"""What a class takes and its defaults: a model's or data module's declared settings (configs/settings.py), with the
+arguments a subclass of one's own adds to them (`MyVAE(beta, **kwargs)`); another class's constructor arguments (the
+Trainer's, an optimizer's); each following **kwargs up the class hierarchy. Hydra's
 config groups are registered from these defaults (launch/checks/hydra_config.py), and the checkpoint's settings on resume
 (checkpoints/trainer/io_plugin.py) and the HPARAMS tab (callbacks/hparams.py) read them.
 """
@@ -24,11 +25,8 @@ def declared_settings(cls: Any) -> type[Settings] | None:
 
 
 def constructor_defaults(cls: type) -> dict[str, Any]:
-    """The settings `cls` takes with their defaults: its declared settings' (configs/settings.py), else its
-    constructor's arguments, following **kwargs up the class hierarchy."""
-    declared = declared_settings(cls)
-    if declared is not None:
-        return {field.name: field.default for field in dataclasses.fields(declared)}
+    """The settings `cls` takes with their defaults: the constructor arguments of its classes below the nearest that
+    declares settings (configs/settings.py), then those declared settings."""
     defaults: dict[str, Any] = {}
     for init in _initializers(cls):
         parameters = inspect.signature(init).parameters.values()
@@ -37,7 +35,8 @@ def constructor_defaults(cls: type) -> dict[str, Any]:
                 defaults[p.name] = list(p.default) if isinstance(p.default, tuple) else p.default
         if not any(p.kind is p.VAR_KEYWORD for p in parameters):
             break
-    return defaults
+    declared = _declared_below(cls)
+    return {**defaults, **({f.name: f.default for f in dataclasses.fields(declared) if f.name not in defaults} if declared else {})}
 
 
 def settings_of(obj: Any) -> dict[str, Any]:
@@ -47,11 +46,7 @@ def settings_of(obj: Any) -> dict[str, Any]:
 
 
 def constructor_hints(cls: type) -> dict[str, Any]:
-    """The type hint of every setting `cls` takes: its declared settings', else its constructor arguments', following
-    **kwargs up the class hierarchy."""
-    declared = declared_settings(cls)
-    if declared is not None:
-        return typing.get_type_hints(declared)
+    """The type hint of every setting `cls` takes, as `constructor_defaults` finds the settings."""
     hints: dict[str, Any] = {}
     for init in _initializers(cls):
         own = typing.get_type_hints(init, include_extras=False)
@@ -61,12 +56,25 @@ def constructor_hints(cls: type) -> dict[str, Any]:
                 hints[p.name] = own[p.name]
         if not any(p.kind is p.VAR_KEYWORD for p in parameters):
             break
-    return hints
+    declared = _declared_below(cls)
+    return {**hints, **({k: v for k, v in typing.get_type_hints(declared).items() if k not in hints} if declared else {})}
 
 
 def _initializers(cls: Any) -> list[Any]:
-    """The __init__ of each class up the hierarchy (the caller stops after one without **kwargs); a factory function
-    (a config's _target_ may name one, e.g. callbacks.progress_bar) is its own."""
+    """The __init__ of each class up the hierarchy, to the first that declares settings (configs/settings.py: those
+    are read from there) and without it (the caller stops after one without **kwargs); a factory function (a
+    config's _target_ may name one, e.g. callbacks.progress_bar) is its own."""
     if not inspect.isclass(cls):
         return [cls]
-    return [vars(klass)["__init__"] for klass in cls.__mro__ if "__init__" in vars(klass)]
+    found = []
+    for klass in cls.__mro__:
+        if settings_class(f"{klass.__module__}.{klass.__qualname__}") is not None:
+            break
+        found += [vars(klass)["__init__"]] if "__init__" in vars(klass) else []
+    return found
+
+
+def _declared_below(cls: Any) -> type[Settings] | None:
+    """The declared settings `cls` takes: its nearest declaring class's, when every __init__ below it passes **kwargs on."""
+    takes_all = all(any(p.kind is p.VAR_KEYWORD for p in inspect.signature(init).parameters.values()) for init in _initializers(cls))
+    return declared_settings(cls) if takes_all else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 from typing import Any, Callable, ClassVar, Iterable, Sequence
 
@@ -21,6 +22,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
 from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities.parsing import collect_init_args
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from checkpoints.model_class import load_checked
@@ -172,8 +174,13 @@ class LatentVariableModel(L.LightningModule):
             for stage in ("val", "test")
         })
         # Every setting, and the data's shape; not the optimizer, a callable: the HPARAMS tab names its class
-        # (callbacks/hparams.py). Lightning adds how LightningCLI built the model (`_instantiator`).
-        self.save_hyperparameters({"data_shape": list(self.data_shape), **dataclasses.asdict(settings)})
+        # (callbacks/hparams.py). Lightning adds how LightningCLI built the model (`_instantiator`). A subclass of one's
+        # own may take settings of its own (MyVAE(beta, **kwargs)): its constructors' arguments, read up the call stack
+        # as Lightning's save_hyperparameters() reads them, are saved too, so that its checkpoints load and resume with them.
+        declared = dataclasses.asdict(settings)
+        own = {name: value for frame in collect_init_args(inspect.currentframe().f_back, []) for name, value in frame.items()
+               if name not in declared and name not in ("settings", "data_shape", "optimizer", "scheduler")}
+        self.save_hyperparameters({"data_shape": list(self.data_shape), **declared, **own})
         self.record_resolved(likelihood=settings.likelihood or "bernoulli")
 
     def record_resolved(self, **settings: Any) -> None:

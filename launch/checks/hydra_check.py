@@ -17,6 +17,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from configs.settings import settings_class
 from launch.checks.arguments import TAKES_VALUE, values_of
 from launch.checks.configs import CONFIGS, config_value, read_config
 from launch.checks.precheck import OTHER_TREE, EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, removed_trainer_option
@@ -141,8 +142,10 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
     hydras_line = " ".join(text.split("\n\n")[0].split()) if text else type(error).__name__
     if given is None:  # Hydra's own lines, as one
         return hydras_line
-    try:  # the config the override met: the job's choices of configs, without its settings (another may be a typo too)
-        base = composed_job([o for o in job if o is not given and "." not in o.split("=", 1)[0]], argv)
+    try:  # the config the override met: the job's choices of configs and classes, without its settings (another may be a
+        # typo too)
+        base = composed_job([o for o in job if o is not given and
+                             ("." not in (k := o.split("=", 1)[0]) or k.endswith("._target_"))], argv)
     except (HydraException, OmegaConfBaseException):
         return hydras_line
     group, _, name = key.partition(".")
@@ -161,6 +164,9 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
     if not name:
         options += [f"{g}.{k}" for g in CLASS_DEFAULT_GROUPS for k in base.get(g) or {}]
         return unknown_top_level_setting(key) + did_you_mean(key, options)
+    if owner is not None and "." not in name and settings_class(target) is None and group in ("model", "data"):
+        return (f"{key}: configs/{group}/{choice}.yaml has no such key; a setting of {owner} (a class of your own, whose "
+                f"constructor checks it) is added with +: +{given.lstrip('+')}")
     if owner is not None and "." not in name:
         if group in swept:
             return (f"{key}: no such setting of {owner}, which {group}={swept[group]} sweeps{elsewhere(group, name)}; give it "

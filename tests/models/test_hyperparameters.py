@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import functools
 
+import lightning as L
 import pytest
 import torch
+from torch.utils.data import DataLoader, TensorDataset
 
 from checkpoints.registry import registered
-from common.signatures import constructor_defaults
-from models import JSA, VQVAE
+from checkpoints.trainer import SafeCheckpoints
+from common.signatures import constructor_defaults, constructor_hints
+from models import JSA, VAE, VQVAE
 
 SMALL = {VQVAE: {"num_categories": 16, "code_dim": 4, "hidden_channels": 16}}
 
@@ -27,3 +30,28 @@ def test_every_setting_is_saved_with_the_data_shape_but_not_the_optimizer(cls):
 def test_a_subclass_argument_given_is_saved_with_its_value():
     assert JSA(mis_steps=7, num_latents=3).hparams["mis_steps"] == 7
     assert JSA(mis_steps=7, num_latents=3).hparams["num_latents"] == 3  # CategoricalLatentModel's
+
+
+class OwnVAE(VAE):
+    """A subclass of one's own with a setting of its own."""
+
+    def __init__(self, beta: float = 1.0, **settings):
+        super().__init__(**settings)
+        self.beta = beta
+
+
+def test_a_setting_of_a_subclass_of_ones_own_is_saved_and_loaded_with_its_checkpoint(tmp_path, monkeypatch):
+    """OwnVAE(beta, **settings): beta is a setting beside VAE's declared ones (its default and type from its
+    signature), saved in the hyperparameters, and a checkpoint of it loads with it (its module trusted)."""
+    monkeypatch.setenv("LATENT_ZOO_TRUST", __name__)
+    assert constructor_defaults(OwnVAE)["beta"] == 1.0 and constructor_hints(OwnVAE)["beta"] is float
+    assert set(constructor_defaults(OwnVAE)) == {"beta", *constructor_defaults(VAE)}
+    model = OwnVAE(beta=0.5, latent_dim=4)
+    assert model.hparams["beta"] == 0.5 and model.hparams["latent_dim"] == 4 and model.hparams["backbone"] == "mlp"
+    x = torch.bernoulli(torch.rand(8, 1, 28, 28, generator=torch.Generator().manual_seed(0)))
+    trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path, callbacks=[SafeCheckpoints()])
+    trainer.fit(model, DataLoader(TensorDataset(x, torch.arange(8)), batch_size=4))
+    trainer.save_checkpoint(tmp_path / "own.ckpt")
+    loaded = OwnVAE.load_from_checkpoint(tmp_path / "own.ckpt")
+    assert loaded.beta == 0.5 and loaded.latent_dim == 4
