@@ -21,6 +21,7 @@ import models  # noqa: F401  (registers the subclasses for --model=NAME)
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from checkpoints.errors import CheckpointError
 from checkpoints.loader import load_checkpoint_file
+from checkpoints.registry import qualified_name
 from common.lightning_files import RunConfigFile
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
@@ -118,9 +119,8 @@ class CollectionCLI(LightningCLI):
         hparams.pop("_instantiator", None)
         for key in _given(self.command_line, "model"):  # an option the user gives wins over the checkpoint's
             hparams.pop(key, None)
-        if "_class_path" in hparams:
-            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
-        if hparams:
+        if hparams:  # a checkpoint a Trainer without SafeCheckpoints wrote names no class: the chosen one's settings
+            hparams = {"class_path": hparams.pop("_class_path", qualified_name(chosen)), "dict_kwargs": hparams}
             self.config = parser.parse_object({subcommand: {"model": hparams}}, self.config)
 
     def before_instantiate_classes(self) -> None:

@@ -226,6 +226,19 @@ def test_bernoulli_model_refuses_grey_pixels_outside_the_trainer(mnist_dir):
         model.nll(torch.zeros(2, 3, 32, 32))
 
 
+def test_the_cli_tests_a_checkpoint_a_plain_trainer_wrote(tmp_path, mnist_dir, monkeypatch):
+    """README: a Trainer without SafeCheckpoints gets Lightning's plain saves, whose hyperparameters name no class;
+    `test --model=VAE --ckpt_path` tests one with its settings (latent_dim 4, not the default 32)."""
+    monkeypatch.chdir(tmp_path)
+    trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)])
+    trainer.fit(VAE(latent_dim=4), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
+    cli = launch.cli_app.main(["test", "--model=VAE", f"--ckpt_path={tmp_path / 'last.ckpt'}", "--model.test_num_samples=2",
+                               "--trainer.limit_test_batches=1", "--data.eval_batch_size=4", "--trainer.logger=false",
+                               f"--data.data_dir={mnist_dir}"])
+    assert cli.model.latent_dim == 4 and "test/nll" in cli.trainer.callback_metrics
+
+
 @pytest.mark.slow  # runs through the front ends
 def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mnist_dir, capsys):
     dm = MNISTDataModule(data_dir=str(mnist_dir), batch_size=16)
