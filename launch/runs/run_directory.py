@@ -232,6 +232,7 @@ def note_hydra_job(logger: Any) -> None:
         return
     output_dir = Path(hydra.runtime.output_dir).resolve()
     multirun = {"sweep_dir": str(output_dir.parent), "job_num": hydra.job.num} if hydra.mode == RunMode.MULTIRUN else {}
+    logger.experiment  # its writer started first: a CSVLogger starting in a folder that holds a file warns of deleting it
     job = {"output_dir": str(output_dir), **multirun}
     path.parent.mkdir(parents=True, exist_ok=True)  # a CSV run's directory is made at its first write, not reserved
     write_file(path, yaml.safe_dump(job))

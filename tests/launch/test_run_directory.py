@@ -313,3 +313,30 @@ def test_the_last_line_names_the_checkpoint_in_a_process_that_spawned_the_ranks(
     assert run_directory.run_summary(trainer) == ("run: logs/tensorboard/jsa/version_0 · checkpoint: "
                                                   "logs/tensorboard/jsa/version_0/checkpoints/last.ckpt · "
                                                   "tensorboard --logdir logs/tensorboard")
+
+
+def test_a_csv_run_notes_its_hydra_job_without_lightnings_warning_of_deleting_files(tmp_path):
+    """<run>/hydra_job.yaml is written into a CSV run's new folder before its first metrics: the CSV writer starts
+    first, so that it does not find a file there and warn that "previous log files ... will be deleted"."""
+    import warnings
+
+    import yaml
+    from hydra.core.hydra_config import HydraConfig
+    from lightning.pytorch.loggers import CSVLogger
+    from omegaconf import read_write
+
+    from launch.checks.hydra_config import compose
+
+    cfg = compose(["logger=csv"])
+    with read_write(cfg.hydra.runtime):  # as Hydra sets it when it runs a job
+        cfg.hydra.runtime.output_dir = str(tmp_path / "hydra-run")
+    HydraConfig.instance().set_config(cfg)
+    logger = CSVLogger(str(tmp_path / "logs"), name="run")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_directory.note_hydra_job(logger)
+        logger.log_metrics({"train/loss": 1.0}, step=0)
+        logger.save()
+    assert yaml.safe_load((Path(logger.log_dir) / "hydra_job.yaml").read_text())["output_dir"] == str(tmp_path / "hydra-run")
+    assert (Path(logger.log_dir) / "metrics.csv").is_file()
+    assert not [w for w in caught if "exists and is not empty" in str(w.message)], [str(w.message) for w in caught]
