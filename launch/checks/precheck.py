@@ -24,18 +24,20 @@ class EarlyRefusal(ValueError):
 
 
 def did_you_mean(word: str, candidates: list[str]) -> str:
-    """'; did you mean X?' for the candidate whose last part is closest to `word`'s (the same last part first)."""
+    """'; did you mean X?' for the candidate whose last part is closest to `word`'s, in any case (the same last part
+    first: model=VAE means vae)."""
     def leaf(name: str) -> str:
-        return name.rsplit(".", 1)[-1]
+        return name.rsplit(".", 1)[-1].lower()
 
-    same = [c for c in candidates if leaf(c) == leaf(word) and c != word]
+    typed = leaf(word)
+    same = [c for c in candidates if leaf(c) == typed and c != word]
     by_leaf: dict[str, str] = {}
     for candidate in candidates:  # the first of those with one last part (a top-level seed before data.seed)
         by_leaf.setdefault(leaf(candidate), candidate)
     # A name cut short (max_ep) means the one it begins (max_epochs), not one a few letters away (max_steps).
-    begun = [name for name in by_leaf if name.startswith(leaf(word)) and name != leaf(word)] if leaf(word) else []
-    close = same or [by_leaf[m] for m in difflib.get_close_matches(leaf(word), begun, n=1, cutoff=0)] or \
-        [by_leaf[m] for m in difflib.get_close_matches(leaf(word), list(by_leaf), n=1, cutoff=0.75)]
+    begun = [name for name in by_leaf if name.startswith(typed) and name != typed] if typed else []
+    close = same or [by_leaf[m] for m in difflib.get_close_matches(typed, begun, n=1, cutoff=0)] or \
+        [by_leaf[m] for m in difflib.get_close_matches(typed, list(by_leaf), n=1, cutoff=0.75)]
     return f"; did you mean {close[0]}?" if close else ""
 
 

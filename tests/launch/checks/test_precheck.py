@@ -36,6 +36,8 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("logger=null", ["logger=null", "csv, none, tensorboard", "logger=none"]),
     ("callbacks=null", ["callbacks=null", "default, sgmcmc", "~callbacks"]),
     ("data=mnsit", ["data=mnsit", "mnist?"]),
+    ("model=VAE", ["model=VAE", "did you mean vae?"]),  # a name in another case
+    ("fit --model=jsa", ["--model=jsa", "did you mean JSA?"]),
     ("trainer.max_epochs=abc", ["trainer.max_epochs='abc'", "integer or null"]),
     ("seed=abc", ["seed='abc'", "integer"]),
     ("-m model=vae,jsa model.lr=1e-3,abc", ["model.lr='abc'", "number"]),
