@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from configs.settings import settings_class
+from launch import CLI_SUBCOMMANDS
 from launch.checks.arguments import TAKES_VALUE, values_of
 from launch.checks.configs import CONFIGS, config_value, read_config
 from launch.checks.precheck import OTHER_TREE, EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, removed_trainer_option
@@ -282,10 +283,17 @@ HYDRA_MODES = {"--run": "-r", "--multirun": "-m", "--cfg": "-c", "--info": "-i",
 def check_hydra_command(argv: list[str], prints_only: bool) -> None:
     """Raise EarlyRefusal for the first mistake of a Hydra command line seen before the imports: Hydra's
     --experimental-rerun (or an abbreviation argparse expands to it), which unpickles the file it is given (a stranger's
-    file would run code); a LightningCLI option without its subcommand, which Hydra answers with its usage text; then
-    the overrides (check_hydra)."""
-    for arg in argv:
-        flag = arg.split("=", 1)[0]
+    file would run code); a LightningCLI option or config file without its subcommand, or a bare word, which Hydra
+    answers with its usage text or its grammar; then the overrides (check_hydra)."""
+    for index, arg in enumerate(argv):
+        flag, value = arg.split("=", 1)[0], (arg.split("=", 1)[1] if "=" in arg else (argv[index + 1:] or [""])[0])
+        if flag in ("-c", "--config", "--conf") and value.endswith((".yaml", ".yml")):  # Hydra's -c is --cfg job|hydra|all
+            raise EarlyRefusal(f"{flag} {value}: a config file is LightningCLI's, which needs a subcommand first: python "
+                               f"train.py fit --config={value} (Hydra takes an experiment file: -cd FOLDER experiment=NAME)")
+        after_option = index > 0 and argv[index - 1] in (*TAKES_VALUE, *OTHER_TREE)  # its value (--info searchpath)
+        if not arg.startswith(("-", "~")) and "=" not in arg and not after_option:  # (~key deletes a key)
+            raise EarlyRefusal(f"{arg}: not a setting; Hydra takes KEY=VALUE (python train.py model=jsa ...), LightningCLI a "
+                               f"subcommand first: {', '.join(CLI_SUBCOMMANDS)} (python train.py fit --model=JSA ...)")
         if len(flag) > 2 and "--experimental-rerun".startswith(flag):
             raise EarlyRefusal(f"{flag}: a run's config.pickle is never unpickled here (a stranger's file could run "
                                "code); to rerun a run, pass the overrides in its .hydra/overrides.yaml")

@@ -102,6 +102,8 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     # override Hydra refuses in several lines, or with a traceback
     ("discrete_latent.num_categories=4", ["discrete_latent.num_categories", "+discrete_latent.num_categories=4"]),
     ("model=vae,jsa", ["model=vae,jsa", "add -m"]),
+    ("train", ["train", "KEY=VALUE", "fit"]),  # a word Hydra's grammar refuses in several lines
+    ("-c my.yaml", ["-c my.yaml", "fit --config=my.yaml"]),  # Hydra's -c is --cfg; a config file is LightningCLI's
     ("model.mis_step=1 model.cache_siz=2", ["model.mis_step", "JSA", "model.mis_steps?"]),  # two typos: the first named
     ("sed=1 model.mis_step=1", ["sed", "did you mean seed?"]),  # the top-level seed, not data.seed
     # a setting of a class of one's own, which configs/model/vae.yaml does not have
@@ -212,7 +214,8 @@ def test_a_data_dir_without_data_is_refused_naming_it_and_the_data(data_dir, sai
 
 VALID = [
     "", "model=vae data=mnist trainer.max_epochs=5", "-m model=vae data=mnist,cifar10", "-m experiment=compare data=mnist",
-    "model=vae optimizer=sgld optimizer.lr=1e-7 callbacks=sgmcmc", "ckpt_path=PATH/last.ckpt", "--cfg job",
+    "model=vae optimizer=sgld optimizer.lr=1e-7 callbacks=sgmcmc", "ckpt_path=PATH/last.ckpt", "--cfg job", "-c hydra",
+    "--info searchpath", "--config-name train",
     "experiment=jsa_paper model=rws", "model=jsa model.cache_start_epoch=null model.gradient_states=expected",
     "model=vqvae model.prior=pixelcnn model.backbone=conv data=cifar10", "trainer.devices=auto trainer.precision=bf16-mixed",
     "model.lr='${optimizer.lr}'", "+trainer.max_time=00:00:10:00", "model=dvae_gumbel model.temperature=0.5", "trainer=ddp",
