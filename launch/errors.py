@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 from typing import Iterator
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -61,9 +62,14 @@ def lightning_refusals_as_settings_errors() -> Iterator[None]:
 
 @contextlib.contextmanager
 def user_errors_as_one_line() -> Iterator[None]:
-    """Each user error below as its one line and exit status 2."""
+    """Each user error below as its one line and exit status 2; Ctrl-C where no one handles it (a second one, which
+    aborts the save the first began: callbacks/guards/preemption.py) as one line and exit status 130."""
     try:
         yield
+    except KeyboardInterrupt:
+        print("error: stopped by Ctrl-C (a checkpoint file is replaced only once written whole: the last one saved, if "
+              "any, is intact)", file=sys.stderr)
+        raise StoppedByCtrlC() from None
     except MisconfigurationException as error:  # Lightning refused a trainer or callback setting
         exit_with(" ".join(str(error).split()))
     except OmegaConfBaseException as error:  # an interpolation that cannot resolve (model.lr='${nope}'), ...

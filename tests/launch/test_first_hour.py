@@ -143,6 +143,15 @@ def test_a_setting_refused_when_the_model_meets_its_data_is_one_line_and_leaves_
     assert not list((tmp_path / "logs").rglob("version_*"))
 
 
+def test_a_ctrl_c_no_one_handles_is_one_line_and_the_shells_130(capsys):
+    """A second Ctrl-C aborts the save the first began (callbacks/guards/preemption.py): its KeyboardInterrupt, raised
+    wherever the save was, ends the command in one line with exit status 130, not in two chained tracebacks."""
+    with pytest.raises(SystemExit) as stop, launch.errors.user_errors_as_one_line():
+        raise KeyboardInterrupt
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 130 and len(lines) == 1 and lines[0].startswith("error: stopped by Ctrl-C"), lines
+
+
 def test_callbacks_of_ones_own_replace_the_defaults_but_not_the_guards(tmp_path):
     """--trainer.callbacks=NAME (LightningCLI takes one callback as well as a list) replaces the default callbacks by it,
     beside the checkpoint callback and the guards every run keeps (the NaN guard among them); so does ~callbacks in
