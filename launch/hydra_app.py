@@ -46,7 +46,9 @@ def run(cfg: Any) -> dict[str, float]:
                     replica_trainer.test(replica, datamodule=replica_data, ckpt_path=best)
         elif cfg.get("run_test"):
             # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
-            use_model = any(getattr(c, "use_mean", False) for c in trainer.callbacks) or not trainer.checkpoint_callback
+            # (fast_dev_run saves none: its final weights, without a word)
+            use_model = any(getattr(c, "use_mean", False) for c in trainer.callbacks) or not trainer.checkpoint_callback \
+                or bool(trainer.fast_dev_run)
             if not use_model and not trainer.checkpoint_callback.best_model_path:
                 log.warning("run_test: no validation ran before training stopped (trainer.check_val_every_n_epoch=%s), so "
                             "there is no best checkpoint on val/nll: testing the final weights",

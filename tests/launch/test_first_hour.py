@@ -152,6 +152,16 @@ def test_a_ctrl_c_no_one_handles_is_one_line_and_the_shells_130(capsys):
     assert stop.value.code == 130 and len(lines) == 1 and lines[0].startswith("error: stopped by Ctrl-C"), lines
 
 
+def test_run_test_after_fast_dev_run_tests_its_weights_without_a_warning(tmp_path, monkeypatch, caplog):
+    """fast_dev_run saves no checkpoint, by design: run_test tests the final weights and says nothing of a validation
+    that did not run (one did)."""
+    monkeypatch.chdir(tmp_path)
+    metrics = launch.hydra_app.run(composed(["model=vae", "model.latent_dim=4", "trainer.fast_dev_run=true", "run_test=true",
+                                             "model.val_num_samples=2", "model.test_num_samples=2", f"log_dir={tmp_path / 'logs'}"]))
+    assert "test/nll" in metrics
+    assert not [r for r in caplog.records if "no validation ran" in r.getMessage()], caplog.records
+
+
 def test_callbacks_of_ones_own_replace_the_defaults_but_not_the_guards(tmp_path):
     """--trainer.callbacks=NAME (LightningCLI takes one callback as well as a list) replaces the default callbacks by it,
     beside the checkpoint callback and the guards every run keeps (the NaN guard among them); so does ~callbacks in
