@@ -5,10 +5,9 @@
   to this trainer before anything is restored); a plugin the user gave is kept.
 * A checkpoint names its model class, its optimizers' and schedulers' classes, and every rank's random state (applied
   when training starts, after any sanity check); a run that does not resume seeds each DDP rank seed + rank.
-* A resume restores the optimizers' states only into optimizers they fit (`check_optimizers`: the same optimizer and
-  scheduler classes, parameter groups, finite moments of each parameter's shape), then sets each optimizer
-  hyperparameter back to this run's value, logging each change.
-"""
+* A resume restores the optimizers' states only into optimizers they fit (`check_optimizers`: the same classes and
+  parameter groups, finite moments of each parameter's shape), then sets each optimizer hyperparameter back to this
+  run's value, logging each change."""
 
 from __future__ import annotations
 
