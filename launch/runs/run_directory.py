@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.rank_zero import rank_zero_only
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from omegaconf import OmegaConf
 
 from callbacks.guards.preemption import checkpoint_directory
@@ -232,7 +232,8 @@ def note_hydra_job(logger: Any) -> None:
         return
     output_dir = Path(hydra.runtime.output_dir).resolve()
     multirun = {"sweep_dir": str(output_dir.parent), "job_num": hydra.job.num} if hydra.mode == RunMode.MULTIRUN else {}
-    logger.experiment  # its writer started first: a CSVLogger starting in a folder that holds a file warns of deleting it
+    if isinstance(logger, CSVLogger):  # its writer started first: started in a folder that holds a file, it warns of
+        logger.experiment  # deleting it (TensorBoard's is not: under ddp_spawn, rank 0 would write a second event file)
     job = {"output_dir": str(output_dir), **multirun}
     path.parent.mkdir(parents=True, exist_ok=True)  # a CSV run's directory is made at its first write, not reserved
     write_file(path, yaml.safe_dump(job))
