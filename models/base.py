@@ -78,6 +78,10 @@ def setting_tag(label: str, value: Any) -> str:
     return f"{label}{value}"
 
 
+# The values a setting of a subclass of one's own may have to be saved with the others (a checkpoint holds plain data).
+PLAIN_VALUES = (bool, int, float, str, type(None), list, tuple, dict)
+
+
 class LatentVariableModel(L.LightningModule):
     """Shared base of every model. Its settings: configs/settings.py's ModelSettings (the likelihood, the learning
     rate, the evaluation, compilation)."""
@@ -179,7 +183,8 @@ class LatentVariableModel(L.LightningModule):
         # as Lightning's save_hyperparameters() reads them, are saved too, so that its checkpoints load and resume with them.
         declared = dataclasses.asdict(settings)
         own = {name: value for frame in collect_init_args(inspect.currentframe().f_back, []) for name, value in frame.items()
-               if name not in declared and name not in ("settings", "data_shape", "optimizer", "scheduler")}
+               if name not in declared and name not in ("settings", "data_shape", "optimizer", "scheduler")
+               and isinstance(value, PLAIN_VALUES)}  # a module or a function: no checkpoint read weights-only holds it
         self.save_hyperparameters({"data_shape": list(self.data_shape), **declared, **own})
         self.record_resolved(likelihood=settings.likelihood or "bernoulli")
 

@@ -33,11 +33,11 @@ def test_a_subclass_argument_given_is_saved_with_its_value():
 
 
 class OwnVAE(VAE):
-    """A subclass of one's own with a setting of its own."""
+    """A subclass of one's own with a setting of its own, and a network of its own given to it."""
 
-    def __init__(self, beta: float = 1.0, **settings):
+    def __init__(self, beta: float = 1.0, head: torch.nn.Module | None = None, **settings):
         super().__init__(**settings)
-        self.beta = beta
+        self.beta, self.head = beta, head
 
 
 def test_a_setting_of_a_subclass_of_ones_own_is_saved_and_loaded_with_its_checkpoint(tmp_path, monkeypatch):
@@ -45,7 +45,8 @@ def test_a_setting_of_a_subclass_of_ones_own_is_saved_and_loaded_with_its_checkp
     signature), saved in the hyperparameters, and a checkpoint of it loads with it (its module trusted)."""
     monkeypatch.setenv("LATENT_ZOO_TRUST", __name__)
     assert constructor_defaults(OwnVAE)["beta"] == 1.0 and constructor_hints(OwnVAE)["beta"] is float
-    assert set(constructor_defaults(OwnVAE)) == {"beta", *constructor_defaults(VAE)}
+    assert set(constructor_defaults(OwnVAE)) == {"beta", "head", *constructor_defaults(VAE)}
+    assert "head" not in OwnVAE(head=torch.nn.Linear(2, 2), latent_dim=4).hparams  # a module: not a value a checkpoint holds
     model = OwnVAE(beta=0.5, latent_dim=4)
     assert model.hparams["beta"] == 0.5 and model.hparams["latent_dim"] == 4 and model.hparams["backbone"] == "mlp"
     x = torch.bernoulli(torch.rand(8, 1, 28, 28, generator=torch.Generator().manual_seed(0)))
