@@ -25,17 +25,13 @@ def declared_settings(cls: Any) -> type[Settings] | None:
 
 
 def constructor_defaults(cls: type) -> dict[str, Any]:
-    """The settings `cls` takes with their defaults: the constructor arguments of its classes below the nearest that
-    declares settings (configs/settings.py), then those declared settings."""
+    """The settings `cls` takes with their defaults: its constructors' arguments (`_constructors`), then the declared
+    settings they pass **kwargs on to."""
+    inits, declared = _constructors(cls)
     defaults: dict[str, Any] = {}
-    for init in _initializers(cls):
-        parameters = inspect.signature(init).parameters.values()
-        for p in parameters:
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in ("self", *defaults) and p.default is not p.empty:
-                defaults[p.name] = list(p.default) if isinstance(p.default, tuple) else p.default
-        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
-            break
-    declared = _declared_below(cls)
+    for p in (p for init in inits for p in inspect.signature(init).parameters.values()):
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in ("self", *defaults) and p.default is not p.empty:
+            defaults[p.name] = list(p.default) if isinstance(p.default, tuple) else p.default
     return {**defaults, **({f.name: f.default for f in dataclasses.fields(declared) if f.name not in defaults} if declared else {})}
 
 
@@ -47,34 +43,30 @@ def settings_of(obj: Any) -> dict[str, Any]:
 
 def constructor_hints(cls: type) -> dict[str, Any]:
     """The type hint of every setting `cls` takes, as `constructor_defaults` finds the settings."""
+    inits, declared = _constructors(cls)
     hints: dict[str, Any] = {}
-    for init in _initializers(cls):
+    for init in inits:
         own = typing.get_type_hints(init, include_extras=False)
-        parameters = inspect.signature(init).parameters.values()
-        for p in parameters:
+        for p in inspect.signature(init).parameters.values():
             if p.name in own and p.name not in hints and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
                 hints[p.name] = own[p.name]
-        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
-            break
-    declared = _declared_below(cls)
     return {**hints, **({k: v for k, v in typing.get_type_hints(declared).items() if k not in hints} if declared else {})}
 
 
-def _initializers(cls: Any) -> list[Any]:
-    """The __init__ of each class up the hierarchy, to the first that declares settings (configs/settings.py: those
-    are read from there) and without it (the caller stops after one without **kwargs); a factory function (a
-    config's _target_ may name one, e.g. callbacks.progress_bar) is its own."""
+def _constructors(cls: Any) -> tuple[list[Any], type[Settings] | None]:
+    """The __init__ of each class up `cls`'s hierarchy while each passes **kwargs on (a factory function, which a
+    config's _target_ may name, e.g. callbacks.progress_bar: itself), to the first class that declares settings
+    (configs/settings.py), and those settings; None when the chain ends before one (a subclass of one's own without
+    **kwargs) or there is none (the Trainer, an optimizer)."""
     if not inspect.isclass(cls):
-        return [cls]
-    found = []
+        return [cls], None
+    inits: list[Any] = []
     for klass in cls.__mro__:
-        if settings_class(f"{klass.__module__}.{klass.__qualname__}") is not None:
-            break
-        found += [vars(klass)["__init__"]] if "__init__" in vars(klass) else []
-    return found
-
-
-def _declared_below(cls: Any) -> type[Settings] | None:
-    """The declared settings `cls` takes: its nearest declaring class's, when every __init__ below it passes **kwargs on."""
-    takes_all = all(any(p.kind is p.VAR_KEYWORD for p in inspect.signature(init).parameters.values()) for init in _initializers(cls))
-    return declared_settings(cls) if takes_all else None
+        declared = settings_class(f"{klass.__module__}.{klass.__qualname__}")
+        if declared is not None:
+            return inits, declared
+        if "__init__" in vars(klass):
+            inits.append(vars(klass)["__init__"])
+            if not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(inits[-1]).parameters.values()):
+                return inits, None
+    return inits, None

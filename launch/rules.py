@@ -9,7 +9,7 @@ root, signal handling and progress bar (`trainer_settings`); launchers and a req
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from hydra.utils import instantiate
 from lightning import Callback, Trainer
@@ -46,7 +46,7 @@ def default_callbacks() -> list[Callback]:
     return [instantiate(entry) for name, entry in config_file("callbacks/default.yaml").items() if name != "model_checkpoint"]
 
 
-def always_on_callbacks(collective_timeout_s: float | None, given: list[Callback] = ()) -> list[Callback]:
+def always_on_callbacks(collective_timeout_s: float | None, given: Sequence[Callback] = ()) -> list[Callback]:
     """The callbacks every run gets beside the `given` ones, whatever the configs or the command line say (the one list
     of them):
     - atomic, checksummed checkpoints, checked restores and an exact resume (checkpoints/trainer/safe_checkpoints.py);

@@ -17,10 +17,9 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from configs.settings import settings_class
 from launch import CLI_SUBCOMMANDS
 from launch.checks.arguments import TAKES_VALUE, values_of
-from launch.checks.configs import CONFIGS, config_value, read_config
+from launch.checks.configs import CONFIGS, config_value, declared, read_config
 from launch.checks.precheck import OTHER_TREE, EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, removed_trainer_option
 from launch.checks.received_config import hydra_folders
 from launch.checks.settings import CONFIG_GROUPS, LAYOUT_SETTINGS, SettingsError, check_composed, elsewhere, layout_setting, \
@@ -165,7 +164,7 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
     if not name:
         options += [f"{g}.{k}" for g in CLASS_DEFAULT_GROUPS for k in base.get(g) or {}]
         return unknown_top_level_setting(key) + did_you_mean(key, options)
-    if owner is not None and "." not in name and settings_class(target) is None and group in ("model", "data"):
+    if owner is not None and "." not in name and declared(target) is None and group in ("model", "data"):
         return (f"{key}: configs/{group}/{choice}.yaml has no such key; a setting of {owner} (a class of your own, whose "
                 f"constructor checks it) is added with +: +{given.lstrip('+')}")
     if owner is not None and "." not in name:
