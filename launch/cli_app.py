@@ -27,9 +27,10 @@ from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch import rules
 from launch.checks.arguments import option_values
-from launch.checks.cli_check import scheduler_without_optimizer
+from launch.checks.cli_check import options_of_chosen_classes, scheduler_without_optimizer
 from launch.checks.configs import default_class, log_dir as default_log_dir, seed as default_seed
 from launch.checks.early import exit_with, refuse_early
+from launch.checks.precheck import did_you_mean
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import user_errors_as_one_line
 from launch.run_builder import RunDescription, build_trainer
@@ -63,8 +64,9 @@ class Parser(LightningArgumentParser):
         given = CollectionCLI.command_line
         subcommand = given[0] if given and given[0] in SUBCOMMANDS else "fit"
         # the same line as before the imports (with "did you mean") where the early check sees the mistake
-        exit_with(refuse_early(given, cli=True) or _required(message, given) or
-                  f"{_one_line(message, given)} (python train.py {subcommand} --help lists the options)")
+        exit_with(refuse_early(given, cli=True) or _required(message, given) or _unknown_class(message, given) or
+                  f"{_one_line(message, given)}{_meant_option(message, given)} (python train.py {subcommand} --help lists "
+                  "the options)")
 
 
 class CollectionCLI(LightningCLI):
@@ -271,6 +273,27 @@ def _required(message: str, args: list[str]) -> str | None:
     options = [f"{option}.{name}" for name in wanted]
     return (f"{', '.join(options)}: required by {value.rsplit('.', 1)[-1]} ({option}={value}); give "
             f"{' '.join(f'{name}=VALUE' for name in options)}")
+
+
+def _unknown_class(message: str, args: list[str]) -> str | None:
+    """jsonargparse's "Expected a dot import path string: Adamw" for a class name no module LightningCLI looks in has
+    (SHORT_NAME_MODULES), as the option given and the closest class name there: '--optimizer=Adamw: no such class;
+    did you mean AdamW?'."""
+    name = re.search(r"Expected a dot import path string: (\w+)\b", message)
+    option = next((option for option, value in option_values(args[1:]) if name and value == name[1]), None)
+    if option is None:
+        return None
+    classes = [attribute for module in SHORT_NAME_MODULES for attribute, value in vars(importlib.import_module(module)).items()
+               if inspect.isclass(value) and not attribute.startswith("_")]
+    return (f"{option}={name[1]}: no such class{did_you_mean(name[1], classes)} (torch's optimizers and schedulers and "
+            "Lightning's loggers and callbacks by name, one's own by its dotted path)")
+
+
+def _meant_option(message: str, args: list[str]) -> str:
+    """'; did you mean --trainer.max_steps?' for jsonargparse's "unrecognized arguments: --max_steps=3", from the
+    settings of the classes the command line chooses."""
+    found = re.match(r"unrecognized arguments: (--\w+)", message.strip())
+    return did_you_mean(found[1], options_of_chosen_classes(args)) if found else ""
 
 
 def _given(args: list[str], group: str, keys: set[str] | None = None) -> set[str]:

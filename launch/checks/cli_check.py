@@ -133,6 +133,20 @@ def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | No
         check_value(given, value, [settings], cli=True)
 
 
+def options_of_chosen_classes(argv: list[str]) -> list[str]:
+    """`--group.setting` for every setting of the Trainer and of the model and data classes the command line chooses
+    (`--model=VAE`; the defaults otherwise): the options a bare `--max_steps` may have meant."""
+    schema, given = load(), dict(option_values(argv[1:]))
+    options = []
+    chosen = {group: schema["choices"][group][default_choices()[group]] for group in ("model", "data")}
+    for group in chosen:
+        name = given.get(f"--{group}") or ""
+        chosen[group] = schema["cli_classes"][group].get(name, name) or chosen[group]
+    for group, target in {"trainer": "lightning.Trainer", **chosen}.items():
+        options += [f"--{group}.{setting}" for setting in schema["classes"].get(target) or {}]
+    return options
+
+
 def scheduler_without_optimizer(scheduler: str) -> str:
     """The line that refuses --lr_scheduler without --optimizer (here, and once parsed in launch/cli_app.py: a config
     file may give either), the scheduler named by its class name."""

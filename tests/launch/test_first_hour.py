@@ -113,6 +113,11 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     # numpy's seed range, as Hydra's seed (Lightning would raise its own ValueError, a traceback)
     (["fit", "--seed_everything=-1"], "--seed_everything"),
     (["fit", f"--seed_everything={2**32}"], "v<4294967296"),
+    # a Trainer's or the chosen model's setting given without its group; a class name misspelt
+    (["fit", "--max_steps=3"], "--max_steps=3; did you mean --trainer.max_steps?"),
+    (["fit", "--model=VAE", "--latent_dim=3"], "--latent_dim=3; did you mean --model.latent_dim?"),
+    (["fit", "--optimizer=Adamw"], "--optimizer=Adamw: no such class; did you mean AdamW?"),
+    (["fit", "--model.scheduler=CosineAnealingLR"], "--model.scheduler=CosineAnealingLR: no such class; did you mean CosineAnnealingLR?"),
 ])
 def test_a_rule_of_the_command_is_one_line_before_anything_is_built(command, line, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
