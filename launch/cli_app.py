@@ -65,6 +65,7 @@ class Parser(LightningArgumentParser):
         subcommand = given[0] if given and given[0] in SUBCOMMANDS else "fit"
         # the same line as before the imports (with "did you mean") where the early check sees the mistake
         exit_with(refuse_early(given, cli=True) or _required(message, given) or _unknown_class(message, given) or
+                  _not_accepted(message, given) or
                   f"{_one_line(message, given)}{_meant_option(message, given)} (python train.py {subcommand} --help lists "
                   "the options)")
 
@@ -257,22 +258,47 @@ def _required(message: str, args: list[str]) -> str | None:
     names = re.fullmatch(r"the following arguments are required: ([\w, ]+)", message.strip())
     wanted = [name.strip() for name in names[1].split(",")] if names else []
 
-    def requires(value: str) -> bool:  # a class path, or a short name LightningCLI resolves (SHORT_NAME_MODULES)
-        for path in (value, *(f"{module}.{value}" for module in SHORT_NAME_MODULES)):
-            module, _, name = path.rpartition(".")
-            with contextlib.suppress(Exception):  # imported quietly: hydra's get_object logs every miss
-                parameters = inspect.signature(getattr(importlib.import_module(module), name)).parameters
-                return all(name in parameters and parameters[name].default is inspect.Parameter.empty for name in wanted)
-        return False
+    def requires(value: str) -> bool:
+        parameters = _parameters(value)
+        return all(name in parameters and parameters[name].default is inspect.Parameter.empty for name in wanted)
 
-    classes = [(option, value) for option, value in option_values(args[1:])
-               if wanted and value and re.fullmatch(r"(\w+\.)*[A-Z]\w*", value) and requires(value)]
+    classes = [(option, value) for option, value in option_values(args[1:]) if wanted and value and requires(value)]
     if len(classes) != 1:
         return None
     option, value = classes[0]
     options = [f"{option}.{name}" for name in wanted]
     return (f"{', '.join(options)}: required by {value.rsplit('.', 1)[-1]} ({option}={value}); give "
             f"{' '.join(f'{name}=VALUE' for name in options)}")
+
+
+def _parameters(value: str) -> dict[str, inspect.Parameter]:
+    """The constructor's parameters of the class an option's value names: a class path, or a short name LightningCLI
+    resolves (SHORT_NAME_MODULES); {} where it names none."""
+    for path in (value, *(f"{module}.{value}" for module in SHORT_NAME_MODULES)) if re.fullmatch(r"(\w+\.)*[A-Z]\w*", value) else ():
+        module, _, name = path.rpartition(".")
+        with contextlib.suppress(Exception):  # imported quietly: hydra's get_object logs every miss
+            return dict(inspect.signature(getattr(importlib.import_module(module), name)).parameters)
+    return {}
+
+
+def _not_accepted(message: str, args: list[str]) -> str | None:
+    """jsonargparse's "Option 'weight_decay' is not accepted" as the option given: a setting of a class-valued option
+    given before its class (`--model.optimizer.weight_decay=0.1` needs `--model.optimizer=Adam` first), or one that
+    the class given does not take, with the closest that it does."""
+    found = re.fullmatch(r"Option '(\w+)' is not accepted", message.strip())
+    given = option_values(args[1:])
+    at = next((index for index, (option, _) in enumerate(given) if found and option.endswith(f".{found[1]}")), None)
+    if at is None:
+        return None
+    option = given[at][0]
+    owner = option.rsplit(".", 1)[0].removesuffix(".init_args")
+    chosen = [value for name, value in given[:at] if name in (owner, f"{owner}.class_path") and value]
+    if not chosen and any(arg.startswith(("-c", "--config")) for arg in args):
+        return None  # the class may come from a config file
+    if not chosen:
+        return f"{option}: give its class first ({owner}=CLASS, e.g. Adam), then its settings"
+    settings = [f"{owner}.{name}" for name in _parameters(chosen[-1]) if name not in ("self", "params", "optimizer")]
+    return f"{option}: no such setting of {chosen[-1].rsplit('.', 1)[-1]}{did_you_mean(option, settings)}"
 
 
 def _unknown_class(message: str, args: list[str]) -> str | None:
