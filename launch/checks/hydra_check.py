@@ -21,7 +21,7 @@ from launch import CLI_SUBCOMMANDS
 from launch.checks.arguments import TAKES_VALUE, values_of
 from launch.checks.configs import CONFIGS, config_value, declared, read_config
 from launch.checks.precheck import OTHER_TREE, EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, removed_trainer_option
-from launch.checks.received_config import hydra_folders
+from launch.checks.received_config import hydra_folders, hydra_option
 from launch.checks.settings import CONFIG_GROUPS, LAYOUT_SETTINGS, SettingsError, check_composed, elsewhere, layout_setting, \
     replica_setting, unknown_top_level_setting
 from launch.checks.hydra_config import classes_imported, compose
@@ -127,6 +127,17 @@ def composed_job(job: list[str], argv: list[str]) -> Any:
     return compose([o if known or not o.startswith("trainer.") else f"++{o}" for o in job], hydra_folders(argv))
 
 
+def grammar_error(error: Exception, overrides: list[str]) -> str:
+    """Hydra's grammar refusal as one line; for a value holding '=' unquoted (Lightning's epoch=0-step=3.ckpt), how to
+    quote it."""
+    equals = next((o for o in overrides if o.count("=") > 1 and not re.search("[\"'\\[{]", o)), None)
+    if equals is not None and "mismatched input '='" in str(error):
+        key, _, value = equals.partition("=")
+        return (f"{equals}: Hydra reads the '=' in the value as a second one; quote the value for Hydra, and the whole for "
+                f"the shell: '{key}=\"{value}\"'")
+    return " ".join(str(error).split())
+
+
 def composition_error(error: Exception, job: list[str], argv: list[str], swept: dict[str, str]) -> str:
     """Hydra's refusal of a job's overrides as one line: a key its config does not have (the likely one, or the `+` that
     adds it), a `+` on a key that has a value, else Hydra's first line."""
@@ -201,7 +212,7 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
     try:
         planned, other_values = jobs(overrides, multirun)
     except HydraException as error:  # Hydra's grammar
-        raise EarlyRefusal(" ".join(str(error).split())) from None
+        raise EarlyRefusal(grammar_error(error, overrides)) from None
 
     def composed(job: list[str]) -> Any:
         try:
@@ -270,6 +281,20 @@ def check_before_composing(argv: list[str], pairs: list[tuple[str, str]], multir
                                        f"{', '.join(available)}{did_you_mean(choice, available)}{leave_out}")
 
 
+def check_config_search(argv: list[str]) -> None:
+    """A config folder (-cd) or primary config (-cn) that does not exist (Hydra answers in several lines, exit status 1)."""
+    for folder in hydra_option(argv, "--config-dir", "-cd"):
+        if not Path(folder).is_dir():
+            raise EarlyRefusal(f"--config-dir {folder}: no such directory (it adds a folder of configs of your own to configs/)")
+    for name in hydra_option(argv, "--config-name", "-cn") if not hydra_option(argv, "--config-path", "-cp") else ():
+        folders = [CONFIGS, *map(Path, hydra_option(argv, "--config-dir", "-cd"))]
+        available = sorted({path.stem for folder in folders for path in folder.glob("*.yaml")})
+        if name.removesuffix(".yaml") not in available:
+            searched = " or ".join("configs/" if folder == CONFIGS else f"{folder}/" for folder in folders)
+            raise EarlyRefusal(f"--config-name {name}: no such config in {searched}; expected one of "
+                               f"{', '.join(available)}{did_you_mean(name, available)}")
+
+
 # Hydra's own options (its argparse takes an abbreviation of any of them: --multi, --cfg).
 HYDRA_OPTIONS = ("--help", "--hydra-help", "--version", "--cfg", "--resolve", "--package", "--run", "--multirun",
                  "--shell-completion", "--config-path", "--config-name", "--config-dir", "--experimental-rerun", "--info")
@@ -309,4 +334,5 @@ def check_hydra_command(argv: list[str], prints_only: bool) -> None:
     if len(modes) > 1:  # Hydra's answer is a traceback
         raise EarlyRefusal(f"{' and '.join(sorted(modes))}: Hydra takes one of {', '.join(HYDRA_MODES)} at a time (--cfg job "
                            "prints the config of one job: leave out -m)")
+    check_config_search(argv)
     check_hydra(argv)

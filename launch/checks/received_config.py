@@ -188,16 +188,25 @@ def is_config_option(option: str) -> bool:
     return len(option) >= 3 and "--config".startswith(option)
 
 
+def hydra_option(argv: list[str], name: str, short: str) -> list[str]:
+    """The values a Hydra command line gives its option `name` (--config-dir), as `short` (-cd) or an abbreviation
+    Hydra's argparse takes (--config-d), joined by '=' or not."""
+    values = []
+    for index, arg in enumerate(argv):
+        option, equals, value = arg.partition("=")
+        if option == short or (len(option) > len("--config-") and name.startswith(option)):
+            values += [value] if equals else argv[index + 1:index + 2]
+    return values
+
+
 def hydra_folders(argv: list[str]) -> list[Path]:
     """The folders a Hydra command line adds to the config search path (the user's, not configs/): --config-dir,
     --config-path (and the abbreviations Hydra's argparse takes), -cd, -cp, hydra.searchpath=[file://...]."""
-    folders = []
-    for index, arg in enumerate(argv):
-        option, equals, value = arg.partition("=")
-        if option in ("-cd", "-cp") or (len(option) > len("--config-") and ("--config-dir".startswith(option)
-                                                                            or "--config-path".startswith(option))):
-            folders += map(Path, [value] if equals else argv[index + 1:index + 2])
-        elif option.lstrip("+") == "hydra.searchpath":
+    folders = [Path(value) for name, short in (("--config-dir", "-cd"), ("--config-path", "-cp"))
+               for value in hydra_option(argv, name, short)]
+    for arg in argv:
+        option, _, value = arg.partition("=")
+        if option.lstrip("+") == "hydra.searchpath":
             entries = [entry.strip().strip("'\"") for entry in value.strip("[]").split(",")]
             folders += [Path(entry.removeprefix("file://")) for entry in entries if entry and "pkg://" not in entry]
     return folders

@@ -103,7 +103,12 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("discrete_latent.num_categories=4", ["discrete_latent.num_categories", "+discrete_latent.num_categories=4"]),
     ("model=vae,jsa", ["model=vae,jsa", "add -m"]),
     ("train", ["train", "KEY=VALUE", "fit"]),  # a word Hydra's grammar refuses in several lines
-    ("-c my.yaml", ["-c my.yaml", "fit --config=my.yaml"]),  # Hydra's -c is --cfg; a config file is LightningCLI's
+    ("-c my.yaml", ["-c my.yaml", "fit --config=my.yaml"]),
+    # a config folder or primary config that does not exist (Hydra's answer: several lines, exit status 1)
+    ("-cd nodir model=vae", ["--config-dir nodir: no such directory"]),
+    ("-cn trian", ["--config-name trian: no such config in configs/", "did you mean train?"]),
+    # a value holding '=' (Lightning's checkpoint names): how to quote it for Hydra and for the shell
+    ("ckpt_path=runs/epoch=0-step=3.ckpt", ["ckpt_path=runs/epoch=0-step=3.ckpt", """'ckpt_path="runs/epoch=0-step=3.ckpt"'"""]),  # Hydra's -c is --cfg; a config file is LightningCLI's
     ("model.mis_step=1 model.cache_siz=2", ["model.mis_step", "JSA", "model.mis_steps?"]),  # two typos: the first named
     ("sed=1 model.mis_step=1", ["sed", "did you mean seed?"]),  # the top-level seed, not data.seed
     # a setting of a class of one's own, which configs/model/vae.yaml does not have
