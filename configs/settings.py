@@ -27,6 +27,9 @@ ChainRows = Literal["auto", "static", "distinct"]
 Estimator = Literal["reinforce", "gumbel"]
 ControlVariate = Literal["optimal", "running_mean", "none"]
 Binarize = Literal["none", "dynamic", "static"]
+# A model's constructor arguments that are not settings: the front ends pass them, and a checkpoint's hyperparameters
+# hold the data's shape apart (models/base.py).
+MODEL_ARGUMENTS = ("data_shape", "optimizer", "scheduler")
 MAX_CACHE_SIZE = 10**7  # JSA's cache holds one chain state per training example: more is surely a mistake
 
 

@@ -30,7 +30,7 @@ from checkpoints.registry import register
 from common.log_steps import is_logging_step
 from common.private_api import raise_recompile_limit, record_hyperparameter
 from common.signatures import constructor_defaults, settings_of
-from configs.settings import ModelSettings
+from configs.settings import MODEL_ARGUMENTS, ModelSettings
 from models.compiled_step import (
     COMPILED_GRAPHS_LIMIT,
     compile_step,
@@ -183,7 +183,7 @@ class LatentVariableModel(L.LightningModule):
         # as Lightning's save_hyperparameters() reads them, are saved too, so that its checkpoints load and resume with them.
         declared = dataclasses.asdict(settings)
         own = {name: value for frame in collect_init_args(inspect.currentframe().f_back, []) for name, value in frame.items()
-               if name not in declared and name not in ("settings", "data_shape", "optimizer", "scheduler")
+               if name not in declared and name not in ("settings", *MODEL_ARGUMENTS)
                and isinstance(value, PLAIN_VALUES)}  # a module or a function: no checkpoint read weights-only holds it
         self.save_hyperparameters({"data_shape": list(self.data_shape), **declared, **own})
         self.record_resolved(likelihood=settings.likelihood or "bernoulli")

@@ -10,12 +10,12 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from configs.settings import settings_class
+from configs.settings import MODEL_ARGUMENTS, settings_class
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
 # Constructor arguments that are not settings: the front ends pass them (registered defaults leave them out).
-NOT_SETTINGS = {"model": ("data_shape", "optimizer", "scheduler"), "trainer": ("logger", "callbacks", "plugins")}
+NOT_SETTINGS = {"model": MODEL_ARGUMENTS, "trainer": ("logger", "callbacks", "plugins")}
 GROUPS = ("model", "data", "optimizer", "scheduler", "trainer")  # the config groups whose choices name one class
 
 
