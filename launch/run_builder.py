@@ -59,6 +59,11 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
         checkpoint = checkpoint if checkpoint is not None else load_checkpoint_file(run.ckpt_path)
         check_model_class(checkpoint, getattr(run.model, "model_class", type(run.model)), run.ckpt_path, run.subcommand)
         check_replica_checkpoint(checkpoint, run.model, run.ckpt_path)
+    root = run.trainer.get("default_root_dir")
+    if root is not None and (run.tensorboard is not None or run.trainer.get("logger")) and run.front_end != "replicas":
+        option = "--" if run.front_end == "cli" else ""
+        raise SettingsError(f"{option}trainer.default_root_dir={root}: with a logger, a run writes everything under "
+                            f"{option}log_dir (<log_dir>/tensorboard/<run>); give {option}log_dir={root} instead")
     unlogged_dir = run.output_dir or process_dir(run.log_dir, run.front_end, run.name)  # a run without a logger's files
     if run.tensorboard is not None:
         logger = tensorboard_logger(f"{run.log_dir}/{TENSORBOARD}", run.name, run.ckpt_path, **run.tensorboard)

@@ -87,8 +87,7 @@ def test_every_estimator_setting_is_a_constructor_setting_and_a_default_run_show
 
 def test_the_cli_names_a_run_as_hydra_does(tmp_path):
     """LightningCLI parses `--model.dead_code_threshold=0` as the float its type hint says: the same name as Hydra's."""
-    cli = launch.cli_app.main(["--model=VQVAE", "--model.ema=false", "--model.dead_code_threshold=0", f"--log_dir={tmp_path}",
-                               f"--trainer.default_root_dir={tmp_path}"], run=False)
+    cli = launch.cli_app.main(["--model=VQVAE", "--model.ema=false", "--model.dead_code_threshold=0", f"--log_dir={tmp_path}"], run=False)
     assert cli.trainer.logger.name == "vqvae-mnist-conv-K512-noema-dead0"
 
 

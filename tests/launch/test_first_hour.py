@@ -40,7 +40,7 @@ def test_both_front_ends_build_the_same_model_and_data(model, model_cls, data, d
     settings (the class signatures are the one source of defaults; the likelihood follows the data)."""
     _, hydra_model = launch.hydra_run.build(composed([f"model={model}", f"data={data}"]))
     hydra_data, _ = launch.hydra_run.build(composed([f"model={model}", f"data={data}"]))
-    cli = launch.cli_app.main([*f"--model={model_cls}".split(" "), f"--data={data_cls}", f"--trainer.default_root_dir={tmp_path}"], run=False)
+    cli = launch.cli_app.main([*f"--model={model_cls}".split(" "), f"--data={data_cls}", f"--log_dir={tmp_path}"], run=False)
     without_optimizer = lambda settings: {k: v for k, v in settings.items() if k != "optimizer"}  # Hydra: Adam(model.lr), CLI: None -> the same Adam
     assert without_optimizer(settings_of(cli.model)) == without_optimizer(settings_of(hydra_model))
     assert settings_of(cli.datamodule) == settings_of(hydra_data)
@@ -50,21 +50,21 @@ def test_both_front_ends_build_the_same_model_and_data(model, model_cls, data, d
 
 
 def test_cli_defaults_to_jsa_on_binarized_mnist(tmp_path):
-    cli = launch.cli_app.main([f"--trainer.default_root_dir={tmp_path}"], run=False)
+    cli = launch.cli_app.main([f"--log_dir={tmp_path}"], run=False)
     assert type(cli.model) is JSA and type(cli.datamodule) is MNISTDataModule and cli.datamodule.binarize == "dynamic"
     # Off a terminal (as here), plain progress lines, not Lightning's default bar.
     assert any(isinstance(c, LineProgressBar) for c in cli.trainer.callbacks)
-    seeded = launch.cli_app.main(["--seed_everything=7", f"--trainer.default_root_dir={tmp_path}"], run=False)
+    seeded = launch.cli_app.main(["--seed_everything=7", f"--log_dir={tmp_path}"], run=False)
     assert seeded.datamodule.seed == seeded.model.test_seed == 7  # as seed=7 in Hydra
     # the same from a -c config file; a data.seed set beside it (on the command line or in the file) stays
     config = tmp_path / "seeded.yaml"
     config.write_text("seed_everything: 7\n")
-    from_file = launch.cli_app.main(["--model=JSA", "--data=MNISTDataModule", "-c", str(config), f"--trainer.default_root_dir={tmp_path}"], run=False)
+    from_file = launch.cli_app.main(["--model=JSA", "--data=MNISTDataModule", "-c", str(config), f"--log_dir={tmp_path}"], run=False)
     assert from_file.datamodule.seed == from_file.model.test_seed == 7
     config.write_text("seed_everything: 7\ndata:\n  init_args:\n    seed: 3\n")
-    own_seed = launch.cli_app.main(["--model=JSA", "--data=MNISTDataModule", "-c", str(config), f"--trainer.default_root_dir={tmp_path}"], run=False)
+    own_seed = launch.cli_app.main(["--model=JSA", "--data=MNISTDataModule", "-c", str(config), f"--log_dir={tmp_path}"], run=False)
     assert (own_seed.datamodule.seed, own_seed.model.test_seed) == (3, 7)
-    grey = launch.cli_app.main(["--data.binarize=none", f"--trainer.default_root_dir={tmp_path}"], run=False)
+    grey = launch.cli_app.main(["--data.binarize=none", f"--log_dir={tmp_path}"], run=False)
     assert grey.model.hparams["likelihood"] == "discretized_logistic"  # follows the data: 8-bit grey pixels
 
 
@@ -79,7 +79,7 @@ def test_a_class_chosen_anywhere_takes_its_own_defaults_not_the_default_classes(
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "my.yaml").write_text("model: VQVAE\ndata:\n  class_path: CIFAR10DataModule\n")
-    cli = launch.cli_app.main([*choice, f"--trainer.default_root_dir={tmp_path}"], run=False)
+    cli = launch.cli_app.main([*choice, f"--log_dir={tmp_path}"], run=False)
     assert type(cli.model) is VQVAE and type(cli.datamodule) is CIFAR10DataModule
     assert cli.model.hparams["num_categories"] == constructor_defaults(VQVAE)["num_categories"] != 10
     assert cli.datamodule.binarize == constructor_defaults(CIFAR10DataModule)["binarize"] == "none"
@@ -150,6 +150,27 @@ def test_a_setting_refused_when_the_model_meets_its_data_is_one_line_and_leaves_
     assert not list((tmp_path / "logs").rglob("version_*"))
 
 
+@pytest.mark.parametrize("front_end", ["hydra", "cli"])
+def test_a_default_root_dir_beside_a_logger_is_refused_naming_log_dir(front_end, tmp_path, monkeypatch, capsys):
+    """With a logger, every file of a run goes under log_dir: Lightning's default_root_dir would be ignored, so it is
+    refused in one line giving log_dir; without one, the run writes under it."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        if front_end == "hydra":
+            with launch.errors.user_errors_as_one_line():
+                launch.hydra_app.run(composed(["trainer.default_root_dir=runs", "trainer.max_steps=1",
+                                               f"log_dir={tmp_path / 'logs'}"]))
+        else:
+            launch.cli_app.main(["fit", "--trainer.default_root_dir=runs", "--trainer.max_steps=1"])
+    option = "--" if front_end == "cli" else ""
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and error.startswith(f"error: {option}trainer.default_root_dir=runs:") and \
+        f"give {option}log_dir=runs instead" in error, error
+    assert not list((tmp_path / "logs").rglob("version_*")) and not (tmp_path / "runs").exists()
+    unlogged = launch.cli_app.main(["--trainer.default_root_dir=runs", "--trainer.logger=false"], run=False)
+    assert unlogged.trainer.default_root_dir == "runs"
+
+
 def test_a_ctrl_c_no_one_handles_is_one_line_and_the_shells_130(capsys):
     """A second Ctrl-C aborts the save the first began (callbacks/guards/preemption.py): its KeyboardInterrupt, raised
     wherever the save was, ends the command in one line with exit status 130, not in two chained tracebacks."""
@@ -173,7 +194,7 @@ def test_callbacks_of_ones_own_replace_the_defaults_but_not_the_guards(tmp_path)
     """--trainer.callbacks=NAME (LightningCLI takes one callback as well as a list) replaces the default callbacks by it,
     beside the checkpoint callback and the guards every run keeps (the NaN guard among them); so does ~callbacks in
     Hydra; a run of the defaults has one NaN guard, configs/callbacks/default.yaml's."""
-    cli = launch.cli_app.main(["--trainer.callbacks=LearningRateMonitor", f"--trainer.default_root_dir={tmp_path}"], run=False)
+    cli = launch.cli_app.main(["--trainer.callbacks=LearningRateMonitor", f"--log_dir={tmp_path}"], run=False)
     _, _, hydra_trainer, _ = launch.hydra_run.build_run(composed(["~callbacks", f"log_dir={tmp_path / 'logs'}"]))
     _, _, default_trainer, _ = launch.hydra_run.build_run(composed([f"log_dir={tmp_path / 'logs'}"]))
     for trainer, own in ((cli.trainer, {"LearningRateMonitor", "ValidationCheckpoint"}), (hydra_trainer, set())):
@@ -193,7 +214,7 @@ def test_a_scheduler_without_its_optimizer_is_refused_and_works_with_it(tmp_path
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --lr_scheduler=StepLR without --optimizer would be ignored")
     both = launch.cli_app.main(["--optimizer=Adam", "--optimizer.lr=0.01", "--lr_scheduler=StepLR", "--lr_scheduler.step_size=5",
-                                f"--trainer.default_root_dir={tmp_path}"], run=False)
+                                f"--log_dir={tmp_path}"], run=False)
     [optimizer], [scheduler] = both.model.configure_optimizers()
     assert isinstance(scheduler, torch.optim.lr_scheduler.StepLR) and scheduler.optimizer is optimizer
 
@@ -201,7 +222,7 @@ def test_a_scheduler_without_its_optimizer_is_refused_and_works_with_it(tmp_path
 def test_cli_integer_batch_limits_are_counts(tmp_path):
     """`--trainer.limit_val_batches=1` is one batch (jsonargparse alone reads it as 1.0, i.e. all of them)."""
     cli = launch.cli_app.main(["--trainer.limit_val_batches=1", "--trainer.limit_test_batches", "1", "--trainer.limit_train_batches=0.5",
-                          f"--trainer.default_root_dir={tmp_path}"], run=False)
+                          f"--log_dir={tmp_path}"], run=False)
     assert (cli.trainer.limit_val_batches, cli.trainer.limit_test_batches, cli.trainer.limit_train_batches) == (1, 1, 0.5)
     assert isinstance(cli.trainer.limit_val_batches, int)
 
@@ -294,7 +315,7 @@ def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mn
     # `test --ckpt_path`: the checkpoint's settings come back, and an option given on the command line wins over them.
     cli = launch.cli_app.main(["test", "--model=VAE", "--ckpt_path", str(tmp_path / "last.ckpt"), "--model.test_num_samples", "3",
                           "--trainer.limit_test_batches=1", "--data.eval_batch_size=4", "--trainer.logger=false",
-                          f"--trainer.default_root_dir={tmp_path}"])
+                          f"--log_dir={tmp_path}"])
     assert cli.model.eval_num_samples["test"] == 3 and cli.model.latent_dim == 4
     # `test` with the wrong --model: the command that tests it with the right one (not one that trains it)
     capsys.readouterr()
@@ -488,11 +509,11 @@ def test_enable_checkpointing_false_runs_without_checkpoints_in_both_front_ends(
     monkeypatch.chdir(tmp_path)
     hydra_cfg = launch.checks.hydra_config.compose(["model=vae", "trainer.enable_checkpointing=false", f"log_dir={tmp_path}"])
     _, _, trainer, _ = launch.hydra_run.build_run(hydra_cfg)
-    cli = launch.cli_app.main(["--model=VAE", "--trainer.enable_checkpointing=false", f"--trainer.default_root_dir={tmp_path}"],
+    cli = launch.cli_app.main(["--model=VAE", "--trainer.enable_checkpointing=false", f"--log_dir={tmp_path}"],
                               run=False)
     for trainer in (trainer, cli.trainer):
         assert trainer.checkpoint_callback is None and not any(isinstance(c, ModelCheckpoint) for c in trainer.callbacks)
-    assert launch.cli_app.main([f"--trainer.default_root_dir={tmp_path}"], run=False).trainer.checkpoint_callback is not None
+    assert launch.cli_app.main([f"--log_dir={tmp_path}"], run=False).trainer.checkpoint_callback is not None
 
 
 @pytest.mark.slow  # runs through the front ends
@@ -501,7 +522,7 @@ def test_cli_seed_everything_given_at_test_wins_over_the_checkpoints_test_seed(t
     checkpoint was trained (and its test_seed recorded) with seed 5."""
     monkeypatch.setenv("DATA_DIR", str(mnist_dir))
     monkeypatch.chdir(tmp_path)
-    quick = [f"--trainer.default_root_dir={tmp_path}", "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]"]
+    quick = ["--trainer.enable_progress_bar=false", "--trainer.callbacks=[]"]
     launch.cli_app.main(["fit", "--model=VAE", "--seed_everything=5", "--trainer.max_steps=1", "--trainer.limit_train_batches=1",
                          "--trainer.limit_val_batches=1", "--trainer.num_sanity_val_steps=0", "--data.batch_size=8", *quick])
     (checkpoint,) = tmp_path.glob("logs/tensorboard/*/version_0/checkpoints/last.ckpt")
