@@ -65,6 +65,12 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
     scheduler = given.get("--lr_scheduler") or given.get("--lr_scheduler.class_path")
     if scheduler not in (None, "null") and given.get("--optimizer", given.get("--optimizer.class_path")) in (None, "null"):
         raise EarlyRefusal(scheduler_without_optimizer(scheduler))
+    weights_only = [(value, file) for option, value, file in pairs if option == "--weights_only"][-1:]
+    if weights_only and (values_of(weights_only[0][0] or "null", cli=True) or [None])[0] is False:
+        where = f"--config={weights_only[0][1]}: weights_only: false" if weights_only[0][1] else "--weights_only=false"
+        raise EarlyRefusal(f"{where}: the train.py commands read a checkpoint weights-only (tensors and plain "
+                           "values); a checkpoint of your own classes loads with LATENT_ZOO_TRUST=mypkg, a file you trust "
+                           "in Python: <Model>.load_from_checkpoint(PATH, weights_only=False) (README, Files from someone else)")
     registered = schema["cli_classes"]
 
     def class_of(group: str, option: str, name: str, file: str | None) -> str | None:

@@ -117,6 +117,8 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("experiment=null", ["experiment=null", "~experiment"]),
     # two of Hydra's modes, which Hydra answers with a traceback
     ("-m experiment=compare --cfg job", ["--cfg and --multirun", "leave out -m"]),
+    # Lightning's weights_only=false, which the train.py commands never honour: the ways a trusted file loads
+    ("test --ckpt_path=x.ckpt --weights_only=false", ["--weights_only=false", "LATENT_ZOO_TRUST", "weights_only=False"]),
     # LightningCLI's predict, which no model implements: what to use instead
     ("predict --ckpt_path=x.ckpt", ["predict", "load_from_checkpoint", "test --ckpt_path"]),
 ])
