@@ -20,14 +20,15 @@ GROUPS = ("model", "data", "optimizer", "scheduler", "trainer")  # the config gr
 
 
 def read_config(name: str) -> dict[str, Any] | None:
-    """configs/<name> as YAML; None where it is missing or not a plain YAML mapping (then Hydra decides)."""
+    """configs/<name> as YAML (a copy of its top level); None where it is missing or not a plain YAML mapping (then
+    Hydra decides)."""
     import yaml
 
     try:
-        found = yaml.load((CONFIGS / name).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+        found = config_file(name) or {}
     except (OSError, yaml.YAMLError):
         return None
-    return found if isinstance(found, dict) else None
+    return dict(found) if isinstance(found, dict) else None
 
 
 def composed_choice(group: str, choice: str) -> dict[str, Any] | None:
@@ -116,7 +117,7 @@ def config_file(name: str) -> dict[str, Any]:
     both front ends read (LightningCLI takes these values as its defaults)."""
     import yaml
 
-    return yaml.safe_load((CONFIGS / name).read_text())
+    return yaml.load((CONFIGS / name).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def seed() -> int:
