@@ -4,6 +4,7 @@ the command that resumes it with the right model; `load_checked`, the checks `lo
 
 from __future__ import annotations
 
+import os
 import types
 from typing import Any, Callable
 
@@ -35,7 +36,7 @@ def load_checked(load: Callable[..., Any], cls: type, checkpoint_path: Any, *arg
     trusted = kwargs.get("weights_only") is False
     kwargs["weights_only"] = not trusted
     checkpoint = load_checkpoint_file(checkpoint_path, trusted=trusted)
-    check_model_class(checkpoint, cls, subcommand=None)
+    check_model_class(checkpoint, cls, checkpoint_path if isinstance(checkpoint_path, (str, os.PathLike)) else None, None)
     model = load(checkpoint_path, *args, **kwargs)
     check_fits(checkpoint["state_dict"], model.state_dict(), None)
     return model

@@ -292,7 +292,8 @@ def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mn
     trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True), SafeCheckpoints()])
     trainer.fit(VAE(latent_dim=4, test_num_samples=7), datamodule=dm)
-    with pytest.raises(ValueError, match=r"written by models\.vae\.VAE, not models\.jsa\.JSA; load it with VAE"):
+    with pytest.raises(ValueError, match=rf"^checkpoint {tmp_path / 'last.ckpt'} was written by models\.vae\.VAE, not "
+                       r"models\.jsa\.JSA; load it with VAE"):
         JSA.load_from_checkpoint(tmp_path / "last.ckpt")
     # Resumed as the default model (JSA), as the Ctrl-C message's command would be without model=: the refusal names
     # the model to resume with, in the front end's own words.
