@@ -33,6 +33,10 @@ _DOTTED = re.compile(r"[^\W\d]\w*(?:\s*\.\s*[^\W\d]\w*)+")
 
 TRUST_VARIABLE = "LATENT_ZOO_TRUST"
 TRUST_HINT = f"to trust your own package or module, list it in {TRUST_VARIABLE} (e.g. {TRUST_VARIABLE}=mypkg,my_callbacks)"
+# What a "No module named" for one's own package means when train.py runs: Python looks beside train.py, not in the
+# working directory.
+IMPORTABLE_HINT = ("a package of your own is imported from train.py's folder or PYTHONPATH: export PYTHONPATH=<the folder "
+                   "that holds it>, or pip install it")
 
 
 def trusted_prefixes() -> tuple[str, ...]:

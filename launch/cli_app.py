@@ -20,6 +20,7 @@ import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
 import models  # noqa: F401  (registers the subclasses for --model=NAME)
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from checkpoints.errors import CheckpointError
+from checkpoints.import_paths import IMPORTABLE_HINT
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.registry import qualified_name
 from common.lightning_files import RunConfigFile
@@ -64,7 +65,7 @@ class Parser(LightningArgumentParser):
         given = CollectionCLI.command_line
         subcommand = given[0] if given and given[0] in SUBCOMMANDS else "fit"
         # the same line as before the imports (with "did you mean") where the early check sees the mistake
-        exit_with(refuse_early(given, cli=True) or _required(message, given) or _unknown_class(message, given) or
+        exit_with(refuse_early(given, cli=True) or _required(message, given) or _unknown_class(message, given) or _package_missing(message, given) or
                   _not_accepted(message, given) or
                   f"{_one_line(message, given)}{_meant_option(message, given)} (python train.py {subcommand} --help lists "
                   "the options)")
@@ -313,6 +314,16 @@ def _unknown_class(message: str, args: list[str]) -> str | None:
                if inspect.isclass(value) and not attribute.startswith("_")]
     return (f"{option}={name[1]}: no such class{did_you_mean(name[1], classes)} (torch's optimizers and schedulers and "
             "Lightning's loggers and callbacks by name, one's own by its dotted path)")
+
+
+def _package_missing(message: str, args: list[str]) -> str | None:
+    """jsonargparse's "Expected a path but mypkg.MyVAE either not accessible or invalid; No module named 'mypkg'" as the
+    option given and where Python looks for one's own package."""
+    found = re.search(r"Expected a path but ([\w.]+) either not accessible.*No module named '(\w+)'", message, flags=re.S)
+    option = next((option for option, value in option_values(args[1:]) if found and value == found[1]), None)
+    if option is None or found[1].split(".")[0] != found[2]:
+        return None
+    return f"{option}={found[1]}: no module named '{found[2]}'; {IMPORTABLE_HINT}"
 
 
 def _meant_option(message: str, args: list[str]) -> str:

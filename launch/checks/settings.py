@@ -8,10 +8,12 @@ arrives as the string 'abc'); a Literal lists the choices, int/float/bool/str th
 from __future__ import annotations
 
 import inspect
+import pkgutil
 import re
 import sys
 from typing import Any
 
+from checkpoints.import_paths import IMPORTABLE_HINT
 from common.settings import expected
 from common.signatures import constructor_defaults, constructor_hints
 from launch.checks.configs import config_targets, declared
@@ -127,7 +129,6 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None) -> None:
     nothing reads, from `+key=value` or a file, is refused, not ignored), the model's (`model`: with an experiment's
     shared settings applied, launch/hydra_run.py) and the data module's, and once Lightning is imported each other
     group's against its class's constructor. Raises SettingsError naming the first setting refused."""
-    from hydra.utils import get_object
     from omegaconf import OmegaConf
 
     unknown = [key for key in cfg if key not in (*TOP_LEVEL_SETTINGS, *CONFIG_GROUPS)]
@@ -167,10 +168,12 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None) -> None:
             groups[f"callbacks.{name}"] = callback
     check_trainer_values(groups["trainer"], "trainer")  # what the Trainer takes but cannot run
     for group, settings in groups.items():
-        try:
-            cls = get_object(settings["_target_"])
-        except ImportError as error:  # a class of one's own misspelled: +callbacks.mine._target_=mypkg.callbacks.Typo
-            raise SettingsError(f"{group}._target_: {' '.join(str(error).split())}") from None
+        target = settings["_target_"]
+        try:  # (Hydra's get_object logs a miss in three lines before raising)
+            cls = pkgutil.resolve_name(target)
+        except (ImportError, AttributeError, ValueError) as error:  # one's own misspelled: +callbacks.mine._target_=mypkg.Typo
+            package_missing = isinstance(error, ModuleNotFoundError) and error.name == target.split(".")[0]
+            raise SettingsError(f"{group}._target_={target}: {error}{f'; {IMPORTABLE_HINT}' if package_missing else ''}") from None
         if group in ("model", "data") and declared(settings["_target_"]) is not None:
             continue  # checked above
         try:

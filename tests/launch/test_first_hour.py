@@ -119,6 +119,8 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--optimizer=Adamw"], "--optimizer=Adamw: no such class; did you mean AdamW?"),
     (["fit", "--model.optimizer.weight_decay=0.1"], "--model.optimizer.weight_decay: give its class first (--model.optimizer=CLASS"),
     (["fit", "--optimizer=Adam", "--optimizer.weight_decy=0.1"], "no such setting of Adam; did you mean --optimizer.weight_decay?"),
+    (["fit", "--model=mypkg.MyVAE"], "--model=mypkg.MyVAE: no module named 'mypkg'; a package of your own is imported from "
+     "train.py's folder or PYTHONPATH"),
     (["fit", "--model.scheduler=CosineAnealingLR"], "--model.scheduler=CosineAnealingLR: no such class; did you mean CosineAnnealingLR?"),
 ])
 def test_a_rule_of_the_command_is_one_line_before_anything_is_built(command, line, tmp_path, monkeypatch, capsys):

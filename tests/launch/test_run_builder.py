@@ -200,18 +200,21 @@ def test_a_constructors_refusal_names_the_group_class_and_setting_before_the_run
 @pytest.mark.parametrize("override, named", [
     ("callbacks.model_checkpoint.save_top_k=-5", "callbacks.model_checkpoint (ValidationCheckpoint): Invalid value for save_top_k=-5"),
     ("callbacks.gradient_variance.every_n_steps=-1", "callbacks.gradient_variance (GradientVariance): every_n_steps must be >= 0"),
-    # a class path that cannot be imported (a misspelled class of one's own)
-    ("+callbacks.mine._target_=callbacks.PrintEpok", "callbacks.mine._target_: Error loading 'callbacks.PrintEpok'"),
-    ("model._target_=models.VAEE", "model._target_: Error loading 'models.VAEE'"),
+    # a class path that cannot be imported (a misspelled class; a package of one's own not on the path)
+    ("+callbacks.mine._target_=callbacks.PrintEpok", "callbacks.mine._target_=callbacks.PrintEpok: module 'callbacks' has no "
+     "attribute 'PrintEpok'"),
+    ("model._target_=models.VAEE", "model._target_=models.VAEE: module 'models' has no attribute 'VAEE'"),
+    ("model._target_=mypkg.MyVAE", "model._target_=mypkg.MyVAE: No module named 'mypkg'; a package of your own is imported "
+     "from train.py's folder or PYTHONPATH"),
 ])
-def test_a_refused_callback_or_class_is_one_line_naming_it_before_the_run(override, named, tmp_path, monkeypatch):
+def test_a_refused_callback_or_class_is_one_line_naming_it_before_the_run(override, named, tmp_path, monkeypatch, caplog):
     from launch.checks.settings import SettingsError
 
     monkeypatch.setattr("sys.argv", ["train.py", override])
     with pytest.raises(SettingsError) as refused:
         launch.hydra_run.build_run(composed([override, f"log_dir={tmp_path / 'logs'}"]))
     assert str(refused.value).startswith(named) and "\n" not in str(refused.value), refused.value
-    assert not (tmp_path / "logs").exists()
+    assert not (tmp_path / "logs").exists() and not [r for r in caplog.records if r.levelname == "ERROR"]  # (nor logged)
 
 
 @pytest.mark.parametrize("choice, cli, expected", [
