@@ -7,15 +7,16 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
-from typing import Iterator
+from typing import Iterator, NoReturn
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf.errors import OmegaConfBaseException
 
 from checkpoints.errors import CheckpointError
 from common.files import LeadsOutside, NotARegularFile
 from datamodules import DataError
-from launch.checks.early import exit_with
+from launch.checks.early import USER_ERROR, exit_with
 from launch.checks.settings import SettingsError
 from launch.runs.distributed import collective_timeout_message
 
@@ -60,6 +61,14 @@ def lightning_refusals_as_settings_errors() -> Iterator[None]:
         raise SettingsError(" ".join(str(error).split())) from None
 
 
+def refuse_on_rank_zero(message: str) -> NoReturn:
+    """A setting refused: every rank of a distributed run meets it alike, and rank 0 alone says so (the others exit with
+    the same status). Data, checkpoints and steps may differ between ranks: those refusals are each rank's own."""
+    if rank_zero_only.rank != 0:
+        raise SystemExit(USER_ERROR)
+    exit_with(message)
+
+
 @contextlib.contextmanager
 def user_errors_as_one_line() -> Iterator[None]:
     """Each user error below as its one line and exit status 2; Ctrl-C where no one handles it (a second one, which
@@ -71,11 +80,13 @@ def user_errors_as_one_line() -> Iterator[None]:
               "any, is intact)", file=sys.stderr)
         raise StoppedByCtrlC() from None
     except MisconfigurationException as error:  # Lightning refused a trainer or callback setting
-        exit_with(" ".join(str(error).split()))
+        refuse_on_rank_zero(" ".join(str(error).split()))
     except OmegaConfBaseException as error:  # an interpolation that cannot resolve (model.lr='${nope}'), ...
         key = getattr(error, "full_key", None)
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        exit_with(f"{key}: {reason}" if key else reason)
+        refuse_on_rank_zero(f"{key}: {reason}" if key else reason)
+    except SettingsError as error:
+        refuse_on_rank_zero(str(error))
     except (*REFUSALS, FloatingPointError) as error:
         exit_with(str(error))
     except Exception as error:

@@ -11,6 +11,7 @@ from typing import Any
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import OmegaConf
 
 from checkpoints.import_paths import TRUST_VARIABLE
@@ -111,7 +112,8 @@ def main() -> None:
                     log.warning("this trial diverged and counts as val/nll = inf: %s", diverged)
                     return float("inf")
         except SystemExit as stop:
-            if stop.code == USER_ERROR:  # a setting refused: the output directory Hydra made holds nothing of a run
+            if stop.code == USER_ERROR and rank_zero_only.rank == 0:  # a setting refused: the output directory Hydra made
+                # holds nothing of a run (rank 0's: the other ranks of a distributed run share it)
                 remove_if_only_hydra_files(HydraConfig.get().runtime.output_dir)
             raise  # 130/143 (Ctrl-C, SIGTERM): a stopped run keeps its config.yaml and train.log
         return metrics.get("val/nll_best", metrics.get("val/nll", float("nan")))  # NaN: no validation ran (a failed trial)

@@ -91,6 +91,19 @@ def test_hydra_ddp_run_writes_one_output_directory(strategy, tmp_path, mnist_dir
     assert (tensorboard_runs[0] / "checkpoints" / "last.ckpt").is_file()
 
 
+@pytest.mark.parametrize("front_end", ["hydra", "cli"])
+def test_a_setting_refused_on_every_rank_is_said_once_and_leaves_no_directory(front_end, tmp_path, mnist_dir):
+    """A setting refused when the model meets its data (after the ranks have started): rank 0 alone prints the line,
+    every rank exits with status 2, and no run or Hydra directory is left behind."""
+    refused = {"hydra": ["trainer=ddp", "trainer.accelerator=cpu", "model.likelihood=bernoulli", "data.binarize=none", *FAST],
+               "cli": ["fit", "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.accelerator=cpu",
+                       "--model.likelihood=bernoulli", "--data.binarize=none", "--trainer.max_steps=1"]}[front_end]
+    result = train(refused, tmp_path, mnist_dir, check=False)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(lines) == 1 and "data.binarize" in lines[0], result.stderr[-3000:]
+    assert not (tmp_path / "logs").exists() or not [p for p in (tmp_path / "logs").rglob("*")], list((tmp_path / "logs").rglob("*"))
+
+
 def test_two_process_resume_continues_bit_for_bit_on_both_ranks(tmp_path, mnist_dir):
     """Train 6 steps; train 3, stop, resume from last.ckpt to 6: both ranks end with the same parameters,
     optimizer state, MIS cache and random state as the uninterrupted run (each rank's own saved stream)."""
