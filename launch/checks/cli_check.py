@@ -65,6 +65,11 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
     scheduler = given.get("--lr_scheduler") or given.get("--lr_scheduler.class_path")
     if scheduler not in (None, "null") and given.get("--optimizer", given.get("--optimizer.class_path")) in (None, "null"):
         raise EarlyRefusal(scheduler_without_optimizer(scheduler))
+    seed = given.get("--seed_everything")
+    read = values_of(seed, cli=True) if seed is not None else [True]
+    if read is None or not (isinstance(read[0], bool) or isinstance(read[0], int) and 0 <= read[0] < 2**32):
+        raise EarlyRefusal(f"--seed_everything={seed}: expected an integer in [0, 2^32 - 1] (as Hydra's seed), true (a "
+                           "random seed) or false (none)")
     weights_only = [(value, file) for option, value, file in pairs if option == "--weights_only"][-1:]
     if weights_only and (values_of(weights_only[0][0] or "null", cli=True) or [None])[0] is False:
         where = f"--config={weights_only[0][1]}: weights_only: false" if weights_only[0][1] else "--weights_only=false"

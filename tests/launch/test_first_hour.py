@@ -111,8 +111,9 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--lr_scheduler=StepLR"], "--lr_scheduler=StepLR without --optimizer would be ignored: LightningCLI schedules "
      "only an optimizer it builds itself; give both: --optimizer=Adam"),
     # numpy's seed range, as Hydra's seed (Lightning would raise its own ValueError, a traceback)
-    (["fit", "--seed_everything=-1"], "--seed_everything"),
-    (["fit", f"--seed_everything={2**32}"], "v<4294967296"),
+    (["fit", "--seed_everything=-1"], "--seed_everything=-1: expected an integer in [0, 2^32 - 1]"),
+    (["fit", f"--seed_everything={2**32}"], f"--seed_everything={2**32}: expected an integer in [0, 2^32 - 1]"),
+    (["fit", "--seed_everything=abc"], "--seed_everything=abc: expected an integer in [0, 2^32 - 1] (as Hydra's seed), true"),
     # a Trainer's or the chosen model's setting given without its group; a class name misspelt
     (["fit", "--max_steps=3"], "--max_steps=3; did you mean --trainer.max_steps?"),
     (["fit", "--model=VAE", "--latent_dim=3"], "--latent_dim=3; did you mean --model.latent_dim?"),
