@@ -1,6 +1,7 @@
 """Which model wrote a checkpoint, and refusing to load it into another: the class is stamped into every checkpoint
 (`stamp_model_class`, by checkpoints/trainer/safe_checkpoints.py) and checked once before any state is loaded, with
-the command that resumes it with the right model; `load_checked`, the checks `load_from_checkpoint` makes."""
+the command that resumes it with the right model; the data module's class likewise; `load_checked`, the checks
+`load_from_checkpoint` makes."""
 
 from __future__ import annotations
 
@@ -63,3 +64,16 @@ def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = No
         config_name = config_name.fget(types.SimpleNamespace(**settings))
     raise CheckpointError(f"{written}: {'resume' if subcommand == 'fit' else subcommand} it with the model that wrote it: "
                           f"{resume_command(ckpt_path or 'PATH', name, config_name, subcommand)} (in Python: {name}.load_from_checkpoint)")
+
+
+def check_data_class(checkpoint: dict[str, Any], datamodule: Any, ckpt_path: Any, cli: bool) -> None:
+    """Refuse to resume or evaluate a checkpoint on other data than it was trained on (the class its SafeCheckpoints
+    stamped), which would log another data set's numbers into its run: one line with the choice that gives its data."""
+    found = checkpoint.get("data_class")
+    if found is None or datamodule is None or found == qualified_name(type(datamodule)):
+        return
+    written_by = next((data for data in registered("data") if qualified_name(data) == found), None)
+    choice = f"--data={found.rsplit('.', 1)[-1]}" if cli else f"data={written_by.config_name}" if written_by else \
+        f"data._target_={found}"
+    raise CheckpointError(f"checkpoint {ckpt_path} was trained on {found}, not {qualified_name(type(datamodule))}: give "
+                          f"{choice} (to evaluate the model on other data, load it in Python: <Model>.load_from_checkpoint)")

@@ -17,7 +17,7 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from checkpoints.loader import load_checkpoint_file
-from checkpoints.model_class import check_model_class
+from checkpoints.model_class import check_data_class, check_model_class
 from checkpoints.trainer.io_plugin import AtomicCheckpointIO
 from launch import rules
 from launch.checks.configs import ddp_timeout_s
@@ -58,6 +58,7 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     if run.ckpt_path:
         checkpoint = checkpoint if checkpoint is not None else load_checkpoint_file(run.ckpt_path)
         check_model_class(checkpoint, getattr(run.model, "model_class", type(run.model)), run.ckpt_path, run.subcommand)
+        check_data_class(checkpoint, run.datamodule, run.ckpt_path, cli=run.front_end == "cli")
         check_replica_checkpoint(checkpoint, run.model, run.ckpt_path)
     root = run.trainer.get("default_root_dir")
     if root is not None and (run.tensorboard is not None or run.trainer.get("logger")) and run.front_end != "replicas":

@@ -47,6 +47,8 @@ class SafeCheckpoints(L.Callback):
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         stamp_model_class(checkpoint, getattr(pl_module, "model_class", type(pl_module)))  # a replicated process's too
+        if trainer.datamodule is not None:
+            checkpoint["data_class"] = qualified_name(type(trainer.datamodule))
         checkpoint["optimizer_classes"] = class_names(trainer.optimizers)
         checkpoint["lr_scheduler_classes"] = class_names(config.scheduler for config in trainer.lr_scheduler_configs)
         state = {"cpu": torch.get_rng_state()}

@@ -290,6 +290,32 @@ def test_the_cli_tests_a_checkpoint_a_plain_trainer_wrote(tmp_path, mnist_dir, m
 
 
 @pytest.mark.slow  # runs through the front ends
+def test_a_checkpoint_is_resumed_and_tested_only_on_the_data_it_was_trained_on(tmp_path, mnist_dir, monkeypatch, capsys):
+    """Another data module than the checkpoint's (the default MNIST for a Fashion-MNIST run) would log another data
+    set's numbers into the run: refused in one line naming the choice that gives its data, in both front ends."""
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    launch.cli_app.main(["fit", "--model=VAE", "--data=FashionMNISTDataModule", "--trainer.max_steps=1", "--trainer.limit_val_batches=0",
+                         "--data.batch_size=8", "--trainer.enable_progress_bar=false"])
+    (checkpoint,) = tmp_path.glob("logs/tensorboard/*/version_0/checkpoints/last.ckpt")
+    short = ["--trainer.max_steps=2", "--trainer.limit_val_batches=0", "--trainer.limit_test_batches=1", "--model.test_num_samples=2"]
+    for command, choice in ((lambda: launch.cli_app.main(["test", "--model=VAE", f"--ckpt_path={checkpoint}", *short[2:]]),
+                             "give --data=FashionMNISTDataModule"),
+                            (lambda: launch.cli_app.main(["fit", "--model=VAE", f"--ckpt_path={checkpoint}", *short[:2]]),
+                             "give --data=FashionMNISTDataModule"),
+                            (lambda: launch.hydra_app.run(composed(["model=vae", f"ckpt_path={checkpoint}", "trainer.max_steps=2",
+                                                                    "trainer.limit_val_batches=0"])), "give data=fashion_mnist")):
+        with pytest.raises(SystemExit) as stop, launch.errors.user_errors_as_one_line():
+            command()
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert stop.value.code == 2 and error.startswith(f"error: checkpoint {checkpoint} was trained on datamodules.mnist.Fashion"
+                                                         "MNISTDataModule, not datamodules.mnist.MNISTDataModule") and choice in error, error
+    tested = launch.cli_app.main(["test", "--model=VAE", "--data=FashionMNISTDataModule", f"--ckpt_path={checkpoint}",
+                                  "--trainer.limit_test_batches=1", "--model.test_num_samples=2", "--data.eval_batch_size=8"])
+    assert "test/nll" in tested.trainer.callback_metrics
+
+
+@pytest.mark.slow  # runs through the front ends
 def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mnist_dir, capsys):
     dm = MNISTDataModule(data_dir=str(mnist_dir), batch_size=16)
     trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
