@@ -24,6 +24,7 @@ CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger",
 # The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
 LAYOUT_SETTINGS = {"logger.save_dir": "log_dir", "logger.name": "run_name"}
 REPLICA_SETTINGS = ("seeds", "arms")
+BASE_CLASSES = {"model": "models.LatentVariableModel", "data": "datamodules.ImageDataModule"}  # (LightningCLI's too)
 
 
 def replica_setting(key: str) -> str:
@@ -174,6 +175,11 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None) -> None:
         except (ImportError, AttributeError, ValueError) as error:  # one's own misspelled: +callbacks.mine._target_=mypkg.Typo
             package_missing = isinstance(error, ModuleNotFoundError) and error.name == target.split(".")[0]
             raise SettingsError(f"{group}._target_={target}: {error}{f'; {IMPORTABLE_HINT}' if package_missing else ''}") from None
+        base = BASE_CLASSES.get(group)
+        if base is not None and not (isinstance(cls, type) and issubclass(cls, pkgutil.resolve_name(base))):
+            raise SettingsError(f"{group}._target_={target}: not a subclass of {base}, which the run builds and names it "
+                                f"through; a {'data module' if group == 'data' else group} of one's own subclasses it or one of "
+                                "the collection's (README, Your own code)")
         if group in ("model", "data") and declared(settings["_target_"]) is not None:
             continue  # checked above
         try:

@@ -206,6 +206,11 @@ def test_a_constructors_refusal_names_the_group_class_and_setting_before_the_run
     ("model._target_=models.VAEE", "model._target_=models.VAEE: module 'models' has no attribute 'VAEE'"),
     ("model._target_=mypkg.MyVAE", "model._target_=mypkg.MyVAE: No module named 'mypkg'; a package of your own is imported "
      "from train.py's folder or PYTHONPATH"),
+    # a class that is not one the run can build (a plain LightningModule, a LightningDataModule of one's own)
+    ("model._target_=lightning.pytorch.demos.boring_classes.BoringModel", "model._target_=lightning.pytorch.demos.boring_classes."
+     "BoringModel: not a subclass of models.LatentVariableModel"),
+    ("data._target_=lightning.pytorch.demos.boring_classes.BoringDataModule", "data._target_=lightning.pytorch.demos."
+     "boring_classes.BoringDataModule: not a subclass of datamodules.ImageDataModule"),
 ])
 def test_a_refused_callback_or_class_is_one_line_naming_it_before_the_run(override, named, tmp_path, monkeypatch, caplog):
     from launch.checks.settings import SettingsError
