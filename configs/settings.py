@@ -198,6 +198,9 @@ class JSASettings(CategoricalSettings):
         check_at_least("cache_size", self.cache_size, 1, whole=True, none="the training split's size", most=MAX_CACHE_SIZE)
         if self.gradient_rows is not None and self.gradient_states == "final":
             raise ValueError("gradient_rows applies to gradient_states 'chain' and 'expected'; 'final' differentiates one row already")
+        if self.chain_rows != "auto" and self.gradient_states != "chain":
+            raise ValueError(f"chain_rows={self.chain_rows!r} applies to gradient_states 'chain' (how it scores the states it "
+                             f"averages); '{self.gradient_states}' scores its own rows: leave chain_rows out")
         if self.gradient_rows is not None and self.chain_rows != "auto":
             raise ValueError(f"gradient_rows and chain_rows={self.chain_rows!r} both choose the rows of the gradient: set one of them")
         # Settings of the cache that cannot act without it.

@@ -105,8 +105,8 @@ class JSA(CategoricalLatentModel):
 
     def row_choice(self, device: torch.device) -> RowChoice:
         """The rows θ's gradient differentiates (samplers/visits.py, `gradient_rows`): `final`'s one; `gradient_rows` = k
-        <= L: k + 1; else `distinct` for `chain_rows=distinct`, or `auto` where shapes may depend on the data (the CPU,
-        docs/jsa.md#static-or-distinct-rows); else `every`."""
+        <= L: k + 1; else, for `chain`, `distinct` for `chain_rows=distinct`, or `auto` where shapes may depend on the
+        data (the CPU, docs/jsa.md#static-or-distinct-rows); else `every`."""
         if self.gradient_states == "final":
             return "final"
         if self.gradient_rows is not None:

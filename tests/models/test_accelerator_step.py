@@ -42,8 +42,9 @@ def categorical(cls: type, backbone: str = "mlp", **kwargs) -> torch.nn.Module:
 
 
 def jsa(prior: str = "uniform", gradient_states: str = "chain", read_cache: bool = True, **kwargs) -> JSA:
-    return categorical(JSA, mis_steps=3, prior=prior, gradient_states=gradient_states, chain_rows="static", cache_size=4,
-                       cache_start_epoch=0 if read_cache else None, **kwargs)
+    rows = {"chain_rows": "static"} if gradient_states == "chain" else {}  # (the other states score their own rows)
+    return categorical(JSA, mis_steps=3, prior=prior, gradient_states=gradient_states, cache_size=4,
+                       cache_start_epoch=0 if read_cache else None, **rows, **kwargs)
 
 
 def images() -> torch.Tensor:

@@ -254,10 +254,9 @@ def test_static_chain_rows_give_the_distinct_rows_gradient_and_the_path_average(
         torch.testing.assert_close(ours[name], path_average[name], rtol=0, atol=1e-10, msg=name)
 
 
-@pytest.mark.parametrize("gradient_states", ["chain", "expected", "final"])
-def test_a_static_rows_training_step_equals_the_distinct_rows_step(gradient_states):
+def test_a_static_rows_training_step_equals_the_distinct_rows_step():
     """The whole step (cache read and write, a shared random stream): loss, every gradient and the cache alike."""
-    models = {rows: toy64(gradient_states=gradient_states, chain_rows=rows, cache_size=6) for rows in ("static", "distinct")}
+    models = {rows: toy64(gradient_states="chain", chain_rows=rows, cache_size=6) for rows in ("static", "distinct")}
     x = torch.rand(6, 1, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
     index = torch.arange(6)
     results = {}
@@ -282,6 +281,9 @@ def test_chain_rows_auto_is_static_on_an_accelerator_and_distinct_on_the_cpu():
     assert toy_jsa(mis_steps=2, chain_rows="distinct").row_choice(torch.device("cuda")) == "distinct"
     with pytest.raises(ValueError, match="chain_rows='fixed': expected one of 'auto', 'static', 'distinct'"):
         toy_jsa(chain_rows="fixed")
+    for states in ("final", "expected"):  # they score their own rows: chain_rows would be ignored
+        with pytest.raises(ValueError, match=f"chain_rows='static' applies to gradient_states 'chain'.*'{states}'"):
+            toy_jsa(gradient_states=states, chain_rows="static")
 
 
 # ---- gradient_rows: k + 1 rows per example, sum-and-sample (docs/jsa.md#a-fixed-number-of-gradient-rows) ----------
@@ -335,7 +337,8 @@ def test_the_expectation_over_the_sampled_row_is_the_full_gradient(monkeypatch, 
     """Unbiased, shown exactly: for each example, the k+1-row gradient for every possible draw J = j, weighted by
     P(J = j) = λ_j / R, sums to the gradient over every weighted candidate (static rows), for every parameter (encoder,
     decoder, embedding, the MADE prior) in float64."""
-    sampled, full = toy64(gradient_states=gradient_states, gradient_rows=k), toy64(gradient_states=gradient_states, chain_rows="static")
+    rows = {"chain_rows": "static"} if gradient_states == "chain" else {}  # (expected scores every row)
+    sampled, full = toy64(gradient_states=gradient_states, gradient_rows=k), toy64(gradient_states=gradient_states, **rows)
     x = torch.rand(4, 1, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     torch.manual_seed(4)
     sample = index_cached_mis(full.posterior(x).detach(), lambda h: full.log_joint(x, h), L)  # with the graph, for `full`
@@ -381,7 +384,8 @@ def test_gradient_rows_of_at_least_L_plus_one_are_the_static_rows(gradient_state
     """k >= L + 1 keeps every row: the whole step (cache read and write, one random stream) as chain_rows=static's,
     loss, every gradient and the cache identical."""
     results = []
-    for settings in (dict(chain_rows="static"), dict(gradient_rows=L + 1), dict(gradient_rows=50)):
+    every_row = dict(chain_rows="static") if gradient_states == "chain" else {}  # (expected scores every row)
+    for settings in (every_row, dict(gradient_rows=L + 1), dict(gradient_rows=50)):
         model = toy64(gradient_states=gradient_states, cache_size=6, **settings)
         x = torch.rand(6, 1, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
         torch.manual_seed(6)
