@@ -7,6 +7,7 @@ config groups are registered from these defaults (launch/checks/hydra_config.py)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import typing
@@ -15,13 +16,15 @@ from typing import Any
 from configs.settings import Settings, settings_class
 
 
-def declared_settings(cls: Any) -> type[Settings] | None:
-    """The settings class `cls` (or the nearest of its bases) declares in configs/settings.py; None if none does."""
-    for klass in getattr(cls, "__mro__", ()):
-        found = settings_class(f"{klass.__module__}.{klass.__qualname__}")
-        if found is not None:
-            return found
-    return None
+def _declared_by(klass: type) -> type[Settings] | None:
+    """The settings `klass` declares: by its name in configs/settings.py (`models.JSA` -> JSASettings), or as the type of
+    its constructor's `settings` argument (a base such as CategoricalLatentModel(settings: CategoricalSettings, ...),
+    which a subclass of one's own may extend with arguments of its own); None if neither."""
+    found = settings_class(f"{klass.__module__}.{klass.__qualname__}")
+    if found is None and "__init__" in vars(klass):
+        with contextlib.suppress(Exception):  # hints that do not resolve: none declared
+            found = typing.get_type_hints(vars(klass)["__init__"]).get("settings")
+    return found if isinstance(found, type) and issubclass(found, Settings) else None
 
 
 def constructor_defaults(cls: type) -> dict[str, Any]:
@@ -56,13 +59,13 @@ def constructor_hints(cls: type) -> dict[str, Any]:
 def _constructors(cls: Any) -> tuple[list[Any], type[Settings] | None]:
     """The __init__ of each class up `cls`'s hierarchy while each passes **kwargs on (a factory function, which a
     config's _target_ may name, e.g. callbacks.progress_bar: itself), to the first class that declares settings
-    (configs/settings.py), and those settings; None when the chain ends before one (a subclass of one's own without
+    (`_declared_by`), and those settings; None when the chain ends before one (a subclass of one's own without
     **kwargs) or there is none (the Trainer, an optimizer)."""
     if not inspect.isclass(cls):
         return [cls], None
     inits: list[Any] = []
     for klass in cls.__mro__:
-        declared = settings_class(f"{klass.__module__}.{klass.__qualname__}")
+        declared = _declared_by(klass)
         if declared is not None:
             return inits, declared
         if "__init__" in vars(klass):

@@ -5,6 +5,7 @@ corrupt data, an unusable checkpoint, a diverged loss, a stuck distributed peer.
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import sys
 from typing import Iterator, NoReturn
@@ -84,7 +85,9 @@ def user_errors_as_one_line() -> Iterator[None]:
     except OmegaConfBaseException as error:  # an interpolation that cannot resolve (model.lr='${nope}'), ...
         key = getattr(error, "full_key", None)
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        refuse_on_rank_zero(f"{key}: {reason}" if key else reason)
+        missing = re.match(r"Interpolation key '([\w.]+)' not found", reason)  # a config of one's own without model.lr
+        hint = f"; set {missing[1]} in its config file or on the command line (+{missing[1]}=VALUE)" if missing else ""
+        refuse_on_rank_zero(f"{key}: {reason}{hint}" if key else reason + hint)
     except SettingsError as error:
         refuse_on_rank_zero(str(error))
     except (*REFUSALS, FloatingPointError) as error:

@@ -153,6 +153,17 @@ def test_a_setting_refused_when_the_model_meets_its_data_is_one_line_and_leaves_
     assert not list((tmp_path / "logs").rglob("version_*"))
 
 
+def test_a_missing_interpolated_setting_says_where_to_set_it(tmp_path, monkeypatch, capsys):
+    """A model config of one's own without `lr` (configs/optimizer/adam.yaml reads ${model.lr}): the line names the key
+    and how to give it."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop, launch.errors.user_errors_as_one_line():
+        launch.hydra_app.run(composed(["~model.lr", f"log_dir={tmp_path / 'logs'}"]))
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and error == ("error: optimizer.lr: Interpolation key 'model.lr' not found; set model.lr in its "
+                                              "config file or on the command line (+model.lr=VALUE)"), error
+
+
 @pytest.mark.parametrize("front_end", ["hydra", "cli"])
 def test_a_default_root_dir_beside_a_logger_is_refused_naming_log_dir(front_end, tmp_path, monkeypatch, capsys):
     """With a logger, every file of a run goes under log_dir: Lightning's default_root_dir would be ignored, so it is

@@ -4,6 +4,7 @@ values) left out."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import lightning as L
@@ -14,7 +15,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from checkpoints.registry import registered
 from checkpoints.trainer import SafeCheckpoints
 from common.signatures import constructor_defaults, constructor_hints
+from configs.settings import CategoricalSettings
 from models import JSA, VAE, VQVAE
+from models.categorical import CategoricalLatentModel
 
 SMALL = {VQVAE: {"num_categories": 16, "code_dim": 4, "hidden_channels": 16}}
 
@@ -56,3 +59,22 @@ def test_a_setting_of_a_subclass_of_ones_own_is_saved_and_loaded_with_its_checkp
     trainer.save_checkpoint(tmp_path / "own.ckpt")
     loaded = OwnVAE.load_from_checkpoint(tmp_path / "own.ckpt")
     assert loaded.beta == 0.5 and loaded.latent_dim == 4
+
+
+class OwnEstimator(CategoricalLatentModel):
+    """A new estimator of one's own on the collection's categorical model (CONTRIBUTING): a setting of its own, the
+    rest passed on as the base's settings."""
+
+    def __init__(self, num_samples: int = 4, data_shape=(1, 28, 28), optimizer=None, scheduler=None, **settings):
+        super().__init__(CategoricalSettings(**settings), data_shape, optimizer, scheduler)
+        self.num_samples = num_samples
+
+
+def test_a_direct_subclass_of_a_base_model_takes_the_settings_its_base_is_given():
+    """The base's constructor takes `settings: CategoricalSettings`: those are the subclass's settings too, beside its
+    own argument (what both front ends check and the run saves)."""
+    assert set(constructor_defaults(OwnEstimator)) == {"num_samples", *(f.name for f in dataclasses.fields(CategoricalSettings)),
+                                                       "data_shape", "optimizer", "scheduler"}
+    assert constructor_hints(OwnEstimator)["lr"] is float and constructor_hints(OwnEstimator)["num_samples"] is int
+    model = OwnEstimator(num_samples=3, num_latents=5, lr=0.002)
+    assert (model.hparams["num_samples"], model.hparams["num_latents"], model.hparams["lr"]) == (3, 5, 0.002)
