@@ -8,6 +8,7 @@ import contextlib
 import copy
 import importlib
 import inspect
+import pkgutil
 import re
 import sys
 from typing import Any, NoReturn, Optional, Union
@@ -24,6 +25,7 @@ from checkpoints.import_paths import IMPORTABLE_HINT
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.registry import qualified_name
 from common.lightning_files import RunConfigFile
+from common.signatures import constructor_defaults
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch import rules
@@ -272,14 +274,19 @@ def _required(message: str, args: list[str]) -> str | None:
             f"{' '.join(f'{name}=VALUE' for name in options)}")
 
 
-def _parameters(value: str) -> dict[str, inspect.Parameter]:
-    """The constructor's parameters of the class an option's value names: a class path, or a short name LightningCLI
-    resolves (SHORT_NAME_MODULES); {} where it names none."""
+def _class_named(value: str) -> type | None:
+    """The class an option's value names: a class path, or a short name LightningCLI resolves (SHORT_NAME_MODULES);
+    None where it names none."""
     for path in (value, *(f"{module}.{value}" for module in SHORT_NAME_MODULES)) if re.fullmatch(r"(\w+\.)*[A-Z]\w*", value) else ():
-        module, _, name = path.rpartition(".")
         with contextlib.suppress(Exception):  # imported quietly: hydra's get_object logs every miss
-            return dict(inspect.signature(getattr(importlib.import_module(module), name)).parameters)
-    return {}
+            return pkgutil.resolve_name(path)
+    return None
+
+
+def _parameters(value: str) -> dict[str, inspect.Parameter]:
+    """The constructor's parameters of the class `value` names (`_class_named`); {} where it names none."""
+    cls = _class_named(value)
+    return dict(inspect.signature(cls).parameters) if cls is not None else {}
 
 
 def _not_accepted(message: str, args: list[str]) -> str | None:
@@ -298,7 +305,8 @@ def _not_accepted(message: str, args: list[str]) -> str | None:
         return None  # the class may come from a config file
     if not chosen:
         return f"{option}: give its class first ({owner}=CLASS, e.g. Adam), then its settings"
-    settings = [f"{owner}.{name}" for name in _parameters(chosen[-1]) if name not in ("self", "params", "optimizer")]
+    cls = _class_named(chosen[-1])  # its settings as both front ends read them (a subclass's declared ones too)
+    settings = [f"{owner}.{name}" for name in (constructor_defaults(cls) if cls is not None else {})]
     return f"{option}: no such setting of {chosen[-1].rsplit('.', 1)[-1]}{did_you_mean(option, settings)}"
 
 

@@ -26,7 +26,7 @@ import launch.hydra_app
 from callbacks import LineProgressBar
 from common.signatures import settings_of
 from datamodules import MNISTDataModule
-from models import JSA, VAE, VQVAE, DiscreteVAE
+from models import JSA, RWS, VAE, VQVAE, DiscreteVAE
 from tests.conftest import mnist_slice
 from tests.launch.test_configs import composed
 
@@ -151,6 +151,23 @@ def test_a_setting_refused_when_the_model_meets_its_data_is_one_line_and_leaves_
     assert stop.value.code == 2 and error.startswith("error: the bernoulli likelihood needs binary pixels") and \
         "data.binarize=dynamic" in error, error
     assert not list((tmp_path / "logs").rglob("version_*"))
+
+
+class TemperedRWS(RWS):
+    """A subclass of one's own with a setting of its own."""
+
+    def __init__(self, temperature: float = 0.5, **settings):
+        super().__init__(**settings)
+        self.temperature = temperature
+
+
+def test_a_setting_the_given_class_does_not_take_is_named_with_the_closest_of_its_settings():
+    """jsonargparse's "Option 'num_sample' is not accepted" for a subclass of one's own: its own settings and those it
+    passes on (RWS's) are the candidates."""
+    given = ["fit", f"--model={__name__}.TemperedRWS"]
+    for typo, meant in (("num_sample", "num_samples"), ("temperatur", "temperature")):
+        line = launch.cli_app._not_accepted(f"Option '{typo}' is not accepted", [*given, f"--model.{typo}=3"])
+        assert line == f"--model.{typo}: no such setting of TemperedRWS; did you mean --model.{meant}?", line
 
 
 def test_a_missing_interpolated_setting_says_where_to_set_it(tmp_path, monkeypatch, capsys):
