@@ -176,8 +176,10 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
         options += [f"{g}.{k}" for g in CLASS_DEFAULT_GROUPS for k in base.get(g) or {}]
         return unknown_top_level_setting(key) + did_you_mean(key, options)
     if owner is not None and "." not in name and declared(target) is None and group in ("model", "data"):
-        return (f"{key}: configs/{group}/{choice}.yaml has no such key; a setting of {owner} (a class of your own, whose "
-                f"constructor checks it) is added with +: +{given.lstrip('+')}")
+        file = next((f"{folder}/{group}/{choice}.yaml" for folder in hydra_folders(argv)
+                     if (folder / group / f"{choice}.yaml").is_file()), f"configs/{group}/{choice}.yaml")
+        return f"{key}: {file} has no such key" + (did_you_mean(key, options) or (
+            f"; a setting of {owner} (a class of your own, whose constructor checks it) is added with +: +{given.lstrip('+')}"))
     if owner is not None and "." not in name:
         if group in swept:
             return (f"{key}: no such setting of {owner}, which {group}={swept[group]} sweeps{elsewhere(group, name)}; give it "

@@ -192,6 +192,10 @@ def test_the_configs_of_a_config_dir_are_choices_of_their_groups(tmp_path):
     assert refuse_early(["--config-dir", str(tmp_path), "model=mine"], cli=False) is None
     refusal = refuse_early(["--config-dir", str(tmp_path), "model=mien"], cli=False)
     says(refusal, "did you mean mine?", f"configs/model/ or {tmp_path / 'model'}/")  # where it was looked for
+    # a key of a config of one's own for a class of one's own (not imported here): the file it is missing from
+    (tmp_path / "model" / "own.yaml").write_text("_target_: mypkg.MyModel\nnum_samples: 3\n")
+    refusal = refuse_early(["--config-dir", str(tmp_path), "model=own", "model.num_sample=2"], cli=False)
+    says(refusal, f"model.num_sample: {tmp_path / 'model' / 'own.yaml'} has no such key; did you mean model.num_samples?")
 
 
 def test_the_classes_a_config_file_chooses_hold_where_it_stands_on_the_command_line(tmp_path):
