@@ -1,7 +1,7 @@
 """Exact resume: a run interrupted mid-epoch and resumed from its checkpoint ends bit-for-bit where an
 uninterrupted run of the same seed ends (parameters, optimizer state, JSA's cache, VQ-VAE's codebook
 statistics), on CPU. What makes it exact: the loader's position and shuffling (datamodules/resumable.py),
-seeded binarization, and every rank's random state saved in the checkpoint (checkpoints/trainer/random_state.py)."""
+seeded binarization, and every rank's random state saved in the checkpoint (checkpoints/trainer/safe_checkpoints.py)."""
 
 from __future__ import annotations
 
