@@ -4,7 +4,7 @@
 
 θ's gradient back-propagates through the bound; φ's adds a score-function term with learning signal L̂ - L̂_{-s},
 the leave-one-out baseline replacing h_s's weight by the geometric mean of the others (samplers/multi_sample.py).
-Unbiased for ∇L_S; `train/loss` is -L̂.
+Unbiased for ∇L_S; `train/loss` is -L̂ and `train/iw_bound` L̂, as RWS logs it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from torch import Tensor
 from configs.settings import VIMCOSettings
 from models.categorical import CategoricalLatentModel
 from models.components.optimizers import OptimizerFactory, SchedulerFactory
-from samplers.multi_sample import vimco_surrogate
+from samplers.multi_sample import importance_weighted_bound, vimco_surrogate
 
 
 class VIMCO(CategoricalLatentModel):
@@ -38,7 +38,8 @@ class VIMCO(CategoricalLatentModel):
 
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
         _, log_joint, log_proposal = self.score_proposals(x, self.posterior(x), self.num_samples)
-        return {"loss": -vimco_surrogate(log_joint, log_proposal).mean()}
+        bound = importance_weighted_bound((log_joint - log_proposal).detach()).mean()
+        return {"loss": -vimco_surrogate(log_joint, log_proposal).mean(), "iw_bound": bound}
 
     def gradient_estimates(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
         return {"": self.training_loss(x, index)["loss"]}

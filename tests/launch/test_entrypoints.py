@@ -81,7 +81,7 @@ MODEL_TAGS = {  # a model's own tags beside the shared ones (a model not listed:
     "dvae": {"train/encoder_grad_variance_no_cv"},
     "dvae_gumbel": {"train/temperature"},
     "rws": {"train/iw_bound"},
-    "vimco": set(),
+    "vimco": {"train/iw_bound"},  # the S-sample bound, as RWS's
 }
 # The same gradient-variance tags for every model that trains by a gradient estimate (callbacks.GradientVariance).
 GRADIENT_VARIANCE_TAGS = {"train/encoder_grad_variance", "train/decoder_grad_variance"}
