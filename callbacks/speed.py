@@ -3,7 +3,8 @@
 A step's time is the wall time from one training batch's start to the next's, minus any validation in between, its
 mean logged at each logging step. Nothing is synchronized: the host runs only a few kernels ahead of a GPU, so in
 steady state the time between batches is the device's throughput. An epoch's time is logged only for an epoch run
-whole in this process (a run resumed mid-epoch starts without `on_train_epoch_start`).
+whole in this process: not one resumed mid-epoch (it starts without `on_train_epoch_start`), nor one that max_steps
+or a stop cut short.
 """
 
 from __future__ import annotations
@@ -25,19 +26,21 @@ class TrainingSpeed(L.Callback):
     def __init__(self) -> None:
         self._last_batch_start: float | None = None
         self._epoch_start: float | None = None  # None: this process did not see the epoch start (a mid-epoch resume)
+        self._batches_run = 0  # the epoch's batches that ran in this process
         self._paused = 0.0  # seconds of validation since the last batch started
         self._paused_in_epoch = 0.0
         self._pause_start = 0.0
         self._seconds, self._samples, self._steps = 0.0, 0, 0  # since the last logged step
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._epoch_start = time.perf_counter()
+        self._epoch_start, self._batches_run = time.perf_counter(), 0
         self._last_batch_start = None
         self._seconds, self._samples, self._steps = 0.0, 0, 0  # since the last logged step
         self._paused = self._paused_in_epoch = 0.0
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()
+        self._batches_run += 1
         if self._last_batch_start is not None:
             self._seconds += now - self._last_batch_start - self._paused
             self._samples += batch[0].shape[0] * trainer.world_size
@@ -59,7 +62,7 @@ class TrainingSpeed(L.Callback):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Validation at the end of an epoch runs before this hook: leave it out of the epoch's time.
-        if self._epoch_start is None:
+        if self._epoch_start is None or self._batches_run < trainer.num_training_batches:
             return
         seconds = time.perf_counter() - self._epoch_start - self._paused_in_epoch
         pl_module.log("train/epoch_time_s", seconds)

@@ -106,6 +106,17 @@ def test_training_speed_after_a_mid_epoch_resume_logs_no_epoch_time_it_did_not_m
     assert len(epoch_times) == 1 and 0 < epoch_times[0] < wall  # the second epoch, run whole; not the resumed first
 
 
+def test_training_speed_logs_no_epoch_time_for_an_epoch_max_steps_cut_short(tmp_path, mnist_dir):
+    """An epoch of 6 batches: 9 steps run the first whole and stop the second at its third batch; one epoch time."""
+    logger = TensorBoardLogger(tmp_path, name="cut", default_hp_metric=False)
+    trainer = L.Trainer(max_steps=9, limit_train_batches=6, limit_val_batches=0, logger=logger, callbacks=[TrainingSpeed()],
+                        enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False, log_every_n_steps=1)
+    trainer.fit(VAE(latent_dim=4), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
+    events = EventAccumulator(trainer.logger.log_dir)
+    events.Reload()
+    assert len(events.Scalars("train/epoch_time_s")) == 1
+
+
 def test_progress_bars_after_a_mid_epoch_resume_show_the_epoch_its_length_and_no_version_fragment(tmp_path, mnist_dir, capsys):
     from callbacks.progress import LineProgressBar, LossTQDMProgressBar
 
@@ -141,7 +152,7 @@ def test_the_epoch_line_says_when_max_steps_ended_the_epoch(mnist_dir, capsys):
 
 def test_random_state_checkpoint_saves_and_restores_every_rank_state():
     class FakeTrainer:
-        world_size, global_rank, optimizers, lr_scheduler_configs = 1, 0, [], []
+        world_size, global_rank, optimizers, lr_scheduler_configs, datamodule = 1, 0, [], [], None
         strategy = types.SimpleNamespace(all_gather=lambda tensor: tensor)  # one process: Lightning's gathers nothing
 
     callback, module, checkpoint = SafeCheckpoints(), torch.nn.Linear(1, 1), {}
