@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pkgutil
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -23,6 +24,10 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import OmegaConf, open_dict
 
 from callbacks.replica_runs import ReplicaRuns
+from checkpoints.loader import load_checkpoint_file
+from checkpoints.registry import qualified_name
+from common.signatures import constructor_defaults
+from configs.settings import MODEL_ARGUMENTS
 from launch import rules
 from launch.checks.settings import SettingsError, check_composed
 from launch.run_builder import RunDescription, build_trainer
@@ -47,6 +52,23 @@ def model_settings(cfg: Any) -> dict[str, Any]:
     if own:
         settings.update({k: v for k, v in OmegaConf.to_container(own, resolve=True).items() if k not in given})
     return settings
+
+
+def resumed_settings(settings: dict[str, Any], checkpoint: dict[str, Any] | None) -> dict[str, Any]:
+    """The model's settings of a run started from a checkpoint its model wrote: the checkpoint's, under those the
+    command line gives (`model=rws ckpt_path=...` resumes a run of model.num_samples=5 with 5, as LightningCLI's
+    `fit --model=RWS --ckpt_path=...` does). Another model's checkpoint is left to the builder's refusal."""
+    if checkpoint is None:
+        return settings
+    try:
+        cls = pkgutil.resolve_name(settings["_target_"])
+    except (ImportError, AttributeError, ValueError):
+        return settings  # refused by the checks, naming the class
+    if checkpoint.get("model_class") != qualified_name(cls):
+        return settings
+    given = {key.removeprefix("model.") for key in command_line_overrides() if key.startswith("model.")}
+    names = set(constructor_defaults(cls)) - set(MODEL_ARGUMENTS) - given
+    return {**settings, **{key: value for key, value in (checkpoint.get("hyper_parameters") or {}).items() if key in names}}
 
 
 def command_line_overrides() -> dict[str, str]:
@@ -162,7 +184,8 @@ def chosen_logger(cfg: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
 def describe_run(cfg: Any) -> RunDescription:
     """The run of a composed config (launch/run_builder.py's RunDescription), checked, seeded and built but for its
     trainer."""
-    settings = model_settings(cfg)  # the model's, as the run builds it: checked with every other setting, then built
+    checkpoint = load_checkpoint_file(cfg.ckpt_path) if cfg.get("ckpt_path") else None  # read once, handed on
+    settings = resumed_settings(model_settings(cfg), checkpoint)  # the model's, as built: checked with every other setting
     check_composed(cfg, settings)
     if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
         torch.compiler.reset()
@@ -176,7 +199,7 @@ def describe_run(cfg: Any) -> RunDescription:
     run = RunDescription(
         model=model, datamodule=datamodule, name=name, log_dir=cfg.log_dir, front_end="hydra", tensorboard=tensorboard,
         trainer={**trainer.keywords, "callbacks": callbacks, "logger": logger, **parallel_job_settings(cfg)},
-        trainer_class=trainer.func, ckpt_path=cfg.get("ckpt_path"), ddp_timeout_s=cfg.ddp_timeout_s,
+        trainer_class=trainer.func, ckpt_path=cfg.get("ckpt_path"), checkpoint=checkpoint, ddp_timeout_s=cfg.ddp_timeout_s,
         # ~logger: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory
         output_dir=hydra_output_dir(cfg))
     replicas = OmegaConf.to_container(cfg.replicas, resolve=True) if cfg.get("replicas") else {}

@@ -93,8 +93,10 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
     except ValueError as error:
         raise SettingsError(str(error)) from None
     names = replica_names(run.name, seeds, arms)
-    ckpt_path = run.ckpt_path
-    branch = trunk_to_branch(ckpt_path, seeds, arms, names) if ckpt_path else None
+    ckpt_path, checkpoint = run.ckpt_path, run.checkpoint
+    if ckpt_path and checkpoint is None:
+        checkpoint = load_checkpoint_file(ckpt_path)
+    branch = trunk_to_branch(checkpoint, seeds, arms, names) if ckpt_path else None
     resumed = branch is None and ckpt_path and Path(ckpt_path).parent.name == "checkpoints"  # the process writes there
     group_dir = str(Path(ckpt_path).parent.parent) if resumed else process_dir(run.log_dir, "replicas", run.name)
     if branch is not None:  # the arms start from their seed's trunk replica, in a process of their own
@@ -113,16 +115,16 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
     return dataclasses.replace(
         run, model=model, datamodule=ReplicaData(run.datamodule, replica_seeds), name=f"{run.name}-replicas",
         trainer={**run.trainer, "callbacks": callbacks, "logger": False, "default_root_dir": group_dir},
-        front_end="replicas", tensorboard=None, output_dir=group_dir, ckpt_path=ckpt_path)
+        front_end="replicas", tensorboard=None, output_dir=group_dir, ckpt_path=ckpt_path,
+        checkpoint=branch if branch is not None else checkpoint)
 
 
-def trunk_to_branch(ckpt_path: str, seeds: Sequence[int], arms: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any] | None:
-    """The branch checkpoint (checkpoints/replica.py) when `ckpt_path` is a replicated process of these seeds, one
+def trunk_to_branch(checkpoint: dict[str, Any], seeds: Sequence[int], arms: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any] | None:
+    """The branch checkpoint (checkpoints/replica.py) when `checkpoint` is a replicated process's of these seeds, one
     replica each (a trunk), and this process trains other runs (several arms, or one arm of other settings, `names`):
     e.g. JSA to epoch 300 for 5 seeds, then its arms with and without the cache from there, each arm of a seed the same
     run up to the branch (the paired design), in a process and runs of its own. None: the same runs, resumed as they
     are (the process's own last.ckpt, or a trunk continued with its own settings)."""
-    checkpoint = load_checkpoint_file(ckpt_path)
     saved = checkpoint.get("replica_seeds")
     if saved is not None and list(saved) == list(seeds) and (len(arms) > 1 or ReplicaRuns.saved_names(checkpoint) != list(names)):
         return branch_checkpoint(checkpoint, len(arms))

@@ -60,7 +60,8 @@ def test_default_is_jsa_on_mnist():
 @pytest.mark.parametrize("overrides, name", [
     ([], "jsa-mnist-mlp-K10-L20"),
     (["model.gradient_rows=4"], "jsa-mnist-mlp-K10-L20-rows4"),
-    (["model.chain_rows=static", "model.gradient_states=expected"], "jsa-mnist-mlp-K10-L20-expected-rowsstatic"),
+    (["model.chain_rows=static"], "jsa-mnist-mlp-K10-L20-rowsstatic"),
+    (["model.gradient_states=expected"], "jsa-mnist-mlp-K10-L20-expected"),
     (["model.q_states=fresh", "model.cache_start_epoch=3", "model.cache_refresh=0.1"], "jsa-mnist-mlp-K10-L20-qfresh-cache3-refresh0.1"),
     (["model.use_cache=false", "model.gradient_states=chain", "model.cache_refresh=0"], "jsa-mnist-mlp-K10-L20-nocache"),
     (["model=dvae"], "dvae-mnist-mlp-K10-reinforce-optimal"),

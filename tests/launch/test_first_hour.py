@@ -344,6 +344,22 @@ def test_a_checkpoint_is_resumed_and_tested_only_on_the_data_it_was_trained_on(t
 
 
 @pytest.mark.slow  # runs through the front ends
+def test_hydra_resumes_with_the_checkpoints_settings_under_the_command_lines(tmp_path, mnist_dir, monkeypatch):
+    """`model=rws ckpt_path=...` resumes a run of model.num_samples=5 with 5 (the config's default is 10), as
+    LightningCLI's `fit --model=RWS --ckpt_path=...` does; a setting given on the command line wins."""
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    short = ["model=rws", "trainer.limit_val_batches=0", "trainer.enable_progress_bar=false", "data.batch_size=8",
+             f"log_dir={tmp_path / 'logs'}"]
+    launch.hydra_app.run(composed([*short, "model.num_samples=5", "model.test_num_samples=3", "trainer.max_steps=1"]))
+    (checkpoint,) = tmp_path.glob("logs/tensorboard/*/version_0/checkpoints/last.ckpt")
+    resumed = launch.hydra_run.describe_run(composed([*short, f"ckpt_path={checkpoint}", "trainer.max_steps=2"]))
+    assert (resumed.model.num_samples, resumed.model.hparams["test_num_samples"]) == (5, 3)
+    given = launch.hydra_run.describe_run(composed([*short, f"ckpt_path={checkpoint}", "model.num_samples=7", "trainer.max_steps=2"]))
+    assert (given.model.num_samples, given.model.hparams["test_num_samples"]) == (7, 3)
+
+
+@pytest.mark.slow  # runs through the front ends
 def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mnist_dir, capsys):
     dm = MNISTDataModule(data_dir=str(mnist_dir), batch_size=16)
     trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,

@@ -222,11 +222,11 @@ def test_arms_branch_from_a_trunk_as_its_seeds_replicas(tmp_path):
     trunk = load_checkpoint_file(tmp_path / "trunk/group/last.ckpt")
     arms = [{}, {"cache_start_epoch": 1}]
     trunk_path = str(tmp_path / "trunk/group/last.ckpt")
-    branch = trunk_to_branch(trunk_path, seeds, arms, ["jsa-seed0", "jsa-seed1", "jsa-seed0-c", "jsa-seed1-c"])
+    branch = trunk_to_branch(load_checkpoint_file(trunk_path), seeds, arms, ["jsa-seed0", "jsa-seed1", "jsa-seed0-c", "jsa-seed1-c"])
     assert branch["replica_seeds"] == [0, 1, 0, 1]
     # one arm: other settings branch into runs of their own; the trunk's own runs resume it
-    assert trunk_to_branch(trunk_path, seeds, arms[1:], ["jsa-seed0-c", "jsa-seed1-c"])["replica_seeds"] == [0, 1]
-    assert trunk_to_branch(trunk_path, seeds, arms[:1], ["jsa-seed0", "jsa-seed1"]) is None
+    assert trunk_to_branch(load_checkpoint_file(trunk_path), seeds, arms[1:], ["jsa-seed0-c", "jsa-seed1-c"])["replica_seeds"] == [0, 1]
+    assert trunk_to_branch(load_checkpoint_file(trunk_path), seeds, arms[:1], ["jsa-seed0", "jsa-seed1"]) is None
     save_checkpoint_file(branch, tmp_path / "branch.ckpt")
     start = StartState()
     replicas = Replicas([model(seed, **arm) for arm in arms for seed in seeds], seeds * 2)
