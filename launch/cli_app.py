@@ -66,11 +66,11 @@ class Parser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
         given = CollectionCLI.command_line
         subcommand = given[0] if given and given[0] in SUBCOMMANDS else "fit"
-        # the same line as before the imports (with "did you mean") where the early check sees the mistake
-        exit_with(refuse_early(given, cli=True) or _required(message, given) or _unknown_class(message, given) or _package_missing(message, given) or
-                  _not_accepted(message, given) or
-                  f"{_one_line(message, given)}{_meant_option(message, given)} (python train.py {subcommand} --help lists "
-                  "the options)")
+        # the same line as before the imports (with "did you mean") where the early check sees the mistake; else the
+        # first of our lines for a report of jsonargparse's that names no fix; else its report in one line
+        ours = refuse_early(given, cli=True) or next(filter(None, (line(message, given) for line in REPORT_LINES)), None)
+        exit_with(ours or f"{_one_line(message, given)}{_meant_option(message, given)} (python train.py {subcommand} --help "
+                          "lists the options)")
 
 
 class CollectionCLI(LightningCLI):
@@ -339,6 +339,10 @@ def _meant_option(message: str, args: list[str]) -> str:
     settings of the classes the command line chooses."""
     found = re.match(r"unrecognized arguments: (--\w+)", message.strip())
     return did_you_mean(found[1], options_of_chosen_classes(args)) if found else ""
+
+
+# Our line for each of jsonargparse's reports that names no fix (None where the report is another).
+REPORT_LINES = (_required, _unknown_class, _package_missing, _not_accepted)
 
 
 def _given(args: list[str], group: str, keys: set[str] | None = None) -> set[str]:
