@@ -25,6 +25,7 @@ from checkpoints.import_paths import IMPORTABLE_HINT
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.registry import qualified_name
 from common.lightning_files import RunConfigFile
+from common.settings import SEED_RANGE
 from common.signatures import constructor_defaults
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
@@ -48,7 +49,7 @@ REPORT_NOISE = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Pro
                 "Expected a <class 'NoneType'>")
 # Where LightningCLI finds a class given by its short name (--optimizer=Adam, --trainer.logger=CSVLogger).
 SHORT_NAME_MODULES = ("torch.optim", "torch.optim.lr_scheduler", "lightning.pytorch.loggers", "lightning.pytorch.callbacks")
-SEED = restricted_number_type("Seed", int, [(">=", 0), ("<", 2**32)])  # numpy's range, as Hydra's seed
+SEED = restricted_number_type("Seed", int, [(">=", SEED_RANGE[0]), ("<=", SEED_RANGE[1])])  # numpy's range, as Hydra's seed
 
 
 class Parser(LightningArgumentParser):

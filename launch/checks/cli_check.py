@@ -10,7 +10,7 @@ from typing import Any
 
 from launch.checks.arguments import option_values, values_of
 from launch.checks.configs import CONFIGS, GROUPS, NOT_SETTINGS, cli_classes, config_targets, declared, default_choices
-from common.settings import expected
+from common.settings import SEED_RANGE, expected
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, \
     removed_trainer_option
 from launch.checks.received_config import ConfigRefusal, composed, given_settings
@@ -67,7 +67,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         raise EarlyRefusal(scheduler_without_optimizer(scheduler))
     seed = given.get("--seed_everything")
     read = values_of(seed, cli=True) if seed is not None else [True]
-    if read is None or not (isinstance(read[0], bool) or isinstance(read[0], int) and 0 <= read[0] < 2**32):
+    if read is None or not (isinstance(read[0], bool) or isinstance(read[0], int) and SEED_RANGE[0] <= read[0] <= SEED_RANGE[1]):
         raise EarlyRefusal(f"--seed_everything={seed}: expected an integer in [0, 2^32 - 1] (as Hydra's seed), true (a "
                            "random seed) or false (none)")
     weights_only = [(value, file) for option, value, file in pairs if option == "--weights_only"][-1:]

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from checkpoints.import_paths import IMPORTABLE_HINT
-from common.settings import expected
+from common.settings import SEED_RANGE, expected
 from common.signatures import constructor_defaults, constructor_hints
 from launch.checks.configs import config_targets, declared
 from launch.checks.precheck import TOP_LEVEL_SETTINGS, EarlyRefusal, check_combination, did_you_mean
@@ -141,7 +141,7 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None) -> None:
     for key, value in top_level.items():
         if (want := expected(TOP_LEVEL_SETTINGS[key], value)) is not None:
             raise SettingsError(f"{key}={value!r}: expected {want}")
-    if isinstance(top_level.get("seed"), int) and not 0 <= top_level["seed"] < 2**32:
+    if isinstance(top_level.get("seed"), int) and not SEED_RANGE[0] <= top_level["seed"] <= SEED_RANGE[1]:
         raise SettingsError(f"seed={top_level['seed']}: expected an integer in [0, 2^32 - 1]")
     if isinstance(top_level.get("ddp_timeout_s"), (int, float)) and not top_level["ddp_timeout_s"] > 0:
         raise SettingsError(f"ddp_timeout_s={top_level['ddp_timeout_s']}: expected a number of seconds > 0")

@@ -22,6 +22,7 @@ from checkpoints.loader import load_checkpoint_file
 from checkpoints.replica import branch_checkpoint
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from common.private_api import checkpoint_every_n_train_steps
+from common.settings import SEED_RANGE
 from common.signatures import constructor_defaults
 from datamodules.replicas import ReplicaData
 from launch.checks.settings import SettingsError
@@ -41,7 +42,7 @@ def replica_names(name: str, seeds: Sequence[int], arms: Sequence[dict[str, Any]
 
 def check_replica_request(seeds: Any, arms: Any, option: str) -> tuple[list[int], list[dict[str, Any]]]:
     """`seeds` a non-empty list of distinct integers in numpy's range, `arms` null or a non-empty list of mappings."""
-    if not isinstance(seeds, (list, tuple)) or not seeds or not all(type(s) is int and 0 <= s < 2**32 for s in seeds):
+    if not isinstance(seeds, (list, tuple)) or not seeds or not all(type(s) is int and SEED_RANGE[0] <= s <= SEED_RANGE[1] for s in seeds):
         raise SettingsError(f"{option}.seeds={seeds!r}: expected a list of integer seeds in [0, 2^32 - 1], e.g. [0,1,2,3]")
     if len(set(seeds)) != len(seeds):
         raise SettingsError(f"{option}.seeds={list(seeds)}: a seed is repeated; each replica needs its own seed")
