@@ -92,7 +92,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
 
     # The classes in effect, from configs/train.yaml's defaults (rules.default_class) to the last choice; a file's settings
     # are its classes' (jsonargparse drops them if a later option chooses another class), the command line's the last.
-    chosen: dict[str, str | None] = {group: schema["choices"][group][default_choices()[group]] for group in ("model", "data")}
+    chosen: dict[str, str | None] = default_classes(schema)
     chosen["trainer"] = "lightning.Trainer"
     for file, run in itertools.groupby(pairs, key=lambda pair: pair[2]):  # the command line's options between files, a file's
         run = list(run)
@@ -144,12 +144,18 @@ def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | No
         check_value(given, value, [settings], cli=True)
 
 
+def default_classes(schema: dict[str, Any]) -> dict[str, str | None]:
+    """The model and data classes of configs/train.yaml's defaults (`load`'s schema): those in effect until a command
+    line or config file chooses others."""
+    return {group: schema["choices"][group][default_choices()[group]] for group in ("model", "data")}
+
+
 def options_of_chosen_classes(argv: list[str]) -> list[str]:
     """`--group.setting` for every setting of the Trainer and of the model and data classes the command line chooses
     (`--model=VAE`; the defaults otherwise): the options a bare `--max_steps` may have meant."""
     schema, given = load(), dict(option_values(argv[1:]))
     options = []
-    chosen = {group: schema["choices"][group][default_choices()[group]] for group in ("model", "data")}
+    chosen = default_classes(schema)
     for group in chosen:
         name = given.get(f"--{group}") or ""
         chosen[group] = schema["cli_classes"][group].get(name, name) or chosen[group]
