@@ -186,7 +186,11 @@ def describe_run(cfg: Any) -> RunDescription:
     trainer."""
     checkpoint = load_checkpoint_file(cfg.ckpt_path) if cfg.get("ckpt_path") else None  # read once, handed on
     settings = resumed_settings(model_settings(cfg), checkpoint)  # the model's, as built: checked with every other setting
-    check_composed(cfg, settings)
+    try:
+        check_composed(cfg, settings)
+    except SettingsError as error:  # a setting given beside the checkpoint's (model.use_cache=false with its cache_size)
+        resumed = " (a resumed run takes its checkpoint's model settings where the command line gives none)"
+        raise SettingsError(f"{error}{resumed if checkpoint is not None else ''}") from None
     if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
         torch.compiler.reset()
     L.seed_everything(cfg.seed, workers=True)
