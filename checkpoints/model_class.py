@@ -66,14 +66,21 @@ def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = No
                           f"{resume_command(ckpt_path or 'PATH', name, config_name, subcommand)} (in Python: {name}.load_from_checkpoint)")
 
 
+def stamp_data_class(checkpoint: dict[str, Any], datamodule: Any) -> None:
+    """The checkpoint names the data module it was trained on: the one a replicated process wraps (ReplicaData's
+    `data_class`), as a single run of the replica would name it."""
+    if datamodule is not None:
+        checkpoint["data_class"] = qualified_name(getattr(datamodule, "data_class", type(datamodule)))
+
+
 def check_data_class(checkpoint: dict[str, Any], datamodule: Any, ckpt_path: Any, cli: bool) -> None:
     """Refuse to resume or evaluate a checkpoint on other data than it was trained on (the class its SafeCheckpoints
     stamped), which would log another data set's numbers into its run: one line with the choice that gives its data."""
-    found = checkpoint.get("data_class")
-    if found is None or datamodule is None or found == qualified_name(type(datamodule)):
+    found, given = checkpoint.get("data_class"), getattr(datamodule, "data_class", type(datamodule))
+    if found is None or datamodule is None or found == qualified_name(given):
         return
     written_by = next((data for data in registered("data") if qualified_name(data) == found), None)
     choice = f"--data={found.rsplit('.', 1)[-1]}" if cli else f"data={written_by.config_name}" if written_by else \
         f"data._target_={found}"
-    raise CheckpointError(f"checkpoint {ckpt_path} was trained on {found}, not {qualified_name(type(datamodule))}: give "
+    raise CheckpointError(f"checkpoint {ckpt_path} was trained on {found}, not {qualified_name(given)}: give "
                           f"{choice} (to evaluate the model on other data, load it in Python: <Model>.load_from_checkpoint)")

@@ -80,6 +80,11 @@ class ReplicaData(L.LightningDataModule):
             raise AttributeError(name)
         return getattr(self.datamodule, name)
 
+    @property
+    def data_class(self) -> type:
+        """The replicas' data module class: the one the process's checkpoints name (checkpoints/model_class.py)."""
+        return type(self.datamodule)
+
     def prepare_data(self) -> None:
         self.datamodule.prepare_data()
 

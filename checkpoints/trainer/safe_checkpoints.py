@@ -20,7 +20,7 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
 from checkpoints.errors import CheckpointError
-from checkpoints.model_class import stamp_model_class
+from checkpoints.model_class import stamp_data_class, stamp_model_class
 from checkpoints.registry import qualified_name
 from checkpoints.trainer.io_plugin import AtomicCheckpointIO, same
 
@@ -47,8 +47,7 @@ class SafeCheckpoints(L.Callback):
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         stamp_model_class(checkpoint, getattr(pl_module, "model_class", type(pl_module)))  # a replicated process's too
-        if trainer.datamodule is not None:
-            checkpoint["data_class"] = qualified_name(type(trainer.datamodule))
+        stamp_data_class(checkpoint, trainer.datamodule)
         checkpoint["optimizer_classes"] = class_names(trainer.optimizers)
         checkpoint["lr_scheduler_classes"] = class_names(config.scheduler for config in trainer.lr_scheduler_configs)
         state = {"cpu": torch.get_rng_state()}

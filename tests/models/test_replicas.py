@@ -195,6 +195,7 @@ def test_a_replicated_process_resumes_exactly_and_each_replica_checkpoint_loads_
                            else group["state_dict"]["stacked/" + name.replace(".", "/")][1]), name
     checkpoint = load_checkpoint_file(last)
     assert checkpoint["global_step"] == 6 and checkpoint["datamodule_hyper_parameters"]["seed"] == 1
+    assert checkpoint["data_class"] == "datamodules.mnist.MNISTDataModule"  # its data, as a single run's names it
     single, record = model(1, narrow=False), Record()
     trainer(tmp_path / "single", max_steps=8, precision="32-true", callbacks=[record]).fit(single, datamodule=data(1), ckpt_path=str(last))
     fresh = Record()
