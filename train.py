@@ -55,6 +55,9 @@ def _config_groups() -> str:
 
 def main() -> None:
     argv = sys.argv[1:]
+    from launch.checks.early import exit_on_sigterm
+
+    exit_on_sigterm()  # one line and exit status 143 wherever Lightning does not take SIGTERM
     from launch.checks.early import refuse_early  # before the imports of torch and Lightning: typos are refused at once
     from launch.checks.received_config import refuse_received_configs  # a config file that would hang or import a stranger's module
 

@@ -17,7 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 from checkpoints.errors import CheckpointError
 from common.files import LeadsOutside, NotARegularFile
 from datamodules import DataError
-from launch.checks.early import USER_ERROR, exit_with
+from launch.checks.early import INTACT, USER_ERROR, exit_with
 from launch.checks.settings import SettingsError
 from launch.runs.distributed import collective_timeout_message
 
@@ -77,8 +77,7 @@ def user_errors_as_one_line() -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt:
-        print("error: stopped by Ctrl-C (a checkpoint file is replaced only once written whole: the last one saved, if "
-              "any, is intact)", file=sys.stderr)
+        print(f"error: stopped by Ctrl-C ({INTACT})", file=sys.stderr)
         raise StoppedByCtrlC() from None
     except MisconfigurationException as error:  # Lightning refused a trainer or callback setting
         refuse_on_rank_zero(" ".join(str(error).split()))

@@ -117,6 +117,20 @@ def test_ctrl_c_or_sigterm_during_test_exits_nonzero_and_leaves_the_run_as_it_wa
     assert output.strip().splitlines()[-1].startswith("run: logs/tensorboard/vae-mnist-mlp-z32/version_0 "), output[-3000:]  # where it is
 
 
+def test_sigterm_before_training_exits_143_with_one_line_and_the_process_exit_handlers_run(tmp_path, mnist_dir):
+    """SIGTERM while a run sets up (before Lightning takes the signal over for training) ends the process with a line
+    and exit status 143, then the run's line; its exit handlers run: the run's `.owner` note goes with the process."""
+    process = start(tmp_path, mnist_dir, "+callbacks.hold._target_=tests.scripts.hold.HoldInSetup")
+    wait_for((tmp_path / "holding-setup").exists, process)
+    process.send_signal(signal.SIGTERM)
+    code, output = finish(process)
+    assert code == 143, output[-3000:]
+    lines = output.strip().splitlines()
+    assert lines[-2].startswith("error: stopped by SIGTERM ("), output[-3000:]
+    assert lines[-1].endswith(f"run: {RUN}/version_0 · tensorboard --logdir logs/tensorboard"), output[-3000:]  # no checkpoint
+    assert (tmp_path / RUN).is_dir() and not list((tmp_path / "logs").rglob(".owner"))
+
+
 def test_ctrl_c_during_hydras_test_stage_exits_130_and_keeps_the_fitted_run(tmp_path, mnist_dir):
     """Hydra tests after fit (run_test=true): Ctrl-C in that test stage exits 130, not Lightning's 1, and the run its
     fit wrote stays with its checkpoint and the line that names it. The test holds at its second batch until the

@@ -1,7 +1,8 @@
-"""A callback for the Ctrl-C-during-test tests (test_interruptions.py): the test stage stops at the start of its
-second batch, once the first has logged its image grids, and waits there for Ctrl-C; the file `holding-test` in the
-working directory says it is waiting. The test sends SIGINT (or SIGTERM) when that file appears: inside the test loop, however
-slowly the run got there. Without the signal it goes on after `timeout_s` and the test ends as usual."""
+"""Callbacks that hold a run where a test sends it a signal. HoldInTest (the Ctrl-C-during-test tests,
+test_interruptions.py): the test stage stops at the start of its second batch, once the first has logged its image
+grids, and waits there for Ctrl-C; the file `holding-test` in the working directory says it is waiting. The test sends
+SIGINT (or SIGTERM) when that file appears: inside the test loop, however slowly the run got there. Without the signal
+it goes on after `timeout_s` and the test ends as usual. HoldInSetup holds fit's setup alike (`holding-setup`)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,17 @@ class HoldInTest(L.Callback):
             deadline = time.monotonic() + self.timeout_s
             while time.monotonic() < deadline and not getattr(trainer, "received_sigterm", False):  # SIGTERM: go on
                 time.sleep(POLL_S)
+
+
+class HoldInSetup(L.Callback):
+    """Holds the fit stage's setup, before Lightning takes SIGTERM over, until a signal ends the process (or
+    `timeout_s`); the file `holding-setup` in the working directory says it is waiting."""
+
+    def __init__(self, timeout_s: float = 120) -> None:
+        self.timeout_s = timeout_s
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        Path("holding-setup").touch()
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:  # short sleeps: the signal's handler runs between them
+            time.sleep(POLL_S)
