@@ -4,7 +4,8 @@ Hydra describes a run from its composed config (launch/hydra_run.py: `describe_r
 instantiated namespace (launch/cli_app.py: `CollectionCLI.instantiate_trainer`); `build_trainer` then applies every
 rule of launch/rules.py to it, in one place: the checkpoint's model class, the TensorBoard run and its directory,
 where a run without a logger writes, `trainer.enable_checkpointing=false`, the collective timeout, the preemption
-and process-group callbacks, and the checkpoint fit starts from, read once and handed to the trainer's restore.
+and process-group callbacks, and the checkpoint fit starts from, which the front end read once, handed to the
+trainer's restore.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from lightning import Trainer
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from checkpoints.loader import load_checkpoint_file
 from checkpoints.model_class import check_data_class, check_model_class
 from checkpoints.trainer.io_plugin import AtomicCheckpointIO
 from launch import rules
@@ -41,7 +41,7 @@ class RunDescription:
     tensorboard: dict[str, Any] | None  # the TensorBoard run's own settings; None: no TensorBoard run (trainer["logger"] as given)
     output_dir: str | None = None  # a directory already made for the run (Hydra's), where it writes without a logger
     ckpt_path: str | None = None  # the checkpoint to start from
-    checkpoint: dict[str, Any] | None = None  # ckpt_path's content, where the front end has read it already
+    checkpoint: dict[str, Any] | None = None  # ckpt_path's content, read once by the front end (given with ckpt_path)
     subcommand: str = "fit"  # what the checkpoint is for: a refusal names the command that works (checkpoints/model_class.py)
     ddp_timeout_s: float = dataclasses.field(default_factory=ddp_timeout_s)
     trainer_class: Callable[..., Any] | None = None  # lightning.Trainer unless the front end adds to it (LightningCLI)
@@ -56,7 +56,6 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
         raise SettingsError(refusal)
     checkpoint = run.checkpoint
     if run.ckpt_path:
-        checkpoint = checkpoint if checkpoint is not None else load_checkpoint_file(run.ckpt_path)
         check_model_class(checkpoint, getattr(run.model, "model_class", type(run.model)), run.ckpt_path, run.subcommand)
         check_data_class(checkpoint, run.datamodule, run.ckpt_path, cli=run.front_end == "cli")
         check_replica_checkpoint(checkpoint, run.model, run.ckpt_path)

@@ -18,7 +18,6 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from callbacks.replica_runs import ReplicaRuns
 from checkpoints.file_format import save_checkpoint_file
-from checkpoints.loader import load_checkpoint_file
 from checkpoints.replica import branch_checkpoint
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from common.private_api import checkpoint_every_n_train_steps
@@ -95,8 +94,6 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
         raise SettingsError(str(error)) from None
     names = replica_names(run.name, seeds, arms)
     ckpt_path, checkpoint = run.ckpt_path, run.checkpoint
-    if ckpt_path and checkpoint is None:
-        checkpoint = load_checkpoint_file(ckpt_path)
     branch = trunk_to_branch(checkpoint, seeds, arms, names) if ckpt_path else None
     resumed = branch is None and ckpt_path and Path(ckpt_path).parent.name == "checkpoints"  # the process writes there
     group_dir = str(Path(ckpt_path).parent.parent) if resumed else process_dir(run.log_dir, "replicas", run.name)
