@@ -20,6 +20,7 @@ import statistics
 import textwrap
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -455,6 +456,14 @@ def val_nll_rows(runs: list[Run]) -> list[tuple[str, list[Run]]]:
     return rows + ([("VQ-VAE: upper bound on val/nll", bounds)] if bounds else [])
 
 
+def minutes_since_start(run: Run, times: Sequence[float]) -> list[float]:
+    """`times` (unix seconds) as minutes since the run started: its first event file, made with its logger, so that the
+    data's setup, the sanity validation and any compilation count, as a user waits for them (train/loss comes only every
+    log_every_n_steps, so its first value would leave out a model's first steps); without one, the first of `times`."""
+    start = run.start if run.start is not None else min(times)
+    return [(t - start) / 60 for t in times]
+
+
 def plot_val_nll(runs: list[Run], out: Path) -> list[str]:
     """val/nll against training step and against wall time, a line per run; the bounds apart (val_nll_rows).
     Returns the panels' titles."""
@@ -466,12 +475,10 @@ def plot_val_nll(runs: list[Run], out: Path) -> list[str]:
         by_step, by_time = subfigure.subplots(1, 2)
         for run in shown:
             points = [p for p in run.scalars["val/nll"] if math.isfinite(p[2])]
-            # wall time from the start of training: the first training scalar, or the run's first event file
-            start = min([t for t, _, _ in run.scalars.get("train/loss", points)] + ([run.start] if run.start is not None else []))
             wall, step, value = zip(*points)
             by_step.plot(step, value, marker="o", markersize=3, label=run.label)
-            by_time.plot([(t - start) / 60 for t in wall], value, marker="o", markersize=3, label=run.label)
-        for ax, xlabel, by in ((by_step, "training step", "step"), (by_time, "wall time (minutes)", "wall time")):
+            by_time.plot(minutes_since_start(run, wall), value, marker="o", markersize=3, label=run.label)
+        for ax, xlabel, by in ((by_step, "training step", "step"), (by_time, "minutes since the run started", "wall time")):
             ax.set_xlabel(xlabel)
             ax.set_ylabel(f"{quantity} (nats per image)" if quantity == "val/nll" else "upper bound (nats per image)")
             ax.set_title(f"{quantity} by {by}")

@@ -236,6 +236,14 @@ def test_a_run_shorter_than_its_logging_interval_counts_the_steps_it_reached():
     assert compare.Run(Path("run"), "run", {}, scalars).trained_steps == 3
 
 
+def test_the_wall_time_axis_counts_minutes_from_the_runs_start():
+    """The plot's wall time is minutes since the run's first event file: the setup before the first step counts, as a
+    user waits for it, and the first train/loss (logged only every log_every_n_steps) does not move the origin."""
+    scalars = {"train/loss": [(100.0, 49, 1.0)], "val/nll": [(130.0, 10, 90.0), (190.0, 60, 89.0)]}
+    assert compare.minutes_since_start(compare.Run(Path("run"), "run", {}, scalars, start=10.0), [130.0, 190.0]) == [2.0, 3.0]
+    assert compare.minutes_since_start(compare.Run(Path("run"), "run", {}, scalars), [130.0, 190.0]) == [0.0, 1.0]
+
+
 @pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 def test_compare_experiment_and_report(tmp_path, mnist_dir):
     tiny = [*FAST, "trainer.limit_test_batches=1", "model.test_num_samples=2", "data.batch_size=32"]
