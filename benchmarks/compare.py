@@ -400,6 +400,14 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
+def eval_samples(run: Run) -> str:
+    """The importance samples per image behind the run's NLL (`model.test_num_samples`, or `val_num_samples` for an
+    untested run): the estimate tightens as they grow. "—" for the VQ-VAE's bound (a point mass: one suffices)."""
+    stage = "test" if run.last("test/nll") is not None else "val"
+    value = run.hparams.get(f"{stage}_num_samples")
+    return "—" if run.hparams.get("model_class") in BOUND_MODELS or value is None else str(int(value))
+
+
 def table_row(run: Run) -> dict[str, str]:
     model = run.hparams.get("model_class", "?")
     # Runs are named <model>-<data>-<key settings> (train.py: run_name, the model's run_tag).
@@ -424,6 +432,7 @@ def table_row(run: Run) -> dict[str, str]:
         "data": data,
         "settings": settings,
         "nll (nats)": ("≤ " if model in BOUND_MODELS and nll is not None else "") + _fmt(nll) + mark,
+        "S": eval_samples(run),
         "nll, uniform prior": "—" if uniform_bound is None else f"≤ {_fmt(uniform_bound)}{mark}",
         "bpd": _fmt(run.last(f"{stage}/bpd"), 4) + mark,
         "recon MSE": _fmt(run.last(f"{stage}/recon_mse"), 4) + mark,
@@ -574,9 +583,9 @@ def tuning_section(found: list[Found]) -> str:
 def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, everything: bool = False) -> Path:
     """The report of the runs under `roots`: the latest multirun's; those matching a glob of `runs`; or all (`everything`).
 
-    A row per run, sorted by NLL with the best ranked first: model, data, key settings, test NLL (nats), bpd,
-    reconstruction MSE, PSNR, ms per training step, epochs trained, parameters, seconds per epoch, then what makes a
-    gap noise (one seed per run; barely trained runs). An untested run shows its val numbers, marked `(val)`; the
+    A row per run, sorted by NLL with the best ranked first: model, data, key settings, test NLL (nats) and its
+    importance samples per image (S), bpd, reconstruction MSE, PSNR, ms per training step, epochs trained, parameters,
+    seconds per epoch, then what makes a gap noise (one seed per run; rows of other S; barely trained runs). An untested run shows its val numbers, marked `(val)`; the
     VQ-VAE's NLL is an upper bound, marked `≤` (with its learned prior if it has one, the uniform-prior bound beside
     it). Each run is labelled by its name, with its version and differing settings (or its start) where two share a
     name. Then a line per run found, and per Optuna study (`hydra/sweeper=tune`) its best trial's settings and val NLL."""
@@ -610,6 +619,11 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
     noise = ("Each row is one run of one seed, its NLL an estimate on the test images it was scored on: a gap between "
              "two rows smaller than the spread between seeds of one model is noise; repeat with `seed=0,1,2` before "
              "reading a ranking into a gap of a few nats.")
+    samples = sorted({int(row["S"]) for row in rows if row["S"] != "—"})
+    if len(samples) > 1:
+        noise += (f" The NLLs are estimated with different numbers of importance samples per image (S = "
+                  f"{', '.join(map(str, samples))}): a larger S gives a tighter, lower estimate of the same model, so a "
+                  "gap between rows of other S is partly the estimator's; compare runs of one S (model.test_num_samples).")
     if steps < MIN_STEPS_FOR_RECONSTRUCTIONS:
         noise += (f" These runs trained for at most {steps} steps: the ranking is of barely trained models (a quick "
                   "check that every model runs), not of the methods.")
@@ -622,7 +636,7 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
         "# Comparison\n\n"
         f"Runs under {', '.join(f'`{r}`' for r in roots)}. {selection.summary} Test-split numbers of the best checkpoint on val/nll "
         "(`(val)`: the run was not tested, its last validation numbers). NLL in nats per image, importance-sampled "
-        "with the encoder as proposal; `≤`: the VQ-VAE's upper bound under its prior over the codes (uniform, or learned: "
+        "with the encoder as proposal, S samples per image; `≤`: the VQ-VAE's upper bound under its prior over the codes (uniform, or learned: "
         "then the uniform-prior bound stands beside it). "
         "ms/step and s/epoch: medians over training. Sorted by NLL, lowest (best) first; the VQ-VAE's bound is not "
         "ranked with the estimates.\n\n"

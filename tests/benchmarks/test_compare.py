@@ -338,6 +338,21 @@ def test_a_resumed_run_counts_the_epoch_it_finished_after_the_resume():
     assert row["epochs"] == "10" and row["ms/step"] == "70.00" and row["s/epoch"] == "30.00"
 
 
+def test_each_rows_importance_samples_are_shown_and_rows_of_other_samples_are_said_apart(tmp_path, monkeypatch):
+    """The NLL of a row is estimated with S importance samples per image (model.test_num_samples): S is its column, and
+    when the rows differ in it the report says so, since a larger S alone lowers the estimate."""
+    root = tmp_path / "tensorboard"
+    fake_run(root, f"{JSA}/version_0", T0, 111, {"model_class": "JSA", "test_num_samples": 1000})
+    fake_run(root, f"{VAE}/version_0", T0 + 5, 222, {"model_class": "VAE", "test_num_samples": 1000})
+    rows, _, _ = run_compare(monkeypatch, root, tmp_path / "same", "--all")
+    assert [row["S"] for row in rows] == ["1000", "1000"]
+    assert "different numbers of importance samples" not in (tmp_path / "same" / "report.md").read_text()
+    fake_run(root, f"{JSA}/version_1", T0 + 9, 333, {"model_class": "JSA", "test_num_samples": 2})
+    rows, _, _ = run_compare(monkeypatch, root, tmp_path / "other", "--all")
+    assert sorted(row["S"] for row in rows) == ["1000", "1000", "2"]
+    assert "different numbers of importance samples per image (S = 2, 1000)" in (tmp_path / "other" / "report.md").read_text()
+
+
 def test_a_run_folder_named_with_a_pipe_and_a_line_break_forges_no_row(tmp_path, monkeypatch):
     """A received run whose folder name holds `|` and a line break shows as one escaped cell of one row."""
     root = tmp_path / "tensorboard"
