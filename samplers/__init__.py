@@ -13,6 +13,7 @@ from samplers.mis import (
     naive_mis,
     sample_categorical,
 )
+from samplers.multi_sample import importance_weighted_bound, rws_surrogate, vimco_baselines, vimco_surrogate
 from samplers.score_function import categorical_score_norm_sq, leave_one_out_optimal_baseline, score_function_surrogate
 from samplers.sgmcmc import SGHMC, SGLD, SGMCMC, SGNHT, SampleCollector, Santa
 from samplers.visits import (
@@ -39,11 +40,13 @@ __all__ = [
     "fresh_proposal_weights",
     "gradient_rows",
     "importance_log_likelihood",
+    "importance_weighted_bound",
     "index_cached_mis",
     "log_mean_exp",
     "mis_chain",
     "naive_mis",
     "refresh_starts",
+    "rws_surrogate",
     "sample_categorical",
     "SGHMC",
     "SGLD",
@@ -56,5 +59,7 @@ __all__ = [
     "leave_one_out_optimal_baseline",
     "score_function_surrogate",
     "sum_and_sample",
+    "vimco_baselines",
+    "vimco_surrogate",
     "visit_counts",
 ]
