@@ -90,7 +90,8 @@ def refresh_starts(has_start: Tensor, rate: float | Tensor, generator: torch.Gen
 
 
 def cache_diagnostics(sample: MISSample, age: Tensor, has_start: Tensor) -> dict[str, Tensor]:
-    """Over the chains that start from a cached state (docs/mis.md#when-does-the-cache-help):
+    """Over the chains that start from a cached state (docs/mis.md#when-does-the-cache-help), 0 where none does (each
+    a tensor, so no host sync decides it; NaN would stop training at the non-finite guard):
 
     cache_stuck_rate: the fraction that never leave it in this step's L proposals;
     cache_age_epochs: the mean number of epochs since their state last changed (`age`, read before this step's write);
