@@ -62,7 +62,6 @@ class JSA(CategoricalLatentModel):
 
     def _allocate_cache(self, num_examples: int) -> None:
         self.cache = LatentCache(num_examples, (self.num_latents,), self.num_categories).to(self.device)
-        self.hparams["cache_size"] = num_examples  # so load_from_checkpoint rebuilds it
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
@@ -70,6 +69,7 @@ class JSA(CategoricalLatentModel):
         if stage == "fit" and self.use_cache and datamodule is not None:
             if self.cache is None:
                 self._allocate_cache(datamodule.num_train_examples)
+                self.record_resolved(cache_size=datamodule.num_train_examples)  # so load_from_checkpoint rebuilds it
             check_cache_size(self.cache, datamodule.num_train_examples, getattr(datamodule, "val_size", "?"))
 
     # ---- one JSA step -------------------------------------------------------------

@@ -403,14 +403,15 @@ def test_loading_a_checkpoint_with_the_wrong_class_says_which_class(tmp_path, mn
 
 
 @pytest.mark.parametrize("make, resolved", [
-    (lambda: JSA(mis_steps=2, val_num_samples=2), {"backbone": "mlp", "num_latents": 20, "likelihood": "bernoulli"}),
+    (lambda: JSA(mis_steps=2, val_num_samples=2),
+     {"backbone": "mlp", "num_latents": 20, "likelihood": "bernoulli", "cache_size": 55000}),  # one chain per training image
     (lambda: VQVAE(num_categories=16, code_dim=4, hidden_channels=16), {"backbone": "conv", "num_latents": 49}),
     (lambda: VAE(latent_dim=4), {"backbone": "mlp"}),
     (lambda: DiscreteVAE(), {"num_samples": 4}),  # its default estimator's
 ])
 def test_hparams_yaml_holds_the_values_the_run_used(make, resolved, tmp_path, mnist_dir, monkeypatch):
-    """A setting left at None (the model's backbone, its number of latents, the data's directory: DATA_DIR) is written
-    to hparams.yaml and the checkpoint as what it resolved to, and the checkpoint loads with it."""
+    """A setting left at None (the model's backbone, its number of latents, JSA's cache size, the data's directory:
+    DATA_DIR) is written to hparams.yaml and the checkpoint as what it resolved to, and the checkpoint loads with it."""
     import yaml
     from lightning.pytorch.loggers import TensorBoardLogger
 
