@@ -10,6 +10,7 @@ last.ckpt follows its validations alone (with `every_n_train_steps`, the steps' 
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import lightning as L
@@ -17,6 +18,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
 from common.private_api import checkpoint_every_n_train_steps
+
+log = logging.getLogger(__name__)
 
 
 class ValidationCheckpoint(ModelCheckpoint):
@@ -46,6 +49,16 @@ class ValidationCheckpoint(ModelCheckpoint):
         super().on_train_epoch_end(trainer, pl_module)
         if self._should_save_on_train_epoch_end(trainer):
             self._save_last_if_unsaved(trainer, saves)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_end(trainer, pl_module)
+        # A fit that trained and never validated (max_steps within the first epoch) has no val/nll to rank by.
+        if (self.monitor and not self.best_model_path and trainer.global_step > 0 and trainer.limit_val_batches
+                and not trainer.fast_dev_run and trainer.is_global_zero and trainer.state.fn == TrainerFn.FITTING):
+            log.warning("training stopped at step %d before any validation (each comes at an epoch's end, after %s "
+                        "batches here): no %s and no best checkpoint, only the final weights; to validate within an "
+                        "epoch, set trainer.val_check_interval to a number of batches", trainer.global_step,
+                        trainer.num_training_batches, self.monitor)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         saves = self._saves

@@ -32,11 +32,12 @@ def fit(tmp_path, check_val_every_n_epoch: int) -> L.Trainer:
     return trainer
 
 
-def test_last_checkpoint_is_written_at_every_validation_that_did_not_improve(tmp_path):
+def test_last_checkpoint_is_written_at_every_validation_that_did_not_improve(tmp_path, caplog):
     """The run's checkpoint callback (configs/callbacks/default.yaml), validating every 2 epochs or every epoch: the
     best is the first validation's, and last.ckpt the last validation's (epoch 3, step 8), not the best's."""
     for every in (1, 2):
         fit(tmp_path / str(every), every)
+        assert "before any validation" not in caplog.text
         assert [p.name for p in (tmp_path / str(every)).glob("epoch*.ckpt")] == [f"epoch{every - 1:03d}-step{2 * every:06d}.ckpt"]
         last = load_checkpoint_file(tmp_path / str(every) / "last.ckpt")
         assert (last["epoch"], last["global_step"]) == (3, 8), every
@@ -51,9 +52,10 @@ def test_its_state_in_a_checkpoint_is_lightnings(tmp_path):
     assert type(callback) is not ModelCheckpoint and callback.state_key == ModelCheckpoint(**settings).state_key
 
 
-def test_a_run_stopped_before_its_first_validation_keeps_last_ckpt_without_a_warning_about_logging(tmp_path):
-    """No validation yet, so no val/nll to rank by: last.ckpt is written, and Lightning's warning that asks whether
-    val/nll is logged at all is not shown (it is, at every validation)."""
+def test_a_run_stopped_before_its_first_validation_says_so_and_keeps_last_ckpt_without_a_warning_about_logging(tmp_path, caplog):
+    """No validation yet, so no val/nll to rank by: last.ckpt is written, a line says that the run has no val/nll and no
+    best checkpoint, and Lightning's warning that asks whether val/nll is logged at all is not shown (it is, at every
+    validation)."""
     callback = instantiate({**config_file("callbacks/default.yaml")["model_checkpoint"], "dirpath": str(tmp_path)})
     trainer = L.Trainer(max_steps=2, limit_train_batches=4, callbacks=[callback], logger=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
@@ -62,3 +64,4 @@ def test_a_run_stopped_before_its_first_validation_keeps_last_ckpt_without_a_war
         trainer.fit(NoImprovement())
     assert not [w for w in caught if "could not find the monitored key" in str(w.message)]
     assert load_checkpoint_file(tmp_path / "last.ckpt")["global_step"] == 2
+    assert "training stopped at step 2 before any validation" in caplog.text and "trainer.val_check_interval" in caplog.text
