@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import numbers
 from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 import lightning as L
@@ -257,17 +258,28 @@ class LatentVariableModel(L.LightningModule):
         """-log p(x) per image in nats, importance-sampled with `num_samples` (default `test_num_samples`);
         for the VQ-VAE the upper bound under its prior."""
         self.check_images(x)
-        return self.importance_estimate(self.likelihood.prepare(x), None, num_samples or self.eval_num_samples["test"])[0]
+        return self.importance_estimate(self.likelihood.prepare(x), None, self.given_or_test_samples(num_samples))[0]
 
     @inference
     def elbo(self, x: Tensor, num_samples: int | None = None) -> Tensor:
         """The ELBO per image in nats, averaged over `num_samples` draws from q (default `test_num_samples`);
         for the VQ-VAE, its point-mass posterior's ELBO under its prior, -(the bound)."""
         self.check_images(x)
-        return self.importance_estimate(self.likelihood.prepare(x), None, num_samples or self.eval_num_samples["test"])[1]
+        return self.importance_estimate(self.likelihood.prepare(x), None, self.given_or_test_samples(num_samples))[1]
+
+    def given_or_test_samples(self, num_samples: int | None) -> int:
+        """`num_samples` (at least 1), or `test_num_samples` when it is None."""
+        if num_samples is None:
+            return self.eval_num_samples["test"]
+        if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral) or num_samples < 1:
+            raise ValueError(f"num_samples={num_samples!r}: expected an integer >= 1 (or None: test_num_samples)")
+        return int(num_samples)
 
     def check_images(self, x: Tensor) -> None:
-        """Refuse images this model cannot score: another shape, or grey pixels under a Bernoulli likelihood."""
+        """Refuse images this model cannot score: another shape, integer pixels, or grey ones under a Bernoulli
+        likelihood."""
+        if not x.is_floating_point():
+            raise ValueError(f"{type(self).__name__} takes images as floats in [0, 1], got {x.dtype} (8-bit pixels: x.float() / 255)")
         if tuple(x.shape[1:]) != self.data_shape:
             raise ValueError(f"{type(self).__name__} takes images of shape (B, {', '.join(map(str, self.data_shape))}), got {tuple(x.shape)}")
         if self.likelihood.requires_binary_data and not ((x == 0) | (x == 1)).all():
