@@ -47,15 +47,32 @@ def test_an_unknown_or_misused_launcher_or_sweeper_is_one_line(command, line):
     assert refusal is not None and refusal.startswith(line) and "\n" not in refusal, refusal
 
 
+# Each launcher and sweeper with its plugin installed (the test extra pulls the cluster extra): these pass.
+VALID = [
+    "-m experiment=compare hydra/launcher=parallel", "-m experiment=compare hydra/launcher=parallel hydra.launcher.n_jobs=4",
+    "-m experiment=compare trainer=ddp trainer.devices=4 hydra/launcher=slurm hydra.launcher.partition=gpu",
+    "-m experiment=compare hydra/launcher=slurm_local", "-m experiment=compare model=jsa hydra/sweeper=tune",
+    "-m model=vae hydra/sweeper=tune hydra.sweeper.n_trials=3", "-m hydra/launcher=joblib model=vae,jsa",
+    "-m hydra/launcher=slurm_local model=vae,jsa", "-m model=jsa hydra/sweeper=tune",
+    "-m hydra/sweeper=optuna model.lr=interval(1e-4,1e-2)", "hydra/launcher=slurm --cfg hydra", "-m hydra/launcher=basic",
+]
+
+
+@pytest.mark.parametrize("command", VALID)
+def test_valid_launcher_and_sweeper_commands_pass(command):
+    assert refuse_early(shlex.split(command), cli=False) is None
+
+
 @pytest.mark.parametrize("command, package", [
     ("-m experiment=compare hydra/launcher=parallel", "hydra-joblib-launcher"),
     ("-m hydra/launcher=joblib model=vae,jsa", "hydra-joblib-launcher"),
-    ("-m experiment=compare hydra/launcher=slurm", "hydra-submitit-launcher"),
+    ("-m experiment=compare trainer=ddp trainer.devices=4 hydra/launcher=slurm hydra.launcher.partition=gpu", "hydra-submitit-launcher"),
     ("-m hydra/launcher=slurm_local model=vae,jsa", "hydra-submitit-launcher"),
     ("-m model=jsa hydra/sweeper=tune", "hydra-optuna-sweeper"),
 ])
 def test_a_missing_extra_names_the_pip_install_that_provides_it(command, package, monkeypatch):
-    assert refuse_early(shlex.split(command), cli=False) is None  # installed (the test extra pulls the cluster extra)
+    """The same command passes with the plugin installed (VALID, test_valid_launcher_and_sweeper_commands_pass)."""
+    assert command in VALID
     monkeypatch.setattr(hydra_check, "plugin_installed", lambda name: False)
     refusal = refuse_early(shlex.split(command), cli=False)
     assert refusal is not None and "\n" not in refusal, refusal
@@ -69,17 +86,6 @@ def test_the_choices_of_another_installed_hydra_plugin_pass(monkeypatch):
     assert refuse_early(["-m", "hydra/launcher=ray"], cli=False) is None
     assert refuse_early(["-m", "hydra/launcher=ray_aws"], cli=False) is None
     assert "no such sweeper" in refuse_early(["-m", "hydra/sweeper=ray"], cli=False)
-
-
-@pytest.mark.parametrize("command", [
-    "-m experiment=compare hydra/launcher=parallel", "-m experiment=compare hydra/launcher=parallel hydra.launcher.n_jobs=4",
-    "-m experiment=compare trainer=ddp trainer.devices=4 hydra/launcher=slurm hydra.launcher.partition=gpu",
-    "-m experiment=compare hydra/launcher=slurm_local", "-m experiment=compare model=jsa hydra/sweeper=tune",
-    "-m model=vae hydra/sweeper=tune hydra.sweeper.n_trials=3", "-m hydra/launcher=joblib model=vae,jsa",
-    "-m hydra/sweeper=optuna model.lr=interval(1e-4,1e-2)", "hydra/launcher=slurm --cfg hydra", "-m hydra/launcher=basic",
-])
-def test_valid_launcher_and_sweeper_commands_pass(command):
-    assert refuse_early(shlex.split(command), cli=False) is None
 
 
 def test_the_refusal_comes_before_torch_is_imported(tmp_path):

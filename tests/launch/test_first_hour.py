@@ -431,7 +431,7 @@ def test_hparams_yaml_holds_the_values_the_run_used(make, resolved, tmp_path, mn
 def test_eval_binarization_depends_on_the_image_alone(mnist_dir):
     """Val/test images get one binary draw each, whatever the batch size or the number of (simulated) ranks."""
     def val_images(eval_batch_size: int, ranks: int) -> torch.Tensor:
-        dm = MNISTDataModule(data_dir=str(mnist_dir), eval_batch_size=eval_batch_size)
+        dm = MNISTDataModule(data_dir=str(mnist_dir), eval_batch_size=eval_batch_size, val_size=600)  # batches of each size, several per rank
         dm.setup("fit")
         loaders = []
         for rank in range(ranks):  # what Lightning's DistributedSampler gives each rank: every ranks-th image
