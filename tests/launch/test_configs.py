@@ -3,14 +3,11 @@ model trains on CIFAR-10-format data through the same `run()` that train.py uses
 
 from __future__ import annotations
 
-import copy
-import functools
 import math
 from pathlib import Path
 
 import hydra
 import pytest
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 import launch.hydra_run
@@ -36,18 +33,10 @@ DATA = sorted(p.stem for p in (train.CONFIG_DIR / "data").glob("*.yaml"))
 MODEL_CLASSES = sorted(cls.__name__ for cls in registered("model"))  # the models LightningCLI offers: DiscreteVAE, JSA, ...
 
 
-@functools.cache
-def composed_once(overrides: tuple[str, ...]) -> DictConfig:
-    return launch.checks.hydra_config.compose(list(overrides))
-
-
 def composed(overrides: list[str]) -> DictConfig:
-    """The config `python train.py OVERRIDES` runs with (launch.checks.hydra_config.compose). A compose is a function of the
-    overrides and configs/: a repeated one is a copy of the first (the caller may change its own), made Hydra's current
-    config as compose makes it."""
-    cfg = copy.deepcopy(composed_once(tuple(overrides)))
-    HydraConfig.instance().set_config(cfg)
-    return cfg
+    """The config `python train.py OVERRIDES` runs with (launch.checks.hydra_config.compose; the suite composes each
+    once and gives copies: tests/conftest.py)."""
+    return launch.checks.hydra_config.compose(list(overrides))
 
 
 def test_default_is_jsa_on_mnist():
