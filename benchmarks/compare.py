@@ -400,10 +400,9 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
-def eval_samples(run: Run) -> str:
-    """The importance samples per image behind the run's NLL (`model.test_num_samples`, or `val_num_samples` for an
-    untested run): the estimate tightens as they grow. "—" for the VQ-VAE's bound (a point mass: one suffices)."""
-    stage = "test" if run.last("test/nll") is not None else "val"
+def eval_samples(run: Run, stage: str) -> str:
+    """The importance samples per image behind the run's NLL of `stage` (`model.test_num_samples`, `val_num_samples`
+    for an untested run): the estimate tightens as they grow. "—" for the VQ-VAE's bound (a point mass: one suffices)."""
     value = run.hparams.get(f"{stage}_num_samples")
     return "—" if run.hparams.get("model_class") in BOUND_MODELS or value is None else str(int(value))
 
@@ -432,7 +431,7 @@ def table_row(run: Run) -> dict[str, str]:
         "data": data,
         "settings": settings,
         "nll (nats)": ("≤ " if model in BOUND_MODELS and nll is not None else "") + _fmt(nll) + mark,
-        "S": eval_samples(run),
+        "S": eval_samples(run, stage),
         "nll, uniform prior": "—" if uniform_bound is None else f"≤ {_fmt(uniform_bound)}{mark}",
         "bpd": _fmt(run.last(f"{stage}/bpd"), 4) + mark,
         "recon MSE": _fmt(run.last(f"{stage}/recon_mse"), 4) + mark,
@@ -585,10 +584,11 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
 
     A row per run, sorted by NLL with the best ranked first: model, data, key settings, test NLL (nats) and its
     importance samples per image (S), bpd, reconstruction MSE, PSNR, ms per training step, epochs trained, parameters,
-    seconds per epoch, then what makes a gap noise (one seed per run; rows of other S; barely trained runs). An untested run shows its val numbers, marked `(val)`; the
-    VQ-VAE's NLL is an upper bound, marked `≤` (with its learned prior if it has one, the uniform-prior bound beside
-    it). Each run is labelled by its name, with its version and differing settings (or its start) where two share a
-    name. Then a line per run found, and per Optuna study (`hydra/sweeper=tune`) its best trial's settings and val NLL."""
+    seconds per epoch, then what makes a gap noise (one seed per run; rows of other S; barely trained runs). An untested
+    run shows its val numbers, marked `(val)`; the VQ-VAE's NLL is an upper bound, marked `≤` (with its learned prior if
+    it has one, the uniform-prior bound beside it). Each run is labelled by its name, with its version and differing
+    settings (or its start) where two share a name. Then a line per run found, and per Optuna study
+    (`hydra/sweeper=tune`) its best trial's settings and val NLL."""
     every_run = place_runs(roots)
     selection = select_runs(every_run, runs, everything)
     tuned = tuning_section(every_run)  # every study found, whichever runs are compared
