@@ -108,6 +108,7 @@ class LatentVariableModel(L.LightningModule):
     # The settings that change the estimator or its cost, by their label in the run's name: run_tag appends each one
     # not at its default (`estimator_tag`), so that only runs of the same estimator share a name.
     estimator_settings: ClassVar[dict[str, str]] = {}
+    latent_shape: tuple[int, ...] = ()  # one image's latent as `encode` returns it and `decode` takes it
     prior_name: str = "uniform"  # of a discrete latent: uniform or a learned prior (models/components/priors.py)
     # Of `step_inputs`: the numbers that change only with a flag (models/compiled_step.py), and the terms
     # `training_loss` returns only while a flag is true (a replica logs them only then, callbacks/replica_runs.py).
@@ -240,6 +241,7 @@ class LatentVariableModel(L.LightningModule):
     @inference
     def decode(self, z: Tensor) -> Tensor:
         """Images in [0, 1] (the likelihood's mean: probabilities or means) for latents z."""
+        self.check_latents(z)
         return self.likelihood.mean(self.decoder_output(z))
 
     @inference
@@ -274,6 +276,18 @@ class LatentVariableModel(L.LightningModule):
         if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral) or num_samples < 1:
             raise ValueError(f"num_samples={num_samples!r}: expected an integer >= 1 (or None: test_num_samples)")
         return int(num_samples)
+
+    def check_latents(self, z: Tensor) -> None:
+        """Refuse latents this model cannot decode: another shape, or (discrete latents) anything but integer codes
+        in 0..K-1, which would end in an index error deep inside the decoder."""
+        name, shape = type(self).__name__, ", ".join(map(str, self.latent_shape))
+        if tuple(z.shape[1:]) != self.latent_shape:
+            raise ValueError(f"{name} decodes latents of shape (B, {shape}) as encode returns them, got {tuple(z.shape)}")
+        if not self.has_discrete_latent and not z.is_floating_point():
+            raise ValueError(f"{name} decodes real-valued latents, got {z.dtype}")
+        if self.has_discrete_latent and (z.is_floating_point() or not ((z >= 0) & (z < self.num_categories)).all()):
+            raise ValueError(f"{name} decodes codes: integers in 0..{self.num_categories - 1} "
+                             f"(num_categories={self.num_categories}), got {z.dtype} values from {z.min().item()} to {z.max().item()}")
 
     def check_images(self, x: Tensor) -> None:
         """Refuse images this model cannot score: another shape, integer pixels, or grey ones under a Bernoulli

@@ -45,6 +45,7 @@ class CategoricalLatentModel(LatentVariableModel, abstract=True):  # a base, nev
         num_latents = 20 if num_latents is None else num_latents
         self.backbone, self.num_latents, self.num_categories, self.code_dim = backbone, num_latents, num_categories, code_dim
         self.record_resolved(backbone=backbone, num_latents=num_latents)
+        self.latent_shape = (num_latents,)
 
         # Flat: the encoder emits V*K logits and the decoder reads V concatenated embeddings.
         # Spatial: K logit channels and D embedding channels per grid cell.

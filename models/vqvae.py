@@ -67,6 +67,7 @@ class VQVAE(LatentVariableModel):
         self.num_latents = math.prod(self.grid) if self.grid else (20 if num_latents is None else num_latents)
         self.backbone, self.num_categories, self.code_dim = backbone_name, num_categories, code_dim
         self.record_resolved(backbone=backbone_name, num_latents=self.num_latents)
+        self.latent_shape = self.grid or (self.num_latents,)
         channels = code_dim if self.grid else self.num_latents * code_dim
         self.encoder, self.decoder, _ = build_backbone(backbone_name, self.data_shape, channels, channels, s.hidden_channels,
                                                        output_channels=self.output_channels, activation=self.activation)
