@@ -51,9 +51,7 @@ def run(cfg: Any) -> dict[str, float]:
             use_model = any(getattr(c, "use_mean", False) for c in trainer.callbacks) or not trainer.checkpoint_callback \
                 or bool(trainer.fast_dev_run)
             if not use_model and not trainer.checkpoint_callback.best_model_path:
-                log.warning("run_test: no validation ran before training stopped (trainer.check_val_every_n_epoch=%s), so "
-                            "there is no best checkpoint on val/nll: testing the final weights",
-                            cfg.trainer.get("check_val_every_n_epoch"))
+                log.warning("run_test: no best checkpoint on val/nll (no validation ran): testing the final weights")
                 use_model = True
             trainer.test(model, datamodule=datamodule, ckpt_path=None if use_model else "best")
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}

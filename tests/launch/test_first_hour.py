@@ -221,6 +221,19 @@ def test_run_test_after_fast_dev_run_tests_its_weights_without_a_warning(tmp_pat
     assert not [r for r in caplog.records if "no validation ran" in r.getMessage()], caplog.records
 
 
+def test_run_test_of_a_fit_that_never_validated_tests_its_final_weights_and_says_so_once(tmp_path, monkeypatch, caplog):
+    """Training that stops before its first validation has no best checkpoint: the checkpoint callback names the cause
+    and the fix, and run_test says that it tests the final weights."""
+    monkeypatch.chdir(tmp_path)
+    metrics = launch.hydra_app.run(composed(["model=vae", "model.latent_dim=4", "trainer.max_steps=1", "run_test=true",
+                                             "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0",
+                                             "model.test_num_samples=2", f"log_dir={tmp_path / 'logs'}"]))
+    lines = [r.getMessage() for r in caplog.records]
+    assert "test/nll" in metrics and "val/nll" not in metrics
+    assert [line for line in lines if "before any validation" in line and "trainer.val_check_interval" in line], lines
+    assert len([line for line in lines if "testing the final weights" in line]) == 1, lines
+
+
 def test_callbacks_of_ones_own_replace_the_defaults_but_not_the_guards(tmp_path):
     """--trainer.callbacks=NAME (LightningCLI takes one callback as well as a list) replaces the default callbacks by it,
     beside the checkpoint callback and the guards every run keeps (the NaN guard among them); so does ~callbacks in
