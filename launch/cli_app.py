@@ -64,6 +64,15 @@ class Parser(LightningArgumentParser):
                               help=f"{evaluates} the freshly initialized weights of the model (no --ckpt_path): "
                                    "refused without this flag, as a forgotten --ckpt_path")
 
+    def add_method_arguments(self, class_type: type, method_name: str, *args: Any, **kwargs: Any) -> list[str]:
+        added = super().add_method_arguments(class_type, method_name, *args, **kwargs)
+        for action in self._actions:  # Lightning's help offers names of the trainer's own run, which a command has not
+            if action.dest == "ckpt_path":
+                action.help = (f"the checkpoint to {'resume' if method_name == 'fit' else method_name}: a .ckpt file a run "
+                               "wrote, e.g. logs/tensorboard/<run>/version_N/checkpoints/last.ckpt (Lightning's names "
+                               "last, best, hpc and registry are refused: this command starts a run of its own)")
+        return added
+
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
         given = CollectionCLI.command_line
         subcommand = given[0] if given and given[0] in SUBCOMMANDS else "fit"

@@ -47,6 +47,13 @@ def test_what_fit_help_lists_is_what_readme_and_usage_say(capsys):
     assert "--data.batch_size" in help_text(capsys, "fit", "--data.help", "MNISTDataModule")
 
 
+@pytest.mark.parametrize("subcommand, verb", [("fit", "resume"), ("validate", "validate"), ("test", "test")])
+def test_ckpt_paths_help_asks_for_a_file_a_run_wrote_not_lightnings_names_of_the_trainers_run(capsys, subcommand, verb):
+    """The early check refuses Lightning's names (best, last, ...): each command is a run of its own (launch/checks/paths.py)."""
+    text = " ".join(help_text(capsys, subcommand, "--help").split("--ckpt_path CKPT_PATH\n", 1)[1].split("(type:")[0].split())
+    assert text.startswith(f"the checkpoint to {verb}: a .ckpt file a run wrote") and "last, best, hpc and registry are refused" in text, text
+
+
 def test_readmes_cli_spelling_of_the_scheduler_builds_it(tmp_path):
     """README gives `scheduler=cosine` in LightningCLI's words: those options alone build the model with its scheduler."""
     [spelling] = re.findall(r"\(CLI: `(--model\.scheduler=[^`]+)`", README)

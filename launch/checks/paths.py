@@ -13,7 +13,8 @@ from launch.checks.arguments import option_values, overrides_of, values_of
 from launch.checks.configs import log_dir as default_log_dir
 from launch.checks.received_config import cli_sources, is_config_option
 
-CKPT_NAMES = ("last", "best", "hpc", "registry")  # Lightning's names for a checkpoint of the run (test --ckpt_path=best)
+# Lightning's names for a checkpoint of the trainer's own run: each command starts a run of its own, so they name none
+CKPT_NAMES = ("last", "best", "hpc", "registry")
 # Hydra writes under these before any of our code runs, and its traceback is all a user would see.
 HYDRA_OUTPUT_DIRS = ("hydra.run.dir", "hydra.sweep.dir")
 
@@ -54,7 +55,11 @@ def check_paths(argv: list[str], cli: bool, data_class: str | None) -> None:
 
     for value in values(f"{prefix}ckpt_path"):
         path = Path(value)
-        if not ("://" in value or (value in CKPT_NAMES and not path.exists()) or path.is_file()):
+        if value in CKPT_NAMES and not path.exists():
+            raise PathRefusal(f"{prefix}ckpt_path={value}: Lightning's name for a checkpoint of the trainer's own run, and "
+                              "this command starts a new one; give the checkpoint file: logs/tensorboard/<run>/version_N/"
+                              "checkpoints/last.ckpt, or the best one beside it (epoch<E>-step<S>.ckpt)")
+        if not ("://" in value or path.is_file()):
             what = ("a directory, not a checkpoint file" if path.is_dir() else
                     "not a regular file (a pipe, socket or device), not a checkpoint file" if path.exists() else "no such file")
             raise PathRefusal(f"{prefix}ckpt_path={value}: {what} (ckpt_path expects a .ckpt file written by a run, e.g. "

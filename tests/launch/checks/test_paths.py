@@ -1,5 +1,5 @@
 """The places a command names on disk (launch/checks/paths.py) that tests/launch/checks/test_precheck.py's table does
-not reach: a run name that is a path, Lightning's checkpoint names and URLs left to the run, each value of a sweep,
+not reach: a run name that is a path, Lightning's checkpoint names refused, URLs left to the run, each value of a sweep,
 and a config file in any spelling (it may set log_dir and data_dir) leaving those to be checked once parsed."""
 
 from __future__ import annotations
@@ -22,9 +22,18 @@ def test_a_run_name_that_is_a_path_is_refused(name):
     check_paths(["run_name=mine"], cli=False, data_class=None)
 
 
-def test_a_checkpoint_of_the_run_and_a_url_are_left_to_the_run():
-    check_paths(["test", "--ckpt_path=best"], cli=True, data_class=None)
+@pytest.mark.parametrize("argv, cli", [(["test", "--ckpt_path=best"], True), (["fit", "--ckpt_path=last"], True),
+                                       (["ckpt_path=last"], False), (["-m", "ckpt_path=hpc"], False)])
+def test_lightnings_names_for_a_checkpoint_of_the_trainers_run_are_refused_with_the_file_to_give(argv, cli, tmp_path):
+    option = "--" * cli + "ckpt_path="
+    with pytest.raises(PathRefusal, match=rf"^{option}\w+: Lightning's name for a checkpoint of the trainer's own run.*"
+                                          r"give the checkpoint file: logs/tensorboard/<run>/version_N/checkpoints/last\.ckpt"):
+        check_paths(argv, cli=cli, data_class=None)
+    (tmp_path / "last").write_bytes(b"")  # a file of that name is a file
     check_paths(["ckpt_path=last"], cli=False, data_class=None)
+
+
+def test_a_url_is_left_to_the_run():
     check_paths(["ckpt_path=http://127.0.0.1:9/last.ckpt"], cli=False, data_class=None)  # refused unfetched, once read
 
 
