@@ -27,6 +27,20 @@ def _declared_by(klass: type) -> type[Settings] | None:
     return found if isinstance(found, type) and issubclass(found, Settings) else None
 
 
+# What a checkpoint read weights-only holds: a module or a function given to a constructor is not saved.
+PLAIN_VALUES = (bool, int, float, str, type(None), list, tuple, dict)
+
+
+def own_arguments(obj: Any, frame: Any, declared: Any, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The plain-valued arguments that the constructors of `obj` on the call stack above `frame` take besides the
+    `declared` settings and `exclude`: those a subclass of one's own adds (`MyVAE(beta, **kwargs)`), read as Lightning's
+    save_hyperparameters() reads them, so that they are saved, shown and restored like the declared ones."""
+    from lightning.pytorch.utilities.parsing import collect_init_args
+
+    return {name: value for arguments in collect_init_args(frame, [], classes=(type(obj),)) for name, value in arguments.items()
+            if name not in declared and name not in ("settings", *exclude) and isinstance(value, PLAIN_VALUES)}
+
+
 def constructor_defaults(cls: type) -> dict[str, Any]:
     """The settings `cls` takes with their defaults: its constructors' arguments (`_constructors`), then the declared
     settings they pass **kwargs on to."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import math
 import os
 import shutil
@@ -23,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from checkpoints.registry import register
 from common.private_api import record_hyperparameter
+from common.signatures import own_arguments
 from configs.settings import Binarize, DataSettings
 
 from .resumable import ResumableDataLoader, ResumableSampler
@@ -140,7 +142,8 @@ class ImageDataModule(L.LightningDataModule):
         sizes: a batch larger than its split is refused, as it is surely a mistake (one step per epoch)."""
         super().__init__()
         self.settings = settings
-        self.save_hyperparameters(dataclasses.asdict(settings))
+        declared = dataclasses.asdict(settings)  # and what a subclass of one's own adds (InvertedMNIST(invert, **settings))
+        self.save_hyperparameters({**declared, **own_arguments(self, inspect.currentframe().f_back, declared)})
         data_dir, batch_size, val_size, eval_batch_size = settings.data_dir, settings.batch_size, settings.val_size, settings.eval_batch_size
         if not val_size < self.train_file_size:
             raise ValueError(f"val_size must be in [0, {self.train_file_size}), got {val_size}")

@@ -23,14 +23,13 @@ from torchmetrics import MeanMetric
 from torchmetrics.image import PeakSignalNoiseRatio
 
 from lightning.pytorch.utilities import rank_zero_warn
-from lightning.pytorch.utilities.parsing import collect_init_args
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from checkpoints.model_class import load_checked
 from checkpoints.registry import register
 from common.log_steps import is_logging_step
 from common.private_api import raise_recompile_limit, record_hyperparameter
-from common.signatures import constructor_defaults, settings_of
+from common.signatures import constructor_defaults, own_arguments, settings_of
 from configs.settings import MODEL_ARGUMENTS, ModelSettings
 from models.compiled_step import (
     COMPILED_GRAPHS_LIMIT,
@@ -77,10 +76,6 @@ def setting_tag(label: str, value: Any) -> str:
     if isinstance(value, (int, float)):
         value = int(value) if float(value).is_integer() else float(value)
     return f"{label}{value}"
-
-
-# The values a setting of a subclass of one's own may have to be saved with the others (a checkpoint holds plain data).
-PLAIN_VALUES = (bool, int, float, str, type(None), list, tuple, dict)
 
 
 class LatentVariableModel(L.LightningModule):
@@ -184,9 +179,7 @@ class LatentVariableModel(L.LightningModule):
         # own may take settings of its own (MyVAE(beta, **kwargs)): its constructors' arguments, read up the call stack
         # as Lightning's save_hyperparameters() reads them, are saved too, so that its checkpoints load and resume with them.
         declared = dataclasses.asdict(settings)
-        own = {name: value for frame in collect_init_args(inspect.currentframe().f_back, []) for name, value in frame.items()
-               if name not in declared and name not in ("settings", *MODEL_ARGUMENTS)
-               and isinstance(value, PLAIN_VALUES)}  # a module or a function: no checkpoint read weights-only holds it
+        own = own_arguments(self, inspect.currentframe().f_back, declared, MODEL_ARGUMENTS)
         self.save_hyperparameters({"data_shape": list(self.data_shape), **declared, **own})
         self.record_resolved(likelihood=settings.likelihood or "bernoulli")
 

@@ -19,6 +19,9 @@ from torchvision.datasets import CIFAR10, FashionMNIST
 from torchvision.datasets import utils as tv_utils
 
 from checkpoints.registry import registered
+from checkpoints.trainer.io_plugin import changed_settings
+from common.signatures import settings_of
+from models import VAE
 from datamodules import (CIFAR10DataModule, DataCorruptError, DataError, DataNotFoundError, FashionMNISTDataModule, ImageDataModule,
                          MNISTDataModule)
 from datamodules.base import InMemoryImageDataset, collate_prebatched
@@ -126,6 +129,24 @@ def test_a_data_folder_this_user_cannot_look_into_is_one_line_naming_it(tmp_path
         f"datamodules.base.DataError: MNISTDataModule: cannot look for {data}/MNIST/raw/train-images-idx3-ubyte: "
         f"permission denied. Fix: make the data folder {data} (DATA_DIR, or data.data_dir) and the folders below it "
         "readable and searchable by this user (chmod u+rx), or point DATA_DIR at one that is.")
+
+
+class OwnMNIST(MNISTDataModule):
+    """A data module of one's own with a setting of its own."""
+
+    def __init__(self, invert: bool = False, **settings) -> None:
+        super().__init__(**settings)
+        self.invert = invert
+
+
+def test_a_setting_of_a_data_module_of_ones_own_is_saved_and_a_changed_one_is_named() -> None:
+    """OwnMNIST(invert, **settings): invert is saved beside the declared settings (hparams.yaml, the HPARAMS tab, the
+    checkpoint's datamodule_hyper_parameters), so that a test or resume with another value is named, not silent."""
+    written, given = OwnMNIST(invert=True, batch_size=32), OwnMNIST(batch_size=32)
+    assert written.hparams["invert"] is True and written.hparams["batch_size"] == 32 and settings_of(given)["invert"] is False
+    model = VAE()
+    checkpoint = {"hyper_parameters": dict(model.hparams), "datamodule_hyper_parameters": dict(written.hparams)}
+    assert changed_settings(checkpoint, model, given) == {"data.invert": (True, False)}
 
 
 def test_invalid_arguments_rejected() -> None:
