@@ -41,7 +41,7 @@ class RWS(CategoricalLatentModel):
     @property
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/rws-<data>-<run_tag>)."""
-        return f"{self.backbone}-K{self.num_categories}-S{self.num_samples}" + ("-sleep" if self.sleep_phase else "") + self.prior_tag
+        return f"{self.backbone}-K{self.num_categories}-S{self.num_samples}" + ("-sleep" if self.sleep_phase else "") + self.prior_tag + self.estimator_tag
 
     def wake_loss(self, x: Tensor, log_q: Tensor) -> tuple[Tensor, Tensor]:
         """(loss whose gradient is the wake-phase estimate for θ and φ, the S-sample bound per example (B,))."""

@@ -54,7 +54,7 @@ class VAE(LatentVariableModel):
     @property
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/vae-<data>-<run_tag>)."""
-        return f"{self.backbone}-z{self.latent_dim}"
+        return f"{self.backbone}-z{self.latent_dim}" + self.estimator_tag
 
     def posterior(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Mean and log-variance of q(z | x), each (B, *latent_shape)."""

@@ -34,7 +34,7 @@ class VIMCO(CategoricalLatentModel):
     @property
     def run_tag(self) -> str:
         """Key settings, for the run's name (logs/tensorboard/vimco-<data>-<run_tag>)."""
-        return f"{self.backbone}-K{self.num_categories}-S{self.num_samples}" + self.prior_tag
+        return f"{self.backbone}-K{self.num_categories}-S{self.num_samples}" + self.prior_tag + self.estimator_tag
 
     def training_loss(self, x: Tensor, index: Tensor) -> dict[str, Tensor]:
         _, log_joint, log_proposal = self.score_proposals(x, self.posterior(x), self.num_samples)

@@ -78,3 +78,18 @@ def test_a_direct_subclass_of_a_base_model_takes_the_settings_its_base_is_given(
     assert constructor_hints(OwnEstimator)["lr"] is float and constructor_hints(OwnEstimator)["num_samples"] is int
     model = OwnEstimator(num_samples=3, num_latents=5, lr=0.002)
     assert (model.hparams["num_samples"], model.hparams["num_latents"], model.hparams["lr"]) == (3, 5, 0.002)
+
+
+@pytest.mark.parametrize("cls", registered("model"), ids=lambda cls: cls.__name__)
+def test_an_estimator_setting_of_a_subclass_of_ones_own_names_its_runs(cls):
+    """run_tag ends with estimator_tag for every model: a subclass's own setting listed in estimator_settings gives
+    its runs a name of their own when it is not at its default."""
+    class Own(cls):
+        estimator_settings = {**cls.estimator_settings, "tilt": "tilt"}
+
+        def __init__(self, tilt: float = 1.0, **settings):
+            super().__init__(**settings)
+            self.tilt = tilt
+
+    assert Own(tilt=0.5, **SMALL.get(cls, {})).run_tag == cls(**SMALL.get(cls, {})).run_tag + "-tilt0.5"
+    assert Own(**SMALL.get(cls, {})).run_tag == cls(**SMALL.get(cls, {})).run_tag
