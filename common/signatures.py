@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import sys
 import typing
 from typing import Any
 
@@ -17,10 +18,12 @@ from configs.settings import Settings, settings_class
 
 
 def _declared_by(klass: type) -> type[Settings] | None:
-    """The settings `klass` declares: by its name in configs/settings.py (`models.JSA` -> JSASettings), or as the type of
-    its constructor's `settings` argument (a base such as CategoricalLatentModel(settings: CategoricalSettings, ...),
-    which a subclass of one's own may extend with arguments of its own); None if neither."""
-    found = settings_class(f"{klass.__module__}.{klass.__qualname__}")
+    """The settings `klass` declares: by its name in configs/settings.py (`models.JSA` -> JSASettings) or, for a class of
+    one's own, in its own module (`mypkg.binvae.BinaryVAE` -> mypkg.binvae.BinaryVAESettings); else as the type of its
+    constructor's `settings` argument (a base such as CategoricalLatentModel(settings: CategoricalSettings, ...), which
+    a subclass of one's own may extend with arguments of its own); None if none."""
+    found = settings_class(f"{klass.__module__}.{klass.__qualname__}") \
+        or getattr(sys.modules.get(klass.__module__), f"{klass.__name__}Settings", None)
     if found is None and "__init__" in vars(klass):
         with contextlib.suppress(Exception):  # hints that do not resolve: none declared
             found = typing.get_type_hints(vars(klass)["__init__"]).get("settings")

@@ -159,8 +159,11 @@ class CollectionCLI(LightningCLI):
                                 {group: get_class(config[group].class_path) for group in ("data", "model")},
                                 seed, seed_given, lambda group, key: bool(_given(self.command_line, group, {key})))
         note_existing_directories(config.get("log_dir") or default_log_dir())  # as parsed: a -c file may set it
-        settings = rules.follow_data(dict(config.model.init_args), get_class(config.data.class_path), config.data.init_args.binarize)
-        config.model.init_args.likelihood, config.model.init_args.backbone = settings["likelihood"], settings["backbone"]
+        followed = rules.follow_data(dict(config.model.init_args), get_class(config.model.class_path),
+                                     get_class(config.data.class_path), config.data.init_args.binarize)
+        for key in ("likelihood", "backbone"):
+            if key in followed:  # (a model of one's own may take neither)
+                config.model.init_args[key] = followed[key]
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         """The trainer of the run this namespace describes, by the builder the Hydra front end calls too

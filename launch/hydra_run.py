@@ -100,7 +100,7 @@ def build(cfg: Any, settings: dict[str, Any] | None = None) -> tuple[Any, Any]:
                         {"data": get_class(data_settings["_target_"]), "model": get_class(settings["_target_"])},
                         cfg.seed, "seed" in overrides, lambda group, key: f"{group}.{key}" in overrides)
     datamodule = constructed(data_settings, "data")
-    settings = rules.follow_data(settings, type(datamodule), datamodule.binarize)
+    settings = rules.follow_data(settings, get_class(settings["_target_"]), type(datamodule), datamodule.binarize)
     optimizer = instantiate(cfg.optimizer) if cfg.get("optimizer") else None
     scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None  # the model's configure_optimizers builds both
     model = constructed(settings, "model", data_shape=list(datamodule.image_shape), optimizer=optimizer, scheduler=scheduler)

@@ -88,12 +88,13 @@ def check_replicable(model: Any, option: str) -> None:
                             "as a run of its own to schedule its learning rate")
 
 
-def follow_data(model_settings: dict[str, Any], data_class: type, binarize: Any) -> dict[str, Any]:
-    """The model's settings with the likelihood and backbone that suit the data where they are not given:
-    Bernoulli for binarized pixels, else the discretized logistic; CIFAR-10's convolutional networks."""
-    return {**model_settings,
-            "likelihood": model_settings.get("likelihood") or data_class.likelihood_for(binarize),
-            "backbone": model_settings.get("backbone") or data_class.backbone}
+def follow_data(model_settings: dict[str, Any], model_class: type, data_class: type, binarize: Any) -> dict[str, Any]:
+    """The model's settings with the likelihood and backbone that suit the data where they are not given and the
+    model takes them: Bernoulli for binarized pixels, else the discretized logistic; CIFAR-10's convolutional networks."""
+    suited = {"likelihood": model_settings.get("likelihood") or data_class.likelihood_for(binarize),
+              "backbone": model_settings.get("backbone") or data_class.backbone}
+    takes = constructor_defaults(model_class)
+    return {**model_settings, **{key: value for key, value in suited.items() if key in takes}}
 
 
 def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir: str | None = None) -> dict[str, Any]:
