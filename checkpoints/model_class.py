@@ -10,6 +10,7 @@ import types
 from typing import Any, Callable
 
 from checkpoints.errors import CheckpointError
+from checkpoints.import_paths import TRUST_VARIABLE
 from checkpoints.loader import check_fits, load_checkpoint_file
 from checkpoints.registry import LIGHTNING_INSTANTIATOR, qualified_name, registered
 from checkpoints.resume_command import resume_command
@@ -53,9 +54,13 @@ def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = No
     name = found.rsplit(".", 1)[-1]
     written = f"{f'checkpoint {ckpt_path}' if ckpt_path else 'this checkpoint'} was written by {found}, not {qualified_name(cls)}"
     written_by = next((model for model in registered("model") if qualified_name(model) == found), None)
-    if subcommand is None or written_by is None:  # not one of the collection's models (never imported): nothing to resume it with here
-        raise CheckpointError(f"{written}; load it with {name}.load_from_checkpoint" if subcommand is None
-                              else f"{written}, and that is not one of the collection's models")
+    if subcommand is None:
+        raise CheckpointError(f"{written}; load it with {name}.load_from_checkpoint")
+    if written_by is None:  # a class of one's own (its package trusted, or the loader would have refused the file)
+        verb = "resume" if subcommand == "fit" else subcommand
+        raise CheckpointError(f"{written}, a class of your own: {verb} it with that class, "
+                              f"python train.py {subcommand} --model={found} --ckpt_path={ckpt_path or 'PATH'} (Hydra: "
+                              f"model._target_={found}; its package in {TRUST_VARIABLE})")
     # The Hydra config of the model that wrote it; a property (DiscreteVAE: dvae or dvae_gumbel) of its settings, read
     # from the checkpoint's (a setting not recorded is the class's default)
     config_name = written_by.config_name
@@ -80,7 +85,7 @@ def check_data_class(checkpoint: dict[str, Any], datamodule: Any, ckpt_path: Any
     if found is None or datamodule is None or found == qualified_name(given):
         return
     written_by = next((data for data in registered("data") if qualified_name(data) == found), None)
-    choice = f"--data={found.rsplit('.', 1)[-1]}" if cli else f"data={written_by.config_name}" if written_by else \
-        f"data._target_={found}"
+    choice = (f"--data={found.rsplit('.', 1)[-1] if written_by else found}" if cli
+              else f"data={written_by.config_name}" if written_by else f"data._target_={found}")
     raise CheckpointError(f"checkpoint {ckpt_path} was trained on {found}, not {qualified_name(given)}: give "
                           f"{choice} (to evaluate the model on other data, load it in Python: <Model>.load_from_checkpoint)")

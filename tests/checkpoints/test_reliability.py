@@ -78,6 +78,23 @@ def test_another_models_checkpoint_is_resumed_with_the_config_its_settings_chose
         check_model_class(checkpoint, JSA, "last.ckpt")
 
 
+def test_a_checkpoint_of_classes_of_ones_own_names_the_command_with_those_classes():
+    """A class of one's own is no config choice or short name: the refusal gives its full path, in each front end's
+    spelling."""
+    import re
+
+    from checkpoints.errors import CheckpointError
+    from checkpoints.model_class import check_data_class, check_model_class
+
+    checkpoint = {"model_class": "mypkg.mymodel.MyVAE", "data_class": "mypkg.data.InvertedMNIST"}
+    with pytest.raises(CheckpointError, match=re.escape("test it with that class, python train.py test --model=mypkg.mymodel.MyVAE "
+                                                        "--ckpt_path=x.ckpt (Hydra: model._target_=mypkg.mymodel.MyVAE; ")):
+        check_model_class(checkpoint, VAE, "x.ckpt", "test")
+    for cli, choice in ((True, "give --data=mypkg.data.InvertedMNIST"), (False, "give data._target_=mypkg.data.InvertedMNIST")):
+        with pytest.raises(CheckpointError, match=re.escape(choice)):
+            check_data_class(checkpoint, MNISTDataModule(), "x.ckpt", cli=cli)
+
+
 @pytest.mark.slow  # three runs through the Hydra front end
 def test_a_seed_makes_a_cpu_run_repeatable(mnist_dir, tmp_path):
     def run(seed: int, name: str) -> dict[str, float]:
