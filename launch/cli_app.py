@@ -302,6 +302,10 @@ def _parameters(value: str) -> dict[str, inspect.Parameter]:
     return dict(inspect.signature(cls).parameters) if cls is not None else {}
 
 
+CLASS_EXAMPLES = {"optimizer": "Adam", "lr_scheduler": "StepLR", "scheduler": "StepLR", "callbacks": "LearningRateMonitor",
+                  "logger": "CSVLogger"}  # a class for each class-valued option, in the line that asks for one
+
+
 def _not_accepted(message: str, args: list[str]) -> str | None:
     """jsonargparse's "Option 'weight_decay' is not accepted" as the option given: a setting of a class-valued option
     given before its class (`--model.optimizer.weight_decay=0.1` needs `--model.optimizer=Adam` first), or one that
@@ -313,11 +317,12 @@ def _not_accepted(message: str, args: list[str]) -> str | None:
         return None
     option = given[at][0]
     owner = option.rsplit(".", 1)[0].removesuffix(".init_args")
-    chosen = [value for name, value in given[:at] if name in (owner, f"{owner}.class_path") and value]
+    chosen = [value for name, value in given[:at] if name in (owner, f"{owner}+", f"{owner}.class_path") and value]
     if not chosen and any(arg.startswith(("-c", "--config")) for arg in args):
         return None  # the class may come from a config file
     if not chosen:
-        return f"{option}: give its class first ({owner}=CLASS, e.g. Adam), then its settings"
+        example = CLASS_EXAMPLES.get(owner.rsplit(".", 1)[-1].lstrip("-"))
+        return f"{option}: give its class first ({owner}=CLASS{f', e.g. {example}' if example else ''}), then its settings"
     cls = _class_named(chosen[-1])  # its settings as both front ends read them (a subclass's declared ones too)
     settings = [f"{owner}.{name}" for name in (constructor_defaults(cls) if cls is not None else {})]
     return f"{option}: no such setting of {chosen[-1].rsplit('.', 1)[-1]}{did_you_mean(option, settings)}"

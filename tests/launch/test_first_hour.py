@@ -120,6 +120,9 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--optimizer=Adamw"], "--optimizer=Adamw: no such class; did you mean AdamW?"),
     (["fit", "--model.optimizer.weight_decay=0.1"], "--model.optimizer.weight_decay: give its class first (--model.optimizer=CLASS"),
     (["fit", "--optimizer=Adam", "--optimizer.weight_decy=0.1"], "no such setting of Adam; did you mean --optimizer.weight_decay?"),
+    (["fit", "--trainer.callbacks+=LearningRateMonitor", "--trainer.callbacks.logging_intervl=step"],
+     "--trainer.callbacks.logging_intervl: no such setting of LearningRateMonitor; did you mean --trainer.callbacks.logging_interval?"),
+    (["fit", "--trainer.callbacks.logging_interval=step"], "give its class first (--trainer.callbacks=CLASS, e.g. LearningRateMonitor)"),
     (["fit", "--model=mypkg.MyVAE"], "--model=mypkg.MyVAE: no module named 'mypkg'; a package of your own is imported from "
      "train.py's folder or PYTHONPATH"),
     (["fit", "--model.scheduler=CosineAnealingLR"], "--model.scheduler=CosineAnealingLR: no such class; did you mean CosineAnnealingLR?"),
