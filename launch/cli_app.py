@@ -343,13 +343,19 @@ def _unknown_class(message: str, args: list[str]) -> str | None:
 
 
 def _package_missing(message: str, args: list[str]) -> str | None:
-    """jsonargparse's "Expected a path but mypkg.MyVAE either not accessible or invalid; No module named 'mypkg'" as the
-    option given and where Python looks for one's own package."""
-    found = re.search(r"Expected a path but ([\w.]+) either not accessible.*No module named '(\w+)'", message, flags=re.S)
-    option = next((option for option, value in option_values(args[1:]) if found and value == found[1]), None)
-    if option is None or found[1].split(".")[0] != found[2]:
+    """jsonargparse's "Expected a path but mypkg.MyVAE either not accessible or invalid; No module named 'mypkg'" (a
+    class given) or "Problem with given class_path 'mypkg.MyVAE': No module named 'mypkg'" (a class a checkpoint or a
+    config file names) as the option and where Python looks for one's own package."""
+    found = re.search(r"(?:Expected a path but |class_path ')([\w.]+)'?(?: either not accessible.*?|:\s*)No module named '(\w+)'",
+                      message, flags=re.S)
+    if found is None or found[1].split(".")[0] != found[2]:
         return None
-    return f"{option}={found[1]}: no module named '{found[2]}'; {IMPORTABLE_HINT}"
+    option = next((option for option, value in option_values(args[1:]) if value == found[1]), None)
+    key = re.match(r'Parser key "([\w.]+)"', message)
+    if option is None and key is None:
+        return None
+    source = "" if option else " (named by the checkpoint or a config file)"
+    return f"{option or f'--{key[1]}'}={found[1]}{source}: no module named '{found[2]}'; {IMPORTABLE_HINT}"
 
 
 def _meant_option(message: str, args: list[str]) -> str:

@@ -120,6 +120,11 @@ def test_the_cli_trains_reruns_tests_and_loads_your_own_code(user, tmp_path):
     tested = preloaded.run_train(["test", f"--ckpt_path={last}", "--trainer.limit_test_batches=1"], tmp_path,
                                  trusting(user, "mypkg"), timeout=300)
     assert tested.returncode == 0 and "test/nll" in tested.stdout, tested.stderr[-2000:]
+    unimportable = preloaded.run_train(["test", f"--ckpt_path={last}"], tmp_path, {**trusting(user, "mypkg"), "PYTHONPATH": str(REPO)},
+                                       timeout=240)
+    assert unimportable.returncode == 2 and last_line(unimportable).startswith(
+        "error: --model=mypkg.mymodel.MyVAE (named by the checkpoint or a config file): no module named 'mypkg'; a package "
+        "of your own is imported from train.py's folder or PYTHONPATH"), unimportable.stderr[-2000:]
 
     code = f"from mypkg.mymodel import MyVAE\nprint(type(MyVAE.load_from_checkpoint({str(last)!r})).__name__)"
     loaded = preloaded.run_code(code, [], tmp_path, trusting(user, "mypkg"), timeout=240)
