@@ -21,7 +21,8 @@ from launch.checks.arguments import overrides_of
 from launch.checks.configs import CONFIGS, log_dir as default_log_dir
 from launch.checks.early import USER_ERROR, exit_with
 from launch.checks.hydra_check import check_hydra
-from launch.checks.hydra_config import register_defaults
+from launch.checks.hydra_config import own_targets, register_defaults
+from launch.checks.received_config import hydra_folders
 from launch.checks.precheck import EarlyRefusal
 from launch.checks.settings import SettingsError
 from launch.console import quiet_console
@@ -73,11 +74,14 @@ def check_testable(cls: type) -> None:
 
 
 def main() -> None:
-    try:  # the Trainer's settings, known now, before Hydra composes (its struct mode refuses an unknown one in several lines)
-        check_hydra(sys.argv[1:], trainer_names_only=True)
+    # The Trainer's settings, known now, before Hydra composes (its struct mode refuses an unknown one in several
+    # lines); and the settings of the classes one's own configs build, known now that they can be imported.
+    folders = hydra_folders(sys.argv[1:])
+    try:
+        check_hydra(sys.argv[1:], trainer_names_only=not any(own_targets(kind, folders) for kind in ("model", "data")))
     except EarlyRefusal as refusal:
         exit_with(str(refusal))
-    register_defaults()
+    register_defaults(folders)
     given = dict(overrides_of(sys.argv[1:])).get("log_dir")  # before Hydra makes its run directory there
     note_existing_directories(given if given and "${" not in given else default_log_dir())
     # The jobs a launcher starts as new processes (hydra/launcher=slurm, slurm_local: `python -m submitit...` from the

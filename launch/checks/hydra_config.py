@@ -4,21 +4,22 @@ with it before the heavy imports (launch/checks/hydra_check.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import pkgutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from checkpoints.registry import registered
 from common.signatures import constructor_defaults
 from configs.settings import settings_class
-from launch.checks.configs import CONFIGS, NOT_SETTINGS, config_targets, declared_defaults, every_config
+from launch.checks.configs import CONFIGS, NOT_SETTINGS, config_targets, config_value, declared_defaults, every_config
 
 
 def classes_imported() -> bool:
@@ -33,19 +34,37 @@ def class_defaults(kind: str, target: str) -> Any:
     if settings_class(target) is not None:
         return declared_defaults(target)
     if classes_imported():
-        return {k: v for k, v in constructor_defaults(get_class(target)).items() if k not in NOT_SETTINGS.get(kind, ())}
+        with contextlib.suppress(ImportError, AttributeError, ValueError):  # not importable: building it says why
+            return {k: v for k, v in constructor_defaults(pkgutil.resolve_name(target)).items() if k not in NOT_SETTINGS.get(kind, ())}
     return OmegaConf.create({}, flags={"struct": False})
 
 
-def register_defaults() -> None:
+def own_targets(kind: str, folders: Sequence[Path]) -> dict[str, str]:
+    """Class name -> class path of each `_target_` the configs of group `kind` in one's own config folders name (read
+    after launch/checks/received_config.py has checked them), e.g. {"MyVAE": "mypkg.mymodel.MyVAE"}."""
+    import yaml
+
+    targets = {}
+    for path in sorted(path for folder in folders for path in (Path(folder) / kind).glob("*.yaml")):
+        with contextlib.suppress(Exception):  # not YAML: Hydra reports it
+            config = yaml.safe_load(path.read_text())
+            target = config_value(config, [kind, "_target_"]) or config_value(config, ["_target_"])
+            if isinstance(target, str):
+                targets[target.rsplit(".", 1)[-1]] = target
+    return targets
+
+
+def register_defaults(config_dirs: Sequence[Path] = ()) -> None:
     """Store every model's and data module's defaults (class_defaults) as Hydra configs `model_defaults/<Class>` and
-    `data_defaults/<Class>` (once imported, every registered class's too: one's own), and once Lightning is imported
+    `data_defaults/<Class>` (once imported, every registered class's too; and those of the classes one's own configs in
+    `config_dirs` build, so that they extend them as configs/ does), and once Lightning is imported
     lightning.Trainer's as `trainer_defaults/Trainer`, which configs/model/*.yaml, configs/data/*.yaml and
     configs/trainer/default.yaml extend: one source of defaults, `--cfg job` shows them, and `model.NAME=VALUE` needs
     no `+`. Also the `${every_config:...}` resolver the config tree uses."""
     store = ConfigStore.instance()
     for kind in ("model", "data"):
-        targets = {target.rsplit(".", 1)[-1]: target for target in config_targets(kind).values()}
+        targets = {**own_targets(kind, config_dirs),  # the collection's names win
+                   **{target.rsplit(".", 1)[-1]: target for target in config_targets(kind).values()}}
         if classes_imported():
             targets.update({cls.__name__: f"{cls.__module__}.{cls.__qualname__}" for cls in registered(kind)})
         for name, target in sorted(targets.items()):
@@ -64,7 +83,7 @@ def compose(overrides: list[str], config_dirs: list[Path] = ()) -> Any:
     """The config `python train.py OVERRIDES` runs with (its hydra node too), composed in this process by Hydra's compose
     API, with the folders of --config-dir searched too; `${hydra:...}` resolves as in a run. What the early check, the
     tests and the benchmarks that build a model without a new interpreter use."""
-    register_defaults()
+    register_defaults(config_dirs)
     searched = [f"hydra.searchpath=[{','.join(f'file://{Path(folder).resolve()}' for folder in config_dirs)}]"] \
         if config_dirs else []
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):

@@ -5,6 +5,8 @@ PYTHONPATH: mypkg with a VAE subclass, and my_callbacks with a callback) are adm
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,6 +145,20 @@ def test_hydra_trains_and_tests_a_model_of_your_own(user, tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "test/nll" in output, output[-2000:]
     assert "Restoring states from the checkpoint path at" in output and "epoch000-step000002.ckpt" in output
+
+    # a config of one's own extends the class's defaults (model_defaults/MyVAE); a typo in it is one line
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "myvae.yaml").write_text("# @package _global_\ndefaults:\n  - /model_defaults@model: MyVAE\n"
+                                                            "  - _self_\nmodel:\n  _target_: mypkg.mymodel.MyVAE\n")
+    own = ["--config-dir", str(tmp_path / "conf"), "model=myvae", "model.latent_dim=2", *TINY_RUN, "log_dir=own"]
+    # (a new interpreter: before the imports the early check does not know the class's settings, the check after them
+    # does; no trainer setting, which would have every job checked then anyway)
+    typo = subprocess.run([sys.executable, str(REPO / "train.py"), *own[:4], "model.latent_dmi=3"], cwd=tmp_path,
+                          env=trusting(user, "mypkg"), capture_output=True, text=True, timeout=240)
+    assert typo.returncode == 2 and last_line(typo) == (f"error: model.latent_dmi: {tmp_path / 'conf' / 'model' / 'myvae.yaml'} "
+                                                        "has no such key; did you mean model.latent_dim?"), typo.stderr[-2000:]
+    trained = preloaded.run_train(own, tmp_path, trusting(user, "mypkg"), timeout=300)
+    assert trained.returncode == 0 and list((tmp_path / "own" / "tensorboard").glob("myvae-mnist-*/version_0")), trained.stderr[-2000:]
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """A model of one's own in one's own package, declared as CONTRIBUTING says (its settings `<Class>Settings` beside it)
-and taking no backbone: both front ends take its settings, check them ("did you mean"), and build it."""
+and taking no backbone: both front ends take its settings, check them ("did you mean"), and build it; a Hydra config
+of one's own extends its defaults as the collection's configs do."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from typing import Any
 import pytest
 import torch
 
+import launch.checks.hydra_config
 import launch.cli_app
 import launch.hydra_run
 from common.signatures import constructor_defaults
 from configs.settings import ModelSettings
+from launch.checks.precheck import EarlyRefusal
+from launch.checks.hydra_check import check_hydra
 from launch.checks.settings import SettingsError, check_settings
 from models.base import LatentVariableModel
 from tests.launch.test_configs import composed
@@ -47,3 +51,16 @@ def test_both_front_ends_build_it_without_a_backbone(tmp_path):
     cli = launch.cli_app.main([f"--model={__name__}.BitsAutoencoder", "--model.num_bits=4", f"--log_dir={tmp_path}"], run=False)
     for built in (model, cli.model):
         assert type(built) is BitsAutoencoder and built.settings.num_bits == 4 and built.hparams["likelihood"] == "bernoulli"
+
+
+def test_a_config_of_ones_own_extends_its_classs_defaults_and_its_settings_are_checked(tmp_path):
+    """A config in one's own --config-dir extends `/model_defaults@model: <Class>` for the class it builds, as the
+    collection's configs do: every setting the class takes composes without +, and a typo is one line."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "bits.yaml").write_text(f"# @package _global_\ndefaults:\n  - /model_defaults@model: BitsAutoencoder\n"
+                                                  f"  - _self_\nmodel:\n  _target_: {__name__}.BitsAutoencoder\n  num_bits: 4\n")
+    cfg = launch.checks.hydra_config.compose(["model=bits", "model.val_num_samples=2"], [tmp_path])
+    _, model = launch.hydra_run.build(cfg)
+    assert type(model) is BitsAutoencoder and model.settings.num_bits == 4 and model.hparams["val_num_samples"] == 2
+    with pytest.raises(EarlyRefusal, match=r"model\.num_bitz: .*bits\.yaml has no such key; did you mean model\.num_bits\?"):
+        check_hydra(["--config-dir", str(tmp_path), "model=bits", "model.num_bitz=3"])
