@@ -141,19 +141,3 @@ def test_every_dotted_string_in_a_checkpoints_settings_is_held_to_the_rule(setti
     # the path settings are paths, and the allowed packages' names pass
     refuse_unregistered_classes({"hyper_parameters": {"ckpt_path": "last.ckpt", "optimizer": "torch.optim.SGD"},
                                  "datamodule_hyper_parameters": {"data_dir": "mnist.v2"}}, "received.ckpt")
-
-
-@pytest.mark.parametrize("option", ["-cp", "--config-dir"])
-def test_a_runs_hydra_record_given_as_a_config_folder_says_how_to_run_it_again(option, tmp_path):
-    """A run's .hydra folder (config.yaml, hydra.yaml naming Hydra's own launcher, overrides.yaml) is a record: the line
-    points at its overrides, not at LATENT_ZOO_TRUST."""
-    from launch.checks.received_config import refuse_received_configs
-
-    record = tmp_path / "run" / ".hydra"
-    record.mkdir(parents=True)
-    (record / "config.yaml").write_text("model:\n  _target_: models.VAE\n")
-    (record / "hydra.yaml").write_text("hydra:\n  launcher:\n    _target_: hydra._internal.core_plugins.basic_launcher.BasicLauncher\n")
-    (record / "overrides.yaml").write_text("- model=vae\n")
-    refusal = refuse_received_configs([option, str(record), "-cn", "config"], cli=False)
-    assert refusal == (f"{record} is the record of a run (Hydra's .hydra folder), not a folder of configs; run it again with "
-                       f"the overrides it lists in {record / 'overrides.yaml'}: python train.py OVERRIDES"), refusal

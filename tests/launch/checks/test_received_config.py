@@ -104,3 +104,17 @@ def test_an_unset_environment_variable_without_a_default_is_refused_naming_it(mo
         "log_dir=${oc.env:LATENT_ZOO_UNSET}: the environment variable LATENT_ZOO_UNSET is not set; set it, or give a "
         "default: ${oc.env:LATENT_ZOO_UNSET,DEFAULT}")
     assert refuse_received_configs(["log_dir=${oc.env:LATENT_ZOO_UNSET,logs}"], cli=False) is None
+
+
+@pytest.mark.parametrize("option", ["-cp", "--config-dir"])
+def test_a_runs_hydra_record_given_as_a_config_folder_says_how_to_run_it_again(option, tmp_path):
+    """A run's .hydra folder (config.yaml, hydra.yaml naming Hydra's own launcher, overrides.yaml) is a record: the line
+    points at its overrides, not at LATENT_ZOO_TRUST."""
+    record = tmp_path / "run" / ".hydra"
+    record.mkdir(parents=True)
+    (record / "config.yaml").write_text("model:\n  _target_: models.VAE\n")
+    (record / "hydra.yaml").write_text("hydra:\n  launcher:\n    _target_: hydra._internal.core_plugins.basic_launcher.BasicLauncher\n")
+    (record / "overrides.yaml").write_text("- model=vae\n")
+    refusal = refuse_received_configs([option, str(record), "-cn", "config"], cli=False)
+    assert refusal == (f"{record} is the record of a run (Hydra's .hydra folder), not a folder of configs; run it again with "
+                       f"the overrides it lists in {record / 'overrides.yaml'}: python train.py OVERRIDES"), refusal
