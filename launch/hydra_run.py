@@ -29,6 +29,7 @@ from checkpoints.registry import qualified_name
 from common.signatures import constructor_defaults
 from configs.settings import MODEL_ARGUMENTS
 from launch import rules
+from launch.checks.configs import config_targets
 from launch.checks.settings import SettingsError, check_composed
 from launch.run_builder import RunDescription, build_trainer
 from launch.run_layout import LOGGER_FOLDERS, TENSORBOARD, logger_root, placed, process_dir, run_name
@@ -181,6 +182,20 @@ def chosen_logger(cfg: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
     return get_class(target)(save_dir=logger_root(cfg.log_dir, target), name=name, **settings), None
 
 
+def base_name(cfg: Any, model: Any, datamodule: Any) -> str:
+    """Hydra's run_name, <model choice>-<data choice> unless given; where the command builds a class of one's own in
+    place of the one its configs/ choice builds (model=vae model._target_=mypkg.MyVAE), that class's config_name in
+    the choice's place, as LightningCLI names the run."""
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    if cfg.run_name != f"{choices.get('model')}-{choices.get('data')}":  # given, or not Hydra's
+        return cfg.run_name
+    parts = []
+    for kind, built in (("model", model), ("data", datamodule)):
+        target = config_targets(kind).get(choices.get(kind))
+        parts.append(choices.get(kind) if target is None or pkgutil.resolve_name(target) is type(built) else built.config_name)
+    return "-".join(parts)
+
+
 def describe_run(cfg: Any) -> RunDescription:
     """The run of a composed config (launch/run_builder.py's RunDescription), checked, seeded and built but for its
     trainer."""
@@ -198,7 +213,7 @@ def describe_run(cfg: Any) -> RunDescription:
     trainer = instantiate(cfg.trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
     callbacks = [constructed(settings, f"callbacks.{name}") for name, settings in
                  (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items()]
-    name = run_name(cfg.run_name, model.run_tag, swept_settings(cfg))
+    name = run_name(base_name(cfg, model, datamodule), model.run_tag, swept_settings(cfg))
     logger, tensorboard = chosen_logger(cfg, name)
     run = RunDescription(
         model=model, datamodule=datamodule, name=name, log_dir=cfg.log_dir, front_end="hydra", tensorboard=tensorboard,

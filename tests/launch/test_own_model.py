@@ -18,6 +18,7 @@ from configs.settings import ModelSettings
 from launch.checks.precheck import EarlyRefusal
 from launch.checks.hydra_check import check_hydra
 from launch.checks.settings import SettingsError, check_settings
+from models import VAE
 from models.base import LatentVariableModel
 from tests.launch.test_configs import composed
 
@@ -64,3 +65,20 @@ def test_a_config_of_ones_own_extends_its_classs_defaults_and_its_settings_are_c
     assert type(model) is BitsAutoencoder and model.settings.num_bits == 4 and model.hparams["val_num_samples"] == 2
     with pytest.raises(EarlyRefusal, match=r"model\.num_bitz: .*bits\.yaml has no such key; did you mean model\.num_bits\?"):
         check_hydra(["--config-dir", str(tmp_path), "model=bits", "model.num_bitz=3"])
+
+
+class NamedVAE(VAE):
+    """A VAE of one's own with a name of its own."""
+
+    config_name = "namedvae"
+
+
+def test_a_class_of_ones_own_in_place_of_a_configs_names_its_runs_as_the_cli_does(tmp_path):
+    """model=vae model._target_=...NamedVAE builds no VAE: its runs are named by its class, as LightningCLI names them;
+    a run_name given stays the name."""
+    hydra = launch.hydra_run.describe_run(composed(["model=vae", f"model._target_={__name__}.NamedVAE", f"log_dir={tmp_path}"]))
+    cli = launch.cli_app.main([f"--model={__name__}.NamedVAE", f"--log_dir={tmp_path}"], run=False)
+    assert hydra.name == cli.trainer.logger.name == "namedvae-mnist-mlp-z32"
+    assert launch.hydra_run.describe_run(composed(["model=vae", f"log_dir={tmp_path}"])).name == "vae-mnist-mlp-z32"
+    given = composed(["model=vae", f"model._target_={__name__}.NamedVAE", "run_name=mine", f"log_dir={tmp_path}"])
+    assert launch.hydra_run.describe_run(given).name == "mine-mlp-z32"
