@@ -21,7 +21,7 @@ import torch
 
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import directory_lock, verify_checkpoint_file
-from checkpoints.import_paths import PATH_SETTINGS, TRUST_HINT, is_allowed_import, looks_like_import_path
+from checkpoints.import_paths import PATH_SETTINGS, trust_hint, is_allowed_import, looks_like_import_path
 from checkpoints.registry import is_registered
 from common.private_api import lightning_load
 
@@ -172,8 +172,8 @@ def refuse_unregistered_classes(checkpoint: dict[str, Any], path: Any) -> None:
     for where, key, name, _ in walk({section: checkpoint.get(section) for section in ("hyper_parameters", "datamodule_hyper_parameters")}):
         if key in IMPORTED_KEYS and not is_registered(name):
             raise CheckpointError(f"checkpoint {path}: {where} names {str(name)[:120]!r}, which is not one of the "
-                                  f"collection's models or data modules; it is not imported (importing runs code); {TRUST_HINT}")
+                                  f"collection's models or data modules; it is not imported (importing runs code); {trust_hint()}")
         if key not in IMPORTED_KEYS and key not in PATH_SETTINGS and isinstance(name, str) \
                 and looks_like_import_path(name) and not is_allowed_import(name):
             raise CheckpointError(f"checkpoint {path}: {where} is {name[:120]!r}, a dotted name that is not one of the "
-                                  f"collection's, Lightning's or torch.optim's; it is not imported (importing runs code); {TRUST_HINT}")
+                                  f"collection's, Lightning's or torch.optim's; it is not imported (importing runs code); {trust_hint()}")

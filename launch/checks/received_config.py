@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from checkpoints.import_paths import PATH_SETTINGS, TRUST_HINT, is_allowed_import, looks_like_import_path, trusted_prefixes
+from checkpoints.import_paths import PATH_SETTINGS, trust_hint, is_allowed_import, looks_like_import_path, trusted_prefixes
 from launch.checks.arguments import option_values
 from launch.checks.configs import CONFIGS
 
@@ -165,7 +165,7 @@ class ReceivedFiles:
                 if not is_allowed_import(value, () if base is not None else HYDRA_PREFIXES):
                     raise ConfigRefusal(f"{label}: {where} names {value.strip()[:120]!r}, which is not a class or function "
                                         "of the collection, Lightning or torch.optim; it is not imported (importing runs "
-                                        f"code): read the file; {TRUST_HINT}")
+                                        f"code): read the file; {trust_hint()}")
                 self.imports.append(f"{label}: {where} = {value}")
 
 
