@@ -5,9 +5,9 @@ commands run one after the other in one working directory (so that the resume an
 earlier command wrote); each benchmark's commands are a test of their own, which pytest-xdist runs beside the others.
 Each command gets a few extra settings that cut it to its smallest size, and a time limit. What cannot run
 on this machine is checked as far as it can be: commands on CIFAR-10 (no copy here), a GPU or several
-processes are composed and their model and data built, without training; `tensorboard` (a server) and
-the launchers `srun`/`torchrun` are left out. README's Python example runs against a checkpoint
-written by the commands. Each command (train.py or `python -m benchmarks...`) runs in a process of its own, forked
+processes are composed and their model and data built, without training, as are the commands whose route another
+test runs end to end (RUN_BY_ANOTHER_TEST); `tensorboard` (a server) and the launchers `srun`/`torchrun` are left
+out. README's Python example runs against a checkpoint written by the commands. Each command (train.py or `python -m benchmarks...`) runs in a process of its own, forked
 from one that has imported torch, Lightning and Hydra once (tests/preloaded.py), and so do a benchmark's own
 `python train.py ...` runs.
 """
@@ -62,15 +62,13 @@ BENCHMARK_FAST = {"benchmarks.studies.grey_mnist": ["--steps", "2", "--val-every
                                         "--only", "jsa-autoregressive-s0,vqvae-mlp-*", "trainer.limit_train_batches=2",
                                         "trainer.limit_val_batches=1", "model.val_num_samples=2"]}
 
-# experiment=compare's sweep cut to two models (a sweep override, as README's `model=jsa,...` ones) where
-# `experiment=compare_quick` (every model of experiment=compare, in the same sizes) has run each model already: two
-# jobs prove the sweep's route and the report's.
-EVERY_MODEL_SHOWN_BY = {"python train.py -m experiment=compare data=mnist": "experiment=compare_quick"}
-
-# Commands whose whole route another test runs end to end: joblib's worker processes (each a new interpreter) over
-# experiment=compare cut to two models, as README's form would be cut above. Composed here, as a command that cannot
-# run here is, so that the route is not run twice.
-RUN_BY_ANOTHER_TEST = {"python train.py -m experiment=compare hydra/launcher=parallel":
+# Commands whose whole route another test runs end to end, as a `python train.py` process at its smallest size:
+# experiment=compare on MNIST, every model of its sweep, then its report (test_compare); joblib's worker processes
+# (each a new interpreter) over experiment=compare cut to two models (test_cluster). Composed here, as a command that
+# cannot run here is, so that the route is not run twice.
+RUN_BY_ANOTHER_TEST = {"python train.py -m experiment=compare data=mnist":
+                       "tests/benchmarks/test_compare.py::test_compare_experiment_and_report",
+                       "python train.py -m experiment=compare hydra/launcher=parallel":
                        "tests/launch/test_cluster.py::test_a_parallel_comparison_lands_like_a_sequential_one"}
 
 # The committed records a study's `--report-only` reads (its default --out), where README shows no run of it.
@@ -107,9 +105,6 @@ def test_the_commands_are_found():
     assert "python train.py model=jsa" in COMMANDS  # the main job of the set-up command
     assert any("ckpt_path=" in c for c in COMMANDS) and any(c.startswith("python -m benchmarks.compare") for c in COMMANDS)
     assert len(COMMANDS) >= 20
-    for command, shown_by in EVERY_MODEL_SHOWN_BY.items():  # the cut commands are README's, after the one that shows theirs
-        assert command in TRAIN_COMMANDS, command
-        assert any(shown_by in c for c in TRAIN_COMMANDS[:TRAIN_COMMANDS.index(command)]), command
     for command, test in RUN_BY_ANOTHER_TEST.items():  # README's command, and the test that runs its route
         path, name = test.split("::")
         assert command in TRAIN_COMMANDS and f"def {name}(" in (REPO / path).read_text(), (command, test)
@@ -134,8 +129,6 @@ def command_line(command: str) -> list[str] | None:
         extra = CLI_FAST if args[1] == "fit" else ["--trainer.limit_test_batches=1", "--model.test_num_samples=2"]
     else:  # an Optuna study: two trials show it works
         extra = HYDRA_FAST + (["hydra.sweeper.n_trials=2"] if "hydra/sweeper=tune" in args else [])
-        if command in EVERY_MODEL_SHOWN_BY:  # another command runs each of its models; two jobs show its route
-            extra.append("model=jsa,vae")
     return [sys.executable, *args, *extra]
 
 

@@ -230,19 +230,25 @@ READS = 20
 
 @pytest.mark.slow  # three processes, hundreds of saves
 def test_two_processes_saving_one_path_leave_a_consistent_pair_and_no_reader_refuses(tmp_path):
+    """Two writers and a reader, each a process of its own, forked from tests/preloaded's server (torch imported there;
+    the project's modules imported by each process). Each writes stdout and stderr to one file, its count last."""
+    from tests import preloaded
+
     path = tmp_path / "last.ckpt"
     save_checkpoint_file({"state_dict": {"w": torch.zeros(2000)}}, path)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     stop, started = tmp_path / "stop", [tmp_path / f"writer-{w}-saving" for w in (1, 2)]
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(w), str(started[w - 1]), str(stop)], env=env,
-                                stdout=subprocess.PIPE, text=True) for w in (1, 2)]
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(path), str(READS), str(stop), *map(str, started)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = reader.communicate(timeout=900)
-    last_saves = [int(w.communicate(timeout=900)[0]) for w in writers]
-    assert reader.returncode == 0 and [w.returncode for w in writers] == [0, 0], err[-2000:]
-    reads, refused = map(int, out.split())
-    assert refused == 0 and reads == READS, (reads, err[-2000:])
+    (tmp_path / "writer.py").write_text(WRITER)
+    (tmp_path / "reader.py").write_text(READER)
+    writers = [preloaded.start_script(tmp_path / "writer.py", [str(path), str(w), str(started[w - 1]), str(stop)], tmp_path, env)
+               for w in (1, 2)]
+    reader = preloaded.start_script(tmp_path / "reader.py", [str(path), str(READS), str(stop), *map(str, started)], tmp_path, env)
+    codes = [process.wait(timeout=900) for process in (reader, *writers)]
+    read, written = reader.log.read_text(), [w.log.read_text() for w in writers]
+    assert codes == [0, 0, 0], (codes, read[-2000:], [text[-2000:] for text in written])
+    last_saves = [int(text.split()[-1]) for text in written]
+    reads, refused = map(int, read.split()[-2:])
+    assert refused == 0 and reads == READS, (reads, read[-2000:])
     assert listed_digests(path) == [file_digest(path)]  # the final pair is one save's
     assert load_checkpoint_file(path)["state_dict"]["w"][0] in (100000 + last_saves[0], 200000 + last_saves[1])
 

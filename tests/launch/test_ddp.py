@@ -5,7 +5,6 @@ are reduced across ranks, and validation under 2 processes agrees with 1 process
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -132,7 +131,9 @@ def test_two_process_resume_continues_bit_for_bit_on_both_ranks(tmp_path, mnist_
 def test_the_process_group_is_released_at_exit_in_a_process_whose_trainer_set_up_under_it(tmp_path):
     """Left to interpreter exit, gloo's threads can abort a process whose run succeeded (exit -6, "terminate called
     without an active exception"): ReleaseProcessGroupAtExit, which both front ends add, destroys the group at exit.
-    The probe is registered first, so that atexit (last in, first out) runs it after the callback's handler."""
+    The probe is registered first, so that atexit (last in, first out) runs it after the callback's handler. The probe
+    runs as `python -c` in a process of its own, forked from tests/preloaded's server, which ends with the interpreter's
+    exit steps in their order (its threads joined, then the atexit functions)."""
     script = f"""
 import atexit, torch.distributed as dist
 from callbacks.guards.process_group import ReleaseProcessGroupAtExit
@@ -141,7 +142,7 @@ dist.init_process_group("gloo", init_method="file://{tmp_path / 'store'}", rank=
 ReleaseProcessGroupAtExit().setup(None, None, "fit")
 print("initialized after setup:", dist.is_initialized(), flush=True)
 """
-    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
+    done = preloaded.run_code(script, [], Path(__file__).resolve().parents[2], dict(os.environ), timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == ["initialized after setup: True", "initialized at exit: False"]
 

@@ -38,10 +38,8 @@ def test_each_kind_of_bad_input_is_clear_or_documented(tmp_path, mnist_dir):
 
 def test_the_fault_harness_can_read_the_checkpoints_it_makes():
     """`python -m benchmarks.robustness.faults` reads its runs' checkpoints in its own process: the model classes they
-    name are registered there (a checkpoint naming an unregistered class is refused)."""
-    import subprocess
-    import sys
-
+    name are registered there (a checkpoint naming an unregistered class is refused). The probe imports the harness
+    alone in a process of its own, forked from tests/preloaded's server, which holds none of the project's modules."""
     probe = "import benchmarks.robustness.faults\nfrom checkpoints.registry import is_registered\nprint(is_registered('models.jsa.JSA'))"
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO)
+    result = preloaded.run_code(probe, [], REPO, dict(os.environ), timeout=120)
     assert result.stdout.strip() == "True", result.stderr[-2000:]
