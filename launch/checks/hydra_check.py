@@ -279,8 +279,11 @@ def check_before_composing(argv: list[str], pairs: list[tuple[str, str]], multir
                     # Hydra leaves a group out with ~group (it refuses group=null from the command line)
                     leave_out = (f" ({key}=none leaves it out)" if "none" in available else f" (~{key} leaves it out)") \
                         if choice in ("null", "none", "None", "false") else ""
+                    meant = did_you_mean(choice, available)
+                    own = "" if meant or leave_out or len(folders) > 1 else \
+                        f"; a config of your own: --config-dir DIR with DIR/{key}/{choice}.yaml"
                     raise EarlyRefusal(f"{key}={choice}: no such config in {searched}; expected one of "
-                                       f"{', '.join(available)}{did_you_mean(choice, available)}{leave_out}")
+                                       f"{', '.join(available)}{meant}{leave_out}{own}")
 
 
 def check_config_search(argv: list[str]) -> None:

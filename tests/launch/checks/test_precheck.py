@@ -107,6 +107,7 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     # a config folder or primary config that does not exist (Hydra's answer: several lines, exit status 1)
     ("-cd nodir model=vae", ["--config-dir nodir: no such directory"]),
     ("-cn trian", ["--config-name trian: no such config in configs/", "did you mean train?"]),
+    ("model=binary_ae", ["model=binary_ae: no such config in configs/model/", "a config of your own: --config-dir DIR with DIR/model/binary_ae.yaml"]),
     # a value holding '=' (Lightning's checkpoint names): how to quote it for Hydra and for the shell
     ("ckpt_path=runs/epoch=0-step=3.ckpt", ["ckpt_path=runs/epoch=0-step=3.ckpt", """'ckpt_path="runs/epoch=0-step=3.ckpt"'"""]),  # Hydra's -c is --cfg; a config file is LightningCLI's
     ("model.mis_step=1 model.cache_siz=2", ["model.mis_step", "JSA", "model.mis_steps?"]),  # two typos: the first named
