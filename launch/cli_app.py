@@ -34,7 +34,7 @@ from launch.checks.arguments import option_values
 from launch.checks.cli_check import options_of_chosen_classes, scheduler_without_optimizer
 from launch.checks.configs import default_class, log_dir as default_log_dir, seed as default_seed
 from launch.checks.early import exit_with, refuse_early
-from launch.checks.precheck import did_you_mean
+from launch.checks.precheck import closest_in_module, did_you_mean
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import user_errors_as_one_line
 from launch.run_builder import RunDescription, build_trainer
@@ -358,6 +358,14 @@ def _package_missing(message: str, args: list[str]) -> str | None:
     return f"{option or f'--{key[1]}'}={found[1]}{source}: no module named '{found[2]}'; {IMPORTABLE_HINT}"
 
 
+def _no_such_class(message: str, args: list[str]) -> str | None:
+    """jsonargparse's "Expected a path but mypkg.mymodel.MyVAEE either not accessible or invalid; module 'mypkg.mymodel'
+    has no attribute 'MyVAEE'" as the option given, with the closest class of that module."""
+    found = re.search(r"Expected a path but ([\w.]+) either not accessible.*?(module '[\w.]+' has no attribute '\w+')", message, flags=re.S)
+    option = next((option for option, value in option_values(args[1:]) if found and value == found[1]), None)
+    return f"{option}={found[1]}: {found[2]}{closest_in_module(found[1])}" if option else None
+
+
 def _meant_option(message: str, args: list[str]) -> str:
     """'; did you mean --trainer.max_steps?' for jsonargparse's "unrecognized arguments: --max_steps=3", from the
     settings of the classes the command line chooses."""
@@ -366,7 +374,7 @@ def _meant_option(message: str, args: list[str]) -> str:
 
 
 # Our line for each of jsonargparse's reports that names no fix (None where the report is another).
-REPORT_LINES = (_required, _unknown_class, _package_missing, _not_accepted)
+REPORT_LINES = (_required, _unknown_class, _package_missing, _no_such_class, _not_accepted)
 
 
 def _given(args: list[str], group: str, keys: set[str] | None = None) -> set[str]:

@@ -41,6 +41,20 @@ def did_you_mean(word: str, candidates: list[str]) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
+def closest_in_module(path: str) -> str:
+    """'; did you mean mypkg.mymodel.MyVAE?' for a class path whose module imports but holds no such name, from the
+    module's public classes; '' otherwise. Called where the module was imported already (it is trusted)."""
+    import importlib
+    import inspect
+
+    module, _, name = path.rpartition(".")
+    try:
+        classes = [f"{module}.{n}" for n, v in vars(importlib.import_module(module)).items() if inspect.isclass(v) and not n.startswith("_")]
+    except (ImportError, ValueError):
+        return ""
+    return did_you_mean(path, classes)
+
+
 # Trainer options of Lightning 1.x that Lightning 2 removed, which old scripts and tutorials still give: what replaces
 # each ({value}: the value given).
 REMOVED_TRAINER_OPTIONS = {

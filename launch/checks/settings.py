@@ -17,7 +17,7 @@ from checkpoints.import_paths import IMPORTABLE_HINT
 from common.settings import SEED_RANGE, expected
 from common.signatures import constructor_defaults, constructor_hints
 from launch.checks.configs import config_targets, declared
-from launch.checks.precheck import TOP_LEVEL_SETTINGS, EarlyRefusal, check_combination, did_you_mean
+from launch.checks.precheck import TOP_LEVEL_SETTINGS, EarlyRefusal, check_combination, closest_in_module, did_you_mean
 from launch.run_layout import LOGGER_FOLDERS
 
 CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
@@ -174,7 +174,8 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None) -> None:
             cls = pkgutil.resolve_name(target)
         except (ImportError, AttributeError, ValueError) as error:  # one's own misspelled: +callbacks.mine._target_=mypkg.Typo
             package_missing = isinstance(error, ModuleNotFoundError) and error.name == target.split(".")[0]
-            raise SettingsError(f"{group}._target_={target}: {error}{f'; {IMPORTABLE_HINT}' if package_missing else ''}") from None
+            hint = f"; {IMPORTABLE_HINT}" if package_missing else closest_in_module(target) if isinstance(error, AttributeError) else ""
+            raise SettingsError(f"{group}._target_={target}: {error}{hint}") from None
         base = BASE_CLASSES.get(group)
         if base is not None and not (isinstance(cls, type) and issubclass(cls, pkgutil.resolve_name(base))):
             raise SettingsError(f"{group}._target_={target}: not a subclass of {base}, which the run builds and names it "

@@ -123,6 +123,7 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--trainer.callbacks+=LearningRateMonitor", "--trainer.callbacks.logging_intervl=step"],
      "--trainer.callbacks.logging_intervl: no such setting of LearningRateMonitor; did you mean --trainer.callbacks.logging_interval?"),
     (["fit", "--trainer.callbacks.logging_interval=step"], "give its class first (--trainer.callbacks=CLASS, e.g. LearningRateMonitor)"),
+    (["fit", "--model=models.vae.VAEE"], "--model=models.vae.VAEE: module 'models.vae' has no attribute 'VAEE'; did you mean models.vae.VAE?"),
     (["fit", "--model=mypkg.MyVAE"], "--model=mypkg.MyVAE: no module named 'mypkg'; a package of your own is imported from "
      "train.py's folder or PYTHONPATH"),
     (["fit", "--model.scheduler=CosineAnealingLR"], "--model.scheduler=CosineAnealingLR: no such class; did you mean CosineAnnealingLR?"),

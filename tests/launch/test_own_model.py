@@ -17,7 +17,7 @@ from common.signatures import constructor_defaults
 from configs.settings import ModelSettings
 from launch.checks.precheck import EarlyRefusal
 from launch.checks.hydra_check import check_hydra
-from launch.checks.settings import SettingsError, check_settings
+from launch.checks.settings import SettingsError, check_composed, check_settings
 from models import VAE
 from models.base import LatentVariableModel
 from tests.launch.test_configs import composed
@@ -82,3 +82,9 @@ def test_a_class_of_ones_own_in_place_of_a_configs_names_its_runs_as_the_cli_doe
     assert launch.hydra_run.describe_run(composed(["model=vae", f"log_dir={tmp_path}"])).name == "vae-mnist-mlp-z32"
     given = composed(["model=vae", f"model._target_={__name__}.NamedVAE", "run_name=mine", f"log_dir={tmp_path}"])
     assert launch.hydra_run.describe_run(given).name == "mine-mlp-z32"
+
+
+def test_a_misspelt_class_of_ones_own_is_one_line_with_the_closest_class_of_its_module():
+    with pytest.raises(SettingsError, match=rf"^model._target_={__name__}.NamedVAEE: module '{__name__}' has no attribute "
+                                            rf"'NamedVAEE'; did you mean {__name__}.NamedVAE\?$"):
+        check_composed(composed(["model=vae", f"model._target_={__name__}.NamedVAEE"]))
