@@ -366,6 +366,19 @@ def _no_such_class(message: str, args: list[str]) -> str | None:
     return f"{option}={found[1]}: {found[2]}{closest_in_module(found[1])}" if option else None
 
 
+KINDS = {"float": "a number", "int": "an integer", "bool": "true or false", "str": "a string"}  # as the early check says
+
+
+def _wrong_kind(message: str, args: list[str]) -> str | None:
+    """jsonargparse's "Expected a <class 'float'>. Got value: abc" (a setting of a class of one's own, which the early
+    check leaves to the parser) in the early check's words: "--model.beta='abc': expected a number"."""
+    found = re.search(r"Expected a <class '(\w+)'>\. Got value: (.*)", message)
+    if found is None or found[1] not in KINDS:
+        return None
+    option = _one_line(message, args).split(":", 1)[0]
+    return f"{option}={found[2].strip()!r}: expected {KINDS[found[1]]}" if option.startswith("--") else None
+
+
 def _meant_option(message: str, args: list[str]) -> str:
     """'; did you mean --trainer.max_steps?' for jsonargparse's "unrecognized arguments: --max_steps=3", from the
     settings of the classes the command line chooses."""
@@ -374,7 +387,7 @@ def _meant_option(message: str, args: list[str]) -> str:
 
 
 # Our line for each of jsonargparse's reports that names no fix (None where the report is another).
-REPORT_LINES = (_required, _unknown_class, _package_missing, _no_such_class, _not_accepted)
+REPORT_LINES = (_required, _unknown_class, _package_missing, _no_such_class, _not_accepted, _wrong_kind)
 
 
 def _given(args: list[str], group: str, keys: set[str] | None = None) -> set[str]:

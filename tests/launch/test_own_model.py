@@ -88,3 +88,9 @@ def test_a_misspelt_class_of_ones_own_is_one_line_with_the_closest_class_of_its_
     with pytest.raises(SettingsError, match=rf"^model._target_={__name__}.NamedVAEE: module '{__name__}' has no attribute "
                                             rf"'NamedVAEE'; did you mean {__name__}.NamedVAE\?$"):
         check_composed(composed(["model=vae", f"model._target_={__name__}.NamedVAEE"]))
+
+
+def test_a_value_of_the_wrong_kind_for_a_setting_of_ones_own_is_said_as_for_the_collections(capsys):
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main(["fit", f"--model={__name__}.BitsAutoencoder", "--model.num_bits=1.5"])
+    assert stop.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == "error: --model.num_bits='1.5': expected an integer"
