@@ -33,10 +33,12 @@ _DOTTED = re.compile(r"[^\W\d]\w*(?:\s*\.\s*[^\W\d]\w*)+")
 
 TRUST_VARIABLE = "LATENT_ZOO_TRUST"
 def trust_hint() -> str:
-    """How to trust one's own code, with what LATENT_ZOO_TRUST holds now where it is set (a typo shows)."""
-    now = os.environ.get(TRUST_VARIABLE, "").strip()
+    """How to trust one's own code, with the value LATENT_ZOO_TRUST has where it is set (a typo shows)."""
+    given = os.environ.get(TRUST_VARIABLE, "").strip()
     return (f"to trust your own package or module, list it in {TRUST_VARIABLE} (e.g. {TRUST_VARIABLE}=mypkg,my_callbacks"
-            + (f"; it is {now!r} now" if now else "") + ")")
+            + (f"; it is {given!r} now" if given else "") + ")")
+
+
 # What a "No module named" for one's own package means when train.py runs: Python looks beside train.py, not in the
 # working directory.
 IMPORTABLE_HINT = ("a package of your own is imported from train.py's folder or PYTHONPATH: export PYTHONPATH=<the folder "

@@ -74,8 +74,8 @@ def check_testable(cls: type) -> None:
 
 
 def main() -> None:
-    # The Trainer's settings, known now, before Hydra composes (its struct mode refuses an unknown one in several
-    # lines); and the settings of the classes one's own configs build, known now that they can be imported.
+    # The Trainer's settings, known once Lightning is imported, before Hydra composes (its struct mode refuses an
+    # unknown one in several lines); and the settings of the classes one's own configs build, importable here.
     folders = hydra_folders(sys.argv[1:])
     try:
         check_hydra(sys.argv[1:], trainer_names_only=not any(own_targets(kind, folders) for kind in ("model", "data")))

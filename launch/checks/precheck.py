@@ -43,7 +43,7 @@ def did_you_mean(word: str, candidates: list[str]) -> str:
 
 def closest_in_module(path: str) -> str:
     """'; did you mean mypkg.mymodel.MyVAE?' for a class path whose module imports but holds no such name, from the
-    module's public classes; '' otherwise. Called where the module was imported already (it is trusted)."""
+    module's public classes; '' otherwise. Called on a module already imported (it is trusted)."""
     import importlib
     import inspect
 
