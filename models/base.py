@@ -279,8 +279,9 @@ class LatentVariableModel(L.LightningModule):
         if not self.has_discrete_latent and not z.is_floating_point():
             raise ValueError(f"{name} decodes real-valued latents, got {z.dtype}")
         if self.has_discrete_latent and (z.is_floating_point() or not ((z >= 0) & (z < self.num_categories)).all()):
+            low, high = z.min().item(), z.max().item()  # sync: decode's input check (inference), not a training step
             raise ValueError(f"{name} decodes codes: integers in 0..{self.num_categories - 1} "
-                             f"(num_categories={self.num_categories}), got {z.dtype} values from {z.min().item()} to {z.max().item()}")
+                             f"(num_categories={self.num_categories}), got {z.dtype} values from {low} to {high}")
 
     def check_images(self, x: Tensor) -> None:
         """Refuse images this model cannot score: another shape, integer pixels, or grey ones under a Bernoulli
