@@ -19,7 +19,8 @@ from omegaconf import OmegaConf
 from checkpoints.registry import registered
 from common.signatures import constructor_defaults
 from configs.settings import settings_class
-from launch.checks.configs import CONFIGS, NOT_SETTINGS, config_targets, config_value, declared_defaults, every_config
+from launch.checks.configs import CONFIGS, NOT_SETTINGS, config_targets, declared_defaults, every_config
+from launch.checks.received_config import ConfigRefusal, composed, given_settings
 
 
 def classes_imported() -> bool:
@@ -40,17 +41,15 @@ def class_defaults(kind: str, target: str) -> Any:
 
 
 def own_targets(kind: str, folders: Sequence[Path]) -> dict[str, str]:
-    """Class name -> class path of each `_target_` the configs of group `kind` in one's own config folders name (read
-    after launch/checks/received_config.py has checked them), e.g. {"MyVAE": "mypkg.mymodel.MyVAE"}."""
-    import yaml
-
+    """Class name -> class path of each `_target_` the configs of group `kind` in one's own config folders name, e.g.
+    {"MyVAE": "mypkg.mymodel.MyVAE"}, each file read as the check of received configs reads it (bounded, no tags)."""
     targets = {}
     for path in sorted(path for folder in folders for path in (Path(folder) / kind).glob("*.yaml")):
-        with contextlib.suppress(Exception):  # not YAML: Hydra reports it
-            config = yaml.safe_load(path.read_text())
-            target = config_value(config, [kind, "_target_"]) or config_value(config, ["_target_"])
-            if isinstance(target, str):
-                targets[target.rsplit(".", 1)[-1]] = target
+        with contextlib.suppress(ConfigRefusal):  # refused by that check, or not YAML: said there, or by Hydra
+            settings = dict(given_settings(composed(path, "Hydra config")))
+            target = settings.get(f"{kind}._target_") or settings.get("_target_")
+            if target:
+                targets[target.strip('"').rsplit(".", 1)[-1]] = target.strip('"')
     return targets
 
 
