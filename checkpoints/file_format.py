@@ -86,18 +86,17 @@ def directory_lock(directory: Path, exclusive: bool) -> Iterator[None]:
         descriptor = None if Path(directory).resolve() in held_directories else os.open(directory, os.O_RDONLY)
     except OSError:
         descriptor = None
+    deadline = time.monotonic() + LOCK_WAIT_S
     try:
-        deadline = time.monotonic() + LOCK_WAIT_S
         while descriptor is not None:
-            try:
+            with contextlib.suppress(BlockingIOError):  # (a read's only: a save's flock waits)
                 fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else (fcntl.LOCK_SH | fcntl.LOCK_NB))
                 break
-            except BlockingIOError:  # (a read's only: a save's flock waits)
-                if time.monotonic() > deadline:
-                    raise CheckpointError(f"{directory} has been locked by another process for {LOCK_WAIT_S:g} s (a "
-                                          "run that owns the directory, or a save in progress); wait for it to end, or "
-                                          "copy the checkpoint elsewhere") from None
-                time.sleep(0.05)
+            if time.monotonic() > deadline:
+                raise CheckpointError(f"{directory} has been locked by another process for {LOCK_WAIT_S:g} s (a run "
+                                      "that owns the directory, or a save in progress); wait for it to end, or copy the "
+                                      "checkpoint elsewhere")
+            time.sleep(0.05)
         yield
     finally:
         if descriptor is not None:
