@@ -33,6 +33,5 @@ def registered(kind: str) -> list[type]:
 def is_registered(name: object, kind: str | None = None) -> bool:
     """Whether a class path a checkpoint names is a registered `kind` (any kind: also Lightning's instantiator), or
     lies in a package the user trusts (LATENT_ZOO_TRUST)."""
-    if (kind is None and name == LIGHTNING_INSTANTIATOR) or is_trusted(name):
-        return True
-    return isinstance(name, str) and any(name in _REGISTERED[k] for k in ([kind] if kind else _REGISTERED))
+    return ((kind is None and name == LIGHTNING_INSTANTIATOR) or is_trusted(name)
+            or (isinstance(name, str) and any(name in _REGISTERED[k] for k in ([kind] if kind else _REGISTERED))))
