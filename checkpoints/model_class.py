@@ -56,8 +56,8 @@ def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = No
     written_by = next((model for model in registered("model") if qualified_name(model) == found), None)
     if subcommand is None:
         raise CheckpointError(f"{written}; load it with {name}.load_from_checkpoint")
+    verb = "resume" if subcommand == "fit" else subcommand
     if written_by is None:  # a class of one's own (its package trusted, or the loader would have refused the file)
-        verb = "resume" if subcommand == "fit" else subcommand
         raise CheckpointError(f"{written}, a class of your own: {verb} it with that class, "
                               f"python train.py {subcommand} --model={found} --ckpt_path={ckpt_path or 'PATH'} (Hydra: "
                               f"model._target_={found}; its package in {TRUST_VARIABLE})")
@@ -67,7 +67,7 @@ def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = No
     if isinstance(config_name, property):
         settings = {**constructor_defaults(written_by), **(checkpoint.get("hyper_parameters") or {})}
         config_name = config_name.fget(types.SimpleNamespace(**settings))
-    raise CheckpointError(f"{written}: {'resume' if subcommand == 'fit' else subcommand} it with the model that wrote it: "
+    raise CheckpointError(f"{written}: {verb} it with the model that wrote it: "
                           f"{resume_command(ckpt_path or 'PATH', name, config_name, subcommand)} (in Python: {name}.load_from_checkpoint)")
 
 
