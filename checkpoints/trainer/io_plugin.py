@@ -98,8 +98,8 @@ def check_restored(checkpoint: dict[str, Any], trainer: L.Trainer, path: Any) ->
 
 def changed_settings(checkpoint: dict[str, Any], module: L.LightningModule, datamodule: Any = None) -> dict[str, tuple[Any, Any]]:
     """"model.NAME" / "data.NAME" -> (the checkpoint's value, this run's value) for every setting that differs."""
-    defaults = constructor_defaults(type(module))  # a setting left out of either is its default
-    saved = {**defaults, **(checkpoint.get("hyper_parameters") or {})}
+    # a setting left out of either is its default
+    saved = {**constructor_defaults(type(module)), **(checkpoint.get("hyper_parameters") or {})}
     changed = {f"model.{key}": (saved[key], value) for key, value in settings_of(module).items()
                if key in saved and not key.startswith("_") and not same(saved[key], value)}
     saved_data, data = checkpoint.get("datamodule_hyper_parameters"), getattr(datamodule, "hparams", None)
