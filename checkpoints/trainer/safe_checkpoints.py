@@ -34,9 +34,7 @@ class SafeCheckpoints(L.Callback):
     """Atomic checkpoints, checked restores and an exact resume (module docstring)."""
 
     guards_checkpoints = True  # what models/base.py looks for in a trainer's callbacks, without importing this module
-
-    def __init__(self) -> None:
-        self._restoring: dict[str, Any] | None = None  # the checkpoint being restored, until training starts
+    _restoring: dict[str, Any] | None = None  # the checkpoint being restored, until training starts
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # setup runs before Lightning restores a checkpoint, so resuming reads through the plugin too.
