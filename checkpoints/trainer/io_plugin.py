@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 
 from checkpoints.errors import CheckpointError
@@ -110,8 +109,7 @@ def changed_settings(checkpoint: dict[str, Any], module: L.LightningModule, data
 
 
 def same(a: Any, b: Any) -> bool:
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return bool(torch.equal(torch.as_tensor(a), torch.as_tensor(b)))
+    """Whether a setting (or an optimizer hyperparameter, a number or a 0-d tensor) holds the same value in both."""
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):  # saved lists may come back as tuples
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if callable(a) or callable(b):  # an optimizer factory: rebuilt each run, compared by what it says
