@@ -50,8 +50,7 @@ def trusted_prefixes() -> tuple[str, ...]:
     them is admitted wherever the collection's are, by the front ends and by `load_from_checkpoint` alike. ValueError
     (one line) for an entry that is not a dotted name: a typo would otherwise trust nothing, or everything."""
     entries = [entry.strip() for entry in os.environ.get(TRUST_VARIABLE, "").split(",") if entry.strip()]
-    wrong = next((entry for entry in entries if not _is_module_path(entry)), None)
-    if wrong is not None:
+    if wrong := next((entry for entry in entries if not _is_module_path(entry)), None):
         raise ValueError(f"{TRUST_VARIABLE}={os.environ[TRUST_VARIABLE]}: {wrong!r} is not a package or module name; "
                          "expected comma-separated dotted names, e.g. mypkg,my_callbacks")
     return tuple(f"{entry}." for entry in entries)
