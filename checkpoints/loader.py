@@ -62,10 +62,9 @@ def check_structure(checkpoint: dict[str, Any], path: Any) -> None:
             if not isinstance(value, Mapping):
                 label = name if isinstance(name, int) else repr(str(name)[:80])
                 refuse(f"{key}[{label}]", f"is a {type(value).__name__}, not a mapping (the state Lightning restores)")
-    for index, optimizer in enumerate(checkpoint.get("optimizer_states", [])):
-        if not _is_optimizer_state(optimizer):
-            refuse(f"optimizer_states[{index}]", "is not an optimizer's state (torch's: 'state', parameter ids to mappings of "
-                                                 "tensors and numbers; 'param_groups', a list of mappings of 'params' ids)")
+            if key == "optimizer_states" and not _is_optimizer_state(value):
+                refuse(f"{key}[{name}]", "is not an optimizer's state (torch's: 'state', parameter ids to mappings of "
+                                         "tensors and numbers; 'param_groups', a list of mappings of 'params' ids)")
     for where, _, item, depth in walk(checkpoint):
         if depth >= MAX_DEPTH:
             refuse(where, f"is nested more than {MAX_DEPTH} levels deep")
