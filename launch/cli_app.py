@@ -366,13 +366,15 @@ def _no_such_class(message: str, args: list[str]) -> str | None:
     return f"{option}={found[1]}: {found[2]}{closest_in_module(found[1])}" if option else None
 
 
-KINDS = {"float": "a number", "int": "an integer", "bool": "true or false", "str": "a string"}  # as the early check says
+KINDS = {"float": "a number", "int": "an integer", "bool": "true or false", "str": "a string",  # as the early check says
+         "list": "a list ([a,b,...])", "dict": "a mapping ({key: value, ...})"}
 
 
 def _wrong_kind(message: str, args: list[str]) -> str | None:
     """jsonargparse's "Expected a <class 'float'>. Got value: abc" (a setting of a class of one's own, which the early
-    check leaves to the parser) in the early check's words: "--model.beta='abc': expected a number"."""
-    found = re.search(r"Expected a <class '(\w+)'>\. Got value: (.*)", message)
+    check leaves to the parser; a list option such as --replicas.seeds) in the early check's words:
+    "--model.beta='abc': expected a number"."""
+    found = re.search(r"Expected a <class '(\w+)'>.*?(?:Got|Given) value: ([^\n]*)", message, flags=re.S)
     if found is None or found[1] not in KINDS:
         return None
     option = _one_line(message, args).split(":", 1)[0]
