@@ -2,10 +2,9 @@
 saved state.
 
 * the order: each epoch a permutation seeded by (seed, epoch), sharded across ranks by `DistributedSampler`'s rule,
-  with one replica too, so single- and multi-device runs shuffle alike and Lightning keeps this sampler;
-* the position: `state_dict()` records the epoch and the examples consumed (counted by the data module's
-  `on_before_batch_transfer`, once per batch a step uses; the loader fetches one ahead), and `load_state_dict()`
-  starts right after them, whatever the resumed batch size (Lightning calls both for stateful loaders);
+  with one replica too, so single- and multi-device runs shuffle alike;
+* the position: `state_dict()` records the epoch and the examples consumed (counted in `on_before_batch_transfer`,
+  since the loader fetches one batch ahead), and `load_state_dict()` resumes after them, whatever the batch size;
 * the dynamic binarization: a generator seeded by (seed, epoch, the batch's first index), not the global RNG.
 """
 
