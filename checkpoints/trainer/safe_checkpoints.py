@@ -1,11 +1,11 @@
 """The callback that keeps a trainer's checkpoints whole and its resume exact, whichever script builds the Trainer
-(your own script: `Trainer(callbacks=[SafeCheckpoints()])`).
+(your own script: `Trainer(callbacks=[SafeCheckpoints()])`); its I/O goes through `AtomicCheckpointIO` (io_plugin.py)
+unless the user gave a plugin.
 
-* I/O goes through `AtomicCheckpointIO` (io_plugin.py); a plugin the user gave is kept.
 * A checkpoint names its model, optimizer and scheduler classes and holds every rank's random state (applied when
   training starts); a run that does not resume seeds each DDP rank seed + rank.
-* A resume restores optimizer states only into optimizers they fit (`check_optimizers`), then sets each optimizer
-  hyperparameter back to this run's value, logging each change."""
+* A resume restores optimizer states only into optimizers they fit (`check_optimizers`), then resets each optimizer
+  hyperparameter to this run's value, logging each change."""
 
 from __future__ import annotations
 
