@@ -1,11 +1,10 @@
 """The one way the collection writes a file, and reads or places one in a run or a received folder
-(docs/cluster.md#files-that-survive-a-kill).
+(docs/cluster.md#files-that-survive-a-kill); refusals are one line naming the path.
 
 Writing: an exclusive temporary beside the target, fsync, `os.replace`, so a reader or a killed process finds the old
 file or the new one, whole, and nothing is written through a link, FIFO or device (`appending` copies the old file in
 first). Reading: `open_regular` refuses anything but a regular file. Placing: `resolved_inside` refuses a folder when a
-link on the way leads outside its root (the root itself is the user's to choose). Refusals are one line naming the path.
-"""
+link on the way leads outside its root (the root itself is the user's to choose)."""
 
 from __future__ import annotations
 
