@@ -1,10 +1,9 @@
 """R independent runs of one model configuration trained as one batched computation (docs/replicas.md).
 
-Parameters, buffers (JSA's cache among them) and optimizer states are stacked along a leading dimension R, and the
-model's own `training_loss` runs under `torch.func.vmap` (randomness="different") with each replica's slice put in
-by `functional_call`. The loss is the sum of the replicas', so each one's gradient is its own and one Adam over the
-stacked tensors is R Adams. Settings that only gate behaviour (`replica_settings`) may differ: the step reads them
-from each replica's `step_inputs`, as a compiled step does (models/compiled_step.py).
+Parameters, buffers (JSA's cache among them) and optimizer states are stacked along a leading dimension R; the model's
+own `training_loss` runs under `torch.func.vmap` (randomness="different") on each replica's slice (`functional_call`).
+The loss is the sum of the replicas', so each one's gradient is its own and one Adam over the stacked tensors is R
+Adams. Gating settings (`replica_settings`) may differ: the step reads them as a compiled step does (compiled_step.py).
 """
 
 from __future__ import annotations

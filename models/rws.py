@@ -4,8 +4,7 @@
 self-normalized weights w̃_s ∝ p_θ(x, h_s) / q_φ(h_s | x) (samplers/multi_sample.py); biased for finite S, consistent
 as S grows. The optional sleep phase fits q to one dream (h, x) ~ p_θ per example.
 
-    wake, θ:  Σ_s w̃_s ∇θ log p_θ(x, h_s)        wake, φ:  Σ_s w̃_s ∇φ log q_φ(h_s | x)
-"""
+    wake, θ:  Σ_s w̃_s ∇θ log p_θ(x, h_s)        wake, φ:  Σ_s w̃_s ∇φ log q_φ(h_s | x)"""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
-"""Priors p(h) over discrete codes h = (h_1, ..., h_V), h_v ∈ {0, ..., K-1} (docs/priors.md).
+"""Priors p(h) over discrete codes h = (h_1, ..., h_V), h_v ∈ {0, ..., K-1} (docs/priors.md):
 
     log p(h) = sum_v log p(h_v | h_<v)     (raster order; all V conditionals from one pass over h)
 
 `uniform` (zero logits), `factorized` (V x K logits), `autoregressive` (MADE, Germain et al., 2015) and `pixelcnn`
-(gated PixelCNN, van den Oord et al., 2016, no blind spot). `log_prob` scores any number of code sets in one pass;
-`sample` takes V passes. Learned priors start uniform (zero output layer). `build_prior` looks names up in `PRIORS`.
-"""
+(gated PixelCNN, van den Oord et al., 2016, no blind spot), listed in `PRIORS`. `log_prob` scores any number of code
+sets in one pass; `sample` takes V passes. Learned priors start uniform (zero output layer)."""
 
 from __future__ import annotations
 
