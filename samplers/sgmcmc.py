@@ -129,8 +129,7 @@ class SGLD(SGMCMC):
     Args:
         params: parameters (or param groups) to sample; their `.grad` must hold ∇U or ∇Û.
         lr: step size h > 0; the stationary law carries an O(h) discretisation bias.
-        temperature: T = 1/β > 0; samples exp(-U / T).
-        generator: source of the injected noise (the global RNG if None).
+        temperature: T = 1/β > 0; samples exp(-U / T). `generator`: the injected noise's (the global RNG if None).
     """
 
     def __init__(
