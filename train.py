@@ -1,12 +1,8 @@
-"""Train, validate and test the collection's models. Two front ends, one set of classes:
+"""Train, validate and test the collection's models: one set of classes, two front ends. This file only dispatches:
+launch/hydra_app.py and launch/cli_app.py describe the run, launch/run_builder.py builds it.
 
-Hydra (config tree in configs/, `key=value` overrides, `-m` multirun):
-    python train.py model=vae data=mnist trainer.max_epochs=5
-    python train.py -m model=vae data=mnist,cifar10
-
-LightningCLI (jsonargparse; subcommands fit/validate/test):
-    python train.py fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1
-This file only dispatches: launch/hydra_app.py and launch/cli_app.py describe the run, launch/run_builder.py builds it.
+    python train.py model=vae data=mnist trainer.max_epochs=5        # Hydra: configs/, key=value, -m for multirun
+    python train.py fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1   # LightningCLI: fit/validate/test
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""Lightning callbacks for what every model shares but no model's algorithm needs to know: the NaN guard,
-preemption, image grids, the HPARAMS tab, training speed, the test stage's cost, gradient variance, the
-collection of SG-MCMC samples, and the checkpoint callback (Lightning's, with last.ckpt after every validation). Those that guard a run rather than measure it (the NaN guard, preemption, the DDP process
-group) are in callbacks/guards/.
-
-configs/callbacks/default.yaml lists the set both front ends switch on (launch/rules.py reads it for LightningCLI);
-`SaveOnPreemption` (SIGTERM, Ctrl-C) is added by the launch side (launch/rules.py). The callbacks without which a
-checkpoint is not whole (random state, atomic files, resume checks) live in checkpoints/, and every model adds them.
+"""Lightning callbacks for what every model shares but no model's algorithm needs to know: image grids, the HPARAMS tab,
+training speed, the test stage's cost, gradient variance, SG-MCMC sample collection, and the checkpoint callback
+(Lightning's, with last.ckpt after every validation); those that guard a run (the NaN guard, preemption, the DDP
+process group) are in callbacks/guards/. configs/callbacks/default.yaml lists the set both front ends switch on;
+launch/rules.py adds `SaveOnPreemption`. What makes a checkpoint whole (random state, atomic files, resume checks) is
+in checkpoints/, and every model adds it.
 """
 
 from callbacks.gradient_variance import GradientVariance

@@ -1,10 +1,9 @@
 """The variance of each model's gradient estimate, in the same tags for every model: `train/encoder_grad_variance`,
 `train/decoder_grad_variance`, and `train/encoder_grad_variance_<variant>` for another encoder estimator (`_no_cv`).
 
-Every `every_n_steps` steps, on that batch and at the current parameters, the model draws `repeats` independent
-estimates (`gradient_estimates`: nothing written); the logged number is the trace of their sample covariance,
-Σ_i Var[g_i], over the encoder's parameters (`encoder_parameters()`) or all the others. It runs under a forked random
-state, so training's draws are unchanged; its time is logged as `train/grad_variance_time_s`.
+Every `every_n_steps` steps the model draws `repeats` independent estimates on that batch (`gradient_estimates`), and
+the trace of their sample covariance, Σ_i Var[g_i], is logged over the encoder's parameters (`encoder_parameters()`)
+or all the others. It runs under a forked random state, so training's draws are unchanged.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """TensorBoard's HPARAMS tab: every run's hyperparameters next to its final metrics.
 
-At the start of training this callback writes every constructor setting of the model and the data
-module (the values the run was built with, defaults included), plus what the constructors do not
-say: the model class, its parameter count, the optimizer and the effective batch size. It declares
-the metric tags the tab shows (`hp/val_nll`, `hp/test_nll`, ...) without writing a value for them,
-so no placeholder appears at step 0; at the end of every validation and test run it logs the value
-of each under its `hp/` tag.
+At the start of training it writes every constructor setting of the model and the data module (defaults included),
+plus the model class, its parameter count, the optimizer and the effective batch size. It declares the metric tags
+(`hp/val_nll`, `hp/test_nll`, ...) without a value, so no placeholder appears at step 0, and logs each at the end of
+every validation and test run.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Image grids in TensorBoard: each input next to its reconstruction, and decoded prior samples.
 
-Written for the first batch of every validation and test run (rank 0; not the sanity check before training, whose
-metrics Lightning discards too: a resumed run would show its last grid twice), under the tags
-`{val,test}/reconstructions` and `{val,test}/prior_samples` (latents drawn from the model's prior, decoded). The reconstructions are the ones the
-evaluation step already computed (returned as `outputs["reconstructions"]`, models/base.py), so
-only the prior samples cost a decoder pass.
+Written for the first batch of every validation and test run (rank 0; not the sanity check, whose metrics Lightning
+discards too: a resumed run would show its last grid twice), under `{val,test}/reconstructions` and
+`{val,test}/prior_samples`. The reconstructions are the evaluation step's (`outputs["reconstructions"]`), so only the
+prior samples cost a decoder pass.
 """
 
 from __future__ import annotations

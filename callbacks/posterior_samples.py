@@ -1,11 +1,9 @@
 """Collect the parameter samples of a stochastic-gradient MCMC run (optimizer=sgld|sghmc|sgnht).
 
-With an SG-MCMC sampler as the optimizer, the parameters after each step are a Markov chain
-whose stationary distribution is the posterior p(θ | X) (samplers/sgmcmc.py). This callback
-hands them to a `samplers.SampleCollector`: after `burn_in` steps it keeps every `thin`-th
-snapshot (`keep="list"`) or only their running mean and variance (`keep="mean"`), and makes the
-collector available as `model.posterior_samples`. With `use_mean=True` the model's parameters are
-set to the posterior mean at the end of training, so that `trainer.test` evaluates it.
+With an SG-MCMC sampler as the optimizer, the parameters after each step are a Markov chain whose stationary
+distribution is the posterior p(θ | X) (samplers/sgmcmc.py). They go to a `samplers.SampleCollector` (burn-in,
+thinning, `keep`), available as `model.posterior_samples`; with `use_mean=True` the parameters are set to the posterior
+mean at the end of training, so that `trainer.test` evaluates it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Training speed in the same tags for every model: `train/step_time_ms`, `train/samples_per_s`, `train/epoch_time_s`.
 
-A step's time is the wall time from one training batch's start to the next's, minus any validation in between, its
-mean logged at each logging step. Nothing is synchronized: the host runs only a few kernels ahead of a GPU, so in
-steady state the time between batches is the device's throughput. An epoch's time is logged only for an epoch run
-whole in this process: not one resumed mid-epoch (it starts without `on_train_epoch_start`), nor one that max_steps
-or a stop cut short.
+A step's time is the wall time from one training batch's start to the next's, minus any validation between them. Nothing
+is synchronized: the host runs only a few kernels ahead of a GPU, so in steady state this is the device's throughput.
+An epoch's time is logged only for an epoch run whole in this process (not resumed mid-epoch, nor cut short).
 """
 
 from __future__ import annotations

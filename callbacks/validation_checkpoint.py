@@ -1,11 +1,9 @@
 """Lightning's ModelCheckpoint with `last.ckpt` written after every validation, the resume point of a run cut there.
 
-Lightning 2.6 writes `last.ckpt` only at a step where it also saved a top-k file: a run whose val/nll did not improve
-at a validation, or a replicated process that keeps no top-k of its own (each replica's best is
-callbacks/replica_runs.py's), would be left with a resume point from an older validation, or none before the end.
-Here, where Lightning saves after a validation (the train epoch's end or the validation's end,
-`_should_save_on_train_epoch_end`), `last.ckpt` is written when Lightning wrote nothing there, in a run whose
-last.ckpt follows its validations alone (with `every_n_train_steps`, the steps' saves are the resume points).
+Lightning writes `last.ckpt` only at a step where it also saved a top-k file, so a run whose val/nll did not improve,
+or a replicated process that keeps no top-k of its own (callbacks/replica_runs.py keeps each replica's), would resume
+from an older validation, or from nothing. Here, where Lightning saves after a validation, `last.ckpt` is written when
+Lightning wrote nothing (with `every_n_train_steps`, the steps' saves are the resume points instead).
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""Checkpoint files that are never half-written and never silently wrong: how one lies on disk
-(docs/cluster.md#files-that-survive-a-kill).
+"""Checkpoint files that are never half-written and never silently wrong (docs/cluster.md#files-that-survive-a-kill).
 
-* atomic writes: a temporary beside the checkpoint, fsync, `os.replace` (common/files.py), where Lightning's fsspec
-  save would move a TMPDIR file across filesystems, a copy that a kill truncates;
-* checksums: `X.ckpt.sha256` beside `X.ckpt`, listing the old and the new digest while a checkpoint is replaced; a
-  load refuses a file whose bytes changed (torch.load notices no flipped bit in tensor data), and a checkpoint without
-  one still loads;
-* one unit: a save holds an exclusive `flock` on the directory, a read (checkpoints/loader.py) a shared one.
-"""
+* atomic writes: a temporary beside the checkpoint, fsync, `os.replace` (common/files.py), not Lightning's fsspec
+  save, which moves a TMPDIR file across filesystems, a copy that a kill truncates;
+* checksums: `X.ckpt.sha256` beside `X.ckpt` (both digests while it is replaced); a load refuses changed bytes, which
+  torch.load does not notice in tensor data; a checkpoint without one still loads;
+* one unit: a save holds an exclusive `flock` on the directory, a read (checkpoints/loader.py) a shared one."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
-"""Which dotted names a received file may lead a parser to import. jsonargparse (LightningCLI, and Lightning's
-`load_from_checkpoint` through its instantiator) imports a string wherever the setting's type admits a class or a
-function: a `class_path`, a Callable option (`optimizer: strangers_module.make`), a callback or logger given as a
-plain string, a `LambdaCallback` hook; Hydra imports a `_target_`. Importing a module runs its code, so a received
-config file or checkpoint may name, in any of those places, only the collection's packages, the Lightning and torch
-classes those settings take, and the user's own packages and modules listed in the environment variable
-LATENT_ZOO_TRUST (`LATENT_ZOO_TRUST=mypkg,my_callbacks`). Standard library only: the launch side uses this before
-torch is imported.
+"""Which dotted names a received file may lead a parser to import. jsonargparse (LightningCLI, and
+`load_from_checkpoint` through its instantiator) imports a string wherever a setting's type admits a class or function
+(a `class_path`, a Callable option, a callback or logger as a string, a `LambdaCallback` hook), Hydra a `_target_`;
+importing runs the module's code. So a received config or checkpoint may name only the collection's packages, the
+Lightning and torch classes those settings take, and the user's packages listed in LATENT_ZOO_TRUST
+(`LATENT_ZOO_TRUST=mypkg,my_callbacks`). Standard library only: the launch side uses it before torch is imported.
 """
 
 from __future__ import annotations

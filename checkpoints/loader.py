@@ -1,13 +1,10 @@
 """The one way a checkpoint is read, and what it must hold before anything uses it.
 
-Read: verified (checkpoints/file_format.py: checksum, declared sizes) under a shared lock on its directory, so that no
-save lands in between; `weights_only=True`, since unpickling can run code; the class paths its settings name held to
-the collection's and LATENT_ZOO_TRUST's packages (registry.py, import_paths.py) unless the caller trusts the file in
-code. A command reads its checkpoint once: the builder hands it to the trainer's restore (trainer/io_plugin.py).
-Held (`check_structure`): mappings and lists where Lightning and the models read them, dense tensors of real or integer
-numbers, finite weights, random states torch takes; else one line naming the checkpoint and the key, not a traceback
-deep inside them. What only the model knows (names, shapes, kinds of number) is checked on load (`check_fits`).
-"""
+Read: verified (checksum, declared sizes: file_format.py) under a shared lock on its directory; `weights_only=True`,
+since unpickling can run code; the class paths its settings name held to the trusted packages (import_paths.py) unless
+the caller trusts the file. Held (`check_structure`): mappings and lists where Lightning and the models read them, dense
+real or integer tensors, finite weights, valid random states; else one line naming the checkpoint and the key, not a
+traceback. What only the model knows (names, shapes, dtypes) is `check_fits`'."""
 
 from __future__ import annotations
 

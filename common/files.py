@@ -1,13 +1,10 @@
-"""The one way the collection writes a file, and the one way it reads or places one in a run or a received folder
-(docs/cluster.md#files-that-survive-a-kill).
+"""The one way the collection writes a file, and reads or places one in a run or a received folder
+(docs/cluster.md#files-that-survive-a-kill); refusals are one line naming the path.
 
-Writing: a new temporary beside the target (created exclusively), fsync, `os.replace` over the target, so a reader or
-a killed process finds the old file or the new one, whole, and nothing is written through a link, a FIFO or a device.
-`appending` copies the old regular file into the new one and goes on writing there (a subprocess's log).
-Reading: `open_regular` opens with O_NONBLOCK and refuses anything but a regular file in one line naming it.
-Placing: `resolved_inside` resolves a folder a run or a study writes in once, and refuses it in one line when a link on
-the way leads outside its root (the root itself is the user's to choose, links and all).
-"""
+Writing: an exclusive temporary beside the target, fsync, `os.replace`, so a reader or a killed process finds the old
+file or the new one, whole, and nothing is written through a link, FIFO or device (`appending` copies the old file in
+first). Reading: `open_regular` refuses anything but a regular file. Placing: `resolved_inside` refuses a folder when a
+link on the way leads outside its root (the root itself is the user's to choose)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ data (docs/jsa.md#static-or-distinct-rows). Neither shows on the CPU, so they ar
         model.training_loss(x, index)["loss"].backward()
     assert not counter.found, counter.found
 
-A TorchDispatchMode sees the ops after autograd (the backward's too) and decomposition (`F.one_hot` shows as its
-`min`, `max` and `item`); CPU host reads that bypass the dispatcher (`tolist`, `.numpy()`, `.cpu()`) are patched.
+A TorchDispatchMode sees the ops after autograd and decomposition (`F.one_hot` shows as `min`, `max`, `item`); CPU
+host reads that bypass the dispatcher (`tolist`, `.numpy()`, `.cpu()`) are patched.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Which training steps write to the loggers, so that per-step values are handed to Lightning only there.
 
-Lightning writes a `self.log(..., on_step=True)` value to the loggers only every `trainer.log_every_n_steps` steps
-(and keeps the latest in `trainer.callback_metrics`), but each `self.log` call costs about a millisecond of Python
-on every step (it moves its bookkeeping to the value's device through `apply_to_collection`), a measurable share of
-a small model's step on CPU (benchmarks/speed/loop_overhead.py; figures in benchmarks/results/speed/loop_overhead.txt). Values computed at other steps would
-never be written, so they are not logged there at all (but at an epoch's or the run's last step, for
-`trainer.callback_metrics`).
+Lightning writes an `on_step=True` value only every `trainer.log_every_n_steps` steps, but each `self.log` call costs
+Python time on every step, a measurable share of a small model's step (benchmarks/speed/loop_overhead.py). So values
+are logged only at the steps that write them, and at an epoch's or the run's last step (for `trainer.callback_metrics`).
 """
 
 from __future__ import annotations

@@ -47,12 +47,10 @@ class DataCorruptError(DataError, ValueError):
 class InMemoryImageDataset(Dataset[Batch]):
     """A split held as one uint8 tensor; yields ``(x, index)`` with x in [0, 1].
 
-    ``__getitems__`` builds a whole batch at once (torch's map-style fetcher calls it, then ``collate_fn``: the
-    DataLoader must use :func:`collate_prebatched`). Binarisation: ``dynamic`` draws ``bernoulli(x)``, ``static``
-    thresholds at 0.5, ``none`` leaves grey values. With ``seed`` set, a pixel's dynamic draw is a function of (seed,
-    epoch, the image's index, the pixel) alone (`pixel_uniforms`), so an image is binarized alike in any batch, batch
-    size or rank (a resumed run sees the same batches), and with ``fixed_draw`` (val and test) every model and epoch
-    sees the same binary images."""
+    ``__getitems__`` builds a whole batch at once (the DataLoader must use :func:`collate_prebatched`). Binarisation:
+    ``dynamic`` draws ``bernoulli(x)``, ``static`` thresholds at 0.5, ``none`` keeps grey values. With ``seed``, a
+    pixel's dynamic draw depends on (seed, epoch, image index, pixel) alone (`pixel_uniforms`): alike in any batch,
+    batch size or rank, so a resumed run sees the same batches; ``fixed_draw`` (val, test): alike in every epoch."""
 
     def __init__(self, images: Tensor, binarize: Binarize = "none", seed: int | None = None, fixed_draw: bool = False) -> None:
         if images.dtype != torch.uint8 or images.dim() != 4:
@@ -117,14 +115,11 @@ def collate_prebatched(batch: Batch) -> Batch:
 class ImageDataModule(L.LightningDataModule):
     """Base class: train/val split of the training file, fast in-memory loaders.
 
-    Subclasses set ``image_shape``, ``train_file_size``, ``test_file_size`` and implement :meth:`_files` (the files a
-    split is read from), :meth:`_read` (read and check them as uint8 ``(N, C, H, W)``) and :meth:`_download` (fetch the
-    missing ones). Bad data is one line, never a traceback: missing files raise :class:`DataNotFoundError`, files with
-    wrong contents :class:`DataCorruptError` (never replaced by a download), unreadable ones :class:`DataError`.
-
-    The validation split is the last ``val_size`` positions of ``torch.randperm(n,
-    generator=torch.Generator().manual_seed(split_seed))``, the train split the first ``n - val_size``, so the split is
-    identical on every run and rank. The same ``binarize`` mode applies to all three splits."""
+    Subclasses set ``image_shape``, ``train_file_size``, ``test_file_size`` and implement :meth:`_files`, :meth:`_read`
+    (as checked uint8 ``(N, C, H, W)``) and :meth:`_download`. Bad data is one line: :class:`DataNotFoundError`
+    (missing), :class:`DataCorruptError` (wrong contents; never replaced by a download), :class:`DataError`
+    (unreadable). Validation is the last ``val_size`` positions of a permutation seeded by ``split_seed``, so the split
+    is identical on every run and rank; ``binarize`` applies to all three splits."""
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: object) -> None:
         """A data module of datamodules/ registers itself when defined (`--data=NAME`, `data_defaults/NAME`, nameable

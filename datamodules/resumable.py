@@ -1,12 +1,9 @@
 """A training loader that a run resumed from a mid-epoch checkpoint continues exactly: what decides the batches is
-saved state.
-
-* the order: each epoch a permutation seeded by (seed, epoch), sharded across ranks by `DistributedSampler`'s rule,
-  with one replica too, so single- and multi-device runs shuffle alike and Lightning keeps this sampler;
-* the position: `state_dict()` records the epoch and the examples consumed (counted by the data module's
-  `on_before_batch_transfer`, once per batch a step uses; the loader fetches one ahead), and `load_state_dict()`
-  starts right after them, whatever the resumed batch size (Lightning calls both for stateful loaders);
-* the dynamic binarization: a generator seeded by (seed, epoch, the batch's first index), not the global RNG.
+saved state. The order: each epoch a permutation seeded by (seed, epoch), sharded across ranks by
+`DistributedSampler`'s rule, with one replica too, so single- and multi-device runs shuffle alike. The position:
+`state_dict()` records the epoch and the examples consumed (counted in `on_before_batch_transfer`, since the loader
+fetches one batch ahead), and `load_state_dict()` resumes after them, whatever the batch size. The dynamic
+binarization: a generator seeded by (seed, epoch, the batch's first index), not the global RNG.
 """
 
 from __future__ import annotations

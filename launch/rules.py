@@ -47,15 +47,11 @@ def default_callbacks() -> list[Callback]:
 
 
 def always_on_callbacks(collective_timeout_s: float | None, given: Sequence[Callback] = ()) -> list[Callback]:
-    """The callbacks every run gets beside the `given` ones, whatever the configs or the command line say (the one list
-    of them):
-    - atomic, checksummed checkpoints, checked restores and an exact resume (checkpoints/trainer/safe_checkpoints.py);
-    - SIGTERM (preemption) and Ctrl-C save a resumable checkpoint (callbacks/guards/preemption.py);
-    - a NaN or inf loss stops training (callbacks/guards/nonfinite.py), with its settings in configs/callbacks/default.yaml
-      unless a list of one's own replaces them (`-c my.yaml`'s trainer.callbacks, `callbacks=...`): then its defaults;
-    - a DDP run's process group is released at exit in every rank (callbacks/guards/process_group.py);
-    - with a collective timeout (a DDP strategy named by a string), the collectives after the ranks' start wait that
-      long (callbacks/guards/process_group.py)."""
+    """The callbacks every run gets beside the `given` ones, whatever the configs or the command line say:
+    `SafeCheckpoints` (checkpoints/trainer/safe_checkpoints.py), `SaveOnPreemption` and the NaN guard, with the
+    settings of configs/callbacks/default.yaml unless one's own callback list replaces them (callbacks/guards/), the
+    release of a DDP run's process group at exit, and, given a collective timeout (a DDP strategy named by a string),
+    that timeout for the collectives after the ranks' start (callbacks/guards/process_group.py)."""
     guard = [] if any(isinstance(c, NonFiniteLossGuard) for c in given) else [NonFiniteLossGuard()]
     timeouts = [CollectiveTimeout(collective_timeout_s)] if collective_timeout_s is not None else []
     return [SafeCheckpoints(), SaveOnPreemption(), *guard, ReleaseProcessGroupAtExit(), *timeouts]
@@ -98,14 +94,12 @@ def follow_data(model_settings: dict[str, Any], model_class: type, data_class: t
 
 
 def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir: str | None = None) -> dict[str, Any]:
-    """What the run changes in the trainer's `settings` (strategy, callbacks, enable_progress_bar, default_root_dir,
-    as given):
-    - without a logger, or under fast_dev_run (and no default_root_dir given), the run's files go to `unlogged_dir`: Lightning would put
-      its checkpoints, and LightningCLI its config.yaml, into the working directory;
-    - a DDP strategy named by a string gets a collective timeout (launch/runs/distributed.py), set once every rank has
-      started (callbacks/guards/process_group.py);
+    """What the run changes in the trainer's `settings` (strategy, callbacks, enable_progress_bar, default_root_dir):
+    - without a logger, or under fast_dev_run (no default_root_dir given), the run's files go to `unlogged_dir`, not
+      the working directory where Lightning and LightningCLI would put them;
+    - a DDP strategy named by a string gets a collective timeout (launch/runs/distributed.py);
     - in a SLURM job, Lightning's auto-requeue saves and finds hpc_ckpt_N.ckpt in the run's directory;
-    - the always-on callbacks join the given ones (`always_on_callbacks`);
+    - the always-on callbacks join the given ones;
     - with the progress bar off, its callback goes (Lightning refuses both)."""
     changed = {"strategy": strategy_with_timeout(settings.get("strategy"), timeout_s)}
     # the strategy's timeout covers the ranks' start; the collectives after it get timeout_s

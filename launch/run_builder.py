@@ -1,11 +1,8 @@
 """One description of a run, which each front end produces, and the one builder that turns it into a trainer.
 
-Hydra describes a run from its composed config (launch/hydra_run.py: `describe_run`), LightningCLI from its parsed and
-instantiated namespace (launch/cli_app.py: `CollectionCLI.instantiate_trainer`); `build_trainer` then applies every
-rule of launch/rules.py to it, in one place: the checkpoint's model class, the TensorBoard run and its directory,
-where a run without a logger writes, `trainer.enable_checkpointing=false`, the collective timeout, the preemption
-and process-group callbacks, and the checkpoint fit starts from, which the front end read once, handed to the
-trainer's restore.
+Hydra describes a run from its composed config (launch/hydra_run.py: `describe_run`), LightningCLI from its parsed
+namespace (launch/cli_app.py: `CollectionCLI.instantiate_trainer`); `build_trainer` applies every rule of
+launch/rules.py to it, in one place, and hands the checkpoint the front end read once to the trainer's restore.
 """
 
 from __future__ import annotations

@@ -3,9 +3,8 @@
     <log_dir>/{tensorboard,csv}/<name>/version_<N>/   a logged run: events or metrics.csv, hparams.yaml, checkpoints/
     <log_dir>/{hydra,cli,replicas}/<name>/<time>-<pid>/   Hydra's own files, or an unlogged run's or replicated process's
 
-<name> is <base>-<run_tag> (the model's key settings, then its estimator's settings off their defaults, then in a
-multirun each swept setting the tag does not show), <base> Hydra's run_name or the CLI's <model>-<data>.
-"""
+<name> is <base>-<run_tag>: <base> Hydra's run_name or the CLI's <model>-<data>; the tag the model's key settings, then
+its estimator's settings off their defaults, then in a multirun each swept setting it does not show otherwise."""
 
 from __future__ import annotations
 

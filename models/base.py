@@ -1,10 +1,9 @@
 """What every latent-variable model shares: one training step, one evaluation protocol with one set of TensorBoard tags,
-one optimizer set-up. A subclass says how to train and how to score ("what a subclass provides"); what is not the
-algorithm (NaN guard, image grids, HPARAMS, speed) is a callback in callbacks/.
+one optimizer set-up; a subclass says how to train and how to score. What is not the algorithm (NaN guard, image grids,
+HPARAMS, speed) is a callback in callbacks/.
 
-Tags: `train/loss` and `train/<term>` for the other terms of `training_loss`; `{val,test}/nll` (importance-sampled
--log p(x), nats per image, docs/vae.md#importance-sampled-log-likelihood), `{val,test}/bpd`, `/elbo`, `/recon_mse`,
-`/psnr`.
+Tags: `train/loss`, `train/<term>` for the other terms of `training_loss`; `{val,test}/nll` (importance-sampled
+-log p(x), nats per image, docs/vae.md#importance-sampled-log-likelihood), `/bpd`, `/elbo`, `/recon_mse`, `/psnr`.
 """
 
 from __future__ import annotations
@@ -129,14 +128,12 @@ class LatentVariableModel(L.LightningModule):
 
     def __init__(self, settings: ModelSettings, data_shape: Sequence[int] = (1, 28, 28),
                  optimizer: OptimizerFactory | None = None, scheduler: SchedulerFactory | None = None) -> None:
-        """`settings`: the model's, checked (configs/settings.py); `data_shape`: (C, H, W) of the images, which the
-        front ends take from the data module.
+        """`settings`: the model's, checked (configs/settings.py); `data_shape`: (C, H, W) of the images.
 
         `optimizer` builds the optimizer from the parameters, e.g. `functools.partial(SGLD, lr=1e-7)` (Hydra:
-        `optimizer=sgld`; CLI: `--model.optimizer=samplers.SGLD`); None: Adam(lr). An SG-MCMC sampler is told the
-        training-set size N, so that it samples the posterior given all N examples
-        (docs/sgmcmc.md#the-minibatch-potential). `scheduler` builds a learning-rate scheduler from the optimizer,
-        stepped once per epoch (Hydra: `scheduler=cosine`); None: the learning rate stays as the optimizer sets it.
+        `optimizer=sgld`); None: Adam(lr). An SG-MCMC sampler is told the training-set size N, so that it samples the
+        posterior given all N examples (docs/sgmcmc.md#the-minibatch-potential). `scheduler` builds a learning-rate
+        scheduler from the optimizer, stepped once per epoch (Hydra: `scheduler=cosine`); None: a constant rate.
         """
         super().__init__()
         self.settings = settings

@@ -3,9 +3,8 @@
     p_θ(x, h) = p(h) p_θ(x | h),   h = (h_1, ..., h_V),  h_v ∈ {0, ..., K-1}
     q_φ(h | x) = prod_v Cat(h_v; softmax(logits_v(x)))
 
-p(h) is a prior of models/components/priors.py, trained with the decoder; the decoder embeds the codes (a K x D table
-per position, or one shared) and feeds the shared decoder backbone. Layouts: flat (`mlp`, V chosen freely, the
-embeddings concatenated) or spatial (`conv`, one latent per cell of the encoder's H/4 x W/4 grid, as in a VQ-VAE).
+p(h): a prior of models/components/priors.py, trained with the decoder. The decoder embeds the codes (a K x D table per
+position, or one shared), flat (`mlp`, any V) or spatial (`conv`, one latent per cell of the encoder's H/4 x W/4 grid).
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """A training step compiled whole (model.compile=step, docs/mis.md#compiling-the-whole-step), a single run's or the
 batched step of replicas (models/replicas.py), and the values it reads that change as training goes on.
 
-A model names those values in `step_inputs(epoch, step)` and its step reads them with `step_input(name)`. An eager step
-reads them as Python values. A compiled or batched step reads them as `hold_step_inputs` held them before the step,
-outside its graph: a flag (bool) as a Python value, on which the graph is specialized (a new graph when it flips; for
-replicas, true if any replica's is), a number from a 0-d buffer `compiled_<name>` (an input of the graph: a new value,
-no new graph). The numbers in the model's `graph_constants` change only with a flag: a single run's graph takes them
-as constants, the batched step reads each replica's from its buffer.
+A model names them in `step_inputs(epoch, step)`; its step reads them with `step_input(name)`: an eager step as Python
+values, a compiled or batched one as `hold_step_inputs` held them outside its graph: a flag as a Python value the graph
+is specialized on (for replicas, true if any replica's is), a number from a 0-d buffer `compiled_<name>` (a graph
+input: no new graph). `graph_constants` change only with a flag: a single run's graph takes them as constants, the
+batched step reads each replica's from its buffer.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Discrete VAE: JSA's categorical model trained on the ELBO, a baseline of JSA (docs/score-function.md).
 
-    ELBO(x) = E_q[ f(h) ],    f(h) = log p_θ(x, h) - log q_φ(h | x)
+    ELBO(x) = E_q[ f(h) ],    f(h) = log p_θ(x, h) - log q_φ(h | x);   `train/loss` is the (relaxed) negative ELBO.
 
-* `reinforce`: E_q[∇φ log q · (f - B)] with S samples (samplers/score_function.py), B = `optimal` (leave-one-out B*),
-  `running_mean` or `none`. Unbiased; `GradientVariance` also logs `train/encoder_grad_variance_no_cv` (B = 0).
-* `gumbel`: h relaxed to y = softmax((logits + g) / τ), g ~ Gumbel(0, 1), τ_t = max(τ_min, τ_0 exp(-r t)), with
-  KL(q || p) in closed form; biased for τ > 0. `straight_through` decodes the one-hot argmax in the forward pass.
-
-`train/loss` is the (relaxed) negative ELBO.
+`reinforce`: E_q[∇φ log q · (f - B)] with S samples (samplers/score_function.py), B = `optimal` (leave-one-out B*),
+`running_mean` or `none`; unbiased. `gumbel`: h relaxed to y = softmax((logits + g) / τ), g ~ Gumbel(0, 1),
+τ_t = max(τ_min, τ_0 exp(-r t)), KL(q || p) in closed form; biased for τ > 0; `straight_through` decodes the argmax.
 """
 
 from __future__ import annotations

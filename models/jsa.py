@@ -5,10 +5,10 @@ one index-cached MIS call per example (samplers/mis.py) with q_φ as the proposa
 
     h_0..h_L <- candidates (h_0 = cache[index] or a proposal, L proposals from q); the chain ends in h*
     cache[index] <- h*                                   (every step; read as h_0 from `cache_start_epoch` on)
-    loss = -Σ_j λ_j log p_θ(x, h_j) - Σ_j μ_j log q_φ(h_j | x)
+    loss = -Σ_j λ_j log p_θ(x, h_j) - Σ_j μ_j log q_φ(h_j | x)      (no gradient through the sampling)
 
 λ: the weights of `gradient_states` (samplers/visits.py); μ = λ, or with `q_states="fresh"` the self-normalized
-weights of the fresh proposals (docs/jsa.md#what-q-learns-from). No gradient flows through the sampling.
+weights of the fresh proposals (docs/jsa.md#what-q-learns-from).
 """
 
 from __future__ import annotations

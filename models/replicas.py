@@ -1,12 +1,9 @@
 """R independent runs of one model configuration trained as one batched computation (docs/replicas.md).
 
-Each replica's parameters, buffers (JSA's cache among them) and optimizer state are stacked along a leading dimension
-of size R, and the model's unchanged `training_loss` runs under `torch.func.vmap` on a template whose tensors
-`functional_call` replaces by the replica's slice (`stack_module_state` + `vmap`, randomness="different"). The loss
-is the sum of the replicas' losses, so each replica's gradient is its own; one Adam over the stacked tensors is R
-Adams. Settings that only gate behaviour (`replica_settings`) may differ: the step reads them from each replica's
-`step_inputs`, held as a compiled step holds them (models/compiled_step.py). What a replica leaves behind (TensorBoard
-run, hparams.yaml, checkpoints) comes from callbacks/replica_runs.py.
+Parameters, buffers (JSA's cache among them) and optimizer states are stacked along a leading dimension R; the model's
+own `training_loss` runs under `torch.func.vmap` (randomness="different") on each replica's slice (`functional_call`).
+The loss is the sum of the replicas', so each one's gradient is its own and one Adam over the stacked tensors is R
+Adams. Gating settings (`replica_settings`) may differ: the step reads them as a compiled step does (compiled_step.py).
 """
 
 from __future__ import annotations

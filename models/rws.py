@@ -1,12 +1,10 @@
 """RWS: reweighted wake-sleep (Bornschein & Bengio, 2015) on JSA's categorical model (docs/multi-sample.md#rws).
 
-θ by maximum likelihood and φ by the inclusive KL, as in JSA, but over S proposals h_s ~ q_φ(h | x) weighted by
-self-normalized importance weights w̃_s ∝ p_θ(x, h_s) / q_φ(h_s | x) (samplers/multi_sample.py):
+θ by maximum likelihood and φ by the inclusive KL, as in JSA, but over S proposals h_s ~ q_φ(h | x) with
+self-normalized weights w̃_s ∝ p_θ(x, h_s) / q_φ(h_s | x) (samplers/multi_sample.py); biased for finite S, consistent
+as S grows. The optional sleep phase fits q to one dream (h, x) ~ p_θ per example.
 
-    wake, θ:  Σ_s w̃_s ∇θ log p_θ(x, h_s)        wake, φ:  Σ_s w̃_s ∇φ log q_φ(h_s | x)
-
-Biased for finite S, consistent as S grows. The optional sleep phase fits q to one dream (h, x) ~ p_θ per example.
-"""
+    wake, θ:  Σ_s w̃_s ∇θ log p_θ(x, h_s)        wake, φ:  Σ_s w̃_s ∇φ log q_φ(h_s | x)"""
 
 from __future__ import annotations
 

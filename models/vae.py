@@ -1,12 +1,8 @@
-"""Gaussian-latent VAE (Kingma & Welling, 2014).
+"""Gaussian-latent VAE (Kingma & Welling, 2014), trained on the ELBO with the reparameterization z = mu + sigma * eps,
+eps ~ N(0, I) (docs/vae.md#reparameterization) and the Gaussian KL in closed form:
 
-    q(z | x) = N(z; mu(x), diag sigma^2(x)),  p(z) = N(0, I),  p(x | z) from the shared likelihoods.
-
-Trained on the ELBO with the reparameterization z = mu + sigma * eps, eps ~ N(0, I)
-(docs/vae.md#reparameterization), with the Gaussian KL in closed form:
-
-    ELBO = E_q[log p(x | z)] - KL(q(z | x) || p(z)),
-    KL   = 1/2 sum(mu^2 + sigma^2 - 1 - log sigma^2).
+    q(z | x) = N(z; mu(x), diag sigma^2(x)),  p(z) = N(0, I),  p(x | z) from the shared likelihoods,
+    ELBO = E_q[log p(x | z)] - KL(q(z | x) || p(z)),   KL = 1/2 sum(mu^2 + sigma^2 - 1 - log sigma^2).
 """
 
 from __future__ import annotations

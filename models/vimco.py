@@ -2,9 +2,8 @@
 
     L_S(x) = E_{h_1..h_S ~ q_φ(h|x)} [ log (1/S) Σ_s p_θ(x, h_s) / q_φ(h_s | x) ]  <=  log p_θ(x)
 
-θ's gradient back-propagates through the bound; φ's adds a score-function term with learning signal L̂ - L̂_{-s},
-the leave-one-out baseline replacing h_s's weight by the geometric mean of the others (samplers/multi_sample.py).
-Unbiased for ∇L_S; `train/loss` is -L̂ and `train/iw_bound` L̂, as RWS logs it.
+with an unbiased gradient (samplers/multi_sample.py): θ's back-propagates through the bound, φ's adds a
+score-function term with leave-one-out learning signal L̂ - L̂_{-s}. `train/loss` is -L̂, `train/iw_bound` L̂.
 """
 
 from __future__ import annotations

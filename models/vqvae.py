@@ -1,14 +1,12 @@
-"""VQ-VAE (van den Oord et al., 2017): a deterministic encoder, a codebook, a decoder (docs/vqvae.md).
+"""VQ-VAE (van den Oord et al., 2017): a deterministic encoder, a codebook (models/components/quantizer.py), a decoder.
 
     z_e = encoder(x);  k = argmin_j ||z_e - e_j||^2;  z_q = e_k;  x ~ p(x | z_q)
     loss = -log p(x | z_q) / num_dims  +  ||sg[z_e] - e||^2  +  beta ||z_e - sg[e]||^2
-    -log p(x) <= -log p(x | z_q(x)) + n log K     (uniform prior over K codes at n positions)
+    -log p(x) <= -log p(x | z_q(x)) + n log K     (`val/nll`: uniform prior over K codes at n positions)
 
-The codebook (learned or EMA) is models/components/quantizer.py. `val/nll` and `val/bpd` are this upper bound
-(docs/vqvae.md#the-likelihood-bound). A learned prior p(k) (`prior=pixelcnn` or `autoregressive`) is fit to sg[k(x)]
-by maximum likelihood, beside the autoencoder or alone once it is frozen (`autoencoder_epochs`,
-`autoencoder_checkpoint`); it tightens the bound to -log p(x | z_q(x)) - log p(k(x))
-(docs/priors.md#vq-vaes-second-stage).
+A learned prior p(k) (`prior=pixelcnn` or `autoregressive`) is fit to sg[k(x)] by maximum likelihood, beside the
+autoencoder or alone once it is frozen (`autoencoder_epochs`, `autoencoder_checkpoint`); it tightens the bound to
+-log p(x | z_q(x)) - log p(k(x)) (docs/vqvae.md#the-likelihood-bound, docs/priors.md#vq-vaes-second-stage).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""The persistent per-example MIS cache of JSA: the last state of every training example's chain
-(docs/mis.md#the-per-example-cache).
+"""The persistent per-example MIS cache of JSA: the last state of every training example's chain, from which its next
+MIS call starts, re-scored under the current networks (docs/mis.md#the-per-example-cache).
 
-Each MIS call starts from the state the example's chain reached at its previous visit (re-scored under the current
-networks). States are one integer tensor (num_examples, *latent_shape) of the smallest dtype holding K classes plus
-an "empty" sentinel, beside the epoch in which each state last changed (how long its chain has stayed put; every
-example is written once an epoch, so the write's age alone says nothing). Both are buffers: checkpoints carry them
-and a resumed run continues the chains.
+States are one integer tensor (num_examples, *latent_shape) of the smallest dtype holding K classes and an "empty"
+sentinel, beside the epoch in which each state last changed (a write's age says nothing: every example is written once
+an epoch). Both are buffers, so checkpoints carry them and a resumed run continues the chains.
 """
 
 from __future__ import annotations
@@ -90,14 +88,13 @@ def refresh_starts(has_start: Tensor, rate: float | Tensor, generator: torch.Gen
 
 
 def cache_diagnostics(sample: MISSample, age: Tensor, has_start: Tensor) -> dict[str, Tensor]:
-    """Over the chains that start from a cached state (docs/mis.md#when-does-the-cache-help), 0 where none does (each
-    a tensor, so no host sync decides it; NaN would stop training at the non-finite guard):
+    """Over the chains that start from a cached state (docs/mis.md#when-does-the-cache-help); tensors, 0 where no chain
+    does (no host sync decides it, and a NaN would stop training at the non-finite guard):
 
     cache_stuck_rate: the fraction that never leave it in this step's L proposals;
-    cache_age_epochs: the mean number of epochs since their state last changed (`age`, read before this step's write);
-    cache_log_weight_gap: the mean of w(cached) - max_j w(proposal j), w = log p(x, h) - log q(h | x); > 0 where the
-        cached state outweighs every fresh proposal, each then accepted with probability exp(w_j - w(cached)) < 1 (a
-        stale state the chain rarely leaves, or a mode q misses).
+    cache_age_epochs: their mean number of epochs since the state last changed (`age`, read before this step's write);
+    cache_log_weight_gap: mean of w(cached) - max_j w(proposal j), w = log p(x, h) - log q(h | x); > 0 where the cached
+        state outweighs every proposal (a stale state the chain rarely leaves, or a mode q misses).
     """
     log_weight = (sample.log_target - sample.log_proposal).detach()
     started = has_start.float()

@@ -1,14 +1,12 @@
 """Hamiltonian Monte Carlo with leapfrog trajectories and a Metropolis-Hastings test (docs/sgmcmc.md#hmc).
 
-Target exp(-U(θ) / T). A step draws p ~ N(0, T M), runs `num_leapfrog` leapfrog steps of size h on
-H(θ, p) = U(θ) + ½ pᵀ M⁻¹ p,
+Target exp(-U(θ) / T), U the full-data potential. A step draws p ~ N(0, T M), runs `num_leapfrog` leapfrog steps of
+size h on H(θ, p) = U(θ) + ½ pᵀ M⁻¹ p,
 
     p ← p - (h/2) ∇U(θ),    θ ← θ + h M⁻¹ p,    p ← p - (h/2) ∇U(θ)      (inner half kicks merged),
 
 and accepts with probability min(1, exp(-(H_end - H_start) / T)), else restores θ and its gradient bit for bit: the
-leapfrog is reversible and volume-preserving, so exp(-H / T) is invariant for any h. U is the full-data potential;
-the closure follows torch.optim's (as LBFGS's) and may return one energy per chain, shape (K,). `adapt_steps` tunes h
-by dual averaging (Hoffman & Gelman, 2014) during warm-up, then freezes it.
+leapfrog is reversible and volume-preserving, so exp(-H / T) is invariant for any h.
 """
 
 from __future__ import annotations
@@ -49,20 +47,19 @@ def leapfrog(
 
 
 class HMC(SGMCMC):
-    """Hamiltonian Monte Carlo: leapfrog trajectories, momentum resampled every step, Metropolis-Hastings test.
-
-    `step(closure)` runs one trajectory and accepts or rejects it; it evaluates the closure num_leapfrog + 1 times.
-    `acceptance_rate` is the fraction of proposals (chains x steps) accepted so far, `last_accept_prob` the mean
+    """Hamiltonian Monte Carlo (module docstring). `step(closure)` runs one trajectory and accepts or rejects it,
+    evaluating the closure (torch.optim's convention; it may return one energy per chain, shape (K,)) num_leapfrog + 1
+    times. `acceptance_rate`: the fraction of proposals (chains x steps) accepted so far; `last_accept_prob`: the mean
     acceptance probability of the last step.
 
     Args:
         params: parameters to sample, in one param group.
         lr: leapfrog step size h > 0 (the initial one when adapting).
         num_leapfrog: L >= 1 leapfrog steps per trajectory (trajectory length L h).
-        mass: the diagonal mass M: a number (M = m I) or one tensor per parameter, broadcastable to it, all > 0.
-            Ideally M⁻¹ ≈ the posterior covariance, so that every direction moves alike.
+        mass: the diagonal mass M, a number (M = m I) or one tensor per parameter broadcastable to it, all > 0;
+            ideally M⁻¹ ≈ the posterior covariance, so that every direction moves alike.
         temperature: T > 0; samples exp(-U / T).
-        adapt_steps: number of warm-up steps whose step size dual averaging tunes (0: h stays fixed).
+        adapt_steps: warm-up steps whose step size dual averaging (Hoffman & Gelman, 2014) tunes (0: h stays fixed).
         target_accept: the mean acceptance probability the adaptation aims at, in (0, 1).
         generator: source of the momenta and of the acceptance draws (the global RNG if None).
     """

@@ -1,12 +1,9 @@
-"""Importance-sampled estimate of log p(x) with the encoder as proposal.
+"""Importance-sampled estimate of log p(x) with the encoder as proposal (docs/vae.md#importance-sampled-log-likelihood).
 
-    log p(x) = log E_{z ~ q(z|x)} [ p(x, z) / q(z|x) ]
-             ~ logsumexp_s(log w_s) - log S,      log w_s = log p(x, z_s) - log q(z_s | x)
+    log p(x) = log E_q[p(x, z) / q(z | x)] ≈ logsumexp_s(log w_s) - log S,   log w_s = log p(x, z_s) - log q(z_s | x)
 
-By Jensen's inequality the expectation of this estimate is <= log p(x) and it rises
-monotonically to log p(x) as S grows (Burda et al., 2016, IWAE bound). The mean of the
-log weights is the ordinary ELBO estimate, so both come from the same samples.
-All arithmetic stays in log space.
+Its expectation is <= log p(x) (Jensen) and rises monotonically to log p(x) with S (Burda et al., 2016, IWAE bound);
+the mean of the log weights, from the same samples, is the ELBO estimate. All arithmetic stays in log space.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """Metropolis independence sampling (MIS) with the encoder q(h|x) as proposal, index-cached (docs/mis.md).
 
-A step from the state h with proposal h' ~ q accepts with probability min(1, r) (docs/mis.md#the-acceptance-ratio),
+From the state h, a proposal h' ~ q is accepted with probability min(1, r) (docs/mis.md#the-acceptance-ratio),
 
     r = [p(x, h') q(h | x)] / [p(x, h) q(h' | x)] = exp(w(h') - w(h)),   w(h) = log p(x, h) - log q(h | x),
 
-so the chain is decided by its candidates' weights: one encoder pass, the L proposals (and a start) drawn at once, one
-batched decoder pass over the (L+1)B candidates, then the accept/reject over candidate indices (`mis_chain`), at
-T_q + T_p((L+1)B) instead of T_q + L (2 T_p + 3 T_q) (docs/mis.md#cost-model). `naive_mis` is the textbook form with
-fresh network passes every step (docs/mis.md#naive-mis), the reference of the tests and of
-benchmarks/speed/mis_speed.py.
+so the chain depends only on its candidates' weights: one encoder pass draws the L proposals (and a start), one batched
+decoder pass scores the (L+1)B candidates, and `mis_chain` accepts or rejects over candidate indices, at a cost of
+T_q + T_p((L+1)B) instead of naive MIS's T_q + L (2 T_p + 3 T_q) (docs/mis.md#cost-model).
 """
 
 from __future__ import annotations
@@ -44,16 +42,13 @@ class MISSample(NamedTuple):
 
 
 def mis_chain(log_target: Tensor, log_proposal: Tensor, generator: torch.Generator | None = None) -> MISChain:
-    """Run L Metropolis-Hastings steps over L+1 pre-scored candidates.
+    """Run L Metropolis-Hastings steps over L+1 pre-scored candidates (0 the start state, 1..L the proposals, visited
+    in order); returns MISChain(index, accepted, path).
 
     Args:
-        log_target: (B, L+1) log p(x, h_j) (unnormalized log target) of each candidate.
-        log_proposal: (B, L+1) log q(h_j | x). Candidate 0 is the start state, candidates
-            1..L are the proposals, visited in order.
+        log_target: (B, L+1) log p(x, h_j), the unnormalized log target of each candidate.
+        log_proposal: (B, L+1) log q(h_j | x).
         generator: source of the uniforms (the global RNG if None).
-
-    Returns:
-        MISChain(index, accepted, path).
     """
     if log_target.shape != log_proposal.shape or log_target.dim() != 2:
         raise ValueError(f"log_target and log_proposal must both be (B, L+1), got {tuple(log_target.shape)} and {tuple(log_proposal.shape)}")
@@ -119,15 +114,14 @@ def index_cached_mis(
     has_start: Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> MISSample:
-    """One MIS call of JSA in the index-cached form.
+    """One MIS call of JSA in the index-cached form (module docstring); `generator` draws proposals and accept/reject.
 
     Args:
         log_q: (B, V, K) log q(h_v | x) from one encoder pass (its gradient is not used).
-        log_joint: scores candidates, (B, N, V) -> (B, N) log p(x, h), in one batched decoder pass.
+        log_joint: scores candidates in one batched decoder pass, (B, N, V) -> (B, N) log p(x, h).
         num_steps: L, the number of MH steps (= proposals).
-        start: (B, V) start states (e.g. the per-example cache); used where `has_start`.
-        has_start: (B,) bool; where False (or `start` is None) the chain starts from a fresh proposal.
-        generator: randomness for proposals and accept/reject.
+        start, has_start: (B, V) start states (e.g. the per-example cache), used where the (B,) bool `has_start` is
+            True; elsewhere (or when `start` is None) the chain starts from a fresh proposal.
     """
     if num_steps < 1:
         raise ValueError(f"MIS needs at least one step, got num_steps={num_steps}")
@@ -151,14 +145,11 @@ def naive_mis(
     start: Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> NaiveMISSample:
-    """Reference MIS in its textbook form (docs/mis.md#naive-mis): every step re-runs the networks.
+    """Reference MIS in its textbook form (docs/mis.md#naive-mis), not used in training: the tests check
+    `index_cached_mis` against it (same distribution) and benchmarks/speed/mis_speed.py times it against it.
 
-    Not used in training: it is what the tests check `index_cached_mis` against (same distribution)
-    and what `benchmarks/speed/mis_speed.py` measures its speed-up against.
-
-    Per step: an encoder pass to sample h' ~ q, decoder passes for p(x, h') and p(x, h_t),
-    encoder passes for q(h' | x) and q(h_t | x): O(2 T_p + 3 T_q) per step.
-    `log_q_fn()` runs the encoder and returns (B, V, K) log-probabilities;
+    Each step runs the encoder to sample h' ~ q and for q(h' | x), q(h_t | x), and the decoder for p(x, h'), p(x, h_t):
+    O(2 T_p + 3 T_q) per step. `log_q_fn()` runs the encoder and returns (B, V, K) log-probabilities;
     `log_joint_fn(h)` runs the decoder on (B, 1, V) and returns (B, 1).
     """
     current = sample_categorical(log_q_fn(), 1, generator)[:, 0] if start is None else start.long()

@@ -3,8 +3,7 @@
     log w_s = log p_θ(x, h_s) - log q_φ(h_s | x),       w̃_s = w_s / Σ_j w_j  (self-normalized)
 
 Each function takes `log_joint` (B, S) with gradient to θ and `log_proposal` (B, S) with gradient to φ (the samples
-carry none) and returns a (B,) surrogate whose gradient is the estimator; its value is said per function. Everything
-stays in log space (softmax over log w, logsumexp for bounds).
+carry none) and returns a (B,) surrogate whose gradient is the estimator. Everything stays in log space.
 """
 
 from __future__ import annotations
@@ -26,22 +25,20 @@ def rws_surrogate(log_joint: Tensor, log_proposal: Tensor) -> Tensor:
         θ: Σ_s w̃_s ∇θ log p_θ(x, h_s)      (self-normalized estimate of ∇θ log p_θ(x))
         φ: Σ_s w̃_s ∇φ log q_φ(h_s | x)     (self-normalized estimate of -∇φ KL(p_θ(h|x) || q_φ(h|x)))
 
-    The weights w̃ are constants of the step (detached): each network climbs its own weighted
-    log-likelihood, and no gradient passes through the weights. Returns the (B,) weighted sum
-    Σ_s w̃_s (log p(x, h_s) + log q(h_s | x)); its value is not a bound.
+    w̃ is detached: no gradient passes through the weights. The (B,) value, Σ_s w̃_s (log p(x, h_s) + log q(h_s | x)),
+    is no bound.
     """
     weights = (log_joint - log_proposal).detach().softmax(1)
     return (weights * (log_joint + log_proposal)).sum(1)
 
 
 def vimco_baselines(log_weight: Tensor) -> Tensor:
-    """VIMCO's leave-one-out baselines L̂_{-s} (Mnih & Rezende, 2016, eq. 9), (B, S) -> (B, S):
+    """VIMCO's leave-one-out baselines L̂_{-s} (Mnih & Rezende, 2016, eq. 9), (B, S) -> (B, S), S >= 2:
 
         L̂_{-s} = log (1/S) [ Σ_{j≠s} w_j + f̂_{-s} ],   log f̂_{-s} = (1/(S-1)) Σ_{j≠s} log w_j,
 
-    the bound with sample s replaced by the geometric mean of the others, so L̂_{-s} does not depend
-    on h_s and subtracting it keeps the estimate unbiased. Needs S >= 2. Computed in log space: row s of
-    a (S, S) matrix holds log w with entry s replaced by log f̂_{-s}.
+    the bound with sample s replaced by the geometric mean of the others: independent of h_s, so subtracting it keeps
+    the estimate unbiased. In log space, row s of an (S, S) matrix holds log w with entry s replaced by log f̂_{-s}.
     """
     num = log_weight.shape[1]
     if num < 2:
@@ -57,9 +54,8 @@ def vimco_surrogate(log_joint: Tensor, log_proposal: Tensor) -> Tensor:
 
         ∇ L_S = ∇ E[L̂] = E[ Σ_s (L̂ - L̂_{-s}) ∇φ log q_φ(h_s | x) + Σ_s w̃_s ∇ log w_s ],
 
-    the score-function term with a per-sample learning signal L̂ - L̂_{-s}, and the gradient of L̂ through
-    the weights (for θ: Σ w̃_s ∇θ log p(x, h_s); for φ: -Σ w̃_s ∇φ log q(h_s | x)). The value of the
-    returned (B,) surrogate is L̂ of these samples.
+    a score-function term with the per-sample learning signal L̂ - L̂_{-s}, plus the gradient of L̂ through the weights
+    (θ: Σ w̃_s ∇θ log p(x, h_s); φ: -Σ w̃_s ∇φ log q(h_s | x)). The returned (B,) surrogate's value is L̂.
     """
     log_weight = log_joint - log_proposal
     bound = importance_weighted_bound(log_weight)  # gradient: Σ_s w̃_s ∇ log w_s

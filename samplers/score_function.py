@@ -1,12 +1,11 @@
-"""The score-function (REINFORCE) gradient of the ELBO for a categorical q, with control variates
-(docs/score-function.md).
+"""REINFORCE (score-function) gradient of the ELBO for a categorical q, with control variates (docs/score-function.md).
 
     f(h) = log p_θ(x, h) - log q_φ(h | x),     ∇φ ELBO = E_q[ ∇φ log q_φ(h | x) · (f(h) - B) ]   for any B independent of h
     B* = E_q[ ||∇φ log q||² f ] / E_q[ ||∇φ log q||² ]                   (the variance-minimizing B)
 
-B* is estimated leave-one-out from the other S - 1 samples of the example, so that it does not depend on the sample it
-multiplies. ∇φ log q is taken with respect to the encoder's logits, one_hot(h) - softmax(logits) per position: B* is
-the optimal baseline of the gradient the encoder back-propagates, at no extra backward pass.
+B* is estimated leave-one-out from the example's other S - 1 samples, so it does not depend on the sample it multiplies.
+∇φ log q is taken w.r.t. the encoder's logits (one_hot(h) - softmax(logits) per position): B* is the optimal baseline
+of the gradient the encoder back-propagates, at no extra backward pass.
 """
 
 from __future__ import annotations

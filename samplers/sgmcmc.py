@@ -5,9 +5,8 @@ unbiased minibatch estimate (docs/sgmcmc.md#the-minibatch-potential)
     Û(θ) = -log p(θ) - (N / n) Σ_{x ∈ X̃} log p(x | θ),     X̃ ⊂ X uniformly drawn, |X̃| = n, |X| = N.
 
 After `attach(dataset_size=N)`, `.grad` holds the batch-mean loss's gradient and `step()` multiplies it by N, so
-gradient clipping acts before the factor. Per-parameter state lives in `self.state` (round-trips through
-`state_dict()`); noise comes from an optional `torch.Generator`. `SampleCollector` keeps thinned snapshots after a
-burn-in; exact HMC is samplers/hmc.py.
+gradient clipping acts before the factor; noise comes from an optional `torch.Generator`. `SampleCollector` keeps
+thinned snapshots after a burn-in; exact HMC is samplers/hmc.py.
 """
 
 from __future__ import annotations
@@ -45,8 +44,8 @@ def _damped_kick(momentum: Tensor, friction: float | Tensor, kick: Tensor, h: fl
         euler:      p ← (1 - h γ) p + kick
         splitting:  p ← e^{-h γ / 2} (e^{-h γ / 2} p + kick)     (friction half step, kick, friction half step)
 
-    γ is SGHMC's friction C, SGNHT's thermostat ξ (a scalar or one per element), or Santa's ξ. The splitting's
-    friction half steps are exact solutions of dp = -γ p dt, so they never overshoot (no C h < 2 limit).
+    γ is SGHMC's friction C, or SGNHT's or Santa's thermostat ξ (a scalar or one per element). The splitting's friction
+    half steps solve dp = -γ p dt exactly, so they never overshoot (no C h < 2 limit).
     """
     if integrator == "euler":
         momentum.mul_(1.0 - h * friction).add_(kick)
@@ -62,13 +61,9 @@ def _thermostat_step(thermostat: Tensor, momentum: Tensor, dt: float, temperatur
 
 
 class SGMCMC(torch.optim.Optimizer):
-    """Shared plumbing: argument checks on every param group, closure handling, the noise source,
-    and the scaling of a batch-mean loss to the minibatch potential.
-
-    `dataset_size`: when training code back-propagates the *mean* loss over a minibatch,
-    -(1/n) Σ_batch log p(x | θ), the gradient of the potential Û = -(N/n) Σ_batch log p(x | θ)
-    (flat prior) is N times `.grad`; `attach(dataset_size=N)` makes `step()` use N · `.grad`
-    (docs/sgmcmc.md#the-minibatch-potential). Left at None, `.grad` must already be ∇Û.
+    """Shared plumbing: argument checks on every param group, closure handling, the noise source, and the scaling of a
+    batch-mean loss to the minibatch potential: after `attach(dataset_size=N)`, `step()` uses N · `.grad`, which is ∇Û
+    (flat prior) when `.grad` is that of the mean loss -(1/n) Σ_batch log p(x | θ). Left at None, `.grad` must be ∇Û.
     """
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any], generator: torch.Generator | None) -> None:
@@ -129,13 +124,12 @@ class SGMCMC(torch.optim.Optimizer):
 
 
 class SGLD(SGMCMC):
-    """Stochastic gradient Langevin dynamics: θ ← θ - h ∇Û(θ) + N(0, 2 T h I).
+    """Stochastic gradient Langevin dynamics: θ ← θ - h ∇Û(θ) + N(0, 2 T h I) (docs/sgmcmc.md#sgld).
 
     Args:
         params: parameters (or param groups) to sample; their `.grad` must hold ∇U or ∇Û.
-        lr: step size h > 0. The stationary law carries an O(h) discretisation bias.
-        temperature: T = 1/β > 0; samples exp(-U / T).
-        generator: source of the injected noise (the global RNG if None).
+        lr: step size h > 0; the stationary law carries an O(h) discretisation bias.
+        temperature: T = 1/β > 0; samples exp(-U / T). `generator`: the injected noise's (the global RNG if None).
     """
 
     def __init__(
@@ -151,24 +145,22 @@ class SGLD(SGMCMC):
 
 
 class SGHMC(SGMCMC):
-    """Stochastic gradient Hamiltonian Monte Carlo with friction C and noise estimate B̂.
+    """Stochastic gradient Hamiltonian Monte Carlo with friction C and noise estimate B̂ (docs/sgmcmc.md#sghmc).
 
     euler (Chen et al.'s symplectic Euler step):
         p ← (1 - h C) p - h ∇Û(θ) + N(0, 2 (C T - B̂) h I),    θ ← θ + h p.
-    splitting (A-B-O-B-A; docs/sgmcmc.md#symmetric-splitting), with the θ half steps of consecutive
-    iterations merged, so that ∇Û is taken where the splitting needs it:
+    splitting (A-B-O-B-A; docs/sgmcmc.md#symmetric-splitting; the θ half steps of consecutive iterations merged):
         p ← e^{-Ch/2} (e^{-Ch/2} p - h ∇Û(θ) + N(0, 2 (C T - B̂) h I)),    θ ← θ + h p.
 
     Args:
         params: parameters (or param groups) to sample; their `.grad` must hold ∇U or ∇Û.
         lr: step size h > 0.
-        friction: C > 0 (scalar). Euler needs C h < 2, otherwise |1 - C h| >= 1 and p diverges; the
-            splitting's e^{-Ch/2} has no such limit (its accuracy still wants C h small).
-        noise_estimate: B̂ >= 0, estimate of the minibatch-gradient diffusion B = h V / 2
-            (V the covariance of ∇Û, taken as scalar); must satisfy C T >= B̂.
+        friction: C > 0. Euler needs C h < 2 (else |1 - C h| >= 1 and p diverges); the splitting has no such limit.
+        noise_estimate: B̂ >= 0, estimate of the minibatch-gradient diffusion B = h V / 2 (V the covariance of ∇Û,
+            taken as scalar); needs C T >= B̂.
         temperature: T = 1/β > 0; samples exp(-U / T).
-        integrator: "euler" (first order: the stationary law is off by O(h)) or "splitting" (second
-            order, O(h²), at the same one gradient per step).
+        integrator: "euler" (first order: the stationary law is off by O(h)) or "splitting" (O(h²), at the same one
+            gradient per step).
         generator: source of the injected noise (the global RNG if None).
     """
 
@@ -219,7 +211,7 @@ class SGHMC(SGMCMC):
 
 
 class SGNHT(SGMCMC):
-    """Stochastic gradient Nosé-Hoover thermostat with noise amplitude A.
+    """Stochastic gradient Nosé-Hoover thermostat with noise amplitude A (docs/sgmcmc.md#sgnht).
 
         p ← p - h ∇Û(θ) - h ξ p + N(0, 2 A T h I),   θ ← θ + h p,   ξ ← ξ + h (pᵀp / d - T).
 
@@ -230,20 +222,15 @@ class SGNHT(SGMCMC):
     Args:
         params: parameters (or param groups) to sample; their `.grad` must hold ∇U or ∇Û.
         lr: step size h > 0.
-        noise: A >= 0, the injected diffusion (docs/sgmcmc.md#sgnht: N(0, 2 A I dt)). A = 0 relies
-            on the minibatch noise alone.
-        initial_thermostat: starting ξ (a friction); None means the group's A, the mode of
-            V(ξ) = d(ξ - A)² (docs/sgmcmc.md#sgnht). With minibatch noise ξ settles near A + B, and it relaxes only on a
-            time scale of about ξ SDE time units (ξ / h steps), so A + B̂ is a better start when
-            B̂ is known. Far from equilibrium (a start far from the mode) ξ overshoots likewise.
-        multivariate: one ξ per element (mSGNHT) instead of one per parameter tensor. A scalar ξ
-            cools the whole tensor by one friction, so it corrects the average of an anisotropic
-            minibatch noise, not each direction.
+        noise: A >= 0, the injected diffusion N(0, 2 A I dt); A = 0 relies on the minibatch noise alone.
+        initial_thermostat: starting ξ; None means A, the mode of V(ξ) = d(ξ - A)². With minibatch noise ξ settles
+            near A + B, relaxing over about ξ / h steps, so A + B̂ is a better start when B̂ is known.
+        multivariate: one ξ per element (mSGNHT) instead of one per tensor; a scalar ξ corrects only the average of an
+            anisotropic minibatch noise, not each direction.
         temperature: T = 1/β > 0; samples exp(-U / T).
         integrator: "euler" (above; first order) or "splitting" (A-B-O-B-A, second order;
-            docs/sgmcmc.md#symmetric-splitting): p ← e^{-ξh/2} (e^{-ξh/2} p - h ∇Û + ζ), then the
-            merged half steps θ ← θ + h p, ξ ← ξ + h (pᵀp / d - T). Its ξ settles at A + B and θ is
-            sampled at T up to O(h²).
+            docs/sgmcmc.md#symmetric-splitting): p ← e^{-ξh/2} (e^{-ξh/2} p - h ∇Û + ζ), then the merged half steps
+            θ ← θ + h p, ξ ← ξ + h (pᵀp / d - T); ξ settles at A + B and θ is sampled at T up to O(h²).
         generator: source of the injected noise (the global RNG if None).
     """
 
@@ -421,14 +408,12 @@ def _parameter_list(params: nn.Module | Tensor | Iterable[Tensor]) -> list[Tenso
 
 
 class SampleCollector:
-    """Keeps every `thin`-th parameter snapshot after `burn_in` steps; call it once per sampler step.
+    """Keeps every `thin`-th parameter snapshot after `burn_in` steps; call it once per sampler step. Counting steps
+    1, 2, ..., it keeps those of steps burn_in + thin, burn_in + 2 thin, ..., so after n calls
+    `num_kept == max(0, (n - burn_in) // thin)`.
 
-    With steps counted 1, 2, ..., the snapshots of steps burn_in + thin, burn_in + 2 thin, ... are
-    kept, so after n calls `num_kept == max(0, (n - burn_in) // thin)`.
-
-    keep="list": `samples` holds detached clones (one tuple per kept step, one tensor per parameter).
-    keep="mean": only a running mean and sum of squared deviations (Welford), O(1) memory.
-    Both modes answer `mean()` and `variance()` (elementwise, unbiased: divides by num_kept - 1).
+    keep="list": `samples` holds detached clones (a tuple per kept step); keep="mean": a running mean and sum of squared
+    deviations (Welford), O(1) memory. Both answer `mean()` and `variance()` (elementwise, divided by num_kept - 1).
     """
 
     def __init__(self, params: nn.Module | Tensor | Iterable[Tensor], burn_in: int = 0, thin: int = 1, keep: str = "list") -> None:

@@ -1,11 +1,9 @@
 """How much each of an MIS call's L+1 candidates counts in JSA's gradient (docs/jsa.md#which-states-the-gradient-uses).
 
-Each average of −∇ log p_θ(x, h) − ∇ log q_φ(h | x) over the chain's states is a weighted sum over the candidates
-(candidate 0 the start, 1..L the proposals), weights summing to 1 per example: `final`, the last state (weight 1);
-`chain`, the L states after each step (n_j / L, n_j the steps ending on candidate j: `visit_counts`); `expected`,
-E[n_j | candidates] / L (`expected_visits`), the same mean as `chain` with no more variance (Rao-Blackwell).
-`sum_and_sample` turns weights into a fixed k + 1 gradient rows per example
-(docs/jsa.md#a-fixed-number-of-gradient-rows).
+An average of −∇ log p_θ(x, h) − ∇ log q_φ(h | x) over the chain's states is a weighted sum over the candidates (0 the
+start, 1..L the proposals), weights summing to 1 per example: `final`, the last state (weight 1); `chain`, the L states
+after each step (n_j / L, n_j = `visit_counts`); `expected`, E[n_j | candidates] / L (`expected_visits`), the same mean
+as `chain` with no more variance (Rao-Blackwell). `sum_and_sample` turns weights into k + 1 gradient rows per example.
 """
 
 from __future__ import annotations
@@ -40,15 +38,14 @@ def visit_counts(path_index: Tensor, num_candidates: int, dtype: torch.dtype = t
 def expected_visits(log_target: Tensor, log_proposal: Tensor) -> Tensor:
     """E[n_j | candidates]: the expected number of the L steps that end on candidate j, (B, L+1).
 
-    The chain of `samplers.mis.mis_chain` is random only through its uniforms once the candidates are
-    scored. Let π_t(i) be the probability that it sits on candidate i after step t (π_0 = δ_0). Step t
-    proposes candidate t and accepts from i with probability a_it = min(1, exp(w_t − w_i)),
-    w = log p(x, h) − log q(h | x), so
+    Once the candidates are scored, `samplers.mis.mis_chain` is random only through its uniforms. With π_t(i) the
+    probability that it sits on candidate i after step t (π_0 = δ_0), step t proposes candidate t and accepts from i
+    with probability a_it = min(1, exp(w_t − w_i)), w = log p(x, h) − log q(h | x), so
 
         π_t(t) = Σ_{i<t} π_{t−1}(i) a_it,    π_t(i) = π_{t−1}(i) (1 − a_it)  (i < t),
 
-    and E[n_j] = Σ_{t=1..L} π_t(j). O(L²) tensor operations per batch; a NaN log-ratio (both weights
-    −inf) never accepts, as in `mis_chain`.
+    and E[n_j] = Σ_{t=1..L} π_t(j): O(L²) tensor operations per batch. A NaN log-ratio (both weights −inf) never
+    accepts, as in `mis_chain`.
     """
     if log_target.shape != log_proposal.shape or log_target.dim() != 2:
         raise ValueError(f"log_target and log_proposal must both be (B, L+1), got {tuple(log_target.shape)} and {tuple(log_proposal.shape)}")
@@ -86,18 +83,12 @@ def sum_and_sample(weight: Tensor, num_exact: int, generator: torch.Generator | 
     """Σ_j λ_j g_j over N candidates as k + 1 rows: the k largest weights exactly, plus one candidate drawn from the
     remaining mass (Liu et al., 2019, "Rao-Blackwellized stochastic gradients for discrete distributions").
 
-    With T the k top candidates and R = Σ_{j∉T} λ_j, the estimate Σ_{j∈T} λ_j g_j + R g_J with P(J = j) = λ_j / R
-    (j ∉ T) has expectation Σ_j λ_j g_j for any g, and equals it whenever at most k weights are non-zero (then R = 0).
+    With T the top k and R = Σ_{j∉T} λ_j, Σ_{j∈T} λ_j g_j + R g_J with P(J = j) = λ_j / R (j ∉ T) has expectation
+    Σ_j λ_j g_j for any g, and equals it when at most k weights are non-zero (R = 0).
 
-    Args:
-        weight: (B, N) non-negative weights (visit counts / L, their expectation, ...); not differentiated.
-        num_exact: k, 1 <= k < N.
-        generator: source of the one draw per example.
-
-    Returns:
-        (rows, row_weight), both (B, k+1): candidate indices and their weights; row k is the drawn one, weighted by R
-        (0 where R = 0: a row of weight 0, so that the shape never depends on the data). Each row of `row_weight`
-        sums to Σ_j λ_j.
+    `weight`: (B, N) non-negative weights (not differentiated); `num_exact`: k, 1 <= k < N; `generator`: the one draw
+    per example. Returns (rows, row_weight), both (B, k+1): candidate indices and weights, each row summing to Σ_j λ_j;
+    row k is the drawn one, weighted by R (0 where R = 0, so that the shape never depends on the data).
     """
     weight = weight.detach()
     if not 1 <= num_exact < weight.shape[1]:
@@ -118,15 +109,12 @@ class GradientRows(NamedTuple):
 
 
 def gradient_rows(weight: Tensor, rows: RowChoice, generator: torch.Generator | None = None) -> GradientRows:
-    """The rows that give Σ_j λ_j ∇ log p_θ(x, h_j), from the candidates' weights λ (B, L+1)
-    (docs/jsa.md#which-states-the-gradient-uses):
+    """Rows giving Σ_j λ_j ∇ log p_θ(x, h_j) from the weights λ (B, L+1) (docs/jsa.md#which-states-the-gradient-uses):
 
-    `every`: all L+1 candidates per example, weighted by λ (0 for the unvisited ones): shapes fixed by B and L;
-    `final`: the one candidate of weight 1 per example (λ one-hot, `gradient_states=final`);
-    `distinct`: one row per candidate of non-zero weight: the fewest rows, but their number depends on the data, which
-        the host must read (a sync);
-    k (int): k + 1 rows per example, the k largest weights exactly and one drawn from the rest (`sum_and_sample`): in
-        expectation the same sum, exact where at most k weights are non-zero.
+    `every`: all L+1 candidates, weighted by λ (0 for the unvisited): shapes fixed by B and L;
+    `final`: the one candidate of weight 1 (λ one-hot, `gradient_states=final`);
+    `distinct`: one row per candidate of non-zero weight: the fewest rows, but their number needs a host sync;
+    k (int): k + 1 rows, the k largest weights exactly and one drawn from the rest (`sum_and_sample`).
     """
     if rows == "distinct":
         example, candidate = weight.nonzero(as_tuple=True)  # sync: the number of rows depends on the data

@@ -1,10 +1,9 @@
-"""Stop training when a loss term becomes NaN or inf, and never checkpoint such a state.
+"""Stop training when a loss term (`training_step`'s `terms`, models/base.py) becomes NaN or inf, and never checkpoint
+such a state.
 
-A model's `training_step` returns `{"loss": ..., "terms": {name: value}}` (models/base.py). Each
-term's finiteness is accumulated on the device (no host sync per step) and checked every
-`check_every_n_steps` steps (by default the trainer's `log_every_n_steps`) and before every
-checkpoint is written. Under DDP the ranks' flags are gathered first, so all ranks stop together
-and none is left waiting in a collective.
+Finiteness is accumulated on the device (no host sync per step) and checked every `check_every_n_steps` steps (by
+default `log_every_n_steps`) and before every checkpoint. Under DDP the ranks' flags are gathered first, so all ranks
+stop together and none is left waiting in a collective.
 """
 
 from __future__ import annotations

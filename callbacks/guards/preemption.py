@@ -1,11 +1,9 @@
 """SIGTERM (how SLURM and Kubernetes preempt) and Ctrl-C save a resumable checkpoint and stop.
 
-Lightning turns SIGTERM into `SIGTERMException` at the next step boundary (rank 0's flag broadcast under DDP). On it,
-this callback writes `last.ckpt` (every rank takes part), the state after the last finished step, and sets the exit
-status to 128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C), where Lightning's own exits with 0; SIGTERM
-during validate or test exits with 143 too, saving nothing (launch/rules.py takes back what it logged). The first
-Ctrl-C takes the same path; a second interrupts at once, saving nothing. The message names the command that resumes
-the run (`resume_command`), in place of Lightning's "Received SIGTERM: 15" line.
+On Lightning's `SIGTERMException` (at the next step boundary) every rank writes `last.ckpt`, the state after the last
+finished step, and the exit status is 128 + the signal's number (143, or 130 for Ctrl-C) where Lightning's is 0;
+during validate or test it exits with 143 saving nothing. A second Ctrl-C interrupts at once. The message names the
+command that resumes the run (`resume_command`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Lightning's checkpoint I/O plugin, for every save, load and removal the trainer makes: atomic checksummed writes
 (checkpoints/file_format.py); removals of checkpoint files only (never a directory, never through a link); the checked
-read (checkpoints/loader.py), and what it restores held to the trainer before Lightning or torch restores it (an altered
-count or buffer, or a state of other settings, would end in a traceback deep in Lightning or train on silently), each
-refusal naming the checkpoint and the first wrong entry in one line: the model class (checkpoints/model_class.py); the
-model's state fits (names, shapes, kinds of number; the settings that differ named, and logged); the loop counts; a
-restored ModelCheckpoint's paths stay inside the run's checkpoint directory (Lightning removes "the previous one" at its
-next save, and tests "the best"). The optimizers' states are checked once the optimizers are built (safe_checkpoints.py)."""
+read (checkpoints/loader.py), then what it restores held to the trainer before Lightning restores it (else a traceback
+deep in Lightning, or silent training on a wrong state), one line naming the first wrong entry: the model class, the
+model's state (the settings that differ named and logged), the loop counts, a ModelCheckpoint's paths kept inside the
+run's checkpoint directory. The optimizers' states are checked once they are built (safe_checkpoints.py)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,11 @@
 """The callback that keeps a trainer's checkpoints whole and its resume exact, whichever script builds the Trainer
-(launch/rules.py adds it to every run of train.py; your own script: `Trainer(callbacks=[SafeCheckpoints()])`).
+(your own script: `Trainer(callbacks=[SafeCheckpoints()])`); its I/O goes through `AtomicCheckpointIO` (io_plugin.py)
+unless the user gave a plugin.
 
-* Saves, loads and removals go through `AtomicCheckpointIO` (io_plugin.py: atomic, checksummed writes; the read held
-  to this trainer before anything is restored); a plugin the user gave is kept.
-* A checkpoint names its model class, its optimizers' and schedulers' classes, and every rank's random state (applied
-  when training starts, after any sanity check); a run that does not resume seeds each DDP rank seed + rank.
-* A resume restores the optimizers' states only into optimizers they fit (`check_optimizers`: the same classes and
-  parameter groups, finite moments of each parameter's shape), then sets each optimizer hyperparameter back to this
-  run's value, logging each change."""
+* A checkpoint names its model, optimizer and scheduler classes and holds every rank's random state (applied when
+  training starts); a run that does not resume seeds each DDP rank seed + rank.
+* A resume restores optimizer states only into optimizers they fit (`check_optimizers`), then resets each optimizer
+  hyperparameter to this run's value, logging each change."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
-"""Config files as received, checked before jsonargparse or Hydra reads them (importing a module runs its code; a few
-lines of YAML aliases can expand past the memory). Every file a command would read: LightningCLI's `-c`/`--config` in
-each spelling, an option's value that names a file or is YAML naming one, a file a config names as a value (`model:
-sub.yaml`); the YAML files Hydra may read from the folders a command adds (-cd, -cp, hydra.searchpath). Each must be a
-regular file of at most MAX_CONFIG_BYTES whose aliases expand to at most MAX_EXPANDED_NODES nodes, with no YAML tag,
-and may name a class or function where a parser would import one only in the allowed packages or the user's own
-(LATENT_ZOO_TRUST, checkpoints/import_paths.py). Files are read with yaml's composer only: nothing is constructed, no
-alias expanded. `python -m launch.checks.received_config ARGS` lists what a command would read and import.
+"""Config files as received (every file a command would read: LightningCLI's configs, option values naming files, files
+a config names, Hydra's YAML in added search folders), checked before jsonargparse or Hydra reads them, since
+importing a module runs its code and a few lines of YAML aliases can expand past the memory. Each must be a regular
+file of at most MAX_CONFIG_BYTES whose aliases expand to at most MAX_EXPANDED_NODES nodes, with no YAML tag, naming
+classes or functions only in the trusted packages (checkpoints/import_paths.py). Files are read with yaml's composer
+only (nothing constructed). `python -m launch.checks.received_config ARGS` lists what a command would read and import.
 """
 
 from __future__ import annotations

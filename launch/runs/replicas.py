@@ -1,10 +1,9 @@
 """A described run turned into R replicas trained in one process (models/replicas.py, docs/replicas.md), for both front
 ends: `replicas.seeds=[0,1,2,3]`, with `replicas.arms` the settings replicas of one seed may differ in.
 
-Each replica is built as the run of its seed would be and is a run of its own,
-`<log_dir>/tensorboard/<name>-seed<S>[-<setting><value>...]` (callbacks/replica_runs.py); the process writes no
-TensorBoard run, only its progress and its own last.ckpt under `<log_dir>/replicas/<name>/<time>-<pid>`. Given a
-trunk's `ckpt_path` (the same seeds, no arms), each arm of a seed starts from that seed's replica (`trunk_to_branch`).
+Each replica is built and logged as the run of its seed would be (callbacks/replica_runs.py); the process itself keeps
+only its progress and last.ckpt under `<log_dir>/replicas/`. Given a trunk's `ckpt_path` (the same seeds, no arms),
+each arm of a seed starts from that seed's replica (`trunk_to_branch`).
 """
 
 from __future__ import annotations

@@ -40,15 +40,13 @@ ELSEWHERE = "resume from a copy of the checkpoint in another directory"  # what 
 
 
 def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike, new: bool = False) -> None:
-    """Make this process the one writer of `run_dir`, or refuse in one line naming the process that is, or a link
-    on the way from `root` (its logger's save_dir) that leads outside it (common/files.py: resolved_inside). `new`:
-    `run_dir` is made here, or FileExistsError (`os.mkdir` succeeds for one process only).
+    """Make this process the one writer of `run_dir`, or refuse in one line naming the process that is, or a link on
+    the way from `root` (its logger's save_dir) that leads outside it (common/files.py: resolved_inside). `new`: make
+    `run_dir` here, or FileExistsError (`os.mkdir` succeeds for one process only).
 
-    Two processes resuming one run would write the same checkpoint and event files, and the second's checkpoints
-    would replace the first's. The owner holds an exclusive `flock` on the run directory itself for as long as it
-    lives (the descriptor stays open); the kernel releases it when the process ends, however it ends (a kill, a
-    crash), so a dead owner's lock is simply taken over. `<run>/.owner` names the owner for the message, and goes
-    when it exits normally. Rank 0 owns a distributed run (the other ranks do not write its files)."""
+    Two processes resuming one run would replace each other's checkpoints. The owner holds an exclusive `flock` on the
+    run directory while it lives; the kernel releases it however the process ends, so a dead owner's lock is simply
+    taken over. `<run>/.owner` names the owner for the message. Rank 0 owns a distributed run."""
     if rank_zero_only.rank != 0:
         return
     run_dir = resolved_inside(root, run_dir)

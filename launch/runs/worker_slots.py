@@ -1,10 +1,9 @@
 """Which GPU a job of a parallel multirun trains on (hydra/launcher=parallel; docs/cluster.md).
 
 joblib starts the next job as soon as any one ends, so job k -> cuda:(k mod GPUs) could put two jobs on one GPU while
-another idles. Each worker process instead holds one of n_jobs slots for as long as it lives (an exclusive `flock` on
-`<sweep dir>/.worker-slots/slot<k>.lock`, released by the kernel however the process ends) and trains on
-cuda:(slot mod GPUs): with n_jobs <= GPUs the running jobs never share a GPU. Where no slot can be taken, the job
-number picks the GPU.
+another idles. Instead each worker holds one of n_jobs slots while it lives (an exclusive `flock` under
+`<sweep dir>/.worker-slots/`, released however the process ends) and trains on cuda:(slot mod GPUs), so with
+n_jobs <= GPUs no two running jobs share a GPU. Where no slot can be taken, the job number picks the GPU.
 """
 
 from __future__ import annotations

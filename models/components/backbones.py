@@ -1,11 +1,9 @@
-"""Encoder/decoder networks shared by every model, for 28x28x1 (MNIST) and 32x32x3 (CIFAR-10) images.
+"""Encoder/decoder networks shared by every model, for 28x28x1 (MNIST) and 32x32x3 (CIFAR-10) images; `build_backbone`
+returns (encoder, decoder, grid), the decoder's output having the image's shape, read by a likelihood.
 
 * `mlp`: flatten -> 512 -> 256 -> features, and its mirror; the latent is (B, channels).
-* `conv`: the VQ-VAE paper's shape (van den Oord et al., 2017): two stride-2 4x4 convolutions, a 3x3 convolution, two
+* `conv`: the VQ-VAE paper's (van den Oord et al., 2017): two stride-2 4x4 convolutions, a 3x3 convolution, two
   residual blocks, a 1x1 projection; the latent is a (B, channels, H/4, W/4) grid.
-
-`build_backbone` returns (encoder, decoder, grid); the decoder's output has the image's shape and is read by a
-likelihood.
 """
 
 from __future__ import annotations

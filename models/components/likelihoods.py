@@ -1,12 +1,9 @@
-"""Observation models p(x | decoder output) shared by every model, so that `val/nll` means the same thing for all
-(docs/likelihoods.md). Each gives log p(x | h) summed over pixels, one number per example.
-
-* `bernoulli`: binarized images; the decoder outputs logits.
-* `discretized_logistic`: 8-bit images; a mixture of M logistics per channel discretized to 256 levels (Salimans
-  et al., 2017, without the RGB coupling); the decoder outputs 3M numbers per channel.
-* `categorical`: 8-bit images; a 256-way softmax per channel and pixel (van den Oord et al., 2016).
-* `gaussian`: dequantized images x~ = (255 x + u) / 256, u ~ U[0, 1), fixed or learned sigma; the decoder outputs the
-  mean, and bpd = (-log p(x~) + D log 256) / (D log 2).
+"""Observation models p(x | decoder output) shared by every model, so that `val/nll` means the same for all
+(docs/likelihoods.md); each gives log p(x | h) summed over pixels, one number per example:
+`bernoulli` (binarized images; logits), `discretized_logistic` (8-bit; M logistics per channel discretized to 256
+levels, Salimans et al., 2017, without the RGB coupling; 3M numbers per channel), `categorical` (8-bit; a 256-way
+softmax per channel and pixel, van den Oord et al., 2016), `gaussian` (dequantized images x~ = (255 x + u) / 256,
+u ~ U[0, 1), fixed or learned sigma; the mean).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Mixed precision: the networks may run in bfloat16, every log-probability is computed in float32.
 
-Under `trainer.precision=bf16-mixed` autocast runs the matmuls and convolutions in bfloat16, whose 8-bit
-mantissa resolves a number near 500 (a log p(x | h) of MNIST, in nats) only to within 2. MIS accepts on
-a difference of two such numbers (docs/mis.md#the-acceptance-ratio), and a bpd is their mean, so the
-network outputs are cast up before anything is summed or normalized: likelihoods, log-softmaxes of the
-encoder and of the priors, the VAE's Gaussian terms and the VQ-VAE's distances. Autocast leaves the
-element-wise ops that follow in float32 (it lowers only matmul-like ops).
+bfloat16's 8-bit mantissa resolves a number near 500 (MNIST's log p(x | h), in nats) only to within 2, and MIS accepts
+on a difference of two such numbers (docs/mis.md#the-acceptance-ratio). So under `trainer.precision=bf16-mixed` the
+network outputs are cast up before anything is summed or normalized (likelihoods, the log-softmaxes of encoder and
+priors, the VAE's Gaussian terms, the VQ-VAE's distances); autocast keeps the element-wise ops after them in float32.
 """
 
 from __future__ import annotations

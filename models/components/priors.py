@@ -1,12 +1,10 @@
-"""Priors p(h) over discrete codes h = (h_1, ..., h_V), h_v ∈ {0, ..., K-1} (docs/priors.md).
+"""Priors p(h) over discrete codes h = (h_1, ..., h_V), h_v ∈ {0, ..., K-1} (docs/priors.md):
 
     log p(h) = sum_v log p(h_v | h_<v)     (raster order; all V conditionals from one pass over h)
 
 `uniform` (zero logits), `factorized` (V x K logits), `autoregressive` (MADE, Germain et al., 2015) and `pixelcnn`
-(gated PixelCNN, van den Oord et al., 2016, over the code grid, no blind spot). `log_prob` scores any number of code
-sets in one pass; `sample` takes V passes. Learned priors start uniform (zero output layer). `PRIORS` (name -> class,
-at the end) is the one list: `build_prior` looks a model's `prior` setting up there.
-"""
+(gated PixelCNN, van den Oord et al., 2016, no blind spot), listed in `PRIORS`. `log_prob` scores any number of code
+sets in one pass; `sample` takes V passes. Learned priors start uniform (zero output layer)."""
 
 from __future__ import annotations
 
@@ -158,14 +156,12 @@ class AutoregressivePrior(CodePrior):
 
 
 class GatedMaskedConv(nn.Module):
-    """One gated PixelCNN layer (van den Oord et al., 2016, Fig. 2): a vertical and a horizontal stack.
-
-    Vertical: a (k//2+1) x k convolution over the rows above and the current row, padded and cropped so
-    that output row i reads input rows i-k//2 .. i. Horizontal: a 1 x (k//2+1) convolution over the cells
-    to the left and the current cell. In the first layer (`first`) both kernels drop the current row /
-    cell, so no output ever sees its own input; later layers may read the current row / cell of the
-    layer below, which itself holds only what lies above / to the left. The vertical stack feeds the
-    horizontal one (1x1), never the other way round. Gate: tanh(a) * sigmoid(b).
+    """One gated PixelCNN layer (van den Oord et al., 2016, Fig. 2): a vertical and a horizontal stack, gate
+    tanh(a) * sigmoid(b). Vertical: a (k//2+1) x k convolution, padded and cropped so that output row i reads input
+    rows i-k//2 .. i; horizontal: a 1 x (k//2+1) convolution over the cells to the left and the current one. The first
+    layer (`first`) drops the current row / cell from both kernels, so no output sees its own input; later layers read
+    the layer below's, which holds only what lies above / to the left. The vertical stack feeds the horizontal (1x1),
+    never the other way round.
     """
 
     def __init__(self, channels: int, kernel: int, first: bool) -> None:

@@ -6,9 +6,9 @@
     EMA:  N_k <- d N_k + (1 - d) n_k,  m_k <- d m_k + (1 - d) s_k,  e_k = m_k / Ñ_k   (Ñ Laplace-smoothed;
           starting at N_k = 1, m_k = e_k, not debiased: docs/vqvae.md#ema-codebook)
 
-Dead-code restarts and k-means init (as in lucidrains' vector-quantize-pytorch):
-docs/vqvae.md#dead-codes-and-k-means-initialization. Under DDP every rank keeps the same codebook (statistics summed,
-candidates and k-means from rank 0); collectives run in training forwards only, so one rank may quantize alone in eval.
+Dead codes and k-means init: docs/vqvae.md#dead-codes-and-k-means-initialization. Under DDP every rank keeps the same
+codebook (statistics summed, candidates and k-means from rank 0); only training forwards run collectives, so one
+rank may quantize alone in eval.
 """
 
 from __future__ import annotations
@@ -101,22 +101,18 @@ def _kmeans(x: Tensor, k: int, iters: int) -> Tensor:
 
 
 class VectorQuantizer(nn.Module):
-    """Nearest-code quantization with the straight-through estimator (see the module docstring).
+    """Nearest-code quantization with the straight-through estimator (module docstring).
 
     Args:
-        num_codes: K, codebook size.
-        code_dim: D, size of a code; the channel size of z_e.
+        num_codes, code_dim: K, the codebook size, and D, the size of a code (the channel size of z_e).
         beta: weight of the commitment loss.
-        ema: train the codebook by EMA of assigned vectors instead of the codebook loss.
-        decay: d of the EMA statistics (EMA codebook and the usage tracked for dead codes).
-        epsilon: Laplace smoothing of the EMA cluster sizes.
+        ema, decay, epsilon: train the codebook by EMA of assigned vectors (instead of the codebook loss), with decay d
+            (also that of the usage tracked for dead codes) and Laplace smoothing epsilon of the cluster sizes.
         dead_code_threshold: restart codes whose usage (EMA of per-batch counts) is below this; 0 = off.
-        kmeans_init: initialize the codebook by k-means on the first training batch.
-        kmeans_iters: Lloyd iterations of that k-means.
+        kmeans_init, kmeans_iters: initialize the codebook by that many Lloyd iterations on the first training batch.
 
-    Buffers (all in the state_dict): `codebook` (EMA mode; a Parameter otherwise), `ema_cluster_size`
-    (N_k) and `ema_embed_sum` (m_k) in EMA mode, `usage` otherwise (in EMA mode N_k is the usage),
-    and `initialized` (False until k-means has run, so a resumed run does not redo it).
+    Buffers: `codebook` (a Parameter without EMA), `ema_cluster_size` (N_k, also the usage) and `ema_embed_sum` (m_k)
+    with EMA, `usage` without, and `initialized` (False until k-means has run, so a resumed run does not redo it).
     """
 
     def __init__(
