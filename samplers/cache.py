@@ -91,7 +91,7 @@ def cache_diagnostics(sample: MISSample, age: Tensor, has_start: Tensor) -> dict
     """Over the chains that start from a cached state (docs/mis.md#when-does-the-cache-help); tensors, 0 where no chain
     does (no host sync decides it, and a NaN would stop training at the non-finite guard):
 
-    cache_stuck_rate: the fraction that never leave it in this step's L proposals;
+    cache_stuck_rate: the fraction whose chain never leaves it in this step (each proposal rejected or equal to it);
     cache_age_epochs: their mean number of epochs since the state last changed (`age`, read before this step's write);
     cache_log_weight_gap: mean of w(cached) - max_j w(proposal j), w = log p(x, h) - log q(h | x); > 0 where the cached
         state outweighs every proposal (a stale state the chain rarely leaves, or a mode q misses).
@@ -104,7 +104,7 @@ def cache_diagnostics(sample: MISSample, age: Tensor, has_start: Tensor) -> dict
         return (value * started).sum() / num_started
 
     return {
-        "cache_stuck_rate": mean_over_started((sample.accepted == 0).float()),
+        "cache_stuck_rate": mean_over_started((sample.path == sample.candidates[:, :1]).all(2).all(1).float()),
         "cache_age_epochs": mean_over_started(age),
         "cache_log_weight_gap": mean_over_started(log_weight[:, 0] - log_weight[:, 1:].max(1).values),
     }

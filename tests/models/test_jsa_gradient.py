@@ -194,14 +194,17 @@ def test_expected_and_final_train_and_the_cache_starts_the_chain():
 
 
 def test_cache_diagnostics_on_a_constructed_case():
-    log_target = torch.tensor([[5.0, 1.0, 2.0], [0.0, 4.0, 1.0], [3.0, 3.0, 0.0], [9.0, 0.0, 0.0]])
-    sample = MISSample(latent=None, path=None, accepted=torch.tensor([0, 1, 0, 0]), candidates=None,
-                       log_target=log_target, log_proposal=torch.zeros(4, 3), path_index=None)
-    has_start = torch.tensor([True, True, True, False])  # example 3 started from a fresh proposal: not counted
-    diagnostics = cache_diagnostics(sample, torch.tensor([3.0, 3.0, 1.0, 7.0]), has_start)
-    assert diagnostics["cache_stuck_rate"] == pytest.approx(2 / 3)
-    assert diagnostics["cache_age_epochs"] == pytest.approx((3 + 3 + 1) / 3)
-    assert diagnostics["cache_log_weight_gap"] == pytest.approx((3.0 - 4.0 + 0.0) / 3)
+    log_target = torch.tensor([[5.0, 1.0, 2.0], [0.0, 4.0, 1.0], [3.0, 3.0, 0.0], [9.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+    candidates = torch.tensor([[0, 1, 2]] * 4 + [[2, 2, 1]]).unsqueeze(-1)  # (B, L+1, V=1): the start, then 2 proposals
+    # example 4 accepts its first proposal, the cached state itself: it never leaves it, so it counts as stuck
+    path = torch.tensor([[0, 0], [1, 1], [0, 0], [0, 0], [2, 2]]).unsqueeze(-1)
+    sample = MISSample(latent=path[:, -1], path=path, accepted=torch.tensor([0, 1, 0, 0, 1]), candidates=candidates,
+                       log_target=log_target, log_proposal=torch.zeros(5, 3), path_index=None)
+    has_start = torch.tensor([True, True, True, False, True])  # example 3 started from a fresh proposal: not counted
+    diagnostics = cache_diagnostics(sample, torch.tensor([3.0, 3.0, 1.0, 7.0, 5.0]), has_start)
+    assert diagnostics["cache_stuck_rate"] == pytest.approx(3 / 4)
+    assert diagnostics["cache_age_epochs"] == pytest.approx((3 + 3 + 1 + 5) / 4)
+    assert diagnostics["cache_log_weight_gap"] == pytest.approx((3.0 - 4.0 + 0.0 + 0.0) / 4)
 
 
 def test_the_age_of_a_cached_state_counts_from_its_last_change_and_is_read_before_the_step_writes():
