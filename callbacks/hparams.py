@@ -74,7 +74,6 @@ def write_hparams(logger: TensorBoardLogger, model: L.LightningModule, datamodul
         "model_class": type(model).__name__,
         "num_params": sum(p.numel() for p in model.parameters()),
         "optimizer": type(optimizer).__name__,
-        "optimizer_lr": optimizer.defaults.get("lr"),
         "scheduler": _factory_name(getattr(model, "scheduler_factory", None)),  # (its setting is a factory, not a value)
         # data.batch_size is per device; one optimizer step sees this many examples:
         "effective_batch_size": batch_size and batch_size * batches_per_step,

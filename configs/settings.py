@@ -57,7 +57,8 @@ class ModelSettings(Settings):
         learn_sigma: learn the sigma of the gaussian likelihood.
         sigma_shape: one sigma per `image`, per `channel` or per `pixel` (gaussian).
         num_mixtures: logistics per channel and pixel of the discretized_logistic likelihood.
-        lr: Adam learning rate (when the model's `optimizer` is left out).
+        lr: Adam learning rate (when the model's `optimizer` is left out; the hyperparameters record the given
+            optimizer's own).
         val_num_samples: importance samples per image for `val/nll`.
         test_num_samples: importance samples per image for `test/nll`.
         eval_chunk_size: importance samples scored in one decoder pass (bounds the memory; on a GPU a larger chunk

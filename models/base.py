@@ -155,7 +155,9 @@ class LatentVariableModel(L.LightningModule):
         self.lr = settings.lr
         self.optimizer_factory = optimizer
         if optimizer is not None:  # its settings are checked now, not at the first training step (a traceback there)
-            check_optimizer_factory(optimizer)
+            lr = check_optimizer_factory(optimizer).defaults.get("lr")
+            # the optimizer's own learning rate (optimizer.lr=3e-4, optimizer=sgld) is the run's, recorded as `lr`
+            self.lr = float(lr) if isinstance(lr, (numbers.Real, torch.Tensor)) else self.lr
         self.scheduler_factory = scheduler
         if scheduler is not None:
             check_scheduler_factory(scheduler, self.optimizer_builder)
@@ -178,12 +180,13 @@ class LatentVariableModel(L.LightningModule):
         declared = dataclasses.asdict(settings)
         own = own_arguments(self, inspect.currentframe().f_back, declared, MODEL_ARGUMENTS)
         self.save_hyperparameters({"data_shape": list(self.data_shape), **declared, **own})
-        self.record_resolved(likelihood=settings.likelihood or "bernoulli")
+        self.record_resolved(likelihood=settings.likelihood or "bernoulli", lr=self.lr)
 
     def record_resolved(self, **settings: Any) -> None:
-        """The values settings left at None resolved to (the likelihood, the backbone, the number of latents), in the
-        hyperparameters in place of the None: hparams.yaml, the HPARAMS tab and the checkpoint then say what the run
-        used, and the constructor takes them back as given (a checkpoint loads with its hyperparameters)."""
+        """The values settings resolved to (a None's likelihood, backbone or number of latents; the learning rate of
+        a given optimizer), in the hyperparameters in place of the setting: hparams.yaml, the HPARAMS tab and the
+        checkpoint then say what the run used, and the constructor takes them back as given (a checkpoint loads with
+        its hyperparameters)."""
         for name, value in settings.items():
             if name in self.hparams:
                 record_hyperparameter(self, name, value)

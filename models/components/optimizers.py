@@ -14,9 +14,10 @@ OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimize
 SchedulerFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]  # configs/scheduler/
 
 
-def check_optimizer_factory(optimizer: OptimizerFactory) -> None:
-    """One line (ValueError "optimizer: ...") for settings the optimizer refuses, and for HMC, whose Metropolis test
-    needs the full-data energy (docs/sgmcmc.md#hmc)."""
+def check_optimizer_factory(optimizer: OptimizerFactory) -> torch.optim.Optimizer:
+    """The optimizer built on a stand-in parameter (its `defaults` say the settings it trains with); one line
+    (ValueError "optimizer: ...") for settings the optimizer refuses, and for HMC, whose Metropolis test needs the
+    full-data energy (docs/sgmcmc.md#hmc)."""
     try:
         built = optimizer([torch.nn.Parameter(torch.zeros(1))])
     except (ValueError, TypeError) as error:
@@ -25,6 +26,7 @@ def check_optimizer_factory(optimizer: OptimizerFactory) -> None:
         raise ValueError("optimizer: HMC is not a training optimizer: its accept/reject test needs the energy of "
                          "the whole data set, and a training step sees one minibatch (with fresh latents every "
                          "call); use sgld, sghmc, sgnht or santa")
+    return built
 
 
 # The schedulers' periods in epochs (CosineAnnealingLR's T_max, StepLR's step_size), which torch takes unchecked: 0

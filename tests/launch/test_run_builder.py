@@ -240,6 +240,16 @@ def test_a_scheduler_is_built_by_the_models_configure_optimizers_in_both_front_e
         assert {key: getattr(scheduler, key) for key in expected[1]} == expected[1]
 
 
+def test_the_learning_rate_recorded_is_the_one_the_optimizer_trains_with_in_both_front_ends(tmp_path, described, monkeypatch):
+    """An optimizer's own learning rate (Hydra's optimizer.lr, the CLI's --model.optimizer.lr) is the run's: the
+    hyperparameters (hparams.yaml, the HPARAMS tab, the checkpoint) say it, not the unused model.lr."""
+    monkeypatch.chdir(tmp_path)
+    both_front_ends(tmp_path, ["optimizer.lr=3e-4"], ["--model.optimizer=Adam", "--model.optimizer.lr=3e-4"])
+    for run in described:
+        assert run.model.configure_optimizers().defaults["lr"] == run.model.hparams["lr"] == 3e-4
+        assert run.model.hparams_initial["lr"] == 3e-4  # what the logger writes to hparams.yaml
+
+
 @pytest.mark.parametrize("text, model, data", [("trainer:\n  max_epochs: 1\n", "JSA", "MNISTDataModule"),
                                                ("model: VAE\n", "VAE", "MNISTDataModule"),
                                                ("model:\n  init_args:\n    mis_steps: 3\n", "JSA", "MNISTDataModule"),
