@@ -224,7 +224,12 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
 
     first = composed(planned[0])
     params = {key: value for key, value in (OmegaConf.to_container(first.hydra.sweeper, resolve=True).get("params") or {}).items()
-              if key not in {k for k, _ in pairs} and isinstance(value, str)} if multirun else {}
+              if key not in {k for k, _ in pairs} and isinstance(value, str)}
+    if params and not multirun:  # Hydra would run the sweep's first job alone, without a word
+        key, value = next(iter(params.items()))
+        experiment = first.hydra.runtime.choices.get("experiment")
+        raise EarlyRefusal(f"experiment={experiment} sweeps {key}={value}, one job each in a multirun only: add -m (python "
+                           f"train.py -m experiment={experiment} ...), or give one {key}=NAME to run that job alone")
     if params:  # an experiment's sweep (experiment=compare: its models), unless the command line sets the key
         swept.update({key: value for key, value in params.items() if key in CONFIG_GROUPS and "," in value})
         planned, other_values = jobs([*overrides, *(f"{key}={value}" for key, value in params.items())], multirun)

@@ -118,6 +118,9 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("experiment=null", ["experiment=null", "~experiment"]),
     # two of Hydra's modes, which Hydra answers with a traceback
     ("-m experiment=compare --cfg job", ["--cfg and --multirun", "leave out -m"]),
+    # an experiment that sweeps (its hydra.sweeper.params) without -m: Hydra would run its first job alone
+    ("experiment=compare_quick", ["experiment=compare_quick sweeps model=", "add -m", "python train.py -m experiment=compare_quick",
+                                  "model=NAME"]),
     # Lightning's weights_only=false, which the train.py commands never honour: the ways a trusted file loads
     ("test --ckpt_path=x.ckpt --weights_only=false", ["--weights_only=false", "LATENT_ZOO_TRUST", "weights_only=False"]),
     # LightningCLI's predict, which no model implements: what to use instead
@@ -228,7 +231,7 @@ VALID = [
     "", "model=vae data=mnist trainer.max_epochs=5", "-m model=vae data=mnist,cifar10", "-m experiment=compare data=mnist",
     "model=vae optimizer=sgld optimizer.lr=1e-7 callbacks=sgmcmc", "ckpt_path=PATH/last.ckpt", "--cfg job", "-c hydra",
     "--info searchpath", "--config-name train",
-    "experiment=jsa_paper model=rws", "model=jsa model.cache_start_epoch=null model.gradient_states=expected",
+    "experiment=jsa_paper model=rws", "experiment=compare_quick model=vae", "experiment=compare --cfg job", "model=jsa model.cache_start_epoch=null model.gradient_states=expected",
     "model=vqvae model.prior=pixelcnn model.backbone=conv data=cifar10", "trainer.devices=auto trainer.precision=bf16-mixed",
     "model.lr='${optimizer.lr}'", "+trainer.max_time=00:00:10:00", "model=dvae_gumbel model.temperature=0.5", "trainer=ddp",
     "callbacks.gradient_variance.every_n_steps=0 hydra.run.dir=x", "-m model.mis_steps=1,5,20 seed=range(3)",
