@@ -53,10 +53,13 @@ class ValidationCheckpoint(ModelCheckpoint):
         # A fit that trained and never validated (max_steps within the first epoch) has no val/nll to rank by.
         if (self.monitor and not self.best_model_path and trainer.global_step > 0 and trainer.limit_val_batches
                 and not trainer.fast_dev_run and trainer.is_global_zero and trainer.state.fn == TrainerFn.FITTING):
-            log.warning("training stopped at step %d before any validation (each comes at an epoch's end, after %s "
-                        "batches here): no %s and no best checkpoint, only the final weights; to validate within an "
-                        "epoch, set trainer.val_check_interval to a number of batches", trainer.global_step,
-                        trainer.num_training_batches, self.monitor)
+            every, epochs = trainer.val_check_batch, trainer.check_val_every_n_epoch or 1  # Lightning's schedule
+            when = (f"each comes every {every} batches here" if isinstance(every, int) and every < trainer.num_training_batches
+                    else f"each comes at an epoch's end, after {trainer.num_training_batches} batches here")
+            when += f", every {epochs} epochs" if epochs > 1 else ""
+            log.warning("training stopped at step %d before any validation (%s): no %s and no best checkpoint, only "
+                        "the final weights; to validate sooner, set trainer.val_check_interval to fewer batches",
+                        trainer.global_step, when, self.monitor)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         saves = self._saves

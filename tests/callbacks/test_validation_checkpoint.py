@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 
 import lightning as L
+import pytest
 import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
 
@@ -65,3 +66,14 @@ def test_a_run_stopped_before_its_first_validation_says_so_and_keeps_last_ckpt_w
     assert not [w for w in caught if "could not find the monitored key" in str(w.message)]
     assert load_checkpoint_file(tmp_path / "last.ckpt")["global_step"] == 2
     assert "training stopped at step 2 before any validation" in caplog.text and "trainer.val_check_interval" in caplog.text
+    assert "at an epoch's end, after 4 batches" in caplog.text
+
+
+@pytest.mark.parametrize("schedule, when", [({"val_check_interval": 0.5}, "every 4 batches here"),
+                                            ({"check_val_every_n_epoch": 3}, "at an epoch's end, after 8 batches here, every 3 epochs")])
+def test_the_line_of_a_run_stopped_before_its_first_validation_says_when_validation_comes(schedule, when, tmp_path, caplog):
+    callback = instantiate({**config_file("callbacks/default.yaml")["model_checkpoint"], "dirpath": str(tmp_path)})
+    trainer = L.Trainer(max_steps=2, limit_train_batches=8, callbacks=[callback], logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0, **schedule)
+    trainer.fit(NoImprovement())
+    assert f"before any validation (each comes {when})" in caplog.text, caplog.text
