@@ -10,6 +10,7 @@ import contextlib
 import logging
 import re
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -562,6 +563,8 @@ def test_ctrl_c_says_how_to_resume_in_the_projects_words_only(tmp_path, mnist_di
     composed(["model=vae", "model.latent_dim=4", "data.batch_size=16"])
     assert resume_command(last, "VAE") == f"python train.py model=vae model.latent_dim=4 data.batch_size=16 ckpt_path={last}"
     assert resume_command(last, "JSA", "jsa") == f"python train.py model=jsa data.batch_size=16 ckpt_path={last}"
+    monkeypatch.setattr(sys, "argv", ["../my zoo/train.py", "model=vae"])  # train.py as the command named it, to run from here
+    assert resume_command(last, "VAE") == f"python '../my zoo/train.py' model=vae model.latent_dim=4 data.batch_size=16 ckpt_path={last}"
 
 
 @pytest.mark.slow  # runs through the front ends

@@ -78,7 +78,7 @@ def test_sigterm_and_ctrl_c_save_a_checkpoint_exit_nonzero_and_resume_bit_for_bi
     assert code == status, output[-3000:]
     assert f"{signal.Signals(signum).name}: saved a resumable checkpoint" in output
     # The command to resume with names the model and this run's settings; Lightning's own lines are not shown.
-    assert f"resume with: python train.py {' '.join(faults.SETTINGS)} ckpt_path={last}" in output, output[-3000:]
+    assert f"resume with: python {preloaded.TRAIN} {' '.join(faults.SETTINGS)} ckpt_path={last}" in output, output[-3000:]  # train.py as named
     assert "Received SIGTERM" not in output and "weights_only" not in output, output[-3000:]
     run = f"{RUN}/version_0"  # the last line: where the run is
     assert output.strip().splitlines()[-1].endswith(
