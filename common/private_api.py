@@ -1,5 +1,5 @@
-"""Every private Lightning, torch and jsonargparse attribute the collection relies on, each behind one small adapter
-that says why it is needed. Checked against lightning 2.6.6, torch 2.14.1 and jsonargparse 4.53.0;
+"""Every private Lightning, torch, jsonargparse and Hydra attribute the collection relies on, each behind one small
+adapter that says why it is needed. Checked against lightning 2.6.6, torch 2.14.1, jsonargparse 4.53.0 and hydra 1.3.8;
 tests/common/test_private_api.py fails, naming the attribute, when an upgrade removes one of them (instead of an
 override that is silently never called or an AttributeError in the middle of a run).
 """
@@ -102,3 +102,12 @@ def sigterm_without_broadcast(trainer: Any) -> None:
     handlers = getattr(handler, "signal_handlers", None)  # lightning's _HandlersCompose
     if isinstance(handlers, list):
         handler.signal_handlers = [note_sigterm if h == connector._sigterm_notifier_fn else h for h in handlers]
+
+
+def basic_sweeper_jobs(overrides: list[str]) -> list[list[str]]:
+    """The jobs of a multirun of Hydra's basic sweeper, in the order it launches them, each as its overrides: the
+    sweeper's own split of a command line's sweeps (no public reader), for naming the jobs a stopped multirun left."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return [job for batch in BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None) for job in batch]

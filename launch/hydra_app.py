@@ -11,16 +11,18 @@ from typing import Any
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import OmegaConf
 
 from checkpoints.import_paths import TRUST_VARIABLE
 from checkpoints.registry import is_registered
+from common.private_api import basic_sweeper_jobs
 from launch import rules
 from launch.checks.arguments import overrides_of
 from launch.checks.configs import CONFIGS, log_dir as default_log_dir
 from launch.checks.early import USER_ERROR, exit_with
-from launch.checks.hydra_check import check_hydra
+from launch.checks.hydra_check import check_hydra, overrides_given
 from launch.checks.hydra_config import own_targets, register_defaults
 from launch.checks.received_config import hydra_folders
 from launch.checks.precheck import EarlyRefusal
@@ -73,6 +75,22 @@ def check_testable(cls: type) -> None:
                             "(README: Your own code)")
 
 
+def note_jobs_not_run() -> None:
+    """A multirun stopped by a signal ends with this job: one line naming the jobs after it, which do not run (the basic
+    sweeper and launcher's order; another sweeper picks its jobs as it goes, another launcher runs them elsewhere)."""
+    hydra_config = HydraConfig.get()
+    choices = hydra_config.runtime.choices
+    if hydra_config.mode != RunMode.MULTIRUN or (choices.get("hydra/sweeper"), choices.get("hydra/launcher")) != ("basic", "basic"):
+        return
+    given = overrides_given(sys.argv[1:])
+    keys = {override.lstrip("+~").split("=", 1)[0] for override in given}
+    params = [f"{key}={value}" for key, value in (hydra_config.sweeper.get("params") or {}).items() if key not in keys]
+    left = basic_sweeper_jobs([*params, *given])[hydra_config.job.num + 1:]
+    if left:
+        log.warning("the multirun stopped in job #%d: its %d later job(s) did not run: %s", hydra_config.job.num, len(left),
+                    "; ".join(" ".join(job) for job in left))
+
+
 def main() -> None:
     # The Trainer's settings, known once Lightning is imported, before Hydra composes (its struct mode refuses an
     # unknown one in several lines); and the settings of the classes one's own configs build, importable here.
@@ -117,6 +135,8 @@ def main() -> None:
             if stop.code == USER_ERROR and rank_zero_only.rank == 0:  # a setting refused: the output directory Hydra made
                 # holds nothing of a run (rank 0's: the other ranks of a distributed run share it)
                 remove_if_only_hydra_files(HydraConfig.get().runtime.output_dir)
+            if stop.code in (130, 143) and rank_zero_only.rank == 0:
+                note_jobs_not_run()
             raise  # 130/143 (Ctrl-C, SIGTERM): a stopped run keeps its config.yaml and train.log
         return metrics.get("val/nll_best", metrics.get("val/nll", float("nan")))  # NaN: no validation ran (a failed trial)
 

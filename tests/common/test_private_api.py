@@ -18,7 +18,7 @@ from models import VAE
 
 REPO = Path(__file__).resolve().parents[2]
 PRIVATE_USES = re.compile(r"\._trainer\b|_ddp_params_and_buffers_to_ignore|_ddp_kwargs|_get_file_writer|cloud_io"
-                          r"|_dynamo\.config|self\._get\(|\._instantiate_trainer\(|\._parser\(|\._every_n_train_steps")
+                          r"|_dynamo\.config|self\._get\(|\._instantiate_trainer\(|\._parser\(|\._every_n_train_steps|hydra\._internal")
 
 
 @pytest.mark.parametrize("class_path, methods", private_api.OVERRIDDEN.items())
@@ -60,6 +60,8 @@ def test_the_adapters_work_on_the_installed_versions(tmp_path):
     from lightning.pytorch.trainer.connectors.signal_connector import _HandlersCompose, _SignalConnector
 
     assert hasattr(_HandlersCompose([]), "signal_handlers") and hasattr(_SignalConnector, "_sigterm_notifier_fn")
+    assert private_api.basic_sweeper_jobs(["model=jsa,vae", "seed=1,2"]) == [
+        ["model=jsa", "seed=1"], ["model=jsa", "seed=2"], ["model=vae", "seed=1"], ["model=vae", "seed=2"]]
     torch.save({"x": torch.ones(2)}, tmp_path / "f.pt")
     assert torch.equal(private_api.lightning_load(tmp_path / "f.pt", map_location="cpu", weights_only=True)["x"], torch.ones(2))
 

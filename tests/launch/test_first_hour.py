@@ -657,3 +657,27 @@ def test_fast_dev_run_runs_and_writes_only_under_logs_in_both_front_ends(tmp_pat
     assert list((tmp_path / "logs" / "cli").glob("vae-*/*/checkpoints/last.ckpt"))
     launch.hydra_app.run(composed(["model=vae", *small, "trainer.fast_dev_run=true", "trainer.enable_progress_bar=false"]))
     assert [p.name for p in tmp_path.iterdir()] == ["logs"]
+
+
+@pytest.mark.parametrize("argv, job, left", [
+    (["-m", "model=jsa,vae", "seed=1,2"], 1, ["model=vae seed=1", "model=vae seed=2"]),
+    (["-m", "experiment=compare_quick", "seed=3"], 4,  # the experiment's sweep: dvae, dvae_gumbel, jsa, rws, vae, ...
+     ["model=vimco experiment=compare_quick seed=3", "model=vqvae experiment=compare_quick seed=3"]),
+    (["-m", "model=jsa,vae"], 1, []),  # the last job: nothing left, no line
+])
+def test_a_multirun_stopped_by_a_signal_names_the_jobs_that_did_not_run(argv, job, left, monkeypatch, caplog):
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf, open_dict
+
+    cfg = composed([a.split(",")[0] for a in argv if a != "-m"])  # a job's config: its runtime choices and the sweeper's
+    OmegaConf.set_readonly(cfg.hydra, False)
+    with open_dict(cfg):
+        cfg.hydra.mode, cfg.hydra.job.num = RunMode.MULTIRUN, job
+    HydraConfig.instance().set_config(cfg)
+    monkeypatch.setattr(sys, "argv", ["train.py", *argv])
+    with caplog.at_level(logging.WARNING, logger="launch.hydra_app"):
+        launch.hydra_app.note_jobs_not_run()
+    lines = [r.getMessage() for r in caplog.records if "multirun stopped" in r.getMessage()]
+    assert lines == ([f"the multirun stopped in job #{job}: its {len(left)} later job(s) did not run: {'; '.join(left)}"]
+                     if left else []), caplog.text
