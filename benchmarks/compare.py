@@ -31,6 +31,7 @@ import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader  # noqa: E402
 from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
 
 from benchmarks.lib import runner  # noqa: E402
@@ -46,6 +47,7 @@ MIN_STEPS_FOR_RECONSTRUCTIONS = 1000
 VERSION_PREFIXES = ("version_", "slurm_job_")  # a run's version directory (TensorBoardLogger's, a SLURM job's)
 JOB_FILE = "hydra_job.yaml"  # <run>/hydra_job.yaml: the Hydra job that made the run (sweep_dir: its multirun's directory)
 STUDY_FILE = "optimization_results.yaml"  # <sweep dir>/...: Hydra's Optuna sweeper writes the best trial's settings there
+CLI_CONFIG = "config.yaml"  # <run>/config.yaml: written by LightningCLI's fit (launch/cli_app.py), never by Hydra
 OWNER_FILE = ".owner"  # launch/runs/run_directory.py: there while the run's process lives (or after it was killed)
 # events.out.tfevents.<unix time>.<host>.<pid>.<n>[suffix], the name torch's (and TensorFlow's) writer gives the file
 EVENT_FILE = re.compile(r"^events\.out\.tfevents\.(\d+)\.(.+)\.(\d+)\.(\d+)(?:\..*)?$")
@@ -164,6 +166,17 @@ def origin(path: Path) -> tuple[float, str, int | None]:
     return float(start), host, pid
 
 
+def hydra_start(name: str) -> tuple[float, int] | None:
+    """(start time, pid) of the Hydra process whose output directory is named `name` (<date>_<time>-<pid>), else None."""
+    match = HYDRA_DIR.match(name)
+    if not match:
+        return None
+    try:
+        return time.mktime(time.strptime(match[1], "%Y-%m-%d_%H-%M-%S")), int(match[2])  # Hydra's ${now:} is local time
+    except (ValueError, OverflowError):
+        return None
+
+
 def hydra_processes(root: Path) -> list[HydraProcess]:
     """Hydra's output directories of the log_dir that holds `root` (logs/tensorboard -> logs/hydra)."""
     resolved = root.resolve()
@@ -173,16 +186,12 @@ def hydra_processes(root: Path) -> list[HydraProcess]:
     processes = []
     for group in (g for g in hydra.iterdir() if g.is_dir()):
         for directory in (d for d in group.iterdir() if d.is_dir()):
-            match = HYDRA_DIR.match(directory.name)
-            if not match:
-                continue
-            try:
-                start = time.mktime(time.strptime(match[1], "%Y-%m-%d_%H-%M-%S"))  # Hydra's ${now:} is local time
-            except (ValueError, OverflowError):
+            started = hydra_start(directory.name)
+            if started is None:
                 continue
             multirun = group.name == "multirun"
             jobs = {j.name.split("-", 1)[1] for j in directory.iterdir() if j.is_dir() and re.match(r"\d+-.", j.name)} if multirun else {group.name}
-            processes.append(HydraProcess(directory, start, int(match[2]), multirun, jobs))
+            processes.append(HydraProcess(directory, *started, multirun, jobs))
     return processes
 
 
@@ -225,10 +234,20 @@ def read_job_file(path: Path) -> dict | None:
     return job
 
 
+def made_by(output_dir: str | None, run: Found) -> bool:
+    """Whether the Hydra job of `output_dir` (<run>/hydra_job.yaml's) made the run rather than continued it: the job
+    writes that file into a run it resumes or tests if the run has none, as into one trained by LightningCLI. A single
+    job's directory is named <date>_<time>-<pid> (configs/train.yaml): a job of another pid, or one that started after
+    the run's first event file, did not make it. A name that says neither (a multirun's job) is taken at its word."""
+    started = hydra_start(Path(output_dir).name) if output_dir else None
+    return started is None or (started[1] == run.pid and started[0] <= run.start + 1)
+
+
 def place_runs(roots: list[Path]) -> list[Found]:
     """Every run under the roots, each with its multirun (or what single run it is), by, in this order:
 
-    1. `<run>/hydra_job.yaml`, where the training code wrote one: its `sweep_dir` (or that the run was a single one);
+    1. `<run>/hydra_job.yaml`, where the training code wrote one: its `sweep_dir`, or the single Hydra job that made
+       the run (or only resumed or tested it: `made_by`);
     2. Hydra's own directories beside the root (`<log_dir>/hydra/multirun/<date>_<time>-<pid>/<n>-<run_name>`, and
        `<log_dir>/hydra/<run_name>/<date>_<time>-<pid>` for a single run): the process id in the run's first event
        file's name and the run's name tie it to the latest such directory that started before it;
@@ -247,6 +266,8 @@ def place_runs(roots: list[Path]) -> list[Found]:
             hydra = hydra_process_of(run, processes) if job is None else None
             if job is not None and job.get("sweep_dir"):
                 run.group = shown(job["sweep_dir"])
+            elif job is not None and not made_by(job.get("output_dir"), run):
+                run.single = f"{single_run(run)}, resumed or tested later through Hydra ({shown(job['output_dir'])})"
             elif job is not None:
                 run.single = f"a single Hydra run ({shown(job['output_dir']) if job.get('output_dir') else run.process})"
             elif hydra is not None and hydra.multirun:
@@ -261,8 +282,13 @@ def place_runs(roots: list[Path]) -> list[Found]:
             if run.pid is not None and made[run.process] > 1:
                 run.group = f"the runs of {run.process} (no Hydra directory of it found)"
             else:
-                run.single = f"a single run ({run.process})"
+                run.single = single_run(run)
     return found
+
+
+def single_run(run: Found) -> str:
+    """What a run that no Hydra job made is: LightningCLI's where its fit wrote <run>/config.yaml, and its process."""
+    return f"a single {'LightningCLI ' if (run.path / CLI_CONFIG).exists() else ''}run ({run.process})"
 
 
 def when(start: float) -> str:
@@ -333,6 +359,23 @@ def read_run(path: Path, root: Path) -> Run:
             break
     name = str(path.relative_to(root)) if path != root else path.name
     return Run(path, name, read_hparams(events), scalars, image, stage, root=root)
+
+
+def why_no_scalars(run: Run) -> str:
+    """Why a run's events hold no scalar: an event file that does not read to its end (TensorBoard's reader stops
+    quietly at the first damaged record), or none logged yet: a run of this collection logs train/* every
+    trainer.log_every_n_steps steps (Lightning's default 50) and val/* at a validation, so a shorter run has none."""
+    for file in sorted(run.path.glob("events.out.tfevents.*")):
+        size = file.stat().st_size
+        # A record is its length (8 bytes) and the length's checksum (4), its data, and the data's checksum (4).
+        read = sum(len(record) + 16 for record in RawEventFileLoader(str(file)).Load())
+        if read < size:
+            return f"its event file {file.name} cannot be read past byte {read} of {size} (damaged, or not an event file)"
+    if "model_class" not in run.hparams:
+        return "its event files hold no scalars and no hyperparameters (not a run of train.py, or one stopped before training)"
+    return ("its event files are whole but hold no scalar yet: it has not reached its first log or validation; train it "
+            "longer than trainer.log_every_n_steps (50 unless set), or lower that (trainer.log_every_n_steps=5; "
+            "LightningCLI: --trainer.log_every_n_steps=5)")
 
 
 MAX_PIXELS = 1 << 24  # a grid of reconstructions is a few hundred thousand pixels
@@ -542,14 +585,14 @@ def plot_reconstructions(runs: list[Run], out: Path) -> bool:
 # ---- the report -----------------------------------------------------------------------------------------------
 
 
-def runs_section(selection: Selection, labels: dict[Path, str]) -> str:
-    """A line per run found: compared (as which label) or left out, and why."""
+def runs_section(selection: Selection, labels: dict[Path, str], skipped: dict[Path, str]) -> str:
+    """A line per run found: compared (as which label) or left out, and why (`skipped`: a chosen run that could not
+    be read, or that holds no scalar)."""
     def note(run: Found) -> str:
         return "; still running, or interrupted (its .owner file remains)" if run.busy else ""
 
     lines = [f"- compared: `{run.rel}` as **{labels[run.path]}**: {why}{note(run)}" if run.path in labels else
-             f"- left out: `{run.rel}`: its event files could not be read (the line printed names why)"
-             for run, why in selection.compared]
+             f"- left out: `{run.rel}`: {skipped[run.path]}{note(run)}" for run, why in selection.compared]
     lines += [f"- left out: `{run.rel}`: {why}{note(run)}" for run, why in selection.left_out]
     return "## Runs\n\n" + markdown.one_line(selection.summary) + "\n\n" + "\n".join(map(markdown.one_line, lines))
 
@@ -592,21 +635,21 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
     every_run = place_runs(roots)
     selection = select_runs(every_run, runs, everything)
     tuned = tuning_section(every_run)  # every study found, whichever runs are compared
-    compared = []
+    compared, skipped = [], {}
     for found, _ in selection.compared:
         try:
             run = read_run(found.path, found.root)
+            why = None if run.scalars else why_no_scalars(run)  # a row of dashes otherwise
         except Exception as error:  # noqa: BLE001 (a damaged or crafted event file: TensorBoard's reader fails many ways)
-            print(f"skipped {found.path}: its event files cannot be read ({type(error).__name__}: "
-                  f"{' '.join(str(error).split())[:400]})", flush=True)
-            continue
-        if not run.scalars:  # a corrupt event file reads as no events at all: a row of dashes otherwise
-            print(f"skipped {found.path}: no scalars could be read from its event files (corrupt, or not a training run)", flush=True)
+            why = f"its event files cannot be read ({type(error).__name__}: {' '.join(str(error).split())[:400]})"
+        if why is not None:
+            skipped[found.path] = why
+            print(f"skipped {found.path}: {why}", flush=True)
             continue
         run.start = found.start
         compared.append(run)
     if not compared and selection.compared:
-        raise SystemExit("no run could be read (each is named above); nothing to compare")
+        raise SystemExit("no run could be compared (each is named above); nothing to compare")
     for run, label in zip(compared, run_labels(compared)):
         run.label = label
     compared, ranks = ranked(compared)
@@ -643,7 +686,7 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
         + markdown_table(rows)
         + f"\n\n{noise}"
         + (f"\n\n{tuned}" if tuned else "")
-        + "\n\n" + runs_section(selection, {run.path: run.label for run in compared})
+        + "\n\n" + runs_section(selection, {run.path: run.label for run in compared}, skipped)
         + "\n\n![val/nll](val_nll.png)\n" + ("\n![reconstructions](reconstructions.png)\n" if has_reconstructions else "")
     )
     return report

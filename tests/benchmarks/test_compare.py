@@ -141,6 +141,46 @@ def test_the_multirun_named_in_the_run_directory_wins(logs, tmp_path, monkeypatc
     assert "/x/logs/hydra/multirun/a" in left_out[f"{JSA}/version_0"] and "single Hydra run" in left_out[f"{VAE}/version_2"]
 
 
+def test_a_run_is_named_for_the_front_end_that_trained_it(logs, tmp_path, monkeypatch):
+    """A LightningCLI run (its fit wrote config.yaml) that a Hydra job later resumed or tested holds that job's
+    hydra_job.yaml: it is still LightningCLI's run, made by its own process; a run the Hydra job made stays Hydra's."""
+    tb = logs / "tensorboard"
+    later = logs / "hydra" / "vae-mnist" / f"{stamp(T0 + 8000)}-555"
+    (tb / VAE / "version_2" / "config.yaml").write_text("model: {class_path: models.VAE}\n")
+    (tb / VAE / "version_2" / "hydra_job.yaml").write_text(f"output_dir: {later}\n")
+    made = logs / "hydra" / "jsa-mnist" / f"{stamp(T0 + 7200)}-111"
+    (tb / JSA / "version_2" / "hydra_job.yaml").write_text(f"output_dir: {made}\n")
+    _, _, left_out = run_compare(monkeypatch, tb, tmp_path / "report")
+    assert left_out[f"{VAE}/version_2"].startswith(
+        f"a single LightningCLI run (process 444 on box), resumed or tested later through Hydra ({compare.shown(later)})")
+    assert left_out[f"{JSA}/version_2"].startswith(f"a single Hydra run ({compare.shown(made)})")
+
+
+def test_a_run_that_logged_no_scalar_yet_is_told_apart_from_a_damaged_one(tmp_path, monkeypatch, capsys):
+    """A run shorter than trainer.log_every_n_steps that reached no validation wrote its hyperparameters and no scalar:
+    its event files are whole, and the line says how to have it logged; a damaged event file is named as such."""
+    root = tmp_path / "tensorboard"
+    fake_run(root, f"{VAE}/version_0", T0, 111, {"model_class": "VAE"})
+    short = root / JSA / "version_0"
+    with SummaryWriter(short) as writer:  # what HparamsWithMetrics writes as training starts, and nothing after
+        for summary in hparams({"model_class": "JSA", "num_params": 1000}, {"hp/val_nll": 0.0}):
+            writer._get_file_writer().add_summary(summary)
+    damaged = fake_run(root, f"{JSA}/version_1", T0 + 5, 222, {"model_class": "JSA"})
+    (event,) = damaged.glob("events.out.tfevents.*")
+    data = bytearray(event.read_bytes())
+    data[200] ^= 0xFF  # in a record after the file's first
+    event.write_bytes(bytes(data))
+    _, compared, left_out = run_compare(monkeypatch, root, tmp_path / "report", "--all")
+    assert list(compared) == [f"{VAE}/version_0"]
+    assert left_out[f"{JSA}/version_0"].startswith("its event files are whole but hold no scalar yet")
+    assert "train it longer than trainer.log_every_n_steps" in left_out[f"{JSA}/version_0"]
+    assert re.fullmatch(rf"its event file {re.escape(event.name)} cannot be read past byte \d+ of {len(data)} \(damaged, "
+                        r"or not an event file\)", left_out[f"{JSA}/version_1"])
+    printed = capsys.readouterr().out
+    assert f"skipped {short}: its event files are whole but hold no scalar yet" in printed
+    assert f"skipped {damaged}: its event file {event.name} cannot be read past byte" in printed
+
+
 def test_runs_glob_and_all_choose_the_runs(logs, tmp_path, monkeypatch):
     root = logs / "tensorboard"
     _, compared, left_out = run_compare(monkeypatch, root, tmp_path / "jsa", "--runs", "jsa-*")
