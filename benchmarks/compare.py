@@ -444,9 +444,12 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 
 def eval_samples(run: Run, stage: str) -> str:
-    """The importance samples per image behind the run's NLL of `stage` (`model.test_num_samples`, `val_num_samples`
-    for an untested run): the estimate tightens as they grow. "—" for the VQ-VAE's bound (a point mass: one suffices)."""
-    value = run.hparams.get(f"{stage}_num_samples")
+    """The importance samples per image behind the run's last NLL of `stage` (test, or val for an untested run): the
+    `stage/num_samples` logged with it (callbacks/hparams.py), which a later test of the run may have changed; the
+    training's setting for a run that logged none. The estimate tightens as they grow. "—" for the VQ-VAE's bound (a
+    point mass: one suffices)."""
+    nll, logged = (run.scalars.get(f"{stage}/{tag}") for tag in ("nll", "num_samples"))
+    value = logged[-1][2] if nll and logged and logged[-1][1] == nll[-1][1] else run.hparams.get(f"{stage}_num_samples")
     return "—" if run.hparams.get("model_class") in BOUND_MODELS or value is None else str(int(value))
 
 
@@ -677,7 +680,8 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
     report = out / "report.md"
     write_file(report,
         "# Comparison\n\n"
-        f"Runs under {', '.join(f'`{r}`' for r in roots)}. {selection.summary} Test-split numbers of the best checkpoint on val/nll "
+        f"Runs under {', '.join(f'`{r}`' for r in roots)}. {selection.summary} Test-split numbers of each run's last test: "
+        "run_test's, of the best checkpoint on val/nll, or a later `test --ckpt_path`'s, of the checkpoint it names "
         "(`(val)`: the run was not tested, its last validation numbers). NLL in nats per image, importance-sampled "
         "with the encoder as proposal, S samples per image; `≤`: the VQ-VAE's upper bound under its prior over the codes (uniform, or learned: "
         "then the uniform-prior bound stands beside it). "

@@ -3,7 +3,8 @@
 At the start of training it writes every constructor setting of the model and the data module (defaults included),
 plus the model class, its parameter count, the optimizer and the effective batch size. It declares the metric tags
 (`hp/val_nll`, `hp/test_nll`, ...) without a value, so no placeholder appears at step 0, and logs each at the end of
-every validation and test run.
+every validation and test run, with the importance samples per image behind its NLL (`val/num_samples`,
+`test/num_samples`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class HparamsWithMetrics(L.Callback):
     def _log(self, trainer: L.Trainer, stage: str) -> None:
         values = {f"hp/{stage}_{name}": trainer.callback_metrics.get(f"{stage}/{name}") for name in HPARAM_METRICS[stage]}
         values = {tag: float(value) for tag, value in values.items() if value is not None}
+        # the importance samples per image behind this run's NLL (a later test may take other than the training's)
+        samples = getattr(trainer.lightning_module, "eval_num_samples", {}).get(stage)
+        values.update({f"{stage}/num_samples": float(samples)} if values and samples is not None else {})
         if trainer.is_global_zero and values:
             for logger in trainer.loggers:
                 logger.log_metrics(values, step=trainer.global_step)

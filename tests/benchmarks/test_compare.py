@@ -391,6 +391,17 @@ def test_each_rows_importance_samples_are_shown_and_rows_of_other_samples_are_sa
     rows, _, _ = run_compare(monkeypatch, root, tmp_path / "other", "--all")
     assert sorted(row["S"] for row in rows) == ["1000", "1000", "2"]
     assert "different numbers of importance samples per image (S = 2, 1000)" in (tmp_path / "other" / "report.md").read_text()
+    # a later test of a run with other samples (train.py test --ckpt_path=... --model.test_num_samples=3): the S logged
+    # with its NLL (callbacks/hparams.py), not the training's setting; an S logged with an earlier NLL is not taken
+    with SummaryWriter(root / f"{VAE}/version_0") as writer:
+        writer.add_scalar("test/nll", 128.0, 7)
+        writer.add_scalar("test/num_samples", 3.0, 7)
+    row = next(row for row in run_compare(monkeypatch, root, tmp_path / "later", "--all")[0] if row["run"].startswith(VAE))
+    assert (row["nll (nats)"], row["S"]) == ("128.00", "3")
+    with SummaryWriter(root / f"{VAE}/version_0") as writer:
+        writer.add_scalar("test/nll", 127.0, 9)  # a test that logged no S (an older run): the training's setting
+    row = next(row for row in run_compare(monkeypatch, root, tmp_path / "older", "--all")[0] if row["run"].startswith(VAE))
+    assert (row["nll (nats)"], row["S"]) == ("127.00", "1000")
 
 
 def test_a_run_folder_named_with_a_pipe_and_a_line_break_forges_no_row(tmp_path, monkeypatch):

@@ -43,6 +43,7 @@ def test_hparams_with_metrics_alone(tmp_path, mnist_dir):
     assert "_hparams_/experiment" in events.PluginTagToContent("hparams")  # the HPARAMS tab has the run
     steps = [e.step for e in events.Scalars("hp/val_nll")]
     assert steps == [4]  # the value after validation, and no placeholder at step 0
+    assert [(e.step, e.value) for e in events.Scalars("val/num_samples")] == [(4, 2.0)]  # S behind that val/nll
     assert not any(tag.startswith("hp/") for tag in fit(tmp_path / "b", mnist_dir, [])[1].Tags()["scalars"])
 
 
