@@ -5,6 +5,7 @@ refusal and its "did you mean", a model's or data module's settings built as the
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 from launch.checks.configs import check_declared, declared
@@ -83,6 +84,8 @@ def check_combination(group: str, target: str | None, values: dict[str, Any], sh
         check_declared(target, values)
     except ValueError as error:
         text = str(error)
+        if shown.startswith("--"):  # the settings the line names further on, in LightningCLI's spelling too
+            text = re.sub(rf"(?<![\w.-]){group}\.(?=\w)", f"--{group}.", text)
         named = text.split(" ", 1)[0].split("=", 1)[0] in (declared(target) or {})
         raise EarlyRefusal(f"{shown}.{text}" if named else f"{shown}: {text}") from None
 

@@ -73,6 +73,10 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("model=dvae model.temperature_min=2", ["model", "temperature_min <= temperature", "2"]),
     ("model.use_cache=false model.cache_refresh=0.2", ["model.cache_refresh", "use_cache=false"]),
     ("fit --model.use_cache=false --model.cache_start_epoch=3", ["--model.cache_start_epoch", "use_cache=false"]),
+    # a setting the line names further on, spelled as the front end takes it
+    ("fit --model=VQVAE --model.prior=pixelcnn --model.autoencoder_epochs=0", ["--model.autoencoder_epochs=0",
+                                                                                "as --model.autoencoder_checkpoint=PATH"]),
+    ("model=vqvae model.prior=pixelcnn model.autoencoder_epochs=0", ["model.autoencoder_epochs=0", "as model.autoencoder_checkpoint=PATH"]),
     # files and directories the run would meet only after the imports
     ("ckpt_path=no/such.ckpt", ["ckpt_path=no/such.ckpt", "no such file", ".ckpt file"]),
     ("test --ckpt_path=no/such.ckpt", ["--ckpt_path=no/such.ckpt", "no such file"]),
