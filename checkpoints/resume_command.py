@@ -17,15 +17,15 @@ def resume_command(ckpt_path: str | os.PathLike, class_name: str, config_name: s
     `python train.py model=jsa model.mis_steps=2 ckpt_path=PATH` (another model drops the model.* ones); otherwise
     LightningCLI's `python train.py fit --config=<config_file> --ckpt_path=PATH` with the run's own config.yaml
     (its trainer and data settings too: the data order continues only with the same batch size), else
-    `python train.py fit --model=<class_name> --ckpt_path=PATH` (LightningCLI restores the model's settings alone
-    from the checkpoint), or the `subcommand` that was refused (`test`: testing it is what the user asked for)."""
+    `python train.py fit --model=<class_name> [the command's other options] --ckpt_path=PATH` (LightningCLI restores
+    the model's settings alone from the checkpoint), or the `subcommand` that was refused (`test`: testing it is what the user asked for)."""
     from hydra.core.hydra_config import HydraConfig
 
     path, python = shlex.quote(str(ckpt_path)), f"python {script()}"
     if not HydraConfig.initialized():
         if config_file is not None and Path(config_file).is_file():
             return f"{python} {subcommand} --config={shlex.quote(str(config_file))} --ckpt_path={path}"
-        return f"{python} {subcommand} --model={class_name} --ckpt_path={path}"
+        return " ".join([python, subcommand, f"--model={class_name}", *map(shlex.quote, cli_options_kept()), f"--ckpt_path={path}"])
     hydra = HydraConfig.get()
     current = hydra.runtime.choices.get("model")
     config_name = config_name or current
@@ -33,6 +33,21 @@ def resume_command(ckpt_path: str | os.PathLike, class_name: str, config_name: s
     kept = [override for override, key in keys.items() if key not in ("model", "ckpt_path")
             and (config_name == current or not key.startswith("model."))]
     return " ".join([python, f"model={config_name}", *map(shlex.quote, kept), f"ckpt_path={path}"])
+
+
+def cli_options_kept() -> list[str]:
+    """The options of the LightningCLI command that runs (train.py SUBCOMMAND ...), but the model's and --ckpt_path:
+    what a command for another model keeps, as the Hydra front end keeps a job's overrides; none in-process."""
+    if Path(sys.argv[0] if sys.argv else "").name != "train.py":
+        return []
+    kept, dropping = [], False
+    for arg in sys.argv[2:]:
+        if not arg.startswith("-"):  # the value of the option before it (--trainer.max_epochs 3)
+            kept += [] if dropping else [arg]
+            continue
+        dropping = arg.split("=", 1)[0].startswith(("--model", "--ckpt_path"))
+        kept += [] if dropping else [arg]
+    return kept
 
 
 def script() -> str:

@@ -565,6 +565,11 @@ def test_ctrl_c_says_how_to_resume_in_the_projects_words_only(tmp_path, mnist_di
     assert resume_command(last, "JSA", "jsa") == f"python train.py model=jsa data.batch_size=16 ckpt_path={last}"
     monkeypatch.setattr(sys, "argv", ["../my zoo/train.py", "model=vae"])  # train.py as the command named it, to run from here
     assert resume_command(last, "VAE") == f"python '../my zoo/train.py' model=vae model.latent_dim=4 data.batch_size=16 ckpt_path={last}"
+    # LightningCLI's: the command's options but the model's and --ckpt_path (as Hydra keeps a job's overrides)
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)
+    monkeypatch.setattr(sys, "argv", ["train.py", "fit", "--model=JSA", "--model.mis_steps", "3", "--trainer.max_epochs", "5",
+                                      "--data.batch_size=16", "--ckpt_path", "x.ckpt"])
+    assert resume_command(last, "VAE") == f"python train.py fit --model=VAE --trainer.max_epochs 5 --data.batch_size=16 --ckpt_path={last}"
 
 
 @pytest.mark.slow  # runs through the front ends
