@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from callbacks.replica_runs import ReplicaRuns
 from checkpoints.file_format import save_checkpoint_file
+from checkpoints.loader import check_fits
 from checkpoints.replica import branch_checkpoint
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from common.private_api import checkpoint_every_n_train_steps
@@ -94,6 +95,10 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
     names = replica_names(run.name, seeds, arms)
     ckpt_path, checkpoint = run.ckpt_path, run.checkpoint
     branch = trunk_to_branch(checkpoint, seeds, arms, names) if ckpt_path else None
+    if ckpt_path:  # before anything is written (a branch point, the resumed process's config.yaml)
+        saved = ReplicaRuns.saved_names(checkpoint) or []
+        check_fits((branch or checkpoint)["state_dict"], model.state_dict(), ckpt_path,
+                   {"the first replica's run": (saved[0], names[0])} if saved and saved[0] != names[0] else None)
     resumed = branch is None and ckpt_path and Path(ckpt_path).parent.name == "checkpoints"  # the process writes there
     group_dir = str(Path(ckpt_path).parent.parent) if resumed else process_dir(run.log_dir, "replicas", run.name)
     if branch is not None:  # the arms start from their seed's trunk replica, in a process of their own

@@ -481,3 +481,28 @@ def test_a_checkpoint_of_other_replicas_or_of_a_single_run_is_refused_naming_bot
     check_replica_checkpoint({"replica_seeds": seeds} if seeds is not None else {}, SimpleNamespace(seeds=seeds), "own.ckpt")
     with pytest.raises(SettingsError, match=re.escape(f"ckpt_path=last.ckpt holds {held}: a replicated process resumes")):
         check_replica_checkpoint({"replica_seeds": saved} if saved is not None else {}, SimpleNamespace(seeds=seeds), "last.ckpt")
+
+
+@pytest.mark.slow  # a replicated fit through the CLI, then a refused resume
+def test_a_replicated_resume_that_does_not_fit_is_refused_before_anything_is_written(tmp_path, mnist_dir, monkeypatch, capsys):
+    """A resume of a replicated process with a setting that changes a shape is refused naming the runs it would
+    continue, before the process's config.yaml is rewritten or a branch point saved (the command it printed to resume
+    must keep working)."""
+    import launch.cli_app
+
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--trainer.max_steps=2", "--trainer.limit_val_batches=1", "--trainer.num_sanity_val_steps=0",
+            "--model.val_num_samples=2", f"--data.data_dir={mnist_dir}", f"--log_dir={tmp_path / 'logs'}"]
+    launch.cli_app.main(["fit", "--model=JSA", "--replicas.seeds=[0,1]", *tiny])
+    (process,) = (tmp_path / "logs" / "replicas" / "jsa-mnist-mlp-K10-L20").iterdir()
+    config, files = (process / "config.yaml").read_bytes(), sorted(p.name for p in (process / "checkpoints").iterdir())
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        launch.cli_app.main(["fit", f"--config={process / 'config.yaml'}", f"--ckpt_path={process / 'checkpoints' / 'last.ckpt'}",
+                             "--model.num_categories=12"])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "does not fit this model" in err, err
+    assert "(the first replica's run='jsa-mnist-mlp-K10-L20-seed0' -> 'jsa-mnist-mlp-K12-L20-seed0')" in err, err
+    assert (process / "config.yaml").read_bytes() == config
+    assert sorted(p.name for p in (process / "checkpoints").iterdir()) == files
+    assert [p.name for p in (tmp_path / "logs" / "replicas").iterdir()] == ["jsa-mnist-mlp-K10-L20"]  # no branch's process
