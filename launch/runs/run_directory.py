@@ -240,13 +240,16 @@ def note_hydra_job(logger: Any) -> None:
 def run_summary(trainer: Any) -> str | None:
     """One line naming where a run is: its TensorBoard run directory, its last checkpoint and the command that shows
     it, e.g. `run: logs/tensorboard/jsa-mnist-mlp-K10-L20/version_0 · checkpoint: logs/.../checkpoints/last.ckpt ·
-    tensorboard --logdir logs/tensorboard` (paths below the working directory relative to it); None when there is
-    nothing to name (no logger directory, no checkpoint), or on another rank than 0."""
+    tensorboard --logdir logs/tensorboard`, and the checkpoint a validate or test scored where it is another (`tested:
+    ...`; paths below the working directory relative to it); None when there is nothing to name (no logger directory, no checkpoint), or on another rank than 0."""
     if not trainer.is_global_zero:
         return None
     logger, last = trainer.logger, checkpoint_directory(trainer) / "last.ckpt"
     tensorboard = isinstance(logger, TensorBoardLogger) and "://" not in str(logger.save_dir)
+    scored = {"validate": "validated", "test": "tested"}.get(str(trainer.state.fn.value) if trainer.state.fn else "")
+    evaluated = trainer.ckpt_path if scored else None  # the weights a validate or test scored last
     parts = [tensorboard and f"run: {_shown(logger.log_dir)}", last.is_file() and f"checkpoint: {_shown(last)}",
+             evaluated and Path(evaluated).is_file() and Path(evaluated).resolve() != last.resolve() and f"{scored}: {_shown(evaluated)}",
              tensorboard and f"tensorboard --logdir {_shown(logger.save_dir)}"]
     return " · ".join(part for part in parts if part) or None
 

@@ -588,13 +588,19 @@ def test_a_run_ends_with_one_line_naming_its_directory_checkpoint_and_tensorboar
                                 "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
                                 "model.val_num_samples=2", "model.test_num_samples=2", "run_test=true",
                                 "trainer.enable_progress_bar=false"]))
-        assert messages[-1] == expected
+        (best,) = (tmp_path / run / "checkpoints").glob("epoch*.ckpt")  # run_test's: the best on val/nll, named
+        assert messages[-1] == expected.replace(" · tensorboard", f" · tested: {run}/checkpoints/{best.name} · tensorboard")
         assert not [m for m in messages if "will override existing callbacks" in m], messages
     else:
         launch.cli_app.main(["fit", "--model=VAE", "--model.latent_dim=4", "--data.batch_size=16", "--trainer.max_steps=2",
                         "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--model.val_num_samples=2",
                         "--trainer.enable_progress_bar=false"])
         assert capsys.readouterr().out.strip().splitlines()[-1:] == [expected]
+        (best,) = (tmp_path / run / "checkpoints").glob("epoch*.ckpt")  # a later test of another checkpoint names it
+        launch.cli_app.main(["test", f"--ckpt_path={run}/checkpoints/{best.name}", "--model.test_num_samples=2",
+                             "--trainer.limit_test_batches=1", "--trainer.enable_progress_bar=false"])
+        assert capsys.readouterr().out.strip().splitlines()[-1:] == [
+            expected.replace(" · tensorboard", f" · tested: {run}/checkpoints/{best.name} · tensorboard")]
     assert (tmp_path / run / "checkpoints" / "last.ckpt").is_file()
 
 
