@@ -9,6 +9,7 @@ each arm of a seed starts from that seed's replica (`trunk_to_branch`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -28,6 +29,8 @@ from launch.checks.settings import SettingsError
 from launch.run_layout import TENSORBOARD, placed, process_dir
 from launch.runs.run_directory import ReservedVersionLogger
 from models.replicas import Replicas
+
+log = logging.getLogger(__name__)
 
 # The callbacks that read one model's evaluation or weights: each replica's run gets its own val/ tags and HPARAMS tab
 # from callbacks/replica_runs.py instead; image grids, gradient variance and the test stage's cost are single-run only.
@@ -102,6 +105,8 @@ def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], op
     resumed = branch is None and ckpt_path and Path(ckpt_path).parent.name == "checkpoints"  # the process writes there
     group_dir = str(Path(ckpt_path).parent.parent) if resumed else process_dir(run.log_dir, "replicas", run.name)
     if branch is not None:  # the arms start from their seed's trunk replica, in a process of their own
+        log.warning("ckpt_path=%s: runs %s continue from its replicas %s as new runs (the checkpoint's keep what they "
+                    "logged)", run.ckpt_path, ", ".join(names), ", ".join(ReplicaRuns.saved_names(checkpoint) or []))
         ckpt_path = f"{group_dir}/checkpoints/branch-point.ckpt"
         save_checkpoint_file(branch, ckpt_path)
     callbacks = [c for c in run.trainer.get("callbacks") or [] if type(c).__name__ not in SINGLE_RUN_CALLBACKS]

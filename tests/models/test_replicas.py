@@ -5,6 +5,7 @@ checkpoint loads and resumes alone."""
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import re
 import warnings
@@ -484,10 +485,10 @@ def test_a_checkpoint_of_other_replicas_or_of_a_single_run_is_refused_naming_bot
 
 
 @pytest.mark.slow  # a replicated fit through the CLI, then a refused resume
-def test_a_replicated_resume_that_does_not_fit_is_refused_before_anything_is_written(tmp_path, mnist_dir, monkeypatch, capsys):
+def test_a_replicated_resume_that_does_not_fit_is_refused_before_writing_and_one_that_renames_its_runs_says_so(tmp_path, mnist_dir, monkeypatch, capsys, caplog):
     """A resume of a replicated process with a setting that changes a shape is refused naming the runs it would
     continue, before the process's config.yaml is rewritten or a branch point saved (the command it printed to resume
-    must keep working)."""
+    must keep working); one whose settings rename the runs continues them as new runs, with a line that says so."""
     import launch.cli_app
 
     monkeypatch.chdir(tmp_path)
@@ -506,3 +507,9 @@ def test_a_replicated_resume_that_does_not_fit_is_refused_before_anything_is_wri
     assert (process / "config.yaml").read_bytes() == config
     assert sorted(p.name for p in (process / "checkpoints").iterdir()) == files
     assert [p.name for p in (tmp_path / "logs" / "replicas").iterdir()] == ["jsa-mnist-mlp-K10-L20"]  # no branch's process
+    # a setting that renames the runs and fits: they continue as new runs, and a line says so
+    with caplog.at_level(logging.WARNING, logger="launch.runs.replicas"):
+        launch.cli_app.main(["fit", f"--config={process / 'config.yaml'}", f"--ckpt_path={process / 'checkpoints' / 'last.ckpt'}",
+                             "--model.mis_steps=5", "--trainer.max_steps=3"])
+    assert (f"runs jsa-mnist-mlp-K10-L5-seed0, jsa-mnist-mlp-K10-L5-seed1 continue from its replicas "
+            "jsa-mnist-mlp-K10-L20-seed0, jsa-mnist-mlp-K10-L20-seed1 as new runs") in caplog.text, caplog.text
