@@ -128,6 +128,10 @@ class CollectionCLI(LightningCLI):
             return
         config.ckpt_path, checkpoint = None, load_checkpoint_file(self.ckpt_path)
         self.checkpoint, chosen = checkpoint, get_class(config.model.class_path)
+        seed = config.get("seed_everything")  # the checkpoint's where none is given (launch/rules.py), before LightningCLI seeds
+        if not isinstance(seed, bool):
+            given = dict(option_values(self.command_line)).get("--seed_everything") is not None or seed != default_seed()
+            config.seed_everything = rules.resumed_seed(seed, given, checkpoint)
         given_model = dict(option_values(self.command_line)).get("--model")
         if given_model and checkpoint.get("model_class") not in (None, f"{chosen.__module__}.{chosen.__qualname__}"):
             return  # another model's checkpoint: the builder refuses it (checkpoints/model_class.py)

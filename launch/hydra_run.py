@@ -91,15 +91,15 @@ def swept_keys() -> set[str]:
     return keys
 
 
-def build(cfg: Any, settings: dict[str, Any] | None = None) -> tuple[Any, Any]:
-    """The data module and the model of a composed config (the model's `settings`: model_settings(cfg) unless given);
-    the model's likelihood and backbone follow the data unless set."""
+def build(cfg: Any, settings: dict[str, Any] | None = None, seed: int | None = None) -> tuple[Any, Any]:
+    """The data module and the model of a composed config (the model's `settings`: model_settings(cfg) unless given;
+    the run's `seed`: cfg.seed unless given); the model's likelihood and backbone follow the data unless set."""
     data_settings = OmegaConf.to_container(cfg.data, resolve=True)
     settings = model_settings(cfg) if settings is None else settings
     overrides = command_line_overrides()
     rules.seed_settings({"data": data_settings, "model": settings},
                         {"data": get_class(data_settings["_target_"]), "model": get_class(settings["_target_"])},
-                        cfg.seed, "seed" in overrides, lambda group, key: f"{group}.{key}" in overrides)
+                        cfg.seed if seed is None else seed, "seed" in overrides, lambda group, key: f"{group}.{key}" in overrides)
     datamodule = constructed(data_settings, "data")
     settings = rules.follow_data(settings, get_class(settings["_target_"]), type(datamodule), datamodule.binarize)
     optimizer = instantiate(cfg.optimizer) if cfg.get("optimizer") else None
@@ -208,8 +208,9 @@ def describe_run(cfg: Any) -> RunDescription:
         raise SettingsError(f"{error}{resumed if checkpoint is not None else ''}") from None
     if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
         torch.compiler.reset()
-    L.seed_everything(cfg.seed, workers=True)
-    datamodule, model = build(cfg, settings)
+    seed = rules.resumed_seed(cfg.seed, "seed" in command_line_overrides(), checkpoint)
+    L.seed_everything(seed, workers=True)
+    datamodule, model = build(cfg, settings, seed)
     trainer = instantiate(cfg.trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
     callbacks = [constructed(settings, f"callbacks.{name}") for name, settings in
                  (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items()]

@@ -76,6 +76,13 @@ def seed_settings(settings: dict[str, dict[str, Any]], classes: dict[str, type],
             settings[group][key] = seed
 
 
+def resumed_seed(seed: Any, seed_given: bool, checkpoint: dict[str, Any] | None) -> Any:
+    """The seed of a run started from a checkpoint where the command line gives none: the one its data module was
+    seeded with (a replica's own seed too), so that its data order and test stage continue as they were."""
+    saved = (checkpoint or {}).get("datamodule_hyper_parameters") or {}
+    return saved["seed"] if not seed_given and type(saved.get("seed")) is int else seed
+
+
 def check_replicable(model: Any, option: str) -> None:
     """Replicas train with the optimizer alone (models/replicas.py builds it over the stacked weights): a learning-rate
     scheduler is refused, not dropped."""

@@ -114,6 +114,28 @@ def test_a_checkpoint_resumes_into_its_own_run_through_both_front_ends_and_anoth
 
 
 @pytest.mark.slow  # a run through the CLI
+def test_a_checkpoint_resumes_with_its_own_seed_unless_one_is_given_in_both_front_ends(tmp_path, described, monkeypatch):
+    """A run from a checkpoint (a replica's of seed 4, say) takes the seed its data module was seeded with where the
+    command line gives none, so that its data order and test stage continue as they were; a seed given wins."""
+    import torch as _torch
+
+    from checkpoints.file_format import save_checkpoint_file
+
+    monkeypatch.chdir(tmp_path)
+    hydra_trainer, _, _ = both_front_ends(tmp_path, [], [])
+    checkpoint = Path(hydra_trainer.logger.log_dir) / "checkpoints" / "last.ckpt"
+    hydra_trainer.strategy.connect(described[0].model)
+    hydra_trainer.save_checkpoint(checkpoint)
+    saved = _torch.load(checkpoint, weights_only=True)
+    saved["hyper_parameters"]["test_seed"], saved["datamodule_hyper_parameters"] = 4, {"seed": 4}
+    save_checkpoint_file(saved, checkpoint)
+    for hydra, cli, seed in (([], [], 4), (["seed=7"], ["--seed_everything=7"], 7)):
+        described.clear()
+        both_front_ends(tmp_path, [f"ckpt_path={checkpoint}", *hydra], [f"--ckpt_path={checkpoint}", *cli])
+        for run in described:
+            assert (run.datamodule.hparams["seed"], run.model.hparams["test_seed"]) == (seed, seed), run.front_end
+
+
 def test_a_log_dir_from_a_config_file_is_where_the_cli_writes_and_is_checked_there(tmp_path, described, monkeypatch, capsys):
     """`log_dir` set in a -c file: the run goes there, a ./logs that is a file does not matter, and a log_dir that is a
     file is one line (the early checks see the command line only)."""
