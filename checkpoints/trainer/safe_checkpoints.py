@@ -16,7 +16,6 @@ import lightning as L
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_warn
 
 from checkpoints.errors import CheckpointError
 from checkpoints.model_class import stamp_data_class, stamp_model_class
@@ -61,10 +60,10 @@ class SafeCheckpoints(L.Callback):
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._restoring = checkpoint
         states = checkpoint.get("rng_states")  # (random-generator states: checkpoints/loader.py)
-        if states is not None and len(states) != trainer.world_size:  # the streams start as seeded, and the user is told
-            rank_zero_warn(f"the checkpoint holds the random state of {len(states)} process(es), this run has "
-                           f"{trainer.world_size}: the random streams start afresh from the seed, so the resumed run "
-                           "is not the one an uninterrupted run would have been")
+        if states is not None and len(states) != trainer.world_size and trainer.is_global_zero:  # the streams start as
+            log.warning("the checkpoint holds the random state of %d process(es), this run has %d: the random streams "  # seeded
+                        "start afresh from the seed, so the resumed run is not the one an uninterrupted run would have "
+                        "been", len(states), trainer.world_size)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # The optimizers are built by now, and their states not yet restored.
