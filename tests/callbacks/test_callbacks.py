@@ -168,18 +168,25 @@ def test_random_state_checkpoint_saves_and_restores_every_rank_state():
     assert torch.equal(torch.rand(3), expected)
 
 
-def test_random_state_of_another_number_of_processes_is_not_applied_and_says_so():
-    """A checkpoint of one process resumed on two (or the reverse): no rank's stream is restored, and a warning says the
-    resumed run is not the uninterrupted one."""
+def test_random_state_of_another_number_of_processes_is_not_applied_and_says_so(caplog):
+    """A checkpoint of one process resumed on two (or the reverse): no rank's stream is restored, and one logged line
+    (not a Python warning with its source line) says the resumed run is not the uninterrupted one."""
+    import logging
+    import re
+    import warnings
 
     class TwoRanks:
-        world_size, global_rank, optimizers, lr_scheduler_configs = 2, 0, [], []
+        world_size, global_rank, is_global_zero, optimizers, lr_scheduler_configs = 2, 0, True, [], []
 
     callback, module = SafeCheckpoints(), torch.nn.Linear(1, 1)
     module.device = torch.device("cpu")
     torch.manual_seed(5)
-    with pytest.warns(UserWarning, match=r"random state of 1 process\(es\), this run has 2: .* afresh from the seed"):
+    with caplog.at_level(logging.WARNING, logger="checkpoints.trainer.safe_checkpoints"), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         callback.on_load_checkpoint(TwoRanks(), module, {"rng_states": [{"cpu": torch.get_rng_state()}]})
+    assert re.search(r"random state of 1 process\(es\), this run has 2: .* afresh from the seed", caplog.text), caplog.text
+    assert not caught
     callback.on_train_start(TwoRanks(), module)  # rank 0 of 2: its own stream, seed + rank
     assert torch.initial_seed() == 5
 
