@@ -18,7 +18,8 @@ def resume_command(ckpt_path: str | os.PathLike, class_name: str, config_name: s
     LightningCLI's `python train.py fit --config=<config_file> --ckpt_path=PATH` with the run's own config.yaml
     (its trainer and data settings too: the data order continues only with the same batch size), else
     `python train.py fit --model=<class_name> [the command's other options] --ckpt_path=PATH` (LightningCLI restores
-    the model's settings alone from the checkpoint), or the `subcommand` that was refused (`test`: testing it is what the user asked for)."""
+    the model's settings alone from the checkpoint), or the `subcommand` that was refused (`test`: testing it is what
+    the user asked for)."""
     from hydra.core.hydra_config import HydraConfig
 
     path, python = shlex.quote(str(ckpt_path)), f"python {script()}"

@@ -60,8 +60,9 @@ class SafeCheckpoints(L.Callback):
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._restoring = checkpoint
         states = checkpoint.get("rng_states")  # (random-generator states: checkpoints/loader.py)
-        if states is not None and len(states) != trainer.world_size and trainer.is_global_zero:  # the streams start as
-            log.warning("the checkpoint holds the random state of %d process(es), this run has %d: the random streams "  # seeded
+        # another number of processes: the streams start as seeded, and the user is told
+        if states is not None and len(states) != trainer.world_size and trainer.is_global_zero:
+            log.warning("the checkpoint holds the random state of %d process(es), this run has %d: the random streams "
                         "start afresh from the seed, so the resumed run is not the one an uninterrupted run would have "
                         "been", len(states), trainer.world_size)
 
