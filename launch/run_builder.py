@@ -73,6 +73,10 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     settings = {**run.trainer, "callbacks": callbacks}
     settings.update(rules.trainer_settings(settings, logger, run.ddp_timeout_s, unlogged_dir))
     trainer = (run.trainer_class or Trainer)(**{**settings, "logger": logger})
+    if checkpoint is not None and run.subcommand in ("validate", "test") and "fit_loop" in (checkpoint.get("loops") or {}):
+        # A trainer built to score a checkpoint (train.py test --ckpt_path=...) logs at the step its training reached,
+        # after the training curves, as a test after fit does: Lightning restores the fit loop's progress for fit alone.
+        trainer.fit_loop.load_state_dict(checkpoint["loops"]["fit_loop"])
     if checkpoint is not None and type(trainer.strategy.checkpoint_io) in (TorchCheckpointIO, AtomicCheckpointIO):
         # the restore takes the checkpoint read above instead of reading the file again
         trainer.strategy.checkpoint_io = AtomicCheckpointIO(read=(run.ckpt_path, checkpoint))

@@ -15,7 +15,6 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
-from lightning.pytorch.trainer.states import TrainerFn
 
 from checkpoints.errors import CheckpointError
 from checkpoints.model_class import stamp_data_class, stamp_model_class
@@ -72,16 +71,6 @@ class SafeCheckpoints(L.Callback):
             check_optimizers(self._restoring, trainer)
         else:  # nothing restored, or restored for an earlier test or validation
             self._restoring = None
-
-    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # A checkpoint evaluated on its own (`python train.py test --ckpt_path=...`): Lightning restores the loops'
-        # progress for fit alone, so its metrics would land at step 0; they land at the step its training reached, as
-        # a test after fit in the same process does (a trainer that trained keeps its own step).
-        loops = (self._restoring or {}).get("loops") or {}
-        if trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING) and trainer.global_step == 0 and "fit_loop" in loops:
-            trainer.fit_loop.load_state_dict(loops["fit_loop"])
-
-    on_test_start = on_validation_start
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         checkpoint, self._restoring = self._restoring, None

@@ -101,23 +101,33 @@ def test_changed_settings_are_logged_by_what_the_checkpoint_is_read_for(mnist_di
     assert "testing with changed settings" in caplog.text and "model.lr: 0.001 -> 0.0005" in caplog.text, caplog.text
 
 
-def test_a_checkpoint_evaluated_on_its_own_logs_at_the_step_its_training_reached(mnist_dir, tmp_path):
+def test_a_checkpoint_evaluated_on_its_own_logs_at_the_step_its_training_reached(mnist_dir, tmp_path, monkeypatch):
     """`python train.py test --ckpt_path=...` builds a trainer that never trained: its test and validation metrics land
-    at the checkpoint's step, as a test after fit in the same process does, not at step 0 before the training curves."""
+    at the checkpoint's step, as a test after fit in the same process does, not at step 0 before the training curves.
+    A trainer of one's own script keeps Lightning's behaviour: a test, then a fit from scratch that trains its steps."""
     import csv
 
-    from lightning.pytorch.loggers import CSVLogger
+    import launch.cli_app
 
+    monkeypatch.chdir(tmp_path)
     fit("vae", mnist_dir, tmp_path, STOP)
     (checkpoint,) = tmp_path.glob("*.ckpt")
     # the step Lightning logs at: the batches that stepped before the checkpoint's (written within step STOP)
     reached = torch.load(checkpoint, weights_only=True)["loops"]["fit_loop"]["epoch_loop.state_dict"]["_batches_that_stepped"]
     assert reached == STOP - 1
-    data = MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", batch_size=32)
     for stage in ("validate", "test"):
-        logger = CSVLogger(tmp_path / "logs", name=stage)
-        trainer = L.Trainer(limit_val_batches=1, limit_test_batches=1, logger=logger, callbacks=[SafeCheckpoints()],
-                            enable_progress_bar=False, enable_model_summary=False)
-        getattr(trainer, stage)(VAE(latent_dim=4, val_num_samples=2, test_num_samples=2), ckpt_path=checkpoint, datamodule=data)
-        rows = list(csv.DictReader(open(Path(logger.log_dir) / "metrics.csv")))
-        assert rows and {row["step"] for row in rows} == {str(reached)}, rows
+        launch.cli_app.main([stage, "--model=VAE", f"--ckpt_path={checkpoint}", "--model.val_num_samples=2",
+                             "--model.test_num_samples=2", "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1",
+                             f"--data.data_dir={mnist_dir}", "--data.batch_size=32", "--trainer.logger=CSVLogger",
+                             f"--trainer.logger.save_dir={tmp_path / stage}", "--trainer.enable_progress_bar=false"])
+        (metrics,) = (tmp_path / stage).rglob("metrics.csv")
+        rows = list(csv.DictReader(open(metrics)))
+        # Lightning logs the metrics at the batches that stepped, callbacks/hparams.py its hp/* at the global step
+        assert rows and {row["step"] for row in rows} <= {str(reached), str(STOP)}, rows
+    data = MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", batch_size=32)
+    trainer = L.Trainer(max_steps=3, limit_val_batches=1, limit_test_batches=1, logger=False, enable_checkpointing=False,
+                        callbacks=[SafeCheckpoints()], enable_progress_bar=False, enable_model_summary=False)
+    model = VAE(latent_dim=4, val_num_samples=2, test_num_samples=2)
+    trainer.test(model, ckpt_path=checkpoint, datamodule=data)
+    trainer.fit(model, datamodule=data)
+    assert trainer.global_step == 3
