@@ -162,7 +162,7 @@ class CollectionCLI(LightningCLI):
         if seed_given or seed != default_seed():
             rules.seed_settings({group: config[group].init_args for group in ("data", "model")},
                                 {group: get_class(config[group].class_path) for group in ("data", "model")},
-                                seed, seed_given, lambda group, key: bool(_given(self.command_line, group, {key})))
+                                seed, seed_given, lambda group, key: key in _given(self.command_line, group))
         note_existing_directories(config.get("log_dir") or default_log_dir())  # as parsed: a -c file may set it
         followed = rules.follow_data(dict(config.model.init_args), get_class(config.model.class_path),
                                      get_class(config.data.class_path), config.data.init_args.binarize)
@@ -358,8 +358,7 @@ def _meant_option(message: str, args: list[str]) -> str:
 REPORT_LINES = (_required, _no_class, _not_accepted)
 
 
-def _given(args: list[str], group: str, keys: set[str] | None = None) -> set[str]:
-    """The settings of `group` the command line sets (--group.key or --group.init_args.key), of `keys` if given."""
-    given = {arg.split("=", 1)[0].removeprefix(f"--{group}.").removeprefix("init_args.").split(".")[0]
-             for arg in args if arg.startswith(f"--{group}.")}
-    return given & keys if keys is not None else given
+def _given(args: list[str], group: str) -> set[str]:
+    """The settings of `group` the command line sets (--group.key or --group.init_args.key)."""
+    return {arg.split("=", 1)[0].removeprefix(f"--{group}.").removeprefix("init_args.").split(".")[0]
+            for arg in args if arg.startswith(f"--{group}.")}
