@@ -256,11 +256,14 @@ def _with_defaults(args: list[str]) -> list[str]:
 
 
 def _option(report: str, args: list[str]) -> str | None:
-    """The option a report of jsonargparse's is about, as given: the one that ends with the report's innermost parser key
-    ('Parser key "num_bits"' -> --model.num_bits), else its keys joined (--model.mis_steps); None where it names no key."""
+    """The option a report of jsonargparse's is about, as given (--trainer.callbacks+ too): the one that ends with the
+    report's innermost parser key ('Parser key "num_bits"' -> --model.num_bits), else its keys joined (--model.mis_steps);
+    None where it names no key."""
     keys = list(dict.fromkeys(re.findall(r'Parser key "([^"]+)"', report)))
-    given = [option for option, _ in option_values(args)]
-    return next((o for o in given if o.endswith(("." + keys[-1], "--" + keys[-1]))), "--" + ".".join(keys)) if keys else None
+    if not keys:
+        return None
+    given = [option for option, _ in option_values(args) if option.rstrip("+").endswith(("." + keys[-1], "--" + keys[-1]))]
+    return given[0] if given else "--" + ".".join(keys)
 
 
 def _one_line(text: str, args: list[str]) -> str:

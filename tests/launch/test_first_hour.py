@@ -130,6 +130,8 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--model=mypkg.MyVAE"], "--model=mypkg.MyVAE: no module named 'mypkg'; a package of your own is imported from "
      "train.py's folder or PYTHONPATH"),
     (["fit", "--model.scheduler=CosineAnealingLR"], "--model.scheduler=CosineAnealingLR: no such class; did you mean CosineAnnealingLR?"),
+    (["fit", "--trainer.callbacks+=LearningRateMonitr"], "--trainer.callbacks+=LearningRateMonitr: no such class; did you mean "
+     "LearningRateMonitor?"),
 ])
 def test_a_rule_of_the_command_is_one_line_before_anything_is_built(command, line, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
