@@ -292,7 +292,8 @@ def _required(message: str, args: list[str]) -> str | None:
     classes = [(option, value) for option, value in option_values(args) if wanted and value and requires(value)]
     if len(classes) != 1:
         return None
-    (option, value), options = classes[0], [f"{classes[0][0]}.{name}" for name in wanted]
+    option, value = classes[0]
+    options = [f"{option}.{name}" for name in wanted]
     return (f"{', '.join(options)}: required by {value.rsplit('.', 1)[-1]} ({option}={value}); give "
             f"{' '.join(f'{name}=VALUE' for name in options)}")
 
