@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib
 import inspect
 import pkgutil
 import re
@@ -49,6 +48,8 @@ REPORT_NOISE = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Pro
                 "Expected a <class 'NoneType'>")
 # Where LightningCLI finds a class given by its short name (--optimizer=Adam, --trainer.logger=CSVLogger).
 SHORT_NAME_MODULES = ("torch.optim", "torch.optim.lr_scheduler", "lightning.pytorch.loggers", "lightning.pytorch.callbacks")
+CLASS_EXAMPLES = {"optimizer": "Adam", "lr_scheduler": "StepLR", "scheduler": "StepLR", "callbacks": "LearningRateMonitor",
+                  "logger": "CSVLogger"}  # a class for each class-valued option, in the line that asks for one
 SEED = restricted_number_type("Seed", int, [(">=", SEED_RANGE[0]), ("<=", SEED_RANGE[1])])  # numpy's range, as Hydra's seed
 
 
@@ -161,7 +162,7 @@ class CollectionCLI(LightningCLI):
         if seed_given or seed != default_seed():
             rules.seed_settings({group: config[group].init_args for group in ("data", "model")},
                                 {group: get_class(config[group].class_path) for group in ("data", "model")},
-                                seed, seed_given, lambda group, key: bool(_given(self.command_line, group, {key})))
+                                seed, seed_given, lambda group, key: key in _given(self.command_line, group))
         note_existing_directories(config.get("log_dir") or default_log_dir())  # as parsed: a -c file may set it
         followed = rules.follow_data(dict(config.model.init_args), get_class(config.model.class_path),
                                      get_class(config.data.class_path), config.data.init_args.binarize)
@@ -219,9 +220,8 @@ class CollectionCLI(LightningCLI):
 def main(args: list[str] | None = None, run: bool = True) -> Any:
     """LightningCLI on the same classes, with the same defaults as the Hydra configs (JSA on MNIST, the
     likelihood that suits the data, the same callbacks) and runs named like Hydra's."""
-    CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
-    given = CollectionCLI.command_line[:1]
-    subcommand = given[0] if given in (["validate"], ["test"], ["predict"]) else "fit"
+    args = CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
+    subcommand = args[0] if args and args[0] in SUBCOMMANDS else "fit"
     with user_errors_as_one_line():
         return CollectionCLI(
             LatentVariableModel,
@@ -255,34 +255,41 @@ def _with_defaults(args: list[str]) -> list[str]:
     return [*first, *(f"--{key}={default_class(key)}" for key in ("model", "data")), *args]
 
 
+def _option(report: str, args: list[str]) -> str | None:
+    """The option a report of jsonargparse's is about, as given (--trainer.callbacks+ too): the one that ends with the
+    report's innermost parser key ('Parser key "num_bits"' -> --model.num_bits), else its keys joined (--model.mis_steps);
+    None where it names no key."""
+    keys = list(dict.fromkeys(re.findall(r'Parser key "([^"]+)"', report)))
+    if not keys:
+        return None
+    given = [option for option, _ in option_values(args) if option.rstrip("+").endswith(("." + keys[-1], "--" + keys[-1]))]
+    return given[0] if given else "--" + ".".join(keys)
+
+
 def _one_line(text: str, args: list[str]) -> str:
-    """jsonargparse's nested report as one line: its reasons, named by the option as given for the parser's ('Parser
-    key "model": ... Parser key "mis_steps": Expected a <class 'int'>. Got value: ten' -> '--model.mis_steps: Expected
-    ...'), by the class whose constructor refused a setting for the constructor's (inside a union-subtype report)."""
-    keys = list(dict.fromkeys(re.findall(r'Parser key "([^"]+)"', text)))
+    """jsonargparse's nested report as one line: its reasons, named by the option (`_option`) or by the class whose
+    constructor refused a setting ('JSA: lr must be > 0, got -1.0'); any other message with its lines joined."""
     lines = [line.strip().removeprefix("- ") for line in text.splitlines()[1:]]
     reasons = list(dict.fromkeys(line for line in lines if line and not line.startswith(REPORT_NOISE)))
-    if not reasons or not (keys or "Errors:" in text):  # not a nested report
+    option, refused_by = _option(text, args), re.search(r"class_path='(?:[\w.]+\.)?(\w+)'", text)
+    if not reasons or not (option or "Errors:" in text):  # not a nested report
         return " ".join(text.split())
-    refused_by = re.search(r"class_path='([\w.]+)'", text)
-    given = [a.split("=", 1)[0] for a in args if a.startswith("--")]
-    name = (next((g for g in given if g.endswith(("." + keys[-1], "--" + keys[-1]))), "--" + ".".join(keys)) if keys else
-            refused_by[1].rsplit(".", 1)[-1] if refused_by else None)
+    name = option or (refused_by[1] if refused_by else None)
     return (f"{name}: " if name else "") + "; ".join(reasons)
 
 
 def _required(message: str, args: list[str]) -> str | None:
-    """jsonargparse's "the following arguments are required: T_max" as the option that sets it, for the class given on
-    the command line that requires it: '--model.scheduler.T_max: required by CosineAnnealingLR (--model.scheduler=...);
+    """jsonargparse's "the following arguments are required: T_max" as the option that sets it, for the one class given
+    on the command line that requires it: '--model.scheduler.T_max: required by CosineAnnealingLR (--model.scheduler=...);
     give --model.scheduler.T_max=VALUE'."""
     names = re.fullmatch(r"the following arguments are required: ([\w, ]+)", message.strip())
-    wanted = [name.strip() for name in names[1].split(",")] if names else []
+    wanted = names[1].split(", ") if names else []
 
     def requires(value: str) -> bool:
-        parameters = _parameters(value)
+        parameters = inspect.signature(cls).parameters if (cls := _class_named(value)) else {}
         return all(name in parameters and parameters[name].default is inspect.Parameter.empty for name in wanted)
 
-    classes = [(option, value) for option, value in option_values(args[1:]) if wanted and value and requires(value)]
+    classes = [(option, value) for option, value in option_values(args) if wanted and value and requires(value)]
     if len(classes) != 1:
         return None
     option, value = classes[0]
@@ -300,22 +307,12 @@ def _class_named(value: str) -> type | None:
     return None
 
 
-def _parameters(value: str) -> dict[str, inspect.Parameter]:
-    """The constructor's parameters of the class `value` names (`_class_named`); {} where it names none."""
-    cls = _class_named(value)
-    return dict(inspect.signature(cls).parameters) if cls is not None else {}
-
-
-CLASS_EXAMPLES = {"optimizer": "Adam", "lr_scheduler": "StepLR", "scheduler": "StepLR", "callbacks": "LearningRateMonitor",
-                  "logger": "CSVLogger"}  # a class for each class-valued option, in the line that asks for one
-
-
 def _not_accepted(message: str, args: list[str]) -> str | None:
     """jsonargparse's "Option 'weight_decay' is not accepted" as the option given: a setting of a class-valued option
     given before its class (`--model.optimizer.weight_decay=0.1` needs `--model.optimizer=Adam` first), or one that
     the class given does not take, with the closest that it does."""
     found = re.fullmatch(r"Option '(\w+)' is not accepted", message.strip())
-    given = option_values(args[1:])
+    given = option_values(args)
     at = next((index for index, (option, _) in enumerate(given) if found and option.endswith(f".{found[1]}")), None)
     if at is None:
         return None
@@ -332,57 +329,26 @@ def _not_accepted(message: str, args: list[str]) -> str | None:
     return f"{option}: no such setting of {chosen[-1].rsplit('.', 1)[-1]}{did_you_mean(option, settings)}"
 
 
-def _unknown_class(message: str, args: list[str]) -> str | None:
-    """jsonargparse's "Expected a dot import path string: Adamw" for a class name no module LightningCLI looks in has
-    (SHORT_NAME_MODULES), as the option given and the closest class name there: '--optimizer=Adamw: no such class;
-    did you mean AdamW?'."""
-    name = re.search(r"Expected a dot import path string: (\w+)\b", message)
-    option = next((option for option, value in option_values(args[1:]) if name and value == name[1]), None)
-    if option is None:
+def _no_class(message: str, args: list[str]) -> str | None:
+    """jsonargparse's report of a class that cannot be found, as the option and the fix: for a name, the closest class
+    LightningCLI finds by name ('--optimizer=Adamw: no such class; did you mean AdamW?'); for a path, the closest class
+    of its module, or where Python looks for one's own package. A class that a checkpoint or config file names is
+    said so."""
+    found, option = re.search(r"(?:Expected a path but |class_path ')([\w.]+)", message), _option(message, args)
+    if found is None or option is None:
         return None
-    classes = [attribute for module in SHORT_NAME_MODULES for attribute, value in vars(importlib.import_module(module)).items()
-               if inspect.isclass(value) and not attribute.startswith("_")]
-    return (f"{option}={name[1]}: no such class{did_you_mean(name[1], classes)} (torch's optimizers and schedulers and "
-            "Lightning's loggers and callbacks by name, one's own by its dotted path)")
-
-
-def _package_missing(message: str, args: list[str]) -> str | None:
-    """jsonargparse's "Expected a path but mypkg.MyVAE either not accessible or invalid; No module named 'mypkg'" (a
-    class given) or "Problem with given class_path 'mypkg.MyVAE': No module named 'mypkg'" (a class a checkpoint or a
-    config file names) as the option and where Python looks for one's own package."""
-    found = re.search(r"(?:Expected a path but |class_path ')([\w.]+)'?(?: either not accessible.*?|:\s*)No module named '(\w+)'",
-                      message, flags=re.S)
-    if found is None or found[1].split(".")[0] != found[2]:
-        return None
-    option = next((option for option, value in option_values(args[1:]) if value == found[1]), None)
-    key = re.match(r'Parser key "([\w.]+)"', message)
-    if option is None and key is None:
-        return None
-    source = "" if option else " (named by the checkpoint or a config file)"
-    return f"{option or f'--{key[1]}'}={found[1]}{source}: no module named '{found[2]}'; {IMPORTABLE_HINT}"
-
-
-def _no_such_class(message: str, args: list[str]) -> str | None:
-    """jsonargparse's "Expected a path but mypkg.mymodel.MyVAEE either not accessible or invalid; module 'mypkg.mymodel'
-    has no attribute 'MyVAEE'" as the option given, with the closest class of that module."""
-    found = re.search(r"Expected a path but ([\w.]+) either not accessible.*?(module '[\w.]+' has no attribute '\w+')", message, flags=re.S)
-    option = next((option for option, value in option_values(args[1:]) if found and value == found[1]), None)
-    return f"{option}={found[1]}: {found[2]}{closest_in_module(found[1])}" if option else None
-
-
-KINDS = {"float": "a number", "int": "an integer", "bool": "true or false", "str": "a string",  # as the early check says
-         "list": "a list ([a,b,...])", "dict": "a mapping ({key: value, ...})"}
-
-
-def _wrong_kind(message: str, args: list[str]) -> str | None:
-    """jsonargparse's "Expected a <class 'float'>. Got value: abc" (a setting of a class of one's own, which the early
-    check leaves to the parser; a list option such as --replicas.seeds) in the early check's words:
-    "--model.beta='abc': expected a number"."""
-    found = re.search(r"Expected a <class '(\w+)'>.*?(?:Got|Given) value: ([^\n]*)", message, flags=re.S)
-    if found is None or found[1] not in KINDS:
-        return None
-    option = _one_line(message, args).split(":", 1)[0]
-    return f"{option}={found[2].strip()!r}: expected {KINDS[found[1]]}" if option.startswith("--") else None
+    given = any(value == found[1] for _, value in option_values(args))
+    named = f"{option}={found[1]}{'' if given else ' (named by the checkpoint or a config file)'}"
+    missing = re.search(r"No module named '([\w.]+)'", message)
+    no_attribute = re.search(r"module '[\w.]+' has no attribute '\w+'", message)
+    if "dot import path string" in message:
+        classes = [name for module in SHORT_NAME_MODULES for name, value in vars(pkgutil.resolve_name(module)).items()
+                   if inspect.isclass(value) and not name.startswith("_")]
+        return (f"{named}: no such class{did_you_mean(found[1], classes)} (torch's optimizers and schedulers and "
+                "Lightning's loggers and callbacks by name, one's own by its dotted path)")
+    if missing and missing[1] == found[1].split(".")[0]:
+        return f"{named}: no module named '{missing[1]}'; {IMPORTABLE_HINT}"
+    return f"{named}: {no_attribute[0]}{closest_in_module(found[1])}" if no_attribute else None
 
 
 def _meant_option(message: str, args: list[str]) -> str:
@@ -393,11 +359,10 @@ def _meant_option(message: str, args: list[str]) -> str:
 
 
 # Our line for each of jsonargparse's reports that names no fix (None where the report is another).
-REPORT_LINES = (_required, _unknown_class, _package_missing, _no_such_class, _not_accepted, _wrong_kind)
+REPORT_LINES = (_required, _no_class, _not_accepted)
 
 
-def _given(args: list[str], group: str, keys: set[str] | None = None) -> set[str]:
-    """The settings of `group` the command line sets (--group.key or --group.init_args.key), of `keys` if given."""
-    given = {arg.split("=", 1)[0].removeprefix(f"--{group}.").removeprefix("init_args.").split(".")[0]
-             for arg in args if arg.startswith(f"--{group}.")}
-    return given & keys if keys is not None else given
+def _given(args: list[str], group: str) -> set[str]:
+    """The settings of `group` the command line sets (--group.key or --group.init_args.key)."""
+    return {arg.split("=", 1)[0].removeprefix(f"--{group}.").removeprefix("init_args.").split(".")[0]
+            for arg in args if arg.startswith(f"--{group}.")}

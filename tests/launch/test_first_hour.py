@@ -57,6 +57,8 @@ def test_cli_defaults_to_jsa_on_binarized_mnist(tmp_path):
     assert any(isinstance(c, LineProgressBar) for c in cli.trainer.callbacks)
     seeded = launch.cli_app.main(["--seed_everything=7", f"--log_dir={tmp_path}"], run=False)
     assert seeded.datamodule.seed == seeded.model.test_seed == 7  # as seed=7 in Hydra
+    given = launch.cli_app.main(["--seed_everything=7", "--data.seed=3", f"--log_dir={tmp_path}"], run=False)
+    assert (given.datamodule.seed, given.model.test_seed) == (3, 7)  # a seeded setting given on the command line stays
     # the same from a -c config file; a data.seed set beside it (on the command line or in the file) stays
     config = tmp_path / "seeded.yaml"
     config.write_text("seed_everything: 7\n")
@@ -128,6 +130,8 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--model=mypkg.MyVAE"], "--model=mypkg.MyVAE: no module named 'mypkg'; a package of your own is imported from "
      "train.py's folder or PYTHONPATH"),
     (["fit", "--model.scheduler=CosineAnealingLR"], "--model.scheduler=CosineAnealingLR: no such class; did you mean CosineAnnealingLR?"),
+    (["fit", "--trainer.callbacks+=LearningRateMonitr"], "--trainer.callbacks+=LearningRateMonitr: no such class; did you mean "
+     "LearningRateMonitor?"),
 ])
 def test_a_rule_of_the_command_is_one_line_before_anything_is_built(command, line, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
