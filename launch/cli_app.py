@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib
 import inspect
 import pkgutil
 import re
@@ -50,6 +51,8 @@ REPORT_NOISE = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Pro
 SHORT_NAME_MODULES = ("torch.optim", "torch.optim.lr_scheduler", "lightning.pytorch.loggers", "lightning.pytorch.callbacks")
 CLASS_EXAMPLES = {"optimizer": "Adam", "lr_scheduler": "StepLR", "scheduler": "StepLR", "callbacks": "LearningRateMonitor",
                   "logger": "CSVLogger"}  # a class for each class-valued option, in the line that asks for one
+KINDS = {"float": "a number", "int": "an integer", "bool": "true or false", "str": "a string",  # as the early check says
+         "list": "a list ([a,b,...])", "dict": "a mapping ({key: value, ...})"}
 SEED = restricted_number_type("Seed", int, [(">=", SEED_RANGE[0]), ("<=", SEED_RANGE[1])])  # numpy's range, as Hydra's seed
 
 
@@ -220,8 +223,9 @@ class CollectionCLI(LightningCLI):
 def main(args: list[str] | None = None, run: bool = True) -> Any:
     """LightningCLI on the same classes, with the same defaults as the Hydra configs (JSA on MNIST, the
     likelihood that suits the data, the same callbacks) and runs named like Hydra's."""
-    args = CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
-    subcommand = args[0] if args and args[0] in SUBCOMMANDS else "fit"
+    CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
+    given = CollectionCLI.command_line[:1]
+    subcommand = given[0] if given in (["validate"], ["test"], ["predict"]) else "fit"
     with user_errors_as_one_line():
         return CollectionCLI(
             LatentVariableModel,
@@ -342,13 +346,22 @@ def _no_class(message: str, args: list[str]) -> str | None:
     missing = re.search(r"No module named '([\w.]+)'", message)
     no_attribute = re.search(r"module '[\w.]+' has no attribute '\w+'", message)
     if "dot import path string" in message:
-        classes = [name for module in SHORT_NAME_MODULES for name, value in vars(pkgutil.resolve_name(module)).items()
+        classes = [name for module in SHORT_NAME_MODULES for name, value in vars(importlib.import_module(module)).items()
                    if inspect.isclass(value) and not name.startswith("_")]
         return (f"{named}: no such class{did_you_mean(found[1], classes)} (torch's optimizers and schedulers and "
                 "Lightning's loggers and callbacks by name, one's own by its dotted path)")
     if missing and missing[1] == found[1].split(".")[0]:
         return f"{named}: no module named '{missing[1]}'; {IMPORTABLE_HINT}"
     return f"{named}: {no_attribute[0]}{closest_in_module(found[1])}" if no_attribute else None
+
+
+def _wrong_kind(message: str, args: list[str]) -> str | None:
+    """jsonargparse's "Expected a <class 'float'>. Got value: abc" (a setting of a class of one's own, which the early
+    check leaves to the parser; a list option such as --replicas.seeds) in the early check's words:
+    "--model.beta='abc': expected a number"."""
+    found = re.search(r"Expected a <class '(\w+)'>.*?(?:Got|Given) value: ([^\n]*)", message, flags=re.S)
+    option = _option(message, args)
+    return f"{option}={found[2].strip()!r}: expected {KINDS[found[1]]}" if found and found[1] in KINDS and option else None
 
 
 def _meant_option(message: str, args: list[str]) -> str:
@@ -359,7 +372,7 @@ def _meant_option(message: str, args: list[str]) -> str:
 
 
 # Our line for each of jsonargparse's reports that names no fix (None where the report is another).
-REPORT_LINES = (_required, _no_class, _not_accepted)
+REPORT_LINES = (_required, _no_class, _not_accepted, _wrong_kind)
 
 
 def _given(args: list[str], group: str) -> set[str]:

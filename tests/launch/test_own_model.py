@@ -90,17 +90,18 @@ def test_a_misspelt_class_of_ones_own_is_one_line_with_the_closest_class_of_its_
         check_composed(composed(["model=vae", f"model._target_={__name__}.NamedVAEE"]))
 
 
-def test_a_value_of_the_wrong_kind_for_a_setting_of_ones_own_names_the_option_and_the_kind(capsys):
+def test_a_value_of_the_wrong_kind_for_a_setting_of_ones_own_is_said_as_for_the_collections(capsys):
     with pytest.raises(SystemExit) as stop:
         launch.cli_app.main(["fit", f"--model={__name__}.BitsAutoencoder", "--model.num_bits=1.5"])
-    line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert stop.value.code == 2 and line.startswith("error: --model.num_bits: ") and "<class 'int'>" in line, line
+    assert stop.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == "error: --model.num_bits='1.5': expected an integer"
 
 
-@pytest.mark.parametrize("option, kind", [("--replicas.seeds=x", "list"), ("--replicas.seeds=[0,a]", "int"),
-                                          ("--replicas.arms=[1]", "dict")])
-def test_a_value_of_the_wrong_kind_for_a_list_option_says_what_it_takes(option, kind, capsys):
+@pytest.mark.parametrize("option, line", [
+    ("--replicas.seeds=x", "--replicas.seeds='x': expected a list ([a,b,...])"),
+    ("--replicas.seeds=[0,a]", "--replicas.seeds='a': expected an integer"),
+    ("--replicas.arms=[1]", "--replicas.arms='1': expected a mapping ({key: value, ...})"),
+])
+def test_a_value_of_the_wrong_kind_for_a_list_option_says_what_it_takes(option, line, capsys):
     with pytest.raises(SystemExit) as stop:
         launch.cli_app.main(["fit", option])
-    line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert stop.value.code == 2 and line.startswith(f"error: {option.split('=')[0]}: ") and f"<class '{kind}'>" in line, line
+    assert stop.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == f"error: {line}"
