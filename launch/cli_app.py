@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib
 import inspect
 import pkgutil
 import re
@@ -223,9 +222,8 @@ class CollectionCLI(LightningCLI):
 def main(args: list[str] | None = None, run: bool = True) -> Any:
     """LightningCLI on the same classes, with the same defaults as the Hydra configs (JSA on MNIST, the
     likelihood that suits the data, the same callbacks) and runs named like Hydra's."""
-    CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
-    given = CollectionCLI.command_line[:1]
-    subcommand = given[0] if given in (["validate"], ["test"], ["predict"]) else "fit"
+    args = CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
+    subcommand = args[0] if args and args[0] in SUBCOMMANDS else "fit"
     with user_errors_as_one_line():
         return CollectionCLI(
             LatentVariableModel,
@@ -346,7 +344,7 @@ def _no_class(message: str, args: list[str]) -> str | None:
     missing = re.search(r"No module named '([\w.]+)'", message)
     no_attribute = re.search(r"module '[\w.]+' has no attribute '\w+'", message)
     if "dot import path string" in message:
-        classes = [name for module in SHORT_NAME_MODULES for name, value in vars(importlib.import_module(module)).items()
+        classes = [name for module in SHORT_NAME_MODULES for name, value in vars(pkgutil.resolve_name(module)).items()
                    if inspect.isclass(value) and not name.startswith("_")]
         return (f"{named}: no such class{did_you_mean(found[1], classes)} (torch's optimizers and schedulers and "
                 "Lightning's loggers and callbacks by name, one's own by its dotted path)")
