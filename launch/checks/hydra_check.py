@@ -74,13 +74,6 @@ def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
                                f"(python train.py -m {group}={choice} ...)")
 
 
-def experiment_files(argv: list[str], experiment: list[str]) -> list[str]:
-    """The experiment files a Hydra command picks, from configs/experiment/ and the folders it adds (--config-dir), that
-    set global settings (`# @package _global_`, as configs/experiment/'s do)."""
-    found = [folder / "experiment" / f"{name}.yaml" for name in experiment for folder in (CONFIGS, *hydra_folders(argv))]
-    return [str(path) for path in found if path.is_file() and "@package _global_" in path.read_text(errors="replace")[:2000]]
-
-
 def overrides_given(argv: list[str]) -> list[str]:
     """The KEY=VALUE overrides of a Hydra command line, as written (+key, ~key, key@package alike), but Hydra's own
     (hydra/launcher=..., hydra.run.dir=...: check_plugin_choice judges the plugins, Hydra its own settings)."""
@@ -248,14 +241,17 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
 
 
 def in_file(line: str, job: list[str], argv: list[str], cfg: Any) -> str:
-    """`line`, prefixed with the picked experiment file that sets the setting it names when the command line does not."""
+    """`line`, prefixed with the picked experiment file (configs/experiment/ or a --config-dir's, `# @package _global_`)
+    that sets the setting it names when the command line does not."""
     import yaml
 
     key = re.match(r"[\w.]*", line)[0].rstrip(".")
     if any(o.lstrip("+~").startswith(f"{key}=") for o in job):
         return line
-    for path in experiment_files(argv, [cfg.hydra.runtime.choices.get("experiment")]):
-        if config_value(yaml.safe_load(Path(path).read_text()), key.split(".")) is not None:
+    name = f"{cfg.hydra.runtime.choices.get('experiment')}.yaml"
+    for path in (folder / "experiment" / name for folder in (CONFIGS, *hydra_folders(argv))):
+        text = path.read_text(errors="replace") if path.is_file() else ""
+        if "@package _global_" in text[:2000] and config_value(yaml.safe_load(text), key.split(".")) is not None:
             return f"{path}: {line}"
     return line
 
@@ -273,9 +269,8 @@ def check_before_composing(argv: list[str], pairs: list[tuple[str, str]], multir
             folders = [CONFIGS, *hydra_folders(argv)]
             available = sorted({p.stem for folder in folders for p in (folder / key).glob("*.yaml")})
             searched = " or ".join(f"{folder / key}/" if folder != CONFIGS else f"configs/{key}/" for folder in folders)
-            read = values_of(value)  # quotes and spaces are Hydra's syntax, not part of the name
-            wanted = [str(v) if v is not None else "null" for v in read] if read is not None else []
-            for choice in wanted:
+            # (quotes and spaces are Hydra's syntax, not part of the name)
+            for choice in [str(v) if v is not None else "null" for v in values_of(value) or []]:
                 if choice not in available:
                     # Hydra leaves a group out with ~group (it refuses group=null from the command line)
                     leave_out = (f" ({key}=none leaves it out)" if "none" in available else f" (~{key} leaves it out)") \
@@ -327,8 +322,6 @@ def check_hydra_command(argv: list[str], prints_only: bool) -> None:
         if len(flag) > 2 and "--experimental-rerun".startswith(flag):
             raise EarlyRefusal(f"{flag}: a run's config.pickle is never unpickled here (a stranger's file could run "
                                "code); to rerun a run, pass the overrides in its .hydra/overrides.yaml")
-    for arg in argv:
-        flag = arg.split("=", 1)[0]
         if arg.startswith("--") and len(flag) > 2 and not any(option.startswith(flag) for option in HYDRA_OPTIONS):
             hydra = " (in Hydra, python train.py --cfg job prints the composed config)" if flag == "--print_config" else \
                 " (Hydra takes key=value settings: python train.py --help)"

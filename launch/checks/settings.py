@@ -37,27 +37,30 @@ SUPPORTED_PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "32", "16", "bf16",
                         "transformer-engine-float16")
 
 
+# Numbers lightning.Trainer takes and fails on once training starts (a ZeroDivisionError), or, at a negative
+# gradient_clip_val, skips clipping without a word: each setting, when its value is wrong, and what is expected.
+TRAINER_NUMBERS = (
+    ("accumulate_grad_batches", lambda n: n < 1, "expected an integer >= 1"),
+    ("check_val_every_n_epoch", lambda n: n < 1,
+     "expected an integer >= 1, or null (validation by val_check_interval's batches alone)"),
+    ("gradient_clip_val", lambda n: not 0 <= n < float("inf"), "expected a finite number >= 0 (0 or null: no clipping)"),
+    ("val_check_interval", lambda n: n <= 0, "expected > 0, a fraction of the epoch (at most 1.0) or a number of batches"),
+)
+
+
 def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:
     """What lightning.Trainer accepts but cannot run, or refuses without naming the option: an accelerator this machine
-    lacks, a precision the collection does not run in, a max_time that is not DD:HH:MM:SS, and accumulate_grad_batches
-    < 1, check_val_every_n_epoch < 1 and val_check_interval <= 0 (each a ZeroDivisionError once training starts)."""
+    lacks, a precision the collection does not run in, a max_time that is not DD:HH:MM:SS, and TRAINER_NUMBERS."""
     import torch
 
-    accelerator, accumulate = settings.get("accelerator"), settings.get("accumulate_grad_batches")
+    accelerator = settings.get("accelerator")
     available = {"gpu": torch.cuda.is_available(), "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
     if isinstance(accelerator, str) and not available.get(accelerator, True):
         raise SettingsError(f"{prefix}.accelerator={accelerator}: no such device is visible here; use {prefix}.accelerator=cpu "
                             "(or auto)")
-    if isinstance(accumulate, int) and accumulate < 1:
-        raise SettingsError(f"{prefix}.accumulate_grad_batches={accumulate}: expected an integer >= 1")
-    every_epochs, interval = settings.get("check_val_every_n_epoch"), settings.get("val_check_interval")
-    if isinstance(every_epochs, int) and not isinstance(every_epochs, bool) and every_epochs < 1:
-        raise SettingsError(f"{prefix}.check_val_every_n_epoch={every_epochs}: expected an integer >= 1, or null "
-                            "(validation by val_check_interval's batches alone)")
-    clip = settings.get("gradient_clip_val")
-    if isinstance(clip, (int, float)) and not isinstance(clip, bool) and not 0 <= clip < float("inf"):
-        # Lightning skips clipping at a negative value without a word
-        raise SettingsError(f"{prefix}.gradient_clip_val={clip}: expected a finite number >= 0 (0 or null: no clipping)")
+    for name, wrong, want in TRAINER_NUMBERS:
+        if isinstance(value := settings.get(name), (int, float)) and wrong(value):
+            raise SettingsError(f"{prefix}.{name}={value}: {want}")
     precision = settings.get("precision")
     if precision is not None and str(precision) not in SUPPORTED_PRECISIONS:
         why = " (the samplers and JSA's cache hold 32-bit tensors)" if "64" in str(precision) else ""
@@ -66,9 +69,6 @@ def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:
     max_time = settings.get("max_time")
     if isinstance(max_time, str) and not re.fullmatch(r"\s*\d+:\d+:\d+:\d+\s*", max_time):
         raise SettingsError(f"{prefix}.max_time={max_time}: expected DD:HH:MM:SS, e.g. 00:12:00:00 for 12 hours (or null)")
-    if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval <= 0:
-        raise SettingsError(f"{prefix}.val_check_interval={interval}: expected > 0, a fraction of the epoch (at most "
-                            "1.0) or a number of batches")
 
 
 def check_settings(cls: type, settings: dict[str, Any], prefix: str) -> None:
