@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from launch import CLI_SUBCOMMANDS
-from launch.checks.arguments import TAKES_VALUE, values_of
+from launch.checks.arguments import TAKES_VALUE, overrides_of, values_of
 from launch.checks.configs import CONFIGS, config_value, declared, read_config
 from launch.checks.precheck import OTHER_TREE, EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, no_such_setting, \
     removed_trainer_option
@@ -190,8 +190,7 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
     if any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
         return
     overrides = overrides_given(argv)
-    pairs = [(o.lstrip("+~").split("=", 1)[0].split("@", 1)[0], o.partition("=")[2].strip()) for o in argv
-             if not o.startswith("-") and "=" in o]
+    pairs = overrides_of(argv)
     if trainer_names_only and not any(key.startswith("trainer.") for key, _ in pairs):
         return
     # Hydra's argparse takes abbreviations (--multi) and joined values (--cfg=job, -cjob). --cfg only prints the
@@ -258,7 +257,7 @@ def in_file(line: str, job: list[str], argv: list[str], cfg: Any) -> str:
 
 def check_before_composing(argv: list[str], pairs: list[tuple[str, str]], multirun: bool) -> None:
     """What composing does not see: Hydra plugins, a config choice that does not exist (named with the folders searched),
-    Optuna's one model per study, Lightning 1's Trainer options."""
+    Lightning 1's Trainer options."""
     for key, value in pairs:
         if key in ("hydra/launcher", "hydra/sweeper"):
             check_plugin_choice(key, value, multirun)
