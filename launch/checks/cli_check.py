@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from launch.checks.arguments import option_values, values_of
-from launch.checks.configs import CONFIGS, GROUPS, NOT_SETTINGS, cli_classes, config_targets, declared, default_choices
+from launch.checks.configs import GROUPS, NOT_SETTINGS, cli_classes, config_targets, declared, default_choices
 from common.settings import SEED_RANGE, expected
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, no_such_setting, \
     removed_trainer_option
@@ -17,14 +17,12 @@ from launch.checks.received_config import ConfigRefusal, composed, given_setting
 
 
 def load() -> dict[str, Any]:
-    """Each group's choices and the class each builds, the settings each class takes, and LightningCLI's class names.
-    Before the imports, the settings configs/settings.py declares (models, data modules); once Lightning is imported,
-    the Trainer's constructor's too (before, LightningCLI checks them)."""
-    choices = {group: config_targets(group) for group in GROUPS}
-    choices["trainer"] = {path.stem: "lightning.Trainer" for path in (CONFIGS / "trainer").glob("*.yaml")}
-    classes = {target: hints for targets in choices.values() for target in targets.values()
-               if (hints := declared(target) or imported_hints(target)) is not None}
-    return {"choices": choices, "classes": classes, "cli_classes": cli_classes()}
+    """The settings each class of the configs (and LightningCLI's Trainer) takes, and LightningCLI's class names. Before
+    the imports, those configs/settings.py declares (models, data modules); once Lightning is imported, the
+    constructors' too (the Trainer's: before, LightningCLI checks them)."""
+    targets = {"lightning.Trainer", *(target for group in GROUPS for target in config_targets(group).values())}
+    classes = {target: hints for target in targets if (hints := declared(target) or imported_hints(target)) is not None}
+    return {"classes": classes, "cli_classes": cli_classes()}
 
 
 def imported_hints(target: str) -> dict[str, Any] | None:
@@ -95,7 +93,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
 
     # The classes in effect, from configs/train.yaml's defaults (rules.default_class) to the last choice; a file's settings
     # are its classes' (jsonargparse drops them if a later option chooses another class), the command line's the last.
-    chosen: dict[str, str | None] = {**default_classes(schema), "trainer": "lightning.Trainer"}
+    chosen: dict[str, str | None] = {**default_classes(), "trainer": "lightning.Trainer"}
     for file, run in itertools.groupby(pairs, key=lambda pair: pair[2]):  # the command line's options between files, a file's
         run = list(run)
         for option, value, _ in run:
@@ -146,10 +144,10 @@ def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | No
                 raise EarlyRefusal(f"{given}={read!r}: expected {want}")
 
 
-def default_classes(schema: dict[str, Any]) -> dict[str, str | None]:
-    """The model and data classes of configs/train.yaml's defaults (`load`'s schema): those in effect until a command
-    line or config file chooses others."""
-    return {group: schema["choices"][group][default_choices()[group]] for group in ("model", "data")}
+def default_classes() -> dict[str, str | None]:
+    """The model and data classes of configs/train.yaml's defaults: those in effect until a command line or config file
+    chooses others."""
+    return {group: config_targets(group)[default_choices()[group]] for group in ("model", "data")}
 
 
 def options_of_chosen_classes(argv: list[str]) -> list[str]:
@@ -157,7 +155,7 @@ def options_of_chosen_classes(argv: list[str]) -> list[str]:
     (`--model=VAE`; the defaults otherwise): the options a bare `--max_steps` may have meant."""
     schema, given = load(), dict(option_values(argv[1:]))
     chosen = {group: schema["cli_classes"][group].get(name, name) if (name := given.get(f"--{group}")) else default
-              for group, default in default_classes(schema).items()}
+              for group, default in default_classes().items()}
     return [f"--{group}.{setting}" for group, target in {"trainer": "lightning.Trainer", **chosen}.items()
             for setting in schema["classes"].get(target) or {}]
 

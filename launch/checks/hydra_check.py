@@ -150,9 +150,9 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
     kept = [o for o in job if o is not given and ("." not in (k := o.split("=", 1)[0]) or k.endswith("._target_"))]
     group, _, name = key.partition(".")
     try:
-        base = composed_job(kept, argv)
         if unknown and group not in swept:  # check_composed's line for the key, once added
             check_composed(composed_job([*kept, f"++{given.lstrip('+~')}"], argv), classes=False)
+        base = composed_job(kept, argv)
     except SettingsError as refusal:
         return str(refusal)
     except (HydraException, OmegaConfBaseException):
