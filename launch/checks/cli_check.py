@@ -9,22 +9,20 @@ from pathlib import Path
 from typing import Any
 
 from launch.checks.arguments import option_values, values_of
-from launch.checks.configs import CONFIGS, GROUPS, NOT_SETTINGS, cli_classes, config_targets, declared, default_choices
+from launch.checks.configs import GROUPS, NOT_SETTINGS, cli_classes, config_targets, declared, default_choices
 from common.settings import SEED_RANGE, expected
-from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, \
+from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, no_such_setting, \
     removed_trainer_option
 from launch.checks.received_config import ConfigRefusal, composed, given_settings
 
 
 def load() -> dict[str, Any]:
-    """Each group's choices and the class each builds, the settings each class takes, and LightningCLI's class names.
-    Before the imports, the settings configs/settings.py declares (models, data modules); once Lightning is imported,
-    the Trainer's constructor's too (before, LightningCLI checks them)."""
-    choices = {group: config_targets(group) for group in GROUPS}
-    choices["trainer"] = {path.stem: "lightning.Trainer" for path in (CONFIGS / "trainer").glob("*.yaml")}
-    classes = {target: hints for targets in choices.values() for target in targets.values()
-               if (hints := declared(target) or imported_hints(target)) is not None}
-    return {"choices": choices, "classes": classes, "cli_classes": cli_classes()}
+    """The settings each class of the configs (and LightningCLI's Trainer) takes, and LightningCLI's class names. Before
+    the imports, those configs/settings.py declares (models, data modules); once Lightning is imported, the
+    constructors' too (the Trainer's: before, LightningCLI checks them)."""
+    targets = {"lightning.Trainer", *(target for group in GROUPS for target in config_targets(group).values())}
+    classes = {target: hints for target in targets if (hints := declared(target) or imported_hints(target)) is not None}
+    return {"classes": classes, "cli_classes": cli_classes()}
 
 
 def imported_hints(target: str) -> dict[str, Any] | None:
@@ -58,7 +56,10 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         if option == "--config" and value is not None and not value.lstrip().startswith("{"):
             if not Path(value).exists():
                 raise EarlyRefusal(f"--config={value}: no such file")
-            pairs += [(f"--{key}", text, value) for key, text in config_file_settings(value)]
+            try:  # (read as launch/checks/received_config.py reads it)
+                pairs += [(f"--{key}", text, value) for key, text in given_settings(composed(Path(value), "config file"))]
+            except ConfigRefusal as refusal:
+                raise EarlyRefusal(str(refusal)) from None
         else:
             pairs.append((option, value, None))
     given = {option: value for option, value, _ in pairs}  # (before jsonargparse asks for the scheduler's settings)
@@ -92,8 +93,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
 
     # The classes in effect, from configs/train.yaml's defaults (rules.default_class) to the last choice; a file's settings
     # are its classes' (jsonargparse drops them if a later option chooses another class), the command line's the last.
-    chosen: dict[str, str | None] = default_classes(schema)
-    chosen["trainer"] = "lightning.Trainer"
+    chosen: dict[str, str | None] = {**default_classes(), "trainer": "lightning.Trainer"}
     for file, run in itertools.groupby(pairs, key=lambda pair: pair[2]):  # the command line's options between files, a file's
         run = list(run)
         for option, value, _ in run:
@@ -134,34 +134,30 @@ def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | No
     known = [*settings, *NOT_SETTINGS.get(group, ())]  # LightningCLI exposes these too (--model.optimizer, ...)
     given = shown + option[2:].rstrip("+")  # as written: --model.mis_steps, model.init_args.mis_steps
     if name not in known:
-        candidates = [f"{given.rsplit('.', 1)[0]}.{n}" for n in known]
         owners = [cls for cls, target in schema["cli_classes"].get(group, {}).items() if name in schema["classes"].get(target, {})]
-        what = "option" if shown else "setting"
-        hint = f"; it is {'an' if shown else 'a'} {what} of {owners[0]}" if owners else ""
-        hint += f" (--{group}={owners[0]})" if owners and shown else ""
-        raise EarlyRefusal(f"{given}: no such {what} of {chosen[group].rsplit('.', 1)[-1]}{did_you_mean(given, candidates) or hint}")
+        taken_by = (f"{owners[0]} (--{group}={owners[0]})" if shown else owners[0]) if owners else ""
+        owner = chosen[group].rsplit(".", 1)[-1]
+        raise EarlyRefusal(no_such_setting(given, owner, known, taken_by, "option" if shown else "setting"))
     if value is not None and name in settings:
-        check_value(given, value, [settings], cli=True)
+        for read in values_of(value, cli=True) or []:
+            if (want := expected(settings[name], read)) is not None:
+                raise EarlyRefusal(f"{given}={read!r}: expected {want}")
 
 
-def default_classes(schema: dict[str, Any]) -> dict[str, str | None]:
-    """The model and data classes of configs/train.yaml's defaults (`load`'s schema): those in effect until a command
-    line or config file chooses others."""
-    return {group: schema["choices"][group][default_choices()[group]] for group in ("model", "data")}
+def default_classes() -> dict[str, str | None]:
+    """The model and data classes of configs/train.yaml's defaults: those in effect until a command line or config file
+    chooses others."""
+    return {group: config_targets(group)[default_choices()[group]] for group in ("model", "data")}
 
 
 def options_of_chosen_classes(argv: list[str]) -> list[str]:
     """`--group.setting` for every setting of the Trainer and of the model and data classes the command line chooses
     (`--model=VAE`; the defaults otherwise): the options a bare `--max_steps` may have meant."""
     schema, given = load(), dict(option_values(argv[1:]))
-    options = []
-    chosen = default_classes(schema)
-    for group in chosen:
-        name = given.get(f"--{group}") or ""
-        chosen[group] = schema["cli_classes"][group].get(name, name) or chosen[group]
-    for group, target in {"trainer": "lightning.Trainer", **chosen}.items():
-        options += [f"--{group}.{setting}" for setting in schema["classes"].get(target) or {}]
-    return options
+    chosen = {group: schema["cli_classes"][group].get(name, name) if (name := given.get(f"--{group}")) else default
+              for group, default in default_classes().items()}
+    return [f"--{group}.{setting}" for group, target in {"trainer": "lightning.Trainer", **chosen}.items()
+            for setting in schema["classes"].get(target) or {}]
 
 
 def scheduler_without_optimizer(scheduler: str) -> str:
@@ -173,23 +169,6 @@ def scheduler_without_optimizer(scheduler: str) -> str:
             "(they replace the model's own --model.lr and --model.optimizer)")
 
 
-def check_value(option: str, value_text: str, specs: list[dict[str, Any]], cli: bool = False) -> None:
-    """Refuse a value that fits none of the classes that take the setting (each spec: that class's settings)."""
-    values = values_of(value_text, cli)
-    for value in values or []:
-        failures = [expected(settings[option.rsplit(".", 1)[-1]], value) for settings in specs]
-        if failures and all(failures):
-            raise EarlyRefusal(f"{option}={value!r}: expected {failures[0]}")
-
-
 def unquoted(value: str | None) -> str | None:
     """A config file's value to check: a quoted one is left to the full checks (jsonargparse reads '10' as 10)."""
     return None if value is not None and value.startswith('"') else value
-
-
-def config_file_settings(name: str) -> list[tuple[str, str | None]]:
-    """The settings a config file gives, read as received_config.py reads it (launch/checks/received_config.py)."""
-    try:
-        return given_settings(composed(Path(name), "config file"))
-    except ConfigRefusal as refusal:
-        raise EarlyRefusal(str(refusal)) from None

@@ -18,12 +18,12 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from launch import CLI_SUBCOMMANDS
-from launch.checks.arguments import TAKES_VALUE, values_of
+from launch.checks.arguments import TAKES_VALUE, overrides_of, values_of
 from launch.checks.configs import CONFIGS, config_value, declared, read_config
-from launch.checks.precheck import OTHER_TREE, EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, removed_trainer_option
+from launch.checks.precheck import OTHER_TREE, EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, no_such_setting, \
+    removed_trainer_option
 from launch.checks.received_config import hydra_folders, hydra_option
-from launch.checks.settings import CONFIG_GROUPS, LAYOUT_SETTINGS, SettingsError, check_composed, elsewhere, layout_setting, \
-    replica_setting, unknown_top_level_setting
+from launch.checks.settings import CONFIG_GROUPS, SettingsError, check_composed, elsewhere
 from launch.checks.hydra_config import classes_imported, compose
 
 # The groups whose configs extend their class's defaults (launch/checks/hydra_config.py: register_defaults): every setting of
@@ -72,13 +72,6 @@ def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
         if not multirun and choice != "basic":
             raise EarlyRefusal(f"{group}={choice}: a {kind} runs the jobs of a multirun only; add -m "
                                f"(python train.py -m {group}={choice} ...)")
-
-
-def experiment_files(argv: list[str], experiment: list[str]) -> list[str]:
-    """The experiment files a Hydra command picks, from configs/experiment/ and the folders it adds (--config-dir), that
-    set global settings (`# @package _global_`, as configs/experiment/'s do)."""
-    found = [folder / "experiment" / f"{name}.yaml" for name in experiment for folder in (CONFIGS, *hydra_folders(argv))]
-    return [str(path) for path in found if path.is_file() and "@package _global_" in path.read_text(errors="replace")[:2000]]
 
 
 def overrides_given(argv: list[str]) -> list[str]:
@@ -139,8 +132,8 @@ def grammar_error(error: Exception, overrides: list[str]) -> str:
 
 
 def composition_error(error: Exception, job: list[str], argv: list[str], swept: dict[str, str]) -> str:
-    """Hydra's refusal of a job's overrides as one line: a key its config does not have (the likely one, or the `+` that
-    adds it), a `+` on a key that has a value, else Hydra's first line."""
+    """Hydra's refusal of a job's overrides as one line: a key its config does not have (check_composed's line with the
+    key added, else the likely key or the `+` that adds it), a `+` on a key that has a value, else Hydra's first line."""
     text = str(error).strip()
     unknown = re.match(r"Could not override '([^']+)'", text)
     appended = re.match(r"Could not append to config. An item is already at '([^']+)'", text)
@@ -153,13 +146,17 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
     hydras_line = " ".join(text.split("\n\n")[0].split()) if text else type(error).__name__
     if given is None:  # Hydra's own lines, as one
         return hydras_line
-    try:  # the config the override met: the job's choices of configs and classes, without its settings (another may be a
-        # typo too)
-        base = composed_job([o for o in job if o is not given and
-                             ("." not in (k := o.split("=", 1)[0]) or k.endswith("._target_"))], argv)
+    # the config the override met: the job's choices of configs and classes, without its settings (another may be a typo too)
+    kept = [o for o in job if o is not given and ("." not in (k := o.split("=", 1)[0]) or k.endswith("._target_"))]
+    group, _, name = key.partition(".")
+    try:
+        if unknown and group not in swept:  # check_composed's line for the key, once added
+            check_composed(composed_job([*kept, f"++{given.lstrip('+~')}"], argv), classes=False)
+        base = composed_job(kept, argv)
+    except SettingsError as refusal:
+        return str(refusal)
     except (HydraException, OmegaConfBaseException):
         return hydras_line
-    group, _, name = key.partition(".")
     choice = base.hydra.runtime.choices.get(group)
     node = OmegaConf.select(base, key.rsplit(".", 1)[0]) if "." in key else base
     target = node.get("_target_") if group in CLASS_DEFAULT_GROUPS and OmegaConf.is_dict(node) else None
@@ -168,23 +165,17 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
         where = "configs/train.yaml" if not name else f"configs/{group}/{choice}.yaml" + (f", {owner}" if owner else "")
         return (f"{given}: {key} already has a value ({where}), and + only adds a key that has none; drop the + to set it: "
                 f"{given.lstrip('+')}")
-    options = [f"{key.rsplit('.', 1)[0]}.{k}" if "." in key else k for k in (node if OmegaConf.is_dict(node) else {})
-               if not str(k).startswith("_")]  # (none under a null: discrete_latent.num_categories=4)
-    if group == "replicas":
-        return replica_setting(key)
-    if not name:
-        options += [f"{g}.{k}" for g in CLASS_DEFAULT_GROUPS for k in base.get(g) or {}]
-        return unknown_top_level_setting(key) + did_you_mean(key, options)
+    names = [str(k) for k in (node if OmegaConf.is_dict(node) else {}) if not str(k).startswith("_")]  # (none under a null)
+    options = [f"{key.rsplit('.', 1)[0]}.{k}" if "." in key else k for k in names]
     if owner is not None and "." not in name and declared(target) is None and group in ("model", "data"):
         file = next((f"{folder}/{group}/{choice}.yaml" for folder in hydra_folders(argv)
                      if (folder / group / f"{choice}.yaml").is_file()), f"configs/{group}/{choice}.yaml")
         return f"{key}: {file} has no such key" + (did_you_mean(key, options) or (
             f"; a setting of {owner} (a class of your own, whose constructor checks it) is added with +: +{given.lstrip('+')}"))
-    if owner is not None and "." not in name:
-        if group in swept:
-            return (f"{key}: no such setting of {owner}, which {group}={swept[group]} sweeps{elsewhere(group, name)}; give it "
-                    f"in a multirun of the {group}s that take it")
-        return f"{key}: no such setting of {owner}{did_you_mean(key, options) or elsewhere(group, name)}"
+    if owner is not None and "." not in name:  # a Trainer's setting once Lightning is imported, or one of a swept class
+        sweeps = f", which {group}={swept[group]} sweeps" if group in swept else ""
+        line = no_such_setting(key, owner + sweeps, [] if sweeps else names, elsewhere(group, name))
+        return line + (f"; give it in a multirun of the {group}s that take it" if sweeps else "")
     parent = key.rsplit(".", 1)[0]
     what = "callback" if parent == "callbacks" else "key"
     hint = did_you_mean(key, options) or (f" (it has {', '.join(options)})" if what == "callback" else "")
@@ -199,8 +190,7 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
     if any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
         return
     overrides = overrides_given(argv)
-    pairs = [(o.lstrip("+~").split("=", 1)[0].split("@", 1)[0], o.partition("=")[2].strip()) for o in argv
-             if not o.startswith("-") and "=" in o]
+    pairs = overrides_of(argv)
     if trainer_names_only and not any(key.startswith("trainer.") for key, _ in pairs):
         return
     # Hydra's argparse takes abbreviations (--multi) and joined values (--cfg=job, -cjob). --cfg only prints the
@@ -250,26 +240,27 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
 
 
 def in_file(line: str, job: list[str], argv: list[str], cfg: Any) -> str:
-    """`line`, prefixed with the picked experiment file that sets the setting it names when the command line does not."""
+    """`line`, prefixed with the picked experiment file (configs/experiment/ or a --config-dir's, `# @package _global_`)
+    that sets the setting it names when the command line does not."""
     import yaml
 
     key = re.match(r"[\w.]*", line)[0].rstrip(".")
     if any(o.lstrip("+~").startswith(f"{key}=") for o in job):
         return line
-    for path in experiment_files(argv, [cfg.hydra.runtime.choices.get("experiment")]):
-        if config_value(yaml.safe_load(Path(path).read_text()), key.split(".")) is not None:
+    name = f"{cfg.hydra.runtime.choices.get('experiment')}.yaml"
+    for path in (folder / "experiment" / name for folder in (CONFIGS, *hydra_folders(argv))):
+        text = path.read_text(errors="replace") if path.is_file() else ""
+        if "@package _global_" in text[:2000] and config_value(yaml.safe_load(text), key.split(".")) is not None:
             return f"{path}: {line}"
     return line
 
 
 def check_before_composing(argv: list[str], pairs: list[tuple[str, str]], multirun: bool) -> None:
     """What composing does not see: Hydra plugins, a config choice that does not exist (named with the folders searched),
-    Optuna's one model per study, the layout's settings, Lightning 1's Trainer options."""
+    Lightning 1's Trainer options."""
     for key, value in pairs:
         if key in ("hydra/launcher", "hydra/sweeper"):
             check_plugin_choice(key, value, multirun)
-        if key in LAYOUT_SETTINGS:
-            raise EarlyRefusal(layout_setting(key, value))
         if key.startswith("trainer.") and key.removeprefix("trainer.") in REMOVED_TRAINER_OPTIONS:
             raise EarlyRefusal(removed_trainer_option(key, value, cli=False))
     for key, value in pairs:
@@ -277,9 +268,8 @@ def check_before_composing(argv: list[str], pairs: list[tuple[str, str]], multir
             folders = [CONFIGS, *hydra_folders(argv)]
             available = sorted({p.stem for folder in folders for p in (folder / key).glob("*.yaml")})
             searched = " or ".join(f"{folder / key}/" if folder != CONFIGS else f"configs/{key}/" for folder in folders)
-            read = values_of(value)  # quotes and spaces are Hydra's syntax, not part of the name
-            wanted = [str(v) if v is not None else "null" for v in read] if read is not None else []
-            for choice in wanted:
+            # (quotes and spaces are Hydra's syntax, not part of the name)
+            for choice in [str(v) if v is not None else "null" for v in values_of(value) or []]:
                 if choice not in available:
                     # Hydra leaves a group out with ~group (it refuses group=null from the command line)
                     leave_out = (f" ({key}=none leaves it out)" if "none" in available else f" (~{key} leaves it out)") \
@@ -331,8 +321,6 @@ def check_hydra_command(argv: list[str], prints_only: bool) -> None:
         if len(flag) > 2 and "--experimental-rerun".startswith(flag):
             raise EarlyRefusal(f"{flag}: a run's config.pickle is never unpickled here (a stranger's file could run "
                                "code); to rerun a run, pass the overrides in its .hydra/overrides.yaml")
-    for arg in argv:
-        flag = arg.split("=", 1)[0]
         if arg.startswith("--") and len(flag) > 2 and not any(option.startswith(flag) for option in HYDRA_OPTIONS):
             hydra = " (in Hydra, python train.py --cfg job prints the composed config)" if flag == "--print_config" else \
                 " (Hydra takes key=value settings: python train.py --help)"

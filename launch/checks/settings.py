@@ -17,29 +17,15 @@ from checkpoints.import_paths import IMPORTABLE_HINT
 from common.settings import SEED_RANGE, expected
 from common.signatures import constructor_defaults, constructor_hints
 from launch.checks.configs import config_targets, declared
-from launch.checks.precheck import TOP_LEVEL_SETTINGS, EarlyRefusal, check_combination, closest_in_module, did_you_mean
+from launch.checks.precheck import TOP_LEVEL_SETTINGS, EarlyRefusal, check_combination, closest_in_module, did_you_mean, \
+    no_such_setting
 from launch.run_layout import LOGGER_FOLDERS
 
 CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
 # The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
-LAYOUT_SETTINGS = {"logger.save_dir": "log_dir", "logger.name": "run_name"}
-REPLICA_SETTINGS = ("seeds", "arms")
+LAYOUT_SETTINGS = {"save_dir": "log_dir", "name": "run_name"}
+REPLICA_SETTINGS = ["replicas.seeds", "replicas.arms"]  # what launch/runs/replicas.py reads
 BASE_CLASSES = {"model": "models.LatentVariableModel", "data": "datamodules.ImageDataModule"}  # (LightningCLI's too)
-
-
-def replica_setting(key: str) -> str:
-    """The line that refuses a key of `replicas` that nothing reads (launch/runs/replicas.py reads seeds and arms)."""
-    options = [f"replicas.{name}" for name in REPLICA_SETTINGS]
-    return f"{key}: no such setting (the replicas' are {', '.join(options)}){did_you_mean(key, options)}"
-
-
-def unknown_top_level_setting(key: str) -> str:
-    return f"{key}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})"
-
-
-def layout_setting(key: str, value: Any) -> str:
-    return (f"{key}={value}: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give "
-            f"{LAYOUT_SETTINGS[key]}={value} instead")
 
 
 class SettingsError(ValueError):
@@ -51,27 +37,30 @@ SUPPORTED_PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "32", "16", "bf16",
                         "transformer-engine-float16")
 
 
+# Numbers lightning.Trainer takes and fails on once training starts (a ZeroDivisionError), or, at a negative
+# gradient_clip_val, skips clipping without a word: each setting, when its value is wrong, and what is expected.
+TRAINER_NUMBERS = (
+    ("accumulate_grad_batches", lambda n: n < 1, "expected an integer >= 1"),
+    ("check_val_every_n_epoch", lambda n: n < 1,
+     "expected an integer >= 1, or null (validation by val_check_interval's batches alone)"),
+    ("gradient_clip_val", lambda n: not 0 <= n < float("inf"), "expected a finite number >= 0 (0 or null: no clipping)"),
+    ("val_check_interval", lambda n: n <= 0, "expected > 0, a fraction of the epoch (at most 1.0) or a number of batches"),
+)
+
+
 def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:
     """What lightning.Trainer accepts but cannot run, or refuses without naming the option: an accelerator this machine
-    lacks, a precision the collection does not run in, a max_time that is not DD:HH:MM:SS, and accumulate_grad_batches
-    < 1, check_val_every_n_epoch < 1 and val_check_interval <= 0 (each a ZeroDivisionError once training starts)."""
+    lacks, a precision the collection does not run in, a max_time that is not DD:HH:MM:SS, and TRAINER_NUMBERS."""
     import torch
 
-    accelerator, accumulate = settings.get("accelerator"), settings.get("accumulate_grad_batches")
+    accelerator = settings.get("accelerator")
     available = {"gpu": torch.cuda.is_available(), "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
     if isinstance(accelerator, str) and not available.get(accelerator, True):
         raise SettingsError(f"{prefix}.accelerator={accelerator}: no such device is visible here; use {prefix}.accelerator=cpu "
                             "(or auto)")
-    if isinstance(accumulate, int) and accumulate < 1:
-        raise SettingsError(f"{prefix}.accumulate_grad_batches={accumulate}: expected an integer >= 1")
-    every_epochs, interval = settings.get("check_val_every_n_epoch"), settings.get("val_check_interval")
-    if isinstance(every_epochs, int) and not isinstance(every_epochs, bool) and every_epochs < 1:
-        raise SettingsError(f"{prefix}.check_val_every_n_epoch={every_epochs}: expected an integer >= 1, or null "
-                            "(validation by val_check_interval's batches alone)")
-    clip = settings.get("gradient_clip_val")
-    if isinstance(clip, (int, float)) and not isinstance(clip, bool) and not 0 <= clip < float("inf"):
-        # Lightning skips clipping at a negative value without a word
-        raise SettingsError(f"{prefix}.gradient_clip_val={clip}: expected a finite number >= 0 (0 or null: no clipping)")
+    for name, wrong, want in TRAINER_NUMBERS:
+        if isinstance(value := settings.get(name), (int, float)) and wrong(value):
+            raise SettingsError(f"{prefix}.{name}={value}: {want}")
     precision = settings.get("precision")
     if precision is not None and str(precision) not in SUPPORTED_PRECISIONS:
         why = " (the samplers and JSA's cache hold 32-bit tensors)" if "64" in str(precision) else ""
@@ -80,9 +69,6 @@ def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:
     max_time = settings.get("max_time")
     if isinstance(max_time, str) and not re.fullmatch(r"\s*\d+:\d+:\d+:\d+\s*", max_time):
         raise SettingsError(f"{prefix}.max_time={max_time}: expected DD:HH:MM:SS, e.g. 00:12:00:00 for 12 hours (or null)")
-    if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval <= 0:
-        raise SettingsError(f"{prefix}.val_check_interval={interval}: expected > 0, a fraction of the epoch (at most "
-                            "1.0) or a number of batches")
 
 
 def check_settings(cls: type, settings: dict[str, Any], prefix: str) -> None:
@@ -95,17 +81,16 @@ def check_settings(cls: type, settings: dict[str, Any], prefix: str) -> None:
         if key.startswith("_"):
             continue
         if key not in known and not takes_any:
-            raise SettingsError(f"{prefix}.{key}: no such setting of {cls.__name__}"
-                                f"{did_you_mean(f'{prefix}.{key}', [f'{prefix}.{name}' for name in known])}")
+            raise SettingsError(no_such_setting(f"{prefix}.{key}", cls.__name__, known))
         want = expected(hints[key], value) if key in hints else None
         if want is not None:
             raise SettingsError(f"{prefix}.{key}={value!r}: expected {want}")
 
 
 def elsewhere(group: str, name: str) -> str:
-    """'; it is a setting of JSA (model=jsa)' when another config of the group builds a class that takes `name`."""
+    """'JSA (model=jsa)' when another config of the group builds a class that takes `name`, else ''."""
     owners = [(choice, target) for choice, target in config_targets(group).items() if name in (declared(target) or {})]
-    return f"; it is a setting of {owners[0][1].rsplit('.', 1)[-1]} ({group}={owners[0][0]})" if owners else ""
+    return f"{owners[0][1].rsplit('.', 1)[-1]} ({group}={owners[0][0]})" if owners else ""
 
 
 def check_declared_group(group: str, settings: dict[str, Any]) -> None:
@@ -117,25 +102,26 @@ def check_declared_group(group: str, settings: dict[str, Any]) -> None:
         return
     for key in settings:
         if key not in names and not key.startswith("_"):
-            raise SettingsError(f"{group}.{key}: no such setting of {target.rsplit('.', 1)[-1]}"
-                                f"{did_you_mean(f'{group}.{key}', [f'{group}.{n}' for n in names]) or elsewhere(group, key)}")
+            raise SettingsError(no_such_setting(f"{group}.{key}", target.rsplit(".", 1)[-1], list(names), elsewhere(group, key)))
     try:
         check_combination(group, target, settings, group)
     except EarlyRefusal as refusal:
         raise SettingsError(str(refusal)) from None
 
 
-def check_composed(cfg: Any, model: dict[str, Any] | None = None) -> None:
+def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool = True) -> None:
     """Every setting of a composed config, before anything is seeded, built or written: the top-level ones (a key
     nothing reads, from `+key=value` or a file, is refused, not ignored), the model's (`model`: with an experiment's
-    shared settings applied, launch/hydra_run.py) and the data module's, and once Lightning is imported each other
-    group's against its class's constructor. Raises SettingsError naming the first setting refused."""
+    shared settings applied, launch/hydra_run.py) and the data module's, and with `classes`, once Lightning is imported,
+    each other group's against its class's constructor. Raises SettingsError naming the first setting refused."""
     from omegaconf import OmegaConf
 
     unknown = [key for key in cfg if key not in (*TOP_LEVEL_SETTINGS, *CONFIG_GROUPS)]
     if unknown:
-        options = [*TOP_LEVEL_SETTINGS, *(f"{group}.{key}" for group in ("model", "data", "trainer") for key in cfg.get(group) or {})]
-        raise SettingsError(unknown_top_level_setting(unknown[0]) + did_you_mean(unknown[0], options))
+        options = [*TOP_LEVEL_SETTINGS, *CONFIG_GROUPS, *(f"{group}.{key}" for group in ("model", "data", "trainer")
+                                                          for key in cfg.get(group) or {})]
+        raise SettingsError(f"{unknown[0]}: no such setting (the top-level ones are {', '.join(TOP_LEVEL_SETTINGS)})"
+                            f"{did_you_mean(unknown[0], options)}")
     top_level = {key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
                  for key in TOP_LEVEL_SETTINGS if key in cfg}
     for key, value in top_level.items():
@@ -145,13 +131,15 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None) -> None:
         raise SettingsError(f"seed={top_level['seed']}: expected an integer in [0, 2^32 - 1]")
     if isinstance(top_level.get("ddp_timeout_s"), (int, float)) and not top_level["ddp_timeout_s"] > 0:
         raise SettingsError(f"ddp_timeout_s={top_level['ddp_timeout_s']}: expected a number of seconds > 0")
-    for key in cfg.get("replicas") or {}:
+    for key in (f"replicas.{key}" for key in cfg.get("replicas") or {}):
         if key not in REPLICA_SETTINGS:
-            raise SettingsError(replica_setting(f"replicas.{key}"))
+            raise SettingsError(f"{key}: no such setting (the replicas' are {', '.join(REPLICA_SETTINGS)})"
+                                f"{did_you_mean(key, REPLICA_SETTINGS)}")
     logger = OmegaConf.to_container(cfg.logger, resolve=False) if cfg.get("logger") else {}
-    for key in LAYOUT_SETTINGS:  # (+logger.save_dir=... passes Hydra)
-        if key.removeprefix("logger.") in logger:
-            raise SettingsError(layout_setting(key, logger[key.removeprefix("logger.")]))
+    for key in LAYOUT_SETTINGS:
+        if key in logger:
+            raise SettingsError(f"logger.{key}={logger[key]}: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the "
+                                f"model's key settings>; give {LAYOUT_SETTINGS[key]}={logger[key]} instead")
     if logger and logger.get("_target_") not in LOGGER_FOLDERS:
         raise SettingsError(f"logger._target_={logger.get('_target_')}: a run is logged by the loggers its layout places: "
                             f"{', '.join(path.rsplit('.', 1)[-1] for path in LOGGER_FOLDERS)} (logger=tensorboard, logger=csv), "
@@ -160,7 +148,7 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None) -> None:
               "data": OmegaConf.to_container(cfg.data, resolve=True)}
     for group, settings in groups.items():
         check_declared_group(group, settings)
-    if "lightning" not in sys.modules:
+    if not classes or "lightning" not in sys.modules:
         return  # the other classes' settings are their constructors': checked once those are imported
     groups.update({group: OmegaConf.to_container(cfg[group], resolve=True)
                    for group in ("trainer", "optimizer", "scheduler", "logger") if cfg.get(group)})

@@ -29,6 +29,7 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
 @pytest.mark.parametrize("command, named", [
     ("trainer.max_epoch=1", ["trainer.max_epoch", "Trainer", "trainer.max_epochs?"]),
     ("max_epochs=3", ["max_epochs", "trainer.max_epochs?"]),
+    ("modle=jsa", ["modle", "did you mean model?"]),  # a config group's name
     ("+ckpt_pth=x.ckpt", ["ckpt_pth", "seed, ckpt_path,"]),
     ("model.mis_step=3", ["model.mis_step", "JSA", "model.mis_steps?"]),
     ("model=vae model.mis_steps=3", ["model.mis_steps", "VAE", "JSA (model=jsa)"]),
@@ -146,7 +147,7 @@ def test_after_the_imports_the_trainer_settings_are_checked_before_hydra_compose
 
     with pytest.raises(EarlyRefusal) as refusal:
         check_hydra(["model=vae", "trainer.max_epoch=1"], trainer_names_only=True)
-    says(str(refusal.value), "trainer.max_epoch", "Trainer", "trainer.max_epochs?")
+    says(str(refusal.value), "trainer.max_epoch", "Trainer", "did you mean trainer.max_epochs?")
     for argv in (["model.mis_step=3"], ["+ckpt_pth=x"], ["optimizer.lr=abc"]):
         check_hydra(argv, trainer_names_only=True)
 
