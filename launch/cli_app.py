@@ -33,7 +33,7 @@ from launch.checks.arguments import option_values
 from launch.checks.cli_check import options_of_chosen_classes, scheduler_without_optimizer
 from launch.checks.configs import default_class, log_dir as default_log_dir, seed as default_seed
 from launch.checks.early import exit_with, refuse_early
-from launch.checks.precheck import closest_in_module, did_you_mean
+from launch.checks.precheck import closest_in_module, did_you_mean, no_such_setting
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import user_errors_as_one_line
 from launch.run_builder import RunDescription, build_trainer
@@ -327,8 +327,7 @@ def _not_accepted(message: str, args: list[str]) -> str | None:
         example = CLASS_EXAMPLES.get(owner.rsplit(".", 1)[-1].lstrip("-"))
         return f"{option}: give its class first ({owner}=CLASS{f', e.g. {example}' if example else ''}), then its settings"
     cls = _class_named(chosen[-1])  # its settings as both front ends read them (a subclass's declared ones too)
-    settings = [f"{owner}.{name}" for name in (constructor_defaults(cls) if cls is not None else {})]
-    return f"{option}: no such setting of {chosen[-1].rsplit('.', 1)[-1]}{did_you_mean(option, settings)}"
+    return no_such_setting(option, chosen[-1].rsplit(".", 1)[-1], list(constructor_defaults(cls) if cls is not None else {}))
 
 
 def _no_class(message: str, args: list[str]) -> str | None:
