@@ -36,10 +36,9 @@ class ConfigRefusal(ValueError):
     """A received config refused: the message is the one line the user sees."""
 
 
-def composed(path: Path, what: str, label: str | None = None) -> Any:
+def composed(path: Path, label: str) -> Any:
     """The file's YAML node graph (`composed_text`), once it is known to be a regular file (a pipe or a device would
-    block or never end) of at most MAX_CONFIG_BYTES; a refusal names `label`, by default `what` and the path."""
-    label = label or f"{what} {path}"
+    block or never end) of at most MAX_CONFIG_BYTES; a refusal names `label` ("config file PATH")."""
     try:
         info = os.stat(path)
     except OSError as error:
@@ -128,7 +127,7 @@ class ReceivedFiles:
         if len(self.files) > MAX_RECEIVED_FILES:
             raise ConfigRefusal(f"{label}: the command would read more than {MAX_RECEIVED_FILES} config files; "
                                 "refused unread")
-        node = composed(path, "", label)
+        node = composed(path, label)
         self.walk(node, label, path.parent if cli else None, (*chain, resolved))
         return node
 
@@ -176,14 +175,11 @@ def named_file(value: str, base: Path) -> Path | None:
 def cli_sources(argv: list[str]) -> list[tuple[str, str]]:
     """(option, value) for each value of a LightningCLI command line (`argv[0]` its subcommand) that jsonargparse may
     read as a config: the config file in every spelling argparse takes (-c F, -cF, -c=F, --config F, --config=F,
-    --conf=F), and any other option's value (a group's config file, --model=FILE, or YAML naming one)."""
+    --conf=F: each as --config), and any other option's value (a group's config file, --model=FILE, or YAML naming one)."""
     args = ["--config" if arg == "-c" else f"--config={arg[2:].removeprefix('=')}" if arg.startswith("-c") else arg
             for arg in argv[1:]]
-    return [(option, value) for option, value in option_values(args) if value is not None]
-
-
-def is_config_option(option: str) -> bool:
-    return len(option) >= 3 and "--config".startswith(option)
+    return [("--config" if len(option) >= 3 and "--config".startswith(option) else option, value)
+            for option, value in option_values(args) if value is not None]
 
 
 def hydra_option(argv: list[str], name: str, short: str) -> list[str]:
@@ -233,7 +229,7 @@ def received_files(argv: list[str], cli: bool) -> ReceivedFiles:
     found = ReceivedFiles()
     if cli:
         for option, value in cli_sources(argv):
-            config, path = is_config_option(option), named_file(value, Path("."))
+            config, path = option == "--config", named_file(value, Path("."))
             if not config and option[2:].rstrip("+").rsplit(".", 1)[-1] in PATH_SETTINGS:
                 continue
             if path is not None and (config or not path.is_dir()):  # -c DIR: refused as not a regular file
