@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from checkpoints.import_paths import PATH_SETTINGS, trust_hint, is_allowed_import, looks_like_import_path, trusted_prefixes
-from launch.checks.arguments import option_values
+from launch.checks.arguments import option_values, overrides_of
 from launch.checks.configs import CONFIGS
 
 MAX_CONFIG_BYTES = 1 << 20  # far above any config here (the largest is a few KB)
@@ -198,11 +198,9 @@ def hydra_folders(argv: list[str]) -> list[Path]:
     --config-path (and the abbreviations Hydra's argparse takes), -cd, -cp, hydra.searchpath=[file://...]."""
     folders = [Path(value) for name, short in (("--config-dir", "-cd"), ("--config-path", "-cp"))
                for value in hydra_option(argv, name, short)]
-    for arg in argv:
-        option, _, value = arg.partition("=")
-        if option.lstrip("+") == "hydra.searchpath":
-            entries = [entry.strip().strip("'\"") for entry in value.strip("[]").split(",")]
-            folders += [Path(entry.removeprefix("file://")) for entry in entries if entry and "pkg://" not in entry]
+    for key, value in overrides_of(argv):
+        entries = [entry.strip().strip("'\"") for entry in value.strip("[]").split(",")] if key == "hydra.searchpath" else []
+        folders += [Path(entry.removeprefix("file://")) for entry in entries if entry and "pkg://" not in entry]
     return folders
 
 
@@ -248,7 +246,8 @@ def received_files(argv: list[str], cli: bool) -> ReceivedFiles:
             if not default and name not in os.environ:
                 raise ConfigRefusal(f"{arg.lstrip('+~')}: the environment variable {name} is not set; set it, or give a "
                                     f"default: ${{oc.env:{name},DEFAULT}}")
-    for folder in hydra_folders(argv):  # a run's record names Hydra's own classes, whose trust is not the question
+    folders = hydra_folders(argv)
+    for folder in folders:  # a run's record names Hydra's own classes, whose trust is not the question
         if (folder / "hydra.yaml").is_file() and (folder / "overrides.yaml").is_file():
             raise ConfigRefusal(f"{folder} is the record of a run (Hydra's .hydra folder), not a folder of configs; run it "
                                 f"again with the overrides it lists in {folder / 'overrides.yaml'}: python train.py OVERRIDES")
@@ -257,7 +256,7 @@ def received_files(argv: list[str], cli: bool) -> ReceivedFiles:
         if path.is_file():  # configs/'s own, or a received file put there
             found.read(path, f"Hydra config {path}", cli=False)
     groups = ["", *sorted(path.name for path in CONFIGS.iterdir() if path.is_dir()), *(group for group, _ in chosen)]
-    for folder in hydra_folders(argv):
+    for folder in folders:
         pending, scanned = list(groups), set()
         while pending:
             group = pending.pop().strip("/")
