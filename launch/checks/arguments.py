@@ -54,17 +54,13 @@ def values_of(text: str, cli: bool = False) -> list[Any] | None:
 
 
 def option_values(argv: list[str]) -> list[tuple[str, str | None]]:
-    """(--option, value) pairs of a LightningCLI command line: --key=value, --key value, or a flag alone."""
-    pairs, i = [], 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("--") and "=" in arg:
-            pairs.append(tuple(arg.split("=", 1)))
-        elif arg.startswith("--"):
-            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else None
-            pairs.append((arg, value))
-            i += value is not None
-        i += 1
+    """(--option, value) pairs of a LightningCLI command line: --key=value, --key value, or a flag alone (a value taken
+    does not start with '-', so it is never read as an option)."""
+    pairs = []
+    for index, arg in enumerate(argv):
+        following = argv[index + 1] if index + 1 < len(argv) and not argv[index + 1].startswith("-") else None
+        if arg.startswith("--"):
+            pairs.append(tuple(arg.split("=", 1)) if "=" in arg else (arg, following))
     return pairs
 
 
