@@ -251,7 +251,7 @@ def received_files(argv: list[str], cli: bool) -> ReceivedFiles:
         if (folder / "hydra.yaml").is_file() and (folder / "overrides.yaml").is_file():
             raise ConfigRefusal(f"{folder} is the record of a run (Hydra's .hydra folder), not a folder of configs; run it "
                                 f"again with the overrides it lists in {folder / 'overrides.yaml'}: python train.py OVERRIDES")
-    chosen = [(arg.lstrip("+~").partition("=")[0].split("@")[0], arg.partition("=")[2]) for arg in argv if "=" in arg]
+    chosen = overrides_of(argv)
     for path in (CONFIGS / group / f"{choice.strip()}.yaml" for group, value in chosen for choice in value.split(",")):
         if path.is_file():  # configs/'s own, or a received file put there
             found.read(path, f"Hydra config {path}", cli=False)
