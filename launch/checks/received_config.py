@@ -241,17 +241,17 @@ def received_files(argv: list[str], cli: bool) -> ReceivedFiles:
                     continue  # not YAML: jsonargparse reports it
                 found.walk(node, f"the value of {option}", Path("."), names=False)
         return found
-    for arg in argv:  # Hydra resolves some (log_dir) before any check, with a traceback
-        for name, default in re.findall(r"\$\{oc\.env:\s*([^,}\s]+)\s*(,[^}]*)?\}", arg.partition("=")[2]):
+    chosen = overrides_of(argv)
+    for key, value in chosen:  # Hydra resolves some (log_dir) before any check, with a traceback
+        for name, default in re.findall(r"\$\{oc\.env:\s*([^,}\s]+)\s*(,[^}]*)?\}", value):
             if not default and name not in os.environ:
-                raise ConfigRefusal(f"{arg.lstrip('+~')}: the environment variable {name} is not set; set it, or give a "
+                raise ConfigRefusal(f"{key}={value}: the environment variable {name} is not set; set it, or give a "
                                     f"default: ${{oc.env:{name},DEFAULT}}")
     folders = hydra_folders(argv)
     for folder in folders:  # a run's record names Hydra's own classes, whose trust is not the question
         if (folder / "hydra.yaml").is_file() and (folder / "overrides.yaml").is_file():
             raise ConfigRefusal(f"{folder} is the record of a run (Hydra's .hydra folder), not a folder of configs; run it "
                                 f"again with the overrides it lists in {folder / 'overrides.yaml'}: python train.py OVERRIDES")
-    chosen = overrides_of(argv)
     for path in (CONFIGS / group / f"{choice.strip()}.yaml" for group, value in chosen for choice in value.split(",")):
         if path.is_file():  # configs/'s own, or a received file put there
             found.read(path, f"Hydra config {path}", cli=False)
