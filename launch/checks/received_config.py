@@ -247,16 +247,14 @@ def received_files(argv: list[str], cli: bool) -> ReceivedFiles:
             if not default and name not in os.environ:
                 raise ConfigRefusal(f"{key}={value}: the environment variable {name} is not set; set it, or give a "
                                     f"default: ${{oc.env:{name},DEFAULT}}")
-    folders = hydra_folders(argv)
-    for folder in folders:  # a run's record names Hydra's own classes, whose trust is not the question
-        if (folder / "hydra.yaml").is_file() and (folder / "overrides.yaml").is_file():
-            raise ConfigRefusal(f"{folder} is the record of a run (Hydra's .hydra folder), not a folder of configs; run it "
-                                f"again with the overrides it lists in {folder / 'overrides.yaml'}: python train.py OVERRIDES")
     for path in (CONFIGS / group / f"{choice.strip()}.yaml" for group, value in chosen for choice in value.split(",")):
         if path.is_file():  # configs/'s own, or a received file put there
             found.read(path, f"Hydra config {path}", cli=False)
     groups = ["", *sorted(path.name for path in CONFIGS.iterdir() if path.is_dir()), *(group for group, _ in chosen)]
-    for folder in folders:
+    for folder in hydra_folders(argv):
+        if (folder / "hydra.yaml").is_file() and (folder / "overrides.yaml").is_file():  # it names Hydra's own classes
+            raise ConfigRefusal(f"{folder} is the record of a run (Hydra's .hydra folder), not a folder of configs; run it "
+                                f"again with the overrides it lists in {folder / 'overrides.yaml'}: python train.py OVERRIDES")
         pending, scanned = list(groups), set()
         while pending:
             group = pending.pop().strip("/")
