@@ -31,10 +31,9 @@ def scalar(text: str, cli: bool = False) -> tuple[bool, Any]:
     lowered = text.lower()
     if lowered == "null" or (cli and text == "~"):  # YAML's nulls; `none` is a string to both front ends
         return True, None
-    if lowered in ("true", "false"):
-        return True, lowered == "true"
-    if cli and lowered in _YAML_BOOLS:
-        return True, _YAML_BOOLS[lowered]
+    booleans = {"true": True, "false": False, **(_YAML_BOOLS if cli else {})}
+    if lowered in booleans:
+        return True, booleans[lowered]
     if _INT.fullmatch(text) or (cli and re.fullmatch(rf"[+-]?{_DIGITS}", text)):
         return True, int(text.replace("_", ""))
     if _FLOAT.fullmatch(text):

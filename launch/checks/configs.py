@@ -84,9 +84,8 @@ def declared_defaults(target: str | None) -> dict[str, Any]:
 def check_declared(target: str | None, given: dict[str, Any]) -> None:
     """Build the settings of the class at `target` from `given` (a ValueError naming the first setting refused), as
     its constructor will; nothing for a class that declares none."""
-    found = settings_class(target) if target else None
-    if found is not None:
-        found(**{name: value for name, value in given.items() if name in {f.name for f in dataclasses.fields(found)}})
+    if declared_settings := declared_defaults(target):
+        settings_class(target)(**{name: value for name, value in given.items() if name in declared_settings})
 
 
 def cli_classes() -> dict[str, dict[str, str]]:
