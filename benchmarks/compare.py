@@ -222,7 +222,7 @@ def read_job_file(path: Path) -> dict | None:
     if not file.exists():
         return None
     try:
-        composed(file, "job file")  # kind, size and alias expansion, before anything is built
+        composed(file, f"job file {file}")  # kind, size and alias expansion, before anything is built
         job = yaml.safe_load(read_regular(file).decode(errors="replace"))
     except (ConfigRefusal, OSError, yaml.YAMLError, RecursionError) as error:
         print(f"skipped {file}: {' '.join(str(error).split())[:200] or type(error).__name__}", flush=True)

@@ -31,10 +31,9 @@ def scalar(text: str, cli: bool = False) -> tuple[bool, Any]:
     lowered = text.lower()
     if lowered == "null" or (cli and text == "~"):  # YAML's nulls; `none` is a string to both front ends
         return True, None
-    if lowered in ("true", "false"):
-        return True, lowered == "true"
-    if cli and lowered in _YAML_BOOLS:
-        return True, _YAML_BOOLS[lowered]
+    booleans = {"true": True, "false": False, **(_YAML_BOOLS if cli else {})}
+    if lowered in booleans:
+        return True, booleans[lowered]
     if _INT.fullmatch(text) or (cli and re.fullmatch(rf"[+-]?{_DIGITS}", text)):
         return True, int(text.replace("_", ""))
     if _FLOAT.fullmatch(text):
@@ -54,17 +53,13 @@ def values_of(text: str, cli: bool = False) -> list[Any] | None:
 
 
 def option_values(argv: list[str]) -> list[tuple[str, str | None]]:
-    """(--option, value) pairs of a LightningCLI command line: --key=value, --key value, or a flag alone."""
-    pairs, i = [], 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("--") and "=" in arg:
-            pairs.append(tuple(arg.split("=", 1)))
-        elif arg.startswith("--"):
-            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else None
-            pairs.append((arg, value))
-            i += value is not None
-        i += 1
+    """(--option, value) pairs of a LightningCLI command line: --key=value, --key value, or a flag alone (a value taken
+    does not start with '-', so it is never read as an option)."""
+    pairs = []
+    for index, arg in enumerate(argv):
+        following = argv[index + 1] if index + 1 < len(argv) and not argv[index + 1].startswith("-") else None
+        if arg.startswith("--"):
+            pairs.append(tuple(arg.split("=", 1)) if "=" in arg else (arg, following))
     return pairs
 
 

@@ -57,7 +57,8 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
             if not Path(value).exists():
                 raise EarlyRefusal(f"--config={value}: no such file")
             try:  # (read as launch/checks/received_config.py reads it)
-                pairs += [(f"--{key}", text, value) for key, text in given_settings(composed(Path(value), "config file"))]
+                node = composed(Path(value), f"config file {Path(value)}")
+                pairs += [(f"--{key}", text, value) for key, text in given_settings(node)]
             except ConfigRefusal as refusal:
                 raise EarlyRefusal(str(refusal)) from None
         else:

@@ -31,26 +31,13 @@ def read_config(name: str) -> dict[str, Any] | None:
     return dict(found) if isinstance(found, dict) else None
 
 
-def composed_choice(group: str, choice: str) -> dict[str, Any] | None:
-    """configs/<group>/<choice>.yaml merged over the files of its group that its defaults list names, as Hydra composes
-    it; None where a file is missing or not plain YAML."""
-    own = read_config(f"{group}/{choice}.yaml")
-    if own is None:
-        return None
-    merged: dict[str, Any] = {}
-    for parent in [p for p in own.pop("defaults", None) or [] if isinstance(p, str) and p != "_self_"] + [None]:
-        base = own if parent is None else composed_choice(group, parent)
-        if base is None:
-            return None
-        merged = _merged(merged, base)
-    return merged
-
-
-def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _merged(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
-    return out
+def config_target(group: str, choice: str) -> Any:
+    """The class configs/<group>/<choice>.yaml builds, as Hydra composes it: its own `_target_` (under `group:` or at
+    the top), else that of the last file of its group its defaults list names (dvae_gumbel: dvae's)."""
+    own = read_config(f"{group}/{choice}.yaml") or {}
+    parents = [parent for parent in own.get("defaults") or [] if isinstance(parent, str) and parent != "_self_"]
+    return config_value(own, [group, "_target_"]) or config_value(own, ["_target_"]) or \
+        next(filter(None, (config_target(group, parent) for parent in reversed(parents))), None)
 
 
 def config_value(node: Any, path: list[str]) -> Any:
@@ -70,9 +57,7 @@ def default_choices() -> dict[str, str | None]:
 
 def config_targets(group: str) -> dict[str, str]:
     """choice -> the class its config builds, for configs/<group>/*.yaml (a model's and a data module's under their group)."""
-    found = {path.stem: composed_choice(group, path.stem) for path in sorted((CONFIGS / group).glob("*.yaml"))}
-    targets = {choice: config_value(config, [group, "_target_"]) or config_value(config, ["_target_"])
-               for choice, config in found.items()}
+    targets = {path.stem: config_target(group, path.stem) for path in sorted((CONFIGS / group).glob("*.yaml"))}
     return {choice: target for choice, target in targets.items() if isinstance(target, str)}
 
 
@@ -99,9 +84,8 @@ def declared_defaults(target: str | None) -> dict[str, Any]:
 def check_declared(target: str | None, given: dict[str, Any]) -> None:
     """Build the settings of the class at `target` from `given` (a ValueError naming the first setting refused), as
     its constructor will; nothing for a class that declares none."""
-    found = settings_class(target) if target else None
-    if found is not None:
-        found(**{name: value for name, value in given.items() if name in {f.name for f in dataclasses.fields(found)}})
+    if declared_settings := declared_defaults(target):
+        settings_class(target)(**{name: value for name, value in given.items() if name in declared_settings})
 
 
 def cli_classes() -> dict[str, dict[str, str]]:

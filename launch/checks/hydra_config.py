@@ -46,7 +46,7 @@ def own_targets(kind: str, folders: Sequence[Path]) -> dict[str, str]:
     targets = {}
     for path in sorted(path for folder in folders for path in (Path(folder) / kind).glob("*.yaml")):
         with contextlib.suppress(ConfigRefusal):  # refused by that check, or not YAML: said there, or by Hydra
-            settings = dict(given_settings(composed(path, "Hydra config")))
+            settings = dict(given_settings(composed(path, f"Hydra config {path}")))
             target = settings.get(f"{kind}._target_") or settings.get("_target_")
             if target:
                 targets[target.strip('"').rsplit(".", 1)[-1]] = target.strip('"')
@@ -68,11 +68,8 @@ def register_defaults(config_dirs: Sequence[Path] = ()) -> None:
             targets.update({cls.__name__: f"{cls.__module__}.{cls.__qualname__}" for cls in registered(kind)})
         for name, target in sorted(targets.items()):
             store.store(group=f"{kind}_defaults", name=name, node=class_defaults(kind, target))
-    trainer_settings: dict[str, Any] = {}
-    if classes_imported():  # every argument, so that trainer.NAME=VALUE works for all (logger, callbacks: their own groups)
-        from lightning import Trainer
-
-        trainer_settings = {k: v for k, v in constructor_defaults(Trainer).items() if k not in NOT_SETTINGS["trainer"]}
+    # every argument, so that trainer.NAME=VALUE works for all (logger, callbacks: their own groups)
+    trainer_settings = class_defaults("trainer", "lightning.Trainer") if classes_imported() else {}
     store.store(group="trainer_defaults", name="Trainer", node=trainer_settings)
     # experiment=compare's models: `${every_config:model,vqvae_prior}`, the configs of configs/model/ as they are now
     OmegaConf.register_new_resolver("every_config", every_config, replace=True)

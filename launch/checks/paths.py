@@ -11,7 +11,7 @@ from pathlib import Path
 
 from launch.checks.arguments import option_values, overrides_of, values_of
 from launch.checks.configs import log_dir as default_log_dir
-from launch.checks.received_config import cli_sources, is_config_option
+from launch.checks.received_config import cli_sources
 
 # Lightning's names for a checkpoint of the trainer's own run: each command starts a run of its own, so they name none
 CKPT_NAMES = ("last", "best", "hpc", "registry")
@@ -68,7 +68,7 @@ def check_paths(argv: list[str], cli: bool, data_class: str | None) -> None:
     if run_name is not None and (run_name in ("", ".", "..") or any(sep in run_name for sep in "/\\")):
         # It names directories under log_dir (TensorBoard's run, Hydra's): a path would write outside it.
         raise PathRefusal(f"run_name={run_name}: expected a name (no '/', not '.' or '..'): runs are written under log_dir")
-    config_file_given = cli and any(is_config_option(option) for option, _ in cli_sources(argv))  # it may give these
+    config_file_given = cli and any(option == "--config" for option, _ in cli_sources(argv))  # it may give these
     log_dir = f"{prefix}log_dir"
     if given.get(log_dir) is not None and "" in [str(v).strip() for v in values_of(given[log_dir], cli) or []]:
         # Hydra's own directory, ${log_dir}/hydra, would be /hydra; LightningCLI would write under the default instead

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from checkpoints.import_paths import PATH_SETTINGS, trust_hint, is_allowed_import, looks_like_import_path, trusted_prefixes
-from launch.checks.arguments import option_values
+from launch.checks.arguments import option_values, overrides_of
 from launch.checks.configs import CONFIGS
 
 MAX_CONFIG_BYTES = 1 << 20  # far above any config here (the largest is a few KB)
@@ -36,10 +36,9 @@ class ConfigRefusal(ValueError):
     """A received config refused: the message is the one line the user sees."""
 
 
-def composed(path: Path, what: str, label: str | None = None) -> Any:
+def composed(path: Path, label: str) -> Any:
     """The file's YAML node graph (`composed_text`), once it is known to be a regular file (a pipe or a device would
-    block or never end) of at most MAX_CONFIG_BYTES; a refusal names `label`, by default `what` and the path."""
-    label = label or f"{what} {path}"
+    block or never end) of at most MAX_CONFIG_BYTES; a refusal names `label` ("config file PATH")."""
     try:
         info = os.stat(path)
     except OSError as error:
@@ -128,7 +127,7 @@ class ReceivedFiles:
         if len(self.files) > MAX_RECEIVED_FILES:
             raise ConfigRefusal(f"{label}: the command would read more than {MAX_RECEIVED_FILES} config files; "
                                 "refused unread")
-        node = composed(path, "", label)
+        node = composed(path, label)
         self.walk(node, label, path.parent if cli else None, (*chain, resolved))
         return node
 
@@ -176,14 +175,11 @@ def named_file(value: str, base: Path) -> Path | None:
 def cli_sources(argv: list[str]) -> list[tuple[str, str]]:
     """(option, value) for each value of a LightningCLI command line (`argv[0]` its subcommand) that jsonargparse may
     read as a config: the config file in every spelling argparse takes (-c F, -cF, -c=F, --config F, --config=F,
-    --conf=F), and any other option's value (a group's config file, --model=FILE, or YAML naming one)."""
+    --conf=F: each as --config), and any other option's value (a group's config file, --model=FILE, or YAML naming one)."""
     args = ["--config" if arg == "-c" else f"--config={arg[2:].removeprefix('=')}" if arg.startswith("-c") else arg
             for arg in argv[1:]]
-    return [(option, value) for option, value in option_values(args) if value is not None]
-
-
-def is_config_option(option: str) -> bool:
-    return len(option) >= 3 and "--config".startswith(option)
+    return [("--config" if len(option) >= 3 and "--config".startswith(option) else option, value)
+            for option, value in option_values(args) if value is not None]
 
 
 def hydra_option(argv: list[str], name: str, short: str) -> list[str]:
@@ -202,11 +198,9 @@ def hydra_folders(argv: list[str]) -> list[Path]:
     --config-path (and the abbreviations Hydra's argparse takes), -cd, -cp, hydra.searchpath=[file://...]."""
     folders = [Path(value) for name, short in (("--config-dir", "-cd"), ("--config-path", "-cp"))
                for value in hydra_option(argv, name, short)]
-    for arg in argv:
-        option, _, value = arg.partition("=")
-        if option.lstrip("+") == "hydra.searchpath":
-            entries = [entry.strip().strip("'\"") for entry in value.strip("[]").split(",")]
-            folders += [Path(entry.removeprefix("file://")) for entry in entries if entry and "pkg://" not in entry]
+    for key, value in overrides_of(argv):
+        entries = [entry.strip().strip("'\"") for entry in value.strip("[]").split(",")] if key == "hydra.searchpath" else []
+        folders += [Path(entry.removeprefix("file://")) for entry in entries if entry and "pkg://" not in entry]
     return folders
 
 
@@ -233,7 +227,7 @@ def received_files(argv: list[str], cli: bool) -> ReceivedFiles:
     found = ReceivedFiles()
     if cli:
         for option, value in cli_sources(argv):
-            config, path = is_config_option(option), named_file(value, Path("."))
+            config, path = option == "--config", named_file(value, Path("."))
             if not config and option[2:].rstrip("+").rsplit(".", 1)[-1] in PATH_SETTINGS:
                 continue
             if path is not None and (config or not path.is_dir()):  # -c DIR: refused as not a regular file
@@ -247,21 +241,20 @@ def received_files(argv: list[str], cli: bool) -> ReceivedFiles:
                     continue  # not YAML: jsonargparse reports it
                 found.walk(node, f"the value of {option}", Path("."), names=False)
         return found
-    for arg in argv:  # Hydra resolves some (log_dir) before any check, with a traceback
-        for name, default in re.findall(r"\$\{oc\.env:\s*([^,}\s]+)\s*(,[^}]*)?\}", arg.partition("=")[2]):
+    chosen = overrides_of(argv)
+    for key, value in chosen:  # Hydra resolves some (log_dir) before any check, with a traceback
+        for name, default in re.findall(r"\$\{oc\.env:\s*([^,}\s]+)\s*(,[^}]*)?\}", value):
             if not default and name not in os.environ:
-                raise ConfigRefusal(f"{arg.lstrip('+~')}: the environment variable {name} is not set; set it, or give a "
+                raise ConfigRefusal(f"{key}={value}: the environment variable {name} is not set; set it, or give a "
                                     f"default: ${{oc.env:{name},DEFAULT}}")
-    for folder in hydra_folders(argv):  # a run's record names Hydra's own classes, whose trust is not the question
-        if (folder / "hydra.yaml").is_file() and (folder / "overrides.yaml").is_file():
-            raise ConfigRefusal(f"{folder} is the record of a run (Hydra's .hydra folder), not a folder of configs; run it "
-                                f"again with the overrides it lists in {folder / 'overrides.yaml'}: python train.py OVERRIDES")
-    chosen = [(arg.lstrip("+~").partition("=")[0].split("@")[0], arg.partition("=")[2]) for arg in argv if "=" in arg]
     for path in (CONFIGS / group / f"{choice.strip()}.yaml" for group, value in chosen for choice in value.split(",")):
         if path.is_file():  # configs/'s own, or a received file put there
             found.read(path, f"Hydra config {path}", cli=False)
     groups = ["", *sorted(path.name for path in CONFIGS.iterdir() if path.is_dir()), *(group for group, _ in chosen)]
     for folder in hydra_folders(argv):
+        if (folder / "hydra.yaml").is_file() and (folder / "overrides.yaml").is_file():  # it names Hydra's own classes
+            raise ConfigRefusal(f"{folder} is the record of a run (Hydra's .hydra folder), not a folder of configs; run it "
+                                f"again with the overrides it lists in {folder / 'overrides.yaml'}: python train.py OVERRIDES")
         pending, scanned = list(groups), set()
         while pending:
             group = pending.pop().strip("/")

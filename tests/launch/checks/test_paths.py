@@ -61,3 +61,9 @@ def test_a_config_file_in_any_spelling_may_set_log_dir_and_data_dir(config, tmp_
     check_paths(["fit", *config], cli=True, data_class=None)
     with pytest.raises(PathRefusal, match=r"^--log_dir=logs \(the default\): logs is a file, not a directory"):
         check_paths(["fit"], cli=True, data_class=None)
+
+
+def test_an_option_after_a_flag_alone_is_read_as_an_option():
+    """`--trainer.fast_dev_run --ckpt_path nope.ckpt`: a flag takes no value that starts with '-' (arguments.option_values)."""
+    with pytest.raises(PathRefusal, match=r"^--ckpt_path=nope\.ckpt: no such file"):
+        check_paths(["fit", "--trainer.fast_dev_run", "--ckpt_path", "nope.ckpt"], cli=True, data_class=None)
