@@ -11,6 +11,13 @@ from typing import Any
 TAKES_VALUE = ("--cfg", "-c", "--package", "-p", "--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp")
 
 
+def is_hydra_cfg(arg: str) -> bool:
+    """Whether `arg` is Hydra's --cfg (print the config, run nothing) as its argparse reads it: --cfg or an abbreviation
+    (--cf), -c, or -c joined to its value (-cjob); not -cd, -cp or -cn (the config folder, path and name)."""
+    flag = arg.split("=", 1)[0]
+    return (len(flag) > 3 and "--cfg".startswith(flag)) or flag == "-c" or (flag.startswith("-c") and flag[2:] in ("job", "hydra", "all"))
+
+
 # Hydra's grammar (hydra/grammar/OverrideLexer.g4): 007 is a string, 1_000 an int, 1_0.5 a float.
 _DIGITS = r"\d(?:_?\d)*"
 _INT = re.compile(r"[+-]?(?:0|[1-9](?:_?\d)*)")

@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-from launch.checks.arguments import option_values, overrides_of
+from launch.checks.arguments import is_hydra_cfg, option_values, overrides_of
 from launch.checks.configs import config_targets, default_choices
 from launch.checks.paths import PathRefusal, check_paths
 from launch.checks.precheck import OTHER_TREE, EarlyRefusal
@@ -42,7 +42,7 @@ def exit_on_sigterm() -> None:
 
 # Options after which nothing runs (help, a printed config): no file, directory or DATA_DIR is looked at.
 PRINTS_ONLY = {True: ("-h", "--help", "--print_config", "--model.help", "--data.help"),  # LightningCLI (its -c is --config)
-               False: ("-h", "--help", "--cfg", "-c", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")}
+               False: ("-h", "--help", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")}
 
 
 def data_class_of(argv: list[str], cli: bool) -> str | None:
@@ -56,8 +56,7 @@ def data_class_of(argv: list[str], cli: bool) -> str | None:
 
 def refuse_early(argv: list[str], cli: bool) -> str | None:
     """The `error:` line for a mistake seen before the imports, or None (then the full checks decide)."""
-    prints_only = any(arg.split("=", 1)[0] in PRINTS_ONLY[cli] or (not cli and arg.startswith("-c") and not arg.startswith("--"))
-                      for arg in argv)  # Hydra's -cjob is --cfg job
+    prints_only = any(arg.split("=", 1)[0] in PRINTS_ONLY[cli] or (not cli and is_hydra_cfg(arg)) for arg in argv)
     try:
         if cli:
             from launch.checks.cli_check import check_cli_command as check

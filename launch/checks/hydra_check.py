@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from launch import CLI_SUBCOMMANDS
-from launch.checks.arguments import TAKES_VALUE, overrides_of, values_of
+from launch.checks.arguments import TAKES_VALUE, is_hydra_cfg, overrides_of, values_of
 from launch.checks.configs import CONFIGS, config_value, declared, read_config
 from launch.checks.precheck import OTHER_TREE, EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, no_such_setting, \
     removed_trainer_option
@@ -196,7 +196,7 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
     # Hydra's argparse takes abbreviations (--multi) and joined values (--cfg=job, -cjob). --cfg only prints the
     # config: a sweeper or launcher is fine there without -m.
     flags = [arg.split("=", 1)[0] for arg in argv if arg.startswith("-")]
-    multirun = any(f == "-m" or (len(f) > 3 and "--multirun".startswith(f)) or f.startswith(("--cfg", "-c"))
+    multirun = any(f == "-m" or (len(f) > 3 and "--multirun".startswith(f)) or is_hydra_cfg(f)
                    for f in flags) or ("hydra.mode", "MULTIRUN") in pairs
     if not trainer_names_only:
         check_before_composing(argv, pairs, multirun)
@@ -328,7 +328,7 @@ def check_hydra_command(argv: list[str], prints_only: bool) -> None:
                                f"python train.py fit {arg}{hydra}")
     flags = [arg.split("=", 1)[0] for arg in argv if arg.startswith("-")]  # (--multi, -cjob: argparse takes both)
     modes = {mode for flag in flags for mode, short in HYDRA_MODES.items() if flag == short or (len(flag) > 3 and mode.startswith(flag))
-             or (short == "-c" and flag.startswith("-c") and flag[:3] not in ("-cd", "-cp", "-cn"))}
+             or (short == "-c" and is_hydra_cfg(flag))}
     if len(modes) > 1:  # Hydra's answer is a traceback
         raise EarlyRefusal(f"{' and '.join(sorted(modes))}: Hydra takes one of {', '.join(HYDRA_MODES)} at a time (--cfg job "
                            "prints the config of one job: leave out -m)")

@@ -1,11 +1,13 @@
 """The places a command names on disk (launch/checks/paths.py) that tests/launch/checks/test_precheck.py's table does
 not reach: a run name that is a path, Lightning's checkpoint names refused, URLs left to the run, each value of a sweep,
-and a config file in any spelling (it may set log_dir and data_dir) leaving those to be checked once parsed."""
+and a config file in any spelling (it may set log_dir and data_dir) leaving those to be checked once parsed; a config
+folder (-cd) checked like any command, Hydra's --cfg alone printing without checks."""
 
 from __future__ import annotations
 
 import pytest
 
+from launch.checks.early import refuse_early
 from launch.checks.paths import PathRefusal, check_paths
 
 
@@ -67,3 +69,13 @@ def test_an_option_after_a_flag_alone_is_read_as_an_option():
     """`--trainer.fast_dev_run --ckpt_path nope.ckpt`: a flag takes no value that starts with '-' (arguments.option_values)."""
     with pytest.raises(PathRefusal, match=r"^--ckpt_path=nope\.ckpt: no such file"):
         check_paths(["fit", "--trainer.fast_dev_run", "--ckpt_path", "nope.ckpt"], cli=True, data_class=None)
+
+
+@pytest.mark.parametrize("config_folder", [["-cd", "mine"], ["--config-dir=mine"]])
+def test_a_config_folder_is_checked_like_any_command_only_cfg_prints_without_checks(config_folder, tmp_path):
+    """Hydra's -cd adds a config folder and runs the command; only -c (--cfg, -cjob) prints the config and runs nothing."""
+    (tmp_path / "mine").mkdir()
+    assert refuse_early([*config_folder, "ckpt_path=nope.ckpt"], cli=False).startswith("ckpt_path=nope.ckpt: no such file")
+    assert "add -m" in refuse_early([*config_folder, "hydra/launcher=joblib"], cli=False)
+    assert refuse_early(["-cjob", "ckpt_path=nope.ckpt"], cli=False) is None
+    assert refuse_early(["--cfg", "job", "hydra/launcher=joblib"], cli=False) is None
