@@ -22,7 +22,8 @@ from launch.checks.paths import write_root_refusal
 from launch.checks.settings import SettingsError
 from launch.run_layout import TENSORBOARD, process_dir
 from launch.runs.replicas import check_replica_checkpoint
-from launch.runs.run_directory import tensorboard_logger
+from launch.runs.distributed import check_launcher
+from launch.runs.run_directory import requeued_job_checkpoint, tensorboard_logger
 
 
 @dataclasses.dataclass
@@ -80,4 +81,6 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     if checkpoint is not None and type(trainer.strategy.checkpoint_io) in (TorchCheckpointIO, AtomicCheckpointIO):
         # the restore takes the checkpoint read above instead of reading the file again
         trainer.strategy.checkpoint_io = AtomicCheckpointIO(read=(run.ckpt_path, checkpoint))
-    return trainer, rules.resume_point(trainer, run.ckpt_path)
+    check_launcher(trainer)  # several nodes need a launcher
+    # fit starts from the given checkpoint, else, in a requeued SLURM job, the newest one its earlier attempt saved
+    return trainer, run.ckpt_path or requeued_job_checkpoint(trainer)
