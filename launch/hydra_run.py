@@ -35,7 +35,7 @@ from launch.checks.hydra_check import overrides_given
 from launch.checks.settings import SettingsError, check_composed
 from launch.run_builder import RunDescription, build_trainer
 from launch.run_layout import LOGGER_FOLDERS, TENSORBOARD, logger_root, placed, process_dir, run_name
-from launch.runs.replicas import check_replica_request, replicate
+from launch.runs.replicas import replicate
 from launch.runs.worker_slots import claim_slot
 
 log = logging.getLogger(__name__)
@@ -207,11 +207,10 @@ def describe_run(cfg: Any) -> RunDescription:
     replicas = OmegaConf.to_container(cfg.replicas, resolve=True) if cfg.get("replicas") else {}
     if replicas.get("seeds") is None:
         return run
-    rules.check_replicable(model, "scheduler")
     if logger:  # each replica's run is a TensorBoard run of its own (docs/replicas.md)
         raise SettingsError(f"logger={HydraConfig.get().runtime.choices.get('logger')} with replicas: each replica logs to a "
                             "TensorBoard run of its own; use logger=tensorboard (or logger=none)")
-    return replicate(run, *check_replica_request(replicas["seeds"], replicas.get("arms"), "replicas"))
+    return replicate(run, replicas["seeds"], replicas.get("arms"))
 
 
 def replica_tests(cfg: Any, replicas: Any, trainer: Any) -> Iterator[tuple[Any, Any, Any, str | None]]:

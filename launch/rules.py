@@ -22,7 +22,6 @@ from callbacks.guards.process_group import CollectiveTimeout, ReleaseProcessGrou
 from checkpoints.trainer import SafeCheckpoints
 from common.signatures import constructor_defaults
 from launch.checks.configs import config_file
-from launch.checks.settings import SettingsError
 from launch.errors import REFUSALS, StoppedByCtrlC, lightning_exits_as_ours
 from launch.runs.distributed import strategy_with_timeout
 from launch.runs.run_directory import no_traces_if_refused, run_summary_at_end, slurm_job_id
@@ -81,14 +80,6 @@ def resumed_seed(seed: Any, seed_given: bool, checkpoint: dict[str, Any] | None)
     seeded with (a replica's own seed too), so that its data order and test stage continue as they were."""
     saved = (checkpoint or {}).get("datamodule_hyper_parameters") or {}
     return saved["seed"] if not seed_given and type(saved.get("seed")) is int else seed
-
-
-def check_replicable(model: Any, option: str) -> None:
-    """Replicas train with the optimizer alone (models/replicas.py builds it over the stacked weights): a learning-rate
-    scheduler is refused, not dropped."""
-    if getattr(model, "scheduler_factory", None) is not None:
-        raise SettingsError(f"{option} with replicas: replicas train without a learning-rate scheduler; train each seed "
-                            "as a run of its own to schedule its learning rate")
 
 
 def follow_data(model_settings: dict[str, Any], model_class: type, data_class: type, binarize: Any) -> dict[str, Any]:

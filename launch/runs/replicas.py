@@ -71,8 +71,14 @@ def check_one_process(trainer: dict[str, Any], option: str) -> None:
                             "drop the DDP settings, or train each seed as a DDP run of its own")
 
 
-def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], option: str = "replicas") -> Any:
-    """The run description (launch/run_builder.py) of `run`'s configuration trained for every seed and arm in one process."""
+def replicate(run: Any, seeds: Any, arms: Any, option: str = "replicas") -> Any:
+    """The run description (launch/run_builder.py) of `run`'s configuration trained for every seed and arm in one process;
+    `seeds` and `arms` as the user gave them (check_replica_request). Replicas train with the optimizer alone
+    (models/replicas.py builds it over the stacked weights): a learning-rate scheduler is refused, not dropped."""
+    seeds, arms = check_replica_request(seeds, arms, option)
+    if getattr(run.model, "scheduler_factory", None) is not None:
+        raise SettingsError(f"{'--model.' if option.startswith('--') else ''}scheduler with replicas: replicas train without a "
+                            "learning-rate scheduler; train each seed as a run of its own to schedule its learning rate")
     check_one_process(run.trainer, option)
     model_class = type(run.model)
     settings = {key: value for key, value in run.model.hparams.items() if not key.startswith("_")}  # (LightningCLI adds _class_path)
