@@ -51,8 +51,8 @@ def check_replica_request(seeds: Any, arms: Any, option: str) -> tuple[list[int]
     arms = [{}] if arms is None else arms
     if not isinstance(arms, (list, tuple)) or not arms or not all(isinstance(a, dict) for a in arms):
         raise SettingsError(f"{option}.arms={arms!r}: expected a list of settings, one arm each, e.g. [{{}},{{cache_start_epoch:300}}]")
-    glued = next((key for arm in arms for key in arm if ":" in str(key)), None)
-    if glued is not None:  # YAML reads {cache_start_epoch:300} as one key: the CLI's parser does
+    # YAML reads {cache_start_epoch:300} as one key: the CLI's parser does
+    if (glued := next((key for arm in arms for key in arm if ":" in str(key)), None)) is not None:
         raise SettingsError(f"{option}.arms: {glued!r} is one key; write a space after the colon, e.g. '[{{}}, {{cache_start_epoch: 300}}]'")
     return list(seeds), [dict(a) for a in arms]
 
@@ -85,8 +85,7 @@ def replicate(run: Any, seeds: Any, arms: Any, option: str = "replicas") -> Any:
     if "cache_size" in constructor_defaults(model_class):  # JSA's cache is stacked with the weights, so it exists before training
         settings["cache_size"] = run.datamodule.num_train_examples
     free = getattr(model_class, "replica_settings", ())
-    fixed = next((key for arm in arms for key in arm if key not in free), None)
-    if fixed is not None:
+    if (fixed := next((key for arm in arms for key in arm if key not in free), None)) is not None:
         raise SettingsError(f"{option}.arms sets {fixed}: replicas of one process may differ only in the settings that gate "
                             f"behaviour ({model_class.__name__}: {', '.join(free) or 'none'}); run other settings as other processes")
     models, replica_seeds = [], [seed for _ in arms for seed in seeds]
