@@ -38,7 +38,7 @@ from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import user_errors_as_one_line
 from launch.run_builder import RunDescription, build_trainer
 from launch.run_layout import run_name
-from launch.runs.replicas import check_replica_request, replicate
+from launch.runs.replicas import replicate
 from launch.runs.run_directory import note_existing_directories
 from models import LatentVariableModel
 
@@ -194,8 +194,7 @@ class CollectionCLI(LightningCLI):
             if self.subcommand != "fit":
                 raise SettingsError(f"--replicas.seeds with {self.subcommand}: {self.subcommand} each replica's checkpoint on its "
                                     f"own (python train.py {self.subcommand} --ckpt_path=<its run>/checkpoints/last.ckpt)")
-            rules.check_replicable(self.model, "--model.scheduler")
-            run = replicate(run, *check_replica_request(replicas.get("seeds"), replicas.get("arms"), "--replicas"), option="--replicas")
+            run = replicate(run, replicas.get("seeds"), replicas.get("arms"), option="--replicas")
             self.model, self.datamodule = run.model, run.datamodule
         trainer, resume = build_trainer(run)
         if self.subcommand == "fit":

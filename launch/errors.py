@@ -21,10 +21,6 @@ from launch.checks.early import INTACT, USER_ERROR, exit_with
 from launch.checks.settings import SettingsError
 from launch.runs.distributed import collective_timeout_message
 
-# Settings Lightning refuses only once it knows the data, with a ValueError whose message names the option.
-LIGHTNING_REFUSALS = ("`val_check_interval`",)
-
-
 class StoppedByCtrlC(SystemExit):
     """Ctrl-C outside training's own handling (callbacks/guards/preemption.py saves a checkpoint there): during validate or
     test, or before the first step. Lightning answers KeyboardInterrupt with exit status 1, as if the run had failed;
@@ -34,30 +30,24 @@ class StoppedByCtrlC(SystemExit):
         super().__init__(128 + signal.SIGINT)
 
 
-@contextlib.contextmanager
-def ctrl_c_as_status_130() -> Iterator[None]:
-    """Lightning's `sys.exit(1)` after a KeyboardInterrupt (lightning/pytorch/trainer/call.py) as StoppedByCtrlC."""
-    try:
-        yield
-    except SystemExit as stop:
-        if stop.code == 1 and isinstance(stop.__context__, KeyboardInterrupt):
-            raise StoppedByCtrlC() from None
-        raise
-
-
 # What refuses a run before it trains: a setting, the data, a checkpoint, a run's file that is not a regular file or a
 # run's folder that a link leads out of its root (the user's to fix).
 REFUSALS = (DataError, CheckpointError, SettingsError, MisconfigurationException, NotARegularFile, LeadsOutside)
 
 
 @contextlib.contextmanager
-def lightning_refusals_as_settings_errors() -> Iterator[None]:
-    """A setting Lightning refuses once it knows the data (LIGHTNING_REFUSALS) as the SettingsError it is: one line,
-    and the refused run leaves nothing behind (launch/rules.py `running`)."""
+def lightning_exits_as_ours() -> Iterator[None]:
+    """Lightning's `sys.exit(1)` after a KeyboardInterrupt (lightning/pytorch/trainer/call.py) as StoppedByCtrlC; a
+    setting Lightning refuses only once it knows the data (`val_check_interval`, a ValueError naming it) as the
+    SettingsError it is: one line, and the refused run leaves nothing behind (launch/rules.py `running`)."""
     try:
         yield
+    except SystemExit as stop:
+        if stop.code == 1 and isinstance(stop.__context__, KeyboardInterrupt):
+            raise StoppedByCtrlC() from None
+        raise
     except ValueError as error:
-        if not str(error).strip().startswith(LIGHTNING_REFUSALS):
+        if not str(error).strip().startswith("`val_check_interval`"):
             raise
         raise SettingsError(" ".join(str(error).split())) from None
 

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
@@ -30,19 +31,23 @@ from common.signatures import constructor_defaults
 from configs.settings import MODEL_ARGUMENTS
 from launch import rules
 from launch.checks.configs import config_targets
+from launch.checks.hydra_check import overrides_given
 from launch.checks.settings import SettingsError, check_composed
 from launch.run_builder import RunDescription, build_trainer
 from launch.run_layout import LOGGER_FOLDERS, TENSORBOARD, logger_root, placed, process_dir, run_name
-from launch.runs.replicas import check_replica_request, replicate
+from launch.runs.replicas import replicate
 from launch.runs.worker_slots import claim_slot
 
 log = logging.getLogger(__name__)
 
 
-def model_settings(cfg: Any) -> dict[str, Any]:
+def model_settings(cfg: Any, checkpoint: dict[str, Any] | None = None) -> dict[str, Any]:
     """cfg.model as a dict, with an experiment's shared settings applied unless the command line sets them for
     the model: `discrete_latent` (experiment=compare) to a model with a discrete latent (JSA, DiscreteVAE,
-    VQ-VAE), then `per_model.<the model's config name>` (experiment=jsa_paper: L for JSA, K for RWS, ...)."""
+    VQ-VAE), then `per_model.<the model's config name>` (experiment=jsa_paper: L for JSA, K for RWS, ...).
+    Given the `checkpoint` of a run of this model class, its saved settings come under those the command line gives
+    (`model=rws ckpt_path=...` resumes a run of model.num_samples=5 with 5, as LightningCLI's `fit --model=RWS
+    --ckpt_path=...` does); another model's checkpoint is left to the builder's refusal."""
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     given = {key.removeprefix("model.") for key in command_line_overrides() if key.startswith("model.")}
     shared = cfg.get("discrete_latent")
@@ -52,24 +57,16 @@ def model_settings(cfg: Any) -> dict[str, Any]:
     own = (cfg.get("per_model") or {}).get(choice) if choice is not None else None
     if own:
         settings.update({k: v for k, v in OmegaConf.to_container(own, resolve=True).items() if k not in given})
-    return settings
-
-
-def resumed_settings(settings: dict[str, Any], checkpoint: dict[str, Any] | None) -> dict[str, Any]:
-    """The model's settings of a run started from a checkpoint its model wrote: the checkpoint's, under those the
-    command line gives (`model=rws ckpt_path=...` resumes a run of model.num_samples=5 with 5, as LightningCLI's
-    `fit --model=RWS --ckpt_path=...` does). Another model's checkpoint is left to the builder's refusal."""
     if checkpoint is None:
         return settings
     try:
         cls = pkgutil.resolve_name(settings["_target_"])
     except (ImportError, AttributeError, ValueError):
         return settings  # refused by the checks, naming the class
-    if checkpoint.get("model_class") != qualified_name(cls):
-        return settings
-    given = {key.removeprefix("model.") for key in command_line_overrides() if key.startswith("model.")}
-    names = set(constructor_defaults(cls)) - set(MODEL_ARGUMENTS) - given
-    return {**settings, **{key: value for key, value in (checkpoint.get("hyper_parameters") or {}).items() if key in names}}
+    if checkpoint.get("model_class") == qualified_name(cls):
+        names = set(constructor_defaults(cls)) - set(MODEL_ARGUMENTS) - given
+        settings.update({k: v for k, v in (checkpoint.get("hyper_parameters") or {}).items() if k in names})
+    return settings
 
 
 def command_line_overrides() -> dict[str, str]:
@@ -78,17 +75,6 @@ def command_line_overrides() -> dict[str, str]:
         return {}
     pairs = (o.lstrip("+~").split("=", 1) for o in HydraConfig.get().overrides.task)
     return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
-
-
-def swept_keys() -> set[str]:
-    """The keys a multirun sweeps: given on the command line as a list or range (a=1,2 / range(...)), or in
-    the config's hydra.sweeper.params."""
-    keys = set(HydraConfig.get().sweeper.get("params") or {})
-    for arg in sys.argv[1:]:
-        key, _, value = arg.lstrip("+~").partition("=")
-        if "," in value or value.startswith(("range(", "choice(", "glob(", "interval(")):
-            keys.add(key)
-    return keys
 
 
 def build(cfg: Any, settings: dict[str, Any] | None = None, seed: int | None = None) -> tuple[Any, Any]:
@@ -122,23 +108,17 @@ def constructed(settings: dict[str, Any], group: str, **kwargs: Any) -> Any:
 
 def swept_settings(cfg: Any) -> dict[str, str]:
     """In a multirun, every swept model or data setting (and the seed) that the model's key settings do not already
-    show, with its value in this job: the run's name shows them (launch/run_layout.py)."""
+    show, with its value in this job: the run's name shows them (launch/run_layout.py). Swept: given as a list or range
+    on the command line (a=1,2 / range(...)), or in the config's hydra.sweeper.params."""
     if not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN):
         return {}
     model_class = get_class(cfg.model._target_)
     shown = {f"model.{key}" for key in (*model_class.run_tag_keys, *model_class.estimator_settings)}  # already in the tag
-    swept = swept_keys()
+    swept = set(HydraConfig.get().sweeper.get("params") or {}) | {
+        override.key_or_group for override in OverridesParser.create().parse_overrides(overrides_given(sys.argv[1:]))
+        if override.is_sweep_override()}
     return {key: value for key, value in command_line_overrides().items()
             if key in swept and key not in shown and (key.startswith(("model.", "data.")) or key == "seed")}
-
-
-def hydra_output_dir(cfg: Any) -> str:
-    """Hydra's directory of this run (its .hydra/ config and train.log: configs/train.yaml's hydra.run.dir); outside a
-    Hydra app (a config composed in a test or a notebook has Hydra's settings but no runtime.output_dir, which Hydra
-    sets when it runs a job), one of the same layout (launch/run_layout.py). Placed: a link that leads it out of
-    <log_dir> is refused."""
-    output_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None) if HydraConfig.initialized() else None
-    return placed(cfg.log_dir, "hydra", output_dir) if output_dir else process_dir(cfg.log_dir, "hydra", cfg.run_name)
 
 
 def parallel_job_settings(cfg: Any) -> dict[str, Any]:
@@ -200,7 +180,7 @@ def describe_run(cfg: Any) -> RunDescription:
     """The run of a composed config (launch/run_builder.py's RunDescription), checked, seeded and built but for its
     trainer."""
     checkpoint = load_checkpoint_file(cfg.ckpt_path) if cfg.get("ckpt_path") else None  # read once, handed on
-    settings = resumed_settings(model_settings(cfg), checkpoint)  # the model's, as built: checked with every other setting
+    settings = model_settings(cfg, checkpoint)  # the model's, as built: checked with every other setting
     try:
         check_composed(cfg, settings)
     except SettingsError as error:  # a setting given beside the checkpoint's (model.use_cache=false with its cache_size)
@@ -216,20 +196,21 @@ def describe_run(cfg: Any) -> RunDescription:
                  (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items()]
     name = run_name(base_name(cfg, model, datamodule), model.run_tag, swept_settings(cfg))
     logger, tensorboard = chosen_logger(cfg, name)
+    hydra_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None) if HydraConfig.initialized() else None
     run = RunDescription(
         model=model, datamodule=datamodule, name=name, log_dir=cfg.log_dir, front_end="hydra", tensorboard=tensorboard,
         trainer={**trainer.keywords, "callbacks": callbacks, "logger": logger, **parallel_job_settings(cfg)},
         trainer_class=trainer.func, ckpt_path=cfg.get("ckpt_path"), checkpoint=checkpoint, ddp_timeout_s=cfg.ddp_timeout_s,
-        # ~logger: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory
-        output_dir=hydra_output_dir(cfg))
+        # ~logger: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory;
+        # outside a Hydra app (a config composed in a test), one of the same layout. Placed: no link out of <log_dir>.
+        output_dir=placed(cfg.log_dir, "hydra", hydra_dir) if hydra_dir else process_dir(cfg.log_dir, "hydra", cfg.run_name))
     replicas = OmegaConf.to_container(cfg.replicas, resolve=True) if cfg.get("replicas") else {}
     if replicas.get("seeds") is None:
         return run
-    rules.check_replicable(model, "scheduler")
     if logger:  # each replica's run is a TensorBoard run of its own (docs/replicas.md)
         raise SettingsError(f"logger={HydraConfig.get().runtime.choices.get('logger')} with replicas: each replica logs to a "
                             "TensorBoard run of its own; use logger=tensorboard (or logger=none)")
-    return replicate(run, *check_replica_request(replicas["seeds"], replicas.get("arms"), "replicas"))
+    return replicate(run, replicas["seeds"], replicas.get("arms"))
 
 
 def replica_tests(cfg: Any, replicas: Any, trainer: Any) -> Iterator[tuple[Any, Any, Any, str | None]]:

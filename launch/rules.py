@@ -2,8 +2,8 @@
 configs/ (launch/checks/configs.py reads them; LightningCLI takes them as its defaults); the likelihood and backbone
 follow the data unless given (`follow_data`); the run's seed seeds the data order and the test stage unless they are
 given (`seed_settings`); the callbacks every run gets (`always_on_callbacks`); the trainer's collective timeout, SLURM
-root, signal handling and progress bar (`trainer_settings`); launchers and a requeued SLURM job's resume point
-(`resume_point`); the last line of a run and no directory left by a refused one (`running`).
+root, signal handling and progress bar (`trainer_settings`); the last line of a run and no directory left by a refused
+one (`running`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from callbacks.guards.process_group import CollectiveTimeout, ReleaseProcessGrou
 from checkpoints.trainer import SafeCheckpoints
 from common.signatures import constructor_defaults
 from launch.checks.configs import config_file
-from launch.checks.settings import SettingsError
-from launch.errors import REFUSALS, StoppedByCtrlC, ctrl_c_as_status_130, lightning_refusals_as_settings_errors
-from launch.runs.distributed import check_launcher, strategy_with_timeout
-from launch.runs.run_directory import no_traces_if_refused, requeued_job_checkpoint, run_summary_at_end, slurm_job_id
+from launch.errors import REFUSALS, StoppedByCtrlC, lightning_exits_as_ours
+from launch.runs.distributed import strategy_with_timeout
+from launch.runs.run_directory import no_traces_if_refused, run_summary_at_end, slurm_job_id
 
 
 def trainer_defaults() -> dict[str, Any]:
@@ -83,14 +82,6 @@ def resumed_seed(seed: Any, seed_given: bool, checkpoint: dict[str, Any] | None)
     return saved["seed"] if not seed_given and type(saved.get("seed")) is int else seed
 
 
-def check_replicable(model: Any, option: str) -> None:
-    """Replicas train with the optimizer alone (models/replicas.py builds it over the stacked weights): a learning-rate
-    scheduler is refused, not dropped."""
-    if getattr(model, "scheduler_factory", None) is not None:
-        raise SettingsError(f"{option} with replicas: replicas train without a learning-rate scheduler; train each seed "
-                            "as a run of its own to schedule its learning rate")
-
-
 def follow_data(model_settings: dict[str, Any], model_class: type, data_class: type, binarize: Any) -> dict[str, Any]:
     """The model's settings with the likelihood and backbone that suit the data where they are not given and the
     model takes them: Bernoulli for binarized pixels, else the discretized logistic; CIFAR-10's convolutional networks."""
@@ -123,13 +114,6 @@ def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir:
     return {**changed, "callbacks": callbacks}
 
 
-def resume_point(trainer: Any, ckpt_path: str | None) -> str | None:
-    """Check the built trainer (several nodes need a launcher) and say where fit starts: the given checkpoint, else,
-    in a requeued SLURM job, the newest one its earlier attempt saved."""
-    check_launcher(trainer)
-    return ckpt_path or requeued_job_checkpoint(trainer)
-
-
 @contextlib.contextmanager
 def running(trainer: Any, say: Callable[[str], Any], evaluating_only: bool = False) -> Iterator[None]:
     """Around fit/test: the last line names the run, its last.ckpt and the TensorBoard command (also after Ctrl-C or
@@ -137,6 +121,5 @@ def running(trainer: Any, say: Callable[[str], Any], evaluating_only: bool = Fal
     (SIGTERM: 143); when the process only evaluates (validate, test), the run it was logging into is left as it was (a half-written
     test stage's image grids without its metrics would look like a result)."""
     undone = (*REFUSALS, StoppedByCtrlC, SIGTERMException) if evaluating_only else REFUSALS
-    with run_summary_at_end(trainer, say), no_traces_if_refused(trainer.logger, undone), ctrl_c_as_status_130(), \
-            lightning_refusals_as_settings_errors():
+    with run_summary_at_end(trainer, say), no_traces_if_refused(trainer.logger, undone), lightning_exits_as_ours():
         yield

@@ -22,7 +22,8 @@ from launch.checks.paths import write_root_refusal
 from launch.checks.settings import SettingsError
 from launch.run_layout import TENSORBOARD, process_dir
 from launch.runs.replicas import check_replica_checkpoint
-from launch.runs.run_directory import tensorboard_logger
+from launch.runs.distributed import check_launcher
+from launch.runs.run_directory import requeued_job_checkpoint, tensorboard_logger
 
 
 @dataclasses.dataclass
@@ -48,8 +49,7 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     """The run's trainer, and the checkpoint fit starts from; an unusable checkpoint, or another model's, stops the
     run here, before anything is written but the reserved TensorBoard directory."""
     # as parsed: a CLI config file may set it (the early checks saw the command line only)
-    refusal = write_root_refusal("--log_dir" if run.front_end == "cli" else "log_dir", run.log_dir)
-    if refusal:
+    if refusal := write_root_refusal("--log_dir" if run.front_end == "cli" else "log_dir", run.log_dir):
         raise SettingsError(refusal)
     checkpoint = run.checkpoint
     if run.ckpt_path:
@@ -62,14 +62,11 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
         raise SettingsError(f"{option}trainer.default_root_dir={root}: with a logger, a run writes everything under "
                             f"{option}log_dir (<log_dir>/tensorboard/<run>); give {option}log_dir={root} instead")
     unlogged_dir = run.output_dir or process_dir(run.log_dir, run.front_end, run.name)  # a run without a logger's files
-    if run.tensorboard is not None:
-        logger = tensorboard_logger(f"{run.log_dir}/{TENSORBOARD}", run.name, run.ckpt_path, **run.tensorboard)
-    else:
-        logger = run.trainer.get("logger", False)
-    callbacks = list(run.trainer.get("callbacks") or [])
+    logger = (run.trainer.get("logger", False) if run.tensorboard is None
+              else tensorboard_logger(f"{run.log_dir}/{TENSORBOARD}", run.name, run.ckpt_path, **run.tensorboard))
     # trainer.enable_checkpointing=false leaves the checkpoint callback out, which Lightning would refuse beside it.
-    if run.trainer.get("enable_checkpointing") is False:
-        callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+    checkpointing = run.trainer.get("enable_checkpointing") is not False
+    callbacks = [c for c in run.trainer.get("callbacks") or [] if checkpointing or not isinstance(c, ModelCheckpoint)]
     settings = {**run.trainer, "callbacks": callbacks}
     settings.update(rules.trainer_settings(settings, logger, run.ddp_timeout_s, unlogged_dir))
     trainer = (run.trainer_class or Trainer)(**{**settings, "logger": logger})
@@ -80,4 +77,6 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     if checkpoint is not None and type(trainer.strategy.checkpoint_io) in (TorchCheckpointIO, AtomicCheckpointIO):
         # the restore takes the checkpoint read above instead of reading the file again
         trainer.strategy.checkpoint_io = AtomicCheckpointIO(read=(run.ckpt_path, checkpoint))
-    return trainer, rules.resume_point(trainer, run.ckpt_path)
+    check_launcher(trainer)  # several nodes need a launcher
+    # fit starts from the given checkpoint, else, in a requeued SLURM job, the newest one its earlier attempt saved
+    return trainer, run.ckpt_path or requeued_job_checkpoint(trainer)

@@ -51,8 +51,8 @@ def check_replica_request(seeds: Any, arms: Any, option: str) -> tuple[list[int]
     arms = [{}] if arms is None else arms
     if not isinstance(arms, (list, tuple)) or not arms or not all(isinstance(a, dict) for a in arms):
         raise SettingsError(f"{option}.arms={arms!r}: expected a list of settings, one arm each, e.g. [{{}},{{cache_start_epoch:300}}]")
-    glued = next((key for arm in arms for key in arm if ":" in str(key)), None)
-    if glued is not None:  # YAML reads {cache_start_epoch:300} as one key: the CLI's parser does
+    # YAML reads {cache_start_epoch:300} as one key: the CLI's parser does
+    if (glued := next((key for arm in arms for key in arm if ":" in str(key)), None)) is not None:
         raise SettingsError(f"{option}.arms: {glued!r} is one key; write a space after the colon, e.g. '[{{}}, {{cache_start_epoch: 300}}]'")
     return list(seeds), [dict(a) for a in arms]
 
@@ -71,16 +71,21 @@ def check_one_process(trainer: dict[str, Any], option: str) -> None:
                             "drop the DDP settings, or train each seed as a DDP run of its own")
 
 
-def replicate(run: Any, seeds: Sequence[int], arms: Sequence[dict[str, Any]], option: str = "replicas") -> Any:
-    """The run description (launch/run_builder.py) of `run`'s configuration trained for every seed and arm in one process."""
+def replicate(run: Any, seeds: Any, arms: Any, option: str = "replicas") -> Any:
+    """The run description (launch/run_builder.py) of `run`'s configuration trained for every seed and arm in one process;
+    `seeds` and `arms` as the user gave them (check_replica_request). Replicas train with the optimizer alone
+    (models/replicas.py builds it over the stacked weights): a learning-rate scheduler is refused, not dropped."""
+    seeds, arms = check_replica_request(seeds, arms, option)
+    if getattr(run.model, "scheduler_factory", None) is not None:
+        raise SettingsError(f"{'--model.' if option.startswith('--') else ''}scheduler with replicas: replicas train without a "
+                            "learning-rate scheduler; train each seed as a run of its own to schedule its learning rate")
     check_one_process(run.trainer, option)
     model_class = type(run.model)
     settings = {key: value for key, value in run.model.hparams.items() if not key.startswith("_")}  # (LightningCLI adds _class_path)
     if "cache_size" in constructor_defaults(model_class):  # JSA's cache is stacked with the weights, so it exists before training
         settings["cache_size"] = run.datamodule.num_train_examples
     free = getattr(model_class, "replica_settings", ())
-    fixed = next((key for arm in arms for key in arm if key not in free), None)
-    if fixed is not None:
+    if (fixed := next((key for arm in arms for key in arm if key not in free), None)) is not None:
         raise SettingsError(f"{option}.arms sets {fixed}: replicas of one process may differ only in the settings that gate "
                             f"behaviour ({model_class.__name__}: {', '.join(free) or 'none'}); run other settings as other processes")
     models, replica_seeds = [], [seed for _ in arms for seed in seeds]
