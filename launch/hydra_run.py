@@ -18,7 +18,7 @@ import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import InstantiationException
+from hydra.errors import HydraException, InstantiationException
 from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -106,6 +106,15 @@ def constructed(settings: dict[str, Any], group: str, **kwargs: Any) -> Any:
         raise SettingsError(f"{group} ({settings['_target_'].rsplit('.', 1)[-1]}): {error.__cause__}") from None
 
 
+def is_swept(override: str) -> bool:
+    """Whether a command-line override sweeps (a=1,2, range(...), choice(...)); a word that is no override (in a
+    launcher's job process, the process's own arguments: submitit's folder) sweeps nothing."""
+    try:
+        return OverridesParser.create().parse_override(override).is_sweep_override()
+    except (HydraException, TypeError):  # Hydra's grammar refusal (a TypeError where Hydra fails to build it)
+        return False
+
+
 def swept_settings(cfg: Any) -> dict[str, str]:
     """In a multirun, every swept model or data setting (and the seed) that the model's key settings do not already
     show, with its value in this job: the run's name shows them (launch/run_layout.py). Swept: given as a list or range
@@ -115,8 +124,7 @@ def swept_settings(cfg: Any) -> dict[str, str]:
     model_class = get_class(cfg.model._target_)
     shown = {f"model.{key}" for key in (*model_class.run_tag_keys, *model_class.estimator_settings)}  # already in the tag
     swept = set(HydraConfig.get().sweeper.get("params") or {}) | {
-        override.key_or_group for override in OverridesParser.create().parse_overrides(overrides_given(sys.argv[1:]))
-        if override.is_sweep_override()}
+        override.lstrip("+~").split("=", 1)[0].split("@", 1)[0] for override in overrides_given(sys.argv[1:]) if is_swept(override)}
     return {key: value for key, value in command_line_overrides().items()
             if key in swept and key not in shown and (key.startswith(("model.", "data.")) or key == "seed")}
 
