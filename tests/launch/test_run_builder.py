@@ -300,3 +300,28 @@ def test_a_csv_logged_run_with_a_cosine_schedule_writes_its_metrics_and_schedule
     assert schedule["T_max"] == 2 and schedule["last_epoch"] == 2  # annealed over the run's 2 epochs: the lr is eta_min
     assert checkpoint["optimizer_states"][0]["param_groups"][0]["lr"] == 0.0
     assert not (tmp_path / "logs" / "tensorboard").exists()
+
+
+def test_a_val_check_interval_past_the_epoch_is_one_line_and_leaves_no_run(tmp_path, monkeypatch):
+    """Lightning refuses it only once it knows the data, with a ValueError: the run says it as a refused setting and
+    removes the TensorBoard run it had made (launch/errors.py, launch/rules.py `running`)."""
+    from launch import rules
+    from launch.checks.settings import SettingsError
+
+    monkeypatch.chdir(tmp_path)
+    datamodule, model, trainer, _ = launch.hydra_run.build_run(composed([
+        "trainer.max_steps=1", "trainer.limit_train_batches=2", "trainer.val_check_interval=5", "trainer.limit_val_batches=1",
+        f"log_dir={tmp_path / 'logs'}"]))
+    with pytest.raises(SettingsError, match=r"^`val_check_interval` \(5\) must be less than or equal to"):
+        with rules.running(trainer, print):
+            trainer.fit(model, datamodule=datamodule)
+    assert not list((tmp_path / "logs").rglob("version_*"))
+
+
+def test_an_arm_written_without_a_space_after_its_colon_is_one_line_saying_so():
+    """YAML reads {cache_start_epoch:300} as one key (LightningCLI's parser does): refused, naming the fix."""
+    from launch.checks.settings import SettingsError
+    from launch.runs.replicas import check_replica_request
+
+    with pytest.raises(SettingsError, match=r"^--replicas\.arms: 'cache_start_epoch:300' is one key; write a space after the colon"):
+        check_replica_request([0, 1], [{}, {"cache_start_epoch:300": None}], "--replicas")
