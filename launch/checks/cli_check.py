@@ -92,7 +92,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
                                f"{', '.join(names)}{did_you_mean(name, names)}")
         return targets[name]
 
-    # The classes in effect, from configs/train.yaml's defaults (rules.default_class) to the last choice; a file's settings
+    # The classes in effect, from configs/train.yaml's defaults (default_classes) to the last choice; a file's settings
     # are its classes' (jsonargparse drops them if a later option chooses another class), the command line's the last.
     chosen: dict[str, str | None] = {**default_classes(), "trainer": "lightning.Trainer"}
     for file, run in itertools.groupby(pairs, key=lambda pair: pair[2]):  # the command line's options between files, a file's

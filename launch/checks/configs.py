@@ -119,4 +119,4 @@ def ddp_timeout_s() -> float:
 def default_class(group: str) -> str:
     """The class name of a config group's default choice (configs/train.yaml: model: jsa -> JSA, data: mnist ->
     MNISTDataModule)."""
-    return config_file(f"{group}/{default_choices()[group]}.yaml")[group]["_target_"].rsplit(".", 1)[-1]
+    return config_targets(group)[default_choices()[group]].rsplit(".", 1)[-1]
