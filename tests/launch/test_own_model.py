@@ -11,6 +11,8 @@ import pytest
 import torch
 
 import launch.checks.hydra_config
+import launch.errors
+import launch.hydra_app
 import launch.cli_app
 import launch.hydra_run
 from common.signatures import constructor_defaults
@@ -105,3 +107,22 @@ def test_a_value_of_the_wrong_kind_for_a_list_option_says_what_it_takes(option, 
     with pytest.raises(SystemExit) as stop:
         launch.cli_app.main(["fit", option])
     assert stop.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == f"error: {line}"
+
+
+def test_run_test_with_an_untrusted_class_of_ones_own_is_refused_before_training(tmp_path, monkeypatch, capsys):
+    """run_test=true tests the checkpoint fit writes, which names the model's class: a class of one's own that
+    LATENT_ZOO_TRUST does not list is refused in one line naming the variable and its package, before any training
+    step; trusted, it trains and tests."""
+    monkeypatch.delenv("LATENT_ZOO_TRUST")
+    monkeypatch.chdir(tmp_path)
+    overrides = ["model=vae", f"model._target_={__name__}.NamedVAE", "run_test=true", "trainer.max_steps=1",
+                 "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "model.val_num_samples=2",
+                 "model.test_num_samples=2", f"log_dir={tmp_path / 'logs'}"]
+    with pytest.raises(SystemExit) as stop, launch.errors.user_errors_as_one_line():
+        launch.hydra_app.run(composed(overrides))
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and error.startswith(f"error: run_test=true with model._target_={__name__}.NamedVAE") \
+        and error.endswith("LATENT_ZOO_TRUST=tests (README: Your own code)"), error
+    assert not list((tmp_path / "logs").rglob("*.ckpt"))
+    monkeypatch.setenv("LATENT_ZOO_TRUST", "tests")
+    assert "test/nll" in launch.hydra_app.run(composed(overrides))
