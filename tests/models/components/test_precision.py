@@ -122,18 +122,16 @@ def test_every_model_trains_and_tests_under_bf16_mixed(model, mnist_dir, tmp_pat
 
 @pytest.mark.slow
 def test_every_model_trains_and_tests_with_compiled_networks(mnist_dir, tmp_path, monkeypatch):
-    compiled, backend = [], {}
+    compiled = []
     original = torch.nn.Module.compile
     monkeypatch.setattr(torch.nn.Module, "compile",
-                        lambda self, *a, **k: (compiled.append(type(self).__name__), original(self, *a, **{**k, **backend})))
+                        lambda self, *a, **k: (compiled.append(type(self).__name__), original(self, *a, **{**k, "backend": "aot_eager"})))
     resets, reset = [], torch._dynamo.reset
     monkeypatch.setattr(torch._dynamo, "reset", lambda: (resets.append(True), reset()))
     for model in STANDALONE:  # one after the other in one process, as a multirun's jobs
         # Dynamo's capture and AOTAutograd's forward and backward graphs (aot_eager), run eagerly: what a model adds is
         # what Dynamo traces (the frames counted below); the kernels inductor writes for the networks' layers are
         # checked against the eager networks in the test below.
-        backend.clear()
-        backend.update({"backend": "aot_eager"})
         compiled.clear()
         torch._dynamo.utils.counters.clear()
         metrics = smoke_run(model, tmp_path / model, "model.compile=true")
