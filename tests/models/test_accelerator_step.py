@@ -5,8 +5,9 @@ computes what the eager step computes.
 
 On tiny models (8x8 images, V = 3, K = 3, batch 4, L = 3), the quick loop checks the capture with a backend that runs
 the captured graph as it is (Dynamo refuses graph breaks, `.item()` and data-dependent shapes), one case per model
-family; the slow cases compile every family with inductor, random ops drawn as eager draws them (`fallback_random`),
-so that from one seed the compiled and the eager step must agree.
+family; the slow cases send every family's step through AOTAutograd's forward and backward graphs, and compile JSA's
+step with inductor's scalar kernels and the VAE's with the CPU's vector instructions, random ops drawn as eager draws
+them (`fallback_random`), so that from one seed the compiled and the eager step must agree.
 """
 
 from __future__ import annotations
@@ -189,9 +190,7 @@ def compiled_against_eager(make: Callable[[], torch.nn.Module], backend: str, st
     return len(graphs)
 
 
-QUICK_COMPILE = {  # one per model family, captured whole by Dynamo (JSA's: the epoch test below)
-    "jsa-chain-static-read": lambda: jsa("autoregressive", "chain"),
-    "jsa-chain-rows2-read": STEPS["jsa-rows2-chain"],
+QUICK_COMPILE = {  # one per model family, captured whole by Dynamo (JSA's: the epoch test below, and the slow ones)
     "rws": lambda: categorical(RWS, num_samples=3),
     "vimco": lambda: categorical(VIMCO, num_samples=3),
     "dvae-reinforce": lambda: categorical(DiscreteVAE, num_samples=3),
@@ -200,10 +199,10 @@ QUICK_COMPILE = {  # one per model family, captured whole by Dynamo (JSA's: the 
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name.startswith("jsa") else name for name in QUICK_COMPILE])
+@pytest.mark.parametrize("name", QUICK_COMPILE)
 def test_training_loss_is_captured_as_one_graph(name):
-    """fullgraph=True: a graph break, an .item() or a data-dependent shape would raise. Two steps (the second reads
-    the JSA cache the first wrote, on other images) and one graph: nothing in the step is specialized on the data."""
+    """fullgraph=True: a graph break, an .item() or a data-dependent shape would raise. Two steps, on other images,
+    and one graph: nothing in the step is specialized on the data."""
     assert compiled_against_eager(QUICK_COMPILE[name], "eager") == 1
 
 
@@ -221,10 +220,12 @@ def test_a_compiled_gumbel_step_takes_the_temperature_as_an_input():
     assert compiled_against_eager(make, "eager", steps=3) == 1
 
 
-INDUCTOR_COMPILE = {
+# JSA's gradient states and its cache read are separate parts of the step (the weights of the candidates; the chain's
+# start): each gradient state is compiled once, and the step with the read and without it, not every pair of them.
+SLOW_COMPILE = {
     **{f"jsa-{states}-{'read' if read else 'noread'}": (lambda s=states, r=read: jsa("autoregressive", s, r))
-       for states in ("chain", "expected", "final") for read in (True, False)},
-    **{f"jsa-rows2-{states}": STEPS[f"jsa-rows2-{states}"] for states in ("chain", "expected")},
+       for states, read in (("chain", True), ("expected", True), ("final", False))},
+    "jsa-rows2-chain": STEPS["jsa-rows2-chain"],
     "rws-sleep": lambda: categorical(RWS, num_samples=3, sleep_phase=True),
     "vimco": lambda: categorical(VIMCO, num_samples=3, prior="factorized"),
     "dvae-reinforce": lambda: categorical(DiscreteVAE, num_samples=3),
@@ -234,33 +235,33 @@ INDUCTOR_COMPILE = {
 }
 
 
-# Inductor's kernels for a case of each family; the other cases through aot_eager: Dynamo's graph and the forward and
-# backward graphs AOTAutograd derives from it (buffer writes included), run by eager kernels. What sets the cases of a
-# family apart (JSA's gradient states and rows among them) is in those graphs; the kernels inductor writes for them are
-# the same ops'.
-THROUGH_AOT_EAGER = {"jsa-chain-noread", "jsa-expected-read", "jsa-expected-noread", "jsa-final-read", "jsa-final-noread",
-                     "jsa-rows2-chain", "jsa-rows2-expected", "dvae-reinforce"}
-# The case inductor compiles with the CPU's vector instructions (the last test of this section), not also with scalar ones.
-WITH_VECTOR_KERNELS = "dvae-running-mean"
+# Inductor's kernels for JSA's step (scalar C++) and the VAE's (the CPU's vector instructions, the last test of this
+# section); every other case through aot_eager: Dynamo's graph and the forward and backward graphs AOTAutograd derives
+# from it (buffer writes included), run by eager kernels. What sets the cases apart (a family's loss, JSA's gradient
+# states and rows) is in those graphs; what inductor adds (its lowering, fusion and kernels, the buffer writes and the
+# random draws it keeps as eager's) it adds to JSA's step as to the others'.
+WITH_INDUCTOR = "jsa-chain-read"
+WITH_VECTOR_KERNELS = "vae"
+THROUGH_AOT_EAGER = set(SLOW_COMPILE) - {WITH_INDUCTOR, WITH_VECTOR_KERNELS}
 
 
-@pytest.mark.slow  # inductor compiles each forward and backward
-@pytest.mark.parametrize("name", [name for name in INDUCTOR_COMPILE if name not in THROUGH_AOT_EAGER and name != WITH_VECTOR_KERNELS])
+@pytest.mark.slow  # inductor compiles the forward and the backward
+@pytest.mark.parametrize("name", [WITH_INDUCTOR])
 def test_training_loss_compiled_with_inductor_equals_eager(name):
     with torch._inductor.config.patch(fallback_random=True):  # the compiled code's random draws are eager's
-        assert compiled_against_eager(INDUCTOR_COMPILE[name], "inductor") == 1
+        assert compiled_against_eager(SLOW_COMPILE[name], "inductor") == 1
 
 
 @pytest.mark.slow  # AOTAutograd traces each forward and backward
 @pytest.mark.parametrize("name", sorted(THROUGH_AOT_EAGER))
 def test_training_loss_compiled_through_aot_autograd_equals_eager(name):
-    assert compiled_against_eager(INDUCTOR_COMPILE[name], "aot_eager") == 1
+    assert compiled_against_eager(SLOW_COMPILE[name], "aot_eager") == 1
 
 
 @pytest.mark.slow  # inductor, and its vector headers compiled once for this process
 def test_a_step_compiled_with_the_cpus_vector_instructions_equals_eager():
     """The suite compiles scalar C++ kernels (tests/conftest.py: TORCHINDUCTOR_VEC_ISA_OK=0); here the CPU's own vector
-    instructions, as inductor picks them outside the suite, for one step with a random draw and a control variate."""
+    instructions, as inductor picks them outside the suite, for one step with a random draw (the VAE's)."""
     from torch._inductor.cpu_vec_isa import pick_vec_isa, valid_vec_isa_list
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
@@ -271,7 +272,7 @@ def test_a_step_compiled_with_the_cpus_vector_instructions_equals_eager():
             valid_vec_isa_list.cache_clear()  # the CPU's instruction sets, found again under this setting
             assert pick_vec_isa(), "this CPU has no vector instructions inductor uses"
             began = time.time()
-            assert compiled_against_eager(INDUCTOR_COMPILE[WITH_VECTOR_KERNELS], "inductor") == 1
+            assert compiled_against_eager(SLOW_COMPILE[WITH_VECTOR_KERNELS], "inductor") == 1
         kernels = [path.read_text() for path in Path(cache_dir()).rglob("*.cpp") if path.stat().st_mtime >= began]
         assert kernels and any("at::vec::Vectorized" in kernel for kernel in kernels)
     finally:

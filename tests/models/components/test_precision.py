@@ -3,7 +3,8 @@
 Under bf16 autocast the networks run in bfloat16 and every log-probability in float32: the unit tests
 compare each one against the same computation from the network outputs cast to float32 by hand (a sum
 of 784 Bernoulli terms in bfloat16 misses by nats). The smoke tests train and evaluate every model
-through train.py's `run()` with `trainer.precision=bf16-mixed`, and with `model.compile=true`.
+through train.py's `run()` with `trainer.precision=bf16-mixed`, and with `model.compile=true`; the networks inductor
+compiles are checked against the eager networks on a small JSA.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from models import JSA, VAE, VQVAE
 from models.components.likelihoods import build_likelihood
 from models.components.quantizer import _nearest
 from samplers import index_cached_mis
-from tests.conftest import mnist_slice
+from tests.conftest import mnist_slice, narrow_mlps
 from tests.launch.test_configs import STANDALONE, composed
 
 BF16 = dict(device_type="cpu", dtype=torch.bfloat16)
@@ -121,18 +122,16 @@ def test_every_model_trains_and_tests_under_bf16_mixed(model, mnist_dir, tmp_pat
 
 @pytest.mark.slow
 def test_every_model_trains_and_tests_with_compiled_networks(mnist_dir, tmp_path, monkeypatch):
-    compiled, backend = [], {}
+    compiled = []
     original = torch.nn.Module.compile
     monkeypatch.setattr(torch.nn.Module, "compile",
-                        lambda self, *a, **k: (compiled.append(type(self).__name__), original(self, *a, **{**k, **backend})))
+                        lambda self, *a, **k: (compiled.append(type(self).__name__), original(self, *a, **{**k, "backend": "aot_eager"})))
     resets, reset = [], torch._dynamo.reset
     monkeypatch.setattr(torch._dynamo, "reset", lambda: (resets.append(True), reset()))
     for model in STANDALONE:  # one after the other in one process, as a multirun's jobs
-        # Inductor's kernels for JSA's networks; for the others Dynamo's capture and AOTAutograd's forward and backward
-        # graphs (aot_eager), run eagerly: their networks are the same MLP layers, and what a model adds is what Dynamo
-        # traces (the frames counted below), not the kernels inductor writes for the layers.
-        backend.clear()
-        backend.update({} if model == "jsa" else {"backend": "aot_eager"})
+        # Dynamo's capture and AOTAutograd's forward and backward graphs (aot_eager), run eagerly: what a model adds is
+        # what Dynamo traces (the frames counted below); the kernels inductor writes for the networks' layers are
+        # checked against the eager networks in the test below.
         compiled.clear()
         torch._dynamo.utils.counters.clear()
         metrics = smoke_run(model, tmp_path / model, "model.compile=true")
@@ -158,6 +157,45 @@ def test_every_model_trains_and_tests_with_compiled_networks(mnist_dir, tmp_path
                 lightning_module.training_loss(x, torch.arange(4)) if training else lightning_module.nll(x, num_samples=2)
     frames = torch._dynamo.utils.counters["frames"]
     assert frames["ok"] == frames["total"], dict(frames)
+
+
+@pytest.mark.slow  # inductor compiles the encoder and the decoder, in training and in evaluation
+def test_networks_compiled_with_inductor_compute_what_the_eager_networks_do():
+    """model.compile=true (configure_model, inductor): JSA's compiled encoder and decoder give the eager networks'
+    training loss terms and gradients, and the test nll under no_grad, from one seed; every network call ran a
+    compiled graph (none left eager)."""
+    import copy
+
+    torch.manual_seed(0)
+    eager = narrow_mlps(JSA(data_shape=(1, 8, 8), num_latents=3, num_categories=3, code_dim=2, mis_steps=3, cache_size=4,
+                            chain_rows="static", compile=True), width=8)
+    compiled = copy.deepcopy(eager)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled.configure_model()
+    x = torch.bernoulli(torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(0)))
+    results = []
+    for model in (eager, compiled):
+        model.train()
+        torch.manual_seed(1)
+        terms = model.training_loss(x, torch.arange(4))
+        model.zero_grad()
+        terms["loss"].backward()
+        model.eval()
+        torch.manual_seed(2)
+        with torch.no_grad():
+            nll = model.nll(x, num_samples=2)
+        results.append((terms, {name: p.grad for name, p in model.named_parameters() if p.grad is not None}, nll))
+    (terms, grads, nll), (terms_c, grads_c, nll_c) = results
+    assert terms.keys() == terms_c.keys() and grads.keys() == grads_c.keys() and grads
+    for name in terms:
+        torch.testing.assert_close(terms_c[name], terms[name], rtol=1e-5, atol=1e-5, msg=name)
+    for name in grads:
+        torch.testing.assert_close(grads_c[name], grads[name], rtol=1e-5, atol=1e-5, msg=name)
+    torch.testing.assert_close(nll_c, nll, rtol=1e-5, atol=1e-5)
+    frames = torch._dynamo.utils.counters["frames"]
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 4 and frames["ok"] == frames["total"], dict(frames)
+    torch._dynamo.reset()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the message is for a machine without a GPU")
