@@ -125,9 +125,9 @@ def in_process(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
 @pytest.fixture
 def own_code(tmp_path: Path, mnist_dir: Path, monkeypatch) -> Path:
     """`user`'s working directory, set up in this process: current, on sys.path as PYTHONPATH puts it, nothing
-    trusted; its modules are forgotten after the test (another test's tmp_path holds packages of the same names)."""
-    for name in ("mypkg", "my_callbacks", "strangers"):
-        assert name not in sys.modules, name
+    trusted; modules of its names are forgotten before and after the test (another test's tmp_path holds packages of
+    the same names)."""
+    forget_own_modules()
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")
     (tmp_path / "mypkg" / "mymodel.py").write_text(MY_MODEL)
@@ -138,6 +138,10 @@ def own_code(tmp_path: Path, mnist_dir: Path, monkeypatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
+    forget_own_modules()
+
+
+def forget_own_modules() -> None:
     for name in [name for name in sys.modules if name.split(".")[0] in ("mypkg", "my_callbacks", "strangers")]:
         del sys.modules[name]
 
