@@ -365,8 +365,8 @@ def test_a_file_the_run_writes_is_replaced_never_written_into_nor_waited_on(name
         os.mkfifo(planted)
     else:
         os.link(users, planted)
-    hydra = ["model=jsa", "trainer.max_steps=4", *FAST, f"ckpt_path={last}"]
-    cli = ["fit", f"--ckpt_path={last}", "--trainer.max_steps=4", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+    hydra = ["model=jsa", "trainer.max_steps=3", *FAST, f"ckpt_path={last}"]
+    cli = ["fit", f"--ckpt_path={last}", "--trainer.max_steps=3", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
            "--model.val_num_samples=2", "--model.mis_steps=2", "--data.batch_size=16"]
     if kind == "FIFO":
         result = train(tmp_path, *(hydra if command == "hydra" else cli), timeout=180)
