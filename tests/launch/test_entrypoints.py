@@ -113,14 +113,14 @@ def every_model_run(tmp_path_factory, mnist_dir) -> Path:
     """Each model's run, one after the other in this process as a multirun's jobs; the folder they were started in."""
     cwd = tmp_path_factory.mktemp("every-model")
     measure = ["callbacks.gradient_variance.every_n_steps=1", "callbacks.gradient_variance.repeats=2"]
-    # Two steps: the step time skips the first. The sanity check's validation stays: no hp/ tag is written at step 0.
-    two_steps = [a for a in FAST if not a.startswith(("trainer.max_steps", "trainer.limit_train_batches"))] + \
-        ["trainer.max_steps=2", "trainer.limit_train_batches=2"]
+    # Two steps (the step time skips the first) of 16 images; the sanity check's validation stays (no hp/ tag at step 0).
+    tiny = [a for a in FAST if not a.startswith(("trainer.max_steps", "trainer.limit_train_batches"))] + \
+        ["trainer.max_steps=2", "trainer.limit_train_batches=2", "data.batch_size=16"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DATA_DIR", str(mnist_dir))
         mp.chdir(cwd)
         for model in EVERY_MODEL:
-            hydra_run([f"model={model}", "data=mnist", *two_steps, *measure], cwd)
+            hydra_run([f"model={model}", "data=mnist", *tiny, *measure], cwd)
     return cwd
 
 
@@ -134,8 +134,8 @@ def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, every_model_ru
     assert {"hp/val_nll", "hp/test_nll", "hp/test_psnr"} <= metrics
     expected_class = config_targets("model")[model].rsplit(".", 1)[-1]  # models.JSA -> JSA
     assert params["model_class"] == expected_class and params["num_params"] > 1000
-    assert params["batch_size"] == 128 and params["lr"] == 1e-3  # the data module's and the model's
-    assert params["optimizer"] == "Adam" and params["effective_batch_size"] == 128  # 1 device
+    assert params["batch_size"] == 16 and params["lr"] == 1e-3  # the data module's (as given) and the model's
+    assert params["optimizer"] == "Adam" and params["effective_batch_size"] == 16  # 1 device
     # Every constructor setting of the model and the data module, with the value the run used.
     import datamodules
     import models
