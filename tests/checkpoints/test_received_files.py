@@ -25,7 +25,7 @@ from launch.errors import user_errors_as_one_line
 from tests import preloaded
 from tests.launch.test_configs import composed
 
-pytestmark = pytest.mark.slow  # real processes: the full suite's
+pytestmark = pytest.mark.slow  # runs that train, and real processes: the full suite's
 REPO = Path(__file__).resolve().parents[2]
 FAST = ["trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
         "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=16", "trainer.num_sanity_val_steps=0",

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
+import launch.checks.early
+import launch.hydra_app
+import train
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import save_checkpoint_file
 from checkpoints.import_paths import TRUST_VARIABLE, is_allowed_import, trusted_prefixes
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.registry import is_registered
-import launch.checks.early
-import launch.hydra_app
-import train
 from launch.checks.received_config import refuse_received_configs
 from launch.errors import user_errors_as_one_line
 from tests import preloaded
