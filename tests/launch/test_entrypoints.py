@@ -32,9 +32,10 @@ from tests.launch.test_configs import DATA, MODELS, STANDALONE, composed
 pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
 
 REPO = Path(__file__).resolve().parents[2]
-FAST = ["trainer.max_steps=3", "trainer.log_every_n_steps=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=1", "model.val_num_samples=2"]
+FAST = ["trainer.max_steps=3", "trainer.log_every_n_steps=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=1",
+        "model.val_num_samples=2", "data.batch_size=16"]
 CLI_FAST = ["--trainer.max_steps=3", "--trainer.log_every_n_steps=1", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1",
-            "--model.val_num_samples=2"]
+            "--model.val_num_samples=2", "--data.batch_size=16"]
 
 
 def train(args: list[str], cwd: Path, mnist_dir: Path) -> subprocess.CompletedProcess:
@@ -115,7 +116,7 @@ def every_model_run(tmp_path_factory, mnist_dir) -> Path:
     measure = ["callbacks.gradient_variance.every_n_steps=1", "callbacks.gradient_variance.repeats=2"]
     # Two steps (the step time skips the first) of 16 images; the sanity check's validation stays (no hp/ tag at step 0).
     tiny = [a for a in FAST if not a.startswith(("trainer.max_steps", "trainer.limit_train_batches"))] + \
-        ["trainer.max_steps=2", "trainer.limit_train_batches=2", "data.batch_size=16"]
+        ["trainer.max_steps=2", "trainer.limit_train_batches=2"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DATA_DIR", str(mnist_dir))
         mp.chdir(cwd)
@@ -155,7 +156,7 @@ def test_a_real_multirun_gives_each_run_its_own_directory_and_one_line_per_messa
     test_a_multirun_names_each_job_after_its_swept_settings); one line per message of each job, no advertising, no
     escape codes when the output is not a terminal."""
     one_step = ["trainer.max_steps=1", "trainer.limit_train_batches=1", "trainer.limit_val_batches=1", "model.val_num_samples=2",
-                "trainer.num_sanity_val_steps=0"]
+                "data.batch_size=16", "trainer.num_sanity_val_steps=0"]
     result = train(["-m", "model=vae", "data=mnist", "model.lr=0.01,0.02", *one_step], tmp_path, mnist_dir)
     runs = sorted(str(p.relative_to(tmp_path / "logs" / "tensorboard")) for p in (tmp_path / "logs" / "tensorboard").glob("*/*"))
     assert runs == [f"vae-mnist-mlp-z32-lr{lr}/version_0" for lr in (0.01, 0.02)]
