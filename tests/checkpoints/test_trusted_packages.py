@@ -14,9 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import launch.checks.early
 import launch.hydra_app
-import train
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import save_checkpoint_file
 from checkpoints.import_paths import TRUST_VARIABLE, is_allowed_import, trusted_prefixes
@@ -25,6 +23,7 @@ from checkpoints.registry import is_registered
 from launch.checks.received_config import refuse_received_configs
 from launch.errors import user_errors_as_one_line
 from tests import preloaded
+from tests.conftest import train_main
 from tests.launch.test_configs import composed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,21 +106,6 @@ def test_a_checkpoint_naming_a_class_is_read_only_when_it_is_trusted(names, monk
             load_checkpoint_file(path)
 
 
-def in_process(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
-    """`python train.py ARGS` run by train.main in this process: its exit status (0 when it returns), stdout and
-    stderr. (The SIGTERM handler train.main installs is the process's own: left out here.)"""
-    monkeypatch.setattr(sys, "argv", ["train.py", *args])
-    monkeypatch.setattr(launch.checks.early, "exit_on_sigterm", lambda: None)
-    capsys.readouterr()
-    try:
-        train.main()
-        code = 0
-    except SystemExit as stop:
-        code = stop.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.fixture
 def own_code(tmp_path: Path, mnist_dir: Path, monkeypatch) -> Path:
     """`user`'s working directory, set up in this process: current, on sys.path as PYTHONPATH puts it, nothing
@@ -153,24 +137,24 @@ def test_the_cli_trains_reruns_tests_and_loads_your_own_code(own_code, monkeypat
     refused in one line naming LATENT_ZOO_TRUST until the package is trusted, and a package not importable is named
     with where Python looks for it."""
     (own_code / "my.yaml").write_text(MY_CONFIG)
-    code, _, err = in_process(["fit", "-c", "my.yaml"], monkeypatch, capsys)
+    code, _, err = train_main(["fit", "-c", "my.yaml"], monkeypatch, capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1, err[-2000:]
     assert err.startswith("error: config file my.yaml: model.class_path names 'mypkg.mymodel.MyVAE'") and TRUST_VARIABLE in err
 
     monkeypatch.setenv(TRUST_VARIABLE, "mypkg,my_callbacks")
-    code, out, err = in_process(["fit", "-c", "my.yaml", "--log_dir=logs"], monkeypatch, capsys)
+    code, out, err = train_main(["fit", "-c", "my.yaml", "--log_dir=logs"], monkeypatch, capsys)
     assert code == 0 and "my epoch 0 ended" in out, err[-2000:]
     (run,) = (own_code / "logs" / "tensorboard").glob("*/version_0")
     assert "MyVAE" in (run / "config.yaml").read_text() and "MNISTDataModule" in (run / "config.yaml").read_text()
-    code, out, err = in_process(["fit", "-c", str(run / "config.yaml"), "--log_dir=again"], monkeypatch, capsys)
+    code, out, err = train_main(["fit", "-c", str(run / "config.yaml"), "--log_dir=again"], monkeypatch, capsys)
     assert code == 0 and "my epoch 0 ended" in out, err[-2000:]
 
     last = run / "checkpoints" / "last.ckpt"
     monkeypatch.delenv(TRUST_VARIABLE)
-    code, _, err = in_process(["test", f"--ckpt_path={last}"], monkeypatch, capsys)
+    code, _, err = train_main(["test", f"--ckpt_path={last}"], monkeypatch, capsys)
     assert code == 2 and TRUST_VARIABLE in err.strip().splitlines()[-1] and "'mypkg.mymodel.MyVAE'" in err.strip().splitlines()[-1], err
     monkeypatch.setenv(TRUST_VARIABLE, "mypkg")
-    code, out, err = in_process(["test", f"--ckpt_path={last}", "--trainer.limit_test_batches=1", "--model.test_num_samples=2"],
+    code, out, err = train_main(["test", f"--ckpt_path={last}", "--trainer.limit_test_batches=1", "--model.test_num_samples=2"],
                                 monkeypatch, capsys)
     assert code == 0 and "test/nll" in out, err[-2000:]
     from mypkg.mymodel import MyVAE
@@ -180,7 +164,7 @@ def test_the_cli_trains_reruns_tests_and_loads_your_own_code(own_code, monkeypat
     monkeypatch.setattr(sys, "path", [path for path in sys.path if path != str(own_code)])
     for name in [name for name in sys.modules if name.split(".")[0] == "mypkg"]:
         del sys.modules[name]
-    code, _, err = in_process(["test", f"--ckpt_path={last}"], monkeypatch, capsys)
+    code, _, err = train_main(["test", f"--ckpt_path={last}"], monkeypatch, capsys)
     assert code == 2 and err.strip().splitlines()[-1].startswith(
         "error: --model=mypkg.mymodel.MyVAE (named by the checkpoint or a config file): no module named 'mypkg'; a package "
         "of your own is imported from train.py's folder or PYTHONPATH"), err[-2000:]
@@ -233,7 +217,7 @@ def test_a_strangers_module_beside_your_own_is_still_never_imported(front_end, o
             "epochs:\n  _target_: my_callbacks.PrintEpoch\nthing:\n  _target_: strangers.Thing\n")
         args, where = ["-cd", "received", "callbacks=mine", *TINY_RUN], "thing._target_"
         label = f"Hydra config {Path('received') / 'callbacks' / 'mine.yaml'}"
-    code, _, err = in_process(args, monkeypatch, capsys)
+    code, _, err = train_main(args, monkeypatch, capsys)
     assert not (own_code / MARKER).exists() and "strangers" not in sys.modules
     assert code == 2 and len(err.strip().splitlines()) == 1, err[-2000:]
     assert err.startswith(f"error: {label}: {where} names 'strangers.Thing'"), err

@@ -26,7 +26,7 @@ import launch.hydra_run
 from common.signatures import constructor_defaults
 from launch.checks.configs import config_targets
 from tests import preloaded
-from tests.conftest import says
+from tests.conftest import says, train_main
 from tests.launch.test_configs import DATA, MODELS, STANDALONE, composed
 
 pytestmark = pytest.mark.slow  # end to end: run by the full suite (README), not the quick loop
@@ -44,24 +44,6 @@ def train(args: list[str], cwd: Path, mnist_dir: Path) -> subprocess.CompletedPr
     result = preloaded.run_train(args, cwd, env, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
-
-
-def train_main(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
-    """`python train.py ARGS` run by train.main in this process: its exit status (0 when it returns), stdout and
-    stderr. (The SIGTERM handler train.main installs is the process's own: left out here.)"""
-    import launch.checks.early
-    import train as train_py
-
-    monkeypatch.setattr(sys, "argv", ["train.py", *args])
-    monkeypatch.setattr(launch.checks.early, "exit_on_sigterm", lambda: None)
-    capsys.readouterr()
-    try:
-        train_py.main()
-        code = 0
-    except SystemExit as stop:
-        code = stop.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def hydra_run(overrides: list[str], cwd: Path) -> dict[str, float]:
