@@ -7,6 +7,7 @@ import functools
 import gc
 import os
 import signal
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -84,6 +85,25 @@ def says(message: object, *parts: str) -> None:
     text = " ".join(str(message).split())
     missing = [part for part in parts if part not in text]
     assert not missing, f"{text!r} does not name {missing}"
+
+
+def train_main(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    """`python train.py ARGS` run by train.main in this process (sys.argv set by `monkeypatch`, the output read by
+    `capsys`): its exit status (0 when it returns), stdout and stderr. The SIGTERM handler train.main installs would
+    be the test process's own: left out."""
+    import launch.checks.early
+    import train
+
+    monkeypatch.setattr(sys, "argv", ["train.py", *args])
+    monkeypatch.setattr(launch.checks.early, "exit_on_sigterm", lambda: None)
+    capsys.readouterr()
+    try:
+        train.main()
+        code = 0
+    except SystemExit as stop:
+        code = stop.code
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def narrow_mlps(model, width: int = 64):

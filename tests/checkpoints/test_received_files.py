@@ -1,7 +1,10 @@
 """Files from someone else: a received checkpoint or run deletes nothing outside the run, imports
-nothing the collection does not register, and writes through no link; each test plants the received file and runs the
-real command (a process: nothing imported, nothing waited on, the exit status), or resumes from it in this process
-where what it checks is what the run did or said. (Pickled payloads and URLs: tests/checkpoints/test_untrusted_files.py.)"""
+nothing the collection does not register, and writes through no link; each test plants the received file and runs
+the command in this process (launch.hydra_app.run on the composed config, launch.cli_app.main: its one line and exit
+status through launch.errors.user_errors_as_one_line), or as a real process where only a process shows it: a file that
+would block the reader for ever or never end (a pipe, a device), another process holding the run, nothing imported
+before the imports, and one damaged checkpoint through `python train.py` as written. (Pickled payloads and URLs:
+tests/checkpoints/test_untrusted_files.py.)"""
 
 from __future__ import annotations
 
@@ -14,13 +17,15 @@ from pathlib import Path
 import pytest
 import torch
 
+import launch.cli_app
 import launch.hydra_app
+from checkpoints.errors import CheckpointError
 from checkpoints.file_format import save_checkpoint_file
 from launch.errors import user_errors_as_one_line
 from tests import preloaded
 from tests.launch.test_configs import composed
 
-pytestmark = pytest.mark.slow  # real processes: the full suite's
+pytestmark = pytest.mark.slow  # runs that train, and real processes: the full suite's
 REPO = Path(__file__).resolve().parents[2]
 FAST = ["trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
         "model.val_num_samples=2", "model.test_num_samples=2", "data.batch_size=16", "trainer.num_sanity_val_steps=0",
@@ -32,13 +37,31 @@ def train(cwd: Path, *args: str, timeout: float = 240) -> subprocess.CompletedPr
     return preloaded.run_train(list(args), cwd, env, timeout)
 
 
+def refused(capsys, hydra: list[str] | None = None, cli: list[str] | None = None) -> str:
+    """`python train.py HYDRA` (launch.hydra_app.run on the composed config) or `python train.py CLI`
+    (launch.cli_app.main) run in this process, which must end with exit status 2: its last line on stderr."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        if hydra is not None:
+            with user_errors_as_one_line():
+                launch.hydra_app.run(composed(hydra))
+        else:
+            launch.cli_app.main(cli)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2, err[-3000:]
+    return err.strip().splitlines()[-1]
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, mnist_dir) -> Path:
-    """A real two-step JSA run; its last.ckpt is what the tests alter."""
+    """A two-step JSA run (Hydra's, in this process); its last.ckpt is what the tests alter."""
     root = tmp_path_factory.mktemp("run")
     os.environ.setdefault("DATA_DIR", str(mnist_dir))
-    result = train(root, "model=jsa", "trainer.max_steps=2", *FAST)
-    assert result.returncode == 0, result.stderr[-3000:]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        launch.hydra_app.run(composed(["model=jsa", "trainer.max_steps=2", *FAST]))
+    for note in root.glob("logs/tensorboard/*/version_0/.owner"):  # this process's note, which its exit would remove
+        note.unlink()
     return root
 
 
@@ -74,7 +97,7 @@ def test_a_received_checkpoint_removes_nothing_outside_the_run(key, run, tmp_pat
     save_checkpoint_file(checkpoint, planted)
     monkeypatch.chdir(tmp_path)
     with caplog.at_level(logging.WARNING):
-        launch.hydra_app.run(composed(["model=jsa", "trainer.max_steps=6", *FAST, f"ckpt_path={planted.relative_to(tmp_path)}"]))
+        launch.hydra_app.run(composed(["model=jsa", "trainer.max_steps=4", *FAST, f"ckpt_path={planted.relative_to(tmp_path)}"]))
     assert (victim / "thesis.tex").read_text() == "years of work"
     assert "outside this run's checkpoint directory" in caplog.text
 
@@ -83,7 +106,7 @@ PLANTED_MODULE = "import pathlib\npathlib.Path('IMPORTED').write_text('the plant
 
 
 @pytest.mark.parametrize("where", ["optimizer.class_path", "prior.init_args.class_path", "_instantiator", "_target_"])
-def test_a_received_checkpoint_imports_nothing_it_names(where, run, tmp_path):
+def test_a_received_checkpoint_imports_nothing_it_names(where, run, tmp_path, monkeypatch, capsys):
     """A module planted beside the checkpoint and named in its hyperparameters (nested too) is not imported, neither by
     `train.py test --ckpt_path` (with the checkpoint's folder on the path) nor by `load_from_checkpoint` run there."""
     last = copied_run(run, tmp_path)
@@ -99,20 +122,22 @@ def test_a_received_checkpoint_imports_nothing_it_names(where, run, tmp_path):
         hparams[top] = {"class_path": "planted.Thing"} if not rest[:-1] else {"class_path": "models.JSA",
                                                                               "init_args": {"class_path": "planted.Thing"}}
     save_checkpoint_file(checkpoint, tmp_path / "received.ckpt")
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"}
-    commands = [["train.py", "test", "--ckpt_path=received.ckpt", "--trainer.limit_test_batches=1", "--model.test_num_samples=2"],
-                ["-c", "from models import JSA\nJSA.load_from_checkpoint('received.ckpt')"]]
-    for command in commands:
-        if command[0] == "-c":
-            result = preloaded.run_code(command[1], [], tmp_path, env, timeout=240)
-        else:
-            result = preloaded.run_train(command[1:], tmp_path, env, timeout=240)
-        assert not (tmp_path / "IMPORTED").exists(), command
-        assert result.returncode != 0, command
-        last_line = result.stderr.strip().splitlines()[-1]
-        assert "planted.Thing" in last_line and "not imported" in last_line, (command, result.stderr[-2000:])
-        if command[0] == "train.py":
-            assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "planted" not in sys.modules
+    try:
+        line = refused(capsys, cli=["test", "--ckpt_path=received.ckpt", "--trainer.limit_test_batches=1",
+                                    "--model.test_num_samples=2"])
+        assert not (tmp_path / "IMPORTED").exists()
+        assert "planted.Thing" in line and "not imported" in line, line
+        from models import JSA
+
+        with pytest.raises(CheckpointError) as error:
+            JSA.load_from_checkpoint("received.ckpt")
+        assert not (tmp_path / "IMPORTED").exists()
+        assert "planted.Thing" in str(error.value) and "not imported" in str(error.value), error.value
+    finally:
+        sys.modules.pop("planted", None)
 
 
 def test_a_callback_in_a_received_config_file_is_refused_before_it_is_imported(tmp_path):
@@ -129,7 +154,7 @@ def test_a_callback_in_a_received_config_file_is_refused_before_it_is_imported(t
 
 @pytest.mark.parametrize("name, command", [("hparams.yaml", "hydra"), ("hparams.yaml (dangling)", "hydra"), (".owner", "hydra"),
                                            ("config.yaml", "cli fit"), ("config_test.yaml", "cli test")])
-def test_a_received_run_is_never_written_through_a_link(name, command, run, tmp_path):
+def test_a_received_run_is_never_written_through_a_link(name, command, run, tmp_path, monkeypatch, capsys):
     """A file the run writes in place, planted in the received run as a link to a file of the user's (or dangling, to
     a place outside): resuming or testing there refuses in one line, and the target is untouched (or not created)."""
     last = copied_run(run, tmp_path)
@@ -144,16 +169,16 @@ def test_a_received_run_is_never_written_through_a_link(name, command, run, tmp_
     link.symlink_to(victim)
     before = victim.read_bytes() if victim.exists() else None
     ckpt = str(run_dir / "checkpoints" / "last.ckpt")
+    monkeypatch.chdir(tmp_path)
     if command == "hydra":
-        result = train(tmp_path, "model=jsa", "trainer.max_steps=6", *FAST, f"ckpt_path={ckpt}")
+        line = refused(capsys, hydra=["model=jsa", "trainer.max_steps=4", *FAST, f"ckpt_path={ckpt}"])
     else:
-        result = train(tmp_path, command.split()[1], f"--ckpt_path={ckpt}", "--trainer.max_steps=6",
-                       "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1",
-                       "--model.val_num_samples=2", "--model.test_num_samples=2", "--model.mis_steps=2", "--data.batch_size=16")
-    assert result.returncode == 2, result.stderr[-2000:]
+        line = refused(capsys, cli=[command.split()[1], f"--ckpt_path={ckpt}", "--trainer.max_steps=4",
+                                    "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+                                    "--trainer.limit_test_batches=1", "--model.val_num_samples=2", "--model.test_num_samples=2",
+                                    "--model.mis_steps=2", "--data.batch_size=16"])
     assert (victim.read_bytes() if victim.exists() else None) == before
-    assert result.stderr.strip().splitlines()[-1].startswith(f"error: the run {run_dir.resolve()} holds {link.name} as a link to")
-    assert "Traceback" not in result.stderr
+    assert line.startswith(f"error: the run {run_dir.resolve()} holds {link.name} as a link to"), line
 
 
 @pytest.mark.parametrize("holder", ["study", "train.py"])
@@ -214,7 +239,7 @@ def test_an_mnist_file_that_is_a_pipe_is_refused_without_waiting(mnist_dir, tmp_
         "so it is not read. Fix: delete it so that it is downloaded again, or copy a good one in its place.")
 
 
-def test_a_checkpoint_declaring_more_than_it_holds_is_refused_before_reading(run, tmp_path):
+def test_a_checkpoint_declaring_more_than_it_holds_is_refused_before_reading(run, tmp_path, monkeypatch, capsys):
     import zipfile
 
     last = copied_run(run, tmp_path)
@@ -224,9 +249,9 @@ def test_a_checkpoint_declaring_more_than_it_holds_is_refused_before_reading(run
             big = entry.filename.endswith("/data/0")
             crafted.writestr(entry.filename, bytes(1 << 29) if big else real.read(entry),
                              compress_type=zipfile.ZIP_DEFLATED if big else zipfile.ZIP_STORED)
-    result = train(tmp_path, "test", "--ckpt_path=received.ckpt", timeout=120)
-    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith(
-        "error: checkpoint received.ckpt declares ") and "crafted or damaged, and is not read" in result.stderr
+    monkeypatch.chdir(tmp_path)
+    line = refused(capsys, cli=["test", "--ckpt_path=received.ckpt"])
+    assert line.startswith("error: checkpoint received.ckpt declares ") and "crafted or damaged, and is not read" in line
 
 
 def test_an_owner_note_that_is_an_endless_device_is_not_read(run, tmp_path):
@@ -248,15 +273,13 @@ def test_an_owner_note_that_is_an_endless_device_is_not_read(run, tmp_path):
 
 
 @pytest.mark.parametrize("model", ["jsa", "rws"])
-def test_divergence_in_one_step_gets_the_guards_line_not_the_samplers_traceback(model, tmp_path, mnist_dir):
+def test_divergence_in_one_step_gets_the_guards_line_not_the_samplers_traceback(model, tmp_path, monkeypatch, capsys):
     """lr=1e308 leaves every weight inf or NaN after the first step; the next step's sampler (torch.multinomial) fails
     on them before a loss term could be checked: the run ends with the NaN guard's line, no traceback."""
     fast = [a for a in FAST if model == "jsa" or not a.startswith("model.mis_steps")]
-    result = train(tmp_path, f"model={model}", "model.lr=1e308", "trainer.max_steps=4", "trainer.limit_train_batches=4",
-                   *[a for a in fast if not a.startswith("trainer.limit_train_batches")])
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1].startswith("error: the model's weights (encoder.")
-    assert "became NaN or inf" in result.stderr
+    monkeypatch.chdir(tmp_path)
+    line = refused(capsys, hydra=[f"model={model}", "model.lr=1e308", "trainer.max_steps=4", *fast])
+    assert line.startswith("error: the model's weights (encoder.") and "became NaN or inf" in line, line
 
 
 def damaged(checkpoint: dict, what: str) -> str:
@@ -329,10 +352,10 @@ def test_a_damaged_received_checkpoint_ends_the_real_command_in_one_line(run, tm
 
 @pytest.mark.parametrize("name, kind, command", [(".owner", "FIFO", "hydra"), ("hparams.yaml", "FIFO", "hydra"),
                                                  (".owner", "hard link", "hydra"), ("config.yaml", "hard link", "cli fit")])
-def test_a_file_the_run_writes_is_replaced_never_written_into_nor_waited_on(name, kind, command, run, tmp_path):
+def test_a_file_the_run_writes_is_replaced_never_written_into_nor_waited_on(name, kind, command, run, tmp_path, monkeypatch):
     """A file the run writes, planted in the received run as a FIFO (opening it for writing would wait for a reader
-    for ever) or as a hard link to a file of the user's (writing into it would overwrite theirs): the resume replaces
-    it, finishes, and the user's file keeps its bytes."""
+    for ever: a process, ended by its timeout) or as a hard link to a file of the user's (writing into it would
+    overwrite theirs: in this process): the resume replaces it, finishes, and the user's file keeps its bytes."""
     last = copied_run(run, tmp_path)
     planted = last.parents[1] / name
     planted.unlink(missing_ok=True)
@@ -342,12 +365,14 @@ def test_a_file_the_run_writes_is_replaced_never_written_into_nor_waited_on(name
         os.mkfifo(planted)
     else:
         os.link(users, planted)
-    if command == "hydra":
-        result = train(tmp_path, "model=jsa", "trainer.max_steps=4", *FAST, f"ckpt_path={last}", timeout=180)
+    hydra = ["model=jsa", "trainer.max_steps=3", *FAST, f"ckpt_path={last}"]
+    cli = ["fit", f"--ckpt_path={last}", "--trainer.max_steps=3", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+           "--model.val_num_samples=2", "--model.mis_steps=2", "--data.batch_size=16"]
+    if kind == "FIFO":
+        result = train(tmp_path, *(hydra if command == "hydra" else cli), timeout=180)
+        assert result.returncode == 0, result.stderr[-3000:]
     else:
-        result = train(tmp_path, "fit", f"--ckpt_path={last}", "--trainer.max_steps=4", "--trainer.limit_train_batches=2",
-                       "--trainer.limit_val_batches=1", "--model.val_num_samples=2", "--model.mis_steps=2",
-                       "--data.batch_size=16", timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
+        monkeypatch.chdir(tmp_path)
+        launch.hydra_app.run(composed(hydra)) if command == "hydra" else launch.cli_app.main(cli)
     assert users.read_text() == "years of work"
     assert not os.path.lexists(planted) or planted.is_file()  # .owner goes with its process; the others are replaced

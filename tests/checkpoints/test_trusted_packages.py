@@ -1,6 +1,8 @@
-"""Your own code is not a stranger's: the packages and modules listed in LATENT_ZOO_TRUST (here a real package on
-PYTHONPATH: mypkg with a VAE subclass, and my_callbacks with a callback) are admitted by both front ends and by
-`load_from_checkpoint`, while a stranger's module named beside them is still never imported."""
+"""Your own code is not a stranger's: the packages and modules listed in LATENT_ZOO_TRUST (here a real package,
+mypkg with a VAE subclass, and a module, my_callbacks with a callback, in a folder on the path) are admitted by both
+front ends and by `load_from_checkpoint`, while a stranger's module named beside them is still never imported. The
+front ends run in this process (train.main, launch.hydra_app.run, with the variable and sys.path set there); one
+`python train.py` runs as a user runs it, with the package on PYTHONPATH and the variable in its environment."""
 
 from __future__ import annotations
 
@@ -12,13 +14,17 @@ from pathlib import Path
 import pytest
 import torch
 
+import launch.hydra_app
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import save_checkpoint_file
 from checkpoints.import_paths import TRUST_VARIABLE, is_allowed_import, trusted_prefixes
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.registry import is_registered
 from launch.checks.received_config import refuse_received_configs
+from launch.errors import user_errors_as_one_line
 from tests import preloaded
+from tests.conftest import train_main
+from tests.launch.test_configs import composed
 
 REPO = Path(__file__).resolve().parents[2]
 MY_MODEL = "from models import VAE\n\n\nclass MyVAE(VAE):\n    \"\"\"A user's own subclass.\"\"\"\n"
@@ -33,8 +39,10 @@ model:
   class_path: mypkg.mymodel.MyVAE
   init_args:
     latent_dim: 2
+    val_num_samples: 2
 trainer:
   max_epochs: 1
+  num_sanity_val_steps: 0
   limit_train_batches: 2
   limit_val_batches: 1
   callbacks:
@@ -98,84 +106,119 @@ def test_a_checkpoint_naming_a_class_is_read_only_when_it_is_trusted(names, monk
             load_checkpoint_file(path)
 
 
-@pytest.mark.slow
-def test_the_cli_trains_reruns_tests_and_loads_your_own_code(user, tmp_path):
+@pytest.fixture
+def own_code(tmp_path: Path, mnist_dir: Path, monkeypatch) -> Path:
+    """`user`'s working directory, set up in this process: current, on sys.path as PYTHONPATH puts it, nothing
+    trusted; modules of its names are forgotten before and after the test (another test's tmp_path holds packages of
+    the same names)."""
+    forget_own_modules()
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "mymodel.py").write_text(MY_MODEL)
+    (tmp_path / "my_callbacks.py").write_text(MY_CALLBACKS)
+    (tmp_path / "strangers.py").write_text(STRANGERS)
+    monkeypatch.delenv(TRUST_VARIABLE, raising=False)
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    forget_own_modules()
+
+
+def forget_own_modules() -> None:
+    for name in [name for name in sys.modules if name.split(".")[0] in ("mypkg", "my_callbacks", "strangers")]:
+        del sys.modules[name]
+
+
+@pytest.mark.slow  # trains through the LightningCLI front end
+def test_the_cli_trains_reruns_tests_and_loads_your_own_code(own_code, monkeypatch, capsys):
     """`fit -c my.yaml` (a model subclass and a callback of one's own, no --model or --data: the defaults fill in),
-    the run's own config.yaml run again, `test --ckpt_path` of its checkpoint and `MyVAE.load_from_checkpoint`."""
-    (tmp_path / "my.yaml").write_text(MY_CONFIG)
-    refused = preloaded.run_train(["fit", "-c", "my.yaml"], tmp_path, user, timeout=240)
-    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr[-2000:]
-    assert last_line(refused).startswith("error: config file my.yaml: model.class_path names 'mypkg.mymodel.MyVAE'")
-    assert TRUST_VARIABLE in last_line(refused)
+    the run's own config.yaml run again, `test --ckpt_path` of its checkpoint and `MyVAE.load_from_checkpoint`; each
+    refused in one line naming LATENT_ZOO_TRUST until the package is trusted, and a package not importable is named
+    with where Python looks for it."""
+    (own_code / "my.yaml").write_text(MY_CONFIG)
+    code, _, err = train_main(["fit", "-c", "my.yaml"], monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err[-2000:]
+    assert err.startswith("error: config file my.yaml: model.class_path names 'mypkg.mymodel.MyVAE'") and TRUST_VARIABLE in err
 
-    trained = preloaded.run_train(["fit", "-c", "my.yaml", "--log_dir=logs"], tmp_path, trusting(user), timeout=300)
-    assert trained.returncode == 0 and "my epoch 0 ended" in trained.stdout, trained.stderr[-2000:]
-    (run,) = (tmp_path / "logs" / "tensorboard").glob("*/version_0")
+    monkeypatch.setenv(TRUST_VARIABLE, "mypkg,my_callbacks")
+    code, out, err = train_main(["fit", "-c", "my.yaml", "--log_dir=logs"], monkeypatch, capsys)
+    assert code == 0 and "my epoch 0 ended" in out, err[-2000:]
+    (run,) = (own_code / "logs" / "tensorboard").glob("*/version_0")
     assert "MyVAE" in (run / "config.yaml").read_text() and "MNISTDataModule" in (run / "config.yaml").read_text()
-
-    again = preloaded.run_train(["fit", "-c", str(run / "config.yaml"), "--log_dir=again"], tmp_path, trusting(user), timeout=300)
-    assert again.returncode == 0 and "my epoch 0 ended" in again.stdout, again.stderr[-2000:]
+    code, out, err = train_main(["fit", "-c", str(run / "config.yaml"), "--log_dir=again"], monkeypatch, capsys)
+    assert code == 0 and "my epoch 0 ended" in out, err[-2000:]
 
     last = run / "checkpoints" / "last.ckpt"
-    refused = preloaded.run_train(["test", f"--ckpt_path={last}"], tmp_path, user, timeout=240)
-    assert refused.returncode == 2 and TRUST_VARIABLE in last_line(refused), refused.stderr[-2000:]
-    assert "'mypkg.mymodel.MyVAE'" in last_line(refused)
-    tested = preloaded.run_train(["test", f"--ckpt_path={last}", "--trainer.limit_test_batches=1"], tmp_path,
-                                 trusting(user, "mypkg"), timeout=300)
-    assert tested.returncode == 0 and "test/nll" in tested.stdout, tested.stderr[-2000:]
-    unimportable = preloaded.run_train(["test", f"--ckpt_path={last}"], tmp_path, {**trusting(user, "mypkg"), "PYTHONPATH": str(REPO)},
-                                       timeout=240)
-    assert unimportable.returncode == 2 and last_line(unimportable).startswith(
-        "error: --model=mypkg.mymodel.MyVAE (named by the checkpoint or a config file): no module named 'mypkg'; a package "
-        "of your own is imported from train.py's folder or PYTHONPATH"), unimportable.stderr[-2000:]
+    monkeypatch.delenv(TRUST_VARIABLE)
+    code, _, err = train_main(["test", f"--ckpt_path={last}"], monkeypatch, capsys)
+    assert code == 2 and TRUST_VARIABLE in err.strip().splitlines()[-1] and "'mypkg.mymodel.MyVAE'" in err.strip().splitlines()[-1], err
+    monkeypatch.setenv(TRUST_VARIABLE, "mypkg")
+    code, out, err = train_main(["test", f"--ckpt_path={last}", "--trainer.limit_test_batches=1", "--model.test_num_samples=2"],
+                                monkeypatch, capsys)
+    assert code == 0 and "test/nll" in out, err[-2000:]
+    from mypkg.mymodel import MyVAE
 
-    code = f"from mypkg.mymodel import MyVAE\nprint(type(MyVAE.load_from_checkpoint({str(last)!r})).__name__)"
-    loaded = preloaded.run_code(code, [], tmp_path, trusting(user, "mypkg"), timeout=240)
-    assert loaded.returncode == 0 and loaded.stdout.strip().splitlines()[-1] == "MyVAE", loaded.stderr[-2000:]
+    assert type(MyVAE.load_from_checkpoint(last)) is MyVAE
+
+    monkeypatch.setattr(sys, "path", [path for path in sys.path if path != str(own_code)])
+    for name in [name for name in sys.modules if name.split(".")[0] == "mypkg"]:
+        del sys.modules[name]
+    code, _, err = train_main(["test", f"--ckpt_path={last}"], monkeypatch, capsys)
+    assert code == 2 and err.strip().splitlines()[-1].startswith(
+        "error: --model=mypkg.mymodel.MyVAE (named by the checkpoint or a config file): no module named 'mypkg'; a package "
+        "of your own is imported from train.py's folder or PYTHONPATH"), err[-2000:]
+
+
+def test_an_untrusted_model_of_your_own_is_refused_before_it_trains(own_code, capsys):
+    """`model._target_=mypkg.mymodel.MyVAE run_test=true` untrusted: one line naming LATENT_ZOO_TRUST=mypkg before any
+    training (the test would read a checkpoint naming the class), and no run is made."""
+    args = ["model=vae", "model._target_=mypkg.mymodel.MyVAE", "model.latent_dim=2", "run_test=true", *TINY_RUN,
+            f"log_dir={own_code / 'logs'}"]
+    with pytest.raises(SystemExit) as stop, user_errors_as_one_line():
+        launch.hydra_app.run(composed(args))
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and error.startswith("error: run_test=true with model._target_=mypkg.mymodel.MyVAE: ")
+    assert f"{TRUST_VARIABLE}=mypkg" in error and not (own_code / "logs" / "tensorboard").exists()
 
 
 @pytest.mark.slow
 def test_hydra_trains_and_tests_a_model_of_your_own(user, tmp_path):
-    """`model._target_=mypkg.mymodel.MyVAE run_test=true`: the best checkpoint of one's own model is tested; untrusted,
-    the run is refused before it trains, not after (its test would read a checkpoint naming the class)."""
-    args = ["model=vae", "model._target_=mypkg.mymodel.MyVAE", "model.latent_dim=2", "run_test=true", *TINY_RUN, "log_dir=logs"]
-    refused = preloaded.run_train(args, tmp_path, user, timeout=240)
-    assert refused.returncode == 2 and last_line(refused).startswith("error: run_test=true with model._target_=mypkg.mymodel.MyVAE: ")
-    assert f"{TRUST_VARIABLE}=mypkg" in last_line(refused) and not (tmp_path / "logs" / "tensorboard").exists(), refused.stderr[-2000:]
-    result = preloaded.run_train(args, tmp_path, trusting(user, "mypkg"), timeout=300)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0 and "test/nll" in output, output[-2000:]
-    assert "Restoring states from the checkpoint path at" in output and "epoch000-step000002.ckpt" in output
-
-    # a config of one's own extends the class's defaults (model_defaults/MyVAE); a typo in it is one line
+    """`python train.py` as a user runs it, with one's own package on PYTHONPATH and LATENT_ZOO_TRUST=mypkg in the
+    environment: a config of one's own extends the class's defaults (model_defaults/MyVAE), a typo in it is one line,
+    and `run_test=true` tests the best checkpoint of one's own model."""
     (tmp_path / "conf" / "model").mkdir(parents=True)
     (tmp_path / "conf" / "model" / "myvae.yaml").write_text("# @package _global_\ndefaults:\n  - /model_defaults@model: MyVAE\n"
                                                             "  - _self_\nmodel:\n  _target_: mypkg.mymodel.MyVAE\n")
-    own = ["--config-dir", str(tmp_path / "conf"), "model=myvae", "model.latent_dim=2", *TINY_RUN, "log_dir=own"]
+    own = ["--config-dir", str(tmp_path / "conf"), "model=myvae", "model.latent_dim=2", "run_test=true", *TINY_RUN,
+           "model.val_num_samples=2", "model.test_num_samples=2", "log_dir=own"]
     # (a new interpreter: before the imports the early check does not know the class's settings, the check after them
     # does; no trainer setting, which would have every job checked then anyway)
     typo = subprocess.run([sys.executable, str(REPO / "train.py"), *own[:4], "model.latent_dmi=3"], cwd=tmp_path,
                           env=trusting(user, "mypkg"), capture_output=True, text=True, timeout=240)
     assert typo.returncode == 2 and last_line(typo) == (f"error: model.latent_dmi: {tmp_path / 'conf' / 'model' / 'myvae.yaml'} "
                                                         "has no such key; did you mean model.latent_dim?"), typo.stderr[-2000:]
-    trained = preloaded.run_train(own, tmp_path, trusting(user, "mypkg"), timeout=300)
-    assert trained.returncode == 0 and list((tmp_path / "own" / "tensorboard").glob("myvae-mnist-*/version_0")), trained.stderr[-2000:]
+    result = preloaded.run_train(own, tmp_path, trusting(user, "mypkg"), timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "test/nll" in output, output[-2000:]
+    assert "Restoring states from the checkpoint path at" in output and "epoch000-step000002.ckpt" in output
+    assert list((tmp_path / "own" / "tensorboard").glob("myvae-mnist-*/version_0"))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("front_end", ["cli -c", "hydra -cd"])
-def test_a_strangers_module_beside_your_own_is_still_never_imported(front_end, user, tmp_path):
+def test_a_strangers_module_beside_your_own_is_still_never_imported(front_end, own_code, monkeypatch, capsys):
+    monkeypatch.setenv(TRUST_VARIABLE, "mypkg,my_callbacks")
     if front_end == "cli -c":
-        (tmp_path / "received.yaml").write_text(MY_CONFIG + "    - class_path: strangers.Thing\n")
+        (own_code / "received.yaml").write_text(MY_CONFIG + "    - class_path: strangers.Thing\n")
         args, label, where = ["fit", "-c", "received.yaml"], "config file received.yaml", "trainer.callbacks[1].class_path"
     else:
-        (tmp_path / "received" / "callbacks").mkdir(parents=True)
-        (tmp_path / "received" / "callbacks" / "mine.yaml").write_text(
+        (own_code / "received" / "callbacks").mkdir(parents=True)
+        (own_code / "received" / "callbacks" / "mine.yaml").write_text(
             "epochs:\n  _target_: my_callbacks.PrintEpoch\nthing:\n  _target_: strangers.Thing\n")
-        args, where = ["-cd", "received", "callbacks=mine"], "thing._target_"
+        args, where = ["-cd", "received", "callbacks=mine", *TINY_RUN], "thing._target_"
         label = f"Hydra config {Path('received') / 'callbacks' / 'mine.yaml'}"
-    result = preloaded.run_train(args, tmp_path, trusting(user), timeout=240)
-    assert not (tmp_path / MARKER).exists()
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
-    assert last_line(result).startswith(f"error: {label}: {where} names 'strangers.Thing'"), last_line(result)
-    assert TRUST_VARIABLE in last_line(result)
+    code, _, err = train_main(args, monkeypatch, capsys)
+    assert not (own_code / MARKER).exists() and "strangers" not in sys.modules
+    assert code == 2 and len(err.strip().splitlines()) == 1, err[-2000:]
+    assert err.startswith(f"error: {label}: {where} names 'strangers.Thing'"), err
+    assert TRUST_VARIABLE in err
