@@ -106,6 +106,26 @@ def train_main(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.
     return code, out, err
 
 
+def refused(capsys: pytest.CaptureFixture, hydra: list[str] | None = None, cli: list[str] | None = None) -> str:
+    """`python train.py HYDRA` (launch.hydra_app.run on the composed config) or `python train.py CLI`
+    (launch.cli_app.main) run in this process, which must end with exit status 2: its last line on stderr."""
+    import launch.cli_app
+    import launch.hydra_app
+    from launch.errors import user_errors_as_one_line
+    from tests.launch.test_configs import composed
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        if hydra is not None:
+            with user_errors_as_one_line():
+                launch.hydra_app.run(composed(hydra))
+        else:
+            launch.cli_app.main(cli)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2, err[-3000:]
+    return err.strip().splitlines()[-1]
+
+
 def narrow_mlps(model, width: int = 64):
     """`model` with its MLP encoder and decoder replaced by two hidden layers of `width` (the same inputs, outputs and
     activation): the toy models of a few pixels that tests enumerate need no 512/256 MNIST MLP, whose per-state

@@ -23,6 +23,7 @@ from checkpoints.errors import CheckpointError
 from checkpoints.file_format import save_checkpoint_file
 from launch.errors import user_errors_as_one_line
 from tests import preloaded
+from tests.conftest import refused
 from tests.launch.test_configs import composed
 
 pytestmark = pytest.mark.slow  # runs that train, and real processes: the full suite's
@@ -35,21 +36,6 @@ FAST = ["trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer
 def train(cwd: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
     return preloaded.run_train(list(args), cwd, env, timeout)
-
-
-def refused(capsys, hydra: list[str] | None = None, cli: list[str] | None = None) -> str:
-    """`python train.py HYDRA` (launch.hydra_app.run on the composed config) or `python train.py CLI`
-    (launch.cli_app.main) run in this process, which must end with exit status 2: its last line on stderr."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as stop:
-        if hydra is not None:
-            with user_errors_as_one_line():
-                launch.hydra_app.run(composed(hydra))
-        else:
-            launch.cli_app.main(cli)
-    err = capsys.readouterr().err
-    assert stop.value.code == 2, err[-3000:]
-    return err.strip().splitlines()[-1]
 
 
 @pytest.fixture(scope="module")

@@ -14,17 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
-import launch.hydra_app
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import save_checkpoint_file
 from checkpoints.import_paths import TRUST_VARIABLE, is_allowed_import, trusted_prefixes
 from checkpoints.loader import load_checkpoint_file
 from checkpoints.registry import is_registered
 from launch.checks.received_config import refuse_received_configs
-from launch.errors import user_errors_as_one_line
 from tests import preloaded
-from tests.conftest import train_main
-from tests.launch.test_configs import composed
+from tests.conftest import refused, train_main
 
 REPO = Path(__file__).resolve().parents[2]
 MY_MODEL = "from models import VAE\n\n\nclass MyVAE(VAE):\n    \"\"\"A user's own subclass.\"\"\"\n"
@@ -175,10 +172,8 @@ def test_an_untrusted_model_of_your_own_is_refused_before_it_trains(own_code, ca
     training (the test would read a checkpoint naming the class), and no run is made."""
     args = ["model=vae", "model._target_=mypkg.mymodel.MyVAE", "model.latent_dim=2", "run_test=true", *TINY_RUN,
             f"log_dir={own_code / 'logs'}"]
-    with pytest.raises(SystemExit) as stop, user_errors_as_one_line():
-        launch.hydra_app.run(composed(args))
-    error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert stop.value.code == 2 and error.startswith("error: run_test=true with model._target_=mypkg.mymodel.MyVAE: ")
+    error = refused(capsys, hydra=args)
+    assert error.startswith("error: run_test=true with model._target_=mypkg.mymodel.MyVAE: ")
     assert f"{TRUST_VARIABLE}=mypkg" in error and not (own_code / "logs" / "tensorboard").exists()
 
 

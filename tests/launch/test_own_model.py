@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import launch.checks.hydra_config
-import launch.errors
 import launch.hydra_app
 import launch.cli_app
 import launch.hydra_run
@@ -22,7 +21,7 @@ from launch.checks.hydra_check import check_hydra
 from launch.checks.settings import SettingsError, check_composed, check_settings
 from models import VAE
 from models.base import LatentVariableModel
-from tests.conftest import says
+from tests.conftest import refused, says
 from tests.launch.test_configs import composed
 
 
@@ -119,10 +118,7 @@ def test_run_test_with_an_untrusted_class_of_ones_own_is_refused_before_training
     overrides = ["model=vae", f"model._target_={__name__}.NamedVAE", "run_test=true", "trainer.max_steps=1",
                  "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "model.val_num_samples=2",
                  "model.test_num_samples=2", f"log_dir={tmp_path / 'logs'}"]
-    with pytest.raises(SystemExit) as stop, launch.errors.user_errors_as_one_line():
-        launch.hydra_app.run(composed(overrides))
-    error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert stop.value.code == 2, error
+    error = refused(capsys, hydra=overrides)
     says(error, "run_test=true", f"model._target_={__name__}.NamedVAE", "LATENT_ZOO_TRUST=tests")
     assert not list((tmp_path / "logs").rglob("*.ckpt"))
     monkeypatch.setenv("LATENT_ZOO_TRUST", "tests")
