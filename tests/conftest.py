@@ -109,16 +109,16 @@ def train_main(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.
 def refused(capsys: pytest.CaptureFixture, hydra: list[str] | None = None, cli: list[str] | None = None) -> str:
     """`python train.py HYDRA` (launch.hydra_app.run on the composed config) or `python train.py CLI`
     (launch.cli_app.main) run in this process, which must end with exit status 2: its last line on stderr."""
+    import launch.checks.hydra_config
     import launch.cli_app
     import launch.hydra_app
     from launch.errors import user_errors_as_one_line
-    from tests.launch.test_configs import composed
 
     capsys.readouterr()
     with pytest.raises(SystemExit) as stop:
         if hydra is not None:
             with user_errors_as_one_line():
-                launch.hydra_app.run(composed(hydra))
+                launch.hydra_app.run(launch.checks.hydra_config.compose(list(hydra)))
         else:
             launch.cli_app.main(cli)
     err = capsys.readouterr().err
