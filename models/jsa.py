@@ -124,7 +124,9 @@ class JSA(CategoricalLatentModel):
         else:
             latent = sample.candidates[rows.example].gather(1, rows.candidate.unsqueeze(-1).expand(-1, -1, sample.candidates.shape[-1]))
             scores = self.log_joint(x[rows.example], latent)
-        return torch.zeros(x.shape[0], dtype=scores.dtype, device=x.device).index_add(0, rows.example, (rows.weight * scores).sum(1))
+        per_row = (rows.weight * scores).sum(1)
+        # new_zeros: under vmap (replicas) a table of each replica's own, not one zeros table broadcast over them
+        return per_row.new_zeros(x.shape[0]).index_add(0, rows.example, per_row)
 
     def check_replicable(self) -> None:
         """Replicas batch the step (models/replicas.py): `distinct` rows, a number that depends on the data, cannot be."""

@@ -31,7 +31,7 @@ def candidate_weights(sample: MISSample, gradient_states: GradientStates) -> Ten
 
 def visit_counts(path_index: Tensor, num_candidates: int, dtype: torch.dtype = torch.float32) -> Tensor:
     """n_j: how many of the chain's L steps ended on candidate j. path_index (B, L) long -> (B, L+1) of `dtype`."""
-    counts = torch.zeros(path_index.shape[0], num_candidates, dtype=dtype, device=path_index.device)
+    counts = path_index.new_zeros(path_index.shape[0], num_candidates, dtype=dtype)  # per replica under vmap
     return counts.scatter_add(1, path_index, torch.ones_like(path_index, dtype=counts.dtype))
 
 

@@ -35,7 +35,8 @@ def code_counts(codes: Tensor, num_codes: int) -> Tensor:
     A scatter-add into a fixed-size table, not torch.bincount: on a GPU bincount reads the codes' minimum and
     maximum back to the host, a sync on every training step."""
     codes = codes.flatten()
-    return torch.zeros(num_codes, device=codes.device, dtype=torch.float32).index_add(0, codes, torch.ones_like(codes, dtype=torch.float32))
+    ones = torch.ones_like(codes, dtype=torch.float32)
+    return ones.new_zeros(num_codes).index_add(0, codes, ones)  # new_zeros: per replica under vmap
 
 
 def usage_perplexity(counts: Tensor) -> Tensor:
