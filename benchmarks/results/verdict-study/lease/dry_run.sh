@@ -5,7 +5,7 @@
 # lease unpacked into the next lease's tree as the lead commits them; the last report must have every arm and every
 # pre-registered comparison. From the repository root:
 #   VENV=/work/venv312 bash benchmarks/results/verdict-study/lease/dry_run.sh   # prints where it worked, then PASS/FAIL
-#   FROM=verdict ...   # to try a change again: from that call on (lease1, lease2 or verdict); a pass is a run from lease1
+#   FROM=verdict ...   # to try a change again: from that call on (lease1, lease2, lease3 or verdict); a pass is a run from lease1
 set -o pipefail
 VENV=${VENV:?VENV: the virtualenv of the versions of the device}
 HERE=benchmarks/results/verdict-study/lease
@@ -51,7 +51,8 @@ call() {  # call NAME SCRIPT ARGS...: one run-tool call on the machine as it is;
 }
 
 FROM=${FROM:-lease1}
-[ "$FROM" = lease1 ] || [ "$FROM" = lease2 ] || [ "$FROM" = verdict ] || fail "FROM=$FROM: expected lease1, lease2 or verdict"
+[ "$FROM" = lease1 ] || [ "$FROM" = lease2 ] || [ "$FROM" = lease3 ] || [ "$FROM" = verdict ] ||
+    fail "FROM=$FROM: expected lease1, lease2, lease3 or verdict"
 if [ "$FROM" = lease1 ]; then
     fresh_machine; call lease1 $HERE/lease1.sh
     for table in replicas_eager.txt replicas_compiled_jsa.txt replicas_compiled_rws.txt; do
@@ -67,12 +68,23 @@ if [ "$FROM" = lease1 ]; then
         grep -q "no plan fits" "$WORK/sizing.txt" || { cat "$WORK/sizing.txt"; fail "verdict_sizing"; }
     echo "sizing: $(tail -n 1 "$WORK/sizing.txt")"
 fi
-if [ "$FROM" != verdict ]; then
+if [ "$FROM" = lease1 ] || [ "$FROM" = lease2 ]; then
     fresh_machine; call lease2 $HERE/lease2.sh
-    for table in determinism.txt gpu_estimators_rows.txt gpu_estimators_rows_fused_adam.txt gpu_estimators_rows_L16.txt; do
+    for table in compiled_equals_eager.txt train_step.txt determinism.txt; do
         [ -s "$WORK/out-lease2/$table" ] || fail "lease 2: no $table"
     done
-    grep -q "val/nll" "$WORK/out-lease2/determinism.txt" || fail "lease 2: the determinism runs logged no val/nll"
+    [ "$(grep -c "ms/step over steps" "$WORK/out-lease2/train_step.txt")" -ge 6 ] ||
+        { cat "$WORK/out-lease2/train_step.txt"; fail "lease 2: not every run but the deterministic one timed"; }
+    [ "$(grep -c ": equal;" "$WORK/out-lease2/compiled_equals_eager.txt")" = 3 ] ||
+        { cat "$WORK/out-lease2/compiled_equals_eager.txt"; fail "lease 2: the compiled step not equal to the eager one"; }
+    grep -q "^a against solo, .*: identical\|^a against solo, .*: differ" "$WORK/out-lease2/determinism.txt" ||
+        { cat "$WORK/out-lease2/determinism.txt"; fail "lease 2: the compiled runs not compared"; }
+fi
+if [ "$FROM" != verdict ]; then
+    fresh_machine; call lease3 $HERE/lease3.sh
+    for table in gpu_estimators_rows.txt gpu_estimators_rows_fused_adam.txt gpu_estimators_rows_L16.txt; do
+        [ -s "$WORK/out-lease3/$table" ] || fail "lease 3: no $table"
+    done
 fi
 fresh_machine; call verdict-0 $HERE/verdict.sh 1 0        # seed 0: JSA's processes and RWS's side by side
 fresh_machine; call verdict-1-jsa $HERE/verdict.sh 1 1 jsa  # seed 1: JSA's, then RWS's in a call of its own
