@@ -21,7 +21,7 @@ from checkpoints.loader import load_checkpoint_file
 from checkpoints.registry import is_registered
 from launch.checks.received_config import refuse_received_configs
 from tests import preloaded
-from tests.conftest import refused, train_main
+from tests.conftest import train_main
 
 REPO = Path(__file__).resolve().parents[2]
 MY_MODEL = "from models import VAE\n\n\nclass MyVAE(VAE):\n    \"\"\"A user's own subclass.\"\"\"\n"
@@ -165,16 +165,6 @@ def test_the_cli_trains_reruns_tests_and_loads_your_own_code(own_code, monkeypat
     assert code == 2 and err.strip().splitlines()[-1].startswith(
         "error: --model=mypkg.mymodel.MyVAE (named by the checkpoint or a config file): no module named 'mypkg'; a package "
         "of your own is imported from train.py's folder or PYTHONPATH"), err[-2000:]
-
-
-def test_an_untrusted_model_of_your_own_is_refused_before_it_trains(own_code, capsys):
-    """`model._target_=mypkg.mymodel.MyVAE run_test=true` untrusted: one line naming LATENT_ZOO_TRUST=mypkg before any
-    training (the test would read a checkpoint naming the class), and no run is made."""
-    args = ["model=vae", "model._target_=mypkg.mymodel.MyVAE", "model.latent_dim=2", "run_test=true", *TINY_RUN,
-            f"log_dir={own_code / 'logs'}"]
-    error = refused(capsys, hydra=args)
-    assert error.startswith("error: run_test=true with model._target_=mypkg.mymodel.MyVAE: ")
-    assert f"{TRUST_VARIABLE}=mypkg" in error and not (own_code / "logs" / "tensorboard").exists()
 
 
 @pytest.mark.slow

@@ -120,6 +120,6 @@ def test_run_test_with_an_untrusted_class_of_ones_own_is_refused_before_training
                  "model.test_num_samples=2", f"log_dir={tmp_path / 'logs'}"]
     error = refused(capsys, hydra=overrides)
     says(error, "run_test=true", f"model._target_={__name__}.NamedVAE", "LATENT_ZOO_TRUST=tests")
-    assert not list((tmp_path / "logs").rglob("*.ckpt"))
+    assert not list((tmp_path / "logs").rglob("*.ckpt")) and not (tmp_path / "logs" / "tensorboard").exists()
     monkeypatch.setenv("LATENT_ZOO_TRUST", "tests")
     assert "test/nll" in launch.hydra_app.run(composed(overrides))
