@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.speed.replica_throughput import PAPER
+from common.files import write_file
 
 
 def build_models(name: str, seeds: list[int], compile: bool, batch: int, device: torch.device):
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
             lines.append(f"{name} R = {replicas}: failed: {type(error).__name__}: {str(error).strip()[:300]}")
         print(lines[-1], flush=True)
         if args.out:
-            args.out.write_text("\n".join(lines) + "\n")
+            write_file(args.out, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import argparse
 import re
 from pathlib import Path
 
+from common.files import write_file
+
 PROFILED = {"batch": "run_training_batch", "training_step": r"\[Strategy\]\w+\.training_step",
             "backward": r"\[Strategy\]\w+\.backward", "data": r"\[_TrainingEpochLoop\]\.train_dataloader_next"}
 
@@ -87,13 +89,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--determinism", type=Path, required=True)
     parser.add_argument("--compiled", type=int, required=True, help="how many of the names (the first) ran compiled")
     args = parser.parse_args(argv)
-    args.train_step.write_text("\n".join(step_line(name, args.runs) for name in args.names) + "\n")
+    write_file(args.train_step, "\n".join(step_line(name, args.runs) for name in args.names) + "\n")
     compiled, eager = args.names[: args.compiled], args.names[args.compiled :]
     lines = ["compiled:", *determinism_lines(compiled, args.runs), "eager:", *determinism_lines(eager, args.runs)]
     for name in args.names:
         output = (args.runs / f"{name}.out").read_text(errors="replace") if (args.runs / f"{name}.out").exists() else ""
         lines += [f"{name}: {line[:300]}" for line in output.splitlines() if re.match(r"\w*(Error|Exception):", line)]
-    args.determinism.write_text("\n".join(lines) + "\n")
+    write_file(args.determinism, "\n".join(lines) + "\n")
     print(args.train_step.read_text() + args.determinism.read_text())
 
 
