@@ -1,5 +1,6 @@
-"""Whether model.compile=step computes, on this device, what the eager step computes: JSA and RWS at the JSA paper's
-protocol (batch 200, S = L = 20, experiment=jsa_paper's networks), as one run and as R replicas in one process.
+"""Whether model.compile=step computes, on this device, what the eager step computes: JSA at the JSA paper's protocol
+(batch 200, S = L = 20, experiment=jsa_paper's networks) as one run and as two replicas in one process, RWS as two
+replicas.
 
     python -m benchmarks.studies.compiled_equals_eager --out compiled_equals_eager.txt   # on a GPU (lease 2)
 
@@ -7,7 +8,8 @@ The same weights and batch; JSA's cache filled by one step first (the step reads
 to eager's (`fallback_random`), so both draw the same numbers, and the compiled step runs without CUDA graphs, whose
 captured draws eager cannot repeat; the kernels are those model.compile=step runs. `equal`: every replica's losses
 within 1e-4 and every parameter's gradient within 1e-3 of the eager value's scale (the largest difference over it);
-the other logged terms' largest is reported beside.
+the other logged terms' largest is reported beside. An accept decision or a draw of q near a tie can flip between
+the two (float rounding) and show as a small gap; a table written over by the other replica shows as a gap near 1.
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             lines.append(compare(name, replicas, args.batch, device))
         except Exception as error:  # a failure of one case is a finding; the others still run
-            lines.append(f"{name} R = {replicas}: failed: {type(error).__name__}: {str(error).strip()[:300]}")
+            lines.append(f"{name} {'R = %d' % replicas if replicas else 'one run'}: failed: {type(error).__name__}: "
+                         f"{str(error).strip()[:300]}")
         print(lines[-1], flush=True)
         if args.out:
             write_file(args.out, "\n".join(lines) + "\n")

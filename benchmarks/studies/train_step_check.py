@@ -74,7 +74,8 @@ def determinism_lines(names: list[str], folder: Path) -> list[str]:
             other = dict((step, value) for step, _, value in runs[name].get(replica, []))
             shared = [(step, value, other[step]) for step, _, value in series if step in other]
             differ = [(step, abs(a - b)) for step, a, b in shared if a != b]
-            verdict = (f"identical at all {len(shared)} shared logged steps" if not differ else
+            verdict = ("not compared: no logged step in common" if not shared else
+                       f"identical at all {len(shared)} shared logged steps" if not differ else
                        f"differ at {len(differ)} of {len(shared)} (first at step {differ[0][0]}; largest |difference| "
                        f"{max(d for _, d in differ):.3g})")
             lines.append(f"{name} against {reference_name}, {replica}: {verdict}")
