@@ -17,6 +17,7 @@ import argparse
 import re
 from pathlib import Path
 
+from benchmarks.lib.records import read_events
 from common.files import write_file
 
 PROFILED = {"batch": "run_training_batch", "training_step": r"\[Strategy\]\w+\.training_step",
@@ -25,14 +26,11 @@ PROFILED = {"batch": "run_training_batch", "training_step": r"\[Strategy\]\w+\.t
 
 def losses(run: Path) -> dict[str, list[tuple[int, float, float]]]:
     """Each replica run's train/loss as (step, wall time, value), by the run's folder name."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     found = {}
-    for events in sorted(run.glob("tensorboard/*/version_0")):
-        accumulator = EventAccumulator(str(events))
-        accumulator.Reload()
-        if "train/loss" in accumulator.Tags()["scalars"]:
-            found[events.parent.name] = [(s.step, s.wall_time, s.value) for s in accumulator.Scalars("train/loss")]
+    for run_dir in sorted(run.glob("tensorboard/*/version_0")):
+        events = read_events(run_dir, {"scalars": 0})
+        if "train/loss" in events.Tags()["scalars"]:
+            found[run_dir.parent.name] = [(s.step, s.wall_time, s.value) for s in events.Scalars("train/loss")]
     return found
 
 
