@@ -44,20 +44,21 @@ def profiled_ms(output: str) -> dict[str, float]:
     return means
 
 
-def step_line(name: str, folder: Path) -> str:
-    output = (folder / f"{name}.out").read_text(errors="replace") if (folder / f"{name}.out").exists() else ""
-    runs = losses(folder / name)
-    series = next(iter(runs.values()), [])
+def error_lines(output: str) -> list[str]:
+    """The lines of a run's output that name an exception, as a traceback's last line does."""
+    return [line[:300] for line in output.splitlines() if re.match(r"\w*(Error|Exception):", line)]
+
+
+def step_line(name: str, series: list[tuple[int, float, float]], output: str) -> str:
     if len(series) < 2:
-        error = [line for line in output.splitlines() if re.match(r"\w*(Error|Exception):", line)]
-        return f"{name:>10}: no steady rate ({len(series)} logged steps){'; ' + error[-1][:300] if error else ''}"
+        error = error_lines(output)
+        return f"{name:>10}: no steady rate ({len(series)} logged steps){'; ' + error[-1] if error else ''}"
     (first, start, _), (last, end, _) = series[0], series[-1]
     profiled = " ".join(f"{key} {value:.2f}" for key, value in profiled_ms(output).items())
     return f"{name:>10}: {1e3 * (end - start) / (last - first):8.2f} ms/step over steps {first}-{last}; profiler means (ms): {profiled}"
 
 
-def determinism_lines(names: list[str], folder: Path) -> list[str]:
-    runs = {name: losses(folder / name) for name in names}
+def determinism_lines(names: list[str], runs: dict[str, dict[str, list[tuple[int, float, float]]]]) -> list[str]:
     reference_name = next((name for name in names if runs[name]), None)
     if reference_name is None:
         return ["no run logged a loss"]
@@ -88,12 +89,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--determinism", type=Path, required=True)
     parser.add_argument("--compiled", type=int, required=True, help="how many of the names (the first) ran compiled")
     args = parser.parse_args(argv)
-    write_file(args.train_step, "\n".join(step_line(name, args.runs) for name in args.names) + "\n")
+    runs = {name: losses(args.runs / name) for name in args.names}
+    outputs = {name: (args.runs / f"{name}.out").read_text(errors="replace") if (args.runs / f"{name}.out").exists() else ""
+               for name in args.names}
+    write_file(args.train_step, "".join(step_line(name, next(iter(runs[name].values()), []), outputs[name]) + "\n"
+                                        for name in args.names))
     compiled, eager = args.names[: args.compiled], args.names[args.compiled :]
-    lines = ["compiled:", *determinism_lines(compiled, args.runs), "eager:", *determinism_lines(eager, args.runs)]
-    for name in args.names:
-        output = (args.runs / f"{name}.out").read_text(errors="replace") if (args.runs / f"{name}.out").exists() else ""
-        lines += [f"{name}: {line[:300]}" for line in output.splitlines() if re.match(r"\w*(Error|Exception):", line)]
+    lines = ["compiled:", *determinism_lines(compiled, runs), "eager:", *determinism_lines(eager, runs)]
+    lines += [f"{name}: {line}" for name in args.names for line in error_lines(outputs[name])]
     write_file(args.determinism, "\n".join(lines) + "\n")
     print(args.train_step.read_text() + args.determinism.read_text())
 
