@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from launch.checks.arguments import option_values, values_of
+from launch.checks.arguments import cli_options, option_values, values_of
 from launch.checks.configs import GROUPS, NOT_SETTINGS, cli_classes, config_targets, declared, default_choices
 from common.settings import SEED_RANGE, expected
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, no_such_setting, \
@@ -51,8 +51,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
                            "samples and NLLs come from it in Python (README, Using a trained model: "
                            "<Model>.load_from_checkpoint(PATH).encode(x), ...), its test metrics from `test --ckpt_path=PATH`")
     pairs: list[tuple[str, str | None, str | None]] = []  # (--option, value, the config file that gives it or None)
-    for option, value in option_values([f"--config={a[2:].removeprefix('=')}" if a.startswith("-c") and a != "-c" else
-                                        "--config" if a == "-c" else a for a in argv[1:]]):
+    for option, value in cli_options(argv):
         if option == "--config" and value is not None and not value.lstrip().startswith("{"):
             if not Path(value).exists():
                 raise EarlyRefusal(f"--config={value}: no such file")

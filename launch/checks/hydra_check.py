@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from launch import CLI_SUBCOMMANDS
-from launch.checks.arguments import TAKES_VALUE, is_hydra_cfg, overrides_of, values_of
+from launch.checks.arguments import TAKES_VALUE, hydra_words, is_hydra_cfg, overrides_of, values_of
 from launch.checks.configs import CONFIGS, config_value, declared, read_config
 from launch.checks.precheck import OTHER_TREE, EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, no_such_setting, \
     removed_trainer_option
@@ -77,14 +77,7 @@ def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
 def overrides_given(argv: list[str]) -> list[str]:
     """The KEY=VALUE overrides of a Hydra command line, as written (+key, ~key, key@package alike), but Hydra's own
     (hydra/launcher=..., hydra.run.dir=...: check_plugin_choice judges the plugins, Hydra its own settings)."""
-    found, skip = [], False
-    for arg in argv:
-        if skip or arg.startswith("-"):
-            skip = not skip and arg in TAKES_VALUE
-            continue
-        if not arg.lstrip("+~").startswith(("hydra/", "hydra.")):
-            found.append(arg)
-    return found
+    return [word for word in hydra_words(argv) if not word.lstrip("+~").startswith(("hydra/", "hydra."))]
 
 
 def jobs(overrides: list[str], multirun: bool) -> tuple[list[list[str]], list[list[str]]]:
