@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from launch.checks.arguments import cli_options, option_values, values_of
-from launch.checks.configs import GROUPS, NOT_SETTINGS, cli_classes, config_targets, declared, default_choices
+from launch.checks.configs import GROUPS, NOT_SETTINGS, config_targets, declared, default_classes
 from common.settings import SEED_RANGE, expected
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, no_such_setting, \
     removed_trainer_option
@@ -22,7 +22,10 @@ def load() -> dict[str, Any]:
     constructors' too (the Trainer's: before, LightningCLI checks them)."""
     targets = {"lightning.Trainer", *(target for group in GROUPS for target in config_targets(group).values())}
     classes = {target: hints for target in targets if (hints := declared(target) or imported_hints(target)) is not None}
-    return {"classes": classes, "cli_classes": cli_classes()}
+    # LightningCLI's --model=NAME and --data=NAME: the classes configs/model/ and configs/data/ build (CONTRIBUTING.md)
+    cli_classes = {group: {target.rsplit(".", 1)[-1]: target for target in sorted(set(config_targets(group).values()))}
+                   for group in ("model", "data")}
+    return {"classes": classes, "cli_classes": cli_classes}
 
 
 def imported_hints(target: str) -> dict[str, Any] | None:
@@ -142,12 +145,6 @@ def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | No
         for read in values_of(value, cli=True) or []:
             if (want := expected(settings[name], read)) is not None:
                 raise EarlyRefusal(f"{given}={read!r}: expected {want}")
-
-
-def default_classes() -> dict[str, str | None]:
-    """The model and data classes of configs/train.yaml's defaults: those in effect until a command line or config file
-    chooses others."""
-    return {group: config_targets(group)[default_choices()[group]] for group in ("model", "data")}
 
 
 def options_of_chosen_classes(argv: list[str]) -> list[str]:

@@ -8,7 +8,8 @@ import difflib
 import re
 from typing import Any
 
-from launch.checks.configs import check_declared, declared
+from configs.settings import settings_class
+from launch.checks.configs import declared
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
 TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
@@ -88,14 +89,16 @@ def check_combination(group: str, target: str | None, values: dict[str, Any], sh
     """The settings of the class at `target` built from `values` as its constructor builds them (configs/settings.py);
     its refusal named `<shown>.<setting>` (`model.mis_steps`, `--model.mis_steps`). A value left to resolve later (an
     interpolation) is left out."""
-    values = {name: value for name, value in values.items() if not (isinstance(value, str) and "${" in value)}
+    names = declared(target) or {}
     try:
-        check_declared(target, values)
+        if names:
+            settings_class(target)(**{name: value for name, value in values.items()
+                                      if name in names and not (isinstance(value, str) and "${" in value)})
     except ValueError as error:
         text = str(error)
         if shown.startswith("--"):  # the settings the line names further on, in LightningCLI's spelling too
             text = re.sub(rf"(?<![\w.-]){group}\.(?=\w)", f"--{group}.", text)
-        named = text.split(" ", 1)[0].split("=", 1)[0] in (declared(target) or {})
+        named = text.split(" ", 1)[0].split("=", 1)[0] in names
         raise EarlyRefusal(f"{shown}.{text}" if named else f"{shown}: {text}") from None
 
 
