@@ -13,7 +13,7 @@ from launch.checks.configs import GROUPS, NOT_SETTINGS, config_targets, declared
 from common.settings import SEED_RANGE, expected
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, no_such_setting, \
     removed_trainer_option
-from launch.checks.received_config import ConfigRefusal, composed, given_settings
+from launch.checks.received_config import composed, given_settings
 
 
 def load() -> dict[str, Any]:
@@ -58,11 +58,8 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         if option == "--config" and value is not None and not value.lstrip().startswith("{"):
             if not Path(value).exists():
                 raise EarlyRefusal(f"--config={value}: no such file")
-            try:  # (read as launch/checks/received_config.py reads it)
-                node = composed(Path(value), f"config file {Path(value)}")
-                pairs += [(f"--{key}", text, value) for key, text in given_settings(node)]
-            except ConfigRefusal as refusal:
-                raise EarlyRefusal(str(refusal)) from None
+            node = composed(Path(value), f"config file {Path(value)}")  # (read as launch/checks/received_config.py reads it)
+            pairs += [(f"--{key}", text, value) for key, text in given_settings(node)]
         else:
             pairs.append((option, value, None))
     given = {option: value for option, value, _ in pairs}  # (before jsonargparse asks for the scheduler's settings)

@@ -21,7 +21,13 @@ TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "l
 OTHER_TREE = ("--config-name", "-cn", "--config-path", "-cp", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")
 
 
-class EarlyRefusal(ValueError):
+class SettingsError(ValueError):
+    """A user's mistake, refused in one line (the message): a setting, found by the early checks or once the classes
+    are imported; its kinds below, a command line's, a path's (paths.py) and a received config's (received_config.py),
+    each caught as this."""
+
+
+class EarlyRefusal(SettingsError):
     """A command-line mistake found before the imports (the message is the whole `error:` line)."""
 
 

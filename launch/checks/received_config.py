@@ -18,6 +18,7 @@ from typing import Any
 from checkpoints.import_paths import PATH_SETTINGS, trust_hint, is_allowed_import, looks_like_import_path, trusted_prefixes
 from launch.checks.arguments import cli_options, overrides_of
 from launch.checks.configs import CONFIGS
+from launch.checks.precheck import SettingsError
 
 MAX_CONFIG_BYTES = 1 << 20  # far above any config here (the largest is a few KB)
 MAX_EXPANDED_NODES = 100_000  # YAML nodes after alias expansion: a config file has hundreds
@@ -31,7 +32,7 @@ PLAIN_TAGS = {"!", MERGE, *(f"tag:yaml.org,2002:{kind}" for kind in ("str", "int
                                                                      "timestamp"))}
 
 
-class ConfigRefusal(ValueError):
+class ConfigRefusal(SettingsError):
     """A received config refused: the message is the one line the user sees."""
 
 
