@@ -4,7 +4,6 @@ its defaults list as Hydra composes it, the class each choice builds, and the se
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import typing
 from pathlib import Path
@@ -73,12 +72,6 @@ def declared(target: str | None) -> dict[str, Any] | None:
     class that declares none there (the Trainer, an optimizer: checked once imported)."""
     found = settings_class(target) if target else None
     return typing.get_type_hints(found) if found is not None else None
-
-
-def declared_defaults(target: str | None) -> dict[str, Any]:
-    """setting -> default of the class at `target`, as configs/settings.py declares them; {} for a class that declares none."""
-    found = settings_class(target) if target else None
-    return {field.name: field.default for field in dataclasses.fields(found)} if found is not None else {}
 
 
 @functools.cache

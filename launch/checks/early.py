@@ -10,10 +10,10 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-from launch.checks.arguments import is_hydra_cfg, option_values, overrides_of
+from launch.checks.arguments import OTHER_TREE, is_hydra_cfg, option_values, overrides_of
 from launch.checks.configs import config_targets, default_choices
 from launch.checks.paths import check_paths
-from launch.checks.precheck import OTHER_TREE, SettingsError
+from launch.checks.precheck import SettingsError
 
 USER_ERROR = 2  # the exit status of a refused run (argparse's, Hydra's)
 

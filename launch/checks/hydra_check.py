@@ -18,9 +18,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from launch import CLI_SUBCOMMANDS
-from launch.checks.arguments import TAKES_VALUE, hydra_words, is_hydra_cfg, overrides_of, values_of
+from launch.checks.arguments import OTHER_TREE, TAKES_VALUE, hydra_words, is_hydra_cfg, overrides_of, values_of
 from launch.checks.configs import CONFIGS, config_value, declared, read_config
-from launch.checks.precheck import OTHER_TREE, EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, no_such_setting, \
+from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, no_such_setting, \
     removed_trainer_option
 from launch.checks.received_config import hydra_folders, hydra_option
 from launch.checks.settings import CONFIG_GROUPS, SettingsError, check_composed, elsewhere

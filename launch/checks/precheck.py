@@ -1,6 +1,6 @@
 """What both early checks share (launch/checks/hydra_check.py, cli_check.py; run by launch/checks/early.py): the
-refusal and its "did you mean", a model's or data module's settings built as their constructor builds them
-(configs/settings.py), the top-level settings and Lightning 1.x Trainer options."""
+refusal (SettingsError and its kinds) and its "did you mean", a model's or data module's settings built as their
+constructor builds them (configs/settings.py), and Lightning 1.x Trainer options."""
 
 from __future__ import annotations
 
@@ -10,15 +10,6 @@ from typing import Any
 
 from configs.settings import settings_class
 from launch.checks.configs import declared
-
-# The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
-TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
-                      "run_name": str, "discrete_latent": dict | None, "per_model": dict | None,
-                      "compare_backbone": dict | None, "compare_prior": dict | None, "replicas": dict | None}
-
-
-# Hydra options after which the config tree is another one, or that take the next word as their value.
-OTHER_TREE = ("--config-name", "-cn", "--config-path", "-cp", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")
 
 
 class SettingsError(ValueError):
