@@ -108,14 +108,11 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
     for option, value, file in pairs:
         if file is None:
             check_cli_setting(option, value, chosen, schema, shown="--")
-    for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them
-        given = {}
-        for option, value, file in pairs:
-            name = option[2:].removeprefix(f"{group}.").removeprefix("init_args.")
-            text = unquoted(value) if file else value
-            read = values_of(text, cli=True) if text is not None else None
-            if option.startswith(f"--{group}.") and "." not in name and read is not None:
-                given[name] = read[0]
+    for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them: the last value read
+        read = [(option[2:].removeprefix(f"{group}.").removeprefix("init_args."), values_of(text, cli=True))
+                for option, value, file in pairs
+                if option.startswith(f"--{group}.") and (text := unquoted(value) if file else value) is not None]
+        given = {name: values[0] for name, values in read if "." not in name and values is not None}
         check_combination(group, chosen[group], given, f"--{group}")
 
 

@@ -67,7 +67,7 @@ def composed_text(text: str, label: str) -> Any:
     except RecursionError:
         raise ConfigRefusal(f"{label} is nested too deeply to be a config file") from None
     stack = [root] if root is not None else []
-    for count in range(MAX_EXPANDED_NODES + 1):
+    for _ in range(MAX_EXPANDED_NODES + 1):
         if not stack:
             return root
         node = stack.pop()
