@@ -9,7 +9,8 @@ import re
 from typing import Any
 
 # Hydra options after which the config tree is another one, or that take the next word as their value.
-OTHER_TREE = ("--config-name", "-cn", "--config-path", "-cp", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")
+OTHER_TREE = ("--config-name", "-cn", "--config-path", "-cp", "--info", "-i", "--hydra-help", "--shell-completion",
+              "-sc")
 TAKES_VALUE = ("--cfg", "-c", "--package", "-p", "--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp")
 
 

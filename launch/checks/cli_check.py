@@ -58,7 +58,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         if option == "--config" and value is not None and not value.lstrip().startswith("{"):
             if not Path(value).exists():
                 raise EarlyRefusal(f"--config={value}: no such file")
-            node = composed(Path(value), f"config file {Path(value)}")  # (read as launch/checks/received_config.py reads it)
+            node = composed(Path(value), f"config file {Path(value)}")  # (as launch/checks/received_config.py reads it)
             pairs += [(f"--{key}", text, value) for key, text in given_settings(node)]
         else:
             pairs.append((option, value, None))

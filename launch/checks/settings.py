@@ -129,7 +129,7 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
                             "or none (logger=none)")
     groups = {"model": model if model is not None else OmegaConf.to_container(cfg.model, resolve=True),
               "data": OmegaConf.to_container(cfg.data, resolve=True)}
-    for group, settings in groups.items():  # against configs/settings.py: each name, then built as the constructor builds it
+    for group, settings in groups.items():  # against configs/settings.py: each name, then built as its constructor does
         names = declared(target := settings.get("_target_")) or {}
         unknown = [key for key in settings if names and key not in names and not key.startswith("_")]
         if unknown:
