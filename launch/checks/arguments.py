@@ -8,6 +8,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+# Hydra options after which the config tree is another one, or that take the next word as their value.
+OTHER_TREE = ("--config-name", "-cn", "--config-path", "-cp", "--info", "-i", "--hydra-help", "--shell-completion",
+              "-sc")
 TAKES_VALUE = ("--cfg", "-c", "--package", "-p", "--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp")
 
 
@@ -70,14 +73,25 @@ def option_values(argv: list[str]) -> list[tuple[str, str | None]]:
     return pairs
 
 
-def overrides_of(argv: list[str]) -> list[tuple[str, str]]:
-    """(key, value) of a Hydra command line's key=value overrides (+key, key@package alike)."""
-    pairs, skip = [], False
+def cli_options(argv: list[str]) -> list[tuple[str, str | None]]:
+    """option_values of a LightningCLI command line (`argv[0]` its subcommand), its config file in every spelling
+    argparse takes (-c F, -cF, -c=F, --config F, --config=F) as --config."""
+    return option_values(["--config" if arg == "-c" else f"--config={arg[2:].removeprefix('=')}" if arg.startswith("-c")
+                          else arg for arg in argv[1:]])
+
+
+def hydra_words(argv: list[str]) -> list[str]:
+    """The words of a Hydra command line that are neither its options nor their values: its overrides, as written."""
+    words, skip = [], False
     for arg in argv:
         if skip or arg.startswith("-"):
             skip = not skip and arg in TAKES_VALUE
-            continue
-        if "=" in arg and not arg.startswith("~"):
-            key, _, value = arg.lstrip("+").partition("=")
-            pairs.append((key.split("@", 1)[0], value.strip()))
-    return pairs
+        else:
+            words.append(arg)
+    return words
+
+
+def overrides_of(argv: list[str]) -> list[tuple[str, str]]:
+    """(key, value) of a Hydra command line's key=value overrides (+key, key@package alike)."""
+    split = [word.lstrip("+").partition("=") for word in hydra_words(argv) if "=" in word and not word.startswith("~")]
+    return [(key.split("@", 1)[0], value.strip()) for key, _, value in split]

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from launch.checks.arguments import option_values, values_of
-from launch.checks.configs import GROUPS, NOT_SETTINGS, cli_classes, config_targets, declared, default_choices
+from launch.checks.arguments import cli_options, option_values, values_of
+from launch.checks.configs import GROUPS, NOT_SETTINGS, config_targets, declared, default_classes
 from common.settings import SEED_RANGE, expected
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, no_such_setting, \
     removed_trainer_option
-from launch.checks.received_config import ConfigRefusal, composed, given_settings
+from launch.checks.received_config import composed, given_settings
 
 
 def load() -> dict[str, Any]:
@@ -22,7 +22,10 @@ def load() -> dict[str, Any]:
     constructors' too (the Trainer's: before, LightningCLI checks them)."""
     targets = {"lightning.Trainer", *(target for group in GROUPS for target in config_targets(group).values())}
     classes = {target: hints for target in targets if (hints := declared(target) or imported_hints(target)) is not None}
-    return {"classes": classes, "cli_classes": cli_classes()}
+    # LightningCLI's --model=NAME and --data=NAME: the classes configs/model/ and configs/data/ build (CONTRIBUTING.md)
+    cli_classes = {group: {target.rsplit(".", 1)[-1]: target for target in sorted(set(config_targets(group).values()))}
+                   for group in ("model", "data")}
+    return {"classes": classes, "cli_classes": cli_classes}
 
 
 def imported_hints(target: str) -> dict[str, Any] | None:
@@ -51,16 +54,12 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
                            "samples and NLLs come from it in Python (README, Using a trained model: "
                            "<Model>.load_from_checkpoint(PATH).encode(x), ...), its test metrics from `test --ckpt_path=PATH`")
     pairs: list[tuple[str, str | None, str | None]] = []  # (--option, value, the config file that gives it or None)
-    for option, value in option_values([f"--config={a[2:].removeprefix('=')}" if a.startswith("-c") and a != "-c" else
-                                        "--config" if a == "-c" else a for a in argv[1:]]):
+    for option, value in cli_options(argv):
         if option == "--config" and value is not None and not value.lstrip().startswith("{"):
             if not Path(value).exists():
                 raise EarlyRefusal(f"--config={value}: no such file")
-            try:  # (read as launch/checks/received_config.py reads it)
-                node = composed(Path(value), f"config file {Path(value)}")
-                pairs += [(f"--{key}", text, value) for key, text in given_settings(node)]
-            except ConfigRefusal as refusal:
-                raise EarlyRefusal(str(refusal)) from None
+            node = composed(Path(value), f"config file {Path(value)}")  # (as launch/checks/received_config.py reads it)
+            pairs += [(f"--{key}", text, value) for key, text in given_settings(node)]
         else:
             pairs.append((option, value, None))
     given = {option: value for option, value, _ in pairs}  # (before jsonargparse asks for the scheduler's settings)
@@ -109,14 +108,11 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
     for option, value, file in pairs:
         if file is None:
             check_cli_setting(option, value, chosen, schema, shown="--")
-    for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them
-        given = {}
-        for option, value, file in pairs:
-            name = option[2:].removeprefix(f"{group}.").removeprefix("init_args.")
-            text = unquoted(value) if file else value
-            read = values_of(text, cli=True) if text is not None else None
-            if option.startswith(f"--{group}.") and "." not in name and read is not None:
-                given[name] = read[0]
+    for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them: the last value read
+        read = [(option[2:].removeprefix(f"{group}.").removeprefix("init_args."), values_of(text, cli=True))
+                for option, value, file in pairs
+                if option.startswith(f"--{group}.") and (text := unquoted(value) if file else value) is not None]
+        given = {name: values[0] for name, values in read if "." not in name and values is not None}
         check_combination(group, chosen[group], given, f"--{group}")
 
 
@@ -143,12 +139,6 @@ def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | No
         for read in values_of(value, cli=True) or []:
             if (want := expected(settings[name], read)) is not None:
                 raise EarlyRefusal(f"{given}={read!r}: expected {want}")
-
-
-def default_classes() -> dict[str, str | None]:
-    """The model and data classes of configs/train.yaml's defaults: those in effect until a command line or config file
-    chooses others."""
-    return {group: config_targets(group)[default_choices()[group]] for group in ("model", "data")}
 
 
 def options_of_chosen_classes(argv: list[str]) -> list[str]:

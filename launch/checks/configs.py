@@ -4,7 +4,6 @@ its defaults list as Hydra composes it, the class each choice builds, and the se
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import typing
 from pathlib import Path
@@ -75,26 +74,6 @@ def declared(target: str | None) -> dict[str, Any] | None:
     return typing.get_type_hints(found) if found is not None else None
 
 
-def declared_defaults(target: str | None) -> dict[str, Any]:
-    """setting -> default of the class at `target`, as configs/settings.py declares them; {} for a class that declares none."""
-    found = settings_class(target) if target else None
-    return {field.name: field.default for field in dataclasses.fields(found)} if found is not None else {}
-
-
-def check_declared(target: str | None, given: dict[str, Any]) -> None:
-    """Build the settings of the class at `target` from `given` (a ValueError naming the first setting refused), as
-    its constructor will; nothing for a class that declares none."""
-    if declared_settings := declared_defaults(target):
-        settings_class(target)(**{name: value for name, value in given.items() if name in declared_settings})
-
-
-def cli_classes() -> dict[str, dict[str, str]]:
-    """LightningCLI's `--model=NAME` and `--data=NAME` choices, class name -> class path: the classes the configs of
-    configs/model/ and configs/data/ build (every registered model and data set has its config: CONTRIBUTING.md)."""
-    return {group: {target.rsplit(".", 1)[-1]: target for target in sorted(set(config_targets(group).values()))}
-            for group in ("model", "data")}
-
-
 @functools.cache
 def config_file(name: str) -> dict[str, Any]:
     """configs/<name> as written (interpolations unresolved), e.g. config_file("callbacks/default.yaml"): the defaults
@@ -116,7 +95,12 @@ def ddp_timeout_s() -> float:
     return config_file("train.yaml")["ddp_timeout_s"]
 
 
+def default_classes() -> dict[str, str]:
+    """The model and data classes of configs/train.yaml's defaults (model: jsa -> models.JSA): those in effect until a
+    command line or config file chooses others."""
+    return {group: config_targets(group)[default_choices()[group]] for group in ("model", "data")}
+
+
 def default_class(group: str) -> str:
-    """The class name of a config group's default choice (configs/train.yaml: model: jsa -> JSA, data: mnist ->
-    MNISTDataModule)."""
-    return config_targets(group)[default_choices()[group]].rsplit(".", 1)[-1]
+    """The class name of a config group's default choice (JSA, MNISTDataModule), as LightningCLI names it."""
+    return default_classes()[group].rsplit(".", 1)[-1]

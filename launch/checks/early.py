@@ -10,10 +10,10 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-from launch.checks.arguments import is_hydra_cfg, option_values, overrides_of
+from launch.checks.arguments import OTHER_TREE, is_hydra_cfg, option_values, overrides_of
 from launch.checks.configs import config_targets, default_choices
-from launch.checks.paths import PathRefusal, check_paths
-from launch.checks.precheck import OTHER_TREE, EarlyRefusal
+from launch.checks.paths import check_paths
+from launch.checks.precheck import SettingsError
 
 USER_ERROR = 2  # the exit status of a refused run (argparse's, Hydra's)
 
@@ -65,6 +65,6 @@ def refuse_early(argv: list[str], cli: bool) -> str | None:
         check(argv, prints_only)
         if not prints_only and not any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
             check_paths(argv, cli, data_class_of(argv, cli))
-    except (EarlyRefusal, PathRefusal) as refusal:
+    except SettingsError as refusal:  # each kind: EarlyRefusal, PathRefusal, ConfigRefusal
         return str(refusal)
     return None

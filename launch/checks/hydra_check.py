@@ -18,9 +18,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from launch import CLI_SUBCOMMANDS
-from launch.checks.arguments import TAKES_VALUE, is_hydra_cfg, overrides_of, values_of
+from launch.checks.arguments import OTHER_TREE, TAKES_VALUE, hydra_words, is_hydra_cfg, overrides_of, values_of
 from launch.checks.configs import CONFIGS, config_value, declared, read_config
-from launch.checks.precheck import OTHER_TREE, EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, no_such_setting, \
+from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, no_such_setting, \
     removed_trainer_option
 from launch.checks.received_config import hydra_folders, hydra_option
 from launch.checks.settings import CONFIG_GROUPS, SettingsError, check_composed, elsewhere
@@ -56,7 +56,7 @@ def plugin_installed(package: str) -> bool:
 
 def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
     """`hydra/launcher=NAME` / `hydra/sweeper=NAME`: a config that exists, whose plugin is installed, in a multirun."""
-    kind = group.rsplit("/", 1)[1]
+    kind, installed = group.rsplit("/", 1)[1], installed_plugins()
     ours = [path.stem for path in (CONFIGS / group).glob("*.yaml")]
     known = sorted({"basic", *ours, *(name for name, package in PLUGIN_PACKAGES.items() if package.endswith(kind))})
     for choice in [str(v) for v in values_of(value) or []]:
@@ -65,7 +65,7 @@ def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
         if plugin is not None and not plugin_installed(PLUGIN_PACKAGES[plugin]):
             raise EarlyRefusal(f"{group}={choice}: the {plugin} {kind} plugin is not installed: {CLUSTER_EXTRA} "
                                f"(or pip install {PLUGIN_PACKAGES[plugin]})")
-        others = [name for name in installed_plugins() if name.endswith(kind) and f"_{choice.split('_')[0]}_" in name]
+        others = [name for name in installed if name.endswith(kind) and f"_{choice.split('_')[0]}_" in name]
         if plugin is None and choice not in known and not others:
             raise EarlyRefusal(f"{group}={choice}: no such {kind}; expected one of {', '.join(known)} "
                                f"(configs/{group}/ and the Hydra plugins of {CLUSTER_EXTRA}){did_you_mean(choice, known)}")
@@ -77,14 +77,7 @@ def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
 def overrides_given(argv: list[str]) -> list[str]:
     """The KEY=VALUE overrides of a Hydra command line, as written (+key, ~key, key@package alike), but Hydra's own
     (hydra/launcher=..., hydra.run.dir=...: check_plugin_choice judges the plugins, Hydra its own settings)."""
-    found, skip = [], False
-    for arg in argv:
-        if skip or arg.startswith("-"):
-            skip = not skip and arg in TAKES_VALUE
-            continue
-        if not arg.lstrip("+~").startswith(("hydra/", "hydra.")):
-            found.append(arg)
-    return found
+    return [word for word in hydra_words(argv) if not word.lstrip("+~").startswith(("hydra/", "hydra."))]
 
 
 def jobs(overrides: list[str], multirun: bool) -> tuple[list[list[str]], list[list[str]]]:
@@ -193,11 +186,8 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
     pairs = overrides_of(argv)
     if trainer_names_only and not any(key.startswith("trainer.") for key, _ in pairs):
         return
-    # Hydra's argparse takes abbreviations (--multi) and joined values (--cfg=job, -cjob). --cfg only prints the
-    # config: a sweeper or launcher is fine there without -m.
-    flags = [arg.split("=", 1)[0] for arg in argv if arg.startswith("-")]
-    multirun = any(f == "-m" or (len(f) > 3 and "--multirun".startswith(f)) or is_hydra_cfg(f)
-                   for f in flags) or ("hydra.mode", "MULTIRUN") in pairs
+    # --cfg only prints the config: a sweeper or launcher is fine there without -m.
+    multirun = bool(hydra_modes(argv) & {"--multirun", "--cfg"}) or ("hydra.mode", "MULTIRUN") in pairs
     if not trainer_names_only:
         check_before_composing(argv, pairs, multirun)
     swept = {key: value for key, value in pairs if key in CONFIG_GROUPS and len(values_of(value) or []) > 1}
@@ -263,11 +253,10 @@ def check_before_composing(argv: list[str], pairs: list[tuple[str, str]], multir
             check_plugin_choice(key, value, multirun)
         if key.startswith("trainer.") and key.removeprefix("trainer.") in REMOVED_TRAINER_OPTIONS:
             raise EarlyRefusal(removed_trainer_option(key, value, cli=False))
+    folders = [CONFIGS, *hydra_folders(argv)]
     for key, value in pairs:
         if key in CONFIG_GROUPS and key != "hydra":
-            folders = [CONFIGS, *hydra_folders(argv)]
-            available = sorted({p.stem for folder in folders for p in (folder / key).glob("*.yaml")})
-            searched = " or ".join(f"{folder / key}/" if folder != CONFIGS else f"configs/{key}/" for folder in folders)
+            available, searched = configs_in(folders, key)
             # (quotes and spaces are Hydra's syntax, not part of the name)
             for choice in [str(v) if v is not None else "null" for v in values_of(value) or []]:
                 if choice not in available:
@@ -281,16 +270,30 @@ def check_before_composing(argv: list[str], pairs: list[tuple[str, str]], multir
                                        f"{', '.join(available)}{meant}{leave_out}{own}")
 
 
+def configs_in(folders: list[Path], group: str = "") -> tuple[list[str], str]:
+    """The names of the configs in `group` of `folders` (configs/ first), and the folders searched as a refusal names
+    them."""
+    available = sorted({path.stem for folder in folders for path in (folder / group).glob("*.yaml")})
+    searched = (f"{Path('configs') / group if folder == CONFIGS else folder / group}/" for folder in folders)
+    return available, " or ".join(searched)
+
+
+def hydra_modes(argv: list[str]) -> set[str]:
+    """The modes a Hydra command line asks for (HYDRA_MODES), as Hydra's argparse reads its flags: abbreviations
+    (--multi) and joined values (--cfg=job, -cjob) too."""
+    flags = [arg.split("=", 1)[0] for arg in argv if arg.startswith("-")]
+    return {mode for flag in flags for mode, short in HYDRA_MODES.items()
+            if flag == short or (len(flag) > 3 and mode.startswith(flag)) or (short == "-c" and is_hydra_cfg(flag))}
+
+
 def check_config_search(argv: list[str]) -> None:
     """A config folder (-cd) or primary config (-cn) that does not exist (Hydra answers in several lines, exit status 1)."""
     for folder in hydra_option(argv, "--config-dir", "-cd"):
         if not Path(folder).is_dir():
             raise EarlyRefusal(f"--config-dir {folder}: no such directory (it adds a folder of configs of your own to configs/)")
     for name in hydra_option(argv, "--config-name", "-cn") if not hydra_option(argv, "--config-path", "-cp") else ():
-        folders = [CONFIGS, *map(Path, hydra_option(argv, "--config-dir", "-cd"))]
-        available = sorted({path.stem for folder in folders for path in folder.glob("*.yaml")})
+        available, searched = configs_in([CONFIGS, *map(Path, hydra_option(argv, "--config-dir", "-cd"))])
         if name.removesuffix(".yaml") not in available:
-            searched = " or ".join("configs/" if folder == CONFIGS else f"{folder}/" for folder in folders)
             raise EarlyRefusal(f"--config-name {name}: no such config in {searched}; expected one of "
                                f"{', '.join(available)}{did_you_mean(name, available)}")
 
@@ -326,9 +329,7 @@ def check_hydra_command(argv: list[str], prints_only: bool) -> None:
                 " (Hydra takes key=value settings: python train.py --help)"
             raise EarlyRefusal(f"{flag} is an option of the LightningCLI front end, which needs a subcommand first: "
                                f"python train.py fit {arg}{hydra}")
-    flags = [arg.split("=", 1)[0] for arg in argv if arg.startswith("-")]  # (--multi, -cjob: argparse takes both)
-    modes = {mode for flag in flags for mode, short in HYDRA_MODES.items() if flag == short or (len(flag) > 3 and mode.startswith(flag))
-             or (short == "-c" and is_hydra_cfg(flag))}
+    modes = hydra_modes(argv)
     if len(modes) > 1:  # Hydra's answer is a traceback
         raise EarlyRefusal(f"{' and '.join(sorted(modes))}: Hydra takes one of {', '.join(HYDRA_MODES)} at a time (--cfg job "
                            "prints the config of one job: leave out -m)")

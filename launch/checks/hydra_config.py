@@ -5,6 +5,7 @@ with it before the heavy imports (launch/checks/hydra_check.py)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import pkgutil
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from omegaconf import OmegaConf
 from checkpoints.registry import registered
 from common.signatures import constructor_defaults
 from configs.settings import settings_class
-from launch.checks.configs import CONFIGS, NOT_SETTINGS, config_targets, declared_defaults, every_config
+from launch.checks.configs import CONFIGS, NOT_SETTINGS, config_targets, every_config
 from launch.checks.received_config import ConfigRefusal, composed, given_settings
 
 
@@ -32,8 +33,8 @@ def classes_imported() -> bool:
 def class_defaults(kind: str, target: str) -> Any:
     """The settings and defaults of the class at `target`: as configs/settings.py declares them; else, once imported,
     its constructor's; before, an open node (any key composes; its constructor checks them once imported)."""
-    if settings_class(target) is not None:
-        return declared_defaults(target)
+    if (found := settings_class(target)) is not None:
+        return {field.name: field.default for field in dataclasses.fields(found)}
     if classes_imported():
         with contextlib.suppress(ImportError, AttributeError, ValueError):  # not importable: building it says why
             return {k: v for k, v in constructor_defaults(pkgutil.resolve_name(target)).items() if k not in NOT_SETTINGS.get(kind, ())}

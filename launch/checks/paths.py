@@ -11,6 +11,7 @@ from pathlib import Path
 
 from launch.checks.arguments import option_values, overrides_of, values_of
 from launch.checks.configs import log_dir as default_log_dir
+from launch.checks.precheck import SettingsError
 from launch.checks.received_config import cli_sources
 
 # Lightning's names for a checkpoint of the trainer's own run: each command starts a run of its own, so they name none
@@ -19,7 +20,7 @@ CKPT_NAMES = ("last", "best", "hpc", "registry")
 HYDRA_OUTPUT_DIRS = ("hydra.run.dir", "hydra.sweep.dir")
 
 
-class PathRefusal(ValueError):
+class PathRefusal(SettingsError):
     """A path on the command line that the run could not use: the message is the one line the user sees."""
 
 

@@ -1,6 +1,6 @@
 """What both early checks share (launch/checks/hydra_check.py, cli_check.py; run by launch/checks/early.py): the
-refusal and its "did you mean", a model's or data module's settings built as their constructor builds them
-(configs/settings.py), the top-level settings and Lightning 1.x Trainer options."""
+refusal (SettingsError and its kinds) and its "did you mean", a model's or data module's settings built as their
+constructor builds them (configs/settings.py), and Lightning 1.x Trainer options."""
 
 from __future__ import annotations
 
@@ -8,19 +8,17 @@ import difflib
 import re
 from typing import Any
 
-from launch.checks.configs import check_declared, declared
-
-# The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
-TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
-                      "run_name": str, "discrete_latent": dict | None, "per_model": dict | None,
-                      "compare_backbone": dict | None, "compare_prior": dict | None, "replicas": dict | None}
+from configs.settings import settings_class
+from launch.checks.configs import declared
 
 
-# Hydra options after which the config tree is another one, or that take the next word as their value.
-OTHER_TREE = ("--config-name", "-cn", "--config-path", "-cp", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")
+class SettingsError(ValueError):
+    """A user's mistake, refused in one line (the message): a setting, found by the early checks or once the classes
+    are imported; its kinds below, a command line's, a path's (paths.py) and a received config's (received_config.py),
+    each caught as this."""
 
 
-class EarlyRefusal(ValueError):
+class EarlyRefusal(SettingsError):
     """A command-line mistake found before the imports (the message is the whole `error:` line)."""
 
 
@@ -88,14 +86,16 @@ def check_combination(group: str, target: str | None, values: dict[str, Any], sh
     """The settings of the class at `target` built from `values` as its constructor builds them (configs/settings.py);
     its refusal named `<shown>.<setting>` (`model.mis_steps`, `--model.mis_steps`). A value left to resolve later (an
     interpolation) is left out."""
-    values = {name: value for name, value in values.items() if not (isinstance(value, str) and "${" in value)}
+    names = declared(target) or {}
     try:
-        check_declared(target, values)
+        if names:
+            settings_class(target)(**{name: value for name, value in values.items()
+                                      if name in names and not (isinstance(value, str) and "${" in value)})
     except ValueError as error:
         text = str(error)
         if shown.startswith("--"):  # the settings the line names further on, in LightningCLI's spelling too
             text = re.sub(rf"(?<![\w.-]){group}\.(?=\w)", f"--{group}.", text)
-        named = text.split(" ", 1)[0].split("=", 1)[0] in (declared(target) or {})
+        named = text.split(" ", 1)[0].split("=", 1)[0] in names
         raise EarlyRefusal(f"{shown}.{text}" if named else f"{shown}: {text}") from None
 
 

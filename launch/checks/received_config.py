@@ -8,7 +8,6 @@ only (nothing constructed). `python -m launch.checks.received_config ARGS` lists
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import stat
@@ -17,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from checkpoints.import_paths import PATH_SETTINGS, trust_hint, is_allowed_import, looks_like_import_path, trusted_prefixes
-from launch.checks.arguments import option_values, overrides_of
+from launch.checks.arguments import cli_options, overrides_of
 from launch.checks.configs import CONFIGS
+from launch.checks.precheck import SettingsError
 
 MAX_CONFIG_BYTES = 1 << 20  # far above any config here (the largest is a few KB)
 MAX_EXPANDED_NODES = 100_000  # YAML nodes after alias expansion: a config file has hundreds
@@ -32,7 +32,7 @@ PLAIN_TAGS = {"!", MERGE, *(f"tag:yaml.org,2002:{kind}" for kind in ("str", "int
                                                                      "timestamp"))}
 
 
-class ConfigRefusal(ValueError):
+class ConfigRefusal(SettingsError):
     """A received config refused: the message is the one line the user sees."""
 
 
@@ -53,25 +53,12 @@ def composed(path: Path, label: str) -> Any:
 def composed_text(text: str, label: str) -> Any:
     """`text`'s YAML node graph from yaml's composer (aliases shared, not expanded), refused naming `label` when it is
     not YAML, is nested too deeply, carries a YAML tag (plain values only), or its aliases would expand past
-    MAX_EXPANDED_NODES (a "billion laughs" file of a few lines; an alias inside its own node, for ever)."""
+    MAX_EXPANDED_NODES (a "billion laughs" file of a few lines; an alias inside its own node, for ever): a walk of the
+    expanded graph that stops at that many nodes."""
     import yaml
 
-    sizes: dict[int, float] = {}
-
-    def expanded(node: Any) -> float:  # each shared node computed once; one reached again from inside itself: inf
-        if node.tag not in PLAIN_TAGS:  # !!python/name:..., !!python/object: nothing is constructed, nor read
-            raise ConfigRefusal(f"{label}: line {node.start_mark.line + 1} carries the YAML tag {node.tag[:80]!r}; a "
-                                "config file holds plain values (strings, numbers, lists, mappings); refused unread")
-        if id(node) not in sizes:
-            sizes[id(node)] = math.inf
-            children = [part for pair in node.value for part in pair] if isinstance(node, yaml.MappingNode) else \
-                node.value if isinstance(node, yaml.SequenceNode) else []
-            sizes[id(node)] = 1 + sum(map(expanded, children))
-        return sizes[id(node)]
-
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        too_large = node is not None and expanded(node) > MAX_EXPANDED_NODES
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as error:
         mark, problem = getattr(error, "problem_mark", None), getattr(error, "problem", None) or str(error).split("\n")[0]
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -79,10 +66,18 @@ def composed_text(text: str, label: str) -> Any:
                             "space after ':' or an unclosed quote or bracket)") from None
     except RecursionError:
         raise ConfigRefusal(f"{label} is nested too deeply to be a config file") from None
-    if too_large:
-        raise ConfigRefusal(f"{label}: its YAML aliases expand to more than {MAX_EXPANDED_NODES} nodes (a config "
-                            "file has hundreds); refused unread")
-    return node
+    stack = [root] if root is not None else []
+    for _ in range(MAX_EXPANDED_NODES + 1):
+        if not stack:
+            return root
+        node = stack.pop()
+        if node.tag not in PLAIN_TAGS:  # !!python/name:..., !!python/object: nothing is constructed, nor read
+            raise ConfigRefusal(f"{label}: line {node.start_mark.line + 1} carries the YAML tag {node.tag[:80]!r}; a "
+                                "config file holds plain values (strings, numbers, lists, mappings); refused unread")
+        stack += [part for pair in node.value for part in pair] if isinstance(node, yaml.MappingNode) else \
+            node.value if isinstance(node, yaml.SequenceNode) else []
+    raise ConfigRefusal(f"{label}: its YAML aliases expand to more than {MAX_EXPANDED_NODES} nodes (a config "
+                        "file has hundreds); refused unread")
 
 
 def given_settings(node: Any, where: str = "") -> list[tuple[str, str | None]]:
@@ -174,12 +169,10 @@ def named_file(value: str, base: Path) -> Path | None:
 
 def cli_sources(argv: list[str]) -> list[tuple[str, str]]:
     """(option, value) for each value of a LightningCLI command line (`argv[0]` its subcommand) that jsonargparse may
-    read as a config: the config file in every spelling argparse takes (-c F, -cF, -c=F, --config F, --config=F,
-    --conf=F: each as --config), and any other option's value (a group's config file, --model=FILE, or YAML naming one)."""
-    args = ["--config" if arg == "-c" else f"--config={arg[2:].removeprefix('=')}" if arg.startswith("-c") else arg
-            for arg in argv[1:]]
+    read as a config: the config file in every spelling argparse takes (cli_options; --conf=F too: each as --config),
+    and any other option's value (a group's config file, --model=FILE, or YAML naming one)."""
     return [("--config" if len(option) >= 3 and "--config".startswith(option) else option, value)
-            for option, value in option_values(args) if value is not None]
+            for option, value in cli_options(argv) if value is not None]
 
 
 def hydra_option(argv: list[str], name: str, short: str) -> list[str]:

@@ -17,19 +17,18 @@ from checkpoints.import_paths import IMPORTABLE_HINT
 from common.settings import SEED_RANGE, expected
 from common.signatures import constructor_defaults, constructor_hints
 from launch.checks.configs import config_targets, declared
-from launch.checks.precheck import TOP_LEVEL_SETTINGS, EarlyRefusal, check_combination, closest_in_module, did_you_mean, \
-    no_such_setting
+from launch.checks.precheck import SettingsError, check_combination, closest_in_module, did_you_mean, no_such_setting
 from launch.run_layout import LOGGER_FOLDERS
 
+# The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
+TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
+                      "run_name": str, "discrete_latent": dict | None, "per_model": dict | None,
+                      "compare_backbone": dict | None, "compare_prior": dict | None, "replicas": dict | None}
 CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
 # The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
 LAYOUT_SETTINGS = {"save_dir": "log_dir", "name": "run_name"}
 REPLICA_SETTINGS = ["replicas.seeds", "replicas.arms"]  # what launch/runs/replicas.py reads
 BASE_CLASSES = {"model": "models.LatentVariableModel", "data": "datamodules.ImageDataModule"}  # (LightningCLI's too)
-
-
-class SettingsError(ValueError):
-    """A setting has a value its constructor does not take (the user's to fix)."""
 
 
 # Lightning's precisions the collection runs in (64-bit: the samplers and JSA's cache hold 32-bit tensors).
@@ -93,22 +92,6 @@ def elsewhere(group: str, name: str) -> str:
     return f"{owners[0][1].rsplit('.', 1)[-1]} ({group}={owners[0][0]})" if owners else ""
 
 
-def check_declared_group(group: str, settings: dict[str, Any]) -> None:
-    """A model's or data module's settings against configs/settings.py: every name one its class declares, then built as
-    its constructor builds them (types, ranges, combinations)."""
-    target = settings.get("_target_")
-    names = declared(target)
-    if names is None:
-        return
-    for key in settings:
-        if key not in names and not key.startswith("_"):
-            raise SettingsError(no_such_setting(f"{group}.{key}", target.rsplit(".", 1)[-1], list(names), elsewhere(group, key)))
-    try:
-        check_combination(group, target, settings, group)
-    except EarlyRefusal as refusal:
-        raise SettingsError(str(refusal)) from None
-
-
 def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool = True) -> None:
     """Every setting of a composed config, before anything is seeded, built or written: the top-level ones (a key
     nothing reads, from `+key=value` or a file, is refused, not ignored), the model's (`model`: with an experiment's
@@ -146,8 +129,13 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
                             "or none (logger=none)")
     groups = {"model": model if model is not None else OmegaConf.to_container(cfg.model, resolve=True),
               "data": OmegaConf.to_container(cfg.data, resolve=True)}
-    for group, settings in groups.items():
-        check_declared_group(group, settings)
+    for group, settings in groups.items():  # against configs/settings.py: each name, then built as its constructor does
+        names = declared(target := settings.get("_target_")) or {}
+        unknown = [key for key in settings if names and key not in names and not key.startswith("_")]
+        if unknown:
+            raise SettingsError(no_such_setting(f"{group}.{unknown[0]}", target.rsplit(".", 1)[-1], list(names),
+                                                elsewhere(group, unknown[0])))
+        check_combination(group, target, settings, group)
     if not classes or "lightning" not in sys.modules:
         return  # the other classes' settings are their constructors': checked once those are imported
     groups.update({group: OmegaConf.to_container(cfg[group], resolve=True)
