@@ -18,9 +18,9 @@ from lightning.pytorch.utilities import rank_zero_info
 from callbacks.hparams import HPARAM_METRICS, write_hparams
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import CHECKSUM_SUFFIX, save_checkpoint_file
-from checkpoints.model_class import stamp_data_class, stamp_model_class
+from checkpoints.model_class import stamp_classes
 from checkpoints.replica import replica_checkpoint
-from checkpoints.trainer.io_plugin import lies_inside
+from checkpoints.trainer import lies_inside
 from common.files import resolved_inside
 from common.lightning_files import RunLogger
 from common.log_steps import is_logging_step
@@ -108,8 +108,7 @@ class ReplicaRuns(L.Callback):
             model = pl_module.settings[r]
             single = replica_checkpoint(checkpoint, r, pl_module.replica_state_dict(r), dict(model.hparams),
                                         dict(trainer.datamodule.replicas[r].hparams))
-            stamp_model_class(single, type(model))
-            stamp_data_class(single, trainer.datamodule.replicas[r])
+            stamp_classes(single, type(model), trainer.datamodule.replicas[r])
             directory = Path(logger.log_dir) / "checkpoints"
             save_checkpoint_file(single, directory / "last.ckpt")
             nll = getattr(pl_module, "replica_val", None)

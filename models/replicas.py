@@ -125,7 +125,7 @@ class Replicas(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """The stacked state held to what each model checks of its own on load: JSA's cache codes inside the codebook
-        (samplers/cache.py). (Names, shapes and kinds of number: checkpoints/trainer/io_plugin.py.)"""
+        (samplers/cache.py). (Names, shapes and kinds of number: checkpoints/trainer.py.)"""
         state = checkpoint["state_dict"]
         for name, module in self.template.named_modules():
             if isinstance(module, LatentCache):
