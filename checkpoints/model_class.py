@@ -5,15 +5,15 @@ the command that resumes it with the right model; the data module's class likewi
 
 from __future__ import annotations
 
+import importlib
 import os
 import types
 from typing import Any, Callable
 
 from checkpoints.errors import CheckpointError
-from checkpoints.import_paths import TRUST_VARIABLE
 from checkpoints.loader import check_fits, load_checkpoint_file
-from checkpoints.registry import LIGHTNING_INSTANTIATOR, qualified_name, registered
 from checkpoints.resume_command import resume_command
+from common.registry import LIGHTNING_INSTANTIATOR, TRUST_VARIABLE, qualified_name, registered
 from common.signatures import constructor_defaults
 
 
@@ -37,7 +37,7 @@ def load_checked(load: Callable[..., Any], cls: type, checkpoint_path: Any, *arg
     number of the loaded state. The collection's checkpoints hold plain types only, so the read unpickles no code; only
     the caller's own `weights_only=False` trusts the file. The collection's data modules are registered first: a
     checkpoint names the one it was trained on, and a script that loads a model may never have imported them."""
-    import datamodules  # noqa: F401  (registers them: checkpoints/registry.py)
+    importlib.import_module("datamodules")  # registers them (common/registry.py)
 
     trusted = kwargs.get("weights_only") is False
     kwargs["weights_only"] = not trusted

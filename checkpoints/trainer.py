@@ -25,7 +25,7 @@ from checkpoints.errors import CheckpointError
 from checkpoints.file_format import CHECKSUM_SUFFIX, save_checkpoint_file
 from checkpoints.loader import check_fits, load_checkpoint_file
 from checkpoints.model_class import check_model_class, stamp_classes
-from checkpoints.registry import qualified_name
+from common.registry import qualified_name
 from common.signatures import constructor_defaults, settings_of
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from torchvision.datasets import CIFAR10, FashionMNIST
 from torchvision.datasets import utils as tv_utils
 
-from checkpoints.registry import registered
+from common.registry import registered
 from checkpoints.trainer import changed_settings
 from common.signatures import settings_of
 from models import VAE
