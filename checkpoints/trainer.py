@@ -215,16 +215,13 @@ def check_restored(checkpoint: dict[str, Any], trainer: L.Trainer, path: Any) ->
 
 
 def changed_settings(checkpoint: dict[str, Any], module: L.LightningModule, datamodule: Any = None) -> dict[str, tuple[Any, Any]]:
-    """"model.NAME" / "data.NAME" -> (the checkpoint's value, this run's value) for every setting that differs."""
-    # a setting left out of either is its default
-    saved = {**constructor_defaults(type(module)), **(checkpoint.get("hyper_parameters") or {})}
-    changed = {f"model.{key}": (saved[key], value) for key, value in settings_of(module).items()
-               if key in saved and not key.startswith("_") and not same(saved[key], value)}
-    saved_data, data = checkpoint.get("datamodule_hyper_parameters"), getattr(datamodule, "hparams", None)
-    if saved_data and data:  # (none if either has no record)
-        changed.update({f"data.{key}": (saved_data[key], value) for key, value in data.items()
-                        if key in saved_data and not same(saved_data[key], value)})
-    return changed
+    """"model.NAME" / "data.NAME" -> (the checkpoint's value, this run's value) for every setting that differs: a model
+    setting left out of either is its default; data settings are compared where both have a record."""
+    records = {"model": ({**constructor_defaults(type(module)), **(checkpoint.get("hyper_parameters") or {})},
+                         {key: value for key, value in settings_of(module).items() if not key.startswith("_")}),
+               "data": (checkpoint.get("datamodule_hyper_parameters") or {}, getattr(datamodule, "hparams", None) or {})}
+    return {f"{kind}.{key}": (saved[key], value) for kind, (saved, own) in records.items()
+            for key, value in own.items() if key in saved and not same(saved[key], value)}
 
 
 def same(a: Any, b: Any) -> bool:
