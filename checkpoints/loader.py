@@ -1,10 +1,10 @@
 """The one way a checkpoint is read, and what it must hold before anything uses it.
 
 Read: verified (checksum, declared sizes: file_format.py) under a shared lock on its directory; `weights_only=True`,
-since unpickling can run code; the class paths its settings name held to the trusted packages (common/registry.py) unless
-the caller trusts the file. Held (`check_structure`): mappings and lists where Lightning and the models read them, dense
-real or integer tensors, finite weights, valid random states; else one line naming the checkpoint and the key, not a
-traceback. What only the model knows (names, shapes, dtypes) is `check_fits`'."""
+since unpickling can run code; the class paths its settings name held to the registered classes and trusted packages
+(common/registry.py) unless the caller trusts the file. Held (`check_structure`): mappings and lists where Lightning
+and the models read them, dense real or integer tensors, finite weights, valid random states; else one line naming the
+checkpoint and the key, not a traceback. What only the model knows (names, shapes, dtypes) is `check_fits`'."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 def resume_command(ckpt_path: str | os.PathLike, class_name: str, config_name: str | None = None, subcommand: str = "fit",
                    config_file: str | os.PathLike | None = None) -> str:
-    """The command that resumes a run from `ckpt_path` in the front end that runs it (train.py as the user named it). Under
-    Hydra, this job's own overrides with `model=<config_name>` (default: this job's model choice) and `ckpt_path=`:
+    """The command that resumes a run from `ckpt_path` in the front end that runs it (train.py as the user named it).
+    Under Hydra, this job's own overrides with `model=<config_name>` (default: this job's model choice) and `ckpt_path=`:
     `python train.py model=jsa model.mis_steps=2 ckpt_path=PATH` (another model drops the model.* ones); otherwise
     LightningCLI's `python train.py fit --config=<config_file> --ckpt_path=PATH` with the run's own config.yaml
     (its trainer and data settings too: the data order continues only with the same batch size), else

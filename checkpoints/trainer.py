@@ -219,7 +219,8 @@ def changed_settings(checkpoint: dict[str, Any], module: L.LightningModule, data
     setting left out of either is its default; data settings are compared where both have a record."""
     records = {"model": ({**constructor_defaults(type(module)), **(checkpoint.get("hyper_parameters") or {})},
                          {key: value for key, value in settings_of(module).items() if not key.startswith("_")}),
-               "data": (checkpoint.get("datamodule_hyper_parameters") or {}, getattr(datamodule, "hparams", None) or {})}
+               "data": (checkpoint.get("datamodule_hyper_parameters") or {},
+                        getattr(datamodule, "hparams", None) or {})}
     return {f"{kind}.{key}": (saved[key], value) for kind, (saved, own) in records.items()
             for key, value in own.items() if key in saved and not same(saved[key], value)}
 
