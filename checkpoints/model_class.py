@@ -1,5 +1,5 @@
 """Which model wrote a checkpoint, and refusing to load it into another: the class is stamped into every checkpoint
-(`stamp_classes`, by checkpoints/trainer/safe_checkpoints.py) and checked once before any state is loaded, with
+(`stamp_classes`, by SafeCheckpoints, checkpoints/trainer.py) and checked once before any state is loaded, with
 the command that resumes it with the right model; the data module's class likewise; `load_checked`, the checks
 `load_from_checkpoint` makes."""
 
