@@ -5,7 +5,6 @@ the command that resumes it with the right model; the data module's class likewi
 
 from __future__ import annotations
 
-import importlib
 import os
 import types
 from typing import Any, Callable
@@ -37,7 +36,7 @@ def load_checked(load: Callable[..., Any], cls: type, checkpoint_path: Any, *arg
     number of the loaded state. The collection's checkpoints hold plain types only, so the read unpickles no code; only
     the caller's own `weights_only=False` trusts the file. The collection's data modules are registered first: a
     checkpoint names the one it was trained on, and a script that loads a model may never have imported them."""
-    importlib.import_module("datamodules")  # registers them (common/registry.py)
+    import datamodules  # noqa: F401  (registers them: common/registry.py)
 
     trusted = kwargs.get("weights_only") is False
     kwargs["weights_only"] = not trusted
