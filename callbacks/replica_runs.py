@@ -1,7 +1,7 @@
 """Each replica of a replicated process (models/replicas.py) as a run of its own, read by `benchmarks.compare`, the
 studies and `train.py test --ckpt_path` as they read a run: its TensorBoard run `<save_dir>/<name>/version_N` (the
 `train/` and `val/` tags, `hparams.yaml`, the HPARAMS tab) and its `checkpoints/`, a single run's `last.ckpt` and best
-on `val/nll` (checkpoints/replica.py). The replicas' versions and best values are this callback's state, so a resumed
+on `val/nll` (models/replicas.py). The replicas' versions and best values are this callback's state, so a resumed
 process goes on writing into the same runs."""
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from lightning.pytorch.utilities import rank_zero_info
 from callbacks.hparams import HPARAM_METRICS, write_hparams
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import CHECKSUM_SUFFIX, save_checkpoint_file
-from checkpoints.model_class import stamp_data_class, stamp_model_class
-from checkpoints.replica import replica_checkpoint
-from checkpoints.trainer.io_plugin import lies_inside
+from checkpoints.model_class import stamp_classes
+from checkpoints.trainer import lies_inside
 from common.files import resolved_inside
 from common.lightning_files import RunLogger
 from common.log_steps import is_logging_step
-from models.replicas import replica_terms
+from models.replicas import replica_checkpoint, replica_terms
 
 VERSION = re.compile(r"version_\d+")  # a TensorBoard run's version directory, as the replicas' loggers name them
 
@@ -108,8 +107,7 @@ class ReplicaRuns(L.Callback):
             model = pl_module.settings[r]
             single = replica_checkpoint(checkpoint, r, pl_module.replica_state_dict(r), dict(model.hparams),
                                         dict(trainer.datamodule.replicas[r].hparams))
-            stamp_model_class(single, type(model))
-            stamp_data_class(single, trainer.datamodule.replicas[r])
+            stamp_classes(single, type(model), trainer.datamodule.replicas[r])
             directory = Path(logger.log_dir) / "checkpoints"
             save_checkpoint_file(single, directory / "last.ckpt")
             nll = getattr(pl_module, "replica_val", None)

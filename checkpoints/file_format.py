@@ -117,8 +117,8 @@ def file_digest(path: Path) -> str:
 
 
 def verify_checkpoint_file(path: str | os.PathLike) -> None:
-    """Raise CheckpointError naming `path` if it is missing, empty, not a regular file, declares more than it holds,
-    or its bytes differ from its checksum."""
+    """Raise CheckpointError naming `path` if it is missing, empty, not a regular file, declares more than it holds
+    (compressed entries), or its bytes differ from its checksum."""
     path = Path(path)
     if not path.is_file():  # a pipe would block the read, a device never end
         raise CheckpointError(f"checkpoint {path} " + (
@@ -127,7 +127,16 @@ def verify_checkpoint_file(path: str | os.PathLike) -> None:
             else "does not exist (ckpt_path expects a .ckpt file written by a run)"))
     if path.stat().st_size == 0:
         raise CheckpointError(f"checkpoint {path} is empty: the run that wrote it was probably killed; use another one")
-    check_declared_sizes(path)
+    # Its zip directory alone: torch.save stores entries as they are, so entries that are compressed or declare more
+    # bytes than the file holds were crafted to expand in memory. A file that is not a zip (torch's legacy format, or no
+    # checkpoint) or whose directory is damaged is left to the load.
+    entries: list[zipfile.ZipInfo] = []
+    with contextlib.suppress(zipfile.BadZipFile, OSError, ValueError), zipfile.ZipFile(path) as archive:
+        entries = archive.infolist()
+    declared, size = sum(entry.file_size for entry in entries), path.stat().st_size
+    if declared > size or any(entry.compress_type != zipfile.ZIP_STORED for entry in entries):
+        raise CheckpointError(f"checkpoint {path} declares {declared} bytes of data in a {size}-byte file (compressed "
+                              "entries, which torch.save never writes): it was crafted or damaged, and is not read")
     digests = listed_digests(path)
     if digests == []:
         raise CheckpointError(f"checksum file {path}{CHECKSUM_SUFFIX} holds no SHA-256 digest (64 hexadecimal digits): "
@@ -136,17 +145,3 @@ def verify_checkpoint_file(path: str | os.PathLike) -> None:
         raise CheckpointError(f"checkpoint {path} is corrupt: its SHA-256 {digest[:12]}... differs from the one recorded "
                               f"in {path.name}{CHECKSUM_SUFFIX} when it was written ({digests[0][:12]}...); use another checkpoint")
 
-
-def check_declared_sizes(path: Path) -> None:
-    """Refuse, from the zip's directory alone, a checkpoint whose entries are compressed or declare more bytes than the
-    file holds: torch.save stores its entries as they are, so such a file was crafted to expand in memory. A file that
-    is not a zip (torch's legacy format, or no checkpoint) or whose directory is damaged is left to the load."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            entries = archive.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError):
-        return
-    declared, size = sum(entry.file_size for entry in entries), path.stat().st_size
-    if declared > size or any(entry.compress_type != zipfile.ZIP_STORED for entry in entries):
-        raise CheckpointError(f"checkpoint {path} declares {declared} bytes of data in a {size}-byte file (compressed "
-                              "entries, which torch.save never writes): it was crafted or damaged, and is not read")

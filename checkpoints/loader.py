@@ -1,10 +1,10 @@
 """The one way a checkpoint is read, and what it must hold before anything uses it.
 
 Read: verified (checksum, declared sizes: file_format.py) under a shared lock on its directory; `weights_only=True`,
-since unpickling can run code; the class paths its settings name held to the trusted packages (import_paths.py) unless
-the caller trusts the file. Held (`check_structure`): mappings and lists where Lightning and the models read them, dense
-real or integer tensors, finite weights, valid random states; else one line naming the checkpoint and the key, not a
-traceback. What only the model knows (names, shapes, dtypes) is `check_fits`'."""
+since unpickling can run code; the class paths its settings name held to the registered classes and trusted packages
+(common/registry.py) unless the caller trusts the file. Held (`check_structure`): mappings and lists where Lightning
+and the models read them, dense real or integer tensors, finite weights, valid random states; else one line naming the
+checkpoint and the key, not a traceback. What only the model knows (names, shapes, dtypes) is `check_fits`'."""
 
 from __future__ import annotations
 
@@ -18,9 +18,8 @@ import torch
 
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import directory_lock, verify_checkpoint_file
-from checkpoints.import_paths import PATH_SETTINGS, trust_hint, is_allowed_import, looks_like_import_path
-from checkpoints.registry import is_registered
 from common.private_api import lightning_load
+from common.registry import PATH_SETTINGS, is_allowed_import, is_registered, looks_like_import_path, trust_hint
 
 
 SECTIONS = {"hyper_parameters": Mapping, "datamodule_hyper_parameters": Mapping, "callbacks": Mapping, "loops": Mapping,
@@ -164,7 +163,7 @@ def refuse_unregistered_classes(checkpoint: dict[str, Any], path: Any) -> None:
     `optimizer`, `prior`, ...) that is not a registered component, or the first other dotted string that is not the
     collection's, Lightning's or torch.optim's: jsonargparse imports one wherever the setting's type takes a function
     or a class (`optimizer: strangers_module.make`), when LightningCLI or load_from_checkpoint builds the model from
-    these settings (checkpoints/import_paths.py). Nothing is imported to find out."""
+    these settings (common/registry.py). Nothing is imported to find out."""
     for where, key, name, _ in walk({section: checkpoint.get(section) for section in ("hyper_parameters", "datamodule_hyper_parameters")}):
         if key in IMPORTED_KEYS and not is_registered(name):
             raise CheckpointError(f"checkpoint {path}: {where} names {str(name)[:120]!r}, which is not one of the "

@@ -1,5 +1,5 @@
 """Which model wrote a checkpoint, and refusing to load it into another: the class is stamped into every checkpoint
-(`stamp_model_class`, by checkpoints/trainer/safe_checkpoints.py) and checked once before any state is loaded, with
+(`stamp_classes`, by SafeCheckpoints, checkpoints/trainer.py) and checked once before any state is loaded, with
 the command that resumes it with the right model; the data module's class likewise; `load_checked`, the checks
 `load_from_checkpoint` makes."""
 
@@ -10,20 +10,23 @@ import types
 from typing import Any, Callable
 
 from checkpoints.errors import CheckpointError
-from checkpoints.import_paths import TRUST_VARIABLE
 from checkpoints.loader import check_fits, load_checkpoint_file
-from checkpoints.registry import LIGHTNING_INSTANTIATOR, qualified_name, registered
 from checkpoints.resume_command import resume_command
+from common.registry import LIGHTNING_INSTANTIATOR, TRUST_VARIABLE, qualified_name, registered
 from common.signatures import constructor_defaults
 
 
-def stamp_model_class(checkpoint: dict[str, Any], cls: type) -> None:
-    """The checkpoint names the class that wrote it, and names it the way LightningCLI does, so that `python train.py
-    test --ckpt_path=...` and `load_from_checkpoint` rebuild it from any checkpoint, whichever front end wrote it."""
-    checkpoint["model_class"] = qualified_name(cls)
+def stamp_classes(checkpoint: dict[str, Any], model_class: type, datamodule: Any) -> None:
+    """The checkpoint names the class that wrote it, the way LightningCLI does, so that `python train.py test
+    --ckpt_path=...` and `load_from_checkpoint` rebuild it from any checkpoint, whichever front end wrote it; and the
+    data module it was trained on: the one a replicated process wraps (ReplicaData's `data_class`), as a single run of
+    the replica would name it."""
+    checkpoint["model_class"] = qualified_name(model_class)
     hparams = checkpoint.setdefault("hyper_parameters", {})
-    hparams.setdefault("_class_path", qualified_name(cls))
+    hparams.setdefault("_class_path", qualified_name(model_class))
     hparams.setdefault("_instantiator", LIGHTNING_INSTANTIATOR)
+    if datamodule is not None:
+        checkpoint["data_class"] = qualified_name(getattr(datamodule, "data_class", type(datamodule)))
 
 
 def load_checked(load: Callable[..., Any], cls: type, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
@@ -33,7 +36,7 @@ def load_checked(load: Callable[..., Any], cls: type, checkpoint_path: Any, *arg
     number of the loaded state. The collection's checkpoints hold plain types only, so the read unpickles no code; only
     the caller's own `weights_only=False` trusts the file. The collection's data modules are registered first: a
     checkpoint names the one it was trained on, and a script that loads a model may never have imported them."""
-    import datamodules  # noqa: F401  (registers them: checkpoints/registry.py)
+    import datamodules  # noqa: F401  (registers them: common/registry.py)
 
     trusted = kwargs.get("weights_only") is False
     kwargs["weights_only"] = not trusted
@@ -69,13 +72,6 @@ def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = No
         config_name = config_name.fget(types.SimpleNamespace(**settings))
     raise CheckpointError(f"{written}: {verb} it with the model that wrote it: "
                           f"{resume_command(ckpt_path or 'PATH', name, config_name, subcommand)} (in Python: {name}.load_from_checkpoint)")
-
-
-def stamp_data_class(checkpoint: dict[str, Any], datamodule: Any) -> None:
-    """The checkpoint names the data module it was trained on: the one a replicated process wraps (ReplicaData's
-    `data_class`), as a single run of the replica would name it."""
-    if datamodule is not None:
-        checkpoint["data_class"] = qualified_name(getattr(datamodule, "data_class", type(datamodule)))
 
 
 def check_data_class(checkpoint: dict[str, Any], datamodule: Any, ckpt_path: Any, cli: bool) -> None:

@@ -11,9 +11,8 @@ from pathlib import Path
 
 def resume_command(ckpt_path: str | os.PathLike, class_name: str, config_name: str | None = None, subcommand: str = "fit",
                    config_file: str | os.PathLike | None = None) -> str:
-    """The command that resumes a run from `ckpt_path` in the front end that runs it (train.py as the user named it:
-    `script`). Under Hydra, this job's own overrides with `model=<config_name>` (default: this job's model choice) and
-    `ckpt_path=`:
+    """The command that resumes a run from `ckpt_path` in the front end that runs it (train.py as the user named it).
+    Under Hydra, this job's own overrides with `model=<config_name>` (default: this job's model choice) and `ckpt_path=`:
     `python train.py model=jsa model.mis_steps=2 ckpt_path=PATH` (another model drops the model.* ones); otherwise
     LightningCLI's `python train.py fit --config=<config_file> --ckpt_path=PATH` with the run's own config.yaml
     (its trainer and data settings too: the data order continues only with the same batch size), else
@@ -22,7 +21,11 @@ def resume_command(ckpt_path: str | os.PathLike, class_name: str, config_name: s
     the user asked for)."""
     from hydra.core.hydra_config import HydraConfig
 
-    path, python = shlex.quote(str(ckpt_path)), f"python {script()}"
+    # train.py as the command that runs named it (`python ../zoo/train.py ...`), so that the command printed runs from
+    # the same folder; `train.py` where the front end was called otherwise (in-process, from a test or a notebook)
+    typed = sys.argv[0] if sys.argv else ""
+    python = f"python {shlex.quote(typed) if Path(typed).name == 'train.py' else 'train.py'}"
+    path = shlex.quote(str(ckpt_path))
     if not HydraConfig.initialized():
         if config_file is not None and Path(config_file).is_file():
             return f"{python} {subcommand} --config={shlex.quote(str(config_file))} --ckpt_path={path}"
@@ -43,16 +46,8 @@ def cli_options_kept() -> list[str]:
         return []
     kept, dropping = [], False
     for arg in sys.argv[2:]:
-        if not arg.startswith("-"):  # the value of the option before it (--trainer.max_epochs 3)
-            kept += [] if dropping else [arg]
-            continue
-        dropping = arg.split("=", 1)[0].startswith(("--model", "--ckpt_path"))
+        if arg.startswith("-"):  # else the value of the option before it (--trainer.max_epochs 3), dropped with it
+            dropping = arg.split("=", 1)[0].startswith(("--model", "--ckpt_path"))
         kept += [] if dropping else [arg]
     return kept
 
-
-def script() -> str:
-    """train.py as the command that runs named it (`python ../zoo/train.py ...`), so that the command printed runs from
-    the same folder; `train.py` where the front end was called otherwise (in-process, from a test or a notebook)."""
-    typed = sys.argv[0] if sys.argv else ""
-    return shlex.quote(typed) if Path(typed).name == "train.py" else "train.py"

@@ -2,7 +2,7 @@
 arguments a subclass of one's own adds to them (`MyVAE(beta, **kwargs)`); another class's constructor arguments (the
 Trainer's, an optimizer's); each following **kwargs up the class hierarchy. Hydra's
 config groups are registered from these defaults (launch/checks/hydra_config.py), and the checkpoint's settings on resume
-(checkpoints/trainer/io_plugin.py) and the HPARAMS tab (callbacks/hparams.py) read them.
+(checkpoints/trainer.py) and the HPARAMS tab (callbacks/hparams.py) read them.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Lightning DataModules yielding ``(x, index)`` batches from in-memory uint8 splits.
 
 An `ImageDataModule` subclass in a module of datamodules/ registers itself when defined (`ImageDataModule.__init_subclass__`,
-checkpoints/registry.py); importing this package imports every module here and exports each data module under its
+common/registry.py); importing this package imports every module here and exports each data module under its
 class name (`from datamodules import MNISTDataModule`, `_target_: datamodules.MNISTDataModule`, `--data=MNISTDataModule`).
 """
 
 import importlib
 import pkgutil
 
-from checkpoints.registry import register, registered
+from common.registry import register, registered
 
 from .base import DataCorruptError, DataError, DataNotFoundError, ImageDataModule
 

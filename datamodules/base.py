@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from checkpoints.registry import register
 from common.private_api import record_hyperparameter
+from common.registry import register
 from common.signatures import own_arguments
 from configs.settings import Binarize, DataSettings
 
@@ -123,7 +123,7 @@ class ImageDataModule(L.LightningDataModule):
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: object) -> None:
         """A data module of datamodules/ registers itself when defined (`--data=NAME`, `data_defaults/NAME`, nameable
-        by a checkpoint: checkpoints/registry.py); not an abstract base (`abstract=True`) nor one defined elsewhere."""
+        by a checkpoint: common/registry.py); not an abstract base (`abstract=True`) nor one defined elsewhere."""
         super().__init_subclass__(**kwargs)
         if not abstract and cls.__module__.startswith("datamodules."):
             register("data", cls)

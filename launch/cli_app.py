@@ -20,10 +20,9 @@ import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
 import models  # noqa: F401  (registers the subclasses for --model=NAME)
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from checkpoints.errors import CheckpointError
-from checkpoints.import_paths import IMPORTABLE_HINT
 from checkpoints.loader import load_checkpoint_file
-from checkpoints.registry import qualified_name
 from common.lightning_files import RunConfigFile
+from common.registry import IMPORTABLE_HINT, qualified_name
 from common.settings import SEED_RANGE
 from common.signatures import constructor_defaults
 from datamodules import ImageDataModule

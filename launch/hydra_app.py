@@ -15,9 +15,8 @@ from hydra.types import RunMode
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import OmegaConf
 
-from checkpoints.import_paths import TRUST_VARIABLE
-from checkpoints.registry import is_registered
 from common.private_api import basic_sweeper_jobs
+from common.registry import TRUST_VARIABLE, is_registered
 from launch import rules
 from launch.checks.arguments import overrides_of
 from launch.checks.configs import CONFIGS, log_dir as default_log_dir
@@ -67,7 +66,7 @@ def run(cfg: Any) -> dict[str, float]:
 
 def check_testable(cls: type) -> None:
     """run_test reads the checkpoint fit writes, which names the model's class: one of the user's own packages only
-    if trusted (checkpoints/registry.py), refused here rather than after the whole training."""
+    if trusted (common/registry.py), refused here rather than after the whole training."""
     name = f"{cls.__module__}.{cls.__qualname__}"
     if not is_registered(name, "model"):
         raise SettingsError(f"run_test=true with model._target_={name}: the test reads the run's checkpoint, which names "

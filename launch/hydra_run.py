@@ -26,7 +26,7 @@ from omegaconf import OmegaConf, open_dict
 
 from callbacks.replica_runs import ReplicaRuns
 from checkpoints.loader import load_checkpoint_file
-from checkpoints.registry import qualified_name
+from common.registry import qualified_name
 from common.signatures import constructor_defaults
 from configs.settings import MODEL_ARGUMENTS
 from launch import rules

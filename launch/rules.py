@@ -47,7 +47,7 @@ def default_callbacks() -> list[Callback]:
 
 def always_on_callbacks(collective_timeout_s: float | None, given: Sequence[Callback] = ()) -> list[Callback]:
     """The callbacks every run gets beside the `given` ones, whatever the configs or the command line say:
-    `SafeCheckpoints` (checkpoints/trainer/safe_checkpoints.py), `SaveOnPreemption` and the NaN guard, with the
+    `SafeCheckpoints` (checkpoints/trainer.py), `SaveOnPreemption` and the NaN guard, with the
     settings of configs/callbacks/default.yaml unless one's own callback list replaces them (callbacks/guards/), the
     release of a DDP run's process group at exit, and, given a collective timeout (a DDP strategy named by a string),
     that timeout for the collectives after the ranks' start (callbacks/guards/process_group.py)."""

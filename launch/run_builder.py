@@ -15,7 +15,7 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from checkpoints.model_class import check_data_class, check_model_class
-from checkpoints.trainer.io_plugin import AtomicCheckpointIO
+from checkpoints.trainer import AtomicCheckpointIO
 from launch import rules
 from launch.checks.configs import ddp_timeout_s
 from launch.checks.paths import write_root_refusal

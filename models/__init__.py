@@ -1,7 +1,7 @@
 """The models a user picks, one module each, on `LatentVariableModel` (models/base.py) and, for the categorical ones,
 `CategoricalLatentModel` (models/categorical.py); shared building blocks are in models/components/.
 
-A subclass registers itself when defined (`LatentVariableModel.__init_subclass__`, checkpoints/registry.py). Importing
+A subclass registers itself when defined (`LatentVariableModel.__init_subclass__`, common/registry.py). Importing
 this package imports every module of models/ and exports each class by name: `from models import JSA`,
 `_target_: models.JSA`, `--model=JSA`. Adding a model needs nothing here (CONTRIBUTING.md).
 """
@@ -9,7 +9,7 @@ this package imports every module of models/ and exports each class by name: `fr
 import importlib
 import pkgutil
 
-from checkpoints.registry import is_registered, registered
+from common.registry import is_registered, registered
 from models.base import LatentVariableModel
 
 for _module in pkgutil.iter_modules(__path__):

@@ -25,9 +25,9 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from checkpoints.model_class import load_checked
-from checkpoints.registry import register
 from common.log_steps import is_logging_step
 from common.private_api import raise_recompile_limit, record_hyperparameter
+from common.registry import register
 from common.signatures import constructor_defaults, own_arguments, settings_of
 from configs.settings import MODEL_ARGUMENTS, ModelSettings
 from models.compiled_step import (
@@ -83,7 +83,7 @@ class LatentVariableModel(L.LightningModule):
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         """A model of models/ registers itself when defined: pickable (`--model=NAME`, `model_defaults/NAME`) and
-        nameable by a checkpoint (checkpoints/registry.py), with no list to extend. Not an abstract base
+        nameable by a checkpoint (common/registry.py), with no list to extend. Not an abstract base
         (`class CategoricalLatentModel(LatentVariableModel, abstract=True)`), nor a subclass defined elsewhere (a
         test's, a script's): a checkpoint may name only the collection's models."""
         super().__init_subclass__(**kwargs)

@@ -278,7 +278,7 @@ def each_command_composed_once() -> Iterator[None]:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from checkpoints.registry import registered
+    from common.registry import registered
     from launch.checks import hydra_check, hydra_config
 
     compose = hydra_config.compose

@@ -20,7 +20,7 @@ from benchmarks.lib import arguments, markdown
 from benchmarks.lib.at_checkpoints import build, noise_and_signal
 from callbacks.gradient_variance import flat_gradients
 from checkpoints.loader import load_checkpoint_file
-import models  # noqa: F401 (registers the model classes a checkpoint may name: checkpoints/registry.py)
+import models  # noqa: F401 (registers the model classes a checkpoint may name: common/registry.py)
 from samplers import candidate_weights, index_cached_mis
 from common.files import write_file
 

@@ -17,7 +17,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from checkpoints.registry import registered
+from common.registry import registered
 from common.signatures import constructor_defaults
 from configs.settings import settings_class
 from launch.checks.configs import CONFIGS, NOT_SETTINGS, config_targets, every_config

@@ -2,7 +2,7 @@
 a config names, Hydra's YAML in added search folders), checked before jsonargparse or Hydra reads them, since
 importing a module runs its code and a few lines of YAML aliases can expand past the memory. Each must be a regular
 file of at most MAX_CONFIG_BYTES whose aliases expand to at most MAX_EXPANDED_NODES nodes, with no YAML tag, naming
-classes or functions only in the trusted packages (checkpoints/import_paths.py). Files are read with yaml's composer
+classes or functions only in the trusted packages (common/registry.py). Files are read with yaml's composer
 only (nothing constructed). `python -m launch.checks.received_config ARGS` lists what a command would read and import.
 """
 
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from checkpoints.import_paths import PATH_SETTINGS, trust_hint, is_allowed_import, looks_like_import_path, trusted_prefixes
+from common.registry import PATH_SETTINGS, trust_hint, is_allowed_import, looks_like_import_path, trusted_prefixes
 from launch.checks.arguments import cli_options, overrides_of
 from launch.checks.configs import CONFIGS
 from launch.checks.precheck import SettingsError

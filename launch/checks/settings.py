@@ -13,7 +13,7 @@ import re
 import sys
 from typing import Any
 
-from checkpoints.import_paths import IMPORTABLE_HINT
+from common.registry import IMPORTABLE_HINT
 from common.settings import SEED_RANGE, expected
 from common.signatures import constructor_defaults, constructor_hints
 from launch.checks.configs import config_targets, declared

@@ -19,7 +19,6 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from callbacks.replica_runs import ReplicaRuns
 from checkpoints.file_format import save_checkpoint_file
 from checkpoints.loader import check_fits
-from checkpoints.replica import branch_checkpoint
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from common.private_api import checkpoint_every_n_train_steps
 from common.settings import SEED_RANGE
@@ -28,7 +27,7 @@ from datamodules.replicas import ReplicaData
 from launch.checks.settings import SettingsError
 from launch.run_layout import TENSORBOARD, placed, process_dir
 from launch.runs.run_directory import ReservedVersionLogger
-from models.replicas import Replicas
+from models.replicas import Replicas, branch_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +131,7 @@ def replicate(run: Any, seeds: Any, arms: Any, option: str = "replicas") -> Any:
 
 
 def trunk_to_branch(checkpoint: dict[str, Any], seeds: Sequence[int], arms: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any] | None:
-    """The branch checkpoint (checkpoints/replica.py) when `checkpoint` is a replicated process's of these seeds, one
+    """The branch checkpoint (models/replicas.py) when `checkpoint` is a replicated process's of these seeds, one
     replica each (a trunk), and this process trains other runs (several arms, or one arm of other settings, `names`):
     e.g. JSA to epoch 300 for 5 seeds, then its arms with and without the cache from there, each arm of a seed the same
     run up to the branch (the paired design), in a process and runs of its own. None: the same runs, resumed as they

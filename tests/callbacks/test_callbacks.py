@@ -181,7 +181,7 @@ def test_random_state_of_another_number_of_processes_is_not_applied_and_says_so(
     callback, module = SafeCheckpoints(), torch.nn.Linear(1, 1)
     module.device = torch.device("cpu")
     torch.manual_seed(5)
-    with caplog.at_level(logging.WARNING, logger="checkpoints.trainer.safe_checkpoints"), \
+    with caplog.at_level(logging.WARNING, logger="checkpoints.trainer"), \
             warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         callback.on_load_checkpoint(TwoRanks(), module, {"rng_states": [{"cpu": torch.get_rng_state()}]})

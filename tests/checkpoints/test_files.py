@@ -1,6 +1,6 @@
 """Checkpoint files: atomic writes, checksums verified on load, clear errors for unusable files, and
 resuming with changed settings (checkpoints/file_format.py, checkpoints/loader.py,
-checkpoints/trainer/io_plugin.py). The kill tests against a real training process are in test_interruptions.py."""
+checkpoints/trainer.py). The kill tests against a real training process are in test_interruptions.py."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ import pytest
 import torch
 
 from checkpoints.errors import CheckpointError
-from checkpoints.trainer import SafeCheckpoints
+from checkpoints.trainer import AtomicCheckpointIO, SafeCheckpoints
 from checkpoints.file_format import file_digest, listed_digests, remove_stale_temporaries, save_checkpoint_file
 from checkpoints.loader import load_checkpoint_file
-from checkpoints.trainer.io_plugin import AtomicCheckpointIO
 from models import JSA, VAE
 
 REPO = Path(__file__).resolve().parents[2]

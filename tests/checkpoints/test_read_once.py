@@ -1,5 +1,5 @@
 """A command reads its checkpoint once: the builder hands what it read to the trainer's restore
-(checkpoints/trainer/io_plugin.py), and a real resume through either front end unpickles and hashes the file once."""
+(checkpoints/trainer.py), and a real resume through either front end unpickles and hashes the file once."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 import checkpoints.loader
 from checkpoints.file_format import save_checkpoint_file
-from checkpoints.trainer.io_plugin import AtomicCheckpointIO
+from checkpoints.trainer import AtomicCheckpointIO
 from tests import preloaded
 
 REPO = Path(__file__).resolve().parents[2]

@@ -63,12 +63,12 @@ def test_a_nested_alias_bomb_is_refused_in_under_a_second(tmp_path, monkeypatch)
 def checkpoint_with_optimizer(path: Path, wrapped: bool) -> None:
     """A checkpoint as LightningCLI writes one (its class and instantiator named), whose settings give the optimizer as
     strangers_module.make; `wrapped`: the settings as a class_path mapping around the model's."""
-    from checkpoints.model_class import stamp_model_class
+    from checkpoints.model_class import stamp_classes
     from models import JSA
 
     model = JSA()
     checkpoint = {"state_dict": model.state_dict(), "pytorch-lightning_version": "2.6.6", "hyper_parameters": dict(model.hparams)}
-    stamp_model_class(checkpoint, JSA)  # names the class and Lightning's instantiator, as a real checkpoint does
+    stamp_classes(checkpoint, JSA, None)  # names the class and Lightning's instantiator, as a real checkpoint does
     hparams = checkpoint["hyper_parameters"]
     if wrapped:
         checkpoint["hyper_parameters"] = {"class_path": "models.JSA", "init_args": {**hparams, "optimizer": "strangers_module.make"}}

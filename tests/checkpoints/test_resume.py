@@ -1,7 +1,7 @@
 """Exact resume: a run interrupted mid-epoch and resumed from its checkpoint ends bit-for-bit where an
 uninterrupted run of the same seed ends (parameters, optimizer state, JSA's cache, VQ-VAE's codebook
 statistics), on CPU. What makes it exact: the loader's position and shuffling (datamodules/resumable.py),
-seeded binarization, and every rank's random state saved in the checkpoint (checkpoints/trainer/safe_checkpoints.py)."""
+seeded binarization, and every rank's random state saved in the checkpoint (checkpoints/trainer.py)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_changed_settings_are_logged_by_what_the_checkpoint_is_read_for(mnist_di
     (checkpoint,) = tmp_path.glob("*.ckpt")
     trainer = L.Trainer(limit_test_batches=1, logger=False, callbacks=[SafeCheckpoints()], enable_progress_bar=False,
                         enable_model_summary=False)
-    with caplog.at_level(logging.WARNING, logger="checkpoints.trainer.io_plugin"):
+    with caplog.at_level(logging.WARNING, logger="checkpoints.trainer"):
         trainer.test(VAE(latent_dim=4, val_num_samples=2, test_num_samples=2, lr=5e-4), ckpt_path=checkpoint,
                      datamodule=MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", batch_size=32))
     assert "testing with changed settings" in caplog.text and "model.lr: 0.001 -> 0.0005" in caplog.text, caplog.text

@@ -181,9 +181,9 @@ def test_a_trusted_checkpoint_may_hold_its_settings_in_any_mapping(tmp_path):
 
 
 def test_a_model_checkpoint_state_whose_best_k_models_is_a_list_is_dropped_with_its_line(tmp_path, caplog):
-    """Inside ModelCheckpoint's state (checkpoints/trainer/io_plugin.py): best_k_models of another kind is ignored
+    """Inside ModelCheckpoint's state (checkpoints/trainer.py): best_k_models of another kind is ignored
     with the line that names what was dropped, not a TypeError from hashing it."""
-    from checkpoints.trainer.io_plugin import drop_paths_outside
+    from checkpoints.trainer import drop_paths_outside
 
     state = {"best_k_models": [[1]], "last_model_path": str(tmp_path / "last.ckpt")}
     with caplog.at_level("WARNING"):

@@ -16,9 +16,8 @@ import torch
 
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import save_checkpoint_file
-from checkpoints.import_paths import TRUST_VARIABLE, is_allowed_import, trusted_prefixes
 from checkpoints.loader import load_checkpoint_file
-from checkpoints.registry import is_registered
+from common.registry import TRUST_VARIABLE, is_allowed_import, is_registered, trusted_prefixes
 from launch.checks.received_config import refuse_received_configs
 from tests import preloaded
 from tests.conftest import train_main

@@ -219,11 +219,11 @@ def test_hydras_rerun_of_a_pickled_config_is_refused_unread(flag, tmp_path):
 
 
 def test_the_registry_names_the_models_and_data_modules_and_nothing_else():
-    """checkpoints/registry.py: what models/ and datamodules/ register, under both names; an exception class of the
+    """common/registry.py: what models/ and datamodules/ register, under both names; an exception class of the
     data modules, another package's class, or a non-string is not nameable in a checkpoint."""
     import datamodules  # noqa: F401 (registers the data modules)
     import models  # noqa: F401
-    from checkpoints.registry import LIGHTNING_INSTANTIATOR, is_registered
+    from common.registry import LIGHTNING_INSTANTIATOR, is_registered
 
     assert is_registered("models.jsa.JSA") and is_registered("models.JSA", "model") and not is_registered("models.JSA", "data")
     assert is_registered("datamodules.MNISTDataModule") and is_registered("datamodules.mnist.MNISTDataModule")

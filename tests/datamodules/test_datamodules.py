@@ -18,8 +18,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 from torchvision.datasets import CIFAR10, FashionMNIST
 from torchvision.datasets import utils as tv_utils
 
-from checkpoints.registry import registered
-from checkpoints.trainer.io_plugin import changed_settings
+from common.registry import registered
+from checkpoints.trainer import changed_settings
 from common.signatures import settings_of
 from models import VAE
 from datamodules import (CIFAR10DataModule, DataCorruptError, DataError, DataNotFoundError, FashionMNISTDataModule, ImageDataModule,

@@ -82,6 +82,6 @@ def test_a_model_added_as_a_module_and_a_config_trains_from_both_front_ends(tmp_
     (cli_run,) = (project / "cli-logs" / "tensorboard").glob("toy-mnist-*/version_0")
     for run in (hydra_run, cli_run):  # trained by Toy's own loss, each with its checkpoints
         assert "train/toy_bound" in scalar_tags(run) and (run / "checkpoints" / "last.ckpt").is_file(), run
-    # The checkpoint names models.toy.Toy: read back only because the class is registered (checkpoints/registry.py).
+    # The checkpoint names models.toy.Toy: read back only because the class is registered (common/registry.py).
     train(["test", "--model=Toy", f"--ckpt_path={cli_run / 'checkpoints' / 'last.ckpt'}", "--trainer.limit_test_batches=1",
            "--model.test_num_samples=2", "--log_dir=cli-logs"], project, mnist_dir)

@@ -17,7 +17,7 @@ import launch.checks.hydra_config
 import launch.rules
 import launch.run_layout
 import train
-from checkpoints.registry import registered
+from common.registry import registered
 from common.signatures import constructor_defaults
 from launch.runs import distributed, run_directory
 from launch.checks.configs import NOT_SETTINGS, config_targets

@@ -19,7 +19,7 @@ import torch
 
 from benchmarks.robustness import faults
 from benchmarks.robustness.faults import RUN, STEPS, finish, wait_for
-import models  # noqa: F401 (registers the classes a checkpoint may name: checkpoints/registry.py)
+import models  # noqa: F401 (registers the classes a checkpoint may name: common/registry.py)
 from checkpoints.loader import load_checkpoint_file
 from tests import preloaded
 

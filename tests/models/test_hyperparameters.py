@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from checkpoints.registry import registered
+from common.registry import registered
 from checkpoints.trainer import SafeCheckpoints
 from common.signatures import constructor_defaults, constructor_hints
 from configs.settings import CategoricalSettings

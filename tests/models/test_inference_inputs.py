@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import models  # noqa: F401 (registers the models: checkpoints/registry.py)
-from checkpoints.registry import registered
+import models  # noqa: F401 (registers the models: common/registry.py)
+from common.registry import registered
 
 SMALL = {"VQVAE": {"num_categories": 16, "code_dim": 4, "hidden_channels": 16}}
 

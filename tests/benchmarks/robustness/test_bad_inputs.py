@@ -40,6 +40,6 @@ def test_the_fault_harness_can_read_the_checkpoints_it_makes():
     """`python -m benchmarks.robustness.faults` reads its runs' checkpoints in its own process: the model classes they
     name are registered there (a checkpoint naming an unregistered class is refused). The probe imports the harness
     alone in a process of its own, forked from tests/preloaded's server, which holds none of the project's modules."""
-    probe = "import benchmarks.robustness.faults\nfrom checkpoints.registry import is_registered\nprint(is_registered('models.jsa.JSA'))"
+    probe = "import benchmarks.robustness.faults\nfrom common.registry import is_registered\nprint(is_registered('models.jsa.JSA'))"
     result = preloaded.run_code(probe, [], REPO, dict(os.environ), timeout=120)
     assert result.stdout.strip() == "True", result.stderr[-2000:]

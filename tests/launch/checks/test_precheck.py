@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import models  # noqa: F401  (registers the model classes)
-from checkpoints.registry import registered
+from common.registry import registered
 from launch.checks import configs as schema
 from launch.checks.early import refuse_early
 from tests import preloaded

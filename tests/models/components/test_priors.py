@@ -131,7 +131,7 @@ def test_uniform_is_frozen_and_names_are_checked():
 
 # ---- the priors inside the models -------------------------------------------------------------
 
-from checkpoints.registry import registered  # noqa: E402
+from common.registry import registered  # noqa: E402
 from models import JSA, RWS, VIMCO, VQVAE, DiscreteVAE  # noqa: E402
 from models.categorical import CategoricalLatentModel  # noqa: E402
 

@@ -1,10 +1,12 @@
-"""Which dotted names a received file may lead a parser to import. jsonargparse (LightningCLI, and
-`load_from_checkpoint` through its instantiator) imports a string wherever a setting's type admits a class or function
-(a `class_path`, a Callable option, a callback or logger as a string, a `LambdaCallback` hook), Hydra a `_target_`;
-importing runs the module's code. So a received config or checkpoint may name only the collection's packages, the
-Lightning and torch classes those settings take, and the user's packages listed in LATENT_ZOO_TRUST
-(`LATENT_ZOO_TRUST=mypkg,my_callbacks`). Standard library only: the launch side uses it before torch is imported.
-"""
+"""What a received file (a config or a checkpoint) may lead a parser to import: importing runs the module's code.
+jsonargparse (LightningCLI, and `load_from_checkpoint` through its instantiator) imports a string wherever a setting's
+type admits a class or function (a `class_path`, a Callable option, a callback or logger as a string, a
+`LambdaCallback` hook), Hydra a `_target_`. So a received file may name only the collection's packages, the Lightning
+and torch classes those settings take, and the user's packages listed in LATENT_ZOO_TRUST (`LATENT_ZOO_TRUST=mypkg,
+my_callbacks`); as a class to build, only a registered model or data module, each registered when its class is defined
+(`__init_subclass__` in models/base.py and datamodules/base.py): nothing registered (those packages not imported)
+refuses every class, never admits one. The front ends' lists of models and data sets are read from here too.
+Standard library only: the launch side uses it before torch is imported."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ _DOTTED = re.compile(r"[^\W\d]\w*(?:\s*\.\s*[^\W\d]\w*)+")
 
 
 TRUST_VARIABLE = "LATENT_ZOO_TRUST"
+
+
 def trust_hint() -> str:
     """How to trust one's own code, with the value LATENT_ZOO_TRUST has where it is set (a typo shows)."""
     given = os.environ.get(TRUST_VARIABLE, "").strip()
@@ -73,3 +77,30 @@ def _is_module_path(name: str) -> bool:
     """ASCII identifiers joined by dots, as importlib takes them, none of them `__main__`."""
     parts = name.split(".")
     return "__main__" not in parts and all(part.isidentifier() and part.isascii() for part in parts)
+
+
+LIGHTNING_INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
+_REGISTERED: dict[str, dict[str, type]] = {"model": {}, "data": {}}  # kind -> {class path or short name: class}
+
+
+def qualified_name(cls: type) -> str:
+    """`package.module.Class`: how a checkpoint names a class (its model, its optimizers)."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def register(kind: str, *classes: type) -> None:
+    """Admit `classes` as checkpoint-nameable `kind` ("model" or "data"), under `package.module.Class` and the
+    package's short `package.Class` (as LightningCLI and the configs name them)."""
+    for cls in classes:
+        _REGISTERED[kind].update({qualified_name(cls): cls, f"{cls.__module__.split('.', 1)[0]}.{cls.__name__}": cls})
+
+
+def registered(kind: str) -> list[type]:
+    return list(dict.fromkeys(_REGISTERED[kind].values()))
+
+
+def is_registered(name: object, kind: str | None = None) -> bool:
+    """Whether a class path a checkpoint names is a registered `kind` (any kind: also Lightning's instantiator), or
+    lies in a package the user trusts (LATENT_ZOO_TRUST)."""
+    return ((kind is None and name == LIGHTNING_INSTANTIATOR) or is_trusted(name)
+            or (isinstance(name, str) and any(name in _REGISTERED[k] for k in ([kind] if kind else _REGISTERED))))
