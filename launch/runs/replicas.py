@@ -140,16 +140,3 @@ def trunk_to_branch(checkpoint: dict[str, Any], seeds: Sequence[int], arms: Sequ
     if saved is not None and list(saved) == list(seeds) and (len(arms) > 1 or ReplicaRuns.saved_names(checkpoint) != list(names)):
         return branch_checkpoint(checkpoint, len(arms))
     return None
-
-
-def check_replica_checkpoint(checkpoint: dict[str, Any], model: Any, ckpt_path: str) -> None:
-    """A replicated process resumes from its own last.ckpt (with the same replicas), a single run from a single run's."""
-    saved, seeds = checkpoint.get("replica_seeds"), getattr(model, "seeds", None)
-    if (saved is None) == (seeds is None) and (saved is None or list(saved) == list(seeds)):
-        return
-    held = f"replicas of seeds {list(saved)}" if saved is not None else "a single run"
-    trains = f"replicas of seeds {list(seeds)}" if seeds is not None else "a single run"
-    raise SettingsError(f"ckpt_path={ckpt_path} holds {held}, this process trains {trains}: a replicated process resumes "
-                        "from its own last.ckpt (<log_dir>/replicas/<name>/<time>-<pid>/checkpoints/last.ckpt) with the "
-                        "replicas settings it was started with; a single run (one replica too) from its own run's "
-                        "checkpoints/last.ckpt")
