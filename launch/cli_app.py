@@ -189,7 +189,7 @@ class CollectionCLI(LightningCLI):
             if self.subcommand != "fit":
                 raise SettingsError(f"--replicas.seeds with {self.subcommand}: {self.subcommand} each replica's checkpoint on its "
                                     f"own (python train.py {self.subcommand} --ckpt_path=<its run>/checkpoints/last.ckpt)")
-            run = replicate(run, replicas.get("seeds"), replicas.get("arms"), option="--replicas")
+            run = replicate(run, replicas.get("seeds"), replicas.get("arms"))
             self.model, self.datamodule = run.model, run.datamodule
         trainer, resume = build_trainer(run)
         if self.subcommand == "fit":

@@ -50,12 +50,11 @@ def model_settings(cfg: Any, checkpoint: dict[str, Any] | None = None) -> dict[s
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     given = {key.removeprefix("model.") for key in command_line_overrides() if key.startswith("model.")}
     shared = cfg.get("discrete_latent")
-    if shared and get_class(settings["_target_"]).has_discrete_latent:
-        settings.update({k: v for k, v in OmegaConf.to_container(shared, resolve=True).items() if k not in given})
     choice = HydraConfig.get().runtime.choices.get("model") if HydraConfig.initialized() else None
-    own = (cfg.get("per_model") or {}).get(choice) if choice is not None else None
-    if own:
-        settings.update({k: v for k, v in OmegaConf.to_container(own, resolve=True).items() if k not in given})
+    for extra in (shared if shared and get_class(settings["_target_"]).has_discrete_latent else None,
+                  (cfg.get("per_model") or {}).get(choice) if choice is not None else None):
+        if extra:
+            settings.update({k: v for k, v in OmegaConf.to_container(extra, resolve=True).items() if k not in given})
     if checkpoint is None:
         return settings
     try:
