@@ -65,7 +65,7 @@ def main() -> None:
         exit_with(refusal)
     if argv and argv[0] in CLI_SUBCOMMANDS:
         from launch import cli_app
-        from launch.console import quiet_console
+        from launch.errors import quiet_console
 
         quiet_console(hydra=False)
         cli_app.main()

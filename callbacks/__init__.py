@@ -2,7 +2,7 @@
 training speed, the test stage's cost, gradient variance, SG-MCMC sample collection, and the checkpoint callback
 (Lightning's, with last.ckpt after every validation); those that guard a run (the NaN guard, preemption, the DDP
 process group) are in callbacks/guards/. configs/callbacks/default.yaml lists the set both front ends switch on;
-launch/rules.py adds `SaveOnPreemption`. What makes a checkpoint whole (random state, atomic files, resume checks) is
+launch/run_builder.py adds `SaveOnPreemption`. What makes a checkpoint whole (random state, atomic files, resume checks) is
 in checkpoints/, and every model adds it.
 """
 

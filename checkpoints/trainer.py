@@ -1,5 +1,5 @@
 """What a Trainer runs so that its checkpoints are written whole and restored checked, whichever script builds it
-(train.py's runs get it from launch/rules.py; your own script: `Trainer(callbacks=[SafeCheckpoints()])`).
+(train.py's runs get it from launch/run_builder.py; your own script: `Trainer(callbacks=[SafeCheckpoints()])`).
 
 * `SafeCheckpoints`, the callback: a checkpoint names its model, data, optimizer and scheduler classes and holds every
   rank's random state (applied when training starts); a run that does not resume seeds each DDP rank seed + rank. A

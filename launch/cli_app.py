@@ -1,5 +1,5 @@
 """The LightningCLI front end: `python train.py {fit,validate,test} [--OPTION VALUE ...]`, on the same classes
-and with the same defaults and run rules as the Hydra front end (launch/rules.py), its parser's reports turned into
+and with the same defaults and run rules as the Hydra front end (launch/run_builder.py), its parser's reports turned into
 one line naming the option as given."""
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from common.settings import SEED_RANGE
 from common.signatures import constructor_defaults
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
-from launch import rules
 from launch.checks.arguments import option_values
 from launch.checks.cli_check import options_of_chosen_classes, scheduler_without_optimizer
 from launch.checks.configs import default_class, log_dir as default_log_dir, seed as default_seed
@@ -35,7 +34,8 @@ from launch.checks.early import exit_with, refuse_early
 from launch.checks.precheck import closest_in_module, did_you_mean, no_such_setting
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import user_errors_as_one_line
-from launch.run_builder import RunDescription, build_trainer
+from launch.run_builder import (RunDescription, apply_rules, build_trainer, checkpoint_settings, default_callbacks, resumed_seed,
+                                running, trainer_defaults)
 from launch.run_layout import run_name
 from launch.runs.replicas import replicate
 from launch.runs.run_directory import note_existing_directories
@@ -67,13 +67,14 @@ class Parser(LightningArgumentParser):
                                    "refused without this flag, as a forgotten --ckpt_path")
 
     def add_method_arguments(self, class_type: type, method_name: str, *args: Any, **kwargs: Any) -> list[str]:
+        # --ckpt_path with a help of its own: Lightning's offers names of the trainer's own run, which a command has not
+        kwargs["skip"] = {*(kwargs.get("skip") or ()), "ckpt_path"}
         added = super().add_method_arguments(class_type, method_name, *args, **kwargs)
-        for action in self._actions:  # Lightning's help offers names of the trainer's own run, which a command has not
-            if action.dest == "ckpt_path":
-                action.help = (f"the checkpoint to {'resume' if method_name == 'fit' else method_name}: a .ckpt file a run "
+        self.add_argument("--ckpt_path", type=Optional[str], default=None,
+                          help=f"the checkpoint to {'resume' if method_name == 'fit' else method_name}: a .ckpt file a run "
                                "wrote, e.g. logs/tensorboard/<run>/version_N/checkpoints/last.ckpt (Lightning's names "
                                "last, best, hpc and registry are refused: this command starts a run of its own)")
-        return added
+        return [*added, "ckpt_path"]
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
         given = CollectionCLI.command_line
@@ -86,7 +87,7 @@ class Parser(LightningArgumentParser):
 
 
 class CollectionCLI(LightningCLI):
-    """LightningCLI with the Hydra front end's defaults and rules (launch/rules.py)."""
+    """LightningCLI with the Hydra front end's defaults and rules (launch/run_builder.py)."""
 
     command_line: list[str] = []  # the arguments as the user gave them, set by main()
     checkpoint: dict[str, Any] | None = None  # --ckpt_path's content, read once (parse_arguments)
@@ -98,7 +99,7 @@ class CollectionCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: Any) -> None:
         # The model is built for the data's image shape, as in the Hydra front end.
         parser.link_arguments("data.image_shape", "model.init_args.data_shape", apply_on="instantiate")
-        # The defaults of the Hydra configs (launch/rules.py): checkpointing (last + best on val/nll), the trainer
+        # The defaults of the Hydra configs (launch/run_builder.py): checkpointing (last + best on val/nll), the trainer
         # settings, and the other callbacks, as parser defaults: shown by --print_config, replaceable with
         # --trainer.callbacks=..., extended with --trainer.callbacks+=...
         parser.add_argument("--log_dir", type=str, default=default_log_dir(),
@@ -112,10 +113,10 @@ class CollectionCLI(LightningCLI):
         # A group of its own, not one of LightningCLI's callback keys: instantiate_trainer adds it to the callbacks, which
         # the builder may drop it from (trainer.enable_checkpointing=false).
         parser.add_class_arguments(ValidationCheckpoint, "checkpoint", fail_untyped=False, sub_configs=True)
-        parser.set_defaults({**{f"checkpoint.{key}": value for key, value in rules.checkpoint_settings().items()},
-                             **{f"trainer.{key}": value for key, value in rules.trainer_defaults().items()},
+        parser.set_defaults({**{f"checkpoint.{key}": value for key, value in checkpoint_settings().items()},
+                             **{f"trainer.{key}": value for key, value in trainer_defaults().items()},
                              "trainer.callbacks": [{"class_path": f"{type(c).__module__}.{type(c).__name__}"}
-                                                   for c in rules.default_callbacks()]})
+                                                   for c in default_callbacks()]})
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
         """The command line with the default classes (`_with_defaults`), then the settings of --ckpt_path's checkpoint
@@ -130,10 +131,10 @@ class CollectionCLI(LightningCLI):
             return
         config.ckpt_path, checkpoint = None, load_checkpoint_file(self.ckpt_path)
         self.checkpoint, chosen = checkpoint, get_class(config.model.class_path)
-        seed = config.get("seed_everything")  # the checkpoint's where none is given (launch/rules.py), before LightningCLI seeds
+        seed = config.get("seed_everything")  # the checkpoint's where none is given (launch/run_builder.py), before LightningCLI seeds
         if not isinstance(seed, bool):
             given = dict(option_values(self.command_line)).get("--seed_everything") is not None or seed != default_seed()
-            config.seed_everything = rules.resumed_seed(seed, given, checkpoint)
+            config.seed_everything = resumed_seed(seed, given, checkpoint)
         given_model = dict(option_values(self.command_line)).get("--model")
         if given_model and checkpoint.get("model_class") not in (None, f"{chosen.__module__}.{chosen.__qualname__}"):
             return  # another model's checkpoint: the builder refuses it (checkpoints/model_class.py)
@@ -155,21 +156,16 @@ class CollectionCLI(LightningCLI):
                                 f"--fresh_weights=true to {self.subcommand} a freshly initialized model")
         if config.get("lr_scheduler") and not config.get("optimizer"):  # LightningCLI would leave the scheduler out
             raise SettingsError(scheduler_without_optimizer(str(getattr(config.lr_scheduler, "class_path", config.lr_scheduler))))
-        # The seed's rule, as in the Hydra front end (launch/rules.py: seed_settings); a seed_everything from a -c
+        # The run rules, as in the Hydra front end (launch/run_builder.py: apply_rules); a seed_everything from a -c
         # file counts as given where it differs from the default.
         seed = config.seed_everything  # (SEED's values as plain ints: a model's hyperparameters keep the seed)
         seed = config.seed_everything = seed if isinstance(seed, bool) else int(seed)
         seed_given = dict(option_values(self.command_line)).get("--seed_everything") is not None
-        if seed_given or seed != default_seed():
-            rules.seed_settings({group: config[group].init_args for group in ("data", "model")},
-                                {group: get_class(config[group].class_path) for group in ("data", "model")},
-                                seed, seed_given, lambda group, key: key in _given(self.command_line, group))
+        apply_rules({group: config[group].init_args for group in ("data", "model")},
+                    {group: get_class(config[group].class_path) for group in ("data", "model")},
+                    seed if seed_given or seed != default_seed() else None, seed_given,
+                    lambda group, key: key in _given(self.command_line, group))
         note_existing_directories(config.get("log_dir") or default_log_dir())  # as parsed: a -c file may set it
-        followed = rules.follow_data(dict(config.model.init_args), get_class(config.model.class_path),
-                                     get_class(config.data.class_path), config.data.init_args.binarize)
-        for key in ("likelihood", "backbone"):
-            if key in followed:  # (a model of one's own may take neither)
-                config.model.init_args[key] = followed[key]
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         """The trainer of the run this namespace describes, by the builder the Hydra front end calls too
@@ -193,7 +189,7 @@ class CollectionCLI(LightningCLI):
             if self.subcommand != "fit":
                 raise SettingsError(f"--replicas.seeds with {self.subcommand}: {self.subcommand} each replica's checkpoint on its "
                                     f"own (python train.py {self.subcommand} --ckpt_path=<its run>/checkpoints/last.ckpt)")
-            run = replicate(run, replicas.get("seeds"), replicas.get("arms"), option="--replicas")
+            run = replicate(run, replicas.get("seeds"), replicas.get("arms"))
             self.model, self.datamodule = run.model, run.datamodule
         trainer, resume = build_trainer(run)
         if self.subcommand == "fit":
@@ -203,7 +199,7 @@ class CollectionCLI(LightningCLI):
     def fit(self, **kwargs: Any) -> None:
         """Each subcommand (LightningCLI runs the CLI's method of its name where there is one): the trainer's, with the
         last line (also after Ctrl-C/SIGTERM) naming the run, its last.ckpt and the TensorBoard command."""
-        with rules.running(self.trainer, lambda line: print(line, flush=True), evaluating_only=self.subcommand in ("validate", "test")):
+        with running(self.trainer, lambda line: print(line, flush=True), evaluating_only=self.subcommand in ("validate", "test")):
             getattr(self.trainer, self.subcommand)(**kwargs)
 
     validate = test = predict = fit

@@ -1,13 +1,16 @@
 """What the user can fix ends in one line on stderr and exit status 2, no traceback: wrong settings, missing or
 corrupt data, an unusable checkpoint, a diverged loss, a stuck distributed peer. Both front ends run inside
-`user_errors_as_one_line`; anything else is a bug and keeps its traceback."""
+`user_errors_as_one_line`; anything else is a bug and keeps its traceback. Every other message is one line too
+(`quiet_console`)."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import signal
 import sys
+import traceback
 from typing import Iterator, NoReturn
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -19,7 +22,33 @@ from common.files import LeadsOutside, NotARegularFile
 from datamodules import DataError
 from launch.checks.early import INTACT, USER_ERROR, exit_with
 from launch.checks.settings import SettingsError
-from launch.runs.distributed import collective_timeout_message
+
+
+def quiet_console(hydra: bool) -> None:
+    """One line per message: no advertising tips; under Hydra, Lightning's messages go through Hydra's
+    logging handlers only (Lightning adds its own console handler when imported before Hydra's are set)."""
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda record: "💡 Tip" not in record.getMessage())
+    if hydra:
+        for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+            logging.getLogger(name).handlers.clear()
+            logging.getLogger(name).propagate = True
+
+
+def collective_timeout_message(error: BaseException) -> str | None:
+    """One line naming the collective that timed out (the innermost torch.distributed / DDP frame) and the fix; None
+    when `error` is no collective timeout: gloo's "Timed out waiting ... for recv" / "Application timeout caused pair
+    closure" and NCCL's watchdog "... collective operation timeout" are raised from inside torch.distributed or DDP
+    (any other error that mentions a timeout, say a data loader's, is not one)."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if "/torch/distributed/" in f.filename or "/torch/nn/parallel/" in f.filename]
+    text = str(error).strip()
+    if not frames or ("timed out" not in text.lower() and "timeout" not in text.lower()):
+        return None
+    return (f"a distributed collective timed out in {frames[-1].name} ({frames[-1].filename.split('/torch/', 1)[-1]}): "
+            f"{text.splitlines()[0][:200]}. Another process is stuck or died: check the other ranks' logs; raise "
+            "ddp_timeout_s (Hydra) or --trainer.strategy=DDPStrategy --trainer.strategy.timeout=H:MM:SS (LightningCLI) "
+            "if a rank legitimately works alone for longer")
+
 
 class StoppedByCtrlC(SystemExit):
     """Ctrl-C outside training's own handling (callbacks/guards/preemption.py saves a checkpoint there): during validate or
@@ -39,7 +68,7 @@ REFUSALS = (DataError, CheckpointError, SettingsError, MisconfigurationException
 def lightning_exits_as_ours() -> Iterator[None]:
     """Lightning's `sys.exit(1)` after a KeyboardInterrupt (lightning/pytorch/trainer/call.py) as StoppedByCtrlC; a
     setting Lightning refuses only once it knows the data (`val_check_interval`, a ValueError naming it) as the
-    SettingsError it is: one line, and the refused run leaves nothing behind (launch/rules.py `running`)."""
+    SettingsError it is: one line, and the refused run leaves nothing behind (launch/run_builder.py `running`)."""
     try:
         yield
     except SystemExit as stop:

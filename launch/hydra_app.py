@@ -6,18 +6,21 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import hydra
 import torch
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
+from common.files import write_file
 from common.private_api import basic_sweeper_jobs
 from common.registry import TRUST_VARIABLE, is_registered
-from launch import rules
 from launch.checks.arguments import overrides_of
 from launch.checks.configs import CONFIGS, log_dir as default_log_dir
 from launch.checks.early import USER_ERROR, exit_with
@@ -26,10 +29,10 @@ from launch.checks.hydra_config import own_targets, register_defaults
 from launch.checks.received_config import hydra_folders
 from launch.checks.precheck import EarlyRefusal
 from launch.checks.settings import SettingsError
-from launch.console import quiet_console
-from launch.errors import user_errors_as_one_line
+from launch.errors import quiet_console, user_errors_as_one_line
 from launch.hydra_run import build_run, replica_tests
-from launch.runs.run_directory import note_existing_directories, note_hydra_job, remove_if_only_hydra_files
+from launch.run_builder import running
+from launch.runs.run_directory import note_existing_directories, remove_if_only_hydra_files
 from models.replicas import Replicas
 
 log = logging.getLogger(__name__)
@@ -38,14 +41,14 @@ log = logging.getLogger(__name__)
 def run(cfg: Any) -> dict[str, float]:
     """Build data, model and trainer from a composed config, fit (and test); the run's final metrics."""
     datamodule, model, trainer, ckpt_path = build_run(cfg)
-    with rules.running(trainer, log.info):
+    with running(trainer, log.info):
         if cfg.get("run_test") and not isinstance(model, Replicas):
             check_testable(type(model))
         note_hydra_job(trainer.logger)  # after the run's files are listed: a refused new run still leaves nothing
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
         if cfg.get("run_test") and isinstance(model, Replicas):
             for replica_data, replica, replica_trainer, best in replica_tests(cfg, model, trainer):  # as its single run's
-                with rules.running(replica_trainer, log.info, evaluating_only=True):
+                with running(replica_trainer, log.info, evaluating_only=True):
                     replica_trainer.test(replica, datamodule=replica_data, ckpt_path=best)
         elif cfg.get("run_test"):
             # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
@@ -88,6 +91,25 @@ def note_jobs_not_run() -> None:
     if left:
         log.warning("the multirun stopped in job #%d: its %d later job(s) did not run: %s", hydra_config.job.num, len(left),
                     "; ".join(" ".join(job) for job in left))
+
+
+def note_hydra_job(logger: Any) -> None:
+    """<run>/hydra_job.yaml: the Hydra job (and multirun) that made the run, so that `benchmarks.compare` reports the
+    runs of one multirun together. Written once: a resumed run keeps its origin. Absolute paths; the multirun is the
+    parent of the job's output directory (configs/train.yaml: hydra.sweep.subdir is one level)."""
+    if not getattr(logger, "log_dir", None) or rank_zero_only.rank != 0 or not HydraConfig.initialized():
+        return  # no logger, or fast_dev_run's DummyLogger (no directory)
+    path, hydra = Path(logger.log_dir) / "hydra_job.yaml", HydraConfig.get()
+    # a link (dangling too) is never written through; a config composed in Python (tests) has no Hydra job
+    if path.exists() or path.is_symlink() or OmegaConf.is_missing(hydra.runtime, "output_dir"):
+        return
+    output_dir = Path(hydra.runtime.output_dir).resolve()
+    multirun = {"sweep_dir": str(output_dir.parent), "job_num": hydra.job.num} if hydra.mode == RunMode.MULTIRUN else {}
+    if isinstance(logger, CSVLogger):  # its writer started first: started in a folder that holds a file, it warns of
+        logger.experiment  # deleting it (TensorBoard's is not: under ddp_spawn, rank 0 would write a second event file)
+    job = {"output_dir": str(output_dir), **multirun}
+    path.parent.mkdir(parents=True, exist_ok=True)  # a CSV run's directory is made at its first write, not reserved
+    write_file(path, yaml.safe_dump(job))
 
 
 def main() -> None:

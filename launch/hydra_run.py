@@ -2,7 +2,7 @@
 call, its data module, model, trainer and the checkpoint fit starts from.
 
 Every value is checked against what its class declares before anything is built (launch/checks/settings.py:
-check_composed; LightningCLI's parser does the same check on its side), and the rules of launch/rules.py apply.
+check_composed; LightningCLI's parser does the same check on its side), and the rules of launch/run_builder.py apply.
 """
 
 from __future__ import annotations
@@ -29,11 +29,10 @@ from checkpoints.loader import load_checkpoint_file
 from common.registry import qualified_name
 from common.signatures import constructor_defaults
 from configs.settings import MODEL_ARGUMENTS
-from launch import rules
 from launch.checks.configs import config_targets
 from launch.checks.hydra_check import overrides_given
 from launch.checks.settings import SettingsError, check_composed
-from launch.run_builder import RunDescription, build_trainer
+from launch.run_builder import RunDescription, apply_rules, build_trainer, resumed_seed
 from launch.run_layout import LOGGER_FOLDERS, TENSORBOARD, logger_root, placed, process_dir, run_name
 from launch.runs.replicas import replicate
 from launch.runs.worker_slots import claim_slot
@@ -51,12 +50,11 @@ def model_settings(cfg: Any, checkpoint: dict[str, Any] | None = None) -> dict[s
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     given = {key.removeprefix("model.") for key in command_line_overrides() if key.startswith("model.")}
     shared = cfg.get("discrete_latent")
-    if shared and get_class(settings["_target_"]).has_discrete_latent:
-        settings.update({k: v for k, v in OmegaConf.to_container(shared, resolve=True).items() if k not in given})
     choice = HydraConfig.get().runtime.choices.get("model") if HydraConfig.initialized() else None
-    own = (cfg.get("per_model") or {}).get(choice) if choice is not None else None
-    if own:
-        settings.update({k: v for k, v in OmegaConf.to_container(own, resolve=True).items() if k not in given})
+    for extra in (shared if shared and get_class(settings["_target_"]).has_discrete_latent else None,
+                  (cfg.get("per_model") or {}).get(choice) if choice is not None else None):
+        if extra:
+            settings.update({k: v for k, v in OmegaConf.to_container(extra, resolve=True).items() if k not in given})
     if checkpoint is None:
         return settings
     try:
@@ -83,11 +81,10 @@ def build(cfg: Any, settings: dict[str, Any] | None = None, seed: int | None = N
     data_settings = OmegaConf.to_container(cfg.data, resolve=True)
     settings = model_settings(cfg) if settings is None else settings
     overrides = command_line_overrides()
-    rules.seed_settings({"data": data_settings, "model": settings},
-                        {"data": get_class(data_settings["_target_"]), "model": get_class(settings["_target_"])},
-                        cfg.seed if seed is None else seed, "seed" in overrides, lambda group, key: f"{group}.{key}" in overrides)
+    apply_rules({"data": data_settings, "model": settings},
+                {"data": get_class(data_settings["_target_"]), "model": get_class(settings["_target_"])},
+                cfg.seed if seed is None else seed, "seed" in overrides, lambda group, key: f"{group}.{key}" in overrides)
     datamodule = constructed(data_settings, "data")
-    settings = rules.follow_data(settings, get_class(settings["_target_"]), type(datamodule), datamodule.binarize)
     optimizer = instantiate(cfg.optimizer) if cfg.get("optimizer") else None
     scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None  # the model's configure_optimizers builds both
     model = constructed(settings, "model", data_shape=list(datamodule.image_shape), optimizer=optimizer, scheduler=scheduler)
@@ -196,7 +193,7 @@ def describe_run(cfg: Any) -> RunDescription:
         raise SettingsError(f"{error}{resumed if checkpoint is not None else ''}") from None
     if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
         torch.compiler.reset()
-    seed = rules.resumed_seed(cfg.seed, "seed" in command_line_overrides(), checkpoint)
+    seed = resumed_seed(cfg.seed, "seed" in command_line_overrides(), checkpoint)
     L.seed_everything(seed, workers=True)
     datamodule, model = build(cfg, settings, seed)
     trainer = instantiate(cfg.trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built

@@ -1,29 +1,42 @@
-"""One description of a run, which each front end produces, and the one builder that turns it into a trainer.
-
-Hydra describes a run from its composed config (launch/hydra_run.py: `describe_run`), LightningCLI from its parsed
-namespace (launch/cli_app.py: `CollectionCLI.instantiate_trainer`); `build_trainer` applies every rule of
-launch/rules.py to it, in one place, and hands the checkpoint the front end read once to the trainer's restore.
+"""How a run becomes a trainer, for both front ends: one description of a run (`RunDescription`), which Hydra
+(launch/hydra_run.py: `describe_run`) and LightningCLI (launch/cli_app.py: `instantiate_trainer`) each produce, and the
+one builder, `build_trainer`, that applies every run rule to it in one place and hands the checkpoint the front end read
+once to the trainer's restore. The rules, each written once: the defaults of configs/ (LightningCLI takes them as its
+defaults); the run's seed and the data decide settings of the data module and the model (`apply_rules`); the callbacks
+every run gets (`always_on_callbacks`); a DDP strategy's timeouts, the SLURM root and the progress bar
+(`trainer_settings`); the run's last line and no directory left by a refused one (`running`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Callable
+import inspect
+import os
+from datetime import timedelta
+from typing import Any, Callable, Iterator, Sequence
 
-from lightning import Trainer
+from hydra.utils import instantiate
+from lightning import Callback, Trainer
 from lightning.fabric.plugins import TorchCheckpointIO
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.fabric.plugins.environments import LightningEnvironment
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from lightning.pytorch.strategies import StrategyRegistry
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from callbacks.guards.nonfinite import NonFiniteLossGuard
+from callbacks.guards.preemption import SaveOnPreemption
+from callbacks.guards.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
 from checkpoints.model_class import check_data_class, check_model_class
-from checkpoints.trainer import AtomicCheckpointIO
-from launch import rules
-from launch.checks.configs import ddp_timeout_s
+from checkpoints.trainer import AtomicCheckpointIO, SafeCheckpoints
+from common.signatures import constructor_defaults
+from launch.checks.configs import config_file, ddp_timeout_s
 from launch.checks.paths import write_root_refusal
 from launch.checks.settings import SettingsError
+from launch.errors import REFUSALS, StoppedByCtrlC, lightning_exits_as_ours
 from launch.run_layout import TENSORBOARD, process_dir
-from launch.runs.replicas import check_replica_checkpoint
-from launch.runs.distributed import check_launcher
-from launch.runs.run_directory import requeued_job_checkpoint, tensorboard_logger
+from launch.runs.run_directory import (no_traces_if_refused, requeued_job_checkpoint, run_summary, slurm_job_id,
+                                       tensorboard_logger)
 
 
 @dataclasses.dataclass
@@ -68,7 +81,7 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     checkpointing = run.trainer.get("enable_checkpointing") is not False
     callbacks = [c for c in run.trainer.get("callbacks") or [] if checkpointing or not isinstance(c, ModelCheckpoint)]
     settings = {**run.trainer, "callbacks": callbacks}
-    settings.update(rules.trainer_settings(settings, logger, run.ddp_timeout_s, unlogged_dir))
+    settings.update(trainer_settings(settings, logger, run.ddp_timeout_s, unlogged_dir))
     trainer = (run.trainer_class or Trainer)(**{**settings, "logger": logger})
     if checkpoint is not None and run.subcommand in ("validate", "test") and "fit_loop" in (checkpoint.get("loops") or {}):
         # A trainer built to score a checkpoint (train.py test --ckpt_path=...) logs at the step its training reached,
@@ -80,3 +93,152 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     check_launcher(trainer)  # several nodes need a launcher
     # fit starts from the given checkpoint, else, in a requeued SLURM job, the newest one its earlier attempt saved
     return trainer, run.ckpt_path or requeued_job_checkpoint(trainer)
+
+
+def check_replica_checkpoint(checkpoint: dict[str, Any], model: Any, ckpt_path: str) -> None:
+    """A replicated process resumes from its own last.ckpt (with the same replicas), a single run from a single run's."""
+    saved, seeds = checkpoint.get("replica_seeds"), getattr(model, "seeds", None)
+    if (saved is None) == (seeds is None) and (saved is None or list(saved) == list(seeds)):
+        return
+    held = f"replicas of seeds {list(saved)}" if saved is not None else "a single run"
+    trains = f"replicas of seeds {list(seeds)}" if seeds is not None else "a single run"
+    raise SettingsError(f"ckpt_path={ckpt_path} holds {held}, this process trains {trains}: a replicated process resumes "
+                        "from its own last.ckpt (<log_dir>/replicas/<name>/<time>-<pid>/checkpoints/last.ckpt) with the "
+                        "replicas settings it was started with; a single run (one replica too) from its own run's "
+                        "checkpoints/last.ckpt")
+
+
+def trainer_defaults() -> dict[str, Any]:
+    """The lightning.Trainer settings configs/trainer/default.yaml changes from the Trainer's own defaults."""
+    own = constructor_defaults(Trainer)
+    return {key: value for key, value in config_file("trainer/default.yaml").items()
+            if key in own and value != own[key]}
+
+
+def checkpoint_settings() -> dict[str, Any]:
+    """ModelCheckpoint's settings (configs/callbacks/default.yaml's model_checkpoint): last + best on val/nll."""
+    return {k: v for k, v in config_file("callbacks/default.yaml")["model_checkpoint"].items() if k != "_target_"}
+
+
+def default_callbacks() -> list[Callback]:
+    """The other callbacks of configs/callbacks/default.yaml, built with their settings there (the user may replace
+    them: callbacks=..., --trainer.callbacks=...)."""
+    return [instantiate(entry) for name, entry in config_file("callbacks/default.yaml").items() if name != "model_checkpoint"]
+
+
+def always_on_callbacks(collective_timeout_s: float | None, given: Sequence[Callback] = ()) -> list[Callback]:
+    """The callbacks every run gets beside the `given` ones, whatever the configs or the command line say:
+    `SafeCheckpoints` (checkpoints/trainer.py), `SaveOnPreemption` and the NaN guard, with the
+    settings of configs/callbacks/default.yaml unless one's own callback list replaces them (callbacks/guards/), the
+    release of a DDP run's process group at exit, and, given a collective timeout (a DDP strategy named by a string),
+    that timeout for the collectives after the ranks' start (callbacks/guards/process_group.py)."""
+    guard = [] if any(isinstance(c, NonFiniteLossGuard) for c in given) else [NonFiniteLossGuard()]
+    timeouts = [CollectiveTimeout(collective_timeout_s)] if collective_timeout_s is not None else []
+    return [SafeCheckpoints(), SaveOnPreemption(), *guard, ReleaseProcessGroupAtExit(), *timeouts]
+
+
+# A run's seed (seed=N, --seed_everything=N) seeds these too: the data order and binarization, and the test stage's
+# importance samples; one given itself (data.seed=..., --model.test_seed=...) keeps its value.
+SEEDED_SETTINGS = (("data", "seed"), ("model", "test_seed"))
+
+
+def apply_rules(settings: dict[str, Any], classes: dict[str, type], seed: Any, seed_given: bool,
+                given: Callable[[str, str], bool]) -> None:
+    """The run rules on the settings of its data module and model (`settings["data"]`, `settings["model"]`, of
+    `classes`), in place, before either is built:
+    - the run's seed (an int: LightningCLI's seed_everything=true is a random one) goes to each of SEEDED_SETTINGS its
+      class takes, unless `given(group, key)` on the command line; a seed given on the command line wins over a value
+      from a file or a checkpoint (test --ckpt_path=... --seed_everything=9 tests with seed 9), one from a config file
+      fills only the settings still at their class default;
+    - the model's likelihood and backbone follow the data where they are not given and the model takes them: Bernoulli
+      for binarized pixels, else the discretized logistic; CIFAR-10's convolutional networks."""
+    for group, key in SEEDED_SETTINGS if isinstance(seed, int) and not isinstance(seed, bool) else ():
+        defaults = constructor_defaults(classes[group])
+        if key in defaults and not given(group, key) and (seed_given or settings[group].get(key) == defaults[key]):
+            settings[group][key] = seed
+    data, model = classes["data"], settings["model"]
+    binarize = settings["data"].get("binarize", constructor_defaults(data).get("binarize"))
+    suited = {"likelihood": model.get("likelihood") or data.likelihood_for(binarize),
+              "backbone": model.get("backbone") or data.backbone}
+    for key in set(suited) & set(constructor_defaults(classes["model"])):
+        model[key] = suited[key]
+
+
+def resumed_seed(seed: Any, seed_given: bool, checkpoint: dict[str, Any] | None) -> Any:
+    """The seed of a run started from a checkpoint where the command line gives none: the one its data module was
+    seeded with (a replica's own seed too), so that its data order and test stage continue as they were."""
+    saved = (checkpoint or {}).get("datamodule_hyper_parameters") or {}
+    return saved["seed"] if not seed_given and type(saved.get("seed")) is int else seed
+
+
+def trainer_settings(settings: Any, logger: Any, timeout_s: float, unlogged_dir: str | None = None) -> dict[str, Any]:
+    """What the run changes in the trainer's `settings` (strategy, callbacks, enable_progress_bar, default_root_dir):
+    - without a logger, or under fast_dev_run (no default_root_dir given), the run's files go to `unlogged_dir`, not
+      the working directory where Lightning and LightningCLI would put them;
+    - a DDP strategy named by a string gets a collective timeout (`strategy_with_timeout`);
+    - in a SLURM job, Lightning's auto-requeue saves and finds hpc_ckpt_N.ckpt in the run's directory;
+    - the always-on callbacks join the given ones;
+    - with the progress bar off, its callback goes (Lightning refuses both)."""
+    changed = {"strategy": strategy_with_timeout(settings.get("strategy"), timeout_s)}
+    # the strategy's timeout covers the ranks' start; the collectives after it get timeout_s
+    collective_timeout_s = timeout_s if changed["strategy"] is not settings.get("strategy") else None
+    if logger and slurm_job_id() is not None:
+        changed["default_root_dir"] = logger.log_dir
+    # fast_dev_run replaces any logger by Lightning's DummyLogger, which has no directory: the same as none.
+    if (not logger or settings.get("fast_dev_run")) and settings.get("default_root_dir") is None and unlogged_dir is not None:
+        changed["default_root_dir"] = unlogged_dir
+    given = list(settings.get("callbacks") or [])
+    callbacks = [*given, *always_on_callbacks(collective_timeout_s, given)]
+    if settings.get("enable_progress_bar") is False:  # None: on
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    return {**changed, "callbacks": callbacks}
+
+
+@contextlib.contextmanager
+def running(trainer: Any, say: Callable[[str], Any], evaluating_only: bool = False) -> Iterator[None]:
+    """Around fit/test: the last line names the run, its last.ckpt and the TensorBoard command (also after Ctrl-C or
+    SIGTERM); a run refused before it saved a checkpoint leaves nothing behind. Ctrl-C exits with 130 wherever it comes
+    (SIGTERM: 143); when the process only evaluates (validate, test), the run it was logging into is left as it was (a half-written
+    test stage's image grids without its metrics would look like a result)."""
+    undone = (*REFUSALS, StoppedByCtrlC, SIGTERMException) if evaluating_only else REFUSALS
+    try:
+        with no_traces_if_refused(trainer.logger, undone), lightning_exits_as_ours():
+            yield
+    except SystemExit as stop:  # stopped by SIGTERM or Ctrl-C (128 + SIGTERM, 128 + SIGINT) with a checkpoint to name
+        if stop.code in (143, 130) and (line := run_summary(trainer)):
+            say(line)
+        raise
+    if line := run_summary(trainer):  # not after a refused or failed run: nothing of a run to point at
+        say(line)
+
+
+# How long the ranks wait for each other to start (torch's rendezvous), whatever ddp_timeout_s says (this is its default
+# in configs/train.yaml): each rank imports torch and builds the run on its own, and on a busy machine or a slow file
+# system one may start a minute after another, which is not a hang. callbacks/guards/process_group.py's
+# CollectiveTimeout sets ddp_timeout_s once all are there.
+STARTUP_TIMEOUT_S = 600
+
+
+def strategy_with_timeout(strategy: Any, seconds: float) -> Any:
+    """A DDP-family strategy named by a string (ddp, ddp_spawn, ...) built with a timeout: a process that waits longer
+    than `seconds` at a collective for a stuck or dead peer stops with an error naming the operation, instead of
+    waiting torch's default 30 minutes in silence (the strategy's own timeout covers the start, at least
+    STARTUP_TIMEOUT_S; the CollectiveTimeout callback shortens it to `seconds` after). Anything else unchanged."""
+    entry = StrategyRegistry[strategy] if isinstance(strategy, str) and strategy in StrategyRegistry else None
+    if entry is None or "timeout" not in inspect.signature(entry["strategy"]).parameters:
+        return strategy
+    return entry["strategy"](**{**entry["init_params"], "timeout": timedelta(seconds=max(seconds, STARTUP_TIMEOUT_S))})
+
+
+def check_launcher(trainer: Any) -> None:
+    """Several nodes need a launcher that starts a process per device on each (torchrun, srun): without
+    one, Lightning would wait forever for the other nodes. Lightning's manual layout (MASTER_ADDR,
+    NODE_RANK, WORLD_SIZE set by hand on each node) counts as a launcher."""
+    environment = getattr(trainer.strategy, "cluster_environment", None)
+    if trainer.num_nodes > 1 and type(environment) is LightningEnvironment and "NODE_RANK" not in os.environ:
+        raise SettingsError(
+            f"trainer.num_nodes={trainer.num_nodes} needs a launcher that starts the processes on every node, and "
+            "none was found (no torchrun or SLURM environment). On each node run: torchrun --nnodes="
+            f"{trainer.num_nodes} --nproc-per-node=DEVICES --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 train.py "
+            f"trainer=multinode trainer.num_nodes={trainer.num_nodes} trainer.devices=DEVICES; or, in a SLURM job, "
+            "sbatch scripts/slurm/train.sbatch (srun python train.py trainer=multinode ...); see docs/cluster.md")

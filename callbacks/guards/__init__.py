@@ -2,4 +2,4 @@
 or inf (`NonFiniteLossGuard`: stop, and never checkpoint that state), preemption and Ctrl-C (`SaveOnPreemption`: a
 resumable last.ckpt and the signal's exit status), and a DDP process group that hangs or outlives Python
 (`CollectiveTimeout`, `ReleaseProcessGroupAtExit`). The NaN guard is in configs/callbacks/default.yaml; the launch side
-adds the others to every run (launch/rules.py)."""
+adds the others to every run (launch/run_builder.py)."""

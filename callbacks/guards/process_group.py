@@ -1,7 +1,7 @@
 """A DDP run's process group, in every rank (ddp_spawn's processes included): its collectives' timeout set once every
 rank has started, and the group released before the interpreter shuts down.
 
-The rendezvous waits for the slowest rank (launch/runs/distributed.py: STARTUP_TIMEOUT_S); `CollectiveTimeout` then
+The rendezvous waits for the slowest rank (launch/run_builder.py: STARTUP_TIMEOUT_S); `CollectiveTimeout` then
 gives later collectives the run's ddp_timeout_s. Left to interpreter exit, gloo's threads can abort a successful run
 (exit -6; pytorch/pytorch#190489), so `destroy_process_group` runs at `atexit` for any backend (Lightning: NCCL only),
 not at the run's end, because a multirun's next job reuses the group.

@@ -56,29 +56,30 @@ def check_replica_request(seeds: Any, arms: Any, option: str) -> tuple[list[int]
     return list(seeds), [dict(a) for a in arms]
 
 
-def check_one_process(trainer: dict[str, Any], option: str) -> None:
+def check_one_process(trainer: dict[str, Any], dashes: str) -> None:
     """Replicas are one batched computation in one process on one device (docs/replicas.md): a DDP-family strategy,
     several devices or several nodes are refused before any process starts, not left to fail in each rank."""
-    prefix = "--trainer." if option.startswith("--") else "trainer."
     strategy, devices, nodes = trainer.get("strategy"), trainer.get("devices"), trainer.get("num_nodes") or 1
     strategy_name = strategy if isinstance(strategy, str) or strategy is None else type(strategy).__name__
     device_count = len(devices) if isinstance(devices, (list, tuple)) else int(devices) if str(devices).isdigit() else 1
     distributed = any(word in str(strategy_name).lower() for word in ("ddp", "fsdp", "deepspeed"))
     if distributed or device_count > 1 or int(nodes) > 1:
-        raise SettingsError(f"{option}.seeds with {prefix}strategy={strategy_name} {prefix}devices={devices} "
-                            f"{prefix}num_nodes={nodes}: replicas train as one process on one device (docs/replicas.md); "
-                            "drop the DDP settings, or train each seed as a DDP run of its own")
+        raise SettingsError(f"{dashes}replicas.seeds with {dashes}trainer.strategy={strategy_name} {dashes}trainer.devices="
+                            f"{devices} {dashes}trainer.num_nodes={nodes}: replicas train as one process on one device "
+                            "(docs/replicas.md); drop the DDP settings, or train each seed as a DDP run of its own")
 
 
-def replicate(run: Any, seeds: Any, arms: Any, option: str = "replicas") -> Any:
+def replicate(run: Any, seeds: Any, arms: Any) -> Any:
     """The run description (launch/run_builder.py) of `run`'s configuration trained for every seed and arm in one process;
     `seeds` and `arms` as the user gave them (check_replica_request). Replicas train with the optimizer alone
     (models/replicas.py builds it over the stacked weights): a learning-rate scheduler is refused, not dropped."""
+    dashes = "--" if run.front_end == "cli" else ""  # the options as the front end names them: --replicas, replicas
+    option = f"{dashes}replicas"
     seeds, arms = check_replica_request(seeds, arms, option)
     if getattr(run.model, "scheduler_factory", None) is not None:
-        raise SettingsError(f"{'--model.' if option.startswith('--') else ''}scheduler with replicas: replicas train without a "
+        raise SettingsError(f"{dashes + 'model.' if dashes else ''}scheduler with replicas: replicas train without a "
                             "learning-rate scheduler; train each seed as a run of its own to schedule its learning rate")
-    check_one_process(run.trainer, option)
+    check_one_process(run.trainer, dashes)
     model_class = type(run.model)
     settings = {key: value for key, value in run.model.hparams.items() if not key.startswith("_")}  # (LightningCLI adds _class_path)
     if "cache_size" in constructor_defaults(model_class):  # JSA's cache is stacked with the weights, so it exists before training
@@ -140,16 +141,3 @@ def trunk_to_branch(checkpoint: dict[str, Any], seeds: Sequence[int], arms: Sequ
     if saved is not None and list(saved) == list(seeds) and (len(arms) > 1 or ReplicaRuns.saved_names(checkpoint) != list(names)):
         return branch_checkpoint(checkpoint, len(arms))
     return None
-
-
-def check_replica_checkpoint(checkpoint: dict[str, Any], model: Any, ckpt_path: str) -> None:
-    """A replicated process resumes from its own last.ckpt (with the same replicas), a single run from a single run's."""
-    saved, seeds = checkpoint.get("replica_seeds"), getattr(model, "seeds", None)
-    if (saved is None) == (seeds is None) and (saved is None or list(saved) == list(seeds)):
-        return
-    held = f"replicas of seeds {list(saved)}" if saved is not None else "a single run"
-    trains = f"replicas of seeds {list(seeds)}" if seeds is not None else "a single run"
-    raise SettingsError(f"ckpt_path={ckpt_path} holds {held}, this process trains {trains}: a replicated process resumes "
-                        "from its own last.ckpt (<log_dir>/replicas/<name>/<time>-<pid>/checkpoints/last.ckpt) with the "
-                        "replicas settings it was started with; a single run (one replica too) from its own run's "
-                        "checkpoints/last.ckpt")

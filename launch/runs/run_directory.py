@@ -15,13 +15,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
-import yaml
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.rank_zero import rank_zero_only
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-from omegaconf import OmegaConf
+from lightning.pytorch.loggers import TensorBoardLogger
 
 from callbacks.guards.preemption import checkpoint_directory
 from checkpoints.errors import CheckpointError
@@ -218,25 +214,6 @@ def remove_with_empty_parents(path: Path) -> None:
             break
 
 
-def note_hydra_job(logger: Any) -> None:
-    """<run>/hydra_job.yaml: the Hydra job (and multirun) that made the run, so that `benchmarks.compare` reports the
-    runs of one multirun together. Written once: a resumed run keeps its origin. Absolute paths; the multirun is the
-    parent of the job's output directory (configs/train.yaml: hydra.sweep.subdir is one level)."""
-    if not getattr(logger, "log_dir", None) or rank_zero_only.rank != 0 or not HydraConfig.initialized():
-        return  # no logger, or fast_dev_run's DummyLogger (no directory)
-    path, hydra = Path(logger.log_dir) / "hydra_job.yaml", HydraConfig.get()
-    # a link (dangling too) is never written through; a config composed in Python (tests) has no Hydra job
-    if path.exists() or path.is_symlink() or OmegaConf.is_missing(hydra.runtime, "output_dir"):
-        return
-    output_dir = Path(hydra.runtime.output_dir).resolve()
-    multirun = {"sweep_dir": str(output_dir.parent), "job_num": hydra.job.num} if hydra.mode == RunMode.MULTIRUN else {}
-    if isinstance(logger, CSVLogger):  # its writer started first: started in a folder that holds a file, it warns of
-        logger.experiment  # deleting it (TensorBoard's is not: under ddp_spawn, rank 0 would write a second event file)
-    job = {"output_dir": str(output_dir), **multirun}
-    path.parent.mkdir(parents=True, exist_ok=True)  # a CSV run's directory is made at its first write, not reserved
-    write_file(path, yaml.safe_dump(job))
-
-
 def run_summary(trainer: Any) -> str | None:
     """One line naming where a run is: its TensorBoard run directory, its last checkpoint and the command that shows
     it, e.g. `run: logs/tensorboard/jsa-mnist-mlp-K10-L20/version_0 · checkpoint: logs/.../checkpoints/last.ckpt ·
@@ -258,17 +235,3 @@ def _shown(path: str | os.PathLike) -> str:
     """`path` relative to the working directory when below it (as a user would type it there), else absolute."""
     path = Path(path).resolve()
     return shlex.quote(str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path))
-
-
-@contextlib.contextmanager
-def run_summary_at_end(trainer: Any, say: Any) -> Iterator[None]:
-    """`say(run_summary(trainer))` when the block ends: after the run, or after SIGTERM or Ctrl-C stopped it with a
-    checkpoint (exit 143 or 130); not when the run was refused or failed (nothing of a run to point at)."""
-    try:
-        yield
-    except SystemExit as stop:
-        if stop.code in (143, 130) and (line := run_summary(trainer)):  # 128 + SIGTERM, 128 + SIGINT
-            say(line)
-        raise
-    if line := run_summary(trainer):
-        say(line)

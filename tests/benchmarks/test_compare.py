@@ -296,7 +296,7 @@ def test_compare_experiment_and_report(tmp_path, mnist_dir):
     assert [run.split("-mnist-")[0] for run in runs] == STANDALONE  # one run per model, named by its key settings:
     assert {"dvae-mnist-mlp-K10-reinforce-optimal", "dvae_gumbel-mnist-mlp-K10-tau0.5", "jsa-mnist-mlp-K10-L20",
             "rws-mnist-mlp-K10-S10", "vae-mnist-mlp-z32", "vimco-mnist-mlp-K10-S10", "vqvae-mnist-mlp-K10-autoregressive"} <= set(runs)
-    import yaml  # each run names its multirun (launch.runs.run_directory.note_hydra_job): one sweep directory for all
+    import yaml  # each run names its multirun (launch.hydra_app.note_hydra_job): one sweep directory for all
 
     jobs = [yaml.safe_load(p.read_text()) for p in sorted(root.glob("*/version_0/hydra_job.yaml"))]
     assert len(jobs) == len(STANDALONE) and len({job["sweep_dir"] for job in jobs}) == 1

@@ -174,8 +174,8 @@ def test_resume_into_another_optimizer_class_is_refused_before_a_step(tmp_path):
 
 def test_a_trainer_without_safe_checkpoints_is_told_once_how_to_add_them(tmp_path):
     """A script's own Trainer that lacks the callback gets one warning naming it (models/base.py), and the
-    builder's list of always-on callbacks holds it (launch/rules.py)."""
-    from launch.rules import always_on_callbacks
+    builder's list of always-on callbacks holds it (launch/run_builder.py)."""
+    from launch.run_builder import always_on_callbacks
 
     x = torch.rand(16, 1, 28, 28).bernoulli()
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, torch.arange(16)), batch_size=16)

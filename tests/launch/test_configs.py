@@ -14,12 +14,12 @@ import launch.hydra_run
 import launch.cli_app
 import launch.hydra_app
 import launch.checks.hydra_config
-import launch.rules
+import launch.run_builder
 import launch.run_layout
 import train
 from common.registry import registered
 from common.signatures import constructor_defaults
-from launch.runs import distributed, run_directory
+from launch.runs import run_directory
 from launch.checks.configs import NOT_SETTINGS, config_targets
 from launch.checks.settings import check_composed
 from models.categorical import CategoricalLatentModel
@@ -250,14 +250,14 @@ def test_ddp_strategies_get_the_collective_timeout():
     from callbacks.guards.process_group import CollectiveTimeout
 
     for name in ("ddp", "ddp_spawn", "ddp_find_unused_parameters_true"):
-        strategy = distributed.strategy_with_timeout(name, 5)
-        assert strategy._timeout == timedelta(seconds=distributed.STARTUP_TIMEOUT_S), name
-        assert distributed.strategy_with_timeout(name, 5000)._timeout == timedelta(seconds=5000), name
-    settings = launch.rules.trainer_settings({"strategy": "ddp"}, None, 5)
+        strategy = launch.run_builder.strategy_with_timeout(name, 5)
+        assert strategy._timeout == timedelta(seconds=launch.run_builder.STARTUP_TIMEOUT_S), name
+        assert launch.run_builder.strategy_with_timeout(name, 5000)._timeout == timedelta(seconds=5000), name
+    settings = launch.run_builder.trainer_settings({"strategy": "ddp"}, None, 5)
     assert [c.seconds for c in settings["callbacks"] if isinstance(c, CollectiveTimeout)] == [5]
-    assert not any(isinstance(c, CollectiveTimeout) for c in launch.rules.trainer_settings({"strategy": "auto"}, None, 5)["callbacks"])
-    assert distributed.strategy_with_timeout("ddp_spawn", 5)._start_method == "spawn"  # the registry's own settings kept
-    assert distributed.strategy_with_timeout("auto", 5) == "auto" and distributed.strategy_with_timeout(None, 5) is None
+    assert not any(isinstance(c, CollectiveTimeout) for c in launch.run_builder.trainer_settings({"strategy": "auto"}, None, 5)["callbacks"])
+    assert launch.run_builder.strategy_with_timeout("ddp_spawn", 5)._start_method == "spawn"  # the registry's own settings kept
+    assert launch.run_builder.strategy_with_timeout("auto", 5) == "auto" and launch.run_builder.strategy_with_timeout(None, 5) is None
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -373,7 +373,7 @@ def test_the_cli_names_a_wrong_option_as_given_in_one_line():
 
 
 def test_the_seed_seeds_the_data_order_and_the_test_stage_unless_they_are_given():
-    """seed=N sets data.seed and model.test_seed (launch/rules.py: SEEDED_SETTINGS), as --seed_everything=N does in the
+    """seed=N sets data.seed and model.test_seed (launch/run_builder.py: SEEDED_SETTINGS), as --seed_everything=N does in the
     CLI (tests/launch/test_first_hour.py); one given on the command line keeps its value."""
     for overrides, expected in ((["seed=7"], (7, 7)), (["seed=7", "data.seed=3"], (3, 7)), ([], (0, 0))):
         datamodule, model = launch.hydra_run.build(composed(overrides))

@@ -149,15 +149,15 @@ print("initialized after setup:", dist.is_initialized(), flush=True)
 
 def test_both_front_ends_add_the_process_group_release():
     from callbacks.guards.process_group import ReleaseProcessGroupAtExit
-    from launch import rules
+    from launch import run_builder
 
-    assert any(isinstance(c, ReleaseProcessGroupAtExit) for c in rules.trainer_settings({}, None, 10)["callbacks"])
+    assert any(isinstance(c, ReleaseProcessGroupAtExit) for c in run_builder.trainer_settings({}, None, 10)["callbacks"])
 
 
 def test_only_a_timeout_raised_inside_torch_distributed_counts_as_a_collective_timeout():
     """Another RuntimeError that mentions a timeout (a data loader's, say) keeps its own traceback, not the DDP
     message; test_a_frozen_ddp_peer_stops_the_run_with_a_message_after_the_timeout shows the real one."""
-    from launch.runs.distributed import collective_timeout_message
+    from launch.errors import collective_timeout_message
 
     def loader():
         raise RuntimeError("DataLoader timed out after 5 seconds")

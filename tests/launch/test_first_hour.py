@@ -31,7 +31,7 @@ from models import JSA, RWS, VAE, VQVAE, DiscreteVAE
 from tests.conftest import mnist_slice
 from tests.launch.test_configs import composed
 
-# The rules are written once (launch/rules.py); two pairs check that both front ends apply them.
+# The rules are written once (launch/run_builder.py); two pairs check that both front ends apply them.
 PAIRS = [("jsa", "JSA", "mnist", "MNISTDataModule"), ("dvae_gumbel", "DiscreteVAE --model.estimator=gumbel", "cifar10", "CIFAR10DataModule")]
 
 
@@ -553,7 +553,7 @@ def test_ctrl_c_says_how_to_resume_in_the_projects_words_only(tmp_path, mnist_di
 
     trainer = L.Trainer(max_steps=20, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         default_root_dir=tmp_path,
-                        callbacks=[CtrlC(), ModelCheckpoint(dirpath=tmp_path, save_last=True), SaveOnPreemption()])  # launch/rules.py adds it
+                        callbacks=[CtrlC(), ModelCheckpoint(dirpath=tmp_path, save_last=True), SaveOnPreemption()])  # launch/run_builder.py adds it
     (tmp_path / "config.yaml").write_text("data:\n  batch_size: 16\n")  # LightningCLI's record of the run's settings
     with logged() as messages, pytest.raises(SystemExit) as stop:
         trainer.fit(VAE(latent_dim=4), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))

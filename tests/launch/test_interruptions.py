@@ -211,7 +211,7 @@ def test_two_resumes_of_one_run_started_together_have_one_writer(tmp_path, mnist
 
 def test_a_frozen_ddp_peer_stops_the_run_with_a_message_after_the_timeout(tmp_path, mnist_dir):
     """Rank 1 starts 15 s after rank 0 (as on a busy machine), which is longer than ddp_timeout_s: the start is not a
-    hang (the ranks wait for each other as long as launch/runs/distributed.py's STARTUP_TIMEOUT_S). Then rank 1 freezes
+    hang (the ranks wait for each other as long as launch/run_builder.py's STARTUP_TIMEOUT_S). Then rank 1 freezes
     after two steps, and rank 0 stops with the one-line message once the collective has waited ddp_timeout_s. Timed
     from the freeze itself, not from the start, which a loaded machine makes as slow as it likes."""
     timeout_s = 10

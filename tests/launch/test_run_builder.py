@@ -305,8 +305,8 @@ def test_a_csv_logged_run_with_a_cosine_schedule_writes_its_metrics_and_schedule
 
 def test_a_val_check_interval_past_the_epoch_is_one_line_and_leaves_no_run(tmp_path, monkeypatch):
     """Lightning refuses it only once it knows the data, with a ValueError: the run says it as a refused setting and
-    removes the TensorBoard run it had made (launch/errors.py, launch/rules.py `running`)."""
-    from launch import rules
+    removes the TensorBoard run it had made (launch/errors.py, launch/run_builder.py `running`)."""
+    from launch import run_builder
     from launch.checks.settings import SettingsError
 
     monkeypatch.chdir(tmp_path)
@@ -314,7 +314,7 @@ def test_a_val_check_interval_past_the_epoch_is_one_line_and_leaves_no_run(tmp_p
         "trainer.max_steps=1", "trainer.limit_train_batches=2", "trainer.val_check_interval=5", "trainer.limit_val_batches=1",
         f"log_dir={tmp_path / 'logs'}"]))
     with pytest.raises(SettingsError, match=r"^`val_check_interval` \(5\) must be less than or equal to"):
-        with rules.running(trainer, print):
+        with run_builder.running(trainer, print):
             trainer.fit(model, datamodule=datamodule)
     assert not list((tmp_path / "logs").rglob("version_*"))
 

@@ -325,6 +325,7 @@ def test_a_csv_run_notes_its_hydra_job_without_lightnings_warning_of_deleting_fi
     from lightning.pytorch.loggers import CSVLogger
     from omegaconf import read_write
 
+    import launch.hydra_app
     from launch.checks.hydra_config import compose
 
     cfg = compose(["logger=csv"])
@@ -334,7 +335,7 @@ def test_a_csv_run_notes_its_hydra_job_without_lightnings_warning_of_deleting_fi
     logger = CSVLogger(str(tmp_path / "logs"), name="run")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run_directory.note_hydra_job(logger)
+        launch.hydra_app.note_hydra_job(logger)
         logger.log_metrics({"train/loss": 1.0}, step=0)
         logger.save()
     assert yaml.safe_load((Path(logger.log_dir) / "hydra_job.yaml").read_text())["output_dir"] == str(tmp_path / "hydra-run")

@@ -411,7 +411,7 @@ def test_a_replica_best_checkpoint_is_named_as_its_single_run_names_it(tmp_path)
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     from callbacks.validation_checkpoint import ValidationCheckpoint
-    from launch.rules import checkpoint_settings
+    from launch.run_builder import checkpoint_settings
 
     short = dict(max_steps=-1, max_epochs=1, limit_train_batches=3, precision="32-true")
     single = ModelCheckpoint(**{**checkpoint_settings(), "dirpath": str(tmp_path / "single")})
@@ -499,7 +499,7 @@ def test_a_checkpoint_of_other_replicas_or_of_a_single_run_is_refused_naming_bot
     from types import SimpleNamespace
 
     from launch.checks.settings import SettingsError
-    from launch.runs.replicas import check_replica_checkpoint
+    from launch.run_builder import check_replica_checkpoint
 
     check_replica_checkpoint({"replica_seeds": seeds} if seeds is not None else {}, SimpleNamespace(seeds=seeds), "own.ckpt")
     with pytest.raises(SettingsError, match=re.escape(f"ckpt_path=last.ckpt holds {held}: a replicated process resumes")):

@@ -68,7 +68,7 @@ def shared_state(model: L.LightningModule) -> dict[str, torch.Tensor]:
 def main(name: str, out_dir: Path, max_steps: int | None = None, ckpt_path: str | None = None) -> None:
     L.seed_everything(0)
     record = Record()
-    callbacks: list[L.Callback] = [record, ReleaseProcessGroupAtExit(), SafeCheckpoints()]  # as launch/rules.py adds them
+    callbacks: list[L.Callback] = [record, ReleaseProcessGroupAtExit(), SafeCheckpoints()]  # as launch/run_builder.py adds them
     if max_steps is not None:  # the resume test: a checkpoint after every step
         callbacks.append(ModelCheckpoint(dirpath=out_dir, save_last=True, save_top_k=0, every_n_train_steps=1))
     trainer = L.Trainer(
