@@ -218,7 +218,7 @@ def changed_settings(checkpoint: dict[str, Any], module: L.LightningModule, data
     """"model.NAME" / "data.NAME" -> (the checkpoint's value, this run's value) for every setting that differs: a model
     setting left out of either is its default; data settings are compared where both have a record."""
     records = {"model": ({**constructor_defaults(type(module)), **(checkpoint.get("hyper_parameters") or {})},
-                         {key: value for key, value in settings_of(module).items() if not key.startswith("_")}),
+                         settings_of(module)),  # (its `_`-keys left out: LightningCLI's class path)
                "data": (checkpoint.get("datamodule_hyper_parameters") or {},
                         getattr(datamodule, "hparams", None) or {})}
     return {f"{kind}.{key}": (saved[key], value) for kind, (saved, own) in records.items()
