@@ -1,14 +1,13 @@
 """What a Trainer runs so that its checkpoints are written whole and restored checked, whichever script builds it
 (train.py's runs get it from launch/run_builder.py; your own script: `Trainer(callbacks=[SafeCheckpoints()])`).
 
-* `SafeCheckpoints`, the callback: a checkpoint names its model, data, optimizer and scheduler classes and holds every
-  rank's random state (applied when training starts); a run that does not resume seeds each DDP rank seed + rank. A
-  resume restores optimizer states only into optimizers they fit (`check_optimizers`), then resets each optimizer
-  hyperparameter to this run's value, logging each change.
+* `SafeCheckpoints`: a checkpoint names its model, data, optimizer and scheduler classes and holds every rank's random
+  state; a fresh run seeds each DDP rank seed + rank; a resume restores optimizer states only into optimizers they fit
+  (`check_optimizers`), then resets each optimizer hyperparameter to this run's value, logging each change.
 * `AtomicCheckpointIO`, the I/O plugin it installs unless the user gave one: atomic checksummed writes, removals of
-  checkpoint files only (never a directory, never through a link), the checked read (checkpoints/loader.py), then what
-  it restores held to the trainer (`check_restored`), else a traceback deep in Lightning or silent training on a
-  wrong state."""
+  checkpoint files only (never a directory or a link), the checked read (checkpoints/loader.py), and what it restores
+  held to the trainer (`check_restored`) instead of a traceback deep in Lightning or training on a wrong state.
+"""
 
 from __future__ import annotations
 

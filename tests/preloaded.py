@@ -1,18 +1,11 @@
 """`python train.py ARGS` in a process of its own that skips the interpreter's import of the libraries.
 
-A multiprocessing forkserver imports torch, Lightning and Hydra once; every command then runs train.py as
-`__main__` in a fresh fork of it, with its own environment, working directory, sys.argv and sys.path (the script's
-folder first), Hydra singleton, signal handlers, torch settings, default start method and exit status, as
-`python train.py ARGS` has. The project's own modules are not preloaded: each fork imports them from the folder of
-the train.py it runs. (The fork shares the server's hash seed and numpy's unseeded state; every run seeds its own.)
-The suite's real-process tests run train.py this way (the documented commands, both front ends, received files and
-configs, runs that are signalled: start_script), and `python -m` and `python -c` too: a new interpreter would import those libraries first
-(benchmarks/results/suite/ has the cost). A run started with forks_python (a documented benchmark, the bad-input quick
-set) has its own `python train.py ...` and `python -m ...` forked too (forked_subprocess_run). What needs a fresh interpreter stays one: the early checks that
-must import nothing heavy, the DDP ranks Lightning starts (rank 1), the fault harness's concurrent
-starts (benchmarks/robustness/faults.py; its kills and resumes are forked: tests/launch/test_interruptions.py). Known differences from the interpreter: an uncaught error is printed by
-multiprocessing (a `Process <name>:` line first) after the threads are joined and the atexit functions ran, and an
-uncaught KeyboardInterrupt exits with 1, not by SIGINT.
+A multiprocessing forkserver imports torch, Lightning and Hydra once; each command runs train.py (or `python -m`,
+`python -c`) as `__main__` in a fresh fork with its own environment, working directory, sys.argv and sys.path,
+Hydra singleton, signal handlers, torch settings and exit status. The project's modules are not preloaded: each fork
+imports them from its checkout. A fresh interpreter stays where one is the thing tested: the early checks that import
+nothing heavy, DDP's rank 1, the fault harness's concurrent starts. Differences from the interpreter: an uncaught
+error is printed by multiprocessing (`Process <name>:` first), and an uncaught KeyboardInterrupt exits with 1.
 """
 
 from __future__ import annotations

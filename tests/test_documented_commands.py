@@ -1,15 +1,11 @@
 """Every command that README.md and `python train.py --help` show runs as written.
 
-The commands are read from README's bash blocks and from train.py's USAGE text, in that order. The train.py
-commands run one after the other in one working directory (so that the resume and test commands find the run an
-earlier command wrote); each benchmark's commands are a test of their own, which pytest-xdist runs beside the others.
-Each command gets a few extra settings that cut it to its smallest size, and a time limit. What cannot run
-on this machine is checked as far as it can be: commands on CIFAR-10 (no copy here), a GPU or several
-processes are composed and their model and data built, without training, as are the commands whose route another
-test runs end to end (RUN_BY_ANOTHER_TEST); `tensorboard` (a server) and the launchers `srun`/`torchrun` are left
-out. README's Python example runs against a checkpoint written by the commands. Each command (train.py or `python -m benchmarks...`) runs in a process of its own, forked
-from one that has imported torch, Lightning and Hydra once (tests/preloaded.py), and so do a benchmark's own
-`python train.py ...` runs.
+Commands are read from README's bash blocks and train.py's USAGE. The train.py commands run in turn in one working
+directory (the resume and test commands find the run an earlier one wrote); each benchmark's commands are a test of
+their own. Each command gets settings that cut it to its smallest size, and a time limit. What cannot run here
+(CIFAR-10, a GPU, several processes, routes another test runs: RUN_BY_ANOTHER_TEST) is composed and its model and
+data built without training; `tensorboard`, `srun` and `torchrun` are left out. README's Python example runs against
+a checkpoint the commands wrote. Commands run forked from a process that imported the libraries (tests/preloaded.py).
 """
 
 from __future__ import annotations

@@ -193,3 +193,20 @@ def test_the_launch_side_imports_at_the_top():
               if "checks" not in p.relative_to(REPO).parts}
     inside = {path: found for path, found in inside.items() if found}
     assert not inside, f"imports inside functions: {inside}"
+
+
+MAX_MODULE_DOCSTRING_LINES = 10
+DERIVATIONS = {"models.jsa", "models.components.quantizer"}  # a module docstring that carries the equations
+
+
+def test_module_docstrings_are_short_unless_they_carry_a_derivation():
+    """A module says what it holds in at most ten lines (CONTRIBUTING.md, first paragraph); the algorithm's derivation is
+    the exception, and lives in docs/ when it grows."""
+    long = {}
+    for name, path in project_modules().items():
+        if name.split(".")[0] in ("benchmarks",) or name in DERIVATIONS:
+            continue
+        docstring = ast.get_docstring(ast.parse(path.read_text()), clean=False) or ""
+        if len(docstring.strip().splitlines()) > MAX_MODULE_DOCSTRING_LINES:
+            long[name] = len(docstring.strip().splitlines())
+    assert not long, f"module docstrings over {MAX_MODULE_DOCSTRING_LINES} lines: {long}"

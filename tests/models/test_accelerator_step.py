@@ -1,13 +1,11 @@
-"""A training step fit for an accelerator (docs/mis.md#static-shapes-and-no-host-syncs): no op that reads a value back
-to the host or makes a shape depend on the data, for every model, prior and `gradient_states` (JSA with
-chain_rows=static), and the whole `training_loss` captured by torch.compile(fullgraph=True) as one graph that
-computes what the eager step computes.
+"""A training step fit for an accelerator (docs/mis.md#static-shapes-and-no-host-syncs): no host read-back or
+data-dependent shape, for every model, prior and `gradient_states`, and `training_loss` captured by
+torch.compile(fullgraph=True) as one graph that computes what the eager step computes.
 
-On tiny models (8x8 images, V = 3, K = 3, batch 4, L = 3), the quick loop checks the capture with a backend that runs
-the captured graph as it is (Dynamo refuses graph breaks, `.item()` and data-dependent shapes), one case per model
-family; the slow cases send every family's step through AOTAutograd's forward and backward graphs, and compile JSA's
-step with inductor's scalar kernels and the VAE's with the CPU's vector instructions, random ops drawn as eager draws
-them (`fallback_random`), so that from one seed the compiled and the eager step must agree.
+Tiny models (8x8 images, V = K = 3, batch 4, L = 3). The quick loop captures one case per family with a backend that
+runs the graph as captured; the slow cases send every family's step through AOTAutograd, and compile JSA's step
+(scalar kernels) and the VAE's (vector instructions) with inductor, random ops drawn as eager draws them
+(`fallback_random`), so that from one seed the compiled and the eager step agree.
 """
 
 from __future__ import annotations
