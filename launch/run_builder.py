@@ -1,5 +1,5 @@
 """How a run becomes a trainer, for both front ends: one description of a run (`RunDescription`), which Hydra
-(launch/hydra_run.py: `describe_run`) and LightningCLI (launch/cli_app.py: `instantiate_trainer`) each produce, and the
+(launch/hydra_app.py: `describe_run`) and LightningCLI (launch/cli_app.py: `instantiate_trainer`) each produce, and the
 one builder, `build_trainer`, that applies every run rule to it in one place and hands the checkpoint the front end read
 once to the trainer's restore. The rules, each written once: the defaults of configs/ (LightningCLI takes them as its
 defaults); the run's seed and the data decide settings of the data module and the model (`apply_rules`); the callbacks
@@ -13,16 +13,21 @@ import contextlib
 import dataclasses
 import inspect
 import os
+import pkgutil
 from datetime import timedelta
 from typing import Any, Callable, Iterator, Sequence
 
-from hydra.utils import instantiate
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
+from hydra.utils import get_class, instantiate
 from lightning import Callback, Trainer
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.plugins.environments import LightningEnvironment
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from omegaconf import OmegaConf
 
 from callbacks.guards.nonfinite import NonFiniteLossGuard
 from callbacks.guards.preemption import SaveOnPreemption
@@ -30,7 +35,7 @@ from callbacks.guards.process_group import CollectiveTimeout, ReleaseProcessGrou
 from checkpoints.model_class import check_data_class, check_model_class
 from checkpoints.trainer import AtomicCheckpointIO, SafeCheckpoints
 from common.signatures import constructor_defaults
-from launch.checks.configs import config_file, ddp_timeout_s
+from launch.checks.configs import config_file, config_targets, ddp_timeout_s
 from launch.checks.paths import write_root_refusal
 from launch.checks.settings import SettingsError
 from launch.errors import REFUSALS, StoppedByCtrlC, lightning_exits_as_ours
@@ -93,6 +98,47 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     check_launcher(trainer)  # several nodes need a launcher
     # fit starts from the given checkpoint, else, in a requeued SLURM job, the newest one its earlier attempt saved
     return trainer, run.ckpt_path or requeued_job_checkpoint(trainer)
+
+
+def build(cfg: Any, settings: dict[str, Any], overrides: dict[str, str], seed: int | None = None) -> tuple[Any, Any]:
+    """The data module and the model of a composed Hydra config: the model's of `settings`, the command line's
+    `overrides` given (launch/hydra_app.py reads both), the run's `seed` cfg.seed unless given; the model's likelihood
+    and backbone follow the data unless set."""
+    data_settings = OmegaConf.to_container(cfg.data, resolve=True)
+    apply_rules({"data": data_settings, "model": settings},
+                {"data": get_class(data_settings["_target_"]), "model": get_class(settings["_target_"])},
+                cfg.seed if seed is None else seed, "seed" in overrides, lambda group, key: f"{group}.{key}" in overrides)
+    datamodule = constructed(data_settings, "data")
+    optimizer = instantiate(cfg.optimizer) if cfg.get("optimizer") else None
+    scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None  # the model's configure_optimizers builds both
+    model = constructed(settings, "model", data_shape=list(datamodule.image_shape), optimizer=optimizer, scheduler=scheduler)
+    return datamodule, model
+
+
+def constructed(settings: dict[str, Any], group: str, **kwargs: Any) -> Any:
+    """The object `settings` describe; a refusal of its constructor (a value out of range, a combination of settings)
+    as one line naming the group and the class: "data (MNISTDataModule): seed must be ...", "callbacks.model_checkpoint
+    (ValidationCheckpoint): Invalid value for save_top_k=-5 ..."."""
+    try:
+        return instantiate(settings, _convert_="all", **kwargs)
+    except InstantiationException as error:
+        if not isinstance(error.__cause__, (ValueError, TypeError, MisconfigurationException)):
+            raise
+        raise SettingsError(f"{group} ({settings['_target_'].rsplit('.', 1)[-1]}): {error.__cause__}") from None
+
+
+def base_name(cfg: Any, model: Any, datamodule: Any) -> str:
+    """Hydra's run_name, <model choice>-<data choice> unless given; where the command builds a class of one's own in
+    place of the one its configs/ choice builds (model=vae model._target_=mypkg.MyVAE), that class's config_name in
+    the choice's place, as LightningCLI names the run."""
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    if cfg.run_name != f"{choices.get('model')}-{choices.get('data')}":  # given, or not Hydra's
+        return cfg.run_name
+    parts = []
+    for kind, built in (("model", model), ("data", datamodule)):
+        target = config_targets(kind).get(choices.get(kind))
+        parts.append(choices.get(kind) if target is None or pkgutil.resolve_name(target) is type(built) else built.config_name)
+    return "-".join(parts)
 
 
 def check_replica_checkpoint(checkpoint: dict[str, Any], model: Any, ckpt_path: str) -> None:

@@ -13,7 +13,6 @@ from lightning.pytorch.cli import SaveConfigCallback
 import launch.checks.settings
 import launch.cli_app
 import launch.hydra_app
-import launch.hydra_run
 import launch.run_builder
 from common.signatures import settings_of
 from tests.conftest import says
@@ -36,7 +35,7 @@ def described(monkeypatch):
         seen.append(run)
         return build_trainer(run)
 
-    for front_end in (launch.hydra_run, launch.cli_app):  # each calls the one builder
+    for front_end in (launch.hydra_app, launch.cli_app):  # each calls the one builder
         monkeypatch.setattr(front_end, "build_trainer", recording)
     return seen
 
@@ -44,7 +43,7 @@ def described(monkeypatch):
 def both_front_ends(tmp_path: Path, hydra: list[str], cli: list[str]) -> tuple:
     """(Hydra's description and trainer, the CLI's) of one run given to each front end in its own words."""
     log_dir = tmp_path / "logs"
-    _, _, hydra_trainer, hydra_resume = launch.hydra_run.build_run(composed([*hydra, f"log_dir={log_dir}"]))
+    _, _, hydra_trainer, hydra_resume = launch.hydra_app.build_run(composed([*hydra, f"log_dir={log_dir}"]))
     app = launch.cli_app.main(["fit", *cli, f"--log_dir={log_dir}"])
     return hydra_trainer, hydra_resume, app
 
@@ -104,7 +103,7 @@ def test_a_checkpoint_resumes_into_its_own_run_through_both_front_ends_and_anoth
     from checkpoints.errors import CheckpointError
 
     with pytest.raises(CheckpointError, match="was written by models.jsa.JSA, not models.vae.VAE"):
-        launch.hydra_run.build_run(composed(["model=vae", f"ckpt_path={checkpoint}", f"log_dir={tmp_path / 'logs'}"]))
+        launch.hydra_app.build_run(composed(["model=vae", f"ckpt_path={checkpoint}", f"log_dir={tmp_path / 'logs'}"]))
     capsys.readouterr()
     with pytest.raises(SystemExit):  # the same check, before LightningCLI reads the checkpoint's hyperparameters
         launch.cli_app.main(["fit", "--model=VAE", f"--ckpt_path={checkpoint}", f"--log_dir={tmp_path / 'logs'}"])
@@ -167,7 +166,7 @@ def test_a_setting_given_before_its_class_applies_to_that_class(tmp_path, descri
                                                   ("none", None, None)])
 def test_hydras_logger_group_chooses_the_logger_and_the_layout_places_it(choice, kind, folder, tmp_path, described, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _, _, trainer, _ = launch.hydra_run.build_run(composed([f"logger={choice}", f"log_dir={tmp_path / 'logs'}"]))
+    _, _, trainer, _ = launch.hydra_app.build_run(composed([f"logger={choice}", f"log_dir={tmp_path / 'logs'}"]))
     if kind is None:
         assert trainer.logger is None and described[0].tensorboard is None
     else:
@@ -189,7 +188,7 @@ def test_a_logger_or_scheduler_the_run_cannot_place_is_refused(overrides, refusa
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SettingsError) as refused:
-        launch.hydra_run.build_run(composed([*overrides, f"log_dir={tmp_path / 'logs'}"]))
+        launch.hydra_app.build_run(composed([*overrides, f"log_dir={tmp_path / 'logs'}"]))
     assert refusal in str(refused.value)
 
 
@@ -201,7 +200,7 @@ def test_replicas_under_ddp_are_refused_before_any_process_starts(overrides, tmp
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SettingsError) as refused:
-        launch.hydra_run.build_run(composed([*overrides, "replicas.seeds=[0,1]", f"log_dir={tmp_path / 'logs'}"]))
+        launch.hydra_app.build_run(composed([*overrides, "replicas.seeds=[0,1]", f"log_dir={tmp_path / 'logs'}"]))
     assert str(refused.value).startswith("replicas.seeds with trainer.strategy=")
     assert "replicas train as one process on one device" in str(refused.value)
 
@@ -216,7 +215,7 @@ def test_a_constructors_refusal_names_the_group_class_and_setting_before_the_run
 
     monkeypatch.setattr("sys.argv", ["train.py", override])
     with pytest.raises(SettingsError) as refused:
-        launch.hydra_run.build(composed([override]))
+        launch.hydra_app.data_and_model(composed([override]))
     assert str(refused.value).startswith(named) and "4294967295" in str(refused.value)
 
 
@@ -240,7 +239,7 @@ def test_a_refused_callback_or_class_is_one_line_naming_it_before_the_run(overri
 
     monkeypatch.setattr("sys.argv", ["train.py", override])
     with pytest.raises(SettingsError) as refused:
-        launch.hydra_run.build_run(composed([override, f"log_dir={tmp_path / 'logs'}"]))
+        launch.hydra_app.build_run(composed([override, f"log_dir={tmp_path / 'logs'}"]))
     assert str(refused.value).startswith(named) and "\n" not in str(refused.value), refused.value
     assert not (tmp_path / "logs").exists() and not [r for r in caplog.records if r.levelname == "ERROR"]  # (nor logged)
 
@@ -310,7 +309,7 @@ def test_a_val_check_interval_past_the_epoch_is_one_line_and_leaves_no_run(tmp_p
     from launch.checks.settings import SettingsError
 
     monkeypatch.chdir(tmp_path)
-    datamodule, model, trainer, _ = launch.hydra_run.build_run(composed([
+    datamodule, model, trainer, _ = launch.hydra_app.build_run(composed([
         "trainer.max_steps=1", "trainer.limit_train_batches=2", "trainer.val_check_interval=5", "trainer.limit_val_batches=1",
         f"log_dir={tmp_path / 'logs'}"]))
     with pytest.raises(SettingsError, match=r"^`val_check_interval` \(5\) must be less than or equal to"):
@@ -333,12 +332,12 @@ def test_a_setting_given_beside_a_resumed_runs_own_that_cannot_go_with_it_names_
     that cannot go with one of them (use_cache=false beside the run's cache_refresh=0.2) is refused in one line that
     says the other came from the checkpoint."""
     monkeypatch.chdir(tmp_path)
-    _, model, trainer, _ = launch.hydra_run.build_run(composed(["model.cache_refresh=0.2", f"log_dir={tmp_path / 'logs'}"]))
+    _, model, trainer, _ = launch.hydra_app.build_run(composed(["model.cache_refresh=0.2", f"log_dir={tmp_path / 'logs'}"]))
     checkpoint = Path(trainer.logger.log_dir) / "checkpoints" / "last.ckpt"
     trainer.strategy.connect(model)
     trainer.save_checkpoint(checkpoint)
     with pytest.raises(launch.checks.settings.SettingsError) as refusal:
-        launch.hydra_run.build_run(composed(["model.use_cache=false", f"ckpt_path={checkpoint}", f"log_dir={tmp_path / 'logs'}"]))
+        launch.hydra_app.build_run(composed(["model.use_cache=false", f"ckpt_path={checkpoint}", f"log_dir={tmp_path / 'logs'}"]))
     says(str(refusal.value), "model.cache_refresh", "use_cache=false",
          "a resumed run takes its checkpoint's model settings where the command line gives none")
     assert "\n" not in str(refusal.value)
