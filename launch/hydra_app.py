@@ -37,6 +37,7 @@ from launch.checks.configs import CONFIGS, log_dir as default_log_dir
 from launch.checks.early import USER_ERROR, exit_with
 from launch.checks.hydra_check import check_hydra, overrides_given
 from launch.checks.hydra_config import own_targets, register_defaults
+from launch.checks.paths import write_root_refusal
 from launch.checks.received_config import hydra_folders
 from launch.checks.precheck import EarlyRefusal
 from launch.checks.settings import SettingsError, check_composed
@@ -52,7 +53,11 @@ log = logging.getLogger(__name__)
 
 
 def run(cfg: Any) -> dict[str, float]:
-    """Build data, model and trainer from a composed config, fit (and test); the run's final metrics."""
+    """Check a composed config's settings, build data, model and trainer from it, fit (and test); the run's final
+    metrics."""
+    check_composed(cfg, model_settings(cfg))  # every setting, before anything is seeded, built or written
+    if refusal := write_root_refusal("log_dir", cfg.log_dir):  # as composed: a config file may set it
+        raise SettingsError(refusal)
     datamodule, model, trainer, ckpt_path = build_run(cfg)
     with running(trainer, log.info):
         if cfg.get("run_test") and not isinstance(model, Replicas):
@@ -225,20 +230,15 @@ def chosen_logger(cfg: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
 
 
 def describe_run(cfg: Any) -> RunDescription:
-    """The run of a composed config (launch/run_builder.py's RunDescription), checked, seeded and built but for its
-    trainer."""
+    """The run of a composed config (launch/run_builder.py's RunDescription), seeded and built but for its trainer
+    (`run` checks its settings first)."""
     checkpoint = load_checkpoint_file(cfg.ckpt_path) if cfg.get("ckpt_path") else None  # read once, handed on
-    settings = model_settings(cfg, checkpoint)  # the model's, as built: checked with every other setting
-    try:
-        check_composed(cfg, settings)
-    except SettingsError as error:  # a setting given beside the checkpoint's (model.use_cache=false with its cache_size)
-        resumed = " (a resumed run takes its checkpoint's model settings where the command line gives none)"
-        raise SettingsError(f"{error}{resumed if checkpoint is not None else ''}") from None
+    settings = model_settings(cfg, checkpoint)
     if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
         torch.compiler.reset()
     seed = resumed_seed(cfg.seed, "seed" in command_line_overrides(), checkpoint)
     L.seed_everything(seed, workers=True)
-    datamodule, model = build(cfg, settings, command_line_overrides(), seed)
+    datamodule, model = build(cfg, settings, command_line_overrides(), seed, resumed=checkpoint is not None)
     trainer = instantiate(cfg.trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
     callbacks = [constructed(settings, f"callbacks.{name}") for name, settings in
                  (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items()]

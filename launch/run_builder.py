@@ -66,8 +66,9 @@ class RunDescription:
 def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     """The run's trainer, and the checkpoint fit starts from; an unusable checkpoint, or another model's, stops the
     run here, before anything is written but the reserved TensorBoard directory."""
-    # as parsed: a CLI config file may set it (the early checks saw the command line only)
-    if refusal := write_root_refusal("--log_dir" if run.front_end == "cli" else "log_dir", run.log_dir):
+    # as parsed: a CLI config file may set it (the early checks saw the command line only; Hydra's run checks its own)
+    if run.front_end != "hydra" and (refusal := write_root_refusal("--log_dir" if run.front_end == "cli" else "log_dir",
+                                                                    run.log_dir)):
         raise SettingsError(refusal)
     checkpoint = run.checkpoint
     if run.ckpt_path:
@@ -100,10 +101,12 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     return trainer, run.ckpt_path or requeued_job_checkpoint(trainer)
 
 
-def build(cfg: Any, settings: dict[str, Any], overrides: dict[str, str], seed: int | None = None) -> tuple[Any, Any]:
+def build(cfg: Any, settings: dict[str, Any], overrides: dict[str, str], seed: int | None = None,
+          resumed: bool = False) -> tuple[Any, Any]:
     """The data module and the model of a composed Hydra config: the model's of `settings`, the command line's
     `overrides` given (launch/hydra_app.py reads both), the run's `seed` cfg.seed unless given; the model's likelihood
-    and backbone follow the data unless set."""
+    and backbone follow the data unless set. `resumed`: the model's settings include a checkpoint's, which a refusal
+    says (a setting given beside them, model.use_cache=false with its cache_refresh)."""
     data_settings = OmegaConf.to_container(cfg.data, resolve=True)
     apply_rules({"data": data_settings, "model": settings},
                 {"data": get_class(data_settings["_target_"]), "model": get_class(settings["_target_"])},
@@ -111,20 +114,27 @@ def build(cfg: Any, settings: dict[str, Any], overrides: dict[str, str], seed: i
     datamodule = constructed(data_settings, "data")
     optimizer = instantiate(cfg.optimizer) if cfg.get("optimizer") else None
     scheduler = instantiate(cfg.scheduler) if cfg.get("scheduler") else None  # the model's configure_optimizers builds both
-    model = constructed(settings, "model", data_shape=list(datamodule.image_shape), optimizer=optimizer, scheduler=scheduler)
+    model = constructed(settings, "model", RESUMED if resumed else "", data_shape=list(datamodule.image_shape),
+                        optimizer=optimizer, scheduler=scheduler)
     return datamodule, model
 
 
-def constructed(settings: dict[str, Any], group: str, **kwargs: Any) -> Any:
+RESUMED = " (a resumed run takes its checkpoint's model settings where the command line gives none)"
+
+
+def constructed(settings: dict[str, Any], group: str, note: str = "", **kwargs: Any) -> Any:
     """The object `settings` describe; a refusal of its constructor (a value out of range, a combination of settings)
-    as one line naming the group and the class: "data (MNISTDataModule): seed must be ...", "callbacks.model_checkpoint
-    (ValidationCheckpoint): Invalid value for save_top_k=-5 ..."."""
+    as one line naming the class and the group's setting where it names one, as the early checks do ("data.seed must
+    be ... (MNISTDataModule)"), else the group ("callbacks.model_checkpoint (ValidationCheckpoint): Invalid value for
+    save_top_k=-5 ..."); `note` after it."""
     try:
         return instantiate(settings, _convert_="all", **kwargs)
     except InstantiationException as error:
         if not isinstance(error.__cause__, (ValueError, TypeError, MisconfigurationException)):
             raise
-        raise SettingsError(f"{group} ({settings['_target_'].rsplit('.', 1)[-1]}): {error.__cause__}") from None
+        text, name = str(error.__cause__), settings["_target_"].rsplit(".", 1)[-1]
+        named = text.split(" ", 1)[0].split("=", 1)[0] in settings
+        raise SettingsError(f"{group}.{text} ({name}){note}" if named else f"{group} ({name}): {text}{note}") from None
 
 
 def base_name(cfg: Any, model: Any, datamodule: Any) -> str:

@@ -188,7 +188,7 @@ def test_a_logger_or_scheduler_the_run_cannot_place_is_refused(overrides, refusa
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SettingsError) as refused:
-        launch.hydra_app.build_run(composed([*overrides, f"log_dir={tmp_path / 'logs'}"]))
+        launch.hydra_app.run(composed([*overrides, f"log_dir={tmp_path / 'logs'}"]))
     assert refusal in str(refused.value)
 
 
@@ -206,9 +206,11 @@ def test_replicas_under_ddp_are_refused_before_any_process_starts(overrides, tmp
 
 
 @pytest.mark.parametrize("override, named", [
-    ("data.seed=18446744073709551616", "data (MNISTDataModule): seed "),
-    ("data.split_seed=-1", "data (MNISTDataModule): split_seed "),
-    ("model.test_seed=18446744073709551616", "model (JSA): test_seed "),
+    ("data.seed=18446744073709551616", "data.seed must be an integer in [0, 4294967295] (numpy's seed range), got "
+     "18446744073709551616 (MNISTDataModule)"),
+    ("data.split_seed=-1", "data.split_seed must be an integer in [0, 4294967295] (numpy's seed range), got -1 (MNISTDataModule)"),
+    ("model.test_seed=18446744073709551616", "model.test_seed must be an integer in [0, 4294967295] (numpy's seed range), "
+     "got 18446744073709551616 (JSA)"),
 ])
 def test_a_constructors_refusal_names_the_group_class_and_setting_before_the_run(override, named, monkeypatch):
     from launch.checks.settings import SettingsError
@@ -221,7 +223,7 @@ def test_a_constructors_refusal_names_the_group_class_and_setting_before_the_run
 
 @pytest.mark.parametrize("override, named", [
     ("callbacks.model_checkpoint.save_top_k=-5", "callbacks.model_checkpoint (ValidationCheckpoint): Invalid value for save_top_k=-5"),
-    ("callbacks.gradient_variance.every_n_steps=-1", "callbacks.gradient_variance (GradientVariance): every_n_steps must be >= 0"),
+    ("callbacks.gradient_variance.every_n_steps=-1", "callbacks.gradient_variance.every_n_steps must be >= 0, got -1 (GradientVariance)"),
     # a class path that cannot be imported (a misspelled class; a package of one's own not on the path)
     ("+callbacks.mine._target_=callbacks.PrintEpok", "callbacks.mine._target_=callbacks.PrintEpok: module 'callbacks' has no "
      "attribute 'PrintEpok'"),
@@ -239,7 +241,7 @@ def test_a_refused_callback_or_class_is_one_line_naming_it_before_the_run(overri
 
     monkeypatch.setattr("sys.argv", ["train.py", override])
     with pytest.raises(SettingsError) as refused:
-        launch.hydra_app.build_run(composed([override, f"log_dir={tmp_path / 'logs'}"]))
+        launch.hydra_app.run(composed([override, f"log_dir={tmp_path / 'logs'}"]))
     assert str(refused.value).startswith(named) and "\n" not in str(refused.value), refused.value
     assert not (tmp_path / "logs").exists() and not [r for r in caplog.records if r.levelname == "ERROR"]  # (nor logged)
 
