@@ -5,6 +5,7 @@ when `run_test=true`."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pkgutil
@@ -13,27 +14,23 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import hydra
-import lightning as L
 import torch
 import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.types import RunMode
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf, open_dict
 
 from callbacks.replica_runs import ReplicaRuns
-from checkpoints.loader import load_checkpoint_file
 from common.files import write_file
 from common.private_api import basic_sweeper_jobs
-from common.registry import TRUST_VARIABLE, is_registered, qualified_name
-from common.signatures import constructor_defaults
-from configs.settings import MODEL_ARGUMENTS
+from common.registry import TRUST_VARIABLE, is_registered
 from launch.checks.arguments import overrides_of
-from launch.checks.configs import CONFIGS, log_dir as default_log_dir
+from launch.checks.configs import CONFIGS, config_targets, log_dir as default_log_dir
 from launch.checks.early import USER_ERROR, exit_with
 from launch.checks.hydra_check import check_hydra, overrides_given
 from launch.checks.hydra_config import own_targets, register_defaults
@@ -42,9 +39,7 @@ from launch.checks.received_config import hydra_folders
 from launch.checks.precheck import EarlyRefusal
 from launch.checks.settings import SettingsError, check_composed
 from launch.errors import quiet_console, user_errors_as_one_line
-from launch.run_builder import RunDescription, base_name, build, build_trainer, constructed, resumed_seed, running
-from launch.run_layout import LOGGER_FOLDERS, TENSORBOARD, logger_root, placed, process_dir, run_name
-from launch.runs.replicas import replicate
+from launch.run_builder import RunDescription, build, built, running
 from launch.runs.run_directory import note_existing_directories, remove_if_only_hydra_files
 from launch.runs.worker_slots import claim_slot
 from models.replicas import Replicas
@@ -130,13 +125,10 @@ def note_hydra_job(logger: Any) -> None:
     write_file(path, yaml.safe_dump(job))
 
 
-def model_settings(cfg: Any, checkpoint: dict[str, Any] | None = None) -> dict[str, Any]:
+def model_settings(cfg: Any) -> dict[str, Any]:
     """cfg.model as a dict, with an experiment's shared settings applied unless the command line sets them for
     the model: `discrete_latent` (experiment=compare) to a model with a discrete latent (JSA, DiscreteVAE,
-    VQ-VAE), then `per_model.<the model's config name>` (experiment=jsa_paper: L for JSA, K for RWS, ...).
-    Given the `checkpoint` of a run of this model class, its saved settings come under those the command line gives
-    (`model=rws ckpt_path=...` resumes a run of model.num_samples=5 with 5, as LightningCLI's `fit --model=RWS
-    --ckpt_path=...` does); another model's checkpoint is left to the builder's refusal."""
+    VQ-VAE), then `per_model.<the model's config name>` (experiment=jsa_paper: L for JSA, K for RWS, ...)."""
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     given = {key.removeprefix("model.") for key in command_line_overrides() if key.startswith("model.")}
     shared = cfg.get("discrete_latent")
@@ -145,15 +137,6 @@ def model_settings(cfg: Any, checkpoint: dict[str, Any] | None = None) -> dict[s
                   (cfg.get("per_model") or {}).get(choice) if choice is not None else None):
         if extra:
             settings.update({k: v for k, v in OmegaConf.to_container(extra, resolve=True).items() if k not in given})
-    if checkpoint is None:
-        return settings
-    try:
-        cls = pkgutil.resolve_name(settings["_target_"])
-    except (ImportError, AttributeError, ValueError):
-        return settings  # refused by the checks, naming the class
-    if checkpoint.get("model_class") == qualified_name(cls):
-        names = set(constructor_defaults(cls)) - set(MODEL_ARGUMENTS) - given
-        settings.update({k: v for k, v in (checkpoint.get("hyper_parameters") or {}).items() if k in names})
     return settings
 
 
@@ -215,50 +198,37 @@ def parallel_job_settings(cfg: Any) -> dict[str, Any]:
     return settings
 
 
-def chosen_logger(cfg: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
-    """The run's logger as the logger group chose it, placed by the run's layout (launch/run_layout.py): (False,
-    its settings) for TensorBoard, whose run the builder makes; (a CSVLogger of run `name`, None) for logger=csv;
-    (False, None) for logger=none (check_composed refuses a class the layout cannot place)."""
-    settings = OmegaConf.to_container(cfg.logger, resolve=True) if cfg.get("logger") else {}
-    if not settings:
-        return False, None
-    target = settings.pop("_target_")
-    if LOGGER_FOLDERS[target] == TENSORBOARD:
-        return False, settings
-    placed(cfg.log_dir, LOGGER_FOLDERS[target], f"{logger_root(cfg.log_dir, target)}/{name}")  # no link out of <log_dir>
-    return get_class(target)(save_dir=logger_root(cfg.log_dir, target), name=name, **settings), None
+def base_name(cfg: Any) -> str:
+    """Hydra's run_name, <model choice>-<data choice> unless given; where the command builds a class of one's own in
+    place of the one its configs/ choice builds (model=vae model._target_=mypkg.MyVAE), that class's config_name in
+    the choice's place, as LightningCLI names the run."""
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    if cfg.run_name != f"{choices.get('model')}-{choices.get('data')}":  # given, or not Hydra's
+        return cfg.run_name
+    parts = []
+    for kind in ("model", "data"):
+        target, chosen = config_targets(kind).get(choices.get(kind)), pkgutil.resolve_name(cfg[kind]._target_)
+        own = target is not None and pkgutil.resolve_name(target) is not chosen
+        parts.append(chosen.config_name if own else choices.get(kind))
+    return "-".join(parts)
 
 
 def describe_run(cfg: Any) -> RunDescription:
-    """The run of a composed config (launch/run_builder.py's RunDescription), seeded and built but for its trainer
-    (`run` checks its settings first)."""
-    checkpoint = load_checkpoint_file(cfg.ckpt_path) if cfg.get("ckpt_path") else None  # read once, handed on
-    settings = model_settings(cfg, checkpoint)
-    if cfg.model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
-        torch.compiler.reset()
-    seed = resumed_seed(cfg.seed, "seed" in command_line_overrides(), checkpoint)
-    L.seed_everything(seed, workers=True)
-    datamodule, model = build(cfg, settings, command_line_overrides(), seed, resumed=checkpoint is not None)
-    trainer = instantiate(cfg.trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
-    callbacks = [constructed(settings, f"callbacks.{name}") for name, settings in
-                 (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items()]
-    name = run_name(base_name(cfg, model, datamodule), model.run_tag, swept_settings(cfg))
-    logger, tensorboard = chosen_logger(cfg, name)
+    """The run of a composed config, as launch/run_builder.py builds it: the settings of its data module, model (an
+    experiment's shared settings applied), optimizer, scheduler, callbacks, logger and trainer (a parallel job's
+    device), with what Hydra knows beside them: the command line's settings, a multirun's swept ones, the run's base
+    name and Hydra's run directory (`run` checks the settings first)."""
+    def plain(key: str) -> Any:  # a group's settings as plain values, None where the config has none
+        return OmegaConf.to_container(cfg[key], resolve=True) if cfg.get(key) else None
+
     hydra_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None) if HydraConfig.initialized() else None
-    run = RunDescription(
-        model=model, datamodule=datamodule, name=name, log_dir=cfg.log_dir, front_end="hydra", tensorboard=tensorboard,
-        trainer={**trainer.keywords, "callbacks": callbacks, "logger": logger, **parallel_job_settings(cfg)},
-        trainer_class=trainer.func, ckpt_path=cfg.get("ckpt_path"), checkpoint=checkpoint, ddp_timeout_s=cfg.ddp_timeout_s,
-        # ~logger: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory;
-        # outside a Hydra app (a config composed in a test), one of the same layout. Placed: no link out of <log_dir>.
-        output_dir=placed(cfg.log_dir, "hydra", hydra_dir) if hydra_dir else process_dir(cfg.log_dir, "hydra", cfg.run_name))
-    replicas = OmegaConf.to_container(cfg.replicas, resolve=True) if cfg.get("replicas") else {}
-    if replicas.get("seeds") is None:
-        return run
-    if logger:  # each replica's run is a TensorBoard run of its own (docs/replicas.md)
-        raise SettingsError(f"logger={HydraConfig.get().runtime.choices.get('logger')} with replicas: each replica logs to a "
-                            "TensorBoard run of its own; use logger=tensorboard (or logger=none)")
-    return replicate(run, replicas["seeds"], replicas.get("arms"))
+    return RunDescription(
+        model=model_settings(cfg), datamodule=plain("data"), name=base_name(cfg), log_dir=cfg.log_dir,
+        front_end="hydra", tensorboard=None, output_dir=hydra_dir, ckpt_path=cfg.get("ckpt_path"),
+        trainer={**plain("trainer"), "callbacks": plain("callbacks") or {}, **parallel_job_settings(cfg)},
+        ddp_timeout_s=cfg.ddp_timeout_s, optimizer=plain("optimizer"), scheduler=plain("scheduler"),
+        logger=plain("logger"), seed=cfg.seed, given=frozenset(command_line_overrides()), swept=swept_settings(cfg),
+        replicas=plain("replicas"))
 
 
 def replica_tests(cfg: Any, replicas: Any, trainer: Any) -> Iterator[tuple[Any, Any, Any, str | None]]:
@@ -286,14 +256,15 @@ def replica_tests(cfg: Any, replicas: Any, trainer: Any) -> Iterator[tuple[Any, 
 def data_and_model(cfg: Any, settings: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """The data module and the model of a composed config as its run builds them (the model's `settings`:
     model_settings(cfg) unless given)."""
-    return build(cfg, model_settings(cfg) if settings is None else settings, command_line_overrides())
+    described = describe_run(cfg)
+    run = built(described if settings is None else dataclasses.replace(described, model=settings))
+    return run.datamodule, run.model
 
 
 def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     """(datamodule, model, trainer, ckpt_path) of a composed config: its description, built (launch/run_builder.py)."""
     run = describe_run(cfg)
-    trainer, ckpt_path = build_trainer(run)
-    return run.datamodule, run.model, trainer, ckpt_path
+    return build(run)
 
 
 def main() -> None:

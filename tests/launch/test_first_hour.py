@@ -23,6 +23,7 @@ from checkpoints.trainer import SafeCheckpoints
 import launch.hydra_app
 import launch.cli_app
 import launch.errors
+import launch.run_builder
 from callbacks import LineProgressBar
 from common.signatures import settings_of
 from datamodules import MNISTDataModule
@@ -374,9 +375,10 @@ def test_hydra_resumes_with_the_checkpoints_settings_under_the_command_lines(tmp
              f"log_dir={tmp_path / 'logs'}"]
     launch.hydra_app.run(composed([*short, "model.num_samples=5", "model.test_num_samples=3", "trainer.max_steps=1"]))
     (checkpoint,) = tmp_path.glob("logs/tensorboard/*/version_0/checkpoints/last.ckpt")
-    resumed = launch.hydra_app.describe_run(composed([*short, f"ckpt_path={checkpoint}", "trainer.max_steps=2"]))
+    resumed = launch.run_builder.built(launch.hydra_app.describe_run(composed([*short, f"ckpt_path={checkpoint}", "trainer.max_steps=2"])))
     assert (resumed.model.num_samples, resumed.model.hparams["test_num_samples"]) == (5, 3)
-    given = launch.hydra_app.describe_run(composed([*short, f"ckpt_path={checkpoint}", "model.num_samples=7", "trainer.max_steps=2"]))
+    given = launch.run_builder.built(launch.hydra_app.describe_run(composed([*short, f"ckpt_path={checkpoint}", "model.num_samples=7",
+                                                                           "trainer.max_steps=2"])))
     assert (given.model.num_samples, given.model.hparams["test_num_samples"]) == (7, 3)
 
 

@@ -12,6 +12,7 @@ import torch
 
 import launch.checks.hydra_config
 import launch.hydra_app
+import launch.run_builder
 import launch.cli_app
 from common.signatures import constructor_defaults
 from configs.settings import ModelSettings
@@ -77,12 +78,12 @@ class NamedVAE(VAE):
 def test_a_class_of_ones_own_in_place_of_a_configs_names_its_runs_as_the_cli_does(tmp_path):
     """model=vae model._target_=...NamedVAE builds no VAE: its runs are named by its class, as LightningCLI names them;
     a run_name given stays the name."""
-    hydra = launch.hydra_app.describe_run(composed(["model=vae", f"model._target_={__name__}.NamedVAE", f"log_dir={tmp_path}"]))
+    hydra = launch.run_builder.built(launch.hydra_app.describe_run(composed(["model=vae", f"model._target_={__name__}.NamedVAE", f"log_dir={tmp_path}"])))
     cli = launch.cli_app.main([f"--model={__name__}.NamedVAE", f"--log_dir={tmp_path}"], run=False)
     assert hydra.name == cli.trainer.logger.name == "namedvae-mnist-mlp-z32"
-    assert launch.hydra_app.describe_run(composed(["model=vae", f"log_dir={tmp_path}"])).name == "vae-mnist-mlp-z32"
+    assert launch.run_builder.built(launch.hydra_app.describe_run(composed(["model=vae", f"log_dir={tmp_path}"]))).name == "vae-mnist-mlp-z32"
     given = composed(["model=vae", f"model._target_={__name__}.NamedVAE", "run_name=mine", f"log_dir={tmp_path}"])
-    assert launch.hydra_app.describe_run(given).name == "mine-mlp-z32"
+    assert launch.run_builder.built(launch.hydra_app.describe_run(given)).name == "mine-mlp-z32"
 
 
 def test_a_misspelt_class_of_ones_own_is_one_line_with_the_closest_class_of_its_module():

@@ -21,7 +21,8 @@ from tests.launch.test_configs import composed
 
 @pytest.fixture
 def described(monkeypatch):
-    """Every RunDescription the builder is given, in order; `python train.py fit` builds everything and fits nothing."""
+    """Every RunDescription the builder builds, in order (Hydra's as built from its settings); `python train.py fit`
+    builds everything and fits nothing."""
     import functools
 
     import lightning
@@ -29,14 +30,18 @@ def described(monkeypatch):
     # LightningCLI reads the fit subcommand's options (--ckpt_path) from Trainer.fit's signature: kept by wraps
     monkeypatch.setattr(lightning.Trainer, "fit", functools.wraps(lightning.Trainer.fit)(lambda trainer, *args, **kwargs: None))
     seen = []
-    build_trainer = launch.run_builder.build_trainer
+    built, build_trainer = launch.run_builder.built, launch.cli_app.build_trainer
 
-    def recording(run):
+    def hydras(run):
+        seen.append(built(run))
+        return seen[-1]
+
+    def clis(run):
         seen.append(run)
         return build_trainer(run)
 
-    for front_end in (launch.hydra_app, launch.cli_app):  # each calls the one builder
-        monkeypatch.setattr(front_end, "build_trainer", recording)
+    monkeypatch.setattr(launch.run_builder, "built", hydras)  # each front end's run goes to the one builder
+    monkeypatch.setattr(launch.cli_app, "build_trainer", clis)
     return seen
 
 

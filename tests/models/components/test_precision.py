@@ -139,8 +139,8 @@ def test_every_model_trains_and_tests_with_compiled_networks(mnist_dir, tmp_path
         frames = torch._dynamo.utils.counters["frames"]
         assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2, model  # they ran compiled
         assert frames["ok"] == frames["total"], (model, dict(frames))  # every call traced, none left eager at a limit
-    assert len(resets) == len(STANDALONE)  # launch.hydra_app cleared the previous job's graphs
-    # Without launch.hydra_app, as in a notebook, models of other shapes built one after the other still run compiled
+    assert len(resets) == len(STANDALONE)  # launch.run_builder cleared the previous job's graphs
+    # Without launch.run_builder, as in a notebook, models of other shapes built one after the other still run compiled
     # (configure_model's limit): with Dynamo's default of 8, the fifth's networks ran eagerly. Dynamo's graph count
     # and its limit are the same whatever backend runs the graphs: the eager backend, not inductor's code generation.
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *a, **k: original(self, *a, **{**k, "backend": "eager"}))
