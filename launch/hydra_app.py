@@ -1,45 +1,58 @@
 """The Hydra front end: `python train.py [KEY=VALUE ...]` (configs/; `-m` for a multirun). Composes the config,
-builds the run (launch/hydra_run.py), fits, and tests the best checkpoint when `run_test=true`."""
+reads from it and from Hydra (the command line's overrides, an experiment's shared settings, a multirun's swept
+settings and launcher) the run's description, has launch/run_builder.py build it, fits, and tests the best checkpoint
+when `run_test=true`."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import pkgutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import hydra
 import torch
 import yaml
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from hydra.types import RunMode
+from hydra.utils import get_class
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import CSVLogger
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
+from callbacks.replica_runs import ReplicaRuns
 from common.files import write_file
 from common.private_api import basic_sweeper_jobs
 from common.registry import TRUST_VARIABLE, is_registered
 from launch.checks.arguments import overrides_of
-from launch.checks.configs import CONFIGS, log_dir as default_log_dir
+from launch.checks.configs import CONFIGS, config_targets, log_dir as default_log_dir
 from launch.checks.early import USER_ERROR, exit_with
 from launch.checks.hydra_check import check_hydra, overrides_given
 from launch.checks.hydra_config import own_targets, register_defaults
+from launch.checks.paths import write_root_refusal
 from launch.checks.received_config import hydra_folders
 from launch.checks.precheck import EarlyRefusal
-from launch.checks.settings import SettingsError
+from launch.checks.settings import SettingsError, check_composed
 from launch.errors import quiet_console, user_errors_as_one_line
-from launch.hydra_run import build_run, replica_tests
-from launch.run_builder import running
+from launch.run_builder import RunDescription, build, built, running
 from launch.runs.run_directory import note_existing_directories, remove_if_only_hydra_files
+from launch.runs.worker_slots import claim_slot
 from models.replicas import Replicas
 
 log = logging.getLogger(__name__)
 
 
 def run(cfg: Any) -> dict[str, float]:
-    """Build data, model and trainer from a composed config, fit (and test); the run's final metrics."""
+    """Check a composed config's settings, build data, model and trainer from it, fit (and test); the run's final
+    metrics."""
+    check_composed(cfg, model_settings(cfg))  # every setting, before anything is seeded, built or written
+    if refusal := write_root_refusal("log_dir", cfg.log_dir):  # as composed: a config file may set it
+        raise SettingsError(refusal)
     datamodule, model, trainer, ckpt_path = build_run(cfg)
     with running(trainer, log.info):
         if cfg.get("run_test") and not isinstance(model, Replicas):
@@ -53,8 +66,8 @@ def run(cfg: Any) -> dict[str, float]:
         elif cfg.get("run_test"):
             # The best checkpoint on val/nll, unless a callback put SG-MCMC's posterior mean into the model.
             # (fast_dev_run saves none: its final weights, without a word)
-            use_model = any(getattr(c, "use_mean", False) for c in trainer.callbacks) or not trainer.checkpoint_callback \
-                or bool(trainer.fast_dev_run)
+            use_model = (any(getattr(c, "use_mean", False) for c in trainer.callbacks) or not trainer.checkpoint_callback
+                         or bool(trainer.fast_dev_run))
             if not use_model and not trainer.checkpoint_callback.best_model_path:
                 log.warning("run_test: no best checkpoint on val/nll (no validation ran): testing the final weights")
                 use_model = True
@@ -110,6 +123,148 @@ def note_hydra_job(logger: Any) -> None:
     job = {"output_dir": str(output_dir), **multirun}
     path.parent.mkdir(parents=True, exist_ok=True)  # a CSV run's directory is made at its first write, not reserved
     write_file(path, yaml.safe_dump(job))
+
+
+def model_settings(cfg: Any) -> dict[str, Any]:
+    """cfg.model as a dict, with an experiment's shared settings applied unless the command line sets them for
+    the model: `discrete_latent` (experiment=compare) to a model with a discrete latent (JSA, DiscreteVAE,
+    VQ-VAE), then `per_model.<the model's config name>` (experiment=jsa_paper: L for JSA, K for RWS, ...)."""
+    settings = OmegaConf.to_container(cfg.model, resolve=True)
+    given = {key.removeprefix("model.") for key in command_line_overrides() if key.startswith("model.")}
+    shared = cfg.get("discrete_latent")
+    choice = HydraConfig.get().runtime.choices.get("model") if HydraConfig.initialized() else None
+    for extra in (shared if shared and get_class(settings["_target_"]).has_discrete_latent else None,
+                  (cfg.get("per_model") or {}).get(choice) if choice is not None else None):
+        if extra:
+            settings.update({k: v for k, v in OmegaConf.to_container(extra, resolve=True).items() if k not in given})
+    return settings
+
+
+def command_line_overrides() -> dict[str, str]:
+    """KEY -> VALUE of the command line's overrides of this (multirun) job, e.g. {"model.lr": "0.01"}."""
+    if not HydraConfig.initialized():
+        return {}
+    pairs = (o.lstrip("+~").split("=", 1) for o in HydraConfig.get().overrides.task)
+    return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
+
+
+def is_swept(override: str) -> bool:
+    """Whether a command-line override sweeps (a=1,2, range(...), choice(...)); a word that is no override (in a
+    launcher's job process, the process's own arguments: submitit's folder) sweeps nothing."""
+    try:
+        return OverridesParser.create().parse_override(override).is_sweep_override()
+    except (HydraException, TypeError):  # Hydra's grammar refusal (a TypeError where Hydra fails to build it)
+        return False
+
+
+def swept_settings(cfg: Any) -> dict[str, str]:
+    """In a multirun, every swept model or data setting (and the seed) that the model's key settings do not already
+    show, with its value in this job: the run's name shows them (launch/run_layout.py). Swept: given as a list or range
+    on the command line (a=1,2 / range(...)), or in the config's hydra.sweeper.params."""
+    if not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN):
+        return {}
+    model_class = get_class(cfg.model._target_)
+    shown = {f"model.{key}" for key in (*model_class.run_tag_keys, *model_class.estimator_settings)}  # already in the tag
+    swept = set(HydraConfig.get().sweeper.get("params") or {}) | {
+        override.lstrip("+~").split("=", 1)[0].split("@", 1)[0] for override in overrides_given(sys.argv[1:]) if is_swept(override)}
+    return {key: value for key, value in command_line_overrides().items()
+            if key in swept and key not in shown and (key.startswith(("model.", "data.")) or key == "seed")}
+
+
+def parallel_job_settings(cfg: Any) -> dict[str, Any]:
+    """A job of a multirun whose launcher runs several at once (configs/hydra/launcher/): joblib's n_jobs jobs share the
+    machine, so each gets its own GPU where there are several (launch/runs/worker_slots.py) and CPU cores // n_jobs
+    torch threads; a submitit job gets cpus_per_task threads. The basic launcher's jobs, one at a time, keep torch's.
+    Returns the trainer settings this changes (the devices), and sets torch's threads."""
+    hydra_job = HydraConfig.get() if HydraConfig.initialized() else None
+    launcher = hydra_job.launcher if hydra_job is not None and hydra_job.mode == RunMode.MULTIRUN else {}
+    settings: dict[str, Any] = {}
+    threads, shared = None, ""
+    if launcher.get("n_jobs") is not None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        n_jobs = int(launcher.n_jobs) if int(launcher.n_jobs) > 0 else max(1, cores + 1 + int(launcher.n_jobs))  # joblib's -1: all
+        threads, shared = max(1, cores // n_jobs), f"{cores} CPU cores // n_jobs={n_jobs}"
+        gpus = torch.cuda.device_count() if str(cfg.trainer.get("accelerator")) in ("auto", "gpu", "cuda") else 0
+        if gpus > 1 and str(cfg.trainer.get("devices")) == "1":  # one device per job (not a DDP job of several)
+            slot = claim_slot(Path(hydra_job.sweep.dir) / ".worker-slots", n_jobs)
+            device = (hydra_job.job.num if slot is None else slot) % gpus  # no slot (no flock): the job number
+            settings["devices"] = [device]
+            shared += f"; cuda:{device} of {gpus} GPUs" + ("" if slot is None else f" (worker slot {slot})")
+    elif launcher.get("cpus_per_task"):
+        threads, shared = int(launcher.cpus_per_task), "hydra.launcher.cpus_per_task"
+    if threads is not None:
+        torch.set_num_threads(threads)
+        log.info("parallel job %s: torch threads %d (%s)", hydra_job.job.num, threads, shared)
+    return settings
+
+
+def base_name(cfg: Any) -> str:
+    """Hydra's run_name, <model choice>-<data choice> unless given; where the command builds a class of one's own in
+    place of the one its configs/ choice builds (model=vae model._target_=mypkg.MyVAE), that class's config_name in
+    the choice's place, as LightningCLI names the run."""
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    if cfg.run_name != f"{choices.get('model')}-{choices.get('data')}":  # given, or not Hydra's
+        return cfg.run_name
+    parts = []
+    for kind in ("model", "data"):
+        target, chosen = config_targets(kind).get(choices.get(kind)), pkgutil.resolve_name(cfg[kind]._target_)
+        own = target is not None and pkgutil.resolve_name(target) is not chosen
+        parts.append(chosen.config_name if own else choices.get(kind))
+    return "-".join(parts)
+
+
+def describe_run(cfg: Any) -> RunDescription:
+    """The run of a composed config, as launch/run_builder.py builds it: the settings of its data module, model (an
+    experiment's shared settings applied), optimizer, scheduler, callbacks, logger and trainer (a parallel job's
+    device), with what Hydra knows beside them: the command line's settings, a multirun's swept ones, the run's base
+    name and Hydra's run directory (`run` checks the settings first)."""
+    def plain(key: str) -> Any:  # a group's settings as plain values, None where the config has none
+        return OmegaConf.to_container(cfg[key], resolve=True) if cfg.get(key) else None
+
+    hydra_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None) if HydraConfig.initialized() else None
+    return RunDescription(
+        model=model_settings(cfg), datamodule=plain("data"), name=base_name(cfg), log_dir=cfg.log_dir,
+        front_end="hydra", tensorboard=None, output_dir=hydra_dir, ckpt_path=cfg.get("ckpt_path"),
+        trainer={**plain("trainer"), "callbacks": plain("callbacks") or {}, **parallel_job_settings(cfg)},
+        ddp_timeout_s=cfg.ddp_timeout_s, optimizer=plain("optimizer"), scheduler=plain("scheduler"),
+        logger=plain("logger"), seed=cfg.seed, given=frozenset(command_line_overrides()), swept=swept_settings(cfg),
+        replicas=plain("replicas"))
+
+
+def replica_tests(cfg: Any, replicas: Any, trainer: Any) -> Iterator[tuple[Any, Any, Any, str | None]]:
+    """run_test=true after a replicated fit: each replica's test as its single run's run_test (its seed, and its model
+    settings where they differ from the config's: its arm's, JSA's cache size), from its own best checkpoint on val/nll
+    (its last when no validation ran, as a single run tests its final weights), logged into its own run:
+    (datamodule, model, trainer, checkpoint) each."""
+    (runs,) = [c for c in trainer.callbacks if isinstance(c, ReplicaRuns)]
+    for r, seed in enumerate(replicas.seeds):
+        own = {key: value for key, value in replicas.settings[r].hparams.items()
+               if key in cfg.model and isinstance(value, (bool, int, float, str, type(None))) and value != cfg.model[key]}
+        ckpt_path = runs.best_files[r]
+        if ckpt_path is None:
+            ckpt_path = str(Path(runs.loggers[r].log_dir) / "checkpoints" / "last.ckpt")
+            log.warning("run_test: replica %s had no validation before training stopped, so no best checkpoint on val/nll: "
+                        "testing its final weights (%s)", runs.names[r], ckpt_path)
+        single = cfg.copy()
+        with open_dict(single):
+            single.replicas, single.seed, single.ckpt_path = None, seed, ckpt_path
+            single.model.update(own)
+        datamodule, model, test_trainer, _ = build_run(single)
+        yield datamodule, model, test_trainer, ckpt_path
+
+
+def data_and_model(cfg: Any, settings: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    """The data module and the model of a composed config as its run builds them (the model's `settings`:
+    model_settings(cfg) unless given)."""
+    described = describe_run(cfg)
+    run = built(described if settings is None else dataclasses.replace(described, model=settings))
+    return run.datamodule, run.model
+
+
+def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
+    """(datamodule, model, trainer, ckpt_path) of a composed config: its description, built (launch/run_builder.py)."""
+    run = describe_run(cfg)
+    return build(run)
 
 
 def main() -> None:

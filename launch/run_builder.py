@@ -1,10 +1,11 @@
-"""How a run becomes a trainer, for both front ends: one description of a run (`RunDescription`), which Hydra
-(launch/hydra_run.py: `describe_run`) and LightningCLI (launch/cli_app.py: `instantiate_trainer`) each produce, and the
-one builder, `build_trainer`, that applies every run rule to it in one place and hands the checkpoint the front end read
-once to the trainer's restore. The rules, each written once: the defaults of configs/ (LightningCLI takes them as its
-defaults); the run's seed and the data decide settings of the data module and the model (`apply_rules`); the callbacks
-every run gets (`always_on_callbacks`); a DDP strategy's timeouts, the SLURM root and the progress bar
-(`trainer_settings`); the run's last line and no directory left by a refused one (`running`).
+"""How a run is built, for both front ends: one description of a run (`RunDescription`), which Hydra
+(launch/hydra_app.py: `describe_run`, the settings of what the run builds) and LightningCLI (launch/cli_app.py:
+`instantiate_trainer`, with the data module and model its parser built) each give, and the one builder, `build`, that
+applies every run rule to it in one pass and hands the checkpoint, read once, to the trainer's restore. The rules, each
+written once: the defaults of configs/ (LightningCLI takes them as its defaults); the run's seed and the data decide
+settings of the data module and the model (`apply_rules`); the callbacks every run gets (`always_on_callbacks`); a DDP
+strategy's timeouts, the SLURM root and the progress bar (`trainer_settings`); the run's last line and no directory
+left by a refused one (`running`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ import os
 from datetime import timedelta
 from typing import Any, Callable, Iterator, Sequence
 
-from hydra.utils import instantiate
+import lightning as L
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import get_class, instantiate
 from lightning import Callback, Trainer
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.fabric.plugins.environments import LightningEnvironment
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -27,42 +32,59 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from callbacks.guards.nonfinite import NonFiniteLossGuard
 from callbacks.guards.preemption import SaveOnPreemption
 from callbacks.guards.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
+from checkpoints.loader import load_checkpoint_file
 from checkpoints.model_class import check_data_class, check_model_class
 from checkpoints.trainer import AtomicCheckpointIO, SafeCheckpoints
+from common.registry import qualified_name
 from common.signatures import constructor_defaults
+from configs.settings import MODEL_ARGUMENTS
 from launch.checks.configs import config_file, ddp_timeout_s
 from launch.checks.paths import write_root_refusal
 from launch.checks.settings import SettingsError
 from launch.errors import REFUSALS, StoppedByCtrlC, lightning_exits_as_ours
-from launch.run_layout import TENSORBOARD, process_dir
+from launch.run_layout import LOGGER_FOLDERS, TENSORBOARD, chosen_logger, placed, process_dir, run_name
+from launch.runs.replicas import replicate
 from launch.runs.run_directory import (no_traces_if_refused, requeued_job_checkpoint, run_summary, slurm_job_id,
                                        tensorboard_logger)
 
 
 @dataclasses.dataclass
 class RunDescription:
-    """What a run is, before its trainer exists: what the user chose, not yet where it goes (launch/run_layout.py)."""
+    """What a run is, before its trainer exists: what the user chose, not yet where it goes (launch/run_layout.py).
+    Hydra's gives the settings of its data module, model and callbacks, and the fields after `trainer_class`;
+    LightningCLI's the data module and model its parser built."""
 
-    model: Any  # the built LightningModule
-    datamodule: Any  # the built LightningDataModule
-    trainer: dict[str, Any]  # lightning.Trainer's settings as given, its callbacks built (the logger: see `tensorboard`)
-    name: str  # the run's name (launch/run_layout.py: run_name): its TensorBoard run, its directories
+    model: Any  # the LightningModule, or its settings (`_target_` and its arguments)
+    datamodule: Any  # the LightningDataModule, or its settings
+    trainer: dict[str, Any]  # lightning.Trainer's settings as given, its callbacks built (settings by name: Hydra's)
+    name: str  # the run's name (launch/run_layout.py: run_name): its TensorBoard run, its directories; Hydra's base
     log_dir: str  # the root of everything the run writes (Hydra's log_dir, the CLI's --log_dir)
     front_end: str  # "hydra", "cli" or "replicas": the folder under log_dir of a run without a TensorBoard run
     tensorboard: dict[str, Any] | None  # the TensorBoard run's own settings; None: no TensorBoard run (trainer["logger"] as given)
     output_dir: str | None = None  # a directory already made for the run (Hydra's), where it writes without a logger
     ckpt_path: str | None = None  # the checkpoint to start from
-    checkpoint: dict[str, Any] | None = None  # ckpt_path's content, read once by the front end (given with ckpt_path)
+    checkpoint: dict[str, Any] | None = None  # ckpt_path's content, read once (by LightningCLI's front end, or `build`)
     subcommand: str = "fit"  # what the checkpoint is for: a refusal names the command that works (checkpoints/model_class.py)
     ddp_timeout_s: float = dataclasses.field(default_factory=ddp_timeout_s)
     trainer_class: Callable[..., Any] | None = None  # lightning.Trainer unless the front end adds to it (LightningCLI)
+    optimizer: dict[str, Any] | None = None  # the optimizer's and the scheduler's settings (the model builds them)
+    scheduler: dict[str, Any] | None = None
+    logger: dict[str, Any] | None = None  # the logger group's settings (TensorBoardLogger, CSVLogger or none)
+    seed: Any = None  # the run's seed
+    given: frozenset[str] = frozenset()  # the settings the command line gives: "seed", "model.lr", ...
+    swept: dict[str, Any] = dataclasses.field(default_factory=dict)  # a multirun's swept settings the name shows
+    replicas: dict[str, Any] | None = None  # replicas.seeds and replicas.arms (launch/runs/replicas.py)
 
 
-def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
-    """The run's trainer, and the checkpoint fit starts from; an unusable checkpoint, or another model's, stops the
-    run here, before anything is written but the reserved TensorBoard directory."""
-    # as parsed: a CLI config file may set it (the early checks saw the command line only)
-    if refusal := write_root_refusal("--log_dir" if run.front_end == "cli" else "log_dir", run.log_dir):
+def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
+    """(datamodule, model, trainer, the checkpoint fit starts from) of a described run: what Hydra describes by its
+    settings built first (`built`), then, for both front ends, the checkpoint's classes checked, the logger and the
+    run's directory, the callbacks and the Trainer. An unusable checkpoint, or another model's, stops the run here,
+    before anything is written but the reserved TensorBoard directory."""
+    if isinstance(run.model, dict):  # settings: Hydra's, checked before (launch/hydra_app.py: run)
+        run = built(run)
+    # LightningCLI's as parsed: a -c file may set it (the early checks saw the command line only)
+    elif refusal := write_root_refusal("--log_dir" if run.front_end == "cli" else "log_dir", run.log_dir):
         raise SettingsError(refusal)
     checkpoint = run.checkpoint
     if run.ckpt_path:
@@ -90,9 +112,86 @@ def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
     if checkpoint is not None and type(trainer.strategy.checkpoint_io) in (TorchCheckpointIO, AtomicCheckpointIO):
         # the restore takes the checkpoint read above instead of reading the file again
         trainer.strategy.checkpoint_io = AtomicCheckpointIO(read=(run.ckpt_path, checkpoint))
-    check_launcher(trainer)  # several nodes need a launcher
+    # Several nodes need a launcher that starts a process per device on each (torchrun, srun): without one, Lightning
+    # would wait forever for the other nodes. Its manual layout (MASTER_ADDR, NODE_RANK, WORLD_SIZE set by hand on each
+    # node) counts as one.
+    environment = getattr(trainer.strategy, "cluster_environment", None)
+    if trainer.num_nodes > 1 and type(environment) is LightningEnvironment and "NODE_RANK" not in os.environ:
+        raise SettingsError(
+            f"trainer.num_nodes={trainer.num_nodes} needs a launcher that starts the processes on every node, and "
+            "none was found (no torchrun or SLURM environment). On each node run: torchrun --nnodes="
+            f"{trainer.num_nodes} --nproc-per-node=DEVICES --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 train.py "
+            f"trainer=multinode trainer.num_nodes={trainer.num_nodes} trainer.devices=DEVICES; or, in a SLURM job, "
+            "sbatch scripts/slurm/train.sbatch (srun python train.py trainer=multinode ...); see docs/cluster.md")
     # fit starts from the given checkpoint, else, in a requeued SLURM job, the newest one its earlier attempt saved
-    return trainer, run.ckpt_path or requeued_job_checkpoint(trainer)
+    return run.datamodule, run.model, trainer, run.ckpt_path or requeued_job_checkpoint(trainer)
+
+
+def built(run: RunDescription) -> RunDescription:
+    """The run Hydra describes by its settings, built but for its trainer, in this order: its checkpoint read once; the
+    checkpoint's model settings under those the command line gives (`model=rws ckpt_path=...` resumes a run of
+    model.num_samples=5 with 5, as LightningCLI's `fit --model=RWS --ckpt_path=...` does; another model's checkpoint
+    is left to `build`'s refusal); the run's seed (`resumed_seed`) and the rules; the data module, model and callbacks;
+    the run's name and logger; R replicas of it where replicas.seeds asks (launch/runs/replicas.py)."""
+    checkpoint = load_checkpoint_file(run.ckpt_path) if run.ckpt_path else None
+    data, model, trainer = dict(run.datamodule), dict(run.model), dict(run.trainer)
+    classes = {"data": get_class(data["_target_"]), "model": get_class(model["_target_"])}
+    if checkpoint is not None and checkpoint.get("model_class") == qualified_name(classes["model"]):
+        names = set(constructor_defaults(classes["model"])) - set(MODEL_ARGUMENTS) - {
+            key.removeprefix("model.") for key in run.given if key.startswith("model.")}
+        model.update({k: v for k, v in (checkpoint.get("hyper_parameters") or {}).items() if k in names})
+    seed = resumed_seed(run.seed, "seed" in run.given, checkpoint)
+    if model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
+        torch.compiler.reset()
+    L.seed_everything(seed, workers=True)
+    apply_rules({"data": data, "model": model}, classes, seed, "seed" in run.given,
+                lambda group, key: f"{group}.{key}" in run.given)
+    datamodule = constructed(data, "data")
+    optimizer = instantiate(run.optimizer) if run.optimizer else None
+    scheduler = instantiate(run.scheduler) if run.scheduler else None  # the model's configure_optimizers builds both
+    model = constructed(model, "model", RESUMED if checkpoint is not None else "",
+                        data_shape=list(datamodule.image_shape), optimizer=optimizer, scheduler=scheduler)
+    callbacks = [constructed(settings, f"callbacks.{name}") for name, settings in trainer.pop("callbacks").items()]
+    partial = instantiate(trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
+    name = run_name(run.name, model.run_tag, run.swept)
+    logger, tensorboard = chosen_logger(run, name)
+    described = dataclasses.replace(
+        run, model=model, datamodule=datamodule, name=name, tensorboard=tensorboard, checkpoint=checkpoint,
+        trainer={**partial.keywords, "callbacks": callbacks, "logger": logger}, trainer_class=partial.func,
+        # ~logger: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory;
+        # outside a Hydra app (a config composed in a test), one of the same layout. Placed: no link out of <log_dir>.
+        output_dir=(placed(run.log_dir, "hydra", run.output_dir) if run.output_dir
+                    else process_dir(run.log_dir, "hydra", run.name)))
+    if (run.replicas or {}).get("seeds") is None:
+        return described
+    if logger:  # each replica's run is a TensorBoard run of its own (docs/replicas.md)
+        raise SettingsError(f"logger={LOGGER_FOLDERS[run.logger['_target_']]} with replicas: each replica logs to a "
+                            "TensorBoard run of its own; use logger=tensorboard (or logger=none)")
+    return replicate(described, run.replicas["seeds"], run.replicas.get("arms"))
+
+
+def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
+    """LightningCLI's trainer of its run (`build`), and the checkpoint fit starts from."""
+    *_, trainer, ckpt_path = build(run)
+    return trainer, ckpt_path
+
+
+RESUMED = " (a resumed run takes its checkpoint's model settings where the command line gives none)"
+
+
+def constructed(settings: dict[str, Any], group: str, note: str = "", **kwargs: Any) -> Any:
+    """The object `settings` describe; a refusal of its constructor (a value out of range, a combination of settings)
+    as one line naming the class and the group's setting where it names one, as the early checks do ("data.seed must
+    be ... (MNISTDataModule)"), else the group ("callbacks.model_checkpoint (ValidationCheckpoint): Invalid value for
+    save_top_k=-5 ..."); `note` after it."""
+    try:
+        return instantiate(settings, _convert_="all", **kwargs)
+    except InstantiationException as error:
+        if not isinstance(error.__cause__, (ValueError, TypeError, MisconfigurationException)):
+            raise
+        text, name = str(error.__cause__), settings["_target_"].rsplit(".", 1)[-1]
+        named = text.split(" ", 1)[0].split("=", 1)[0] in settings
+        raise SettingsError(f"{group}.{text} ({name}){note}" if named else f"{group} ({name}): {text}{note}") from None
 
 
 def check_replica_checkpoint(checkpoint: dict[str, Any], model: Any, ckpt_path: str) -> None:
@@ -228,17 +327,3 @@ def strategy_with_timeout(strategy: Any, seconds: float) -> Any:
     if entry is None or "timeout" not in inspect.signature(entry["strategy"]).parameters:
         return strategy
     return entry["strategy"](**{**entry["init_params"], "timeout": timedelta(seconds=max(seconds, STARTUP_TIMEOUT_S))})
-
-
-def check_launcher(trainer: Any) -> None:
-    """Several nodes need a launcher that starts a process per device on each (torchrun, srun): without
-    one, Lightning would wait forever for the other nodes. Lightning's manual layout (MASTER_ADDR,
-    NODE_RANK, WORLD_SIZE set by hand on each node) counts as a launcher."""
-    environment = getattr(trainer.strategy, "cluster_environment", None)
-    if trainer.num_nodes > 1 and type(environment) is LightningEnvironment and "NODE_RANK" not in os.environ:
-        raise SettingsError(
-            f"trainer.num_nodes={trainer.num_nodes} needs a launcher that starts the processes on every node, and "
-            "none was found (no torchrun or SLURM environment). On each node run: torchrun --nnodes="
-            f"{trainer.num_nodes} --nproc-per-node=DEVICES --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 train.py "
-            f"trainer=multinode trainer.num_nodes={trainer.num_nodes} trainer.devices=DEVICES; or, in a SLURM job, "
-            "sbatch scripts/slurm/train.sbatch (srun python train.py trainer=multinode ...); see docs/cluster.md")

@@ -9,6 +9,7 @@ its estimator's settings off their defaults, then in a multirun each swept setti
 from __future__ import annotations
 
 import os
+import pkgutil
 import time
 from typing import Any
 
@@ -42,3 +43,18 @@ def placed(log_dir: str, kind: str, path: str) -> str:
     if os.path.commonpath([folder, os.path.abspath(path)]) != folder:
         return path
     return str(resolved_inside(log_dir, path))
+
+
+def chosen_logger(run: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
+    """The logger a run of Hydra's logger group (`run.logger`, `run.log_dir`) is logged by, placed by this layout:
+    (False, its settings) for TensorBoard, whose run launch/run_builder.py makes; (a CSVLogger of run `name`, None) for
+    logger=csv; (False, None) for logger=none (launch/checks/settings.py refuses a class the layout cannot place)."""
+    settings = dict(run.logger or {})
+    if not settings:
+        return False, None
+    target = settings.pop("_target_")
+    if LOGGER_FOLDERS[target] == TENSORBOARD:
+        return False, settings
+    root = logger_root(run.log_dir, target)
+    placed(run.log_dir, LOGGER_FOLDERS[target], f"{root}/{name}")  # no link out of <log_dir>
+    return pkgutil.resolve_name(target)(save_dir=root, name=name, **settings), None

@@ -302,7 +302,7 @@ class LatentVariableModel(L.LightningModule):
             # nn.Module.compile sends every compiled module through one frame, whose graphs Dynamo caps per process
             # (recompile_limit, 8 by default) before it runs the networks eagerly with a mere log warning: one model's
             # encoder and decoder, in training and evaluation, with and without gradients and on a short last batch,
-            # already take 6. launch/hydra_run.py clears them between the jobs of a multirun.
+            # already take 6. launch/run_builder.py clears them between the jobs of a multirun.
             raise_recompile_limit(COMPILED_GRAPHS_LIMIT)
             self.encoder.compile()
             self.decoder.compile()

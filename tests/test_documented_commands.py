@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-import launch.hydra_run
+import launch.hydra_app
 import launch.cli_app
 import train
 from tests import preloaded
@@ -221,4 +221,4 @@ def compose(args: list[str]) -> None:
         return
     overrides = [a.split("=", 1)[0] + "=" + a.split("=", 1)[1].split(",")[0] for a in args if a != "-m" and "=" in a]
     overrides = [o for o in overrides if not o.startswith(("trainer=", "trainer."))]
-    launch.hydra_run.build(composed(overrides))
+    launch.hydra_app.data_and_model(composed(overrides))

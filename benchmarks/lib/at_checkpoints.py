@@ -25,10 +25,10 @@ def overrides_of(command: str) -> list[str]:
 
 def build(overrides: list[str]) -> tuple[Any, Any]:
     """(data module, model) as `python train.py OVERRIDES` builds them."""
-    import launch.hydra_run
+    import launch.hydra_app
     from launch.checks.hydra_config import compose
 
-    return launch.hydra_run.build(compose(overrides))
+    return launch.hydra_app.data_and_model(compose(overrides))
 
 
 def best_checkpoint(log_dir: Path) -> Path:

@@ -27,11 +27,10 @@ class BareStep:
     """One training step of a model built from `cfg`, without Lightning: the next batch, the loss, backward, Adam."""
 
     def __init__(self, cfg) -> None:
-        import launch.hydra_run
         import launch.hydra_app
         from omegaconf import open_dict
 
-        datamodule, self.module = launch.hydra_run.build(cfg)
+        datamodule, self.module = launch.hydra_app.data_and_model(cfg)
         datamodule.setup("fit")
         if self.module.hparams.get("use_cache") and self.module.hparams.get("cache_size") is None:
             # JSA's per-example cache, which the trainer's copy sizes in `setup` (no trainer here): read and
@@ -39,7 +38,7 @@ class BareStep:
             cfg = cfg.copy()
             with open_dict(cfg):
                 cfg.model.cache_size = datamodule.num_train_examples
-            self.module = launch.hydra_run.build(cfg)[1]
+            self.module = launch.hydra_app.data_and_model(cfg)[1]
         self.optimizer = self.module.configure_optimizers()
         self.module.train()
         self.batches = iter(datamodule.train_dataloader())
@@ -90,7 +89,6 @@ def compose(model: str, steps: int, log_dir: str):
 
 def fit_steps(model: str, steps: int) -> tuple[list[float], list[float]]:
     """(steps inside `launch.hydra_app.run`, the bare steps paired with them)."""
-    import launch.hydra_run
     import launch.hydra_app
 
     from benchmarks.speed import loop_overhead  # the module the config names (this file may run as __main__)
@@ -104,7 +102,6 @@ def fit_steps(model: str, steps: int) -> tuple[list[float], list[float]]:
 
 def lightning_steps(model: str, steps: int) -> tuple[list[float], list[float]]:
     """(steps inside a plain `lightning.Trainer`, the bare steps paired with them)."""
-    import launch.hydra_run
     import launch.hydra_app
 
     from benchmarks.speed import loop_overhead
@@ -112,7 +109,7 @@ def lightning_steps(model: str, steps: int) -> tuple[list[float], list[float]]:
     with tempfile.TemporaryDirectory() as log_dir:
         cfg = compose(model, steps, log_dir)
     L.seed_everything(cfg.seed, workers=True)
-    datamodule, module = launch.hydra_run.build(cfg)
+    datamodule, module = launch.hydra_app.data_and_model(cfg)
     module.configure_callbacks = lambda: []  # this instance only: nothing but the loop itself
     loop_overhead.StepClock.reset(BareStep(cfg))
     trainer = L.Trainer(accelerator=cfg.trainer.accelerator, devices=1, precision=cfg.trainer.precision, max_steps=steps,

@@ -39,9 +39,9 @@ def held_bytes(model_name: str) -> dict[str, float]:
     """MiB the data module's tensors, the model's state and Adam's moments take."""
     sys.path.insert(0, str(REPO))
     from launch.checks.hydra_config import compose as composed
-    import launch.hydra_run
+    import launch.hydra_app
 
-    datamodule, model = launch.hydra_run.build(composed([f"model={model_name}"]))
+    datamodule, model = launch.hydra_app.data_and_model(composed([f"model={model_name}"]))
     datamodule.setup(None)  # every split
     if getattr(model, "use_cache", False) and getattr(model, "cache", None) is None:  # JSA sizes it in setup
         model._allocate_cache(datamodule.num_train_examples)

@@ -95,7 +95,7 @@ def elsewhere(group: str, name: str) -> str:
 def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool = True) -> None:
     """Every setting of a composed config, before anything is seeded, built or written: the top-level ones (a key
     nothing reads, from `+key=value` or a file, is refused, not ignored), the model's (`model`: with an experiment's
-    shared settings applied, launch/hydra_run.py) and the data module's, and with `classes`, once Lightning is imported,
+    shared settings applied, launch/hydra_app.py) and the data module's, and with `classes`, once Lightning is imported,
     each other group's against its class's constructor. Raises SettingsError naming the first setting refused."""
     from omegaconf import OmegaConf
 

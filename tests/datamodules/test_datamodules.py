@@ -546,7 +546,7 @@ def test_partly_missing_data_names_the_missing_files(idx_cls: type[MNISTDataModu
 
 
 def test_train_py_turns_any_data_error_into_one_line(idx_cls: type[MNISTDataModule], idx_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import launch.hydra_run
+    import launch.hydra_app
     import launch.errors
 
     corrupt_file(raw_folder(idx_copy, idx_cls) / "t10k-labels-idx1-ubyte", b"")
@@ -605,14 +605,14 @@ def test_train_py_trains_on_fashion_mnist(front_end: str, mnist_dir: Path, tmp_p
 
 def test_compare_experiment_on_fashion_mnist() -> None:
     """`experiment=compare data=fashion_mnist`: the MLP networks, as on MNIST, and the Bernoulli likelihood of binarized pixels."""
-    import launch.hydra_run
+    import launch.hydra_app
     import launch.run_layout
     import launch.errors
     from tests.launch.test_configs import composed
 
     cfg = composed(["experiment=compare", "model=jsa", "data=fashion_mnist"])
     assert cfg.model.backbone == "mlp" and cfg.data._target_ == "datamodules.FashionMNISTDataModule"
-    data, model = launch.hydra_run.build(cfg)
+    data, model = launch.hydra_app.data_and_model(cfg)
     assert type(data) is FashionMNISTDataModule and model.hparams["likelihood"] == "bernoulli"
     assert launch.run_layout.run_name(cfg.run_name, model.run_tag) == "jsa-fashion_mnist-mlp-K10-L20"
 

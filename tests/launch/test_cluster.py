@@ -266,7 +266,7 @@ def test_a_parallel_job_on_several_gpus_trains_on_its_worker_slots_gpu(tmp_path,
     import torch
 
     from launch.runs import worker_slots
-    from launch.hydra_run import parallel_job_settings
+    from launch.hydra_app import parallel_job_settings
     from launch.checks.hydra_config import compose
 
     holder = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; from launch.runs.worker_slots import "

@@ -10,9 +10,8 @@ import hydra
 import pytest
 from omegaconf import DictConfig
 
-import launch.hydra_run
-import launch.cli_app
 import launch.hydra_app
+import launch.cli_app
 import launch.checks.hydra_config
 import launch.run_builder
 import launch.run_layout
@@ -42,7 +41,7 @@ def composed(overrides: list[str]) -> DictConfig:
 def test_default_is_jsa_on_mnist():
     cfg = composed([])
     assert cfg.model._target_ == "models.JSA" and cfg.data._target_ == "datamodules.MNISTDataModule"
-    _, model = launch.hydra_run.build(cfg)
+    _, model = launch.hydra_app.data_and_model(cfg)
     assert launch.run_layout.run_name(cfg.run_name, model.run_tag) == "jsa-mnist-mlp-K10-L20"  # model, data and the model's key settings
 
 
@@ -64,14 +63,14 @@ def test_a_run_is_named_by_the_settings_that_change_its_estimator(overrides, nam
     """Settings that change the estimator or its cost are in the run's name when not their default, so that TensorBoard's
     run list tells such runs apart; a default run keeps the name of its key settings alone."""
     cfg = composed(overrides)
-    _, model = launch.hydra_run.build(cfg)
+    _, model = launch.hydra_app.data_and_model(cfg)
     assert launch.run_layout.run_name(cfg.run_name, model.run_tag) == name
 
 
 @pytest.mark.parametrize("model", STANDALONE)
 def test_every_estimator_setting_is_a_constructor_setting_and_a_default_run_shows_none(model):
     cfg = composed([f"model={model}"])
-    _, net = launch.hydra_run.build(cfg)
+    _, net = launch.hydra_app.data_and_model(cfg)
     assert set(net.estimator_settings) <= set(constructor_defaults(type(net))) and net.estimator_tag == ""
 
 
@@ -113,7 +112,7 @@ def test_every_model_builds_for_every_data_set(model, data):
     for backbone in ("mlp", "conv"):
         cfg = composed([f"model={model}", f"data={data}"])
         cfg.model.backbone = backbone
-        datamodule, net = launch.hydra_run.build(cfg)
+        datamodule, net = launch.hydra_app.data_and_model(cfg)
         assert net.data_shape == datamodule.image_shape and net.backbone == backbone
         expected = BernoulliLikelihood if data in ("mnist", "fashion_mnist") else DiscretizedLogisticLikelihood  # binarized by default
         assert isinstance(net.likelihood, expected)
@@ -146,7 +145,7 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
         cfg = composed(["experiment=compare", f"model={model}", f"data={data}"])
         assert cfg.model.backbone == backbone and cfg.trainer.max_epochs == 10 and cfg.run_test
         assert cfg.model.lr == 1e-3 and cfg.seed == 0 and cfg.model.test_num_samples == 1000
-        _, built[model] = launch.hydra_run.build(cfg)
+        _, built[model] = launch.hydra_app.data_and_model(cfg)
         assert built[model].test_seed == 0
     jsa, vqvae = built["jsa"], built["vqvae"]
     assert (vqvae.num_categories, vqvae.code_dim, vqvae.num_latents) == (jsa.num_categories, jsa.code_dim, jsa.num_latents) == (10, 16, jsa.num_latents)
@@ -154,7 +153,7 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
     # ... with a learned prior over its codes, fit alongside: MADE over the flat codes, a PixelCNN over the grid
     assert vqvae.prior_name == {"mlp": "autoregressive", "conv": "pixelcnn"}[backbone] and vqvae.autoencoder_epochs is None
     assert jsa.prior_name == "uniform"  # the other models keep theirs
-    flat_on_cifar = launch.hydra_run.model_settings(composed(["experiment=compare", "model=vqvae", "data=cifar10", "model.backbone=mlp"]))
+    flat_on_cifar = launch.hydra_app.model_settings(composed(["experiment=compare", "model=vqvae", "data=cifar10", "model.backbone=mlp"]))
     assert flat_on_cifar["prior"] == "autoregressive"  # the prior follows the layout, not the data set
     for dvae in (built["dvae"], built["dvae_gumbel"]):  # exactly JSA's categorical model
         assert {k: v.shape for k, v in dvae.state_dict().items() if k != "baseline_mean"} == {k: v.shape for k, v in jsa.state_dict().items() if not k.startswith(("cache", "class_used"))}
@@ -166,9 +165,9 @@ def test_compare_experiment_matches_networks_and_latents(data, backbone):
     # command-line setting overrides it.
     assert set(composed(["experiment=compare"]).compare_backbone) == {"mnist", "fashion_mnist", "cifar10"}  # the map holds backbones only
     assert composed(["experiment=compare", "model.hidden_channels=16"]).model.hidden_channels == 16
-    assert launch.hydra_run.model_settings(composed(["experiment=compare", "model=vqvae", "discrete_latent.num_categories=64"]))["num_categories"] == 64
-    assert launch.hydra_run.model_settings(composed(["experiment=compare", "model=jsa", "model.num_categories=4"]))["num_categories"] == 4
-    assert "num_categories" not in launch.hydra_run.model_settings(composed(["experiment=compare", "model=vae"]))  # no discrete latent
+    assert launch.hydra_app.model_settings(composed(["experiment=compare", "model=vqvae", "discrete_latent.num_categories=64"]))["num_categories"] == 64
+    assert launch.hydra_app.model_settings(composed(["experiment=compare", "model=jsa", "model.num_categories=4"]))["num_categories"] == 4
+    assert "num_categories" not in launch.hydra_app.model_settings(composed(["experiment=compare", "model=vae"]))  # no discrete latent
 
 
 def test_the_comparison_sweeps_every_model():
@@ -195,7 +194,7 @@ def test_cifar10_vqvae_paper_experiment_builds_the_paper_setting():
         cfg = composed(["experiment=cifar10_vqvae_paper", f"model={model}"])
         assert cfg.data._target_ == "datamodules.CIFAR10DataModule" and cfg.data.batch_size == 128
         assert cfg.trainer.max_steps == 250_000 and cfg.run_test
-        datamodule, net = launch.hydra_run.build(cfg)
+        datamodule, net = launch.hydra_app.data_and_model(cfg)
         assert net.backbone == "conv" and net.hparams.hidden_channels == 256 and net.lr == 2e-4
         assert type(net.likelihood).__name__ == "DiscretizedLogisticLikelihood"
         if model != "vae":
@@ -223,7 +222,7 @@ def test_jsa_paper_gives_every_model_the_papers_settings(model):
     cfg = composed(["experiment=jsa_paper", f"model={model}"])
     assert (cfg.data.binarize, cfg.data.batch_size, cfg.data.val_size) == ("static", 200, 5000)
     assert (cfg.trainer.max_epochs, cfg.trainer.check_val_every_n_epoch, cfg.run_test) == (500, 5, True)
-    _, built = launch.hydra_run.build(cfg)
+    _, built = launch.hydra_app.data_and_model(cfg)
     assert built.lr == 3e-4 and built.eval_num_samples == {"val": 1000, "test": 1000}
     assert built.activation == "leaky_relu" and any(type(m).__name__ == "LeakyReLU" for m in built.encoder.modules())
     if built.has_discrete_latent:
@@ -238,7 +237,7 @@ def test_jsa_paper_gives_every_model_the_papers_settings(model):
 
 def test_a_command_line_setting_wins_over_the_experiments_per_model_one():
     cfg = composed(["experiment=jsa_paper", "model=jsa", "model.mis_steps=5", "model.code_dim=4"])
-    settings = launch.hydra_run.model_settings(cfg)
+    settings = launch.hydra_app.model_settings(cfg)
     assert settings["mis_steps"] == 5 and settings["code_dim"] == 4 and settings["gradient_states"] == "chain"
 
 
@@ -282,7 +281,7 @@ def test_top_level_and_trainer_settings_are_checked_before_the_run(overrides, me
     cfg = composed(overrides)
     monkeypatch.setattr("sys.argv", ["train.py", *overrides])
     with pytest.raises(SettingsError) as error:
-        check_composed(cfg, launch.hydra_run.model_settings(cfg))
+        check_composed(cfg, launch.hydra_app.model_settings(cfg))
     assert message in str(error.value)
 
 
@@ -293,7 +292,7 @@ def test_a_top_level_key_nothing_reads_is_refused_once_composed_wherever_it_came
 
     monkeypatch.setattr("sys.argv", ["train.py"])
     with pytest.raises(SettingsError, match="^sed: no such setting"):
-        check_composed(cfg := composed(["+sed=3"]), launch.hydra_run.model_settings(cfg))
+        check_composed(cfg := composed(["+sed=3"]), launch.hydra_app.model_settings(cfg))
 
 
 @pytest.mark.parametrize("override, names", [
@@ -322,7 +321,7 @@ def test_a_setting_refused_once_composed_ends_the_run_in_one_line_and_writes_not
 def test_every_shipped_config_passes_the_run_settings_check(experiment, monkeypatch):
     overrides = [f"experiment={experiment}"] if experiment else []
     monkeypatch.setattr("sys.argv", ["train.py", *overrides, "+discrete_latent.code_dim=4"])
-    check_composed(cfg := composed(overrides), launch.hydra_run.model_settings(cfg))
+    check_composed(cfg := composed(overrides), launch.hydra_app.model_settings(cfg))
 
 
 def test_an_unknown_experiment_is_refused_with_the_choices():
@@ -376,5 +375,5 @@ def test_the_seed_seeds_the_data_order_and_the_test_stage_unless_they_are_given(
     """seed=N sets data.seed and model.test_seed (launch/run_builder.py: SEEDED_SETTINGS), as --seed_everything=N does in the
     CLI (tests/launch/test_first_hour.py); one given on the command line keeps its value."""
     for overrides, expected in ((["seed=7"], (7, 7)), (["seed=7", "data.seed=3"], (3, 7)), ([], (0, 0))):
-        datamodule, model = launch.hydra_run.build(composed(overrides))
+        datamodule, model = launch.hydra_app.data_and_model(composed(overrides))
         assert (datamodule.seed, model.test_seed) == expected, overrides

@@ -22,7 +22,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 import launch.cli_app
 import launch.errors
 import launch.hydra_app
-import launch.hydra_run
+import launch.run_builder
 from common.signatures import constructor_defaults
 from launch.checks.configs import config_targets
 from tests import preloaded
@@ -161,7 +161,7 @@ def test_a_multirun_names_each_job_after_its_swept_settings(swept, names, monkey
     for override in swept:
         key, _, values = override.partition("=")
         jobs = [[*job, f"{key}={value}"] for job in jobs for value in values.split(",")]
-    found = {launch.hydra_run.describe_run(composed([*job, "hydra.mode=MULTIRUN"])).name for job in jobs}
+    found = {launch.run_builder.built(launch.hydra_app.describe_run(composed([*job, "hydra.mode=MULTIRUN"]))).name for job in jobs}
     assert found == names
 
 

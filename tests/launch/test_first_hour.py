@@ -20,10 +20,10 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from checkpoints.trainer import SafeCheckpoints
 
-import launch.hydra_run
+import launch.hydra_app
 import launch.cli_app
 import launch.errors
-import launch.hydra_app
+import launch.run_builder
 from callbacks import LineProgressBar
 from common.signatures import settings_of
 from datamodules import MNISTDataModule
@@ -39,8 +39,8 @@ PAIRS = [("jsa", "JSA", "mnist", "MNISTDataModule"), ("dvae_gumbel", "DiscreteVA
 def test_both_front_ends_build_the_same_model_and_data(model, model_cls, data, data_cls, tmp_path):
     """`python train.py model=M data=D` and `python train.py fit --model=C --data=E` resolve to the same
     settings (the class signatures are the one source of defaults; the likelihood follows the data)."""
-    _, hydra_model = launch.hydra_run.build(composed([f"model={model}", f"data={data}"]))
-    hydra_data, _ = launch.hydra_run.build(composed([f"model={model}", f"data={data}"]))
+    _, hydra_model = launch.hydra_app.data_and_model(composed([f"model={model}", f"data={data}"]))
+    hydra_data, _ = launch.hydra_app.data_and_model(composed([f"model={model}", f"data={data}"]))
     cli = launch.cli_app.main([*f"--model={model_cls}".split(" "), f"--data={data_cls}", f"--log_dir={tmp_path}"], run=False)
     without_optimizer = lambda settings: {k: v for k, v in settings.items() if k != "optimizer"}  # Hydra: Adam(model.lr), CLI: None -> the same Adam
     assert without_optimizer(settings_of(cli.model)) == without_optimizer(settings_of(hydra_model))
@@ -248,8 +248,8 @@ def test_callbacks_of_ones_own_replace_the_defaults_but_not_the_guards(tmp_path)
     beside the checkpoint callback and the guards every run keeps (the NaN guard among them); so does ~callbacks in
     Hydra; a run of the defaults has one NaN guard, configs/callbacks/default.yaml's."""
     cli = launch.cli_app.main(["--trainer.callbacks=LearningRateMonitor", f"--log_dir={tmp_path}"], run=False)
-    _, _, hydra_trainer, _ = launch.hydra_run.build_run(composed(["~callbacks", f"log_dir={tmp_path / 'logs'}"]))
-    _, _, default_trainer, _ = launch.hydra_run.build_run(composed([f"log_dir={tmp_path / 'logs'}"]))
+    _, _, hydra_trainer, _ = launch.hydra_app.build_run(composed(["~callbacks", f"log_dir={tmp_path / 'logs'}"]))
+    _, _, default_trainer, _ = launch.hydra_app.build_run(composed([f"log_dir={tmp_path / 'logs'}"]))
     for trainer, own in ((cli.trainer, {"LearningRateMonitor", "ValidationCheckpoint"}), (hydra_trainer, set())):
         kinds = [type(c).__name__ for c in trainer.callbacks]
         assert own | {"SafeCheckpoints", "SaveOnPreemption", "NonFiniteLossGuard"} <= set(kinds) and "ImageGrids" not in kinds, kinds
@@ -375,9 +375,10 @@ def test_hydra_resumes_with_the_checkpoints_settings_under_the_command_lines(tmp
              f"log_dir={tmp_path / 'logs'}"]
     launch.hydra_app.run(composed([*short, "model.num_samples=5", "model.test_num_samples=3", "trainer.max_steps=1"]))
     (checkpoint,) = tmp_path.glob("logs/tensorboard/*/version_0/checkpoints/last.ckpt")
-    resumed = launch.hydra_run.describe_run(composed([*short, f"ckpt_path={checkpoint}", "trainer.max_steps=2"]))
+    resumed = launch.run_builder.built(launch.hydra_app.describe_run(composed([*short, f"ckpt_path={checkpoint}", "trainer.max_steps=2"])))
     assert (resumed.model.num_samples, resumed.model.hparams["test_num_samples"]) == (5, 3)
-    given = launch.hydra_run.describe_run(composed([*short, f"ckpt_path={checkpoint}", "model.num_samples=7", "trainer.max_steps=2"]))
+    given = launch.run_builder.built(launch.hydra_app.describe_run(composed([*short, f"ckpt_path={checkpoint}", "model.num_samples=7",
+                                                                           "trainer.max_steps=2"])))
     assert (given.model.num_samples, given.model.hparams["test_num_samples"]) == (7, 3)
 
 
@@ -611,14 +612,14 @@ def test_a_run_ends_with_one_line_naming_its_directory_checkpoint_and_tensorboar
 def test_enable_checkpointing_false_runs_without_checkpoints_in_both_front_ends(tmp_path, mnist_dir, monkeypatch):
     """trainer.enable_checkpointing=false is done, not refused by Lightning beside the default ModelCheckpoint: Hydra
     leaves out callbacks.model_checkpoint, LightningCLI its --checkpoint callback."""
-    import launch.hydra_run
+    import launch.hydra_app
     import launch.checks.hydra_config
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     monkeypatch.setenv("DATA_DIR", str(mnist_dir))
     monkeypatch.chdir(tmp_path)
     hydra_cfg = launch.checks.hydra_config.compose(["model=vae", "trainer.enable_checkpointing=false", f"log_dir={tmp_path}"])
-    _, _, trainer, _ = launch.hydra_run.build_run(hydra_cfg)
+    _, _, trainer, _ = launch.hydra_app.build_run(hydra_cfg)
     cli = launch.cli_app.main(["--model=VAE", "--trainer.enable_checkpointing=false", f"--log_dir={tmp_path}"],
                               run=False)
     for trainer in (trainer, cli.trainer):

@@ -12,8 +12,8 @@ import torch
 
 import launch.checks.hydra_config
 import launch.hydra_app
+import launch.run_builder
 import launch.cli_app
-import launch.hydra_run
 from common.signatures import constructor_defaults
 from configs.settings import ModelSettings
 from launch.checks.precheck import EarlyRefusal
@@ -50,7 +50,7 @@ def test_its_settings_are_found_beside_it_and_checked():
 
 
 def test_both_front_ends_build_it_without_a_backbone(tmp_path):
-    _, model = launch.hydra_run.build(composed([]), {"_target_": f"{__name__}.BitsAutoencoder", "num_bits": 4})
+    _, model = launch.hydra_app.data_and_model(composed([]), {"_target_": f"{__name__}.BitsAutoencoder", "num_bits": 4})
     cli = launch.cli_app.main([f"--model={__name__}.BitsAutoencoder", "--model.num_bits=4", f"--log_dir={tmp_path}"], run=False)
     for built in (model, cli.model):
         assert type(built) is BitsAutoencoder and built.settings.num_bits == 4 and built.hparams["likelihood"] == "bernoulli"
@@ -63,7 +63,7 @@ def test_a_config_of_ones_own_extends_its_classs_defaults_and_its_settings_are_c
     (tmp_path / "model" / "bits.yaml").write_text(f"# @package _global_\ndefaults:\n  - /model_defaults@model: BitsAutoencoder\n"
                                                   f"  - _self_\nmodel:\n  _target_: {__name__}.BitsAutoencoder\n  num_bits: 4\n")
     cfg = launch.checks.hydra_config.compose(["model=bits", "model.val_num_samples=2"], [tmp_path])
-    _, model = launch.hydra_run.build(cfg)
+    _, model = launch.hydra_app.data_and_model(cfg)
     assert type(model) is BitsAutoencoder and model.settings.num_bits == 4 and model.hparams["val_num_samples"] == 2
     with pytest.raises(EarlyRefusal, match=r"model\.num_bitz: .*bits\.yaml has no such key; did you mean model\.num_bits\?"):
         check_hydra(["--config-dir", str(tmp_path), "model=bits", "model.num_bitz=3"])
@@ -78,12 +78,12 @@ class NamedVAE(VAE):
 def test_a_class_of_ones_own_in_place_of_a_configs_names_its_runs_as_the_cli_does(tmp_path):
     """model=vae model._target_=...NamedVAE builds no VAE: its runs are named by its class, as LightningCLI names them;
     a run_name given stays the name."""
-    hydra = launch.hydra_run.describe_run(composed(["model=vae", f"model._target_={__name__}.NamedVAE", f"log_dir={tmp_path}"]))
+    hydra = launch.run_builder.built(launch.hydra_app.describe_run(composed(["model=vae", f"model._target_={__name__}.NamedVAE", f"log_dir={tmp_path}"])))
     cli = launch.cli_app.main([f"--model={__name__}.NamedVAE", f"--log_dir={tmp_path}"], run=False)
     assert hydra.name == cli.trainer.logger.name == "namedvae-mnist-mlp-z32"
-    assert launch.hydra_run.describe_run(composed(["model=vae", f"log_dir={tmp_path}"])).name == "vae-mnist-mlp-z32"
+    assert launch.run_builder.built(launch.hydra_app.describe_run(composed(["model=vae", f"log_dir={tmp_path}"]))).name == "vae-mnist-mlp-z32"
     given = composed(["model=vae", f"model._target_={__name__}.NamedVAE", "run_name=mine", f"log_dir={tmp_path}"])
-    assert launch.hydra_run.describe_run(given).name == "mine-mlp-z32"
+    assert launch.run_builder.built(launch.hydra_app.describe_run(given)).name == "mine-mlp-z32"
 
 
 def test_a_misspelt_class_of_ones_own_is_one_line_with_the_closest_class_of_its_module():

@@ -13,7 +13,6 @@ from lightning.pytorch.cli import SaveConfigCallback
 import launch.checks.settings
 import launch.cli_app
 import launch.hydra_app
-import launch.hydra_run
 import launch.run_builder
 from common.signatures import settings_of
 from tests.conftest import says
@@ -22,7 +21,8 @@ from tests.launch.test_configs import composed
 
 @pytest.fixture
 def described(monkeypatch):
-    """Every RunDescription the builder is given, in order; `python train.py fit` builds everything and fits nothing."""
+    """Every RunDescription the builder builds, in order (Hydra's as built from its settings); `python train.py fit`
+    builds everything and fits nothing."""
     import functools
 
     import lightning
@@ -30,21 +30,25 @@ def described(monkeypatch):
     # LightningCLI reads the fit subcommand's options (--ckpt_path) from Trainer.fit's signature: kept by wraps
     monkeypatch.setattr(lightning.Trainer, "fit", functools.wraps(lightning.Trainer.fit)(lambda trainer, *args, **kwargs: None))
     seen = []
-    build_trainer = launch.run_builder.build_trainer
+    built, build_trainer = launch.run_builder.built, launch.cli_app.build_trainer
 
-    def recording(run):
+    def hydras(run):
+        seen.append(built(run))
+        return seen[-1]
+
+    def clis(run):
         seen.append(run)
         return build_trainer(run)
 
-    for front_end in (launch.hydra_run, launch.cli_app):  # each calls the one builder
-        monkeypatch.setattr(front_end, "build_trainer", recording)
+    monkeypatch.setattr(launch.run_builder, "built", hydras)  # each front end's run goes to the one builder
+    monkeypatch.setattr(launch.cli_app, "build_trainer", clis)
     return seen
 
 
 def both_front_ends(tmp_path: Path, hydra: list[str], cli: list[str]) -> tuple:
     """(Hydra's description and trainer, the CLI's) of one run given to each front end in its own words."""
     log_dir = tmp_path / "logs"
-    _, _, hydra_trainer, hydra_resume = launch.hydra_run.build_run(composed([*hydra, f"log_dir={log_dir}"]))
+    _, _, hydra_trainer, hydra_resume = launch.hydra_app.build_run(composed([*hydra, f"log_dir={log_dir}"]))
     app = launch.cli_app.main(["fit", *cli, f"--log_dir={log_dir}"])
     return hydra_trainer, hydra_resume, app
 
@@ -104,7 +108,7 @@ def test_a_checkpoint_resumes_into_its_own_run_through_both_front_ends_and_anoth
     from checkpoints.errors import CheckpointError
 
     with pytest.raises(CheckpointError, match="was written by models.jsa.JSA, not models.vae.VAE"):
-        launch.hydra_run.build_run(composed(["model=vae", f"ckpt_path={checkpoint}", f"log_dir={tmp_path / 'logs'}"]))
+        launch.hydra_app.build_run(composed(["model=vae", f"ckpt_path={checkpoint}", f"log_dir={tmp_path / 'logs'}"]))
     capsys.readouterr()
     with pytest.raises(SystemExit):  # the same check, before LightningCLI reads the checkpoint's hyperparameters
         launch.cli_app.main(["fit", "--model=VAE", f"--ckpt_path={checkpoint}", f"--log_dir={tmp_path / 'logs'}"])
@@ -167,7 +171,7 @@ def test_a_setting_given_before_its_class_applies_to_that_class(tmp_path, descri
                                                   ("none", None, None)])
 def test_hydras_logger_group_chooses_the_logger_and_the_layout_places_it(choice, kind, folder, tmp_path, described, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _, _, trainer, _ = launch.hydra_run.build_run(composed([f"logger={choice}", f"log_dir={tmp_path / 'logs'}"]))
+    _, _, trainer, _ = launch.hydra_app.build_run(composed([f"logger={choice}", f"log_dir={tmp_path / 'logs'}"]))
     if kind is None:
         assert trainer.logger is None and described[0].tensorboard is None
     else:
@@ -189,7 +193,7 @@ def test_a_logger_or_scheduler_the_run_cannot_place_is_refused(overrides, refusa
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SettingsError) as refused:
-        launch.hydra_run.build_run(composed([*overrides, f"log_dir={tmp_path / 'logs'}"]))
+        launch.hydra_app.run(composed([*overrides, f"log_dir={tmp_path / 'logs'}"]))
     assert refusal in str(refused.value)
 
 
@@ -201,28 +205,30 @@ def test_replicas_under_ddp_are_refused_before_any_process_starts(overrides, tmp
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SettingsError) as refused:
-        launch.hydra_run.build_run(composed([*overrides, "replicas.seeds=[0,1]", f"log_dir={tmp_path / 'logs'}"]))
+        launch.hydra_app.build_run(composed([*overrides, "replicas.seeds=[0,1]", f"log_dir={tmp_path / 'logs'}"]))
     assert str(refused.value).startswith("replicas.seeds with trainer.strategy=")
     assert "replicas train as one process on one device" in str(refused.value)
 
 
 @pytest.mark.parametrize("override, named", [
-    ("data.seed=18446744073709551616", "data (MNISTDataModule): seed "),
-    ("data.split_seed=-1", "data (MNISTDataModule): split_seed "),
-    ("model.test_seed=18446744073709551616", "model (JSA): test_seed "),
+    ("data.seed=18446744073709551616", "data.seed must be an integer in [0, 4294967295] (numpy's seed range), got "
+     "18446744073709551616 (MNISTDataModule)"),
+    ("data.split_seed=-1", "data.split_seed must be an integer in [0, 4294967295] (numpy's seed range), got -1 (MNISTDataModule)"),
+    ("model.test_seed=18446744073709551616", "model.test_seed must be an integer in [0, 4294967295] (numpy's seed range), "
+     "got 18446744073709551616 (JSA)"),
 ])
 def test_a_constructors_refusal_names_the_group_class_and_setting_before_the_run(override, named, monkeypatch):
     from launch.checks.settings import SettingsError
 
     monkeypatch.setattr("sys.argv", ["train.py", override])
     with pytest.raises(SettingsError) as refused:
-        launch.hydra_run.build(composed([override]))
+        launch.hydra_app.data_and_model(composed([override]))
     assert str(refused.value).startswith(named) and "4294967295" in str(refused.value)
 
 
 @pytest.mark.parametrize("override, named", [
     ("callbacks.model_checkpoint.save_top_k=-5", "callbacks.model_checkpoint (ValidationCheckpoint): Invalid value for save_top_k=-5"),
-    ("callbacks.gradient_variance.every_n_steps=-1", "callbacks.gradient_variance (GradientVariance): every_n_steps must be >= 0"),
+    ("callbacks.gradient_variance.every_n_steps=-1", "callbacks.gradient_variance.every_n_steps must be >= 0, got -1 (GradientVariance)"),
     # a class path that cannot be imported (a misspelled class; a package of one's own not on the path)
     ("+callbacks.mine._target_=callbacks.PrintEpok", "callbacks.mine._target_=callbacks.PrintEpok: module 'callbacks' has no "
      "attribute 'PrintEpok'"),
@@ -240,7 +246,7 @@ def test_a_refused_callback_or_class_is_one_line_naming_it_before_the_run(overri
 
     monkeypatch.setattr("sys.argv", ["train.py", override])
     with pytest.raises(SettingsError) as refused:
-        launch.hydra_run.build_run(composed([override, f"log_dir={tmp_path / 'logs'}"]))
+        launch.hydra_app.run(composed([override, f"log_dir={tmp_path / 'logs'}"]))
     assert str(refused.value).startswith(named) and "\n" not in str(refused.value), refused.value
     assert not (tmp_path / "logs").exists() and not [r for r in caplog.records if r.levelname == "ERROR"]  # (nor logged)
 
@@ -310,7 +316,7 @@ def test_a_val_check_interval_past_the_epoch_is_one_line_and_leaves_no_run(tmp_p
     from launch.checks.settings import SettingsError
 
     monkeypatch.chdir(tmp_path)
-    datamodule, model, trainer, _ = launch.hydra_run.build_run(composed([
+    datamodule, model, trainer, _ = launch.hydra_app.build_run(composed([
         "trainer.max_steps=1", "trainer.limit_train_batches=2", "trainer.val_check_interval=5", "trainer.limit_val_batches=1",
         f"log_dir={tmp_path / 'logs'}"]))
     with pytest.raises(SettingsError, match=r"^`val_check_interval` \(5\) must be less than or equal to"):
@@ -333,12 +339,12 @@ def test_a_setting_given_beside_a_resumed_runs_own_that_cannot_go_with_it_names_
     that cannot go with one of them (use_cache=false beside the run's cache_refresh=0.2) is refused in one line that
     says the other came from the checkpoint."""
     monkeypatch.chdir(tmp_path)
-    _, model, trainer, _ = launch.hydra_run.build_run(composed(["model.cache_refresh=0.2", f"log_dir={tmp_path / 'logs'}"]))
+    _, model, trainer, _ = launch.hydra_app.build_run(composed(["model.cache_refresh=0.2", f"log_dir={tmp_path / 'logs'}"]))
     checkpoint = Path(trainer.logger.log_dir) / "checkpoints" / "last.ckpt"
     trainer.strategy.connect(model)
     trainer.save_checkpoint(checkpoint)
     with pytest.raises(launch.checks.settings.SettingsError) as refusal:
-        launch.hydra_run.build_run(composed(["model.use_cache=false", f"ckpt_path={checkpoint}", f"log_dir={tmp_path / 'logs'}"]))
+        launch.hydra_app.build_run(composed(["model.use_cache=false", f"ckpt_path={checkpoint}", f"log_dir={tmp_path / 'logs'}"]))
     says(str(refusal.value), "model.cache_refresh", "use_cache=false",
          "a resumed run takes its checkpoint's model settings where the command line gives none")
     assert "\n" not in str(refusal.value)

@@ -140,7 +140,7 @@ def test_a_process_folder_that_links_out_of_its_kind_is_refused_and_one_placed_e
 def test_a_csv_run_name_folder_that_links_elsewhere_is_refused(tmp_path):
     from omegaconf import OmegaConf
 
-    from launch.hydra_run import chosen_logger
+    from launch.run_layout import chosen_logger
 
     users = tmp_path / "users-folder"
     users.mkdir()

@@ -450,13 +450,13 @@ def test_hydra_selects_santa_and_the_splitting_integrator() -> None:
     optimizer (the training loop attaches it like every sampler)."""
     from tests.launch.test_configs import composed
 
-    import launch.hydra_run
+    import launch.hydra_app
 
     for overrides, cls, integrator in ((["optimizer=santa"], Santa, "splitting"),
                                        (["optimizer=sghmc", "optimizer.integrator=splitting"], SGHMC, "splitting"),
                                        (["optimizer=sgnht", "optimizer.integrator=splitting"], SGNHT, "splitting"),
                                        (["optimizer=sghmc"], SGHMC, "euler")):
-        _, model = launch.hydra_run.build(composed(["model=vae", *overrides]))
+        _, model = launch.hydra_app.data_and_model(composed(["model=vae", *overrides]))
         optimizer = model.optimizer_factory(model.parameters())
         assert isinstance(optimizer, cls) and optimizer.param_groups[0]["integrator"] == integrator, overrides
 

@@ -546,7 +546,7 @@ def test_a_bad_sampler_setting_is_refused_when_the_model_is_built_not_at_the_fir
     """Both front ends turn a constructor's ValueError into one line; the optimizer's own checks must run there too."""
     import functools
 
-    import launch.hydra_run
+    import launch.hydra_app
     from launch.checks.settings import SettingsError
     from models import VAE
     from samplers import SGLD
@@ -555,7 +555,7 @@ def test_a_bad_sampler_setting_is_refused_when_the_model_is_built_not_at_the_fir
     with pytest.raises(ValueError, match="optimizer: step size lr must be > 0"):
         VAE(optimizer=functools.partial(SGLD, lr=-1.0))
     with pytest.raises(SettingsError, match="optimizer: step size lr must be > 0"):
-        launch.hydra_run.build(composed(["model=vae", "optimizer=santa", "optimizer.lr=-1"]))
+        launch.hydra_app.data_and_model(composed(["model=vae", "optimizer=santa", "optimizer.lr=-1"]))
 
 
 def test_hmc_is_refused_as_a_training_optimizer_in_both_front_ends():
@@ -563,7 +563,7 @@ def test_hmc_is_refused_as_a_training_optimizer_in_both_front_ends():
     minibatch's, with fresh latents each closure call. It subclasses SGMCMC, so it must be refused by name."""
     import functools
 
-    import launch.hydra_run
+    import launch.hydra_app
     from launch.checks.settings import SettingsError
     from models import VAE
     from samplers import HMC
@@ -572,7 +572,7 @@ def test_hmc_is_refused_as_a_training_optimizer_in_both_front_ends():
     with pytest.raises(ValueError, match="optimizer: HMC is not a training optimizer"):
         VAE(optimizer=functools.partial(HMC, lr=0.01))
     with pytest.raises(SettingsError, match="optimizer: HMC is not a training optimizer"):
-        launch.hydra_run.build(composed(["model=vae", "optimizer=sgld", "optimizer._target_=samplers.HMC"]))
+        launch.hydra_app.data_and_model(composed(["model=vae", "optimizer=sgld", "optimizer._target_=samplers.HMC"]))
 
 
 def test_posterior_samples_are_in_the_checkpoint_and_a_resumed_run_continues_the_collection(mnist_dir, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import launch.cli_app
-import launch.hydra_run
+import launch.hydra_app
 from launch.checks.settings import SettingsError
 from models import VAE
 from tests.launch.test_configs import composed
@@ -49,7 +49,7 @@ def test_hydras_cosine_over_a_run_bounded_by_steps_alone_says_to_give_t_max(monk
     overrides = ["model=vae", "scheduler=cosine", "trainer.max_epochs=-1", "trainer.max_steps=3"]
     monkeypatch.setattr("sys.argv", ["train.py", *overrides])
     with pytest.raises(SettingsError, match=r"model \(VAE\): scheduler: CosineAnnealingLR's T_max=-1: .*give scheduler.T_max=N"):
-        launch.hydra_run.build(composed(overrides))
+        launch.hydra_app.data_and_model(composed(overrides))
 
 
 def test_the_cli_refuses_a_zero_step_size_in_one_line(tmp_path, capsys):

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import launch.hydra_run
 import launch.hydra_app
 from models import JSA, VAE, VQVAE
 from models.components.likelihoods import build_likelihood
@@ -140,15 +139,15 @@ def test_every_model_trains_and_tests_with_compiled_networks(mnist_dir, tmp_path
         frames = torch._dynamo.utils.counters["frames"]
         assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2, model  # they ran compiled
         assert frames["ok"] == frames["total"], (model, dict(frames))  # every call traced, none left eager at a limit
-    assert len(resets) == len(STANDALONE)  # launch.hydra_run cleared the previous job's graphs
-    # Without launch.hydra_run, as in a notebook, models of other shapes built one after the other still run compiled
+    assert len(resets) == len(STANDALONE)  # launch.run_builder cleared the previous job's graphs
+    # Without launch.run_builder, as in a notebook, models of other shapes built one after the other still run compiled
     # (configure_model's limit): with Dynamo's default of 8, the fifth's networks ran eagerly. Dynamo's graph count
     # and its limit are the same whatever backend runs the graphs: the eager backend, not inductor's code generation.
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *a, **k: original(self, *a, **{**k, "backend": "eager"}))
     reset()
     torch._dynamo.utils.counters.clear()
     for num_categories in range(2, 8):
-        lightning_module = launch.hydra_run.build(composed(["model=jsa", "model.compile=true", f"model.num_categories={num_categories}"]))[1]
+        lightning_module = launch.hydra_app.data_and_model(composed(["model=jsa", "model.compile=true", f"model.num_categories={num_categories}"]))[1]
         lightning_module.configure_model()
         x = torch.bernoulli(torch.full((4, 1, 28, 28), 0.2))
         for training in (True, False):
