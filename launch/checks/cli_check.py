@@ -10,16 +10,16 @@ import itertools
 import pkgutil
 import re
 import sys
-import types
 from pathlib import Path
-from typing import Any, Optional, Union, get_args, get_origin
+from typing import Any, Optional
 
 from launch.checks.arguments import cli_options, values_of
 from launch.checks.configs import GROUPS, NOT_SETTINGS, config_targets, declared, default_classes
-from common.settings import SEED_RANGE, expected
-from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, no_such_setting, \
+from common.settings import SEED_RANGE
+from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, \
     removed_trainer_option
 from launch.checks.received_config import composed, given_settings
+from launch.checks.settings import SettingsError, check_group, class_hints
 
 # The options whose value is a class (its settings follow: --optimizer=Adam --optimizer.lr=0.1), with a class for each.
 CLASS_OPTIONS = {"optimizer": "Adam", "lr_scheduler": "StepLR", "model.optimizer": "Adam", "model.scheduler": "StepLR",
@@ -33,7 +33,6 @@ SHORT_NAME_MODULES = ("torch.optim", "torch.optim.lr_scheduler", "lightning.pyto
 CLI_OPTIONS = ("config", "print_config", "seed_everything", "log_dir", "ckpt_path", "fresh_weights", "help", "model",
                "data", "trainer", "checkpoint", "replicas", *CLASS_OPTIONS)
 REPLICA_HINTS = {"seeds": Optional[list[int]], "arms": Optional[list[dict[str, Any]]]}  # --replicas.seeds, .arms
-KINDS = {list: "a list ([a,b,...])", dict: "a mapping ({key: value, ...})"}  # what a list or mapping option expects
 
 
 def load() -> dict[str, Any]:
@@ -53,10 +52,7 @@ def imported_hints(target: str) -> dict[str, Any] | None:
     """setting -> type hint of the class at `target`, from its constructor, once Lightning is imported; else None."""
     if "lightning" not in sys.modules:
         return None
-    from common.signatures import constructor_defaults, constructor_hints
-
-    cls = pkgutil.resolve_name(target)
-    return {**dict.fromkeys(constructor_defaults(cls)), **constructor_hints(cls)}
+    return class_hints(pkgutil.resolve_name(target))
 
 
 def class_named(value: str) -> str | None:
@@ -187,14 +183,13 @@ def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | No
     settings = schema["classes"].get(chosen[group]) or imported_hints(chosen[group])
     if settings is None or "." in name or name in ("class_path", "dict_kwargs", "help"):
         return
-    known = [*settings, *NOT_SETTINGS.get(group, ())]  # LightningCLI exposes these too (--model.optimizer, ...)
-    if name not in known:
-        owners = [cls for cls, target in schema["cli_classes"].get(group, {}).items() if name in schema["classes"].get(target, {})]
-        taken_by = (f"{owners[0]} (--{group}={owners[0]})" if shown else owners[0]) if owners else ""
-        what = "option" if shown else "setting"
-        raise EarlyRefusal(no_such_setting(given, chosen[group].rsplit(".", 1)[-1], known, taken_by, what))
-    if value is not None and name in settings and (wrong := misfit(settings[name], read_value(value))) is not None:
-        raise EarlyRefusal(f"{given}={wrong[0]!r}: expected {wrong[1]}")
+    # LightningCLI exposes these too (--model.optimizer, ...); the check Hydra's composed settings get (settings.py)
+    hints = {**settings, **{key: Any for key in NOT_SETTINGS.get(group, ()) if key not in settings}}
+    try:
+        check_group(chosen[group].rsplit(".", 1)[-1], hints, {name: ... if value is None else read_value(value)},
+                       given.rpartition(".")[0], shown)
+    except SettingsError as refusal:
+        raise EarlyRefusal(str(refusal)) from None
 
 
 def read_value(text: str) -> Any:
@@ -207,21 +202,6 @@ def read_value(text: str) -> Any:
         return ...
     read = values_of(text, cli=True)
     return read[0] if read is not None else ...
-
-
-def misfit(hint: Any, value: Any) -> tuple[Any, str] | None:
-    """(the value, or the item of a list or mapping, that does not fit the type hint, what was expected), or None."""
-    union = get_origin(hint) in (Union, types.UnionType)
-    kinds = [kind for kind in (get_args(hint) if union else (hint,)) if kind is not type(None)]
-    if value is ... or (value is None and union and len(kinds) < len(get_args(hint))):
-        return None
-    if len(kinds) == 1 and get_origin(kinds[0]) in KINDS:  # a list or a mapping: of the kind, then each item
-        kind, item = get_origin(kinds[0]), get_args(kinds[0])[-1]
-        if not isinstance(value, kind):
-            return value, KINDS[kind]
-        return next(filter(None, (misfit(item, part) for part in (value if kind is list else value.values()))), None)
-    want = None if hint is Any else expected(hint, value)
-    return (value, want) if want is not None else None
 
 
 def check_required(pairs: list[tuple[str, str | None, str | None]], chosen: dict[str, str | None]) -> None:
