@@ -203,7 +203,7 @@ class CollectionCLI(LightningCLI):
 def main(args: list[str] | None = None, run: bool = True) -> Any:
     """LightningCLI on the same classes, with the same defaults as the Hydra configs (JSA on MNIST, the
     likelihood that suits the data, the same callbacks) and runs named like Hydra's. The command line is checked
-    first, as before the imports (train.py) and now with every class importable (launch/checks/cli_check.py)."""
+    first, as before the imports (train.py), here with every class importable (launch/checks/cli_check.py)."""
     args = CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
     subcommand = args[0] if args and args[0] in SUBCOMMANDS else "fit"
     refusal = refuse_early(args if args and args[0] in SUBCOMMANDS else [subcommand, *args], cli=True)

@@ -25,7 +25,6 @@ from launch.checks.settings import SettingsError, check_group, class_hints
 CLASS_OPTIONS = {"optimizer": "Adam", "lr_scheduler": "StepLR", "model.optimizer": "Adam", "model.scheduler": "StepLR",
                  "trainer.callbacks": "LearningRateMonitor", "trainer.logger": "CSVLogger"}
 CLASS_SETTINGS = tuple(f"{option}." for option in CLASS_OPTIONS)
-FIRST_GIVEN_BY_THE_CALLER = ("optimizer", "lr_scheduler", "model.optimizer", "model.scheduler")  # (params, optimizer)
 # Where LightningCLI finds a class given by its short name (--optimizer=Adam, --trainer.logger=CSVLogger).
 SHORT_NAME_MODULES = ("torch.optim", "torch.optim.lr_scheduler", "lightning.pytorch.loggers",
                       "lightning.pytorch.callbacks")
@@ -68,10 +67,11 @@ def class_named(value: str) -> str | None:
 
 
 def check_cli_command(argv: list[str], prints_only: bool) -> None:
-    """Raise EarlyRefusal for the first mistake of a LightningCLI command line that can be seen without the imports: a
+    """Raise EarlyRefusal for the first mistake of a LightningCLI command line that can be seen before it is parsed: a
     --config file that does not exist (jsonargparse's report names no file), a class, option or setting the chosen
     class does not take, a value of the wrong type or range; the settings of its --config files included (each in its
-    place: what comes later wins, as in jsonargparse). Whether a config file is YAML is checked before
+    place: what comes later wins, as in jsonargparse); once Lightning is imported, the settings of class-valued options
+    and of one's own classes too, and those a chosen class requires. Whether a config file is YAML is checked before
     (launch/checks/received_config.py); whether test has a checkpoint once parsed (launch/cli_app.py)."""
     if prints_only:
         return  # the help options and print_config refuse nothing
@@ -147,11 +147,11 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
     for option, value in later:
         check_cli_setting(option, value, chosen, schema, shown="--")
     check_required(pairs, chosen)
-    for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them: the last value read
-        read = [(option[2:].removeprefix(f"{group}.").removeprefix("init_args."), values_of(text, cli=True))
-                for option, value, file in pairs
-                if option.startswith(f"--{group}.") and (text := unquoted(value) if file else value) is not None]
-        given = {name: values[0] for name, values in read if "." not in name and values is not None}
+    for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them: the last value given
+        read = {key[len(group) + 1:]: values_of(text, cli=True) for option, value, file in pairs
+                if (key := setting_key(option)).startswith(f"{group}.")
+                and (text := unquoted(value) if file else value) is not None}
+        given = {name: values[0] for name, values in read.items() if values}
         check_combination(group, chosen[group], given, f"--{group}")
 
 
@@ -212,7 +212,8 @@ def check_required(pairs: list[tuple[str, str | None, str | None]], chosen: dict
         at = max(index for index, key in enumerate(keys) if key.removesuffix(".class_path") == group)
         given = {key[len(group) + 1:] for key in keys[at + 1:] if key.startswith(f"{group}.")}
         parameters = list(inspect.signature(pkgutil.resolve_name(chosen[group])).parameters.values())
-        wanted = [p.name for p in parameters[group in FIRST_GIVEN_BY_THE_CALLER:]
+        # (an optimizer's first argument, its parameters, and a scheduler's, its optimizer, are given by the caller)
+        wanted = [p.name for p in parameters[not group.startswith("trainer."):]
                   if p.default is p.empty and p.name not in given and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         if wanted:
             option, value, file = pairs[at]

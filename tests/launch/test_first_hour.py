@@ -259,8 +259,8 @@ def test_callbacks_of_ones_own_replace_the_defaults_but_not_the_guards(tmp_path)
 
 
 def test_a_scheduler_without_its_optimizer_is_refused_and_works_with_it(tmp_path, monkeypatch, capsys):
-    """LightningCLI applies --lr_scheduler only to an optimizer it builds from --optimizer: alone (here from a -c file,
-    which the early checks leave to the parser) it would be dropped in silence; with --optimizer it schedules."""
+    """LightningCLI applies --lr_scheduler only to an optimizer it builds from --optimizer: alone (here from a -c file)
+    it would be dropped in silence; with --optimizer it schedules."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sched.yaml").write_text("lr_scheduler:\n  class_path: torch.optim.lr_scheduler.StepLR\n  init_args: {step_size: 5}\n"
                                          "trainer: {max_steps: 1, limit_val_batches: 0}\n")
