@@ -142,6 +142,15 @@ def test_a_rule_of_the_command_is_one_line_before_anything_is_built(command, lin
     assert error.startswith("error: ") and line in error, error
 
 
+def test_the_check_knows_every_option_of_the_cli_itself(tmp_path):
+    """The check refuses a bare option that is a chosen class's setting (--max_steps), never one of the parser's own
+    (CLI_OPTIONS)."""
+    from launch.checks.cli_check import CLI_OPTIONS
+
+    cli = launch.cli_app.main([f"--log_dir={tmp_path}"], run=False)
+    assert {key.split(".")[0] for key in cli.parser.get_defaults().keys()} <= set(CLI_OPTIONS)
+
+
 @pytest.mark.parametrize("front_end", ["hydra", "cli"])
 def test_a_setting_refused_when_the_model_meets_its_data_is_one_line_and_leaves_no_run(front_end, tmp_path, monkeypatch,
                                                                                         capsys):
