@@ -91,7 +91,8 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
             pairs.append((option, value, None))
     given = {option: value for option, value, _ in pairs}  # (before jsonargparse asks for the scheduler's settings)
     scheduler = given.get("--lr_scheduler") or given.get("--lr_scheduler.class_path")
-    if scheduler not in (None, "null") and given.get("--optimizer", given.get("--optimizer.class_path")) in (None, "null"):
+    optimizer = given.get("--optimizer") or given.get("--optimizer.class_path")  # (a file's mapping: its class_path)
+    if scheduler not in (None, "null") and optimizer in (None, "null"):
         raise EarlyRefusal(scheduler_without_optimizer(scheduler))
     seed = given.get("--seed_everything")
     read = values_of(seed, cli=True) if seed is not None else [True]

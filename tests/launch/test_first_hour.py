@@ -279,8 +279,12 @@ def test_a_scheduler_without_its_optimizer_is_refused_and_works_with_it(tmp_path
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --lr_scheduler=StepLR without --optimizer would be ignored")
     both = launch.cli_app.main(["--optimizer=Adam", "--optimizer.lr=0.01", "--lr_scheduler=StepLR", "--lr_scheduler.step_size=5",
                                 f"--log_dir={tmp_path}"], run=False)
-    [optimizer], [scheduler] = both.model.configure_optimizers()
-    assert isinstance(scheduler, torch.optim.lr_scheduler.StepLR) and scheduler.optimizer is optimizer
+    (tmp_path / "both.yaml").write_text("optimizer:\n  class_path: torch.optim.Adam\n  init_args: {lr: 0.01}\n"
+                                        + (tmp_path / "sched.yaml").read_text())
+    in_a_file = launch.cli_app.main(["--model=VAE", "-c", "both.yaml", f"--log_dir={tmp_path}"], run=False)
+    for cli in (both, in_a_file):
+        [optimizer], [scheduler] = cli.model.configure_optimizers()
+        assert isinstance(scheduler, torch.optim.lr_scheduler.StepLR) and scheduler.optimizer is optimizer
 
 
 def test_cli_integer_batch_limits_are_counts(tmp_path):
