@@ -4,7 +4,6 @@ one line naming the option as given."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import inspect
 import pkgutil
@@ -24,14 +23,13 @@ from checkpoints.loader import load_checkpoint_file
 from common.lightning_files import RunConfigFile
 from common.registry import IMPORTABLE_HINT, qualified_name
 from common.settings import SEED_RANGE
-from common.signatures import constructor_defaults
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch.checks.arguments import option_values
-from launch.checks.cli_check import options_of_chosen_classes, scheduler_without_optimizer
+from launch.checks.cli_check import REPLICA_HINTS, SHORT_NAME_MODULES
 from launch.checks.configs import default_class, log_dir as default_log_dir, seed as default_seed
 from launch.checks.early import exit_with, refuse_early
-from launch.checks.precheck import closest_in_module, did_you_mean, no_such_setting
+from launch.checks.precheck import closest_in_module, did_you_mean
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import user_errors_as_one_line
 from launch.run_builder import (RunDescription, apply_rules, build_trainer, checkpoint_settings, default_callbacks, resumed_seed,
@@ -45,18 +43,12 @@ from models import LatentVariableModel
 # The lines of jsonargparse's report that say where, not what (_one_line)
 REPORT_NOISE = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path", "Parser key",
                 "Expected a <class 'NoneType'>")
-# Where LightningCLI finds a class given by its short name (--optimizer=Adam, --trainer.logger=CSVLogger).
-SHORT_NAME_MODULES = ("torch.optim", "torch.optim.lr_scheduler", "lightning.pytorch.loggers", "lightning.pytorch.callbacks")
-CLASS_EXAMPLES = {"optimizer": "Adam", "lr_scheduler": "StepLR", "scheduler": "StepLR", "callbacks": "LearningRateMonitor",
-                  "logger": "CSVLogger"}  # a class for each class-valued option, in the line that asks for one
-KINDS = {"float": "a number", "int": "an integer", "bool": "true or false", "str": "a string",  # as the early check says
-         "list": "a list ([a,b,...])", "dict": "a mapping ({key: value, ...})"}
 SEED = restricted_number_type("Seed", int, [(">=", SEED_RANGE[0]), ("<=", SEED_RANGE[1])])  # numpy's range, as Hydra's seed
 
 
 class Parser(LightningArgumentParser):
-    """Refuses an abbreviated option; reports a wrong one in one line; validate's and test's parsers (parser_kwargs
-    `evaluates`) take --fresh_weights."""
+    """Refuses an abbreviated option; reports what the check before parsing (`main`) leaves to it in one line;
+    validate's and test's parsers (parser_kwargs `evaluates`) take --fresh_weights."""
 
     def __init__(self, *args: Any, evaluates: str | None = None, **kwargs: Any) -> None:
         # argparse takes --trainer.max_epoch as an abbreviation of --trainer.max_epochs: a typo would run silently.
@@ -79,11 +71,8 @@ class Parser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
         given = CollectionCLI.command_line
         subcommand = given[0] if given and given[0] in SUBCOMMANDS else "fit"
-        # the same line as before the imports (with "did you mean") where the early check sees the mistake; else the
-        # first of our lines for a report of jsonargparse's that names no fix; else its report in one line
-        ours = refuse_early(given, cli=True) or next(filter(None, (line(message, given) for line in REPORT_LINES)), None)
-        exit_with(ours or f"{_one_line(message, given)}{_meant_option(message, given)} (python train.py {subcommand} --help "
-                          "lists the options)")
+        help_line = f"python train.py {subcommand} --help lists the options"
+        exit_with(_no_class(message, given) or f"{_one_line(message, given)} ({help_line})")
 
 
 class CollectionCLI(LightningCLI):
@@ -104,10 +93,10 @@ class CollectionCLI(LightningCLI):
         # --trainer.callbacks=..., extended with --trainer.callbacks+=...
         parser.add_argument("--log_dir", type=str, default=default_log_dir(),
                             help="root of everything a run writes: TensorBoard runs under <log_dir>/tensorboard (as Hydra's log_dir)")
-        parser.add_argument("--replicas.seeds", type=Optional[list[int]], default=None,
+        parser.add_argument("--replicas.seeds", type=REPLICA_HINTS["seeds"], default=None,
                             help="train this configuration for these seeds in one process, each replica a run of its own "
                                  "(docs/replicas.md), e.g. [0,1,2,3]")
-        parser.add_argument("--replicas.arms", type=Optional[list[dict[str, Any]]], default=None,
+        parser.add_argument("--replicas.arms", type=REPLICA_HINTS["arms"], default=None,
                             help="settings replicas of one seed may differ in, one replica per seed and arm, e.g. "
                                  "'[{}, {cache_start_epoch: 300}]' (JSA: cache_start_epoch, cache_refresh)")
         # A group of its own, not one of LightningCLI's callback keys: instantiate_trainer adds it to the callbacks, which
@@ -154,8 +143,6 @@ class CollectionCLI(LightningCLI):
             raise SettingsError(f"{self.subcommand} without --ckpt_path would {self.subcommand} untrained weights: give the "
                                 "checkpoint of a run, --ckpt_path=logs/tensorboard/<run>/version_N/checkpoints/last.ckpt, or "
                                 f"--fresh_weights=true to {self.subcommand} a freshly initialized model")
-        if config.get("lr_scheduler") and not config.get("optimizer"):  # LightningCLI would leave the scheduler out
-            raise SettingsError(scheduler_without_optimizer(str(getattr(config.lr_scheduler, "class_path", config.lr_scheduler))))
         # The run rules, as in the Hydra front end (launch/run_builder.py: apply_rules); a seed_everything from a -c
         # file counts as given where it differs from the default.
         seed = config.seed_everything  # (SEED's values as plain ints: a model's hyperparameters keep the seed)
@@ -215,9 +202,13 @@ class CollectionCLI(LightningCLI):
 
 def main(args: list[str] | None = None, run: bool = True) -> Any:
     """LightningCLI on the same classes, with the same defaults as the Hydra configs (JSA on MNIST, the
-    likelihood that suits the data, the same callbacks) and runs named like Hydra's."""
+    likelihood that suits the data, the same callbacks) and runs named like Hydra's. The command line is checked
+    first, as before the imports (train.py), here with every class importable (launch/checks/cli_check.py)."""
     args = CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
     subcommand = args[0] if args and args[0] in SUBCOMMANDS else "fit"
+    refusal = refuse_early(args if args and args[0] in SUBCOMMANDS else [subcommand, *args], cli=True)
+    if refusal:
+        exit_with(refusal)
     with user_errors_as_one_line():
         return CollectionCLI(
             LatentVariableModel,
@@ -274,56 +265,6 @@ def _one_line(text: str, args: list[str]) -> str:
     return (f"{name}: " if name else "") + "; ".join(reasons)
 
 
-def _required(message: str, args: list[str]) -> str | None:
-    """jsonargparse's "the following arguments are required: T_max" as the option that sets it, for the one class given
-    on the command line that requires it: '--model.scheduler.T_max: required by CosineAnnealingLR (--model.scheduler=...);
-    give --model.scheduler.T_max=VALUE'."""
-    names = re.fullmatch(r"the following arguments are required: ([\w, ]+)", message.strip())
-    wanted = names[1].split(", ") if names else []
-
-    def requires(value: str) -> bool:
-        parameters = inspect.signature(cls).parameters if (cls := _class_named(value)) else {}
-        return all(name in parameters and parameters[name].default is inspect.Parameter.empty for name in wanted)
-
-    classes = [(option, value) for option, value in option_values(args) if wanted and value and requires(value)]
-    if len(classes) != 1:
-        return None
-    option, value = classes[0]
-    options = [f"{option}.{name}" for name in wanted]
-    return (f"{', '.join(options)}: required by {value.rsplit('.', 1)[-1]} ({option}={value}); give "
-            f"{' '.join(f'{name}=VALUE' for name in options)}")
-
-
-def _class_named(value: str) -> type | None:
-    """The class an option's value names: a class path, or a short name LightningCLI resolves (SHORT_NAME_MODULES);
-    None where it names none."""
-    for path in (value, *(f"{module}.{value}" for module in SHORT_NAME_MODULES)) if re.fullmatch(r"(\w+\.)*[A-Z]\w*", value) else ():
-        with contextlib.suppress(Exception):  # imported quietly: hydra's get_object logs every miss
-            return pkgutil.resolve_name(path)
-    return None
-
-
-def _not_accepted(message: str, args: list[str]) -> str | None:
-    """jsonargparse's "Option 'weight_decay' is not accepted" as the option given: a setting of a class-valued option
-    given before its class (`--model.optimizer.weight_decay=0.1` needs `--model.optimizer=Adam` first), or one that
-    the class given does not take, with the closest that it does."""
-    found = re.fullmatch(r"Option '(\w+)' is not accepted", message.strip())
-    given = option_values(args)
-    at = next((index for index, (option, _) in enumerate(given) if found and option.endswith(f".{found[1]}")), None)
-    if at is None:
-        return None
-    option = given[at][0]
-    owner = option.rsplit(".", 1)[0].removesuffix(".init_args")
-    chosen = [value for name, value in given[:at] if name in (owner, f"{owner}+", f"{owner}.class_path") and value]
-    if not chosen and any(arg.startswith(("-c", "--config")) for arg in args):
-        return None  # the class may come from a config file
-    if not chosen:
-        example = CLASS_EXAMPLES.get(owner.rsplit(".", 1)[-1].lstrip("-"))
-        return f"{option}: give its class first ({owner}=CLASS{f', e.g. {example}' if example else ''}), then its settings"
-    cls = _class_named(chosen[-1])  # its settings as both front ends read them (a subclass's declared ones too)
-    return no_such_setting(option, chosen[-1].rsplit(".", 1)[-1], list(constructor_defaults(cls) if cls is not None else {}))
-
-
 def _no_class(message: str, args: list[str]) -> str | None:
     """jsonargparse's report of a class that cannot be found, as the option and the fix: for a name, the closest class
     LightningCLI finds by name ('--optimizer=Adamw: no such class; did you mean AdamW?'); for a path, the closest class
@@ -344,26 +285,6 @@ def _no_class(message: str, args: list[str]) -> str | None:
     if missing and missing[1] == found[1].split(".")[0]:
         return f"{named}: no module named '{missing[1]}'; {IMPORTABLE_HINT}"
     return f"{named}: {no_attribute[0]}{closest_in_module(found[1])}" if no_attribute else None
-
-
-def _wrong_kind(message: str, args: list[str]) -> str | None:
-    """jsonargparse's "Expected a <class 'float'>. Got value: abc" (a setting of a class of one's own, which the early
-    check leaves to the parser; a list option such as --replicas.seeds) in the early check's words:
-    "--model.beta='abc': expected a number"."""
-    found = re.search(r"Expected a <class '(\w+)'>.*?(?:Got|Given) value: ([^\n]*)", message, flags=re.S)
-    option = _option(message, args)
-    return f"{option}={found[2].strip()!r}: expected {KINDS[found[1]]}" if found and found[1] in KINDS and option else None
-
-
-def _meant_option(message: str, args: list[str]) -> str:
-    """'; did you mean --trainer.max_steps?' for jsonargparse's "unrecognized arguments: --max_steps=3", from the
-    settings of the classes the command line chooses."""
-    found = re.match(r"unrecognized arguments: (--\w+)", message.strip())
-    return did_you_mean(found[1], options_of_chosen_classes(args)) if found else ""
-
-
-# Our line for each of jsonargparse's reports that names no fix (None where the report is another).
-REPORT_LINES = (_required, _no_class, _not_accepted, _wrong_kind)
 
 
 def _given(args: list[str], group: str) -> set[str]:

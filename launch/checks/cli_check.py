@@ -1,19 +1,37 @@
-"""The early check of a LightningCLI command line (`python train.py fit --OPTION VALUE ...`): the settings of the
-chosen classes, given on the command line or in its --config files."""
+"""The check of a LightningCLI command line (`python train.py fit --OPTION VALUE ...`): the settings of the chosen
+classes, given on the command line or in its --config files. Run before the imports (train.py) and once after them
+(launch/cli_app.py), when the classes of class-valued options (--optimizer=Adam) and one's own are importable too."""
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import itertools
+import pkgutil
+import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-from launch.checks.arguments import cli_options, option_values, values_of
+from launch.checks.arguments import cli_options, values_of
 from launch.checks.configs import GROUPS, NOT_SETTINGS, config_targets, declared, default_classes
-from common.settings import SEED_RANGE, expected
-from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, no_such_setting, \
+from common.settings import SEED_RANGE
+from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, \
     removed_trainer_option
 from launch.checks.received_config import composed, given_settings
+from launch.checks.settings import SettingsError, check_group, class_hints
+
+# The options whose value is a class (its settings follow: --optimizer=Adam --optimizer.lr=0.1), with a class for each.
+CLASS_OPTIONS = {"optimizer": "Adam", "lr_scheduler": "StepLR", "model.optimizer": "Adam", "model.scheduler": "StepLR",
+                 "trainer.callbacks": "LearningRateMonitor", "trainer.logger": "CSVLogger"}
+CLASS_SETTINGS = tuple(f"{option}." for option in CLASS_OPTIONS)
+# Where LightningCLI finds a class given by its short name (--optimizer=Adam, --trainer.logger=CSVLogger).
+SHORT_NAME_MODULES = ("torch.optim", "torch.optim.lr_scheduler", "lightning.pytorch.loggers",
+                      "lightning.pytorch.callbacks")
+# The options of LightningCLI's own (launch/cli_app.py) that are no class's setting: a bare option besides these is one.
+CLI_OPTIONS = ("config", "print_config", "seed_everything", "log_dir", "ckpt_path", "fresh_weights", "help", "model",
+               "data", "trainer", "checkpoint", "replicas", *CLASS_OPTIONS)
+REPLICA_HINTS = {"seeds": Optional[list[int]], "arms": Optional[list[dict[str, Any]]]}  # --replicas.seeds, .arms
 
 
 def load() -> dict[str, Any]:
@@ -22,6 +40,7 @@ def load() -> dict[str, Any]:
     constructors' too (the Trainer's: before, LightningCLI checks them)."""
     targets = {"lightning.Trainer", *(target for group in GROUPS for target in config_targets(group).values())}
     classes = {target: hints for target in targets if (hints := declared(target) or imported_hints(target)) is not None}
+    classes["replicas"] = REPLICA_HINTS  # LightningCLI's --replicas.seeds and --replicas.arms (launch/cli_app.py)
     # LightningCLI's --model=NAME and --data=NAME: the classes configs/model/ and configs/data/ build (CONTRIBUTING.md)
     cli_classes = {group: {target.rsplit(".", 1)[-1]: target for target in sorted(set(config_targets(group).values()))}
                    for group in ("model", "data")}
@@ -32,19 +51,27 @@ def imported_hints(target: str) -> dict[str, Any] | None:
     """setting -> type hint of the class at `target`, from its constructor, once Lightning is imported; else None."""
     if "lightning" not in sys.modules:
         return None
-    from hydra.utils import get_class
+    return class_hints(pkgutil.resolve_name(target))
 
-    from common.signatures import constructor_defaults, constructor_hints
 
-    cls = get_class(target)
-    return {**dict.fromkeys(constructor_defaults(cls)), **constructor_hints(cls)}
+def class_named(value: str) -> str | None:
+    """The path of the class an option's value names (a class path, or a short name LightningCLI resolves:
+    SHORT_NAME_MODULES), once Lightning is imported; None before, or where it names none (jsonargparse says so)."""
+    if "lightning" not in sys.modules or not re.fullmatch(r"(\w+\.)*[A-Z]\w*", value):
+        return None
+    for path in (value, *(f"{module}.{value}" for module in SHORT_NAME_MODULES)):
+        with contextlib.suppress(Exception):  # imported quietly: hydra's get_object logs every miss
+            if inspect.isclass(pkgutil.resolve_name(path)):
+                return path
+    return None
 
 
 def check_cli_command(argv: list[str], prints_only: bool) -> None:
-    """Raise EarlyRefusal for the first mistake of a LightningCLI command line that can be seen without the imports: a
+    """Raise EarlyRefusal for the first mistake of a LightningCLI command line that can be seen before it is parsed: a
     --config file that does not exist (jsonargparse's report names no file), a class, option or setting the chosen
     class does not take, a value of the wrong type or range; the settings of its --config files included (each in its
-    place: what comes later wins, as in jsonargparse). Whether a config file is YAML is checked before
+    place: what comes later wins, as in jsonargparse); once Lightning is imported, the settings of class-valued options
+    and of one's own classes too, and those a chosen class requires. Whether a config file is YAML is checked before
     (launch/checks/received_config.py); whether test has a checkpoint once parsed (launch/cli_app.py)."""
     if prints_only:
         return  # the help options and print_config refuse nothing
@@ -64,7 +91,8 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
             pairs.append((option, value, None))
     given = {option: value for option, value, _ in pairs}  # (before jsonargparse asks for the scheduler's settings)
     scheduler = given.get("--lr_scheduler") or given.get("--lr_scheduler.class_path")
-    if scheduler not in (None, "null") and given.get("--optimizer", given.get("--optimizer.class_path")) in (None, "null"):
+    optimizer = given.get("--optimizer") or given.get("--optimizer.class_path")  # (a file's mapping: its class_path)
+    if scheduler not in (None, "null") and optimizer in (None, "null"):
         raise EarlyRefusal(scheduler_without_optimizer(scheduler))
     seed = given.get("--seed_everything")
     read = values_of(seed, cli=True) if seed is not None else [True]
@@ -84,7 +112,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         name = name.strip('"')  # (a file's quoted name)
         targets = {**registered[group], **{path: path for path in registered[group].values()}}
         if name.lstrip().startswith("{") or ("." in name and name not in targets):
-            return None  # --model='{"class_path": ...}', or a class of the user's own package
+            return class_named(name)  # a class of the user's own package, once importable; '{"class_path": ...}'
         if name not in targets:
             names = sorted(registered[group])
             raise EarlyRefusal(f"{f'--config={file}: {option[2:]}: {name}' if file else f'{option}={name}'} is not one of "
@@ -92,68 +120,112 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         return targets[name]
 
     # The classes in effect, from configs/train.yaml's defaults (default_classes) to the last choice; a file's settings
-    # are its classes' (jsonargparse drops them if a later option chooses another class), the command line's the last.
-    chosen: dict[str, str | None] = {**default_classes(), "trainer": "lightning.Trainer"}
+    # are its classes' (jsonargparse drops them if a later option chooses another class), the command line's the last
+    # (a class-valued option's: the one chosen before it, as jsonargparse reads them).
+    chosen: dict[str, str | None] = {**default_classes(), "trainer": "lightning.Trainer", "replicas": "replicas"}
+
+    def choose(option: str, value: str | None, file: str | None) -> bool:
+        group = setting_key(option).removesuffix(".class_path")
+        if value is None or group not in ("model", "data", *CLASS_OPTIONS):
+            return False
+        named = class_of(group, option, value, file) if group in ("model", "data") else class_named(value.strip('"'))
+        chosen[group] = named
+        return True
+
+    later: list[tuple[str, str | None]] = []  # the command line's options but the class-valued ones' settings
     for file, run in itertools.groupby(pairs, key=lambda pair: pair[2]):  # the command line's options between files, a file's
         run = list(run)
+        for option, value, _ in run if file else []:
+            choose(option, value, file)
         for option, value, _ in run:
-            group = option[2:].removesuffix(".class_path")
-            if group in ("model", "data") and value is not None:
-                chosen[group] = class_of(group, option, value, file)
-        for option, value, _ in run if file is not None else []:
+            if file is None and (choose(option, value, None) or not setting_key(option).startswith(CLASS_SETTINGS)):
+                later.append((option, value))
+                continue
             try:
-                check_cli_setting(option, unquoted(value), chosen, schema, shown="")
+                check_cli_setting(option, unquoted(value) if file else value, chosen, schema, "" if file else "--")
             except EarlyRefusal as refusal:
-                raise EarlyRefusal(f"--config={file}: {refusal}") from None
-    for option, value, file in pairs:
-        if file is None:
-            check_cli_setting(option, value, chosen, schema, shown="--")
-    for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them: the last value read
-        read = [(option[2:].removeprefix(f"{group}.").removeprefix("init_args."), values_of(text, cli=True))
-                for option, value, file in pairs
-                if option.startswith(f"--{group}.") and (text := unquoted(value) if file else value) is not None]
-        given = {name: values[0] for name, values in read if "." not in name and values is not None}
+                raise EarlyRefusal(f"--config={file}: {refusal}" if file else str(refusal)) from None
+    for option, value in later:
+        check_cli_setting(option, value, chosen, schema, shown="--")
+    check_required(pairs, chosen)
+    for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them: the last value given
+        read = {key[len(group) + 1:]: values_of(text, cli=True) for option, value, file in pairs
+                if (key := setting_key(option)).startswith(f"{group}.")
+                and (text := unquoted(value) if file else value) is not None}
+        given = {name: values[0] for name, values in read.items() if values}
         check_combination(group, chosen[group], given, f"--{group}")
+
+
+def setting_key(option: str) -> str:
+    """An option's setting as a dotted key, without --, + and init_args: --model.init_args.lr -> model.lr."""
+    return ".".join(part for part in option[2:].rstrip("+").split(".") if part != "init_args")
 
 
 def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | None], schema: dict[str, Any], shown: str) -> None:
     """One `--group.name VALUE` of a LightningCLI command (named `<shown>group.name`: `--` on the command line, none in a
-    config file) against the chosen classes: a name the class does not take, or a value of the wrong type."""
-    group, dot, name = option[2:].rstrip("+").partition(".")
-    if not dot or group not in chosen or chosen[group] is None:
+    config file) against the chosen classes: a name the class does not take, or a value of the wrong type; a
+    class-valued option's setting before its class; a bare option that is a chosen class's setting (--max_steps)."""
+    key, given = setting_key(option), shown + option[2:].rstrip("+")  # as written: --model.x, model.init_args.x
+    if "." not in key and key not in CLI_OPTIONS and shown:
+        options = [f"--{group}.{name}" for group, target in chosen.items() if target and "." not in group
+                   for name in schema["classes"].get(target) or {}]
+        if meant := did_you_mean(option, options):
+            raise EarlyRefusal(f"unrecognized arguments: {option}{'' if value is None else f'={value}'}{meant}")
+    owner = next((group for group in CLASS_OPTIONS if key.startswith(f"{group}.")), None)
+    if owner is not None and owner not in chosen:
+        example = CLASS_OPTIONS[owner]
+        raise EarlyRefusal(f"{given}: give its class first ({shown}{owner}=CLASS, e.g. {example}), then its settings")
+    group = max((group for group in chosen if key.startswith(f"{group}.")), key=len, default=None)
+    if group is None or chosen[group] is None:
         return
-    name = name.removeprefix("init_args.")
+    name = key[len(group) + 1:]
     if group == "trainer" and name in REMOVED_TRAINER_OPTIONS:
         raise EarlyRefusal(removed_trainer_option(f"{shown}{group}.{name}", value, cli=bool(shown)))
-    settings = schema["classes"].get(chosen[group])
-    if settings is None or "." in name or name in ("class_path", "init_args", "dict_kwargs", "help"):
+    settings = schema["classes"].get(chosen[group]) or imported_hints(chosen[group])
+    if settings is None or "." in name or name in ("class_path", "dict_kwargs", "help"):
         return
-    known = [*settings, *NOT_SETTINGS.get(group, ())]  # LightningCLI exposes these too (--model.optimizer, ...)
-    given = shown + option[2:].rstrip("+")  # as written: --model.mis_steps, model.init_args.mis_steps
-    if name not in known:
-        owners = [cls for cls, target in schema["cli_classes"].get(group, {}).items() if name in schema["classes"].get(target, {})]
-        taken_by = (f"{owners[0]} (--{group}={owners[0]})" if shown else owners[0]) if owners else ""
-        owner = chosen[group].rsplit(".", 1)[-1]
-        raise EarlyRefusal(no_such_setting(given, owner, known, taken_by, "option" if shown else "setting"))
-    if value is not None and name in settings:
-        for read in values_of(value, cli=True) or []:
-            if (want := expected(settings[name], read)) is not None:
-                raise EarlyRefusal(f"{given}={read!r}: expected {want}")
+    # LightningCLI exposes these too (--model.optimizer, ...); the check Hydra's composed settings get (settings.py)
+    hints = {**settings, **{key: Any for key in NOT_SETTINGS.get(group, ()) if key not in settings}}
+    try:
+        check_group(chosen[group].rsplit(".", 1)[-1], hints, {name: ... if value is None else read_value(value)},
+                       given.rpartition(".")[0], shown)
+    except SettingsError as refusal:
+        raise EarlyRefusal(str(refusal)) from None
 
 
-def options_of_chosen_classes(argv: list[str]) -> list[str]:
-    """`--group.setting` for every setting of the Trainer and of the model and data classes the command line chooses
-    (`--model=VAE`; the defaults otherwise): the options a bare `--max_steps` may have meant."""
-    schema, given = load(), dict(option_values(argv[1:]))
-    chosen = {group: schema["cli_classes"][group].get(name, name) if (name := given.get(f"--{group}")) else default
-              for group, default in default_classes().items()}
-    return [f"--{group}.{setting}" for group, target in {"trainer": "lightning.Trainer", **chosen}.items()
-            for setting in schema["classes"].get(target) or {}]
+def read_value(text: str) -> Any:
+    """An option's value as jsonargparse reads it (YAML 1.1), or ... where it cannot be read here."""
+    if text.lstrip().startswith(("[", "{")):
+        import yaml
+
+        with contextlib.suppress(yaml.YAMLError):
+            return yaml.safe_load(text)
+        return ...
+    read = values_of(text, cli=True)
+    return read[0] if read is not None else ...
+
+
+def check_required(pairs: list[tuple[str, str | None, str | None]], chosen: dict[str, str | None]) -> None:
+    """Each class a class-valued option chooses (once importable) given every setting its constructor requires: the
+    option to give, as jsonargparse's "the following arguments are required: T_max" does not name it."""
+    for group in (group for group in CLASS_OPTIONS if chosen.get(group)):
+        keys = [setting_key(option) for option, _, _ in pairs]
+        at = max(index for index, key in enumerate(keys) if key.removesuffix(".class_path") == group)
+        given = {key[len(group) + 1:] for key in keys[at + 1:] if key.startswith(f"{group}.")}
+        parameters = list(inspect.signature(pkgutil.resolve_name(chosen[group])).parameters.values())
+        # (an optimizer's first argument, its parameters, and a scheduler's, its optimizer, are given by the caller)
+        wanted = [p.name for p in parameters[not group.startswith("trainer."):]
+                  if p.default is p.empty and p.name not in given and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if wanted:
+            option, value, file = pairs[at]
+            options = [f"--{group}.{name}" for name in wanted]
+            raise EarlyRefusal(f"{', '.join(options)}: required by {chosen[group].rsplit('.', 1)[-1]} "
+                               f"({f'--config={file}: ' if file else ''}{option}={value}); give "
+                               f"{' '.join(f'{name}=VALUE' for name in options)}")
 
 
 def scheduler_without_optimizer(scheduler: str) -> str:
-    """The line that refuses --lr_scheduler without --optimizer (here, and once parsed in launch/cli_app.py: a config
-    file may give either), the scheduler named by its class name."""
+    """The line that refuses --lr_scheduler without --optimizer, the scheduler named by its class name."""
     scheduler = scheduler.rsplit(".", 1)[-1]
     return (f"--lr_scheduler={scheduler} without --optimizer would be ignored: LightningCLI schedules only an optimizer it "
             f"builds itself; give both: --optimizer=Adam --optimizer.lr=3e-4 --lr_scheduler={scheduler} with its settings "

@@ -11,7 +11,8 @@ import inspect
 import pkgutil
 import re
 import sys
-from typing import Any
+import types
+from typing import Any, Union, get_args, get_origin
 
 from common.registry import IMPORTABLE_HINT
 from common.settings import SEED_RANGE, expected
@@ -28,6 +29,7 @@ CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger",
 # The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
 LAYOUT_SETTINGS = {"save_dir": "log_dir", "name": "run_name"}
 REPLICA_SETTINGS = ["replicas.seeds", "replicas.arms"]  # what launch/runs/replicas.py reads
+KINDS = {list: "a list ([a,b,...])", dict: "a mapping ({key: value, ...})"}  # what a list or mapping setting expects
 BASE_CLASSES = {"model": "models.LatentVariableModel", "data": "datamodules.ImageDataModule"}  # (LightningCLI's too)
 
 
@@ -70,26 +72,57 @@ def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:
         raise SettingsError(f"{prefix}.max_time={max_time}: expected DD:HH:MM:SS, e.g. 00:12:00:00 for 12 hours (or null)")
 
 
-def check_settings(cls: type, settings: dict[str, Any], prefix: str) -> None:
-    """Raise SettingsError naming the first `prefix.key` whose name or value does not fit `cls`'s constructor."""
+def class_hints(cls: Any) -> dict[str, Any]:
+    """setting -> type hint (Any where it has none) of each setting `cls`'s constructor takes (common/signatures.py)."""
     hints = constructor_hints(cls)
-    known = [*hints, *(name for name in constructor_defaults(cls) if name not in hints)]
-    # a factory function with **kwargs takes any key (a class's **kwargs are followed up its hierarchy instead)
-    takes_any = not inspect.isclass(cls) and any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls).parameters.values())
+    return {**hints, **{name: Any for name in constructor_defaults(cls) if name not in hints}}
+
+
+def check_settings(cls: Any, settings: dict[str, Any], prefix: str) -> None:
+    """Raise SettingsError naming the first `prefix.key` whose name or value does not fit `cls`'s constructor."""
+    hints = class_hints(cls)  # a factory function with **kwargs takes any key (a class's: followed up its hierarchy)
+    if not inspect.isclass(cls) and any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls).parameters.values()):
+        hints.update({key: Any for key in settings if key not in hints})
+    check_group(cls.__name__, hints, settings, prefix)
+
+
+def check_group(owner: str, hints: dict[str, Any], settings: dict[str, Any], prefix: str, option: str = "") -> None:
+    """Raise SettingsError naming the first `prefix.key` of `settings` that `owner`'s settings (`hints`: name -> type
+    hint) do not hold, with the closest or the class of its group that takes it (`elsewhere`), or whose value does not
+    fit its hint. `option`: '--' for LightningCLI's options (`--model.x`), '' for a setting (`model.x`)."""
     for key, value in settings.items():
-        if key.startswith("_"):
+        if key.startswith("_") or isinstance(value, str) and "${" in value:  # (an interpolation: resolved later)
             continue
-        if key not in known and not takes_any:
-            raise SettingsError(no_such_setting(f"{prefix}.{key}", cls.__name__, known))
-        want = expected(hints[key], value) if key in hints else None
-        if want is not None:
-            raise SettingsError(f"{prefix}.{key}={value!r}: expected {want}")
+        if key not in hints:
+            taken_by = elsewhere(prefix.lstrip("-").split(".", 1)[0], key, option)
+            what = "option" if option else "setting"
+            raise SettingsError(no_such_setting(f"{prefix}.{key}", owner, list(hints), taken_by, what))
+        if (wrong := misfit(hints[key], value)) is not None:
+            raise SettingsError(f"{prefix}.{key}={wrong[0]!r}: expected {wrong[1]}")
 
 
-def elsewhere(group: str, name: str) -> str:
-    """'JSA (model=jsa)' when another config of the group builds a class that takes `name`, else ''."""
-    owners = [(choice, target) for choice, target in config_targets(group).items() if name in (declared(target) or {})]
-    return f"{owners[0][1].rsplit('.', 1)[-1]} ({group}={owners[0][0]})" if owners else ""
+def misfit(hint: Any, value: Any) -> tuple[Any, str] | None:
+    """(the value, or the item of a list or mapping, that does not fit the type hint, what was expected), or None;
+    `...`: a value not read (left to the parser)."""
+    union = get_origin(hint) in (Union, types.UnionType)
+    kinds = [kind for kind in (get_args(hint) if union else (hint,)) if kind is not type(None)]
+    if value is ... or (value is None and union and len(kinds) < len(get_args(hint))):
+        return None
+    if len(kinds) == 1 and get_origin(kinds[0]) in KINDS:  # a list or a mapping: of the kind, then each item
+        kind, item = get_origin(kinds[0]), get_args(kinds[0])[-1]
+        if not isinstance(value, kind):
+            return value, KINDS[kind]
+        return next(filter(None, (misfit(item, part) for part in (value if kind is list else value.values()))), None)
+    want = None if hint is Any else expected(hint, value)
+    return (value, want) if want is not None else None
+
+
+def elsewhere(group: str, name: str, option: str = "") -> str:
+    """'JSA (model=jsa)' (LightningCLI's option: 'JSA (--model=JSA)') when another config of the group builds a class
+    that takes `name`, else ''."""
+    owners = [(choice, target.rsplit(".", 1)[-1]) for choice, target in config_targets(group).items()
+              if name in (declared(target) or {})]
+    return f"{owners[0][1]} ({option}{group}={owners[0][1] if option else owners[0][0]})" if owners else ""
 
 
 def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool = True) -> None:
@@ -129,12 +162,9 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
                             "or none (logger=none)")
     groups = {"model": model if model is not None else OmegaConf.to_container(cfg.model, resolve=True),
               "data": OmegaConf.to_container(cfg.data, resolve=True)}
-    for group, settings in groups.items():  # against configs/settings.py: each name, then built as its constructor does
-        names = declared(target := settings.get("_target_")) or {}
-        unknown = [key for key in settings if names and key not in names and not key.startswith("_")]
-        if unknown:
-            raise SettingsError(no_such_setting(f"{group}.{unknown[0]}", target.rsplit(".", 1)[-1], list(names),
-                                                elsewhere(group, unknown[0])))
+    for group, settings in groups.items():  # against configs/settings.py: each setting, then built by its constructor
+        if names := declared(target := settings.get("_target_")):
+            check_group(target.rsplit(".", 1)[-1], names, settings, group)
         check_combination(group, target, settings, group)
     if not classes or "lightning" not in sys.modules:
         return  # the other classes' settings are their constructors': checked once those are imported

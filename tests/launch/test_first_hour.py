@@ -122,9 +122,9 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--model=VAE", "--latent_dim=3"], "--latent_dim=3; did you mean --model.latent_dim?"),
     (["fit", "--optimizer=Adamw"], "--optimizer=Adamw: no such class; did you mean AdamW?"),
     (["fit", "--model.optimizer.weight_decay=0.1"], "--model.optimizer.weight_decay: give its class first (--model.optimizer=CLASS"),
-    (["fit", "--optimizer=Adam", "--optimizer.weight_decy=0.1"], "no such setting of Adam; did you mean --optimizer.weight_decay?"),
+    (["fit", "--optimizer=Adam", "--optimizer.weight_decy=0.1"], "no such option of Adam; did you mean --optimizer.weight_decay?"),
     (["fit", "--trainer.callbacks+=LearningRateMonitor", "--trainer.callbacks.logging_intervl=step"],
-     "--trainer.callbacks.logging_intervl: no such setting of LearningRateMonitor; did you mean --trainer.callbacks.logging_interval?"),
+     "--trainer.callbacks.logging_intervl: no such option of LearningRateMonitor; did you mean --trainer.callbacks.logging_interval?"),
     (["fit", "--trainer.callbacks.logging_interval=step"], "give its class first (--trainer.callbacks=CLASS, e.g. LearningRateMonitor)"),
     (["fit", "--model=models.vae.VAEE"], "--model=models.vae.VAEE: module 'models.vae' has no attribute 'VAEE'; did you mean models.vae.VAE?"),
     (["fit", "--model=mypkg.MyVAE"], "--model=mypkg.MyVAE: no module named 'mypkg'; a package of your own is imported from "
@@ -140,6 +140,15 @@ def test_a_rule_of_the_command_is_one_line_before_anything_is_built(command, lin
     assert stop.value.code == 2 and not (tmp_path / "logs").exists()
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("error: ") and line in error, error
+
+
+def test_the_check_knows_every_option_of_the_cli_itself(tmp_path):
+    """The check refuses a bare option that is a chosen class's setting (--max_steps), never one of the parser's own
+    (CLI_OPTIONS)."""
+    from launch.checks.cli_check import CLI_OPTIONS
+
+    cli = launch.cli_app.main([f"--log_dir={tmp_path}"], run=False)
+    assert {key.split(".")[0] for key in cli.parser.get_defaults().keys()} <= set(CLI_OPTIONS)
 
 
 @pytest.mark.parametrize("front_end", ["hydra", "cli"])
@@ -170,13 +179,15 @@ class TemperedRWS(RWS):
         self.temperature = temperature
 
 
-def test_a_setting_the_given_class_does_not_take_is_named_with_the_closest_of_its_settings():
-    """jsonargparse's "Option 'num_sample' is not accepted" for a subclass of one's own: its own settings and those it
-    passes on (RWS's) are the candidates."""
-    given = ["fit", f"--model={__name__}.TemperedRWS"]
+def test_a_setting_the_given_class_does_not_take_is_named_with_the_closest_of_its_settings(capsys):
+    """A subclass of one's own, checked once importable: its own settings and those it passes on (RWS's) are the
+    candidates."""
     for typo, meant in (("num_sample", "num_samples"), ("temperatur", "temperature")):
-        line = launch.cli_app._not_accepted(f"Option '{typo}' is not accepted", [*given, f"--model.{typo}=3"])
-        assert line == f"--model.{typo}: no such setting of TemperedRWS; did you mean --model.{meant}?", line
+        with pytest.raises(SystemExit) as stop:
+            launch.cli_app.main(["fit", f"--model={__name__}.TemperedRWS", f"--model.{typo}=3"])
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert stop.value.code == 2, line
+        assert line == f"error: --model.{typo}: no such option of TemperedRWS; did you mean --model.{meant}?", line
 
 
 def test_a_missing_interpolated_setting_says_where_to_set_it(tmp_path, monkeypatch, capsys):
@@ -257,8 +268,8 @@ def test_callbacks_of_ones_own_replace_the_defaults_but_not_the_guards(tmp_path)
 
 
 def test_a_scheduler_without_its_optimizer_is_refused_and_works_with_it(tmp_path, monkeypatch, capsys):
-    """LightningCLI applies --lr_scheduler only to an optimizer it builds from --optimizer: alone (here from a -c file,
-    which the early checks leave to the parser) it would be dropped in silence; with --optimizer it schedules."""
+    """LightningCLI applies --lr_scheduler only to an optimizer it builds from --optimizer: alone (here from a -c file)
+    it would be dropped in silence; with --optimizer it schedules."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sched.yaml").write_text("lr_scheduler:\n  class_path: torch.optim.lr_scheduler.StepLR\n  init_args: {step_size: 5}\n"
                                          "trainer: {max_steps: 1, limit_val_batches: 0}\n")
@@ -268,8 +279,12 @@ def test_a_scheduler_without_its_optimizer_is_refused_and_works_with_it(tmp_path
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --lr_scheduler=StepLR without --optimizer would be ignored")
     both = launch.cli_app.main(["--optimizer=Adam", "--optimizer.lr=0.01", "--lr_scheduler=StepLR", "--lr_scheduler.step_size=5",
                                 f"--log_dir={tmp_path}"], run=False)
-    [optimizer], [scheduler] = both.model.configure_optimizers()
-    assert isinstance(scheduler, torch.optim.lr_scheduler.StepLR) and scheduler.optimizer is optimizer
+    (tmp_path / "both.yaml").write_text("optimizer:\n  class_path: torch.optim.Adam\n  init_args: {lr: 0.01}\n"
+                                        + (tmp_path / "sched.yaml").read_text())
+    in_a_file = launch.cli_app.main(["--model=VAE", "-c", "both.yaml", f"--log_dir={tmp_path}"], run=False)
+    for cli in (both, in_a_file):
+        [optimizer], [scheduler] = cli.model.configure_optimizers()
+        assert isinstance(scheduler, torch.optim.lr_scheduler.StepLR) and scheduler.optimizer is optimizer
 
 
 def test_cli_integer_batch_limits_are_counts(tmp_path):

@@ -243,7 +243,8 @@ VALID = [
     "fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1", "test --model=VAE --ckpt_path=PATH/last.ckpt",
     "test --fresh_weights=true", "validate --fresh_weights true", "test -c=run.yaml",
     "+model.cache_start_epoch=3", "++trainer.max_epochs=1", "fit --optimizer=Adam --lr_scheduler=StepLR --lr_scheduler.step_size=5",  # (a config file may give ckpt_path)
-    "fit --help", "fit --config configs/cli/jsa_paper.yaml", "fit --trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping",
+    "fit --help", "fit --config configs/cli/jsa_paper.yaml",
+    "fit --trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping --trainer.callbacks.monitor=val/nll",
     "fit --model=JSA --model.init_args.mis_steps=5 --checkpoint.save_top_k=3 --seed_everything=1",
     # what a review found refused by an earlier version, each accepted by Hydra or jsonargparse
     "seed=1_000", "trainer.max_steps=250_000", "model.lr=1_0.5", "-m 'seed=1, 2'", "-m 'data.binarize=static, dynamic'",
