@@ -32,7 +32,7 @@ from launch.checks.early import exit_with, refuse_early
 from launch.checks.precheck import closest_in_module, did_you_mean
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import user_errors_as_one_line
-from launch.run_builder import (RunDescription, apply_rules, build_trainer, checkpoint_settings, default_callbacks, resumed_seed,
+from launch.run_builder import (RunDescription, apply_rules, build, checkpoint_settings, default_callbacks, resumed_seed,
                                 running, trainer_defaults)
 from launch.run_layout import run_name
 from launch.runs.replicas import replicate
@@ -178,7 +178,7 @@ class CollectionCLI(LightningCLI):
                                     f"own (python train.py {self.subcommand} --ckpt_path=<its run>/checkpoints/last.ckpt)")
             run = replicate(run, replicas.get("seeds"), replicas.get("arms"))
             self.model, self.datamodule = run.model, run.datamodule
-        trainer, resume = build_trainer(run)
+        *_, trainer, resume = build(run)
         if self.subcommand == "fit":
             config["ckpt_path"] = resume
         return trainer

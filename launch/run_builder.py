@@ -170,12 +170,6 @@ def built(run: RunDescription) -> RunDescription:
     return replicate(described, run.replicas["seeds"], run.replicas.get("arms"))
 
 
-def build_trainer(run: RunDescription) -> tuple[Any, str | None]:
-    """LightningCLI's trainer of its run (`build`), and the checkpoint fit starts from."""
-    *_, trainer, ckpt_path = build(run)
-    return trainer, ckpt_path
-
-
 RESUMED = " (a resumed run takes its checkpoint's model settings where the command line gives none)"
 
 

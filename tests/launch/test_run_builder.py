@@ -30,7 +30,7 @@ def described(monkeypatch):
     # LightningCLI reads the fit subcommand's options (--ckpt_path) from Trainer.fit's signature: kept by wraps
     monkeypatch.setattr(lightning.Trainer, "fit", functools.wraps(lightning.Trainer.fit)(lambda trainer, *args, **kwargs: None))
     seen = []
-    built, build_trainer = launch.run_builder.built, launch.cli_app.build_trainer
+    built, build = launch.run_builder.built, launch.cli_app.build
 
     def hydras(run):
         seen.append(built(run))
@@ -38,10 +38,10 @@ def described(monkeypatch):
 
     def clis(run):
         seen.append(run)
-        return build_trainer(run)
+        return build(run)
 
     monkeypatch.setattr(launch.run_builder, "built", hydras)  # each front end's run goes to the one builder
-    monkeypatch.setattr(launch.cli_app, "build_trainer", clis)
+    monkeypatch.setattr(launch.cli_app, "build", clis)
     return seen
 
 
