@@ -35,7 +35,6 @@ from launch.errors import user_errors_as_one_line
 from launch.run_builder import (RunDescription, apply_rules, build, checkpoint_settings, default_callbacks, resumed_seed,
                                 running, trainer_defaults)
 from launch.run_layout import run_name
-from launch.runs.replicas import replicate
 from launch.runs.run_directory import note_existing_directories
 from models import LatentVariableModel
 
@@ -163,6 +162,10 @@ class CollectionCLI(LightningCLI):
         # The --checkpoint group's ModelCheckpoint (a parser group, built always) joins the trainer's callbacks.
         given = trainer_config.get("callbacks") or []  # --trainer.callbacks=NAME gives one callback, not a list
         trainer_config["callbacks"] = [*(given if isinstance(given, list) else [given]), config.checkpoint]
+        replicas = dict(config.get("replicas") or {})
+        if replicas.get("seeds") is not None and self.subcommand != "fit":
+            raise SettingsError(f"--replicas.seeds with {self.subcommand}: {self.subcommand} each replica's checkpoint on its "
+                                f"own (python train.py {self.subcommand} --ckpt_path=<its run>/checkpoints/last.ckpt)")
         run = RunDescription(
             model=self.model, datamodule=self.datamodule, trainer=trainer_config, front_end="cli",
             log_dir=str(config.get("log_dir") or default_log_dir()),
@@ -170,15 +173,8 @@ class CollectionCLI(LightningCLI):
             # the default logger (none given, or true): a TensorBoard run, as Hydra's; another logger: as given
             tensorboard={} if trainer_config.get("logger") in (None, True) else None,
             ckpt_path=config.get("ckpt_path"), checkpoint=self.checkpoint, subcommand=self.subcommand or "fit",
-            trainer_class=super().instantiate_trainer)
-        replicas = config.get("replicas") or {}
-        if replicas.get("seeds") is not None:
-            if self.subcommand != "fit":
-                raise SettingsError(f"--replicas.seeds with {self.subcommand}: {self.subcommand} each replica's checkpoint on its "
-                                    f"own (python train.py {self.subcommand} --ckpt_path=<its run>/checkpoints/last.ckpt)")
-            run = replicate(run, replicas.get("seeds"), replicas.get("arms"))
-            self.model, self.datamodule = run.model, run.datamodule
-        *_, trainer, resume = build(run)
+            trainer_class=super().instantiate_trainer, replicas=replicas)
+        self.datamodule, self.model, trainer, resume = build(run)  # R replicas' model and data where --replicas.seeds asks
         if self.subcommand == "fit":
             config["ckpt_path"] = resume
         return trainer

@@ -86,6 +86,8 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
     # LightningCLI's as parsed: a -c file may set it (the early checks saw the command line only)
     elif refusal := write_root_refusal("--log_dir" if run.front_end == "cli" else "log_dir", run.log_dir):
         raise SettingsError(refusal)
+    if (run.replicas or {}).get("seeds") is not None:  # R replicas of it in one process (launch/runs/replicas.py)
+        run = replicate(run, run.replicas["seeds"], run.replicas.get("arms"))
     checkpoint = run.checkpoint
     if run.ckpt_path:
         check_model_class(checkpoint, getattr(run.model, "model_class", type(run.model)), run.ckpt_path, run.subcommand)
@@ -132,7 +134,7 @@ def built(run: RunDescription) -> RunDescription:
     checkpoint's model settings under those the command line gives (`model=rws ckpt_path=...` resumes a run of
     model.num_samples=5 with 5, as LightningCLI's `fit --model=RWS --ckpt_path=...` does; another model's checkpoint
     is left to `build`'s refusal); the run's seed (`resumed_seed`) and the rules; the data module, model and callbacks;
-    the run's name and logger; R replicas of it where replicas.seeds asks (launch/runs/replicas.py)."""
+    the run's name and logger."""
     checkpoint = load_checkpoint_file(run.ckpt_path) if run.ckpt_path else None
     data, model, trainer = dict(run.datamodule), dict(run.model), dict(run.trainer)
     classes = {"data": get_class(data["_target_"]), "model": get_class(model["_target_"])}
@@ -155,19 +157,16 @@ def built(run: RunDescription) -> RunDescription:
     partial = instantiate(trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
     name = run_name(run.name, model.run_tag, run.swept)
     logger, tensorboard = chosen_logger(run, name)
-    described = dataclasses.replace(
+    if logger and (run.replicas or {}).get("seeds") is not None:  # each replica logs a TensorBoard run of its own
+        raise SettingsError(f"logger={LOGGER_FOLDERS[run.logger['_target_']]} with replicas: each replica logs to a "
+                            "TensorBoard run of its own (docs/replicas.md); use logger=tensorboard (or logger=none)")
+    return dataclasses.replace(
         run, model=model, datamodule=datamodule, name=name, tensorboard=tensorboard, checkpoint=checkpoint,
         trainer={**partial.keywords, "callbacks": callbacks, "logger": logger}, trainer_class=partial.func,
         # ~logger: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory;
         # outside a Hydra app (a config composed in a test), one of the same layout. Placed: no link out of <log_dir>.
         output_dir=(placed(run.log_dir, "hydra", run.output_dir) if run.output_dir
                     else process_dir(run.log_dir, "hydra", run.name)))
-    if (run.replicas or {}).get("seeds") is None:
-        return described
-    if logger:  # each replica's run is a TensorBoard run of its own (docs/replicas.md)
-        raise SettingsError(f"logger={LOGGER_FOLDERS[run.logger['_target_']]} with replicas: each replica logs to a "
-                            "TensorBoard run of its own; use logger=tensorboard (or logger=none)")
-    return replicate(described, run.replicas["seeds"], run.replicas.get("arms"))
 
 
 RESUMED = " (a resumed run takes its checkpoint's model settings where the command line gives none)"
