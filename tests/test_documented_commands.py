@@ -55,7 +55,7 @@ BENCHMARK_FAST = {"benchmarks.studies.grey_mnist": ["--steps", "2", "--val-every
                                              "--grad-batches", "1", "--grad-repeats", "2", "--cost-rounds", "1", "--cost-seconds", "0.05", "--out", "field-study", "--logs", "field-study-logs",
                                              "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
                                              "model.test_num_samples=2"],
-                  "benchmarks.studies.prior_study": ["--epochs", "1", "--stage2-epochs", "1", "--seeds", "1", "--repeats", "1",
+                  "benchmarks.studies.prior_study": ["--epochs", "1", "--stage2-epochs", "1", "--seeds", "1", "--repeats", "1", "--warm-up", "0",
                                         "--only", "jsa-autoregressive-s0,vqvae-mlp-*", "trainer.limit_train_batches=2",
                                         "trainer.limit_val_batches=1", "model.val_num_samples=2"]}
 
