@@ -48,13 +48,14 @@ BENCHMARK_FAST = {"benchmarks.studies.grey_mnist": ["--steps", "2", "--val-every
                   "benchmarks.robustness.faults": ["--kills", "0", "--concurrent", "0", "--resumes", "0", "--out", "faults"],
                   "benchmarks.speed.eval_speed": ["--batch-size", "4", "--samples", "4", "--min-run-time", "0.02", "--test-images", "8"],
                   "benchmarks.speed.loop_overhead": ["--models", "vae", "--steps", "14", "--repeats", "1"],
-                  "benchmarks.speed.memory": ["--models", "jsa", "--steps", "2", "--test-batches", "1"],
+                  # one of its three measured runs, each a new interpreter: `test` (one step, then the test stage)
+                  "benchmarks.speed.memory": ["--models", "jsa", "--steps", "2", "--test-batches", "1", "--runs", "test"],
                   "benchmarks.studies.field.study": ["--models", "jsa,vae", "--datasets", "mnist", "--seeds", "1", "--epochs", "1", "--val-every", "1",
                                              "--val-samples", "2", "--steps-per-epoch", "2", "--is-images", "4", "--is-samples", "2,4",
                                              "--grad-batches", "1", "--grad-repeats", "2", "--cost-rounds", "1", "--cost-seconds", "0.05", "--out", "field-study", "--logs", "field-study-logs",
                                              "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
                                              "model.test_num_samples=2"],
-                  "benchmarks.studies.prior_study": ["--epochs", "1", "--stage2-epochs", "1", "--seeds", "1", "--repeats", "1",
+                  "benchmarks.studies.prior_study": ["--epochs", "1", "--stage2-epochs", "1", "--seeds", "1", "--repeats", "1", "--warm-up", "0",
                                         "--only", "jsa-autoregressive-s0,vqvae-mlp-*", "trainer.limit_train_batches=2",
                                         "trainer.limit_val_batches=1", "model.val_num_samples=2"]}
 
@@ -66,6 +67,10 @@ RUN_BY_ANOTHER_TEST = {"python train.py -m experiment=compare data=mnist":
                        "tests/benchmarks/test_compare.py::test_compare_experiment_and_report",
                        "python train.py -m experiment=compare hydra/launcher=parallel":
                        "tests/launch/test_cluster.py::test_a_parallel_comparison_lands_like_a_sequential_one"}
+
+# experiment=compare_quick cut to two models as well: its sweep over every model is experiment=compare's, which
+# test_compare runs end to end.
+SWEEP_CUT = {"python train.py -m experiment=compare_quick log_dir=logs/quick-compare": ["model=jsa,vae"]}
 
 # The committed records a study's `--report-only` reads (its default --out), where README shows no run of it.
 REPORT_RECORDS = {"benchmarks.studies.cache.study": "benchmarks/results/cache-study"}
@@ -101,6 +106,7 @@ def test_the_commands_are_found():
     assert "python train.py model=jsa" in COMMANDS  # the main job of the set-up command
     assert any("ckpt_path=" in c for c in COMMANDS) and any(c.startswith("python -m benchmarks.compare") for c in COMMANDS)
     assert len(COMMANDS) >= 20
+    assert set(SWEEP_CUT) <= set(TRAIN_COMMANDS)
     for command, test in RUN_BY_ANOTHER_TEST.items():  # README's command, and the test that runs its route
         path, name = test.split("::")
         assert command in TRAIN_COMMANDS and f"def {name}(" in (REPO / path).read_text(), (command, test)
@@ -125,6 +131,7 @@ def command_line(command: str) -> list[str] | None:
         extra = CLI_FAST if args[1] == "fit" else ["--trainer.limit_test_batches=1", "--model.test_num_samples=2"]
     else:  # an Optuna study: two trials show it works
         extra = HYDRA_FAST + (["hydra.sweeper.n_trials=2"] if "hydra/sweeper=tune" in args else [])
+        extra += SWEEP_CUT.get(command, [])
     return [sys.executable, *args, *extra]
 
 

@@ -1,10 +1,10 @@
 """Peak resident memory of `python train.py` runs, beside what the data and the model must hold.
 
-    python -m benchmarks.speed.memory [--models jsa,vae] [--steps 200] [--test-batches 20]
+    python -m benchmarks.speed.memory [--models jsa,vae] [--steps 200] [--test-batches 20] [--runs start,train,test]
 
 Three real processes per model on MNIST (DATA_DIR), each measured alone: `start` (one step), `train` (`--steps`
-steps with validation) and `test` (the test stage, memory bounded by `eval_chunk_size`); beside them the bytes of the
-data, the parameters and buffers, and Adam's moments.
+steps with validation) and `test` (the test stage, memory bounded by `eval_chunk_size`), or those `--runs` names;
+beside them the bytes of the data, the parameters and buffers, and Adam's moments.
 How: benchmarks/results/speed/README.md#how-each-benchmark-measures.
 """
 
@@ -21,6 +21,7 @@ from pathlib import Path
 from benchmarks.lib import arguments
 
 REPO = Path(__file__).resolve().parents[2]
+RUNS = ("start", "train", "test")
 WRAPPER = ("import json, resource, subprocess, sys; code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, "
            "stderr=subprocess.PIPE, text=True); print(json.dumps({'code': code.returncode, 'tail': code.stderr[-1500:], "
            "'max_rss_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))")
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", type=arguments.names(arguments.MODEL_CONFIGS), default=["jsa", "vae"])
     parser.add_argument("--steps", type=arguments.integer(1), default=200, help="training steps of the `train` run (default 200)")
     parser.add_argument("--test-batches", type=arguments.integer(1), default=20, help="test batches of the `test` run (default 20)")
+    parser.add_argument("--runs", type=arguments.names(RUNS), default=list(RUNS), help="the runs measured (default: all)")
     args = parser.parse_args(argv)
     if "DATA_DIR" not in os.environ:
         parser.error("set DATA_DIR to the directory that holds MNIST/raw (the runs read real MNIST)")
@@ -66,14 +68,16 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.models:
         with tempfile.TemporaryDirectory() as work:
             base = [f"model={name}", f"log_dir={work}/logs", *quiet]
-            start = peak_rss_mib([*base, "trainer.max_steps=1", "trainer.limit_val_batches=0", "run_test=false"], Path(work))
-            trained = peak_rss_mib([*base, f"trainer.max_steps={args.steps}", "trainer.limit_val_batches=4",
-                                    f"trainer.val_check_interval={args.steps}", "run_test=false"], Path(work))
-            tested = peak_rss_mib([*base, "trainer.max_steps=1", "trainer.limit_val_batches=0", "run_test=true",
-                                   f"trainer.limit_test_batches={args.test_batches}"], Path(work))
+            runs = {"start": ["trainer.max_steps=1", "trainer.limit_val_batches=0", "run_test=false"],
+                    "train": [f"trainer.max_steps={args.steps}", "trainer.limit_val_batches=4",
+                              f"trainer.val_check_interval={args.steps}", "run_test=false"],
+                    "test": ["trainer.max_steps=1", "trainer.limit_val_batches=0", "run_test=true",
+                             f"trainer.limit_test_batches={args.test_batches}"]}
+            peak = {run: f"{peak_rss_mib([*base, *runs[run]], Path(work)):.0f}" if run in args.runs else "-" for run in RUNS}
         held = held_bytes(name)
-        print(f"{name:>6} {start:>10.0f} {trained:>10.0f} {tested:>9.0f} {held['data_mib']:>9.1f} {held['model_state_mib']:>10.1f} "
-              f"{held['adam_moments_mib']:>9.1f}  {','.join(held['data_dtypes'])}", flush=True)
+        print(f"{name:>6} {peak['start']:>10} {peak['train']:>10} {peak['test']:>9} {held['data_mib']:>9.1f} "
+              f"{held['model_state_mib']:>10.1f} {held['adam_moments_mib']:>9.1f}  {','.join(held['data_dtypes'])}",
+              flush=True)
 
 
 if __name__ == "__main__":

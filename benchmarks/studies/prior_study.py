@@ -16,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.lib import markdown, runner
+from benchmarks.lib import arguments, markdown, runner
 from benchmarks.lib.packing import study_folder
 from benchmarks.lib.records import read_curves
 from benchmarks.lib.stats import t_threshold
@@ -28,7 +28,7 @@ STAGE2 = "vqvae-mlp-autoregressive-stage2-s0"
 
 
 # ---- cost --------------------------------------------------------------------------------------
-def measure_cost(data_dir: str, repeats: int) -> dict:
+def measure_cost(data_dir: str, repeats: int, warm_up: int = 2) -> dict:
     import torch
 
     from datamodules import MNISTDataModule
@@ -60,7 +60,7 @@ def measure_cost(data_dir: str, repeats: int) -> dict:
         times: dict[str, list[float]] = {}
         with torch.no_grad():
             score_fns = {p: scoring(p) for p in priors}
-        for repeat in range(repeats + 2):  # round robin, so that drift hits every prior alike; two warm-up rounds
+        for repeat in range(warm_up + repeats):  # round robin, so that drift hits every prior alike; warm-up rounds first
             for prior in priors:
                 for name, fn in (("step", lambda: train_step(prior)),
                                  ("prior_scoring", score_fns[prior][0]), ("decoder_scoring", score_fns[prior][1])):
@@ -69,7 +69,7 @@ def measure_cost(data_dir: str, repeats: int) -> dict:
                         start = time.perf_counter()
                         fn()
                         elapsed = (time.perf_counter() - start) * 1000
-                    if repeat >= 2:
+                    if repeat >= warm_up:
                         times.setdefault(f"{prior}/{name}", []).append(elapsed)
         results[backbone] = {"batch": batch, **{key: statistics.median(values) for key, values in times.items()}}
         print(f"cost {backbone}: " + ", ".join(f"{k} {v:.1f}" for k, v in results[backbone].items()), flush=True)
@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stage2-epochs", type=int, default=2, help="epochs of the VQ-VAE's second stage (default 2)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds of each JSA run (default 3)")
     parser.add_argument("--repeats", type=int, default=10, help="timed repeats of each cost measurement (default 10)")
+    parser.add_argument("--warm-up", type=arguments.integer(0), default=2, help="untimed rounds before them (default 2)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/priors"), help="report, cost.json and run records")
     parser.add_argument("--logs", type=Path, default=Path("logs/priors"), help="the runs' TensorBoard logs and checkpoints")
     parser.add_argument("--cost-only", action="store_true", help="measure the cost table (again) and nothing else")
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     cost_path = args.out / "cost.json"
     if args.cost_only or not (args.report_only or cost_path.exists()):  # a resumed study keeps the costs it measured
         data_dir = os.environ.get("DATA_DIR", "data")
-        write_file(cost_path, json.dumps(measure_cost(data_dir, args.repeats), indent=1) + "\n")
+        write_file(cost_path, json.dumps(measure_cost(data_dir, args.repeats, args.warm_up), indent=1) + "\n")
     if not (args.report_only or args.cost_only):
         # The plan is made again for each run: the second stage names the first stage's checkpoint.
         runner.run_pending([name for name, _ in plan(args)], args.out / "runs",

@@ -18,6 +18,8 @@ CASES = [
     ("speed.eval_speed", ["--models", "vae, nope"], "argument --models: unknown 'nope'; choose from vae, jsa, dvae, vqvae"),
     ("speed.eval_speed", ["--min-run-time", "nan"], "argument --min-run-time: nan: expected a finite number > 0"),
     ("speed.memory", ["--models", "vea"], "argument --models: unknown 'vea'; choose from dvae, dvae_gumbel, jsa,"),
+    ("speed.memory", ["--runs", "test,nope"], "argument --runs: unknown 'nope'; choose from start, train, test"),
+    ("studies.prior_study", ["--warm-up", "-1"], "argument --warm-up: -1: expected an integer >= 0"),
     ("speed.loop_overhead", ["--repeats", "0"], "argument --repeats: 0: expected an integer >= 1"),
     ("speed.jsa_gradient_cost", ["--num-steps", "1"], "argument --num-steps: 1: expected an integer >= 2"),
     ("speed.ddp_cache_gather", ["--batch-size", "0"], "argument --batch-size: 0: expected an integer >= 1"),
