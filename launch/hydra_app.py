@@ -254,8 +254,8 @@ def replica_tests(cfg: Any, replicas: Any, trainer: Any) -> Iterator[tuple[Any, 
 
 
 def data_and_model(cfg: Any, settings: dict[str, Any] | None = None) -> tuple[Any, Any]:
-    """The data module and the model of a composed config as its run builds them (the model's `settings`:
-    model_settings(cfg) unless given)."""
+    """The data module and the model of a composed config as its run builds them, the run's seed set first (the model's
+    `settings`: model_settings(cfg) unless given); nothing is written."""
     described = describe_run(cfg)
     run = built(described if settings is None else dataclasses.replace(described, model=settings))
     return run.datamodule, run.model
