@@ -2,10 +2,11 @@
 
     python -m benchmarks.studies.verdict_sizing benchmarks/results/speed/replicas_*_h200.txt   # lease 1's tables
 
-A verdict command (benchmarks/results/verdict-study/lease/verdict.sh N K [jsa|rws]) trains the K-th group of N seeds,
-then measures its finished runs at 20,000 samples. Its seconds, by PLAN.md's protocol:
+A verdict command (benchmarks/results/verdict-study/lease/verdict.sh N K [jsa|rws|jsa-trunk|jsa-arms]) trains the
+K-th group of N seeds, then measures its finished runs at 20,000 samples. Its seconds, by PLAN.md's protocol:
 
-    JSA: 82,500 t_J(N) + 60 v_J(N) + c_J(N)  +  55,000 t_J(3N) + 42 v_J(3N) + c_J(3N)   (trunk, then its three arms)
+    JSA: 82,500 t_J(N) + 60 v_J(N) + c_J(N)  +  55,000 t_J(3N) + 42 v_J(3N) + c_J(3N)   (trunk, then its three arms;
+         jsa-trunk and jsa-arms: each part in a command of its own)
     RWS: 137,500 t_W(N) + 102 v_W(N) + c_W(N)
     the measure: 42 v(1) per run (1000 and 20,000 samples on 10,000 images: 42 validations of one run)
 
@@ -64,10 +65,18 @@ def read_tables(*paths: Path) -> dict[str, dict[int, float]]:
     return found
 
 
+def trunk_seconds(f: dict[str, dict[int, float]], n: int) -> float:
+    return (TRUNK * STEPS_PER_EPOCH * interpolate(f["t_jsa"], n) + TRUNK // VAL_EVERY * interpolate(f["v_jsa"], n)
+            + interpolate(f["c_jsa"], n))
+
+
+def arms_seconds(f: dict[str, dict[int, float]], n: int) -> float:
+    return (ARMS * STEPS_PER_EPOCH * interpolate(f["t_jsa"], 3 * n)
+            + (ARMS // VAL_EVERY + TEST_VALIDATIONS) * interpolate(f["v_jsa"], 3 * n) + interpolate(f["c_jsa"], 3 * n))
+
+
 def jsa_seconds(f: dict[str, dict[int, float]], n: int) -> float:
-    trunk = TRUNK * STEPS_PER_EPOCH * interpolate(f["t_jsa"], n) + TRUNK // VAL_EVERY * interpolate(f["v_jsa"], n)
-    arms = ARMS * STEPS_PER_EPOCH * interpolate(f["t_jsa"], 3 * n) + (ARMS // VAL_EVERY + TEST_VALIDATIONS) * interpolate(f["v_jsa"], 3 * n)
-    return trunk + arms + interpolate(f["c_jsa"], n) + interpolate(f["c_jsa"], 3 * n)
+    return trunk_seconds(f, n) + arms_seconds(f, n)
 
 
 def rws_seconds(f: dict[str, dict[int, float]], n: int) -> float:
@@ -86,18 +95,21 @@ def fits(commands: list[tuple[str, float, float]], train_limit: float, limit: fl
 def plans(f: dict[str, dict[int, float]], setup: float, train_limit: float, limit: float) -> list[list[tuple[str, float, float]]]:
     """The plans whose every command fits, a plan being its commands' (verdict.sh arguments, estimated seconds to the
     end of training, to the end of the measures): groups of N seeds (N = 5, 3, 2, 1) with each group's JSA and RWS in
-    one command, or JSA's groups and RWS's groups in commands of their own, each at the N of fewest commands."""
+    one command, or JSA's groups (whole, or trunks and arms apart) and RWS's groups in commands of their own, each at
+    the N of fewest commands."""
     together, jsa, rws = [], [], []
     for n in (5, 3, 2, 1):
         sizes = [min(n, SEEDS - k * n) for k in range(math.ceil(SEEDS / n))]
-        both, alone_jsa, alone_rws = [], [], []
+        both, alone_jsa, split_jsa, alone_rws = [], [], [], []
         for k, size in enumerate(sizes):
             j, r = setup + jsa_seconds(f, size), setup + rws_seconds(f, size)
             both.append((f"{n} {k}", j + r - setup, j + r - setup + measure_seconds(f, 3 * size, size)))
             alone_jsa.append((f"{n} {k} jsa", j, j + measure_seconds(f, 3 * size, 0)))
+            trunk, arms = setup + trunk_seconds(f, size), setup + arms_seconds(f, size)
+            split_jsa += [(f"{n} {k} jsa-trunk", trunk, trunk), (f"{n} {k} jsa-arms", arms, arms + measure_seconds(f, 3 * size, 0))]
             alone_rws.append((f"{n} {k} rws", r, r + measure_seconds(f, 0, size)))
         together += [both] if fits(both, train_limit, limit) else []
-        jsa += [alone_jsa] if fits(alone_jsa, train_limit, limit) else []
+        jsa += [plan for plan in (alone_jsa, split_jsa) if fits(plan, train_limit, limit)]
         rws += [alone_rws] if fits(alone_rws, train_limit, limit) else []
     apart = [min(jsa, key=len) + min(rws, key=len)] if jsa and rws else []
     return together + apart

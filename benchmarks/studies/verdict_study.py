@@ -6,6 +6,8 @@ JSA paper's protocol, the comparisons fixed here before any run (benchmarks/resu
     python -m benchmarks.studies.verdict_study --is-resolution     # finished runs' NLL at 1000 and 20,000 samples
     python -m benchmarks.studies.verdict_study --refit-q           # a fresh q for each final decoder, NLL at 5000
     python -m benchmarks.studies.verdict_study --report-only       # the report from the records (none: it says so)
+    python -m benchmarks.studies.verdict_study --trunks-only       # JSA's trunks only (a device call: LEASES.md)
+    python -m benchmarks.studies.verdict_study --pack-trunks DIR   # the trunks' checkpoints, gzipped in parts, to DIR
 
 Arms train as replicas, a process per group of seeds (JSA: a trunk, then its arms from the trunk's last.ckpt), each
 resumable, each finished run moved to `--logs/<run>/` with its record (benchmarks/lib/packing.py)."""
@@ -13,8 +15,10 @@ resumable, each finished run moved to `--logs/<run>/` with its record (benchmark
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +28,7 @@ from benchmarks.lib.plots import curve_grid
 from benchmarks.lib.records import epoch_of, read_curves
 from benchmarks.lib.stats import fmt, holm, paired_interval, paired_p, t_threshold, two_sample_p
 from benchmarks.studies.cache.study import DIAGNOSTICS
-from common.files import read_regular, write_file
+from common.files import read_regular, replacing, write_file
 
 EPOCHS = 500  # the paper's `--epoch 500`
 BRANCH_EPOCH = 300  # the paper's `start = 300`: the cache is read from here on
@@ -40,6 +44,7 @@ ARMS = {
     "vimco": ("VIMCO", ["model=vimco"]),  # with --vimco only; described, in no pre-registered comparison
 }
 BRANCHES = ("jsa-never", "jsa-cache300", "jsa-cache300-rho0.2")  # the arms of the process that starts from the trunk
+PART_BYTES = 15 * 2**20  # a packed trunk checkpoint's parts: under the 16 MiB a file the device returns
 
 
 def arm_settings(arm: str, branch_epoch: int) -> dict[str, float | int]:
@@ -170,13 +175,13 @@ def train_process(process: Process, args: argparse.Namespace, made_on: str) -> N
     start_from, shared = None, None
     if process.trunk is not None:
         trunk_dir = args.logs / "processes" / process.trunk
-        start_from = packing.process_checkpoint(trunk_dir)
+        start_from = packing.process_checkpoint(trunk_dir) or unpacked_trunk(process.trunk, args)
         shared = {runner.read_json(args.out / "runs" / f"{trunk_name(seed, args.branch_epoch)}.json")["branch_sha256"]
                   for _, _, seed, _ in process.runs}
         if start_from is None or {sha256(start_from)} != shared:
             raise SystemExit(f"{process.name}: its trunk's checkpoint {start_from or trunk_dir} is missing or is not the one "
                              "the trunk's records name; the arms start only from their trunk's: train the trunk again "
-                             "(delete its records and its folder) or restore the file")
+                             f"(delete its records and its folder) or restore the file (or its parts in {args.trunk_parts})")
     if not finished.exists():
         print(f"{process.name}: {len(process.runs)} runs as the replicas of one process ...", flush=True)
         seconds, command = packing.train_process(process.name, process.overrides, process_dir, runner.run_lock, start_from)
@@ -197,6 +202,42 @@ def train_process(process: Process, args: argparse.Namespace, made_on: str) -> N
         print(f"{name}: {record['seconds'] / 60:.1f} min" + runner.test_nll(record), flush=True)
 
 
+def pack_trunks(args: argparse.Namespace, folder: Path) -> list[Path]:
+    """Each finished trunk's checkpoint (of the processes --only selects) gzipped into parts of at most PART_BYTES,
+    `folder`/<process>.ckpt.gz.00, .01, ...: what a device call returns, so that the arms may train in a later call,
+    on another machine (`unpacked_trunk`)."""
+    written = []
+    for process in (p for job in plan(args) for p in job if p.stage == "trunk"):
+        checkpoint = packing.process_checkpoint(args.logs / "processes" / process.name)
+        finished = all((args.out / "runs" / f"{run}.json").exists() for run, *_ in process.runs)
+        if checkpoint is None or not finished or not runner.selected([run for run, *_ in process.runs], args.only):
+            continue  # (a trunk cut by the call's limit resumes on the warm machine: LEASES.md)
+        packed = gzip.compress(read_regular(checkpoint), compresslevel=6, mtime=0)
+        folder.mkdir(parents=True, exist_ok=True)
+        for index in range(0, len(packed), PART_BYTES):
+            written.append(folder / f"{process.name}.ckpt.gz.{index // PART_BYTES:02d}")
+            write_file(written[-1], packed[index:index + PART_BYTES])
+    return written
+
+
+def unpacked_trunk(trunk: str, args: argparse.Namespace) -> Path | None:
+    """The trunk checkpoint `trunk` restored from its parts in --trunk-parts (`pack_trunks`) to --logs/trunks/, if
+    they are there; `train_process` then checks it against the digest the trunk's records keep."""
+    parts = sorted(args.trunk_parts.glob(f"{trunk}.ckpt.gz.*"))
+    if not parts:
+        return None
+    restored = args.logs / "trunks" / f"{trunk}.ckpt"
+    restored.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        checkpoint = gzip.decompress(b"".join(read_regular(part) for part in parts))
+    except (OSError, EOFError, zlib.error) as error:
+        raise SystemExit(f"{args.trunk_parts / trunk}.ckpt.gz.*: {len(parts)} parts that are not one whole gzip file "
+                         f"({error}); the arms start only from their trunk's checkpoint: fetch its parts again") from None
+    with replacing(restored) as file:
+        file.write(checkpoint)
+    return restored
+
+
 def protocol(run_dir: Path, args: argparse.Namespace) -> dict:
     """The settings a run trained with, for the report's Protocol line: the study's options and the run's own
     hyperparameters (its hparams.yaml) that the line names."""
@@ -213,7 +254,8 @@ def train_all(args: argparse.Namespace) -> None:
     lets the others finish, then is raised."""
     import os
 
-    jobs = [job for job in plan(args) if runner.selected([run for p in job for run, *_ in p.runs], args.only)]
+    jobs = [[p for p in job if p.stage == "trunk" or not args.trunks_only] for job in plan(args)]
+    jobs = [job for job in jobs if job and runner.selected([run for p in job for run, *_ in p.runs], args.only)]
     if args.only and not jobs:
         raise SystemExit(f"--only {','.join(args.only)}: no planned run matches; the plan's runs: {', '.join(run_names(args))}")
     if args.lanes > 1:  # read by the train.py subprocesses' torch
@@ -445,6 +487,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--refit-steps", type=int, help="the refit's Adam steps (default: as many as a run trained, "
                         "--epochs × --steps-per-epoch)")
     parser.add_argument("--refit-samples", type=int, default=5000, help="importance samples after the refit (default 5000)")
+    parser.add_argument("--trunks-only", action="store_true", help="train JSA's trunks only (their arms in a later "
+                        "call: --pack-trunks)")
+    parser.add_argument("--pack-trunks", type=Path, metavar="DIR", help="only write each finished trunk's checkpoint to "
+                        "DIR, gzipped in parts of 15 MiB (<process>.ckpt.gz.NN), for --trunk-parts of another machine")
+    parser.add_argument("--trunk-parts", type=Path, metavar="DIR", help="where an arms process finds its trunk's packed "
+                        "checkpoint when the trunk's folder has none (default: --out/trunks)")
     runner.add_study_arguments(parser, out="benchmarks/results/verdict-study", logs="logs/verdict-study",
                                packed="every seed of an arm in one process")
     # The paper's validation (1000 samples), the full test set at 1000 and 20,000 samples, every seed in one process.
@@ -455,6 +503,7 @@ def main(argv: list[str] | None = None) -> None:
     args.vimco = "vimco" in args.arms  # --arms naming it asks for it as --vimco does
     args.refit_steps = args.refit_steps if args.refit_steps is not None else args.epochs * args.steps_per_epoch
     args.replicas_per_process = args.replicas_per_process or args.seeds
+    args.trunk_parts = args.trunk_parts or args.out / "trunks"
     runner.check_study_arguments(parser, args, ("epochs", "branch_epoch", "seeds", "lanes", "val_every", "val_samples",
                                                 "steps_per_epoch", "is_images", "refit_steps", "refit_samples"),
                                  {"arms": (args.arms, list(ARMS))}, empty_report=True)
@@ -467,6 +516,10 @@ def main(argv: list[str] | None = None) -> None:
     if jsa_arms and (jsa_arms[0] != "jsa-never" or len(jsa_arms) < 2):
         parser.error(f"--arms {','.join(args.arms)}: the JSA arms branch together from their trunk, jsa-never (the "
                      "comparisons' reference) and at least one cache arm; give jsa-never,jsa-cache300[,jsa-cache300-rho0.2]")
+    if args.pack_trunks:
+        written = pack_trunks(args, args.pack_trunks)
+        print(f"packed trunks: {', '.join(path.name for path in written) or 'none finished'}")
+        return
     if args.is_resolution:
         from benchmarks.lib import at_checkpoints  # torch: only for the measurement
 

@@ -39,10 +39,18 @@ def test_launch_bound_steps_put_every_seed_in_two_commands_jsa_and_rws_apart(tmp
 
 
 def test_steps_that_grow_with_r_split_the_seeds_into_groups(tmp_path, capsys):
-    verdict_sizing.main(tables(tmp_path, lambda r: 2.0 + 0.25 * r, 0.1))
+    verdict_sizing.main(tables(tmp_path, lambda r: 2.0 + 0.5 * r, 0.1))
     out = capsys.readouterr().out
     commands = [line for line in out.splitlines() if "verdict.sh" in line]
     assert len(commands) > 2 and all(" 5 0" not in line for line in commands)
+
+
+def test_a_jsa_group_too_long_for_one_command_trains_its_trunks_and_its_arms_in_two(tmp_path, capsys):
+    # 2.7 ms a step: one JSA seed whole takes 490 s with the setup (82,500 + 55,000 steps, 102 validations, two
+    # compilations), over 470 s; its trunk alone 322 s and its arms 281 s with all five seeds; RWS fits two seeds a command.
+    verdict_sizing.main(tables(tmp_path, lambda r: 2.7, 0.1))
+    commands = [line.split("verdict.sh ")[1].split("   #")[0] for line in capsys.readouterr().out.splitlines() if "verdict.sh" in line]
+    assert commands == ["5 0 jsa-trunk", "5 0 jsa-arms", "2 0 rws", "2 1 rws", "2 2 rws"]
 
 
 def test_no_plan_fits_when_a_single_seed_is_too_slow(tmp_path):

@@ -146,6 +146,41 @@ def test_a_rerun_trains_only_what_has_no_record_and_an_arm_process_starts_only_f
     assert len(fake_training) == 3
 
 
+def test_trunks_train_in_one_call_and_their_arms_in_another_from_the_packed_checkpoint(tmp_path, fake_training, no_figure, monkeypatch):
+    """--trunks-only trains the trunks alone; --pack-trunks writes each one's checkpoint in gzipped parts; on another
+    machine (an empty --logs) the arms start from the checkpoint those parts restore, checked against the trunk's
+    records; a damaged part is refused before any arm trains."""
+    out, logs, parts = tmp_path / "out", tmp_path / "logs", tmp_path / "parts"
+    argv = ["--out", str(out), "--logs", str(logs), "--seeds", "2", "--arms", "jsa-never,jsa-cache300"]
+    verdict_study.main([*argv, "--trunks-only"])
+    assert [call[0] for call in fake_training] == ["jsa-trunk-s0-1-to300"]
+    assert sorted(p.stem for p in (out / "runs").glob("*.json")) == ["jsa-never-s0-to300", "jsa-never-s1-to300"]
+    record = out / "runs" / "jsa-never-s1-to300.json"
+    record.rename(tmp_path / "aside.json")  # a trunk not finished (cut by a call's limit) is not packed
+    verdict_study.main([*argv, "--pack-trunks", str(parts)])
+    assert not parts.exists()
+    (tmp_path / "aside.json").rename(record)
+    monkeypatch.setattr(verdict_study, "PART_BYTES", 16)  # a checkpoint of several parts
+    verdict_study.main([*argv, "--pack-trunks", str(parts)])
+    trunk = next((logs / "processes" / "jsa-trunk-s0-1-to300").glob("replicas/*/*/checkpoints/last.ckpt"))
+    packed = sorted(parts.iterdir())
+    assert len(packed) > 1 and [p.name for p in packed][:2] == ["jsa-trunk-s0-1-to300.ckpt.gz.00", "jsa-trunk-s0-1-to300.ckpt.gz.01"]
+    original = trunk.read_bytes()
+    shutil.rmtree(logs)  # another machine: the trunk's folder is not there
+    damaged = packed[-1].read_bytes()
+    packed[-1].write_bytes(damaged[:-1] + bytes([damaged[-1] ^ 1]))
+    with pytest.raises(SystemExit, match=r"jsa-trunk-s0-1-to300.ckpt.gz.\*: \d+ parts that are not one whole gzip file"):
+        verdict_study.main([*argv, "--trunk-parts", str(parts)])
+    assert len(fake_training) == 1
+    packed[-1].write_bytes(damaged)
+    verdict_study.main([*argv, "--trunk-parts", str(parts)])
+    labels = [call[0] for call in fake_training]
+    assert labels == ["jsa-trunk-s0-1-to300", "jsa-arms-s0-1-from300"]
+    start = fake_training[-1][2]
+    assert start == logs / "trunks" / "jsa-trunk-s0-1-to300.ckpt" and start.read_bytes() == original
+    assert json.loads((out / "runs" / "jsa-cache300-s1.json").read_text())["branch_sha256"] == verdict_study.sha256(start)
+
+
 def test_only_trains_the_processes_of_the_runs_it_names_and_a_failed_process_lets_the_others_finish(tmp_path, fake_training, no_figure, monkeypatch):
     out, logs = tmp_path / "out", tmp_path / "logs"
     verdict_study.main(["--out", str(out), "--logs", str(logs), "--seeds", "2", "--only", "rws-*"])

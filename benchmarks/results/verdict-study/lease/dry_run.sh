@@ -24,12 +24,15 @@ bash $HERE/prepare.sh "${DATA_DIR:-/work/shared/data}" || fail "prepare.sh"
 WORK=$(mktemp -d /tmp/lease-dry-run.XXXXXX)
 echo "dry run in $WORK"
 RESULTS=()  # the tarballs the lead would commit, in order
+TRUNKS=()  # the trunk checkpoints' parts a jsa-trunk call returned, which the lead commits under trunks/
 
 fresh_machine() {  # the tree a call sends (tracked, untracked-not-ignored, the carried .verdict) and the results so far
     rm -rf "$WORK/tree" "$WORK/site" && mkdir -p "$WORK/tree"
     git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$WORK/tree" 2>/dev/null
     cp -r .verdict "$WORK/tree/"
     for tgz in "${RESULTS[@]}"; do tar -C "$WORK/tree/benchmarks/results/verdict-study" -xzf "$tgz" || fail "unpack $tgz"; done
+    mkdir -p "$WORK/tree/benchmarks/results/verdict-study/trunks"
+    for part in "${TRUNKS[@]}"; do cp "$part" "$WORK/tree/benchmarks/results/verdict-study/trunks/" || fail "copy $part"; done
 }
 
 call() {  # call NAME SCRIPT ARGS...: one run-tool call on the machine as it is; $OUT checked as the tool returns it
@@ -48,6 +51,7 @@ call() {  # call NAME SCRIPT ARGS...: one run-tool call on the machine as it is;
     find "$out" -mindepth 3 -type f | grep . && fail "$name: a file more than 2 folders down"
     find "$out" | sed "s|^$out||" | grep '[^A-Za-z0-9._/-]' && fail "$name: a name the tool does not return"
     for tgz in "$out"/*.tgz; do [ -e "$tgz" ] && RESULTS+=("$tgz"); done
+    for part in "$out"/*.ckpt.gz.*; do [ -e "$part" ] && TRUNKS+=("$part"); done
 }
 
 FROM=${FROM:-lease1}
@@ -89,7 +93,12 @@ if [ "$FROM" != verdict ]; then
     done
 fi
 fresh_machine; call verdict-0 $HERE/verdict.sh 1 0        # seed 0: JSA's processes and RWS's side by side
-fresh_machine; call verdict-1-jsa $HERE/verdict.sh 1 1 jsa  # seed 1: JSA's, then RWS's in a call of its own
+# seed 1: JSA's trunk, its arms on another machine from the trunk's returned parts, then RWS's, each a call of its own
+fresh_machine; call verdict-1-trunk $HERE/verdict.sh 1 1 jsa-trunk
+[ "${#TRUNKS[@]}" -ge 1 ] || fail "verdict-1-trunk: no trunk checkpoint parts in \$OUT"
+fresh_machine; call verdict-1-arms $HERE/verdict.sh 1 1 jsa-arms
+grep -q "jsa-arms-s1-1-from2: 3 runs" "$WORK/out-verdict-1-arms/lease.log" || fail "verdict-1-arms: the arms did not train"
+grep -q "jsa-trunk-s1-1-to2: " "$WORK/out-verdict-1-arms/lease.log" && fail "verdict-1-arms: the trunk trained again"
 fresh_machine; call verdict-1-rws $HERE/verdict.sh 1 1 rws
 REPORT=$WORK/report.md
 tar -xzf "${RESULTS[-1]}" -O report.md > "$REPORT" || fail "no report came back"
