@@ -56,7 +56,7 @@ def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
     ours = [path.stem for path in (CONFIGS / group).glob("*.yaml")]
     known = sorted({"basic", *ours, *(name for name, package in PLUGIN_PACKAGES.items() if package.endswith(kind))})
     for choice in [str(v) for v in values_of(value) or []]:
-        extends = (read_config(f"{group}/{choice}.yaml") or {}).get("defaults") or [] if choice in ours else []
+        extends = read_config(f"{group}/{choice}.yaml").get("defaults") or [] if choice in ours else []
         plugin = next((p for p in [choice, *extends] if isinstance(p, str) and p in PLUGIN_PACKAGES), None)
         if plugin is not None and not plugin_installed(PLUGIN_PACKAGES[plugin]):
             raise EarlyRefusal(f"{group}={choice}: the {plugin} {kind} plugin is not installed: {CLUSTER_EXTRA} "
@@ -106,9 +106,9 @@ def with_setting(cfg: Any, override: str) -> Any:
 
 
 def composed_job(job: list[str], argv: list[str]) -> Any:
-    """The job's config as Hydra composes it, a `trainer.NAME=V` added as given (`++`): the Trainer's settings are
-    unknown before Lightning is imported, and once they are known check_composed names a wrong one in one line where
-    Hydra's struct mode would refuse it in several."""
+    """The job's config as Hydra composes it, a `trainer.NAME=V` added as given (`++`): once Lightning is imported,
+    check_composed names a wrong one of the Trainer's settings in one line where Hydra's struct mode would refuse it in
+    several (before, the Trainer's settings are an open node: launch/checks/hydra_config.py)."""
     return compose([f"++{o}" if o.startswith("trainer.") else o for o in job], hydra_folders(argv))
 
 
