@@ -187,8 +187,8 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
             raise EarlyRefusal(composition_error(error, job, argv, swept)) from None
 
     first = composed(planned[0])
-    params = [f"{key}={value}" for key, value in (OmegaConf.to_container(first.hydra.sweeper, resolve=True).get("params") or {}).items()
-              if key not in dict(pairs) and isinstance(value, str)]
+    sweep = OmegaConf.to_container(first.hydra.sweeper, resolve=True).get("params") or {}
+    params = [f"{k}={v}" for k, v in sweep.items() if isinstance(v, str) and k not in dict(pairs) and f"{k}={v}" not in argv]
     if params and not multirun:  # Hydra would run the sweep's first job alone, without a word
         experiment, key = first.hydra.runtime.choices.get("experiment"), params[0].split("=", 1)[0]
         raise EarlyRefusal(f"experiment={experiment} sweeps {params[0]}, one job each in a multirun only: add -m (python "
