@@ -76,13 +76,17 @@ def overrides_given(argv: list[str]) -> list[str]:
     return [word for word in hydra_words(argv) if not word.lstrip("+~").startswith(("hydra/", "hydra."))]
 
 
-def jobs(overrides: list[str], multirun: bool) -> tuple[list[list[str]], list[list[str]]]:
-    """The overrides of the jobs to compose, and the other values of each swept setting. Each value of a swept config
+def jobs(overrides: list[str], multirun: bool) -> tuple[list[list[str]], list[str]]:
+    """The overrides of the jobs to compose, and the other values of the swept settings. Each value of a swept config
     group is composed once, with the other keys at their first value; a swept setting's other values (at most
-    MAX_CHECKED_VALUES of them: the rest are checked by their jobs) are set on the first job's config. A sweep Optuna
+    MAX_CHECKED_VALUES of each: the rest are checked by their jobs) are set on the first job's config. A sweep Optuna
     samples (interval()) is left to the constructors."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as error:  # Hydra's grammar
+        raise EarlyRefusal(grammar_error(error, overrides)) from None
     axes = []
-    for override in OverridesParser.create().parse_overrides(overrides):
+    for override in parsed:
         if override.is_sweep_override() and not multirun:
             raise EarlyRefusal(f"{override.input_line}: several values run one job each in a multirun only; add -m (python "
                                "train.py -m ...), or give a list as [a,b] or a string with commas in quotes")
@@ -94,7 +98,7 @@ def jobs(overrides: list[str], multirun: bool) -> tuple[list[list[str]], list[li
     first = [axis[0] for axis in axes]
     groups = [axis for axis in axes if "/" in axis[0].split("=")[0] or axis[0].lstrip("+~").split("=")[0] in CONFIG_GROUPS]
     return ([first] + [[*first[:i], value, *first[i + 1:]] for i, axis in enumerate(axes) if axis in groups for value in axis[1:]],
-            [axis[1:MAX_CHECKED_VALUES] for axis in axes if axis not in groups and len(axis) > 1])
+            [value for axis in axes if axis not in groups for value in axis[1:MAX_CHECKED_VALUES]])
 
 
 def with_setting(cfg: Any, override: str) -> Any:
@@ -173,11 +177,7 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
     multirun = bool(hydra_modes(argv) & {"--multirun", "--cfg"}) or ("hydra.mode", "MULTIRUN") in pairs
     if not trainer_names_only:
         check_before_composing(argv, pairs, multirun)
-    overrides = overrides_given(argv)
-    try:
-        planned, other_values = jobs(overrides, multirun)
-    except HydraException as error:  # Hydra's grammar
-        raise EarlyRefusal(grammar_error(error, overrides)) from None
+    planned, other_values = jobs(overrides_given(argv), multirun)
     swept = {key: value for key, value in pairs if key in CONFIG_GROUPS and len(values_of(value) or []) > 1}
 
     def composed(job: list[str]) -> Any:
@@ -200,7 +200,7 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
         rest = " ".join(arg for arg in argv if not arg.startswith("model="))
         raise EarlyRefusal(f"hydra/sweeper=tune tunes one model per study: give model=NAME (every model in turn: for m in "
                            f"{models}; do python train.py {rest} model=$m; done)")
-    checked = [(planned[0], first), *((planned[0], with_setting(first, value)) for axis in other_values for value in axis)]
+    checked = [(planned[0], first), *((planned[0], with_setting(first, value)) for value in other_values)]
     for job, cfg in [*checked, *((job, None) for job in planned[1:])]:
         try:
             check_composed(cfg if cfg is not None else composed(job))
