@@ -45,11 +45,6 @@ def installed_plugins() -> list[str]:
     return [path.name for location in (spec.submodule_search_locations or [] if spec else []) for path in Path(location).iterdir()]
 
 
-def plugin_installed(package: str) -> bool:
-    """Whether the Hydra plugin distribution `package` (hydra-joblib-launcher) is installed."""
-    return package.replace("-", "_") in installed_plugins()
-
-
 def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
     """`hydra/launcher=NAME` / `hydra/sweeper=NAME`: a config that exists, whose plugin is installed, in a multirun."""
     kind, installed = group.rsplit("/", 1)[1], installed_plugins()
@@ -58,7 +53,7 @@ def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
     for choice in [str(v) for v in values_of(value) or []]:
         extends = read_config(f"{group}/{choice}.yaml").get("defaults") or [] if choice in ours else []
         plugin = next((p for p in [choice, *extends] if isinstance(p, str) and p in PLUGIN_PACKAGES), None)
-        if plugin is not None and not plugin_installed(PLUGIN_PACKAGES[plugin]):
+        if plugin is not None and PLUGIN_PACKAGES[plugin].replace("-", "_") not in installed:  # (its folder's name)
             raise EarlyRefusal(f"{group}={choice}: the {plugin} {kind} plugin is not installed: {CLUSTER_EXTRA} "
                                f"(or pip install {PLUGIN_PACKAGES[plugin]})")
         others = [name for name in installed if name.endswith(kind) and f"_{choice.split('_')[0]}_" in name]
