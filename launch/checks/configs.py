@@ -18,22 +18,21 @@ NOT_SETTINGS = {"model": MODEL_ARGUMENTS, "trainer": ("logger", "callbacks", "pl
 GROUPS = ("model", "data", "optimizer", "scheduler", "trainer")  # the config groups whose choices name one class
 
 
-def read_config(name: str) -> dict[str, Any] | None:
-    """configs/<name> as YAML (a copy of its top level); None where it is missing or not a plain YAML mapping (then
-    Hydra decides)."""
+def read_config(name: str) -> dict[str, Any]:
+    """configs/<name> as YAML; {} where it is missing or not a plain YAML mapping (then Hydra decides)."""
     import yaml
 
     try:
-        found = config_file(name) or {}
+        found = config_file(name)
     except (OSError, yaml.YAMLError):
-        return None
-    return dict(found) if isinstance(found, dict) else None
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def config_target(group: str, choice: str) -> Any:
     """The class configs/<group>/<choice>.yaml builds, as Hydra composes it: its own `_target_` (under `group:` or at
     the top), else that of the last file of its group its defaults list names (dvae_gumbel: dvae's)."""
-    own = read_config(f"{group}/{choice}.yaml") or {}
+    own = read_config(f"{group}/{choice}.yaml")
     parents = [parent for parent in own.get("defaults") or [] if isinstance(parent, str) and parent != "_self_"]
     return config_value(own, [group, "_target_"]) or config_value(own, ["_target_"]) or \
         next(filter(None, (config_target(group, parent) for parent in reversed(parents))), None)
@@ -42,15 +41,13 @@ def config_target(group: str, choice: str) -> Any:
 def config_value(node: Any, path: list[str]) -> Any:
     """The value at `path` in a config read as YAML, or None where there is none."""
     for part in path:
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
+        node = node.get(part) if isinstance(node, dict) else None
     return node
 
 
 def default_choices() -> dict[str, str | None]:
     """group -> the default choice of configs/train.yaml's defaults list (`- model: jsa`)."""
-    defaults = (read_config("train.yaml") or {}).get("defaults") or []
+    defaults = read_config("train.yaml").get("defaults") or []
     return {group: choice for entry in defaults if isinstance(entry, dict) for group, choice in entry.items()}
 
 

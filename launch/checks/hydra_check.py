@@ -19,16 +19,12 @@ from omegaconf.errors import OmegaConfBaseException
 
 from launch import CLI_SUBCOMMANDS
 from launch.checks.arguments import OTHER_TREE, TAKES_VALUE, hydra_words, is_hydra_cfg, overrides_of, values_of
-from launch.checks.configs import CONFIGS, config_value, declared, read_config
-from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, no_such_setting, \
-    removed_trainer_option
+from launch.checks.configs import CONFIGS, config_value, read_config
+from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, removed_trainer_option
 from launch.checks.received_config import hydra_folders, hydra_option
-from launch.checks.settings import CONFIG_GROUPS, SettingsError, check_composed, elsewhere
-from launch.checks.hydra_config import classes_imported, compose
+from launch.checks.settings import CONFIG_GROUPS, SettingsError, check_composed
+from launch.checks.hydra_config import compose
 
-# The groups whose configs extend their class's defaults (launch/checks/hydra_config.py: register_defaults): every setting of
-# the class is in the composed config. Another group's config (optimizer) holds only the keys its file sets.
-CLASS_DEFAULT_GROUPS = ("model", "data", "trainer")
 MAX_CHECKED_VALUES = 64  # of one swept setting, checked before the jobs run
 
 
@@ -49,20 +45,15 @@ def installed_plugins() -> list[str]:
     return [path.name for location in (spec.submodule_search_locations or [] if spec else []) for path in Path(location).iterdir()]
 
 
-def plugin_installed(package: str) -> bool:
-    """Whether the Hydra plugin distribution `package` (hydra-joblib-launcher) is installed."""
-    return package.replace("-", "_") in installed_plugins()
-
-
 def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
     """`hydra/launcher=NAME` / `hydra/sweeper=NAME`: a config that exists, whose plugin is installed, in a multirun."""
     kind, installed = group.rsplit("/", 1)[1], installed_plugins()
     ours = [path.stem for path in (CONFIGS / group).glob("*.yaml")]
     known = sorted({"basic", *ours, *(name for name, package in PLUGIN_PACKAGES.items() if package.endswith(kind))})
     for choice in [str(v) for v in values_of(value) or []]:
-        extends = (read_config(f"{group}/{choice}.yaml") or {}).get("defaults") or [] if choice in ours else []
+        extends = read_config(f"{group}/{choice}.yaml").get("defaults") or [] if choice in ours else []
         plugin = next((p for p in [choice, *extends] if isinstance(p, str) and p in PLUGIN_PACKAGES), None)
-        if plugin is not None and not plugin_installed(PLUGIN_PACKAGES[plugin]):
+        if plugin is not None and PLUGIN_PACKAGES[plugin].replace("-", "_") not in installed:  # (its folder's name)
             raise EarlyRefusal(f"{group}={choice}: the {plugin} {kind} plugin is not installed: {CLUSTER_EXTRA} "
                                f"(or pip install {PLUGIN_PACKAGES[plugin]})")
         others = [name for name in installed if name.endswith(kind) and f"_{choice.split('_')[0]}_" in name]
@@ -80,22 +71,29 @@ def overrides_given(argv: list[str]) -> list[str]:
     return [word for word in hydra_words(argv) if not word.lstrip("+~").startswith(("hydra/", "hydra."))]
 
 
-def jobs(overrides: list[str], multirun: bool) -> tuple[list[list[str]], list[list[str]]]:
-    """The overrides of the jobs to compose, and the other values of each swept setting. Each value of a swept config
+def jobs(overrides: list[str], multirun: bool) -> tuple[list[list[str]], list[str]]:
+    """The overrides of the jobs to compose, and the other values of the swept settings. Each value of a swept config
     group is composed once, with the other keys at their first value; a swept setting's other values (at most
-    MAX_CHECKED_VALUES of them: the rest are checked by their jobs) are set on the first job's config. A sweep Optuna
+    MAX_CHECKED_VALUES of each: the rest are checked by their jobs) are set on the first job's config. A sweep Optuna
     samples (interval()) is left to the constructors."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as error:  # Hydra's grammar
+        raise EarlyRefusal(grammar_error(error, overrides)) from None
     axes = []
-    for override in OverridesParser.create().parse_overrides(overrides):
+    for override in parsed:
+        if override.is_sweep_override() and not multirun:
+            raise EarlyRefusal(f"{override.input_line}: several values run one job each in a multirun only; add -m (python "
+                               "train.py -m ...), or give a list as [a,b] or a string with commas in quotes")
         try:
-            values = list(override.sweep_string_iterator()) if multirun and override.is_sweep_override() else None
+            values = list(override.sweep_string_iterator()) if override.is_sweep_override() else None
         except HydraException:
             continue
         axes.append([f"{override.get_key_element()}={value}" for value in values] if values else [override.input_line])
     first = [axis[0] for axis in axes]
     groups = [axis for axis in axes if "/" in axis[0].split("=")[0] or axis[0].lstrip("+~").split("=")[0] in CONFIG_GROUPS]
     return ([first] + [[*first[:i], value, *first[i + 1:]] for i, axis in enumerate(axes) if axis in groups for value in axis[1:]],
-            [axis[1:MAX_CHECKED_VALUES] for axis in axes if axis not in groups and len(axis) > 1])
+            [value for axis in axes if axis not in groups for value in axis[1:MAX_CHECKED_VALUES]])
 
 
 def with_setting(cfg: Any, override: str) -> Any:
@@ -107,10 +105,10 @@ def with_setting(cfg: Any, override: str) -> Any:
 
 
 def composed_job(job: list[str], argv: list[str]) -> Any:
-    """The job's config as Hydra composes it; before Lightning is imported, the Trainer's settings are unknown, so a
-    `trainer.NAME=V` is added as given (`++`) and its name checked once they are known (launch/hydra_app.py)."""
-    known = classes_imported()
-    return compose([o if known or not o.startswith("trainer.") else f"++{o}" for o in job], hydra_folders(argv))
+    """The job's config as Hydra composes it, a `trainer.NAME=V` added as given (`++`): once Lightning is imported,
+    check_composed names a wrong one of the Trainer's settings in one line where Hydra's struct mode would refuse it in
+    several (before, the Trainer's settings are an open node: launch/checks/hydra_config.py)."""
+    return compose([f"++{o}" if o.startswith("trainer.") else o for o in job], hydra_folders(argv))
 
 
 def grammar_error(error: Exception, overrides: list[str]) -> str:
@@ -125,76 +123,57 @@ def grammar_error(error: Exception, overrides: list[str]) -> str:
 
 
 def composition_error(error: Exception, job: list[str], argv: list[str], swept: dict[str, str]) -> str:
-    """Hydra's refusal of a job's overrides as one line: a key its config does not have (check_composed's line with the
-    key added, else the likely key or the `+` that adds it), a `+` on a key that has a value, else Hydra's first line."""
+    """Hydra's refusal of a job's overrides as one line: a key its config does not have (check_composed's line for the
+    job with the key added; else the file without it, the likely key and the `+` that adds it), a `+` on a key that has a
+    value, else Hydra's first line."""
     text = str(error).strip()
-    unknown = re.match(r"Could not override '([^']+)'", text)
-    appended = re.match(r"Could not append to config. An item is already at '([^']+)'", text)
-    several = re.match(r"Ambiguous value for argument '([^']+)'", text)
-    if several:
-        return (f"{several[1]}: several values run one job each in a multirun only; add -m (python train.py -m ...), or "
-                "give a list as [a,b] or a string with commas in quotes")
-    key = getattr(error.__cause__, "full_key", None) if unknown else appended[1] if appended else None
-    given = next((o for o in job if o.lstrip("+~").split("=", 1)[0] == (unknown or appended)[1]), None) if key else None
     hydras_line = " ".join(text.split("\n\n")[0].split()) if text else type(error).__name__
-    if given is None:  # Hydra's own lines, as one
+    found = re.match(r"Could not (override|append to config. An item is already at) '([^']+)'", text)
+    appended = bool(found) and found[1] != "override"
+    key = found and (found[2] if appended else getattr(error.__cause__, "full_key", None))
+    given = next((o for o in job if key and o.lstrip("+~").split("=", 1)[0] == found[2]), None)
+    if given is None:
         return hydras_line
-    # the config the override met: the job's choices of configs and classes, without its settings (another may be a typo too)
+    # the job's choices of configs and classes, without its settings (another may be a typo too)
     kept = [o for o in job if o is not given and ("." not in (k := o.split("=", 1)[0]) or k.endswith("._target_"))]
-    group, _, name = key.partition(".")
+    group, parent = key.split(".")[0], key.rpartition(".")[0]
     try:
-        if unknown and group not in swept:  # check_composed's line for the key, once added
-            check_composed(composed_job([*kept, f"++{given.lstrip('+~')}"], argv), classes=False)
-        base = composed_job(kept, argv)
+        cfg = composed_job(kept if appended else [*kept, f"++{given.lstrip('+~')}"], argv)
+        if not appended:
+            check_composed(cfg, classes=False)
     except SettingsError as refusal:
-        return str(refusal)
+        return f"{refusal}" + (f" ({group}={swept[group]} sweeps a {group} without it: give it in a multirun of the "
+                               f"{group}s that take it)" if group in swept else "")
     except (HydraException, OmegaConfBaseException):
         return hydras_line
-    choice = base.hydra.runtime.choices.get(group)
-    node = OmegaConf.select(base, key.rsplit(".", 1)[0]) if "." in key else base
-    target = node.get("_target_") if group in CLASS_DEFAULT_GROUPS and OmegaConf.is_dict(node) else None
-    owner = target.rsplit(".", 1)[-1] if target else None
+    choice, node = cfg.hydra.runtime.choices.get(group), OmegaConf.select(cfg, parent) if parent else cfg
+    target = node.get("_target_") if OmegaConf.is_dict(node) else None
+    where = next((f"{folder}/{group}/{choice}.yaml" for folder in hydra_folders(argv) if (folder / group / f"{choice}.yaml").is_file()),
+                 f"configs/{group}/{choice}.yaml") if choice else f"the config's {parent}" if parent else "configs/train.yaml"
     if appended:
-        where = "configs/train.yaml" if not name else f"configs/{group}/{choice}.yaml" + (f", {owner}" if owner else "")
-        return (f"{given}: {key} already has a value ({where}), and + only adds a key that has none; drop the + to set it: "
-                f"{given.lstrip('+')}")
-    names = [str(k) for k in (node if OmegaConf.is_dict(node) else {}) if not str(k).startswith("_")]  # (none under a null)
-    options = [f"{key.rsplit('.', 1)[0]}.{k}" if "." in key else k for k in names]
-    if owner is not None and "." not in name and declared(target) is None and group in ("model", "data"):
-        file = next((f"{folder}/{group}/{choice}.yaml" for folder in hydra_folders(argv)
-                     if (folder / group / f"{choice}.yaml").is_file()), f"configs/{group}/{choice}.yaml")
-        return f"{key}: {file} has no such key" + (did_you_mean(key, options) or (
-            f"; a setting of {owner} (a class of your own, whose constructor checks it) is added with +: +{given.lstrip('+')}"))
-    if owner is not None and "." not in name:  # a Trainer's setting once Lightning is imported, or one of a swept class
-        sweeps = f", which {group}={swept[group]} sweeps" if group in swept else ""
-        line = no_such_setting(key, owner + sweeps, [] if sweeps else names, elsewhere(group, name))
-        return line + (f"; give it in a multirun of the {group}s that take it" if sweeps else "")
-    parent = key.rsplit(".", 1)[0]
+        return (f"{given}: {key} already has a value ({where}" + (f", {target.rsplit('.', 1)[-1]}" if target else "") +
+                f"), and + only adds a key that has none; drop the + to set it: {given.lstrip('+')}")
+    options = [f"{parent}.{k}" if parent else k for k in (node if OmegaConf.is_dict(node) else {})
+               if not str(k).startswith("_") and f"{parent}.{k}" != key]
     what = "callback" if parent == "callbacks" else "key"
     hint = did_you_mean(key, options) or (f" (it has {', '.join(options)})" if what == "callback" else "")
-    where = f"configs/{group}/{choice}.yaml" if choice else f"the config's {parent}"
-    return f"{key}: {where} has no such {what}{hint} (one it leaves out is added with +{given.lstrip('+')})"
+    return f"{key}: {where} has no such {what}{hint} (one it leaves out is added with +{given.lstrip('+~')})"
 
 
 def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
-    """Raise EarlyRefusal for the first mistake of a Hydra command line: each job composed and checked. With
-    `trainer_names_only` (once Lightning is imported, launch/hydra_app.py), only the jobs that set a Trainer setting,
-    whose names are known now (Hydra's struct mode would refuse an unknown one in several lines)."""
-    if any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
-        return
-    overrides = overrides_given(argv)
+    """Raise EarlyRefusal for the first mistake of a Hydra command line: each job composed and checked, an experiment's
+    sweep (experiment=compare: its models) as given on the command line. With `trainer_names_only` (once Lightning is
+    imported, launch/hydra_app.py), only a command line that sets a Trainer setting, whose names are known now."""
     pairs = overrides_of(argv)
-    if trainer_names_only and not any(key.startswith("trainer.") for key, _ in pairs):
+    if any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv) or \
+            trainer_names_only and not any(key.startswith("trainer.") for key, _ in pairs):
         return
     # --cfg only prints the config: a sweeper or launcher is fine there without -m.
     multirun = bool(hydra_modes(argv) & {"--multirun", "--cfg"}) or ("hydra.mode", "MULTIRUN") in pairs
     if not trainer_names_only:
         check_before_composing(argv, pairs, multirun)
+    planned, other_values = jobs(overrides_given(argv), multirun)
     swept = {key: value for key, value in pairs if key in CONFIG_GROUPS and len(values_of(value) or []) > 1}
-    try:
-        planned, other_values = jobs(overrides, multirun)
-    except HydraException as error:  # Hydra's grammar
-        raise EarlyRefusal(grammar_error(error, overrides)) from None
 
     def composed(job: list[str]) -> Any:
         try:
@@ -203,23 +182,20 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
             raise EarlyRefusal(composition_error(error, job, argv, swept)) from None
 
     first = composed(planned[0])
-    params = {key: value for key, value in (OmegaConf.to_container(first.hydra.sweeper, resolve=True).get("params") or {}).items()
-              if key not in {k for k, _ in pairs} and isinstance(value, str)}
+    sweep = OmegaConf.to_container(first.hydra.sweeper, resolve=True).get("params") or {}
+    params = [f"{k}={v}" for k, v in sweep.items() if isinstance(v, str) and k not in dict(pairs) and f"{k}={v}" not in argv]
     if params and not multirun:  # Hydra would run the sweep's first job alone, without a word
-        key, value = next(iter(params.items()))
-        experiment = first.hydra.runtime.choices.get("experiment")
-        raise EarlyRefusal(f"experiment={experiment} sweeps {key}={value}, one job each in a multirun only: add -m (python "
+        experiment, key = first.hydra.runtime.choices.get("experiment"), params[0].split("=", 1)[0]
+        raise EarlyRefusal(f"experiment={experiment} sweeps {params[0]}, one job each in a multirun only: add -m (python "
                            f"train.py -m experiment={experiment} ...), or give one {key}=NAME to run that job alone")
-    if params:  # an experiment's sweep (experiment=compare: its models), unless the command line sets the key
-        swept.update({key: value for key, value in params.items() if key in CONFIG_GROUPS and "," in value})
-        planned, other_values = jobs([*overrides, *(f"{key}={value}" for key, value in params.items())], multirun)
-        first = composed(planned[0])
+    if params:
+        return check_hydra([*argv, *params], trainer_names_only)
     if ("hydra/sweeper", "tune") in pairs and "model" in swept:  # Optuna would pick the model too, in another's space
-        models = " ".join(str(m) for m in values_of(swept["model"]) or [])
+        models = " ".join(str(m) for m in values_of(swept["model"]))
         rest = " ".join(arg for arg in argv if not arg.startswith("model="))
         raise EarlyRefusal(f"hydra/sweeper=tune tunes one model per study: give model=NAME (every model in turn: for m in "
                            f"{models}; do python train.py {rest} model=$m; done)")
-    checked = [(planned[0], first), *((planned[0], with_setting(first, value)) for axis in other_values for value in axis)]
+    checked = [(planned[0], first), *((planned[0], with_setting(first, value)) for value in other_values)]
     for job, cfg in [*checked, *((job, None) for job in planned[1:])]:
         try:
             check_composed(cfg if cfg is not None else composed(job))
@@ -246,28 +222,27 @@ def in_file(line: str, job: list[str], argv: list[str], cfg: Any) -> str:
 
 
 def check_before_composing(argv: list[str], pairs: list[tuple[str, str]], multirun: bool) -> None:
-    """What composing does not see: Hydra plugins, a config choice that does not exist (named with the folders searched),
-    Lightning 1's Trainer options."""
+    """What composing does not see: Hydra plugins, Lightning 1's Trainer options, a config choice that does not exist."""
     for key, value in pairs:
         if key in ("hydra/launcher", "hydra/sweeper"):
             check_plugin_choice(key, value, multirun)
         if key.startswith("trainer.") and key.removeprefix("trainer.") in REMOVED_TRAINER_OPTIONS:
             raise EarlyRefusal(removed_trainer_option(key, value, cli=False))
-    folders = [CONFIGS, *hydra_folders(argv)]
-    for key, value in pairs:
         if key in CONFIG_GROUPS and key != "hydra":
-            available, searched = configs_in(folders, key)
-            # (quotes and spaces are Hydra's syntax, not part of the name)
-            for choice in [str(v) if v is not None else "null" for v in values_of(value) or []]:
-                if choice not in available:
-                    # Hydra leaves a group out with ~group (it refuses group=null from the command line)
-                    leave_out = (f" ({key}=none leaves it out)" if "none" in available else f" (~{key} leaves it out)") \
-                        if choice in ("null", "none", "None", "false") else ""
-                    meant = did_you_mean(choice, available)
-                    own = "" if meant or leave_out or len(folders) > 1 else \
-                        f"; a config of your own: --config-dir DIR with DIR/{key}/{choice}.yaml"
-                    raise EarlyRefusal(f"{key}={choice}: no such config in {searched}; expected one of "
-                                       f"{', '.join(available)}{meant}{leave_out}{own}")
+            check_config_choice(key, value, [CONFIGS, *hydra_folders(argv)])
+
+
+def check_config_choice(group: str, value: str, folders: list[Path]) -> None:
+    """`group=NAME` (or a sweep of names): a config in configs/<group>/ or a --config-dir's, else a refusal naming the
+    folders searched, with the likely name, or how to leave the group out (Hydra refuses group=null from the command
+    line), or where a config of one's own goes."""
+    available, searched = configs_in(folders, group)
+    for choice in [str(v) if v is not None else "null" for v in values_of(value) or []]:  # (quotes: Hydra's syntax)
+        if choice not in available:
+            leave_out = f" ({group}=none leaves it out)" if "none" in available else f" (~{group} leaves it out)"
+            own = "" if len(folders) > 1 else f"; a config of your own: --config-dir DIR with DIR/{group}/{choice}.yaml"
+            fix = did_you_mean(choice, available) or (leave_out if choice in ("null", "none", "None", "false") else own)
+            raise EarlyRefusal(f"{group}={choice}: no such config in {searched}; expected one of {', '.join(available)}{fix}")
 
 
 def configs_in(folders: list[Path], group: str = "") -> tuple[list[str], str]:

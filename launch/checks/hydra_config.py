@@ -57,8 +57,8 @@ def own_targets(kind: str, folders: Sequence[Path]) -> dict[str, str]:
 def register_defaults(config_dirs: Sequence[Path] = ()) -> None:
     """Store every model's and data module's defaults (class_defaults) as Hydra configs `model_defaults/<Class>` and
     `data_defaults/<Class>` (once imported, every registered class's too; and those of the classes one's own configs in
-    `config_dirs` build, so that they extend them as configs/ does), and once Lightning is imported
-    lightning.Trainer's as `trainer_defaults/Trainer`, which configs/model/*.yaml, configs/data/*.yaml and
+    `config_dirs` build, so that they extend them as configs/ does), and lightning.Trainer's (an open node until
+    Lightning is imported) as `trainer_defaults/Trainer`, which configs/model/*.yaml, configs/data/*.yaml and
     configs/trainer/default.yaml extend: one source of defaults, `--cfg job` shows them, and `model.NAME=VALUE` needs
     no `+`. Also the `${every_config:...}` resolver the config tree uses."""
     store = ConfigStore.instance()
@@ -70,8 +70,7 @@ def register_defaults(config_dirs: Sequence[Path] = ()) -> None:
         for name, target in sorted(targets.items()):
             store.store(group=f"{kind}_defaults", name=name, node=class_defaults(kind, target))
     # every argument, so that trainer.NAME=VALUE works for all (logger, callbacks: their own groups)
-    trainer_settings = class_defaults("trainer", "lightning.Trainer") if classes_imported() else {}
-    store.store(group="trainer_defaults", name="Trainer", node=trainer_settings)
+    store.store(group="trainer_defaults", name="Trainer", node=class_defaults("trainer", "lightning.Trainer"))
     # experiment=compare's models: `${every_config:model,vqvae_prior}`, the configs of configs/model/ as they are now
     OmegaConf.register_new_resolver("every_config", every_config, replace=True)
 

@@ -73,7 +73,7 @@ def test_valid_launcher_and_sweeper_commands_pass(command):
 def test_a_missing_extra_names_the_pip_install_that_provides_it(command, package, monkeypatch):
     """The same command passes with the plugin installed (VALID, test_valid_launcher_and_sweeper_commands_pass)."""
     assert command in VALID
-    monkeypatch.setattr(hydra_check, "plugin_installed", lambda name: False)
+    monkeypatch.setattr(hydra_check, "installed_plugins", lambda: [])
     refusal = refuse_early(shlex.split(command), cli=False)
     assert refusal is not None and "\n" not in refusal, refusal
     assert "plugin is not installed: pip install -e '.[cluster]'" in refusal and f"(or pip install {package})" in refusal

@@ -118,7 +118,7 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("model.mis_step=1 model.cache_siz=2", ["model.mis_step", "JSA", "model.mis_steps?"]),  # two typos: the first named
     ("sed=1 model.mis_step=1", ["sed", "did you mean seed?"]),  # the top-level seed, not data.seed
     # a setting of a class of one's own, which configs/model/vae.yaml does not have
-    ("model=vae model._target_=mypkg.mymodel.MyVAE model.beta=0.5", ["model.beta", "MyVAE", "+model.beta=0.5"]),
+    ("model=vae model._target_=mypkg.mymodel.MyVAE model.beta=0.5", ["model.beta", "configs/model/vae.yaml", "+model.beta=0.5"]),
     ("model@model=vae", ["model@model", "+model@model=vae"]),
     ("experiment=null", ["experiment=null", "~experiment"]),
     # two of Hydra's modes, which Hydra answers with a traceback
