@@ -141,6 +141,8 @@ def front_end_cases() -> list[Case]:
         Case("hydra seed=-1", "hydra", ["seed=-1"]),
         Case("hydra run_test=maybe", "hydra", ["run_test=maybe"]),
         Case("hydra +foo=1 (a key nothing reads)", "hydra", ["+foo=1"], mention="foo"),
+        Case("hydra =1 (no key before the =)", "hydra", ["=1"], mention="KEY=VALUE"),
+        Case("hydra ~=1 (no key to delete)", "hydra", ["~=1"], mention="KEY=VALUE"),
         Case("hydra +ckpt_pth= (a typo)", "hydra", ["+ckpt_pth=x.ckpt"], mention="ckpt_pth", quick=True),
         Case("hydra ddp_timeout_s=abc", "hydra", ["ddp_timeout_s=abc"]),
         Case("hydra ddp_timeout_s=0", "hydra", ["ddp_timeout_s=0"]),

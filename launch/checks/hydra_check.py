@@ -293,7 +293,8 @@ def check_hydra_command(argv: list[str], prints_only: bool) -> None:
             raise EarlyRefusal(f"{flag} {value}: a config file is LightningCLI's, which needs a subcommand first: python "
                                f"train.py fit --config={value} (Hydra takes an experiment file: -cd FOLDER experiment=NAME)")
         after_option = index > 0 and argv[index - 1] in (*TAKES_VALUE, *OTHER_TREE)  # its value (--info searchpath)
-        if not arg.startswith(("-", "~")) and "=" not in arg and not after_option:  # (~key deletes a key)
+        bare = "=" not in arg and not arg.startswith("~")  # (~key deletes a key)
+        if not arg.startswith("-") and not after_option and (bare or not flag.lstrip("+~")):  # a word, or no key before =
             raise EarlyRefusal(f"{arg}: not a setting; Hydra takes KEY=VALUE (python train.py model=jsa ...), LightningCLI a "
                                f"subcommand first: {', '.join(CLI_SUBCOMMANDS)} (python train.py fit --model=JSA ...)")
         if len(flag) > 2 and "--experimental-rerun".startswith(flag):

@@ -38,6 +38,8 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("callbacks=null", ["callbacks=null", "default, sgmcmc", "~callbacks"]),
     ("data=mnsit", ["data=mnsit", "mnist?"]),
     ("model=VAE", ["model=VAE", "did you mean vae?"]),  # a name in another case
+    ("=1", ["=1", "not a setting", "KEY=VALUE"]),  # no key before the '='
+    ("~=1", ["~=1", "not a setting", "KEY=VALUE"]),
     ("fit --model=jsa", ["--model=jsa", "did you mean JSA?"]),
     ("trainer.max_epochs=abc", ["trainer.max_epochs='abc'", "integer or null"]),
     ("seed=abc", ["seed='abc'", "integer"]),
