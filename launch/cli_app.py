@@ -5,8 +5,6 @@ one line naming the option as given."""
 from __future__ import annotations
 
 import copy
-import inspect
-import pkgutil
 import re
 import sys
 from typing import Any, NoReturn, Optional, Union
@@ -26,9 +24,9 @@ from common.settings import SEED_RANGE
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch.checks.arguments import option_values
-from launch.checks.cli_check import REPLICA_HINTS, SHORT_NAME_MODULES
+from launch.checks.cli_check import REPLICA_HINTS, check_cli_command, help_pointer, setting_key, short_names
 from launch.checks.configs import default_class, log_dir as default_log_dir, seed as default_seed
-from launch.checks.early import exit_with, refuse_early
+from launch.checks.early import PRINTS_ONLY, exit_with
 from launch.checks.precheck import closest_in_module, did_you_mean
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import user_errors_as_one_line
@@ -70,8 +68,7 @@ class Parser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
         given = CollectionCLI.command_line
         subcommand = given[0] if given and given[0] in SUBCOMMANDS else "fit"
-        help_line = f"python train.py {subcommand} --help lists the options"
-        exit_with(_no_class(message, given) or f"{_one_line(message, given)} ({help_line})")
+        exit_with(f"{_no_class(message, given) or _one_line(message, given)} {help_pointer(subcommand)}")
 
 
 class CollectionCLI(LightningCLI):
@@ -198,14 +195,15 @@ class CollectionCLI(LightningCLI):
 
 def main(args: list[str] | None = None, run: bool = True) -> Any:
     """LightningCLI on the same classes, with the same defaults as the Hydra configs (JSA on MNIST, the
-    likelihood that suits the data, the same callbacks) and runs named like Hydra's. The command line is checked
-    first, as before the imports (train.py), here with every class importable (launch/checks/cli_check.py)."""
+    likelihood that suits the data, the same callbacks) and runs named like Hydra's. train.py checks the command line
+    and its paths before the imports (launch/checks/early.py); the check's walk runs again here, where the classes
+    resolve, for what needs them: the settings of class-valued options, of one's own classes and of the Trainer, and
+    those a chosen class requires (launch/checks/cli_check.py)."""
     args = CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
     subcommand = args[0] if args and args[0] in SUBCOMMANDS else "fit"
-    refusal = refuse_early(args if args and args[0] in SUBCOMMANDS else [subcommand, *args], cli=True)
-    if refusal:
-        exit_with(refusal)
     with user_errors_as_one_line():
+        check_cli_command(args if args[:1] == [subcommand] else [subcommand, *args],
+                          any(arg.split("=", 1)[0] in PRINTS_ONLY[True] for arg in args))
         return CollectionCLI(
             LatentVariableModel,
             ImageDataModule,
@@ -274,9 +272,7 @@ def _no_class(message: str, args: list[str]) -> str | None:
     missing = re.search(r"No module named '([\w.]+)'", message)
     no_attribute = re.search(r"module '[\w.]+' has no attribute '\w+'", message)
     if "dot import path string" in message:
-        classes = [name for module in SHORT_NAME_MODULES for name, value in vars(pkgutil.resolve_name(module)).items()
-                   if inspect.isclass(value) and not name.startswith("_")]
-        return (f"{named}: no such class{did_you_mean(found[1], classes)} (torch's optimizers and schedulers and "
+        return (f"{named}: no such class{did_you_mean(found[1], list(short_names()))} (torch's optimizers and schedulers and "
                 "Lightning's loggers and callbacks by name, one's own by its dotted path)")
     if missing and missing[1] == found[1].split(".")[0]:
         return f"{named}: no module named '{missing[1]}'; {IMPORTABLE_HINT}"
@@ -285,5 +281,5 @@ def _no_class(message: str, args: list[str]) -> str | None:
 
 def _given(args: list[str], group: str) -> set[str]:
     """The settings of `group` the command line sets (--group.key or --group.init_args.key)."""
-    return {arg.split("=", 1)[0].removeprefix(f"--{group}.").removeprefix("init_args.").split(".")[0]
-            for arg in args if arg.startswith(f"--{group}.")}
+    keys = [setting_key(option) for option, _ in option_values(args)]
+    return {key[len(group) + 1:].split(".")[0] for key in keys if key.startswith(f"{group}.")}

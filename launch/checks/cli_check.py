@@ -54,15 +54,25 @@ def imported_hints(target: str) -> dict[str, Any] | None:
     return class_hints(pkgutil.resolve_name(target))
 
 
+def short_names() -> dict[str, str]:
+    """name -> path of each public class of SHORT_NAME_MODULES: the classes LightningCLI finds by their short name."""
+    names: dict[str, str] = {}
+    for module in SHORT_NAME_MODULES:
+        for name, value in vars(pkgutil.resolve_name(module)).items():
+            if inspect.isclass(value) and not name.startswith("_"):
+                names.setdefault(name, f"{module}.{name}")
+    return names
+
+
 def class_named(value: str) -> str | None:
-    """The path of the class an option's value names (a class path, or a short name LightningCLI resolves:
-    SHORT_NAME_MODULES), once Lightning is imported; None before, or where it names none (jsonargparse says so)."""
+    """The path of the class an option's value names (a class path, or a short name: `short_names`), once Lightning is
+    imported; None before, or where it names none (jsonargparse says so)."""
     if "lightning" not in sys.modules or not re.fullmatch(r"(\w+\.)*[A-Z]\w*", value):
         return None
-    for path in (value, *(f"{module}.{value}" for module in SHORT_NAME_MODULES)):
-        with contextlib.suppress(Exception):  # imported quietly: hydra's get_object logs every miss
-            if inspect.isclass(pkgutil.resolve_name(path)):
-                return path
+    if "." not in value:
+        return short_names().get(value)
+    with contextlib.suppress(Exception):  # imported quietly: hydra's get_object logs every miss
+        return value if inspect.isclass(pkgutil.resolve_name(value)) else None
     return None
 
 
@@ -146,7 +156,10 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
             except EarlyRefusal as refusal:
                 raise EarlyRefusal(f"--config={file}: {refusal}" if file else str(refusal)) from None
     for option, value in later:
-        check_cli_setting(option, value, chosen, schema, shown="--")
+        if "." in setting_key(option) or setting_key(option) in CLI_OPTIONS:
+            check_cli_setting(option, value, chosen, schema, shown="--")
+        else:
+            check_bare_option(option, value, chosen, schema, argv[0])
     check_required(pairs, chosen)
     for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them: the last value given
         read = {key[len(group) + 1:]: values_of(text, cli=True) for option, value, file in pairs
@@ -164,13 +177,8 @@ def setting_key(option: str) -> str:
 def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | None], schema: dict[str, Any], shown: str) -> None:
     """One `--group.name VALUE` of a LightningCLI command (named `<shown>group.name`: `--` on the command line, none in a
     config file) against the chosen classes: a name the class does not take, or a value of the wrong type; a
-    class-valued option's setting before its class; a bare option that is a chosen class's setting (--max_steps)."""
+    class-valued option's setting before its class."""
     key, given = setting_key(option), shown + option[2:].rstrip("+")  # as written: --model.x, model.init_args.x
-    if "." not in key and key not in CLI_OPTIONS and shown:
-        options = [f"--{group}.{name}" for group, target in chosen.items() if target and "." not in group
-                   for name in schema["classes"].get(target) or {}]
-        if meant := did_you_mean(option, options):
-            raise EarlyRefusal(f"unrecognized arguments: {option}{'' if value is None else f'={value}'}{meant}")
     owner = next((group for group in CLASS_OPTIONS if key.startswith(f"{group}.")), None)
     if owner is not None and owner not in chosen:
         example = CLASS_OPTIONS[owner]
@@ -191,6 +199,22 @@ def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | No
                        given.rpartition(".")[0], shown)
     except SettingsError as refusal:
         raise EarlyRefusal(str(refusal)) from None
+
+
+def check_bare_option(option: str, value: str | None, chosen: dict[str, str | None], schema: dict[str, Any],
+                      subcommand: str) -> None:
+    """A bare option that is a chosen class's setting without its group (--max_steps): the option it means. One that
+    is none is left to the parser, which refuses it."""
+    options = [f"--{group}.{name}" for group, target in chosen.items() if target and "." not in group
+               for name in schema["classes"].get(target) or {}]
+    if meant := did_you_mean(option, options):
+        raise EarlyRefusal(f"unrecognized arguments: {option}{'' if value is None else f'={value}'}{meant} "
+                           f"{help_pointer(subcommand)}")
+
+
+def help_pointer(subcommand: str) -> str:
+    """What ends each line that refuses an option of the parser's: where the options are listed."""
+    return f"(python train.py {subcommand} --help lists the options)"
 
 
 def read_value(text: str) -> Any:
