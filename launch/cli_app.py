@@ -24,8 +24,8 @@ from common.settings import SEED_RANGE
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch.checks.arguments import option_values
-from launch.checks.cli_check import REPLICA_HINTS, check_cli_command, help_pointer, setting_key, short_names
-from launch.checks.configs import default_class, log_dir as default_log_dir, seed as default_seed
+from launch.checks.cli_check import REPLICA_HINTS, check_cli_command, help_pointer, setting_key, short_names, with_defaults
+from launch.checks.configs import log_dir as default_log_dir, seed as default_seed
 from launch.checks.early import PRINTS_ONLY, exit_with
 from launch.checks.precheck import closest_in_module, did_you_mean
 from launch.checks.settings import SettingsError, check_trainer_values
@@ -104,11 +104,11 @@ class CollectionCLI(LightningCLI):
                                                    for c in default_callbacks()]})
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
-        """The command line with the default classes (`_with_defaults`), then the settings of --ckpt_path's checkpoint
-        under those the command line gives, from its one safe read (the registered-classes check included), handed
-        on to the builder. --ckpt_path is held aside until before_instantiate_classes: LightningCLI would read the file
+        """The command line with the default classes (cli_check.with_defaults), then the settings of --ckpt_path's
+        checkpoint under those the command line gives, from its one safe read (the registered-classes check included),
+        handed on to the builder. --ckpt_path is held aside until before_instantiate_classes: LightningCLI would read the file
         a second time (past its checksum) and put the checkpoint's settings over the command line's."""
-        self.config = parser.parse_args(_with_defaults(self.command_line))
+        self.config = parser.parse_args(with_defaults(self.command_line))
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else {}
         self.ckpt_path = config.get("ckpt_path")
@@ -118,18 +118,20 @@ class CollectionCLI(LightningCLI):
         self.checkpoint, chosen = checkpoint, get_class(config.model.class_path)
         seed = config.get("seed_everything")  # the checkpoint's where none is given (launch/run_builder.py), before LightningCLI seeds
         if not isinstance(seed, bool):
-            given = dict(option_values(self.command_line)).get("--seed_everything") is not None or seed != default_seed()
-            config.seed_everything = resumed_seed(seed, given, checkpoint)
+            config.seed_everything = resumed_seed(seed, self.seed_given() or seed != default_seed(), checkpoint)
         given_model = dict(option_values(self.command_line)).get("--model")
-        if given_model and checkpoint.get("model_class") not in (None, f"{chosen.__module__}.{chosen.__qualname__}"):
+        if given_model and checkpoint.get("model_class") not in (None, qualified_name(chosen)):
             return  # another model's checkpoint: the builder refuses it (checkpoints/model_class.py)
-        hparams = copy.deepcopy(dict(checkpoint.get("hyper_parameters") or {}))  # the parser changes what it is given
-        hparams.pop("_instantiator", None)
-        for key in _given(self.command_line, "model"):  # an option the user gives wins over the checkpoint's
-            hparams.pop(key, None)
+        left_out = {"_instantiator", *_given(self.command_line, "model")}  # an option the user gives wins over the checkpoint's
+        hparams = {key: copy.deepcopy(value) for key, value in (checkpoint.get("hyper_parameters") or {}).items()
+                   if key not in left_out}  # (copies: the parser changes what it is given)
         if hparams:  # a checkpoint a Trainer without SafeCheckpoints wrote names no class: the chosen one's settings
             hparams = {"class_path": hparams.pop("_class_path", qualified_name(chosen)), "dict_kwargs": hparams}
             self.config = parser.parse_object({subcommand: {"model": hparams}}, self.config)
+
+    def seed_given(self) -> bool:
+        """Whether the command line gives --seed_everything (a config file's counts where it is not the default)."""
+        return dict(option_values(self.command_line)).get("--seed_everything") is not None
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -143,10 +145,9 @@ class CollectionCLI(LightningCLI):
         # file counts as given where it differs from the default.
         seed = config.seed_everything  # (SEED's values as plain ints: a model's hyperparameters keep the seed)
         seed = config.seed_everything = seed if isinstance(seed, bool) else int(seed)
-        seed_given = dict(option_values(self.command_line)).get("--seed_everything") is not None
         apply_rules({group: config[group].init_args for group in ("data", "model")},
                     {group: get_class(config[group].class_path) for group in ("data", "model")},
-                    seed if seed_given or seed != default_seed() else None, seed_given,
+                    seed if self.seed_given() or seed != default_seed() else None, self.seed_given(),
                     lambda group, key: key in _given(self.command_line, group))
         note_existing_directories(config.get("log_dir") or default_log_dir())  # as parsed: a -c file may set it
 
@@ -219,23 +220,6 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
         )
 
 
-def _with_defaults(args: list[str]) -> list[str]:
-    """JSA on MNIST unless told otherwise, as in the Hydra front end: given as the first arguments, which a later
-    choice (on the command line or in a config file) replaces with that class's own defaults (a parser default would
-    carry the default class's settings over to it); and a class the command line chooses put before the first of its
-    settings (jsonargparse reads `--model.latent_dim=8 --model=VAE`'s setting against the class chosen before it,
-    which has none)."""
-    if any(arg in ("-h", "--help") for arg in args):
-        return args
-    first, args = (args[:1], list(args[1:])) if args and args[0] in SUBCOMMANDS else ([], list(args))
-    for key in ("model", "data"):
-        chosen = [i for i, arg in enumerate(args) if arg.startswith(f"--{key}=")]
-        settings = [i for i, arg in enumerate(args) if arg.startswith(f"--{key}.") and not arg.startswith(f"--{key}.help")]
-        if chosen and settings and settings[0] < chosen[0]:
-            args.insert(settings[0], args.pop(chosen[0]))
-    return [*first, *(f"--{key}={default_class(key)}" for key in ("model", "data")), *args]
-
-
 def _option(report: str, args: list[str]) -> str | None:
     """The option a report of jsonargparse's is about, as given (--trainer.callbacks+ too): the one that ends with the
     report's innermost parser key ('Parser key "num_bits"' -> --model.num_bits), else its keys joined (--model.mis_steps);
@@ -272,8 +256,8 @@ def _no_class(message: str, args: list[str]) -> str | None:
     missing = re.search(r"No module named '([\w.]+)'", message)
     no_attribute = re.search(r"module '[\w.]+' has no attribute '\w+'", message)
     if "dot import path string" in message:
-        return (f"{named}: no such class{did_you_mean(found[1], list(short_names()))} (torch's optimizers and schedulers and "
-                "Lightning's loggers and callbacks by name, one's own by its dotted path)")
+        return (f"{named}: no such class{did_you_mean(found[1], list(short_names())) or '.'} Torch's optimizers and "
+                "schedulers and Lightning's loggers and callbacks go by name, one's own classes by their dotted path")
     if missing and missing[1] == found[1].split(".")[0]:
         return f"{named}: no module named '{missing[1]}'; {IMPORTABLE_HINT}"
     return f"{named}: {no_attribute[0]}{closest_in_module(found[1])}" if no_attribute else None
