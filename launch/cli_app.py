@@ -183,7 +183,7 @@ class CollectionCLI(LightningCLI):
         with running(self.trainer, lambda line: print(line, flush=True), evaluating_only=self.subcommand in ("validate", "test")):
             getattr(self.trainer, self.subcommand)(**kwargs)
 
-    validate = test = predict = fit
+    validate = test = fit  # (predict is refused: launch/checks/cli_check.py)
 
     def instantiate_classes(self) -> None:
         try:

@@ -108,27 +108,24 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
                            "values); a checkpoint of your own classes loads with LATENT_ZOO_TRUST=mypkg, a file you trust "
                            "in Python: <Model>.load_from_checkpoint(PATH, weights_only=False) (README, Files from someone else)")
 
-    def class_of(group: str, option: str, name: str, file: str | None) -> str | None:
-        """The class `--model=NAME` (or a file's `model: NAME`, `class_path: NAME`) chooses; None: left to jsonargparse."""
-        name = name.strip('"')  # (a file's quoted name)
-        paths = set(config_targets(group).values())  # the classes configs/model/ and configs/data/ build (CONTRIBUTING.md)
-        targets = {**{path.rsplit(".", 1)[-1]: path for path in paths}, **{path: path for path in paths}}
-        if name.lstrip().startswith("{") or ("." in name and name not in targets):
-            return class_named(name)  # a class of the user's own package, once importable; '{"class_path": ...}'
-        if name not in targets:
-            names = sorted(path.rsplit(".", 1)[-1] for path in paths)
-            raise EarlyRefusal(f"{f'--config={file}: {option[2:]}: {name}' if file else f'{option}={name}'} is not one of "
-                               f"{', '.join(names)}{did_you_mean(name, names)}")
-        return targets[name]
-
     # The classes in effect, from the defaults `with_defaults` gives to the last choice; a file's settings are its
     # classes' (jsonargparse drops them if a later option chooses another class).
     chosen: dict[str, str | None] = {"trainer": "lightning.Trainer", "replicas": "replicas"}
 
     def choose(option: str, value: str | None, file: str | None) -> None:
-        group = setting_key(option).removesuffix(".class_path")
-        if value is not None and group in ("model", "data", *CLASS_OPTIONS):
-            chosen[group] = class_of(group, option, value, file) if group in ("model", "data") else class_named(value.strip('"'))
+        """The class `--model=NAME` (a file's `model: NAME`, `class_path: NAME`), `--optimizer=NAME`, ... chooses: for
+        the model and the data, one of those configs/model/ and configs/data/ build (CONTRIBUTING.md) or one's own;
+        None: left to jsonargparse."""
+        group, name = setting_key(option).removesuffix(".class_path"), (value or "").strip('"')  # (a file's quoted name)
+        if value is None or group not in ("model", "data", *CLASS_OPTIONS):
+            return
+        paths = set(config_targets(group).values()) if group in ("model", "data") else set()
+        targets = {**{path.rsplit(".", 1)[-1]: path for path in paths}, **{path: path for path in paths}}
+        if paths and name not in targets and "." not in name and not name.lstrip().startswith("{"):
+            names = sorted(path.rsplit(".", 1)[-1] for path in paths)
+            raise EarlyRefusal(f"{f'--config={file}: {option[2:]}: {name}' if file else f'{option}={name}'} is not one of "
+                               f"{', '.join(names)}{did_you_mean(name, names)}")
+        chosen[group] = targets.get(name) or class_named(name)  # a class of one's own once importable; '{"class_path": ...}'
 
     for file, run in itertools.groupby(pairs, key=lambda pair: pair[2]):  # the command line's options between files, a file's
         run = list(run)
