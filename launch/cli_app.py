@@ -10,7 +10,6 @@ import sys
 from typing import Any, NoReturn, Optional, Union
 
 from hydra.utils import get_class
-from jsonargparse.typing import restricted_number_type
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
@@ -20,7 +19,6 @@ from checkpoints.errors import CheckpointError
 from checkpoints.loader import load_checkpoint_file
 from common.lightning_files import RunConfigFile
 from common.registry import IMPORTABLE_HINT, qualified_name
-from common.settings import SEED_RANGE
 from datamodules import ImageDataModule
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch.checks.arguments import option_values
@@ -40,7 +38,6 @@ from models import LatentVariableModel
 # The lines of jsonargparse's report that say where, not what (_one_line)
 REPORT_NOISE = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path", "Parser key",
                 "Expected a <class 'NoneType'>")
-SEED = restricted_number_type("Seed", int, [(">=", SEED_RANGE[0]), ("<=", SEED_RANGE[1])])  # numpy's range, as Hydra's seed
 
 
 class Parser(LightningArgumentParser):
@@ -77,8 +74,8 @@ class CollectionCLI(LightningCLI):
     command_line: list[str] = []  # the arguments as the user gave them, set by main()
     checkpoint: dict[str, Any] | None = None  # --ckpt_path's content, read once (parse_arguments)
 
-    def add_default_arguments_to_parser(self, parser: Any) -> None:
-        parser.add_argument("--seed_everything", type=Union[bool, SEED], default=self.seed_everything_default,
+    def add_default_arguments_to_parser(self, parser: Any) -> None:  # (its range checked before parsing: cli_check.py)
+        parser.add_argument("--seed_everything", type=Union[bool, int], default=self.seed_everything_default,
                             help="the seed of the run, in [0, 2^32 - 1] (as Hydra's seed); true: a random one; false: none")
 
     def add_arguments_to_parser(self, parser: Any) -> None:
@@ -143,8 +140,7 @@ class CollectionCLI(LightningCLI):
                                 f"--fresh_weights=true to {self.subcommand} a freshly initialized model")
         # The run rules, as in the Hydra front end (launch/run_builder.py: apply_rules); a seed_everything from a -c
         # file counts as given where it differs from the default.
-        seed = config.seed_everything  # (SEED's values as plain ints: a model's hyperparameters keep the seed)
-        seed = config.seed_everything = seed if isinstance(seed, bool) else int(seed)
+        seed = config.seed_everything
         apply_rules({group: config[group].init_args for group in ("data", "model")},
                     {group: get_class(config[group].class_path) for group in ("data", "model")},
                     seed if self.seed_given() or seed != default_seed() else None, self.seed_given(),
