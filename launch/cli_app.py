@@ -12,14 +12,12 @@ from typing import Any, NoReturn, Optional, Union
 from hydra.utils import get_class
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
-import models  # noqa: F401  (registers the subclasses for --model=NAME)
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from checkpoints.errors import CheckpointError
 from checkpoints.loader import load_checkpoint_file
 from common.lightning_files import RunConfigFile
 from common.registry import IMPORTABLE_HINT, qualified_name
-from datamodules import ImageDataModule
+from datamodules import ImageDataModule  # (the package registers the subclasses for --data=NAME)
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch.checks.arguments import option_values
 from launch.checks.cli_check import REPLICA_HINTS, check_cli_command, help_pointer, setting_key, short_names, with_defaults
@@ -32,7 +30,7 @@ from launch.run_builder import (RunDescription, apply_rules, build, checkpoint_s
                                 running, trainer_defaults)
 from launch.run_layout import run_name
 from launch.runs.run_directory import note_existing_directories
-from models import LatentVariableModel
+from models import LatentVariableModel  # (the package registers the subclasses for --model=NAME)
 
 
 # The lines of jsonargparse's report that say where, not what (_one_line)
