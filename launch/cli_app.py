@@ -5,30 +5,24 @@ one line naming the option as given."""
 from __future__ import annotations
 
 import copy
-import inspect
-import pkgutil
 import re
 import sys
 from typing import Any, NoReturn, Optional, Union
 
 from hydra.utils import get_class
-from jsonargparse.typing import restricted_number_type
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-import datamodules  # noqa: F401  (registers the subclasses for --data=NAME)
-import models  # noqa: F401  (registers the subclasses for --model=NAME)
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from checkpoints.errors import CheckpointError
 from checkpoints.loader import load_checkpoint_file
 from common.lightning_files import RunConfigFile
 from common.registry import IMPORTABLE_HINT, qualified_name
-from common.settings import SEED_RANGE
-from datamodules import ImageDataModule
+from datamodules import ImageDataModule  # (the package registers the subclasses for --data=NAME)
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch.checks.arguments import option_values
-from launch.checks.cli_check import REPLICA_HINTS, SHORT_NAME_MODULES
-from launch.checks.configs import default_class, log_dir as default_log_dir, seed as default_seed
-from launch.checks.early import exit_with, refuse_early
+from launch.checks.cli_check import REPLICA_HINTS, check_cli_command, help_pointer, setting_key, short_names, with_defaults
+from launch.checks.configs import log_dir as default_log_dir, seed as default_seed
+from launch.checks.early import PRINTS_ONLY, exit_with
 from launch.checks.precheck import closest_in_module, did_you_mean
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import user_errors_as_one_line
@@ -36,13 +30,12 @@ from launch.run_builder import (RunDescription, apply_rules, build, checkpoint_s
                                 running, trainer_defaults)
 from launch.run_layout import run_name
 from launch.runs.run_directory import note_existing_directories
-from models import LatentVariableModel
+from models import LatentVariableModel  # (the package registers the subclasses for --model=NAME)
 
 
 # The lines of jsonargparse's report that say where, not what (_one_line)
 REPORT_NOISE = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path", "Parser key",
                 "Expected a <class 'NoneType'>")
-SEED = restricted_number_type("Seed", int, [(">=", SEED_RANGE[0]), ("<=", SEED_RANGE[1])])  # numpy's range, as Hydra's seed
 
 
 class Parser(LightningArgumentParser):
@@ -70,8 +63,7 @@ class Parser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
         given = CollectionCLI.command_line
         subcommand = given[0] if given and given[0] in SUBCOMMANDS else "fit"
-        help_line = f"python train.py {subcommand} --help lists the options"
-        exit_with(_no_class(message, given) or f"{_one_line(message, given)} ({help_line})")
+        exit_with(f"{_no_class(message, given) or _one_line(message, given)} {help_pointer(subcommand)}")
 
 
 class CollectionCLI(LightningCLI):
@@ -80,8 +72,8 @@ class CollectionCLI(LightningCLI):
     command_line: list[str] = []  # the arguments as the user gave them, set by main()
     checkpoint: dict[str, Any] | None = None  # --ckpt_path's content, read once (parse_arguments)
 
-    def add_default_arguments_to_parser(self, parser: Any) -> None:
-        parser.add_argument("--seed_everything", type=Union[bool, SEED], default=self.seed_everything_default,
+    def add_default_arguments_to_parser(self, parser: Any) -> None:  # (its range checked before parsing: cli_check.py)
+        parser.add_argument("--seed_everything", type=Union[bool, int], default=self.seed_everything_default,
                             help="the seed of the run, in [0, 2^32 - 1] (as Hydra's seed); true: a random one; false: none")
 
     def add_arguments_to_parser(self, parser: Any) -> None:
@@ -107,11 +99,11 @@ class CollectionCLI(LightningCLI):
                                                    for c in default_callbacks()]})
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
-        """The command line with the default classes (`_with_defaults`), then the settings of --ckpt_path's checkpoint
-        under those the command line gives, from its one safe read (the registered-classes check included), handed
-        on to the builder. --ckpt_path is held aside until before_instantiate_classes: LightningCLI would read the file
+        """The command line with the default classes (cli_check.with_defaults), then the settings of --ckpt_path's
+        checkpoint under those the command line gives, from its one safe read (the registered-classes check included),
+        handed on to the builder. --ckpt_path is held aside until before_instantiate_classes: LightningCLI would read the file
         a second time (past its checksum) and put the checkpoint's settings over the command line's."""
-        self.config = parser.parse_args(_with_defaults(self.command_line))
+        self.config = parser.parse_args(with_defaults(self.command_line))
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else {}
         self.ckpt_path = config.get("ckpt_path")
@@ -121,18 +113,20 @@ class CollectionCLI(LightningCLI):
         self.checkpoint, chosen = checkpoint, get_class(config.model.class_path)
         seed = config.get("seed_everything")  # the checkpoint's where none is given (launch/run_builder.py), before LightningCLI seeds
         if not isinstance(seed, bool):
-            given = dict(option_values(self.command_line)).get("--seed_everything") is not None or seed != default_seed()
-            config.seed_everything = resumed_seed(seed, given, checkpoint)
+            config.seed_everything = resumed_seed(seed, self.seed_given() or seed != default_seed(), checkpoint)
         given_model = dict(option_values(self.command_line)).get("--model")
-        if given_model and checkpoint.get("model_class") not in (None, f"{chosen.__module__}.{chosen.__qualname__}"):
+        if given_model and checkpoint.get("model_class") not in (None, qualified_name(chosen)):
             return  # another model's checkpoint: the builder refuses it (checkpoints/model_class.py)
-        hparams = copy.deepcopy(dict(checkpoint.get("hyper_parameters") or {}))  # the parser changes what it is given
-        hparams.pop("_instantiator", None)
-        for key in _given(self.command_line, "model"):  # an option the user gives wins over the checkpoint's
-            hparams.pop(key, None)
+        left_out = {"_instantiator", *_given(self.command_line, "model")}  # an option the user gives wins over the checkpoint's
+        hparams = {key: copy.deepcopy(value) for key, value in (checkpoint.get("hyper_parameters") or {}).items()
+                   if key not in left_out}  # (copies: the parser changes what it is given)
         if hparams:  # a checkpoint a Trainer without SafeCheckpoints wrote names no class: the chosen one's settings
             hparams = {"class_path": hparams.pop("_class_path", qualified_name(chosen)), "dict_kwargs": hparams}
             self.config = parser.parse_object({subcommand: {"model": hparams}}, self.config)
+
+    def seed_given(self) -> bool:
+        """Whether the command line gives --seed_everything (a config file's counts where it is not the default)."""
+        return dict(option_values(self.command_line)).get("--seed_everything") is not None
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -144,12 +138,10 @@ class CollectionCLI(LightningCLI):
                                 f"--fresh_weights=true to {self.subcommand} a freshly initialized model")
         # The run rules, as in the Hydra front end (launch/run_builder.py: apply_rules); a seed_everything from a -c
         # file counts as given where it differs from the default.
-        seed = config.seed_everything  # (SEED's values as plain ints: a model's hyperparameters keep the seed)
-        seed = config.seed_everything = seed if isinstance(seed, bool) else int(seed)
-        seed_given = dict(option_values(self.command_line)).get("--seed_everything") is not None
+        seed = config.seed_everything
         apply_rules({group: config[group].init_args for group in ("data", "model")},
                     {group: get_class(config[group].class_path) for group in ("data", "model")},
-                    seed if seed_given or seed != default_seed() else None, seed_given,
+                    seed if self.seed_given() or seed != default_seed() else None, self.seed_given(),
                     lambda group, key: key in _given(self.command_line, group))
         note_existing_directories(config.get("log_dir") or default_log_dir())  # as parsed: a -c file may set it
 
@@ -185,7 +177,7 @@ class CollectionCLI(LightningCLI):
         with running(self.trainer, lambda line: print(line, flush=True), evaluating_only=self.subcommand in ("validate", "test")):
             getattr(self.trainer, self.subcommand)(**kwargs)
 
-    validate = test = predict = fit
+    validate = test = fit  # (predict is refused: launch/checks/cli_check.py)
 
     def instantiate_classes(self) -> None:
         try:
@@ -198,14 +190,15 @@ class CollectionCLI(LightningCLI):
 
 def main(args: list[str] | None = None, run: bool = True) -> Any:
     """LightningCLI on the same classes, with the same defaults as the Hydra configs (JSA on MNIST, the
-    likelihood that suits the data, the same callbacks) and runs named like Hydra's. The command line is checked
-    first, as before the imports (train.py), here with every class importable (launch/checks/cli_check.py)."""
+    likelihood that suits the data, the same callbacks) and runs named like Hydra's. train.py checks the command line
+    and its paths before the imports (launch/checks/early.py); the check's walk runs again here, where the classes
+    resolve, for what needs them: the settings of class-valued options, of one's own classes and of the Trainer, and
+    those a chosen class requires (launch/checks/cli_check.py)."""
     args = CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
     subcommand = args[0] if args and args[0] in SUBCOMMANDS else "fit"
-    refusal = refuse_early(args if args and args[0] in SUBCOMMANDS else [subcommand, *args], cli=True)
-    if refusal:
-        exit_with(refusal)
     with user_errors_as_one_line():
+        check_cli_command(args if args[:1] == [subcommand] else [subcommand, *args],
+                          any(arg.split("=", 1)[0] in PRINTS_ONLY[True] for arg in args))
         return CollectionCLI(
             LatentVariableModel,
             ImageDataModule,
@@ -219,23 +212,6 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
             save_config_kwargs={"overwrite": True, "config_filename": "config.yaml" if subcommand == "fit" else f"config_{subcommand}.yaml"},
             seed_everything_default=default_seed(),  # configs/train.yaml's
         )
-
-
-def _with_defaults(args: list[str]) -> list[str]:
-    """JSA on MNIST unless told otherwise, as in the Hydra front end: given as the first arguments, which a later
-    choice (on the command line or in a config file) replaces with that class's own defaults (a parser default would
-    carry the default class's settings over to it); and a class the command line chooses put before the first of its
-    settings (jsonargparse reads `--model.latent_dim=8 --model=VAE`'s setting against the class chosen before it,
-    which has none)."""
-    if any(arg in ("-h", "--help") for arg in args):
-        return args
-    first, args = (args[:1], list(args[1:])) if args and args[0] in SUBCOMMANDS else ([], list(args))
-    for key in ("model", "data"):
-        chosen = [i for i, arg in enumerate(args) if arg.startswith(f"--{key}=")]
-        settings = [i for i, arg in enumerate(args) if arg.startswith(f"--{key}.") and not arg.startswith(f"--{key}.help")]
-        if chosen and settings and settings[0] < chosen[0]:
-            args.insert(settings[0], args.pop(chosen[0]))
-    return [*first, *(f"--{key}={default_class(key)}" for key in ("model", "data")), *args]
 
 
 def _option(report: str, args: list[str]) -> str | None:
@@ -274,10 +250,8 @@ def _no_class(message: str, args: list[str]) -> str | None:
     missing = re.search(r"No module named '([\w.]+)'", message)
     no_attribute = re.search(r"module '[\w.]+' has no attribute '\w+'", message)
     if "dot import path string" in message:
-        classes = [name for module in SHORT_NAME_MODULES for name, value in vars(pkgutil.resolve_name(module)).items()
-                   if inspect.isclass(value) and not name.startswith("_")]
-        return (f"{named}: no such class{did_you_mean(found[1], classes)} (torch's optimizers and schedulers and "
-                "Lightning's loggers and callbacks by name, one's own by its dotted path)")
+        return (f"{named}: no such class{did_you_mean(found[1], list(short_names())) or '.'} Torch's optimizers and "
+                "schedulers and Lightning's loggers and callbacks go by name, one's own classes by their dotted path")
     if missing and missing[1] == found[1].split(".")[0]:
         return f"{named}: no module named '{missing[1]}'; {IMPORTABLE_HINT}"
     return f"{named}: {no_attribute[0]}{closest_in_module(found[1])}" if no_attribute else None
@@ -285,5 +259,5 @@ def _no_class(message: str, args: list[str]) -> str | None:
 
 def _given(args: list[str], group: str) -> set[str]:
     """The settings of `group` the command line sets (--group.key or --group.init_args.key)."""
-    return {arg.split("=", 1)[0].removeprefix(f"--{group}.").removeprefix("init_args.").split(".")[0]
-            for arg in args if arg.startswith(f"--{group}.")}
+    keys = [setting_key(option) for option, _ in option_values(args)]
+    return {key[len(group) + 1:].split(".")[0] for key in keys if key.startswith(f"{group}.")}

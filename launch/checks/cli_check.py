@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from launch.checks.arguments import cli_options, values_of
-from launch.checks.configs import GROUPS, NOT_SETTINGS, config_targets, declared, default_classes
+from launch import CLI_SUBCOMMANDS
+from launch.checks.configs import NOT_SETTINGS, config_targets, declared, default_class
 from common.settings import SEED_RANGE
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, \
     removed_trainer_option
@@ -24,7 +25,6 @@ from launch.checks.settings import SettingsError, check_group, class_hints
 # The options whose value is a class (its settings follow: --optimizer=Adam --optimizer.lr=0.1), with a class for each.
 CLASS_OPTIONS = {"optimizer": "Adam", "lr_scheduler": "StepLR", "model.optimizer": "Adam", "model.scheduler": "StepLR",
                  "trainer.callbacks": "LearningRateMonitor", "trainer.logger": "CSVLogger"}
-CLASS_SETTINGS = tuple(f"{option}." for option in CLASS_OPTIONS)
 # Where LightningCLI finds a class given by its short name (--optimizer=Adam, --trainer.logger=CSVLogger).
 SHORT_NAME_MODULES = ("torch.optim", "torch.optim.lr_scheduler", "lightning.pytorch.loggers",
                       "lightning.pytorch.callbacks")
@@ -34,54 +34,52 @@ CLI_OPTIONS = ("config", "print_config", "seed_everything", "log_dir", "ckpt_pat
 REPLICA_HINTS = {"seeds": Optional[list[int]], "arms": Optional[list[dict[str, Any]]]}  # --replicas.seeds, .arms
 
 
-def load() -> dict[str, Any]:
-    """The settings each class of the configs (and LightningCLI's Trainer) takes, and LightningCLI's class names. Before
-    the imports, those configs/settings.py declares (models, data modules); once Lightning is imported, the
-    constructors' too (the Trainer's: before, LightningCLI checks them)."""
-    targets = {"lightning.Trainer", *(target for group in GROUPS for target in config_targets(group).values())}
-    classes = {target: hints for target in targets if (hints := declared(target) or imported_hints(target)) is not None}
-    classes["replicas"] = REPLICA_HINTS  # LightningCLI's --replicas.seeds and --replicas.arms (launch/cli_app.py)
-    # LightningCLI's --model=NAME and --data=NAME: the classes configs/model/ and configs/data/ build (CONTRIBUTING.md)
-    cli_classes = {group: {target.rsplit(".", 1)[-1]: target for target in sorted(set(config_targets(group).values()))}
-                   for group in ("model", "data")}
-    return {"classes": classes, "cli_classes": cli_classes}
+def hints_of(target: str) -> dict[str, Any] | None:
+    """setting -> type hint of each setting the class at `target` takes: as configs/settings.py declares them (models,
+    data modules) before the imports, else from its constructor once Lightning is imported (the Trainer's, an
+    optimizer's, one's own class's; None before); LightningCLI's --replicas.seeds and --replicas.arms (`replicas`)."""
+    hints = REPLICA_HINTS if target == "replicas" else declared(target)
+    return hints or (class_hints(pkgutil.resolve_name(target)) if "lightning" in sys.modules else None)
 
 
-def imported_hints(target: str) -> dict[str, Any] | None:
-    """setting -> type hint of the class at `target`, from its constructor, once Lightning is imported; else None."""
-    if "lightning" not in sys.modules:
-        return None
-    return class_hints(pkgutil.resolve_name(target))
+def short_names() -> dict[str, str]:
+    """name -> path of each public class of SHORT_NAME_MODULES: the classes LightningCLI finds by their short name."""
+    names: dict[str, str] = {}
+    for module in SHORT_NAME_MODULES:
+        for name, value in vars(pkgutil.resolve_name(module)).items():
+            if inspect.isclass(value) and not name.startswith("_"):
+                names.setdefault(name, f"{module}.{name}")
+    return names
 
 
 def class_named(value: str) -> str | None:
-    """The path of the class an option's value names (a class path, or a short name LightningCLI resolves:
-    SHORT_NAME_MODULES), once Lightning is imported; None before, or where it names none (jsonargparse says so)."""
+    """The path of the class an option's value names (a class path, or a short name: `short_names`), once Lightning is
+    imported; None before, or where it names none (jsonargparse says so)."""
     if "lightning" not in sys.modules or not re.fullmatch(r"(\w+\.)*[A-Z]\w*", value):
         return None
-    for path in (value, *(f"{module}.{value}" for module in SHORT_NAME_MODULES)):
-        with contextlib.suppress(Exception):  # imported quietly: hydra's get_object logs every miss
-            if inspect.isclass(pkgutil.resolve_name(path)):
-                return path
+    if "." not in value:
+        return short_names().get(value)
+    with contextlib.suppress(Exception):  # imported quietly: hydra's get_object logs every miss
+        return value if inspect.isclass(pkgutil.resolve_name(value)) else None
     return None
 
 
 def check_cli_command(argv: list[str], prints_only: bool) -> None:
     """Raise EarlyRefusal for the first mistake of a LightningCLI command line that can be seen before it is parsed: a
     --config file that does not exist (jsonargparse's report names no file), a class, option or setting the chosen
-    class does not take, a value of the wrong type or range; the settings of its --config files included (each in its
-    place: what comes later wins, as in jsonargparse); once Lightning is imported, the settings of class-valued options
-    and of one's own classes too, and those a chosen class requires. Whether a config file is YAML is checked before
+    class does not take (a bare --max_steps: the option meant), a value of the wrong type or range; the settings of
+    its --config files included (each in its place: what comes later wins, as in jsonargparse, which reads the command
+    line `with_defaults` gives); once Lightning is imported, the settings of class-valued options and of one's own
+    classes too, and those a chosen class requires. Whether a config file is YAML is checked before
     (launch/checks/received_config.py); whether test has a checkpoint once parsed (launch/cli_app.py)."""
     if prints_only:
         return  # the help options and print_config refuse nothing
-    schema = load()
     if argv[0] == "predict":  # LightningCLI offers it; no model has a predict_step or a data module a predict split
         raise EarlyRefusal("predict: the models have no prediction step; a trained model's codes, reconstructions, "
                            "samples and NLLs come from it in Python (README, Using a trained model: "
                            "<Model>.load_from_checkpoint(PATH).encode(x), ...), its test metrics from `test --ckpt_path=PATH`")
     pairs: list[tuple[str, str | None, str | None]] = []  # (--option, value, the config file that gives it or None)
-    for option, value in cli_options(argv):
+    for option, value in cli_options(with_defaults(argv)):
         if option == "--config" and value is not None and not value.lstrip().startswith("{"):
             if not Path(value).exists():
                 raise EarlyRefusal(f"--config={value}: no such file")
@@ -93,7 +91,11 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
     scheduler = given.get("--lr_scheduler") or given.get("--lr_scheduler.class_path")
     optimizer = given.get("--optimizer") or given.get("--optimizer.class_path")  # (a file's mapping: its class_path)
     if scheduler not in (None, "null") and optimizer in (None, "null"):
-        raise EarlyRefusal(scheduler_without_optimizer(scheduler))
+        scheduler = scheduler.rsplit(".", 1)[-1]  # named by its class name
+        raise EarlyRefusal(f"--lr_scheduler={scheduler} without --optimizer would be ignored: LightningCLI schedules only an "
+                           f"optimizer it builds itself; give both: --optimizer=Adam --optimizer.lr=3e-4 "
+                           f"--lr_scheduler={scheduler} with its settings (they replace the model's own --model.lr and "
+                           "--model.optimizer)")
     seed = given.get("--seed_everything")
     read = values_of(seed, cli=True) if seed is not None else [True]
     if read is None or not (isinstance(read[0], bool) or isinstance(read[0], int) and SEED_RANGE[0] <= read[0] <= SEED_RANGE[1]):
@@ -105,48 +107,40 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         raise EarlyRefusal(f"{where}: the train.py commands read a checkpoint weights-only (tensors and plain "
                            "values); a checkpoint of your own classes loads with LATENT_ZOO_TRUST=mypkg, a file you trust "
                            "in Python: <Model>.load_from_checkpoint(PATH, weights_only=False) (README, Files from someone else)")
-    registered = schema["cli_classes"]
 
-    def class_of(group: str, option: str, name: str, file: str | None) -> str | None:
-        """The class `--model=NAME` (or a file's `model: NAME`, `class_path: NAME`) chooses; None: left to jsonargparse."""
-        name = name.strip('"')  # (a file's quoted name)
-        targets = {**registered[group], **{path: path for path in registered[group].values()}}
-        if name.lstrip().startswith("{") or ("." in name and name not in targets):
-            return class_named(name)  # a class of the user's own package, once importable; '{"class_path": ...}'
-        if name not in targets:
-            names = sorted(registered[group])
+    # The classes in effect, from the defaults `with_defaults` gives to the last choice; a file's settings are its
+    # classes' (jsonargparse drops them if a later option chooses another class).
+    chosen: dict[str, str | None] = {"trainer": "lightning.Trainer", "replicas": "replicas"}
+
+    def choose(option: str, value: str | None, file: str | None) -> None:
+        """The class `--model=NAME` (a file's `model: NAME`, `class_path: NAME`), `--optimizer=NAME`, ... chooses: for
+        the model and the data, one of those configs/model/ and configs/data/ build (CONTRIBUTING.md) or one's own;
+        None: left to jsonargparse."""
+        group, name = setting_key(option).removesuffix(".class_path"), (value or "").strip('"')  # (a file's quoted name)
+        if value is None or group not in ("model", "data", *CLASS_OPTIONS):
+            return
+        paths = set(config_targets(group).values()) if group in ("model", "data") else set()
+        targets = {**{path.rsplit(".", 1)[-1]: path for path in paths}, **{path: path for path in paths}}
+        if paths and name not in targets and "." not in name and not name.lstrip().startswith("{"):
+            names = sorted(path.rsplit(".", 1)[-1] for path in paths)
             raise EarlyRefusal(f"{f'--config={file}: {option[2:]}: {name}' if file else f'{option}={name}'} is not one of "
                                f"{', '.join(names)}{did_you_mean(name, names)}")
-        return targets[name]
+        chosen[group] = targets.get(name) or class_named(name)  # a class of one's own once importable; '{"class_path": ...}'
 
-    # The classes in effect, from configs/train.yaml's defaults (default_classes) to the last choice; a file's settings
-    # are its classes' (jsonargparse drops them if a later option chooses another class), the command line's the last
-    # (a class-valued option's: the one chosen before it, as jsonargparse reads them).
-    chosen: dict[str, str | None] = {**default_classes(), "trainer": "lightning.Trainer", "replicas": "replicas"}
-
-    def choose(option: str, value: str | None, file: str | None) -> bool:
-        group = setting_key(option).removesuffix(".class_path")
-        if value is None or group not in ("model", "data", *CLASS_OPTIONS):
-            return False
-        named = class_of(group, option, value, file) if group in ("model", "data") else class_named(value.strip('"'))
-        chosen[group] = named
-        return True
-
-    later: list[tuple[str, str | None]] = []  # the command line's options but the class-valued ones' settings
     for file, run in itertools.groupby(pairs, key=lambda pair: pair[2]):  # the command line's options between files, a file's
         run = list(run)
         for option, value, _ in run if file else []:
             choose(option, value, file)
         for option, value, _ in run:
-            if file is None and (choose(option, value, None) or not setting_key(option).startswith(CLASS_SETTINGS)):
-                later.append((option, value))
-                continue
+            if file is None:
+                choose(option, value, None)
             try:
-                check_cli_setting(option, unquoted(value) if file else value, chosen, schema, "" if file else "--")
-            except EarlyRefusal as refusal:
+                check_cli_setting(option, unquoted(value) if file else value, chosen, "" if file else "--")
+            except SettingsError as refusal:  # (check_group's too) a file's setting: named with its file
                 raise EarlyRefusal(f"--config={file}: {refusal}" if file else str(refusal)) from None
-    for option, value in later:
-        check_cli_setting(option, value, chosen, schema, shown="--")
+    for option, value, file in pairs:  # a bare option: the closest setting of the classes chosen last
+        if file is None and "." not in setting_key(option) and setting_key(option) not in CLI_OPTIONS:
+            check_bare_option(option, value, chosen, argv[0])
     check_required(pairs, chosen)
     for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them: the last value given
         read = {key[len(group) + 1:]: values_of(text, cli=True) for option, value, file in pairs
@@ -156,41 +150,65 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         check_combination(group, chosen[group], given, f"--{group}")
 
 
+def with_defaults(args: list[str]) -> list[str]:
+    """JSA on MNIST unless told otherwise, as in the Hydra front end: given as the first arguments, which a later
+    choice (on the command line or in a config file) replaces with that class's own defaults (a parser default would
+    carry the default class's settings over to it); and a class the command line chooses put before the first of its
+    settings (jsonargparse reads `--model.latent_dim=8 --model=VAE`'s setting against the class chosen before it,
+    which has none). The check walks it as the parser reads it."""
+    if any(arg in ("-h", "--help") for arg in args):
+        return args
+    first, args = (args[:1], list(args[1:])) if args and args[0] in CLI_SUBCOMMANDS else ([], list(args))
+    for key in ("model", "data"):
+        chosen = [i for i, arg in enumerate(args) if arg.startswith(f"--{key}=")]
+        settings = [i for i, arg in enumerate(args) if arg.startswith(f"--{key}.") and not arg.startswith(f"--{key}.help")]
+        if chosen and settings and settings[0] < chosen[0]:
+            args.insert(settings[0], args.pop(chosen[0]))
+    return [*first, *(f"--{key}={default_class(key)}" for key in ("model", "data")), *args]
+
+
 def setting_key(option: str) -> str:
     """An option's setting as a dotted key, without --, + and init_args: --model.init_args.lr -> model.lr."""
     return ".".join(part for part in option[2:].rstrip("+").split(".") if part != "init_args")
 
 
-def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | None], schema: dict[str, Any], shown: str) -> None:
+def check_cli_setting(option: str, value: str | None, chosen: dict[str, str | None], shown: str) -> None:
     """One `--group.name VALUE` of a LightningCLI command (named `<shown>group.name`: `--` on the command line, none in a
     config file) against the chosen classes: a name the class does not take, or a value of the wrong type; a
-    class-valued option's setting before its class; a bare option that is a chosen class's setting (--max_steps)."""
+    class-valued option's setting before its class."""
     key, given = setting_key(option), shown + option[2:].rstrip("+")  # as written: --model.x, model.init_args.x
-    if "." not in key and key not in CLI_OPTIONS and shown:
-        options = [f"--{group}.{name}" for group, target in chosen.items() if target and "." not in group
-                   for name in schema["classes"].get(target) or {}]
-        if meant := did_you_mean(option, options):
-            raise EarlyRefusal(f"unrecognized arguments: {option}{'' if value is None else f'={value}'}{meant}")
     owner = next((group for group in CLASS_OPTIONS if key.startswith(f"{group}.")), None)
     if owner is not None and owner not in chosen:
-        example = CLASS_OPTIONS[owner]
-        raise EarlyRefusal(f"{given}: give its class first ({shown}{owner}=CLASS, e.g. {example}), then its settings")
+        raise EarlyRefusal(f"{given}: give its class first ({shown}{owner}=CLASS, e.g. {CLASS_OPTIONS[owner]}), then its "
+                           "settings")
     group = max((group for group in chosen if key.startswith(f"{group}.")), key=len, default=None)
     if group is None or chosen[group] is None:
         return
     name = key[len(group) + 1:]
     if group == "trainer" and name in REMOVED_TRAINER_OPTIONS:
         raise EarlyRefusal(removed_trainer_option(f"{shown}{group}.{name}", value, cli=bool(shown)))
-    settings = schema["classes"].get(chosen[group]) or imported_hints(chosen[group])
+    settings = hints_of(chosen[group])
     if settings is None or "." in name or name in ("class_path", "dict_kwargs", "help"):
         return
     # LightningCLI exposes these too (--model.optimizer, ...); the check Hydra's composed settings get (settings.py)
     hints = {**settings, **{key: Any for key in NOT_SETTINGS.get(group, ()) if key not in settings}}
-    try:
-        check_group(chosen[group].rsplit(".", 1)[-1], hints, {name: ... if value is None else read_value(value)},
-                       given.rpartition(".")[0], shown)
-    except SettingsError as refusal:
-        raise EarlyRefusal(str(refusal)) from None
+    check_group(chosen[group].rsplit(".", 1)[-1], hints, {name: ... if value is None else read_value(value)},
+                given.rpartition(".")[0], shown)
+
+
+def check_bare_option(option: str, value: str | None, chosen: dict[str, str | None], subcommand: str) -> None:
+    """A bare option that is a chosen class's setting without its group (--max_steps): the option it means. One that
+    is none is left to the parser, which refuses it."""
+    options = [f"--{group}.{name}" for group, target in chosen.items() if target and "." not in group
+               for name in hints_of(target) or {}]
+    if meant := did_you_mean(option, options):
+        raise EarlyRefusal(f"unrecognized arguments: {option}{'' if value is None else f'={value}'}{meant} "
+                           f"{help_pointer(subcommand)}")
+
+
+def help_pointer(subcommand: str) -> str:
+    """What ends each line that refuses an option of the parser's: where the options are listed."""
+    return f"(python train.py {subcommand} --help lists the options)"
 
 
 def read_value(text: str) -> Any:
@@ -222,14 +240,6 @@ def check_required(pairs: list[tuple[str, str | None, str | None]], chosen: dict
             raise EarlyRefusal(f"{', '.join(options)}: required by {chosen[group].rsplit('.', 1)[-1]} "
                                f"({f'--config={file}: ' if file else ''}{option}={value}); give "
                                f"{' '.join(f'{name}=VALUE' for name in options)}")
-
-
-def scheduler_without_optimizer(scheduler: str) -> str:
-    """The line that refuses --lr_scheduler without --optimizer, the scheduler named by its class name."""
-    scheduler = scheduler.rsplit(".", 1)[-1]
-    return (f"--lr_scheduler={scheduler} without --optimizer would be ignored: LightningCLI schedules only an optimizer it "
-            f"builds itself; give both: --optimizer=Adam --optimizer.lr=3e-4 --lr_scheduler={scheduler} with its settings "
-            "(they replace the model's own --model.lr and --model.optimizer)")
 
 
 def unquoted(value: str | None) -> str | None:

@@ -118,7 +118,7 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", f"--seed_everything={2**32}"], f"--seed_everything={2**32}: expected an integer in [0, 2^32 - 1]"),
     (["fit", "--seed_everything=abc"], "--seed_everything=abc: expected an integer in [0, 2^32 - 1] (as Hydra's seed), true"),
     # a Trainer's or the chosen model's setting given without its group; a class name misspelt
-    (["fit", "--max_steps=3"], "--max_steps=3; did you mean --trainer.max_steps?"),
+    (["fit", "--max_steps=3"], "--max_steps=3; did you mean --trainer.max_steps? (python train.py fit --help lists the options)"),
     (["fit", "--model=VAE", "--latent_dim=3"], "--latent_dim=3; did you mean --model.latent_dim?"),
     (["fit", "--optimizer=Adamw"], "--optimizer=Adamw: no such class; did you mean AdamW?"),
     (["fit", "--model.optimizer.weight_decay=0.1"], "--model.optimizer.weight_decay: give its class first (--model.optimizer=CLASS"),
@@ -132,6 +132,8 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--model.scheduler=CosineAnealingLR"], "--model.scheduler=CosineAnealingLR: no such class; did you mean CosineAnnealingLR?"),
     (["fit", "--trainer.callbacks+=LearningRateMonitr"], "--trainer.callbacks+=LearningRateMonitr: no such class; did you mean "
      "LearningRateMonitor?"),
+    # a refusal of the parser's ends where the options are listed
+    (["test", "--foo=1"], "unrecognized arguments: --foo=1 (python train.py test --help lists the options)"),
 ])
 def test_a_rule_of_the_command_is_one_line_before_anything_is_built(command, line, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
