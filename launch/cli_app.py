@@ -28,8 +28,7 @@ from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import user_errors_as_one_line
 from launch.run_builder import (RunDescription, apply_rules, build, checkpoint_settings, default_callbacks, resumed_seed,
                                 running, trainer_defaults)
-from launch.run_layout import run_name
-from launch.runs.run_directory import note_existing_directories
+from launch.runs.run_directory import note_existing_directories, run_name
 from models import LatentVariableModel  # (the package registers the subclasses for --model=NAME)
 
 

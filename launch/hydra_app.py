@@ -159,7 +159,7 @@ def is_swept(override: str) -> bool:
 
 def swept_settings(cfg: Any) -> dict[str, str]:
     """In a multirun, every swept model or data setting (and the seed) that the model's key settings do not already
-    show, with its value in this job: the run's name shows them (launch/run_layout.py). Swept: given as a list or range
+    show, with its value in this job: the run's name shows them (launch/runs/run_directory.py). Swept: given as a list or range
     on the command line (a=1,2 / range(...)), or in the config's hydra.sweeper.params."""
     if not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN):
         return {}

@@ -38,26 +38,25 @@ from checkpoints.trainer import AtomicCheckpointIO, SafeCheckpoints
 from common.registry import qualified_name
 from common.signatures import constructor_defaults
 from configs.settings import MODEL_ARGUMENTS
-from launch.checks.configs import config_file, ddp_timeout_s
+from launch.checks.configs import LOGGER_FOLDERS, TENSORBOARD, config_file, ddp_timeout_s
 from launch.checks.paths import write_root_refusal
 from launch.checks.settings import SettingsError
 from launch.errors import REFUSALS, StoppedByCtrlC, lightning_exits_as_ours
-from launch.run_layout import LOGGER_FOLDERS, TENSORBOARD, chosen_logger, placed, process_dir, run_name
 from launch.runs.replicas import replicate
-from launch.runs.run_directory import (no_traces_if_refused, requeued_job_checkpoint, run_summary, slurm_job_id,
-                                       tensorboard_logger)
+from launch.runs.run_directory import (chosen_logger, no_traces_if_refused, placed, process_dir, requeued_job_checkpoint,
+                                       run_name, run_summary, slurm_job_id, tensorboard_logger)
 
 
 @dataclasses.dataclass
 class RunDescription:
-    """What a run is, before its trainer exists: what the user chose, not yet where it goes (launch/run_layout.py).
+    """What a run is, before its trainer exists: what the user chose, not yet where it goes (launch/runs/run_directory.py).
     Hydra's gives the settings of its data module, model and callbacks, and the fields after `trainer_class`;
     LightningCLI's the data module and model its parser built."""
 
     model: Any  # the LightningModule, or its settings (`_target_` and its arguments)
     datamodule: Any  # the LightningDataModule, or its settings
     trainer: dict[str, Any]  # lightning.Trainer's settings as given, its callbacks built (settings by name: Hydra's)
-    name: str  # the run's name (launch/run_layout.py: run_name): its TensorBoard run, its directories; Hydra's base
+    name: str  # the run's name (launch/runs/run_directory.py: run_name): its TensorBoard run, its directories; Hydra's base
     log_dir: str  # the root of everything the run writes (Hydra's log_dir, the CLI's --log_dir)
     front_end: str  # "hydra", "cli" or "replicas": the folder under log_dir of a run without a TensorBoard run
     tensorboard: dict[str, Any] | None  # the TensorBoard run's own settings; None: no TensorBoard run (trainer["logger"] as given)
@@ -183,6 +182,7 @@ def constructed(settings: dict[str, Any], group: str, note: str = "", **kwargs: 
         if not isinstance(error.__cause__, (ValueError, TypeError, MisconfigurationException)):
             raise
         text, name = str(error.__cause__), settings["_target_"].rsplit(".", 1)[-1]
+        text = text.removeprefix(f"{group}.")  # a refusal that names the group's setting itself (model.prior_hidden ...)
         named = text.split(" ", 1)[0].split("=", 1)[0] in settings
         raise SettingsError(f"{group}.{text} ({name}){note}" if named else f"{group} ({name}): {text}{note}") from None
 

@@ -17,16 +17,15 @@ from typing import Any, Union, get_args, get_origin
 from common.registry import IMPORTABLE_HINT
 from common.settings import SEED_RANGE, expected
 from common.signatures import constructor_defaults, constructor_hints
-from launch.checks.configs import config_targets, declared
+from launch.checks.configs import LOGGER_FOLDERS, config_targets, declared
 from launch.checks.precheck import SettingsError, check_combination, closest_in_module, did_you_mean, no_such_setting
-from launch.run_layout import LOGGER_FOLDERS
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
 TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
                       "run_name": str, "discrete_latent": dict | None, "per_model": dict | None,
                       "compare_backbone": dict | None, "compare_prior": dict | None, "replicas": dict | None}
 CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
-# The TensorBoard run's directory and name are the run's layout (launch/run_layout.py), set by these top-level settings.
+# The TensorBoard run's directory and name are the run's layout (launch/runs/run_directory.py), set by these top-level settings.
 LAYOUT_SETTINGS = {"save_dir": "log_dir", "name": "run_name"}
 REPLICA_SETTINGS = ["replicas.seeds", "replicas.arms"]  # what launch/runs/replicas.py reads
 KINDS = {list: "a list ([a,b,...])", dict: "a mapping ({key: value, ...})"}  # what a list or mapping setting expects

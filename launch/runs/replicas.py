@@ -25,8 +25,8 @@ from common.settings import SEED_RANGE
 from common.signatures import constructor_defaults
 from datamodules.replicas import ReplicaData
 from launch.checks.settings import SettingsError
-from launch.run_layout import TENSORBOARD, placed, process_dir
-from launch.runs.run_directory import ReservedVersionLogger
+from launch.checks.configs import TENSORBOARD
+from launch.runs.run_directory import ReservedVersionLogger, placed, process_dir
 from models.replicas import Replicas, branch_checkpoint
 
 log = logging.getLogger(__name__)

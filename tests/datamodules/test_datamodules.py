@@ -606,7 +606,7 @@ def test_train_py_trains_on_fashion_mnist(front_end: str, mnist_dir: Path, tmp_p
 def test_compare_experiment_on_fashion_mnist() -> None:
     """`experiment=compare data=fashion_mnist`: the MLP networks, as on MNIST, and the Bernoulli likelihood of binarized pixels."""
     import launch.hydra_app
-    import launch.run_layout
+    import launch.runs.run_directory
     import launch.errors
     from tests.launch.test_configs import composed
 
@@ -614,7 +614,7 @@ def test_compare_experiment_on_fashion_mnist() -> None:
     assert cfg.model.backbone == "mlp" and cfg.data._target_ == "datamodules.FashionMNISTDataModule"
     data, model = launch.hydra_app.data_and_model(cfg)
     assert type(data) is FashionMNISTDataModule and model.hparams["likelihood"] == "bernoulli"
-    assert launch.run_layout.run_name(cfg.run_name, model.run_tag) == "jsa-fashion_mnist-mlp-K10-L20"
+    assert launch.runs.run_directory.run_name(cfg.run_name, model.run_tag) == "jsa-fashion_mnist-mlp-K10-L20"
 
 
 @pytest.mark.parametrize("new_batch_size", [4, 6, 3])

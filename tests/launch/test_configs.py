@@ -15,7 +15,7 @@ import launch.checks.early
 import launch.cli_app
 import launch.checks.hydra_config
 import launch.run_builder
-import launch.run_layout
+import launch.runs.run_directory
 import train
 from common.registry import registered
 from common.signatures import constructor_defaults
@@ -43,7 +43,7 @@ def test_default_is_jsa_on_mnist():
     cfg = composed([])
     assert cfg.model._target_ == "models.JSA" and cfg.data._target_ == "datamodules.MNISTDataModule"
     _, model = launch.hydra_app.data_and_model(cfg)
-    assert launch.run_layout.run_name(cfg.run_name, model.run_tag) == "jsa-mnist-mlp-K10-L20"  # model, data and the model's key settings
+    assert launch.runs.run_directory.run_name(cfg.run_name, model.run_tag) == "jsa-mnist-mlp-K10-L20"  # model, data and the model's key settings
 
 
 @pytest.mark.parametrize("overrides, name", [
@@ -65,7 +65,7 @@ def test_a_run_is_named_by_the_settings_that_change_its_estimator(overrides, nam
     run list tells such runs apart; a default run keeps the name of its key settings alone."""
     cfg = composed(overrides)
     _, model = launch.hydra_app.data_and_model(cfg)
-    assert launch.run_layout.run_name(cfg.run_name, model.run_tag) == name
+    assert launch.runs.run_directory.run_name(cfg.run_name, model.run_tag) == name
 
 
 @pytest.mark.parametrize("model", STANDALONE)
@@ -117,7 +117,7 @@ def test_every_model_builds_for_every_data_set(model, data):
         assert net.data_shape == datamodule.image_shape and net.backbone == backbone
         expected = BernoulliLikelihood if data in ("mnist", "fashion_mnist") else DiscretizedLogisticLikelihood  # binarized by default
         assert isinstance(net.likelihood, expected)
-        assert launch.run_layout.run_name(cfg.run_name, net.run_tag).startswith(f"{model}-{data}-{backbone}-")
+        assert launch.runs.run_directory.run_name(cfg.run_name, net.run_tag).startswith(f"{model}-{data}-{backbone}-")
 
 
 @pytest.mark.slow  # a run through the Hydra front end

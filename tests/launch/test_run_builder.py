@@ -348,3 +348,20 @@ def test_a_setting_given_beside_a_resumed_runs_own_that_cannot_go_with_it_names_
     says(str(refusal.value), "model.cache_refresh", "use_cache=false",
          "a resumed run takes its checkpoint's model settings where the command line gives none")
     assert "\n" not in str(refusal.value)
+
+
+class Refuses:
+    """A class whose constructor refuses a setting, naming it as the early checks do or by its bare name."""
+
+    def __init__(self, width: int = 1, prefixed: bool = False) -> None:
+        raise ValueError(f"{'model.' if prefixed else ''}width must be >= 2, got {width}")
+
+
+@pytest.mark.parametrize("prefixed", [False, True])
+def test_a_constructors_refusal_names_the_groups_setting_once_and_the_class(prefixed):
+    from launch.run_builder import constructed
+    from launch.checks.settings import SettingsError
+
+    with pytest.raises(SettingsError) as refused:
+        constructed({"_target_": f"{__name__}.Refuses", "width": 1, "prefixed": prefixed}, "model")
+    assert str(refused.value) == "model.width must be >= 2, got 1 (Refuses)"

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from common.files import LeadsOutside
-from launch.run_layout import placed, process_dir
 from launch.runs import run_directory
 from checkpoints.errors import CheckpointError
-from launch.runs.run_directory import ReservedVersionLogger, no_traces_if_refused, own_run_directory, read_owner, tensorboard_logger
+from launch.runs.run_directory import (ReservedVersionLogger, no_traces_if_refused, own_run_directory, placed, process_dir,
+                                       read_owner, tensorboard_logger)
 
 
 class Refused(ValueError):
@@ -140,7 +140,7 @@ def test_a_process_folder_that_links_out_of_its_kind_is_refused_and_one_placed_e
 def test_a_csv_run_name_folder_that_links_elsewhere_is_refused(tmp_path):
     from omegaconf import OmegaConf
 
-    from launch.run_layout import chosen_logger
+    from launch.runs.run_directory import chosen_logger
 
     users = tmp_path / "users-folder"
     users.mkdir()

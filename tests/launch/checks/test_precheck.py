@@ -58,7 +58,7 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("callbacks=sgmcmc callbacks.posterior_samples.thn=5", ["callbacks.posterior_samples.thn", "configs/callbacks/sgmcmc.yaml",
                                                             "callbacks.posterior_samples.thin?"]),  # sgmcmc.yaml extends default.yaml
     ("logger.default_hp_metrc=true", ["logger.default_hp_metrc", "configs/logger/tensorboard.yaml", "logger.default_hp_metric?"]),
-    # the TensorBoard run's directory and name are the run's layout (launch/run_layout.py): the settings that set them
+    # the TensorBoard run's directory and name are the run's layout (launch/runs/run_directory.py): the settings that set them
     ("logger.save_dir=/tmp/runs", ["logger.save_dir=/tmp/runs", "log_dir=/tmp/runs"]),
     ("logger.name=mine", ["logger.name=mine", "run_name=mine"]),
     # a name cut short gets the name it begins, not one a few letters away (max_steps)

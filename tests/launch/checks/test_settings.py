@@ -84,7 +84,7 @@ def test_trainer_values_lightning_takes_but_cannot_run_are_refused(key, value, m
 ])
 def test_callback_and_logger_settings_are_checked_before_the_run(overrides, message):
     """Each callback's settings against its constructor (or factory: callbacks.progress_bar), and a logger.name
-    or save_dir that the run's layout sets (launch/run_layout.py), refused in one line before anything is built."""
+    or save_dir that the run's layout sets (launch/runs/run_directory.py), refused in one line before anything is built."""
     from launch.checks.settings import check_composed
     from tests.launch.test_configs import composed
 
