@@ -96,11 +96,13 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
                            f"optimizer it builds itself; give both: --optimizer=Adam --optimizer.lr=3e-4 "
                            f"--lr_scheduler={scheduler} with its settings (they replace the model's own --model.lr and "
                            "--model.optimizer)")
-    seed = given.get("--seed_everything")
+    seed, seed_file = next(((value, file) for option, value, file in reversed(pairs) if option == "--seed_everything"),
+                           (None, None))
     read = values_of(seed, cli=True) if seed is not None else [True]
     if read is None or not (isinstance(read[0], bool) or isinstance(read[0], int) and SEED_RANGE[0] <= read[0] <= SEED_RANGE[1]):
-        raise EarlyRefusal(f"--seed_everything={seed}: expected an integer in [0, 2^32 - 1] (as Hydra's seed), true (a "
-                           "random seed) or false (none)")
+        where = f"--config={seed_file}: seed_everything: {seed}" if seed_file else f"--seed_everything={seed}"
+        raise EarlyRefusal(f"{where}: expected an integer in [0, 2^32 - 1] (as Hydra's seed), true (a random seed) or "
+                           "false (none)")
     weights_only = [(value, file) for option, value, file in pairs if option == "--weights_only"][-1:]
     if weights_only and (values_of(weights_only[0][0] or "null", cli=True) or [None])[0] is False:
         where = f"--config={weights_only[0][1]}: weights_only: false" if weights_only[0][1] else "--weights_only=false"

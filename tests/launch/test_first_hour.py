@@ -144,6 +144,15 @@ def test_a_rule_of_the_command_is_one_line_before_anything_is_built(command, lin
     assert error.startswith("error: ") and line in error, error
 
 
+def test_a_seed_out_of_range_in_a_config_file_is_refused_naming_the_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "seed.yaml").write_text("seed_everything: -5\n")
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main(["fit", "-c", "seed.yaml"])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and error.startswith("error: --config=seed.yaml: seed_everything: -5: expected an integer"), error
+
+
 def test_the_check_knows_every_option_of_the_cli_itself(tmp_path):
     """The check refuses a bare option that is a chosen class's setting (--max_steps), never one of the parser's own
     (CLI_OPTIONS)."""
