@@ -1030,6 +1030,18 @@ def write_table(rows: list[dict], out: Path) -> None:
     write_file(out / "table.md", "\n".join(lines) + "\n")
 
 
+def case_ids(pieces: list[str], known: set[str]) -> list[str]:
+    """--only's comma-separated ids, an id that holds a comma itself ("... DATA_DIR empty, no network") joined again."""
+    ids: list[str] = []
+    for piece in pieces:
+        joined = f"{ids[-1]},{piece}" if ids else None
+        if joined is not None and ids[-1] not in known and (joined in known or any(k.startswith(joined) for k in known)):
+            ids[-1] = joined
+        else:
+            ids.append(piece)
+    return ids
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a case of each kind only (tests/benchmarks/robustness/test_bad_inputs.py)")
@@ -1052,6 +1064,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = all_cases()
     known = {c.id for c in cases}
     if args.only:
+        args.only = case_ids(args.only, known)
         unknown = [i for i in args.only if i not in known]
         if unknown:
             parser.error(f"--only: unknown case ids {unknown}; see table.json for the ids")

@@ -43,3 +43,13 @@ def test_the_fault_harness_can_read_the_checkpoints_it_makes():
     probe = "import benchmarks.robustness.faults\nfrom common.registry import is_registered\nprint(is_registered('models.jsa.JSA'))"
     result = preloaded.run_code(probe, [], REPO, dict(os.environ), timeout=120)
     assert result.stdout.strip() == "True", result.stderr[-2000:]
+
+
+def test_only_takes_a_case_id_that_holds_a_comma():
+    from benchmarks.robustness.bad_inputs import all_cases, case_ids
+
+    known = {case.id for case in all_cases()}
+    assert "hydra DATA_DIR empty, no network" in known
+    given = "hydra DATA_DIR empty, no network,hydra seed=abc".split(",")  # as --only splits it
+    assert case_ids(given, known) == ["hydra DATA_DIR empty, no network", "hydra seed=abc"]
+    assert case_ids(["hydra seed=abc", "nope"], known) == ["hydra seed=abc", "nope"]  # an unknown id stays, to be named
