@@ -100,13 +100,11 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
                            (None, None))
     read = values_of(seed, cli=True) if seed is not None else [True]
     if read is None or not (isinstance(read[0], bool) or isinstance(read[0], int) and SEED_RANGE[0] <= read[0] <= SEED_RANGE[1]):
-        where = f"--config={seed_file}: seed_everything: {seed}" if seed_file else f"--seed_everything={seed}"
-        raise EarlyRefusal(f"{where}: expected an integer in [0, 2^32 - 1] (as Hydra's seed), true (a random seed) or "
+        raise EarlyRefusal(f"{as_given('--seed_everything', seed, seed_file)}: expected an integer in [0, 2^32 - 1] (as Hydra's seed), true (a random seed) or "
                            "false (none)")
     weights_only = [(value, file) for option, value, file in pairs if option == "--weights_only"][-1:]
     if weights_only and (values_of(weights_only[0][0] or "null", cli=True) or [None])[0] is False:
-        where = f"--config={weights_only[0][1]}: weights_only: false" if weights_only[0][1] else "--weights_only=false"
-        raise EarlyRefusal(f"{where}: the train.py commands read a checkpoint weights-only (tensors and plain "
+        raise EarlyRefusal(f"{as_given('--weights_only', 'false', weights_only[0][1])}: the train.py commands read a checkpoint weights-only (tensors and plain "
                            "values); a checkpoint of your own classes loads with LATENT_ZOO_TRUST=mypkg, a file you trust "
                            "in Python: <Model>.load_from_checkpoint(PATH, weights_only=False) (README, Files from someone else)")
 
@@ -125,7 +123,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         targets = {**{path.rsplit(".", 1)[-1]: path for path in paths}, **{path: path for path in paths}}
         if paths and name not in targets and "." not in name and not name.lstrip().startswith("{"):
             names = sorted(path.rsplit(".", 1)[-1] for path in paths)
-            raise EarlyRefusal(f"{f'--config={file}: {option[2:]}: {name}' if file else f'{option}={name}'} is not one of "
+            raise EarlyRefusal(f"{as_given(option, name, file)} is not one of "
                                f"{', '.join(names)}{did_you_mean(name, names)}")
         chosen[group] = targets.get(name) or class_named(name)  # a class of one's own once importable; '{"class_path": ...}'
 
@@ -167,6 +165,12 @@ def with_defaults(args: list[str]) -> list[str]:
         if chosen and settings and settings[0] < chosen[0]:
             args.insert(settings[0], args.pop(chosen[0]))
     return [*first, *(f"--{key}={default_class(key)}" for key in ("model", "data")), *args]
+
+
+def as_given(option: str, value: Any, file: str | None) -> str:
+    """An option and its value as the user wrote them: `--seed_everything=-5`, or in a config file
+    `--config=FILE: seed_everything: -5`."""
+    return f"--config={file}: {option[2:]}: {value}" if file else f"{option}={value}"
 
 
 def setting_key(option: str) -> str:
