@@ -87,6 +87,13 @@ def says(message: object, *parts: str) -> None:
     assert not missing, f"{text!r} does not name {missing}"
 
 
+def quick_rows(rows: list, count: int) -> list:
+    """A parametrized table whose first `count` rows run in the quick loop (`pytest -m "not slow"`) and the rest in the
+    full suite only (CONTRIBUTING, "The quick loop"): the first rows hold one case of each kind the table checks."""
+    return [*rows[:count], *(pytest.param(*(row if isinstance(row, tuple) else (row,)), marks=pytest.mark.slow)
+                             for row in rows[count:])]
+
+
 def train_main(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
     """`python train.py ARGS` run by train.main in this process (sys.argv set by `monkeypatch`, the output read by
     `capsys`): its exit status (0 when it returns), stdout and stderr. The SIGTERM handler train.main installs would

@@ -24,7 +24,7 @@ from launch.checks.configs import NOT_SETTINGS, config_targets
 from launch.checks.settings import check_composed
 from models.categorical import CategoricalLatentModel
 from models.components.likelihoods import BernoulliLikelihood, DiscretizedLogisticLikelihood
-from tests.conftest import says
+from tests.conftest import quick_rows, says
 
 MODELS = sorted(p.stem for p in (train.CONFIG_DIR / "model").glob("*.yaml"))
 # vqvae_prior, the VQ-VAE's second stage, needs a stage-1 checkpoint: test_entrypoints.py trains both stages.
@@ -106,7 +106,7 @@ def test_model_configs_state_only_what_differs_from_the_class(model):
     assert composed([f"model={model}", "model.lr=0.5"]).model.lr == 0.5  # no `+` needed
 
 
-@pytest.mark.parametrize("data", DATA)
+@pytest.mark.parametrize("data", quick_rows(sorted(DATA, key=lambda data: data != "mnist"), 1))  # MNIST in the quick loop
 @pytest.mark.parametrize("model", STANDALONE)
 def test_every_model_builds_for_every_data_set(model, data):
     """Each backbone, set as `model.backbone=...` sets it: a value of the composed config (no config file reads it)."""

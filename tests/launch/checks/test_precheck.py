@@ -18,7 +18,7 @@ from common.registry import registered
 from launch.checks import configs as schema
 from launch.checks.early import refuse_early
 from tests import preloaded
-from tests.conftest import says
+from tests.conftest import quick_rows, says
 
 REPO = Path(__file__).resolve().parents[3]
 MODEL_CONFIGS = ", ".join(sorted(schema.config_targets("model")))  # dvae, dvae_gumbel, jsa, ...
@@ -235,17 +235,20 @@ def test_a_data_dir_without_data_is_refused_naming_it_and_the_data(data_dir, sai
 
 
 VALID = [
+    # one of each kind: a setting, a sweep, an experiment, a checkpoint, Hydra's printing options, each subcommand
     "", "model=vae data=mnist trainer.max_epochs=5", "-m model=vae data=mnist,cifar10", "-m experiment=compare data=mnist",
-    "model=vae optimizer=sgld optimizer.lr=1e-7 callbacks=sgmcmc", "ckpt_path=PATH/last.ckpt", "--cfg job", "-c hydra",
-    "--info searchpath", "--config-name train",
-    "experiment=jsa_paper model=rws", "experiment=compare_quick model=vae", "experiment=compare --cfg job", "model=jsa model.cache_start_epoch=null model.gradient_states=expected",
+    "model=vae optimizer=sgld optimizer.lr=1e-7 callbacks=sgmcmc", "ckpt_path=PATH/last.ckpt", "--cfg job",
+    "experiment=jsa_paper model=rws", "fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1",
+    "test --model=VAE --ckpt_path=PATH/last.ckpt", "fit --config configs/cli/jsa_paper.yaml", "+optimizer.weight_decay=0.1",
+    # the full suite only from here on (QUICK_VALID)
+    "-c hydra", "--info searchpath", "--config-name train",
+    "experiment=compare_quick model=vae", "experiment=compare --cfg job", "model=jsa model.cache_start_epoch=null model.gradient_states=expected",
     "model=vqvae model.prior=pixelcnn model.backbone=conv data=cifar10", "trainer.devices=auto trainer.precision=bf16-mixed",
     "model.lr='${optimizer.lr}'", "+trainer.max_time=00:00:10:00", "model=dvae_gumbel model.temperature=0.5", "trainer=ddp",
     "callbacks.gradient_variance.every_n_steps=0 hydra.run.dir=x", "-m model.mis_steps=1,5,20 seed=range(3)",
-    "fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1", "test --model=VAE --ckpt_path=PATH/last.ckpt",
     "test --fresh_weights=true", "validate --fresh_weights true", "test -c=run.yaml",
     "+model.cache_start_epoch=3", "++trainer.max_epochs=1", "fit --optimizer=Adam --lr_scheduler=StepLR --lr_scheduler.step_size=5",  # (a config file may give ckpt_path)
-    "fit --help", "fit --config configs/cli/jsa_paper.yaml",
+    "fit --help",
     "fit --trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping --trainer.callbacks.monitor=val/nll",
     "fit --model=JSA --model.init_args.mis_steps=5 --checkpoint.save_top_k=3 --seed_everything=1",
     # what a review found refused by an earlier version, each accepted by Hydra or jsonargparse
@@ -260,9 +263,10 @@ VALID = [
     "fit --model=mypackage.MyModel --model.anything=1",
     "callbacks=sgmcmc callbacks.posterior_samples.thin=5 callbacks.model_checkpoint.save_top_k=3",
     "+callbacks.model_checkpoint.verbose=true", "experiment=jsa_paper callbacks.gradient_variance.every_n_steps=0",
-    "+optimizer.weight_decay=0.1", "++optimizer.weight_decay=0.1", "optimizer=sgld optimizer.temperature=2",
+    "++optimizer.weight_decay=0.1", "optimizer=sgld optimizer.temperature=2",
     "+discrete_latent.num_categories=4", "~callbacks.image_grids", "-m model=glob(*,exclude=vqvae_prior) seed=range(2)",
 ]
+QUICK_VALID = 12  # the first rows, one of each kind, run in the quick loop
 
 
 def with_files_named_by(commands: list[list[str]], root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -278,7 +282,7 @@ def with_files_named_by(commands: list[list[str]], root: Path, monkeypatch: pyte
                 (root / value).write_text("model: VAE\n" if value == "vae.yaml" else "{}\n")  # the file chooses the model
 
 
-@pytest.mark.parametrize("command", VALID)
+@pytest.mark.parametrize("command", quick_rows(VALID, QUICK_VALID))
 def test_valid_commands_pass(command, tmp_path, monkeypatch):
     argv = shlex.split(command)
     with_files_named_by([argv], tmp_path, monkeypatch)
@@ -313,6 +317,7 @@ def test_a_config_file_may_set_log_dir_so_the_default_is_not_checked_early(tmp_p
     assert "logs is a file, not a directory" in refuse_early(["fit"], cli=True)
 
 
+@pytest.mark.slow  # every documented command: the full suite, as tests/test_documented_commands.py
 def test_every_documented_train_command_passes(tmp_path, monkeypatch):
     """Each train.py command README.md and train.py's help show passes the early check; one that VALID or the launcher
     commands of tests/launch/test_cluster.py list is checked by their test (test_valid_commands_pass,
