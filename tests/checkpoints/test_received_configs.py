@@ -17,6 +17,7 @@ import pytest
 from benchmarks.robustness import bad_inputs
 from checkpoints.file_format import save_checkpoint_file
 from tests import preloaded
+from tests.conftest import says
 
 pytestmark = pytest.mark.slow  # real processes: the full suite's
 REPO = Path(__file__).resolve().parents[2]
@@ -55,9 +56,9 @@ def test_a_nested_alias_bomb_is_refused_in_under_a_second(tmp_path, monkeypatch)
     started = time.monotonic()
     refusal = refuse_received_configs(["fit", "-c", "received.yaml"], cli=True)
     assert time.monotonic() - started < 1
-    assert refusal == ("config file laughs.yaml (named at trainer of config file deeper.yaml (named at model.init_args.prior "
-                       "of config file received.yaml)): its YAML aliases expand to more than 100000 nodes (a config file has "
-                       "hundreds); refused unread")
+    assert "\n" not in refusal
+    says(refusal, "laughs.yaml", "trainer of config file deeper.yaml", "model.init_args.prior of config file received.yaml",
+         "aliases", "100000", "refused unread")
 
 
 def checkpoint_with_optimizer(path: Path, wrapped: bool) -> None:

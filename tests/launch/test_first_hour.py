@@ -28,7 +28,7 @@ from callbacks import LineProgressBar
 from common.signatures import settings_of
 from datamodules import MNISTDataModule
 from models import JSA, RWS, VAE, VQVAE, DiscreteVAE
-from tests.conftest import mnist_slice
+from tests.conftest import mnist_slice, says
 from tests.launch.test_configs import composed
 
 # The rules are written once (launch/run_builder.py); two pairs check that both front ends apply them.
@@ -198,7 +198,7 @@ def test_a_setting_the_given_class_does_not_take_is_named_with_the_closest_of_it
             launch.cli_app.main(["fit", f"--model={__name__}.TemperedRWS", f"--model.{typo}=3"])
         line = capsys.readouterr().err.strip().splitlines()[-1]
         assert stop.value.code == 2, line
-        assert line == f"error: --model.{typo}: no such option of TemperedRWS; did you mean --model.{meant}?", line
+        says(line, f"error: --model.{typo}", "TemperedRWS", f"did you mean --model.{meant}?")
 
 
 def test_a_missing_interpolated_setting_says_where_to_set_it(tmp_path, monkeypatch, capsys):
@@ -208,8 +208,8 @@ def test_a_missing_interpolated_setting_says_where_to_set_it(tmp_path, monkeypat
     with pytest.raises(SystemExit) as stop, launch.errors.user_errors_as_one_line():
         launch.hydra_app.run(composed(["~model.lr", f"log_dir={tmp_path / 'logs'}"]))
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert stop.value.code == 2 and error == ("error: optimizer.lr: Interpolation key 'model.lr' not found; set model.lr in its "
-                                              "config file or on the command line (+model.lr=VALUE)"), error
+    assert stop.value.code == 2, error
+    says(error, "error: optimizer.lr", "model.lr", "+model.lr=VALUE")
 
 
 @pytest.mark.parametrize("front_end", ["hydra", "cli"])

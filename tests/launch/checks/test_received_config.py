@@ -10,6 +10,7 @@ import pytest
 from benchmarks.robustness.bad_inputs import BOMB
 from launch.checks import received_config
 from launch.checks.received_config import received_files, refuse_received_configs
+from tests.conftest import says
 
 STRANGER = "_target_: strangers_module.Thing\n"
 
@@ -116,5 +117,5 @@ def test_a_runs_hydra_record_given_as_a_config_folder_says_how_to_run_it_again(o
     (record / "hydra.yaml").write_text("hydra:\n  launcher:\n    _target_: hydra._internal.core_plugins.basic_launcher.BasicLauncher\n")
     (record / "overrides.yaml").write_text("- model=vae\n")
     refusal = refuse_received_configs([option, str(record), "-cn", "config"], cli=False)
-    assert refusal == (f"{record} is the record of a run (Hydra's .hydra folder), not a folder of configs; run it again with "
-                       f"the overrides it lists in {record / 'overrides.yaml'}: python train.py OVERRIDES"), refusal
+    assert refusal is not None and "LATENT_ZOO_TRUST" not in refusal
+    says(refusal, str(record), "record of a run", str(record / "overrides.yaml"), "python train.py OVERRIDES")
