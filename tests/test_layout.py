@@ -1,11 +1,12 @@
 """Where code lives (CONTRIBUTING.md "Where things go"): callbacks/ holds Lightning callbacks only, and models/ imports
 none of them (checkpoints/ holds what a checkpoint needs); what models,
 callbacks, data modules and samplers are made of imports nothing from the launch package (the way runs are
-started); train.py only dispatches to the two front ends."""
+started); train.py only dispatches to the two front ends; every file a comment, config or document names exists."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import lightning as L
@@ -210,3 +211,25 @@ def test_module_docstrings_are_short_unless_they_carry_a_derivation():
         if len(docstring.strip().splitlines()) > MAX_MODULE_DOCSTRING_LINES:
             long[name] = len(docstring.strip().splitlines())
     assert not long, f"module docstrings over {MAX_MODULE_DOCSTRING_LINES} lines: {long}"
+
+
+# A repository path as the code's comments and docstrings, the configs and the documents name one: launch/runs/run_directory.py
+NAMED_PATH = re.compile(r"(?<![\w./-])((?:launch|models|samplers|datamodules|callbacks|checkpoints|common|configs|benchmarks|"
+                        r"docs|scripts|tests)/[\w./-]*\w\.(?:py|yaml|md|sh))")
+# The product, its benchmarks and documents; benchmarks/results/ keeps records of past runs, tests/ names files it writes.
+NAMING = ["README.md", "CONTRIBUTING.md", "train.py",
+          *(str(p.relative_to(REPO)) for folder in (*BELOW_LAUNCH, "launch", "configs", "docs", "benchmarks", "scripts")
+            for p in sorted((REPO / folder).rglob("*")) if p.suffix in (".py", ".yaml", ".md", ".sh")
+            and "results" not in p.relative_to(REPO).parts)]
+
+
+def missing_paths(text: str) -> list[str]:
+    """The paths `text` names that exist neither from the repository's root nor under configs/ (config_file's names)."""
+    return [path for path in NAMED_PATH.findall(text) if not (REPO / path).exists() and not (REPO / "configs" / path).exists()]
+
+
+def test_every_file_the_code_and_documents_name_exists():
+    """A module moved or renamed leaves no comment, docstring, config or document pointing at where it was."""
+    missing = {name: found for name in NAMING if (found := missing_paths((REPO / name).read_text(errors="replace")))}
+    assert not missing, missing
+    assert missing_paths("the layout (launch/run_layout.py), configs/model/jsa.yaml, callbacks/default.yaml") == ["launch/run_layout.py"]
