@@ -18,7 +18,7 @@ from common.log_steps import is_logging_step
 class TrainingSpeed(L.Callback):
     """Logs the step time and throughput (samples per second over all devices) of training.
 
-    One of the default callbacks of both front ends (callbacks.default_callbacks, configs/callbacks/default.yaml).
+    One of the default callbacks of both front ends (launch/run_builder.py: default_callbacks, configs/callbacks/default.yaml).
     """
 
     def __init__(self) -> None:

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 # torch.compile's kernel cache, one per test process (each xdist worker, and the processes it starts, inherit theirs):
 # two processes writing the same kernel file at once can leave another reading it half-written ("file too short").
@@ -90,8 +90,12 @@ def says(message: object, *parts: str) -> None:
 def quick_rows(rows: list, count: int) -> list:
     """A parametrized table whose first `count` rows run in the quick loop (`pytest -m "not slow"`) and the rest in the
     full suite only (CONTRIBUTING, "The quick loop"): the first rows hold one case of each kind the table checks."""
-    return [*rows[:count], *(pytest.param(*(row if isinstance(row, tuple) else (row,)), marks=pytest.mark.slow)
-                             for row in rows[count:])]
+    def slow(row: Any) -> Any:
+        if isinstance(row, type(pytest.param())):  # a pytest.param row keeps its values, marks and id
+            return pytest.param(*row.values, marks=[*row.marks, pytest.mark.slow], id=row.id)
+        return pytest.param(*(row if isinstance(row, tuple) else (row,)), marks=pytest.mark.slow)
+
+    return [*rows[:count], *map(slow, rows[count:])]
 
 
 def train_main(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:

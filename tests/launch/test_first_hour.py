@@ -209,7 +209,7 @@ def test_a_missing_interpolated_setting_says_where_to_set_it(tmp_path, monkeypat
         launch.hydra_app.run(composed(["~model.lr", f"log_dir={tmp_path / 'logs'}"]))
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert stop.value.code == 2, error
-    says(error, "error: optimizer.lr", "model.lr", "+model.lr=VALUE")
+    says(error, "error: optimizer.lr", "set model.lr", "+model.lr=VALUE")
 
 
 @pytest.mark.parametrize("front_end", ["hydra", "cli"])

@@ -193,7 +193,7 @@ def test_the_long_studys_gap_table_reads_each_arms_val_nll_at_30_the_cache_start
 
 
 def test_a_finished_runs_is_measurement_is_kept_and_not_redone_and_a_run_without_logs_is_named(tmp_path, capsys, monkeypatch):
-    """benchmarks/at_checkpoints.measure_finished_runs: each wanted, unmeasured run once, from its best checkpoint;
+    """benchmarks/lib/at_checkpoints.py: measure_finished_runs: each wanted, unmeasured run once, from its best checkpoint;
     one whose logs are gone is named and skipped; a second pass measures nothing again, and a pass on another device
     measures every run again."""
     from benchmarks.lib import at_checkpoints

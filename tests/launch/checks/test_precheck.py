@@ -235,7 +235,7 @@ def test_a_data_dir_without_data_is_refused_naming_it_and_the_data(data_dir, sai
 
 
 VALID = [
-    # one of each kind: a setting, a sweep, an experiment, a checkpoint, Hydra's printing options, each subcommand
+    # one of each kind: a setting, a sweep, an experiment, a checkpoint, a printed config, fit, test, a config file, a +
     "", "model=vae data=mnist trainer.max_epochs=5", "-m model=vae data=mnist,cifar10", "-m experiment=compare data=mnist",
     "model=vae optimizer=sgld optimizer.lr=1e-7 callbacks=sgmcmc", "ckpt_path=PATH/last.ckpt", "--cfg job",
     "experiment=jsa_paper model=rws", "fit --model=VAE --data=MNISTDataModule --trainer.max_epochs=1",

@@ -117,5 +117,5 @@ def test_a_runs_hydra_record_given_as_a_config_folder_says_how_to_run_it_again(o
     (record / "hydra.yaml").write_text("hydra:\n  launcher:\n    _target_: hydra._internal.core_plugins.basic_launcher.BasicLauncher\n")
     (record / "overrides.yaml").write_text("- model=vae\n")
     refusal = refuse_received_configs([option, str(record), "-cn", "config"], cli=False)
-    assert refusal is not None and "LATENT_ZOO_TRUST" not in refusal
-    says(refusal, str(record), "record of a run", str(record / "overrides.yaml"), "python train.py OVERRIDES")
+    assert refusal is not None and "\n" not in refusal and "LATENT_ZOO_TRUST" not in refusal
+    says(refusal, f"{record} is the record of a run", str(record / "overrides.yaml"), "python train.py OVERRIDES")

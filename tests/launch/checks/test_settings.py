@@ -38,6 +38,7 @@ def test_a_wrong_setting_is_refused_with_what_was_expected(cls, settings, messag
 def test_a_wrong_name_is_refused_with_the_closest_one():
     with pytest.raises(SettingsError) as error:
         check_settings(VQVAE, {"code_dimm": 4, "beta": "x"}, "model")
+    assert "\n" not in str(error.value)
     says(error.value, "model.code_dimm", "VQVAE", "did you mean model.code_dim?")
 
 
