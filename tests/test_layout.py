@@ -225,11 +225,13 @@ NAMING = ["README.md", "CONTRIBUTING.md", "train.py",
 
 def missing_paths(text: str) -> list[str]:
     """The paths `text` names that exist neither from the repository's root nor under configs/ (config_file's names)."""
-    return [path for path in NAMED_PATH.findall(text) if not (REPO / path).exists() and not (REPO / "configs" / path).exists()]
+    return [path for path in NAMED_PATH.findall(text)
+            if not (REPO / path).exists() and not (REPO / "configs" / path).exists()]
 
 
 def test_every_file_the_code_and_documents_name_exists():
     """A module moved or renamed leaves no comment, docstring, config or document pointing at where it was."""
     missing = {name: found for name in NAMING if (found := missing_paths((REPO / name).read_text(errors="replace")))}
     assert not missing, missing
-    assert missing_paths("the layout (launch/run_layout.py), configs/model/jsa.yaml, callbacks/default.yaml") == ["launch/run_layout.py"]
+    planted = "the layout (launch/run_layout.py), configs/model/jsa.yaml, callbacks/default.yaml"
+    assert missing_paths(planted) == ["launch/run_layout.py"]

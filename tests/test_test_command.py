@@ -125,3 +125,14 @@ def test_readme_test_command_offline_without_data_is_one_line(tmp_path: Path):
     assert line.startswith("ERROR: the tests read MNIST and Fashion-MNIST from the clone's data/ (no DATA_DIR set, no "
                            f"../shared/data beside the clone): MNISTDataModule: no data set in {clone / 'data'}: expected ")
     assert "the download failed" in line and "Fix: point DATA_DIR" in line and not (clone / "data").exists()
+
+
+def test_the_quick_loop_keeps_a_tables_first_rows_and_the_full_suite_all_of_them():
+    """tests/conftest.py's quick_rows: the rows after the first `count` carry the `slow` mark (a pytest.param row keeps
+    its values, marks and id); none is dropped."""
+    from tests.conftest import quick_rows
+
+    rows = quick_rows(["a", ("b", 1), pytest.param("c", id="c-row", marks=pytest.mark.xfail)], 1)
+    assert rows[0] == "a" and len(rows) == 3
+    assert [row.values for row in rows[1:]] == [("b", 1), ("c",)] and rows[2].id == "c-row"
+    assert [[mark.name for mark in row.marks] for row in rows[1:]] == [["slow"], ["xfail", "slow"]]

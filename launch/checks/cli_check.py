@@ -100,12 +100,12 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
                            (None, None))
     read = values_of(seed, cli=True) if seed is not None else [True]
     if read is None or not (isinstance(read[0], bool) or isinstance(read[0], int) and SEED_RANGE[0] <= read[0] <= SEED_RANGE[1]):
-        raise EarlyRefusal(f"{as_given('--seed_everything', seed, seed_file)}: expected an integer in [0, 2^32 - 1] (as Hydra's seed), true (a random seed) or "
-                           "false (none)")
+        raise EarlyRefusal(f"{as_given('--seed_everything', seed, seed_file)}: expected an integer in [0, 2^32 - 1] "
+                           "(as Hydra's seed), true (a random seed) or false (none)")
     weights_only = [(value, file) for option, value, file in pairs if option == "--weights_only"][-1:]
     if weights_only and (values_of(weights_only[0][0] or "null", cli=True) or [None])[0] is False:
-        raise EarlyRefusal(f"{as_given('--weights_only', 'false', weights_only[0][1])}: the train.py commands read a checkpoint weights-only (tensors and plain "
-                           "values); a checkpoint of your own classes loads with LATENT_ZOO_TRUST=mypkg, a file you trust "
+        raise EarlyRefusal(f"{as_given('--weights_only', 'false', weights_only[0][1])}: the train.py commands read a "
+                           "checkpoint weights-only (tensors and plain values); a checkpoint of your own classes loads with LATENT_ZOO_TRUST=mypkg, a file you trust "
                            "in Python: <Model>.load_from_checkpoint(PATH, weights_only=False) (README, Files from someone else)")
 
     # The classes in effect, from the defaults `with_defaults` gives to the last choice; a file's settings are its
