@@ -46,20 +46,20 @@ def test_default_is_jsa_on_mnist():
     assert launch.runs.run_directory.run_name(cfg.run_name, model.run_tag) == "jsa-mnist-mlp-K10-L20"  # model, data and the model's key settings
 
 
-@pytest.mark.parametrize("overrides, name", [
+@pytest.mark.parametrize("overrides, name", quick_rows([
     ([], "jsa-mnist-mlp-K10-L20"),
+    (["model.q_states=fresh", "model.cache_start_epoch=3", "model.cache_refresh=0.1"], "jsa-mnist-mlp-K10-L20-qfresh-cache3-refresh0.1"),
+    (["model=dvae", "model.num_samples=4"], "dvae-mnist-mlp-K10-reinforce-optimal"),  # the estimator's own default
+    (["model=dvae", "model.num_samples=8"], "dvae-mnist-mlp-K10-reinforce-optimal-S8"),
     (["model.gradient_rows=4"], "jsa-mnist-mlp-K10-L20-rows4"),
     (["model.chain_rows=static"], "jsa-mnist-mlp-K10-L20-rowsstatic"),
     (["model.gradient_states=expected"], "jsa-mnist-mlp-K10-L20-expected"),
-    (["model.q_states=fresh", "model.cache_start_epoch=3", "model.cache_refresh=0.1"], "jsa-mnist-mlp-K10-L20-qfresh-cache3-refresh0.1"),
     (["model.use_cache=false", "model.gradient_states=chain", "model.cache_refresh=0"], "jsa-mnist-mlp-K10-L20-nocache"),
     (["model=dvae"], "dvae-mnist-mlp-K10-reinforce-optimal"),
-    (["model=dvae", "model.num_samples=4"], "dvae-mnist-mlp-K10-reinforce-optimal"),  # the estimator's own default
-    (["model=dvae", "model.num_samples=8"], "dvae-mnist-mlp-K10-reinforce-optimal-S8"),
     (["model=dvae_gumbel", "model.num_samples=1"], "dvae_gumbel-mnist-mlp-K10-tau0.5"),
     (["model=dvae_gumbel", "model.straight_through=true", "model.temperature=2"], "dvae_gumbel-mnist-mlp-K10-tau0.5-st-temp2"),
     (["model=vqvae", "model.ema=false", "model.dead_code_threshold=0"], "vqvae-mnist-conv-K512-noema-dead0"),  # the paper's
-])
+], 4))  # the quick loop's rows: a default name, settings that add to it, a default that adds nothing, one that does
 def test_a_run_is_named_by_the_settings_that_change_its_estimator(overrides, name):
     """Settings that change the estimator or its cost are in the run's name when not their default, so that TensorBoard's
     run list tells such runs apart; a default run keeps the name of its key settings alone."""
@@ -260,22 +260,21 @@ def test_ddp_strategies_get_the_collective_timeout():
     assert launch.run_builder.strategy_with_timeout("auto", 5) == "auto" and launch.run_builder.strategy_with_timeout(None, 5) is None
 
 
-@pytest.mark.parametrize("overrides, message", [
+@pytest.mark.parametrize("overrides, message", quick_rows([
     (["+ckpt_pth=x"], "ckpt_pth: no such setting"),
     (["seed=abc"], "seed='abc': expected an integer"),
+    (["trainer.precision=foo"], "trainer.precision=foo: expected 32-true, 16-mixed or bf16-mixed"),
+    (["experiment=jsa_paper", "+per_model.jsa.mis_stepz=3"], "model.mis_stepz: no such setting of JSA"),
     (["seed=-1"], "seed=-1: expected an integer in [0, 2^32 - 1]"),
     (["run_test=maybe"], "run_test='maybe': expected true or false"),
     (["ddp_timeout_s=0"], "ddp_timeout_s=0: expected a number of seconds > 0"),
     (["trainer.max_epochs=abc"], "trainer.max_epochs='abc': expected an integer or null"),
-    (["trainer.precision=foo"], "trainer.precision=foo: expected 32-true, 16-mixed or bf16-mixed"),
     (["+trainer.max_epoch=3"], "trainer.max_epoch: no such setting of Trainer"),
-    # each group's values, once composed: the model's with an experiment's shared settings applied
     (["model.mis_steps=abc"], "model.mis_steps='abc': expected an integer"),
-    (["experiment=jsa_paper", "+per_model.jsa.mis_stepz=3"], "model.mis_stepz: no such setting of JSA"),
     (["data.batch_size=x"], "data.batch_size='x': expected an integer"),
     (["optimizer.lr=abc"], "optimizer.lr='abc': expected a number"),
     (["scheduler=step", "scheduler.gamma=x"], "scheduler.gamma='x': expected a number"),
-])
+], 4))  # the quick loop's rows: a top-level name and value, a Trainer value, a model's setting with an experiment's applied
 def test_top_level_and_trainer_settings_are_checked_before_the_run(overrides, message, monkeypatch):
     from launch.checks.settings import SettingsError
 

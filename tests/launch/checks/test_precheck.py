@@ -26,13 +26,11 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
 
 
 # Each mistake's refusal names what the user must see: the option or value as given, and the fix or the expected values.
-@pytest.mark.parametrize("command, named", [
+MISTAKES = [
     ("trainer.max_epoch=1", ["trainer.max_epoch", "Trainer", "trainer.max_epochs?"]),
-    ("max_epochs=3", ["max_epochs", "trainer.max_epochs?"]),
     ("modle=jsa", ["modle", "did you mean model?"]),  # a config group's name
     ("+ckpt_pth=x.ckpt", ["ckpt_pth", "seed, ckpt_path,"]),
     ("model.mis_step=3", ["model.mis_step", "JSA", "model.mis_steps?"]),
-    ("model=vae model.mis_steps=3", ["model.mis_steps", "VAE", "JSA (model=jsa)"]),
     ("model=nope", ["model=nope", "configs/model/", MODEL_CONFIGS]),
     ("logger=null", ["logger=null", "csv, none, tensorboard", "logger=none"]),
     ("callbacks=null", ["callbacks=null", "default, sgmcmc", "~callbacks"]),
@@ -41,50 +39,29 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("=1", ["=1", "not a setting", "KEY=VALUE"]),  # no key before the '='
     ("~=1", ["~=1", "not a setting", "KEY=VALUE"]),
     ("fit --model=jsa", ["--model=jsa", "did you mean JSA?"]),
-    ("trainer.max_epochs=abc", ["trainer.max_epochs='abc'", "integer or null"]),
     ("seed=abc", ["seed='abc'", "integer"]),
-    ("-m model=vae,jsa model.lr=1e-3,abc", ["model.lr='abc'", "number"]),
     ("fit --trainer.max_epoch=1", ["--trainer.max_epoch", "Trainer", "--trainer.max_epochs?"]),
     ("fit --model=Nope", ["--model=Nope", MODEL_CLASSES]),
     ("fit --model=VAE --model.mis_steps=3", ["--model.mis_steps", "VAE", "JSA (--model=JSA)"]),
     ("fit --model.mis_steps ten", ["--model.mis_steps='ten'", "integer"]),
     ("fit --data.batch_sise=3", ["--data.batch_sise", "--data.batch_size?"]),
-    ("seed=01", ["seed='01'", "integer"]),  # Hydra reads 01 as a string
-    ("-m 'seed=1, x'", ["seed='x'", "integer"]),
     ("callbacks.model_checkpoint.monitr=val/nll", ["callbacks.model_checkpoint.monitr", "configs/callbacks/default.yaml",
                                                    "callbacks.model_checkpoint.monitor?",
                                                    "+callbacks.model_checkpoint.monitr=val/nll"]),
-    ("callbacks.nope.x=1", ["callbacks.nope", "configs/callbacks/default.yaml", "callbacks.model_checkpoint"]),
-    ("callbacks=sgmcmc callbacks.posterior_samples.thn=5", ["callbacks.posterior_samples.thn", "configs/callbacks/sgmcmc.yaml",
-                                                            "callbacks.posterior_samples.thin?"]),  # sgmcmc.yaml extends default.yaml
-    ("logger.default_hp_metrc=true", ["logger.default_hp_metrc", "configs/logger/tensorboard.yaml", "logger.default_hp_metric?"]),
-    # the TensorBoard run's directory and name are the run's layout (launch/runs/run_directory.py): the settings that set them
-    ("logger.save_dir=/tmp/runs", ["logger.save_dir=/tmp/runs", "log_dir=/tmp/runs"]),
-    ("logger.name=mine", ["logger.name=mine", "run_name=mine"]),
     # a name cut short gets the name it begins, not one a few letters away (max_steps)
-    ("trainer.max_ep=1", ["trainer.max_ep", "trainer.max_epochs?"]),
     ("fit --trainer.max_ep=1", ["--trainer.max_ep", "--trainer.max_epochs?"]),
     # a value out of its declared range, or settings that cannot go together (configs/settings.py)
     ("model.mis_steps=-1", ["model.mis_steps", ">= 1", "-1"]),
     ("fit --model.mis_steps=-1", ["--model.mis_steps", ">= 1", "-1"]),
-    ("model=vimco model.num_samples=1", ["model.num_samples", ">= 2", "got 1"]),
     ("fit --model=DiscreteVAE --model.baseline_decay=1", ["--model.baseline_decay", "[0, 1)", "got 1"]),
-    ("model.lr=0", ["model.lr", "> 0", "got 0"]),
-    ("optimizer.lr=abc", ["optimizer.lr='abc'", "number"]),  # Adam's lr: float | Tensor
-    ("model.cache_start_epoch=-1", ["model.cache_start_epoch", ">= 0", "-1"]),
-    ("data.batch_size=0", ["data.batch_size", ">= 1", "got 0"]),
     ("model=dvae model.temperature_min=2", ["model", "temperature_min <= temperature", "2"]),
-    ("model.use_cache=false model.cache_refresh=0.2", ["model.cache_refresh", "use_cache=false"]),
     ("fit --model.use_cache=false --model.cache_start_epoch=3", ["--model.cache_start_epoch", "use_cache=false"]),
     # a setting the line names further on, spelled as the front end takes it
     ("fit --model=VQVAE --model.prior=pixelcnn --model.autoencoder_epochs=0", ["--model.autoencoder_epochs=0",
                                                                                 "as --model.autoencoder_checkpoint=PATH"]),
-    ("model=vqvae model.prior=pixelcnn model.autoencoder_epochs=0", ["model.autoencoder_epochs=0", "as model.autoencoder_checkpoint=PATH"]),
     # files and directories the run would meet only after the imports
     ("ckpt_path=no/such.ckpt", ["ckpt_path=no/such.ckpt", "no such file", ".ckpt file"]),
     ("test --ckpt_path=no/such.ckpt", ["--ckpt_path=no/such.ckpt", "no such file"]),
-    (f"ckpt_path={REPO / 'docs'}", [f"ckpt_path={REPO / 'docs'}", "a directory"]),
-    (f"log_dir={REPO / 'README.md'}", [f"log_dir={REPO / 'README.md'}", "not a directory"]),
     (f"fit --trainer.default_root_dir={REPO / 'README.md'}", ["--trainer.default_root_dir", "not a directory"]),
     (f"fit --log_dir={REPO / 'README.md'}", [f"--log_dir={REPO / 'README.md'}", "not a directory"]),
     # Lightning 1's trainer options, LightningCLI's options without a subcommand, Hydra's + on a key that has a value,
@@ -93,21 +70,10 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("fit --trainer.gpus=2", ["--trainer.gpus", "--trainer.accelerator=gpu --trainer.devices=2"]),
     ("--print_config", ["--print_config", "python train.py fit --print_config", "python train.py --cfg job"]),
     ("model=vae --model.latent_dim=8", ["--model.latent_dim", "python train.py fit --model.latent_dim=8"]),
-    ("+trainer.max_epochs=1", ["+trainer.max_epochs=1", "configs/trainer/default.yaml", "trainer.max_epochs=1"]),
-    ("+model.mis_steps=3", ["+model.mis_steps=3", "JSA", "model.mis_steps=3"]),
     ("+seed=1", ["+seed=1", "configs/train.yaml", "seed=1"]),
-    # an optimizer's config holds only the keys its file sets (not the class's defaults): the + that adds one
-    ("optimizer.weight_decay=0.1", ["optimizer.weight_decay", "configs/optimizer/adam.yaml", "+optimizer.weight_decay=0.1"]),
     # a setting of one swept model and not of another: Hydra would refuse that model's job once the jobs before it ran
     ("-m model=vae,jsa model.latent_dim=4", ["model.latent_dim", "JSA", "model=vae,jsa", "VAE (model=vae)"]),
-    # an experiment's own sweep of the models (experiment=compare) is composed job by job too
-    ("-m experiment=compare model.mis_steps=3", ["model.mis_steps", "DiscreteVAE", "sweeps", "JSA (model=jsa)"]),
-    # replicas take seeds and arms alone, with or without + (nothing else reads them)
-    ("replicas.sed=[0,1]", ["replicas.sed", "replicas.seeds?"]),
-    ("+replicas.sed=[0,1]", ["replicas.sed", "replicas.seeds?"]),
-    # a key under a setting that is null (discrete_latent): the + that adds it; several values without -m; a group
-    # override Hydra refuses in several lines, or with a traceback
-    ("discrete_latent.num_categories=4", ["discrete_latent.num_categories", "+discrete_latent.num_categories=4"]),
+    # several values without -m; a group override Hydra refuses in several lines, or with a traceback
     ("model=vae,jsa", ["model=vae,jsa", "add -m"]),
     ("train", ["train", "KEY=VALUE", "fit"]),  # a word Hydra's grammar refuses in several lines
     ("-c my.yaml", ["-c my.yaml", "fit --config=my.yaml"]),
@@ -117,10 +83,6 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("model=binary_ae", ["model=binary_ae: no such config in configs/model/", "a config of your own: --config-dir DIR with DIR/model/binary_ae.yaml"]),
     # a value holding '=' (Lightning's checkpoint names): how to quote it for Hydra and for the shell
     ("ckpt_path=runs/epoch=0-step=3.ckpt", ["ckpt_path=runs/epoch=0-step=3.ckpt", """'ckpt_path="runs/epoch=0-step=3.ckpt"'"""]),  # Hydra's -c is --cfg; a config file is LightningCLI's
-    ("model.mis_step=1 model.cache_siz=2", ["model.mis_step", "JSA", "model.mis_steps?"]),  # two typos: the first named
-    ("sed=1 model.mis_step=1", ["sed", "did you mean seed?"]),  # the top-level seed, not data.seed
-    # a setting of a class of one's own, which configs/model/vae.yaml does not have
-    ("model=vae model._target_=mypkg.mymodel.MyVAE model.beta=0.5", ["model.beta", "configs/model/vae.yaml", "+model.beta=0.5"]),
     ("model@model=vae", ["model@model", "+model@model=vae"]),
     ("experiment=null", ["experiment=null", "~experiment"]),
     # two of Hydra's modes, which Hydra answers with a traceback
@@ -132,7 +94,52 @@ MODEL_CLASSES = ", ".join(sorted(cls.__name__ for cls in registered("model")))  
     ("test --ckpt_path=x.ckpt --weights_only=false", ["--weights_only=false", "LATENT_ZOO_TRUST", "weights_only=False"]),
     # LightningCLI's predict, which no model implements: what to use instead
     ("predict --ckpt_path=x.ckpt", ["predict", "load_from_checkpoint", "test --ckpt_path"]),
-])
+    # The rows above (QUICK_MISTAKES) hold one case of each kind; those below, more cases of those kinds, each refused
+    # once Hydra has composed the config (0.1-0.3 s a row).
+    ("max_epochs=3", ["max_epochs", "trainer.max_epochs?"]),
+    ("model=vae model.mis_steps=3", ["model.mis_steps", "VAE", "JSA (model=jsa)"]),
+    ("trainer.max_epochs=abc", ["trainer.max_epochs='abc'", "integer or null"]),
+    ("-m model=vae,jsa model.lr=1e-3,abc", ["model.lr='abc'", "number"]),
+    ("seed=01", ["seed='01'", "integer"]),  # Hydra reads 01 as a string
+    ("-m 'seed=1, x'", ["seed='x'", "integer"]),
+    ("callbacks.nope.x=1", ["callbacks.nope", "configs/callbacks/default.yaml", "callbacks.model_checkpoint"]),
+    ("callbacks=sgmcmc callbacks.posterior_samples.thn=5", ["callbacks.posterior_samples.thn", "configs/callbacks/sgmcmc.yaml",
+                                                            "callbacks.posterior_samples.thin?"]),  # sgmcmc.yaml extends default.yaml
+    ("logger.default_hp_metrc=true", ["logger.default_hp_metrc", "configs/logger/tensorboard.yaml", "logger.default_hp_metric?"]),
+    # the TensorBoard run's directory and name are the run's layout (launch/runs/run_directory.py): the settings that set them
+    ("logger.save_dir=/tmp/runs", ["logger.save_dir=/tmp/runs", "log_dir=/tmp/runs"]),
+    ("logger.name=mine", ["logger.name=mine", "run_name=mine"]),
+    # a name cut short gets the name it begins, not one a few letters away (max_steps)
+    ("trainer.max_ep=1", ["trainer.max_ep", "trainer.max_epochs?"]),
+    ("model=vimco model.num_samples=1", ["model.num_samples", ">= 2", "got 1"]),
+    ("model.lr=0", ["model.lr", "> 0", "got 0"]),
+    ("optimizer.lr=abc", ["optimizer.lr='abc'", "number"]),  # Adam's lr: float | Tensor
+    ("model.cache_start_epoch=-1", ["model.cache_start_epoch", ">= 0", "-1"]),
+    ("data.batch_size=0", ["data.batch_size", ">= 1", "got 0"]),
+    ("model.use_cache=false model.cache_refresh=0.2", ["model.cache_refresh", "use_cache=false"]),
+    ("model=vqvae model.prior=pixelcnn model.autoencoder_epochs=0", ["model.autoencoder_epochs=0", "as model.autoencoder_checkpoint=PATH"]),
+    (f"ckpt_path={REPO / 'docs'}", [f"ckpt_path={REPO / 'docs'}", "a directory"]),
+    (f"log_dir={REPO / 'README.md'}", [f"log_dir={REPO / 'README.md'}", "not a directory"]),
+    ("+trainer.max_epochs=1", ["+trainer.max_epochs=1", "configs/trainer/default.yaml", "trainer.max_epochs=1"]),
+    ("+model.mis_steps=3", ["+model.mis_steps=3", "JSA", "model.mis_steps=3"]),
+    # an optimizer's config holds only the keys its file sets (not the class's defaults): the + that adds one
+    ("optimizer.weight_decay=0.1", ["optimizer.weight_decay", "configs/optimizer/adam.yaml", "+optimizer.weight_decay=0.1"]),
+    # an experiment's own sweep of the models (experiment=compare) is composed job by job too
+    ("-m experiment=compare model.mis_steps=3", ["model.mis_steps", "DiscreteVAE", "sweeps", "JSA (model=jsa)"]),
+    # replicas take seeds and arms alone, with or without + (nothing else reads them)
+    ("replicas.sed=[0,1]", ["replicas.sed", "replicas.seeds?"]),
+    ("+replicas.sed=[0,1]", ["replicas.sed", "replicas.seeds?"]),
+    # a key under a setting that is null (discrete_latent): the + that adds it
+    ("discrete_latent.num_categories=4", ["discrete_latent.num_categories", "+discrete_latent.num_categories=4"]),
+    ("model.mis_step=1 model.cache_siz=2", ["model.mis_step", "JSA", "model.mis_steps?"]),  # two typos: the first named
+    ("sed=1 model.mis_step=1", ["sed", "did you mean seed?"]),  # the top-level seed, not data.seed
+    # a setting of a class of one's own, which configs/model/vae.yaml does not have
+    ("model=vae model._target_=mypkg.mymodel.MyVAE model.beta=0.5", ["model.beta", "configs/model/vae.yaml", "+model.beta=0.5"]),
+]
+QUICK_MISTAKES = 49  # the first rows: in the quick loop (quick_rows)
+
+
+@pytest.mark.parametrize("command, named", quick_rows(MISTAKES, QUICK_MISTAKES))
 def test_mistakes_are_one_line_with_the_closest_name(command, named):
     argv = shlex.split(command)
     refusal = refuse_early(argv, cli=argv[0] in ("fit", "validate", "test", "predict"))

@@ -10,7 +10,7 @@ import pytest
 from launch.checks.settings import SettingsError, check_settings
 from datamodules import MNISTDataModule
 from models import JSA, VQVAE, DiscreteVAE
-from tests.conftest import says
+from tests.conftest import quick_rows, says
 
 
 @pytest.mark.parametrize("cls, settings, message", [
@@ -74,16 +74,16 @@ def test_trainer_values_lightning_takes_but_cannot_run_are_refused(key, value, m
         check_trainer_values(fine, "trainer")
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
+@pytest.mark.parametrize(("overrides", "message"), quick_rows([
     (["callbacks.gradient_variance.every_n_steps=abc"], "callbacks.gradient_variance.every_n_steps='abc': expected an integer"),
-    (["callbacks.progress_bar.refresh_seconds=abc"], "callbacks.progress_bar.refresh_seconds='abc': expected a number"),
-    (["optimizer=sgld", "callbacks=sgmcmc", "callbacks.posterior_samples.keep=foo"],
-     "callbacks.posterior_samples.keep='foo': expected one of 'mean', 'list'"),
     (["+callbacks.model_checkpoint.every_n_epoch=2"], "callbacks.model_checkpoint.every_n_epoch: no such setting of ValidationCheckpoint"),
     # +: past Hydra (the early checks refuse logger.save_dir=... without it, tests/launch/checks/test_precheck.py)
     (["+logger.name=mine"], "logger.name=mine: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give run_name=mine instead"),
     (["+logger.save_dir=/tmp/runs"], "logger.save_dir=/tmp/runs: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the model's key settings>; give log_dir=/tmp/runs instead"),
-])
+    (["callbacks.progress_bar.refresh_seconds=abc"], "callbacks.progress_bar.refresh_seconds='abc': expected a number"),
+    (["optimizer=sgld", "callbacks=sgmcmc", "callbacks.posterior_samples.keep=foo"],
+     "callbacks.posterior_samples.keep='foo': expected one of 'mean', 'list'"),
+], 3))  # the quick loop's rows: a callback's value, a callback's name, a logger's
 def test_callback_and_logger_settings_are_checked_before_the_run(overrides, message):
     """Each callback's settings against its constructor (or factory: callbacks.progress_bar), and a logger.name
     or save_dir that the run's layout sets (launch/runs/run_directory.py), refused in one line before anything is built."""
