@@ -210,13 +210,13 @@ def test_two_resumes_of_one_run_started_together_have_one_writer(tmp_path, mnist
 
 
 def test_a_frozen_ddp_peer_stops_the_run_with_a_message_after_the_timeout(tmp_path, mnist_dir):
-    """Rank 1 starts 15 s after rank 0 (as on a busy machine), which is longer than ddp_timeout_s: the start is not a
-    hang (the ranks wait for each other as long as launch/run_builder.py's STARTUP_TIMEOUT_S). Then rank 1 freezes
+    """Rank 1 starts 9 s after rank 0 (as on a busy machine), which is longer than ddp_timeout_s (6 s): the start is not
+    a hang (the ranks wait for each other as long as launch/run_builder.py's STARTUP_TIMEOUT_S). Then rank 1 freezes
     after two steps, and rank 0 stops with the one-line message once the collective has waited ddp_timeout_s. Timed
     from the freeze itself, not from the start, which a loaded machine makes as slow as it likes."""
-    timeout_s = 10
+    timeout_s = 6
     freeze = ["trainer=ddp", "trainer.accelerator=cpu", f"ddp_timeout_s={timeout_s}",
-              "+callbacks.freeze._target_=tests.scripts.freeze.FreezeRank1", f"+callbacks.freeze.late_start_s={timeout_s + 5}"]
+              "+callbacks.freeze._target_=tests.scripts.freeze.FreezeRank1", f"+callbacks.freeze.late_start_s={timeout_s + 3}"]
     process = start(tmp_path, mnist_dir, *freeze)
     try:
         wait_for(lambda: "rank 1 stops itself (SIGSTOP)" in process.log.read_text(), process, timeout=600, poll=0.05)
