@@ -20,6 +20,7 @@ import yaml
 
 from launch.checks import hydra_check
 from launch.checks.early import refuse_early
+from tests.conftest import says
 from tests.launch.test_entrypoints import FAST, REPO, train
 
 TINY = [*FAST, "trainer.limit_test_batches=1", "model.test_num_samples=2", "data.batch_size=32"]
@@ -33,18 +34,18 @@ def cores() -> int:
 # ---- refusals: one line, before the imports -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command, line", [
-    ("-m hydra/launcher=jobib", "hydra/launcher=jobib: no such launcher; expected one of basic, joblib, parallel, slurm, "
-                                "slurm_local, submitit_local, submitit_slurm (configs/hydra/launcher/ and the Hydra "
-                                "plugins of pip install -e '.[cluster]'); did you mean joblib?"),
-    ("-m hydra/sweeper=optuan model=jsa", "hydra/sweeper=optuan: no such sweeper; expected one of basic, optuna, tune"),
-    ("hydra/launcher=parallel model=vae", "hydra/launcher=parallel: a launcher runs the jobs of a multirun only; add -m"),
-    ("-m experiment=compare hydra/sweeper=tune", "hydra/sweeper=tune tunes one model per study: give model=NAME"),
-    ("-m model=vae,jsa hydra/sweeper=tune", "hydra/sweeper=tune tunes one model per study: give model=NAME"),
+@pytest.mark.parametrize("command, named", [
+    ("-m hydra/launcher=jobib", ["hydra/launcher=jobib", "basic, joblib, parallel, slurm, slurm_local, submitit_local, "
+                                "submitit_slurm", "pip install -e '.[cluster]'", "joblib?"]),
+    ("-m hydra/sweeper=optuan model=jsa", ["hydra/sweeper=optuan", "basic, optuna, tune"]),
+    ("hydra/launcher=parallel model=vae", ["hydra/launcher=parallel", "multirun", "add -m"]),
+    ("-m experiment=compare hydra/sweeper=tune", ["hydra/sweeper=tune", "one model per study", "model=NAME"]),
+    ("-m model=vae,jsa hydra/sweeper=tune", ["hydra/sweeper=tune", "one model per study", "model=NAME"]),
 ])
-def test_an_unknown_or_misused_launcher_or_sweeper_is_one_line(command, line):
+def test_an_unknown_or_misused_launcher_or_sweeper_is_one_line(command, named):
     refusal = refuse_early(shlex.split(command), cli=False)
-    assert refusal is not None and refusal.startswith(line) and "\n" not in refusal, refusal
+    assert refusal is not None and "\n" not in refusal, refusal
+    says(refusal, *named)
 
 
 # Each launcher and sweeper with its plugin installed (the test extra pulls the cluster extra): these pass.

@@ -107,41 +107,39 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     assert type(fresh.model) is VAE and f"{stage}/nll" in fresh.trainer.callback_metrics
 
 
-@pytest.mark.parametrize("command, line", [
+@pytest.mark.parametrize("command, named", [
     # evaluating untrained weights (hours of importance sampling for a meaningless number) asks for the flag that says so
-    (["test"], "test without --ckpt_path would test untrained weights: give the checkpoint of a run, --ckpt_path="),
-    (["validate", "--model=VAE", "--ckpt_path=null"], "or --fresh_weights=true to validate a freshly initialized model"),
-    (["fit", "--lr_scheduler=StepLR"], "--lr_scheduler=StepLR without --optimizer would be ignored: LightningCLI schedules "
-     "only an optimizer it builds itself; give both: --optimizer=Adam"),
+    (["test"], ["test without --ckpt_path", "untrained weights", "--ckpt_path="]),
+    (["validate", "--model=VAE", "--ckpt_path=null"], ["validate", "--fresh_weights=true"]),
+    (["fit", "--lr_scheduler=StepLR"], ["--lr_scheduler=StepLR", "without --optimizer", "--optimizer=Adam"]),
     # numpy's seed range, as Hydra's seed (Lightning would raise its own ValueError, a traceback)
-    (["fit", "--seed_everything=-1"], "--seed_everything=-1: expected an integer in [0, 2^32 - 1]"),
-    (["fit", f"--seed_everything={2**32}"], f"--seed_everything={2**32}: expected an integer in [0, 2^32 - 1]"),
-    (["fit", "--seed_everything=abc"], "--seed_everything=abc: expected an integer in [0, 2^32 - 1] (as Hydra's seed), true"),
+    (["fit", "--seed_everything=-1"], ["--seed_everything=-1", "[0, 2^32 - 1]"]),
+    (["fit", f"--seed_everything={2**32}"], [f"--seed_everything={2**32}", "[0, 2^32 - 1]"]),
+    (["fit", "--seed_everything=abc"], ["--seed_everything=abc", "[0, 2^32 - 1]", "true"]),
     # a Trainer's or the chosen model's setting given without its group; a class name misspelt
-    (["fit", "--max_steps=3"], "--max_steps=3; did you mean --trainer.max_steps? (python train.py fit --help lists the options)"),
-    (["fit", "--model=VAE", "--latent_dim=3"], "--latent_dim=3; did you mean --model.latent_dim?"),
-    (["fit", "--optimizer=Adamw"], "--optimizer=Adamw: no such class; did you mean AdamW?"),
-    (["fit", "--model.optimizer.weight_decay=0.1"], "--model.optimizer.weight_decay: give its class first (--model.optimizer=CLASS"),
-    (["fit", "--optimizer=Adam", "--optimizer.weight_decy=0.1"], "no such option of Adam; did you mean --optimizer.weight_decay?"),
+    (["fit", "--max_steps=3"], ["--max_steps=3", "--trainer.max_steps?", "python train.py fit --help"]),
+    (["fit", "--model=VAE", "--latent_dim=3"], ["--latent_dim=3", "--model.latent_dim?"]),
+    (["fit", "--optimizer=Adamw"], ["--optimizer=Adamw", "AdamW?"]),
+    (["fit", "--model.optimizer.weight_decay=0.1"], ["--model.optimizer.weight_decay", "--model.optimizer=CLASS"]),
+    (["fit", "--optimizer=Adam", "--optimizer.weight_decy=0.1"], ["--optimizer.weight_decy", "Adam", "--optimizer.weight_decay?"]),
     (["fit", "--trainer.callbacks+=LearningRateMonitor", "--trainer.callbacks.logging_intervl=step"],
-     "--trainer.callbacks.logging_intervl: no such option of LearningRateMonitor; did you mean --trainer.callbacks.logging_interval?"),
-    (["fit", "--trainer.callbacks.logging_interval=step"], "give its class first (--trainer.callbacks=CLASS, e.g. LearningRateMonitor)"),
-    (["fit", "--model=models.vae.VAEE"], "--model=models.vae.VAEE: module 'models.vae' has no attribute 'VAEE'; did you mean models.vae.VAE?"),
-    (["fit", "--model=mypkg.MyVAE"], "--model=mypkg.MyVAE: no module named 'mypkg'; a package of your own is imported from "
-     "train.py's folder or PYTHONPATH"),
-    (["fit", "--model.scheduler=CosineAnealingLR"], "--model.scheduler=CosineAnealingLR: no such class; did you mean CosineAnnealingLR?"),
-    (["fit", "--trainer.callbacks+=LearningRateMonitr"], "--trainer.callbacks+=LearningRateMonitr: no such class; did you mean "
-     "LearningRateMonitor?"),
+     ["--trainer.callbacks.logging_intervl", "LearningRateMonitor", "--trainer.callbacks.logging_interval?"]),
+    (["fit", "--trainer.callbacks.logging_interval=step"], ["--trainer.callbacks=CLASS", "LearningRateMonitor"]),
+    (["fit", "--model=models.vae.VAEE"], ["--model=models.vae.VAEE", "models.vae.VAE?"]),
+    (["fit", "--model=mypkg.MyVAE"], ["--model=mypkg.MyVAE", "'mypkg'", "train.py's folder or PYTHONPATH"]),
+    (["fit", "--model.scheduler=CosineAnealingLR"], ["--model.scheduler=CosineAnealingLR", "CosineAnnealingLR?"]),
+    (["fit", "--trainer.callbacks+=LearningRateMonitr"], ["--trainer.callbacks+=LearningRateMonitr", "LearningRateMonitor?"]),
     # a refusal of the parser's ends where the options are listed
-    (["test", "--foo=1"], "unrecognized arguments: --foo=1 (python train.py test --help lists the options)"),
+    (["test", "--foo=1"], ["--foo=1", "python train.py test --help"]),
 ])
-def test_a_rule_of_the_command_is_one_line_before_anything_is_built(command, line, tmp_path, monkeypatch, capsys):
+def test_a_rule_of_the_command_is_one_line_before_anything_is_built(command, named, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as stop:
         launch.cli_app.main(command)
     assert stop.value.code == 2 and not (tmp_path / "logs").exists()
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert error.startswith("error: ") and line in error, error
+    assert error.startswith("error: "), error
+    says(error, *named)
 
 
 def test_a_seed_out_of_range_in_a_config_file_is_refused_naming_the_file(tmp_path, monkeypatch, capsys):

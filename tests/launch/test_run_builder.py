@@ -179,22 +179,21 @@ def test_hydras_logger_group_chooses_the_logger_and_the_layout_places_it(choice,
         assert Path(trainer.logger.log_dir).parent.resolve() == (tmp_path / "logs" / folder / described[0].name).resolve()
 
 
-@pytest.mark.parametrize("overrides, refusal", [
+@pytest.mark.parametrize("overrides, named", [
     # TensorBoard's settings under another class: refused, not a TensorBoard run written in its place
-    (["logger._target_=lightning.pytorch.loggers.CSVLogger"], "logger.default_hp_metric: no such setting of CSVLogger (logger=csv and "
-     "logger=tensorboard choose a logger with its own settings)"),
-    (["logger=csv", "logger._target_=lightning.pytorch.loggers.MLFlowLogger"], "logger._target_=lightning.pytorch.loggers.MLFlowLogger: "
-     "a run is logged by the loggers its layout places: TensorBoardLogger, CSVLogger (logger=tensorboard, logger=csv), or none (logger=none)"),
-    (["logger=csv", "replicas.seeds=[0,1]"], "logger=csv with replicas: each replica logs to a TensorBoard run of its own"),
-    (["scheduler=cosine", "replicas.seeds=[0,1]"], "scheduler with replicas: replicas train without a learning-rate scheduler"),
+    (["logger._target_=lightning.pytorch.loggers.CSVLogger"], ["logger.default_hp_metric", "CSVLogger", "logger=csv", "logger=tensorboard"]),
+    (["logger=csv", "logger._target_=lightning.pytorch.loggers.MLFlowLogger"],
+     ["logger._target_=lightning.pytorch.loggers.MLFlowLogger", "logger=tensorboard, logger=csv", "logger=none"]),
+    (["logger=csv", "replicas.seeds=[0,1]"], ["logger=csv with replicas", "TensorBoard run of its own"]),
+    (["scheduler=cosine", "replicas.seeds=[0,1]"], ["scheduler with replicas", "without a learning-rate scheduler"]),
 ])
-def test_a_logger_or_scheduler_the_run_cannot_place_is_refused(overrides, refusal, tmp_path, monkeypatch):
+def test_a_logger_or_scheduler_the_run_cannot_place_is_refused(overrides, named, tmp_path, monkeypatch):
     from launch.checks.settings import SettingsError
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SettingsError) as refused:
         launch.hydra_app.run(composed([*overrides, f"log_dir={tmp_path / 'logs'}"]))
-    assert refusal in str(refused.value)
+    says(refused.value, *named)
 
 
 @pytest.mark.parametrize("overrides", [["trainer=ddp", "trainer.accelerator=cpu"], ["trainer.devices=2"],
@@ -211,11 +210,9 @@ def test_replicas_under_ddp_are_refused_before_any_process_starts(overrides, tmp
 
 
 @pytest.mark.parametrize("override, named", [
-    ("data.seed=18446744073709551616", "data.seed must be an integer in [0, 4294967295] (numpy's seed range), got "
-     "18446744073709551616 (MNISTDataModule)"),
-    ("data.split_seed=-1", "data.split_seed must be an integer in [0, 4294967295] (numpy's seed range), got -1 (MNISTDataModule)"),
-    ("model.test_seed=18446744073709551616", "model.test_seed must be an integer in [0, 4294967295] (numpy's seed range), "
-     "got 18446744073709551616 (JSA)"),
+    ("data.seed=18446744073709551616", ["data.seed", "MNISTDataModule", "18446744073709551616"]),
+    ("data.split_seed=-1", ["data.split_seed", "MNISTDataModule", "-1"]),
+    ("model.test_seed=18446744073709551616", ["model.test_seed", "JSA", "18446744073709551616"]),
 ])
 def test_a_constructors_refusal_names_the_group_class_and_setting_before_the_run(override, named, monkeypatch):
     from launch.checks.settings import SettingsError
@@ -223,23 +220,22 @@ def test_a_constructors_refusal_names_the_group_class_and_setting_before_the_run
     monkeypatch.setattr("sys.argv", ["train.py", override])
     with pytest.raises(SettingsError) as refused:
         launch.hydra_app.data_and_model(composed([override]))
-    assert str(refused.value).startswith(named) and "4294967295" in str(refused.value)
+    assert str(refused.value).startswith(named[0]), refused.value
+    says(refused.value, *named, "[0, 4294967295]")
 
 
 @pytest.mark.parametrize("override, named", [
-    ("callbacks.model_checkpoint.save_top_k=-5", "callbacks.model_checkpoint (ValidationCheckpoint): Invalid value for save_top_k=-5"),
-    ("callbacks.gradient_variance.every_n_steps=-1", "callbacks.gradient_variance.every_n_steps must be >= 0, got -1 (GradientVariance)"),
+    ("callbacks.model_checkpoint.save_top_k=-5", ["callbacks.model_checkpoint", "ValidationCheckpoint", "save_top_k=-5"]),
+    ("callbacks.gradient_variance.every_n_steps=-1", ["callbacks.gradient_variance.every_n_steps", ">= 0", "-1", "GradientVariance"]),
     # a class path that cannot be imported (a misspelled class; a package of one's own not on the path)
-    ("+callbacks.mine._target_=callbacks.PrintEpok", "callbacks.mine._target_=callbacks.PrintEpok: module 'callbacks' has no "
-     "attribute 'PrintEpok'"),
-    ("model._target_=models.VAEE", "model._target_=models.VAEE: module 'models' has no attribute 'VAEE'"),
-    ("model._target_=mypkg.MyVAE", "model._target_=mypkg.MyVAE: No module named 'mypkg'; a package of your own is imported "
-     "from train.py's folder or PYTHONPATH"),
+    ("+callbacks.mine._target_=callbacks.PrintEpok", ["callbacks.mine._target_=callbacks.PrintEpok", "'PrintEpok'"]),
+    ("model._target_=models.VAEE", ["model._target_=models.VAEE", "'VAEE'"]),
+    ("model._target_=mypkg.MyVAE", ["model._target_=mypkg.MyVAE", "'mypkg'", "train.py's folder or PYTHONPATH"]),
     # a class that is not one the run can build (a plain LightningModule, a LightningDataModule of one's own)
-    ("model._target_=lightning.pytorch.demos.boring_classes.BoringModel", "model._target_=lightning.pytorch.demos.boring_classes."
-     "BoringModel: not a subclass of models.LatentVariableModel"),
-    ("data._target_=lightning.pytorch.demos.boring_classes.BoringDataModule", "data._target_=lightning.pytorch.demos."
-     "boring_classes.BoringDataModule: not a subclass of datamodules.ImageDataModule"),
+    ("model._target_=lightning.pytorch.demos.boring_classes.BoringModel",
+     ["model._target_=lightning.pytorch.demos.boring_classes.BoringModel", "models.LatentVariableModel"]),
+    ("data._target_=lightning.pytorch.demos.boring_classes.BoringDataModule",
+     ["data._target_=lightning.pytorch.demos.boring_classes.BoringDataModule", "datamodules.ImageDataModule"]),
 ])
 def test_a_refused_callback_or_class_is_one_line_naming_it_before_the_run(override, named, tmp_path, monkeypatch, caplog):
     from launch.checks.settings import SettingsError
@@ -247,7 +243,8 @@ def test_a_refused_callback_or_class_is_one_line_naming_it_before_the_run(overri
     monkeypatch.setattr("sys.argv", ["train.py", override])
     with pytest.raises(SettingsError) as refused:
         launch.hydra_app.run(composed([override, f"log_dir={tmp_path / 'logs'}"]))
-    assert str(refused.value).startswith(named) and "\n" not in str(refused.value), refused.value
+    assert str(refused.value).startswith(named[0]) and "\n" not in str(refused.value), refused.value
+    says(refused.value, *named)
     assert not (tmp_path / "logs").exists() and not [r for r in caplog.records if r.levelname == "ERROR"]  # (nor logged)
 
 
