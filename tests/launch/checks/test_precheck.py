@@ -96,7 +96,7 @@ MISTAKES = [
     # LightningCLI's predict, which no model implements: what to use instead
     ("predict --ckpt_path=x.ckpt", ["predict", "load_from_checkpoint", "test --ckpt_path"]),
 ]
-# More cases of the kinds above, each refused once Hydra has composed the config (0.1-0.3 s a row): the full suite's.
+# More cases of the kinds above, each refused once Hydra has composed the config: the full suite's.
 MORE_MISTAKES = [
     ("max_epochs=3", ["max_epochs", "trainer.max_epochs?"]),
     ("model=vae model.mis_steps=3", ["model.mis_steps", "VAE", "JSA (model=jsa)"]),
