@@ -20,14 +20,15 @@ COSINE, STEP = torch.optim.lr_scheduler.CosineAnnealingLR, torch.optim.lr_schedu
 
 
 @pytest.mark.parametrize("scheduler, named", [
-    (functools.partial(COSINE, T_max=0), "scheduler: CosineAnnealingLR's T_max=0: expected a number of epochs >= 1"),
-    (functools.partial(COSINE, T_max=-1), "scheduler: CosineAnnealingLR's T_max=-1: expected a number of epochs >= 1"),
-    (functools.partial(STEP, step_size=0), "scheduler: StepLR's step_size=0: expected a number of epochs >= 1"),
+    (functools.partial(COSINE, T_max=0), ["scheduler", "CosineAnnealingLR's T_max=0", "epochs >= 1"]),
+    (functools.partial(COSINE, T_max=-1), ["scheduler", "CosineAnnealingLR's T_max=-1", "epochs >= 1"]),
+    (functools.partial(STEP, step_size=0), ["scheduler", "StepLR's step_size=0", "epochs >= 1"]),
 ])
 def test_a_scheduler_period_under_one_epoch_is_refused_when_the_model_is_built(scheduler, named):
     """Torch takes these: 0 divides by zero at the first epoch's end, a negative T_max sets the learning rate to 0."""
-    with pytest.raises(ValueError, match=named):
+    with pytest.raises(ValueError) as error:
         VAE(latent_dim=4, scheduler=scheduler)
+    says(error.value, *named)
 
 
 def test_a_scheduler_of_whole_epochs_is_taken():
@@ -49,8 +50,9 @@ def test_hydras_cosine_over_a_run_bounded_by_steps_alone_says_to_give_t_max(monk
     """scheduler=cosine's T_max is trainer.max_epochs, -1 when trainer.max_steps alone bounds the run."""
     overrides = ["model=vae", "scheduler=cosine", "trainer.max_epochs=-1", "trainer.max_steps=3"]
     monkeypatch.setattr("sys.argv", ["train.py", *overrides])
-    with pytest.raises(SettingsError, match=r"model \(VAE\): scheduler: CosineAnnealingLR's T_max=-1: .*give scheduler.T_max=N"):
+    with pytest.raises(SettingsError) as error:
         launch.hydra_app.data_and_model(composed(overrides))
+    says(error.value, "model (VAE)", "CosineAnnealingLR's T_max=-1", "scheduler.T_max=N")
 
 
 def test_the_cli_refuses_a_zero_step_size_in_one_line(tmp_path, capsys):
@@ -58,7 +60,7 @@ def test_the_cli_refuses_a_zero_step_size_in_one_line(tmp_path, capsys):
         launch.cli_app.main(["--model=VAE", "--model.scheduler=StepLR", "--model.scheduler.step_size=0",
                              f"--log_dir={tmp_path / 'logs'}"], run=False)
     assert stopped.value.code == 2
-    assert "error: VAE: scheduler: StepLR's step_size=0: expected a number of epochs >= 1" in capsys.readouterr().err
+    says(capsys.readouterr().err.strip().splitlines()[-1], "error: VAE", "StepLR's step_size=0", "epochs >= 1")
     assert not (tmp_path / "logs").exists()
 
 
