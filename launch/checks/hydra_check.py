@@ -21,7 +21,7 @@ from launch import CLI_SUBCOMMANDS
 from launch.checks.arguments import OTHER_TREE, TAKES_VALUE, hydra_words, is_hydra_cfg, overrides_of, values_of
 from launch.checks.configs import CONFIGS, config_value, read_config
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, removed_trainer_option
-from launch.checks.received_config import hydra_folders, hydra_option
+from launch.checks.received_config import composed as composed_file, hydra_folders, hydra_option
 from launch.checks.settings import CONFIG_GROUPS, SettingsError, check_composed
 from launch.checks.hydra_config import compose
 
@@ -243,6 +243,28 @@ def check_config_choice(group: str, value: str, folders: list[Path]) -> None:
             own = "" if len(folders) > 1 else f"; a config of your own: --config-dir DIR with DIR/{group}/{choice}.yaml"
             fix = did_you_mean(choice, available) or (leave_out if choice in ("null", "none", "None", "false") else own)
             raise EarlyRefusal(f"{group}={choice}: no such config in {searched}; expected one of {', '.join(available)}{fix}")
+        for path in (folder / group / f"{choice}.yaml" for folder in folders if folder != CONFIGS):
+            if path.is_file():
+                check_own_package(group, path)
+
+
+def check_own_package(group: str, path: Path) -> None:
+    """A config of one's own in `group`/ without a `# @package` line is placed under `group:` (Hydra's default): its
+    own `group:` key, or a defaults entry `...@group`, would land under group.group, where no class looks."""
+    import yaml
+
+    if "@package" in path.read_text(errors="replace")[:2000]:
+        return
+    node = composed_file(path, f"Hydra config {path}")
+    top = node.value if isinstance(node, yaml.MappingNode) else []
+    entries = [str(key.value) for name, value in top if name.value == "defaults" and isinstance(value, yaml.SequenceNode)
+               for entry in value.value if isinstance(entry, yaml.MappingNode) for key, _ in entry.value]
+    nested = f"its key {group}:" if any(name.value == group for name, _ in top) else \
+        next((f"its defaults entry {entry}" for entry in entries if entry.endswith(f"@{group}")), None)
+    if nested:
+        raise EarlyRefusal(f"{path}: {nested} lands under {group}.{group}, since Hydra places a config of {group}/ under "
+                           f"{group}: unless it says otherwise; begin the file with `# @package _global_`, as "
+                           f"configs/{group}/*.yaml do")
 
 
 def configs_in(folders: list[Path], group: str = "") -> tuple[list[str], str]:

@@ -7,8 +7,10 @@ front ends run in this process (train.main, launch.hydra_app.run, with the varia
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,9 @@ from tests import preloaded
 from tests.conftest import train_main
 
 REPO = Path(__file__).resolve().parents[2]
+# README's Hydra config of one's own, as written there
+README_OWN_CONFIG = textwrap.dedent(re.search(r"<!-- own-hydra-config -->\n *```yaml\n(.*?) *```", (REPO / "README.md").read_text(),
+                                              flags=re.S).group(1))
 MY_MODEL = "from models import VAE\n\n\nclass MyVAE(VAE):\n    \"\"\"A user's own subclass.\"\"\"\n"
 MY_CALLBACKS = ("import lightning as L\n\n\nclass PrintEpoch(L.Callback):\n"
                 "    def on_train_epoch_end(self, trainer, pl_module):\n"
@@ -172,8 +177,7 @@ def test_hydra_trains_and_tests_a_model_of_your_own(user, tmp_path):
     environment: a config of one's own extends the class's defaults (model_defaults/MyVAE), a typo in it is one line,
     and `run_test=true` tests the best checkpoint of one's own model."""
     (tmp_path / "conf" / "model").mkdir(parents=True)
-    (tmp_path / "conf" / "model" / "myvae.yaml").write_text("# @package _global_\ndefaults:\n  - /model_defaults@model: MyVAE\n"
-                                                            "  - _self_\nmodel:\n  _target_: mypkg.mymodel.MyVAE\n")
+    (tmp_path / "conf" / "model" / "myvae.yaml").write_text(README_OWN_CONFIG)
     own = ["--config-dir", str(tmp_path / "conf"), "model=myvae", "model.latent_dim=2", "run_test=true", *TINY_RUN,
            "model.val_num_samples=2", "model.test_num_samples=2", "log_dir=own"]
     # (a new interpreter: before the imports the early check does not know the class's settings, the check after them

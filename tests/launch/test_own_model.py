@@ -69,6 +69,28 @@ def test_a_config_of_ones_own_extends_its_classs_defaults_and_its_settings_are_c
         check_hydra(["--config-dir", str(tmp_path), "model=bits", "model.num_bitz=3"])
 
 
+GLOBAL = "# @package _global_\n"
+
+
+@pytest.mark.parametrize("text, nested, fixed", [
+    ("defaults:\n  - /model_defaults@model: VAE\n  - _self_\n_target_: models.VAE\n", "defaults entry /model_defaults@model",
+     f"{GLOBAL}defaults:\n  - /model_defaults@model: VAE\n  - _self_\nmodel:\n  _target_: models.VAE\n"),
+    ("model:\n  _target_: models.VAE\n  latent_dim: 8\n", "key model:", f"{GLOBAL}model:\n  _target_: models.VAE\n  latent_dim: 8\n"),
+])
+def test_a_config_of_ones_own_that_hydra_would_nest_under_its_group_is_one_line_naming_the_fix(text, nested, fixed, tmp_path):
+    """Without `# @package _global_`, Hydra places a model/ config under model:, and its own `model:` key or
+    `@model` defaults entry under model.model; the file with the line passes, as does one with no such key."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "mine.yaml").write_text(text)
+    command = ["--config-dir", str(tmp_path), "model=mine"]
+    with pytest.raises(EarlyRefusal) as error:
+        check_hydra(command)
+    says(error.value, str(tmp_path / "model" / "mine.yaml"), nested, "model.model", "# @package _global_")
+    for right in (fixed, "_target_: models.VAE\nlatent_dim: 8\n"):  # the latter placed under model: as meant
+        (tmp_path / "model" / "mine.yaml").write_text(right)
+        check_hydra(command)
+
+
 class NamedVAE(VAE):
     """A VAE of one's own with a name of its own."""
 
