@@ -138,7 +138,9 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
             checkpoint = lightning_load(path, map_location=map_location, weights_only=not trusted)
         except Exception as error:  # truncated zip, pickled garbage, code planted in the pickle, not a checkpoint at all
             # torch's weights_only refusal wraps the real reason in advice about weights_only that does not apply here
-            reason = " ".join(str(error).rsplit("WeightsUnpickler error:", 1)[-1].split())[:160] or type(error).__name__
+            # (and torch's reader follows its reason with advice in more sentences): the first sentence, whole
+            reason = " ".join(str(error).rsplit("WeightsUnpickler error:", 1)[-1].split()).split(". ")[0].rstrip(".")
+            reason = (reason if len(reason) <= 200 else reason[:200].rsplit(" ", 1)[0] + " ...") or type(error).__name__
             raise CheckpointError(f"checkpoint {name} is not a readable checkpoint ({type(error).__name__}: {reason}); it is "
                                   "truncated, was not written by torch.save, or holds objects other than tensors and plain "
                                   "values (which are never unpickled: they could run code)") from None

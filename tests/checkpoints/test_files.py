@@ -5,6 +5,7 @@ checkpoints/trainer.py). The kill tests against a real training process are in t
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -97,6 +98,9 @@ def test_unusable_checkpoints_are_one_clear_error_naming_the_file(tmp_path, cont
     with pytest.raises(CheckpointError, match=message) as error:
         load_checkpoint_file(path)
     assert str(path) in str(error.value) and "\n" not in str(error.value)
+    if content == "truncated":  # the reader's reason as one whole sentence, not its advice cut short
+        reason = re.search(r"\((\w+: .*?)\); it is truncated", str(error.value))[1]
+        assert ". " not in reason and not reason.endswith(" "), reason
 
 
 def test_a_stream_is_read_with_the_checks_of_a_file_but_its_checksum():
