@@ -124,6 +124,30 @@ def elsewhere(group: str, name: str, option: str = "") -> str:
     return f"{owners[0][1]} ({option}{group}={owners[0][1] if option else owners[0][0]})" if owners else ""
 
 
+def check_replaced_class(cfg: Any, group: str, settings: dict[str, Any], takes: Any, cls: Any = None) -> None:
+    """`group._target_=X` over a config that builds another class (model._target_=models.VAE over the default model=jsa):
+    a setting that config gives its class and X does not take is refused naming the config to choose with X, the one
+    of X's class or of a class X subclasses."""
+    from omegaconf import OmegaConf
+
+    choice, target = OmegaConf.select(cfg, f"hydra.runtime.choices.{group}"), settings.get("_target_")
+    targets = config_targets(group)
+    chosen = targets.get(choice or "")
+    if chosen is None or chosen == target:
+        return
+    from_config = [key for key in settings if not key.startswith("_") and key not in takes and key in (declared(chosen) or {})]
+    if from_config:
+        bases = getattr(cls, "__mro__", ())  # once imported: the config of the nearest class it subclasses
+
+        def nearness(path: str) -> int | None:
+            found = pkgutil.resolve_name(path) if bases and path.split(".")[0] in sys.modules else None
+            return -1 if path == target else bases.index(found) if found in bases else None
+        kin = min(((nearness(path), name) for name, path in targets.items() if nearness(path) is not None), default=(0, "NAME"))[1]
+        raise SettingsError(f"{group}.{from_config[0]}: a setting of {chosen.rsplit('.', 1)[-1]} that configs/{group}/{choice}.yaml "
+                            f"gives and {group}._target_={target} does not take; choose the config of its kind with it: "
+                            f"{group}={kin} {group}._target_={target}")
+
+
 def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool = True) -> None:
     """Every setting of a composed config, before anything is seeded, built or written: the top-level ones (a key
     nothing reads, from `+key=value` or a file, is refused, not ignored), the model's (`model`: with an experiment's
@@ -163,6 +187,7 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
               "data": OmegaConf.to_container(cfg.data, resolve=True)}
     for group, settings in groups.items():  # against configs/settings.py: each setting, then built by its constructor
         if names := declared(target := settings.get("_target_")):
+            check_replaced_class(cfg, group, settings, names)
             check_group(target.rsplit(".", 1)[-1], names, settings, group)
         check_combination(group, target, settings, group)
     if not classes or "lightning" not in sys.modules:
@@ -188,6 +213,8 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
                                 "the collection's (README, Your own code)")
         if group in ("model", "data") and declared(settings["_target_"]) is not None:
             continue  # checked above
+        if group in ("model", "data"):
+            check_replaced_class(cfg, group, settings, class_hints(cls), cls)
         try:
             check_settings(cls, settings, group)
         except SettingsError as error:  # logger._target_=... over another logger's settings

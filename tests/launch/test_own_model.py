@@ -97,6 +97,16 @@ class NamedVAE(VAE):
     config_name = "namedvae"
 
 
+@pytest.mark.parametrize("target", ["models.VAE", f"{__name__}.NamedVAE"])
+def test_a_class_in_place_of_another_configs_is_refused_naming_the_config_of_its_kind(target):
+    """model._target_=X over the default model=jsa keeps configs/model/jsa.yaml's settings of JSA, which X does not
+    take: the refusal names that config and the one to choose with X (its class's, or that of a class X subclasses)."""
+    with pytest.raises(SettingsError) as error:
+        check_composed(composed([f"model._target_={target}"]))
+    says(error.value, "model.num_latents", "configs/model/jsa.yaml", f"model=vae model._target_={target}")
+    check_composed(composed(["model=vae", f"model._target_={target}"]))
+
+
 def test_a_class_of_ones_own_in_place_of_a_configs_names_its_runs_as_the_cli_does(tmp_path):
     """model=vae model._target_=...NamedVAE builds no VAE: its runs are named by its class, as LightningCLI names them;
     a run_name given stays the name."""
