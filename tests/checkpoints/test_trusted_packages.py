@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -25,9 +24,9 @@ from tests import preloaded
 from tests.conftest import train_main
 
 REPO = Path(__file__).resolve().parents[2]
-# README's Hydra config of one's own, as written there
-README_OWN_CONFIG = textwrap.dedent(re.search(r"<!-- own-hydra-config -->\n *```yaml\n(.*?) *```", (REPO / "README.md").read_text(),
-                                              flags=re.S).group(1))
+# README's Hydra config of one's own, its lines as written there
+README_OWN_CONFIG = "\n".join(re.search(r"is written as ours are: `(# @package _global_)` on its first line .*?then `(defaults: [^`]*)`"
+                                         r".*? and `(model: [^`]*)`", (REPO / "README.md").read_text()).groups()) + "\n"
 MY_MODEL = "from models import VAE\n\n\nclass MyVAE(VAE):\n    \"\"\"A user's own subclass.\"\"\"\n"
 MY_CALLBACKS = ("import lightning as L\n\n\nclass PrintEpoch(L.Callback):\n"
                 "    def on_train_epoch_end(self, trainer, pl_module):\n"

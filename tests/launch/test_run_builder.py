@@ -267,13 +267,16 @@ def test_a_scheduler_is_built_by_the_models_configure_optimizers_in_both_front_e
 
 
 def test_the_learning_rate_recorded_is_the_one_the_optimizer_trains_with_in_both_front_ends(tmp_path, described, monkeypatch):
-    """An optimizer's own learning rate (Hydra's optimizer.lr, the CLI's --model.optimizer.lr) is the run's: the
-    hyperparameters (hparams.yaml, the HPARAMS tab, the checkpoint) say it, not the unused model.lr."""
+    """An optimizer's own learning rate (Hydra's optimizer.lr, the CLI's --model.optimizer.lr or --optimizer.lr) is the
+    run's: the hyperparameters (hparams.yaml, the HPARAMS tab, the checkpoint) say it, not the unused model.lr."""
     monkeypatch.chdir(tmp_path)
     both_front_ends(tmp_path, ["optimizer.lr=3e-4"], ["--model.optimizer=Adam", "--model.optimizer.lr=3e-4"])
+    # LightningCLI's own --optimizer, which replaces the model's configure_optimizers
+    launch.cli_app.main(["fit", "--optimizer=SGD", "--optimizer.lr=3e-4", f"--log_dir={tmp_path / 'logs'}"])
     for run in described:
         assert run.model.configure_optimizers().defaults["lr"] == run.model.hparams["lr"] == 3e-4
         assert run.model.hparams_initial["lr"] == 3e-4  # what the logger writes to hparams.yaml
+    assert type(described[-1].model.configure_optimizers()).__name__ == "SGD"
 
 
 @pytest.mark.parametrize("text, model, data", [("trainer:\n  max_epochs: 1\n", "JSA", "MNISTDataModule"),
