@@ -78,6 +78,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         raise EarlyRefusal("predict: the models have no prediction step; a trained model's codes, reconstructions, "
                            "samples and NLLs come from it in Python (README, Using a trained model: "
                            "<Model>.load_from_checkpoint(PATH).encode(x), ...), its test metrics from `test --ckpt_path=PATH`")
+    check_hydra_words(argv)
     pairs: list[tuple[str, str | None, str | None]] = []  # (--option, value, the config file that gives it or None)
     for option, value in cli_options(with_defaults(argv)):
         if option == "--config" and value is not None and not value.lstrip().startswith("{"):
@@ -210,6 +211,18 @@ def check_bare_option(option: str, value: str | None, chosen: dict[str, str | No
     if meant := did_you_mean(option, options):
         raise EarlyRefusal(f"unrecognized arguments: {option}{'' if value is None else f'={value}'}{meant} "
                            f"{help_pointer(subcommand)}")
+
+
+def check_hydra_words(argv: list[str]) -> None:
+    """A Hydra override after a subcommand (fit model=jsa): not an option of LightningCLI's; both spellings offered."""
+    words = [arg for index, arg in enumerate(argv[1:], 1) if re.fullmatch(r"[+~]*[\w.]+=.*", arg)
+             and not (argv[index - 1].startswith("-") and "=" not in argv[index - 1])]  # (not `--option VALUE`'s value)
+    if words:
+        key, value = words[0].lstrip("+~").split("=", 1)
+        target = config_targets(key).get(value) if key in ("model", "data") else None
+        cli = f"--{key}={target.rsplit('.', 1)[-1] if target else value}"
+        hydra = f", or drop the subcommand for Hydra's front end: python train.py {' '.join(words)}" if argv[0] == "fit" else ""
+        raise EarlyRefusal(f"{words[0]}: a Hydra setting, which LightningCLI does not take: give {cli} after {argv[0]}{hydra}")
 
 
 def help_pointer(subcommand: str) -> str:

@@ -129,6 +129,9 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--model=mypkg.MyVAE"], ["--model=mypkg.MyVAE", "'mypkg'", "train.py's folder or PYTHONPATH"]),
     (["fit", "--model.scheduler=CosineAnealingLR"], ["--model.scheduler=CosineAnealingLR", "CosineAnnealingLR?"]),
     (["fit", "--trainer.callbacks+=LearningRateMonitr"], ["--trainer.callbacks+=LearningRateMonitr", "LearningRateMonitor?"]),
+    # a Hydra setting after a subcommand: LightningCLI's spelling, and for fit Hydra's command
+    (["fit", "model=jsa"], ["model=jsa", "--model=JSA after fit", "python train.py model=jsa"]),
+    (["test", "--model=VAE", "trainer.limit_test_batches=2"], ["trainer.limit_test_batches=2", "--trainer.limit_test_batches=2"]),
     # a refusal of the parser's ends where the options are listed
     (["test", "--foo=1"], ["--foo=1", "python train.py test --help"]),
 ])
