@@ -317,8 +317,10 @@ def check_hydra_command(argv: list[str], prints_only: bool) -> None:
         after_option = index > 0 and argv[index - 1] in (*TAKES_VALUE, *OTHER_TREE)  # its value (--info searchpath)
         bare = "=" not in arg and not arg.startswith("~")  # (~key deletes a key)
         if not arg.startswith("-") and not after_option and (bare or not flag.lstrip("+~")):  # a word, or no key before =
+            runnable = [name for name in CLI_SUBCOMMANDS if name != "predict"]  # (predict: refused, cli_check.py)
             raise EarlyRefusal(f"{arg}: not a setting; Hydra takes KEY=VALUE (python train.py model=jsa ...), LightningCLI a "
-                               f"subcommand first: {', '.join(CLI_SUBCOMMANDS)} (python train.py fit --model=JSA ...)")
+                               f"subcommand first: {', '.join(runnable)} (python train.py fit --model=JSA ...)"
+                               f"{did_you_mean(arg, runnable) if bare else ''}")
         if len(flag) > 2 and "--experimental-rerun".startswith(flag):
             raise EarlyRefusal(f"{flag}: a run's config.pickle is never unpickled here (a stranger's file could run "
                                "code); to rerun a run, pass the overrides in its .hydra/overrides.yaml")

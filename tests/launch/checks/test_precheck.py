@@ -39,6 +39,7 @@ MISTAKES = [
     ("model=VAE", ["model=VAE", "did you mean vae?"]),  # a name in another case
     ("=1", ["=1", "not a setting", "KEY=VALUE"]),  # no key before the '='
     ("~=1", ["~=1", "not a setting", "KEY=VALUE"]),
+    ("fitt", ["fitt", "fit, validate, test (", "did you mean fit?"]),  # a subcommand misspelt: those that run
     ("fit --model=jsa", ["--model=jsa", "did you mean JSA?"]),
     ("seed=abc", ["seed='abc'", "integer"]),
     ("fit --trainer.max_epoch=1", ["--trainer.max_epoch", "Trainer", "--trainer.max_epochs?"]),
