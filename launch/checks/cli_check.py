@@ -73,7 +73,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
     classes too, and those a chosen class requires. Whether a config file is YAML is checked before
     (launch/checks/received_config.py); whether test has a checkpoint once parsed (launch/cli_app.py)."""
     if prints_only:
-        return  # the help options and print_config refuse nothing
+        return check_help_class(argv)  # the help options and print_config refuse nothing else
     if argv[0] == "predict":  # LightningCLI offers it; no model has a predict_step or a data module a predict split
         raise EarlyRefusal("predict: the models have no prediction step; a trained model's codes, reconstructions, "
                            "samples and NLLs come from it in Python (README, Using a trained model: "
@@ -211,6 +211,16 @@ def check_bare_option(option: str, value: str | None, chosen: dict[str, str | No
     if meant := did_you_mean(option, options):
         raise EarlyRefusal(f"unrecognized arguments: {option}{'' if value is None else f'={value}'}{meant} "
                            f"{help_pointer(subcommand)}")
+
+
+def check_help_class(argv: list[str]) -> None:
+    """--model.help NAME (--data.help): a class of the collection's by its name (one's own by its dotted path)."""
+    for option, value in cli_options(argv):
+        group = option.removeprefix("--").removesuffix(".help")
+        if option.endswith(".help") and group in ("model", "data") and value and "." not in value:
+            names = sorted({target.rsplit(".", 1)[-1] for target in config_targets(group).values()})
+            if value not in names:
+                raise EarlyRefusal(f"{option}={value}: no such class; expected one of {', '.join(names)}{did_you_mean(value, names)}")
 
 
 def check_hydra_words(argv: list[str]) -> None:

@@ -129,6 +129,7 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--model=mypkg.MyVAE"], ["--model=mypkg.MyVAE", "'mypkg'", "train.py's folder or PYTHONPATH"]),
     (["fit", "--model.scheduler=CosineAnealingLR"], ["--model.scheduler=CosineAnealingLR", "CosineAnnealingLR?"]),
     (["fit", "--trainer.callbacks+=LearningRateMonitr"], ["--trainer.callbacks+=LearningRateMonitr", "LearningRateMonitor?"]),
+    (["fit", "--model.help", "jsa"], ["--model.help=jsa", "DiscreteVAE, JSA,", "did you mean JSA?"]),  # help on a class
     # a Hydra setting after a subcommand: LightningCLI's spelling, and for fit Hydra's command
     (["fit", "model=jsa"], ["model=jsa", "--model=JSA after fit", "python train.py model=jsa"]),
     (["test", "--model=VAE", "trainer.limit_test_batches=2"], ["trainer.limit_test_batches=2", "--trainer.limit_test_batches=2"]),
