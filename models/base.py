@@ -85,10 +85,13 @@ class LatentVariableModel(L.LightningModule):
         """A model of models/ registers itself when defined: pickable (`--model=NAME`, `model_defaults/NAME`) and
         nameable by a checkpoint (common/registry.py), with no list to extend. Not an abstract base
         (`class CategoricalLatentModel(LatentVariableModel, abstract=True)`), nor a subclass defined elsewhere (a
-        test's, a script's): a checkpoint may name only the collection's models."""
+        test's, a script's): a checkpoint may name only the collection's models. One without a `config_name` of its own
+        (one's own MyVAE) names its runs by its class (myvae-mnist-...), not by the class it extends."""
         super().__init_subclass__(**kwargs)
         if not abstract and cls.__module__.startswith("models."):
             register("model", cls)
+        if "config_name" not in vars(cls):
+            cls.config_name = cls.__name__.lower()
 
     # A model whose q(z | x) is a point mass (VQ-VAE): every importance sample is the same, so one suffices.
     point_mass_posterior: ClassVar[bool] = False

@@ -92,9 +92,7 @@ def test_a_config_of_ones_own_that_hydra_would_nest_under_its_group_is_one_line_
 
 
 class NamedVAE(VAE):
-    """A VAE of one's own with a name of its own."""
-
-    config_name = "namedvae"
+    """A VAE of one's own: its runs are named by its class, not as the VAE's (no `config_name` of its own needed)."""
 
 
 @pytest.mark.parametrize("target", ["models.VAE", f"{__name__}.NamedVAE"])
