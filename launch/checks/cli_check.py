@@ -220,7 +220,8 @@ def check_help_class(argv: list[str]) -> None:
         if option.endswith(".help") and group in ("model", "data") and value and "." not in value:
             names = sorted({target.rsplit(".", 1)[-1] for target in config_targets(group).values()})
             if value not in names:
-                raise EarlyRefusal(f"{option}={value}: no such class; expected one of {', '.join(names)}{did_you_mean(value, names)}")
+                raise EarlyRefusal(f"{option}={value}: no such class; expected one of {', '.join(names)}"
+                                   f"{did_you_mean(value, names)}")
 
 
 def check_hydra_words(argv: list[str]) -> None:
@@ -231,8 +232,10 @@ def check_hydra_words(argv: list[str]) -> None:
         key, value = words[0].lstrip("+~").split("=", 1)
         target = config_targets(key).get(value) if key in ("model", "data") else None
         cli = f"--{key}={target.rsplit('.', 1)[-1] if target else value}"
-        hydra = f", or drop the subcommand for Hydra's front end: python train.py {' '.join(words)}" if argv[0] == "fit" else ""
-        raise EarlyRefusal(f"{words[0]}: a Hydra setting, which LightningCLI does not take: give {cli} after {argv[0]}{hydra}")
+        hydra = f", or drop the subcommand for Hydra's front end: python train.py {' '.join(words)}" \
+            if argv[0] == "fit" else ""
+        raise EarlyRefusal(f"{words[0]}: a Hydra setting, which LightningCLI does not take: give {cli} after "
+                           f"{argv[0]}{hydra}")
 
 
 def help_pointer(subcommand: str) -> str:

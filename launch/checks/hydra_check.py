@@ -258,12 +258,13 @@ def check_own_package(group: str, path: Path) -> None:
     node = composed_file(path, f"Hydra config {path}")
     top = node.value if isinstance(node, yaml.MappingNode) else []
     entries = [str(key.value) for name, value in top if name.value == "defaults" and isinstance(value, yaml.SequenceNode)
-               for entry in value.value if isinstance(entry, yaml.MappingNode) for key, _ in entry.value]
+               for entry in value.value if isinstance(entry, yaml.MappingNode)
+               for key, _ in entry.value]
     nested = f"its key {group}:" if any(name.value == group for name, _ in top) else \
         next((f"its defaults entry {entry}" for entry in entries if entry.endswith(f"@{group}")), None)
     if nested:
-        raise EarlyRefusal(f"{path}: {nested} lands under {group}.{group}, since Hydra places a config of {group}/ under "
-                           f"{group}: unless it says otherwise; begin the file with `# @package _global_`, as "
+        raise EarlyRefusal(f"{path}: {nested} lands under {group}.{group}, since Hydra places a config of {group}/ "
+                           f"under {group}: unless it says otherwise; begin the file with `# @package _global_`, as "
                            f"configs/{group}/*.yaml do")
 
 

@@ -125,9 +125,9 @@ def elsewhere(group: str, name: str, option: str = "") -> str:
 
 
 def check_replaced_class(cfg: Any, group: str, settings: dict[str, Any], takes: Any, cls: Any = None) -> None:
-    """`group._target_=X` over a config that builds another class (model._target_=models.VAE over the default model=jsa):
-    a setting that config gives its class and X does not take is refused naming the config to choose with X, the one
-    of X's class or of a class X subclasses."""
+    """`group._target_=X` over a config that builds another class (model._target_=models.VAE over the default
+    model=jsa): a setting that config gives its class and X does not take is refused naming the config to choose with
+    X, the one of X's class or of a class X subclasses."""
     from omegaconf import OmegaConf
 
     choice, target = OmegaConf.select(cfg, f"hydra.runtime.choices.{group}"), settings.get("_target_")
@@ -135,17 +135,19 @@ def check_replaced_class(cfg: Any, group: str, settings: dict[str, Any], takes: 
     chosen = targets.get(choice or "")
     if chosen is None or chosen == target:
         return
-    from_config = [key for key in settings if not key.startswith("_") and key not in takes and key in (declared(chosen) or {})]
+    from_config = [key for key in settings
+                   if not key.startswith("_") and key not in takes and key in (declared(chosen) or {})]
     if from_config:
         bases = getattr(cls, "__mro__", ())  # once imported: the config of the nearest class it subclasses
 
         def nearness(path: str) -> int | None:
             found = pkgutil.resolve_name(path) if bases and path.split(".")[0] in sys.modules else None
             return -1 if path == target else bases.index(found) if found in bases else None
-        kin = min(((nearness(path), name) for name, path in targets.items() if nearness(path) is not None), default=(0, "NAME"))[1]
-        raise SettingsError(f"{group}.{from_config[0]}: a setting of {chosen.rsplit('.', 1)[-1]} that configs/{group}/{choice}.yaml "
-                            f"gives and {group}._target_={target} does not take; choose the config of its kind with it: "
-                            f"{group}={kin} {group}._target_={target}")
+        kin = min(((nearness(path), name) for name, path in targets.items() if nearness(path) is not None),
+                  default=(0, "NAME"))[1]
+        raise SettingsError(f"{group}.{from_config[0]}: a setting of {chosen.rsplit('.', 1)[-1]} that "
+                            f"configs/{group}/{choice}.yaml gives and {group}._target_={target} does not take; choose the "
+                            f"config of its kind with it: {group}={kin} {group}._target_={target}")
 
 
 def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool = True) -> None:
