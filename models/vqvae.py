@@ -36,6 +36,7 @@ from models.components.quantizer import QuantizerOutput, VectorQuantizer
 # The settings a second stage must share with the VQ-VAE whose autoencoder it loads.
 AUTOENCODER_SETTINGS = ("backbone", "num_latents", "num_categories", "code_dim", "hidden_channels", "activation", "likelihood",
                         "sigma", "learn_sigma", "sigma_shape", "num_mixtures", "ema")
+STAGE1_NETWORK = ("backbone", "num_categories", "code_dim", "hidden_channels")  # what a tensor's shape depends on
 
 
 class PointMassPosterior(NamedTuple):
@@ -170,18 +171,23 @@ class VQVAE(LatentVariableModel):
         defaults = constructor_defaults(VQVAE)
         stage1 = {**defaults, **checkpoint["hyper_parameters"]} if "hyper_parameters" in checkpoint else {}
         here = {**defaults, **self.hparams}
-        differing = [f"{key}={stage1[key]!r} there, {here[key]!r} here" for key in AUTOENCODER_SETTINGS
+        differing = [key for key in AUTOENCODER_SETTINGS
                      if stage1 and stage1[key] is not None and here[key] is not None and stage1[key] != here[key]]
+        # the stage-1 values as settings to give (model.activation=relu; --model.activation=relu in LightningCLI)
+        settings = " ".join(f"model.{key}=" + (str(stage1[key]).lower() if isinstance(stage1[key], bool) else
+                                                 str(stage1[key]).replace(" ", ""))  # (a list as [1,28,28])
+                            for key in (differing or [key for key in STAGE1_NETWORK if stage1.get(key) is not None]))
         if differing:
-            raise CheckpointError(f"model.autoencoder_checkpoint: {path} was trained with other settings ({'; '.join(differing)}); "
-                             "give this run the stage-1 settings")
+            raise CheckpointError(f"model.autoencoder_checkpoint: {path} was trained with other settings "
+                                  f"({'; '.join(f'{key}={stage1[key]!r} there, {here[key]!r} here' for key in differing)}); "
+                                  f"give this run the stage-1 settings: {settings}")
         state = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("prior.")}
         own = {k: v for k, v in self.state_dict().items() if not k.startswith("prior.")}
         mismatched = sorted(k for k in own if k not in state or state[k].shape != own[k].shape)
         if mismatched:
             raise CheckpointError(
                 f"model.autoencoder_checkpoint: {path} holds another VQ-VAE (differs in {', '.join(mismatched[:3])}); "
-                "use the backbone, num_categories, code_dim and hidden_channels it was trained with"
+                f"use the {', '.join(STAGE1_NETWORK)} it was trained with" + (f": {settings}" if settings else "")
             )
         self.load_state_dict(state, strict=False)
 
