@@ -253,8 +253,9 @@ def check_own_package(group: str, path: Path) -> None:
     own `group:` key, or a defaults entry `...@group`, would land under group.group, where no class looks."""
     import yaml
 
-    if "@package" in path.read_text(errors="replace")[:2000]:
-        return
+    with open(path, errors="replace") as file:
+        if "@package" in file.read(2000):  # (Hydra reads the directive in the file's header)
+            return
     node = composed_file(path, f"Hydra config {path}")
     top = node.value if isinstance(node, yaml.MappingNode) else []
     entries = [str(key.value) for name, value in top if name.value == "defaults" and isinstance(value, yaml.SequenceNode)
