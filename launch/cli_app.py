@@ -166,9 +166,10 @@ class CollectionCLI(LightningCLI):
             ckpt_path=config.get("ckpt_path"), checkpoint=self.checkpoint, subcommand=self.subcommand or "fit",
             trainer_class=super().instantiate_trainer, replicas=replicas)
         self.datamodule, self.model, trainer, resume = build(run)  # R replicas' model and data where --replicas.seeds asks
-        if config.get("optimizer") is not None and isinstance(self.model, LatentVariableModel):
+        lr = (config.get("optimizer") or {}).get("init_args", {}).get("lr")
+        if lr is not None and isinstance(self.model, LatentVariableModel):
             # LightningCLI's own --optimizer trains the model: its learning rate is the run's (hparams.yaml, HPARAMS)
-            self.model.record_resolved(lr=config.optimizer.init_args.get("lr"))
+            self.model.record_resolved(lr=lr)
         if self.subcommand == "fit":
             config["ckpt_path"] = resume
         return trainer
