@@ -79,6 +79,10 @@ def replicate(run: Any, seeds: Any, arms: Any) -> Any:
     if getattr(run.model, "scheduler_factory", None) is not None:
         raise SettingsError(f"{dashes + 'model.' if dashes else ''}scheduler with replicas: replicas train without a "
                             "learning-rate scheduler; train each seed as a run of its own to schedule its learning rate")
+    if "configure_optimizers" in vars(run.model):  # LightningCLI's own --optimizer, set on this model alone
+        raise SettingsError("--optimizer with --replicas: replicas train with the model's own Adam, built over their "
+                            "stacked weights, which LightningCLI's --optimizer does not replace; drop it and give the "
+                            "learning rate as --model.lr=LR")
     check_one_process(run.trainer, dashes)
     model_class = type(run.model)
     settings = {key: value for key, value in run.model.hparams.items() if not key.startswith("_")}  # (LightningCLI adds _class_path)

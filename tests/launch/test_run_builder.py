@@ -196,6 +196,19 @@ def test_a_logger_or_scheduler_the_run_cannot_place_is_refused(overrides, named,
     says(refused.value, *named)
 
 
+def test_the_clis_own_optimizer_with_replicas_is_refused_naming_the_models_option(tmp_path, described, monkeypatch, capsys):
+    """Replicas build the model's optimizer over their stacked weights: LightningCLI's --optimizer, which replaces one
+    model's configure_optimizers, would be dropped; the model's --model.lr is taken."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main(["fit", "--model=VAE", "--optimizer=SGD", "--replicas.seeds=[0,1]", f"--log_dir={tmp_path / 'logs'}"])
+    assert stop.value.code == 2
+    says(capsys.readouterr().err.strip().splitlines()[-1], "error: --optimizer with --replicas", "--model.lr=LR")
+    launch.cli_app.main(["fit", "--model=VAE", "--model.lr=0.01", "--replicas.seeds=[0,1]", f"--log_dir={tmp_path / 'logs'}"])
+    optimizer = described[-1].model.configure_optimizers()
+    assert type(optimizer).__name__ == "Adam" and optimizer.defaults["lr"] == 0.01
+
+
 @pytest.mark.parametrize("overrides", [["trainer=ddp", "trainer.accelerator=cpu"], ["trainer.devices=2"],
                                        ["trainer.strategy=ddp_spawn", "trainer.devices=1"]])
 def test_replicas_under_ddp_are_refused_before_any_process_starts(overrides, tmp_path, monkeypatch):
