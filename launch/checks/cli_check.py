@@ -122,10 +122,8 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
             return
         paths = set(config_targets(group).values()) if group in ("model", "data") else set()
         targets = {**{path.rsplit(".", 1)[-1]: path for path in paths}, **{path: path for path in paths}}
-        if paths and name not in targets and "." not in name and not name.lstrip().startswith("{"):
-            names = sorted(path.rsplit(".", 1)[-1] for path in paths)
-            raise EarlyRefusal(f"{as_given(option, name, file)} is not one of "
-                               f"{', '.join(names)}{did_you_mean(name, names)}")
+        if paths:
+            check_class_name(as_given(option, name, file), group, name)
         chosen[group] = targets.get(name) or class_named(name)  # a class of one's own once importable; '{"class_path": ...}'
 
     for file, run in itertools.groupby(pairs, key=lambda pair: pair[2]):  # the command line's options between files, a file's
@@ -213,15 +211,20 @@ def check_bare_option(option: str, value: str | None, chosen: dict[str, str | No
                            f"{help_pointer(subcommand)}")
 
 
+def check_class_name(given: str, group: str, name: str) -> None:
+    """`name` (--model=NAME, --model.help NAME) is one of the classes configs/<group>/ builds, by its name; a dotted
+    path (one's own class) or a mapping is left to jsonargparse. `given`: the option as the refusal names it."""
+    names = sorted({path.rsplit(".", 1)[-1] for path in config_targets(group).values()})
+    if name not in names and "." not in name and not name.lstrip().startswith("{"):
+        raise EarlyRefusal(f"{given} is not one of {', '.join(names)}{did_you_mean(name, names)}")
+
+
 def check_help_class(argv: list[str]) -> None:
     """--model.help NAME (--data.help): a class of the collection's by its name (one's own by its dotted path)."""
     for option, value in cli_options(argv):
         group = option.removeprefix("--").removesuffix(".help")
-        if option.endswith(".help") and group in ("model", "data") and value and "." not in value:
-            names = sorted({target.rsplit(".", 1)[-1] for target in config_targets(group).values()})
-            if value not in names:
-                raise EarlyRefusal(f"{option}={value}: no such class; expected one of {', '.join(names)}"
-                                   f"{did_you_mean(value, names)}")
+        if option.endswith(".help") and group in ("model", "data") and value:
+            check_class_name(f"{option}={value}", group, value)
 
 
 def check_hydra_words(argv: list[str]) -> None:

@@ -143,8 +143,8 @@ def check_replaced_class(cfg: Any, group: str, settings: dict[str, Any], takes: 
         def nearness(path: str) -> int | None:
             found = pkgutil.resolve_name(path) if bases and path.split(".")[0] in sys.modules else None
             return -1 if path == target else bases.index(found) if found in bases else None
-        kin = min(((nearness(path), name) for name, path in targets.items() if nearness(path) is not None),
-                  default=(0, "NAME"))[1]
+        ranked = [(rank, name) for name, path in targets.items() if (rank := nearness(path)) is not None]
+        kin = min(ranked, default=(0, "NAME"))[1]
         raise SettingsError(f"{group}.{from_config[0]}: a setting of {chosen.rsplit('.', 1)[-1]} that "
                             f"configs/{group}/{choice}.yaml gives and {group}._target_={target} does not take; choose the "
                             f"config of its kind with it: {group}={kin} {group}._target_={target}")
