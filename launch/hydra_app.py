@@ -32,8 +32,8 @@ from common.registry import TRUST_VARIABLE, is_registered
 from launch.checks.arguments import overrides_of
 from launch.checks.configs import CONFIGS, config_targets, log_dir as default_log_dir
 from launch.checks.early import USER_ERROR, exit_with
-from launch.checks.hydra_check import check_hydra, overrides_given
-from launch.checks.hydra_config import own_targets, register_defaults
+from launch.checks.hydra_check import check_after_imports, overrides_given
+from launch.checks.hydra_config import register_defaults
 from launch.checks.paths import write_root_refusal
 from launch.checks.received_config import hydra_folders
 from launch.checks.precheck import EarlyRefusal
@@ -270,12 +270,11 @@ def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
 def main() -> None:
     # The Trainer's settings, known once Lightning is imported, before Hydra composes (its struct mode refuses an
     # unknown one in several lines); and the settings of the classes one's own configs build, importable here.
-    folders = hydra_folders(sys.argv[1:])
     try:
-        check_hydra(sys.argv[1:], trainer_names_only=not any(own_targets(kind, folders) for kind in ("model", "data")))
+        check_after_imports(sys.argv[1:])
     except EarlyRefusal as refusal:
         exit_with(str(refusal))
-    register_defaults(folders)
+    register_defaults(hydra_folders(sys.argv[1:]))
     given = dict(overrides_of(sys.argv[1:])).get("log_dir")  # before Hydra makes its run directory there
     note_existing_directories(given if given and "${" not in given else default_log_dir())
     # The jobs a launcher starts as new processes (hydra/launcher=slurm, slurm_local: `python -m submitit...` from the

@@ -160,18 +160,16 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
     return f"{key}: {where} has no such {what}{hint} (one it leaves out is added with +{given.lstrip('+~')})"
 
 
-def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
+def check_hydra(argv: list[str]) -> list[tuple[list[str], Any]]:
     """Raise EarlyRefusal for the first mistake of a Hydra command line: each job composed and checked, an experiment's
-    sweep (experiment=compare: its models) as given on the command line. With `trainer_names_only` (once Lightning is
-    imported, launch/hydra_app.py), only a command line that sets a Trainer setting, whose names are known now."""
+    sweep (experiment=compare: its models) as given on the command line. Returns each (job, config) checked, which
+    `check_after_imports` checks again once the classes are imported."""
     pairs = overrides_of(argv)
-    if any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv) or \
-            trainer_names_only and not any(key.startswith("trainer.") for key, _ in pairs):
-        return
+    if any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
+        return []
     # --cfg only prints the config: a sweeper or launcher is fine there without -m.
     multirun = bool(hydra_modes(argv) & {"--multirun", "--cfg"}) or ("hydra.mode", "MULTIRUN") in pairs
-    if not trainer_names_only:
-        check_before_composing(argv, pairs, multirun)
+    check_before_composing(argv, pairs, multirun)
     planned, other_values = jobs(overrides_given(argv), multirun)
     swept = {key: value for key, value in pairs if key in CONFIG_GROUPS and len(values_of(value) or []) > 1}
 
@@ -189,20 +187,46 @@ def check_hydra(argv: list[str], trainer_names_only: bool = False) -> None:
         raise EarlyRefusal(f"experiment={experiment} sweeps {params[0]}, one job each in a multirun only: add -m (python "
                            f"train.py -m experiment={experiment} ...), or give one {key}=NAME to run that job alone")
     if params:
-        return check_hydra([*argv, *params], trainer_names_only)
+        return check_hydra([*argv, *params])
     if ("hydra/sweeper", "tune") in pairs and "model" in swept:  # Optuna would pick the model too, in another's space
         models = " ".join(str(m) for m in values_of(swept["model"]))
         rest = " ".join(arg for arg in argv if not arg.startswith("model="))
         raise EarlyRefusal(f"hydra/sweeper=tune tunes one model per study: give model=NAME (every model in turn: for m in "
                            f"{models}; do python train.py {rest} model=$m; done)")
-    checked = [(planned[0], first), *((planned[0], with_setting(first, value)) for value in other_values)]
-    for job, cfg in [*checked, *((job, None) for job in planned[1:])]:
-        try:
-            check_composed(cfg if cfg is not None else composed(job))
-        except SettingsError as error:
-            raise EarlyRefusal(in_file(str(error), job, argv, first)) from None
-        except OmegaConfBaseException:
-            continue  # an interpolation that resolves only in a run (${hydra:runtime.output_dir}): the run checks it
+    checked: list[tuple[list[str], Any]] = []
+    for job, cfg in [(planned[0], first), *((planned[0], with_setting(first, value)) for value in other_values),
+                     *((job, None) for job in planned[1:])]:
+        checked.append((job, cfg if cfg is not None else composed(job)))
+        check_job(*checked[-1], argv, first)
+    return checked
+
+
+def check_job(job: list[str], cfg: Any, argv: list[str], first: Any) -> None:
+    """One composed job's settings (launch/checks/settings.py: check_composed), a refusal naming the experiment file
+    that sets the setting it names (`in_file`)."""
+    try:
+        check_composed(cfg)
+    except SettingsError as error:
+        raise EarlyRefusal(in_file(str(error), job, argv, first)) from None
+    except OmegaConfBaseException:
+        pass  # an interpolation that resolves only in a run (${hydra:runtime.output_dir}): the run checks it
+
+
+# The jobs the check before the imports composed for a command line: (its argv, each (job, config)).
+composed_before_imports: tuple[tuple[str, ...], list[tuple[list[str], Any]]] = ((), [])
+
+
+def check_after_imports(argv: list[str]) -> None:
+    """Once Lightning is imported, before Hydra composes (whose struct mode would refuse an unknown key in several
+    lines): the jobs the early check composed, checked again now that the Trainer's, the optimizer's, the callbacks'
+    and one's own classes' settings are known, without composing them again (composed here where no early check ran
+    in this process)."""
+    key, checked = composed_before_imports
+    if key != tuple(argv):
+        check_hydra(argv)
+        return
+    for job, cfg in checked:
+        check_job(job, cfg, argv, checked[0][1])
 
 
 def in_file(line: str, job: list[str], argv: list[str], cfg: Any) -> str:
@@ -336,4 +360,6 @@ def check_hydra_command(argv: list[str], prints_only: bool) -> None:
         raise EarlyRefusal(f"{' and '.join(sorted(modes))}: Hydra takes one of {', '.join(HYDRA_MODES)} at a time (--cfg job "
                            "prints the config of one job: leave out -m)")
     check_config_search(argv)
-    check_hydra(argv)
+    global composed_before_imports
+    composed_before_imports = ((), [])
+    composed_before_imports = (tuple(argv), check_hydra(argv))

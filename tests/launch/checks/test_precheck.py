@@ -151,16 +151,17 @@ def test_mistakes_are_one_line_with_the_closest_name(command, named):
 
 def test_after_the_imports_the_trainer_settings_are_checked_before_hydra_composes():
     """The Hydra front end's pass once Lightning is imported, before Hydra composes (whose struct mode would refuse an
-    unknown key in several lines): the Trainer's settings, unknown before the imports; a command line without one is
-    not composed again (the early check did, and the run checks every value once composed)."""
-    from launch.checks.hydra_check import check_hydra
+    unknown key in several lines): the Trainer's, the optimizer's and the callbacks' settings, unknown before the
+    imports; composed here where no early check ran in this process."""
+    from launch.checks.hydra_check import check_after_imports
     from launch.checks.precheck import EarlyRefusal
 
-    with pytest.raises(EarlyRefusal) as refusal:
-        check_hydra(["model=vae", "trainer.max_epoch=1"], trainer_names_only=True)
-    says(str(refusal.value), "trainer.max_epoch", "Trainer", "did you mean trainer.max_epochs?")
-    for argv in (["model.mis_step=3"], ["+ckpt_pth=x"], ["optimizer.lr=abc"]):
-        check_hydra(argv, trainer_names_only=True)
+    for argv, named in ((["model=vae", "trainer.max_epoch=1"], ["trainer.max_epoch", "Trainer", "trainer.max_epochs?"]),
+                        (["optimizer.lr=abc"], ["optimizer.lr", "'abc'"])):
+        with pytest.raises(EarlyRefusal) as refusal:
+            check_after_imports(argv)
+        says(str(refusal.value), *named)
+    check_after_imports(["model=vae", "trainer.max_epochs=1"])
 
 
 def test_a_config_file_that_is_not_yaml_or_not_there_is_named(tmp_path):
@@ -435,9 +436,22 @@ def test_the_settings_of_the_trainer_are_refused_in_one_line_once_imported(argv,
 
 def test_before_the_imports_any_trainer_setting_passes_and_is_checked_once_lightning_is_imported():
     """The Trainer's settings are its constructor's, unknown before Lightning is imported: the early check composes
-    them as given (a setting configs/trainer/default.yaml leaves out too) and leaves their names to the check after the
-    imports (test_after_the_imports_the_trainer_settings_are_checked_before_hydra_composes)."""
-    probe = ("import sys\nfrom launch.checks.early import refuse_early\n"
-             "print(refuse_early(['trainer.gradient_clip_val=1', 'trainer.max_epoch=1'], cli=False), 'lightning' in sys.modules)")
+    them as given (a setting configs/trainer/default.yaml leaves out too), and once it is imported the same composed
+    jobs are checked again, the Trainer's names known, without composing them again."""
+    probe = """
+import sys
+from launch.checks import hydra_check
+from launch.checks.early import refuse_early
+argv = ["trainer.gradient_clip_val=1", "trainer.max_epoch=1"]
+print(refuse_early(argv, cli=False), "lightning" in sys.modules)
+import lightning
+hydra_check.composed_job = lambda *args: print("composed again")  # the jobs the early check composed are checked
+try:
+    hydra_check.check_after_imports(argv)
+except hydra_check.EarlyRefusal as refusal:
+    print(refusal)
+"""
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert result.stdout.split() == ["None", "False"], (result.stdout, result.stderr[-2000:])
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["None", "False"] and len(lines) == 2, (result.stdout, result.stderr[-2000:])
+    says(lines[1], "trainer.max_epoch", "Trainer", "trainer.max_epochs?")
