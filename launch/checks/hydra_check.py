@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from launch import CLI_SUBCOMMANDS
 from launch.checks.arguments import OTHER_TREE, TAKES_VALUE, hydra_words, is_hydra_cfg, overrides_of, values_of
-from launch.checks.configs import CONFIGS, config_value, read_config
+from launch.checks.configs import CONFIGS, config_value, declared, read_config
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, removed_trainer_option
 from launch.checks.received_config import composed as composed_file, hydra_folders, hydra_option
 from launch.checks.settings import CONFIG_GROUPS, SettingsError, check_composed
@@ -218,11 +218,12 @@ composed_before_imports: tuple[tuple[str, ...], list[tuple[list[str], Any]]] = (
 
 def check_after_imports(argv: list[str]) -> None:
     """Once Lightning is imported, before Hydra composes (whose struct mode would refuse an unknown key in several
-    lines): the jobs the early check composed, checked again now that the Trainer's, the optimizer's, the callbacks'
-    and one's own classes' settings are known, without composing them again (composed here where no early check ran
-    in this process)."""
+    lines): the jobs the early check composed, checked again now that the Trainer's, the optimizer's and the
+    callbacks' settings are known, without composing them again; composed again where no early check ran in this
+    process, or where a job builds a class of one's own, whose defaults were not known before the imports."""
     key, checked = composed_before_imports
-    if key != tuple(argv):
+    if key != tuple(argv) or any(declared(OmegaConf.select(cfg, f"{group}._target_")) is None
+                                 for _, cfg in checked for group in ("model", "data")):
         check_hydra(argv)
         return
     for job, cfg in checked:
