@@ -71,6 +71,11 @@ class CollectionCLI(LightningCLI):
     command_line: list[str] = []  # the arguments as the user gave them, set by main()
     checkpoint: dict[str, Any] | None = None  # --ckpt_path's content, read once (parse_arguments)
 
+    def subcommands(self) -> dict[str, set[str]]:  # (a static method of LightningCLI's, called on the instance)
+        """The subcommand this command line runs, alone: LightningCLI would build a parser for each of the others too."""
+        given = self.command_line[0] if self.command_line[:1] and self.command_line[0] in SUBCOMMANDS else "fit"
+        return {given: LightningCLI.subcommands()[given]}
+
     def add_default_arguments_to_parser(self, parser: Any) -> None:  # (its range checked before parsing: cli_check.py)
         parser.add_argument("--seed_everything", type=Union[bool, int], default=self.seed_everything_default,
                             help="the seed of the run, in [0, 2^32 - 1] (as Hydra's seed); true: a random one; false: none")
@@ -208,7 +213,7 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
             subclass_mode_model=True,
             subclass_mode_data=True,
             parser_class=Parser,
-            parser_kwargs={evaluates: {"evaluates": evaluates} for evaluates in ("validate", "test")},
+            parser_kwargs={subcommand: {"evaluates": subcommand}} if subcommand in ("validate", "test") else {},
             run=run,
             # fit writes config.yaml into the run; test/validate into the same run, under their own name
             save_config_callback=RunConfigFile,  # config.yaml written as every file is (common/files.py)
