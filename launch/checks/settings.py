@@ -8,11 +8,12 @@ arrives as the string 'abc'); a Literal lists the choices, int/float/bool/str th
 from __future__ import annotations
 
 import inspect
+import itertools
 import pkgutil
 import re
 import sys
 import types
-from typing import Any, Union, get_args, get_origin
+from typing import Any, Iterator, Union, get_args, get_origin
 
 from common.registry import IMPORTABLE_HINT
 from common.settings import SEED_RANGE, expected
@@ -194,14 +195,10 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
         check_combination(group, target, settings, group)
     if not classes or "lightning" not in sys.modules:
         return  # the other classes' settings are their constructors': checked once those are imported
-    groups.update({group: OmegaConf.to_container(cfg[group], resolve=True)
-                   for group in ("trainer", "optimizer", "scheduler", "logger") if cfg.get(group)})
-    for name, callback in (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items():
-        if isinstance(callback, dict) and "_target_" in callback:
-            groups[f"callbacks.{name}"] = callback
-    check_trainer_values(groups["trainer"], "trainer")  # what the Trainer takes but cannot run
-    for group, settings in groups.items():
+    for group, settings in itertools.chain(groups.items(), other_groups(cfg)):
         target = settings["_target_"]
+        if group == "trainer":
+            check_trainer_values(settings, "trainer")  # what the Trainer takes but cannot run
         try:  # (Hydra's get_object logs a miss in three lines before raising)
             cls = pkgutil.resolve_name(target)
         except (ImportError, AttributeError, ValueError) as error:  # one's own misspelled: +callbacks.mine._target_=mypkg.Typo
@@ -222,3 +219,17 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
         except SettingsError as error:  # logger._target_=... over another logger's settings
             mixed = " (logger=csv and logger=tensorboard choose a logger with its own settings)" if group == "logger" else ""
             raise SettingsError(f"{error}{mixed}") from None
+
+
+def other_groups(cfg: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The settings of the trainer, optimizer, scheduler, logger and each callback, resolved as they are checked: after
+    the model's and the data module's classes are found (the optimizer's ${model.lr} does not resolve where a class of
+    one's own did not import, which is the mistake to name)."""
+    from omegaconf import OmegaConf
+
+    for group in ("trainer", "optimizer", "scheduler", "logger"):
+        if cfg.get(group):
+            yield group, OmegaConf.to_container(cfg[group], resolve=True)
+    for name, callback in (OmegaConf.to_container(cfg.callbacks, resolve=True) if cfg.get("callbacks") else {}).items():
+        if isinstance(callback, dict) and "_target_" in callback:
+            yield f"callbacks.{name}", callback

@@ -72,6 +72,17 @@ def test_a_config_of_ones_own_extends_its_classs_defaults_and_its_settings_are_c
 GLOBAL = "# @package _global_\n"
 
 
+def test_a_config_of_ones_own_whose_class_does_not_import_names_the_class_not_an_interpolation(tmp_path):
+    """Its package not on the path: the class is named with where Python looks, not the optimizer's ${model.lr},
+    which a class whose defaults are unknown leaves unresolved."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "mine.yaml").write_text(f"{GLOBAL}defaults:\n  - /model_defaults@model: MyVAE\n  - _self_\n"
+                                                  "model:\n  _target_: nopkg.mymodel.MyVAE\n")
+    with pytest.raises(EarlyRefusal) as error:
+        check_hydra(["--config-dir", str(tmp_path), "model=mine"])
+    says(error.value, "model._target_=nopkg.mymodel.MyVAE", "No module named 'nopkg'", "PYTHONPATH")
+
+
 @pytest.mark.parametrize("text, nested, fixed", [
     ("defaults:\n  - /model_defaults@model: VAE\n  - _self_\n_target_: models.VAE\n", "defaults entry /model_defaults@model",
      f"{GLOBAL}defaults:\n  - /model_defaults@model: VAE\n  - _self_\nmodel:\n  _target_: models.VAE\n"),
