@@ -186,8 +186,9 @@ def test_hydras_logger_group_chooses_the_logger_and_the_layout_places_it(choice,
      ["logger._target_=lightning.pytorch.loggers.MLFlowLogger", "logger=tensorboard, logger=csv", "logger=none"]),
     (["logger=csv", "replicas.seeds=[0,1]"], ["logger=csv with replicas", "TensorBoard run of its own"]),
     (["scheduler=cosine", "replicas.seeds=[0,1]"], ["scheduler with replicas", "without a learning-rate scheduler"]),
+    (["model=vae", "optimizer=sgld", "replicas.seeds=[0,1]"], ["replicas train with Adam or AdamW", "elementwise"]),
 ])
-def test_a_logger_or_scheduler_the_run_cannot_place_is_refused(overrides, named, tmp_path, monkeypatch):
+def test_a_logger_scheduler_or_optimizer_the_run_cannot_take_is_refused(overrides, named, tmp_path, monkeypatch):
     from launch.checks.settings import SettingsError
 
     monkeypatch.chdir(tmp_path)
@@ -207,6 +208,11 @@ def test_the_clis_own_optimizer_with_replicas_is_refused_naming_the_models_optio
     launch.cli_app.main(["fit", "--model=VAE", "--model.lr=0.01", "--replicas.seeds=[0,1]", f"--log_dir={tmp_path / 'logs'}"])
     optimizer = described[-1].model.configure_optimizers()
     assert type(optimizer).__name__ == "Adam" and optimizer.defaults["lr"] == 0.01
+    # the model's own optimizer option, as Hydra's optimizer=adamw: an elementwise one, taken
+    launch.cli_app.main(["fit", "--model=VAE", "--model.optimizer=AdamW", "--model.optimizer.lr=0.02", "--replicas.seeds=[0,1]",
+                         f"--log_dir={tmp_path / 'logs'}"])
+    optimizer = described[-1].model.configure_optimizers()
+    assert type(optimizer).__name__ == "AdamW" and optimizer.defaults["lr"] == 0.02
 
 
 @pytest.mark.parametrize("overrides", [["trainer=ddp", "trainer.accelerator=cpu"], ["trainer.devices=2"],
