@@ -362,5 +362,5 @@ def check_hydra_command(argv: list[str], prints_only: bool) -> None:
                            "prints the config of one job: leave out -m)")
     check_config_search(argv)
     global composed_before_imports
-    composed_before_imports = ((), [])
+    composed_before_imports = ((), [])  # (a refused command line leaves none)
     composed_before_imports = (tuple(argv), check_hydra(argv))

@@ -434,24 +434,33 @@ def test_the_settings_of_the_trainer_are_refused_in_one_line_once_imported(argv,
     assert not list(tmp_path.iterdir())  # nothing written
 
 
-def test_before_the_imports_any_trainer_setting_passes_and_is_checked_once_lightning_is_imported():
-    """The Trainer's settings are its constructor's, unknown before Lightning is imported: the early check composes
-    them as given (a setting configs/trainer/default.yaml leaves out too), and once it is imported the same composed
-    jobs are checked again, the Trainer's names known, without composing them again."""
-    probe = """
+PROBE = """
 import sys
 from launch.checks import hydra_check
 from launch.checks.early import refuse_early
 argv = ["trainer.gradient_clip_val=1", "trainer.max_epoch=1"]
 print(refuse_early(argv, cli=False), "lightning" in sys.modules)
+"""
+
+
+def test_before_the_imports_any_trainer_setting_passes():
+    """The Trainer's settings are its constructor's, unknown before Lightning is imported: the early check composes
+    them as given (a setting configs/trainer/default.yaml leaves out too)."""
+    result = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.stdout.split() == ["None", "False"], (result.stdout, result.stderr[-2000:])
+
+
+@pytest.mark.slow  # a new interpreter imports Lightning
+def test_once_lightning_is_imported_the_jobs_the_early_check_composed_are_checked_without_composing_again():
+    probe = PROBE + """
 import lightning
-hydra_check.composed_job = lambda *args: print("composed again")  # the jobs the early check composed are checked
+hydra_check.composed_job = lambda *args: print("composed again")
 try:
     hydra_check.check_after_imports(argv)
 except hydra_check.EarlyRefusal as refusal:
     print(refusal)
 """
-    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["None", "False"] and len(lines) == 2, (result.stdout, result.stderr[-2000:])
     says(lines[1], "trainer.max_epoch", "Trainer", "trainer.max_epochs?")
