@@ -234,13 +234,19 @@ def _option(report: str, args: list[str]) -> str | None:
 
 
 def _one_line(text: str, args: list[str]) -> str:
-    """jsonargparse's nested report as one line: its reasons, named by the option (`_option`) or by the class whose
-    constructor refused a setting ('JSA: lr must be > 0, got -1.0'); any other message with its lines joined."""
+    """jsonargparse's nested report as one line: its reasons, named by the option (`_option`), or a model's or data
+    module's refusal of its own setting as that option with the class after it, as the Hydra front end names it
+    ('--model.prior: unknown prior ... (JSA)'), else by the class ('JSA: ...'); any other message with its lines joined."""
     lines = [line.strip().removeprefix("- ") for line in text.splitlines()[1:]]
     reasons = list(dict.fromkeys(line for line in lines if line and not line.startswith(REPORT_NOISE)))
     option, refused_by = _option(text, args), re.search(r"class_path='(?:[\w.]+\.)?(\w+)'", text)
     if not reasons or not (option or "Errors:" in text):  # not a nested report
         return " ".join(text.split())
+    group = next((g for g, base in (("model", LatentVariableModel), ("data", ImageDataModule)) if f".{base.__name__}'>" in text), None)
+    reason = reasons[0].removeprefix(f"{group}.")
+    setting = reason.split(" ", 1)[0].split("=", 1)[0].rstrip(":")  # (prior: ..., beta (...) ..., batch_size=N ...)
+    if option is None and refused_by and group and re.search(rf"[(\s]{re.escape(setting)}=", text):  # one the class takes
+        return f"--{group}.{'; '.join([reason, *reasons[1:]])} ({refused_by[1]})"
     name = option or (refused_by[1] if refused_by else None)
     return (f"{name}: " if name else "") + "; ".join(reasons)
 

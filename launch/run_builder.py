@@ -183,7 +183,7 @@ def constructed(settings: dict[str, Any], group: str, note: str = "", **kwargs: 
             raise
         text, name = str(error.__cause__), settings["_target_"].rsplit(".", 1)[-1]
         text = text.removeprefix(f"{group}.")  # a refusal that names the group's setting itself (model.prior_hidden ...)
-        named = text.split(" ", 1)[0].split("=", 1)[0] in settings
+        named = text.split(" ", 1)[0].split("=", 1)[0].rstrip(":") in settings  # (model.prior=x, model.prior: ...)
         raise SettingsError(f"{group}.{text} ({name}){note}" if named else f"{group} ({name}): {text}{note}") from None
 
 

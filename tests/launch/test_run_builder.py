@@ -229,9 +229,9 @@ def test_replicas_under_ddp_are_refused_before_any_process_starts(overrides, tmp
 
 
 @pytest.mark.parametrize("override, named", [
-    ("data.seed=18446744073709551616", ["data.seed", "MNISTDataModule", "18446744073709551616"]),
-    ("data.split_seed=-1", ["data.split_seed", "MNISTDataModule", "-1"]),
-    ("model.test_seed=18446744073709551616", ["model.test_seed", "JSA", "18446744073709551616"]),
+    ("data.seed=18446744073709551616", ["data.seed", "MNISTDataModule", "18446744073709551616", "[0, 4294967295]"]),
+    ("data.split_seed=-1", ["data.split_seed", "MNISTDataModule", "-1", "[0, 4294967295]"]),
+    ("model.test_seed=18446744073709551616", ["model.test_seed", "JSA", "18446744073709551616", "[0, 4294967295]"]),
 ])
 def test_a_constructors_refusal_names_the_group_class_and_setting_before_the_run(override, named, monkeypatch):
     from launch.checks.settings import SettingsError
@@ -240,7 +240,28 @@ def test_a_constructors_refusal_names_the_group_class_and_setting_before_the_run
     with pytest.raises(SettingsError) as refused:
         launch.hydra_app.data_and_model(composed([override]))
     assert str(refused.value).startswith(named[0]), refused.value
-    says(refused.value, *named, "[0, 4294967295]")
+    says(refused.value, *named)
+
+
+@pytest.mark.parametrize("hydra, cli, named", [
+    (["model.prior=gaussian"], ["--model.prior=gaussian"], ["prior", "JSA", "'gaussian'", "uniform, factorized"]),
+    (["model=vqvae", "model.beta=-1"], ["--model=VQVAE", "--model.beta=-1"], ["beta", "VQVAE", ">= 0", "-1"]),
+])
+def test_a_models_refusal_of_its_own_setting_names_the_option_and_the_class_in_both_front_ends(hydra, cli, named, tmp_path,
+                                                                                               monkeypatch, capsys):
+    """A constructor's refusal the checks before it cannot see (the priors' registry, a range configs/settings.py
+    leaves to it): the option as each front end spells it, then the reason, the class after it."""
+    from launch.checks.settings import SettingsError
+
+    monkeypatch.setattr("sys.argv", ["train.py", *hydra])
+    with pytest.raises(SettingsError) as refused:
+        launch.hydra_app.data_and_model(composed(hydra))
+    with pytest.raises(SystemExit):
+        launch.cli_app.main(["fit", *cli, f"--log_dir={tmp_path}"])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    for option, said in ((f"model.{named[0]}", str(refused.value)), (f"error: --model.{named[0]}", line)):
+        assert said.startswith(option), said
+        says(said, *named[1:])
 
 
 @pytest.mark.parametrize("override, named", [

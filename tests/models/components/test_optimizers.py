@@ -60,7 +60,8 @@ def test_the_cli_refuses_a_zero_step_size_in_one_line(tmp_path, capsys):
         launch.cli_app.main(["--model=VAE", "--model.scheduler=StepLR", "--model.scheduler.step_size=0",
                              f"--log_dir={tmp_path / 'logs'}"], run=False)
     assert stopped.value.code == 2
-    says(capsys.readouterr().err.strip().splitlines()[-1], "error: VAE", "StepLR's step_size=0", "epochs >= 1")
+    says(capsys.readouterr().err.strip().splitlines()[-1], "error: --model.scheduler", "(VAE)", "StepLR's step_size=0",
+         "epochs >= 1")
     assert not (tmp_path / "logs").exists()
 
 
