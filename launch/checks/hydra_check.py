@@ -221,7 +221,9 @@ def check_after_imports(argv: list[str]) -> None:
     lines): the jobs the early check composed, checked again now that the Trainer's, the optimizer's and the
     callbacks' settings are known, without composing them again; composed again where no early check ran in this
     process, or where a job builds a class of one's own, whose defaults were not known before the imports."""
+    global composed_before_imports
     key, checked = composed_before_imports
+    composed_before_imports = ((), [])  # handed over once: a sweep's configs are not kept while its jobs run
     if key != tuple(argv) or any(declared(OmegaConf.select(cfg, f"{group}._target_")) is None
                                  for _, cfg in checked for group in ("model", "data")):
         check_hydra(argv)
