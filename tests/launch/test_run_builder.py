@@ -229,9 +229,9 @@ def test_replicas_under_ddp_are_refused_before_any_process_starts(overrides, tmp
 
 
 @pytest.mark.parametrize("override, named", [
-    ("data.seed=18446744073709551616", ["data.seed", "MNISTDataModule", "18446744073709551616", "[0, 4294967295]"]),
-    ("data.split_seed=-1", ["data.split_seed", "MNISTDataModule", "-1", "[0, 4294967295]"]),
-    ("model.test_seed=18446744073709551616", ["model.test_seed", "JSA", "18446744073709551616", "[0, 4294967295]"]),
+    ("data.seed=18446744073709551616", ["data.seed", "MNISTDataModule", "18446744073709551616"]),
+    ("data.split_seed=-1", ["data.split_seed", "MNISTDataModule", "-1"]),
+    ("model.test_seed=18446744073709551616", ["model.test_seed", "JSA", "18446744073709551616"]),
 ])
 def test_a_constructors_refusal_names_the_group_class_and_setting_before_the_run(override, named, monkeypatch):
     from launch.checks.settings import SettingsError
@@ -240,7 +240,7 @@ def test_a_constructors_refusal_names_the_group_class_and_setting_before_the_run
     with pytest.raises(SettingsError) as refused:
         launch.hydra_app.data_and_model(composed([override]))
     assert str(refused.value).startswith(named[0]), refused.value
-    says(refused.value, *named)
+    says(refused.value, *named, "[0, 4294967295]")
 
 
 @pytest.mark.parametrize("hydra, cli, named", [
