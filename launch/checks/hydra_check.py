@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
@@ -201,15 +202,18 @@ def check_hydra(argv: list[str]) -> list[tuple[list[str], Any]]:
     return checked
 
 
-def check_job(job: list[str], cfg: Any, argv: list[str], first: Any) -> None:
-    """One composed job's settings (launch/checks/settings.py: check_composed), a refusal naming the experiment file
-    that sets the setting it names (`in_file`)."""
+def check_job(job: list[str], cfg: Any, argv: list[str], first: Any) -> bool:
+    """One composed job's settings (launch/checks/settings.py: check_composed; its devices are the run's, which a
+    launcher may start on another machine), a refusal naming the experiment file that sets the setting it names
+    (`in_file`). Whether all were checked: not past an interpolation that does not resolve here."""
+    HydraConfig.instance().set_config(cfg)  # ${hydra:...} resolves against this job's Hydra node
     try:
-        check_composed(cfg)
+        check_composed(cfg, devices=False)
     except SettingsError as error:
         raise EarlyRefusal(in_file(str(error), job, argv, first)) from None
     except OmegaConfBaseException:
-        pass  # an interpolation that resolves only in a run (${hydra:runtime.output_dir}): the run checks it
+        return False  # an interpolation that resolves only in a run (${hydra:runtime.output_dir}): the run checks it
+    return True
 
 
 # The jobs the check before the imports composed for a command line: (its argv, each (job, config)).
@@ -220,16 +224,15 @@ def check_after_imports(argv: list[str]) -> None:
     """Once Lightning is imported, before Hydra composes (whose struct mode would refuse an unknown key in several
     lines): the jobs the early check composed, checked again now that the Trainer's, the optimizer's and the
     callbacks' settings are known, without composing them again; composed again where no early check ran in this
-    process, or where a job builds a class of one's own, whose defaults were not known before the imports."""
+    process, where a job builds a class of one's own, whose defaults were not known before the imports, or where a
+    job's check stopped at an interpolation (of a Trainer's default, say, unknown before the imports too)."""
     global composed_before_imports
     key, checked = composed_before_imports
     composed_before_imports = ((), [])  # handed over once: a sweep's configs are not kept while its jobs run
     if key != tuple(argv) or any(declared(OmegaConf.select(cfg, f"{group}._target_")) is None
-                                 for _, cfg in checked for group in ("model", "data")):
+                                 for _, cfg in checked for group in ("model", "data")) or \
+            not all([check_job(job, cfg, argv, checked[0][1]) for job, cfg in checked]):
         check_hydra(argv)
-        return
-    for job, cfg in checked:
-        check_job(job, cfg, argv, checked[0][1])
 
 
 def in_file(line: str, job: list[str], argv: list[str], cfg: Any) -> str:

@@ -49,14 +49,15 @@ TRAINER_NUMBERS = (
 )
 
 
-def check_trainer_values(settings: dict[str, Any], prefix: str) -> None:
+def check_trainer_values(settings: dict[str, Any], prefix: str, devices: bool = True) -> None:
     """What lightning.Trainer accepts but cannot run, or refuses without naming the option: an accelerator this machine
-    lacks, a precision the collection does not run in, a max_time that is not DD:HH:MM:SS, and TRAINER_NUMBERS."""
+    lacks (with `devices`: where the run is), a precision the collection does not run in, a max_time that is not
+    DD:HH:MM:SS, and TRAINER_NUMBERS."""
     import torch
 
     accelerator = settings.get("accelerator")
     available = {"gpu": torch.cuda.is_available(), "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
-    if isinstance(accelerator, str) and not available.get(accelerator, True):
+    if devices and isinstance(accelerator, str) and not available.get(accelerator, True):
         raise SettingsError(f"{prefix}.accelerator={accelerator}: no such device is visible here; use {prefix}.accelerator=cpu "
                             "(or auto)")
     for name, wrong, want in TRAINER_NUMBERS:
@@ -151,11 +152,12 @@ def check_replaced_class(cfg: Any, group: str, settings: dict[str, Any], takes: 
                             f"config of its kind with it: {group}={kin} {group}._target_={target}")
 
 
-def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool = True) -> None:
+def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool = True, devices: bool = True) -> None:
     """Every setting of a composed config, before anything is seeded, built or written: the top-level ones (a key
     nothing reads, from `+key=value` or a file, is refused, not ignored), the model's (`model`: with an experiment's
     shared settings applied, launch/hydra_app.py) and the data module's, and with `classes`, once Lightning is imported,
-    each other group's against its class's constructor. Raises SettingsError naming the first setting refused."""
+    each other group's against its class's constructor; with `devices`, the accelerator against this machine's (a
+    multirun's launcher may run the jobs on others). Raises SettingsError naming the first setting refused."""
     from omegaconf import OmegaConf
 
     unknown = [key for key in cfg if key not in (*TOP_LEVEL_SETTINGS, *CONFIG_GROUPS)]
@@ -198,7 +200,7 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
     for group, settings in itertools.chain(groups.items(), other_groups(cfg)):
         target = settings["_target_"]
         if group == "trainer":
-            check_trainer_values(settings, "trainer")  # what the Trainer takes but cannot run
+            check_trainer_values(settings, "trainer", devices)  # what the Trainer takes but cannot run
         try:  # (Hydra's get_object logs a miss in three lines before raising)
             cls = pkgutil.resolve_name(target)
         except (ImportError, AttributeError, ValueError) as error:  # one's own misspelled: +callbacks.mine._target_=mypkg.Typo
