@@ -157,8 +157,10 @@ class LatentVariableModel(L.LightningModule):
         self.output_channels = self.data_shape[0] * self.likelihood.params_per_channel
         self.lr = settings.lr
         self.optimizer_factory = optimizer
+        self.optimizer_class: type = torch.optim.Adam  # what configure_optimizers builds (models/replicas.py asks)
         if optimizer is not None:  # its settings are checked now, not at the first training step (a traceback there)
-            lr = check_optimizer_factory(optimizer).defaults.get("lr")
+            built = check_optimizer_factory(optimizer)
+            self.optimizer_class, lr = type(built), built.defaults.get("lr")
             # the optimizer's own learning rate (optimizer.lr=3e-4, optimizer=sgld) is the run's, recorded as `lr`
             self.lr = float(lr) if isinstance(lr, (numbers.Real, torch.Tensor)) else self.lr
         self.scheduler_factory = scheduler

@@ -20,7 +20,6 @@ from torch.func import functional_call, stack_module_state, vmap
 from torchmetrics import MeanMetric
 
 from models.base import LatentVariableModel
-from models.components.optimizers import check_optimizer_factory
 from models.compiled_step import INPUT_BUFFER, compile_step, graph_mode, numbers, register_input_buffers, run_compiled
 from models.components.likelihoods import bits_per_dim
 from samplers.cache import LatentCache, check_loaded_state
@@ -61,9 +60,7 @@ def check_replicas(models: Sequence[LatentVariableModel]) -> None:
             allowed = ", ".join(getattr(type(first), "replica_settings", ())) or "none"
             raise ValueError(f"replicas: replica {r} differs from replica 0 in {', '.join(differ)}; replicas of one process may "
                              f"differ only in their seed and the settings that gate behaviour ({type(first).__name__}: {allowed})")
-    factory = first.optimizer_factory
-    # (the optimizer it builds: Hydra's factory is a partial, jsonargparse's one of its own)
-    if factory is not None and type(check_optimizer_factory(factory)) not in ELEMENTWISE_OPTIMIZERS:
+    if first.optimizer_class not in ELEMENTWISE_OPTIMIZERS:
         raise ValueError("replicas train with Adam or AdamW (optimizer=adam): one of them over the stacked weights is R "
                          "independent ones because it is elementwise; another optimizer is not known to be")
     if hasattr(first, "check_replicable"):
