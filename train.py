@@ -63,18 +63,20 @@ def main() -> None:
         from launch.checks.early import exit_with
 
         exit_with(refusal)
-    if argv and argv[0] in CLI_SUBCOMMANDS:
-        from launch import cli_app
+    if not cli and any(a in ("-h", "--help") for a in argv):
+        print(USAGE.format(groups=_config_groups()))
+        return
+    if cli:
+        from launch import cli_app as front_end
         from launch.errors import quiet_console
 
         quiet_console(hydra=False)
-        cli_app.main()
-    elif any(a in ("-h", "--help") for a in argv):
-        print(USAGE.format(groups=_config_groups()))
     else:
-        from launch import hydra_app
+        from launch import hydra_app as front_end
+    from launch.checks.configs import record_library_settings
 
-        hydra_app.main()
+    record_library_settings()  # Lightning is imported: later commands' early checks know its classes' settings
+    front_end.main()
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"to
 # One test compiles with the vector code
 # (tests/models/test_accelerator_step.py); a value set outside the suite is kept.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
+# The user's cache, where a run records the libraries' settings for the early checks (launch/checks/configs.py):
+# one per test process too, so that the suite neither reads nor writes the user's own.
+os.environ["XDG_CACHE_HOME"] = os.path.join(tempfile.gettempdir(), f"latent-zoo-cache-{os.getpid()}")
 gc.disable()  # until the collection ends: pytest_collection below
 
 import pytest  # noqa: E402
@@ -269,12 +272,13 @@ def cifar10_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """This process's torch.compile cache (set at the top of this file) goes with it: a suite leaves no cache behind."""
+    """This process's caches (set at the top of this file) go with it: a suite leaves no cache behind."""
     import shutil
 
-    own = os.path.join(tempfile.gettempdir(), f"torchinductor-{os.getpid()}")
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") == own:
-        shutil.rmtree(own, ignore_errors=True)  # safe: this process's own cache directory, named by its pid above
+    for variable, prefix in (("TORCHINDUCTOR_CACHE_DIR", "torchinductor"), ("XDG_CACHE_HOME", "latent-zoo-cache")):
+        own = os.path.join(tempfile.gettempdir(), f"{prefix}-{os.getpid()}")
+        if os.environ.get(variable) == own:
+            shutil.rmtree(own, ignore_errors=True)  # safe: this process's own cache directory, named by its pid above
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from launch.checks.arguments import cli_options, values_of
 from launch import CLI_SUBCOMMANDS
-from launch.checks.configs import NOT_SETTINGS, config_targets, declared, default_class
+from launch.checks.configs import NOT_SETTINGS, config_targets, declared, default_class, recorded
 from common.settings import SEED_RANGE
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, \
     removed_trainer_option
@@ -37,9 +37,10 @@ REPLICA_HINTS = {"seeds": Optional[list[int]], "arms": Optional[list[dict[str, A
 def hints_of(target: str) -> dict[str, Any] | None:
     """setting -> type hint of each setting the class at `target` takes: as configs/settings.py declares them (models,
     data modules) before the imports, else from its constructor once Lightning is imported (the Trainer's, an
-    optimizer's, one's own class's; None before); LightningCLI's --replicas.seeds and --replicas.arms (`replicas`)."""
+    optimizer's, one's own class's; before, a library's by its recorded names, else None); LightningCLI's
+    --replicas.seeds and --replicas.arms (`replicas`)."""
     hints = REPLICA_HINTS if target == "replicas" else declared(target)
-    return hints or (class_hints(pkgutil.resolve_name(target)) if "lightning" in sys.modules else None)
+    return hints or (class_hints(pkgutil.resolve_name(target)) if "lightning" in sys.modules else recorded(target))
 
 
 def short_names() -> dict[str, str]:

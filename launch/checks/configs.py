@@ -1,14 +1,20 @@
 """What configs/ declares, read as YAML without torch or Hydra: each config group's choices, a config file merged over
 its defaults list as Hydra composes it, the class each choice builds, and the settings each class declares
-(configs/settings.py): what the early checks check a command line against."""
+(configs/settings.py) or, for a library's class, a run recorded: what the early checks check a command line against."""
 
 from __future__ import annotations
 
 import functools
+import importlib.util
+import json
+import os
+import pkgutil
 import typing
 from pathlib import Path
 from typing import Any
 
+from common.files import write_file
+from common.signatures import constructor_defaults, constructor_hints
 from configs.settings import MODEL_ARGUMENTS, settings_class
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,9 +75,68 @@ def every_config(group: str, *left_out: str) -> str:
 
 def declared(target: str | None) -> dict[str, Any] | None:
     """setting -> type hint of the class at `target` (`models.JSA`), as configs/settings.py declares them; None for a
-    class that declares none there (the Trainer, an optimizer: checked once imported)."""
+    class that declares none there (the Trainer, an optimizer: `recorded`, and checked once imported)."""
     found = settings_class(target) if target else None
     return typing.get_type_hints(found) if found is not None else None
+
+
+# The libraries whose classes a command line configures (lightning.Trainer, torch's optimizers and schedulers, Lightning's
+# loggers): only their constructors know their settings, so each run records the names once it has imported Lightning
+# (`record_library_settings`), in the user's cache, one file per installed Lightning and torch, and the early checks
+# refuse a typo of them before the imports; until a run has, the check after the imports judges them. Names only:
+# nothing recorded is imported or run.
+LIBRARIES = ("lightning", "torch")
+
+
+def library_records_file() -> Path | None:
+    """$XDG_CACHE_HOME/latent-zoo/settings-<key>.json (~/.cache by default), the key naming the installed libraries by
+    their files' modification times (a new install, a new file); None where one is not installed."""
+    specs = [importlib.util.find_spec(name) for name in LIBRARIES]
+    if any(spec is None or spec.origin is None for spec in specs):
+        return None
+    key = "-".join(str(os.stat(spec.origin).st_mtime_ns) for spec in specs)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "latent-zoo" / f"settings-{key}.json"
+
+
+@functools.cache
+def library_records() -> dict[str, list[str]]:
+    """class path -> its setting names, as recorded; {} where nothing (readable) is."""
+    try:
+        found = json.loads(library_records_file().read_text())  # (None: no file to read, an AttributeError)
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {target: names for target, names in found.items()
+            if isinstance(names, list) and all(isinstance(name, str) for name in names)} if isinstance(found, dict) else {}
+
+
+def recorded(target: str | None) -> dict[str, Any] | None:
+    """setting -> Any (its value is judged once imported) of the class at `target`, where its names are recorded."""
+    names = library_records().get(target or "")
+    return dict.fromkeys(names, Any) if names is not None else None
+
+
+def library_targets() -> list[str]:
+    """The Trainer and the classes of configs/'s optimizer, scheduler and logger choices that the libraries hold."""
+    targets = {"lightning.Trainer", *LOGGER_FOLDERS, *(target for group in ("optimizer", "scheduler")
+                                                       for target in config_targets(group).values())}
+    return sorted(target for target in targets if target.split(".")[0] in LIBRARIES)
+
+
+def record_library_settings() -> None:
+    """Once Lightning is imported: record the setting names of `library_targets` where they are not yet (a cache that
+    cannot be written is left unwritten: the check after the imports still judges them)."""
+    missing = [target for target in library_targets() if target not in library_records()]
+    path = library_records_file()
+    if not missing or path is None:
+        return
+    names = {target: sorted({*constructor_hints(cls), *constructor_defaults(cls)})
+             for target in missing for cls in [pkgutil.resolve_name(target)]}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file(path, json.dumps({**library_records(), **names}, indent=0, sort_keys=True))
+    except OSError:
+        return
+    library_records.cache_clear()
 
 
 @functools.cache

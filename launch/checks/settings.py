@@ -18,7 +18,7 @@ from typing import Any, Iterator, Union, get_args, get_origin
 from common.registry import IMPORTABLE_HINT
 from common.settings import SEED_RANGE, expected
 from common.signatures import constructor_defaults, constructor_hints
-from launch.checks.configs import LOGGER_FOLDERS, config_targets, declared
+from launch.checks.configs import LOGGER_FOLDERS, config_targets, declared, recorded
 from launch.checks.precheck import SettingsError, check_combination, closest_in_module, did_you_mean, no_such_setting
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
@@ -195,8 +195,13 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
             check_replaced_class(cfg, group, settings, names)
             check_group(target.rsplit(".", 1)[-1], names, settings, group)
         check_combination(group, target, settings, group)
-    if not classes or "lightning" not in sys.modules:
-        return  # the other classes' settings are their constructors': checked once those are imported
+    if not classes:
+        return
+    if "lightning" not in sys.modules:  # the other classes' settings are their constructors', known once imported; the
+        for group, settings in other_groups(cfg):  # libraries' by the names a run recorded (configs.py)
+            if (names := recorded(settings.get("_target_"))) is not None:
+                check_group(settings["_target_"].rsplit(".", 1)[-1], names, settings, group)
+        return
     for group, settings in itertools.chain(groups.items(), other_groups(cfg)):
         target = settings["_target_"]
         if group == "trainer":

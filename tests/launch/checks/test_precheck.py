@@ -4,6 +4,8 @@ refused."""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import shlex
 import shutil
@@ -464,6 +466,17 @@ def test_the_settings_of_the_trainer_are_refused_in_one_line_once_imported(argv,
     assert not list(tmp_path.iterdir())  # nothing written
 
 
+@pytest.mark.slow  # starts train.py
+def test_a_command_past_the_imports_records_the_libraries_settings_for_the_next_early_check(tmp_path, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cache)}
+    result = preloaded.run_train(["--cfg", "job"], tmp_path, env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (recorded,) = cache.glob("latent-zoo/settings-*.json")
+    found = json.loads(recorded.read_text())
+    assert "max_epochs" in found["lightning.Trainer"] and "weight_decay" in found["torch.optim.Adam"], found.keys()
+
+
 PROBE = """
 import sys
 from launch.checks import hydra_check
@@ -473,11 +486,36 @@ print(refuse_early(argv, cli=False), "lightning" in sys.modules)
 """
 
 
-def test_before_the_imports_any_trainer_setting_passes():
-    """The Trainer's settings are its constructor's, unknown before Lightning is imported: the early check composes
-    them as given (a setting configs/trainer/default.yaml leaves out too)."""
-    result = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, capture_output=True, text=True, timeout=60)
+def test_before_the_imports_any_trainer_setting_passes_until_a_run_has_recorded_them(tmp_path):
+    """The Trainer's settings are its constructor's, unknown before Lightning is imported until a run has recorded
+    them: the early check composes them as given (a setting configs/trainer/default.yaml leaves out too)."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert result.stdout.split() == ["None", "False"], (result.stdout, result.stderr[-2000:])
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["trainer.max_epoch=1"], ["trainer.max_epoch", "Trainer", "trainer.max_epochs?"]),
+    (["fit", "--trainer.max_epoch=1"], ["--trainer.max_epoch", "Trainer", "--trainer.max_epochs?"]),
+    (["fit", "--max_epochs=1"], ["--max_epochs", "--trainer.max_epochs?"]),
+    (["optimizer=adam", "+optimizer.weight_decayy=0.1"], ["optimizer.weight_decayy", "Adam", "optimizer.weight_decay?"]),
+])
+def test_once_a_run_has_recorded_the_libraries_settings_their_typo_is_refused_before_the_imports(argv, named, tmp_path,
+                                                                                                monkeypatch):
+    """A run records the setting names of the Trainer and of the libraries' optimizers, schedulers and loggers once it
+    has imported Lightning (train.py); the next command's early check refuses a typo of them before torch loads."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(schema, "library_records", functools.cache(schema.library_records.__wrapped__))
+    schema.record_library_settings()  # as train.py does once Lightning is imported (this process has imported it)
+    schema.library_records.cache_clear()
+    assert "lightning.Trainer" in json.loads(schema.library_records_file().read_text())
+    probe = ("import runpy, sys; sys.argv = ['train.py', *sys.argv[1:]]\n"
+             "try:\n    runpy.run_path('train.py', run_name='__main__')\n"
+             "except SystemExit as stop:\n    print('torch' in sys.modules, file=sys.stdout); raise\n")
+    result = subprocess.run([sys.executable, "-c", probe, *argv], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout.strip() == "False", (result.stdout, result.stderr)
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    says(result.stderr, *named)
 
 
 @pytest.mark.slow  # a new interpreter imports Lightning
