@@ -26,6 +26,7 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf, open_dict
 
 from callbacks.replica_runs import ReplicaRuns
+from checkpoints.loader import load_checkpoint_file
 from common.files import write_file
 from common.private_api import basic_sweeper_jobs
 from common.registry import TRUST_VARIABLE, is_registered
@@ -217,14 +218,16 @@ def describe_run(cfg: Any) -> RunDescription:
     """The run of a composed config, as launch/run_builder.py builds it: the settings of its data module, model (an
     experiment's shared settings applied), optimizer, scheduler, callbacks, logger and trainer (a parallel job's
     device), with what Hydra knows beside them: the command line's settings, a multirun's swept ones, the run's base
-    name and Hydra's run directory (`run` checks the settings first)."""
+    name and Hydra's run directory; and the checkpoint to start from, read once (`run` checks the settings first)."""
     def plain(key: str) -> Any:  # a group's settings as plain values, None where the config has none
         return OmegaConf.to_container(cfg[key], resolve=True) if cfg.get(key) else None
 
     hydra_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None) if HydraConfig.initialized() else None
+    ckpt_path = cfg.get("ckpt_path")
     return RunDescription(
         model=model_settings(cfg), datamodule=plain("data"), name=base_name(cfg), log_dir=cfg.log_dir,
-        front_end="hydra", tensorboard=None, output_dir=hydra_dir, ckpt_path=cfg.get("ckpt_path"),
+        front_end="hydra", tensorboard=None, output_dir=hydra_dir, ckpt_path=ckpt_path,
+        checkpoint=load_checkpoint_file(ckpt_path) if ckpt_path else None,
         trainer={**plain("trainer"), "callbacks": plain("callbacks") or {}, **parallel_job_settings(cfg)},
         ddp_timeout_s=cfg.ddp_timeout_s, optimizer=plain("optimizer"), scheduler=plain("scheduler"),
         logger=plain("logger"), seed=cfg.seed, given=frozenset(command_line_overrides()), swept=swept_settings(cfg),

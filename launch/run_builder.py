@@ -32,19 +32,18 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from callbacks.guards.nonfinite import NonFiniteLossGuard
 from callbacks.guards.preemption import SaveOnPreemption
 from callbacks.guards.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
-from checkpoints.loader import load_checkpoint_file
 from checkpoints.model_class import check_data_class, check_model_class
 from checkpoints.trainer import AtomicCheckpointIO, SafeCheckpoints
 from common.registry import qualified_name
 from common.signatures import constructor_defaults
 from configs.settings import MODEL_ARGUMENTS
-from launch.checks.configs import LOGGER_FOLDERS, TENSORBOARD, config_file, ddp_timeout_s
+from launch.checks.configs import LOGGER_FOLDERS, config_file, ddp_timeout_s
 from launch.checks.paths import write_root_refusal
 from launch.checks.settings import SettingsError
 from launch.errors import REFUSALS, StoppedByCtrlC, lightning_exits_as_ours
 from launch.runs.replicas import replicate
-from launch.runs.run_directory import (chosen_logger, no_traces_if_refused, placed, process_dir, requeued_job_checkpoint,
-                                       run_name, run_summary, slurm_job_id, tensorboard_logger)
+from launch.runs.run_directory import (chosen_logger, no_traces_if_refused, placed, process_dir, run_name, run_places,
+                                       run_summary, slurm_job_id)
 
 
 @dataclasses.dataclass
@@ -62,7 +61,7 @@ class RunDescription:
     tensorboard: dict[str, Any] | None  # the TensorBoard run's own settings; None: no TensorBoard run (trainer["logger"] as given)
     output_dir: str | None = None  # a directory already made for the run (Hydra's), where it writes without a logger
     ckpt_path: str | None = None  # the checkpoint to start from
-    checkpoint: dict[str, Any] | None = None  # ckpt_path's content, read once (by LightningCLI's front end, or `build`)
+    checkpoint: dict[str, Any] | None = None  # ckpt_path's content, read once by the front end that describes the run
     subcommand: str = "fit"  # what the checkpoint is for: a refusal names the command that works (checkpoints/model_class.py)
     ddp_timeout_s: float = dataclasses.field(default_factory=ddp_timeout_s)
     trainer_class: Callable[..., Any] | None = None  # lightning.Trainer unless the front end adds to it (LightningCLI)
@@ -97,9 +96,7 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
         option = "--" if run.front_end == "cli" else ""
         raise SettingsError(f"{option}trainer.default_root_dir={root}: with a logger, a run writes everything under "
                             f"{option}log_dir (<log_dir>/tensorboard/<run>); give {option}log_dir={root} instead")
-    unlogged_dir = run.output_dir or process_dir(run.log_dir, run.front_end, run.name)  # a run without a logger's files
-    logger = (run.trainer.get("logger", False) if run.tensorboard is None
-              else tensorboard_logger(f"{run.log_dir}/{TENSORBOARD}", run.name, run.ckpt_path, **run.tensorboard))
+    logger, unlogged_dir, start_from = run_places(run)
     # trainer.enable_checkpointing=false leaves the checkpoint callback out, which Lightning would refuse beside it.
     checkpointing = run.trainer.get("enable_checkpointing") is not False
     callbacks = [c for c in run.trainer.get("callbacks") or [] if checkpointing or not isinstance(c, ModelCheckpoint)]
@@ -124,17 +121,16 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
             f"{trainer.num_nodes} --nproc-per-node=DEVICES --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 train.py "
             f"trainer=multinode trainer.num_nodes={trainer.num_nodes} trainer.devices=DEVICES; or, in a SLURM job, "
             "sbatch scripts/slurm/train.sbatch (srun python train.py trainer=multinode ...); see docs/cluster.md")
-    # fit starts from the given checkpoint, else, in a requeued SLURM job, the newest one its earlier attempt saved
-    return run.datamodule, run.model, trainer, run.ckpt_path or requeued_job_checkpoint(trainer)
+    return run.datamodule, run.model, trainer, start_from
 
 
 def built(run: RunDescription) -> RunDescription:
-    """The run Hydra describes by its settings, built but for its trainer, in this order: its checkpoint read once; the
-    checkpoint's model settings under those the command line gives (`model=rws ckpt_path=...` resumes a run of
+    """The run Hydra describes by its settings, built but for its trainer, in this order: the checkpoint's (read by the
+    front end) model settings under those the command line gives (`model=rws ckpt_path=...` resumes a run of
     model.num_samples=5 with 5, as LightningCLI's `fit --model=RWS --ckpt_path=...` does; another model's checkpoint
     is left to `build`'s refusal); the run's seed (`resumed_seed`) and the rules; the data module, model and callbacks;
     the run's name and logger."""
-    checkpoint = load_checkpoint_file(run.ckpt_path) if run.ckpt_path else None
+    checkpoint = run.checkpoint
     data, model, trainer = dict(run.datamodule), dict(run.model), dict(run.trainer)
     classes = {"data": get_class(data["_target_"]), "model": get_class(model["_target_"])}
     if checkpoint is not None and checkpoint.get("model_class") == qualified_name(classes["model"]):
@@ -160,7 +156,7 @@ def built(run: RunDescription) -> RunDescription:
         raise SettingsError(f"logger={LOGGER_FOLDERS[run.logger['_target_']]} with replicas: each replica logs to a "
                             "TensorBoard run of its own (docs/replicas.md); use logger=tensorboard (or logger=none)")
     return dataclasses.replace(
-        run, model=model, datamodule=datamodule, name=name, tensorboard=tensorboard, checkpoint=checkpoint,
+        run, model=model, datamodule=datamodule, name=name, tensorboard=tensorboard,
         trainer={**partial.keywords, "callbacks": callbacks, "logger": logger}, trainer_class=partial.func,
         # ~logger: the checkpoints go to Hydra's run directory (beside its config and log), not the working directory;
         # outside a Hydra app (a config composed in a test), one of the same layout. Placed: no link out of <log_dir>.

@@ -181,12 +181,23 @@ class ReservedVersionLogger(RunLogger):
                 version += 1
 
 
-def requeued_job_checkpoint(trainer: Any) -> str | None:
+def run_places(run: Any) -> tuple[Any, str, str | None]:
+    """Where a described run (launch/run_builder.py) writes, and what it continues: its logger (a TensorBoard run
+    of its own, `tensorboard_logger`, unless the front end gives another, or none), the directory of its files when
+    it has no logger, and the checkpoint fit starts from (the given one, else, in a requeued SLURM job, the newest
+    one its earlier attempt saved)."""
+    unlogged_dir = run.output_dir or process_dir(run.log_dir, run.front_end, run.name)
+    logger = (run.trainer.get("logger", False) if run.tensorboard is None
+              else tensorboard_logger(f"{run.log_dir}/{TENSORBOARD}", run.name, run.ckpt_path, **run.tensorboard))
+    return logger, unlogged_dir, run.ckpt_path or requeued_job_checkpoint(logger)
+
+
+def requeued_job_checkpoint(logger: Any) -> str | None:
     """In a SLURM job that was requeued, the newest checkpoint its earlier attempt left in the job's run
     (Lightning's hpc_ckpt_N.ckpt from SIGUSR1, or last.ckpt from SIGTERM or the last save), else None."""
-    if slurm_job_id() is None or trainer.logger is None:
+    if slurm_job_id() is None or not getattr(logger, "log_dir", None):
         return None
-    run_dir = Path(trainer.logger.log_dir)
+    run_dir = Path(logger.log_dir)
     found = [*run_dir.glob("hpc_ckpt_*.ckpt"), *run_dir.glob("checkpoints/last.ckpt")]
     return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
 
