@@ -206,7 +206,7 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
     subcommand = args[0] if args and args[0] in SUBCOMMANDS else "fit"
     with user_errors_as_one_line():
         check_cli_command(args if args[:1] == [subcommand] else [subcommand, *args],
-                          any(arg.split("=", 1)[0] in PRINTS_ONLY[True] for arg in args))
+                          any(arg.split("=", 1)[0] in PRINTS_ONLY for arg in args))
         return CollectionCLI(
             LatentVariableModel,
             ImageDataModule,

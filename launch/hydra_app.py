@@ -32,12 +32,11 @@ from common.private_api import basic_sweeper_jobs
 from common.registry import TRUST_VARIABLE, is_registered
 from launch.checks.arguments import overrides_of
 from launch.checks.configs import CONFIGS, config_targets, log_dir as default_log_dir
-from launch.checks.early import USER_ERROR, exit_with
+from launch.checks.early import USER_ERROR
 from launch.checks.hydra_check import check_after_imports, overrides_given
 from launch.checks.hydra_config import register_defaults
 from launch.checks.paths import write_root_refusal
 from launch.checks.received_config import hydra_folders
-from launch.checks.precheck import EarlyRefusal
 from launch.checks.settings import SettingsError, check_composed
 from launch.errors import quiet_console, user_errors_as_one_line
 from launch.run_builder import RunDescription, build, built, running
@@ -266,17 +265,14 @@ def data_and_model(cfg: Any, settings: dict[str, Any] | None = None) -> tuple[An
 
 def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
     """(datamodule, model, trainer, ckpt_path) of a composed config: its description, built (launch/run_builder.py)."""
-    run = describe_run(cfg)
-    return build(run)
+    return build(describe_run(cfg))
 
 
 def main() -> None:
     # The Trainer's settings, known once Lightning is imported, before Hydra composes (its struct mode refuses an
     # unknown one in several lines); and the settings of the classes one's own configs build, importable here.
-    try:
+    with user_errors_as_one_line():
         check_after_imports(sys.argv[1:])
-    except EarlyRefusal as refusal:
-        exit_with(str(refusal))
     register_defaults(hydra_folders(sys.argv[1:]))
     given = dict(overrides_of(sys.argv[1:])).get("log_dir")  # before Hydra makes its run directory there
     note_existing_directories(given if given and "${" not in given else default_log_dir())

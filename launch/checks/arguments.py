@@ -8,17 +8,29 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# Hydra options after which the config tree is another one, or that take the next word as their value.
-OTHER_TREE = ("--config-name", "-cn", "--config-path", "-cp", "--info", "-i", "--hydra-help", "--shell-completion",
-              "-sc")
-TAKES_VALUE = ("--cfg", "-c", "--package", "-p", "--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp")
+# Hydra's options (its argparse: hydra/_internal/utils.py get_args_parser), each with its short form; argparse takes an
+# abbreviation of a long one that begins no other (--multi, --config-d, --m).
+HYDRA_OPTIONS = {"--help": "-h", "--hydra-help": None, "--version": None, "--cfg": "-c", "--resolve": None,
+                 "--package": "-p", "--run": "-r", "--multirun": "-m", "--shell-completion": "-sc", "--config-path": "-cp",
+                 "--config-name": "-cn", "--config-dir": "-cd", "--experimental-rerun": None, "--info": "-i"}
+# Those after which the config tree is another one, and those that take the next word as their value.
+OTHER_TREE = ("--config-name", "--config-path", "--info", "--hydra-help", "--shell-completion")
+TAKES_VALUE = ("--cfg", "--package", "--config-dir", "--config-name", "--config-path")
 
 
-def is_hydra_cfg(arg: str) -> bool:
-    """Whether `arg` is Hydra's --cfg (print the config, run nothing) as its argparse reads it: --cfg or an abbreviation
-    (--cf), -c, or -c joined to its value (-cjob); not -cd, -cp or -cn (the config folder, path and name)."""
-    flag = arg.split("=", 1)[0]
-    return (len(flag) > 3 and "--cfg".startswith(flag)) or flag == "-c" or (flag.startswith("-c") and flag[2:] in ("job", "hydra", "all"))
+def hydra_option(arg: str) -> tuple[str | None, str | None]:
+    """(the Hydra option `arg` gives, by its long name, or None for an override or an option Hydra lacks; the value
+    joined to it, or None: --cfg=job, -cjob), as Hydra's argparse reads it: a long name or an abbreviation of one, a
+    short form, or -c joined to its value; not -cd, -cp or -cn (the config folder, path and name)."""
+    flag, equals, joined = arg.partition("=")
+    value = joined if equals else None
+    if flag.startswith("--"):
+        names = [name for name in HYDRA_OPTIONS if name.startswith(flag)]
+        return (flag if flag in HYDRA_OPTIONS else names[0] if len(names) == 1 else None), value
+    short = {form: name for name, form in HYDRA_OPTIONS.items() if form}
+    if flag in short:
+        return short[flag], value
+    return ("--cfg", flag[2:]) if flag.startswith("-c") and flag[2:] in ("job", "hydra", "all") else (None, None)
 
 
 # Hydra's grammar (hydra/grammar/OverrideLexer.g4): 007 is a string, 1_000 an int, 1_0.5 a float.
@@ -85,7 +97,8 @@ def hydra_words(argv: list[str]) -> list[str]:
     words, skip = [], False
     for arg in argv:
         if skip or arg.startswith("-"):
-            skip = not skip and arg in TAKES_VALUE
+            option, joined = hydra_option(arg)
+            skip = not skip and option in TAKES_VALUE and joined is None
         else:
             words.append(arg)
     return words

@@ -21,7 +21,6 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
 # Constructor arguments that are not settings: the front ends pass them (registered defaults leave them out).
 NOT_SETTINGS = {"model": MODEL_ARGUMENTS, "trainer": ("logger", "callbacks", "plugins")}
-GROUPS = ("model", "data", "optimizer", "scheduler", "trainer")  # the config groups whose choices name one class
 TENSORBOARD = "tensorboard"  # <log_dir>/tensorboard: every TensorBoard run, one `tensorboard --logdir` for all
 # The loggers a run's layout places (launch/runs/run_directory.py), by class path: each one's folder under <log_dir>.
 LOGGER_FOLDERS = {"lightning.pytorch.loggers.TensorBoardLogger": TENSORBOARD, "lightning.pytorch.loggers.CSVLogger": "csv"}
@@ -160,12 +159,6 @@ def ddp_timeout_s() -> float:
     return config_file("train.yaml")["ddp_timeout_s"]
 
 
-def default_classes() -> dict[str, str]:
-    """The model and data classes of configs/train.yaml's defaults (model: jsa -> models.JSA): those in effect until a
-    command line or config file chooses others."""
-    return {group: config_targets(group)[default_choices()[group]] for group in ("model", "data")}
-
-
 def default_class(group: str) -> str:
     """The class name of a config group's default choice (JSA, MNISTDataModule), as LightningCLI names it."""
-    return default_classes()[group].rsplit(".", 1)[-1]
+    return config_targets(group)[default_choices()[group]].rsplit(".", 1)[-1]

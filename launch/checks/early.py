@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-from launch.checks.arguments import OTHER_TREE, is_hydra_cfg, option_values, overrides_of
+from launch.checks.arguments import OTHER_TREE, hydra_option, option_values, overrides_of
 from launch.checks.configs import config_targets, default_choices
 from launch.checks.paths import check_paths
 from launch.checks.precheck import SettingsError
@@ -40,9 +40,10 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
-# Options after which nothing runs (help, a printed config): no file, directory or DATA_DIR is looked at.
-PRINTS_ONLY = {True: ("-h", "--help", "--print_config", "--model.help", "--data.help"),  # LightningCLI (its -c is --config)
-               False: ("-h", "--help", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")}
+# Options after which nothing runs (help, a printed config): no file, directory or DATA_DIR is looked at. LightningCLI's
+# (its -c is --config), and Hydra's by their long names (arguments.py: hydra_option).
+PRINTS_ONLY = ("-h", "--help", "--print_config", "--model.help", "--data.help")
+HYDRA_PRINTS_ONLY = ("--help", "--info", "--hydra-help", "--shell-completion", "--cfg")
 
 
 def data_class_of(argv: list[str], cli: bool) -> str | None:
@@ -56,14 +57,14 @@ def data_class_of(argv: list[str], cli: bool) -> str | None:
 
 def refuse_early(argv: list[str], cli: bool) -> str | None:
     """The `error:` line for a mistake seen before the imports, or None (then the full checks decide)."""
-    prints_only = any(arg.split("=", 1)[0] in PRINTS_ONLY[cli] or (not cli and is_hydra_cfg(arg)) for arg in argv)
+    prints_only = any(arg.split("=", 1)[0] in PRINTS_ONLY if cli else hydra_option(arg)[0] in HYDRA_PRINTS_ONLY for arg in argv)
     try:
         if cli:
             from launch.checks.cli_check import check_cli_command as check
         else:
             from launch.checks.hydra_check import check_hydra_command as check
         check(argv, prints_only)
-        if not prints_only and not any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
+        if not prints_only and (cli or not any(hydra_option(arg)[0] in OTHER_TREE for arg in argv)):
             check_paths(argv, cli, data_class_of(argv, cli))
     except SettingsError as refusal:  # each kind: EarlyRefusal, PathRefusal, ConfigRefusal
         return str(refusal)

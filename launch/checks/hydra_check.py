@@ -19,10 +19,10 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from launch import CLI_SUBCOMMANDS
-from launch.checks.arguments import OTHER_TREE, TAKES_VALUE, hydra_words, is_hydra_cfg, overrides_of, values_of
+from launch.checks.arguments import HYDRA_OPTIONS, OTHER_TREE, TAKES_VALUE, hydra_option, hydra_words, overrides_of, values_of
 from launch.checks.configs import CONFIGS, config_value, declared, read_config
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, removed_trainer_option
-from launch.checks.received_config import composed as composed_file, hydra_folders, hydra_option
+from launch.checks.received_config import composed as composed_file, hydra_folders, hydra_option_values
 from launch.checks.settings import CONFIG_GROUPS, SettingsError, check_composed
 from launch.checks.hydra_config import compose
 
@@ -166,7 +166,7 @@ def check_hydra(argv: list[str]) -> list[tuple[list[str], Any]]:
     sweep (experiment=compare: its models) as given on the command line. Returns each (job, config) checked, which
     `check_after_imports` checks again once the classes are imported."""
     pairs = overrides_of(argv)
-    if any(arg.split("=", 1)[0] in OTHER_TREE for arg in argv):
+    if any(hydra_option(arg)[0] in OTHER_TREE for arg in argv):
         return []
     # --cfg only prints the config: a sweeper or launcher is fine there without -m.
     multirun = bool(hydra_modes(argv) & {"--multirun", "--cfg"}) or ("hydra.mode", "MULTIRUN") in pairs
@@ -308,32 +308,24 @@ def configs_in(folders: list[Path], group: str = "") -> tuple[list[str], str]:
 
 
 def hydra_modes(argv: list[str]) -> set[str]:
-    """The modes a Hydra command line asks for (HYDRA_MODES), as Hydra's argparse reads its flags: abbreviations
-    (--multi) and joined values (--cfg=job, -cjob) too."""
-    flags = [arg.split("=", 1)[0] for arg in argv if arg.startswith("-")]
-    return {mode for flag in flags for mode, short in HYDRA_MODES.items()
-            if flag == short or (len(flag) > 3 and mode.startswith(flag)) or (short == "-c" and is_hydra_cfg(flag))}
+    """The modes a Hydra command line asks for (HYDRA_MODES), as Hydra's argparse reads its options (arguments.py:
+    hydra_option: abbreviations, --cfg=job, -cjob)."""
+    return {mode for arg in argv if arg.startswith("-") and (mode := hydra_option(arg)[0]) in HYDRA_MODES}
 
 
 def check_config_search(argv: list[str]) -> None:
     """A config folder (-cd) or primary config (-cn) that does not exist (Hydra answers in several lines, exit status 1)."""
-    for folder in hydra_option(argv, "--config-dir", "-cd"):
+    for folder in hydra_option_values(argv, "--config-dir"):
         if not Path(folder).is_dir():
             raise EarlyRefusal(f"--config-dir {folder}: no such directory (it adds a folder of configs of your own to configs/)")
-    for name in hydra_option(argv, "--config-name", "-cn") if not hydra_option(argv, "--config-path", "-cp") else ():
-        available, searched = configs_in([CONFIGS, *map(Path, hydra_option(argv, "--config-dir", "-cd"))])
+    for name in hydra_option_values(argv, "--config-name") if not hydra_option_values(argv, "--config-path") else ():
+        available, searched = configs_in([CONFIGS, *map(Path, hydra_option_values(argv, "--config-dir"))])
         if name.removesuffix(".yaml") not in available:
             raise EarlyRefusal(f"--config-name {name}: no such config in {searched}; expected one of "
                                f"{', '.join(available)}{did_you_mean(name, available)}")
 
 
-# Hydra's own options (its argparse takes an abbreviation of any of them: --multi, --cfg).
-HYDRA_OPTIONS = ("--help", "--hydra-help", "--version", "--cfg", "--resolve", "--package", "--run", "--multirun",
-                 "--shell-completion", "--config-path", "--config-name", "--config-dir", "--experimental-rerun", "--info")
-
-
-# Hydra's modes, one per command, and their short forms.
-HYDRA_MODES = {"--run": "-r", "--multirun": "-m", "--cfg": "-c", "--info": "-i", "--shell-completion": "-sc"}
+HYDRA_MODES = ("--run", "--multirun", "--cfg", "--info", "--shell-completion")  # one per command
 
 
 def check_hydra_command(argv: list[str], prints_only: bool) -> None:
@@ -346,14 +338,15 @@ def check_hydra_command(argv: list[str], prints_only: bool) -> None:
         if flag in ("-c", "--config", "--conf") and value.endswith((".yaml", ".yml")):  # Hydra's -c is --cfg job|hydra|all
             raise EarlyRefusal(f"{flag} {value}: a config file is LightningCLI's, which needs a subcommand first: python "
                                f"train.py fit --config={value} (Hydra takes an experiment file: -cd FOLDER experiment=NAME)")
-        after_option = index > 0 and argv[index - 1] in (*TAKES_VALUE, *OTHER_TREE)  # its value (--info searchpath)
+        before = hydra_option(argv[index - 1]) if index > 0 else (None, None)
+        after_option = before[0] in (*TAKES_VALUE, *OTHER_TREE) and before[1] is None  # its value (--info searchpath)
         bare = "=" not in arg and not arg.startswith("~")  # (~key deletes a key)
         if not arg.startswith("-") and not after_option and (bare or not flag.lstrip("+~")):  # a word, or no key before =
             runnable = [name for name in CLI_SUBCOMMANDS if name != "predict"]  # (predict: refused, cli_check.py)
             raise EarlyRefusal(f"{arg}: not a setting; Hydra takes KEY=VALUE (python train.py model=jsa ...), LightningCLI a "
                                f"subcommand first: {', '.join(runnable)} (python train.py fit --model=JSA ...)"
                                f"{did_you_mean(arg, runnable) if bare else ''}")
-        if len(flag) > 2 and "--experimental-rerun".startswith(flag):
+        if hydra_option(arg)[0] == "--experimental-rerun":
             raise EarlyRefusal(f"{flag}: a run's config.pickle is never unpickled here (a stranger's file could run "
                                "code); to rerun a run, pass the overrides in its .hydra/overrides.yaml")
         if arg.startswith("--") and len(flag) > 2 and not any(option.startswith(flag) for option in HYDRA_OPTIONS):

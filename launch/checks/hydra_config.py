@@ -24,18 +24,12 @@ from launch.checks.configs import CONFIGS, NOT_SETTINGS, config_targets, every_c
 from launch.checks.received_config import ConfigRefusal, composed, given_settings
 
 
-def classes_imported() -> bool:
-    """Whether Lightning and the collection's classes are imported: then their constructors say what they take (the
-    Trainer's settings, those of a class configs/settings.py declares none for)."""
-    return "lightning" in sys.modules
-
-
 def class_defaults(kind: str, target: str) -> Any:
     """The settings and defaults of the class at `target`: as configs/settings.py declares them; else, once imported,
     its constructor's; before, an open node (any key composes; its constructor checks them once imported)."""
     if (found := settings_class(target)) is not None:
         return {field.name: field.default for field in dataclasses.fields(found)}
-    if classes_imported():
+    if "lightning" in sys.modules:
         with contextlib.suppress(ImportError, AttributeError, ValueError):  # not importable: building it says why
             return {k: v for k, v in constructor_defaults(pkgutil.resolve_name(target)).items() if k not in NOT_SETTINGS.get(kind, ())}
     return OmegaConf.create({}, flags={"struct": False})
@@ -65,7 +59,7 @@ def register_defaults(config_dirs: Sequence[Path] = ()) -> None:
     for kind in ("model", "data"):
         targets = {**own_targets(kind, config_dirs),  # the collection's names win
                    **{target.rsplit(".", 1)[-1]: target for target in config_targets(kind).values()}}
-        if classes_imported():
+        if "lightning" in sys.modules:
             targets.update({cls.__name__: f"{cls.__module__}.{cls.__qualname__}" for cls in registered(kind)})
         for name, target in sorted(targets.items()):
             store.store(group=f"{kind}_defaults", name=name, node=class_defaults(kind, target))

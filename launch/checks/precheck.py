@@ -40,15 +40,6 @@ def did_you_mean(word: str, candidates: list[str]) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
-def no_such_setting(given: str, owner: str, known: list[str], taken_by: str = "", what: str = "setting") -> str:
-    """'<given>: no such setting of <owner>; did you mean <the closest of `known`>?', else, where another class takes the
-    name, '; it is a setting of <taken_by>' (taken_by: 'JSA (model=jsa)'). `known` holds the names without `given`'s prefix."""
-    prefix = given.rpartition(".")[0]
-    meant = did_you_mean(given, [f"{prefix}.{name}" if prefix else name for name in known])
-    elsewhere = f"; it is {'an' if what == 'option' else 'a'} {what} of {taken_by}" if taken_by else ""
-    return f"{given}: no such {what} of {owner}{meant or elsewhere}"
-
-
 def closest_in_module(path: str) -> str:
     """'; did you mean mypkg.mymodel.MyVAE?' for a class path whose module imports but holds no such name, from the
     module's public classes; '' otherwise. Called on a module already imported (it is trusted)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from common.registry import PATH_SETTINGS, trust_hint, is_allowed_import, looks_like_import_path, trusted_prefixes
-from launch.checks.arguments import cli_options, overrides_of
+from launch.checks.arguments import cli_options, hydra_option, overrides_of
 from launch.checks.configs import CONFIGS
 from launch.checks.precheck import SettingsError
 
@@ -175,22 +175,18 @@ def cli_sources(argv: list[str]) -> list[tuple[str, str]]:
             for option, value in cli_options(argv) if value is not None]
 
 
-def hydra_option(argv: list[str], name: str, short: str) -> list[str]:
-    """The values a Hydra command line gives its option `name` (--config-dir), as `short` (-cd) or an abbreviation
-    Hydra's argparse takes (--config-d), joined by '=' or not."""
-    values = []
-    for index, arg in enumerate(argv):
-        option, equals, value = arg.partition("=")
-        if option == short or (len(option) > len("--config-") and name.startswith(option)):
-            values += [value] if equals else argv[index + 1:index + 2]
-    return values
+def hydra_option_values(argv: list[str], name: str) -> list[str]:
+    """The values a Hydra command line gives its option `name` (--config-dir), by any spelling its argparse takes (-cd,
+    --config-d), joined by '=' or not."""
+    found = [(index, hydra_option(arg)) for index, arg in enumerate(argv) if arg.startswith("-")]
+    return [value if value is not None else next(iter(argv[index + 1:]), "") for index, (option, value) in found
+            if option == name and (value is not None or index + 1 < len(argv))]
 
 
 def hydra_folders(argv: list[str]) -> list[Path]:
     """The folders a Hydra command line adds to the config search path (the user's, not configs/): --config-dir,
     --config-path (and the abbreviations Hydra's argparse takes), -cd, -cp, hydra.searchpath=[file://...]."""
-    folders = [Path(value) for name, short in (("--config-dir", "-cd"), ("--config-path", "-cp"))
-               for value in hydra_option(argv, name, short)]
+    folders = [Path(value) for name in ("--config-dir", "--config-path") for value in hydra_option_values(argv, name)]
     for key, value in overrides_of(argv):
         entries = [entry.strip().strip("'\"") for entry in value.strip("[]").split(",")] if key == "hydra.searchpath" else []
         folders += [Path(entry.removeprefix("file://")) for entry in entries if entry and "pkg://" not in entry]

@@ -19,7 +19,7 @@ from common.registry import IMPORTABLE_HINT
 from common.settings import SEED_RANGE, expected
 from common.signatures import constructor_defaults, constructor_hints
 from launch.checks.configs import LOGGER_FOLDERS, config_targets, declared, recorded
-from launch.checks.precheck import SettingsError, check_combination, closest_in_module, did_you_mean, no_such_setting
+from launch.checks.precheck import SettingsError, check_combination, closest_in_module, did_you_mean
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
 TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
@@ -89,15 +89,20 @@ def check_settings(cls: Any, settings: dict[str, Any], prefix: str) -> None:
 
 def check_group(owner: str, hints: dict[str, Any], settings: dict[str, Any], prefix: str, option: str = "") -> None:
     """Raise SettingsError naming the first `prefix.key` of `settings` that `owner`'s settings (`hints`: name -> type
-    hint) do not hold, with the closest or the class of its group that takes it (`elsewhere`), or whose value does not
-    fit its hint. `option`: '--' for LightningCLI's options (`--model.x`), '' for a setting (`model.x`)."""
+    hint) do not hold, with the closest, else the class of another config of its group that takes it ('it is a setting
+    of JSA (model=jsa)'), or whose value does not fit its hint. `option`: '--' for LightningCLI's options (`--model.x`,
+    'JSA (--model=JSA)'), '' for a setting (`model.x`)."""
+    what, group = "option" if option else "setting", prefix.lstrip("-").split(".", 1)[0]
     for key, value in settings.items():
         if key.startswith("_") or isinstance(value, str) and "${" in value:  # (an interpolation: resolved later)
             continue
         if key not in hints:
-            taken_by = elsewhere(prefix.lstrip("-").split(".", 1)[0], key, option)
-            what = "option" if option else "setting"
-            raise SettingsError(no_such_setting(f"{prefix}.{key}", owner, list(hints), taken_by, what))
+            owners = [(choice, target.rsplit(".", 1)[-1]) for choice, target in config_targets(group).items()
+                      if key in (declared(target) or {})]
+            taken_by = owners and f"; it is {'an' if option else 'a'} {what} of {owners[0][1]} ({option}{group}=" \
+                                  f"{owners[0][1] if option else owners[0][0]})"
+            meant = did_you_mean(f"{prefix}.{key}", [f"{prefix}.{name}" for name in hints])
+            raise SettingsError(f"{prefix}.{key}: no such {what} of {owner}{meant or taken_by or ''}")
         if (wrong := misfit(hints[key], value)) is not None:
             raise SettingsError(f"{prefix}.{key}={wrong[0]!r}: expected {wrong[1]}")
 
@@ -116,14 +121,6 @@ def misfit(hint: Any, value: Any) -> tuple[Any, str] | None:
         return next(filter(None, (misfit(item, part) for part in (value if kind is list else value.values()))), None)
     want = None if hint is Any else expected(hint, value)
     return (value, want) if want is not None else None
-
-
-def elsewhere(group: str, name: str, option: str = "") -> str:
-    """'JSA (model=jsa)' (LightningCLI's option: 'JSA (--model=JSA)') when another config of the group builds a class
-    that takes `name`, else ''."""
-    owners = [(choice, target.rsplit(".", 1)[-1]) for choice, target in config_targets(group).items()
-              if name in (declared(target) or {})]
-    return f"{owners[0][1]} ({option}{group}={owners[0][1] if option else owners[0][0]})" if owners else ""
 
 
 def check_replaced_class(cfg: Any, group: str, settings: dict[str, Any], takes: Any, cls: Any = None) -> None:

@@ -50,11 +50,6 @@ def run_name(base: str, run_tag: str, swept: dict[str, Any] | None = None) -> st
     return name + "".join(f"-{key.rsplit('.', 1)[-1]}{value}" for key, value in (swept or {}).items())
 
 
-def logger_root(log_dir: str, logger_class: str) -> str:
-    """<log_dir>/<the logger's folder>: where the runs of a logger of LOGGER_FOLDERS go."""
-    return f"{log_dir}/{LOGGER_FOLDERS[logger_class]}"
-
-
 def process_dir(log_dir: str, kind: str, name: str) -> str:
     """<log_dir>/<kind>/<name>/<date>_<time>-<pid>, placed: the layout of Hydra's own run directories."""
     return placed(log_dir, kind, f"{log_dir}/{kind}/{name}/{time.strftime('%Y-%m-%d_%H-%M-%S')}-{os.getpid()}")
@@ -79,7 +74,7 @@ def chosen_logger(run: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
     target = settings.pop("_target_")
     if LOGGER_FOLDERS[target] == TENSORBOARD:
         return False, settings
-    root = logger_root(run.log_dir, target)
+    root = f"{run.log_dir}/{LOGGER_FOLDERS[target]}"
     placed(run.log_dir, LOGGER_FOLDERS[target], f"{root}/{name}")  # no link out of <log_dir>
     return pkgutil.resolve_name(target)(save_dir=root, name=name, **settings), None
 

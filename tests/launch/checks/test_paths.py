@@ -71,7 +71,7 @@ def test_an_option_after_a_flag_alone_is_read_as_an_option():
         check_paths(["fit", "--trainer.fast_dev_run", "--ckpt_path", "nope.ckpt"], cli=True, data_class=None)
 
 
-@pytest.mark.parametrize("config_folder", [["-cd", "mine"], ["--config-dir=mine"]])
+@pytest.mark.parametrize("config_folder", [["-cd", "mine"], ["--config-dir=mine"], ["--config-d", "mine"]])
 def test_a_config_folder_is_checked_like_any_command_only_cfg_prints_without_checks(config_folder, tmp_path):
     """Hydra's -cd adds a config folder and runs the command; only -c (--cfg, -cjob) prints the config and runs nothing."""
     (tmp_path / "mine").mkdir()

@@ -91,6 +91,7 @@ MISTAKES = [
     ("experiment=null", ["experiment=null", "~experiment"]),
     # two of Hydra's modes, which Hydra answers with a traceback
     ("-m experiment=compare --cfg job", ["--cfg and --multirun", "leave out -m"]),
+    ("--m model=vae,rws --cfg job", ["--cfg and --multirun", "leave out -m"]),  # --m: argparse's abbreviation of --multirun
     # an experiment that sweeps (its hydra.sweeper.params) without -m: Hydra would run its first job alone
     ("experiment=compare_quick", ["experiment=compare_quick sweeps model=", "add -m", "python train.py -m experiment=compare_quick",
                                   "model=NAME"]),
@@ -299,7 +300,7 @@ VALID = [
     "seed=1_000", "trainer.max_steps=250_000", "model.lr=1_0.5", "-m 'seed=1, 2'", "-m 'data.binarize=static, dynamic'",
     "'seed= 1'", "model='vae'", "trainer='cpu'", "experiment='jsa_paper'", "-m model='vae','jsa'", "run_name=007",
     "log_dir=01", "trainer._target_=lightning.pytorch.Trainer", "optimizer._partial_=true", "--cfg=job hydra/launcher=parallel",
-    "-cjob hydra/launcher=parallel", "--multi hydra/launcher=parallel", "model.lr=1",
+    "-cjob hydra/launcher=parallel", "--multi hydra/launcher=parallel", "--m model=vae,rws", "model.lr=1",
     "fit --model.class_path=models.VAE --model.init_args.latent_dim=8",
     """fit '--model={"class_path":"models.VAE","init_args":{"latent_dim":8}}'""", """fit '--model.init_args={"lr":0.1}'""",
     "fit --model.help=VAE", "fit --model.help VAE", "fit -c=vae.yaml --model.latent_dim=8", "fit --data.download=no",
