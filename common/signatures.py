@@ -66,7 +66,10 @@ def constructor_hints(cls: type) -> dict[str, Any]:
     inits, declared = _constructors(cls)
     hints: dict[str, Any] = {}
     for init in inits:
-        own = typing.get_type_hints(init, include_extras=False)
+        try:
+            own = typing.get_type_hints(init, include_extras=False)
+        except NameError:  # an annotation its module cannot resolve (torch's MultiStepLR: Iterable): any value
+            own = dict.fromkeys(inspect.signature(init).parameters, Any)
         for p in inspect.signature(init).parameters.values():
             if p.name in own and p.name not in hints and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
                 hints[p.name] = own[p.name]

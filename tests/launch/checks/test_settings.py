@@ -113,3 +113,20 @@ def test_a_factory_target_is_checked_by_its_signature_and_takes_any_key_with_kwa
     with pytest.raises(SettingsError, match=r"^x.refresh_seconds='abc': expected a number"):
         check_settings(open_ended, {"refresh_seconds": "abc"}, "x")
     check_settings(open_ended, {"refresh_seconds": 1.0, "leave": True}, "x")
+
+
+def test_a_library_class_whose_hints_do_not_resolve_is_checked_by_its_parameter_names():
+    """torch's MultiStepLR annotates `milestones` with a name its module does not import (Iterable): its settings are
+    named all the same, a typo refused with the closest in both front ends, any value left to its constructor."""
+    from torch.optim.lr_scheduler import MultiStepLR
+
+    from launch.checks.cli_check import check_cli_command
+
+    check_settings(MultiStepLR, {"milestones": [1], "gamma": 0.5}, "scheduler")
+    with pytest.raises(SettingsError) as refused:
+        check_settings(MultiStepLR, {"milestonez": [1]}, "scheduler")
+    says(str(refused.value), "scheduler.milestonez", "MultiStepLR", "scheduler.milestones?")
+    check_cli_command(["fit", "--optimizer=Adam", "--lr_scheduler=MultiStepLR", "--lr_scheduler.milestones=[1]"], False)
+    with pytest.raises(SettingsError) as refused:
+        check_cli_command(["fit", "--optimizer=Adam", "--lr_scheduler=MultiStepLR", "--lr_scheduler.milestonez=[1]"], False)
+    says(str(refused.value), "--lr_scheduler.milestonez", "--lr_scheduler.milestones?")
