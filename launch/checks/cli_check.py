@@ -15,7 +15,8 @@ from typing import Any, Optional
 
 from launch.checks.arguments import cli_options, values_of
 from launch import CLI_SUBCOMMANDS
-from launch.checks.configs import NOT_SETTINGS, config_targets, declared, default_class, recorded
+from launch.checks.configs import (NOT_SETTINGS, SHORT_NAME_MODULES, config_targets, declared, default_class, library_records,
+                                   recorded)
 from common.settings import SEED_RANGE
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, \
     removed_trainer_option
@@ -25,9 +26,6 @@ from launch.checks.settings import SettingsError, check_group, class_hints
 # The options whose value is a class (its settings follow: --optimizer=Adam --optimizer.lr=0.1), with a class for each.
 CLASS_OPTIONS = {"optimizer": "Adam", "lr_scheduler": "StepLR", "model.optimizer": "Adam", "model.scheduler": "StepLR",
                  "trainer.callbacks": "LearningRateMonitor", "trainer.logger": "CSVLogger"}
-# Where LightningCLI finds a class given by its short name (--optimizer=Adam, --trainer.logger=CSVLogger).
-SHORT_NAME_MODULES = ("torch.optim", "torch.optim.lr_scheduler", "lightning.pytorch.loggers",
-                      "lightning.pytorch.callbacks")
 # The options of LightningCLI's own (launch/cli_app.py) that are no class's setting: a bare option besides these is one.
 CLI_OPTIONS = ("config", "print_config", "seed_everything", "log_dir", "ckpt_path", "fresh_weights", "help", "model",
                "data", "trainer", "checkpoint", "replicas", *CLASS_OPTIONS)
@@ -55,9 +53,12 @@ def short_names() -> dict[str, str]:
 
 def class_named(value: str) -> str | None:
     """The path of the class an option's value names (a class path, or a short name: `short_names`), once Lightning is
-    imported; None before, or where it names none (jsonargparse says so)."""
-    if "lightning" not in sys.modules or not re.fullmatch(r"(\w+\.)*[A-Z]\w*", value):
+    imported; before, of a library's class a run recorded (configs.py); None where it names none (jsonargparse says so)."""
+    if not re.fullmatch(r"(\w+\.)*[A-Z]\w*", value):
         return None
+    if "lightning" not in sys.modules:
+        paths = [value] if "." in value else [f"{module}.{value}" for module in SHORT_NAME_MODULES]
+        return next((path for path in paths if path in library_records()), None)
     if "." not in value:
         return short_names().get(value)
     with contextlib.suppress(Exception):  # imported quietly: hydra's get_object logs every miss
@@ -141,7 +142,8 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
     for option, value, file in pairs:  # a bare option: the closest setting of the classes chosen last
         if file is None and "." not in setting_key(option) and setting_key(option) not in CLI_OPTIONS:
             check_bare_option(option, value, chosen, argv[0])
-    check_required(pairs, chosen)
+    if "lightning" in sys.modules:  # (what a class requires: its constructor's signature)
+        check_required(pairs, chosen)
     for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them: the last value given
         read = {key[len(group) + 1:]: values_of(text, cli=True) for option, value, file in pairs
                 if (key := setting_key(option)).startswith(f"{group}.")

@@ -85,6 +85,8 @@ def declared(target: str | None) -> dict[str, Any] | None:
 # refuse a typo of them before the imports; until a run has, the check after the imports judges them. Names only:
 # nothing recorded is imported or run.
 LIBRARIES = ("lightning", "torch")
+# Where LightningCLI finds a class given by its short name (--optimizer=Adam, --trainer.logger=CSVLogger).
+SHORT_NAME_MODULES = ("torch.optim", "torch.optim.lr_scheduler", "lightning.pytorch.loggers", "lightning.pytorch.callbacks")
 
 
 def library_records_file() -> Path | None:
@@ -115,9 +117,12 @@ def recorded(target: str | None) -> dict[str, Any] | None:
 
 
 def library_targets() -> list[str]:
-    """The Trainer and the classes of configs/'s optimizer, scheduler and logger choices that the libraries hold."""
-    targets = {"lightning.Trainer", *LOGGER_FOLDERS, *(target for group in ("optimizer", "scheduler")
-                                                       for target in config_targets(group).values())}
+    """Once imported: the Trainer, each class LightningCLI finds by its short name (SHORT_NAME_MODULES), and the classes
+    of configs/'s optimizer, scheduler and logger choices that the libraries hold."""
+    short = [f"{module}.{name}" for module in SHORT_NAME_MODULES for name, value in vars(pkgutil.resolve_name(module)).items()
+             if isinstance(value, type) and not name.startswith("_")]
+    targets = {"lightning.Trainer", *short, *LOGGER_FOLDERS, *(target for group in ("optimizer", "scheduler")
+                                                               for target in config_targets(group).values())}
     return sorted(target for target in targets if target.split(".")[0] in LIBRARIES)
 
 

@@ -476,6 +476,8 @@ def test_a_command_past_the_imports_records_the_libraries_settings_for_the_next_
     (recorded,) = cache.glob("latent-zoo/settings-*.json")
     found = json.loads(recorded.read_text())
     assert "max_epochs" in found["lightning.Trainer"] and "weight_decay" in found["torch.optim.Adam"], found.keys()
+    assert "patience" in found["lightning.pytorch.callbacks.EarlyStopping"] and "milestones" in found[
+        "torch.optim.lr_scheduler.MultiStepLR"]
 
 
 PROBE = """
@@ -500,11 +502,15 @@ def test_before_the_imports_any_trainer_setting_passes_until_a_run_has_recorded_
     (["fit", "--trainer.max_epoch=1"], ["--trainer.max_epoch", "Trainer", "--trainer.max_epochs?"]),
     (["fit", "--max_epochs=1"], ["--max_epochs", "--trainer.max_epochs?"]),
     (["optimizer=adam", "+optimizer.weight_decayy=0.1"], ["optimizer.weight_decayy", "Adam", "optimizer.weight_decay?"]),
+    (["fit", "--optimizer=AdamW", "--optimizer.lrr=1"], ["--optimizer.lrr", "AdamW", "--optimizer.lr?"]),  # by short name
+    (["fit", "--trainer.callbacks=EarlyStopping", "--trainer.callbacks.patiense=3"],
+     ["--trainer.callbacks.patiense", "EarlyStopping", "--trainer.callbacks.patience?"]),
 ])
 def test_once_a_run_has_recorded_the_libraries_settings_their_typo_is_refused_before_the_imports(argv, named, tmp_path,
                                                                                                 monkeypatch):
-    """A run records the setting names of the Trainer and of the libraries' optimizers, schedulers and loggers once it
-    has imported Lightning (train.py); the next command's early check refuses a typo of them before torch loads."""
+    """A run records the setting names of the Trainer and of the libraries' optimizers, schedulers, loggers and callbacks
+    once it has imported Lightning (train.py); the next command's early check refuses a typo of them before torch
+    loads."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(schema, "library_records", functools.cache(schema.library_records.__wrapped__))
     schema.record_library_settings()  # as train.py does once Lightning is imported (this process has imported it)
