@@ -526,7 +526,7 @@ def test_once_a_run_has_recorded_the_libraries_settings_their_typo_is_refused_be
 
 
 @pytest.mark.slow  # a new interpreter imports Lightning
-def test_once_lightning_is_imported_the_jobs_the_early_check_composed_are_checked_without_composing_again():
+def test_once_lightning_is_imported_the_jobs_the_early_check_composed_are_checked_without_composing_again(tmp_path):
     """Checked again, not composed again; composed again where a setting refers to a Trainer default the early check
     did not have (then checked whole)."""
     probe = PROBE + """
@@ -545,7 +545,8 @@ for argv, composed in ((trainer_typo[0], trainer_typo), (refers, hydra_check.com
         print(refusal)
     hydra_check.composed_job = composed_job
 """
-    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}  # no settings recorded: the Trainer's known once imported
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     lines = result.stdout.splitlines()
     assert lines[:2] == ["None False", "None"] and len(lines) == 4, (result.stdout, result.stderr[-2000:])
     says(lines[2], "trainer.max_epoch", "Trainer", "trainer.max_epochs?")
