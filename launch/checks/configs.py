@@ -4,6 +4,7 @@ its defaults list as Hydra composes it, the class each choice builds, and the se
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
@@ -91,12 +92,17 @@ SHORT_NAME_MODULES = ("torch.optim", "torch.optim.lr_scheduler", "lightning.pyto
 
 def library_records_file() -> Path | None:
     """$XDG_CACHE_HOME/latent-zoo/settings-<key>.json (~/.cache by default), the key naming the installed libraries by
-    their files' modification times (a new install, a new file); None where one is not installed."""
+    their files' modification times (a new install, a new file); None where one is not installed, or no cache folder
+    is known (no $XDG_CACHE_HOME and no home directory: a container's user without one)."""
     specs = [importlib.util.find_spec(name) for name in LIBRARIES]
     if any(spec is None or spec.origin is None for spec in specs):
         return None
     key = "-".join(str(os.stat(spec.origin).st_mtime_ns) for spec in specs)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "latent-zoo" / f"settings-{key}.json"
+    try:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    except RuntimeError:  # (Path.home: no $HOME and no passwd entry)
+        return None
+    return cache / "latent-zoo" / f"settings-{key}.json"
 
 
 @functools.cache
@@ -112,7 +118,7 @@ def library_records() -> dict[str, list[str]]:
 
 def recorded(target: str | None) -> dict[str, Any] | None:
     """setting -> Any (its value is judged once imported) of the class at `target`, where its names are recorded."""
-    names = library_records().get(target or "")
+    names = library_records().get(target) if isinstance(target, str) else None
     return dict.fromkeys(names, Any) if names is not None else None
 
 
@@ -120,21 +126,26 @@ def library_targets() -> list[str]:
     """Once imported: the Trainer, each class LightningCLI finds by its short name (SHORT_NAME_MODULES), and the classes
     of configs/'s optimizer, scheduler and logger choices that the libraries hold."""
     short = [f"{module}.{name}" for module in SHORT_NAME_MODULES for name, value in vars(pkgutil.resolve_name(module)).items()
-             if isinstance(value, type) and not name.startswith("_")]
+             if isinstance(value, type) and not name.startswith("_") and value.__module__.split(".")[0] in LIBRARIES]
     targets = {"lightning.Trainer", *short, *LOGGER_FOLDERS, *(target for group in ("optimizer", "scheduler")
                                                                for target in config_targets(group).values())}
     return sorted(target for target in targets if target.split(".")[0] in LIBRARIES)
 
 
 def record_library_settings() -> None:
-    """Once Lightning is imported: record the setting names of `library_targets` where they are not yet (a cache that
-    cannot be written is left unwritten: the check after the imports still judges them)."""
-    missing = [target for target in library_targets() if target not in library_records()]
+    """Once Lightning is imported: record the setting names of `library_targets` where they are not yet. A class whose
+    constructor cannot be read, or a cache that cannot be written, is left unrecorded: the check after the imports still
+    judges its settings."""
     path = library_records_file()
-    if not missing or path is None:
+    if path is None:
         return
-    names = {target: sorted({*constructor_hints(cls), *constructor_defaults(cls)})
-             for target in missing for cls in [pkgutil.resolve_name(target)]}
+    names = {}
+    for target in (target for target in library_targets() if target not in library_records()):
+        with contextlib.suppress(Exception):  # (a library's constructor this version cannot introspect)
+            cls = pkgutil.resolve_name(target)
+            names[target] = sorted({*constructor_hints(cls), *constructor_defaults(cls)})
+    if not names:
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_file(path, json.dumps({**library_records(), **names}, indent=0, sort_keys=True))

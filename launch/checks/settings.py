@@ -196,8 +196,11 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
         return
     if "lightning" not in sys.modules:  # the other classes' settings are their constructors', known once imported; the
         for group, settings in other_groups(cfg):  # libraries' by the names a run recorded (configs.py)
-            if (names := recorded(settings.get("_target_"))) is not None:
-                check_group(settings["_target_"].rsplit(".", 1)[-1], names, settings, group)
+            try:
+                if (names := recorded(settings.get("_target_"))) is not None:
+                    check_group(settings["_target_"].rsplit(".", 1)[-1], names, settings, group)
+            except SettingsError as error:
+                raise with_fix(error, group) from None
         return
     for group, settings in itertools.chain(groups.items(), other_groups(cfg)):
         target = settings["_target_"]
@@ -205,7 +208,7 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
             check_trainer_values(settings, "trainer", devices)  # what the Trainer takes but cannot run
         try:  # (Hydra's get_object logs a miss in three lines before raising)
             cls = pkgutil.resolve_name(target)
-        except (ImportError, AttributeError, ValueError) as error:  # one's own misspelled: +callbacks.mine._target_=mypkg.Typo
+        except (ImportError, AttributeError, ValueError, TypeError) as error:  # one's own misspelled: +callbacks.mine._target_=mypkg.Typo; a list
             package_missing = isinstance(error, ModuleNotFoundError) and error.name == target.split(".")[0]
             hint = f"; {IMPORTABLE_HINT}" if package_missing else closest_in_module(target) if isinstance(error, AttributeError) else ""
             raise SettingsError(f"{group}._target_={target}: {error}{hint}") from None
@@ -220,9 +223,14 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
             check_replaced_class(cfg, group, settings, class_hints(cls), cls)
         try:
             check_settings(cls, settings, group)
-        except SettingsError as error:  # logger._target_=... over another logger's settings
-            mixed = " (logger=csv and logger=tensorboard choose a logger with its own settings)" if group == "logger" else ""
-            raise SettingsError(f"{error}{mixed}") from None
+        except SettingsError as error:
+            raise with_fix(error, group) from None
+
+
+def with_fix(error: SettingsError, group: str) -> SettingsError:
+    """A class's refused setting, for a logger with the fix of logger._target_=... given over another logger's settings."""
+    return SettingsError(f"{error} (logger=csv and logger=tensorboard choose a logger with its own settings)"
+                         if group == "logger" else str(error))
 
 
 def other_groups(cfg: Any) -> Iterator[tuple[str, dict[str, Any]]]:

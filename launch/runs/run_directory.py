@@ -190,6 +190,7 @@ def run_places(run: Any) -> tuple[Any, str, str | None]:
 def requeued_job_checkpoint(logger: Any) -> str | None:
     """In a SLURM job that was requeued, the newest checkpoint its earlier attempt left in the job's run
     (Lightning's hpc_ckpt_N.ckpt from SIGUSR1, or last.ckpt from SIGTERM or the last save), else None."""
+    logger = logger[0] if isinstance(logger, (list, tuple)) and logger else logger  # (several: the first, as Lightning's)
     if slurm_job_id() is None or not getattr(logger, "log_dir", None):
         return None
     run_dir = Path(logger.log_dir)

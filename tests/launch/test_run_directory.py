@@ -341,3 +341,15 @@ def test_a_csv_run_notes_its_hydra_job_without_lightnings_warning_of_deleting_fi
     assert yaml.safe_load((Path(logger.log_dir) / "hydra_job.yaml").read_text())["output_dir"] == str(tmp_path / "hydra-run")
     assert (Path(logger.log_dir) / "metrics.csv").is_file()
     assert not [w for w in caught if "exists and is not empty" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_a_requeued_slurm_job_resumes_from_the_run_of_its_first_logger(tmp_path, monkeypatch):
+    """In a requeued SLURM job fit starts from the newest checkpoint its earlier attempt left in its run: the run of the
+    first of several loggers (as Lightning's trainer.logger), none without a logger directory."""
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    monkeypatch.setattr(run_directory, "slurm_job_id", lambda: "42")
+    logger = SimpleNamespace(log_dir=str(tmp_path))
+    assert run_directory.requeued_job_checkpoint([logger, SimpleNamespace()]) == str(tmp_path / "checkpoints" / "last.ckpt")
+    assert run_directory.requeued_job_checkpoint(logger) == str(tmp_path / "checkpoints" / "last.ckpt")
+    assert run_directory.requeued_job_checkpoint(False) is None and run_directory.requeued_job_checkpoint(SimpleNamespace()) is None

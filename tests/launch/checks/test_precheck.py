@@ -139,6 +139,7 @@ MORE_MISTAKES = [
     ("discrete_latent.num_categories=4", ["discrete_latent.num_categories", "+discrete_latent.num_categories=4"]),
     ("model.mis_step=1 model.cache_siz=2", ["model.mis_step", "JSA", "model.mis_steps?"]),  # two typos: the first named
     ("sed=1 model.mis_step=1", ["sed", "did you mean seed?"]),  # the top-level seed, not data.seed
+    ("trainer._target_=[a,b]", ["trainer._target_=['a', 'b']", "expected string"]),  # a class's path, not a list
     # a setting of a class of one's own, which configs/model/vae.yaml does not have
     ("model=vae model._target_=mypkg.mymodel.MyVAE model.beta=0.5", ["model.beta", "configs/model/vae.yaml", "+model.beta=0.5"]),
 ]
@@ -467,6 +468,23 @@ def test_the_settings_of_the_trainer_are_refused_in_one_line_once_imported(argv,
     assert not list(tmp_path.iterdir())  # nothing written
 
 
+def test_a_record_is_neither_read_nor_written_where_no_cache_folder_is_known_or_a_constructor_cannot_be_read(
+        tmp_path, monkeypatch):
+    """No $XDG_CACHE_HOME and no home directory (a container's user without one): no record, the early checks as
+    without one. A class whose constructor cannot be read is left out of the record, the others recorded."""
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: (_ for _ in ()).throw(RuntimeError("no home"))))
+    monkeypatch.setattr(schema, "library_records", functools.cache(schema.library_records.__wrapped__))
+    assert schema.library_records_file() is None and schema.recorded("lightning.Trainer") is None
+    schema.record_library_settings()  # nothing to write to, nothing raised
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    hints = schema.constructor_hints
+    monkeypatch.setattr(schema, "constructor_hints", lambda cls: {}[0] if cls.__name__ == "Adam" else hints(cls))
+    schema.record_library_settings()
+    found = json.loads(schema.library_records_file().read_text())
+    assert "torch.optim.Adam" not in found and "max_epochs" in found["lightning.Trainer"]
+
+
 @pytest.mark.slow  # starts train.py
 def test_a_command_past_the_imports_records_the_libraries_settings_for_the_next_early_check(tmp_path, tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
@@ -505,6 +523,7 @@ def test_before_the_imports_any_trainer_setting_passes_until_a_run_has_recorded_
     (["fit", "--optimizer=AdamW", "--optimizer.lrr=1"], ["--optimizer.lrr", "AdamW", "--optimizer.lr?"]),  # by short name
     (["fit", "--trainer.callbacks=EarlyStopping", "--trainer.callbacks.patiense=3"],
      ["--trainer.callbacks.patiense", "EarlyStopping", "--trainer.callbacks.patience?"]),
+    (["logger._target_=lightning.pytorch.loggers.CSVLogger"], ["logger.default_hp_metric", "CSVLogger", "logger=csv"]),
 ])
 def test_once_a_run_has_recorded_the_libraries_settings_their_typo_is_refused_before_the_imports(argv, named, tmp_path,
                                                                                                 monkeypatch):
