@@ -81,7 +81,7 @@ def declared(target: str | None) -> dict[str, Any] | None:
 
 
 # The libraries whose classes a command line configures (lightning.Trainer, torch's optimizers and schedulers, Lightning's
-# loggers): only their constructors know their settings, so each run records the names once it has imported Lightning
+# loggers and callbacks): only their constructors know their settings, so each run records the names once it has imported Lightning
 # (`record_library_settings`), in the user's cache, one file per installed Lightning and torch, and the early checks
 # refuse a typo of them before the imports; until a run has, the check after the imports judges them. Names only:
 # nothing recorded is imported or run.
