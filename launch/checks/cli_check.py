@@ -16,7 +16,7 @@ from typing import Any, Optional
 from launch.checks.arguments import cli_options, values_of
 from launch import CLI_SUBCOMMANDS
 from launch.checks.configs import (NOT_SETTINGS, SHORT_NAME_MODULES, config_targets, declared, default_class, library_records,
-                                   recorded)
+                                   recorded, short_names)
 from common.settings import SEED_RANGE
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, \
     removed_trainer_option
@@ -39,16 +39,6 @@ def hints_of(target: str) -> dict[str, Any] | None:
     --replicas.seeds and --replicas.arms (`replicas`)."""
     hints = REPLICA_HINTS if target == "replicas" else declared(target)
     return hints or (class_hints(pkgutil.resolve_name(target)) if "lightning" in sys.modules else recorded(target))
-
-
-def short_names() -> dict[str, str]:
-    """name -> path of each public class of SHORT_NAME_MODULES: the classes LightningCLI finds by their short name."""
-    names: dict[str, str] = {}
-    for module in SHORT_NAME_MODULES:
-        for name, value in vars(pkgutil.resolve_name(module)).items():
-            if inspect.isclass(value) and not name.startswith("_"):
-                names.setdefault(name, f"{module}.{name}")
-    return names
 
 
 def class_named(value: str) -> str | None:

@@ -122,13 +122,22 @@ def recorded(target: str | None) -> dict[str, Any] | None:
     return dict.fromkeys(names, Any) if names is not None else None
 
 
+def short_names() -> dict[str, str]:
+    """Once imported: name -> path of each public class the libraries define in SHORT_NAME_MODULES (not a name a module
+    imports from elsewhere, such as lr_scheduler's Counter): the classes LightningCLI finds by their short name."""
+    names: dict[str, str] = {}
+    for module in SHORT_NAME_MODULES:
+        for name, value in vars(pkgutil.resolve_name(module)).items():
+            if isinstance(value, type) and not name.startswith("_") and value.__module__.split(".")[0] in LIBRARIES:
+                names.setdefault(name, f"{module}.{name}")
+    return names
+
+
 def library_targets() -> list[str]:
-    """Once imported: the Trainer, each class LightningCLI finds by its short name (SHORT_NAME_MODULES), and the classes
-    of configs/'s optimizer, scheduler and logger choices that the libraries hold."""
-    short = [f"{module}.{name}" for module in SHORT_NAME_MODULES for name, value in vars(pkgutil.resolve_name(module)).items()
-             if isinstance(value, type) and not name.startswith("_") and value.__module__.split(".")[0] in LIBRARIES]
-    targets = {"lightning.Trainer", *short, *LOGGER_FOLDERS, *(target for group in ("optimizer", "scheduler")
-                                                               for target in config_targets(group).values())}
+    """Once imported: the Trainer, each class LightningCLI finds by its short name (`short_names`), and the classes of
+    configs/'s optimizer, scheduler and logger choices that the libraries hold."""
+    targets = {"lightning.Trainer", *short_names().values(), *LOGGER_FOLDERS,
+               *(target for group in ("optimizer", "scheduler") for target in config_targets(group).values())}
     return sorted(target for target in targets if target.split(".")[0] in LIBRARIES)
 
 
