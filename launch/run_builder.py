@@ -102,7 +102,13 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
     callbacks = [c for c in run.trainer.get("callbacks") or [] if checkpointing or not isinstance(c, ModelCheckpoint)]
     settings = {**run.trainer, "callbacks": callbacks}
     settings.update(trainer_settings(settings, logger, run.ddp_timeout_s, unlogged_dir))
-    trainer = (run.trainer_class or Trainer)(**{**settings, "logger": logger})
+    try:
+        trainer = (run.trainer_class or Trainer)(**{**settings, "logger": logger})
+    except (ValueError, TypeError) as error:  # Lightning refused a setting (strategy, devices, num_nodes, ...)
+        if isinstance(error, REFUSALS):
+            raise
+        option = "--trainer" if run.front_end == "cli" else "trainer"
+        raise SettingsError(f"{option} (Trainer): {' '.join(str(error).split())}") from None
     if checkpoint is not None and run.subcommand in ("validate", "test") and "fit_loop" in (checkpoint.get("loops") or {}):
         # A trainer built to score a checkpoint (train.py test --ckpt_path=...) logs at the step its training reached,
         # after the training curves, as a test after fit does: Lightning restores the fit loop's progress for fit alone.

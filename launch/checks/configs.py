@@ -21,7 +21,7 @@ from configs.settings import MODEL_ARGUMENTS, settings_class
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
 # Constructor arguments that are not settings: the front ends pass them (registered defaults leave them out).
-NOT_SETTINGS = {"model": MODEL_ARGUMENTS, "trainer": ("logger", "callbacks", "plugins")}
+NOT_SETTINGS = {"model": MODEL_ARGUMENTS, "trainer": ("logger", "callbacks")}
 TENSORBOARD = "tensorboard"  # <log_dir>/tensorboard: every TensorBoard run, one `tensorboard --logdir` for all
 # The loggers a run's layout places (launch/runs/run_directory.py), by class path: each one's folder under <log_dir>.
 LOGGER_FOLDERS = {"lightning.pytorch.loggers.TensorBoardLogger": TENSORBOARD, "lightning.pytorch.loggers.CSVLogger": "csv"}

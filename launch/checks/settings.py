@@ -28,6 +28,9 @@ TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "l
 CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
 # The TensorBoard run's directory and name are the run's layout (launch/runs/run_directory.py), set by these top-level settings.
 LAYOUT_SETTINGS = {"save_dir": "log_dir", "name": "run_name"}
+# lightning.Trainer's settings that are config groups of their own in Hydra, and how to give them there.
+TRAINER_GROUPS = {"logger": "logger=tensorboard, logger=csv or logger=none",
+                  "callbacks": "callbacks=NAME (configs/callbacks/), callbacks.NAME.KEY=VALUE, ~callbacks.NAME"}
 REPLICA_SETTINGS = ["replicas.seeds", "replicas.arms"]  # what launch/runs/replicas.py reads
 KINDS = {list: "a list ([a,b,...])", dict: "a mapping ({key: value, ...})"}  # what a list or mapping setting expects
 BASE_CLASSES = {"model": "models.LatentVariableModel", "data": "datamodules.ImageDataModule"}  # (LightningCLI's too)
@@ -176,6 +179,9 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
         if key not in REPLICA_SETTINGS:
             raise SettingsError(f"{key}: no such setting (the replicas' are {', '.join(REPLICA_SETTINGS)})"
                                 f"{did_you_mean(key, REPLICA_SETTINGS)}")
+    for key in TRAINER_GROUPS.keys() & set(cfg.get("trainer") or {}):
+        raise SettingsError(f"trainer.{key}: chosen by the {key} group, not among the trainer's settings: "
+                            f"{TRAINER_GROUPS[key]}")
     logger = OmegaConf.to_container(cfg.logger, resolve=False) if cfg.get("logger") else {}
     for key in LAYOUT_SETTINGS:
         if key in logger:

@@ -297,6 +297,8 @@ def test_a_top_level_key_nothing_reads_is_refused_once_composed_wherever_it_came
 
 @pytest.mark.parametrize("override, names", [
     ("trainer.devices=0", ("devices=0",)),
+    ("trainer.strategy=nonsense", ("trainer (Trainer)", "strategy='nonsense'")),  # Lightning's ValueError
+    ("trainer.num_nodes=0", ("trainer (Trainer)", "num_nodes")),
     ("replicas.seeds=[0,0]", ("replicas.seeds=[0, 0]", "repeated")),
     ("model.lr=${nope}", ("model.lr", "nope")),
 ])
@@ -315,6 +317,17 @@ def test_a_setting_refused_once_composed_ends_the_run_in_one_line_and_writes_not
     assert stop.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     says(err, *names)
     assert not any(tmp_path.iterdir())
+
+
+def test_every_trainer_setting_composes_plugins_too(tmp_path, monkeypatch):
+    """Each of lightning.Trainer's settings is one of trainer's (no + needed), a plugin built from its _target_."""
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    plugin = "{_target_:lightning.pytorch.plugins.environments.SLURMEnvironment,auto_requeue:false}"
+    monkeypatch.setattr("sys.argv", ["train.py", f"trainer.plugins={plugin}"])
+    _, _, trainer, _ = launch.hydra_app.build_run(composed([f"trainer.plugins={plugin}", f"log_dir={tmp_path}"]))
+    environment = trainer._accelerator_connector.cluster_environment
+    assert isinstance(environment, SLURMEnvironment) and not environment.auto_requeue
 
 
 @pytest.mark.parametrize("experiment", [None, "compare", "jsa_paper", "cifar10_vqvae_paper"])

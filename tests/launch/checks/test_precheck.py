@@ -115,6 +115,9 @@ MORE_MISTAKES = [
     # the TensorBoard run's directory and name are the run's layout (launch/runs/run_directory.py): the settings that set them
     ("logger.save_dir=/tmp/runs", ["logger.save_dir=/tmp/runs", "log_dir=/tmp/runs"]),
     ("logger.name=mine", ["logger.name=mine", "run_name=mine"]),
+    # Lightning's trainer settings that are groups of their own in Hydra: the group's choices
+    ("trainer.logger=false", ["trainer.logger", "logger=none"]),
+    ("+trainer.callbacks=[]", ["trainer.callbacks", "callbacks=NAME"]),
     # a name cut short gets the name it begins, not one a few letters away (max_steps)
     ("trainer.max_ep=1", ["trainer.max_ep", "trainer.max_epochs?"]),
     ("model=vimco model.num_samples=1", ["model.num_samples", ">= 2", "got 1"]),
