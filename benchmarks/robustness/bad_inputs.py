@@ -113,7 +113,8 @@ def option_cases() -> list[Case]:
                     ("val_size", "1000000000"), ("binarize", "foo"), ("num_workers", "-1"), ("eval_batch_size", "0"), ("data_dir", "/etc/passwd")]
     trainer_options = [("max_epochs", "abc"), ("max_steps", "-5"), ("devices", "0"), ("accelerator", "gpu"),
                        ("precision", "foo"), ("accumulate_grad_batches", "0"), ("limit_train_batches", "abc"),
-                       ("gradient_clip_val", "abc"), ("check_val_every_n_epoch", "0"), ("val_check_interval", "0")]
+                       ("gradient_clip_val", "abc"), ("check_val_every_n_epoch", "0"), ("val_check_interval", "0"),
+                       ("strategy", "nonsense"), ("num_nodes", "0")]
     cases = []
     for model, key, value, needs in model_options:
         name = f"{model}.{key}={value}"
@@ -175,6 +176,8 @@ def front_end_cases() -> list[Case]:
         Case("cli --trainer.gpus=1 (Lightning 1)", "cli", ["fit", "--trainer.gpus=1"], mention="--trainer.devices"),
         Case("hydra --print_config (LightningCLI's) without fit", "hydra", ["--print_config"], mention="fit --print_config",
              fast=False),
+        Case("hydra trainer.logger=false (a group of its own)", "hydra", ["trainer.logger=false"], mention="logger=none"),
+        Case("hydra +trainer.callbacks=[] (a group of its own)", "hydra", ["+trainer.callbacks=[]"], mention="callbacks=NAME"),
         Case("hydra +trainer.max_epochs=1 (a key that has a value)", "hydra", ["+trainer.max_epochs=1"], mention="drop the +"),
         Case("cli --lr_scheduler=StepLR without --optimizer", "cli", ["fit", "--lr_scheduler=StepLR"], mention="--optimizer"),
         Case("cli test without --ckpt_path", "cli", ["test"], mention="--ckpt_path"),
