@@ -13,7 +13,7 @@ import shlex
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -108,31 +108,41 @@ def is_resolution(runs: dict[str, tuple[Path, str]], images: int, sample_counts:
     return {"is_resolution": results}
 
 
-def measure_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool], images: int, sample_counts: list[int],
-                          device: str = "cpu") -> None:
-    """`is_resolution` for every finished run of a study (a record under out/runs/ for which `wanted(record)`) not
-    measured before with the same settings, from its best checkpoint under logs/<run>; kept in out/is-resolution.json,
-    one entry per run, written after each, so an interrupted pass resumes. The draws differ between devices, so the
-    device is one of the settings. A run whose logs did not survive (made on another machine) is named and skipped:
-    its record still counts."""
-    import json
-
+def unmeasured_runs(out: Path, logs: Path, wanted: Callable[[dict], bool], path: Path, settings: dict[str, Any],
+                    what: str) -> Iterator[tuple[dict, Path, dict]]:
+    """(record, best checkpoint, measured) for each finished run of a study (a record under out/runs/ for which
+    `wanted(record)`) that `path` does not hold measured with the same `settings`; `measured`, the file's runs (none
+    where its settings differ), is the caller's to update and write after each run, so an interrupted pass resumes. A
+    run whose logs did not survive (made on another machine) is named and skipped: its record still counts."""
     from benchmarks.lib import runner
-    from common.files import write_file
 
-    path = out / "is-resolution.json"
-    settings = {"images": images, "samples": sorted(sample_counts), "device": device}
     kept = runner.read_json(path) if path.exists() else {}
     measured = kept.get("runs", {}) if kept.get("settings") == settings else {}
     for record in runner.read_records(out).values():  # each a run's record, named by its file (others skipped, named)
         if not wanted(record) or record["name"] in measured:
             continue
         try:
-            run = {record["name"]: (best_checkpoint(logs / record["name"]), record["command"])}
+            checkpoint = best_checkpoint(logs / record["name"])
         except SystemExit as missing:
-            print(f"IS resolution of {record['name']}: skipped ({missing})", flush=True)
+            print(f"{what} of {record['name']}: skipped ({missing})", flush=True)
             continue
+        yield record, checkpoint, measured
+
+
+def measure_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool], images: int, sample_counts: list[int],
+                          device: str = "cpu") -> None:
+    """`is_resolution` for every finished run of a study not measured before with the same settings
+    (`unmeasured_runs`), kept in out/is-resolution.json, one entry per run. The draws differ between devices, so the
+    device is one of the settings."""
+    import json
+
+    from common.files import write_file
+
+    path = out / "is-resolution.json"
+    settings = {"images": images, "samples": sorted(sample_counts), "device": device}
+    for record, checkpoint, measured in unmeasured_runs(out, logs, wanted, path, settings, "IS resolution"):
         print(f"IS resolution of {record['name']}", flush=True)
+        run = {record["name"]: (checkpoint, record["command"])}
         measured.update(is_resolution(run, images, settings["samples"], device=device)["is_resolution"])
         write_file(path, json.dumps({"settings": settings, "runs": measured}) + "\n")
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from benchmarks.lib.at_checkpoints import best_checkpoint, build, first_test_images, importance_estimates, overrides_of
+from benchmarks.lib.at_checkpoints import build, first_test_images, importance_estimates, overrides_of, unmeasured_runs
 from samplers.multi_sample import rws_surrogate
 
 
@@ -54,7 +54,6 @@ def refit_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool], s
     for which `wanted(record)`) not refitted before with the same settings, then its per-image NLL and ELBO at
     `samples` importance samples on the first `images` test images, seed 0 (the draws of at_checkpoints'
     is_resolution); out/refit-q.json keeps them with the loss's mean over the last tenth of the steps."""
-    from benchmarks.lib import runner
     from common.files import write_file
 
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
@@ -62,16 +61,7 @@ def refit_finished_runs(out: Path, logs: Path, wanted: Callable[[dict], bool], s
     path = out / "refit-q.json"
     settings = {"steps": steps, "images": images, "samples": samples, "device": device, "lr": lr, "seed": 0,
                 "objective": "rws wake-q, 20 proposals"}
-    kept = runner.read_json(path) if path.exists() else {}
-    measured = kept.get("runs", {}) if kept.get("settings") == settings else {}
-    for record in runner.read_records(out).values():  # each a run's record, named by its file (others skipped, named)
-        if not wanted(record) or record["name"] in measured:
-            continue
-        try:
-            checkpoint = best_checkpoint(logs / record["name"])
-        except SystemExit as missing:
-            print(f"refit-q of {record['name']}: skipped ({missing})", flush=True)
-            continue
+    for record, checkpoint, measured in unmeasured_runs(out, logs, wanted, path, settings, "refit-q"):
         began = time.perf_counter()
         datamodule, built = build(overrides_of(record["command"]))
         datamodule.setup("fit")
