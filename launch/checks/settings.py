@@ -54,8 +54,8 @@ TRAINER_NUMBERS = (
 
 def check_trainer_values(settings: dict[str, Any], prefix: str, devices: bool = True) -> None:
     """What lightning.Trainer accepts but cannot run, or refuses without naming the option: an accelerator this machine
-    lacks (with `devices`: where the run is), a precision the collection does not run in, a max_time that is not
-    DD:HH:MM:SS, and TRAINER_NUMBERS."""
+    lacks (with `devices`: where the run is), a precision the collection does not run in, a plugin named by a string
+    (Lightning reads its letters as plugins), a max_time that is not DD:HH:MM:SS, and TRAINER_NUMBERS."""
     import torch
 
     accelerator = settings.get("accelerator")
@@ -71,6 +71,10 @@ def check_trainer_values(settings: dict[str, Any], prefix: str, devices: bool = 
         why = " (the samplers and JSA's cache hold 32-bit tensors)" if "64" in str(precision) else ""
         raise SettingsError(f"{prefix}.precision={precision}: expected 32-true, 16-mixed or bf16-mixed{why} (or "
                             f"{', '.join(SUPPORTED_PRECISIONS[3:])})")
+    plugins = settings.get("plugins")
+    if isinstance(plugins, str) or isinstance(plugins, list) and any(isinstance(plugin, str) for plugin in plugins):
+        raise SettingsError(f"{prefix}.plugins={plugins}: expected a plugin built from its class ({{_target_: CLASS, ...}}: "
+                            "lightning.pytorch.plugins' environments, precision, io), a list of them, or null")
     max_time = settings.get("max_time")
     if isinstance(max_time, str) and not re.fullmatch(r"\s*\d+:\d+:\d+:\d+\s*", max_time):
         raise SettingsError(f"{prefix}.max_time={max_time}: expected DD:HH:MM:SS, e.g. 00:12:00:00 for 12 hours (or null)")
