@@ -20,7 +20,7 @@ from common.registry import IMPORTABLE_HINT, qualified_name
 from datamodules import ImageDataModule  # (the package registers the subclasses for --data=NAME)
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch.checks.arguments import option_values
-from launch.checks.cli_check import REPLICA_HINTS, check_cli_command, help_pointer, setting_key, with_defaults
+from launch.checks.cli_check import REPLICA_HINTS, check_cli_command, help_pointer, no_such_class, setting_key, with_defaults
 from launch.checks.configs import log_dir as default_log_dir, seed as default_seed, short_names
 from launch.checks.early import PRINTS_ONLY, exit_with
 from launch.checks.precheck import closest_in_module, did_you_mean
@@ -264,8 +264,7 @@ def _no_class(message: str, args: list[str]) -> str | None:
     missing = re.search(r"No module named '([\w.]+)'", message)
     no_attribute = re.search(r"module '[\w.]+' has no attribute '\w+'", message)
     if "dot import path string" in message:
-        return (f"{named}: no such class{did_you_mean(found[1], list(short_names())) or '.'} Torch's optimizers and "
-                "schedulers and Lightning's loggers and callbacks go by name, one's own classes by their dotted path")
+        return f"{named}: {no_such_class(found[1], list(short_names()))}"
     if missing and missing[1] == found[1].split(".")[0]:
         return f"{named}: no module named '{missing[1]}'; {IMPORTABLE_HINT}"
     return f"{named}: {no_attribute[0]}{closest_in_module(found[1])}" if no_attribute else None

@@ -5,6 +5,7 @@ classes, given on the command line or in its --config files. Run before the impo
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import itertools
 import pkgutil
@@ -15,8 +16,9 @@ from typing import Any, Optional
 
 from launch.checks.arguments import cli_options, values_of
 from launch import CLI_SUBCOMMANDS
-from launch.checks.configs import (NOT_SETTINGS, SHORT_NAME_MODULES, config_targets, declared, default_class, library_records,
+from launch.checks.configs import (NOT_SETTINGS, REPO, SHORT_NAME_MODULES, config_targets, declared, default_class, library_records,
                                    recorded, short_names)
+from common.registry import trusted_prefixes
 from common.settings import SEED_RANGE
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, \
     removed_trainer_option
@@ -117,6 +119,11 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         if paths:
             check_class_name(as_given(option, name, file), group, name)
         chosen[group] = targets.get(name) or class_named(name)  # a class of one's own once importable; '{"class_path": ...}'
+        if chosen[group] is None and group in CLASS_OPTIONS and not own_code and (names := unknown_short_name(name)):
+            raise EarlyRefusal(f"{as_given(option, name, file)}: {no_such_class(name, names)} {help_pointer(argv[0])}")
+
+    own_code = any(value and not value.startswith(COLLECTION_PACKAGES + SHORT_NAME_MODULES + ("lightning.", "torch."))
+                   and re.fullmatch(r"(\w+\.)+[A-Z]\w*", value.strip('"')) for _, value, _ in pairs) or bool(trusted_prefixes())
 
     for file, run in itertools.groupby(pairs, key=lambda pair: pair[2]):  # the command line's options between files, a file's
         run = list(run)
@@ -202,6 +209,36 @@ def check_bare_option(option: str, value: str | None, chosen: dict[str, str | No
     if meant := did_you_mean(option, options):
         raise EarlyRefusal(f"unrecognized arguments: {option}{'' if value is None else f'={value}'}{meant} "
                            f"{help_pointer(subcommand)}")
+
+
+# The collection's packages: a short class name may name a class of theirs (--trainer.callbacks+=TrainingSpeed).
+COLLECTION_PACKAGES = ("models.", "datamodules.", "callbacks.", "samplers.", "launch.", "common.", "checkpoints.")
+
+
+def unknown_short_name(name: str) -> list[str] | None:
+    """Before the imports, once a run has recorded the libraries' classes (launch/checks/configs.py): the short names
+    LightningCLI would know where `name` (--optimizer=Adamw) is none of them nor a class the collection defines; None
+    where it may name a class (or a dotted path: one's own), or no record tells."""
+    records = [path for path in library_records() if path.rpartition(".")[0] in SHORT_NAME_MODULES]
+    if "lightning" in sys.modules or not records or not re.fullmatch(r"[A-Z]\w*", name):
+        return None
+    names = {path.rsplit(".", 1)[-1] for path in records}
+    return None if name in names | collection_classes() else sorted(names)
+
+
+@functools.cache
+def collection_classes() -> set[str]:
+    """The names of the classes the collection's packages define, read from their source (nothing imported)."""
+    folders = [REPO / package.rstrip(".") for package in COLLECTION_PACKAGES]
+    return {name for folder in folders for path in folder.rglob("*.py")
+            for name in re.findall(r"^\s*class (\w+)", path.read_text(errors="replace"), re.M)}
+
+
+def no_such_class(name: str, names: list[str]) -> str:
+    """Why a short class name names none, the closest of `names` (those LightningCLI finds by name), and how classes
+    are named: in both passes, before the imports (`unknown_short_name`) and after (launch/cli_app.py)."""
+    return (f"no such class{did_you_mean(name, names) or '.'} Torch's optimizers and schedulers and Lightning's loggers "
+            "and callbacks go by name, one's own classes by their dotted path")
 
 
 def check_class_name(given: str, group: str, name: str) -> None:

@@ -527,6 +527,8 @@ def test_before_the_imports_any_trainer_setting_passes_until_a_run_has_recorded_
     (["fit", "--trainer.callbacks=EarlyStopping", "--trainer.callbacks.patiense=3"],
      ["--trainer.callbacks.patiense", "EarlyStopping", "--trainer.callbacks.patience?"]),
     (["logger._target_=lightning.pytorch.loggers.CSVLogger"], ["logger.default_hp_metric", "CSVLogger", "logger=csv"]),
+    (["fit", "--optimizer=Adamw"], ["--optimizer=Adamw", "no such class", "AdamW?"]),  # a class by its short name
+    (["fit", "--trainer.callbacks+=EarlyStoping"], ["--trainer.callbacks+=EarlyStoping", "EarlyStopping?"]),
 ])
 def test_once_a_run_has_recorded_the_libraries_settings_their_typo_is_refused_before_the_imports(argv, named, tmp_path,
                                                                                                 monkeypatch):
@@ -545,6 +547,27 @@ def test_once_a_run_has_recorded_the_libraries_settings_their_typo_is_refused_be
     assert result.returncode == 2 and result.stdout.strip() == "False", (result.stdout, result.stderr)
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
     says(result.stderr, *named)
+
+
+def test_before_the_imports_a_short_class_name_is_left_to_the_parser_where_it_may_name_a_class(tmp_path, monkeypatch):
+    """LightningCLI finds by short name any subclass imported by then: the collection's own (TrainingSpeed, SGLD),
+    and one a package of one's own defines, which a dotted path on the command line or LATENT_ZOO_TRUST may import.
+    Those are left to the parser; a name none of them can be is refused before the imports."""
+    from launch.checks.cli_check import check_cli_command, unknown_short_name
+    from launch.checks.precheck import EarlyRefusal
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(schema, "library_records", functools.cache(schema.library_records.__wrapped__))
+    schema.record_library_settings()
+    schema.library_records.cache_clear()
+    monkeypatch.delitem(sys.modules, "lightning")  # as before the imports
+    assert [unknown_short_name(name) for name in ("AdamW", "TrainingSpeed", "SGLD")] == [None, None, None]
+    assert "AdamW" in unknown_short_name("Adamw")
+    with pytest.raises(EarlyRefusal, match="Adamw"):
+        check_cli_command(["fit", "--optimizer=Adamw"], False)
+    check_cli_command(["fit", "--model=mypkg.mymodel.MyVAE", "--optimizer=Adamw"], False)
+    monkeypatch.setenv("LATENT_ZOO_TRUST", "mypkg")
+    check_cli_command(["fit", "--optimizer=Adamw"], False)
 
 
 @pytest.mark.slow  # a new interpreter imports Lightning
