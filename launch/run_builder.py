@@ -85,6 +85,13 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
     elif refusal := write_root_refusal("--log_dir" if run.front_end == "cli" else "log_dir", run.log_dir):
         raise SettingsError(refusal)
     if (run.replicas or {}).get("seeds") is not None:  # R replicas of it in one process (launch/runs/replicas.py)
+        if run.tensorboard is None:  # each replica logs a TensorBoard run of its own
+            logger = run.trainer.get("logger")
+            given = (f"--trainer.logger={type(logger).__name__ if logger else 'false'}" if run.front_end == "cli"
+                     else f"logger={LOGGER_FOLDERS.get((run.logger or {}).get('_target_'), 'none')}")
+            fix = "leave --trainer.logger out" if run.front_end == "cli" else "use logger=tensorboard"
+            raise SettingsError(f"{given} with replicas: each replica logs to a TensorBoard run of its own "
+                                f"(docs/replicas.md); {fix}")
         run = replicate(run, run.replicas["seeds"], run.replicas.get("arms"))
     checkpoint = run.checkpoint
     if run.ckpt_path:
@@ -158,9 +165,6 @@ def built(run: RunDescription) -> RunDescription:
     partial = instantiate(trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
     name = run_name(run.name, model.run_tag, run.swept)
     logger, tensorboard = chosen_logger(run, name)
-    if logger and (run.replicas or {}).get("seeds") is not None:  # each replica logs a TensorBoard run of its own
-        raise SettingsError(f"logger={LOGGER_FOLDERS[run.logger['_target_']]} with replicas: each replica logs to a "
-                            "TensorBoard run of its own (docs/replicas.md); use logger=tensorboard (or logger=none)")
     return dataclasses.replace(
         run, model=model, datamodule=datamodule, name=name, tensorboard=tensorboard,
         trainer={**partial.keywords, "callbacks": callbacks, "logger": logger}, trainer_class=partial.func,

@@ -91,6 +91,12 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
                            f"optimizer it builds itself; give both: --optimizer=Adam --optimizer.lr=3e-4 "
                            f"--lr_scheduler={scheduler} with its settings (they replace the model's own --model.lr and "
                            "--model.optimizer)")
+    for own in ("--model.optimizer", "--model.scheduler"):  # (the model's configure_optimizers is replaced)
+        value = given.get(own) or given.get(f"{own}.class_path")
+        if optimizer not in (None, "null") and value not in (None, "null"):
+            raise EarlyRefusal(f"{own}={value} with --optimizer={optimizer}: LightningCLI's --optimizer and --lr_scheduler "
+                               f"replace the model's own optimizer and scheduler, so {own} would be ignored; give one of "
+                               "the two (--lr_scheduler for --optimizer's schedule)")
     seed, seed_file = next(((value, file) for option, value, file in reversed(pairs) if option == "--seed_everything"),
                            (None, None))
     read = values_of(seed, cli=True) if seed is not None else [True]

@@ -207,6 +207,7 @@ def check_job(job: list[str], cfg: Any, argv: list[str], first: Any) -> bool:
     launcher may start on another machine), a refusal naming the experiment file that sets the setting it names
     (`in_file`). Whether all were checked: not past an interpolation that does not resolve here."""
     HydraConfig.instance().set_config(cfg)  # ${hydra:...} resolves against this job's Hydra node
+    check_learning_rate(job, cfg)
     try:
         check_composed(cfg, devices=False)
     except SettingsError as error:
@@ -214,6 +215,19 @@ def check_job(job: list[str], cfg: Any, argv: list[str], first: Any) -> bool:
     except OmegaConfBaseException:
         return False  # an interpolation that resolves only in a run (${hydra:runtime.output_dir}): the run checks it
     return True
+
+
+def check_learning_rate(job: list[str], cfg: Any) -> None:
+    """`model.lr=X` given where the optimizer's learning rate is not `${model.lr}` (optimizer=sgld sets its own step
+    size; optimizer.lr=Y given too): the model would train with the optimizer's, X unused."""
+    given = next((o.lstrip("+~") for o in job if o.lstrip("+~").startswith("model.lr=")), None)
+    raw = OmegaConf.to_container(cfg.optimizer, resolve=False).get("lr") if OmegaConf.is_dict(cfg.get("optimizer")) else None
+    if given is not None and raw is not None and raw != "${model.lr}":
+        both = any(o.lstrip("+~").startswith("optimizer.lr=") for o in job)
+        source = "given too" if both else f"configs/optimizer/{cfg.hydra.runtime.choices.get('optimizer')}.yaml"
+        fix = "give one of the two" if both else f"give optimizer.lr={given.split('=', 1)[1]}"
+        raise EarlyRefusal(f"{given}: the run trains with the optimizer's learning rate, optimizer.lr={raw} ({source}), "
+                           f"not model.lr; {fix}")
 
 
 # The jobs the check before the imports composed for a command line: (its argv, each (job, config)).
@@ -258,6 +272,9 @@ def check_before_composing(argv: list[str], pairs: list[tuple[str, str]], multir
             check_plugin_choice(key, value, multirun)
         if key.startswith("trainer.") and key.removeprefix("trainer.") in REMOVED_TRAINER_OPTIONS:
             raise EarlyRefusal(removed_trainer_option(key, value, cli=False))
+        if key == "callbacks" and value.replace(" ", "") == "{}":  # (Hydra merges a mapping into the group's)
+            raise EarlyRefusal("callbacks={}: merges nothing into the callbacks, which stay as they are; ~callbacks leaves "
+                               "them all out (the checkpoints, the save on SIGTERM and the NaN guard stay)")
         if key in CONFIG_GROUPS and key != "hydra":
             check_config_choice(key, value, [CONFIGS, *hydra_folders(argv)])
 
@@ -358,6 +375,10 @@ def check_hydra_command(argv: list[str], prints_only: bool) -> None:
     if len(modes) > 1:  # Hydra's answer is a traceback
         raise EarlyRefusal(f"{' and '.join(sorted(modes))}: Hydra takes one of {', '.join(HYDRA_MODES)} at a time (--cfg job "
                            "prints the config of one job: leave out -m)")
+    for value in hydra_option_values(argv, "--cfg"):
+        if value not in ("job", "hydra", "all"):  # (Hydra answers with its usage text)
+            raise EarlyRefusal(f"--cfg {value}: expected job (the run's config), hydra (Hydra's own) or all"
+                               f"{did_you_mean(value, ['job', 'hydra', 'all'])}")
     check_config_search(argv)
     global composed_before_imports
     composed_before_imports = ((), [])  # (a refused command line leaves none)

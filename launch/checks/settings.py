@@ -18,7 +18,7 @@ from typing import Any, Iterator, Union, get_args, get_origin
 from common.registry import IMPORTABLE_HINT
 from common.settings import SEED_RANGE, expected
 from common.signatures import constructor_defaults, constructor_hints
-from launch.checks.configs import LOGGER_FOLDERS, config_targets, declared, recorded
+from launch.checks.configs import CONFIGS, LOGGER_FOLDERS, config_targets, declared, read_config, recorded
 from launch.checks.precheck import SettingsError, check_combination, closest_in_module, did_you_mean
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
@@ -76,6 +76,8 @@ def check_trainer_values(settings: dict[str, Any], prefix: str, devices: bool = 
         raise SettingsError(f"{prefix}.plugins={plugins}: expected a plugin built from its class ({{_target_: CLASS, ...}}: "
                             "lightning.pytorch.plugins' environments, precision, io), a list of them, or null")
     max_time = settings.get("max_time")
+    if isinstance(max_time, dict) and any(isinstance(v, (int, float)) and v < 0 for v in max_time.values()):
+        raise SettingsError(f"{prefix}.max_time={max_time}: expected a time of at least 0 (days, hours, minutes, seconds)")
     if isinstance(max_time, str) and not re.fullmatch(r"\s*\d+:\d+:\d+:\d+\s*", max_time):
         raise SettingsError(f"{prefix}.max_time={max_time}: expected DD:HH:MM:SS, e.g. 00:12:00:00 for 12 hours (or null)")
 
@@ -177,6 +179,14 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
             raise SettingsError(f"{key}={value!r}: expected {want}")
     if isinstance(top_level.get("seed"), int) and not SEED_RANGE[0] <= top_level["seed"] <= SEED_RANGE[1]:
         raise SettingsError(f"seed={top_level['seed']}: expected an integer in [0, 2^32 - 1]")
+    if top_level.get("ckpt_path") == "":
+        raise SettingsError("ckpt_path=: an empty path; give the checkpoint to start from, or leave ckpt_path out (null) "
+                            "for a new run")
+    models = list(config_targets("model"))
+    for choice in top_level.get("per_model") or {}:
+        if choice not in models:
+            raise SettingsError(f"per_model.{choice}: no such model config; expected one of {', '.join(models)}"
+                                f"{did_you_mean(choice, models)}")
     if isinstance(top_level.get("ddp_timeout_s"), (int, float)) and not top_level["ddp_timeout_s"] > 0:
         raise SettingsError(f"ddp_timeout_s={top_level['ddp_timeout_s']}: expected a number of seconds > 0")
     for key in (f"replicas.{key}" for key in cfg.get("replicas") or {}):
@@ -186,6 +196,7 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
     for key in TRAINER_GROUPS.keys() & set(cfg.get("trainer") or {}):
         raise SettingsError(f"trainer.{key}: chosen by the {key} group, not among the trainer's settings: "
                             f"{TRAINER_GROUPS[key]}")
+    check_classes_chosen(cfg)
     logger = OmegaConf.to_container(cfg.logger, resolve=False) if cfg.get("logger") else {}
     for key in LAYOUT_SETTINGS:
         if key in logger:
@@ -197,6 +208,10 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
                             "or none (logger=none)")
     groups = {"model": model if model is not None else OmegaConf.to_container(cfg.model, resolve=True),
               "data": OmegaConf.to_container(cfg.data, resolve=True)}
+    for key in ("optimizer", "scheduler"):  # LightningCLI's --model.optimizer: in Hydra, a group of its own
+        if key in groups["model"]:
+            raise SettingsError(f"model.{key}: the {key} group chooses it ({key}=NAME: "
+                                f"{', '.join(config_targets(key))} in configs/{key}/), and {key}.KEY=VALUE its settings")
     for group, settings in groups.items():  # against configs/settings.py: each setting, then built by its constructor
         if names := declared(target := settings.get("_target_")):
             check_replaced_class(cfg, group, settings, names)
@@ -235,6 +250,29 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
             check_settings(cls, settings, group)
         except SettingsError as error:
             raise with_fix(error, group) from None
+
+
+def check_classes_chosen(cfg: Any) -> None:
+    """Settings without the class that would take them, which the run would build as a plain mapping: a group's over a
+    choice of none (+scheduler.gamma=0.5 over scheduler=none), or a callback's that no config of callbacks/ in use
+    names (+callbacks.posterior_samples.burn_in=5 without callbacks=sgmcmc); refused naming the configs that have one."""
+    from omegaconf import OmegaConf
+
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices") or {}
+    for group in ("optimizer", "scheduler", "logger"):
+        settings = cfg.get(group)
+        if OmegaConf.is_dict(settings) and len(settings) and "_target_" not in settings:
+            key, offered = next(iter(settings)), ", ".join(f"{group}={choice}" for choice in config_targets(group))
+            raise SettingsError(f"{group}.{key}: {group}={choices.get(group, 'none')} chooses no class to take it; "
+                                f"choose one with it ({offered})")
+    for name, callback in (cfg.get("callbacks") or {}).items():
+        if OmegaConf.is_dict(callback) and "_target_" not in callback:
+            has = [path.stem for path in sorted((CONFIGS / "callbacks").glob("*.yaml")) if name in read_config(f"callbacks/{path.name}")]
+            where = f"callbacks={has[0]} adds it" if has else f"one of one's own is added with +callbacks.{name}._target_=CLASS"
+            others = [f"callbacks.{other}" for other, c in cfg.callbacks.items() if OmegaConf.is_dict(c) and "_target_" in c]
+            listed = did_you_mean(f"callbacks.{name}", others) or f" (it has {', '.join(others)})"
+            raise SettingsError(f"callbacks.{name}: configs/callbacks/{choices.get('callbacks', 'default')}.yaml has no such "
+                                f"callback{listed}; {where}")
 
 
 def with_fix(error: SettingsError, group: str) -> SettingsError:

@@ -275,6 +275,15 @@ def test_ddp_strategies_get_the_collective_timeout():
     (["data.batch_size=x"], ["data.batch_size='x'", "integer"]),
     (["optimizer.lr=abc"], ["optimizer.lr='abc'", "number"]),
     (["scheduler=step", "scheduler.gamma=x"], ["scheduler.gamma='x'", "number"]),
+    # settings without the class that takes them, which the run would build as a plain mapping
+    (["+scheduler.gamma=0.5"], ["scheduler.gamma", "scheduler=none", "scheduler=step"]),
+    (["logger=none", "+logger.flush_secs=5"], ["logger.flush_secs", "logger=none", "logger=csv"]),
+    (["+callbacks.posterior_samples.burn_in=5"], ["callbacks.posterior_samples", "callbacks=sgmcmc"]),
+    (["+callbacks.mine.x=1"], ["callbacks.mine", "+callbacks.mine._target_=CLASS"]),
+    (["trainer.max_time={minutes:-1}"], ["trainer.max_time", "at least 0"]),
+    (["ckpt_path="], ["ckpt_path=", "empty"]),
+    (["+per_model.jas.mis_steps=3"], ["per_model.jas", "jsa"]),  # a name nothing reads
+    (["+model.optimizer=samplers.SGLD"], ["model.optimizer", "optimizer=NAME", "sgld"]),  # LightningCLI's option
 ], 4))  # the quick loop's rows: a top-level name and value, a Trainer value, a model's setting with an experiment's applied
 def test_top_level_and_trainer_settings_are_checked_before_the_run(overrides, named, monkeypatch):
     from launch.checks.settings import SettingsError

@@ -185,6 +185,7 @@ def test_hydras_logger_group_chooses_the_logger_and_the_layout_places_it(choice,
     (["logger=csv", "logger._target_=lightning.pytorch.loggers.MLFlowLogger"],
      ["logger._target_=lightning.pytorch.loggers.MLFlowLogger", "logger=tensorboard, logger=csv", "logger=none"]),
     (["logger=csv", "replicas.seeds=[0,1]"], ["logger=csv with replicas", "TensorBoard run of its own"]),
+    (["logger=none", "replicas.seeds=[0,1]"], ["logger=none with replicas", "logger=tensorboard"]),
     (["scheduler=cosine", "replicas.seeds=[0,1]"], ["scheduler with replicas", "without a learning-rate scheduler"]),
     (["model=vae", "optimizer=sgld", "replicas.seeds=[0,1]"], ["replicas train with Adam or AdamW", "elementwise"]),
 ])
@@ -195,6 +196,16 @@ def test_a_logger_scheduler_or_optimizer_the_run_cannot_take_is_refused(override
     with pytest.raises(SettingsError) as refused:
         launch.hydra_app.run(composed([*overrides, f"log_dir={tmp_path / 'logs'}"]))
     says(refused.value, *named)
+
+
+@pytest.mark.parametrize("logger", [["--trainer.logger=false"], ["--trainer.logger=CSVLogger", "--trainer.logger.save_dir=x"]])
+def test_the_cli_refuses_replicas_without_their_tensorboard_runs(logger, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main(["fit", "--replicas.seeds=[0,1]", *logger, f"--log_dir={tmp_path / 'logs'}"])
+    assert stop.value.code == 2 and not (tmp_path / "logs").exists() and not (tmp_path / "x").exists()
+    says(capsys.readouterr().err.strip().splitlines()[-1], f"error: {logger[0].split('=')[0]}", "with replicas",
+         "leave --trainer.logger out")
 
 
 def test_the_clis_own_optimizer_with_replicas_is_refused_naming_the_models_option(tmp_path, described, monkeypatch, capsys):

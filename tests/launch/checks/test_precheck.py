@@ -115,6 +115,15 @@ MORE_MISTAKES = [
     # the TensorBoard run's directory and name are the run's layout (launch/runs/run_directory.py): the settings that set them
     ("logger.save_dir=/tmp/runs", ["logger.save_dir=/tmp/runs", "log_dir=/tmp/runs"]),
     ("logger.name=mine", ["logger.name=mine", "run_name=mine"]),
+    ("--cfg jbo", ["--cfg jbo", "job"]),
+    ("callbacks={}", ["callbacks={}", "~callbacks"]),  # Hydra merges it: nothing would change
+    ("scheduler.gamma=0.5", ["scheduler.gamma", "scheduler=none", "scheduler=step"]),  # not + on a choice of none
+    # a model.lr the optimizer does not read
+    ("optimizer=sgld model.lr=0.5", ["model.lr=0.5", "configs/optimizer/sgld.yaml", "optimizer.lr=0.5"]),
+    ("optimizer.lr=0.01 model.lr=0.5", ["model.lr=0.5", "optimizer.lr=0.01", "one of the two"]),
+    # LightningCLI's --optimizer replaces the model's configure_optimizers
+    ("fit --optimizer=SGD --model.optimizer=samplers.SGLD", ["--model.optimizer=samplers.SGLD", "--optimizer=SGD", "ignored"]),
+    ("fit --optimizer=SGD --model.scheduler=StepLR", ["--model.scheduler=StepLR", "--optimizer=SGD", "--lr_scheduler"]),
     # Lightning's trainer settings that are groups of their own in Hydra: the group's choices
     ("trainer.logger=false", ["trainer.logger", "logger=none"]),
     ("+trainer.callbacks=[]", ["trainer.callbacks", "callbacks=NAME"]),
