@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from launch.checks.arguments import cli_options, values_of
 from launch import CLI_SUBCOMMANDS
-from launch.checks.configs import (NOT_SETTINGS, REPO, SHORT_NAME_MODULES, config_targets, declared, default_class, library_records,
+from launch.checks.configs import (CLI_SHORT_NAMES, NOT_SETTINGS, REPO, SHORT_NAME_MODULES, config_targets, declared, default_class, library_records,
                                    recorded, short_names)
 from common.registry import trusted_prefixes
 from common.settings import SEED_RANGE
@@ -49,7 +49,8 @@ def class_named(value: str) -> str | None:
     if not re.fullmatch(r"(\w+\.)*[A-Z]\w*", value):
         return None
     if "lightning" not in sys.modules:
-        paths = [value] if "." in value else [f"{module}.{value}" for module in SHORT_NAME_MODULES]
+        paths = [value] if "." in value else [CLI_SHORT_NAMES[value]] if value in CLI_SHORT_NAMES else \
+            [f"{module}.{value}" for module in SHORT_NAME_MODULES]
         return next((path for path in paths if path in library_records()), None)
     if "." not in value:
         return short_names().get(value)
@@ -97,6 +98,15 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
             raise EarlyRefusal(f"{own}={value} with --optimizer={optimizer}: LightningCLI's --optimizer and --lr_scheduler "
                                f"replace the model's own optimizer and scheduler, so {own} would be ignored; give one of "
                                "the two (--lr_scheduler for --optimizer's schedule)")
+    settings = {setting_key(option): value for option, value, _ in pairs}
+    save_dir = settings.get("trainer.logger.save_dir")
+    if "--log_dir" in dict((option, v) for option, v in cli_options(argv)) and save_dir is not None:
+        raise EarlyRefusal(f"--log_dir={settings['log_dir']} with --trainer.logger.save_dir={save_dir}: a logger of one's "
+                           "own writes under its save_dir, so --log_dir would be ignored; give one of the two")
+    if str(settings.get("trainer.enable_checkpointing")).lower() == "false":
+        if kept := next((key for key in settings if key.startswith("checkpoint.")), None):
+            raise EarlyRefusal(f"--{kept}={settings[kept]} with --trainer.enable_checkpointing=false: no checkpoint is saved, "
+                               "so it would be ignored; give one of the two")
     seed, seed_file = next(((value, file) for option, value, file in reversed(pairs) if option == "--seed_everything"),
                            (None, None))
     read = values_of(seed, cli=True) if seed is not None else [True]

@@ -88,6 +88,8 @@ def declared(target: str | None) -> dict[str, Any] | None:
 LIBRARIES = ("lightning", "torch")
 # Where LightningCLI finds a class given by its short name (--optimizer=Adam, --trainer.logger=CSVLogger).
 SHORT_NAME_MODULES = ("torch.optim", "torch.optim.lr_scheduler", "lightning.pytorch.loggers", "lightning.pytorch.callbacks")
+# LightningCLI's own classes its short names find first (its ReduceLROnPlateau takes the monitor torch's lacks).
+CLI_SHORT_NAMES = {"ReduceLROnPlateau": "lightning.pytorch.cli.ReduceLROnPlateau"}
 
 
 def library_records_file() -> Path | None:
@@ -125,7 +127,7 @@ def recorded(target: str | None) -> dict[str, Any] | None:
 def short_names() -> dict[str, str]:
     """Once imported: name -> path of each public class the libraries define in SHORT_NAME_MODULES (not a name a module
     imports from elsewhere, such as lr_scheduler's Counter): the classes LightningCLI finds by their short name."""
-    names: dict[str, str] = {}
+    names: dict[str, str] = dict(CLI_SHORT_NAMES)
     for module in SHORT_NAME_MODULES:
         for name, value in vars(pkgutil.resolve_name(module)).items():
             if isinstance(value, type) and not name.startswith("_") and value.__module__.split(".")[0] in LIBRARIES:

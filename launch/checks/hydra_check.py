@@ -208,6 +208,11 @@ def check_job(job: list[str], cfg: Any, argv: list[str], first: Any) -> bool:
     (`in_file`). Whether all were checked: not past an interpolation that does not resolve here."""
     HydraConfig.instance().set_config(cfg)  # ${hydra:...} resolves against this job's Hydra node
     check_learning_rate(job, cfg)
+    given = dict(o.lstrip("+~").split("=", 1) for o in job if "=" in o)
+    if given.get("trainer.enable_checkpointing", "").lower() == "false":
+        if kept := next((key for key in given if key.startswith("callbacks.model_checkpoint.")), None):
+            raise EarlyRefusal(f"{kept}={given[kept]} with trainer.enable_checkpointing=false: no checkpoint is saved, so "
+                               "it would be ignored; give one of the two")
     try:
         check_composed(cfg, devices=False)
     except SettingsError as error:

@@ -116,6 +116,12 @@ MORE_MISTAKES = [
     ("logger.save_dir=/tmp/runs", ["logger.save_dir=/tmp/runs", "log_dir=/tmp/runs"]),
     ("logger.name=mine", ["logger.name=mine", "run_name=mine"]),
     ("--cfg jbo", ["--cfg jbo", "job"]),
+    # a setting that another makes moot
+    ("fit --log_dir=mine --trainer.logger=TensorBoardLogger --trainer.logger.save_dir=tb", ["--log_dir=mine",
+                                                                                           "--trainer.logger.save_dir=tb", "ignored"]),
+    ("fit --trainer.enable_checkpointing=false --checkpoint.save_top_k=3", ["--checkpoint.save_top_k=3", "enable_checkpointing=false"]),
+    ("trainer.enable_checkpointing=false callbacks.model_checkpoint.save_top_k=3", ["callbacks.model_checkpoint.save_top_k=3",
+                                                                                    "enable_checkpointing=false"]),
     ("callbacks={}", ["callbacks={}", "~callbacks"]),  # Hydra merges it: nothing would change
     ("scheduler.gamma=0.5", ["scheduler.gamma", "scheduler=none", "scheduler=step"]),  # not + on a choice of none
     # a model.lr the optimizer does not read
@@ -306,7 +312,7 @@ VALID = [
     "callbacks.gradient_variance.every_n_steps=0 hydra.run.dir=x", "-m model.mis_steps=1,5,20 seed=range(3)",
     "test --fresh_weights=true", "validate --fresh_weights true", "test -c=run.yaml",
     "+model.cache_start_epoch=3", "++trainer.max_epochs=1", "fit --optimizer=Adam --lr_scheduler=StepLR --lr_scheduler.step_size=5",  # (a config file may give ckpt_path)
-    "fit --help",
+    "fit --help", "fit --optimizer=Adam --lr_scheduler=ReduceLROnPlateau --lr_scheduler.monitor=val/nll",  # LightningCLI's own
     "fit --trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping --trainer.callbacks.monitor=val/nll",
     "fit --model=JSA --model.init_args.mis_steps=5 --checkpoint.save_top_k=3 --seed_everything=1",
     # what a review found refused by an earlier version, each accepted by Hydra or jsonargparse
@@ -575,6 +581,7 @@ def test_before_the_imports_a_short_class_name_is_left_to_the_parser_where_it_ma
     with pytest.raises(EarlyRefusal, match="Adamw"):
         check_cli_command(["fit", "--optimizer=Adamw"], False)
     check_cli_command(["fit", "--model=mypkg.mymodel.MyVAE", "--optimizer=Adamw"], False)
+    check_cli_command(["fit", "--optimizer=Adam", "--lr_scheduler=ReduceLROnPlateau", "--lr_scheduler.monitor=val/nll"], False)
     monkeypatch.setenv("LATENT_ZOO_TRUST", "mypkg")
     check_cli_command(["fit", "--optimizer=Adamw"], False)
 
