@@ -235,11 +235,14 @@ def files_of(directory: Path | None) -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file() and not p.is_symlink() and p.name != OWNER_FILE}
 
 
-def remove_if_only_hydra_files(directory: str) -> None:
-    """Remove Hydra's run directory of a refused run: it holds only Hydra's own record (.hydra/, the job's log)."""
+def remove_if_only_hydra_files(directory: str, multirun: bool = False) -> None:
+    """Remove Hydra's run directory of a refused run: it holds only Hydra's own record (.hydra/, the job's log); in a
+    multirun, the sweep's directory too where no other job has left anything (its multirun.yaml alone)."""
     path = Path(directory).resolve()
     if path.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in path.iterdir()):
         remove_with_empty_parents(path)
+    if multirun and path.parent.is_dir() and all(p.name == "multirun.yaml" for p in path.parent.iterdir()):
+        remove_with_empty_parents(path.parent)
 
 
 _existing_before: set[Path] = set()  # directories that were there when the process started (`note_existing_directories`)

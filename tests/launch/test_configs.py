@@ -372,6 +372,11 @@ def test_a_refused_run_leaves_no_hydra_directory_behind(tmp_path, monkeypatch):
     (run / "checkpoints").mkdir(parents=True)  # anything of a run's own is kept
     run_directory.remove_if_only_hydra_files(str(run))
     assert (run / "checkpoints").is_dir()
+    sweep = tmp_path / "logs" / "hydra" / "multirun" / "2026-01-01_00-00-00-1"  # a multirun refused in its first job
+    (sweep / "0-jsa-mnist" / ".hydra").mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("")
+    run_directory.remove_if_only_hydra_files(str(sweep / "0-jsa-mnist"), multirun=True)
+    assert not (tmp_path / "logs" / "hydra" / "multirun").exists()
 
 
 def test_the_cli_keeps_the_constructors_own_message_from_jsonargparses_report():
