@@ -34,7 +34,8 @@ from models import LatentVariableModel  # (the package registers the subclasses 
 
 # The lines of jsonargparse's report that say where, not what (_one_line)
 REPORT_NOISE = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path", "Parser key",
-                "Expected a <class 'NoneType'>")
+                "Expected a <class 'NoneType'>", "Not a valid subclass of", "Subclass types expect", "a class path (str)",
+                "a dict with", "a dict without")
 
 
 class Parser(LightningArgumentParser):

@@ -385,6 +385,11 @@ def test_the_cli_keeps_the_constructors_own_message_from_jsonargparses_report():
     assert launch.cli_app._one_line(report, []) == "lr must be > 0, got -1.0"
     named = report.replace("Namespace(...)", "Namespace(class_path='models.JSA', init_args=Namespace(lr=-1.0))")
     assert launch.cli_app._one_line(named, []) == "JSA: lr must be > 0, got -1.0"
+    callback = ("Does not validate against any of the Union subtypes\nErrors:\n  - burn_in must be an integer >= 0, got -3\n"
+                "  - Not a valid subclass of Callback\n    Subclass types expect one of:\n    - a class path (str)\n"
+                "    - a dict with class_path entry\n    - a dict without class_path but with init_args entry\n"
+                "Given value: Namespace(class_path='callbacks.posterior_samples.PosteriorSamples', init_args=...)")
+    assert launch.cli_app._one_line(callback, []) == "PosteriorSamples: burn_in must be an integer >= 0, got -3"
     # a constructor's own message of several lines, not a report: all of it, on one line
     assert launch.cli_app._one_line("expected a float\n  got: ten", []) == "expected a float got: ten"
 
