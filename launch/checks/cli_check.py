@@ -31,6 +31,7 @@ CLASS_OPTIONS = {"optimizer": "Adam", "lr_scheduler": "StepLR", "model.optimizer
 # The options of LightningCLI's own (launch/cli_app.py) that are no class's setting: a bare option besides these is one.
 CLI_OPTIONS = ("config", "print_config", "seed_everything", "log_dir", "ckpt_path", "fresh_weights", "help", "model",
                "data", "trainer", "checkpoint", "replicas", *CLASS_OPTIONS)
+FILE_OPTIONS = (*CLI_OPTIONS, "verbose", "weights_only")  # the top-level keys of a --config file
 REPLICA_HINTS = {"seeds": Optional[list[int]], "arms": Optional[list[dict[str, Any]]]}  # --replicas.seeds, .arms
 
 
@@ -81,6 +82,9 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
                 raise EarlyRefusal(f"--config={value}: no such file")
             node = composed(Path(value), f"config file {Path(value)}")  # (as launch/checks/received_config.py reads it)
             pairs += [(f"--{key}", text, value) for key, text in given_settings(node)]
+            for key in {setting_key(option).split(".")[0] for option, _, file in pairs if file == value}:
+                if key not in FILE_OPTIONS:  # (jsonargparse's refusal names neither the file nor the closest)
+                    raise EarlyRefusal(f"--config={value}: {key}: no such option{did_you_mean(key, list(FILE_OPTIONS))}")
         else:
             pairs.append((option, value, None))
     given = {option: value for option, value, _ in pairs}  # (before jsonargparse asks for the scheduler's settings)

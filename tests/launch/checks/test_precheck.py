@@ -346,6 +346,12 @@ def with_files_named_by(commands: list[list[str]], root: Path, monkeypatch: pyte
                 (root / value).write_text("model: VAE\n" if value == "vae.yaml" else "{}\n")  # the file chooses the model
 
 
+def test_a_config_files_unknown_top_level_key_is_named_with_its_file_and_the_closest(tmp_path):
+    (tmp_path / "b.yaml").write_text("mdoel:\n  lr: 0.1\n")
+    says(refuse_early(["fit", "-c", str(tmp_path / "b.yaml")], cli=True), f"--config={tmp_path / 'b.yaml'}", "mdoel",
+         "did you mean model?")
+
+
 @pytest.mark.parametrize("command", quick_rows(VALID, QUICK_VALID))
 def test_valid_commands_pass(command, tmp_path, monkeypatch):
     argv = shlex.split(command)
