@@ -120,6 +120,10 @@ def grammar_error(error: Exception, overrides: list[str]) -> str:
         key, _, value = equals.partition("=")
         return (f"{equals}: Hydra reads the '=' in the value as a second one; quote the value for Hydra, and the whole for "
                 f"the shell: '{key}=\"{value}\"'")
+    wide = next((o for o in overrides if not o.isascii() and not re.search("[\"']", o)), None)
+    if wide is not None and "LexerNoViableAlt" in str(error):  # Hydra's grammar reads unquoted values in ASCII only
+        key, _, value = wide.partition("=")
+        return f"{wide}: Hydra reads an unquoted value in ASCII only; quote it for Hydra, and the whole for the shell: '{key}=\"{value}\"'"
     return " ".join(str(error).split())
 
 

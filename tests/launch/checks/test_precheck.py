@@ -116,6 +116,7 @@ MORE_MISTAKES = [
     ("logger.save_dir=/tmp/runs", ["logger.save_dir=/tmp/runs", "log_dir=/tmp/runs"]),
     ("logger.name=mine", ["logger.name=mine", "run_name=mine"]),
     ("--cfg jbo", ["--cfg jbo", "job"]),
+    ("run_name=jsä-ü", ["run_name=jsä-ü", """'run_name="jsä-ü"'"""]),  # Hydra's grammar: a quoted value only
     # a setting that another makes moot
     ("fit --log_dir=mine --trainer.logger=TensorBoardLogger --trainer.logger.save_dir=tb", ["--log_dir=mine",
                                                                                            "--trainer.logger.save_dir=tb", "ignored"]),
