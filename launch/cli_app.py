@@ -10,7 +10,8 @@ import sys
 from typing import Any, NoReturn, Optional, Union
 
 from hydra.utils import get_class
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+import torch
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, instantiate_class
 
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from checkpoints.errors import CheckpointError
@@ -189,6 +190,12 @@ class CollectionCLI(LightningCLI):
     validate = test = fit  # (predict is refused: launch/checks/cli_check.py)
 
     def instantiate_classes(self) -> None:
+        optimizer = (self.config[self.subcommand] if self.subcommand else self.config).get("optimizer")
+        if optimizer:  # LightningCLI's own, built with the model's parameters, where its refusal names no option
+            try:
+                instantiate_class(([torch.nn.Parameter(torch.zeros(1))],), optimizer)
+            except (ValueError, TypeError) as error:
+                raise SettingsError(f"--optimizer ({optimizer.class_path.rsplit('.', 1)[-1]}): {error}") from None
         try:
             super().instantiate_classes()
         except (ValueError, TypeError) as error:  # a constructor refused a setting: its message, one line

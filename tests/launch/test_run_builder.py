@@ -198,6 +198,14 @@ def test_a_logger_scheduler_or_optimizer_the_run_cannot_take_is_refused(override
     says(refused.value, *named)
 
 
+def test_the_clis_own_optimizer_refusing_a_value_is_named(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main(["fit", "--optimizer=Adam", "--optimizer.lr=-1", f"--log_dir={tmp_path / 'logs'}"])
+    assert stop.value.code == 2 and not (tmp_path / "logs").exists()
+    says(capsys.readouterr().err.strip().splitlines()[-1], "error: --optimizer (Adam)", "learning rate", "-1")
+
+
 @pytest.mark.parametrize("logger", [["--trainer.logger=false"], ["--trainer.logger=CSVLogger", "--trainer.logger.save_dir=x"]])
 def test_the_cli_refuses_replicas_without_their_tensorboard_runs(logger, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
