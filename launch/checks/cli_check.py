@@ -16,8 +16,8 @@ from typing import Any, Optional
 
 from launch.checks.arguments import cli_options, values_of
 from launch import CLI_SUBCOMMANDS
-from launch.checks.configs import (CLI_SHORT_NAMES, NOT_SETTINGS, REPO, SHORT_NAME_MODULES, config_targets, declared, default_class, library_records,
-                                   recorded, short_names)
+from launch.checks.configs import (CLI_SHORT_NAMES, NOT_SETTINGS, REPO, SHORT_NAME_MODULES, config_targets, declared,
+                                   default_class, library_records, recorded, short_names)
 from common.registry import trusted_prefixes
 from common.settings import SEED_RANGE
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, \
@@ -142,8 +142,9 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         if chosen[group] is None and group in CLASS_OPTIONS and not own_code and (names := unknown_short_name(name)):
             raise EarlyRefusal(f"{as_given(option, name, file)}: {no_such_class(name, names)} {help_pointer(argv[0])}")
 
-    own_code = any(value and not value.startswith(COLLECTION_PACKAGES + SHORT_NAME_MODULES + ("lightning.", "torch."))
-                   and re.fullmatch(r"(\w+\.)+[A-Z]\w*", value.strip('"')) for _, value, _ in pairs) or bool(trusted_prefixes())
+    own_code = bool(trusted_prefixes()) or any(  # a dotted class path of one's own: its package may define a short name
+        value and re.fullmatch(r"(\w+\.)+[A-Z]\w*", value.strip('"'))
+        and not value.strip('"').startswith((*COLLECTION_PACKAGES, *SHORT_NAME_MODULES, "lightning.", "torch.")) for _, value, _ in pairs)
 
     for file, run in itertools.groupby(pairs, key=lambda pair: pair[2]):  # the command line's options between files, a file's
         run = list(run)

@@ -123,7 +123,8 @@ def grammar_error(error: Exception, overrides: list[str]) -> str:
     wide = next((o for o in overrides if not o.isascii() and not re.search("[\"']", o)), None)
     if wide is not None and "LexerNoViableAlt" in str(error):  # Hydra's grammar reads unquoted values in ASCII only
         key, _, value = wide.partition("=")
-        return f"{wide}: Hydra reads an unquoted value in ASCII only; quote it for Hydra, and the whole for the shell: '{key}=\"{value}\"'"
+        return (f"{wide}: Hydra reads an unquoted value in ASCII only; quote it for Hydra, and the whole for the shell: "
+                f"'{key}=\"{value}\"'")
     return " ".join(str(error).split())
 
 

@@ -267,7 +267,8 @@ def check_classes_chosen(cfg: Any) -> None:
                                 f"choose one with it ({offered})")
     for name, callback in (cfg.get("callbacks") or {}).items():
         if OmegaConf.is_dict(callback) and "_target_" not in callback:
-            has = [path.stem for path in sorted((CONFIGS / "callbacks").glob("*.yaml")) if name in read_config(f"callbacks/{path.name}")]
+            has = [path.stem for path in sorted((CONFIGS / "callbacks").glob("*.yaml"))
+                   if name in read_config(f"callbacks/{path.name}")]
             where = f"callbacks={has[0]} adds it" if has else f"one of one's own is added with +callbacks.{name}._target_=CLASS"
             others = [f"callbacks.{other}" for other, c in cfg.callbacks.items() if OmegaConf.is_dict(c) and "_target_" in c]
             listed = did_you_mean(f"callbacks.{name}", others) or f" (it has {', '.join(others)})"
