@@ -308,7 +308,11 @@ def main() -> None:
         except SystemExit as stop:
             if stop.code == USER_ERROR and rank_zero_only.rank == 0:  # a setting refused: the output directory Hydra made
                 # holds nothing of a run (rank 0's: the other ranks of a distributed run share it)
-                remove_if_only_hydra_files(HydraConfig.get().runtime.output_dir, HydraConfig.get().mode == RunMode.MULTIRUN)
+                # (a multirun's sweep folder too where its jobs run one at a time: no later job runs after a refusal)
+                hydra_config = HydraConfig.get()
+                one_at_a_time = hydra_config.runtime.choices.get("hydra/launcher") == "basic"
+                remove_if_only_hydra_files(hydra_config.runtime.output_dir,
+                                           hydra_config.mode == RunMode.MULTIRUN and one_at_a_time)
             if stop.code in (130, 143) and rank_zero_only.rank == 0:
                 note_jobs_not_run()
             raise  # 130/143 (Ctrl-C, SIGTERM): a stopped run keeps its config.yaml and train.log

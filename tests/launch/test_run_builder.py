@@ -210,7 +210,7 @@ def test_the_clis_own_optimizer_refusing_a_value_is_named(tmp_path, monkeypatch,
 def test_the_cli_refuses_replicas_without_their_tensorboard_runs(logger, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as stop:
-        launch.cli_app.main(["fit", "--replicas.seeds=[0,1]", *logger, f"--log_dir={tmp_path / 'logs'}"])
+        launch.cli_app.main(["fit", "--replicas.seeds=[0,1]", *logger])  # (log_dir: logs/ of the working directory)
     assert stop.value.code == 2 and not (tmp_path / "logs").exists() and not (tmp_path / "x").exists()
     says(capsys.readouterr().err.strip().splitlines()[-1], f"error: {logger[0].split('=')[0]}", "with replicas",
          "leave --trainer.logger out")
