@@ -20,8 +20,11 @@ from configs.settings import MODEL_ARGUMENTS, settings_class
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
+# lightning.Trainer's settings that are config groups of their own in Hydra, and how to give them there.
+TRAINER_GROUPS = {"logger": "logger=tensorboard, logger=csv or logger=none",
+                  "callbacks": "callbacks=NAME (configs/callbacks/), callbacks.NAME.KEY=VALUE, ~callbacks.NAME"}
 # Constructor arguments that are not settings: the front ends pass them (registered defaults leave them out).
-NOT_SETTINGS = {"model": MODEL_ARGUMENTS, "trainer": ("logger", "callbacks")}
+NOT_SETTINGS = {"model": MODEL_ARGUMENTS, "trainer": tuple(TRAINER_GROUPS)}
 TENSORBOARD = "tensorboard"  # <log_dir>/tensorboard: every TensorBoard run, one `tensorboard --logdir` for all
 # The loggers a run's layout places (launch/runs/run_directory.py), by class path: each one's folder under <log_dir>.
 LOGGER_FOLDERS = {"lightning.pytorch.loggers.TensorBoardLogger": TENSORBOARD, "lightning.pytorch.loggers.CSVLogger": "csv"}

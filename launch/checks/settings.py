@@ -18,7 +18,7 @@ from typing import Any, Iterator, Union, get_args, get_origin
 from common.registry import IMPORTABLE_HINT
 from common.settings import SEED_RANGE, expected
 from common.signatures import constructor_defaults, constructor_hints
-from launch.checks.configs import CONFIGS, LOGGER_FOLDERS, config_targets, declared, read_config, recorded
+from launch.checks.configs import CONFIGS, LOGGER_FOLDERS, TRAINER_GROUPS, config_targets, declared, read_config, recorded
 from launch.checks.precheck import SettingsError, check_combination, closest_in_module, did_you_mean
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
@@ -28,9 +28,6 @@ TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "l
 CONFIG_GROUPS = ("model", "data", "optimizer", "scheduler", "trainer", "logger", "callbacks", "experiment", "hydra")
 # The TensorBoard run's directory and name are the run's layout (launch/runs/run_directory.py), set by these top-level settings.
 LAYOUT_SETTINGS = {"save_dir": "log_dir", "name": "run_name"}
-# lightning.Trainer's settings that are config groups of their own in Hydra, and how to give them there.
-TRAINER_GROUPS = {"logger": "logger=tensorboard, logger=csv or logger=none",
-                  "callbacks": "callbacks=NAME (configs/callbacks/), callbacks.NAME.KEY=VALUE, ~callbacks.NAME"}
 REPLICA_SETTINGS = ["replicas.seeds", "replicas.arms"]  # what launch/runs/replicas.py reads
 KINDS = {list: "a list ([a,b,...])", dict: "a mapping ({key: value, ...})"}  # what a list or mapping setting expects
 BASE_CLASSES = {"model": "models.LatentVariableModel", "data": "datamodules.ImageDataModule"}  # (LightningCLI's too)
