@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import re
 import sys
+import warnings
 from typing import Any, NoReturn, Optional, Union
 
 from hydra.utils import get_class
@@ -211,6 +212,8 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
     resolve, for what needs them: the settings of class-valued options, of one's own classes and of the Trainer, and
     those a chosen class requires (launch/checks/cli_check.py)."""
     args = CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
+    # --optimizer replaces the model's configure_optimizers, as asked (cli_check refuses --model.optimizer beside it)
+    warnings.filterwarnings("ignore", message=r".*\.configure_optimizers` will be overridden by")
     subcommand = args[0] if args and args[0] in SUBCOMMANDS else "fit"
     with user_errors_as_one_line():
         check_cli_command(args if args[:1] == [subcommand] else [subcommand, *args],

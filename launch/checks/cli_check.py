@@ -16,8 +16,8 @@ from typing import Any, Optional
 
 from launch.checks.arguments import cli_options, values_of
 from launch import CLI_SUBCOMMANDS
-from launch.checks.configs import (CLI_SHORT_NAMES, NOT_SETTINGS, REPO, SHORT_NAME_MODULES, config_targets, declared,
-                                   default_class, library_records, recorded, short_names)
+from launch.checks.configs import (CLI_SHORT_NAMES, COLLECTION_PACKAGES, NOT_SETTINGS, REPO, SHORT_NAME_MODULES,
+                                   config_targets, declared, default_class, library_records, recorded, short_names)
 from common.registry import trusted_prefixes
 from common.settings import SEED_RANGE
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, \
@@ -232,8 +232,6 @@ def check_bare_option(option: str, value: str | None, chosen: dict[str, str | No
                            f"{help_pointer(subcommand)}")
 
 
-# The collection's packages: a short class name may name a class of theirs (--trainer.callbacks+=TrainingSpeed).
-COLLECTION_PACKAGES = ("models.", "datamodules.", "callbacks.", "samplers.", "launch.", "common.", "checkpoints.")
 
 
 def unknown_short_name(name: str) -> list[str] | None:

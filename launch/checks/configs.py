@@ -91,6 +91,8 @@ def declared(target: str | None) -> dict[str, Any] | None:
 LIBRARIES = ("lightning", "torch")
 # Where LightningCLI finds a class given by its short name (--optimizer=Adam, --trainer.logger=CSVLogger).
 SHORT_NAME_MODULES = ("torch.optim", "torch.optim.lr_scheduler", "lightning.pytorch.loggers", "lightning.pytorch.callbacks")
+# The collection's packages: a short class name may name a class of theirs (--trainer.callbacks+=TrainingSpeed).
+COLLECTION_PACKAGES = ("models.", "datamodules.", "callbacks.", "samplers.", "launch.", "common.", "checkpoints.")
 # LightningCLI's own classes its short names find first (its ReduceLROnPlateau takes the monitor torch's lacks).
 CLI_SHORT_NAMES = {"ReduceLROnPlateau": "lightning.pytorch.cli.ReduceLROnPlateau"}
 
@@ -128,13 +130,23 @@ def recorded(target: str | None) -> dict[str, Any] | None:
 
 
 def short_names() -> dict[str, str]:
-    """Once imported: name -> path of each public class the libraries define in SHORT_NAME_MODULES (not a name a module
-    imports from elsewhere, such as lr_scheduler's Counter): the classes LightningCLI finds by their short name."""
+    """Once imported: name -> path of each class LightningCLI finds by its short name: the public classes the libraries
+    define in SHORT_NAME_MODULES (not a name a module imports from elsewhere, such as lr_scheduler's Counter), then the
+    collection's optimizers, schedulers, callbacks and loggers (--optimizer=SGLD)."""
+    import lightning.pytorch as pl
+    import torch
+
     names: dict[str, str] = dict(CLI_SHORT_NAMES)
     for module in SHORT_NAME_MODULES:
         for name, value in vars(pkgutil.resolve_name(module)).items():
             if isinstance(value, type) and not name.startswith("_") and value.__module__.split(".")[0] in LIBRARIES:
                 names.setdefault(name, f"{module}.{name}")
+    bases = [torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler, pl.Callback, pl.loggers.Logger]
+    while bases:
+        cls = bases.pop()
+        bases += cls.__subclasses__()
+        if cls.__module__.startswith(COLLECTION_PACKAGES):
+            names.setdefault(cls.__name__, f"{cls.__module__}.{cls.__qualname__}")
     return names
 
 

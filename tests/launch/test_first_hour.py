@@ -11,6 +11,7 @@ import logging
 import re
 import signal
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,6 +121,7 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--max_steps=3"], ["--max_steps=3", "--trainer.max_steps?", "python train.py fit --help"]),
     (["fit", "--model=VAE", "--latent_dim=3"], ["--latent_dim=3", "--model.latent_dim?"]),
     (["fit", "--optimizer=Adamw"], ["--optimizer=Adamw", "AdamW?"]),
+    (["fit", "--optimizer=SGLD"], ["--optimizer.lr", "SGLD", "--optimizer=SGLD"]),  # the collection's, by its short name
     (["fit", "--model.optimizer.weight_decay=0.1"], ["--model.optimizer.weight_decay", "--model.optimizer=CLASS"]),
     (["fit", "--optimizer=Adam", "--optimizer.weight_decy=0.1"], ["--optimizer.weight_decy", "Adam", "--optimizer.weight_decay?"]),
     (["fit", "--trainer.callbacks+=LearningRateMonitor", "--trainer.callbacks.logging_intervl=step"],
@@ -290,8 +292,11 @@ def test_a_scheduler_without_its_optimizer_is_refused_and_works_with_it(tmp_path
         launch.cli_app.main(["fit", "--model=VAE", "--data=MNISTDataModule", "-c", "sched.yaml"])
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --lr_scheduler=StepLR without --optimizer would be ignored")
-    both = launch.cli_app.main(["--optimizer=Adam", "--optimizer.lr=0.01", "--lr_scheduler=StepLR", "--lr_scheduler.step_size=5",
-                                f"--log_dir={tmp_path}"], run=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        both = launch.cli_app.main(["--optimizer=Adam", "--optimizer.lr=0.01", "--lr_scheduler=StepLR",
+                                    "--lr_scheduler.step_size=5", f"--log_dir={tmp_path}"], run=False)
+    assert not [w for w in caught if "configure_optimizers" in str(w.message)]  # replaced as asked: no warning says so
     (tmp_path / "both.yaml").write_text("optimizer:\n  class_path: torch.optim.Adam\n  init_args: {lr: 0.01}\n"
                                         + (tmp_path / "sched.yaml").read_text())
     in_a_file = launch.cli_app.main(["--model=VAE", "-c", "both.yaml", f"--log_dir={tmp_path}"], run=False)
