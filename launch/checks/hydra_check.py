@@ -143,13 +143,14 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
     # the job's choices of configs and classes, without its settings (another may be a typo too)
     kept = [o for o in job if o is not given and ("." not in (k := o.split("=", 1)[0]) or k.endswith("._target_"))]
     group, parent = key.split(".")[0], key.rpartition(".")[0]
+    sweep = (f"{group}={swept[group]}: not every {group} of the sweep takes it; give it in a multirun of those that do"
+             if group in swept else None)
     try:
         cfg = composed_job(kept if appended else [*kept, f"++{given.lstrip('+~')}"], argv)
         if not appended:
             check_composed(cfg, classes=False)
     except SettingsError as refusal:
-        return f"{refusal}" + (f" ({group}={swept[group]} sweeps a {group} without it: give it in a multirun of the "
-                               f"{group}s that take it)" if group in swept else "")
+        return f"{refusal}" + (f" ({sweep})" if sweep else "")
     except (HydraException, OmegaConfBaseException):
         return hydras_line
     choice, node = cfg.hydra.runtime.choices.get(group), OmegaConf.select(cfg, parent) if parent else cfg
@@ -163,7 +164,8 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
                if not str(k).startswith("_") and f"{parent}.{k}" != key]
     what = "callback" if parent == "callbacks" else "key"
     hint = did_you_mean(key, options) or (f" (it has {', '.join(options)})" if what == "callback" else "")
-    return f"{key}: {where} has no such {what}{hint} (one it leaves out is added with +{given.lstrip('+~')})"
+    added = sweep or f"one it leaves out is added with +{given.lstrip('+~')}"
+    return f"{key}: {where} has no such {what}{hint} ({added})"
 
 
 def check_hydra(argv: list[str]) -> list[tuple[list[str], Any]]:

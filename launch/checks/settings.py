@@ -222,7 +222,7 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
                 if (names := recorded(settings.get("_target_"))) is not None:
                     check_group(settings["_target_"].rsplit(".", 1)[-1], names, settings, group)
             except SettingsError as error:
-                raise with_fix(error, group) from None
+                raise with_fix(error, group, cfg) from None
         return
     for group, settings in itertools.chain(groups.items(), other_groups(cfg)):
         target = settings["_target_"]
@@ -246,7 +246,7 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
         try:
             check_settings(cls, settings, group)
         except SettingsError as error:
-            raise with_fix(error, group) from None
+            raise with_fix(error, group, cfg) from None
 
 
 def check_classes_chosen(cfg: Any) -> None:
@@ -273,10 +273,18 @@ def check_classes_chosen(cfg: Any) -> None:
                                 f"callback{listed}; {where}")
 
 
-def with_fix(error: SettingsError, group: str) -> SettingsError:
-    """A class's refused setting, for a logger with the fix of logger._target_=... given over another logger's settings."""
-    return SettingsError(f"{error} (logger=csv and logger=tensorboard choose a logger with its own settings)"
-                         if group == "logger" else str(error))
+def with_fix(error: SettingsError, group: str, cfg: Any) -> SettingsError:
+    """A class's refused setting with its fix: a value that an interpolation gave (scheduler=cosine's T_max:
+    ${trainer.max_epochs}) named with it and the setting to give; for a logger, logger._target_=... given over another
+    logger's settings."""
+    from omegaconf import OmegaConf
+
+    text, key = str(error), re.match(rf"{re.escape(group)}\.(\w+)=", str(error))
+    source = OmegaConf.to_container(OmegaConf.select(cfg, group), resolve=False).get(key[1]) if key else None
+    if isinstance(source, str) and "${" in source:
+        text += f" (it is {source} in the config; give {group}.{key[1]}=VALUE)"
+    return SettingsError(f"{text} (logger=csv and logger=tensorboard choose a logger with its own settings)"
+                         if group == "logger" else text)
 
 
 def other_groups(cfg: Any) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -275,6 +275,7 @@ def test_ddp_strategies_get_the_collective_timeout():
     (["data.batch_size=x"], ["data.batch_size='x'", "integer"]),
     (["optimizer.lr=abc"], ["optimizer.lr='abc'", "number"]),
     (["scheduler=step", "scheduler.gamma=x"], ["scheduler.gamma='x'", "number"]),
+    (["scheduler=cosine", "trainer.max_epochs=null"], ["scheduler.T_max=None", "${trainer.max_epochs}", "scheduler.T_max="]),
     # settings without the class that takes them, which the run would build as a plain mapping
     (["+scheduler.gamma=0.5"], ["scheduler.gamma", "scheduler=none", "scheduler=step"]),
     (["logger=none", "+logger.flush_secs=5"], ["logger.flush_secs", "logger=none", "logger=csv"]),

@@ -106,6 +106,8 @@ MORE_MISTAKES = [
     ("model=vae model.mis_steps=3", ["model.mis_steps", "VAE", "JSA (model=jsa)"]),
     ("trainer.max_epochs=abc", ["trainer.max_epochs='abc'", "integer or null"]),
     ("-m model=vae,jsa model.lr=1e-3,abc", ["model.lr='abc'", "number"]),
+    ("-m optimizer=adam,sgld optimizer.temperature=2", ["optimizer.temperature", "adam.yaml", "optimizer=adam,sgld",
+                                                          "multirun of those that"]),  # not the + that Adam refuses
     ("seed=01", ["seed='01'", "integer"]),  # Hydra reads 01 as a string
     ("-m 'seed=1, x'", ["seed='x'", "integer"]),
     ("callbacks.nope.x=1", ["callbacks.nope", "configs/callbacks/default.yaml", "callbacks.model_checkpoint"]),
@@ -150,7 +152,7 @@ MORE_MISTAKES = [
     # an optimizer's config holds only the keys its file sets (not the class's defaults): the + that adds one
     ("optimizer.weight_decay=0.1", ["optimizer.weight_decay", "configs/optimizer/adam.yaml", "+optimizer.weight_decay=0.1"]),
     # an experiment's own sweep of the models (experiment=compare) is composed job by job too
-    ("-m experiment=compare model.mis_steps=3", ["model.mis_steps", "DiscreteVAE", "sweeps", "JSA (model=jsa)"]),
+    ("-m experiment=compare model.mis_steps=3", ["model.mis_steps", "DiscreteVAE", "not every model of the sweep", "JSA (model=jsa)"]),
     # replicas take seeds and arms alone, with or without + (nothing else reads them)
     ("replicas.sed=[0,1]", ["replicas.sed", "replicas.seeds?"]),
     ("+replicas.sed=[0,1]", ["replicas.sed", "replicas.seeds?"]),
