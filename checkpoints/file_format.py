@@ -28,6 +28,7 @@ CHECKSUM_SUFFIX = ".sha256"
 # How long a read waits for another process's lock on the checkpoint's directory (a save holds it for the seconds
 # its files take to write; a live run for as long as it runs, on its own run directory).
 LOCK_WAIT_S = 120.0
+LOCK_POLL_S = 0.005  # a read's tries at the shared lock: often enough to find the gaps between frequent saves
 # Directories this process already holds an exclusive flock on (its run directory, launch/runs/run_directory.py): a second
 # flock there from this process would wait for itself, and the held one already keeps other writers out.
 held_directories: set[Path] = set()
@@ -93,7 +94,7 @@ def directory_lock(directory: Path, exclusive: bool) -> Iterator[None]:
                 raise CheckpointError(f"{directory} has been locked by another process for {LOCK_WAIT_S:g} s (a run "
                                       "that owns the directory, or a save in progress); wait for it to end, or copy the "
                                       "checkpoint elsewhere")
-            time.sleep(0.05)
+            time.sleep(LOCK_POLL_S)
         yield
     finally:
         if descriptor is not None:
