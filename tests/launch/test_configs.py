@@ -264,7 +264,7 @@ def test_ddp_strategies_get_the_collective_timeout():
     (["+ckpt_pth=x"], ["ckpt_pth", "no such setting", "ckpt_path"]),
     (["seed=abc"], ["seed='abc'", "integer"]),
     (["trainer.precision=foo"], ["trainer.precision=foo", "32-true, 16-mixed or bf16-mixed"]),
-    (["experiment=jsa_paper", "+per_model.jsa.mis_stepz=3"], ["model.mis_stepz", "JSA", "model.mis_steps?"]),
+    (["experiment=jsa_paper", "+per_model.jsa.mis_stepz=3"], ["per_model.jsa.mis_stepz", "JSA", "per_model.jsa.mis_steps?"]),
     (["seed=-1"], ["seed=-1", "[0, 2^32 - 1]"]),
     (["run_test=maybe"], ["run_test='maybe'", "true or false"]),
     (["ddp_timeout_s=0"], ["ddp_timeout_s=0", "> 0"]),
@@ -284,6 +284,8 @@ def test_ddp_strategies_get_the_collective_timeout():
     (["trainer.max_time={minutes:-1}"], ["trainer.max_time", "at least 0"]),
     (["ckpt_path="], ["ckpt_path=", "empty"]),
     (["+per_model.jas.mis_steps=3"], ["per_model.jas", "jsa"]),  # a name nothing reads
+    (["experiment=jsa_paper", "+per_model.vae.latent_dm=3"], ["per_model.vae.latent_dm", "per_model.vae.latent_dim?"]),
+    (["experiment=compare", "+discrete_latent.num_categorie=3"], ["discrete_latent.num_categorie", "num_categories?"]),
     (["+model.optimizer=samplers.SGLD"], ["model.optimizer", "optimizer=NAME", "sgld"]),  # LightningCLI's option
 ], 4))  # the quick loop's rows: a top-level name and value, a Trainer value, a model's setting with an experiment's applied
 def test_top_level_and_trainer_settings_are_checked_before_the_run(overrides, named, monkeypatch):
