@@ -51,7 +51,8 @@ TRAINER_NUMBERS = (
 
 def check_trainer_values(settings: dict[str, Any], prefix: str, devices: bool = True) -> None:
     """What lightning.Trainer accepts but cannot run, or refuses without naming the option: an accelerator this machine
-    lacks (with `devices`: where the run is), a precision the collection does not run in, a plugin named by a string
+    lacks (with `devices`: where the run is), a precision the collection does not run in, barebones mode (no logging, no
+    checkpoints), a plugin named by a string
     (Lightning reads its letters as plugins), a max_time that is not DD:HH:MM:SS, and TRAINER_NUMBERS."""
     import torch
 
@@ -68,6 +69,9 @@ def check_trainer_values(settings: dict[str, Any], prefix: str, devices: bool = 
         why = " (the samplers and JSA's cache hold 32-bit tensors)" if "64" in str(precision) else ""
         raise SettingsError(f"{prefix}.precision={precision}: expected 32-true, 16-mixed or bf16-mixed{why} (or "
                             f"{', '.join(SUPPORTED_PRECISIONS[3:])})")
+    if settings.get("barebones") is True:  # (Lightning's own refusal names the first of the settings in turn)
+        raise SettingsError(f"{prefix}.barebones=true: the models log their metrics with self.log and every run saves "
+                            "checkpoints, which barebones mode forbids; leave it out")
     plugins = settings.get("plugins")
     if isinstance(plugins, str) or isinstance(plugins, list) and any(isinstance(plugin, str) for plugin in plugins):
         raise SettingsError(f"{prefix}.plugins={plugins}: expected a plugin built from its class ({{_target_: CLASS, ...}}: "

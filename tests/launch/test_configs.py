@@ -270,6 +270,7 @@ def test_ddp_strategies_get_the_collective_timeout():
     (["ddp_timeout_s=0"], ["ddp_timeout_s=0", "> 0"]),
     (["trainer.max_epochs=abc"], ["trainer.max_epochs='abc'", "integer or null"]),
     (["trainer.plugins=nonsense"], ["trainer.plugins=nonsense", "_target_"]),
+    (["trainer.barebones=true"], ["trainer.barebones=true", "self.log", "leave it out"]),
     (["+trainer.max_epoch=3"], ["trainer.max_epoch", "Trainer", "trainer.max_epochs?"]),
     (["model.mis_steps=abc"], ["model.mis_steps='abc'", "integer"]),
     (["data.batch_size=x"], ["data.batch_size='x'", "integer"]),
