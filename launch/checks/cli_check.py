@@ -236,13 +236,13 @@ def check_bare_option(option: str, value: str | None, chosen: dict[str, str | No
 
 def unknown_short_name(name: str) -> list[str] | None:
     """Before the imports, once a run has recorded the libraries' classes (launch/checks/configs.py): the short names
-    LightningCLI would know where `name` (--optimizer=Adamw) is none of them nor a class the collection defines; None
+    LightningCLI would know, the collection's classes among them, where `name` (--optimizer=Adamw) is none of them; None
     where it may name a class (or a dotted path: one's own), or no record tells."""
     records = [path for path in library_records() if path.rpartition(".")[0] in SHORT_NAME_MODULES]
     if "lightning" in sys.modules or not records or not re.fullmatch(r"[A-Z]\w*", name):
         return None
-    names = {path.rsplit(".", 1)[-1] for path in records}
-    return None if name in names | collection_classes() else sorted(names)
+    names = {path.rsplit(".", 1)[-1] for path in records} | collection_classes()
+    return None if name in names else sorted(names)
 
 
 @functools.cache

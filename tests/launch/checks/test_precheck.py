@@ -552,6 +552,7 @@ def test_before_the_imports_any_trainer_setting_passes_until_a_run_has_recorded_
      ["--trainer.callbacks.patiense", "EarlyStopping", "--trainer.callbacks.patience?"]),
     (["logger._target_=lightning.pytorch.loggers.CSVLogger"], ["logger.default_hp_metric", "CSVLogger", "logger=csv"]),
     (["fit", "--optimizer=Adamw"], ["--optimizer=Adamw", "no such class", "AdamW?"]),  # a class by its short name
+    (["fit", "--optimizer=SGLDD"], ["--optimizer=SGLDD", "no such class", "SGLD?"]),  # the collection's
     (["fit", "--trainer.callbacks+=EarlyStoping"], ["--trainer.callbacks+=EarlyStoping", "EarlyStopping?"]),
 ])
 def test_once_a_run_has_recorded_the_libraries_settings_their_typo_is_refused_before_the_imports(argv, named, tmp_path,
