@@ -24,7 +24,7 @@ ALLOWED_IMPORT_PREFIXES = ("models.", "datamodules.", "callbacks.", "samplers.",
 # Settings that are paths or plain names (str or Path in every class allowed above, and LightningCLI's ckpt_path and
 # log_dir): their values are never imported, and may be file names such as last.ckpt.
 PATH_SETTINGS = frozenset({"ckpt_path", "log_dir", "data_dir", "default_root_dir", "dirpath", "filename", "save_dir",
-                           "name", "version"})
+                           "name", "version", "autoencoder_checkpoint"})
 # Two or more identifiers joined by dots, as importlib takes them. Looked for after NFKC normalization, so that a
 # full-width dot or a compatibility letter does not hide a name; compared with the allowed prefixes as written, so that
 # a look-alike (a Cyrillic і in torch.optіm) is not allowed.

@@ -92,10 +92,13 @@ def test_what_hydra_reads_and_imports_is_listed():
                                      "Hydra config received/trainer/big.yaml: _target_ = lightning.Trainer"]
 
 
-@pytest.mark.parametrize("argv", [["fit", "-c", "run.yaml"], ["test", "--ckpt_path=received.ckpt"]])
+@pytest.mark.parametrize("argv", [["fit", "-c", "run.yaml"], ["test", "--ckpt_path=received.ckpt"],
+                                  ["fit", "--model=VQVAE", "--model.autoencoder_checkpoint=big.ckpt"]])
 def test_a_path_setting_names_a_file_that_is_neither_read_nor_imported(argv):
-    """ckpt_path: received.ckpt is a file name (a dotted one), and the file is a checkpoint, not a config."""
-    write({"run.yaml": "ckpt_path: received.ckpt\ntrainer:\n  default_root_dir: runs.v2\n", "received.ckpt": "PK\x03\x04 ]]] !!"})
+    """ckpt_path: received.ckpt is a file name (a dotted one), and the file is a checkpoint, not a config; a checkpoint
+    larger than a config file may be is not read as one."""
+    write({"run.yaml": "ckpt_path: received.ckpt\ntrainer:\n  default_root_dir: runs.v2\n", "received.ckpt": "PK\x03\x04 ]]] !!",
+           "big.ckpt": "PK" * (1 << 20)})
     assert refuse_received_configs(argv, cli=True) is None
 
 
