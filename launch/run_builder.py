@@ -161,7 +161,8 @@ def built(run: RunDescription) -> RunDescription:
     scheduler = instantiate(run.scheduler) if run.scheduler else None  # the model's configure_optimizers builds both
     model = constructed(model, "model", RESUMED if checkpoint is not None else "",
                         data_shape=list(datamodule.image_shape), optimizer=optimizer, scheduler=scheduler)
-    callbacks = [constructed(settings, f"callbacks.{name}") for name, settings in trainer.pop("callbacks").items()]
+    callbacks = [constructed(settings, f"callbacks.{name}") for name, settings in trainer.pop("callbacks").items()
+                 if settings is not None]  # callbacks.NAME=null leaves it out, as ~callbacks.NAME does
     partial = instantiate(trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
     name = run_name(run.name, model.run_tag, run.swept)
     logger, tensorboard = chosen_logger(run, name)

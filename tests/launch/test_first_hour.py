@@ -281,6 +281,8 @@ def test_callbacks_of_ones_own_replace_the_defaults_but_not_the_guards(tmp_path)
         kinds = [type(c).__name__ for c in trainer.callbacks]
         assert own | {"SafeCheckpoints", "SaveOnPreemption", "NonFiniteLossGuard"} <= set(kinds) and "ImageGrids" not in kinds, kinds
     assert [type(c).__name__ for c in default_trainer.callbacks].count("NonFiniteLossGuard") == 1
+    _, _, without_grids, _ = launch.hydra_app.build_run(composed(["callbacks.image_grids=null", f"log_dir={tmp_path / 'logs'}"]))
+    assert None not in without_grids.callbacks and "ImageGrids" not in [type(c).__name__ for c in without_grids.callbacks]
 
 
 def test_a_scheduler_without_its_optimizer_is_refused_and_works_with_it(tmp_path, monkeypatch, capsys):
