@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import inspect
 import os
+import re
 from datetime import timedelta
 from typing import Any, Callable, Iterator, Sequence
 
@@ -111,10 +112,17 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
     settings.update(trainer_settings(settings, logger, run.ddp_timeout_s, unlogged_dir))
     try:
         trainer = (run.trainer_class or Trainer)(**{**settings, "logger": logger})
-    except (ValueError, TypeError) as error:  # Lightning refused a setting (strategy, devices, num_nodes, ...)
-        if isinstance(error, REFUSALS):
-            raise
+    except (ValueError, TypeError, RuntimeError) as error:  # Lightning refused a setting (strategy, devices, ...)
         option = "--trainer" if run.front_end == "cli" else "trainer"
+        twice = re.match(r"Found more than one stateful callback of type `(\w+)`", str(error))
+        if isinstance(error, REFUSALS) or isinstance(error, RuntimeError) and not twice:
+            raise
+        if twice:  # (a second checkpoint callback on the same monitor, say)
+            where = "--trainer.callbacks" if run.front_end == "cli" else "callbacks"
+            ours = " (the --checkpoint group's is one: --checkpoint.monitor, ...)" if run.front_end == "cli" else ""
+            raise SettingsError(f"{where}: two {twice[1]} callbacks with the same settings would share one state in the "
+                                f"checkpoint{ours}; give the second other settings (another monitor), or leave it out"
+                                ) from None
         raise SettingsError(f"{option} (Trainer): {' '.join(str(error).split())}") from None
     if checkpoint is not None and run.subcommand in ("validate", "test") and "fit_loop" in (checkpoint.get("loops") or {}):
         # A trainer built to score a checkpoint (train.py test --ckpt_path=...) logs at the step its training reached,

@@ -188,6 +188,9 @@ def test_hydras_logger_group_chooses_the_logger_and_the_layout_places_it(choice,
     (["logger=none", "replicas.seeds=[0,1]"], ["logger=none with replicas", "logger=tensorboard"]),
     (["scheduler=cosine", "replicas.seeds=[0,1]"], ["scheduler with replicas", "without a learning-rate scheduler"]),
     (["model=vae", "optimizer=sgld", "replicas.seeds=[0,1]"], ["replicas train with Adam or AdamW", "elementwise"]),
+    # a second checkpoint callback on the checkpoints' monitor: Lightning's RuntimeError, a traceback
+    (["+callbacks.ck2._target_=lightning.pytorch.callbacks.ModelCheckpoint", "+callbacks.ck2.monitor=val/nll"],
+     ["callbacks: two ModelCheckpoint callbacks", "another monitor"]),
 ])
 def test_a_logger_scheduler_or_optimizer_the_run_cannot_take_is_refused(overrides, named, tmp_path, monkeypatch):
     from launch.checks.settings import SettingsError
@@ -196,6 +199,15 @@ def test_a_logger_scheduler_or_optimizer_the_run_cannot_take_is_refused(override
     with pytest.raises(SettingsError) as refused:
         launch.hydra_app.run(composed([*overrides, f"log_dir={tmp_path / 'logs'}"]))
     says(refused.value, *named)
+
+
+def test_the_cli_names_a_second_checkpoint_callback_on_the_checkpoint_groups_monitor(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main(["fit", "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.monitor=val/nll",
+                             f"--log_dir={tmp_path / 'logs'}"])
+    assert stop.value.code == 2
+    says(capsys.readouterr().err.strip().splitlines()[-1], "error: --trainer.callbacks: two", "--checkpoint.monitor")
 
 
 def test_the_clis_own_optimizer_refusing_a_value_is_named(tmp_path, monkeypatch, capsys):
