@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,14 @@ def installed_plugins() -> list[str]:
     return [path.name for location in (spec.submodule_search_locations or [] if spec else []) for path in Path(location).iterdir()]
 
 
-def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
-    """`hydra/launcher=NAME` / `hydra/sweeper=NAME`: a config that exists, whose plugin is installed, in a multirun."""
+def slurm_here() -> bool:
+    """Whether this machine submits SLURM jobs (submitit looks for srun)."""
+    return shutil.which("srun") is not None
+
+
+def check_plugin_choice(group: str, value: str, multirun: bool, prints_only: bool = False) -> None:
+    """`hydra/launcher=NAME` / `hydra/sweeper=NAME`: a config that exists, whose plugin is installed, in a multirun; a
+    SLURM launcher where SLURM is (unless the command only prints its config)."""
     kind, installed = group.rsplit("/", 1)[1], installed_plugins()
     ours = [path.stem for path in (CONFIGS / group).glob("*.yaml")]
     known = sorted({"basic", *ours, *(name for name, package in PLUGIN_PACKAGES.items() if package.endswith(kind))})
@@ -57,6 +64,9 @@ def check_plugin_choice(group: str, value: str, multirun: bool) -> None:
         if plugin is not None and PLUGIN_PACKAGES[plugin].replace("-", "_") not in installed:  # (its folder's name)
             raise EarlyRefusal(f"{group}={choice}: the {plugin} {kind} plugin is not installed: {CLUSTER_EXTRA} "
                                f"(or pip install {PLUGIN_PACKAGES[plugin]})")
+        if plugin == "submitit_slurm" and not prints_only and not slurm_here():
+            raise EarlyRefusal(f"{group}={choice}: no SLURM on this machine (srun is not on PATH); run the command on the "
+                               "cluster's login node, or hydra/launcher=slurm_local to run the jobs here (docs/cluster.md)")
         others = [name for name in installed if name.endswith(kind) and f"_{choice.split('_')[0]}_" in name]
         if plugin is None and choice not in known and not others:
             raise EarlyRefusal(f"{group}={choice}: no such {kind}; expected one of {', '.join(known)} "
@@ -177,7 +187,7 @@ def check_hydra(argv: list[str]) -> list[tuple[list[str], Any]]:
         return []
     # --cfg only prints the config: a sweeper or launcher is fine there without -m.
     multirun = bool(hydra_modes(argv) & {"--multirun", "--cfg"}) or ("hydra.mode", "MULTIRUN") in pairs
-    check_before_composing(argv, pairs, multirun)
+    check_before_composing(argv, pairs, multirun, "--cfg" in hydra_modes(argv))
     planned, other_values = jobs(overrides_given(argv), multirun)
     swept = {key: value for key, value in pairs if key in CONFIG_GROUPS and len(values_of(value) or []) > 1}
 
@@ -277,11 +287,11 @@ def in_file(line: str, job: list[str], argv: list[str], cfg: Any) -> str:
     return line
 
 
-def check_before_composing(argv: list[str], pairs: list[tuple[str, str]], multirun: bool) -> None:
+def check_before_composing(argv: list[str], pairs: list[tuple[str, str]], multirun: bool, prints_only: bool) -> None:
     """What composing does not see: Hydra plugins, Lightning 1's Trainer options, a config choice that does not exist."""
     for key, value in pairs:
         if key in ("hydra/launcher", "hydra/sweeper"):
-            check_plugin_choice(key, value, multirun)
+            check_plugin_choice(key, value, multirun, prints_only)
         if key.startswith("trainer.") and key.removeprefix("trainer.") in REMOVED_TRAINER_OPTIONS:
             raise EarlyRefusal(removed_trainer_option(key, value, cli=False))
         if key == "callbacks" and value.replace(" ", "") == "{}":  # (Hydra merges a mapping into the group's)

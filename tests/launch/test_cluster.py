@@ -41,8 +41,10 @@ def cores() -> int:
     ("hydra/launcher=parallel model=vae", ["hydra/launcher=parallel", "multirun", "add -m"]),
     ("-m experiment=compare hydra/sweeper=tune", ["hydra/sweeper=tune", "one model per study", "model=NAME"]),
     ("-m model=vae,jsa hydra/sweeper=tune", ["hydra/sweeper=tune", "one model per study", "model=NAME"]),
+    ("-m model=vae,jsa hydra/launcher=slurm", ["hydra/launcher=slurm", "no SLURM", "hydra/launcher=slurm_local"]),
 ])
-def test_an_unknown_or_misused_launcher_or_sweeper_is_one_line(command, named):
+def test_an_unknown_or_misused_launcher_or_sweeper_is_one_line(command, named, monkeypatch):
+    monkeypatch.setattr(hydra_check, "slurm_here", lambda: False)  # (a machine without SLURM)
     refusal = refuse_early(shlex.split(command), cli=False)
     assert refusal is not None and "\n" not in refusal, refusal
     says(refusal, *named)
@@ -60,7 +62,8 @@ VALID = [
 
 
 @pytest.mark.parametrize("command", VALID)
-def test_valid_launcher_and_sweeper_commands_pass(command):
+def test_valid_launcher_and_sweeper_commands_pass(command, monkeypatch):
+    monkeypatch.setattr(hydra_check, "slurm_here", lambda: True)  # (a login node: --cfg hydra passes without one)
     assert refuse_early(shlex.split(command), cli=False) is None
 
 

@@ -213,6 +213,7 @@ def test_a_gpu_is_the_runs_to_find_not_the_launching_process(tmp_path, monkeypat
     from tests.launch.test_configs import composed
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("launch.checks.hydra_check.slurm_here", lambda: True)
     check_after_imports(["-m", "model=vae", "trainer=gpu", "hydra/launcher=slurm", "hydra.launcher.partition=gpu"])
     with pytest.raises(SettingsError) as refused:
         launch.hydra_app.run(composed(["model=vae", "trainer=gpu", f"log_dir={tmp_path / 'logs'}"]))
@@ -403,6 +404,7 @@ def test_every_documented_train_command_passes(tmp_path, monkeypatch):
     checked_elsewhere = [shlex.split(c) for c in (*VALID, *LAUNCHER_COMMANDS)]
     commands = [argv for argv in commands if argv not in checked_elsewhere]
     with_files_named_by(commands, tmp_path, monkeypatch)
+    monkeypatch.setattr("launch.checks.hydra_check.slurm_here", lambda: True)  # README's SLURM command: on a login node
     for argv in commands:
         refusal = refuse_early(argv, cli=bool(argv) and argv[0] in ("fit", "validate", "test", "predict"))
         assert refusal is None, (argv, refusal)  # trainer=gpu too: the devices are the run's, on a GPU node under SLURM
