@@ -85,6 +85,10 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
     # LightningCLI's as parsed: a -c file may set it (the early checks saw the command line only)
     elif refusal := write_root_refusal("--log_dir" if run.front_end == "cli" else "log_dir", run.log_dir):
         raise SettingsError(refusal)
+    if (run.replicas or {}).get("arms") is not None and run.replicas.get("seeds") is None:
+        option = "--replicas" if run.front_end == "cli" else "replicas"
+        raise SettingsError(f"{option}.arms without {option}.seeds: arms are replicas of each seed; give the seeds too "
+                            f"({option}.seeds=[0,1], docs/replicas.md)")
     if (run.replicas or {}).get("seeds") is not None:  # R replicas of it in one process (launch/runs/replicas.py)
         if run.tensorboard is None:  # each replica logs a TensorBoard run of its own
             logger = run.trainer.get("logger")

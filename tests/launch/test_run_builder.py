@@ -191,6 +191,7 @@ def test_hydras_logger_group_chooses_the_logger_and_the_layout_places_it(choice,
     # a second checkpoint callback on the checkpoints' monitor: Lightning's RuntimeError, a traceback
     (["+callbacks.ck2._target_=lightning.pytorch.callbacks.ModelCheckpoint", "+callbacks.ck2.monitor=val/nll"],
      ["callbacks: two ModelCheckpoint callbacks", "another monitor"]),
+    (["replicas.arms=[{cache_start_epoch:1}]"], ["replicas.arms without replicas.seeds", "replicas.seeds="]),  # not a single run
 ])
 def test_a_logger_scheduler_or_optimizer_the_run_cannot_take_is_refused(overrides, named, tmp_path, monkeypatch):
     from launch.checks.settings import SettingsError
@@ -201,13 +202,17 @@ def test_a_logger_scheduler_or_optimizer_the_run_cannot_take_is_refused(override
     says(refused.value, *named)
 
 
-def test_the_cli_names_a_second_checkpoint_callback_on_the_checkpoint_groups_monitor(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("options, named", [
+    (["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.monitor=val/nll"],  # the --checkpoint group's monitor
+     ["error: --trainer.callbacks: two", "--checkpoint.monitor"]),
+    (["--replicas.arms=[{cache_start_epoch: 1}]"], ["error: --replicas.arms without --replicas.seeds", "--replicas.seeds="]),
+])
+def test_the_cli_refuses_what_the_run_builder_cannot_take_in_one_line(options, named, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as stop:
-        launch.cli_app.main(["fit", "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.monitor=val/nll",
-                             f"--log_dir={tmp_path / 'logs'}"])
+        launch.cli_app.main(["fit", *options, f"--log_dir={tmp_path / 'logs'}"])
     assert stop.value.code == 2
-    says(capsys.readouterr().err.strip().splitlines()[-1], "error: --trainer.callbacks: two", "--checkpoint.monitor")
+    says(capsys.readouterr().err.strip().splitlines()[-1], *named)
 
 
 def test_the_clis_own_optimizer_refusing_a_value_is_named(tmp_path, monkeypatch, capsys):
