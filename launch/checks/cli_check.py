@@ -103,6 +103,9 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
                                f"replace the model's own optimizer and scheduler, so {own} would be ignored; give one of "
                                "the two (--lr_scheduler for --optimizer's schedule)")
     settings = {setting_key(option): value for option, value, _ in pairs}
+    if optimizer not in (None, "null") and settings.get("model.lr") is not None:
+        raise EarlyRefusal(f"--model.lr={settings['model.lr']} with --optimizer={optimizer}: the run trains with the "
+                           f"learning rate of --optimizer, not the model's; give --optimizer.lr={settings['model.lr']}")
     save_dir = settings.get("trainer.logger.save_dir")
     if "--log_dir" in dict((option, v) for option, v in cli_options(argv)) and save_dir is not None:
         raise EarlyRefusal(f"--log_dir={settings['log_dir']} with --trainer.logger.save_dir={save_dir}: a logger of one's "

@@ -123,6 +123,8 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--optimizer=Adamw"], ["--optimizer=Adamw", "AdamW?"]),
     (["fit", "--optimizer=SGLD"], ["--optimizer.lr", "SGLD", "--optimizer=SGLD"]),  # the collection's, by its short name
     (["fit", "--trainer.barebones=true"], ["--trainer.barebones=true", "leave it out"]),  # Lightning's names one setting
+    (["fit", "--optimizer=SGD", "--optimizer.lr=0.1", "--model.lr=0.5", "--trainer.max_steps=1"],
+     ["--model.lr=0.5", "--optimizer.lr=0.5"]),
     (["fit", "--model.optimizer.weight_decay=0.1"], ["--model.optimizer.weight_decay", "--model.optimizer=CLASS"]),
     (["fit", "--optimizer=Adam", "--optimizer.weight_decy=0.1"], ["--optimizer.weight_decy", "Adam", "--optimizer.weight_decay?"]),
     (["fit", "--trainer.callbacks+=LearningRateMonitor", "--trainer.callbacks.logging_intervl=step"],
