@@ -32,6 +32,7 @@ CLASS_OPTIONS = {"optimizer": "Adam", "lr_scheduler": "StepLR", "model.optimizer
 CLI_OPTIONS = ("config", "print_config", "seed_everything", "log_dir", "ckpt_path", "fresh_weights", "help", "model",
                "data", "trainer", "checkpoint", "replicas", *CLASS_OPTIONS)
 FILE_OPTIONS = (*CLI_OPTIONS, "verbose", "weights_only")  # the top-level keys of a --config file
+HELP_OPTIONS = ("-h", "--help", "--model.help", "--data.help")
 REPLICA_HINTS = {"seeds": Optional[list[int]], "arms": Optional[list[dict[str, Any]]]}  # --replicas.seeds, .arms
 
 
@@ -68,8 +69,8 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
     line `with_defaults` gives); once Lightning is imported, the settings of class-valued options and of one's own
     classes too, and those a chosen class requires. Whether a config file is YAML is checked before
     (launch/checks/received_config.py); whether test has a checkpoint once parsed (launch/cli_app.py)."""
-    if prints_only:
-        return check_help_class(argv)  # the help options and print_config refuse nothing else
+    if prints_only and any(arg.split("=", 1)[0] in HELP_OPTIONS for arg in argv):
+        return check_help_class(argv)  # the help options refuse nothing else (--print_config: every setting checked)
     if argv[0] == "predict":  # LightningCLI offers it; no model has a predict_step or a data module a predict split
         raise EarlyRefusal("predict: the models have no prediction step; a trained model's codes, reconstructions, "
                            "samples and NLLs come from it in Python (README, Using a trained model: "

@@ -106,6 +106,7 @@ MORE_MISTAKES = [
     ("model=vae model.mis_steps=3", ["model.mis_steps", "VAE", "JSA (model=jsa)"]),
     ("trainer.max_epochs=abc", ["trainer.max_epochs='abc'", "integer or null"]),
     ("-m model=vae,jsa model.lr=1e-3,abc", ["model.lr='abc'", "number"]),
+    ("fit --model=VAE --model.latnt_dim=8 --print_config", ["--model.latnt_dim", "--model.latent_dim?"]),  # printed checked
     ("-m optimizer=adam,sgld optimizer.temperature=2", ["optimizer.temperature", "adam.yaml", "optimizer=adam,sgld",
                                                           "multirun of those that"]),  # not the + that Adam refuses
     ("seed=01", ["seed='01'", "integer"]),  # Hydra reads 01 as a string
