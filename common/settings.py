@@ -4,10 +4,12 @@ as the run's error). Torch-free: the front ends run them before the heavy import
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
 
+MEANT = "; did you mean "
 SEED_RANGE = (0, 2**32 - 1)  # numpy's, which Lightning's seed_everything checks too
 
 
@@ -16,14 +18,18 @@ def expected(hint: Any, value: Any) -> str | None:
     what was expected; a hint of another kind (a callable, a generic) takes anything (the constructor decides)."""
     origin = get_origin(hint)
     if origin is Literal:
-        return None if value in get_args(hint) else "one of " + ", ".join(map(repr, get_args(hint)))
+        choices = get_args(hint)
+        close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1) if isinstance(value, str) else []
+        return None if value in choices else "one of " + ", ".join(map(repr, choices)) + \
+            (f"{MEANT}{close[0]!r}?" if close else "")
     if origin in (Union, types.UnionType):
         options = get_args(hint)
         if value is None and type(None) in options:
             return None
         failures = [expected(option, value) for option in options if option is not type(None)]
-        if all(failures):
-            return " or ".join(failures) + (" or null" if type(None) in options else "")
+        if all(failures):  # (a did-you-mean last)
+            meant = next((f"{MEANT}{failure.split(MEANT)[1]}" for failure in failures if MEANT in failure), "")
+            return " or ".join(f.split(MEANT)[0] for f in failures) + (" or null" if type(None) in options else "") + meant
         return None
     if hint is bool:
         return None if isinstance(value, bool) else "true or false"

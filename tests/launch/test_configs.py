@@ -274,6 +274,8 @@ def test_ddp_strategies_get_the_collective_timeout():
     (["+trainer.max_epoch=3"], ["trainer.max_epoch", "Trainer", "trainer.max_epochs?"]),
     (["model.mis_steps=abc"], ["model.mis_steps='abc'", "integer"]),
     (["data.batch_size=x"], ["data.batch_size='x'", "integer"]),
+    (["data.binarize=dinamic"], ["data.binarize='dinamic'", "'static'", "did you mean 'dynamic'?"]),  # a choice misspelt
+    (["model.likelihood=gauss"], ["model.likelihood='gauss'", "or null; did you mean 'gaussian'?"]),
     (["optimizer.lr=abc"], ["optimizer.lr='abc'", "number"]),
     (["scheduler=step", "scheduler.gamma=x"], ["scheduler.gamma='x'", "number"]),
     (["scheduler=cosine", "trainer.max_epochs=null"], ["scheduler.T_max=None", "${trainer.max_epochs}", "scheduler.T_max="]),
