@@ -208,7 +208,8 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
     logger = OmegaConf.to_container(cfg.logger, resolve=False) if cfg.get("logger") else {}
     for key in LAYOUT_SETTINGS:
         if key in logger:
-            raise SettingsError(f"logger.{key}={logger[key]}: the TensorBoard run is <log_dir>/tensorboard/<run_name>-<the "
+            folder = LOGGER_FOLDERS.get(logger.get("_target_"), "tensorboard")
+            raise SettingsError(f"logger.{key}={logger[key]}: the run is logged to <log_dir>/{folder}/<run_name>-<the "
                                 f"model's key settings>; give {LAYOUT_SETTINGS[key]}={logger[key]} instead")
     if logger and logger.get("_target_") not in LOGGER_FOLDERS:
         raise SettingsError(f"logger._target_={logger.get('_target_')}: a run is logged by the loggers its layout places: "

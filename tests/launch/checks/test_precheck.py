@@ -118,6 +118,7 @@ MORE_MISTAKES = [
     # the TensorBoard run's directory and name are the run's layout (launch/runs/run_directory.py): the settings that set them
     ("logger.save_dir=/tmp/runs", ["logger.save_dir=/tmp/runs", "log_dir=/tmp/runs"]),
     ("logger.name=mine", ["logger.name=mine", "run_name=mine"]),
+    ("logger=csv logger.name=mine", ["logger.name=mine", "<log_dir>/csv/", "run_name=mine"]),  # the CSV run's folder
     ("--cfg jbo", ["--cfg jbo", "job"]),
     ("run_name=jsä-ü", ["run_name=jsä-ü", """'run_name="jsä-ü"'"""]),  # Hydra's grammar: a quoted value only
     # a setting that another makes moot
