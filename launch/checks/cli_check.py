@@ -231,7 +231,9 @@ def check_bare_option(option: str, value: str | None, chosen: dict[str, str | No
     is none is left to the parser, which refuses it."""
     options = [f"--{group}.{name}" for group, target in chosen.items() if target and "." not in group
                for name in hints_of(target) or {}]
-    if meant := did_you_mean(option, options):
+    meant = did_you_mean(option, options) if option != "--seed" else \
+        "; did you mean --seed_everything (the run's seed, Hydra's seed)?"  # (--data.seed seeds the data alone)
+    if meant:
         raise EarlyRefusal(f"unrecognized arguments: {option}{'' if value is None else f'={value}'}{meant} "
                            f"{help_pointer(subcommand)}")
 
