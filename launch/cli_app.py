@@ -12,6 +12,7 @@ from typing import Any, NoReturn, Optional, Union
 
 from hydra.utils import get_class
 import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, instantiate_class
 
 from callbacks.validation_checkpoint import ValidationCheckpoint
@@ -199,10 +200,14 @@ class CollectionCLI(LightningCLI):
                 raise SettingsError(f"--optimizer ({optimizer.class_path.rsplit('.', 1)[-1]}): {error}") from None
         try:
             super().instantiate_classes()
-        except (ValueError, TypeError) as error:  # a constructor refused a setting: its message, one line
+        except (ValueError, TypeError, MisconfigurationException) as error:  # a constructor refused a setting: one line
             if isinstance(error, (CheckpointError, SettingsError)):
                 raise
-            raise SettingsError(_one_line(str(error), [])) from None
+            text = _one_line(str(error), [])
+            named = re.search(r"`(\w+)`", text)  # Lightning's refusals name the argument: "`mode` can be min, max ..."
+            given = [f"{option}={value}" for option, value in option_values(self.command_line)
+                     if named and option.rsplit(".", 1)[-1] == named[1]]
+            raise SettingsError(f"{given[-1]}: {text}" if given else text) from None
 
 
 def main(args: list[str] | None = None, run: bool = True) -> Any:

@@ -121,6 +121,7 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--max_steps=3"], ["--max_steps=3", "--trainer.max_steps?", "python train.py fit --help"]),
     (["fit", "--model=VAE", "--latent_dim=3"], ["--latent_dim=3", "--model.latent_dim?"]),
     (["fit", "--seed=3"], ["--seed=3", "--seed_everything"]),  # Hydra's name of the run's seed, not --data.seed
+    (["fit", "--checkpoint.mode=maxx"], ["--checkpoint.mode=maxx", "min, max"]),  # Lightning's refusal, named
     (["fit", "--optimizer=Adamw"], ["--optimizer=Adamw", "AdamW?"]),
     (["fit", "--optimizer=SGLD"], ["--optimizer.lr", "SGLD", "--optimizer=SGLD"]),  # the collection's, by its short name
     (["fit", "--trainer.barebones=true"], ["--trainer.barebones=true", "leave it out"]),  # Lightning's names one setting
