@@ -174,7 +174,8 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
                if not str(k).startswith("_") and f"{parent}.{k}" != key]
     what = "callback" if parent == "callbacks" else "key"
     hint = did_you_mean(key, options) or (f" (it has {', '.join(options)})" if what == "callback" else "")
-    added = sweep or f"one it leaves out is added with +{given.lstrip('+~')}"
+    takes = f", if {target.rsplit('.', 1)[-1]} takes it" if target else ""  # (its settings are known once imported)
+    added = sweep or f"one it leaves out is added with +{given.lstrip('+~')}{takes}"
     return f"{key}: {where} has no such {what}{hint} ({added})"
 
 

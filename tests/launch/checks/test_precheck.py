@@ -106,6 +106,8 @@ MORE_MISTAKES = [
     ("model=vae model.mis_steps=3", ["model.mis_steps", "VAE", "JSA (model=jsa)"]),
     ("trainer.max_epochs=abc", ["trainer.max_epochs='abc'", "integer or null"]),
     ("-m model=vae,jsa model.lr=1e-3,abc", ["model.lr='abc'", "number"]),
+    ("optimizer=sgld optimizer.integrator=splitting", ["optimizer.integrator", "sgld.yaml", "+optimizer.integrator=splitting",
+                                                      "if SGLD takes it"]),  # its settings known once imported
     ("fit --model=VAE --model.latnt_dim=8 --print_config", ["--model.latnt_dim", "--model.latent_dim?"]),  # printed checked
     ("-m optimizer=adam,sgld optimizer.temperature=2", ["optimizer.temperature", "adam.yaml", "optimizer=adam,sgld",
                                                           "multirun of those that"]),  # not the + that Adam refuses
@@ -372,7 +374,7 @@ def test_the_advice_on_a_plus_is_what_hydra_composes(given):
     from launch.checks.hydra_config import compose
 
     refusal = refuse_early([given], cli=False)
-    advised = refusal.rsplit(" ", 1)[-1].rstrip(")") if refusal else given
+    advised = next(word for word in reversed(refusal.split()) if "=" in word).rstrip("),") if refusal else given
     assert refuse_early([advised], cli=False) is None, advised
     key, value = advised.lstrip("+").split("=")
     group, name = key.split(".")
