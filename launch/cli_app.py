@@ -8,6 +8,7 @@ import copy
 import re
 import sys
 import warnings
+from pathlib import Path
 from typing import Any, NoReturn, Optional, Union
 
 from hydra.utils import get_class
@@ -22,11 +23,12 @@ from common.lightning_files import RunConfigFile
 from common.registry import IMPORTABLE_HINT, qualified_name
 from datamodules import ImageDataModule  # (the package registers the subclasses for --data=NAME)
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
-from launch.checks.arguments import option_values
+from launch.checks.arguments import cli_options, option_values
 from launch.checks.cli_check import REPLICA_HINTS, check_cli_command, help_pointer, no_such_class, setting_key, with_defaults
 from launch.checks.configs import log_dir as default_log_dir, seed as default_seed, short_names
 from launch.checks.early import PRINTS_ONLY, exit_with
 from launch.checks.precheck import closest_in_module, did_you_mean
+from launch.checks.received_config import composed, given_settings
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import user_errors_as_one_line
 from launch.run_builder import (RunDescription, apply_rules, build, checkpoint_settings, default_callbacks, resumed_seed,
@@ -125,7 +127,8 @@ class CollectionCLI(LightningCLI):
         given_model = dict(option_values(self.command_line)).get("--model")
         if given_model and checkpoint.get("model_class") not in (None, qualified_name(chosen)):
             return  # another model's checkpoint: the builder refuses it (checkpoints/model_class.py)
-        left_out = {"_instantiator", *_given(self.command_line, "model")}  # an option the user gives wins over the checkpoint's
+        # a setting the command line or its -c files give wins over the checkpoint's
+        left_out = {"_instantiator", *_given(self.command_line, "model"), *_given_in_files(self.command_line, "model")}
         hparams = {key: copy.deepcopy(value) for key, value in (checkpoint.get("hyper_parameters") or {}).items()
                    if key not in left_out}  # (copies: the parser changes what it is given)
         if hparams:  # a checkpoint a Trainer without SafeCheckpoints wrote names no class: the chosen one's settings
@@ -284,6 +287,14 @@ def _no_class(message: str, args: list[str]) -> str | None:
     if missing and missing[1] == found[1].split(".")[0]:
         return f"{named}: no module named '{missing[1]}'; {IMPORTABLE_HINT}"
     return f"{named}: {no_attribute[0]}{closest_in_module(found[1])}" if no_attribute else None
+
+
+def _given_in_files(args: list[str], group: str) -> set[str]:
+    """The settings of `group` the command line's -c files set (read as the check before parsing read them)."""
+    argv = args if args[:1] and args[0] in SUBCOMMANDS else ["fit", *args]
+    files = [Path(value) for option, value in cli_options(argv) if option == "--config" and value and Path(value).is_file()]
+    keys = [setting_key(f"--{key}") for path in files for key, _ in given_settings(composed(path, f"config file {path}"))]
+    return {key[len(group) + 1:].split(".")[0] for key in keys if key.startswith(f"{group}.")}
 
 
 def _given(args: list[str], group: str) -> set[str]:

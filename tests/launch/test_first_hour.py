@@ -408,7 +408,8 @@ def test_a_checkpoint_is_resumed_and_tested_only_on_the_data_it_was_trained_on(t
 @pytest.mark.slow  # runs through the front ends
 def test_hydra_resumes_with_the_checkpoints_settings_under_the_command_lines(tmp_path, mnist_dir, monkeypatch):
     """`model=rws ckpt_path=...` resumes a run of model.num_samples=5 with 5 (the config's default is 10), as
-    LightningCLI's `fit --model=RWS --ckpt_path=...` does; a setting given on the command line wins."""
+    LightningCLI's `fit --model=RWS --ckpt_path=...` does; a setting given on the command line wins, and in
+    LightningCLI one a -c file gives."""
     monkeypatch.setenv("DATA_DIR", str(mnist_dir))
     monkeypatch.chdir(tmp_path)
     short = ["model=rws", "trainer.limit_val_batches=0", "trainer.enable_progress_bar=false", "data.batch_size=8",
@@ -420,6 +421,10 @@ def test_hydra_resumes_with_the_checkpoints_settings_under_the_command_lines(tmp
     given = launch.run_builder.built(launch.hydra_app.describe_run(composed([*short, f"ckpt_path={checkpoint}", "model.num_samples=7",
                                                                            "trainer.max_steps=2"])))
     assert (given.model.num_samples, given.model.hparams["test_num_samples"]) == (7, 3)
+    (tmp_path / "run.yaml").write_text("model:\n  class_path: models.RWS\n  init_args: {test_num_samples: 4}\n")
+    tested = launch.cli_app.main(["test", "-c", "run.yaml", f"--ckpt_path={checkpoint}", "--trainer.limit_test_batches=1",
+                                  "--data.eval_batch_size=8", f"--log_dir={tmp_path / 'logs'}"])
+    assert (tested.model.num_samples, tested.model.hparams["test_num_samples"]) == (5, 4)  # a -c file's wins too
 
 
 @pytest.mark.slow  # runs through the front ends
