@@ -118,7 +118,8 @@ def check_optimizers(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
     if saved is not None and saved != current:
         raise CheckpointError(f"the checkpoint's run scheduled its learning rate with {', '.join(saved) or 'no scheduler'}, "
                               f"this run with {', '.join(current) or 'no scheduler'}: resume with the checkpoint's scheduler "
-                              "(scheduler=..., --model.scheduler=...), or start a new run")
+                              "(scheduler=...; in LightningCLI --model.scheduler=..., or --lr_scheduler=... beside "
+                              "--optimizer), or start a new run")
     states = checkpoint.get("optimizer_states")
     if states is None:  # a checkpoint of the weights alone: Lightning restores no optimizer
         return

@@ -83,8 +83,9 @@ def test_a_run_resumed_with_another_learning_rate_schedule_is_refused(first, the
     (checkpoint,) = (tmp_path / "b").glob("*.ckpt")
     cosine, none = "torch.optim.lr_scheduler.CosineAnnealingLR", "no scheduler"
     saved, this = (cosine, none) if "cosine" in first else (none, cosine)
-    with pytest.raises(CheckpointError, match=f"scheduled its learning rate with {saved}, this run with {this}: resume with"):
+    with pytest.raises(CheckpointError, match=f"scheduled its learning rate with {saved}, this run with {this}: resume with") as refused:
         fit(then, mnist_dir, tmp_path / "c", END, ckpt_path=checkpoint)
+    assert "--lr_scheduler=... beside --optimizer" in str(refused.value)  # LightningCLI's own optimizer's scheduler
 
 
 def test_changed_settings_are_logged_by_what_the_checkpoint_is_read_for(mnist_dir, tmp_path, caplog):
