@@ -116,18 +116,21 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
     settings.update(trainer_settings(settings, logger, run.ddp_timeout_s, unlogged_dir))
     try:
         trainer = (run.trainer_class or Trainer)(**{**settings, "logger": logger})
-    except (ValueError, TypeError, RuntimeError) as error:  # Lightning refused a setting (strategy, devices, ...)
-        option = "--trainer" if run.front_end == "cli" else "trainer"
-        twice = re.match(r"Found more than one stateful callback of type `(\w+)`", str(error))
-        if isinstance(error, REFUSALS) or isinstance(error, RuntimeError) and not twice:
-            raise
-        if twice:  # (a second checkpoint callback on the same monitor, say)
+    except (ValueError, TypeError, RuntimeError, MisconfigurationException) as error:  # Lightning refused a setting
+        option, text = "--trainer" if run.front_end == "cli" else "trainer", " ".join(str(error).split())
+        named = re.match(r"`(\w+)`", text)  # "`max_epochs` must be a non-negative integer or -1 ..."
+        twice = re.match(r"Found more than one stateful callback of type `(\w+)`", text)  # (a second ModelCheckpoint)
+        if twice:
             where = "--trainer.callbacks" if run.front_end == "cli" else "callbacks"
             ours = " (the --checkpoint group's is one: --checkpoint.monitor, ...)" if run.front_end == "cli" else ""
             raise SettingsError(f"{where}: two {twice[1]} callbacks with the same settings would share one state in the "
                                 f"checkpoint{ours}; give the second other settings (another monitor), or leave it out"
                                 ) from None
-        raise SettingsError(f"{option} (Trainer): {' '.join(str(error).split())}") from None
+        if named and named[1] in settings:
+            raise SettingsError(f"{option}.{named[1]}={settings[named[1]]}: {text}") from None
+        if isinstance(error, RuntimeError) or isinstance(error, REFUSALS) and not isinstance(error, MisconfigurationException):
+            raise
+        raise SettingsError(f"{option} (Trainer): {text}") from None
     if checkpoint is not None and run.subcommand in ("validate", "test") and "fit_loop" in (checkpoint.get("loops") or {}):
         # A trainer built to score a checkpoint (train.py test --ckpt_path=...) logs at the step its training reached,
         # after the training curves, as a test after fit does: Lightning restores the fit loop's progress for fit alone.

@@ -314,7 +314,8 @@ def test_a_top_level_key_nothing_reads_is_refused_once_composed_wherever_it_came
 @pytest.mark.parametrize("override, names", [
     ("trainer.devices=0", ("devices=0",)),
     ("trainer.strategy=nonsense", ("trainer (Trainer)", "strategy='nonsense'")),  # Lightning's ValueError
-    ("trainer.num_nodes=0", ("trainer (Trainer)", "num_nodes")),
+    ("trainer.num_nodes=0", ("trainer.num_nodes=0:", "positive")),
+    ("trainer.max_epochs=-5", ("trainer.max_epochs=-5: `max_epochs` must be",)),  # Lightning's, named by the setting
     ("replicas.seeds=[0,0]", ("replicas.seeds=[0, 0]", "repeated")),
     ("model.lr=${nope}", ("model.lr", "nope")),
 ])
