@@ -283,7 +283,12 @@ def check_help_class(argv: list[str]) -> None:
 
 
 def check_hydra_words(argv: list[str]) -> None:
-    """A Hydra override after a subcommand (fit model=jsa): not an option of LightningCLI's; both spellings offered."""
+    """A Hydra override or mode after a subcommand (fit model=jsa, fit -m ...): not an option of LightningCLI's; both
+    spellings offered."""
+    modes = [arg for arg in argv[1:] if arg in ("-m", "--multirun") or arg.split("=", 1)[0] == "--cfg"]
+    if modes:
+        raise EarlyRefusal(f"{modes[0]}: an option of Hydra's front end, which takes no subcommand: python train.py "
+                           f"{' '.join(argv[1:])}")
     words = [arg for index, arg in enumerate(argv[1:], 1) if re.fullmatch(r"[+~]*[\w.]+=.*", arg)
              and not (argv[index - 1].startswith("-") and "=" not in argv[index - 1])]  # (not `--option VALUE`'s value)
     if words:

@@ -139,6 +139,7 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--model.help", "jsa"], ["--model.help=jsa", "DiscreteVAE, JSA,", "did you mean JSA?"]),  # help on a class
     # a Hydra setting after a subcommand: LightningCLI's spelling, and for fit Hydra's command
     (["fit", "model=jsa"], ["model=jsa", "--model=JSA after fit", "python train.py model=jsa"]),
+    (["fit", "-m", "model=vae,jsa"], ["-m:", "Hydra's", "python train.py -m model=vae,jsa"]),
     (["test", "--model=VAE", "trainer.limit_test_batches=2"], ["trainer.limit_test_batches=2", "--trainer.limit_test_batches=2"]),
     # a refusal of the parser's ends where the options are listed
     (["test", "--foo=1"], ["--foo=1", "python train.py test --help"]),
