@@ -117,7 +117,7 @@ def check_fits(state_dict: dict[str, torch.Tensor], own: dict[str, torch.Tensor]
         settings = ", ".join(f"{key}={old!r} -> {new!r}" for key, (old, new) in (changed or {}).items())
         raise CheckpointError(f"{name} does not fit this model ({summary[:300]}{' ...' if len(summary) > 300 else ''}): "
                               + (f"the settings differ from the checkpoint's ({settings}); " if settings else "")
-                              + "resume with the checkpoint's settings, or start a new run without ckpt_path")
+                              + "use the settings it was trained with, or train a new run without ckpt_path")
 
 
 def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", trusted: bool = False) -> dict[str, Any]:

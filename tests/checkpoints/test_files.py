@@ -141,6 +141,7 @@ def test_resume_into_other_shapes_names_the_settings(tmp_path):
     with pytest.raises(CheckpointError, match=r"does not fit this model .*model\.num_latents=20 -> 12") as error:
         fit(JSA(mis_steps=2, val_num_samples=2, cache_size=64, num_latents=12), tmp_path, 2, ckpt_path=path)
     assert "\n" not in str(error.value) and str(error.value).startswith(f"checkpoint {path} does not fit this model")
+    assert "use the settings it was trained with" in str(error.value)  # resumed or tested alike
     with pytest.raises(CheckpointError, match=r"cache\.codes.*model\.use_cache=True -> False"):
         fit(JSA(mis_steps=2, val_num_samples=2, use_cache=False), tmp_path, 2, ckpt_path=path)
 
