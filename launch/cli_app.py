@@ -258,6 +258,8 @@ def _one_line(text: str, args: list[str]) -> str:
     ('--model.prior: unknown prior ... (JSA)'), else by the class ('JSA: ...'); any other message with its lines joined."""
     lines = [line.strip().removeprefix("- ") for line in text.splitlines()[1:]]
     reasons = list(dict.fromkeys(line for line in lines if line and not line.startswith(REPORT_NOISE)))
+    # a bare "Expected a <class 'bool'>" names another type the option takes, not what went wrong, beside a reason that does
+    reasons = [r for r in reasons if not re.fullmatch(r"Expected a <class '[\w.]+'>", r)] or reasons
     option, refused_by = _option(text, args), re.search(r"class_path='(?:[\w.]+\.)?(\w+)'", text)
     if not reasons or not (option or "Errors:" in text):  # not a nested report
         return " ".join(text.split())

@@ -409,6 +409,12 @@ def test_the_cli_names_a_wrong_option_as_given_in_one_line():
     # an unknown class name: the early check's line, which the parser's report gives way to
     assert launch.checks.early.refuse_early(["fit", "--model=Nope"], cli=True) == f"--model=Nope is not one of {', '.join(MODEL_CLASSES)}"
     assert launch.cli_app._one_line("unrecognized arguments: --foo=1", []) == "unrecognized arguments: --foo=1"
+    # the other types an option takes are no reason beside the one that is
+    report = ('Parser key "trainer.logger":\n  Does not validate against any of the Union subtypes\n  Errors:\n'
+              "    - WandbLogger: Requirement 'wandb>=0.12.10' not met.\n    - Expected a <class 'collections.abc.Iterable'>\n"
+              "    - Expected a <class 'bool'>\n  Given value type: x")
+    said = launch.cli_app._one_line(report, ["fit", "--trainer.logger=WandbLogger"])
+    assert said.endswith("WandbLogger: Requirement 'wandb>=0.12.10' not met.") and "Expected" not in said, said
 
 
 def test_the_seed_seeds_the_data_order_and_the_test_stage_unless_they_are_given():
