@@ -164,6 +164,11 @@ class CollectionCLI(LightningCLI):
         check_trainer_values(trainer_config, "--trainer")
         # The --checkpoint group's ModelCheckpoint (a parser group, built always) joins the trainer's callbacks.
         given = trainer_config.get("callbacks") or []  # --trainer.callbacks=NAME gives one callback, not a list
+        kinds = [type(c).__name__ for c in (given if isinstance(given, list) else [given])]
+        if twice := next((kind for kind in kinds if kinds.count(kind) > 1), None):  # (--trainer.callbacks+= a default's)
+            raise SettingsError(f"--trainer.callbacks: {twice} twice (the defaults hold one: python train.py fit "
+                                "--print_config); for other settings of it, give the callbacks as a list, which replaces "
+                                "the defaults: --trainer.callbacks='[...]' or trainer.callbacks in a -c file")
         trainer_config["callbacks"] = [*(given if isinstance(given, list) else [given]), config.checkpoint]
         replicas = dict(config.get("replicas") or {})
         if replicas.get("seeds") is not None and self.subcommand != "fit":

@@ -122,6 +122,7 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["fit", "--model=VAE", "--latent_dim=3"], ["--latent_dim=3", "--model.latent_dim?"]),
     (["fit", "--seed=3"], ["--seed=3", "--seed_everything"]),  # Hydra's name of the run's seed, not --data.seed
     (["fit", "--checkpoint.mode=maxx"], ["--checkpoint.mode=maxx", "min, max"]),  # Lightning's refusal, named
+    (["fit", "--trainer.callbacks+=ImageGrids", "--trainer.max_steps=1"], ["ImageGrids twice", "as a list"]),  # a default's
     (["fit", "--optimizer=Adamw"], ["--optimizer=Adamw", "AdamW?"]),
     (["fit", "--optimizer=SGLD"], ["--optimizer.lr", "SGLD", "--optimizer=SGLD"]),  # the collection's, by its short name
     (["fit", "--trainer.barebones=true"], ["--trainer.barebones=true", "leave it out"]),  # Lightning's names one setting
