@@ -19,9 +19,10 @@ def expected(hint: Any, value: Any) -> str | None:
     origin = get_origin(hint)
     if origin is Literal:
         choices = get_args(hint)
+        if value in choices:
+            return None
         close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1) if isinstance(value, str) else []
-        return None if value in choices else "one of " + ", ".join(map(repr, choices)) + \
-            (f"{MEANT}{close[0]!r}?" if close else "")
+        return "one of " + ", ".join(map(repr, choices)) + (f"{MEANT}{close[0]!r}?" if close else "")
     if origin in (Union, types.UnionType):
         options = get_args(hint)
         if value is None and type(None) in options:

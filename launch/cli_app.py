@@ -30,7 +30,7 @@ from launch.checks.early import PRINTS_ONLY, exit_with
 from launch.checks.precheck import closest_in_module, did_you_mean
 from launch.checks.received_config import composed, given_settings
 from launch.checks.settings import SettingsError, check_trainer_values
-from launch.errors import user_errors_as_one_line
+from launch.errors import argument_named, user_errors_as_one_line
 from launch.run_builder import (RunDescription, apply_rules, build, checkpoint_settings, default_callbacks, resumed_seed,
                                 running, trainer_defaults)
 from launch.runs.run_directory import note_existing_directories, run_name
@@ -163,13 +163,14 @@ class CollectionCLI(LightningCLI):
         trainer_config = {**config.trainer, **kwargs}
         check_trainer_values(trainer_config, "--trainer")
         # The --checkpoint group's ModelCheckpoint (a parser group, built always) joins the trainer's callbacks.
-        given = trainer_config.get("callbacks") or []  # --trainer.callbacks=NAME gives one callback, not a list
-        kinds = [type(c).__name__ for c in (given if isinstance(given, list) else [given])]
+        given = trainer_config.get("callbacks") or []
+        given = given if isinstance(given, list) else [given]  # --trainer.callbacks=NAME gives one callback, not a list
+        kinds = [type(c).__name__ for c in given]
         if twice := next((kind for kind in kinds if kinds.count(kind) > 1), None):  # (--trainer.callbacks+= a default's)
             raise SettingsError(f"--trainer.callbacks: {twice} twice (the defaults hold one: python train.py fit "
                                 "--print_config); for other settings of it, give the callbacks as a list, which replaces "
                                 "the defaults: --trainer.callbacks='[...]' or trainer.callbacks in a -c file")
-        trainer_config["callbacks"] = [*(given if isinstance(given, list) else [given]), config.checkpoint]
+        trainer_config["callbacks"] = [*given, config.checkpoint]
         replicas = dict(config.get("replicas") or {})
         if replicas.get("seeds") is not None and self.subcommand != "fit":
             raise SettingsError(f"--replicas.seeds with {self.subcommand}: {self.subcommand} each replica's checkpoint on its "
@@ -212,9 +213,9 @@ class CollectionCLI(LightningCLI):
             if isinstance(error, (CheckpointError, SettingsError)):
                 raise
             text = _one_line(str(error), [])
-            named = re.search(r"`(\w+)`", text)  # Lightning's refusals name the argument: "`mode` can be min, max ..."
+            named = argument_named(text)  # (--checkpoint.mode=maxx: "`mode` can be min, max ...")
             given = [f"{option}={value}" for option, value in option_values(self.command_line)
-                     if named and option.rsplit(".", 1)[-1] == named[1]]
+                     if named and option.rsplit(".", 1)[-1] == named]
             raise SettingsError(f"{given[-1]}: {text}" if given else text) from None
 
 

@@ -81,6 +81,13 @@ def lightning_exits_as_ours() -> Iterator[None]:
         raise SettingsError(" ".join(str(error).split())) from None
 
 
+def argument_named(message: str) -> str | None:
+    """The constructor argument a Lightning refusal names in backticks ("`max_epochs` must be ...", "`mode` can be
+    min, max ..."), or None."""
+    found = re.search(r"`(\w+)`", message)
+    return found[1] if found else None
+
+
 def refuse_on_rank_zero(message: str) -> NoReturn:
     """A setting refused: every rank of a distributed run meets it alike, and rank 0 alone says so (the others exit with
     the same status). Data, checkpoints and steps may differ between ranks: those refusals are each rank's own."""

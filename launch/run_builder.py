@@ -41,7 +41,7 @@ from configs.settings import MODEL_ARGUMENTS
 from launch.checks.configs import LOGGER_FOLDERS, config_file, ddp_timeout_s
 from launch.checks.paths import write_root_refusal
 from launch.checks.settings import SettingsError
-from launch.errors import REFUSALS, StoppedByCtrlC, lightning_exits_as_ours
+from launch.errors import REFUSALS, StoppedByCtrlC, argument_named, lightning_exits_as_ours
 from launch.runs.replicas import replicate
 from launch.runs.run_directory import (chosen_logger, no_traces_if_refused, placed, process_dir, run_name, run_places,
                                        run_summary, slurm_job_id)
@@ -118,7 +118,7 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
         trainer = (run.trainer_class or Trainer)(**{**settings, "logger": logger})
     except (ValueError, TypeError, RuntimeError, MisconfigurationException) as error:  # Lightning refused a setting
         option, text = "--trainer" if run.front_end == "cli" else "trainer", " ".join(str(error).split())
-        named = re.match(r"`(\w+)`", text)  # "`max_epochs` must be a non-negative integer or -1 ..."
+        named = argument_named(text)
         twice = re.match(r"Found more than one stateful callback of type `(\w+)`", text)  # (a second ModelCheckpoint)
         if twice:
             where = "--trainer.callbacks" if run.front_end == "cli" else "callbacks"
@@ -126,8 +126,8 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
             raise SettingsError(f"{where}: two {twice[1]} callbacks with the same settings would share one state in the "
                                 f"checkpoint{ours}; give the second other settings (another monitor), or leave it out"
                                 ) from None
-        if named and named[1] in settings:
-            raise SettingsError(f"{option}.{named[1]}={settings[named[1]]}: {text}") from None
+        if named in settings:
+            raise SettingsError(f"{option}.{named}={settings[named]}: {text}") from None
         if isinstance(error, RuntimeError) or isinstance(error, REFUSALS) and not isinstance(error, MisconfigurationException):
             raise
         raise SettingsError(f"{option} (Trainer): {text}") from None

@@ -22,6 +22,7 @@ from common.registry import trusted_prefixes
 from common.settings import SEED_RANGE
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, \
     removed_trainer_option
+from launch.checks.early import PRINTS_ONLY
 from launch.checks.received_config import composed, given_settings
 from launch.checks.settings import SettingsError, check_group, class_hints
 
@@ -32,7 +33,7 @@ CLASS_OPTIONS = {"optimizer": "Adam", "lr_scheduler": "StepLR", "model.optimizer
 CLI_OPTIONS = ("config", "print_config", "seed_everything", "log_dir", "ckpt_path", "fresh_weights", "help", "model",
                "data", "trainer", "checkpoint", "replicas", *CLASS_OPTIONS)
 FILE_OPTIONS = (*CLI_OPTIONS, "verbose", "weights_only")  # the top-level keys of a --config file
-HELP_OPTIONS = ("-h", "--help", "--model.help", "--data.help")
+HELP_OPTIONS = tuple(option for option in PRINTS_ONLY if option != "--print_config")  # (print_config: checked)
 REPLICA_HINTS = {"seeds": Optional[list[int]], "arms": Optional[list[dict[str, Any]]]}  # --replicas.seeds, .arms
 
 

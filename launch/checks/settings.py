@@ -183,14 +183,14 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
     if top_level.get("ckpt_path") == "":
         raise SettingsError("ckpt_path=: an empty path; give the checkpoint to start from, or leave ckpt_path out (null) "
                             "for a new run")
-    models = list(config_targets("model"))
+    models = config_targets("model")
     for choice, shared in (top_level.get("per_model") or {}).items():  # each model's own, whichever model runs
         if choice not in models:
             raise SettingsError(f"per_model.{choice}: no such model config; expected one of {', '.join(models)}"
-                                f"{did_you_mean(choice, models)}")
-        if isinstance(shared, dict) and (names := declared(target := config_targets("model")[choice])):
-            check_group(target.rsplit(".", 1)[-1], names, shared, f"per_model.{choice}")
-    taken = sorted({name for target in config_targets("model").values() for name in declared(target) or {}})
+                                f"{did_you_mean(choice, list(models))}")
+        if isinstance(shared, dict) and (names := declared(models[choice])):
+            check_group(models[choice].rsplit(".", 1)[-1], names, shared, f"per_model.{choice}")
+    taken = sorted({name for target in models.values() for name in declared(target) or {}})
     for key in top_level.get("discrete_latent") or {}:  # given to every model with a discrete latent
         if key not in taken:
             raise SettingsError(f"discrete_latent.{key}: no such setting of a model"
