@@ -8,6 +8,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+# Options after which nothing runs (help, a printed config): no file, directory or DATA_DIR is looked at. LightningCLI's
+# (its -c is --config), and Hydra's by their long names (hydra_option).
+PRINTS_ONLY = ("-h", "--help", "--print_config", "--model.help", "--data.help")
+HYDRA_PRINTS_ONLY = ("--help", "--info", "--hydra-help", "--shell-completion", "--cfg")
+
 # Hydra's options (its argparse: hydra/_internal/utils.py get_args_parser), each with its short form; argparse takes an
 # abbreviation of a long one that begins no other (--multi, --config-d, --m).
 HYDRA_OPTIONS = {"--help": "-h", "--hydra-help": None, "--version": None, "--cfg": "-c", "--resolve": None,

@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-from launch.checks.arguments import OTHER_TREE, hydra_option, option_values, overrides_of
+from launch.checks.arguments import HYDRA_PRINTS_ONLY, OTHER_TREE, PRINTS_ONLY, hydra_option, option_values, overrides_of
 from launch.checks.configs import config_targets, default_choices
 from launch.checks.paths import check_paths
 from launch.checks.precheck import SettingsError
@@ -38,12 +38,6 @@ def exit_on_sigterm() -> None:
             raise SystemExit(128 + signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, stop)
-
-
-# Options after which nothing runs (help, a printed config): no file, directory or DATA_DIR is looked at. LightningCLI's
-# (its -c is --config), and Hydra's by their long names (arguments.py: hydra_option).
-PRINTS_ONLY = ("-h", "--help", "--print_config", "--model.help", "--data.help")
-HYDRA_PRINTS_ONLY = ("--help", "--info", "--hydra-help", "--shell-completion", "--cfg")
 
 
 def data_class_of(argv: list[str], cli: bool) -> str | None:
