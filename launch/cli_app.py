@@ -5,6 +5,7 @@ one line naming the option as given."""
 from __future__ import annotations
 
 import copy
+import functools
 import re
 import sys
 import warnings
@@ -12,9 +13,8 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional, Union
 
 from hydra.utils import get_class
-import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, instantiate_class
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from callbacks.validation_checkpoint import ValidationCheckpoint
 from checkpoints.errors import CheckpointError
@@ -35,6 +35,7 @@ from launch.run_builder import (RunDescription, apply_rules, build, checkpoint_s
                                 running, trainer_defaults)
 from launch.runs.run_directory import note_existing_directories, run_name
 from models import LatentVariableModel  # (the package registers the subclasses for --model=NAME)
+from models.components.optimizers import FactoryRefusal, check_optimizer_factory, check_scheduler_factory
 
 
 # The lines of jsonargparse's report that say where, not what (_one_line)
@@ -201,12 +202,16 @@ class CollectionCLI(LightningCLI):
     validate = test = fit  # (predict is refused: launch/checks/cli_check.py)
 
     def instantiate_classes(self) -> None:
-        optimizer = (self.config[self.subcommand] if self.subcommand else self.config).get("optimizer")
-        if optimizer:  # LightningCLI's own, built with the model's parameters, where its refusal names no option
-            try:
-                instantiate_class(([torch.nn.Parameter(torch.zeros(1))],), optimizer)
-            except (ValueError, TypeError) as error:
-                raise SettingsError(f"--optimizer ({optimizer.class_path.rsplit('.', 1)[-1]}): {error}") from None
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        optimizer, scheduler = (functools.partial(get_class(config[key].class_path), **(config[key].get("init_args") or {}))
+                                if config.get(key) else None for key in ("optimizer", "lr_scheduler"))
+        try:  # LightningCLI's own, which it builds once training starts: checked now, as a model checks its own
+            if optimizer:
+                check_optimizer_factory(optimizer)
+            if optimizer and scheduler:
+                check_scheduler_factory(scheduler, optimizer)
+        except FactoryRefusal as refusal:
+            raise SettingsError(refusal.naming("--optimizer" if refusal.group == "optimizer" else "--lr_scheduler")) from None
         try:
             super().instantiate_classes()
         except (ValueError, TypeError, MisconfigurationException) as error:  # a constructor refused a setting: one line

@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import os
 import pkgutil
+import re
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -37,7 +38,7 @@ from launch.checks.hydra_check import check_after_imports, overrides_given
 from launch.checks.hydra_config import register_defaults
 from launch.checks.paths import write_root_refusal
 from launch.checks.received_config import hydra_folders
-from launch.checks.settings import SettingsError, check_composed
+from launch.checks.settings import SettingsError, check_composed, with_fix
 from launch.errors import quiet_console, user_errors_as_one_line
 from launch.run_builder import RunDescription, build, built, running
 from launch.runs.run_directory import note_existing_directories, remove_if_only_hydra_files
@@ -264,8 +265,12 @@ def data_and_model(cfg: Any, settings: dict[str, Any] | None = None) -> tuple[An
 
 
 def build_run(cfg: Any) -> tuple[Any, Any, Any, str | None]:
-    """(datamodule, model, trainer, ckpt_path) of a composed config: its description, built (launch/run_builder.py)."""
-    return build(describe_run(cfg))
+    """(datamodule, model, trainer, ckpt_path) of a composed config: its description, built (launch/run_builder.py); a
+    refused value that an interpolation gave named with it (scheduler=cosine's T_max: ${trainer.max_epochs})."""
+    try:
+        return build(describe_run(cfg))
+    except SettingsError as error:
+        raise with_fix(error, re.match(r"\w*", str(error))[0], cfg) from None
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ from checkpoints.model_class import check_data_class, check_model_class
 from checkpoints.trainer import AtomicCheckpointIO, SafeCheckpoints
 from common.registry import qualified_name
 from common.signatures import constructor_defaults
+from models.components.optimizers import FactoryRefusal
 from configs.settings import MODEL_ARGUMENTS
 from launch.checks.configs import LOGGER_FOLDERS, config_file, ddp_timeout_s
 from launch.checks.paths import write_root_refusal
@@ -203,6 +204,8 @@ def constructed(settings: dict[str, Any], group: str, note: str = "", **kwargs: 
     except InstantiationException as error:
         if not isinstance(error.__cause__, (ValueError, TypeError, MisconfigurationException)):
             raise
+        if isinstance(error.__cause__, FactoryRefusal):  # the model's optimizer or scheduler: a group of its own here
+            raise SettingsError(error.__cause__.naming(error.__cause__.group)) from None
         text, name = str(error.__cause__), settings["_target_"].rsplit(".", 1)[-1]
         text = text.removeprefix(f"{group}.")  # a refusal that names the group's setting itself (model.prior_hidden ...)
         named = text.split(" ", 1)[0].split("=", 1)[0].rstrip(":") in settings  # (model.prior=x, model.prior: ...)

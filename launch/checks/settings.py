@@ -291,8 +291,8 @@ def with_fix(error: SettingsError, group: str, cfg: Any) -> SettingsError:
     logger's settings."""
     from omegaconf import OmegaConf
 
-    text, key = str(error), re.match(rf"{re.escape(group)}\.(\w+)=", str(error))
-    source = OmegaConf.to_container(OmegaConf.select(cfg, group), resolve=False).get(key[1]) if key else None
+    text, key, node = str(error), re.match(rf"{re.escape(group)}\.(\w+)=", str(error)), OmegaConf.select(cfg, group)
+    source = OmegaConf.to_container(node, resolve=False).get(key[1]) if key and OmegaConf.is_dict(node) else None
     if isinstance(source, str) and "${" in source:
         text += f" (it is {source} in the config; give {group}.{key[1]}=VALUE)"
     return SettingsError(f"{text} (logger=csv and logger=tensorboard choose a logger with its own settings)"

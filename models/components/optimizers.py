@@ -14,18 +14,37 @@ OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimize
 SchedulerFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]  # configs/scheduler/
 
 
+class FactoryRefusal(ValueError):
+    """The optimizer's or the scheduler's settings refused (`group`), by its class (`name`) or by a check here; `setting`
+    (T_max=0) where one setting is refused. Each front end names the group by its own option (`naming`)."""
+
+    def __init__(self, group: str, name: str, reason: str, setting: str | None = None) -> None:
+        self.group, self.name, self.reason, self.setting = group, name, reason, setting
+        super().__init__(f"{group}: {name}'s {setting}: {reason}" if setting else f"{group}: {reason}")
+
+    def naming(self, option: str) -> str:
+        """The refusal with the group called `option` (Hydra's scheduler, LightningCLI's --lr_scheduler)."""
+        return f"{option}.{self.setting} ({self.name}): {self.reason}" if self.setting else f"{option} ({self.name}): {self.reason}"
+
+
+def class_name(factory: Callable) -> str:
+    """The name of the class a factory builds (functools.partial(Adam, lr=...) -> Adam)."""
+    built = getattr(factory, "func", factory)
+    return getattr(built, "__name__", type(built).__name__)
+
+
 def check_optimizer_factory(optimizer: OptimizerFactory) -> torch.optim.Optimizer:
-    """The optimizer built on a stand-in parameter (its `defaults` say the settings it trains with); one line
-    (ValueError "optimizer: ...") for settings the optimizer refuses, and for HMC, whose Metropolis test needs the
-    full-data energy (docs/sgmcmc.md#hmc)."""
+    """The optimizer built on a stand-in parameter (its `defaults` say the settings it trains with); a FactoryRefusal
+    for settings the optimizer refuses, and for HMC, whose Metropolis test needs the full-data energy
+    (docs/sgmcmc.md#hmc)."""
     try:
         built = optimizer([torch.nn.Parameter(torch.zeros(1))])
     except (ValueError, TypeError) as error:
-        raise ValueError(f"optimizer: {error}") from None
+        raise FactoryRefusal("optimizer", class_name(optimizer), str(error)) from None
     if isinstance(built, HMC):
-        raise ValueError("optimizer: HMC is not a training optimizer: its accept/reject test needs the energy of "
-                         "the whole data set, and a training step sees one minibatch (with fresh latents every "
-                         "call); use sgld, sghmc, sgnht or santa")
+        raise FactoryRefusal("optimizer", "HMC", "HMC is not a training optimizer: its accept/reject test needs the energy of "
+                             "the whole data set, and a training step sees one minibatch (with fresh latents every "
+                             "call); use sgld, sghmc, sgnht or santa")
     return built
 
 
@@ -35,16 +54,13 @@ SCHEDULER_PERIODS = ("T_max", "step_size")
 
 
 def check_scheduler_factory(scheduler: SchedulerFactory, optimizer: OptimizerFactory) -> None:
-    """One line (ValueError "scheduler: ...") for settings the scheduler refuses on the model's optimizer, and for a
-    period of fewer than one epoch: scheduler=cosine's T_max is trainer.max_epochs, -1 in a run bounded by
-    trainer.max_steps alone."""
+    """A FactoryRefusal for settings the scheduler refuses on the model's optimizer, and for a period of fewer than one
+    epoch (scheduler=cosine's T_max is trainer.max_epochs, -1 in a run bounded by trainer.max_steps alone)."""
     try:
         built = scheduler(optimizer([torch.nn.Parameter(torch.zeros(1))]))
     except (ValueError, TypeError) as error:
-        raise ValueError(f"scheduler: {error}") from None
+        raise FactoryRefusal("scheduler", class_name(scheduler), str(error)) from None
     for name in SCHEDULER_PERIODS:
         period = getattr(built, name, None)
         if isinstance(period, int) and period < 1:
-            source = " (scheduler=cosine takes it from trainer.max_epochs)" if name == "T_max" else ""
-            raise ValueError(f"scheduler: {type(built).__name__}'s {name}={period}: expected a number of epochs >= 1{source}; "
-                             f"give scheduler.{name}=N (CLI: --model.scheduler.{name}=N)")
+            raise FactoryRefusal("scheduler", type(built).__name__, "expected a number of epochs >= 1", f"{name}={period}")

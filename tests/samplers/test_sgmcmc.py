@@ -571,7 +571,7 @@ def test_hmc_is_refused_as_a_training_optimizer_in_both_front_ends():
 
     with pytest.raises(ValueError, match="optimizer: HMC is not a training optimizer"):
         VAE(optimizer=functools.partial(HMC, lr=0.01))
-    with pytest.raises(SettingsError, match="optimizer: HMC is not a training optimizer"):
+    with pytest.raises(SettingsError, match=r"^optimizer \(HMC\): HMC is not a training optimizer"):
         launch.hydra_app.data_and_model(composed(["model=vae", "optimizer=sgld", "optimizer._target_=samplers.HMC"]))
 
 

@@ -46,13 +46,21 @@ def test_a_scheduler_is_checked_on_the_models_own_optimizer():
         VAE(latent_dim=4, optimizer=functools.partial(SGLD, lr=1e-7), scheduler=cyclic)
 
 
-def test_hydras_cosine_over_a_run_bounded_by_steps_alone_says_to_give_t_max(monkeypatch, tmp_path):
-    """scheduler=cosine's T_max is trainer.max_epochs, -1 when trainer.max_steps alone bounds the run."""
-    overrides = ["model=vae", "scheduler=cosine", "trainer.max_epochs=-1", "trainer.max_steps=3"]
+@pytest.mark.parametrize("overrides, named", [
+    # scheduler=cosine's T_max is trainer.max_epochs, -1 when trainer.max_steps alone bounds the run
+    (["scheduler=cosine", "trainer.max_epochs=-1", "trainer.max_steps=3"],
+     ["scheduler.T_max=-1 (CosineAnnealingLR)", "epochs >= 1", "${trainer.max_epochs}", "give scheduler.T_max="]),
+    (["scheduler=step", "scheduler.step_size=0"], ["scheduler.step_size=0 (StepLR)", "epochs >= 1"]),
+    (["optimizer.lr=-1"], ["optimizer (Adam)", "learning rate: -1"]),
+])
+def test_hydra_names_the_optimizer_and_scheduler_groups_setting_it_refuses(overrides, named, monkeypatch, tmp_path):
+    overrides = ["model=vae", f"log_dir={tmp_path / 'logs'}", *overrides]
     monkeypatch.setattr("sys.argv", ["train.py", *overrides])
     with pytest.raises(SettingsError) as error:
-        launch.hydra_app.data_and_model(composed(overrides))
-    says(error.value, "model (VAE)", "CosineAnnealingLR's T_max=-1", "scheduler.T_max=N")
+        launch.hydra_app.build_run(composed(overrides))
+    assert str(error.value).startswith(named[0]), error.value
+    says(error.value, *named)
+    assert not (tmp_path / "logs").exists()
 
 
 def test_the_cli_refuses_a_zero_step_size_in_one_line(tmp_path, capsys):
@@ -62,6 +70,26 @@ def test_the_cli_refuses_a_zero_step_size_in_one_line(tmp_path, capsys):
     assert stopped.value.code == 2
     says(capsys.readouterr().err.strip().splitlines()[-1], "error: --model.scheduler", "(VAE)", "StepLR's step_size=0",
          "epochs >= 1")
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--optimizer=Adam", "--lr_scheduler=CosineAnnealingLR", "--lr_scheduler.T_max=0"],
+     ["--lr_scheduler.T_max=0 (CosineAnnealingLR)", "epochs >= 1"]),
+    (["--optimizer=Adam", "--lr_scheduler=StepLR", "--lr_scheduler.step_size=0"], ["--lr_scheduler.step_size=0 (StepLR)"]),
+    (["--optimizer=Adam", "--optimizer.lr=-1"], ["--optimizer (Adam)", "learning rate"]),
+    # CyclicLR cycles a momentum SGLD does not have
+    (["--optimizer=SGLD", "--optimizer.lr=1e-7", "--lr_scheduler=CyclicLR", "--lr_scheduler.base_lr=1e-8",
+      "--lr_scheduler.max_lr=1e-6"], ["--lr_scheduler (CyclicLR)", "momentum"]),
+])
+def test_the_cli_refuses_its_own_optimizer_and_scheduler_before_training(args, named, tmp_path, capsys):
+    """LightningCLI builds --optimizer and --lr_scheduler once training starts: torch takes a zero period, which
+    divides by zero at the first epoch's end."""
+    with pytest.raises(SystemExit) as stopped:
+        launch.cli_app.main(["--model=VAE", *args, f"--log_dir={tmp_path / 'logs'}"], run=False)
+    error = capsys.readouterr().err.strip()
+    assert stopped.value.code == 2 and error.startswith(f"error: {named[0]}") and "\n" not in error, error
+    says(error, *named)
     assert not (tmp_path / "logs").exists()
 
 
