@@ -69,6 +69,9 @@ class Parser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
         given = CollectionCLI.command_line
         subcommand = given[0] if given and given[0] in SUBCOMMANDS else "fit"
+        if bare := re.match(r"argument (--[\w.]+)\S*: expected one argument", message):  # (--model for --model.mis_steps)
+            option = next((o for o, v in option_values(given) if v is None and o.startswith(bare[1])), bare[1])
+            message = f"{option}: expected a value ({option}=VALUE)"
         exit_with(f"{_no_class(message, given) or _one_line(message, given)} {help_pointer(subcommand)}")
 
 

@@ -236,6 +236,7 @@ def front_end_cases() -> list[Case]:
         Case("cli CyclicLR over SGLD (no momentum to cycle)", "cli",
              ["fit", "--optimizer=SGLD", "--optimizer.lr=1e-7", "--lr_scheduler=CyclicLR", "--lr_scheduler.base_lr=1e-8",
               "--lr_scheduler.max_lr=1e-6"], mention="--lr_scheduler (CyclicLR)"),
+        Case("cli --model.mis_steps without a value", "cli", ["fit", "--model.mis_steps"], mention="--model.mis_steps"),
         Case("hydra optimizer.lr=-1", "hydra", ["optimizer.lr=-1"], mention="optimizer (Adam)"),
         Case("hydra scheduler=step scheduler.step_size=0", "hydra", ["scheduler=step", "scheduler.step_size=0"],
              mention="scheduler.step_size=0"),

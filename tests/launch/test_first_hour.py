@@ -144,6 +144,8 @@ def test_evaluating_untrained_weights_is_refused_unless_asked_for(subcommand, tm
     (["test", "--model=VAE", "trainer.limit_test_batches=2"], ["trainer.limit_test_batches=2", "--trainer.limit_test_batches=2"]),
     # a refusal of the parser's ends where the options are listed
     (["test", "--foo=1"], ["--foo=1", "python train.py test --help"]),
+    (["fit", "--model.mis_steps", "--trainer.max_steps=1"], ["--model.mis_steps: expected a value", "--model.mis_steps=VALUE"]),
+    (["fit", "--trainer.callbacks+"], ["--trainer.callbacks+: expected a value"]),
 ])
 def test_a_rule_of_the_command_is_one_line_before_anything_is_built(command, named, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
