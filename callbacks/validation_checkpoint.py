@@ -8,11 +8,13 @@ Lightning wrote nothing (with `every_n_train_steps`, the steps' saves are the re
 
 from __future__ import annotations
 
+import difflib
 import logging
 import warnings
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.trainer.states import TrainerFn
 
 from common.private_api import checkpoint_every_n_train_steps
@@ -37,6 +39,16 @@ class ValidationCheckpoint(ModelCheckpoint):
         # Lightning's warning there ("... HINT: Did you call `log('val/nll', value)`?") points at a logging bug there
         # is not. A key still missing once a validation ran stays Lightning's error.
         warnings.filterwarnings("ignore", message=r"`ModelCheckpoint\(monitor=.*\)` could not find the monitored key")
+
+    def on_sanity_check_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The sanity check's validation logs every val/ key a validation logs (training's are not logged yet): a
+        # monitored one missing is a typo, refused before the first epoch trains rather than after it (Lightning's).
+        logged = sorted(key for key in trainer.callback_metrics if key.startswith("val/"))
+        if self.monitor and self.monitor.startswith("val/") and logged and self.monitor not in logged:
+            close = difflib.get_close_matches(self.monitor, logged, n=1)
+            raise MisconfigurationException(
+                f"{type(self).__name__}(monitor={self.monitor}): the validation logs no such metric"
+                f"{f'; did you mean {close[0]}?' if close else ''} (it logs {', '.join(logged)})")
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         super()._save_checkpoint(trainer, filepath)

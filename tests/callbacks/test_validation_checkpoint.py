@@ -77,3 +77,22 @@ def test_the_line_of_a_run_stopped_before_its_first_validation_says_when_validat
                         enable_model_summary=False, num_sanity_val_steps=0, **schedule)
     trainer.fit(NoImprovement())
     assert f"before any validation (each comes {when})" in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize("monitor, refused", [("val/nlll", True), ("val/nll", False), ("train/loss", False)])
+def test_a_monitored_validation_metric_no_validation_logs_is_refused_before_training(monitor, refused, tmp_path):
+    """The sanity check's validation logs what each validation logs; training's keys come later and are left to
+    Lightning's check at the first validation."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    callback = instantiate({**config_file("callbacks/default.yaml")["model_checkpoint"], "dirpath": str(tmp_path),
+                            "monitor": monitor})
+    trainer = L.Trainer(max_steps=1, limit_val_batches=1, num_sanity_val_steps=1, callbacks=[callback], logger=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    if not refused:
+        trainer.fit(NoImprovement())
+        return
+    with pytest.raises(MisconfigurationException, match=r"monitor=val/nlll\): .*did you mean val/nll\?"):
+        trainer.fit(NoImprovement())
+    assert trainer.global_step == 0
