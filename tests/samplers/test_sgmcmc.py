@@ -554,7 +554,7 @@ def test_a_bad_sampler_setting_is_refused_when_the_model_is_built_not_at_the_fir
 
     with pytest.raises(ValueError, match="optimizer: step size lr must be > 0"):
         VAE(optimizer=functools.partial(SGLD, lr=-1.0))
-    with pytest.raises(SettingsError, match="optimizer: step size lr must be > 0"):
+    with pytest.raises(SettingsError, match=r"^optimizer \(Santa\): step size lr must be > 0"):
         launch.hydra_app.data_and_model(composed(["model=vae", "optimizer=santa", "optimizer.lr=-1"]))
 
 
