@@ -116,10 +116,9 @@ def check_optimizers(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
                               f"{', '.join(current)}: resume with the checkpoint's optimizer, or start a new run")
     saved, current = checkpoint.get("lr_scheduler_classes"), class_names(c.scheduler for c in trainer.lr_scheduler_configs)
     if saved is not None and saved != current:
-        raise CheckpointError(f"the checkpoint's run scheduled its learning rate with {', '.join(saved) or 'no scheduler'}, "
-                              f"this run with {', '.join(current) or 'no scheduler'}: resume with the checkpoint's scheduler "
-                              "(scheduler=...; in LightningCLI --model.scheduler=..., or --lr_scheduler=... beside "
-                              "--optimizer), or start a new run")
+        raise CheckpointError(f"the checkpoint's run scheduled its learning rate with {', '.join(saved) or 'no scheduler'}, this "
+                              f"run with {', '.join(current) or 'no scheduler'}: resume with the checkpoint's scheduler (scheduler=...; "
+                              "in LightningCLI --model.scheduler=..., or --lr_scheduler=... beside --optimizer), or start a new run")
     states = checkpoint.get("optimizer_states")
     if states is None:  # a checkpoint of the weights alone: Lightning restores no optimizer
         return
@@ -157,6 +156,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self.trainer: Any = None  # the trainer it serves (set by SafeCheckpoints); None: the plugin used on its own
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        if self.trainer is not None and "model_class" not in checkpoint:  # a weights-only save: no on_save_checkpoint
+            module = self.trainer.lightning_module
+            stamp_classes(checkpoint, getattr(module, "model_class", type(module)), self.trainer.datamodule)
         if "://" in str(path):  # object storage: its uploads are atomic already
             return super().save_checkpoint(checkpoint, path, storage_options)
         save_checkpoint_file(checkpoint, path)

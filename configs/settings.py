@@ -30,6 +30,9 @@ Binarize = Literal["none", "dynamic", "static"]
 # A model's constructor arguments that are not settings: the front ends pass them, and a checkpoint's hyperparameters
 # hold the data's shape apart (models/base.py).
 MODEL_ARGUMENTS = ("data_shape", "optimizer", "scheduler")
+# The data settings that say where this machine keeps the data and how it loads it, not what a run trains on: a run
+# started from a checkpoint takes the others from it (launch/run_builder.py: resumed_settings), these from its command.
+MACHINE_DATA_SETTINGS = ("data_dir", "num_workers", "download", "pin_memory", "eval_batch_size")
 MAX_CACHE_SIZE = 10**7  # JSA's cache holds one chain state per training example: more is surely a mistake
 
 

@@ -32,7 +32,7 @@ from launch.checks.received_config import composed, given_settings
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import argument_named, user_errors_as_one_line
 from launch.run_builder import (RunDescription, apply_rules, build, checkpoint_settings, default_callbacks, resumed_seed,
-                                running, trainer_defaults)
+                                resumed_settings, running, trainer_defaults)
 from launch.runs.run_directory import note_existing_directories, run_name
 from models import LatentVariableModel  # (the package registers the subclasses for --model=NAME)
 from models.components.optimizers import FactoryRefusal, check_optimizer_factory, check_scheduler_factory
@@ -128,10 +128,14 @@ class CollectionCLI(LightningCLI):
         seed = config.get("seed_everything")  # the checkpoint's where none is given (launch/run_builder.py), before LightningCLI seeds
         if not isinstance(seed, bool):
             config.seed_everything = resumed_seed(seed, self.seed_given() or seed != default_seed(), checkpoint)
+        # a setting the command line or its -c files give wins over the checkpoint's
+        given_data = {*_given(self.command_line, "data"), *_given_in_files(self.command_line, "data")}
+        if data := resumed_settings(checkpoint, "data", get_class(config.data.class_path), given_data):
+            self.config = parser.parse_object({subcommand: {"data": {"class_path": config.data.class_path,
+                                                                     "init_args": data}}}, self.config)
         given_model = dict(option_values(self.command_line)).get("--model")
         if given_model and checkpoint.get("model_class") not in (None, qualified_name(chosen)):
             return  # another model's checkpoint: the builder refuses it (checkpoints/model_class.py)
-        # a setting the command line or its -c files give wins over the checkpoint's
         left_out = {"_instantiator", *_given(self.command_line, "model"), *_given_in_files(self.command_line, "model")}
         hparams = {key: copy.deepcopy(value) for key, value in (checkpoint.get("hyper_parameters") or {}).items()
                    if key not in left_out}  # (copies: the parser changes what it is given)

@@ -40,7 +40,7 @@ from launch.checks.paths import write_root_refusal
 from launch.checks.received_config import hydra_folders
 from launch.checks.settings import SettingsError, check_composed, with_fix
 from launch.errors import quiet_console, user_errors_as_one_line
-from launch.run_builder import RunDescription, build, built, running
+from launch.run_builder import RunDescription, build, built, resumed_settings, running
 from launch.runs.run_directory import note_existing_directories, remove_if_only_hydra_files
 from launch.runs.worker_slots import claim_slot
 from models.replicas import Replicas
@@ -223,15 +223,21 @@ def describe_run(cfg: Any) -> RunDescription:
         return OmegaConf.to_container(cfg[key], resolve=True) if cfg.get(key) else None
 
     hydra_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None) if HydraConfig.initialized() else None
-    ckpt_path = cfg.get("ckpt_path")
+    ckpt_path, given = cfg.get("ckpt_path"), frozenset(command_line_overrides())
+    checkpoint = load_checkpoint_file(ckpt_path) if ckpt_path else None
+    model, data, optimizer = model_settings(cfg), plain("data"), plain("optimizer")
+    for group, settings in (("model", model), ("data", data)) if checkpoint is not None else ():  # as LightningCLI's
+        # `fit --model=RWS --ckpt_path=...`: `model=rws ckpt_path=...` resumes a run of model.num_samples=5 with 5
+        own = {key.split(".", 1)[1] for key in given if key.startswith(f"{group}.")}
+        settings.update(resumed_settings(checkpoint, group, get_class(settings["_target_"]), own))
+    if optimizer and OmegaConf.to_container(cfg.optimizer, resolve=False).get("lr") == "${model.lr}":
+        optimizer["lr"] = model["lr"]  # the model's learning rate as the run takes it (a checkpoint's, an experiment's)
     return RunDescription(
-        model=model_settings(cfg), datamodule=plain("data"), name=base_name(cfg), log_dir=cfg.log_dir,
-        front_end="hydra", tensorboard=None, output_dir=hydra_dir, ckpt_path=ckpt_path,
-        checkpoint=load_checkpoint_file(ckpt_path) if ckpt_path else None,
+        model=model, datamodule=data, name=base_name(cfg), log_dir=cfg.log_dir,
+        front_end="hydra", tensorboard=None, output_dir=hydra_dir, ckpt_path=ckpt_path, checkpoint=checkpoint,
         trainer={**plain("trainer"), "callbacks": plain("callbacks") or {}, **parallel_job_settings(cfg)},
-        ddp_timeout_s=cfg.ddp_timeout_s, optimizer=plain("optimizer"), scheduler=plain("scheduler"),
-        logger=plain("logger"), seed=cfg.seed, given=frozenset(command_line_overrides()), swept=swept_settings(cfg),
-        replicas=plain("replicas"))
+        ddp_timeout_s=cfg.ddp_timeout_s, optimizer=optimizer, scheduler=plain("scheduler"),
+        logger=plain("logger"), seed=cfg.seed, given=given, swept=swept_settings(cfg), replicas=plain("replicas"))
 
 
 def replica_tests(cfg: Any, replicas: Any, trainer: Any) -> Iterator[tuple[Any, Any, Any, str | None]]:

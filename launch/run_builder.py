@@ -38,7 +38,7 @@ from checkpoints.trainer import AtomicCheckpointIO, SafeCheckpoints
 from common.registry import qualified_name
 from common.signatures import constructor_defaults
 from models.components.optimizers import FactoryRefusal
-from configs.settings import MODEL_ARGUMENTS
+from configs.settings import MACHINE_DATA_SETTINGS, MODEL_ARGUMENTS
 from launch.checks.configs import LOGGER_FOLDERS, config_file, ddp_timeout_s
 from launch.checks.paths import write_root_refusal
 from launch.checks.settings import SettingsError
@@ -104,6 +104,10 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
         check_model_class(checkpoint, getattr(run.model, "model_class", type(run.model)), run.ckpt_path, run.subcommand)
         check_data_class(checkpoint, run.datamodule, run.ckpt_path, cli=run.front_end == "cli")
         check_replica_checkpoint(checkpoint, run.model, run.ckpt_path)
+        if run.subcommand == "fit" and "optimizer_states" not in checkpoint:  # (Lightning's KeyError deep in its restore)
+            raise SettingsError(f"{'--' if run.front_end == 'cli' else ''}ckpt_path={run.ckpt_path} holds the model's weights only (save_weights_only): training "
+                                "cannot continue from it (no optimizer, loop or callback state); test or validate it, or "
+                                "start a new run")
     root = run.trainer.get("default_root_dir")
     if root is not None and (run.tensorboard is not None or run.trainer.get("logger")) and run.front_end != "replicas":
         option = "--" if run.front_end == "cli" else ""
@@ -154,18 +158,12 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
 
 
 def built(run: RunDescription) -> RunDescription:
-    """The run Hydra describes by its settings, built but for its trainer, in this order: the checkpoint's (read by the
-    front end) model settings under those the command line gives (`model=rws ckpt_path=...` resumes a run of
-    model.num_samples=5 with 5, as LightningCLI's `fit --model=RWS --ckpt_path=...` does; another model's checkpoint
-    is left to `build`'s refusal); the run's seed (`resumed_seed`) and the rules; the data module, model and callbacks;
+    """The run Hydra describes by its settings (a checkpoint's under the command line's: launch/hydra_app.py), built but
+    for its trainer, in this order: the run's seed (`resumed_seed`) and the rules; the data module, model and callbacks;
     the run's name and logger."""
     checkpoint = run.checkpoint
     data, model, trainer = dict(run.datamodule), dict(run.model), dict(run.trainer)
     classes = {"data": get_class(data["_target_"]), "model": get_class(model["_target_"])}
-    if checkpoint is not None and checkpoint.get("model_class") == qualified_name(classes["model"]):
-        names = set(constructor_defaults(classes["model"])) - set(MODEL_ARGUMENTS) - {
-            key.removeprefix("model.") for key in run.given if key.startswith("model.")}
-        model.update({k: v for k, v in (checkpoint.get("hyper_parameters") or {}).items() if k in names})
     seed = resumed_seed(run.seed, "seed" in run.given, checkpoint)
     if model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
         torch.compiler.reset()
@@ -279,6 +277,19 @@ def apply_rules(settings: dict[str, Any], classes: dict[str, type], seed: Any, s
               "backbone": model.get("backbone") or data.backbone}
     for key in set(suited) & set(constructor_defaults(classes["model"])):
         model[key] = suited[key]
+
+
+def resumed_settings(checkpoint: dict[str, Any], group: str, cls: type, given: set[str]) -> dict[str, Any]:
+    """The settings of `group` (model, data) that a run started from `checkpoint` takes from it, where its command line
+    (`given`: the group's keys it sets) gives none: every setting of `cls`, but a model's constructor arguments
+    (MODEL_ARGUMENTS) and where this machine keeps the data and how it loads it (MACHINE_DATA_SETTINGS); none from a
+    checkpoint another class wrote (`build` refuses it). A run resumed or tested as its README command says (no
+    settings given) trains on, and is scored on, the data it was trained on (a grey-pixel model on grey pixels)."""
+    stamp, section = {"model": ("model_class", "hyper_parameters"), "data": ("data_class", "datamodule_hyper_parameters")}[group]
+    if checkpoint.get(stamp) != qualified_name(cls):
+        return {}
+    names = set(constructor_defaults(cls)) - {*MODEL_ARGUMENTS, *MACHINE_DATA_SETTINGS, *given}
+    return {key: value for key, value in (checkpoint.get(section) or {}).items() if key in names}
 
 
 def resumed_seed(seed: Any, seed_given: bool, checkpoint: dict[str, Any] | None) -> Any:
