@@ -326,6 +326,8 @@ def resume_cases() -> list[Case]:
         Case("resume model.num_categories changed", "resume", [*resume, "model.num_categories=4"], mention="num_categories",
              copy_runs=True),
         Case("resume model.use_cache=false", "resume", [*resume, "model.use_cache=false"], mention="use_cache", copy_runs=True),
+        Case("resume in a sweep of model.lr (one run resumed in turn)", "resume", ["-m", *resume, "model.lr=0.001,0.01"],
+             mention="in a sweep", copy_runs=True),
         Case("resume data.val_size changed (cache size)", "resume", [*resume, "data.val_size=300"], mention="val_size", copy_runs=True),
         Case("resume optimizer=sgld on Adam's state", "resume", [*resume, "optimizer=sgld"], mention="SGLD", copy_runs=True),
         Case("resume model.lr changed", "resume", [*resume, "model.lr=0.0005"], expect="documented",

@@ -212,6 +212,11 @@ def check_hydra(argv: list[str]) -> list[tuple[list[str], Any]]:
         rest = " ".join(arg for arg in argv if not arg.startswith("model="))
         raise EarlyRefusal(f"hydra/sweeper=tune tunes one model per study: give model=NAME (every model in turn: for m in "
                            f"{models}; do python train.py {rest} model=$m; done)")
+    checkpoints = {value for value in values_of(dict(pairs).get("ckpt_path", "null")) or [] if value is not None}
+    if checkpoints and len(planned) + len(other_values) > len(checkpoints):  # (one job per checkpoint is fine)
+        raise EarlyRefusal(f"ckpt_path={dict(pairs)['ckpt_path']} in a sweep: its jobs would resume the same run one after "
+                           "another, each from the checkpoint the last one wrote, into one TensorBoard run; resume one "
+                           "job at a time (without -m), or copy the checkpoint out of its run for the jobs to start new runs from")
     checked: list[tuple[list[str], Any]] = []
     for job, cfg in [(planned[0], first), *((planned[0], with_setting(first, value)) for value in other_values),
                      *((job, None) for job in planned[1:])]:

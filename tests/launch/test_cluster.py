@@ -288,3 +288,17 @@ def test_a_parallel_job_on_several_gpus_trains_on_its_worker_slots_gpu(tmp_path,
         for handle, _ in worker_slots._held.values():
             os.close(handle)
         holder.communicate("")
+
+
+def test_a_sweep_that_would_resume_one_checkpoint_in_several_jobs_is_one_line(tmp_path, monkeypatch):
+    """Its jobs would resume the same run in turn, each from the checkpoint the last one wrote, into one TensorBoard
+    run; one job per checkpoint passes."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("a.ckpt", "b.ckpt"):
+        (tmp_path / name).write_bytes(b"PK")
+    for command in ("-m model=vae ckpt_path=a.ckpt model.lr=0.001,0.01", "-m model=vae ckpt_path=a.ckpt,a.ckpt",
+                    "-m model=vae,rws ckpt_path=a.ckpt", "-m model=vae ckpt_path=a.ckpt,b.ckpt seed=0,1"):
+        refusal = refuse_early(shlex.split(command), cli=False)
+        assert refusal is not None and "\n" not in refusal, (command, refusal)
+        says(refusal, "ckpt_path=a.ckpt", "in a sweep", "without -m")
+    assert refuse_early(shlex.split("-m model=vae ckpt_path=a.ckpt,b.ckpt"), cli=False) is None
