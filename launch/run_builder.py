@@ -16,6 +16,7 @@ import inspect
 import os
 import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import lightning as L
@@ -114,6 +115,8 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
         raise SettingsError(f"{option}trainer.default_root_dir={root}: with a logger, a run writes everything under "
                             f"{option}log_dir (<log_dir>/tensorboard/<run>); give {option}log_dir={root} instead")
     logger, unlogged_dir, start_from = run_places(run)
+    if run.subcommand == "fit":
+        check_checkpoint_folders(run.trainer.get("callbacks") or [], start_from)
     # trainer.enable_checkpointing=false leaves the checkpoint callback out, which Lightning would refuse beside it.
     checkpointing = run.trainer.get("enable_checkpointing") is not False
     callbacks = [c for c in run.trainer.get("callbacks") or [] if checkpointing or not isinstance(c, ModelCheckpoint)]
@@ -208,6 +211,19 @@ def constructed(settings: dict[str, Any], group: str, note: str = "", **kwargs: 
         text = text.removeprefix(f"{group}.")  # a refusal that names the group's setting itself (model.prior_hidden ...)
         named = text.split(" ", 1)[0].split("=", 1)[0].rstrip(":") in settings  # (model.prior=x, model.prior: ...)
         raise SettingsError(f"{group}.{text} ({name}){note}" if named else f"{group} ({name}): {text}{note}") from None
+
+
+def check_checkpoint_folders(callbacks: Sequence[Any], start_from: str | None) -> None:
+    """A checkpoint callback's given folder that holds another run's checkpoints: this run would write over its
+    last.ckpt (Lightning only warns); a run resumed from a checkpoint beside that folder is the run that wrote it."""
+    for callback in callbacks:
+        folder = Path(callback.dirpath) if isinstance(callback, ModelCheckpoint) and callback.dirpath else None
+        found = sorted(path.name for path in folder.glob("*.ckpt")) if folder and folder.is_dir() else []
+        if found and not (start_from and Path(start_from).resolve().is_relative_to(folder.resolve().parent)):
+            raise SettingsError(f"{type(callback).__name__}(dirpath={folder}) holds another run's checkpoints "
+                                f"({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}): this run would write over "
+                                "them; give a folder of its own, or leave dirpath out (each run keeps its checkpoints in its "
+                                "run's folder)")
 
 
 def check_replica_checkpoint(checkpoint: dict[str, Any], model: Any, ckpt_path: str) -> None:

@@ -436,6 +436,29 @@ def test_hydra_resumes_with_the_checkpoints_settings_under_the_command_lines(tmp
 
 
 @pytest.mark.slow  # runs through the front ends
+def test_a_checkpoint_folder_holding_another_runs_checkpoints_is_refused(tmp_path, mnist_dir, monkeypatch, capsys):
+    """A second run given the first's checkpoint folder would write over its last.ckpt: one line, in both front ends,
+    nothing written; the run resumed from a checkpoint there is the run that wrote it."""
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    short = ["--trainer.max_steps=1", "--trainer.limit_val_batches=0", "--data.batch_size=8", "--trainer.enable_progress_bar=false"]
+    launch.cli_app.main(["fit", "--model=VAE", f"--checkpoint.dirpath={tmp_path / 'ck'}", *short])
+    written = (tmp_path / "ck" / "last.ckpt").read_bytes()
+    for command in (lambda: launch.cli_app.main(["fit", "--model=RWS", f"--checkpoint.dirpath={tmp_path / 'ck'}", *short]),
+                    lambda: launch.hydra_app.run(composed(["model=rws", f"+callbacks.model_checkpoint.dirpath={tmp_path / 'ck'}",
+                                                           "trainer.max_steps=1", "data.batch_size=8"]))):
+        with pytest.raises(SystemExit) as stop, launch.errors.user_errors_as_one_line():
+            command()
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert stop.value.code == 2, error
+        says(error, f"dirpath={tmp_path / 'ck'}", "another run's checkpoints (last.ckpt", "a folder of its own")
+    assert (tmp_path / "ck" / "last.ckpt").read_bytes() == written
+    assert [p.name for p in tmp_path.glob("logs/tensorboard/*")] == ["vae-mnist-mlp-z32"]
+    launch.cli_app.main(["fit", "--model=VAE", f"--checkpoint.dirpath={tmp_path / 'ck'}",
+                         f"--ckpt_path={tmp_path / 'ck' / 'last.ckpt'}", *short[1:], "--trainer.max_steps=2"])
+
+
+@pytest.mark.slow  # runs through the front ends
 def test_a_weights_only_checkpoint_is_tested_but_not_resumed(tmp_path, mnist_dir, monkeypatch, capsys):
     """save_weights_only leaves no optimizer, loop or callback state: fit from it is one line (Lightning's KeyError
     deep in its restore otherwise), in both front ends; test reads it."""
