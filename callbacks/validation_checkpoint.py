@@ -70,7 +70,8 @@ class ValidationCheckpoint(ModelCheckpoint):
                     else f"each comes at an epoch's end, after {trainer.num_training_batches} batches here")
             when += f", every {epochs} epochs" if epochs > 1 else ""
             log.warning("training stopped at step %d before any validation (%s): no %s and no best checkpoint, only "
-                        "the final weights; to validate sooner, set trainer.val_check_interval to fewer batches",
+                        "the final weights; to validate sooner, set the trainer's val_check_interval to fewer batches (Hydra: "
+                        "trainer.val_check_interval=N; LightningCLI: --trainer.val_check_interval=N)",
                         trainer.global_step, when, self.monitor)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

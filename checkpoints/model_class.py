@@ -63,7 +63,7 @@ def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = No
     if written_by is None:  # a class of one's own (its package trusted, or the loader would have refused the file)
         raise CheckpointError(f"{written}, a class of your own: {verb} it with that class, "
                               f"python train.py {subcommand} --model={found} --ckpt_path={ckpt_path or 'PATH'} (Hydra: "
-                              f"model._target_={found}; its package in {TRUST_VARIABLE})")
+                              f"model=<the config of the model it extends> model._target_={found}; its package in {TRUST_VARIABLE})")
     # The Hydra config of the model that wrote it; a property (DiscreteVAE: dvae or dvae_gumbel) of its settings, read
     # from the checkpoint's (a setting not recorded is the class's default)
     config_name = written_by.config_name

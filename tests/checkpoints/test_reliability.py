@@ -88,7 +88,8 @@ def test_a_checkpoint_of_classes_of_ones_own_names_the_command_with_those_classe
 
     checkpoint = {"model_class": "mypkg.mymodel.MyVAE", "data_class": "mypkg.data.InvertedMNIST"}
     with pytest.raises(CheckpointError, match=re.escape("test it with that class, python train.py test --model=mypkg.mymodel.MyVAE "
-                                                        "--ckpt_path=x.ckpt (Hydra: model._target_=mypkg.mymodel.MyVAE; ")):
+                                                        "--ckpt_path=x.ckpt (Hydra: model=<the config of the model it extends> "
+                                                        "model._target_=mypkg.mymodel.MyVAE; ")):
         check_model_class(checkpoint, VAE, "x.ckpt", "test")
     for cli, choice in ((True, "give --data=mypkg.data.InvertedMNIST"), (False, "give data._target_=mypkg.data.InvertedMNIST")):
         with pytest.raises(CheckpointError, match=re.escape(choice)):
