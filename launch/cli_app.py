@@ -190,6 +190,7 @@ class CollectionCLI(LightningCLI):
             # the default logger (none given, or true): a TensorBoard run, as Hydra's; another logger: as given
             tensorboard={} if trainer_config.get("logger") in (None, True) else None,
             ckpt_path=config.get("ckpt_path"), checkpoint=self.checkpoint, subcommand=self.subcommand or "fit",
+            given=frozenset({"seed"} if self.seed_given() else ()),
             trainer_class=super().instantiate_trainer, replicas=replicas)
         self.datamodule, self.model, trainer, resume = build(run)  # R replicas' model and data where --replicas.seeds asks
         lr = (config.get("optimizer") or {}).get("init_args", {}).get("lr")

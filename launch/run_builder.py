@@ -87,11 +87,15 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
     # LightningCLI's as parsed: a -c file may set it (the early checks saw the command line only)
     elif refusal := write_root_refusal("--log_dir" if run.front_end == "cli" else "log_dir", run.log_dir):
         raise SettingsError(refusal)
+    option = "--replicas" if run.front_end == "cli" else "replicas"
     if (run.replicas or {}).get("arms") is not None and run.replicas.get("seeds") is None:
-        option = "--replicas" if run.front_end == "cli" else "replicas"
         raise SettingsError(f"{option}.arms without {option}.seeds: arms are replicas of each seed; give the seeds too "
                             f"({option}.seeds=[0,1], docs/replicas.md)")
     if (run.replicas or {}).get("seeds") is not None:  # R replicas of it in one process (launch/runs/replicas.py)
+        if "seed" in run.given:  # (each replica is seeded by its own)
+            seed = "--seed_everything" if run.front_end == "cli" else "seed"
+            raise SettingsError(f"{seed} with {option}.seeds: each replica runs with its own seed of {option}.seeds; "
+                                f"leave {seed} out")
         if run.tensorboard is None:  # each replica logs a TensorBoard run of its own
             logger = run.trainer.get("logger")
             given = (f"--trainer.logger={type(logger).__name__ if logger else 'false'}" if run.front_end == "cli"

@@ -192,6 +192,7 @@ def test_hydras_logger_group_chooses_the_logger_and_the_layout_places_it(choice,
     (["+callbacks.ck2._target_=lightning.pytorch.callbacks.ModelCheckpoint", "+callbacks.ck2.monitor=val/nll"],
      ["callbacks: two ModelCheckpoint callbacks", "another monitor"]),
     (["replicas.arms=[{cache_start_epoch:1}]"], ["replicas.arms without replicas.seeds", "replicas.seeds="]),  # not a single run
+    (["seed=5", "replicas.seeds=[0,1]"], ["seed with replicas.seeds", "leave seed out"]),  # each replica's seed is its own
 ])
 def test_a_logger_scheduler_or_optimizer_the_run_cannot_take_is_refused(overrides, named, tmp_path, monkeypatch):
     from launch.checks.settings import SettingsError
@@ -206,6 +207,7 @@ def test_a_logger_scheduler_or_optimizer_the_run_cannot_take_is_refused(override
     (["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.monitor=val/nll"],  # the --checkpoint group's monitor
      ["error: --trainer.callbacks: two", "--checkpoint.monitor"]),
     (["--replicas.arms=[{cache_start_epoch: 1}]"], ["error: --replicas.arms without --replicas.seeds", "--replicas.seeds="]),
+    (["--seed_everything=5", "--replicas.seeds=[0,1]"], ["error: --seed_everything with --replicas.seeds", "leave --seed_everything"]),
 ])
 def test_the_cli_refuses_what_the_run_builder_cannot_take_in_one_line(options, named, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
