@@ -13,8 +13,8 @@ import logging
 import warnings
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
 from common.private_api import checkpoint_every_n_train_steps

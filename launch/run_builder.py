@@ -38,7 +38,6 @@ from checkpoints.model_class import check_data_class, check_model_class
 from checkpoints.trainer import AtomicCheckpointIO, SafeCheckpoints
 from common.registry import qualified_name
 from common.signatures import constructor_defaults
-from models.components.optimizers import FactoryRefusal
 from configs.settings import MACHINE_DATA_SETTINGS, MODEL_ARGUMENTS
 from launch.checks.configs import LOGGER_FOLDERS, config_file, ddp_timeout_s
 from launch.checks.paths import write_root_refusal
@@ -47,6 +46,7 @@ from launch.errors import REFUSALS, StoppedByCtrlC, argument_named, lightning_ex
 from launch.runs.replicas import replicate
 from launch.runs.run_directory import (chosen_logger, no_traces_if_refused, placed, process_dir, run_name, run_places,
                                        run_summary, slurm_job_id)
+from models.components.optimizers import FactoryRefusal
 
 
 @dataclasses.dataclass
