@@ -31,8 +31,8 @@ from launch.checks.precheck import closest_in_module, did_you_mean
 from launch.checks.received_config import composed, given_settings
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import argument_named, user_errors_as_one_line
-from launch.run_builder import (RunDescription, apply_rules, build, checkpoint_settings, default_callbacks, resumed_seed,
-                                resumed_settings, running, trainer_defaults)
+from launch.run_builder import (RESUMED, RunDescription, apply_rules, build, checkpoint_settings, default_callbacks,
+                                resumed_seed, resumed_settings, running, trainer_defaults)
 from launch.runs.run_directory import note_existing_directories, run_name
 from models import LatentVariableModel  # (the package registers the subclasses for --model=NAME)
 from models.components.optimizers import FactoryRefusal, check_optimizer_factory, check_scheduler_factory
@@ -229,7 +229,8 @@ class CollectionCLI(LightningCLI):
             named = argument_named(text)  # (--checkpoint.mode=maxx: "`mode` can be min, max ...")
             given = [f"{option}={value}" for option, value in option_values(self.command_line)
                      if named and option.rsplit(".", 1)[-1] == named]
-            raise SettingsError(f"{given[-1]}: {text}" if given else text) from None
+            note = RESUMED if self.checkpoint is not None and text.startswith("--model") else ""  # (as Hydra's says)
+            raise SettingsError((f"{given[-1]}: {text}" if given else text) + note) from None
 
 
 def main(args: list[str] | None = None, run: bool = True) -> Any:
