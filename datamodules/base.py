@@ -123,10 +123,14 @@ class ImageDataModule(L.LightningDataModule):
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: object) -> None:
         """A data module of datamodules/ registers itself when defined (`--data=NAME`, `data_defaults/NAME`, nameable
-        by a checkpoint: common/registry.py); not an abstract base (`abstract=True`) nor one defined elsewhere."""
+        by a checkpoint: common/registry.py); not an abstract base (`abstract=True`) nor one defined elsewhere. One
+        without a `config_name` of its own (one's own FlippedMNIST) names its runs by its class (vae-flippedmnist-...),
+        not by the class it extends, as a model of one's own does."""
         super().__init_subclass__(**kwargs)
         if not abstract and cls.__module__.startswith("datamodules."):
             register("data", cls)
+        if "config_name" not in vars(cls):
+            cls.config_name = cls.__name__.lower()
 
     image_shape: ClassVar[tuple[int, int, int]]
     train_file_size: ClassVar[int]

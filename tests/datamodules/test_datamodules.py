@@ -149,6 +149,14 @@ def test_a_setting_of_a_data_module_of_ones_own_is_saved_and_a_changed_one_is_na
     assert changed_settings(checkpoint, model, given) == {"data.invert": (True, False)}
 
 
+def test_a_data_module_of_ones_own_names_its_runs_by_its_class() -> None:
+    """Its runs are not named like the class's it extends (vae-mnist-...), as a model of one's own (myvae-...)."""
+    from datamodules import FashionMNISTDataModule
+
+    assert (OwnMNIST.config_name, MNISTDataModule.config_name, FashionMNISTDataModule.config_name) == \
+        ("ownmnist", "mnist", "fashion_mnist")
+
+
 def test_invalid_arguments_rejected() -> None:
     with pytest.raises(ValueError, match="binarize"):
         MNISTDataModule(binarize="stochastic")  # type: ignore[arg-type]
