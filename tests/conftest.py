@@ -174,7 +174,7 @@ def __getattr__(name: str) -> type:
 
     tiny = type(name, (CIFAR10DataModule,), {
         "__module__": __name__, "__doc__": "CIFAR-10 sized for the 20-images-per-batch fake of the cifar10_dir fixture.",
-        "train_file_size": 100, "test_file_size": 20})
+        "train_file_size": 100, "test_file_size": 20, "config_name": "cifar10"})  # (its runs named as CIFAR-10's)
     globals()[name] = tiny
     return tiny
 
