@@ -72,7 +72,7 @@ class RunDescription:
     scheduler: dict[str, Any] | None = None
     logger: dict[str, Any] | None = None  # the logger group's settings (TensorBoardLogger, CSVLogger or none)
     seed: Any = None  # the run's seed
-    given: frozenset[str] = frozenset()  # the settings the command line gives: "seed", "model.lr", ...
+    given: frozenset[str] = frozenset()  # the settings the command line gives: Hydra's all ("seed", "model.lr", ...), the CLI's "seed"
     swept: dict[str, Any] = dataclasses.field(default_factory=dict)  # a multirun's swept settings the name shows
     replicas: dict[str, Any] | None = None  # replicas.seeds and replicas.arms (launch/runs/replicas.py)
 
