@@ -4,7 +4,7 @@ one line naming the option as given."""
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import functools
 import re
 import sys
@@ -20,7 +20,7 @@ from callbacks.validation_checkpoint import ValidationCheckpoint
 from checkpoints.errors import CheckpointError
 from checkpoints.loader import load_checkpoint_file
 from common.lightning_files import RunConfigFile
-from common.registry import IMPORTABLE_HINT, qualified_name
+from common.registry import IMPORTABLE_HINT
 from datamodules import ImageDataModule  # (the package registers the subclasses for --data=NAME)
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch.checks.arguments import PRINTS_ONLY, cli_options, option_values
@@ -124,24 +124,23 @@ class CollectionCLI(LightningCLI):
         if not self.ckpt_path:
             return
         config.ckpt_path, checkpoint = None, load_checkpoint_file(self.ckpt_path)
-        self.checkpoint, chosen = checkpoint, get_class(config.model.class_path)
+        self.checkpoint = checkpoint
         seed = config.get("seed_everything")  # the checkpoint's where none is given (launch/run_builder.py), before LightningCLI seeds
         if not isinstance(seed, bool):
             config.seed_everything = resumed_seed(seed, self.seed_given() or seed != default_seed(), checkpoint)
-        # a setting the command line or its -c files give wins over the checkpoint's
-        given_data = {*_given(self.command_line, "data"), *_given_in_files(self.command_line, "data")}
-        if data := resumed_settings(checkpoint, "data", get_class(config.data.class_path), given_data):
-            self.config = parser.parse_object({subcommand: {"data": {"class_path": config.data.class_path,
-                                                                     "init_args": data}}}, self.config)
-        given_model = dict(option_values(self.command_line)).get("--model")
-        if given_model and checkpoint.get("model_class") not in (None, qualified_name(chosen)):
-            return  # another model's checkpoint: the builder refuses it (checkpoints/model_class.py)
-        left_out = {"_instantiator", *_given(self.command_line, "model"), *_given_in_files(self.command_line, "model")}
-        hparams = {key: copy.deepcopy(value) for key, value in (checkpoint.get("hyper_parameters") or {}).items()
-                   if key not in left_out}  # (copies: the parser changes what it is given)
-        if hparams:  # a checkpoint a Trainer without SafeCheckpoints wrote names no class: the chosen one's settings
-            hparams = {"class_path": hparams.pop("_class_path", qualified_name(chosen)), "dict_kwargs": hparams}
-            self.config = parser.parse_object({subcommand: {"model": hparams}}, self.config)
+        # The checkpoint's model class where the command line names none (`test --ckpt_path=...`), and its settings
+        # under those the command line or its -c files give.
+        written_by = checkpoint.get("model_class") or (checkpoint.get("hyper_parameters") or {}).get("_class_path")
+        if dict(option_values(self.command_line)).get("--model") or not written_by:
+            written_by = config.model.class_path
+        for group, class_path in (("data", config.data.class_path), ("model", written_by)):
+            given = {*_given(self.command_line, group), *_given_in_files(self.command_line, group)}
+            settings = {}
+            with contextlib.suppress(ImportError):  # a class that does not import: the parser names it below
+                settings = resumed_settings(checkpoint, group, get_class(class_path), given, self.ckpt_path)
+            if settings or class_path != config[group].class_path:
+                self.config = parser.parse_object({subcommand: {group: {"class_path": class_path, "init_args": settings}}},
+                                                  self.config)
 
     def seed_given(self) -> bool:
         """Whether the command line gives --seed_everything (a config file's counts where it is not the default)."""

@@ -229,7 +229,7 @@ def describe_run(cfg: Any) -> RunDescription:
     for group, settings in (("model", model), ("data", data)) if checkpoint is not None else ():  # as LightningCLI's
         # `fit --model=RWS --ckpt_path=...`: `model=rws ckpt_path=...` resumes a run of model.num_samples=5 with 5
         own = {key.split(".", 1)[1] for key in given if key.startswith(f"{group}.")}
-        settings.update(resumed_settings(checkpoint, group, get_class(settings["_target_"]), own))
+        settings.update(resumed_settings(checkpoint, group, get_class(settings["_target_"]), own, ckpt_path))
     if optimizer and OmegaConf.to_container(cfg.optimizer, resolve=False).get("lr") == "${model.lr}":
         optimizer["lr"] = model["lr"]  # the model's learning rate as the run takes it (a checkpoint's, an experiment's)
     return RunDescription(

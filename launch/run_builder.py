@@ -11,6 +11,7 @@ left by a refused one (`running`).
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import inspect
 import os
@@ -41,7 +42,7 @@ from common.signatures import constructor_defaults
 from configs.settings import MACHINE_DATA_SETTINGS, MODEL_ARGUMENTS
 from launch.checks.configs import LOGGER_FOLDERS, config_file, ddp_timeout_s
 from launch.checks.paths import write_root_refusal
-from launch.checks.settings import SettingsError
+from launch.checks.settings import SettingsError, class_hints
 from launch.errors import REFUSALS, StoppedByCtrlC, argument_named, lightning_exits_as_ours
 from launch.runs.replicas import replicate
 from launch.runs.run_directory import (chosen_logger, no_traces_if_refused, placed, process_dir, run_name, run_places,
@@ -299,17 +300,22 @@ def apply_rules(settings: dict[str, Any], classes: dict[str, type], seed: Any, s
         model[key] = suited[key]
 
 
-def resumed_settings(checkpoint: dict[str, Any], group: str, cls: type, given: set[str]) -> dict[str, Any]:
+def resumed_settings(checkpoint: dict[str, Any], group: str, cls: type, given: set[str], ckpt_path: Any) -> dict[str, Any]:
     """The settings of `group` (model, data) that a run started from `checkpoint` takes from it, where its command line
-    (`given`: the group's keys it sets) gives none: every setting of `cls`, but a model's constructor arguments
-    (MODEL_ARGUMENTS) and where this machine keeps the data and how it loads it (MACHINE_DATA_SETTINGS); none from a
-    checkpoint another class wrote (`build` refuses it). A run resumed or tested as its README command says (no
-    settings given) trains on, and is scored on, the data it was trained on (a grey-pixel model on grey pixels)."""
+    (`given`: the group's keys it sets) gives none: every setting of `cls` (those a subclass of one's own adds too), but
+    a model's constructor arguments (MODEL_ARGUMENTS) and where this machine keeps the data and how it loads it
+    (MACHINE_DATA_SETTINGS); none from a checkpoint another class wrote (`build` refuses it). A run resumed or tested as
+    its README command says (no settings given) trains on, and is scored on, the data it was trained on (a grey-pixel
+    model on grey pixels). A saved setting `cls` does not take is refused, not dropped: the run would not be the one saved."""
     stamp, section = {"model": ("model_class", "hyper_parameters"), "data": ("data_class", "datamodule_hyper_parameters")}[group]
-    if checkpoint.get(stamp) != qualified_name(cls):
+    if checkpoint.get(stamp) not in (None, qualified_name(cls)):
         return {}
-    names = set(constructor_defaults(cls)) - {*MODEL_ARGUMENTS, *MACHINE_DATA_SETTINGS, *given}
-    return {key: value for key, value in (checkpoint.get(section) or {}).items() if key in names}
+    saved = {key: value for key, value in (checkpoint.get(section) or {}).items() if not key.startswith("_")}
+    names = set(class_hints(cls)) - {*MODEL_ARGUMENTS}
+    if unknown := sorted(set(saved) - names - {*MODEL_ARGUMENTS}):
+        raise SettingsError(f"checkpoint {ckpt_path}: its {group} setting {unknown[0]}={saved[unknown[0]]!r} is not one "
+                            f"{qualified_name(cls)} takes (a checkpoint of another version of the class?)")
+    return {key: copy.deepcopy(value) for key, value in saved.items() if key in names - {*MACHINE_DATA_SETTINGS, *given}}
 
 
 def resumed_seed(seed: Any, seed_given: bool, checkpoint: dict[str, Any] | None) -> Any:

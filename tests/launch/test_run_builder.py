@@ -142,6 +142,31 @@ def test_a_checkpoint_resumes_with_its_own_seed_unless_one_is_given_in_both_fron
             assert (run.datamodule.hparams["seed"], run.model.hparams["test_seed"]) == (seed, seed), run.front_end
 
 
+@pytest.mark.slow  # a run through the CLI
+def test_a_checkpoint_setting_the_class_does_not_take_is_refused_by_both_front_ends(tmp_path, described, monkeypatch, capsys):
+    """A checkpoint holding a model or data setting its class does not take (another version of the class, an edited
+    file) is refused in one line naming the file and the setting, in both front ends: resuming without it would not
+    resume the run it saved."""
+    from checkpoints.file_format import save_checkpoint_file
+
+    monkeypatch.chdir(tmp_path)
+    hydra_trainer, _, _ = both_front_ends(tmp_path, [], [])
+    checkpoint = Path(hydra_trainer.logger.log_dir) / "checkpoints" / "last.ckpt"
+    hydra_trainer.strategy.connect(described[0].model)
+    hydra_trainer.save_checkpoint(checkpoint)
+    saved = torch.load(checkpoint, weights_only=True)
+    for section, group in (("hyper_parameters", "model"), ("datamodule_hyper_parameters", "data")):
+        edited = {**saved, section: {**(saved.get(section) or {}), "depth": 3}}
+        save_checkpoint_file(edited, checkpoint)
+        for run in (lambda: launch.hydra_app.run(composed([f"ckpt_path={checkpoint}", f"log_dir={tmp_path / 'logs'}"])),
+                    lambda: launch.cli_app.main(["fit", f"--ckpt_path={checkpoint}", f"--log_dir={tmp_path / 'logs'}"])):
+            with pytest.raises(SystemExit) as stop, launch.errors.user_errors_as_one_line():
+                run()
+            error = capsys.readouterr().err.strip().splitlines()[-1]
+            assert stop.value.code == 2, error
+            says(error, f"checkpoint {checkpoint}", f"{group} setting depth=3")
+
+
 def test_a_log_dir_from_a_config_file_is_where_the_cli_writes_and_is_checked_there(tmp_path, described, monkeypatch, capsys):
     """`log_dir` set in a -c file: the run goes there, a ./logs that is a file does not matter, and a log_dir that is a
     file is one line (the early checks see the command line only)."""
