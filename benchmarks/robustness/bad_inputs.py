@@ -540,7 +540,8 @@ def structure_cases() -> list[Case]:
     commands = {"hydra resume": resume, "cli fit --ckpt_path": ["fit", "--ckpt_path={planted}", "--trainer.max_steps=4"],
                 "cli test --ckpt_path": ["test", "--ckpt_path={planted}", "--trainer.limit_test_batches=1",
                                          "--model.test_num_samples=2"]}
-    both = ("hyper_parameters a list", "ModelCheckpoint's state a string", "a sparse weight", "meta cache codes", "an integer weight")
+    both = ("hyper_parameters a list", "ModelCheckpoint's state a string", "a sparse weight", "meta cache codes", "an integer weight",
+            "a model setting the class does not take")
     cases = [Case(f"received structure: {command}; {what}", "resume" if command == "hydra resume" else "checkpoint",
                   args, mention=f"received.ckpt: {named}", copy_runs=True, plant=f"structure {what}")
              for what, named in STRUCTURE_PLANTS.items() for command, args in commands.items()
@@ -729,6 +730,8 @@ STRUCTURE_PLANTS = {  # what is altered in a received checkpoint (`alter_structu
     "a complex weight": "state_dict.encoder.net.0.bias is a tensor of torch.complex64",
     "an integer weight": "state_dict.encoder.net.0.bias holds integers",
     "float cache codes": "state_dict.cache.codes holds floats",
+    "a model setting the class does not take": "its model setting depth=3",
+    "a data setting the class does not take": "its data setting depth=3",
 }
 
 
@@ -756,6 +759,8 @@ def alter_structure(checkpoint: dict, what: str) -> None:
         "a complex weight": lambda: state.update({weight: state[weight].to(torch.complex64)}),
         "an integer weight": lambda: state.update({weight: state[weight].to(torch.int64)}),
         "float cache codes": lambda: state.update({"cache.codes": state["cache.codes"].float()}),
+        "a model setting the class does not take": lambda: checkpoint["hyper_parameters"].update(depth=3),
+        "a data setting the class does not take": lambda: checkpoint["datamodule_hyper_parameters"].update(depth=3),
     }
     changes[what]()
 
