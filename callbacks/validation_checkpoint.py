@@ -8,7 +8,6 @@ Lightning wrote nothing (with `every_n_train_steps`, the steps' saves are the re
 
 from __future__ import annotations
 
-import difflib
 import logging
 import warnings
 
@@ -18,6 +17,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
 from common.private_api import checkpoint_every_n_train_steps
+from common.settings import did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +45,8 @@ class ValidationCheckpoint(ModelCheckpoint):
         # monitored one missing is a typo, refused before the first epoch trains rather than after it (Lightning's).
         logged = sorted(key for key in trainer.callback_metrics if key.startswith("val/"))
         if self.monitor and self.monitor.startswith("val/") and logged and self.monitor not in logged:
-            close = difflib.get_close_matches(self.monitor, logged, n=1)
-            raise MisconfigurationException(
-                f"{type(self).__name__}(monitor={self.monitor}): the validation logs no such metric"
-                f"{f'; did you mean {close[0]}?' if close else ''} (it logs {', '.join(logged)})")
+            raise MisconfigurationException(f"{type(self).__name__}(monitor={self.monitor}): the validation logs no such metric"
+                                            f"{did_you_mean(self.monitor, logged)} (it logs {', '.join(logged)})")
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         super()._save_checkpoint(trainer, filepath)

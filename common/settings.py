@@ -1,5 +1,5 @@
-"""One-line checks of settings, each naming the setting, what it takes and what it got (the front ends show the line
-as the run's error). Torch-free: the front ends run them before the heavy imports (configs/settings.py)."""
+"""One-line checks of settings, each naming the setting, what it takes and what it got, and the "did you mean" of a
+name mistyped (the front ends show the line as the run's error). Torch-free: the front ends run them before the heavy imports (configs/settings.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,24 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 MEANT = "; did you mean "
 SEED_RANGE = (0, 2**32 - 1)  # numpy's, which Lightning's seed_everything checks too
+
+
+def did_you_mean(word: str, candidates: list[str]) -> str:
+    """'; did you mean X?' for the candidate whose last part is closest to `word`'s, in any case (the same last part
+    first: model=VAE means vae)."""
+    def leaf(name: str) -> str:
+        return name.rsplit(".", 1)[-1].lower()
+
+    typed = leaf(word)
+    same = [c for c in candidates if leaf(c) == typed and c != word]
+    by_leaf: dict[str, str] = {}
+    for candidate in candidates:  # the first of those with one last part (a top-level seed before data.seed)
+        by_leaf.setdefault(leaf(candidate), candidate)
+    # A name cut short (max_ep) means the one it begins (max_epochs), not one a few letters away (max_steps).
+    begun = [name for name in by_leaf if name.startswith(typed) and name != typed] if typed else []
+    close = same or [by_leaf[m] for m in difflib.get_close_matches(typed, begun, n=1, cutoff=0)] or \
+        [by_leaf[m] for m in difflib.get_close_matches(typed, list(by_leaf), n=1, cutoff=0.75)]
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def expected(hint: Any, value: Any) -> str | None:

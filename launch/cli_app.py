@@ -21,13 +21,14 @@ from checkpoints.errors import CheckpointError
 from checkpoints.loader import load_checkpoint_file
 from common.lightning_files import RunConfigFile
 from common.registry import IMPORTABLE_HINT
+from common.settings import did_you_mean
 from datamodules import ImageDataModule  # (the package registers the subclasses for --data=NAME)
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch.checks.arguments import PRINTS_ONLY, cli_options, option_values
 from launch.checks.cli_check import REPLICA_HINTS, check_cli_command, help_pointer, no_such_class, setting_key, with_defaults
 from launch.checks.configs import log_dir as default_log_dir, seed as default_seed, short_names
 from launch.checks.early import exit_with
-from launch.checks.precheck import closest_in_module, did_you_mean
+from launch.checks.precheck import closest_in_module
 from launch.checks.received_config import composed, given_settings
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import argument_named, user_errors_as_one_line

@@ -19,9 +19,8 @@ from launch import CLI_SUBCOMMANDS
 from launch.checks.configs import (CLI_SHORT_NAMES, COLLECTION_PACKAGES, NOT_SETTINGS, REPO, SHORT_NAME_MODULES,
                                    config_targets, declared, default_class, library_records, recorded, short_names)
 from common.registry import trusted_prefixes
-from common.settings import SEED_RANGE
-from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, did_you_mean, \
-    removed_trainer_option
+from common.settings import SEED_RANGE, did_you_mean
+from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, removed_trainer_option
 from launch.checks.received_config import composed, given_settings
 from launch.checks.settings import SettingsError, check_group, class_hints
 

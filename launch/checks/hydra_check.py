@@ -19,10 +19,11 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from common.settings import did_you_mean
 from launch import CLI_SUBCOMMANDS
 from launch.checks.arguments import HYDRA_OPTIONS, OTHER_TREE, TAKES_VALUE, hydra_option, hydra_words, overrides_of, values_of
 from launch.checks.configs import CONFIGS, config_value, declared, read_config
-from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, did_you_mean, removed_trainer_option
+from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, removed_trainer_option
 from launch.checks.received_config import composed as composed_file, hydra_folders, hydra_option_values
 from launch.checks.settings import CONFIG_GROUPS, SettingsError, check_composed
 from launch.checks.hydra_config import compose

@@ -1,13 +1,13 @@
 """What both early checks share (launch/checks/hydra_check.py, cli_check.py; run by launch/checks/early.py): the
-refusal (SettingsError and its kinds) and its "did you mean", a model's or data module's settings built as their
+refusal (SettingsError and its kinds), a model's or data module's settings built as their
 constructor builds them (configs/settings.py), and Lightning 1.x Trainer options."""
 
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Any
 
+from common.settings import did_you_mean
 from configs.settings import settings_class
 from launch.checks.configs import declared
 
@@ -20,24 +20,6 @@ class SettingsError(ValueError):
 
 class EarlyRefusal(SettingsError):
     """A command-line mistake found before the imports (the message is the whole `error:` line)."""
-
-
-def did_you_mean(word: str, candidates: list[str]) -> str:
-    """'; did you mean X?' for the candidate whose last part is closest to `word`'s, in any case (the same last part
-    first: model=VAE means vae)."""
-    def leaf(name: str) -> str:
-        return name.rsplit(".", 1)[-1].lower()
-
-    typed = leaf(word)
-    same = [c for c in candidates if leaf(c) == typed and c != word]
-    by_leaf: dict[str, str] = {}
-    for candidate in candidates:  # the first of those with one last part (a top-level seed before data.seed)
-        by_leaf.setdefault(leaf(candidate), candidate)
-    # A name cut short (max_ep) means the one it begins (max_epochs), not one a few letters away (max_steps).
-    begun = [name for name in by_leaf if name.startswith(typed) and name != typed] if typed else []
-    close = same or [by_leaf[m] for m in difflib.get_close_matches(typed, begun, n=1, cutoff=0)] or \
-        [by_leaf[m] for m in difflib.get_close_matches(typed, list(by_leaf), n=1, cutoff=0.75)]
-    return f"; did you mean {close[0]}?" if close else ""
 
 
 def closest_in_module(path: str) -> str:

@@ -16,10 +16,10 @@ import types
 from typing import Any, Iterator, Union, get_args, get_origin
 
 from common.registry import IMPORTABLE_HINT
-from common.settings import SEED_RANGE, expected
+from common.settings import SEED_RANGE, did_you_mean, expected
 from common.signatures import constructor_defaults, constructor_hints
 from launch.checks.configs import CONFIGS, LOGGER_FOLDERS, TRAINER_GROUPS, config_targets, declared, read_config, recorded
-from launch.checks.precheck import SettingsError, check_combination, closest_in_module, did_you_mean
+from launch.checks.precheck import SettingsError, check_combination, closest_in_module
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
 TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
