@@ -1,7 +1,8 @@
 """TensorBoard's HPARAMS tab: every run's hyperparameters next to its final metrics.
 
-At the start of training it writes every constructor setting of the model and the data module (defaults included),
-plus the model class, its parameter count, the optimizer and the effective batch size. It declares the metric tags
+At the start of training (a resumed one too) it writes every constructor setting of the model and the data module
+(defaults included), plus the model class, its parameter count, the optimizer and the effective batch size, and the
+run's hparams.yaml with the settings this training runs with. It declares the metric tags
 (`hp/val_nll`, `hp/test_nll`, ...) without a value, so no placeholder appears at step 0, and logs each at the end of
 every validation and test run, with the importance samples per image behind its NLL (`val/num_samples`,
 `test/num_samples`).
@@ -15,6 +16,7 @@ import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.tensorboard.summary import hparams
 
+from common.lightning_files import RunLogger
 from common.private_api import file_writer
 from common.signatures import settings_of
 
@@ -48,6 +50,8 @@ class HparamsWithMetrics(L.Callback):
             return
         write_hparams(logger, pl_module, trainer.datamodule, trainer.optimizers[0],
                       trainer.world_size * trainer.accumulate_grad_batches, trainer.global_step)
+        if isinstance(logger, RunLogger):
+            logger.record_hparams()
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:

@@ -29,6 +29,13 @@ class RunLogger(TensorBoardLogger):
                 save_hparams_to_yaml(file.name, self.hparams)
         super().save()  # the events flushed; hparams.yaml is there now, and Lightning leaves it as it is
 
+    @rank_zero_only
+    def record_hparams(self) -> None:
+        """hparams.yaml anew, with the settings the training about to start runs with (a resumed run's changed ones
+        too), where `save` writes it once: a test or validation of the run leaves it as its training wrote it."""
+        with replacing(Path(self.log_dir) / self.NAME_HPARAMS_FILE) as file:
+            save_hparams_to_yaml(file.name, self.hparams)
+
 
 class RunConfigFile(SaveConfigCallback):
     """LightningCLI's config.yaml (or the `config_filename` it is given), replacing any file of that name: the parsed

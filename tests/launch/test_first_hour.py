@@ -458,6 +458,27 @@ def test_a_checkpoint_folder_holding_another_runs_checkpoints_is_refused(tmp_pat
                          f"--ckpt_path={tmp_path / 'ck' / 'last.ckpt'}", *short[1:], "--trainer.max_steps=2"])
 
 
+@pytest.mark.slow  # runs through the CLI
+def test_hparams_yaml_holds_the_settings_a_resumed_training_runs_with_and_a_test_leaves_it(tmp_path, mnist_dir, monkeypatch):
+    """A resume with a setting changed (logged as "used and recorded") rewrites the run's hparams.yaml with it, as the
+    HPARAMS tab and the checkpoint record it; testing the run with another test_num_samples leaves the file as its
+    training wrote it."""
+    import yaml
+
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    short = ["--trainer.limit_val_batches=0", "--trainer.enable_progress_bar=false"]
+    launch.cli_app.main(["fit", "--model=VAE", "--trainer.max_steps=1", "--data.batch_size=8", *short])
+    (run,) = tmp_path.glob("logs/tensorboard/*/version_0")
+    last = run / "checkpoints" / "last.ckpt"
+    launch.cli_app.main(["fit", f"--ckpt_path={last}", "--model.lr=0.002", "--trainer.max_steps=2", *short])
+    assert yaml.safe_load((run / "hparams.yaml").read_text())["lr"] == 0.002
+    launch.cli_app.main(["test", f"--ckpt_path={last}", "--model.test_num_samples=2", "--trainer.limit_test_batches=1",
+                         "--data.eval_batch_size=8"])
+    saved = yaml.safe_load((run / "hparams.yaml").read_text())
+    assert (saved["lr"], saved["test_num_samples"]) == (0.002, 1000)
+
+
 @pytest.mark.slow  # runs through the front ends
 def test_a_weights_only_checkpoint_is_tested_but_not_resumed(tmp_path, mnist_dir, monkeypatch, capsys):
     """save_weights_only leaves no optimizer, loop or callback state: fit from it is one line (Lightning's KeyError
