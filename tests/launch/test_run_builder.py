@@ -54,6 +54,16 @@ def both_front_ends(tmp_path: Path, hydra: list[str], cli: list[str]) -> tuple:
     return hydra_trainer, hydra_resume, app
 
 
+def saved_run(tmp_path: Path, described: list) -> tuple[Path, dict]:
+    """The last.ckpt of a run built through both front ends (Hydra's trainer saves it, its model connected), and what
+    it holds."""
+    hydra_trainer, _, _ = both_front_ends(tmp_path, [], [])
+    checkpoint = Path(hydra_trainer.logger.log_dir) / "checkpoints" / "last.ckpt"
+    hydra_trainer.strategy.connect(described[0].model)
+    hydra_trainer.save_checkpoint(checkpoint)
+    return checkpoint, torch.load(checkpoint, weights_only=True)
+
+
 def test_the_same_run_through_both_front_ends_builds_the_same_run(tmp_path, described, monkeypatch):
     monkeypatch.chdir(tmp_path)
     hydra_trainer, _, app = both_front_ends(
@@ -97,11 +107,7 @@ def test_both_front_ends_leave_the_checkpoints_out_and_write_an_unlogged_run_und
 @pytest.mark.slow  # runs through both front ends
 def test_a_checkpoint_resumes_into_its_own_run_through_both_front_ends_and_another_models_is_refused_by_both(tmp_path, described, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    hydra_trainer, _, _ = both_front_ends(tmp_path, [], [])
-    checkpoint = Path(hydra_trainer.logger.log_dir) / "checkpoints" / "last.ckpt"
-    model = described[0].model
-    hydra_trainer.strategy.connect(model)
-    hydra_trainer.save_checkpoint(checkpoint)
+    checkpoint, _ = saved_run(tmp_path, described)
     described.clear()
     hydra_trainer, hydra_resume, app = both_front_ends(tmp_path, [f"ckpt_path={checkpoint}"], [f"--ckpt_path={checkpoint}"])
     assert hydra_resume == str(checkpoint) and app.config_init.fit.ckpt_path == str(checkpoint)
@@ -123,16 +129,10 @@ def test_a_checkpoint_resumes_into_its_own_run_through_both_front_ends_and_anoth
 def test_a_checkpoint_resumes_with_its_own_seed_unless_one_is_given_in_both_front_ends(tmp_path, described, monkeypatch):
     """A run from a checkpoint (a replica's of seed 4, say) takes the seed its data module was seeded with where the
     command line gives none, so that its data order and test stage continue as they were; a seed given wins."""
-    import torch as _torch
-
     from checkpoints.file_format import save_checkpoint_file
 
     monkeypatch.chdir(tmp_path)
-    hydra_trainer, _, _ = both_front_ends(tmp_path, [], [])
-    checkpoint = Path(hydra_trainer.logger.log_dir) / "checkpoints" / "last.ckpt"
-    hydra_trainer.strategy.connect(described[0].model)
-    hydra_trainer.save_checkpoint(checkpoint)
-    saved = _torch.load(checkpoint, weights_only=True)
+    checkpoint, saved = saved_run(tmp_path, described)
     saved["hyper_parameters"]["test_seed"], saved["datamodule_hyper_parameters"] = 4, {"seed": 4}
     save_checkpoint_file(saved, checkpoint)
     for hydra, cli, seed in (([], [], 4), (["seed=7"], ["--seed_everything=7"], 7)):
@@ -150,11 +150,7 @@ def test_a_checkpoint_setting_the_class_does_not_take_is_refused_by_both_front_e
     from checkpoints.file_format import save_checkpoint_file
 
     monkeypatch.chdir(tmp_path)
-    hydra_trainer, _, _ = both_front_ends(tmp_path, [], [])
-    checkpoint = Path(hydra_trainer.logger.log_dir) / "checkpoints" / "last.ckpt"
-    hydra_trainer.strategy.connect(described[0].model)
-    hydra_trainer.save_checkpoint(checkpoint)
-    saved = torch.load(checkpoint, weights_only=True)
+    checkpoint, saved = saved_run(tmp_path, described)
     for section, group in (("hyper_parameters", "model"), ("datamodule_hyper_parameters", "data")):
         edited = {**saved, section: {**(saved.get(section) or {}), "depth": 3}}
         save_checkpoint_file(edited, checkpoint)
