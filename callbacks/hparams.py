@@ -50,8 +50,6 @@ class HparamsWithMetrics(L.Callback):
             return
         write_hparams(logger, pl_module, trainer.datamodule, trainer.optimizers[0],
                       trainer.world_size * trainer.accumulate_grad_batches, trainer.global_step)
-        if isinstance(logger, RunLogger):
-            logger.record_hparams()
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
@@ -73,8 +71,8 @@ class HparamsWithMetrics(L.Callback):
 
 def write_hparams(logger: TensorBoardLogger, model: L.LightningModule, datamodule: Any, optimizer: Any, batches_per_step: int,
                   step: int) -> None:
-    """The HPARAMS tab's settings of a run (module docstring); also each replica's of a replicated process
-    (callbacks/replica_runs.py). `batches_per_step`: data.batch_size batches in one optimizer step."""
+    """The HPARAMS tab's settings of a run and its hparams.yaml (module docstring); also each replica's of a replicated
+    process (callbacks/replica_runs.py). `batches_per_step`: data.batch_size batches in one optimizer step."""
     batch_size = getattr(datamodule, "batch_size", None)
     params = {
         **(settings_of(datamodule) if datamodule is not None else {}),
@@ -93,3 +91,5 @@ def write_hparams(logger: TensorBoardLogger, model: L.LightningModule, datamodul
     writer = file_writer(logger.experiment)
     for summary in hparams(params, metrics):  # the tags only: no value is written for them here
         writer.add_summary(summary, step)
+    if isinstance(logger, RunLogger):
+        logger.record_hparams()
