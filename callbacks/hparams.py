@@ -17,7 +17,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.tensorboard.summary import hparams
 
 from common.lightning_files import RunLogger
-from common.private_api import file_writer
+from common.private_api import file_writer, metrics_step
 from common.signatures import settings_of
 
 # Shown as `hp/<stage>_<name>`: the value of `<stage>/<name>` at the end of each run of that stage.
@@ -66,7 +66,7 @@ class HparamsWithMetrics(L.Callback):
         values.update({f"{stage}/num_samples": float(samples)} if values and samples is not None else {})
         if trainer.is_global_zero and values:
             for logger in trainer.loggers:
-                logger.log_metrics(values, step=trainer.global_step)
+                logger.log_metrics(values, step=metrics_step(trainer))  # at the step of the NLL it goes with
 
 
 def write_hparams(logger: TensorBoardLogger, model: L.LightningModule, datamodule: Any, optimizer: Any, batches_per_step: int,

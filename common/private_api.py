@@ -70,6 +70,12 @@ def file_writer(experiment: Any) -> Any:
     return experiment._get_file_writer()
 
 
+def metrics_step(trainer: Any) -> int:
+    """The step Lightning logs `self.log` metrics at (its logger connector: the batches that stepped the optimizer,
+    `_batches_that_stepped`), which trails trainer.global_step by one at a validation inside an epoch."""
+    return trainer.fit_loop.epoch_loop._batches_that_stepped
+
+
 def lightning_load(path: Any, map_location: Any, weights_only: bool) -> Any:
     """Lightning's torch.load for a local path, fsspec URL or stream (what Trainer.fit(ckpt_path=...) reads with)."""
     from lightning.fabric.utilities.cloud_io import _load

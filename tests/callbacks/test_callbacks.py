@@ -41,10 +41,18 @@ def test_image_grids_alone(tmp_path, mnist_dir):
 def test_hparams_with_metrics_alone(tmp_path, mnist_dir):
     _, events = fit(tmp_path, mnist_dir, [HparamsWithMetrics()])
     assert "_hparams_/experiment" in events.PluginTagToContent("hparams")  # the HPARAMS tab has the run
-    steps = [e.step for e in events.Scalars("hp/val_nll")]
-    assert steps == [4]  # the value after validation, and no placeholder at step 0
-    assert [(e.step, e.value) for e in events.Scalars("val/num_samples")] == [(4, 2.0)]  # S behind that val/nll
+    (step,) = [e.step for e in events.Scalars("val/nll")]
+    assert [e.step for e in events.Scalars("hp/val_nll")] == [step]  # the value after validation, no placeholder at step 0
+    assert [(e.step, e.value) for e in events.Scalars("val/num_samples")] == [(step, 2.0)]  # S behind that val/nll
     assert not any(tag.startswith("hp/") for tag in fit(tmp_path / "b", mnist_dir, [])[1].Tags()["scalars"])
+
+
+def test_the_samples_behind_each_nll_are_logged_at_its_step_also_inside_an_epoch(tmp_path, mnist_dir):
+    """val/num_samples beside each val/nll, at the step Lightning logs it (which trails the global step at a validation
+    inside an epoch): benchmarks/compare.py pairs them by step."""
+    _, events = fit(tmp_path, mnist_dir, [HparamsWithMetrics()], val_check_interval=0.5)
+    steps = [e.step for e in events.Scalars("val/nll")]
+    assert len(steps) == 2 and [e.step for e in events.Scalars("val/num_samples")] == steps
 
 
 def test_the_hparams_tab_names_the_learning_rate_scheduler(tmp_path):

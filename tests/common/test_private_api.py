@@ -9,6 +9,7 @@ import inspect
 import re
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from lightning.pytorch.strategies import DDPStrategy
@@ -18,7 +19,7 @@ from models import VAE
 
 REPO = Path(__file__).resolve().parents[2]
 PRIVATE_USES = re.compile(r"\._trainer\b|_ddp_params_and_buffers_to_ignore|_ddp_kwargs|_get_file_writer|cloud_io"
-                          r"|_dynamo\.config|self\._get\(|\._instantiate_trainer\(|\._parser\(|\._every_n_train_steps|hydra\._internal")
+                          r"|_dynamo\.config|self\._get\(|\._instantiate_trainer\(|\._parser\(|\._every_n_train_steps|_batches_that_stepped|hydra\._internal")
 
 
 @pytest.mark.parametrize("class_path, methods", private_api.OVERRIDDEN.items())
@@ -36,6 +37,7 @@ def test_the_adapters_work_on_the_installed_versions(tmp_path):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     assert private_api.checkpoint_every_n_train_steps(ModelCheckpoint(every_n_train_steps=7)) == 7
+    assert private_api.metrics_step(L.Trainer(logger=False, enable_checkpointing=False)) == 0
     import copy
 
     twin = copy.copy(model)
