@@ -1,11 +1,11 @@
 """TensorBoard's HPARAMS tab: every run's hyperparameters next to its final metrics.
 
 At the start of training (a resumed one too) it writes every constructor setting of the model and the data module
-(defaults included), plus the model class, its parameter count, the optimizer and the effective batch size, and the
-run's hparams.yaml with the settings this training runs with. It declares the metric tags
-(`hp/val_nll`, `hp/test_nll`, ...) without a value, so no placeholder appears at step 0, and logs each at the end of
-every validation and test run, with the importance samples per image behind its NLL (`val/num_samples`,
-`test/num_samples`).
+(defaults included), plus the model class, its parameter count, the optimizer and the effective batch size. It declares
+the metric tags (`hp/val_nll`, `hp/test_nll`, ...) without a value, so no placeholder appears at step 0, and logs each
+at the end of every validation and test run, with the importance samples per image behind its NLL (`val/num_samples`,
+`test/num_samples`). Each checkpoint the run writes rewrites its hparams.yaml with the settings it holds (a resume's
+changed ones).
 """
 
 from __future__ import annotations
@@ -51,6 +51,10 @@ class HparamsWithMetrics(L.Callback):
         write_hparams(logger, pl_module, trainer.datamodule, trainer.optimizers[0],
                       trainer.world_size * trainer.accumulate_grad_batches, trainer.global_step)
 
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        if isinstance(trainer.logger, RunLogger):  # hparams.yaml: the settings of the checkpoints the run writes
+            trainer.logger.record_hparams()
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
             self._log(trainer, "val")
@@ -71,8 +75,8 @@ class HparamsWithMetrics(L.Callback):
 
 def write_hparams(logger: TensorBoardLogger, model: L.LightningModule, datamodule: Any, optimizer: Any, batches_per_step: int,
                   step: int) -> None:
-    """The HPARAMS tab's settings of a run and its hparams.yaml (module docstring); also each replica's of a replicated
-    process (callbacks/replica_runs.py). `batches_per_step`: data.batch_size batches in one optimizer step."""
+    """The HPARAMS tab's settings of a run (module docstring); also each replica's of a replicated process
+    (callbacks/replica_runs.py). `batches_per_step`: data.batch_size batches in one optimizer step."""
     batch_size = getattr(datamodule, "batch_size", None)
     params = {
         **(settings_of(datamodule) if datamodule is not None else {}),
@@ -91,5 +95,3 @@ def write_hparams(logger: TensorBoardLogger, model: L.LightningModule, datamodul
     writer = file_writer(logger.experiment)
     for summary in hparams(params, metrics):  # the tags only: no value is written for them here
         writer.add_summary(summary, step)
-    if isinstance(logger, RunLogger):
-        logger.record_hparams()

@@ -41,6 +41,7 @@ class ReplicaRuns(L.Callback):
         self.best = [math.inf] * len(self.names)
         self.best_files: list[str | None] = [None] * len(self.names)
         self.loggers: list[TensorBoardLogger] = []
+        self.validated: list[float] = []  # each replica's val/nll at the last validation (not the sanity check's)
 
     @classmethod
     def saved_names(cls, checkpoint: dict[str, Any]) -> list[str] | None:
@@ -91,6 +92,7 @@ class ReplicaRuns(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         if trainer.sanity_checking:
             return
+        self.validated = [float(values["val/nll"]) for values in pl_module.replica_val]
         for logger, values in zip(self.loggers, pl_module.replica_val):
             metrics = {tag: float(value) for tag, value in values.items()}
             hp = {f"hp/val_{name}": metrics[f"val/{name}"] for name in HPARAM_METRICS["val"]}
@@ -110,8 +112,9 @@ class ReplicaRuns(L.Callback):
             stamp_classes(single, type(model), trainer.datamodule.replicas[r])
             directory = Path(logger.log_dir) / "checkpoints"
             save_checkpoint_file(single, directory / "last.ckpt")
-            nll = getattr(pl_module, "replica_val", None)
-            nll = float(nll[r]["val/nll"]) if nll else math.inf
+            if isinstance(logger, RunLogger):
+                logger.record_hparams()  # hparams.yaml: the settings of the checkpoints it writes
+            nll = self.validated[r] if self.validated else math.inf
             if nll < self.best[r]:
                 best = directory / f"epoch{epoch:03d}-step{step:06d}.ckpt"
                 save_checkpoint_file(single, best)

@@ -31,8 +31,9 @@ class RunLogger(TensorBoardLogger):
 
     @rank_zero_only
     def record_hparams(self) -> None:
-        """hparams.yaml anew, with the settings the training about to start runs with (a resumed run's changed ones
-        too), where `save` writes it once: a test or validation of the run leaves it as its training wrote it."""
+        """hparams.yaml anew, with the settings the training runs with (a resumed run's changed ones too), where `save`
+        writes it once: called where a checkpoint is written, so that a test or validation of the run, or a resume that
+        stops before its first checkpoint, leaves it as the checkpoints hold it."""
         with replacing(Path(self.log_dir) / self.NAME_HPARAMS_FILE) as file:
             save_hparams_to_yaml(file.name, self.hparams)
 

@@ -380,7 +380,6 @@ def test_replica_runs_state_from_a_checkpoint_is_checked_and_never_removes_outsi
 
     class Module:
         settings = [model(0)]
-        replica_val = [{"val/nll": torch.tensor(1.0)}]
 
         def replica_state_dict(self, r):
             return self.settings[0].state_dict()
@@ -389,7 +388,7 @@ def test_replica_runs_state_from_a_checkpoint_is_checked_and_never_removes_outsi
         current_epoch, global_step = 0, 1
         datamodule = type("D", (), {"replicas": [data(0)]})()
 
-    runs.loggers = [Logger()]
+    runs.loggers, runs.validated = [Logger()], [1.0]  # a validation's val/nll: this save writes a best file
     runs.on_save_checkpoint(Trainer(), Module(), {"epoch": 0, "global_step": 1, "loops": {}})
     assert outside.exists() and (tmp_path / "tb/a/version_0/checkpoints/epoch000-step000001.ckpt").exists()
 
@@ -425,6 +424,19 @@ def test_a_replica_best_checkpoint_is_named_as_its_single_run_names_it(tmp_path)
     for name in ("a", "b"):
         assert sorted(p.name for p in (tmp_path / "tensorboard" / name / "version_0/checkpoints").glob("epoch*.ckpt")) == expected
     assert load_checkpoint_file(tmp_path / "process/last.ckpt")["epoch"] == 0
+
+
+def test_a_replicated_run_stopped_before_any_validation_has_no_best_checkpoint_as_its_single_run(tmp_path):
+    """The sanity check's validation ranks nothing: a replicated process stopped by max_steps before its first
+    validation writes each replica's last.ckpt and no best, as the single run of its seed does."""
+    from callbacks.validation_checkpoint import ValidationCheckpoint
+
+    runs = ReplicaRuns(str(tmp_path / "tensorboard"), ["a", "b"])
+    process = ValidationCheckpoint(dirpath=str(tmp_path / "process"), save_last=True, save_top_k=0)
+    trainer(tmp_path, max_steps=1, num_sanity_val_steps=1, precision="32-true", callbacks=[runs, process]).fit(
+        Replicas([model(0), model(1)], [0, 1]), datamodule=ReplicaData(data(0), [0, 1]))
+    for name in ("a", "b"):
+        assert sorted(p.name for p in (tmp_path / "tensorboard" / name / "version_0/checkpoints").glob("*.ckpt")) == ["last.ckpt"]
 
 
 def test_the_progress_line_of_replicas_says_its_val_nll_is_over_the_replicas(tmp_path, capsys):
