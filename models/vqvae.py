@@ -49,7 +49,6 @@ class PointMassPosterior(NamedTuple):
 class VQVAE(LatentVariableModel):
     """VQ-VAE on the shared backbones. Its settings: configs/settings.py's VQVAESettings and ModelSettings."""
 
-    config_name = "vqvae"  # as in configs/model/ and the run names
     run_tag_keys = ("backbone", "num_categories", "prior")
     # In the run's name when not the default, e.g. -noema-dead0 (the paper's main-text model), -beta0.5, -kmeans
     estimator_settings = {"ema": "ema", "decay": "decay", "dead_code_threshold": "dead", "beta": "beta", "kmeans_init": "kmeans"}
@@ -190,6 +189,11 @@ class VQVAE(LatentVariableModel):
                 f"use the {', '.join(STAGE1_NETWORK)} it was trained with" + (f": {settings}" if settings else "")
             )
         self.load_state_dict(state, strict=False)
+
+    @property
+    def config_name(self) -> str:
+        """As in configs/model/ and the run names: the second stage, a prior fit to a trained VQ-VAE, is vqvae_prior."""
+        return "vqvae" if self.autoencoder_checkpoint is None else "vqvae_prior"
 
     @property
     def run_tag(self) -> str:

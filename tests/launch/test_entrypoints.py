@@ -242,7 +242,8 @@ def test_help_names_both_front_ends(monkeypatch, capsys):
 
 def test_vqvae_second_stage_from_the_first_stages_checkpoint(tmp_path, mnist_dir, monkeypatch):
     """model=vqvae, then model=vqvae_prior from its last.ckpt: the autoencoder is loaded and stays frozen, the prior
-    trains, and the learned-prior bound, the uniform one and the prior's samples are logged."""
+    trains, and the learned-prior bound, the uniform one and the prior's samples are logged; both front ends name the
+    second stage's runs alike."""
     monkeypatch.setenv("DATA_DIR", str(mnist_dir))
     flat = ["model.backbone=mlp", "model.num_categories=16", "model.code_dim=4"]
     (tmp_path / "one").mkdir(), (tmp_path / "two").mkdir()
@@ -257,6 +258,11 @@ def test_vqvae_second_stage_from_the_first_stages_checkpoint(tmp_path, mnist_dir
                f"model.autoencoder_checkpoint={stage1}"], tmp_path / "two")
     (run_dir,) = (tmp_path / "two" / "logs" / "tensorboard").glob("vqvae_prior-mnist-mlp-K16-autoregressive/version_0")
     assert {"train/prior_nll", "val/nll", "val/nll_uniform_prior", "val/prior_samples"} <= tags(run_dir)
+    # LightningCLI's second stage (README's) is a run of that name too, not a version of the joint run's vqvae-...
+    launch.cli_app.main(["fit", "--model=VQVAE", "--model.backbone=mlp", "--model.num_categories=16", "--model.code_dim=4",
+                         "--model.prior=autoregressive", "--model.autoencoder_epochs=0", f"--model.autoencoder_checkpoint={stage1}",
+                         "--trainer.max_steps=1", "--trainer.limit_val_batches=0", "--trainer.enable_progress_bar=false"])
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == ["version_0", "version_1"]
     first = torch.load(stage1, weights_only=True)["state_dict"]
     second = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     for name, value in first.items():
