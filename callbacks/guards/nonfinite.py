@@ -81,6 +81,7 @@ class NonFiniteLossGuard(L.Callback):
     @staticmethod
     def message(trainer: L.Trainer, what: str) -> str:
         last = trainer.checkpoint_callback.last_model_path if trainer.checkpoint_callback else ""
+        again = f"Last good checkpoint: {last}. Resume from it" if last else "No checkpoint was written yet: start again"
         return (f"{what} became NaN or inf (at or before step {trainer.global_step}); training stopped and no checkpoint "
-                f"was written with that state. Last good checkpoint: {last or 'none yet'}. Resume from it with a smaller "
-                "learning rate (model.lr) or gradient clipping (trainer.gradient_clip_val).")
+                f"was written with that state. {again} with a smaller learning rate (model.lr) or gradient clipping "
+                "(trainer.gradient_clip_val).")

@@ -55,6 +55,12 @@ def test_nan_loss_stops_with_the_term_and_keeps_the_last_good_checkpoint(dm, tmp
     assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values())
 
 
+def test_a_nan_before_any_checkpoint_says_to_start_again_not_to_resume():
+    trainer = L.Trainer(logger=False, enable_checkpointing=False)
+    message = NonFiniteLossGuard.message(trainer, "train/loss")
+    assert "No checkpoint was written yet: start again with a smaller learning rate" in message and "Resume" not in message
+
+
 def test_checkpoint_of_another_model_class_is_refused(dm, tmp_path):
     _fit(VAE(latent_dim=4, val_num_samples=2), dm, tmp_path, max_epochs=1)
     with pytest.raises(ValueError, match=r"written by models\.vae\.VAE, not models\.jsa\.JSA"):
