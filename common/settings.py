@@ -1,5 +1,6 @@
 """One-line checks of settings, each naming the setting, what it takes and what it got, and the "did you mean" of a
-name mistyped (the front ends show the line as the run's error). Torch-free: the front ends run them before the heavy imports (configs/settings.py)."""
+name mistyped (the front ends show the line as the run's error). Torch-free: the front ends run them before the heavy
+imports (configs/settings.py)."""
 
 from __future__ import annotations
 

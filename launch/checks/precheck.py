@@ -1,6 +1,6 @@
 """What both early checks share (launch/checks/hydra_check.py, cli_check.py; run by launch/checks/early.py): the
-refusal (SettingsError and its kinds), a model's or data module's settings built as their
-constructor builds them (configs/settings.py), and Lightning 1.x Trainer options."""
+refusal (SettingsError and its kinds), a model's or data module's settings built as their constructor builds them
+(configs/settings.py), and Lightning 1.x Trainer options."""
 
 from __future__ import annotations
 
