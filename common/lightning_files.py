@@ -18,15 +18,14 @@ from common.files import replacing, write_file
 
 
 class RunLogger(TensorBoardLogger):
-    """Lightning's TensorBoard logger, whose hparams.yaml (written once, where no regular file holds it yet) replaces
-    whatever lies under that name instead of opening it for writing."""
+    """Lightning's TensorBoard logger, whose hparams.yaml (written where no regular file holds it yet, and anew with each
+    checkpoint: `record_hparams`) replaces whatever lies under that name instead of opening it for writing."""
 
     @rank_zero_only
     def save(self) -> None:
         path = Path(self.log_dir) / self.NAME_HPARAMS_FILE
         if path.parent.is_dir() and (path.is_symlink() or not path.is_file()):
-            with replacing(path) as file:
-                save_hparams_to_yaml(file.name, self.hparams)
+            self.record_hparams()
         super().save()  # the events flushed; hparams.yaml is there now, and Lightning leaves it as it is
 
     @rank_zero_only

@@ -306,16 +306,18 @@ def resumed_settings(checkpoint: dict[str, Any], group: str, cls: type, given: s
     a model's constructor arguments (MODEL_ARGUMENTS) and where this machine keeps the data and how it loads it
     (MACHINE_DATA_SETTINGS); none from a checkpoint another class wrote (`build` refuses it). A run resumed or tested as
     its README command says (no settings given) trains on, and is scored on, the data it was trained on (a grey-pixel
-    model on grey pixels). A saved setting `cls` does not take is refused, not dropped: the run would not be the one saved."""
+    model on grey pixels). A saved setting `cls` does not take is refused, not dropped: the run would not be the one
+    saved."""
     stamp, section = {"model": ("model_class", "hyper_parameters"), "data": ("data_class", "datamodule_hyper_parameters")}[group]
     if checkpoint.get(stamp) not in (None, qualified_name(cls)):
         return {}
     saved = {key: value for key, value in (checkpoint.get(section) or {}).items() if not key.startswith("_")}
-    names = set(class_hints(cls)) - {*MODEL_ARGUMENTS}
-    if unknown := sorted(set(saved) - names - {*MODEL_ARGUMENTS}):
+    taken = set(class_hints(cls))
+    if unknown := sorted(set(saved) - taken - {*MODEL_ARGUMENTS}):
         raise SettingsError(f"checkpoint {ckpt_path}: its {group} setting {unknown[0]}={saved[unknown[0]]!r} is not one "
                             f"{qualified_name(cls)} takes (a checkpoint of another version of the class?)")
-    return {key: copy.deepcopy(value) for key, value in saved.items() if key in names - {*MACHINE_DATA_SETTINGS, *given}}
+    kept = taken - {*MODEL_ARGUMENTS, *MACHINE_DATA_SETTINGS, *given}
+    return {key: copy.deepcopy(value) for key, value in saved.items() if key in kept}  # (copies: a parser changes them)
 
 
 def resumed_seed(seed: Any, seed_given: bool, checkpoint: dict[str, Any] | None) -> Any:
