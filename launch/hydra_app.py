@@ -317,8 +317,10 @@ def main() -> None:
                     log.warning("this trial diverged and counts as val/nll = inf: %s", diverged)
                     return float("inf")
         except SystemExit as stop:
-            if stop.code == USER_ERROR and rank_zero_only.rank == 0:  # a setting refused: the output directory Hydra made
-                # holds nothing of a run (rank 0's: the other ranks of a distributed run share it)
+            # A run stopped by a NaN trained and keeps its TensorBoard run: its config and train.log stay beside it.
+            diverged = isinstance(stop.__context__, FloatingPointError) or getattr(stop.__context__, "nonfinite_message", None)
+            if stop.code == USER_ERROR and rank_zero_only.rank == 0 and not diverged:  # a setting refused: the output
+                # directory Hydra made holds nothing of a run (rank 0's: the other ranks of a distributed run share it)
                 # (a multirun's sweep folder too where its jobs run one at a time: no later job runs after a refusal)
                 hydra_config = HydraConfig.get()
                 one_at_a_time = hydra_config.runtime.choices.get("hydra/launcher") == "basic"

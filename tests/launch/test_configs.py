@@ -386,6 +386,19 @@ def test_a_refused_run_leaves_no_hydra_directory_behind(tmp_path, monkeypatch):
     assert not (tmp_path / "logs" / "hydra" / "multirun").exists()
 
 
+def test_a_run_stopped_by_a_nan_keeps_its_hydra_directory_beside_its_run(tmp_path, monkeypatch, capsys, mnist_dir):
+    from tests.conftest import train_main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    code, _, err = train_main(["model=vae", "model.lr=5", "trainer.max_steps=30", "trainer.limit_val_batches=1",
+                               "trainer.log_every_n_steps=1"], monkeypatch, capsys)
+    assert code == 2 and "became NaN or inf" in err, err[-2000:]
+    assert list((tmp_path / "logs" / "tensorboard").glob("*/version_0/events.*"))  # it trained: its run is kept
+    (hydra_run,) = (tmp_path / "logs" / "hydra").glob("*/*")
+    assert (hydra_run / ".hydra" / "config.yaml").is_file() and (hydra_run / "train.log").is_file()
+
+
 def test_the_cli_keeps_the_constructors_own_message_from_jsonargparses_report():
     report = ("Does not validate against any of the Union subtypes\nSubtypes: [...]\nErrors:\n"
               "  - lr must be > 0, got -1.0\n  - Expected a <class 'NoneType'>\nGiven value type: ...\nGiven value: Namespace(...)")
