@@ -95,9 +95,18 @@ class Run:
         return None
 
 
+def scored_on(run: Run) -> tuple[str, str, str]:
+    """What a run's NLL measures: its data set (the run name's <data> where the run predates `data_class`), pixels
+    (binarized or grey) and likelihood. Nats of binary pixels, of 256 grey levels and a density are not one quantity."""
+    parts = name_and_version(run)[0].rsplit("/", 1)[-1].split("-")
+    data = run.hparams.get("data_class") or (parts[1] if len(parts) > 1 else "?")
+    return str(data), str(run.hparams.get("binarize", "?")), str(run.hparams.get("likelihood", "?"))
+
+
 def ranked(runs: list[Run]) -> tuple[list[Run], dict[int, str]]:
     """The runs by NLL, lowest first (the tested ones before those scored on validation only, then the bounds and the
-    runs without a number), and each one's rank: "1 (best)", "2", ...; "—" for a run that is not ranked."""
+    runs without a number), and each one's rank: "1 (best)", "2", ...; "—" for a run that is not ranked. Only runs
+    scored on one quantity are ranked together (`scored_on`): those of the most runs where the runs differ."""
     def key(run: Run) -> tuple[int, float]:
         scored = run.ranked_nll()
         if scored is not None:
@@ -110,6 +119,8 @@ def ranked(runs: list[Run]) -> tuple[list[Run], dict[int, str]]:
     # was tested, the validated ones.
     ranked_split = next((run.ranked_nll()[0] for run in order if run.ranked_nll()), None)
     peers = [run for run in order if run.ranked_nll() and run.ranked_nll()[0] == ranked_split]
+    most = Counter(scored_on(run) for run in peers).most_common(1)
+    peers = [run for run in peers if scored_on(run) == most[0][0]] if most else []
     ranks = {id(run): "—" for run in order}
     ranks.update({id(run): "1 (best)" if place == 1 else str(place) for place, run in enumerate(peers, start=1)})
     return order, ranks
@@ -670,6 +681,11 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
         noise += (f" The NLLs are estimated with different numbers of importance samples per image (S = "
                   f"{', '.join(map(str, samples))}): a larger S gives a tighter, lower estimate of the same model, so a "
                   "gap between rows of other S is partly the estimator's; compare runs of one S (model.test_num_samples).")
+    kinds = {scored_on(run) for run in compared if run.ranked_nll()}
+    if len(kinds) > 1:
+        noise += (" These NLLs measure different things (" + markdown.one_line("; ".join(", ".join(kind) for kind in sorted(kinds))) +
+                  ": data, pixels, likelihood): only the runs of the most common one are ranked; compare the others in "
+                  "a report of their own (--runs GLOB).")
     if steps < MIN_STEPS_FOR_RECONSTRUCTIONS:
         noise += (f" These runs trained for at most {steps} steps: the ranking is of barely trained models (a quick "
                   "check that every model runs), not of the methods.")

@@ -82,6 +82,7 @@ def write_hparams(logger: TensorBoardLogger, model: L.LightningModule, datamodul
         **(settings_of(datamodule) if datamodule is not None else {}),
         **settings_of(model),
         "model_class": type(model).__name__,
+        **({"data_class": type(datamodule).__name__} if datamodule is not None else {}),
         "num_params": sum(p.numel() for p in model.parameters()),
         "optimizer": type(optimizer).__name__,
         "scheduler": _factory_name(getattr(model, "scheduler_factory", None)),  # (its setting is a factory, not a value)

@@ -186,7 +186,7 @@ class CollectionCLI(LightningCLI):
         run = RunDescription(
             model=self.model, datamodule=self.datamodule, trainer=trainer_config, front_end="cli",
             log_dir=str(config.get("log_dir") or default_log_dir()),
-            name=run_name(f"{self.model.config_name}-{self.datamodule.config_name}", self.model.run_tag),
+            name=run_name(f"{self.model.config_name}-{self.datamodule.config_name}", self.model, self.datamodule),
             # the default logger (none given, or true): a TensorBoard run, as Hydra's; another logger: as given
             tensorboard={} if trainer_config.get("logger") in (None, True) else None,
             ckpt_path=config.get("ckpt_path"), checkpoint=self.checkpoint, subcommand=self.subcommand or "fit",

@@ -41,7 +41,7 @@ from launch.checks.received_config import hydra_folders
 from launch.checks.settings import SettingsError, check_composed, with_fix
 from launch.errors import quiet_console, user_errors_as_one_line
 from launch.run_builder import RunDescription, build, built, resumed_settings, running
-from launch.runs.run_directory import note_existing_directories, remove_if_only_hydra_files
+from launch.runs.run_directory import SCORING_SETTINGS, note_existing_directories, remove_if_only_hydra_files
 from launch.runs.worker_slots import claim_slot
 from models.replicas import Replicas
 
@@ -165,7 +165,7 @@ def swept_settings(cfg: Any) -> dict[str, str]:
     if not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN):
         return {}
     model_class = get_class(cfg.model._target_)
-    shown = {f"model.{key}" for key in (*model_class.run_tag_keys, *model_class.estimator_settings)}  # already in the tag
+    shown = {*SCORING_SETTINGS, *(f"model.{key}" for key in (*model_class.run_tag_keys, *model_class.estimator_settings))}
     swept = set(HydraConfig.get().sweeper.get("params") or {}) | {
         override.lstrip("+~").split("=", 1)[0].split("@", 1)[0] for override in overrides_given(sys.argv[1:]) if is_swept(override)}
     return {key: value for key, value in command_line_overrides().items()

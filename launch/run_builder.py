@@ -186,7 +186,7 @@ def built(run: RunDescription) -> RunDescription:
     callbacks = [constructed(settings, f"callbacks.{name}") for name, settings in trainer.pop("callbacks").items()
                  if settings is not None]  # callbacks.NAME=null leaves it out, as ~callbacks.NAME does
     partial = instantiate(trainer, _partial_=True, _convert_="all")  # lightning.Trainer and its settings, built
-    name = run_name(run.name, model.run_tag, run.swept)
+    name = run_name(run.name, model, datamodule, run.swept)
     logger, tensorboard = chosen_logger(run, name)
     return dataclasses.replace(
         run, model=model, datamodule=datamodule, name=name, tensorboard=tensorboard,

@@ -4,7 +4,7 @@
     <log_dir>/{hydra,cli,replicas}/<name>/<time>-<pid>/   Hydra's own files, or an unlogged run's or replicated process's
 
 <name> is <base>-<run_tag>: <base> Hydra's run_name or the CLI's <model>-<data>; the tag the model's key settings, then
-its estimator's settings off their defaults, then in a multirun each swept setting it does not show otherwise. A
+its estimator's settings off their defaults, then the pixels and likelihood where not the data's own, then in a multirun each swept setting it does not show otherwise. A
 TensorBoard run directory is found again from a checkpoint or a SLURM job id, reserved atomically for a new run, owned
 by one process at a time, and removed again when the run is refused before it saved anything (docs/cluster.md, README
 "Reliability")."""
@@ -31,6 +31,7 @@ from callbacks.guards.preemption import checkpoint_directory
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import held_directories
 from common.files import read_regular, resolved_inside, write_file
+from common.signatures import constructor_defaults
 from common.lightning_files import RunLogger
 from launch.checks.configs import LOGGER_FOLDERS, TENSORBOARD
 
@@ -44,10 +45,26 @@ WRITTEN_IN_PLACE = (OWNER_FILE, "hparams.yaml", "hydra_job.yaml", "config.yaml",
 ELSEWHERE = "resume from a copy of the checkpoint in another directory"  # what a refused resume may do instead
 
 
-def run_name(base: str, run_tag: str, swept: dict[str, Any] | None = None) -> str:
-    """<base>-<run_tag>[-<key><value>...]: runs of other settings get other directories."""
-    name = f"{base}-{run_tag}" if run_tag else base
+def run_name(base: str, model: Any, datamodule: Any, swept: dict[str, Any] | None = None) -> str:
+    """<base>-<the model's run_tag><scoring_tag>[-<key><value>...]: runs of other settings get other directories."""
+    tag = model.run_tag + scoring_tag(model, datamodule)
+    name = f"{base}-{tag}" if tag else base
     return name + "".join(f"-{key.rsplit('.', 1)[-1]}{value}" for key, value in (swept or {}).items())
+
+
+PIXELS = {"none": "grey", "static": "static", "dynamic": "dynamic"}  # data.binarize, by its label in a run's name
+SCORING_SETTINGS = ("data.binarize", "model.likelihood")  # what scoring_tag shows
+
+
+def scoring_tag(model: Any, datamodule: Any) -> str:
+    """-<pixels> where the data's binarization is not its class's default, then -<likelihood> where the model's is not
+    the one the data suits (e.g. vae-mnist-mlp-z32-grey, vae-mnist-mlp-z32-grey-gaussian): runs whose NLLs measure
+    different things (nats of binary pixels, of 256 grey levels, a density) never share a name or a comparison."""
+    binarize = getattr(datamodule, "binarize", None)
+    default = constructor_defaults(type(datamodule)).get("binarize", binarize)
+    likelihood = getattr(model, "hparams", {}).get("likelihood")
+    suited = getattr(datamodule, "likelihood", likelihood)
+    return (f"-{PIXELS.get(binarize, binarize)}" if binarize != default else "") + (f"-{likelihood}" if likelihood != suited else "")
 
 
 def process_dir(log_dir: str, kind: str, name: str) -> str:

@@ -269,6 +269,25 @@ def test_the_report_ranks_by_nll_says_what_is_noise_and_shows_only_readable_reco
     assert "Reconstructions are shown for runs of at least" in report
 
 
+def test_runs_whose_nll_measures_another_thing_are_not_ranked_with_the_others(tmp_path, monkeypatch):
+    """Grey pixels' NLL (256 levels) is not binarized pixels' nor a density: only the runs of the most common kind are
+    ranked, and the report names the kinds; a run written before data_class was recorded is placed by its name."""
+    tb = tmp_path / "tb"
+    runs = [("vae-mnist-mlp-z32", {"binarize": "dynamic", "likelihood": "bernoulli", "data_class": "MNISTDataModule"}, 300),
+            ("jsa-mnist-mlp-K10-L20", {"binarize": "dynamic", "likelihood": "bernoulli", "data_class": "MNISTDataModule"}, 200),
+            ("vae-mnist-mlp-z32-grey", {"binarize": "none", "likelihood": "discretized_logistic", "data_class": "MNISTDataModule"}, 100),
+            ("vae-fashion_mnist-mlp-z32", {"binarize": "dynamic", "likelihood": "bernoulli"}, 150)]
+    for i, (name, settings, nll) in enumerate(runs):
+        fake_run(tb, f"{name}/version_0", T0 + i, nll, {"model_class": "VAE", **settings})
+    rows, _, _ = run_compare(monkeypatch, tb, tmp_path / "out", "--all")
+    assert [(row["run"], row["rank"]) for row in rows] == [
+        ("vae-mnist-mlp-z32-grey", "—"), ("vae-fashion_mnist-mlp-z32", "—"), ("jsa-mnist-mlp-K10-L20", "1 (best)"),
+        ("vae-mnist-mlp-z32", "2")]
+    report = " ".join((tmp_path / "out" / "report.md").read_text().split())
+    assert "These NLLs measure different things" in report and "MNISTDataModule, none, discretized_logistic" in report
+    assert "fashion_mnist, dynamic, bernoulli" in report
+
+
 def test_a_run_shorter_than_its_logging_interval_counts_the_steps_it_reached():
     """train/loss is logged every trainer.log_every_n_steps (50): a 3-step smoke run logs none, but its validation and
     epoch end log at the step reached, so the report does not say it trained for 0 steps."""

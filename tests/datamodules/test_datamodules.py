@@ -627,7 +627,7 @@ def test_compare_experiment_on_fashion_mnist() -> None:
     assert cfg.model.backbone == "mlp" and cfg.data._target_ == "datamodules.FashionMNISTDataModule"
     data, model = launch.hydra_app.data_and_model(cfg)
     assert type(data) is FashionMNISTDataModule and model.hparams["likelihood"] == "bernoulli"
-    assert launch.runs.run_directory.run_name(cfg.run_name, model.run_tag) == "jsa-fashion_mnist-mlp-K10-L20"
+    assert launch.runs.run_directory.run_name(cfg.run_name, model, data) == "jsa-fashion_mnist-mlp-K10-L20"
 
 
 @pytest.mark.parametrize("new_batch_size", [4, 6, 3])

@@ -42,8 +42,8 @@ def composed(overrides: list[str]) -> DictConfig:
 def test_default_is_jsa_on_mnist():
     cfg = composed([])
     assert cfg.model._target_ == "models.JSA" and cfg.data._target_ == "datamodules.MNISTDataModule"
-    _, model = launch.hydra_app.data_and_model(cfg)
-    assert launch.runs.run_directory.run_name(cfg.run_name, model.run_tag) == "jsa-mnist-mlp-K10-L20"  # model, data and the model's key settings
+    data, model = launch.hydra_app.data_and_model(cfg)
+    assert launch.runs.run_directory.run_name(cfg.run_name, model, data) == "jsa-mnist-mlp-K10-L20"  # model, data and the model's key settings
 
 
 @pytest.mark.parametrize("overrides, name", quick_rows([
@@ -51,6 +51,10 @@ def test_default_is_jsa_on_mnist():
     (["model.q_states=fresh", "model.cache_start_epoch=3", "model.cache_refresh=0.1"], "jsa-mnist-mlp-K10-L20-qfresh-cache3-refresh0.1"),
     (["model=dvae", "model.num_samples=4"], "dvae-mnist-mlp-K10-reinforce-optimal"),  # the estimator's own default
     (["model=dvae", "model.num_samples=8"], "dvae-mnist-mlp-K10-reinforce-optimal-S8"),
+    (["model=vae", "data.binarize=none"], "vae-mnist-mlp-z32-grey"),  # another NLL: grey levels, not binary pixels
+    (["model=vae", "data.binarize=none", "model.likelihood=gaussian"], "vae-mnist-mlp-z32-grey-gaussian"),
+    (["model=vae", "data.binarize=none", "model.likelihood=discretized_logistic"], "vae-mnist-mlp-z32-grey"),
+    (["model=vae", "model.likelihood=bernoulli"], "vae-mnist-mlp-z32"),  # the data's own likelihood, given
     (["model.gradient_rows=4"], "jsa-mnist-mlp-K10-L20-rows4"),
     (["model.chain_rows=static"], "jsa-mnist-mlp-K10-L20-rowsstatic"),
     (["model.gradient_states=expected"], "jsa-mnist-mlp-K10-L20-expected"),
@@ -61,11 +65,12 @@ def test_default_is_jsa_on_mnist():
     (["model=vqvae", "model.ema=false", "model.dead_code_threshold=0"], "vqvae-mnist-conv-K512-noema-dead0"),  # the paper's
 ], 4))  # the quick loop's rows: a default name, settings that add to it, a default that adds nothing, one that does
 def test_a_run_is_named_by_the_settings_that_change_its_estimator(overrides, name):
-    """Settings that change the estimator or its cost are in the run's name when not their default, so that TensorBoard's
-    run list tells such runs apart; a default run keeps the name of its key settings alone."""
+    """Settings that change the estimator or its cost, or what its NLL measures (the pixels, the likelihood), are in the
+    run's name when not their default, so that TensorBoard's run list and benchmarks.compare tell such runs apart; a
+    default run keeps the name of its key settings alone."""
     cfg = composed(overrides)
-    _, model = launch.hydra_app.data_and_model(cfg)
-    assert launch.runs.run_directory.run_name(cfg.run_name, model.run_tag) == name
+    data, model = launch.hydra_app.data_and_model(cfg)
+    assert launch.runs.run_directory.run_name(cfg.run_name, model, data) == name
 
 
 @pytest.mark.parametrize("model", STANDALONE)
@@ -117,7 +122,7 @@ def test_every_model_builds_for_every_data_set(model, data):
         assert net.data_shape == datamodule.image_shape and net.backbone == backbone
         expected = BernoulliLikelihood if data in ("mnist", "fashion_mnist") else DiscretizedLogisticLikelihood  # binarized by default
         assert isinstance(net.likelihood, expected)
-        assert launch.runs.run_directory.run_name(cfg.run_name, net.run_tag).startswith(f"{model}-{data}-{backbone}-")
+        assert launch.runs.run_directory.run_name(cfg.run_name, net, datamodule).startswith(f"{model}-{data}-{backbone}-")
 
 
 @pytest.mark.slow  # a run through the Hydra front end

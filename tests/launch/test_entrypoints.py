@@ -117,7 +117,7 @@ def test_hydra_run_writes_tensorboard_tags_and_checkpoints(model, every_model_ru
     metrics, params = hparams_tab(run_dir)
     assert {"hp/val_nll", "hp/test_nll", "hp/test_psnr"} <= metrics
     expected_class = config_targets("model")[model].rsplit(".", 1)[-1]  # models.JSA -> JSA
-    assert params["model_class"] == expected_class and params["num_params"] > 1000
+    assert params["model_class"] == expected_class and params["data_class"] == "MNISTDataModule" and params["num_params"] > 1000
     assert params["batch_size"] == 16 and params["lr"] == 1e-3  # the data module's (as given) and the model's
     assert params["optimizer"] == "Adam" and params["effective_batch_size"] == 16  # 1 device
     # Every constructor setting of the model and the data module, with the value the run used.
@@ -152,6 +152,7 @@ def test_a_real_multirun_gives_each_run_its_own_directory_and_one_line_per_messa
     (["model=vae", "model.lr=0.01,0.02"], {"vae-mnist-mlp-z32-lr0.01", "vae-mnist-mlp-z32-lr0.02"}),  # one the tag does not show
     (["model=jsa", "model.gradient_rows=null,4"], {"jsa-mnist-mlp-K10-L20", "jsa-mnist-mlp-K10-L20-rows4"}),  # an estimator setting, once
     (["model=vae", "seed=1,2", "trainer.max_steps=3,4"], {"vae-mnist-mlp-z32-seed1", "vae-mnist-mlp-z32-seed2"}),  # a seed; no trainer setting
+    (["model=vae", "data.binarize=dynamic,none"], {"vae-mnist-mlp-z32", "vae-mnist-mlp-z32-grey"}),  # the pixels, once
 ])
 def test_a_multirun_names_each_job_after_its_swept_settings(swept, names, monkeypatch):
     """The jobs of `python train.py -m SWEPT`, each composed as Hydra composes it (the job's own values, the sweep on
