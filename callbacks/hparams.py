@@ -16,7 +16,7 @@ import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.tensorboard.summary import hparams
 
-from common.lightning_files import RunLogger
+from common.lightning_files import RUN_LOGGERS
 from common.private_api import file_writer, metrics_step
 from common.signatures import settings_of
 
@@ -52,7 +52,7 @@ class HparamsWithMetrics(L.Callback):
                       trainer.world_size * trainer.accumulate_grad_batches, trainer.global_step)
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
-        if isinstance(trainer.logger, RunLogger):  # hparams.yaml: the settings of the checkpoints the run writes
+        if isinstance(trainer.logger, RUN_LOGGERS):  # hparams.yaml: the settings of the checkpoints the run writes
             trainer.logger.record_hparams()
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -21,7 +21,7 @@ from checkpoints.file_format import CHECKSUM_SUFFIX, save_checkpoint_file
 from checkpoints.model_class import stamp_classes
 from checkpoints.trainer import lies_inside
 from common.files import resolved_inside
-from common.lightning_files import RunLogger
+from common.lightning_files import RUN_LOGGERS, RunLogger
 from common.log_steps import is_logging_step
 from models.replicas import replica_checkpoint, replica_terms
 
@@ -112,7 +112,7 @@ class ReplicaRuns(L.Callback):
             stamp_classes(single, type(model), trainer.datamodule.replicas[r])
             directory = Path(logger.log_dir) / "checkpoints"
             save_checkpoint_file(single, directory / "last.ckpt")
-            if isinstance(logger, RunLogger):
+            if isinstance(logger, RUN_LOGGERS):
                 logger.record_hparams()  # hparams.yaml: the settings of the checkpoints it writes
             nll = self.validated[r] if self.validated else math.inf
             if nll < self.best[r]:

@@ -1,10 +1,13 @@
 """The files Lightning itself writes into a run, written the collection's one way (common/files.py): replaced whole,
 never written into an existing file or through a link (a received run may hold a hard link to a user's file, a
-symbolic link or a FIFO under these names). `RunLogger` writes the TensorBoard run's hparams.yaml, `RunConfigFile`
-LightningCLI's config.yaml; everything else of theirs is Lightning's own."""
+symbolic link or a FIFO under these names). `RunLogger` writes the TensorBoard run's hparams.yaml, `CSVRunLogger` a
+CSV run's metrics.csv and hparams.yaml, `RunConfigFile` LightningCLI's config.yaml; everything else of theirs is
+Lightning's own."""
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -12,9 +15,11 @@ from typing import Any
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.core.saving import save_hparams_to_yaml
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-from common.files import replacing, write_file
+from common.files import read_regular, replacing, write_file
 
 
 class RunLogger(TensorBoardLogger):
@@ -35,6 +40,58 @@ class RunLogger(TensorBoardLogger):
         stops before its first checkpoint, leaves it as the checkpoints hold it."""
         with replacing(Path(self.log_dir) / self.NAME_HPARAMS_FILE) as file:
             save_hparams_to_yaml(file.name, self.hparams)
+
+
+class CSVRunLogger(CSVLogger):
+    """Lightning's CSV logger, continuing a run's metrics.csv: a resumed, validated or tested run adds its rows to the
+    run's (Lightning's writer removes them), and metrics.csv and hparams.yaml are replaced whole (as `RunLogger`'s)."""
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            os.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = ContinuedCSVWriter(self.log_dir)
+        return self._experiment
+
+    @rank_zero_only
+    def save(self) -> None:
+        super().save()  # the rows logged since the last save
+        path = Path(self.log_dir) / ExperimentWriter.NAME_HPARAMS_FILE
+        if path.parent.is_dir() and (path.is_symlink() or not path.is_file()):
+            self.record_hparams()
+
+    @rank_zero_only
+    def record_hparams(self) -> None:
+        """hparams.yaml anew, where a checkpoint is written (`RunLogger.record_hparams`)."""
+        with replacing(Path(self.log_dir) / ExperimentWriter.NAME_HPARAMS_FILE) as file:
+            save_hparams_to_yaml(file.name, self.experiment.hparams)
+
+
+class ContinuedCSVWriter(ExperimentWriter):
+    """metrics.csv as the rows it held (when a regular file) and the new ones, replaced whole at each save."""
+
+    def _check_log_dir_exists(self) -> None:
+        pass  # Lightning's removes metrics.csv of a run that is continued
+
+    def log_hparams(self, params: dict[str, Any]) -> None:
+        self.hparams.update(params)  # written by CSVRunLogger, never into the file in place
+
+    def save(self) -> None:
+        if not self.metrics:
+            return
+        path = Path(self.metrics_file_path)
+        held = read_regular(path).decode() if path.is_file() and not path.is_symlink() else ""
+        rows = [*csv.DictReader(io.StringIO(held)), *self.metrics]
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=sorted(set().union(*rows)))
+        writer.writeheader()
+        writer.writerows(rows)
+        write_file(path, text.getvalue())
+        self.metrics = []
+
+
+RUN_LOGGERS = (RunLogger, CSVRunLogger)  # the loggers whose hparams.yaml each checkpoint writes anew
 
 
 class RunConfigFile(SaveConfigCallback):

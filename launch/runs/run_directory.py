@@ -15,7 +15,6 @@ import atexit
 import contextlib
 import fcntl
 import os
-import pkgutil
 import shlex
 import shutil
 import time
@@ -25,14 +24,14 @@ from typing import Any, Iterator
 
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.rank_zero import rank_zero_only
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from callbacks.guards.preemption import checkpoint_directory
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import held_directories
 from common.files import read_regular, resolved_inside, write_file
 from common.signatures import constructor_defaults
-from common.lightning_files import RunLogger
+from common.lightning_files import CSVRunLogger, RunLogger
 from launch.checks.configs import LOGGER_FOLDERS, TENSORBOARD
 
 SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
@@ -83,8 +82,8 @@ def placed(log_dir: str, kind: str, path: str) -> str:
 
 def chosen_logger(run: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
     """The logger a run of Hydra's logger group (`run.logger`, `run.log_dir`) is logged by, placed by this layout:
-    (False, its settings) for TensorBoard, whose run launch/run_builder.py makes; (a CSVLogger of run `name`, None) for
-    logger=csv; (False, None) for logger=none (launch/checks/settings.py refuses a class the layout cannot place)."""
+    (False, its settings) for TensorBoard, whose run launch/run_builder.py makes; (a CSV logger of run `name` or of
+    the run the checkpoint continues, `run_logger`, None) for logger=csv; (False, None) for logger=none (launch/checks/settings.py refuses a class the layout cannot place)."""
     settings = dict(run.logger or {})
     if not settings:
         return False, None
@@ -93,7 +92,7 @@ def chosen_logger(run: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
         return False, settings
     root = f"{run.log_dir}/{LOGGER_FOLDERS[target]}"
     placed(run.log_dir, LOGGER_FOLDERS[target], f"{root}/{name}")  # no link out of <log_dir>
-    return pkgutil.resolve_name(target)(save_dir=root, name=name, **settings), None
+    return run_logger(root, name, run.ckpt_path, **settings), None
 
 
 def own_run_directory(run_dir: str | os.PathLike, root: str | os.PathLike, new: bool = False) -> None:
@@ -154,32 +153,38 @@ def slurm_job_id() -> str | None:
     return f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array_job else os.environ["SLURM_JOB_ID"]
 
 
-def tensorboard_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs: Any) -> Any:
-    """The run that wrote `ckpt_path` (<save_dir>/<name>/<version>/checkpoints/<file>.ckpt), so that resuming,
-    validating or testing from it continues that run: one unbroken curve, no new version directory; else, in a SLURM
-    job, the job's run (a requeued job continues it); else a new version of run `name` under `save_dir`, reserved
-    atomically (ReservedVersionLogger)."""
-    kwargs = {"default_hp_metric": False, **kwargs}
+def run_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs: Any) -> Any:
+    """The run that wrote `ckpt_path` (<log_dir>/<kind>/<name>/<version>/checkpoints/<file>.ckpt) with its own kind
+    of logger (CSV's under <log_dir>/csv, else TensorBoard's; `kwargs` then only where the kind is `save_dir`'s), so
+    that resuming, validating or testing from it continues that run: one unbroken curve, no new version directory;
+    else, in a SLURM job, the job's run (a requeued job continues it); else a new version of run `name` under
+    `save_dir` (<log_dir>/<kind>), reserved atomically (`ReservedVersion`)."""
     if "://" not in save_dir:  # one canonical path: a resumed run's checkpoint directory (found from the checkpoint's
         # absolute path) then equals the first's, and best-model tracking goes on; no link leads it out of <log_dir>
         save_dir = str(resolved_inside(Path(save_dir).parent, save_dir))
+    kind = Path(save_dir).name
     path = Path(ckpt_path).resolve() if ckpt_path else None
     if path is not None and path.parent.name == "checkpoints" and path.parents[1].name.startswith(("version_", SLURM_VERSION)):
         save_dir, name, version = str(path.parents[3]), path.parents[2].name, path.parents[1].name
+        kwargs = kwargs if path.parents[3].name == kind else {}  # the settings of another kind of logger
+        kind = path.parents[3].name
     elif slurm_job_id() is not None:
         version = f"{SLURM_VERSION}{slurm_job_id()}"
     else:
-        return ReservedVersionLogger(save_dir, name=name, **kwargs)
+        version = None
+    continued, new = LOGGERS.get(kind, LOGGERS[TENSORBOARD])
+    kwargs = {"default_hp_metric": False, **kwargs} if continued is RunLogger else kwargs
+    if version is None:
+        return new(save_dir, name=name, **kwargs)
     own_run_directory(Path(save_dir) / name / version, save_dir)  # before anything is written there
     # Continuing in its own checkpoint directory is intended: Lightning's warning about it is not news.
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-    return RunLogger(save_dir, name=name, version=version, **kwargs)
+    return continued(save_dir, name=name, version=version, **kwargs)
 
 
-class ReservedVersionLogger(RunLogger):
-    """A TensorBoard logger whose new version directory is reserved with `os.mkdir`, which succeeds for one
-    process only: two runs started in the same second get two versions. Module level, so that ddp_spawn
-    can pickle it."""
+class ReservedVersion:
+    """A logger whose new version directory is reserved with `os.mkdir`, which succeeds for one process only: two runs
+    started in the same second get two versions."""
     def _get_next_version(self) -> int:
         version = super()._get_next_version()
         if rank_zero_only.rank != 0:  # other ranks never write here; rank 0's directory is broadcast
@@ -193,14 +198,26 @@ class ReservedVersionLogger(RunLogger):
                 version += 1
 
 
+# Module level, so that ddp_spawn can pickle them.
+class ReservedVersionLogger(ReservedVersion, RunLogger):
+    pass
+
+
+class ReservedCSVLogger(ReservedVersion, CSVRunLogger):
+    pass
+
+
+LOGGERS = {TENSORBOARD: (RunLogger, ReservedVersionLogger), "csv": (CSVRunLogger, ReservedCSVLogger)}  # (continued, new)
+
+
 def run_places(run: Any) -> tuple[Any, str, str | None]:
     """Where a described run (launch/run_builder.py) writes, and what it continues: its logger (a TensorBoard run
-    of its own, `tensorboard_logger`, unless the front end gives another, or none), the directory of its files when
+    of its own, `run_logger`, unless the front end gives another, or none), the directory of its files when
     it has no logger, and the checkpoint fit starts from (the given one, else, in a requeued SLURM job, the newest
     one its earlier attempt saved)."""
     unlogged_dir = run.output_dir or process_dir(run.log_dir, run.front_end, run.name)
     logger = (run.trainer.get("logger", False) if run.tensorboard is None
-              else tensorboard_logger(f"{run.log_dir}/{TENSORBOARD}", run.name, run.ckpt_path, **run.tensorboard))
+              else run_logger(f"{run.log_dir}/{TENSORBOARD}", run.name, run.ckpt_path, **run.tensorboard))
     return logger, unlogged_dir, run.ckpt_path or requeued_job_checkpoint(logger)
 
 
@@ -291,17 +308,18 @@ def remove_with_empty_parents(path: Path) -> None:
 
 
 def run_summary(trainer: Any) -> str | None:
-    """One line naming where a run is: its TensorBoard run directory, its last checkpoint and the command that shows
+    """One line naming where a run is: its TensorBoard or CSV run directory, its last checkpoint and the command that shows
     it, e.g. `run: logs/tensorboard/jsa-mnist-mlp-K10-L20/version_0 · checkpoint: logs/.../checkpoints/last.ckpt ·
     tensorboard --logdir logs/tensorboard`, and the checkpoint a validate or test scored where it is another (`tested:
     ...`; paths below the working directory relative to it); None when there is nothing to name (no logger directory, no checkpoint), or on another rank than 0."""
     if not trainer.is_global_zero:
         return None
     logger, last = trainer.logger, checkpoint_directory(trainer) / "last.ckpt"
-    tensorboard = isinstance(logger, TensorBoardLogger) and "://" not in str(logger.save_dir)
+    local = isinstance(logger, (TensorBoardLogger, CSVLogger)) and "://" not in str(logger.save_dir)
+    tensorboard = local and isinstance(logger, TensorBoardLogger)
     scored = {"validate": "validated", "test": "tested"}.get(str(trainer.state.fn.value) if trainer.state.fn else "")
     evaluated = trainer.ckpt_path if scored else None  # the weights a validate or test scored last
-    parts = [tensorboard and f"run: {_shown(logger.log_dir)}", last.is_file() and f"checkpoint: {_shown(last)}",
+    parts = [local and f"run: {_shown(logger.log_dir)}", last.is_file() and f"checkpoint: {_shown(last)}",
              evaluated and Path(evaluated).is_file() and Path(evaluated).resolve() != last.resolve() and f"{scored}: {_shown(evaluated)}",
              tensorboard and f"tensorboard --logdir {_shown(logger.save_dir)}"]
     return " · ".join(part for part in parts if part) or None

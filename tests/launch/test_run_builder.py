@@ -3,6 +3,7 @@ The same run is driven through both front ends and what each built is compared."
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -407,6 +408,15 @@ def test_a_csv_logged_run_with_a_cosine_schedule_writes_its_metrics_and_schedule
     assert schedule["T_max"] == 2 and schedule["last_epoch"] == 2  # annealed over the run's 2 epochs: the lr is eta_min
     assert checkpoint["optimizer_states"][0]["param_groups"][0]["lr"] == 0.0
     assert not (tmp_path / "logs" / "tensorboard").exists()
+    # Tested and resumed from its checkpoint, in either front end, the CSV run goes on: its rows kept, no other run
+    launch.cli_app.main(["test", f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "--trainer.limit_test_batches=1",
+                         "--model.test_num_samples=2", "--log_dir=logs"])
+    launch.hydra_app.run(composed(["model=vae", "logger=csv", "scheduler=cosine", "trainer.max_epochs=3", "trainer.limit_train_batches=2",
+                                   "trainer.limit_val_batches=1", "log_dir=logs", f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}"]))
+    rows = (run / "metrics.csv").read_text().splitlines()
+    steps = [int(row["step"]) for row in csv.DictReader(rows) if row.get("val/nll")]
+    assert steps == [1, 3, 5] and any("test/nll" in line for line in rows[:1])  # 2 epochs, the test, the third epoch
+    assert list((tmp_path / "logs" / "csv").glob("*/*")) == [run] and not (tmp_path / "logs" / "tensorboard").exists()
 
 
 def test_a_val_check_interval_past_the_epoch_is_one_line_and_leaves_no_run(tmp_path, monkeypatch):

@@ -8,12 +8,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from common.files import LeadsOutside
 from launch.runs import run_directory
 from checkpoints.errors import CheckpointError
 from launch.runs.run_directory import (ReservedVersionLogger, no_traces_if_refused, own_run_directory, placed, process_dir,
-                                       read_owner, tensorboard_logger)
+                                       read_owner, run_logger)
 
 
 class Refused(ValueError):
@@ -110,7 +111,7 @@ def test_a_run_name_folder_that_links_elsewhere_receives_no_new_run(tmp_path):
     (tmp_path / "received-logs").mkdir()
     (tmp_path / "received-logs" / "tensorboard").symlink_to(users)  # the TensorBoard folder itself a link out of log_dir
     with pytest.raises(LeadsOutside, match="received-logs/tensorboard leads through a symbolic link"):
-        tensorboard_logger(str(tmp_path / "received-logs" / "tensorboard"), "jsa", None)
+        run_logger(str(tmp_path / "received-logs" / "tensorboard"), "jsa", None)
     assert list(users.iterdir()) == []
 
 
@@ -122,7 +123,7 @@ def test_a_version_folder_that_links_elsewhere_is_not_continued_by_a_requeued_jo
     (tmp_path / "tensorboard" / "jsa" / "slurm_job_7").symlink_to(users)
     monkeypatch.setattr("launch.runs.run_directory.slurm_job_id", lambda: "7")
     with pytest.raises(LeadsOutside, match="slurm_job_7 leads through a symbolic link"):
-        tensorboard_logger(str(tmp_path / "tensorboard"), "jsa", None)
+        run_logger(str(tmp_path / "tensorboard"), "jsa", None)
     assert list(users.iterdir()) == []
 
 
@@ -146,7 +147,8 @@ def test_a_csv_run_name_folder_that_links_elsewhere_is_refused(tmp_path):
     users.mkdir()
     (tmp_path / "logs" / "csv").mkdir(parents=True)
     (tmp_path / "logs" / "csv" / "jsa").symlink_to(users)
-    cfg = OmegaConf.create({"log_dir": str(tmp_path / "logs"), "logger": {"_target_": "lightning.pytorch.loggers.CSVLogger"}})
+    cfg = OmegaConf.create({"log_dir": str(tmp_path / "logs"), "logger": {"_target_": "lightning.pytorch.loggers.CSVLogger"},
+                            "ckpt_path": None})
     with pytest.raises(LeadsOutside, match="csv/jsa leads through a symbolic link"):
         chosen_logger(cfg, "jsa")
     assert chosen_logger(cfg, "vae")[0].root_dir == str(tmp_path / "logs" / "csv" / "vae")
@@ -274,7 +276,7 @@ def test_a_resumed_run_keeps_tracking_its_best_checkpoint(tmp_path, mnist_dir, m
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from launch.runs.run_directory import tensorboard_logger
+    from launch.runs.run_directory import run_logger
     from datamodules import MNISTDataModule
     from models import VAE
 
@@ -283,7 +285,7 @@ def test_a_resumed_run_keeps_tracking_its_best_checkpoint(tmp_path, mnist_dir, m
     def fit(steps: int, ckpt_path: str | None) -> ModelCheckpoint:
         checkpoint = ModelCheckpoint(monitor="val/nll", save_last=True)
         trainer = L.Trainer(max_steps=steps, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=0,
-                            logger=tensorboard_logger("logs/tensorboard", "run", ckpt_path), callbacks=[checkpoint],
+                            logger=run_logger("logs/tensorboard", "run", ckpt_path), callbacks=[checkpoint],
                             enable_progress_bar=False, enable_model_summary=False)
         trainer.fit(VAE(latent_dim=4, val_num_samples=2), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16),
                     ckpt_path=ckpt_path)
@@ -353,3 +355,34 @@ def test_a_requeued_slurm_job_resumes_from_the_run_of_its_first_logger(tmp_path,
     assert run_directory.requeued_job_checkpoint([logger, SimpleNamespace()]) == str(tmp_path / "checkpoints" / "last.ckpt")
     assert run_directory.requeued_job_checkpoint(logger) == str(tmp_path / "checkpoints" / "last.ckpt")
     assert run_directory.requeued_job_checkpoint(False) is None and run_directory.requeued_job_checkpoint(SimpleNamespace()) is None
+
+
+@pytest.mark.parametrize("planted", ["rows", "hard link", "FIFO"])
+def test_a_continued_csv_run_keeps_its_rows_and_replaces_its_files_whole(planted, tmp_path):
+    """A CSV run continued (resumed, validated, tested) adds its rows to those metrics.csv holds, where Lightning's
+    writer removes them; metrics.csv and hparams.yaml are replaced, never written into (a hard link to a file of the
+    user's keeps its bytes) nor opened (a FIFO would wait for a reader for ever)."""
+    from common.lightning_files import CSVRunLogger
+
+    run = tmp_path / "csv" / "run" / "version_0"
+    run.mkdir(parents=True)
+    users = tmp_path / "users-notes.txt"
+    users.write_text("years of work")
+    if planted == "rows":
+        (run / "metrics.csv").write_text("epoch,step,train/loss\n0,0,3.0\n")
+    elif planted == "hard link":
+        os.link(users, run / "metrics.csv")
+        os.link(users, run / "hparams.yaml")
+    else:
+        os.mkfifo(run / "metrics.csv")
+        os.mkfifo(run / "hparams.yaml")
+    logger = CSVRunLogger(str(tmp_path / "csv"), name="run", version="version_0")
+    logger.log_hyperparams({"lr": 0.01})
+    logger.log_metrics({"test/nll": 90.0}, step=5)
+    logger.save()
+    logger.record_hparams()  # as each checkpoint does
+    lines = (run / "metrics.csv").read_text().splitlines()
+    assert lines[0].split(",") == ["epoch", "step", "test/nll", "train/loss"] if planted == "rows" else ["step", "test/nll"]
+    assert lines[1:] == (["0,0,,3.0", ",5,90.0,"] if planted == "rows" else ["5,90.0"])
+    assert yaml.safe_load((run / "hparams.yaml").read_text()) == {"lr": 0.01}
+    assert users.read_text() == "years of work"
