@@ -3,7 +3,8 @@
 
 * `SafeCheckpoints`: a checkpoint names its model, data, optimizer and scheduler classes and holds every rank's random
   state; a fresh run seeds each DDP rank seed + rank; a resume restores optimizer states only into optimizers they fit
-  (`check_optimizers`), then resets each optimizer hyperparameter to this run's value, logging each change.
+  (`check_optimizers`), then sets each optimizer and scheduler setting to this run's value, logging each change
+  (common/resumed_optimizers.py).
 * `AtomicCheckpointIO`, the I/O plugin it installs unless the user gave one: atomic checksummed writes, removals of
   checkpoint files only (never a directory or a link), the checked read (checkpoints/loader.py), and what it restores
   held to the trainer (`check_restored`) instead of a traceback deep in Lightning or training on a wrong state.
@@ -25,12 +26,10 @@ from checkpoints.file_format import CHECKSUM_SUFFIX, save_checkpoint_file
 from checkpoints.loader import check_fits, load_checkpoint_file
 from checkpoints.model_class import check_model_class, stamp_classes
 from common.registry import qualified_name
+from common.resumed_optimizers import built_scheduler_settings, same, take_this_runs_settings
 from common.signatures import constructor_defaults, settings_of
 
 log = logging.getLogger(__name__)
-
-# Optimizer constructor flags that choose an implementation, not a hyperparameter of the update.
-IMPLEMENTATION_FLAGS = {"foreach", "fused", "capturable", "differentiable", "maximize"}
 
 
 class SafeCheckpoints(L.Callback):
@@ -75,6 +74,7 @@ class SafeCheckpoints(L.Callback):
         # The optimizers are built by now, and their states not yet restored.
         if self._restoring is not None and trainer.ckpt_path:
             check_optimizers(self._restoring, trainer)
+            self._built_schedulers = built_scheduler_settings(trainer)
         else:  # nothing restored, or restored for an earlier test or validation
             self._restoring = None
 
@@ -88,17 +88,8 @@ class SafeCheckpoints(L.Callback):
                 torch.cuda.set_rng_state(state["cuda"].contiguous(), pl_module.device)
         elif trainer.world_size > 1:  # every rank was seeded alike (seed_everything): give each its own stream
             torch.manual_seed(torch.initial_seed() + trainer.global_rank)
-        if checkpoint is None:
-            return
-        # Lightning restored the optimizers' hyperparameters: `defaults` still holds what this run's constructor got.
-        scheduled = {"lr"} if trainer.lr_scheduler_configs else set()  # the restored scheduler's, as it left it
-        for optimizer in trainer.optimizers:
-            for group in optimizer.param_groups:
-                for key, value in optimizer.defaults.items():
-                    if key not in IMPLEMENTATION_FLAGS | scheduled and key in group and not same(group[key], value):
-                        if trainer.is_global_zero:
-                            log.warning("resuming: optimizer %s %r (checkpoint) -> %r (this run)", key, group[key], value)
-                        group[key] = value
+        if checkpoint is not None:  # Lightning restored the optimizers and schedulers, their settings too
+            take_this_runs_settings(trainer, self._built_schedulers)
 
 
 def class_names(objects: Any) -> list[str]:
@@ -225,18 +216,6 @@ def changed_settings(checkpoint: dict[str, Any], module: L.LightningModule, data
                         getattr(datamodule, "hparams", None) or {})}
     return {f"{kind}.{key}": (saved[key], value) for kind, (saved, own) in records.items()
             for key, value in own.items() if key in saved and not same(saved[key], value)}
-
-
-def same(a: Any, b: Any) -> bool:
-    """Whether a setting (or an optimizer hyperparameter, a number or a 0-d tensor) holds the same value in both."""
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):  # saved lists may come back as tuples
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if callable(a) or callable(b):  # an optimizer factory: rebuilt each run, compared by what it says
-        return repr(a) == repr(b)
-    try:
-        return bool(a == b)
-    except Exception:  # values that cannot be compared: not reported
-        return True
 
 
 def _misfit(saved: Any, own: Any, where: str = "") -> str | None:

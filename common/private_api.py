@@ -12,6 +12,9 @@ from typing import Any
 # no longer has is never called, so the test checks that each one is still there.
 OVERRIDDEN = {
     "lightning.pytorch.loggers.TensorBoardLogger": ("_get_next_version",),  # launch/runs/run_directory.py: reserve a version
+    "lightning.pytorch.loggers.CSVLogger": ("_get_next_version",),  # the same, for logger=csv
+    # common/lightning_files.py: Lightning's removes a continued CSV run's metrics.csv
+    "lightning.pytorch.loggers.csv_logs.ExperimentWriter": ("_check_log_dir_exists",),
     # callbacks/validation_checkpoint.py: _save_checkpoint counts the files written; the others are called
     # to write last.ckpt where Lightning saves after a validation
     "lightning.pytorch.callbacks.ModelCheckpoint": ("_save_checkpoint", "_should_save_on_train_epoch_end",
@@ -117,3 +120,18 @@ def basic_sweeper_jobs(overrides: list[str]) -> list[list[str]]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     return [job for batch in BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None) for job in batch]
+
+
+def closed_form_rates(scheduler: Any) -> list[float] | None:
+    """The learning rates a torch scheduler with a closed form (CosineAnnealingLR, StepLR, ...) gives at the epoch it has
+    reached, from its settings alone; None for one without (its rate follows from the last one): a resumed run's
+    scheduler with this run's settings (common/resumed_optimizers.py)."""
+    closed_form = getattr(scheduler, "_get_closed_form_lr", None)
+    return list(closed_form()) if closed_form is not None else None
+
+
+def set_scheduler_rates(scheduler: Any, rates: list[float]) -> None:
+    """The rates a scheduler has set (its optimizer's groups) and says it has (`get_last_lr`, read by the loggers)."""
+    for group, rate in zip(scheduler.optimizer.param_groups, rates):
+        group["lr"] = rate
+    scheduler._last_lr = list(rates)

@@ -88,6 +88,28 @@ def test_a_run_resumed_with_another_learning_rate_schedule_is_refused(first, the
     assert "--lr_scheduler=... beside --optimizer" in str(refused.value)  # LightningCLI's own optimizer's scheduler
 
 
+def test_a_resumed_schedule_takes_this_runs_settings_at_the_epoch_it_reached(mnist_dir, tmp_path, caplog):
+    """Lightning restores a scheduler's settings with its progress: a resume given a longer cosine (T_max=4, as
+    configs/scheduler/cosine.yaml's ${trainer.max_epochs} gives) and another learning rate would go on with the
+    checkpoint's T_max=2 and lr, climbing back up past T_max. It keeps the epoch reached and takes this run's settings,
+    each logged, the rate that of a run begun with them."""
+    import logging
+    import math
+
+    fit("vae, cosine schedule", mnist_dir, tmp_path / "b", STOP)
+    (checkpoint,) = (tmp_path / "b").glob("*.ckpt")
+    cosine = functools.partial(torch.optim.lr_scheduler.CosineAnnealingLR, T_max=4)
+    trainer = L.Trainer(max_steps=END, limit_train_batches=10, limit_val_batches=1, logger=False, callbacks=[SafeCheckpoints()],
+                        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+    with caplog.at_level(logging.WARNING, logger="common.resumed_optimizers"):
+        trainer.fit(VAE(latent_dim=4, val_num_samples=2, scheduler=cosine, lr=2e-3), ckpt_path=checkpoint,
+                    datamodule=MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", batch_size=32))
+    (config,) = trainer.lr_scheduler_configs
+    assert config.scheduler.T_max == 4 and config.scheduler.base_lrs == [2e-3] and config.scheduler.last_epoch == 1
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(2e-3 * (1 + math.cos(math.pi / 4)) / 2)
+    assert "scheduler T_max 2 (checkpoint) -> 4 (this run)" in caplog.text and "base_lrs [0.001] (checkpoint) -> [0.002]" in caplog.text
+
+
 def test_changed_settings_are_logged_by_what_the_checkpoint_is_read_for(mnist_dir, tmp_path, caplog):
     """Testing a checkpoint with other settings says so as testing, not as resuming."""
     import logging

@@ -19,7 +19,8 @@ from models import VAE
 
 REPO = Path(__file__).resolve().parents[2]
 PRIVATE_USES = re.compile(r"\._trainer\b|_ddp_params_and_buffers_to_ignore|_ddp_kwargs|_get_file_writer|cloud_io"
-                          r"|_dynamo\.config|self\._get\(|\._instantiate_trainer\(|\._parser\(|\._every_n_train_steps|_batches_that_stepped|hydra\._internal")
+                          r"|_dynamo\.config|self\._get\(|\._instantiate_trainer\(|\._parser\(|\._every_n_train_steps|_batches_that_stepped|hydra\._internal"
+                          r"|_get_closed_form_lr|\._last_lr")
 
 
 @pytest.mark.parametrize("class_path, methods", private_api.OVERRIDDEN.items())
@@ -64,6 +65,13 @@ def test_the_adapters_work_on_the_installed_versions(tmp_path):
     assert hasattr(_HandlersCompose([]), "signal_handlers") and hasattr(_SignalConnector, "_sigterm_notifier_fn")
     assert private_api.basic_sweeper_jobs(["model=jsa,vae", "seed=1,2"]) == [
         ["model=jsa", "seed=1"], ["model=jsa", "seed=2"], ["model=vae", "seed=1"], ["model=vae", "seed=2"]]
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=2)
+    cosine.step()
+    assert private_api.closed_form_rates(cosine) == pytest.approx([0.5])
+    assert private_api.closed_form_rates(torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 1.0)) is None
+    private_api.set_scheduler_rates(cosine, [0.25])
+    assert cosine.get_last_lr() == [0.25] and optimizer.param_groups[0]["lr"] == 0.25
     torch.save({"x": torch.ones(2)}, tmp_path / "f.pt")
     assert torch.equal(private_api.lightning_load(tmp_path / "f.pt", map_location="cpu", weights_only=True)["x"], torch.ones(2))
 

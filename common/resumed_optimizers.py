@@ -1,0 +1,67 @@
+"""A resumed run trains with the optimizer and scheduler settings it is given, not the checkpoint's. Lightning restores
+each optimizer's parameter groups and each scheduler's attributes whole, settings together with state; here the state
+stays (moments, step counts, the scheduler's epoch) and each setting that differs is set back to this run's value and
+logged: an optimizer's hyperparameters (`lr`, `weight_decay`, ...), a scheduler's (`T_max`, `step_size`, ...) and the
+rate it starts from (`base_lrs`, this run's `lr`). A scheduler with a closed form (cosine, step) then sets the rate of
+the epoch it has reached under this run's settings, as a run begun with them would have it there."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+import lightning as L
+
+from common.private_api import closed_form_rates, set_scheduler_rates
+
+log = logging.getLogger(__name__)
+
+# Optimizer constructor flags that choose an implementation, not a hyperparameter of the update.
+IMPLEMENTATION_FLAGS = {"foreach", "fused", "capturable", "differentiable", "maximize"}
+# A torch scheduler's state_dict entries that are its progress, not its settings.
+SCHEDULER_PROGRESS = {"last_epoch", "_step_count", "_last_lr", "_is_initial", "_get_lr_called_within_step", "verbose"}
+
+
+def built_scheduler_settings(trainer: L.Trainer) -> list[dict[str, Any]]:
+    """Each scheduler's settings as this run built it, before a checkpoint's state replaces them."""
+    return [{key: copy.deepcopy(value) for key, value in config.scheduler.state_dict().items() if key not in SCHEDULER_PROGRESS}
+            for config in trainer.lr_scheduler_configs]
+
+
+def take_this_runs_settings(trainer: L.Trainer, built_schedulers: list[dict[str, Any]]) -> None:
+    """After Lightning restored the checkpoint's optimizers and schedulers (module docstring)."""
+    say = log.warning if trainer.is_global_zero else (lambda *args: None)
+    for config, built in zip(trainer.lr_scheduler_configs, built_schedulers):
+        scheduler = config.scheduler
+        changed = {key: value for key, value in built.items() if not same(getattr(scheduler, key, None), value)}
+        for key, value in changed.items():
+            say("resuming: scheduler %s %r (checkpoint) -> %r (this run)", key, getattr(scheduler, key, None), value)
+            setattr(scheduler, key, value)
+        for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs):
+            group["initial_lr"] = base  # what the scheduler counts from (the restored groups hold the checkpoint's)
+        rates = closed_form_rates(scheduler) if changed else None
+        if rates is not None:
+            set_scheduler_rates(scheduler, rates)
+        elif changed:
+            say("resuming: %s has no closed form: the rate goes on from the checkpoint's, %r", type(scheduler).__name__,
+                [group["lr"] for group in scheduler.optimizer.param_groups])
+    scheduled = {"lr"} if trainer.lr_scheduler_configs else set()  # set by the scheduler above
+    for optimizer in trainer.optimizers:
+        for group in optimizer.param_groups:
+            for key, value in optimizer.defaults.items():  # `defaults`: what this run's constructor got
+                if key not in IMPLEMENTATION_FLAGS | scheduled and key in group and not same(group[key], value):
+                    say("resuming: optimizer %s %r (checkpoint) -> %r (this run)", key, group[key], value)
+                    group[key] = value
+
+
+def same(a: Any, b: Any) -> bool:
+    """Whether a setting (or an optimizer hyperparameter, a number or a 0-d tensor) holds the same value in both."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):  # saved lists may come back as tuples
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if callable(a) or callable(b):  # an optimizer factory: rebuilt each run, compared by what it says
+        return repr(a) == repr(b)
+    try:
+        return bool(a == b)
+    except Exception:  # values that cannot be compared: not reported
+        return True
