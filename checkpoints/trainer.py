@@ -74,6 +74,7 @@ class SafeCheckpoints(L.Callback):
         # The optimizers are built by now, and their states not yet restored.
         if self._restoring is not None and trainer.ckpt_path:
             check_optimizers(self._restoring, trainer)
+            check_callbacks(self._restoring, trainer)
             self._built_schedulers = built_scheduler_settings(trainer)
         else:  # nothing restored, or restored for an earlier test or validation
             self._restoring = None
@@ -94,6 +95,20 @@ class SafeCheckpoints(L.Callback):
 
 def class_names(objects: Any) -> list[str]:
     return [qualified_name(type(o)) for o in objects]
+
+
+# The callbacks whose checkpointed state is a result of the run, with how to give each: a resume without one would
+# drop it (Lightning only warns), where the others' (ModelCheckpoint's best, a Timer) are bookkeeping.
+RESULT_CALLBACKS = {"PosteriorSamples": "callbacks=sgmcmc; LightningCLI: --trainer.callbacks+=callbacks.PosteriorSamples"}
+
+
+def check_callbacks(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
+    """Refuse a resume without a callback whose state in the checkpoint is a result (`RESULT_CALLBACKS`)."""
+    given = {callback.state_key for callback in trainer.callbacks}
+    for key, how in RESULT_CALLBACKS.items():
+        if (checkpoint.get("callbacks") or {}).get(key) and key not in given:
+            raise CheckpointError(f"checkpoint {trainer.ckpt_path} holds what its run's {key} callback collected, and this "
+                                  f"run has no {key}: resume with it ({how}), or it is lost")
 
 
 def check_optimizers(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:

@@ -577,7 +577,8 @@ def test_hmc_is_refused_as_a_training_optimizer_in_both_front_ends():
 
 def test_posterior_samples_are_in_the_checkpoint_and_a_resumed_run_continues_the_collection(mnist_dir, tmp_path):
     """Nothing is lost: resumed from the checkpoint of step 4, an 8-step run keeps the same snapshots, the same count
-    and the same step count as the uninterrupted run (whose checkpoint it is), and refuses another `keep` or `thin`."""
+    and the same step count as the uninterrupted run (whose checkpoint it is), and refuses another `keep` or `thin`, or
+    no collection."""
     import functools
 
     import lightning as L
@@ -587,7 +588,7 @@ def test_posterior_samples_are_in_the_checkpoint_and_a_resumed_run_continues_the
     from datamodules import MNISTDataModule
     from models import VAE
 
-    def run(ckpt_path=None, keep="list", thin=1):
+    def run(ckpt_path=None, keep="list", thin=1, collecting=True):
         L.seed_everything(0)
         dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="static", batch_size=16)
         model = VAE(latent_dim=4, val_num_samples=2, optimizer=functools.partial(SGLD, lr=1e-8))
@@ -595,7 +596,7 @@ def test_posterior_samples_are_in_the_checkpoint_and_a_resumed_run_continues_the
         every_4 = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=4, save_top_k=-1, filename="{step}")
         trainer = L.Trainer(max_steps=8, limit_train_batches=20, limit_val_batches=0, num_sanity_val_steps=0,
                             logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
-                            callbacks=[collect, every_4, SafeCheckpoints()] if ckpt_path is None else [collect, SafeCheckpoints()],
+                            callbacks=[*[collect][:collecting], *[every_4][:ckpt_path is None], SafeCheckpoints()],
                             accelerator="cpu")
         trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
         return collect.collector
@@ -611,6 +612,8 @@ def test_posterior_samples_are_in_the_checkpoint_and_a_resumed_run_continues_the
         run(ckpt_path=tmp_path / "step=4.ckpt", keep="mean")
     with pytest.raises(CheckpointError, match="thin=2: the checkpoint.s samples were collected with thin=1"):
         run(ckpt_path=tmp_path / "step=4.ckpt", thin=2)
+    with pytest.raises(CheckpointError, match=r"PosteriorSamples callback collected.*resume with it \(callbacks=sgmcmc"):
+        run(ckpt_path=tmp_path / "step=4.ckpt", collecting=False)  # Lightning would drop the samples with a warning
 
 
 def test_posterior_samples_settings_are_checked_when_built():
