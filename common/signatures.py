@@ -44,6 +44,19 @@ def own_arguments(obj: Any, frame: Any, declared: Any, exclude: tuple[str, ...] 
             if name not in declared and name not in ("settings", *exclude) and isinstance(value, PLAIN_VALUES)}
 
 
+class SavesItsSettings:
+    """A model or data module whose constructor saves every setting (`save_settings`), a subclass's own too
+    (`own_arguments`): a subclass's `self.save_hyperparameters()`, Lightning's usual idiom, then changes nothing, where
+    Lightning's would replace them with its constructor's arguments (an optimizer among them, which no checkpoint may
+    hold, and Nones since resolved)."""
+
+    def save_settings(self, settings: dict[str, Any]) -> None:
+        super().save_hyperparameters(settings)  # type: ignore[misc]
+
+    def save_hyperparameters(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing more to save: the constructor saved every setting."""
+
+
 def constructor_defaults(cls: type) -> dict[str, Any]:
     """The settings `cls` takes with their defaults: its constructors' arguments (`_constructors`), then the declared
     settings they pass **kwargs on to."""

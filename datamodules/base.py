@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from common.private_api import record_hyperparameter
 from common.registry import register
-from common.signatures import own_arguments
+from common.signatures import SavesItsSettings, own_arguments
 from configs.settings import Binarize, DataSettings
 
 from .resumable import ResumableDataLoader, ResumableSampler
@@ -112,7 +112,7 @@ def collate_prebatched(batch: Batch) -> Batch:
     return batch
 
 
-class ImageDataModule(L.LightningDataModule):
+class ImageDataModule(SavesItsSettings, L.LightningDataModule):
     """Base class: train/val split of the training file, fast in-memory loaders.
 
     Subclasses set ``image_shape``, ``train_file_size``, ``test_file_size`` and implement :meth:`_files`, :meth:`_read`
@@ -142,7 +142,7 @@ class ImageDataModule(L.LightningDataModule):
         super().__init__()
         self.settings = settings
         declared = dataclasses.asdict(settings)  # and what a subclass of one's own adds (InvertedMNIST(invert, **settings))
-        self.save_hyperparameters({**declared, **own_arguments(self, inspect.currentframe().f_back, declared)})
+        self.save_settings({**declared, **own_arguments(self, inspect.currentframe().f_back, declared)})
         data_dir, batch_size, val_size, eval_batch_size = settings.data_dir, settings.batch_size, settings.val_size, settings.eval_batch_size
         if not val_size < self.train_file_size:
             raise ValueError(f"val_size must be in [0, {self.train_file_size}), got {val_size}")

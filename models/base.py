@@ -28,7 +28,7 @@ from checkpoints.model_class import load_checked
 from common.log_steps import is_logging_step
 from common.private_api import raise_recompile_limit, record_hyperparameter
 from common.registry import register
-from common.signatures import constructor_defaults, own_arguments, settings_of
+from common.signatures import SavesItsSettings, constructor_defaults, own_arguments, settings_of
 from configs.settings import MODEL_ARGUMENTS, ModelSettings
 from models.compiled_step import (
     COMPILED_GRAPHS_LIMIT,
@@ -77,7 +77,7 @@ def setting_tag(label: str, value: Any) -> str:
     return f"{label}{value}"
 
 
-class LatentVariableModel(L.LightningModule):
+class LatentVariableModel(SavesItsSettings, L.LightningModule):
     """Shared base of every model. Its settings: configs/settings.py's ModelSettings (the likelihood, the learning
     rate, the evaluation, compilation)."""
 
@@ -184,7 +184,7 @@ class LatentVariableModel(L.LightningModule):
         # as Lightning's save_hyperparameters() reads them, are saved too, so that its checkpoints load and resume with them.
         declared = dataclasses.asdict(settings)
         own = own_arguments(self, inspect.currentframe().f_back, declared, MODEL_ARGUMENTS)
-        self.save_hyperparameters({"data_shape": list(self.data_shape), **declared, **own})
+        self.save_settings({"data_shape": list(self.data_shape), **declared, **own})
         self.record_resolved(likelihood=settings.likelihood or "bernoulli", lr=self.lr)
 
     def record_resolved(self, **settings: Any) -> None:

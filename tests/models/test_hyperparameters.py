@@ -44,21 +44,32 @@ class OwnVAE(VAE):
         self.beta, self.head = beta, head
 
 
-def test_a_setting_of_a_subclass_of_ones_own_is_saved_and_loaded_with_its_checkpoint(tmp_path, monkeypatch):
+class OwnVAESavingItsSettings(OwnVAE):
+    """The same, written with Lightning's usual idiom: `self.save_hyperparameters()` in its constructor."""
+
+    def __init__(self, beta: float = 1.0, head: torch.nn.Module | None = None, **settings):
+        super().__init__(beta, head, **settings)
+        self.save_hyperparameters()
+
+
+@pytest.mark.parametrize("own", [OwnVAE, OwnVAESavingItsSettings], ids=lambda cls: cls.__name__)
+def test_a_setting_of_a_subclass_of_ones_own_is_saved_and_loaded_with_its_checkpoint(own, tmp_path, monkeypatch):
     """OwnVAE(beta, **settings): beta is a setting beside VAE's declared ones (its default and type from its
-    signature), saved in the hyperparameters, and a checkpoint of it loads with it (its module trusted)."""
+    signature), saved in the hyperparameters, and a checkpoint of it loads with it (its module trusted); the same
+    where the subclass calls save_hyperparameters() itself (its optimizer, a callable, not among them)."""
     monkeypatch.setenv("LATENT_ZOO_TRUST", __name__)
-    assert constructor_defaults(OwnVAE)["beta"] == 1.0 and constructor_hints(OwnVAE)["beta"] is float
-    assert set(constructor_defaults(OwnVAE)) == {"beta", "head", *constructor_defaults(VAE)}
-    assert "head" not in OwnVAE(head=torch.nn.Linear(2, 2), latent_dim=4).hparams  # a module: not a value a checkpoint holds
-    model = OwnVAE(beta=0.5, latent_dim=4)
+    assert constructor_defaults(own)["beta"] == 1.0 and constructor_hints(own)["beta"] is float
+    assert set(constructor_defaults(own)) == {"beta", "head", *constructor_defaults(VAE)}
+    assert "head" not in own(head=torch.nn.Linear(2, 2), latent_dim=4).hparams  # a module: not a value a checkpoint holds
+    model = own(beta=0.5, latent_dim=4, optimizer=functools.partial(torch.optim.Adam, lr=1e-3))
     assert model.hparams["beta"] == 0.5 and model.hparams["latent_dim"] == 4 and model.hparams["backbone"] == "mlp"
+    assert "optimizer" not in model.hparams
     x = torch.bernoulli(torch.rand(8, 1, 28, 28, generator=torch.Generator().manual_seed(0)))
     trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         default_root_dir=tmp_path, callbacks=[SafeCheckpoints()])
     trainer.fit(model, DataLoader(TensorDataset(x, torch.arange(8)), batch_size=4))
     trainer.save_checkpoint(tmp_path / "own.ckpt")
-    loaded = OwnVAE.load_from_checkpoint(tmp_path / "own.ckpt")
+    loaded = own.load_from_checkpoint(tmp_path / "own.ckpt")
     assert loaded.beta == 0.5 and loaded.latent_dim == 4
 
 
