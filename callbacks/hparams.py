@@ -36,11 +36,13 @@ def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _factory_name(factory: Any) -> str:
-    """The class a factory builds (`functools.partial(CosineAnnealingLR, ...)`: CosineAnnealingLR), or "none"."""
+    """The class a factory builds (`functools.partial(CosineAnnealingLR, ...)`, or LightningCLI's partial of a function
+    that takes the class as an argument: CosineAnnealingLR), or "none"."""
     if factory is None:
         return "none"
     built = getattr(factory, "func", factory)
-    return getattr(built, "__name__", type(factory).__name__)
+    classes = [part for part in (built, *getattr(factory, "args", ())) if isinstance(part, type)]
+    return classes[0].__name__ if classes else getattr(built, "__name__", type(factory).__name__)
 
 
 class HparamsWithMetrics(L.Callback):

@@ -64,7 +64,12 @@ def test_the_hparams_tab_names_the_learning_rate_scheduler(tmp_path):
     written = {}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("callbacks.hparams.hparams", lambda params, metrics: written.update(params) or [])
-        for scheduler, name in ((None, "none"), (functools.partial(torch.optim.lr_scheduler.StepLR, step_size=2), "StepLR")):
+        def instantiator(instantiate, cls, *args, **settings):  # LightningCLI's factory: a function given the class
+            return cls(*args, **settings)
+
+        for scheduler, name in ((None, "none"), (functools.partial(torch.optim.lr_scheduler.StepLR, step_size=2), "StepLR"),
+                                (functools.partial(instantiator, None, torch.optim.lr_scheduler.CosineAnnealingLR, T_max=3),
+                                 "CosineAnnealingLR")):
             model = VAE(latent_dim=2, scheduler=scheduler)
             write_hparams(TensorBoardLogger(tmp_path), model, None, torch.optim.Adam(model.parameters()), 1, 0)
             assert written["scheduler"] == name
