@@ -23,6 +23,7 @@ from checkpoints.trainer import lies_inside
 from common.files import resolved_inside
 from common.lightning_files import RUN_LOGGERS, RunLogger
 from common.log_steps import is_logging_step
+from common.private_api import metrics_step
 from models.replicas import replica_checkpoint, replica_terms
 
 VERSION = re.compile(r"version_\d+")  # a TensorBoard run's version directory, as the replicas' loggers name them
@@ -87,7 +88,7 @@ class ReplicaRuns(L.Callback):
         for r, logger in enumerate(self.loggers):
             terms = {f"train/{name}": value[r] for name, value in values.items()} | {"epoch": trainer.current_epoch}
             terms = replica_terms(pl_module.settings[r], terms, trainer.current_epoch, trainer.global_step)
-            logger.log_metrics(terms, step=trainer.global_step)
+            logger.log_metrics(terms, step=metrics_step(trainer))  # at the step a single run's Lightning logs them
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         if trainer.sanity_checking:
@@ -96,7 +97,7 @@ class ReplicaRuns(L.Callback):
         for logger, values in zip(self.loggers, pl_module.replica_val):
             metrics = {tag: float(value) for tag, value in values.items()}
             hp = {f"hp/val_{name}": metrics[f"val/{name}"] for name in HPARAM_METRICS["val"]}
-            logger.log_metrics({**metrics, **hp, "epoch": trainer.current_epoch}, step=trainer.global_step)
+            logger.log_metrics({**metrics, **hp, "epoch": trainer.current_epoch}, step=metrics_step(trainer))
             logger.save()
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: Any, checkpoint: dict[str, Any]) -> None:

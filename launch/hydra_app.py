@@ -259,6 +259,7 @@ def replica_tests(cfg: Any, replicas: Any, trainer: Any) -> Iterator[tuple[Any, 
             single.replicas, single.seed, single.ckpt_path = None, seed, ckpt_path
             single.model.update(own)
         datamodule, model, test_trainer, _ = build_run(single)
+        test_trainer.fit_loop.load_state_dict(trainer.fit_loop.state_dict())  # logged where training ended, as a single run's
         yield datamodule, model, test_trainer, ckpt_path
 
 

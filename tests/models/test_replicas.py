@@ -454,6 +454,30 @@ def test_the_progress_line_of_replicas_says_its_val_nll_is_over_the_replicas(tmp
     assert float(shown["val/nll_min"]) == pytest.approx(nll[0], rel=1e-3) and float(shown["val/nll_max"]) == pytest.approx(nll[1], rel=1e-3)
 
 
+@pytest.mark.slow  # two runs through train.py's Hydra front end
+def test_a_replicas_curves_and_test_lie_at_the_steps_of_its_single_runs(tmp_path, monkeypatch, mnist_dir):
+    """A replica's run logs train/loss, val/nll and its run_test at the steps the single run of its seed logs them,
+    so that the two overlay in TensorBoard and benchmarks.compare pairs a test with its samples."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import launch.hydra_app
+    from tests.launch.test_configs import composed
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    tiny = ["model=vae", "model.val_num_samples=2", "model.test_num_samples=2", "trainer.max_epochs=2", "trainer.limit_train_batches=3",
+            "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.log_every_n_steps=1", "run_test=true"]
+    launch.hydra_app.run(composed([*tiny, "replicas.seeds=[0,1]", "log_dir=replicated"]))
+    launch.hydra_app.run(composed([*tiny, "seed=1", "log_dir=single"]))
+    steps = []
+    for root in ("replicated/tensorboard/*-seed1/version_0", "single/tensorboard/*/version_0"):
+        (run,) = tmp_path.glob(root)
+        events = EventAccumulator(str(run))
+        events.Reload()
+        steps.append({tag: [e.step for e in events.Scalars(tag)] for tag in ("train/loss", "val/nll", "test/nll")})
+    assert steps[0] == steps[1] and steps[1]["val/nll"] == [2, 5], steps
+
+
 @pytest.mark.slow  # end to end: a replicated trunk, then its arms branched from it and tested (train.py, twice)
 def test_arms_branched_from_a_trunk_keep_their_own_best_and_test_it_with_their_own_seed(tmp_path):
     """`train.py replicas.seeds=[0,1]` for 2 epochs (the trunk, validating every epoch), then
@@ -495,7 +519,7 @@ def test_arms_branched_from_a_trunk_keep_their_own_best_and_test_it_with_their_o
         assert str(run / "checkpoints" / best) in restored, (run, restored)
         events = EventAccumulator(str(run))
         events.Reload()
-        assert [s.step for s in events.Scalars("val/nll")] == [6, 8]
+        assert [s.step for s in events.Scalars("val/nll")] == [5, 7]  # epochs of 2 steps, as its single run logs them
         assert len(events.Scalars("test/nll")) == 1
         assert yaml.safe_load((run / "hparams.yaml").read_text())["seed"] == seed
         for name in ("last.ckpt", best):
