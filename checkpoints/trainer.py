@@ -37,6 +37,7 @@ class SafeCheckpoints(L.Callback):
 
     guards_checkpoints = True  # what models/base.py looks for in a trainer's callbacks, without importing this module
     _restoring: dict[str, Any] | None = None  # the checkpoint being restored, until training starts
+    _built_schedulers: list[dict[str, Any]] = []  # their settings as this run built them (on_fit_start)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # setup runs before Lightning restores a checkpoint, so resuming reads through the plugin too.

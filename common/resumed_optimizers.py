@@ -31,7 +31,10 @@ def built_scheduler_settings(trainer: L.Trainer) -> list[dict[str, Any]]:
 
 def take_this_runs_settings(trainer: L.Trainer, built_schedulers: list[dict[str, Any]]) -> None:
     """After Lightning restored the checkpoint's optimizers and schedulers (module docstring)."""
-    say = log.warning if trainer.is_global_zero else (lambda *args: None)
+    def say(*line: Any) -> None:
+        if trainer.is_global_zero:
+            log.warning(*line)
+
     for config, built in zip(trainer.lr_scheduler_configs, built_schedulers):
         scheduler = config.scheduler
         changed = {key: value for key, value in built.items() if not same(getattr(scheduler, key, None), value)}

@@ -4,10 +4,10 @@
     <log_dir>/{hydra,cli,replicas}/<name>/<time>-<pid>/   Hydra's own files, or an unlogged run's or replicated process's
 
 <name> is <base>-<run_tag>: <base> Hydra's run_name or the CLI's <model>-<data>; the tag the model's key settings, then
-its estimator's settings off their defaults, then the pixels and likelihood where not the data's own, then in a multirun each swept setting it does not show otherwise. A
-TensorBoard run directory is found again from a checkpoint or a SLURM job id, reserved atomically for a new run, owned
-by one process at a time, and removed again when the run is refused before it saved anything (docs/cluster.md, README
-"Reliability")."""
+its estimator's settings off their defaults, then the pixels and likelihood where not the data's own, then in a
+multirun each swept setting it does not show otherwise. A run directory is found again from a checkpoint or a SLURM job
+id, reserved atomically for a new run, owned by one process at a time, and removed again when the run is refused
+before it saved anything (docs/cluster.md, README "Reliability")."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ from callbacks.guards.preemption import checkpoint_directory
 from checkpoints.errors import CheckpointError
 from checkpoints.file_format import held_directories
 from common.files import read_regular, resolved_inside, write_file
-from common.signatures import constructor_defaults
 from common.lightning_files import CSVRunLogger, RunLogger
+from common.signatures import constructor_defaults
 from launch.checks.configs import LOGGER_FOLDERS, TENSORBOARD
 
 SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
@@ -63,7 +63,8 @@ def scoring_tag(model: Any, datamodule: Any) -> str:
     default = constructor_defaults(type(datamodule)).get("binarize", binarize)
     likelihood = getattr(model, "hparams", {}).get("likelihood")
     suited = getattr(datamodule, "likelihood", likelihood)
-    return (f"-{PIXELS.get(binarize, binarize)}" if binarize != default else "") + (f"-{likelihood}" if likelihood != suited else "")
+    pixels = f"-{PIXELS.get(binarize, binarize)}" if binarize != default else ""
+    return pixels + (f"-{likelihood}" if likelihood != suited else "")
 
 
 def process_dir(log_dir: str, kind: str, name: str) -> str:
@@ -83,7 +84,8 @@ def placed(log_dir: str, kind: str, path: str) -> str:
 def chosen_logger(run: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
     """The logger a run of Hydra's logger group (`run.logger`, `run.log_dir`) is logged by, placed by this layout:
     (False, its settings) for TensorBoard, whose run launch/run_builder.py makes; (a CSV logger of run `name` or of
-    the run the checkpoint continues, `run_logger`, None) for logger=csv; (False, None) for logger=none (launch/checks/settings.py refuses a class the layout cannot place)."""
+    the run the checkpoint continues, `run_logger`, None) for logger=csv; (False, None) for logger=none
+    (launch/checks/settings.py refuses a class the layout cannot place)."""
     settings = dict(run.logger or {})
     if not settings:
         return False, None
