@@ -391,14 +391,12 @@ def test_a_refused_run_leaves_no_hydra_directory_behind(tmp_path, monkeypatch):
     assert not (tmp_path / "logs" / "hydra" / "multirun").exists()
 
 
-def test_a_run_stopped_by_a_nan_keeps_its_hydra_directory_beside_its_run(tmp_path, monkeypatch, capsys, mnist_dir):
-    from tests.conftest import train_main
+def test_a_run_stopped_by_a_nan_keeps_its_hydra_directory_beside_its_run(tmp_path, mnist_dir):
+    from tests import preloaded
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
-    code, _, err = train_main(["model=vae", "model.lr=5", "trainer.max_steps=30", "trainer.limit_val_batches=1",
-                               "trainer.log_every_n_steps=1"], monkeypatch, capsys)
-    assert code == 2 and "became NaN or inf" in err, err[-2000:]
+    done = preloaded.run_train(["model=vae", "model.lr=5", "trainer.max_steps=30", "trainer.limit_val_batches=1",
+                                "trainer.log_every_n_steps=1", f"data.data_dir={mnist_dir}"], tmp_path)
+    assert done.returncode == 2 and "became NaN or inf" in done.stderr, done.stderr[-2000:]
     assert list((tmp_path / "logs" / "tensorboard").glob("*/version_0/events.*"))  # it trained: its run is kept
     (hydra_run,) = (tmp_path / "logs" / "hydra").glob("*/*")
     assert (hydra_run / ".hydra" / "config.yaml").is_file() and (hydra_run / "train.log").is_file()
