@@ -195,7 +195,7 @@ class HMC(SGMCMC):
         total: Tensor | float = 0.0
         for momentum, inverse in zip(momenta, inverse_mass):
             energy = (momentum.double().square() * (inverse.double() if isinstance(inverse, Tensor) else inverse))
-            total = total + (energy.flatten(1).sum(1) if chains is not None else energy.sum())
+            total = total + (energy.reshape(energy.shape[0], -1).sum(1) if chains is not None else energy.sum())
         assert isinstance(total, Tensor)
         return 0.5 * total
 

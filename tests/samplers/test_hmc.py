@@ -515,3 +515,21 @@ def test_integrator_default_keeps_the_euler_chain() -> None:
             sampler.step()
         paths.append(theta.detach())
     torch.testing.assert_close(paths[0], paths[1], rtol=0, atol=1e-10)
+
+
+def test_chains_of_one_dimensional_parameters_sample_their_target():
+    """A (K,) parameter holds K one-dimensional chains, one energy each: N(1, 1) sampled with mean 1 and variance 1."""
+    from samplers import HMC
+
+    theta = torch.zeros(2000, requires_grad=True)
+    sampler = HMC([theta], lr=0.5, num_leapfrog=3, generator=torch.Generator().manual_seed(0))
+
+    def closure() -> torch.Tensor:
+        sampler.zero_grad()
+        energies = 0.5 * (theta - 1.0).square()
+        energies.sum().backward()
+        return energies
+
+    for _ in range(200):
+        sampler.step(closure)
+    assert abs(theta.mean().item() - 1.0) < 0.1 and abs(theta.var().item() - 1.0) < 0.15
