@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
@@ -55,8 +56,8 @@ def expected(hint: Any, value: Any) -> str | None:
         return None if isinstance(value, bool) else "true or false"
     if hint is int:
         return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
-    if hint is float:
-        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
+    if hint is float:  # NaN passes every `x < 0` check, inf fails only at the first step
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else "a finite number"
     if hint is str:
         return None if isinstance(value, str) else "a string"
     if hint is type(None):

@@ -99,6 +99,8 @@ class SGMCMC(torch.optim.Optimizer):
         self._check_group(self.param_groups[-1])
 
     def _check_group(self, group: dict[str, Any]) -> None:
+        for name, value in group.items():  # NaN passes every comparison below; inf spoils the first step
+            _require(not isinstance(value, float) or math.isfinite(value), f"{name} must be a finite number, got {value}")
         _require(group["lr"] > 0, f"step size lr must be > 0, got {group['lr']}")
         _require(group["temperature"] > 0, f"temperature must be > 0, got {group['temperature']}")
 

@@ -192,6 +192,13 @@ def front_end_cases() -> list[Case]:
         Case("hydra model.lr with optimizer=sgld", "hydra", ["optimizer=sgld", "model.lr=0.5"], mention="optimizer.lr=0.5"),
         Case("cli --model.optimizer beside --optimizer", "cli", ["fit", "--optimizer=SGD", "--model.optimizer=samplers.SGLD"],
              mention="--model.optimizer"),
+        # numbers that pass a range check written `x < 0` (NaN) or fail only at the first step (inf)
+        Case("hydra model.beta=nan (VQ-VAE)", "hydra", ["model=vqvae", "model.beta=nan"], mention="model.beta=nan"),
+        Case("cli --model.beta=nan (VQ-VAE)", "cli", ["fit", "--model=VQVAE", "--model.beta=nan"], mention="--model.beta=nan"),
+        Case("hydra optimizer=sgld optimizer.temperature=inf", "hydra", ["model=vae", "optimizer=sgld", "optimizer.temperature=inf"],
+             mention="optimizer.temperature=inf"),
+        Case("hydra model.decay=2 without EMA (VQ-VAE's code usage)", "hydra", ["model=vqvae", "model.ema=false", "model.decay=2"],
+             mention="model.decay"),
         Case("hydra trainer.max_time negative", "hydra", ["trainer.max_time={{minutes:-1}}"], mention="max_time"),
         Case("hydra ckpt_path= (empty)", "hydra", ["ckpt_path="], mention="ckpt_path"),
         Case("hydra +per_model.jas (no such model)", "hydra", ["+per_model.jas.mis_steps=3"], mention="per_model.jas"),

@@ -132,8 +132,8 @@ class VectorQuantizer(nn.Module):
             raise ValueError(f"num_codes and code_dim must be >= 1, got {num_codes} and {code_dim}")
         if beta < 0:
             raise ValueError(f"beta (the commitment weight) must be >= 0, got {beta}")
-        if ema and not 0 < decay < 1:
-            raise ValueError(f"decay (of the EMA codebook statistics) must be in (0, 1), got {decay}")
+        if not 0 < decay < 1:  # the codes' usage (dead-code restarts) is an average too, with or without EMA
+            raise ValueError(f"decay (of the EMA codebook statistics and code usage) must be in (0, 1), got {decay}")
         if dead_code_threshold < 0:
             raise ValueError(f"dead_code_threshold must be >= 0, got {dead_code_threshold}")
         self.num_codes, self.code_dim, self.beta, self.ema = num_codes, code_dim, beta, ema

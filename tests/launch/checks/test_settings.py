@@ -4,6 +4,7 @@ the Hydra front end refuses too, with the choices listed."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from launch.checks.settings import SettingsError, check_settings
 from datamodules import MNISTDataModule
@@ -49,6 +50,25 @@ def test_a_wrong_name_is_refused_with_the_closest_one():
 ])
 def test_right_settings_pass(cls, settings):
     check_settings(cls, settings, "model")
+
+
+@pytest.mark.parametrize("cls, key", [(VQVAE, "beta"), (VQVAE, "dead_code_threshold"), (JSA, "lr")])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_number_that_is_not_finite_is_refused(cls, key, value):
+    """NaN passes a range check written `x < 0` (beta=nan trained into a NaN loss; dead_code_threshold=nan switched the
+    restarts off in silence), and inf fails only at the first step: every float setting must be finite."""
+    with pytest.raises(SettingsError) as error:
+        check_settings(cls, {key: value}, "model")
+    assert str(error.value).startswith(f"model.{key}={value}: expected a finite number"), error.value
+
+
+def test_a_sampler_hyperparameter_that_is_not_finite_is_refused():
+    from samplers import SGLD, SGNHT
+
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    for sampler, settings in ((SGLD, {"lr": 1e-7, "temperature": float("inf")}), (SGNHT, {"lr": 1e-7, "noise": float("nan")})):
+        with pytest.raises(ValueError, match=f"{list(settings)[1]} must be a finite number"):
+            sampler([parameter], **settings)
 
 
 @pytest.mark.parametrize(("key", "value", "named"), [
@@ -110,7 +130,7 @@ def test_a_factory_target_is_checked_by_its_signature_and_takes_any_key_with_kwa
 
     with pytest.raises(SettingsError, match=r"^x.leave: no such setting of strict"):
         check_settings(strict, {"refresh_seconds": 1.0, "leave": True}, "x")
-    with pytest.raises(SettingsError, match=r"^x.refresh_seconds='abc': expected a number"):
+    with pytest.raises(SettingsError, match=r"^x.refresh_seconds='abc': expected a finite number"):
         check_settings(open_ended, {"refresh_seconds": "abc"}, "x")
     check_settings(open_ended, {"refresh_seconds": 1.0, "leave": True}, "x")
 
