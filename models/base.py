@@ -361,10 +361,17 @@ class LatentVariableModel(SavesItsSettings, L.LightningModule):
                 f"{type(self).__name__} was built for images of shape {self.data_shape} "
                 f"but the data module yields {image_shape}; set model.data_shape to match the data"
             )
-        if self.likelihood.requires_binary_data and getattr(datamodule, "binarize", "none") == "none":
+        binarize = getattr(datamodule, "binarize", "none")
+        if self.likelihood.requires_binary_data and binarize == "none":
             raise MisconfigurationException(
                 "the bernoulli likelihood needs binary pixels, but data.binarize='none'; use data.binarize=dynamic "
                 "(or static; LightningCLI: --data.binarize=dynamic), or leave model.likelihood out: it then follows the data"
+            )
+        if not self.likelihood.requires_binary_data and binarize != "none":  # its NLL: of 256 levels, two of them used
+            raise MisconfigurationException(
+                f"the {self.hparams.get('likelihood')} likelihood scores 8-bit pixels, but data.binarize={binarize!r} gives "
+                "binary ones, and its NLL would be comparable to no other; use data.binarize=none (LightningCLI: "
+                "--data.binarize=none) or model.likelihood=bernoulli, or leave model.likelihood out: it then follows the data"
             )
 
     # ---- one step for training, one for validation and test ---------------------------

@@ -192,6 +192,10 @@ def front_end_cases() -> list[Case]:
         Case("hydra model.lr with optimizer=sgld", "hydra", ["optimizer=sgld", "model.lr=0.5"], mention="optimizer.lr=0.5"),
         Case("cli --model.optimizer beside --optimizer", "cli", ["fit", "--optimizer=SGD", "--model.optimizer=samplers.SGLD"],
              mention="--model.optimizer"),
+        Case("hydra model.likelihood=gaussian on binarized MNIST", "hydra", ["model=vae", "model.likelihood=gaussian"],
+             mention="data.binarize=none"),
+        Case("cli --model.likelihood=gaussian on binarized MNIST", "cli", ["fit", "--model=VAE", "--model.likelihood=gaussian"],
+             mention="--data.binarize=none"),
         # numbers that pass a range check written `x < 0` (NaN) or fail only at the first step (inf)
         Case("hydra model.beta=nan (VQ-VAE)", "hydra", ["model=vqvae", "model.beta=nan"], mention="model.beta=nan"),
         Case("cli --model.beta=nan (VQ-VAE)", "cli", ["fit", "--model=VQVAE", "--model.beta=nan"], mention="--model.beta=nan"),

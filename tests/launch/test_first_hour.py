@@ -176,22 +176,26 @@ def test_the_check_knows_every_option_of_the_cli_itself(tmp_path):
 
 
 @pytest.mark.parametrize("front_end", ["hydra", "cli"])
-def test_a_setting_refused_when_the_model_meets_its_data_is_one_line_and_leaves_no_run(front_end, tmp_path, monkeypatch,
-                                                                                        capsys):
-    """The Bernoulli likelihood on grey pixels is refused once the trainer sets the model up with its data: one line
-    naming data.binarize, exit status 2, and the run made for it removed; `none` is a value of --data.binarize (not
-    YAML's null) in the CLI."""
+@pytest.mark.parametrize("likelihood, binarize, says", [
+    ("bernoulli", "none", ["the bernoulli likelihood needs binary pixels", "data.binarize=dynamic"]),
+    ("gaussian", "dynamic", ["the gaussian likelihood scores 8-bit pixels", "data.binarize=none"]),  # an NLL of 256 levels
+    ("discretized_logistic", "static", ["the discretized_logistic likelihood scores 8-bit pixels", "data.binarize=none"]),
+])
+def test_a_setting_refused_when_the_model_meets_its_data_is_one_line_and_leaves_no_run(likelihood, binarize, says, front_end,
+                                                                                        tmp_path, monkeypatch, capsys):
+    """A likelihood of other pixels than the data's is refused once the trainer sets the model up with its data: one
+    line naming data.binarize, exit status 2, and the run made for it removed; `none` is a value of --data.binarize
+    (not YAML's null) in the CLI."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as stop:
         if front_end == "hydra":
             with launch.errors.user_errors_as_one_line():
-                launch.hydra_app.run(composed(["model.likelihood=bernoulli", "data.binarize=none", "trainer.max_steps=1",
+                launch.hydra_app.run(composed([f"model.likelihood={likelihood}", f"data.binarize={binarize}", "trainer.max_steps=1",
                                                f"log_dir={tmp_path / 'logs'}"]))
         else:
-            launch.cli_app.main(["fit", "--model.likelihood=bernoulli", "--data.binarize=none", "--trainer.max_steps=1"])
+            launch.cli_app.main(["fit", f"--model.likelihood={likelihood}", f"--data.binarize={binarize}", "--trainer.max_steps=1"])
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert stop.value.code == 2 and error.startswith("error: the bernoulli likelihood needs binary pixels") and \
-        "data.binarize=dynamic" in error, error
+    assert stop.value.code == 2 and error.startswith(f"error: {says[0]}") and says[1] in error, error
     assert not list((tmp_path / "logs").rglob("version_*"))
 
 
