@@ -92,6 +92,16 @@ def check_at_least(name: str, value: Any, least: int, whole: bool = False, none:
         raise ValueError(f"{name} must be at most {most:,}{also}, got {value:,}")
 
 
+def check_applies(settings: Any, choice: str, chosen: str, applies_to: dict[str, str]) -> None:
+    """Each setting of `applies_to` away from its default only where `choice` (likelihood, estimator) is the one it
+    applies to: a setting the run would ignore is refused, not dropped in silence."""
+    defaults = {field.name: field.default for field in dataclasses.fields(settings)}
+    for name, owner in applies_to.items():
+        if chosen != owner and getattr(settings, name) != defaults[name]:
+            raise ValueError(f"{name}={getattr(settings, name)} applies to {choice}={owner} only, and this model's {choice} "
+                             f"is {chosen}: leave it out, or set {choice}={owner}")
+
+
 def check_share(name: str, value: float) -> None:
     """`value` in [0, 1] (a NaN is not)."""
     if not 0.0 <= value <= 1.0:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from common.settings import check_at_least, check_seed, check_share, check_types
+from common.settings import check_applies, check_at_least, check_seed, check_share, check_types
 
 LikelihoodName = Literal["bernoulli", "discretized_logistic", "categorical", "gaussian"]
 SigmaShape = Literal["image", "channel", "pixel"]
@@ -95,6 +95,9 @@ class ModelSettings(Settings):
         for name in ("num_mixtures", "val_num_samples", "test_num_samples", "eval_chunk_size"):
             check_at_least(name, getattr(self, name), 1)
         check_seed("test_seed", self.test_seed)
+        if self.likelihood is not None:  # None: the data's, which the front ends set before the model is built
+            check_applies(self, "likelihood", self.likelihood, {"sigma": "gaussian", "learn_sigma": "gaussian",
+                                                                "sigma_shape": "gaussian", "num_mixtures": "discretized_logistic"})
 
 
 @dataclass(frozen=True)
@@ -283,6 +286,8 @@ class DiscreteVAESettings(CategoricalSettings):
             raise ValueError(f"baseline_decay must be in [0, 1), got {self.baseline_decay}")
         if self.anneal_rate < 0:
             raise ValueError(f"anneal_rate must be >= 0, got {self.anneal_rate}")
+        check_applies(self, "estimator", self.estimator, {"control_variate": "reinforce", "baseline_decay": "reinforce",
+                      "temperature": "gumbel", "temperature_min": "gumbel", "anneal_rate": "gumbel", "straight_through": "gumbel"})
 
 
 @dataclass(frozen=True)

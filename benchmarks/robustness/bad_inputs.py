@@ -196,6 +196,10 @@ def front_end_cases() -> list[Case]:
              mention="data.binarize=none"),
         Case("cli --model.likelihood=gaussian on binarized MNIST", "cli", ["fit", "--model=VAE", "--model.likelihood=gaussian"],
              mention="--data.binarize=none"),
+        Case("hydra model.learn_sigma=true under the data's Bernoulli", "hydra", ["model=vae", "model.learn_sigma=true"],
+             mention="likelihood=gaussian"),
+        Case("hydra model=dvae model.temperature=3 (REINFORCE)", "hydra", ["model=dvae", "model.temperature=3"],
+             mention="estimator=gumbel"),
         # numbers that pass a range check written `x < 0` (NaN) or fail only at the first step (inf)
         Case("hydra model.beta=nan (VQ-VAE)", "hydra", ["model=vqvae", "model.beta=nan"], mention="model.beta=nan"),
         Case("cli --model.beta=nan (VQ-VAE)", "cli", ["fit", "--model=VQVAE", "--model.beta=nan"], mention="--model.beta=nan"),

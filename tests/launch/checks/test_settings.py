@@ -8,7 +8,7 @@ import torch
 
 from launch.checks.settings import SettingsError, check_settings
 from datamodules import MNISTDataModule
-from models import JSA, VQVAE, DiscreteVAE
+from models import JSA, VAE, VQVAE, DiscreteVAE
 from tests.conftest import quick_rows, says
 
 
@@ -60,6 +60,32 @@ def test_a_number_that_is_not_finite_is_refused(cls, key, value):
     with pytest.raises(SettingsError) as error:
         check_settings(cls, {key: value}, "model")
     assert str(error.value).startswith(f"model.{key}={value}: expected a finite number"), error.value
+
+
+@pytest.mark.parametrize("cls, settings, named", [
+    (VAE, {"likelihood": "bernoulli", "learn_sigma": True}, "learn_sigma=True applies to likelihood=gaussian only"),
+    (VAE, {"likelihood": "bernoulli", "sigma_shape": "pixel"}, "sigma_shape=pixel applies to likelihood=gaussian only"),
+    (VAE, {"likelihood": "gaussian", "num_mixtures": 3}, "num_mixtures=3 applies to likelihood=discretized_logistic only"),
+    (DiscreteVAE, {"temperature": 3.0}, "temperature=3.0 applies to estimator=gumbel only"),
+    (DiscreteVAE, {"estimator": "gumbel", "control_variate": "none"}, "control_variate=none applies to estimator=reinforce only"),
+])
+def test_a_setting_the_model_would_ignore_is_refused(cls, settings, named):
+    """A setting of another likelihood or estimator than the model's trained nothing differently (a Bernoulli VAE's
+    learn_sigma, REINFORCE's temperature): refused, naming the choice it applies to; at that choice it is taken."""
+    with pytest.raises(ValueError, match=named):
+        cls(**settings)
+    owner = dict(s.split("=") for s in [named.split(" applies to ")[1].split(" ")[0]])
+    cls(**{**settings, **owner})
+
+
+def test_a_setting_of_another_likelihood_than_the_datas_is_refused_in_one_line(capsys, tmp_path, monkeypatch):
+    from tests.conftest import refused
+
+    monkeypatch.chdir(tmp_path)
+    line = refused(capsys, hydra=["model=vae", "model.learn_sigma=true", "trainer.max_steps=1"])
+    assert not (tmp_path / "logs").exists()
+    assert line.startswith("error: model.learn_sigma=True applies to likelihood=gaussian only, and this model's likelihood is "
+                           "bernoulli"), line  # the data's (binarized MNIST), set before the model is built
 
 
 def test_a_sampler_hyperparameter_that_is_not_finite_is_refused():
