@@ -28,8 +28,7 @@ class RunLogger(TensorBoardLogger):
 
     @rank_zero_only
     def save(self) -> None:
-        path = Path(self.log_dir) / self.NAME_HPARAMS_FILE
-        if path.parent.is_dir() and (path.is_symlink() or not path.is_file()):
+        if no_hparams_file(self.log_dir):
             self.record_hparams()
         super().save()  # the events flushed; hparams.yaml is there now, and Lightning leaves it as it is
 
@@ -57,8 +56,7 @@ class CSVRunLogger(CSVLogger):
     @rank_zero_only
     def save(self) -> None:
         super().save()  # the rows logged since the last save
-        path = Path(self.log_dir) / ExperimentWriter.NAME_HPARAMS_FILE
-        if path.parent.is_dir() and (path.is_symlink() or not path.is_file()):
+        if no_hparams_file(self.log_dir):
             self.record_hparams()
 
     @rank_zero_only
@@ -92,6 +90,13 @@ class ContinuedCSVWriter(ExperimentWriter):
 
 
 RUN_LOGGERS = (RunLogger, CSVRunLogger)  # the loggers whose hparams.yaml each checkpoint writes anew
+
+
+def no_hparams_file(log_dir: str) -> bool:
+    """Whether a run's directory is there and holds no regular hparams.yaml (none yet, or a link): a logger's first save
+    writes one; else each checkpoint does (`record_hparams`)."""
+    path = Path(log_dir) / ExperimentWriter.NAME_HPARAMS_FILE
+    return path.parent.is_dir() and (path.is_symlink() or not path.is_file())
 
 
 class RunConfigFile(SaveConfigCallback):
