@@ -6,6 +6,7 @@ value in a file) passes: the constructors still check everything."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 from typing import Any, NoReturn
@@ -24,6 +25,10 @@ INTACT = "a checkpoint file is replaced only once written whole: the last one sa
 
 def exit_with(message: str) -> NoReturn:
     print(f"error: {message}", file=sys.stderr)
+    for handler in logging.getLogger().handlers:  # a Hydra job's train.log: the run's own record says how it ended
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(logging.makeLogRecord({"name": "train", "levelno": logging.ERROR, "levelname": "ERROR",
+                                                  "msg": f"error: {message}"}))
     raise SystemExit(USER_ERROR) from None
 
 

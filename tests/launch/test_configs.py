@@ -399,7 +399,7 @@ def test_a_run_stopped_by_a_nan_keeps_its_hydra_directory_beside_its_run(tmp_pat
     assert done.returncode == 2 and "became NaN or inf" in done.stderr, done.stderr[-2000:]
     assert list((tmp_path / "logs" / "tensorboard").glob("*/version_0/events.*"))  # it trained: its run is kept
     (hydra_run,) = (tmp_path / "logs" / "hydra").glob("*/*")
-    assert (hydra_run / ".hydra" / "config.yaml").is_file() and (hydra_run / "train.log").is_file()
+    assert (hydra_run / ".hydra" / "config.yaml").is_file() and "became NaN or inf" in (hydra_run / "train.log").read_text()
 
 
 def test_the_cli_keeps_the_constructors_own_message_from_jsonargparses_report():
