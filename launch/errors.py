@@ -88,6 +88,12 @@ def argument_named(message: str) -> str | None:
     return found[1] if found else None
 
 
+def diverged(error: BaseException | None) -> bool:
+    """Whether `error` stopped a run whose loss or weights became NaN or inf (callbacks/guards/nonfinite.py): a run that
+    trained, not a refused setting."""
+    return isinstance(error, FloatingPointError) or bool(getattr(error, "nonfinite_message", None))
+
+
 def refuse_on_rank_zero(message: str) -> NoReturn:
     """A setting refused: every rank of a distributed run meets it alike, and rank 0 alone says so (the others exit with
     the same status). Data, checkpoints and steps may differ between ranks: those refusals are each rank's own."""

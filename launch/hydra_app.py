@@ -39,7 +39,7 @@ from launch.checks.hydra_config import register_defaults
 from launch.checks.paths import write_root_refusal
 from launch.checks.received_config import hydra_folders
 from launch.checks.settings import SettingsError, check_composed, with_fix
-from launch.errors import quiet_console, user_errors_as_one_line
+from launch.errors import diverged, quiet_console, user_errors_as_one_line
 from launch.run_builder import RunDescription, build, built, resumed_settings, running
 from launch.runs.run_directory import SCORING_SETTINGS, note_existing_directories, remove_if_only_hydra_files
 from launch.runs.worker_slots import claim_slot
@@ -311,17 +311,16 @@ def main() -> None:
             with user_errors_as_one_line():
                 try:
                     metrics = run(cfg)
-                except FloatingPointError as diverged:
+                except FloatingPointError as divergence:
                     if not tuning:
                         raise
                     # A trial whose loss diverged (its lr too high, say) is the worst value, and the study goes on.
-                    log.warning("this trial diverged and counts as val/nll = inf: %s", diverged)
+                    log.warning("this trial diverged and counts as val/nll = inf: %s", divergence)
                     return float("inf")
         except SystemExit as stop:
-            # A run stopped by a NaN trained and keeps its TensorBoard run: its config and train.log stay beside it.
-            diverged = isinstance(stop.__context__, FloatingPointError) or getattr(stop.__context__, "nonfinite_message", None)
-            if stop.code == USER_ERROR and rank_zero_only.rank == 0 and not diverged:  # a setting refused: the output
-                # directory Hydra made holds nothing of a run (rank 0's: the other ranks of a distributed run share it)
+            # A setting refused: the output directory Hydra made holds nothing of a run (rank 0's: the other ranks of a
+            # distributed run share it). A run stopped by a NaN trained: its config and train.log stay beside its run.
+            if stop.code == USER_ERROR and rank_zero_only.rank == 0 and not diverged(stop.__context__):
                 # (a multirun's sweep folder too where its jobs run one at a time: no later job runs after a refusal)
                 hydra_config = HydraConfig.get()
                 one_at_a_time = hydra_config.runtime.choices.get("hydra/launcher") == "basic"

@@ -55,8 +55,8 @@ def test_right_settings_pass(cls, settings):
 @pytest.mark.parametrize("cls, key", [(VQVAE, "beta"), (VQVAE, "dead_code_threshold"), (JSA, "lr")])
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 def test_a_number_that_is_not_finite_is_refused(cls, key, value):
-    """NaN passes a range check written `x < 0` (beta=nan trained into a NaN loss; dead_code_threshold=nan switched the
-    restarts off in silence), and inf fails only at the first step: every float setting must be finite."""
+    """NaN passes a range check written `x < 0` (beta=nan would train into a NaN loss; dead_code_threshold=nan would
+    switch the restarts off in silence), and inf fails only at the first step: every float setting must be finite."""
     with pytest.raises(SettingsError) as error:
         check_settings(cls, {key: value}, "model")
     assert str(error.value).startswith(f"model.{key}={value}: expected a finite number"), error.value
@@ -70,7 +70,7 @@ def test_a_number_that_is_not_finite_is_refused(cls, key, value):
     (DiscreteVAE, {"estimator": "gumbel", "control_variate": "none"}, "control_variate=none applies to estimator=reinforce only"),
 ])
 def test_a_setting_the_model_would_ignore_is_refused(cls, settings, named):
-    """A setting of another likelihood or estimator than the model's trained nothing differently (a Bernoulli VAE's
+    """A setting of another likelihood or estimator than the model's would train nothing differently (a Bernoulli VAE's
     learn_sigma, REINFORCE's temperature): refused, naming the choice it applies to; at that choice it is taken."""
     with pytest.raises(ValueError, match=named):
         cls(**settings)

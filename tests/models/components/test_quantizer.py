@@ -65,7 +65,7 @@ def test_nearest_code_shapes_and_lookup(layout: str) -> None:
 @pytest.mark.parametrize("decay", [0.0, 1.0, 2.0])
 def test_a_decay_outside_0_1_is_refused_with_or_without_ema(decay: float, ema: bool) -> None:
     """The codes' usage, which decides the dead-code restarts, is a moving average with this decay in either mode: at 2
-    used codes went negative and restarted at every step, at 1 no code was ever restarted."""
+    used codes would go negative and restart at every step, at 1 no code would ever restart."""
     with pytest.raises(ValueError, match=r"decay .* must be in \(0, 1\)"):
         VectorQuantizer(8, 3, ema=ema, decay=decay)
 
