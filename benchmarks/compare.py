@@ -44,6 +44,7 @@ BOUND_MODELS = {"VQVAE"}  # whose nll is an upper bound (under its prior), not a
 # A run's reconstructions are shown from this many training steps: after the quick comparison's 100, every model
 # reconstructs every image as the same blurred average digit, a figure that tells a reader nothing.
 MIN_STEPS_FOR_RECONSTRUCTIONS = 1000
+TEST_TAGS = ("test/", "hp/test_")  # logged by a test, at the number of steps trained
 VERSION_PREFIXES = ("version_", "slurm_job_")  # a run's version directory (TensorBoardLogger's, a SLURM job's)
 JOB_FILE = "hydra_job.yaml"  # <run>/hydra_job.yaml: the Hydra job that made the run (sweep_dir: its multirun's directory)
 STUDY_FILE = "optimization_results.yaml"  # <sweep dir>/...: Hydra's Optuna sweeper writes the best trial's settings there
@@ -80,9 +81,11 @@ class Run:
 
     @property
     def trained_steps(self) -> int:
-        """The last step it logged anything at, 0 if none: validation, an epoch's end and the test log at the step training
-        reached; train/loss only every trainer.log_every_n_steps (never in a run shorter than that)."""
-        return max((step for values in self.scalars.values() for _, step, _ in values), default=0)
+        """The training steps it took, 0 if it logged none: Lightning logs a training or validation value at the 0-based
+        index of the step just taken, a test's at the number of steps trained (train/loss only every
+        trainer.log_every_n_steps: never in a run shorter than that)."""
+        return max((step + (not tag.startswith(TEST_TAGS)) for tag, values in self.scalars.items() if tag != "epoch"
+                    for _, step, _ in values), default=0)
 
     def ranked_nll(self) -> tuple[str, float] | None:
         """(split, NLL) where the run has an estimate to rank by (the test one, else the last validation), None for a
@@ -683,8 +686,10 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
                   "gap between rows of other S is partly the estimator's; compare runs of one S (model.test_num_samples).")
     kinds = {scored_on(run) for run in compared if run.ranked_nll()}
     if len(kinds) > 1:
+        first = next(run for run in compared if ranks[id(run)] == "1 (best)")
         noise += (" These NLLs measure different things (" + markdown.one_line("; ".join(", ".join(kind) for kind in sorted(kinds))) +
-                  ": data, pixels, likelihood): only the runs of the most common one are ranked; compare the others in "
+                  ": data, pixels, likelihood): only the runs of " + markdown.one_line(", ".join(scored_on(first))) +
+                  " are ranked (the kind of the most runs; of the lowest NLL where kinds tie); compare the others in "
                   "a report of their own (--runs GLOB).")
     if steps < MIN_STEPS_FOR_RECONSTRUCTIONS:
         noise += (f" These runs trained for at most {steps} steps: the ranking is of barely trained models (a quick "

@@ -99,7 +99,7 @@ def check_applies(settings: Any, choice: str, chosen: str, applies_to: dict[str,
     for name, owner in applies_to.items():
         if chosen != owner and getattr(settings, name) != defaults[name]:
             raise ValueError(f"{name}={getattr(settings, name)} applies to {choice}={owner} only, and this model's {choice} "
-                             f"is {chosen}: leave it out, or set {choice}={owner}")
+                             f"is {chosen}: leave it out, or set this model's {choice} to {owner} as well")
 
 
 def check_share(name: str, value: float) -> None:

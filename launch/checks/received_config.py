@@ -243,7 +243,8 @@ def received_files(argv: list[str], cli: bool) -> ReceivedFiles:
     for folder in hydra_folders(argv):
         if (folder / "hydra.yaml").is_file() and (folder / "overrides.yaml").is_file():  # it names Hydra's own classes
             raise ConfigRefusal(f"{folder} is the record of a run (Hydra's .hydra folder), not a folder of configs; run it "
-                                f"again with the overrides it lists in {folder / 'overrides.yaml'}: python train.py OVERRIDES")
+                                f"again with the overrides it lists in {folder / 'overrides.yaml'}: python train.py OVERRIDES (with the "
+                                "--config-dir it ran with, if any: hydra.runtime.config_sources in its hydra.yaml)")
         pending, scanned = list(groups), set()
         while pending:
             group = pending.pop().strip("/")

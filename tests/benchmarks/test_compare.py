@@ -35,11 +35,12 @@ def stamp(start: float) -> str:
 
 def fake_run(root: Path, rel: str, start: int, pid: int, settings: dict, tested: bool = True, steps: int = 0) -> Path:
     """A TensorBoard run as train.py writes it (HPARAMS session, val/test scalars, reconstructions; with `steps`, a
-    training loss at that step), its event file named as if process `pid` on host `box` had made it at `start`."""
+    training loss at its last step, logged as Lightning does at its 0-based index), its event file named as if process
+    `pid` on host `box` had made it at `start`."""
     path = root / rel
     with SummaryWriter(path) as writer:
         if steps:
-            writer.add_scalar("train/loss", 1.0, steps)
+            writer.add_scalar("train/loss", 1.0, steps - 1)
         for summary in hparams({"model_class": settings["model_class"], "num_params": 1000, **settings}, {"hp/val_nll": 0.0}):
             writer._get_file_writer().add_summary(summary)
         for stage in ("val", "test") if tested else ("val",):
@@ -286,13 +287,17 @@ def test_runs_whose_nll_measures_another_thing_are_not_ranked_with_the_others(tm
     report = " ".join((tmp_path / "out" / "report.md").read_text().split())
     assert "These NLLs measure different things" in report and "MNISTDataModule, none, discretized_logistic" in report
     assert "fashion_mnist, dynamic, bernoulli" in report
+    assert "only the runs of MNISTDataModule, dynamic, bernoulli are ranked" in report
 
 
 def test_a_run_shorter_than_its_logging_interval_counts_the_steps_it_reached():
     """train/loss is logged every trainer.log_every_n_steps (50): a 3-step smoke run logs none, but its validation and
-    epoch end log at the step reached, so the report does not say it trained for 0 steps."""
-    scalars = {"val/nll": [(0.0, 2, 500.0)], "train/epoch_time_s": [(0.0, 3, 0.4)], "epoch": [(0.0, 3, 0.0)]}
+    epoch end log at the 0-based index of its last step (as Lightning logs them), so the report counts 3 steps, not 0
+    or 2; a test after it logs at the number of steps trained."""
+    scalars = {"val/nll": [(0.0, 2, 500.0)], "train/epoch_time_s": [(0.0, 2, 0.4)], "epoch": [(0.0, 2, 0.0)]}
     assert compare.Run(Path("run"), "run", {}, scalars).trained_steps == 3
+    tested = {**scalars, "test/nll": [(0.0, 3, 510.0)], "hp/test_nll": [(0.0, 3, 510.0)], "epoch": [(0.0, 2, 0.0), (0.0, 3, 0.0)]}
+    assert compare.Run(Path("run"), "run", {}, tested).trained_steps == 3
 
 
 def test_the_wall_time_axis_counts_minutes_from_the_runs_start():

@@ -121,4 +121,4 @@ def test_a_runs_hydra_record_given_as_a_config_folder_says_how_to_run_it_again(o
     (record / "overrides.yaml").write_text("- model=vae\n")
     refusal = refuse_received_configs([option, str(record), "-cn", "config"], cli=False)
     assert refusal is not None and "\n" not in refusal and "LATENT_ZOO_TRUST" not in refusal
-    says(refusal, f"{record} is the record of a run", str(record / "overrides.yaml"), "python train.py OVERRIDES")
+    says(refusal, f"{record} is the record of a run", str(record / "overrides.yaml"), "python train.py OVERRIDES", "--config-dir it ran with")
