@@ -217,6 +217,10 @@ class JSASettings(CategoricalSettings):
         if not self.use_cache and given:
             raise ValueError(f"{given[0]} sets the MIS cache, which use_cache=false turns off: leave {given[0]} out, or "
                              "set use_cache=true")
+        if self.cache_refresh != 0 and self.cache_start_epoch is None:
+            raise ValueError(f"cache_refresh={self.cache_refresh} restarts a share of the chains that start from the cache, "
+                             "and with cache_start_epoch=null no chain does (each starts from a fresh proposal): set "
+                             "cache_start_epoch too, or leave cache_refresh out")
 
 
 @dataclass(frozen=True)

@@ -50,14 +50,19 @@ def mis_chain(log_target: Tensor, log_proposal: Tensor, generator: torch.Generat
         log_proposal: (B, L+1) log q(h_j | x).
         generator: source of the uniforms (the global RNG if None).
     """
-    if log_target.shape != log_proposal.shape or log_target.dim() != 2:
-        raise ValueError(f"log_target and log_proposal must both be (B, L+1), got {tuple(log_target.shape)} and {tuple(log_proposal.shape)}")
+    if log_target.shape != log_proposal.shape or log_target.dim() != 2 or log_target.shape[1] < 2:
+        raise ValueError(f"log_target and log_proposal must both be (B, L+1) with L >= 1, got {tuple(log_target.shape)} and "
+                         f"{tuple(log_proposal.shape)}")
+    if not (log_target.is_floating_point() and log_proposal.is_floating_point()):
+        raise ValueError(f"log_target and log_proposal must be floating point, got {log_target.dtype} and {log_proposal.dtype}")
     batch, num_candidates = log_target.shape
     num_steps = num_candidates - 1
-    # Importance log-weights; the acceptance ratio is a difference of two of them and is
-    # only ever compared in log space, so nothing is exponentiated.
-    log_weight = log_target - log_proposal
-    log_u = torch.rand(batch, num_steps, device=log_target.device, dtype=log_target.dtype, generator=generator).log()
+    # Importance log-weights; the acceptance ratio is a difference of two of them and is only ever compared in log
+    # space, so nothing is exponentiated. At least float32: a half-precision uniform is 0 often enough (log u = -inf)
+    # to accept moves that should almost never be.
+    precision = torch.promote_types(torch.promote_types(log_target.dtype, log_proposal.dtype), torch.float32)
+    log_weight = log_target.to(precision) - log_proposal.to(precision)
+    log_u = torch.rand(batch, num_steps, device=log_target.device, dtype=precision, generator=generator).log()
     current = torch.zeros_like(log_weight[:, 0], dtype=torch.long)
     current_log_weight = log_weight[:, 0]
     accepted = torch.zeros_like(current)
@@ -125,6 +130,8 @@ def index_cached_mis(
     """
     if num_steps < 1:
         raise ValueError(f"MIS needs at least one step, got num_steps={num_steps}")
+    if start is not None and (start.is_floating_point() or start.is_complex()):
+        raise ValueError(f"start must hold class indices (an integer tensor), got {start.dtype}")
     # Candidate 0 is drawn too and replaced by the cached state where there is one: this keeps
     # every shape static (no branching on data), at the price of one extra categorical draw.
     candidates = sample_categorical(log_q, num_steps + 1, generator)

@@ -69,14 +69,16 @@ def fresh_proposal_weights(log_target: Tensor, log_proposal: Tensor, has_start: 
     μ_j ∝ p(x, h_j) / q(h_j | x) over the fresh candidates j, 0 on a cached start (candidate 0 where `has_start`):
     Σ_j μ_j ∇ log q(h_j | x) is the wake-phase q gradient of reweighted wake-sleep (Bornschein & Bengio, 2015), a
     consistent estimate of E_{p(h|x)}[∇ log q(h | x)] as the number of proposals grows, and it reads nothing the cache
-    fed back. Log-space: a softmax of the log-weights, no exponential of an unnormalized weight.
+    fed back. Log-space: a softmax of the log-weights, no exponential of an unnormalized weight. A row whose fresh
+    candidates all have p(x, h_j) = 0 has no weights to normalize: zeros (no q gradient from it), not NaN.
     """
     log_weight = (log_target - log_proposal).detach()
     if has_start is not None:
         cached = torch.zeros_like(log_weight, dtype=torch.bool)
         cached[:, 0] = has_start
         log_weight = log_weight.masked_fill(cached, -torch.inf)
-    return torch.softmax(log_weight, dim=1)
+    none = log_weight.amax(dim=1, keepdim=True) == -torch.inf
+    return torch.softmax(log_weight.masked_fill(none, 0.0), dim=1).masked_fill(none, 0.0)
 
 
 def sum_and_sample(weight: Tensor, num_exact: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:

@@ -447,21 +447,21 @@ def test_an_arm_written_without_a_space_after_its_colon_is_one_line_saying_so():
 def test_a_setting_given_beside_a_resumed_runs_own_that_cannot_go_with_it_names_where_that_one_came_from(tmp_path, monkeypatch,
                                                                                                      capsys):
     """A run from a checkpoint takes the checkpoint's model settings where the command line gives none: a setting given
-    that cannot go with one of them (use_cache=false beside the run's cache_refresh=0.2) is refused in one line that
+    that cannot go with one of them (use_cache=false beside the run's cache_start_epoch=1) is refused in one line that
     says the other came from the checkpoint."""
     monkeypatch.chdir(tmp_path)
-    _, model, trainer, _ = launch.hydra_app.build_run(composed(["model.cache_refresh=0.2", f"log_dir={tmp_path / 'logs'}"]))
+    _, model, trainer, _ = launch.hydra_app.build_run(composed(["model.cache_start_epoch=1", f"log_dir={tmp_path / 'logs'}"]))
     checkpoint = Path(trainer.logger.log_dir) / "checkpoints" / "last.ckpt"
     trainer.strategy.connect(model)
     trainer.save_checkpoint(checkpoint)
     with pytest.raises(launch.checks.settings.SettingsError) as refusal:
         launch.hydra_app.build_run(composed(["model.use_cache=false", f"ckpt_path={checkpoint}", f"log_dir={tmp_path / 'logs'}"]))
-    says(str(refusal.value), "model.cache_refresh", "use_cache=false",
+    says(str(refusal.value), "model.cache_start_epoch", "use_cache=false",
          "a resumed run takes its checkpoint's model settings where the command line gives none")
     assert "\n" not in str(refusal.value)
     with pytest.raises(SystemExit), launch.errors.user_errors_as_one_line():  # LightningCLI's resume says so too
         launch.cli_app.main(["fit", "--model.use_cache=false", f"--ckpt_path={checkpoint}", f"--log_dir={tmp_path / 'logs'}"])
-    says(capsys.readouterr().err.strip().splitlines()[-1], "error: --model.cache_refresh", "use_cache",
+    says(capsys.readouterr().err.strip().splitlines()[-1], "error: --model.cache_start_epoch", "use_cache",
          "a resumed run takes its checkpoint's model settings where the command line gives none")
 
 

@@ -10,7 +10,8 @@ import torch
 
 from callbacks.gradient_variance import flat_gradients, trace_of_covariance
 from models import JSA
-from samplers import (MISSample, candidate_weights, gradient_rows, categorical_log_prob, expected_visits, index_cached_mis, mis_chain, sum_and_sample,
+from samplers import (MISSample, candidate_weights, gradient_rows, categorical_log_prob, expected_visits, fresh_proposal_weights,
+                      index_cached_mis, mis_chain, sum_and_sample,
                       visit_counts)
 from samplers.cache import cache_diagnostics
 from tests.conftest import mnist_slice, train_on_batch
@@ -59,6 +60,16 @@ def test_expected_visits_equal_the_average_of_many_chains():
     standard_error = counts.std(0) / num_chains**0.5
     z = (counts.mean(0) - expected_visits(log_target, log_proposal)[0].double()) / standard_error.clamp(min=1e-12)
     assert z.abs().max() < 5, z
+
+
+def test_fresh_proposal_weights_normalize_the_fresh_candidates_and_a_row_without_mass_gets_none():
+    """μ_j ∝ p(x, h_j) / q(h_j | x) over the fresh candidates, 0 on a cached start; a row whose fresh candidates all
+    have p(x, h_j) = 0 gets zeros (nothing to normalize), not NaN."""
+    log_target = torch.tensor([[0.0, 1.0, 2.0], [0.0, -torch.inf, -torch.inf], [-torch.inf, -torch.inf, -torch.inf]])
+    weight = fresh_proposal_weights(log_target, torch.zeros(3, 3), has_start=torch.tensor([True, True, False]))
+    torch.testing.assert_close(weight[0], torch.tensor([0.0, 1.0, 2.0]).masked_fill(torch.tensor([True, False, False]),
+                                                                                     -torch.inf).softmax(0))
+    assert weight[1:].tolist() == [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
 
 
 def test_visit_counts():

@@ -261,11 +261,26 @@ def test_one_step_acceptance_rate_is_min_one_exp_delta(dtype):
         assert torch.equal(chain.index, chain.accepted)
 
 
-def test_mis_chain_rejects_mismatched_shapes():
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_scores_accept_as_rarely_as_the_ratio_says(dtype):
+    """Half-precision log-scores give the chain of their float32 values: with w_1 - w_0 = -12 a move is accepted with
+    probability exp(-12) = 6e-6, about once in 200,000 chains (uniforms drawn in half precision are 0, log u = -inf,
+    once in a few thousand draws, and each such draw would accept)."""
+    chains = 200_000
+    log_target = torch.tensor([[0.0, -12.0]], dtype=dtype).expand(chains, 2)
+    chain = mis_chain(log_target, torch.zeros_like(log_target), generator=seeded(12))
+    assert chain.accepted.sum() <= 10, f"{int(chain.accepted.sum())} of {chains} moves accepted at exp(-12) in {dtype}"
+
+
+def test_mis_chain_rejects_mismatched_shapes_no_step_and_integer_scores():
+    with pytest.raises(ValueError, match="must both be"):
         mis_chain(torch.zeros(3, 4), torch.zeros(3, 5))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must both be"):
         mis_chain(torch.zeros(3), torch.zeros(3))
+    with pytest.raises(ValueError, match="L >= 1"):  # the start alone: no step to take
+        mis_chain(torch.zeros(2, 1), torch.zeros(2, 1))
+    with pytest.raises(ValueError, match="floating point"):
+        mis_chain(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))
 
 
 # ----------------------------------------------------------------------------------------
@@ -377,6 +392,8 @@ def test_index_cached_mis_without_start_ignores_has_start_and_needs_a_step():
     assert_distributed_as(state_of(out.candidates[:, 0]), Q_JOINT, "start candidates without start")
     with pytest.raises(ValueError):
         index_cached_mis(batch_log_q(2), log_joint, 0)
+    with pytest.raises(ValueError, match="class indices"):  # not truncated to indices in silence
+        index_cached_mis(batch_log_q(2), log_joint, 1, start=torch.full((2, V), 1.7))
 
 
 # ----------------------------------------------------------------------------------------
