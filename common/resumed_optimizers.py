@@ -8,6 +8,7 @@ the epoch it has reached under this run's settings, as a run begun with them wou
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 from typing import Any
 
@@ -19,14 +20,22 @@ log = logging.getLogger(__name__)
 
 # Optimizer constructor flags that choose an implementation, not a hyperparameter of the update.
 IMPLEMENTATION_FLAGS = {"foreach", "fused", "capturable", "differentiable", "maximize"}
-# A torch scheduler's state_dict entries that are its progress, not its settings.
-SCHEDULER_PROGRESS = {"last_epoch", "_step_count", "_last_lr", "_is_initial", "_get_lr_called_within_step", "verbose"}
+# Constructor arguments of a torch scheduler that are not settings to carry over: its optimizer and where it starts.
+NOT_SCHEDULER_SETTINGS = {"optimizer", "last_epoch", "verbose"}
+
+
+def scheduler_settings(scheduler: Any) -> dict[str, Any]:
+    """A scheduler's settings: the rates it starts from (`base_lrs`, this run's `lr`) and its constructor's arguments
+    that it keeps under their own names in its state (T_max, step_size, gamma, ReduceLROnPlateau's patience, ...).
+    Everything else in its state is progress (the epoch, ReduceLROnPlateau's best value, a warm restart's current
+    period) or cannot be restored (a LambdaLR's function)."""
+    arguments = {"base_lrs", *inspect.signature(type(scheduler).__init__).parameters} - NOT_SCHEDULER_SETTINGS
+    return {key: copy.deepcopy(value) for key, value in scheduler.state_dict().items() if key in arguments}
 
 
 def built_scheduler_settings(trainer: L.Trainer) -> list[dict[str, Any]]:
     """Each scheduler's settings as this run built it, before a checkpoint's state replaces them."""
-    return [{key: copy.deepcopy(value) for key, value in config.scheduler.state_dict().items() if key not in SCHEDULER_PROGRESS}
-            for config in trainer.lr_scheduler_configs]
+    return [scheduler_settings(config.scheduler) for config in trainer.lr_scheduler_configs]
 
 
 def take_this_runs_settings(trainer: L.Trainer, built_schedulers: list[dict[str, Any]]) -> None:
@@ -41,7 +50,7 @@ def take_this_runs_settings(trainer: L.Trainer, built_schedulers: list[dict[str,
         for key, value in changed.items():
             say("resuming: scheduler %s %r (checkpoint) -> %r (this run)", key, getattr(scheduler, key, None), value)
             setattr(scheduler, key, value)
-        for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs):
+        for group, base in zip(scheduler.optimizer.param_groups, getattr(scheduler, "base_lrs", ())):
             group["initial_lr"] = base  # what the scheduler counts from (the restored groups hold the checkpoint's)
         rates = closed_form_rates(scheduler) if changed else None
         if rates is not None:
@@ -49,7 +58,9 @@ def take_this_runs_settings(trainer: L.Trainer, built_schedulers: list[dict[str,
         elif changed:
             say("resuming: %s has no closed form: the rate goes on from the checkpoint's, %r", type(scheduler).__name__,
                 [group["lr"] for group in scheduler.optimizer.param_groups])
-    scheduled = {"lr"} if trainer.lr_scheduler_configs else set()  # set by the scheduler above
+    # What the schedulers set: the rate, and the momentum of one that cycles it (CyclicLR, OneCycleLR)
+    cycled = any(getattr(config.scheduler, "cycle_momentum", False) for config in trainer.lr_scheduler_configs)
+    scheduled = ({"lr"} if trainer.lr_scheduler_configs else set()) | ({"momentum", "betas"} if cycled else set())
     for optimizer in trainer.optimizers:
         for group in optimizer.param_groups:
             for key, value in optimizer.defaults.items():  # `defaults`: what this run's constructor got

@@ -1,0 +1,61 @@
+"""A resumed scheduler keeps its progress and takes this run's settings (common/resumed_optimizers.py), for every kind
+of torch scheduler: with a closed form, without one, with progress beyond its epoch, and with a function."""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.optim import lr_scheduler
+
+from common.resumed_optimizers import built_scheduler_settings, take_this_runs_settings
+
+SCHEDULERS = {
+    "cosine": functools.partial(lr_scheduler.CosineAnnealingLR, T_max=6),
+    "step": functools.partial(lr_scheduler.StepLR, step_size=2, gamma=0.5),
+    "plateau": functools.partial(lr_scheduler.ReduceLROnPlateau, patience=1, factor=0.5),
+    "warm restarts": functools.partial(lr_scheduler.CosineAnnealingWarmRestarts, T_0=1, T_mult=2),
+    "lambda": functools.partial(lr_scheduler.LambdaLR, lr_lambda=lambda epoch: 0.9**epoch),
+    "one cycle": functools.partial(lr_scheduler.OneCycleLR, max_lr=0.1, total_steps=20),
+}
+LOSSES = [1.0, 0.9, 0.95, 0.97, 0.99, 0.98, 0.99, 1.0]  # ReduceLROnPlateau's metric: stalls after the second epoch
+
+
+def built(kind: str) -> tuple[torch.optim.Optimizer, object]:
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.01, momentum=0.9)
+    return optimizer, SCHEDULERS[kind](optimizer)
+
+
+def step(scheduler: object, epoch: int) -> None:
+    scheduler.optimizer.step()
+    scheduler.step(LOSSES[epoch]) if isinstance(scheduler, lr_scheduler.ReduceLROnPlateau) else scheduler.step()
+
+
+def state(scheduler: object) -> dict:
+    return {key: value for key, value in scheduler.state_dict().items() if key != "lr_lambdas"}
+
+
+@pytest.mark.parametrize("kind", list(SCHEDULERS))
+def test_a_scheduler_resumed_with_the_same_settings_goes_on_as_if_never_stopped(kind, caplog):
+    """Resumed as Lightning resumes it (optimizer and scheduler states loaded into ones built from this run's settings),
+    with the same settings: the same rates and momenta, epoch after epoch, as the uninterrupted scheduler, its progress
+    kept (ReduceLROnPlateau's best value and bad epochs, a warm restart's period), nothing reported as changed."""
+    optimizer, straight = built(kind)
+    for epoch in range(3):
+        step(straight, epoch)
+    saved = {"optimizer": optimizer.state_dict(), "scheduler": straight.state_dict()}
+    resumed_optimizer, resumed = built(kind)
+    trainer = SimpleNamespace(lr_scheduler_configs=[SimpleNamespace(scheduler=resumed)], optimizers=[resumed_optimizer],
+                              is_global_zero=True)
+    settings = built_scheduler_settings(trainer)
+    resumed_optimizer.load_state_dict(saved["optimizer"])
+    resumed.load_state_dict(saved["scheduler"])
+    take_this_runs_settings(trainer, settings)
+    assert state(resumed) == state(straight) and "resuming" not in caplog.text, caplog.text
+    for epoch in range(3, len(LOSSES)):
+        step(straight, epoch)
+        step(resumed, epoch)
+        assert resumed_optimizer.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"], (kind, epoch)
+        assert resumed_optimizer.param_groups[0]["momentum"] == optimizer.param_groups[0]["momentum"], (kind, epoch)
