@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import logging
 import os
 import shlex
 import shutil
@@ -33,6 +34,8 @@ from common.files import read_regular, resolved_inside, write_file
 from common.lightning_files import CSVRunLogger, RunLogger
 from common.signatures import constructor_defaults
 from launch.checks.configs import LOGGER_FOLDERS, TENSORBOARD
+
+log = logging.getLogger(__name__)
 
 SLURM_VERSION = "slurm_job_"  # a SLURM job's run: <name>/slurm_job_<id>, found again when the job is requeued
 OWNER_FILE = ".owner"  # <run>/.owner names the process that writes the run, while it runs
@@ -168,6 +171,9 @@ def run_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs: Any) -
     path = Path(ckpt_path).resolve() if ckpt_path else None
     if path is not None and path.parent.name == "checkpoints" and path.parents[1].name.startswith(("version_", SLURM_VERSION)):
         save_dir, name, version = str(path.parents[3]), path.parents[2].name, path.parents[1].name
+        if path.parents[3].name != kind and rank_zero_only.rank == 0:  # a run keeps its one logger
+            log.warning("continuing the %s run that wrote %s in its own logger: this command's %s logger%s to new runs",
+                        path.parents[3].name, ckpt_path, kind, " and its settings apply" if kwargs else " applies")
         kwargs = kwargs if path.parents[3].name == kind else {}  # the settings of another kind of logger
         kind = path.parents[3].name
     elif slurm_job_id() is not None:

@@ -115,6 +115,25 @@ def test_a_run_name_folder_that_links_elsewhere_receives_no_new_run(tmp_path):
     assert list(users.iterdir()) == []
 
 
+def test_a_run_continued_in_its_own_kind_of_logger_says_the_chosen_one_is_not_used(tmp_path, monkeypatch, caplog):
+    """A checkpoint of a TensorBoard run, resumed or tested with logger=csv: the run goes on in its TensorBoard folder
+    (one run, one logger), and one line says that the chosen CSV logger and its settings apply to new runs only."""
+    import logging
+
+    monkeypatch.chdir(tmp_path)
+    checkpoint = tmp_path / "logs" / "tensorboard" / "vae" / "version_0" / "checkpoints" / "last.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    with caplog.at_level(logging.WARNING, logger="launch.runs.run_directory"):
+        logger = run_logger("logs/csv", "vae", str(checkpoint), flush_logs_every_n_steps=7)
+    assert Path(logger.log_dir) == checkpoint.parents[1] and type(logger).__name__ == "RunLogger"
+    assert f"continuing the tensorboard run that wrote {checkpoint} in its own logger: this command's csv logger and its " \
+           "settings apply to new runs" in caplog.text, caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="launch.runs.run_directory"):
+        run_logger("logs/tensorboard", "vae", str(checkpoint))  # its own kind: nothing to say
+    assert "continuing" not in caplog.text
+
+
 def test_a_version_folder_that_links_elsewhere_is_not_continued_by_a_requeued_job(tmp_path, monkeypatch):
     """A SLURM job's run (<name>/slurm_job_<id>) continued after a requeue: a link there out of the root is refused."""
     users = tmp_path / "users-folder"
