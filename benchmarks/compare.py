@@ -98,12 +98,24 @@ class Run:
         return None
 
 
+# Likelihoods whose NLLs are one quantity: exact probabilities of the 256 levels of a pixel (docs/likelihoods.md).
+SAME_QUANTITY = {"discretized_logistic": "discretized_logistic/categorical", "categorical": "discretized_logistic/categorical"}
+
+
 def scored_on(run: Run) -> tuple[str, str, str]:
-    """What a run's NLL measures: its data set (the run name's <data> where the run predates `data_class`), pixels
-    (binarized or grey) and likelihood. Nats of binary pixels, of 256 grey levels and a density are not one quantity."""
+    """What a run's NLL measures: its data set as run names say it (its data class's `config_name`, mnist; the run
+    name's <data> where the run predates `data_class`), pixels (binarized or grey) and likelihood. Nats of binary
+    pixels, of 256 grey levels and the Gaussian's bound through dequantized pixels are not one quantity; the
+    discretized logistic's and the categorical's are (`SAME_QUANTITY`)."""
+    import datamodules  # (torch and Lightning: only once runs are compared)
+
     parts = name_and_version(run)[0].rsplit("/", 1)[-1].split("-")
-    data = run.hparams.get("data_class") or (parts[1] if len(parts) > 1 else "?")
-    return str(data), str(run.hparams.get("binarize", "?")), str(run.hparams.get("likelihood", "?"))
+    data_class = str(run.hparams.get("data_class") or "")
+    # one's own class: its run names use its class name (datamodules/base.py `config_name`)
+    data = getattr(getattr(datamodules, data_class, None), "config_name", data_class.lower()) if data_class else \
+        (parts[1] if len(parts) > 1 else "?")
+    likelihood = str(run.hparams.get("likelihood", "?"))
+    return data, str(run.hparams.get("binarize", "?")), SAME_QUANTITY.get(likelihood, likelihood)
 
 
 def ranked(runs: list[Run]) -> tuple[list[Run], dict[int, str]]:
@@ -684,9 +696,9 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
         noise += (f" The NLLs are estimated with different numbers of importance samples per image (S = "
                   f"{', '.join(map(str, samples))}): a larger S gives a tighter, lower estimate of the same model, so a "
                   "gap between rows of other S is partly the estimator's; compare runs of one S (model.test_num_samples).")
-    kinds = {scored_on(run) for run in compared if run.ranked_nll()}
+    first = next((run for run in compared if ranks[id(run)] == "1 (best)"), None)  # its split's runs are the peers
+    kinds = {scored_on(run) for run in compared if first and run.ranked_nll() and run.ranked_nll()[0] == first.ranked_nll()[0]}
     if len(kinds) > 1:
-        first = next(run for run in compared if ranks[id(run)] == "1 (best)")
         noise += (" These NLLs measure different things (" + markdown.one_line("; ".join(", ".join(kind) for kind in sorted(kinds))) +
                   ": data, pixels, likelihood): only the runs of " + markdown.one_line(", ".join(scored_on(first))) +
                   " are ranked (the kind of the most runs; of the lowest NLL where kinds tie); compare the others in "

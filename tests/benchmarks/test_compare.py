@@ -272,10 +272,11 @@ def test_the_report_ranks_by_nll_says_what_is_noise_and_shows_only_readable_reco
 
 def test_runs_whose_nll_measures_another_thing_are_not_ranked_with_the_others(tmp_path, monkeypatch):
     """Grey pixels' NLL (256 levels) is not binarized pixels' nor a density: only the runs of the most common kind are
-    ranked, and the report names the kinds; a run written before data_class was recorded is placed by its name."""
+    ranked, and the report names the kinds; a run written before data_class was recorded is placed by its name, and
+    ranked with the newer runs on its data."""
     tb = tmp_path / "tb"
     runs = [("vae-mnist-mlp-z32", {"binarize": "dynamic", "likelihood": "bernoulli", "data_class": "MNISTDataModule"}, 300),
-            ("jsa-mnist-mlp-K10-L20", {"binarize": "dynamic", "likelihood": "bernoulli", "data_class": "MNISTDataModule"}, 200),
+            ("jsa-mnist-mlp-K10-L20", {"binarize": "dynamic", "likelihood": "bernoulli"}, 200),
             ("vae-mnist-mlp-z32-grey", {"binarize": "none", "likelihood": "discretized_logistic", "data_class": "MNISTDataModule"}, 100),
             ("vae-fashion_mnist-mlp-z32", {"binarize": "dynamic", "likelihood": "bernoulli"}, 150)]
     for i, (name, settings, nll) in enumerate(runs):
@@ -285,9 +286,14 @@ def test_runs_whose_nll_measures_another_thing_are_not_ranked_with_the_others(tm
         ("vae-mnist-mlp-z32-grey", "—"), ("vae-fashion_mnist-mlp-z32", "—"), ("jsa-mnist-mlp-K10-L20", "1 (best)"),
         ("vae-mnist-mlp-z32", "2")]
     report = " ".join((tmp_path / "out" / "report.md").read_text().split())
-    assert "These NLLs measure different things" in report and "MNISTDataModule, none, discretized_logistic" in report
+    assert "These NLLs measure different things" in report and "mnist, none, discretized_logistic/categorical" in report
     assert "fashion_mnist, dynamic, bernoulli" in report
-    assert "only the runs of MNISTDataModule, dynamic, bernoulli are ranked" in report
+    assert "only the runs of mnist, dynamic, bernoulli are ranked" in report
+    # the discretized logistic's and the categorical's NLLs are exact probabilities of 256 levels: one quantity
+    grey = [compare.Run(Path(f"vae-mnist-mlp-z32-grey{tag}"), f"vae-mnist-mlp-z32-grey{tag}",
+                        {"binarize": "none", "likelihood": likelihood, "data_class": "MNISTDataModule"}, {})
+            for tag, likelihood in [("", "discretized_logistic"), ("-categorical", "categorical"), ("-gaussian", "gaussian")]]
+    assert compare.scored_on(grey[0]) == compare.scored_on(grey[1]) != compare.scored_on(grey[2])
 
 
 def test_a_run_shorter_than_its_logging_interval_counts_the_steps_it_reached():
