@@ -121,11 +121,11 @@ def user_errors_as_one_line() -> Iterator[None]:
         refuse_on_rank_zero(f"{key}: {reason}{hint}" if key else reason + hint)
     except SettingsError as error:
         refuse_on_rank_zero(str(error))
-    except (*REFUSALS, FloatingPointError) as error:
+    except REFUSALS as error:
         exit_with(str(error))
     except Exception as error:
-        if getattr(error, "nonfinite_message", None):  # diverged weights failed a step (callbacks/guards/nonfinite.py)
-            exit_with(error.nonfinite_message)
+        if diverged(error):  # the guard's line (callbacks/guards/nonfinite.py), in place of what failed on NaN weights
+            exit_with(getattr(error, "nonfinite_message", None) or str(error))
         timeout = collective_timeout_message(error) if isinstance(error, RuntimeError) else None
         if timeout is None:
             raise

@@ -107,6 +107,18 @@ def note_jobs_not_run() -> None:
                     "; ".join(" ".join(job) for job in left))
 
 
+def run_trial(cfg: Any, tuning: bool) -> dict[str, float]:
+    """`run`'s metrics; under an Optuna sweep (`tuning`), a trial that diverged (its lr too high, say: launch/errors.py
+    `diverged`) is the worst value, val/nll = inf, and the study goes on."""
+    try:
+        return run(cfg)
+    except Exception as error:
+        if not (tuning and diverged(error)):
+            raise
+        log.warning("this trial diverged and counts as val/nll = inf: %s", getattr(error, "nonfinite_message", None) or error)
+        return {"val/nll": float("inf")}
+
+
 def note_hydra_job(logger: Any) -> None:
     """<run>/hydra_job.yaml: the Hydra job (and multirun) that made the run, so that `benchmarks.compare` reports the
     runs of one multirun together. Written once: a resumed run keeps its origin. Absolute paths; the multirun is the
@@ -309,14 +321,7 @@ def main() -> None:
         tuning = "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")).lower()
         try:
             with user_errors_as_one_line():
-                try:
-                    metrics = run(cfg)
-                except FloatingPointError as divergence:
-                    if not tuning:
-                        raise
-                    # A trial whose loss diverged (its lr too high, say) is the worst value, and the study goes on.
-                    log.warning("this trial diverged and counts as val/nll = inf: %s", divergence)
-                    return float("inf")
+                metrics = run_trial(cfg, tuning)
         except SystemExit as stop:
             # A setting refused: the output directory Hydra made holds nothing of a run (rank 0's: the other ranks of a
             # distributed run share it). A run stopped by a NaN trained: its config and train.log stay beside its run.

@@ -402,6 +402,27 @@ def test_a_run_stopped_by_a_nan_keeps_its_hydra_directory_beside_its_run(tmp_pat
     assert (hydra_run / ".hydra" / "config.yaml").is_file() and "became NaN or inf" in (hydra_run / "train.log").read_text()
 
 
+def test_a_tuning_trial_that_diverged_counts_as_the_worst_value_and_any_other_failure_stops(monkeypatch):
+    """Under hydra/sweeper=tune, a trial stopped by a NaN loss (FloatingPointError) or by NaN weights failing the next
+    step (the guard's line on the error: callbacks/guards/nonfinite.py) is val/nll = inf and the study goes on; outside
+    a sweep it stops the run, and any other error stops a sweep too."""
+    def raising(error: BaseException):
+        def run(cfg):
+            raise error
+        return run
+
+    weights = RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    weights.nonfinite_message = "the model's weights (encoder.0.weight) became NaN or inf at step 3"
+    for error in (FloatingPointError("train/loss became NaN or inf"), weights):
+        monkeypatch.setattr(launch.hydra_app, "run", raising(error))
+        assert launch.hydra_app.run_trial(None, tuning=True) == {"val/nll": float("inf")}
+        with pytest.raises(type(error)):
+            launch.hydra_app.run_trial(None, tuning=False)
+    monkeypatch.setattr(launch.hydra_app, "run", raising(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):
+        launch.hydra_app.run_trial(None, tuning=True)
+
+
 def test_the_cli_keeps_the_constructors_own_message_from_jsonargparses_report():
     report = ("Does not validate against any of the Union subtypes\nSubtypes: [...]\nErrors:\n"
               "  - lr must be > 0, got -1.0\n  - Expected a <class 'NoneType'>\nGiven value type: ...\nGiven value: Namespace(...)")
