@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
+import sys
 import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
@@ -56,8 +56,9 @@ def expected(hint: Any, value: Any) -> str | None:
         return None if isinstance(value, bool) else "true or false"
     if hint is int:
         return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
-    if hint is float:  # NaN passes every `x < 0` check, inf fails only at the first step
-        return None if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else "a finite number"
+    if hint is float:  # NaN passes every `x < 0` check, inf fails only at the first step; 10**400 is no float
+        finite = isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
+        return None if finite else "a finite number"
     if hint is str:
         return None if isinstance(value, str) else "a string"
     if hint is type(None):
@@ -92,14 +93,14 @@ def check_at_least(name: str, value: Any, least: int, whole: bool = False, none:
         raise ValueError(f"{name} must be at most {most:,}{also}, got {value:,}")
 
 
-def check_applies(settings: Any, choice: str, chosen: str, applies_to: dict[str, str]) -> None:
+def check_applies(settings: Any, choice: str, chosen: str, applies_to: dict[str, str], where: str = "") -> None:
     """Each setting of `applies_to` away from its default only where `choice` (likelihood, estimator) is the one it
-    applies to: a setting the run would ignore is refused, not dropped in silence."""
+    applies to: a setting the run would ignore is refused, not dropped in silence. `where`: what the owner needs."""
     defaults = {field.name: field.default for field in dataclasses.fields(settings)}
     for name, owner in applies_to.items():
         if chosen != owner and getattr(settings, name) != defaults[name]:
             raise ValueError(f"{name}={getattr(settings, name)} applies to {choice}={owner} only, and this model's {choice} "
-                             f"is {chosen}: leave it out, or set this model's {choice} to {owner} as well")
+                             f"is {chosen}: leave it out, or set this model's {choice} to {owner} as well{where}")
 
 
 def check_share(name: str, value: float) -> None:

@@ -97,7 +97,8 @@ class ModelSettings(Settings):
         check_seed("test_seed", self.test_seed)
         if self.likelihood is not None:  # None: the data's, which the front ends set before the model is built
             check_applies(self, "likelihood", self.likelihood, {"sigma": "gaussian", "learn_sigma": "gaussian",
-                                                                "sigma_shape": "gaussian", "num_mixtures": "discretized_logistic"})
+                                                                "sigma_shape": "gaussian", "num_mixtures": "discretized_logistic"},
+                          where=", on 8-bit pixels (data.binarize=none)")
 
 
 @dataclass(frozen=True)

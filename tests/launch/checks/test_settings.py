@@ -53,10 +53,11 @@ def test_right_settings_pass(cls, settings):
 
 
 @pytest.mark.parametrize("cls, key", [(VQVAE, "beta"), (VQVAE, "dead_code_threshold"), (JSA, "lr")])
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 10**400])
 def test_a_number_that_is_not_finite_is_refused(cls, key, value):
     """NaN passes a range check written `x < 0` (beta=nan would train into a NaN loss; dead_code_threshold=nan would
-    switch the restarts off in silence), and inf fails only at the first step: every float setting must be finite."""
+    switch the restarts off in silence), inf fails only at the first step, and an integer beyond every float cannot
+    be one: every float setting must be a finite number."""
     with pytest.raises(SettingsError) as error:
         check_settings(cls, {key: value}, "model")
     assert str(error.value).startswith(f"model.{key}={value}: expected a finite number"), error.value
@@ -86,7 +87,7 @@ def test_a_setting_of_another_likelihood_than_the_datas_is_refused_in_one_line(c
     assert not (tmp_path / "logs").exists()
     assert line.startswith("error: model.learn_sigma=True applies to likelihood=gaussian only, and this model's likelihood is "
                            "bernoulli"), line  # the data's (binarized MNIST), set before the model is built
-    assert line.endswith("or set this model's likelihood to gaussian as well (VAE)"), line
+    assert line.endswith("or set this model's likelihood to gaussian as well, on 8-bit pixels (data.binarize=none) (VAE)"), line
 
 
 def test_a_sampler_hyperparameter_that_is_not_finite_is_refused():
