@@ -54,7 +54,16 @@ class SavesItsSettings:
         super().save_hyperparameters(settings)  # type: ignore[misc]
 
     def save_hyperparameters(self, *args: Any, **kwargs: Any) -> None:
-        """Nothing more to save: the constructor saved every setting."""
+        """Nothing more to save: the constructor saved every setting. Naming some of them changes nothing; anything
+        else (values that are not constructor arguments, which no checkpoint could give back to the constructor;
+        `ignore`, `logger`) cannot be honoured, and is refused rather than dropped."""
+        saved = getattr(self, "hparams", {})
+        other = [arg for arg in args if not (isinstance(arg, str) and arg in saved)]
+        if other or kwargs:
+            given = ", ".join([*map(repr, other), *(f"{key}={value!r}" for key, value in kwargs.items())])
+            raise ValueError(f"{type(self).__name__}.save_hyperparameters({given}): every setting of the constructor is "
+                             "saved already (its own arguments too), and a checkpoint restores only those; call it "
+                             "without arguments, or make the value a constructor argument")
 
 
 def constructor_defaults(cls: type) -> dict[str, Any]:

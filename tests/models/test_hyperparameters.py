@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 
 import lightning as L
 import pytest
@@ -71,6 +72,21 @@ def test_a_setting_of_a_subclass_of_ones_own_is_saved_and_loaded_with_its_checkp
     trainer.save_checkpoint(tmp_path / "own.ckpt")
     loaded = own.load_from_checkpoint(tmp_path / "own.ckpt")
     assert loaded.beta == 0.5 and loaded.latent_dim == 4
+
+
+def test_save_hyperparameters_naming_settings_changes_nothing_and_anything_else_is_refused():
+    """Naming settings the constructor saved is Lightning's idiom too (nothing to add); values that are no constructor
+    argument, `ignore` or `logger` cannot be honoured (a checkpoint gives back only constructor arguments): refused in a
+    line naming the call, not dropped."""
+    model = OwnVAE(beta=0.5, latent_dim=4)
+    before = dict(model.hparams)
+    model.save_hyperparameters("beta", "latent_dim")
+    assert dict(model.hparams) == before
+    for args, kwargs, named in [(({"extra": 3},), {}, "{'extra': 3}"), (("steps",), {}, "'steps'"),
+                                ((), {"ignore": ["beta"]}, "ignore=['beta']"), ((), {"logger": False}, "logger=False")]:
+        with pytest.raises(ValueError, match=re.escape(f"OwnVAE.save_hyperparameters({named}): every setting")):
+            model.save_hyperparameters(*args, **kwargs)
+    assert dict(model.hparams) == before
 
 
 class OwnEstimator(CategoricalLatentModel):
