@@ -26,7 +26,8 @@ from checkpoints.file_format import CHECKSUM_SUFFIX, save_checkpoint_file
 from checkpoints.loader import check_fits, load_checkpoint_file
 from checkpoints.model_class import check_model_class, stamp_classes
 from common.registry import qualified_name
-from common.resumed_optimizers import built_scheduler_settings, same, take_this_runs_settings
+from common.resumed_optimizers import built_scheduler_settings, take_this_runs_settings
+from common.settings import same
 from common.signatures import constructor_defaults, settings_of
 
 log = logging.getLogger(__name__)

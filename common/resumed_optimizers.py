@@ -15,6 +15,7 @@ from typing import Any
 import lightning as L
 
 from common.private_api import closed_form_rates, set_scheduler_rates
+from common.settings import same
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +69,3 @@ def take_this_runs_settings(trainer: L.Trainer, built_schedulers: list[dict[str,
                     say("resuming: optimizer %s %r (checkpoint) -> %r (this run)", key, group[key], value)
                     group[key] = value
 
-
-def same(a: Any, b: Any) -> bool:
-    """Whether a setting (or an optimizer hyperparameter, a number or a 0-d tensor) holds the same value in both."""
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):  # saved lists may come back as tuples
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if callable(a) or callable(b):  # an optimizer factory: rebuilt each run, compared by what it says
-        return repr(a) == repr(b)
-    try:
-        return bool(a == b)
-    except Exception:  # values that cannot be compared: not reported
-        return True

@@ -116,3 +116,15 @@ def check_seed(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not min_seed_value <= value <= max_seed_value:
         raise ValueError(f"{name} must be an integer in [{min_seed_value}, {max_seed_value}] (numpy's seed range), got "
                          f"{value!r}" + ("" if type(value) is int else f" ({type(value).__name__})"))
+
+
+def same(a: Any, b: Any) -> bool:
+    """Whether a setting (or an optimizer hyperparameter, a number or a 0-d tensor) holds the same value in both."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):  # saved lists may come back as tuples
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if callable(a) or callable(b):  # an optimizer factory: rebuilt each run, compared by what it says
+        return repr(a) == repr(b)
+    try:
+        return bool(a == b)
+    except Exception:  # values that cannot be compared: not reported
+        return True

@@ -26,8 +26,9 @@ TRAINER_GROUPS = {"logger": "logger=tensorboard, logger=csv or logger=none",
 # Constructor arguments that are not settings: the front ends pass them (registered defaults leave them out).
 NOT_SETTINGS = {"model": MODEL_ARGUMENTS, "trainer": tuple(TRAINER_GROUPS)}
 TENSORBOARD = "tensorboard"  # <log_dir>/tensorboard: every TensorBoard run, one `tensorboard --logdir` for all
+CSV = "csv"  # <log_dir>/csv: every CSV run
 # The loggers a run's layout places (launch/runs/run_directory.py), by class path: each one's folder under <log_dir>.
-LOGGER_FOLDERS = {"lightning.pytorch.loggers.TensorBoardLogger": TENSORBOARD, "lightning.pytorch.loggers.CSVLogger": "csv"}
+LOGGER_FOLDERS = {"lightning.pytorch.loggers.TensorBoardLogger": TENSORBOARD, "lightning.pytorch.loggers.CSVLogger": CSV}
 
 
 def read_config(name: str) -> dict[str, Any]:

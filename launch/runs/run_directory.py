@@ -33,7 +33,7 @@ from checkpoints.file_format import held_directories
 from common.files import read_regular, resolved_inside, write_file
 from common.lightning_files import CSVRunLogger, RunLogger
 from common.signatures import constructor_defaults
-from launch.checks.configs import LOGGER_FOLDERS, TENSORBOARD
+from launch.checks.configs import CSV, LOGGER_FOLDERS, TENSORBOARD
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ class ReservedCSVLogger(ReservedVersion, CSVRunLogger):
     pass
 
 
-LOGGERS = {TENSORBOARD: (RunLogger, ReservedVersionLogger), "csv": (CSVRunLogger, ReservedCSVLogger)}  # (continued, new)
+LOGGERS = {TENSORBOARD: (RunLogger, ReservedVersionLogger), CSV: (CSVRunLogger, ReservedCSVLogger)}  # (continued, new)
 
 
 def run_places(run: Any) -> tuple[Any, str, str | None]:
