@@ -203,6 +203,13 @@ def front_end_cases() -> list[Case]:
         # numbers that pass a range check written `x < 0` (NaN) or fail only at the first step (inf)
         Case("hydra model.beta=nan (VQ-VAE)", "hydra", ["model=vqvae", "model.beta=nan"], mention="model.beta=nan"),
         Case("cli --model.beta=nan (VQ-VAE)", "cli", ["fit", "--model=VQVAE", "--model.beta=nan"], mention="--model.beta=nan"),
+        Case("hydra model.lr an integer beyond every float", "hydra", ["model=vae", "model.lr=1" + "0" * 400], mention="finite number"),
+        Case("cli --model.lr an integer beyond every float", "cli", ["fit", "--model=VAE", "--model.lr=1" + "0" * 400],
+             mention="finite number"),
+        Case("hydra model.cache_refresh without model.cache_start_epoch", "hydra", ["model.cache_refresh=0.5"],
+             mention="cache_start_epoch"),
+        Case("cli --model.cache_refresh without --model.cache_start_epoch", "cli", ["fit", "--model.cache_refresh=0.5"],
+             mention="cache_start_epoch"),
         Case("hydra optimizer=sgld optimizer.temperature=inf", "hydra", ["model=vae", "optimizer=sgld", "optimizer.temperature=inf"],
              mention="optimizer.temperature=inf"),
         Case("hydra model.decay=2 without EMA (VQ-VAE's code usage)", "hydra", ["model=vqvae", "model.ema=false", "model.decay=2"],
