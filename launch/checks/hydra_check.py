@@ -88,10 +88,7 @@ def jobs(overrides: list[str], multirun: bool) -> tuple[list[list[str]], list[st
     group is composed once, with the other keys at their first value; a swept setting's other values (at most
     MAX_CHECKED_VALUES of each: the rest are checked by their jobs) are set on the first job's config. A sweep Optuna
     samples (interval()) is left to the constructors."""
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except HydraException as error:  # Hydra's grammar
-        raise EarlyRefusal(grammar_error(error, overrides)) from None
+    parsed = OverridesParser.create().parse_overrides(overrides)  # (their grammar checked: check_hydra)
     axes = []
     for override in parsed:
         if override.is_sweep_override() and not multirun:
@@ -190,6 +187,10 @@ def check_hydra(argv: list[str]) -> list[tuple[list[str], Any]]:
     # --cfg only prints the config: a sweeper or launcher is fine there without -m.
     multirun = bool(hydra_modes(argv) & {"--multirun", "--cfg"}) or ("hydra.mode", "MULTIRUN") in pairs
     check_before_composing(argv, pairs, multirun, "--cfg" in hydra_modes(argv))
+    try:  # the grammar of every override, Hydra's own among them (hydra.sweeper.params...)
+        OverridesParser.create().parse_overrides(hydra_words(argv))
+    except HydraException as error:
+        raise EarlyRefusal(grammar_error(error, hydra_words(argv))) from None
     planned, other_values = jobs(overrides_given(argv), multirun)
     swept = {key: value for key, value in pairs if key in CONFIG_GROUPS and len(values_of(value) or []) > 1}
 

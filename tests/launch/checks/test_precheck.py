@@ -123,6 +123,8 @@ MORE_MISTAKES = [
     ("logger=csv logger.name=mine", ["logger.name=mine", "<log_dir>/csv/", "run_name=mine"]),  # the CSV run's folder
     ("--cfg jbo", ["--cfg jbo", "job"]),
     ("run_name=jsä-ü", ["run_name=jsä-ü", """'run_name="jsä-ü"'"""]),  # Hydra's grammar: a quoted value only
+    (r"'hydra.sweeper.params.model\.lr=choice(1e30)'", ["hydra.sweeper.params.model", "override_grammar"]),  # Hydra's own key
+    ("hydra.run.dir=a=b", ["hydra.run.dir=a=b", """'hydra.run.dir="a=b"'"""]),
     # a setting that another makes moot
     ("fit --log_dir=mine --trainer.logger=TensorBoardLogger --trainer.logger.save_dir=tb", ["--log_dir=mine",
                                                                                            "--trainer.logger.save_dir=tb", "ignored"]),
