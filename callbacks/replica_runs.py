@@ -23,7 +23,7 @@ from checkpoints.trainer import lies_inside
 from common.files import resolved_inside
 from common.lightning_files import RUN_LOGGERS, RunLogger
 from common.log_steps import is_logging_step
-from common.private_api import metrics_step
+from common.private_api import metrics_step, resume_inside_the_epoch
 from models.replicas import replica_checkpoint, replica_terms
 
 VERSION = re.compile(r"version_\d+")  # a TensorBoard run's version directory, as the replicas' loggers name them
@@ -105,6 +105,7 @@ class ReplicaRuns(L.Callback):
         its best on val/nll when this validation improved it."""
         if not self.loggers:
             return
+        resume_inside_the_epoch(checkpoint)  # as SafeCheckpoints marks a single run's (it runs after this callback)
         epoch, step = trainer.current_epoch, trainer.global_step  # as ModelCheckpoint names its files
         for r, logger in enumerate(self.loggers):
             model = pl_module.settings[r]

@@ -25,6 +25,7 @@ from checkpoints.errors import CheckpointError
 from checkpoints.file_format import CHECKSUM_SUFFIX, save_checkpoint_file
 from checkpoints.loader import check_fits, load_checkpoint_file
 from checkpoints.model_class import check_model_class, stamp_classes
+from common.private_api import resume_inside_the_epoch
 from common.registry import qualified_name
 from common.resumed_optimizers import built_scheduler_settings, take_this_runs_settings
 from common.settings import same
@@ -50,6 +51,7 @@ class SafeCheckpoints(L.Callback):
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         # the model class: a replicated process's too (its `model_class`)
         stamp_classes(checkpoint, getattr(pl_module, "model_class", type(pl_module)), trainer.datamodule)
+        resume_inside_the_epoch(checkpoint)  # one written where trainer.max_steps stopped: the epoch's rest still to train
         checkpoint["optimizer_classes"] = class_names(trainer.optimizers)
         checkpoint["lr_scheduler_classes"] = class_names(config.scheduler for config in trainer.lr_scheduler_configs)
         state = {"cpu": torch.get_rng_state()}

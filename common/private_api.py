@@ -79,6 +79,18 @@ def metrics_step(trainer: Any) -> int:
     return trainer.fit_loop.epoch_loop._batches_that_stepped
 
 
+def resume_inside_the_epoch(checkpoint: dict[str, Any]) -> None:
+    """A checkpoint written where training stopped inside an epoch (trainer.max_steps): Lightning's fit loop counts that
+    epoch as processed once its epoch loop ends, so a resume would go on with the next epoch, skipping the rest of this
+    one and its validation. Its loop state marked as a checkpoint written inside the epoch has it (not processed), a
+    resume goes on at the next batch."""
+    fit = (checkpoint.get("loops") or {}).get("fit_loop") or {}
+    epochs, batches = fit.get("epoch_progress"), fit.get("epoch_loop.batch_progress")
+    if epochs and batches and batches.get("is_last_batch") is False:
+        for counts in (epochs["total"], epochs["current"]):
+            counts["processed"] = counts["completed"]
+
+
 def lightning_load(path: Any, map_location: Any, weights_only: bool) -> Any:
     """Lightning's torch.load for a local path, fsspec URL or stream (what Trainer.fit(ckpt_path=...) reads with)."""
     from lightning.fabric.utilities.cloud_io import _load

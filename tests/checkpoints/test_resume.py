@@ -88,6 +88,25 @@ def test_a_run_resumed_with_another_learning_rate_schedule_is_refused(first, the
     assert "--lr_scheduler=... beside --optimizer" in str(refused.value)  # LightningCLI's own optimizer's scheduler
 
 
+def test_a_checkpoint_written_where_max_steps_stopped_inside_an_epoch_resumes_with_that_epochs_rest(mnist_dir, tmp_path):
+    """Lightning counts an epoch that trainer.max_steps ended as processed, so its final checkpoint (last.ckpt) would
+    resume at the next epoch, skipping the rest of this one and its validation. Resumed, it ends where an
+    uninterrupted run ends, bit for bit."""
+    class SaveAtEpochEnd(L.Callback):  # where ModelCheckpoint writes last.ckpt when max_steps ends the epoch
+        def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            trainer.save_checkpoint(tmp_path / "stopped.ckpt")
+
+    uninterrupted = fit("vae", mnist_dir, tmp_path / "a", END)
+    L.seed_everything(0)
+    trainer = L.Trainer(max_steps=STOP, limit_train_batches=10, limit_val_batches=2, num_sanity_val_steps=2, logger=False,
+                        callbacks=[SaveAtEpochEnd(), SafeCheckpoints()], enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(build("vae"), datamodule=MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", batch_size=32))
+    resumed = fit("vae", mnist_dir, tmp_path / "c", END, ckpt_path=tmp_path / "stopped.ckpt")
+    for key, value in uninterrupted.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[key]), key
+
+
 def test_a_resumed_schedule_takes_this_runs_settings_at_the_epoch_it_reached(mnist_dir, tmp_path, caplog):
     """Lightning restores a scheduler's settings with its progress: a resume given a longer cosine (T_max=4, as
     configs/scheduler/cosine.yaml's ${trainer.max_epochs} gives) and another learning rate would go on with the

@@ -478,6 +478,28 @@ def test_a_replicas_curves_and_test_lie_at_the_steps_of_its_single_runs(tmp_path
     assert steps[0] == steps[1] and steps[1]["val/nll"] == [2, 5], steps
 
 
+@pytest.mark.slow  # two runs through train.py's Hydra front end
+def test_a_run_stopped_by_max_steps_inside_an_epoch_leaves_checkpoints_that_resume_that_epoch(tmp_path, monkeypatch, mnist_dir):
+    """Where trainer.max_steps ends training inside an epoch, the last.ckpt of a single run, of a replicated process
+    and of each of its replicas resumes with the epoch's remaining batches (its loop state: the epoch not processed;
+    tests/checkpoints/test_resume.py shows such a resume exact)."""
+    import launch.hydra_app
+    from tests.launch.test_configs import composed
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    tiny = ["model=vae", "model.val_num_samples=2", "trainer.max_steps=2", "trainer.limit_train_batches=3",
+            "trainer.limit_val_batches=1"]
+    launch.hydra_app.run(composed([*tiny, "replicas.seeds=[0,1]", "log_dir=replicated"]))
+    launch.hydra_app.run(composed([*tiny, "log_dir=single"]))
+    checkpoints = [*tmp_path.glob("*/tensorboard/*/version_0/checkpoints/last.ckpt"), *tmp_path.glob("replicated/replicas/*/*/checkpoints/last.ckpt")]
+    assert len(checkpoints) == 4
+    for path in checkpoints:
+        progress = load_checkpoint_file(path)["loops"]["fit_loop"]
+        assert progress["epoch_loop.batch_progress"]["current"]["completed"] == 2, path
+        assert progress["epoch_progress"]["current"]["processed"] == progress["epoch_progress"]["current"]["completed"] == 0, path
+
+
 @pytest.mark.slow  # end to end: a replicated trunk, then its arms branched from it and tested (train.py, twice)
 def test_arms_branched_from_a_trunk_keep_their_own_best_and_test_it_with_their_own_seed(tmp_path):
     """`train.py replicas.seeds=[0,1]` for 2 epochs (the trunk, validating every epoch), then
