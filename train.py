@@ -80,4 +80,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C while torch and Lightning are imported, before a front end takes it
+        from launch.checks.early import CTRL_C
+
+        print(f"error: {CTRL_C}", file=sys.stderr)
+        sys.exit(130)

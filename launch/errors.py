@@ -20,7 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from checkpoints.errors import CheckpointError
 from common.files import LeadsOutside, NotARegularFile
 from datamodules import DataError
-from launch.checks.early import INTACT, USER_ERROR, exit_with
+from launch.checks.early import CTRL_C, USER_ERROR, exit_with
 from launch.checks.settings import SettingsError
 
 
@@ -109,7 +109,7 @@ def user_errors_as_one_line() -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt:
-        print(f"error: stopped by Ctrl-C ({INTACT})", file=sys.stderr)
+        print(f"error: {CTRL_C}", file=sys.stderr)
         raise StoppedByCtrlC() from None
     except MisconfigurationException as error:  # Lightning refused a trainer or callback setting
         refuse_on_rank_zero(" ".join(str(error).split()))

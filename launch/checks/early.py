@@ -21,6 +21,7 @@ USER_ERROR = 2  # the exit status of a refused run (argparse's, Hydra's)
 
 # What a stop by signal leaves (checkpoints/file_format.py writes atomically), in the line that says it stopped.
 INTACT = "a checkpoint file is replaced only once written whole: the last one saved, if any, is intact"
+CTRL_C = f"stopped by Ctrl-C ({INTACT})"  # where no run's handler took it (before training, a second Ctrl-C): exit 130
 
 
 def exit_with(message: str) -> NoReturn:

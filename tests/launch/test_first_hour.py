@@ -259,6 +259,28 @@ def test_a_ctrl_c_no_one_handles_is_one_line_and_the_shells_130(capsys):
     assert stop.value.code == 130 and len(lines) == 1 and lines[0].startswith("error: stopped by Ctrl-C"), lines
 
 
+def test_a_ctrl_c_while_train_py_imports_torch_and_lightning_is_one_line_and_the_shells_130(capsys, monkeypatch):
+    """Before either front end runs (its imports take seconds), Ctrl-C ends train.py in one line with exit status 130,
+    not a traceback through the imports."""
+    import runpy
+
+    import launch.checks.configs
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(launch.checks.configs, "record_library_settings", interrupted)  # right after the imports
+    monkeypatch.setattr(sys, "argv", ["train.py", "trainer.max_steps=1"])
+    previous = signal.getsignal(signal.SIGTERM)  # (train.py sets its own)
+    try:
+        with pytest.raises(SystemExit) as stop:
+            runpy.run_path(str(Path(__file__).parents[2] / "train.py"), run_name="__main__")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 130 and len(lines) == 1 and lines[0].startswith("error: stopped by Ctrl-C"), lines
+
+
 def test_run_test_after_fast_dev_run_tests_its_weights_without_a_warning(tmp_path, monkeypatch, caplog):
     """fast_dev_run saves no checkpoint, by design: run_test tests the final weights and says nothing of a validation
     that did not run (one did)."""
