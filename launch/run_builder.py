@@ -361,7 +361,7 @@ def running(trainer: Any, say: Callable[[str], Any], evaluating_only: bool = Fal
         with no_traces_if_refused(trainer.logger, undone), lightning_exits_as_ours():
             yield
     except SystemExit as stop:  # stopped by SIGTERM or Ctrl-C (128 + SIGTERM, 128 + SIGINT) with a checkpoint to name
-        if stop.code in (143, 130) and (line := run_summary(trainer)):
+        if stop.code in (143, 130) and (line := run_summary(trainer, stopped=True)):
             say(line)
         raise
     if line := run_summary(trainer):  # not after a refused or failed run: nothing of a run to point at

@@ -315,18 +315,19 @@ def remove_with_empty_parents(path: Path) -> None:
             break
 
 
-def run_summary(trainer: Any) -> str | None:
+def run_summary(trainer: Any, stopped: bool = False) -> str | None:
     """One line naming where a run is: its TensorBoard or CSV run directory, its last checkpoint and the command that shows
     it, e.g. `run: logs/tensorboard/jsa-mnist-mlp-K10-L20/version_0 · checkpoint: logs/.../checkpoints/last.ckpt ·
     tensorboard --logdir logs/tensorboard`, and the checkpoint a validate or test scored where it is another (`tested:
-    ...`; paths below the working directory relative to it); None when there is nothing to name (no logger directory, no checkpoint), or on another rank than 0."""
+    ...`, unless it was `stopped` before its end; paths below the working directory relative to it); None when there is
+    nothing to name (no logger directory, no checkpoint), or on another rank than 0."""
     if not trainer.is_global_zero:
         return None
     logger, last = trainer.logger, checkpoint_directory(trainer) / "last.ckpt"
     local = isinstance(logger, (TensorBoardLogger, CSVLogger)) and "://" not in str(logger.save_dir)
     tensorboard = local and isinstance(logger, TensorBoardLogger)
     scored = {"validate": "validated", "test": "tested"}.get(str(trainer.state.fn.value) if trainer.state.fn else "")
-    evaluated = trainer.ckpt_path if scored else None  # the weights a validate or test scored last
+    evaluated = trainer.ckpt_path if scored and not stopped else None  # the weights a validate or test scored last
     parts = [local and f"run: {_shown(logger.log_dir)}", last.is_file() and f"checkpoint: {_shown(last)}",
              evaluated and Path(evaluated).is_file() and Path(evaluated).resolve() != last.resolve() and f"{scored}: {_shown(evaluated)}",
              tensorboard and f"tensorboard --logdir {_shown(logger.save_dir)}"]

@@ -133,8 +133,10 @@ def test_sigterm_before_training_exits_143_with_one_line_and_the_process_exit_ha
 
 def test_ctrl_c_during_hydras_test_stage_exits_130_and_keeps_the_fitted_run(tmp_path, mnist_dir):
     """Hydra tests after fit (run_test=true): Ctrl-C in that test stage exits 130, not Lightning's 1, and the run its
-    fit wrote stays with its checkpoint and the line that names it. The test holds at its second batch until the
-    signal comes (tests/scripts/hold.py)."""
+    fit wrote stays with its checkpoint and the line that names it, with nothing of the stopped test (its image grids
+    would look like a result). The test holds at its second batch until the signal comes (tests/scripts/hold.py)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     tested = start_train(tmp_path, mnist_dir, "model=vae", "trainer.max_steps=2", "trainer.limit_val_batches=1",
                          "model.val_num_samples=2", "run_test=true", "model.test_num_samples=2",
                          "trainer.limit_test_batches=2", "+callbacks.hold._target_=tests.scripts.hold.HoldInTest")
@@ -146,6 +148,9 @@ def test_ctrl_c_during_hydras_test_stage_exits_130_and_keeps_the_fitted_run(tmp_
     assert (tmp_path / run / "checkpoints" / "last.ckpt").is_file()
     assert output.strip().splitlines()[-1].endswith(f"run: {run} · checkpoint: {run}/checkpoints/last.ckpt · "
                                                     "tensorboard --logdir logs/tensorboard"), output[-3000:]
+    events = EventAccumulator(str(tmp_path / run))
+    events.Reload()
+    assert not [tag for kind in ("images", "scalars") for tag in events.Tags()[kind] if tag.startswith("test/")], events.Tags()
 
 
 # Ctrl-C while tests/scripts/hold.py holds, with SIGINT blocked in the holding (main) thread: another thread takes the

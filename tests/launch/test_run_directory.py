@@ -336,6 +336,26 @@ def test_the_last_line_names_the_checkpoint_in_a_process_that_spawned_the_ranks(
                                                   "tensorboard --logdir logs/tensorboard")
 
 
+def test_the_last_line_names_the_checkpoint_a_test_scored_only_where_the_test_ended(tmp_path, monkeypatch):
+    """`tested: <checkpoint>` where a test scored another checkpoint than last.ckpt; a test stopped by Ctrl-C or SIGTERM
+    scored nothing, and its line does not say it did."""
+    from lightning import Trainer
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from lightning.pytorch.trainer.states import TrainerFn
+
+    monkeypatch.chdir(tmp_path)
+    trainer = Trainer(logger=TensorBoardLogger("logs/tensorboard", name="jsa", version=0), enable_progress_bar=False,
+                      callbacks=[ModelCheckpoint(save_last=True)], enable_model_summary=False)
+    checkpoints = tmp_path / "logs/tensorboard/jsa/version_0/checkpoints"
+    checkpoints.mkdir(parents=True)
+    for name in ("last.ckpt", "epoch000-step000002.ckpt"):
+        (checkpoints / name).write_bytes(b"")
+    trainer.state.fn, trainer.ckpt_path = TrainerFn.TESTING, str(checkpoints / "epoch000-step000002.ckpt")
+    assert " · tested: logs/tensorboard/jsa/version_0/checkpoints/epoch000-step000002.ckpt · " in run_directory.run_summary(trainer)
+    assert "tested:" not in run_directory.run_summary(trainer, stopped=True)
+
+
 def test_a_csv_run_notes_its_hydra_job_without_lightnings_warning_of_deleting_files(tmp_path):
     """<run>/hydra_job.yaml is written into a CSV run's new folder before its first metrics: the CSV writer starts
     first, so that it does not find a file there and warn that "previous log files ... will be deleted"."""
