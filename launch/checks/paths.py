@@ -54,17 +54,20 @@ def check_paths(argv: list[str], cli: bool, data_class: str | None) -> None:
         text = given.get(option) or default
         return [str(value) for value in (values_of(text, cli) or []) if value is not None] if text else []
 
-    for value in values(f"{prefix}ckpt_path"):
-        path = Path(value)
-        if value in CKPT_NAMES and not path.exists():
-            raise PathRefusal(f"{prefix}ckpt_path={value}: Lightning's name for a checkpoint of the trainer's own run, and "
-                              "this command starts a new one; give the checkpoint file: logs/tensorboard/<run>/version_N/"
-                              "checkpoints/last.ckpt, or the best one beside it (epoch<E>-step<S>.ckpt)")
-        if not ("://" in value or path.is_file()):
-            what = ("a directory, not a checkpoint file" if path.is_dir() else
-                    "not a regular file (a pipe, socket or device), not a checkpoint file" if path.exists() else "no such file")
-            raise PathRefusal(f"{prefix}ckpt_path={value}: {what} (ckpt_path expects a .ckpt file written by a run, e.g. "
-                              "logs/tensorboard/<run>/version_0/checkpoints/last.ckpt)")
+    checkpoints = {"ckpt_path": "ckpt_path expects a .ckpt file written by a run, e.g. logs/tensorboard/<run>/version_0/"
+                                "checkpoints/last.ckpt",
+                   "model.autoencoder_checkpoint": "expected the last.ckpt or best checkpoint of a VQ-VAE run"}
+    for option, expected in checkpoints.items():
+        for value in values(f"{prefix}{option}"):
+            path = Path(value)
+            if option == "ckpt_path" and value in CKPT_NAMES and not path.exists():
+                raise PathRefusal(f"{prefix}ckpt_path={value}: Lightning's name for a checkpoint of the trainer's own run, "
+                                  "and this command starts a new one; give the checkpoint file: logs/tensorboard/<run>/"
+                                  "version_N/checkpoints/last.ckpt, or the best one beside it (epoch<E>-step<S>.ckpt)")
+            if not ("://" in value or path.is_file()):
+                what = ("a directory, not a checkpoint file" if path.is_dir() else
+                        "not a regular file (a pipe, socket or device), not a checkpoint file" if path.exists() else "no such file")
+                raise PathRefusal(f"{prefix}{option}={value}: {what} ({expected})")
     run_name = None if cli else given.get("run_name")
     if run_name is not None and (run_name in ("", ".", "..") or any(sep in run_name for sep in "/\\")):
         # It names directories under log_dir (TensorBoard's run, Hydra's): a path would write outside it.

@@ -444,10 +444,12 @@ def test_the_refusal_comes_before_torch_is_imported(argv, tmp_path):
 @pytest.mark.slow  # starts train.py
 @pytest.mark.parametrize("argv, data_dir", [(["model.mis_steps=-1"], None), (["fit", "--model.mis_steps=-1"], None),
                                             (["ckpt_path=nope.ckpt"], None), (["fit", "--ckpt_path=nope.ckpt"], None),
+                                            (["model=vqvae_prior", "model.autoencoder_checkpoint=nope.ckpt"], None),
                                             (["log_dir=afile"], None), ([], "empty"), (["fit"], "empty"),
                                             (["fit", "--config", "bad.yaml"], None)])
 def test_values_files_and_data_dir_are_refused_before_the_imports(argv, data_dir, tmp_path):
-    """A value out of range, a missing checkpoint, a run directory that is a file, an empty DATA_DIR and a config file
+    """A value out of range, a missing checkpoint (to resume, or a VQ-VAE's first stage), a run directory that is a file,
+    an empty DATA_DIR and a config file
     that is not YAML: one `error:` line, nothing logged before it, torch never imported (about half a second, where the
     imports alone take four)."""
     (tmp_path / "afile").write_text("")
