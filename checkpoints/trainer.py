@@ -123,7 +123,8 @@ def check_optimizers(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
     saved, current = checkpoint.get("optimizer_classes"), class_names(trainer.optimizers)
     if saved is not None and saved != current:
         raise CheckpointError(f"the checkpoint holds the state of optimizer {', '.join(saved)}, this run uses "
-                              f"{', '.join(current)}: resume with the checkpoint's optimizer, or start a new run")
+                              f"{', '.join(current)}: resume with the checkpoint's optimizer (optimizer=... of "
+                              f"configs/optimizer/; in LightningCLI --model.optimizer={saved[0]}), or start a new run")
     saved, current = checkpoint.get("lr_scheduler_classes"), class_names(c.scheduler for c in trainer.lr_scheduler_configs)
     if saved is not None and saved != current:
         raise CheckpointError(f"the checkpoint's run scheduled its learning rate with {', '.join(saved) or 'no scheduler'}, this "

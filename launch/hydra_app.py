@@ -242,8 +242,11 @@ def describe_run(cfg: Any) -> RunDescription:
         # `fit --model=RWS --ckpt_path=...`: `model=rws ckpt_path=...` resumes a run of model.num_samples=5 with 5
         own = {key.split(".", 1)[1] for key in given if key.startswith(f"{group}.")}
         settings.update(resumed_settings(checkpoint, group, get_class(settings["_target_"]), own, ckpt_path))
-    if optimizer and OmegaConf.to_container(cfg.optimizer, resolve=False).get("lr") == "${model.lr}":
-        optimizer["lr"] = model["lr"]  # the model's learning rate as the run takes it (a checkpoint's, an experiment's)
+    # The model's learning rate as the run takes it (a checkpoint's, an experiment's); an optimizer group with a rate of
+    # its own (SG-MCMC's step size) resumes with the checkpoint's, which its model recorded, where none is given.
+    resumed_rate = checkpoint is not None and not {"optimizer.lr", "model.lr"} & given
+    if optimizer and (OmegaConf.to_container(cfg.optimizer, resolve=False).get("lr") == "${model.lr}" or resumed_rate):
+        optimizer["lr"] = model["lr"]
     return RunDescription(
         model=model, datamodule=data, name=base_name(cfg), log_dir=cfg.log_dir,
         front_end="hydra", tensorboard=None, output_dir=hydra_dir, ckpt_path=ckpt_path, checkpoint=checkpoint,

@@ -176,6 +176,7 @@ class VQVAE(LatentVariableModel):
         settings = " ".join(f"model.{key}=" + (str(stage1[key]).lower() if isinstance(stage1[key], bool) else
                                                  str(stage1[key]).replace(" ", ""))  # (a list as [1,28,28])
                             for key in (differing or [key for key in STAGE1_NETWORK if stage1.get(key) is not None]))
+        settings += f" (LightningCLI: {' '.join('--' + setting for setting in settings.split())})" if settings else ""
         if differing:
             raise CheckpointError(f"model.autoencoder_checkpoint: {path} was trained with other settings "
                                   f"({'; '.join(f'{key}={stage1[key]!r} there, {here[key]!r} here' for key in differing)}); "

@@ -170,8 +170,9 @@ def test_resume_into_another_optimizer_class_is_refused_before_a_step(tmp_path):
     trainer.save_checkpoint(path)
     model = VAE(latent_dim=4, optimizer=functools.partial(torch.optim.SGD, lr=1e-3))
     before = [p.detach().clone() for p in model.parameters()]
-    with pytest.raises(CheckpointError, match=r"optimizer torch\.optim\.adam\.Adam, this run uses torch\.optim\.sgd\.SGD"):
+    with pytest.raises(CheckpointError, match=r"optimizer torch\.optim\.adam\.Adam, this run uses torch\.optim\.sgd\.SGD") as refused:
         fit(model, tmp_path, 3, ckpt_path=path)
+    assert "(optimizer=... of configs/optimizer/; in LightningCLI --model.optimizer=torch.optim.adam.Adam)" in str(refused.value)
     restored = torch.load(path, weights_only=True)["state_dict"]
     assert all(torch.equal(p, restored[name]) for name, p in model.state_dict().items() if name in restored)
     assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # restored, then stopped: no step

@@ -143,6 +143,20 @@ def test_a_checkpoint_resumes_with_its_own_seed_unless_one_is_given_in_both_fron
             assert (run.datamodule.hparams["seed"], run.model.hparams["test_seed"]) == (seed, seed), run.front_end
 
 
+def test_an_sgmcmc_run_resumes_with_its_own_step_size_where_the_command_line_gives_none(tmp_path, monkeypatch):
+    """optimizer=sgld has a step size of its own (1e-7 in its config): a run resumed with optimizer=sgld alone takes the
+    checkpoint's (the rate its model recorded), as it takes its model settings; one given on the command line wins."""
+    from checkpoints.file_format import save_checkpoint_file
+
+    checkpoint = tmp_path / "last.ckpt"
+    save_checkpoint_file({"model_class": "models.vae.VAE", "hyper_parameters": {"lr": 1e-6}, "state_dict": {}}, checkpoint)
+    for given, lr in ((["optimizer=sgld"], 1e-6), (["optimizer=sgld", "optimizer.lr=3e-6"], 3e-6)):
+        overrides = ["model=vae", *given, f"ckpt_path={checkpoint}"]
+        monkeypatch.setattr(launch.hydra_app, "command_line_overrides", lambda: dict(o.split("=", 1) for o in overrides))
+        run = launch.hydra_app.describe_run(composed(overrides))
+        assert run.optimizer["lr"] == lr and run.optimizer["_target_"] == "samplers.SGLD", run.optimizer
+
+
 @pytest.mark.slow  # a run through the CLI
 def test_a_checkpoint_setting_the_class_does_not_take_is_refused_by_both_front_ends(tmp_path, described, monkeypatch, capsys):
     """A checkpoint holding a model or data setting its class does not take (another version of the class, an edited

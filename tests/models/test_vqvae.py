@@ -188,7 +188,7 @@ def test_second_stage_from_a_checkpoint(mnist_dir, tmp_path):
     torch.save({"state_dict": stage1.state_dict(), "model_class": "models.vqvae.VQVAE", "hyper_parameters": dict(stage1.hparams)}, path)
     with pytest.raises(CheckpointError) as refused:
         relu_elsewhere.load_autoencoder(str(path))  # the same shapes, another network
-    says(refused.value, "activation", "'relu'", "'leaky_relu'", "stage-1 settings: model.activation=relu")
+    says(refused.value, "activation", "'relu'", "'leaky_relu'", "stage-1 settings: model.activation=relu", "(LightningCLI: --model.activation=relu)")
     with pytest.raises(CheckpointError) as refused:  # with its hyperparameters, the settings it was trained with
         other.load_autoencoder(str(path))
     says(refused.value, f"num_categories={stage1.hparams['num_categories']} there, 8 here",
