@@ -171,11 +171,14 @@ def run_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs: Any) -
     path = Path(ckpt_path).resolve() if ckpt_path else None
     if path is not None and path.parent.name == "checkpoints" and path.parents[1].name.startswith(("version_", SLURM_VERSION)):
         save_dir, name, version = str(path.parents[3]), path.parents[2].name, path.parents[1].name
-        if path.parents[3].name != kind and rank_zero_only.rank == 0:  # a run keeps its one logger
+        # its kind by its folder (<log_dir>/csv), or, where a logger of one's own put it elsewhere, by what it holds
+        found = path.parents[3].name if path.parents[3].name in LOGGERS else \
+            TENSORBOARD if any(path.parents[1].glob("events.out.tfevents.*")) else CSV
+        if found != kind and rank_zero_only.rank == 0:  # a run keeps its one logger
             log.warning("continuing the %s run that wrote %s in its own logger: this command's %s logger%s to new runs",
-                        path.parents[3].name, ckpt_path, kind, " and its settings apply" if kwargs else " applies")
-        kwargs = kwargs if path.parents[3].name == kind else {}  # the settings of another kind of logger
-        kind = path.parents[3].name
+                        found, ckpt_path, kind, " and its settings apply" if kwargs else " applies")
+        kwargs = kwargs if found == kind else {}  # the settings of another kind of logger
+        kind = found
     elif slurm_job_id() is not None:
         version = f"{SLURM_VERSION}{slurm_job_id()}"
     else:

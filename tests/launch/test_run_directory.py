@@ -117,7 +117,8 @@ def test_a_run_name_folder_that_links_elsewhere_receives_no_new_run(tmp_path):
 
 def test_a_run_continued_in_its_own_kind_of_logger_says_the_chosen_one_is_not_used(tmp_path, monkeypatch, caplog):
     """A checkpoint of a TensorBoard run, resumed or tested with logger=csv: the run goes on in its TensorBoard folder
-    (one run, one logger), and one line says that the chosen CSV logger and its settings apply to new runs only."""
+    (one run, one logger), and one line says that the chosen CSV logger and its settings apply to new runs only; a
+    CSV run's checkpoint, wherever it lies, goes on in its CSV run."""
     import logging
 
     monkeypatch.chdir(tmp_path)
@@ -132,6 +133,13 @@ def test_a_run_continued_in_its_own_kind_of_logger_says_the_chosen_one_is_not_us
     with caplog.at_level(logging.WARNING, logger="launch.runs.run_directory"):
         run_logger("logs/tensorboard", "vae", str(checkpoint))  # its own kind: nothing to say
     assert "continuing" not in caplog.text
+    # a run a logger of one's own put elsewhere (--trainer.logger=CSVLogger --trainer.logger.save_dir=mine): its kind
+    # by what it holds, no TensorBoard event file in a CSV run
+    elsewhere = tmp_path / "mine" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    elsewhere.parent.mkdir(parents=True)
+    assert type(run_logger("logs/tensorboard", "vae", str(elsewhere))).__name__ == "CSVRunLogger"
+    (elsewhere.parents[1] / "events.out.tfevents.1.box.2.0").write_bytes(b"")
+    assert type(run_logger("logs/tensorboard", "vae", str(elsewhere))).__name__ == "RunLogger"
 
 
 def test_a_version_folder_that_links_elsewhere_is_not_continued_by_a_requeued_job(tmp_path, monkeypatch):
