@@ -52,6 +52,13 @@ def expected(hint: Any, value: Any) -> str | None:
             meant = next((f"{MEANT}{failure.split(MEANT)[1]}" for failure in failures if MEANT in failure), "")
             return " or ".join(f.split(MEANT)[0] for f in failures) + (" or null" if type(None) in options else "") + meant
         return None
+    if origin is tuple and get_args(hint):  # (Adam's betas): a list of so many values, each of its type
+        items = get_args(hint)
+        each = [items[0]] * len(value) if items[-1] is Ellipsis and isinstance(value, (list, tuple)) else list(items)
+        if isinstance(value, (list, tuple)) and len(value) == len(each) and all(expected(h, v) is None for h, v in zip(each, value)):
+            return None
+        return f"a list, each {expected(items[0], object())}" if items[-1] is Ellipsis else \
+            f"a list of {len(items)}: [{', '.join(str(expected(h, object())) for h in items)}]"
     if hint is bool:
         return None if isinstance(value, bool) else "true or false"
     if hint is int:

@@ -189,7 +189,8 @@ def test_after_the_imports_the_trainer_settings_are_checked_before_hydra_compose
     from launch.checks.precheck import EarlyRefusal
 
     for argv, named in ((["model=vae", "trainer.max_epoch=1"], ["trainer.max_epoch", "Trainer", "trainer.max_epochs?"]),
-                        (["optimizer.lr=abc"], ["optimizer.lr", "'abc'"])):
+                        (["optimizer.lr=abc"], ["optimizer.lr", "'abc'"]),
+                        (["+optimizer.betas=0.9"], ["optimizer.betas=0.9", "expected a list of 2"])):
         with pytest.raises(EarlyRefusal) as refusal:
             check_after_imports(argv)
         says(str(refusal.value), *named)
