@@ -133,7 +133,17 @@ def grammar_error(error: Exception, overrides: list[str]) -> str:
         key, _, value = wide.partition("=")
         return (f"{wide}: Hydra reads an unquoted value in ASCII only; quote it for Hydra, and the whole for the shell: "
                 f"'{key}=\"{value}\"'")
-    return " ".join(str(error).split())
+    text = " ".join(str(error).split())
+    bad = next((o for o in overrides if not parses(o)), None)  # Hydra's message names the input, not the override
+    return f"{bad}: {text}" if bad is not None and bad not in text else text
+
+
+def parses(override: str) -> bool:
+    try:
+        OverridesParser.create().parse_override(override)
+        return True
+    except HydraException:
+        return False
 
 
 def composition_error(error: Exception, job: list[str], argv: list[str], swept: dict[str, str]) -> str:

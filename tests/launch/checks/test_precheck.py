@@ -125,6 +125,7 @@ MORE_MISTAKES = [
     ("run_name=jsä-ü", ["run_name=jsä-ü", """'run_name="jsä-ü"'"""]),  # Hydra's grammar: a quoted value only
     (r"'hydra.sweeper.params.model\.lr=choice(1e30)'", ["hydra.sweeper.params.model", "override_grammar"]),  # Hydra's own key
     ("hydra.run.dir=a=b", ["hydra.run.dir=a=b", """'hydra.run.dir="a=b"'"""]),
+    ("'model.lr=[1' seed=2", ["model.lr=[1: no viable alternative at input '[1'"]),  # the override, not only its input
     # a setting that another makes moot
     ("fit --log_dir=mine --trainer.logger=TensorBoardLogger --trainer.logger.save_dir=tb", ["--log_dir=mine",
                                                                                            "--trainer.logger.save_dir=tb", "ignored"]),
