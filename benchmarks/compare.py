@@ -31,7 +31,7 @@ import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
-from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader  # noqa: E402
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader, RawEventFileLoader  # noqa: E402
 from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
 
 from benchmarks.lib import runner  # noqa: E402
@@ -384,7 +384,7 @@ def read_run(path: Path, root: Path) -> Run:
                 image = None
             break
     name = str(path.relative_to(root)) if path != root else path.name
-    return Run(path, name, read_hparams(events), scalars, image, stage, root=root)
+    return Run(path, name, read_hparams(path), scalars, image, stage, root=root)
 
 
 def why_no_scalars(run: Run) -> str:
@@ -416,13 +416,17 @@ def reasonable_png(data: bytes) -> bool:
     return 0 < width * height <= MAX_PIXELS
 
 
-def read_hparams(events: EventAccumulator) -> dict[str, object]:
-    """The hyperparameters a run wrote for TensorBoard's HPARAMS tab (the last session written)."""
-    try:
-        session = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
-    except KeyError:  # the run wrote no hyperparameters (e.g. not a run of this collection)
+HPARAMS_SESSION = "_hparams_/session_start_info"
+
+
+def read_hparams(run_dir: Path) -> dict[str, object]:
+    """The hyperparameters a run wrote for TensorBoard's HPARAMS tab, those of its last session (a resumed run's, with
+    the settings it resumed with; TensorBoard's EventAccumulator keeps the first)."""
+    sessions = [value.metadata.plugin_data.content for file in sorted(run_dir.glob("events.out.tfevents.*"))
+                for event in EventFileLoader(str(file)).Load() for value in event.summary.value if value.tag == HPARAMS_SESSION]
+    if not sessions:  # the run wrote no hyperparameters (e.g. not a run of this collection)
         return {}
-    hparams = plugin_data_pb2.HParamsPluginData.FromString(session).session_start_info.hparams
+    hparams = plugin_data_pb2.HParamsPluginData.FromString(sessions[-1]).session_start_info.hparams
     return {name: getattr(value, value.WhichOneof("kind")) for name, value in hparams.items() if value.WhichOneof("kind")}
 
 

@@ -306,6 +306,19 @@ def test_a_run_shorter_than_its_logging_interval_counts_the_steps_it_reached():
     assert compare.Run(Path("run"), "run", {}, tested).trained_steps == 3
 
 
+def test_a_resumed_runs_settings_are_those_of_its_last_session(tmp_path):
+    """A run resumed with another learning rate wrote a second HPARAMS session in a second event file: its settings
+    (the report's labels, what it ranks on) are the last session's, not the first's."""
+    run = tmp_path / "vae-mnist-mlp-z32" / "version_0"
+    for start, lr in ((1, 0.001), (2, 0.0005)):
+        with SummaryWriter(run) as writer:
+            for summary in hparams({"model_class": "VAE", "lr": lr}, {"hp/val_nll": 0.0}):
+                writer._get_file_writer().add_summary(summary)
+        (newest,) = [p for p in run.glob("events.out.tfevents.*") if not p.name.endswith(".box.9.0")]
+        newest.rename(run / f"events.out.tfevents.{start}.box.9.0")  # named by its start, as TensorBoard names them
+    assert compare.read_hparams(run) == {"model_class": "VAE", "lr": 0.0005}
+
+
 def test_the_wall_time_axis_counts_minutes_from_the_runs_start():
     """The plot's wall time is minutes since the run's first event file: the setup before the first step counts, as a
     user waits for it, and the first train/loss (logged only every log_every_n_steps) does not move the origin."""
