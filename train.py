@@ -7,6 +7,7 @@ launch/hydra_app.py and launch/cli_app.py describe the run, launch/run_builder.p
 
 from __future__ import annotations
 
+import signal
 import sys
 import warnings
 
@@ -66,13 +67,20 @@ def main() -> None:
     if not cli and any(a in ("-h", "--help") for a in argv):
         print(USAGE.format(groups=_config_groups()))
         return
+    # Ctrl-C is held while torch and Lightning are imported (torch's import of numpy can swallow it, or fail in a
+    # recursion), and taken as soon as they are: one line and exit status 130 (below).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        if cli:
+            from launch import cli_app as front_end
+        else:
+            from launch import hydra_app as front_end
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if cli:
-        from launch import cli_app as front_end
         from launch.errors import quiet_console
 
         quiet_console(hydra=False)
-    else:
-        from launch import hydra_app as front_end
     from launch.checks.configs import record_library_settings
 
     record_library_settings()  # Lightning is imported: later commands' early checks know its classes' settings

@@ -7,6 +7,7 @@ that run through a front end are marked slow (README: the entry-point tests are 
 from __future__ import annotations
 
 import contextlib
+import os
 import logging
 import re
 import signal
@@ -279,6 +280,22 @@ def test_a_ctrl_c_while_train_py_imports_torch_and_lightning_is_one_line_and_the
         signal.signal(signal.SIGTERM, previous)
     lines = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 130 and len(lines) == 1 and lines[0].startswith("error: stopped by Ctrl-C"), lines
+
+
+@pytest.mark.slow  # starts train.py twice
+@pytest.mark.parametrize("command", [["trainer.max_steps=1"], ["fit", "--trainer.max_steps=1"]])
+def test_a_ctrl_c_inside_torchs_import_of_numpy_is_one_line_and_the_shells_130(command, tmp_path):
+    """A Ctrl-C that lands while torch imports numpy (tests/scripts/interrupt_at_import.py sends it there) is held until
+    the imports end, then taken: one line, exit status 130. Taken where it lands, it ended in a RecursionError traceback
+    through numpy's import (exit 1), or was lost and the run trained."""
+    import subprocess
+
+    repo = Path(__file__).parents[2]
+    result = subprocess.run([sys.executable, str(repo / "tests" / "scripts" / "interrupt_at_import.py"), "numpy.linalg",
+                             str(repo / "train.py"), *command], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(repo)})
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 130 and len(lines) == 1 and lines[0].startswith("error: stopped by Ctrl-C"), result.stderr[-3000:]
 
 
 def test_run_test_after_fast_dev_run_tests_its_weights_without_a_warning(tmp_path, monkeypatch, caplog):

@@ -1,5 +1,5 @@
 """Callbacks that hold a run where a test sends it a signal. HoldInTest (the Ctrl-C-during-test tests,
-test_interruptions.py): the test stage stops at the start of its second batch, once the first has logged its image
+test_interruptions.py): the test stage stops at the start of its second batch, once the first has drawn its image
 grids, and waits there for Ctrl-C; the file `holding-test` in the working directory says it is waiting. The test sends
 SIGINT (or SIGTERM) when that file appears: inside the test loop, however slowly the run got there. Without the signal
 it goes on after `timeout_s` and the test ends as usual. HoldInSetup holds fit's setup alike (`holding-setup`)."""
