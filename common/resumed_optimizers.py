@@ -3,12 +3,12 @@ each optimizer's parameter groups and each scheduler's attributes whole, setting
 stays (moments, step counts, the scheduler's epoch) and each setting that differs is set back to this run's value and
 logged: an optimizer's hyperparameters (`lr`, `weight_decay`, ...), a scheduler's (`T_max`, `step_size`, ...) and the
 rate it starts from (`base_lrs`, this run's `lr`). A scheduler with a closed form (cosine, step) then sets the rate of
-the epoch it has reached under this run's settings, as a run begun with them would have it there."""
+the epoch it has reached under this run's settings, as a run begun with them would have it there; one without
+(OneCycleLR, CyclicLR, ReduceLROnPlateau) goes on with the checkpoint's schedule and says which settings it did not take."""
 
 from __future__ import annotations
 
 import copy
-import inspect
 import logging
 from typing import Any
 
@@ -21,17 +21,16 @@ log = logging.getLogger(__name__)
 
 # Optimizer constructor flags that choose an implementation, not a hyperparameter of the update.
 IMPLEMENTATION_FLAGS = {"foreach", "fused", "capturable", "differentiable", "maximize"}
-# Constructor arguments of a torch scheduler that are not settings to carry over: its optimizer and where it starts.
-NOT_SCHEDULER_SETTINGS = {"optimizer", "last_epoch", "verbose"}
+# A torch scheduler's state entries that are its progress (or hold progress: a SequentialLR's inner schedulers), not
+# its settings: the epoch, ReduceLROnPlateau's best value and counts, a warm restart's current period.
+SCHEDULER_PROGRESS = {"last_epoch", "_step_count", "_last_lr", "_is_initial", "_get_lr_called_within_step", "verbose",
+                      "best", "num_bad_epochs", "cooldown_counter", "T_cur", "T_i", "_schedulers"}
 
 
 def scheduler_settings(scheduler: Any) -> dict[str, Any]:
-    """A scheduler's settings: the rates it starts from (`base_lrs`, this run's `lr`) and its constructor's arguments
-    that it keeps under their own names in its state (T_max, step_size, gamma, ReduceLROnPlateau's patience, ...).
-    Everything else in its state is progress (the epoch, ReduceLROnPlateau's best value, a warm restart's current
-    period) or cannot be restored (a LambdaLR's function)."""
-    arguments = {"base_lrs", *inspect.signature(type(scheduler).__init__).parameters} - NOT_SCHEDULER_SETTINGS
-    return {key: copy.deepcopy(value) for key, value in scheduler.state_dict().items() if key in arguments}
+    """A scheduler's settings as its state holds them: everything but its progress (T_max, gamma, the rates it starts
+    from, and what it derives from its settings: OneCycleLR's phases, CyclicLR's cycle length)."""
+    return {key: copy.deepcopy(value) for key, value in scheduler.state_dict().items() if key not in SCHEDULER_PROGRESS}
 
 
 def built_scheduler_settings(trainer: L.Trainer) -> list[dict[str, Any]]:
@@ -46,19 +45,20 @@ def take_this_runs_settings(trainer: L.Trainer, built_schedulers: list[dict[str,
             log.warning(*line)
 
     for config, built in zip(trainer.lr_scheduler_configs, built_schedulers):
-        scheduler = config.scheduler
-        changed = {key: value for key, value in built.items() if not same(getattr(scheduler, key, None), value)}
+        scheduler, restored = config.scheduler, scheduler_settings(config.scheduler)
+        changed = {key: value for key, value in built.items() if not same(restored.get(key), value)}
+        if changed and closed_form_rates(scheduler) is None:  # its settings and progress are one schedule (OneCycleLR's)
+            say("resuming: %s has no closed form to resume a changed schedule at, and goes on with the checkpoint's: "
+                "this run's %s not taken (start a new run to change it)", type(scheduler).__name__,
+                ", ".join(f"{key} {value!r}" for key, value in changed.items()))
+            changed = {}
         for key, value in changed.items():
-            say("resuming: scheduler %s %r (checkpoint) -> %r (this run)", key, getattr(scheduler, key, None), value)
+            say("resuming: scheduler %s %r (checkpoint) -> %r (this run)", key, restored.get(key), value)
             setattr(scheduler, key, value)
         for group, base in zip(scheduler.optimizer.param_groups, getattr(scheduler, "base_lrs", ())):
             group["initial_lr"] = base  # what the scheduler counts from (the restored groups hold the checkpoint's)
-        rates = closed_form_rates(scheduler) if changed else None
-        if rates is not None:
-            set_scheduler_rates(scheduler, rates)
-        elif changed:
-            say("resuming: %s has no closed form: the rate goes on from the checkpoint's, %r", type(scheduler).__name__,
-                [group["lr"] for group in scheduler.optimizer.param_groups])
+        if changed:  # the rate of the epoch it has reached, under this run's settings
+            set_scheduler_rates(scheduler, closed_form_rates(scheduler))
     # What the schedulers set: the rate, and the momentum of one that cycles it (CyclicLR, OneCycleLR)
     cycled = any(getattr(config.scheduler, "cycle_momentum", False) for config in trainer.lr_scheduler_configs)
     scheduled = ({"lr"} if trainer.lr_scheduler_configs else set()) | ({"momentum", "betas"} if cycled else set())

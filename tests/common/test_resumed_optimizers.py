@@ -59,3 +59,37 @@ def test_a_scheduler_resumed_with_the_same_settings_goes_on_as_if_never_stopped(
         step(resumed, epoch)
         assert resumed_optimizer.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"], (kind, epoch)
         assert resumed_optimizer.param_groups[0]["momentum"] == optimizer.param_groups[0]["momentum"], (kind, epoch)
+
+
+def resumed_with(kind: str, changed: dict, caplog) -> tuple[object, object]:
+    """The scheduler of `kind` stepped 3 epochs, then resumed (as in the test above) into one built with `changed`."""
+    optimizer, straight = built(kind)
+    for epoch in range(3):
+        step(straight, epoch)
+    saved = {"optimizer": optimizer.state_dict(), "scheduler": straight.state_dict()}
+    resumed_optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.01, momentum=0.9)
+    resumed = SCHEDULERS[kind](resumed_optimizer, **changed)
+    trainer = SimpleNamespace(lr_scheduler_configs=[SimpleNamespace(scheduler=resumed)], optimizers=[resumed_optimizer],
+                              is_global_zero=True)
+    settings = built_scheduler_settings(trainer)
+    resumed_optimizer.load_state_dict(saved["optimizer"])
+    resumed.load_state_dict(saved["scheduler"])
+    take_this_runs_settings(trainer, settings)
+    return straight, resumed
+
+
+def test_a_changed_setting_of_a_scheduler_with_a_closed_form_is_taken_at_the_epoch_reached(caplog):
+    """StepLR resumed with another gamma: logged, and the rate is the one a run begun with it has at that epoch."""
+    _, resumed = resumed_with("step", {"gamma": 0.25}, caplog)
+    assert "resuming: scheduler gamma 0.5 (checkpoint) -> 0.25 (this run)" in caplog.text
+    assert resumed.optimizer.param_groups[0]["lr"] == pytest.approx(0.01 * 0.25 ** (3 // 2))
+
+
+@pytest.mark.parametrize("kind, changed", [("one cycle", {"total_steps": 40}), ("plateau", {"patience": 3})])
+def test_a_changed_setting_of_a_scheduler_without_a_closed_form_is_named_and_not_taken(kind, changed, caplog):
+    """OneCycleLR's phases and ReduceLROnPlateau's counts were computed under the checkpoint's settings: it goes on
+    with the checkpoint's schedule whole, and the line names the setting it did not take."""
+    straight, resumed = resumed_with(kind, changed, caplog)
+    assert state(resumed) == state(straight)
+    (name,) = changed
+    assert "has no closed form to resume a changed schedule at" in caplog.text and f"{name} {changed[name]!r}" in caplog.text
