@@ -91,6 +91,14 @@ def resume_inside_the_epoch(checkpoint: dict[str, Any]) -> None:
             counts["processed"] = counts["completed"]
 
 
+def read_as_lightningcli(text: str) -> Any:
+    """A command-line value as LightningCLI's parser reads it (jsonargparse's YAML loader, which reads 1e-3 in a list as
+    a float, where PyYAML's safe loader reads a string): launch/checks/cli_check.py judges what the parser will get."""
+    from jsonargparse._loaders_dumpers import yaml_load
+
+    return yaml_load(text)
+
+
 def lightning_load(path: Any, map_location: Any, weights_only: bool) -> Any:
     """Lightning's torch.load for a local path, fsspec URL or stream (what Trainer.fit(ckpt_path=...) reads with)."""
     from lightning.fabric.utilities.cloud_io import _load

@@ -18,6 +18,7 @@ from launch.checks.arguments import PRINTS_ONLY, cli_options, values_of
 from launch import CLI_SUBCOMMANDS
 from launch.checks.configs import (CLI_SHORT_NAMES, COLLECTION_PACKAGES, NOT_SETTINGS, REPO, SHORT_NAME_MODULES,
                                    config_targets, declared, default_class, library_records, recorded, short_names)
+from common.private_api import read_as_lightningcli
 from common.registry import trusted_prefixes
 from common.settings import SEED_RANGE, did_you_mean
 from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, removed_trainer_option
@@ -306,12 +307,12 @@ def help_pointer(subcommand: str) -> str:
 
 
 def read_value(text: str) -> Any:
-    """An option's value as jsonargparse reads it (YAML 1.1), or ... where it cannot be read here."""
+    """An option's value as jsonargparse reads it, or ... where it cannot be read here."""
     if text.lstrip().startswith(("[", "{")):
         import yaml
 
         with contextlib.suppress(yaml.YAMLError):
-            return yaml.safe_load(text)
+            return read_as_lightningcli(text)
         return ...
     read = values_of(text, cli=True)
     return read[0] if read is not None else ...

@@ -20,7 +20,7 @@ from models import VAE
 REPO = Path(__file__).resolve().parents[2]
 PRIVATE_USES = re.compile(r"\._trainer\b|_ddp_params_and_buffers_to_ignore|_ddp_kwargs|_get_file_writer|cloud_io"
                           r"|_dynamo\.config|self\._get\(|\._instantiate_trainer\(|\._parser\(|\._every_n_train_steps|_batches_that_stepped|hydra\._internal"
-                          r"|_get_closed_form_lr|\._last_lr")
+                          r"|_get_closed_form_lr|\._last_lr|_loaders_dumpers")
 
 
 @pytest.mark.parametrize("class_path, methods", private_api.OVERRIDDEN.items())
@@ -72,6 +72,7 @@ def test_the_adapters_work_on_the_installed_versions(tmp_path):
     assert private_api.closed_form_rates(torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 1.0)) is None
     private_api.set_scheduler_rates(cosine, [0.25])
     assert cosine.get_last_lr() == [0.25] and optimizer.param_groups[0]["lr"] == 0.25
+    assert private_api.read_as_lightningcli("[0.9, 1e-3]") == [0.9, 0.001]
     torch.save({"x": torch.ones(2)}, tmp_path / "f.pt")
     assert torch.equal(private_api.lightning_load(tmp_path / "f.pt", map_location="cpu", weights_only=True)["x"], torch.ones(2))
 

@@ -609,6 +609,17 @@ def test_before_the_imports_a_short_class_name_is_left_to_the_parser_where_it_ma
     check_cli_command(["fit", "--optimizer=Adamw"], False)
 
 
+def test_a_list_setting_is_judged_as_the_cli_parser_reads_it():
+    """LightningCLI's parser reads 1e-3 in a list as a float (PyYAML's safe loader: a string): Adam's betas given as
+    [0.9,1e-3] pass the check as they pass the parser, and a number where a list is expected is refused, named."""
+    from launch.checks.cli_check import check_cli_command
+    from launch.checks.precheck import EarlyRefusal
+
+    check_cli_command(["fit", "--model=VAE", "--optimizer=Adam", "--optimizer.betas=[0.9,1e-3]"], False)
+    with pytest.raises(EarlyRefusal, match=r"--optimizer\.betas=0\.9: expected a list of 2"):
+        check_cli_command(["fit", "--model=VAE", "--optimizer=Adam", "--optimizer.betas=0.9"], False)
+
+
 @pytest.mark.slow  # a new interpreter imports Lightning
 def test_once_lightning_is_imported_the_jobs_the_early_check_composed_are_checked_without_composing_again(tmp_path):
     """Checked again, not composed again; composed again where a setting refers to a Trainer default the early check
