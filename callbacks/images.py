@@ -16,6 +16,8 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from torchvision.utils import make_grid
 
+from common.private_api import metrics_step
+
 
 class ImageGrids(L.Callback):
     def __init__(self, num_images: int = 32) -> None:
@@ -58,4 +60,4 @@ class ImageGrids(L.Callback):
         for name, grid in self.drawn.pop(stage, {}).items():
             for logger in trainer.loggers:
                 if isinstance(logger, TensorBoardLogger):
-                    logger.experiment.add_image(f"{stage}/{name}", grid, trainer.global_step)
+                    logger.experiment.add_image(f"{stage}/{name}", grid, metrics_step(trainer))  # at its metrics' step

@@ -122,9 +122,11 @@ def check_optimizers(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
     path = trainer.ckpt_path
     saved, current = checkpoint.get("optimizer_classes"), class_names(trainer.optimizers)
     if saved is not None and saved != current:
+        lr = (checkpoint.get("hyper_parameters") or {}).get("lr")  # the rate it trained with, which SG-MCMC's requires
+        rate = f" --model.optimizer.lr={lr}" if isinstance(lr, float) else ""
         raise CheckpointError(f"the checkpoint holds the state of optimizer {', '.join(saved)}, this run uses "
                               f"{', '.join(current)}: resume with the checkpoint's optimizer (optimizer=... of "
-                              f"configs/optimizer/; in LightningCLI --model.optimizer={saved[0]}), or start a new run")
+                              f"configs/optimizer/; in LightningCLI --model.optimizer={saved[0]}{rate}), or start a new run")
     saved, current = checkpoint.get("lr_scheduler_classes"), class_names(c.scheduler for c in trainer.lr_scheduler_configs)
     if saved is not None and saved != current:
         raise CheckpointError(f"the checkpoint's run scheduled its learning rate with {', '.join(saved) or 'no scheduler'}, this "

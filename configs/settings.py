@@ -98,7 +98,7 @@ class ModelSettings(Settings):
         if self.likelihood is not None:  # None: the data's, which the front ends set before the model is built
             check_applies(self, "likelihood", self.likelihood, {"sigma": "gaussian", "learn_sigma": "gaussian",
                                                                 "sigma_shape": "gaussian", "num_mixtures": "discretized_logistic"},
-                          where=", on 8-bit pixels (data.binarize=none)")
+                          where=", on 8-bit pixels (data.binarize=none; LightningCLI: --data.binarize=none)")
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ class JSASettings(CategoricalSettings):
         if self.cache_refresh != 0 and self.cache_start_epoch is None:
             raise ValueError(f"cache_refresh={self.cache_refresh} restarts a share of the chains that start from the cache, "
                              "and with cache_start_epoch=null no chain does (each starts from a fresh proposal): set "
-                             "cache_start_epoch too, or leave cache_refresh out")
+                             "cache_start_epoch too, or set cache_refresh=0 (its default)")
 
 
 @dataclass(frozen=True)

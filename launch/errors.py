@@ -94,6 +94,11 @@ def diverged(error: BaseException | None) -> bool:
     return isinstance(error, FloatingPointError) or bool(getattr(error, "nonfinite_message", None))
 
 
+def divergence_line(error: BaseException) -> str:
+    """What a diverged run says: the guard's line, in place of what failed on NaN weights."""
+    return getattr(error, "nonfinite_message", None) or str(error)
+
+
 def refuse_on_rank_zero(message: str) -> NoReturn:
     """A setting refused: every rank of a distributed run meets it alike, and rank 0 alone says so (the others exit with
     the same status). Data, checkpoints and steps may differ between ranks: those refusals are each rank's own."""
@@ -124,8 +129,8 @@ def user_errors_as_one_line() -> Iterator[None]:
     except REFUSALS as error:
         exit_with(str(error))
     except Exception as error:
-        if diverged(error):  # the guard's line (callbacks/guards/nonfinite.py), in place of what failed on NaN weights
-            exit_with(getattr(error, "nonfinite_message", None) or str(error))
+        if diverged(error):
+            exit_with(divergence_line(error))
         timeout = collective_timeout_message(error) if isinstance(error, RuntimeError) else None
         if timeout is None:
             raise

@@ -39,7 +39,7 @@ from launch.checks.hydra_config import register_defaults
 from launch.checks.paths import write_root_refusal
 from launch.checks.received_config import hydra_folders
 from launch.checks.settings import SettingsError, check_composed, with_fix
-from launch.errors import diverged, quiet_console, user_errors_as_one_line
+from launch.errors import divergence_line, diverged, quiet_console, user_errors_as_one_line
 from launch.run_builder import RunDescription, build, built, resumed_settings, running
 from launch.runs.run_directory import SCORING_SETTINGS, note_existing_directories, remove_if_only_hydra_files
 from launch.runs.worker_slots import claim_slot
@@ -115,7 +115,7 @@ def run_trial(cfg: Any, tuning: bool) -> dict[str, float]:
     except Exception as error:
         if not (tuning and diverged(error)):
             raise
-        log.warning("this trial diverged and counts as val/nll = inf: %s", getattr(error, "nonfinite_message", None) or error)
+        log.warning("this trial diverged and counts as val/nll = inf: %s", divergence_line(error))
         return {"val/nll": float("inf")}
 
 

@@ -197,10 +197,11 @@ def check_hydra(argv: list[str]) -> list[tuple[list[str], Any]]:
     # --cfg only prints the config: a sweeper or launcher is fine there without -m.
     multirun = bool(hydra_modes(argv) & {"--multirun", "--cfg"}) or ("hydra.mode", "MULTIRUN") in pairs
     check_before_composing(argv, pairs, multirun, "--cfg" in hydra_modes(argv))
+    words = hydra_words(argv)
     try:  # the grammar of every override, Hydra's own among them (hydra.sweeper.params...)
-        OverridesParser.create().parse_overrides(hydra_words(argv))
+        OverridesParser.create().parse_overrides(words)
     except HydraException as error:
-        raise EarlyRefusal(grammar_error(error, hydra_words(argv))) from None
+        raise EarlyRefusal(grammar_error(error, words)) from None
     planned, other_values = jobs(overrides_given(argv), multirun)
     swept = {key: value for key, value in pairs if key in CONFIG_GROUPS and len(values_of(value) or []) > 1}
 

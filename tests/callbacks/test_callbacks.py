@@ -33,9 +33,11 @@ def test_image_grids_alone(tmp_path, mnist_dir):
     _, events = fit(tmp_path, mnist_dir, [ImageGrids(num_images=6)], num_sanity_val_steps=1)
     assert set(events.Tags()["images"]) == {"val/reconstructions", "val/prior_samples"}
     (grid,) = events.Images("val/reconstructions")  # the validation's, none of the sanity check before training
-    assert grid.step == 4 and grid.width > 28 * 2  # inputs beside reconstructions
+    assert grid.step == events.Scalars("val/nll")[0].step and grid.width > 28 * 2  # with its metrics; inputs beside reconstructions
     _, without = fit(tmp_path / "b", mnist_dir, [])
     assert without.Tags()["images"] == []
+    _, inside = fit(tmp_path / "c", mnist_dir, [ImageGrids(num_images=6)], val_check_interval=0.5)  # validations inside an epoch
+    assert [e.step for e in inside.Images("val/reconstructions")] == [e.step for e in inside.Scalars("val/nll")]
 
 
 def test_hparams_with_metrics_alone(tmp_path, mnist_dir):

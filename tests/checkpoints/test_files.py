@@ -172,7 +172,7 @@ def test_resume_into_another_optimizer_class_is_refused_before_a_step(tmp_path):
     before = [p.detach().clone() for p in model.parameters()]
     with pytest.raises(CheckpointError, match=r"optimizer torch\.optim\.adam\.Adam, this run uses torch\.optim\.sgd\.SGD") as refused:
         fit(model, tmp_path, 3, ckpt_path=path)
-    assert "(optimizer=... of configs/optimizer/; in LightningCLI --model.optimizer=torch.optim.adam.Adam)" in str(refused.value)
+    assert "(optimizer=... of configs/optimizer/; in LightningCLI --model.optimizer=torch.optim.adam.Adam --model.optimizer.lr=0.001)" in str(refused.value)
     restored = torch.load(path, weights_only=True)["state_dict"]
     assert all(torch.equal(p, restored[name]) for name, p in model.state_dict().items() if name in restored)
     assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # restored, then stopped: no step

@@ -151,7 +151,7 @@ MORE_MISTAKES = [
     ("model.cache_start_epoch=-1", ["model.cache_start_epoch", ">= 0", "-1"]),
     ("data.batch_size=0", ["data.batch_size", ">= 1", "got 0"]),
     ("model.use_cache=false model.cache_refresh=0.2", ["model.cache_refresh", "use_cache=false"]),
-    ("model.cache_refresh=0.2", ["model.cache_refresh=0.2", "cache_start_epoch=null", "set cache_start_epoch"]),
+    ("model.cache_refresh=0.2", ["model.cache_refresh=0.2", "cache_start_epoch=null", "set cache_start_epoch", "cache_refresh=0"]),
     ("model=vqvae model.prior=pixelcnn model.autoencoder_epochs=0", ["model.autoencoder_epochs=0", "as model.autoencoder_checkpoint=PATH"]),
     (f"ckpt_path={REPO / 'docs'}", [f"ckpt_path={REPO / 'docs'}", "a directory"]),
     (f"log_dir={REPO / 'README.md'}", [f"log_dir={REPO / 'README.md'}", "not a directory"]),

@@ -87,7 +87,7 @@ def test_a_setting_of_another_likelihood_than_the_datas_is_refused_in_one_line(c
     assert not (tmp_path / "logs").exists()
     assert line.startswith("error: model.learn_sigma=True applies to likelihood=gaussian only, and this model's likelihood is "
                            "bernoulli"), line  # the data's (binarized MNIST), set before the model is built
-    assert line.endswith("or set this model's likelihood to gaussian as well, on 8-bit pixels (data.binarize=none) (VAE)"), line
+    assert line.endswith("or set this model's likelihood to gaussian as well, on 8-bit pixels (data.binarize=none; LightningCLI: --data.binarize=none) (VAE)"), line
 
 
 def test_a_sampler_hyperparameter_that_is_not_finite_is_refused():
