@@ -495,11 +495,12 @@ def table_row(run: Run) -> dict[str, str]:
     uniform_bound = run.last(f"{stage}/nll_uniform_prior")  # a VQ-VAE with a learned prior
     step_times = [v for _, _, v in run.scalars.get("train/step_time_ms", [])]
     epoch_times = [v for _, _, v in run.scalars.get("train/epoch_time_s", [])]
-    # Lightning logs the epoch beside every training scalar: the last one seen at a training step is the last epoch
-    # trained (the test stage after fit logs the epoch count, one more). An epoch interrupted and finished after a
-    # resume has no epoch time (callbacks/speed.py), so counting those would miss it.
-    train_steps = {step for _, step, _ in run.scalars.get("train/loss", [])}
-    seen = [v for _, step, v in run.scalars.get("epoch", []) if step in train_steps]
+    # Lightning logs the epoch beside every training and validation scalar: the last one seen at such a step is the
+    # last epoch trained (the test stage after fit logs the epoch count, one more; train/loss is logged only every
+    # log_every_n_steps). An epoch interrupted and finished after a resume has no epoch time (callbacks/speed.py), so
+    # counting those would miss it.
+    fit_steps = {step for tag in ("train/loss", "val/nll") for _, step, _ in run.scalars.get(tag, [])}
+    seen = [v for _, step, v in run.scalars.get("epoch", []) if step in fit_steps]
     epochs = int(max(seen)) + 1 if seen else len(epoch_times)
     return {
         "run": run.label,

@@ -115,7 +115,7 @@ class LineProgressBar(ShowsTrainingLoss, ProgressBar):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         done, what, total = getattr(self, "_train_done", 0), self._epoch(trainer) + " done", self.total_train_batches
         if done < total != float("inf") and 0 <= trainer.max_steps <= trainer.global_step:  # the epoch was cut short
-            what = f"{self._epoch(trainer)} ended by trainer.max_steps={trainer.max_steps}"
+            what = f"{self._epoch(trainer)} ended by the trainer's max_steps={trainer.max_steps}"
         else:
             total = done
         self._report(what, done, total, lambda: self._metrics(trainer, pl_module), force=True, start=self._train_start,

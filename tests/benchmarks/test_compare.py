@@ -419,6 +419,11 @@ def test_a_resumed_run_counts_the_epoch_it_finished_after_the_resume():
                "train/step_time_ms": [(T0, 5, 70.0)]}
     row = compare.table_row(compare.Run(Path(f"{JSA}/version_0"), f"{JSA}/version_0", {"model_class": "JSA"}, scalars))
     assert row["epochs"] == "10" and row["ms/step"] == "70.00" and row["s/epoch"] == "30.00"
+    # a last epoch too short to log train/loss (every log_every_n_steps) still validated: its epoch counts
+    scalars["epoch"].insert(-1, (T0 + 10, 1055, 10.0))
+    scalars["val/nll"] = [(T0 + 10, 1055, 99.0)]
+    row = compare.table_row(compare.Run(Path(f"{JSA}/version_0"), f"{JSA}/version_0", {"model_class": "JSA"}, scalars))
+    assert row["epochs"] == "11"
 
 
 def test_each_rows_importance_samples_are_shown_and_rows_of_other_samples_are_said_apart(tmp_path, monkeypatch):

@@ -163,7 +163,7 @@ def test_the_epoch_line_says_when_max_steps_ended_the_epoch(mnist_dir, capsys):
     trainer.fit(VAE(latent_dim=4, val_num_samples=2), datamodule=MNISTDataModule(data_dir=str(mnist_dir), batch_size=16))
     lines = capsys.readouterr().out.splitlines()
     ends = [line.split(",")[0] for line in lines if line.startswith("epoch ") and (" done: " in line or " ended by " in line)]
-    assert ends == ["epoch 1/5 done: 6/6 batches", "epoch 2/5 ended by trainer.max_steps=9: 3/6 batches"]
+    assert ends == ["epoch 1/5 done: 6/6 batches", "epoch 2/5 ended by the trainer's max_steps=9: 3/6 batches"]
 
 
 def test_random_state_checkpoint_saves_and_restores_every_rank_state():
