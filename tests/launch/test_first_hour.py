@@ -286,8 +286,8 @@ def test_a_ctrl_c_while_train_py_imports_torch_and_lightning_is_one_line_and_the
 @pytest.mark.parametrize("command", [["trainer.max_steps=1"], ["fit", "--trainer.max_steps=1"]])
 def test_a_ctrl_c_inside_torchs_import_of_numpy_is_one_line_and_the_shells_130(command, tmp_path):
     """A Ctrl-C that lands while torch imports numpy (tests/scripts/interrupt_at_import.py sends it there) is held until
-    the imports end, then taken: one line, exit status 130. Taken where it lands, it ended in a RecursionError traceback
-    through numpy's import (exit 1), or was lost and the run trained."""
+    the imports end, then taken: one line, exit status 130. Taken where it lands, it would end in a RecursionError
+    traceback through numpy's import (exit 1), or be lost while the run trains."""
     import subprocess
 
     repo = Path(__file__).parents[2]
