@@ -30,7 +30,6 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader, RawEventFileLoader  # noqa: E402
 from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
 

@@ -82,8 +82,8 @@ def metrics_step(trainer: Any) -> int:
 def resume_inside_the_epoch(checkpoint: dict[str, Any]) -> None:
     """A checkpoint written where training stopped inside an epoch (trainer.max_steps): Lightning's fit loop counts that
     epoch as processed once its epoch loop ends, so a resume would go on with the next epoch, skipping the rest of this
-    one and its validation. Its loop state marked as a checkpoint written inside the epoch has it (not processed), a
-    resume goes on at the next batch."""
+    one and its validation. Marked not processed, as a checkpoint written inside the epoch is, it resumes at the next
+    batch."""
     fit = (checkpoint.get("loops") or {}).get("fit_loop") or {}
     epochs, batches = fit.get("epoch_progress"), fit.get("epoch_loop.batch_progress")
     if epochs and batches and batches.get("is_last_batch") is False:

@@ -68,4 +68,3 @@ def take_this_runs_settings(trainer: L.Trainer, built_schedulers: list[dict[str,
                 if key not in IMPLEMENTATION_FLAGS | scheduled and key in group and not same(group[key], value):
                     say("resuming: optimizer %s %r (checkpoint) -> %r (this run)", key, group[key], value)
                     group[key] = value
-

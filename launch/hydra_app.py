@@ -18,8 +18,6 @@ import hydra
 import torch
 import yaml
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException
 from hydra.types import RunMode
 from hydra.utils import get_class
 from lightning.fabric.utilities.rank_zero import rank_zero_only
@@ -34,7 +32,7 @@ from common.registry import TRUST_VARIABLE, is_registered
 from launch.checks.arguments import overrides_of
 from launch.checks.configs import CONFIGS, config_targets, log_dir as default_log_dir
 from launch.checks.early import USER_ERROR
-from launch.checks.hydra_check import check_after_imports, overrides_given
+from launch.checks.hydra_check import check_after_imports, overrides_given, parsed_override
 from launch.checks.hydra_config import register_defaults
 from launch.checks.paths import write_root_refusal
 from launch.checks.received_config import hydra_folders
@@ -164,10 +162,8 @@ def command_line_overrides() -> dict[str, str]:
 def is_swept(override: str) -> bool:
     """Whether a command-line override sweeps (a=1,2, range(...), choice(...)); a word that is no override (in a
     launcher's job process, the process's own arguments: submitit's folder) sweeps nothing."""
-    try:
-        return OverridesParser.create().parse_override(override).is_sweep_override()
-    except (HydraException, TypeError):  # Hydra's grammar refusal (a TypeError where Hydra fails to build it)
-        return False
+    parsed = parsed_override(override)
+    return parsed is not None and parsed.is_sweep_override()
 
 
 def swept_settings(cfg: Any) -> dict[str, str]:

@@ -134,16 +134,17 @@ def grammar_error(error: Exception, overrides: list[str]) -> str:
         return (f"{wide}: Hydra reads an unquoted value in ASCII only; quote it for Hydra, and the whole for the shell: "
                 f"'{key}=\"{value}\"'")
     text = " ".join(str(error).split())
-    bad = next((o for o in overrides if not parses(o)), None)  # Hydra's message names the input, not the override
+    bad = next((o for o in overrides if parsed_override(o) is None), None)  # Hydra's message names the input only
     return f"{bad}: {text}" if bad is not None and bad not in text else text
 
 
-def parses(override: str) -> bool:
+def parsed_override(override: str) -> Any | None:
+    """Hydra's reading of one override, or None where its grammar refuses it (a TypeError where Hydra fails to build
+    it)."""
     try:
-        OverridesParser.create().parse_override(override)
-        return True
-    except HydraException:
-        return False
+        return OverridesParser.create().parse_override(override)
+    except (HydraException, TypeError):
+        return None
 
 
 def composition_error(error: Exception, job: list[str], argv: list[str], swept: dict[str, str]) -> str:
