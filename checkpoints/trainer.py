@@ -1,6 +1,5 @@
 """What a Trainer runs so that its checkpoints are written whole and restored checked, whichever script builds it
 (train.py's runs get it from launch/run_builder.py; your own script: `Trainer(callbacks=[SafeCheckpoints()])`).
-
 * `SafeCheckpoints`: a checkpoint names its model, data, optimizer and scheduler classes and holds every rank's random
   state; a fresh run seeds each DDP rank seed + rank; a resume restores optimizer states only into optimizers they fit
   (`check_optimizers`), then sets each optimizer and scheduler setting to this run's value, logging each change

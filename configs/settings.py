@@ -400,6 +400,13 @@ class MNISTDataModuleSettings(DataSettings):
     binarize: Binarize = "dynamic"
 
 
+def suited_likelihood(binarize: str) -> str:
+    """The likelihood that suits a data module's pixels: `bernoulli` for binarized ones; for 8-bit grey or colour ones
+    the discretized logistic mixture, whose probabilities of the 256 levels give exact bits/dim
+    (models/components/likelihoods.py). A model whose `likelihood` is left out gets it (launch/run_builder.py)."""
+    return "discretized_logistic" if binarize == "none" else "bernoulli"
+
+
 # A class's settings are `<its name>Settings` (`settings_class`); these take their parent's.
 FashionMNISTDataModuleSettings = MNISTDataModuleSettings
 CIFAR10DataModuleSettings = DataSettings

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 from common.private_api import record_hyperparameter
 from common.registry import register
 from common.signatures import SavesItsSettings, own_arguments
-from configs.settings import Binarize, DataSettings
+from configs.settings import Binarize, DataSettings, suited_likelihood
 
 from .resumable import ResumableDataLoader, ResumableSampler
 
@@ -181,9 +181,8 @@ class ImageDataModule(SavesItsSettings, L.LightningDataModule):
 
     @staticmethod
     def likelihood_for(binarize: Binarize) -> str:
-        """`bernoulli` for binarized pixels; for 8-bit grey or colour ones the discretized logistic mixture,
-        whose probabilities of the 256 levels give exact bits/dim (models/components/likelihoods.py)."""
-        return "discretized_logistic" if binarize == "none" else "bernoulli"
+        """The likelihood that suits pixels binarized as `binarize` (configs/settings.py: suited_likelihood)."""
+        return suited_likelihood(binarize)
 
     @property
     def num_train_examples(self) -> int:

@@ -21,7 +21,7 @@ from launch.checks.configs import (CLI_SHORT_NAMES, COLLECTION_PACKAGES, NOT_SET
 from common.private_api import read_as_lightningcli
 from common.registry import trusted_prefixes
 from common.settings import SEED_RANGE, did_you_mean
-from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, check_combination, removed_trainer_option
+from launch.checks.precheck import EarlyRefusal, REMOVED_TRAINER_OPTIONS, as_built, check_combination, removed_trainer_option
 from launch.checks.received_config import composed, given_settings
 from launch.checks.settings import SettingsError, check_group, class_hints
 
@@ -166,12 +166,14 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
             check_bare_option(option, value, chosen, argv[0])
     if "lightning" in sys.modules:  # (what a class requires: its constructor's signature)
         check_required(pairs, chosen)
-    for group in ("model", "data"):  # the ranges and combinations, as the constructor checks them: the last value given
-        read = {key[len(group) + 1:]: values_of(text, cli=True) for option, value, file in pairs
-                if (key := setting_key(option)).startswith(f"{group}.")
-                and (text := unquoted(value) if file else value) is not None}
-        given = {name: values[0] for name, values in read.items() if values}
-        check_combination(group, chosen[group], given, f"--{group}")
+    read = {group: {key[len(group) + 1:]: values_of(text, cli=True) for option, value, file in pairs
+                    if (key := setting_key(option)).startswith(f"{group}.")
+                    and (text := unquoted(value) if file else value) is not None} for group in ("model", "data")}
+    given = {group: {name: values[0] for name, values in read[group].items() if values} for group in read}
+    resumed = settings.get("ckpt_path") not in (None, "null")  # (its settings are the checkpoint's, read once parsed)
+    for group in ("data", "model"):  # the ranges and combinations, as the constructor checks them: the last value given
+        check_combination(group, chosen[group], given[group] if group == "data" or resumed else
+                          as_built(given["model"], chosen["data"], given["data"]), f"--{group}")
 
 
 def with_defaults(args: list[str]) -> list[str]:

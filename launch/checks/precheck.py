@@ -4,11 +4,12 @@ refusal (SettingsError and its kinds), a model's or data module's settings built
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 from common.settings import did_you_mean
-from configs.settings import settings_class
+from configs.settings import settings_class, suited_likelihood
 from launch.checks.configs import declared
 
 
@@ -72,3 +73,12 @@ def check_combination(group: str, target: str | None, values: dict[str, Any], sh
         raise EarlyRefusal(f"{shown}.{text}" if named else f"{shown}: {text}") from None
 
 
+def as_built(model: dict[str, Any], data_target: str | None, data: dict[str, Any]) -> dict[str, Any]:
+    """A model's settings as the run builds it from the data: a likelihood left out is the one that suits the data's
+    pixels (launch/run_builder.py: apply_rules), where the data module is one of the collection's; so that a setting
+    that likelihood ignores (model.learn_sigma on binarized MNIST) is refused before the imports."""
+    fields = {field.name: field.default for field in dataclasses.fields(found)} if (found := settings_class(data_target or "")) else {}
+    binarize = data.get("binarize", fields.get("binarize"))
+    if model.get("likelihood") is not None or binarize not in ("none", "dynamic", "static"):
+        return model
+    return {**model, "likelihood": suited_likelihood(binarize)}

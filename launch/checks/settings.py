@@ -19,7 +19,7 @@ from common.registry import IMPORTABLE_HINT
 from common.settings import SEED_RANGE, did_you_mean, expected
 from common.signatures import constructor_defaults, constructor_hints
 from launch.checks.configs import CONFIGS, LOGGER_FOLDERS, TRAINER_GROUPS, config_targets, declared, read_config, recorded
-from launch.checks.precheck import SettingsError, check_combination, closest_in_module
+from launch.checks.precheck import SettingsError, as_built, check_combination, closest_in_module
 
 # The top-level settings run() reads (configs/train.yaml; compare_* come from experiment=compare), with their types.
 TOP_LEVEL_SETTINGS = {"seed": int, "ckpt_path": str | None, "run_test": bool, "log_dir": str, "ddp_timeout_s": float,
@@ -225,7 +225,9 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
         if names := declared(target := settings.get("_target_")):
             check_replaced_class(cfg, group, settings, names)
             check_group(target.rsplit(".", 1)[-1], names, settings, group)
-        check_combination(group, target, settings, group)
+        resumed = cfg.get("ckpt_path") is not None  # (its settings are the checkpoint's, read once imported)
+        check_combination(group, target, settings if group == "data" or resumed else
+                          as_built(settings, groups["data"].get("_target_"), groups["data"]), group)
     if not classes:
         return
     if "lightning" not in sys.modules:  # the other classes' settings are their constructors', known once imported; the

@@ -79,15 +79,27 @@ def test_a_setting_the_model_would_ignore_is_refused(cls, settings, named):
     cls(**{**settings, **owner})
 
 
-def test_a_setting_of_another_likelihood_than_the_datas_is_refused_in_one_line(capsys, tmp_path, monkeypatch):
-    from tests.conftest import refused
+@pytest.mark.parametrize("argv, likelihood", [
+    (["model=vae", "model.learn_sigma=true"], "bernoulli"),  # the data's (binarized MNIST), set before the model is built
+    (["fit", "--model=VAE", "--model.learn_sigma=true"], "bernoulli"),
+    (["model=vae", "data.binarize=none", "model.learn_sigma=true"], "discretized_logistic"),
+    (["fit", "--model=VAE", "--data.binarize=none", "--model.learn_sigma=true"], "discretized_logistic"),
+])
+def test_a_setting_of_another_likelihood_than_the_datas_is_refused_before_the_imports(argv, likelihood, tmp_path):
+    """A model's likelihood left out is the data's (launch/run_builder.py: apply_rules): a setting that one ignores is
+    refused by the early check, in one line naming it and the likelihood it applies to. A run from a checkpoint takes
+    the checkpoint's likelihood, known once the file is read: the early check leaves it."""
+    from launch.checks.early import refuse_early
 
-    monkeypatch.chdir(tmp_path)
-    line = refused(capsys, hydra=["model=vae", "model.learn_sigma=true", "trainer.max_steps=1"])
-    assert not (tmp_path / "logs").exists()
-    assert line.startswith("error: model.learn_sigma=True applies to likelihood=gaussian only, and this model's likelihood is "
-                           "bernoulli"), line  # the data's (binarized MNIST), set before the model is built
-    assert line.endswith("or set this model's likelihood to gaussian as well, on 8-bit pixels (data.binarize=none; LightningCLI: --data.binarize=none) (VAE)"), line
+    cli = argv[0] == "fit"
+    line = refuse_early(argv, cli)
+    assert line is not None and line.startswith(f"{'--' if cli else ''}model.learn_sigma=True applies to likelihood=gaussian "
+                                                f"only, and this model's likelihood is {likelihood}"), line
+    assert "data.binarize=none" in line
+    given = ["--model.likelihood=gaussian"] if cli else ["model.likelihood=gaussian"]
+    assert refuse_early([*argv, *given, *(["--data.binarize=none"] if cli else ["data.binarize=none"])], cli) is None
+    (tmp_path / "last.ckpt").write_bytes(b"checked once read")
+    assert refuse_early([*argv, f"{'--' if cli else ''}ckpt_path={tmp_path / 'last.ckpt'}"], cli) is None
 
 
 def test_a_sampler_hyperparameter_that_is_not_finite_is_refused():
