@@ -53,6 +53,7 @@ class SafeCheckpoints(L.Callback):
         resume_inside_the_epoch(checkpoint)  # one written where trainer.max_steps stopped: the epoch's rest still to train
         checkpoint["optimizer_classes"] = class_names(trainer.optimizers)
         checkpoint["lr_scheduler_classes"] = class_names(config.scheduler for config in trainer.lr_scheduler_configs)
+        checkpoint["callback_classes"] = class_names(trainer.callbacks)
         state = {"cpu": torch.get_rng_state()}
         if pl_module.device.type == "cuda":
             state["cuda"] = torch.cuda.get_rng_state(pl_module.device)
@@ -105,13 +106,27 @@ def class_names(objects: Any) -> list[str]:
 RESULT_CALLBACKS = {"PosteriorSamples": "callbacks=sgmcmc; LightningCLI: --trainer.callbacks+=callbacks.PosteriorSamples"}
 
 
+# Callbacks a Trainer adds of its own (a progress bar, the model summary): which one a run had says nothing of its
+# training.
+TRAINERS_OWN_CALLBACKS = ("lightning.pytorch.callbacks.progress.", "lightning.pytorch.callbacks.model_summary.",
+                          "lightning.pytorch.callbacks.rich_model_summary.")
+
+
 def check_callbacks(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
-    """Refuse a resume without a callback whose state in the checkpoint is a result (`RESULT_CALLBACKS`)."""
+    """Refuse a resume without a callback whose state in the checkpoint is a result (`RESULT_CALLBACKS`); name, in one
+    line, the other callbacks the checkpoint's run had that this one does not (a resume takes its callbacks from its own
+    command, so one given only when the run started is left out)."""
     given = {callback.state_key for callback in trainer.callbacks}
     for key, how in RESULT_CALLBACKS.items():
         if (checkpoint.get("callbacks") or {}).get(key) and key not in given:
             raise CheckpointError(f"checkpoint {trainer.ckpt_path} holds what its run's {key} callback collected, and this "
                                   f"run has no {key}: resume with it ({how}), or it is lost")
+    saved = [name for name in checkpoint.get("callback_classes") or [] if isinstance(name, str)]  # names, never imported
+    left_out = sorted({name for name in saved if not name.startswith(TRAINERS_OWN_CALLBACKS)} - set(class_names(trainer.callbacks)))
+    if left_out and trainer.is_global_zero:
+        log.warning("resuming without callbacks the checkpoint's run had: %s; give them again to keep them (Hydra: "
+                    "+callbacks.NAME._target_=CLASS; LightningCLI: --trainer.callbacks+=CLASS, or the run's own "
+                    "--config=<its version folder>/config.yaml)", ", ".join(left_out[:8]) + (", ..." if len(left_out) > 8 else ""))
 
 
 def check_optimizers(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:

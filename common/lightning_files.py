@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -100,8 +101,9 @@ def no_hparams_file(log_dir: str) -> bool:
 
 
 class RunConfigFile(SaveConfigCallback):
-    """LightningCLI's config.yaml (or the `config_filename` it is given), replacing any file of that name: the parsed
-    configuration as `parser.dump` writes it, in one file."""
+    """LightningCLI's config.yaml (or the `config_filename` it is given): the parsed configuration as `parser.dump`
+    writes it, in one file. A resume (or another test) of the run with other settings keeps the file it replaces as
+    config-1.yaml, config-2.yaml, ... (`keep_earlier`): the settings each part of the run ran with stay on record."""
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if self.already_saved:
@@ -110,8 +112,22 @@ class RunConfigFile(SaveConfigCallback):
             log_dir = trainer.log_dir  # on every rank: it broadcasts the directory
             if trainer.is_global_zero:
                 os.makedirs(log_dir, exist_ok=True)
-                write_file(Path(log_dir) / self.config_filename, self.parser.dump(self.config, skip_none=False))
+                text = self.parser.dump(self.config, skip_none=False)
+                keep_earlier(Path(log_dir) / self.config_filename, text)
+                write_file(Path(log_dir) / self.config_filename, text)
         if trainer.is_global_zero:
             self.save_config(trainer, pl_module, stage)
             self.already_saved = True
         self.already_saved = trainer.strategy.broadcast(self.already_saved)
+
+
+def keep_earlier(path: Path, text: str) -> None:
+    """Move the regular file `path`, where it holds other text than `text`, to <stem>-<N><suffix> (the first N free)."""
+    try:
+        earlier = read_regular(path, len(text.encode()) + 1).decode(errors="replace")
+    except OSError:  # none yet, or no regular file (a link, a FIFO: replaced, never read)
+        return
+    if earlier != text:
+        kept = next(kept for n in itertools.count(1)
+                    if not (kept := path.with_name(f"{path.stem}-{n}{path.suffix}")).exists() and not kept.is_symlink())
+        os.rename(path, kept)

@@ -168,7 +168,7 @@ def test_the_epoch_line_says_when_max_steps_ended_the_epoch(mnist_dir, capsys):
 
 def test_random_state_checkpoint_saves_and_restores_every_rank_state():
     class FakeTrainer:
-        world_size, global_rank, optimizers, lr_scheduler_configs, datamodule = 1, 0, [], [], None
+        world_size, global_rank, optimizers, lr_scheduler_configs, callbacks, datamodule = 1, 0, [], [], [], None
         strategy = types.SimpleNamespace(all_gather=lambda tensor: tensor)  # one process: Lightning's gathers nothing
 
     callback, module, checkpoint = SafeCheckpoints(), torch.nn.Linear(1, 1), {}

@@ -173,3 +173,32 @@ def test_a_checkpoint_evaluated_on_its_own_logs_at_the_step_its_training_reached
     trainer.test(model, ckpt_path=checkpoint, datamodule=data)
     trainer.fit(model, datamodule=data)
     assert trainer.global_step == 3
+
+
+class PrintEpoch(L.Callback):
+    """A callback of one's own, given when a run starts."""
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_a_resume_without_a_callback_its_run_had_names_it(kept, mnist_dir, tmp_path, caplog):
+    """A resume takes its callbacks from its own command: one the checkpoint's run had and this one lacks is named in
+    one line, with how to give it again; the Trainer's own progress bar and model summary are not callbacks one gives."""
+    import logging
+
+    def trainer(steps: int, *extra: L.Callback) -> L.Trainer:
+        return L.Trainer(max_steps=steps, limit_train_batches=10, limit_val_batches=1, logger=False, enable_model_summary=steps == 2,
+                         callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True), SafeCheckpoints(), *extra],
+                         enable_progress_bar=steps == 2)
+
+    data = MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", batch_size=32)
+    trainer(2, PrintEpoch()).fit(VAE(latent_dim=4, val_num_samples=2), datamodule=data)
+    with caplog.at_level(logging.WARNING, logger="checkpoints.trainer"):
+        trainer(3, *([PrintEpoch()] if kept else [])).fit(VAE(latent_dim=4, val_num_samples=2), datamodule=data,
+                                                          ckpt_path=tmp_path / "last.ckpt")
+    said = [record.getMessage() for record in caplog.records if "callbacks the checkpoint's run had" in record.getMessage()]
+    if kept:
+        assert not said, said
+    else:
+        (line,) = said
+        assert line.startswith("resuming without callbacks the checkpoint's run had: tests.checkpoints.test_resume.PrintEpoch;"), line
+        assert "--trainer.callbacks+=CLASS" in line and "+callbacks.NAME._target_=CLASS" in line

@@ -804,6 +804,25 @@ def test_cli_seed_everything_given_at_test_wins_over_the_checkpoints_test_seed(t
 
 
 @pytest.mark.slow  # runs through the front ends
+def test_a_resume_with_other_settings_keeps_the_runs_earlier_config_file(tmp_path, mnist_dir, monkeypatch):
+    """LightningCLI's config.yaml holds the settings of the run as it goes on; a resume that changes them keeps the file
+    it replaces as config-1.yaml (then config-2.yaml, ...); one with the same settings replaces nothing."""
+    monkeypatch.setenv("DATA_DIR", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)
+    quick = ["--model=VAE", "--model.latent_dim=4", "--data.batch_size=16", "--model.val_num_samples=2", "--trainer.max_epochs=1",
+             "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.enable_progress_bar=false"]
+    launch.cli_app.main(["fit", *quick, "--trainer.max_steps=1"])
+    (run,) = tmp_path.glob("logs/tensorboard/*/version_0")
+    first = (run / "config.yaml").read_text()
+    resume = ["fit", *quick, "--trainer.max_steps=2", f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}"]
+    launch.cli_app.main(resume)
+    assert (run / "config-1.yaml").read_text() == first
+    assert "max_steps: 2" in (run / "config.yaml").read_text()
+    launch.cli_app.main(resume)  # the same settings again
+    assert sorted(p.name for p in run.glob("config*.yaml")) == ["config-1.yaml", "config.yaml"]
+
+
+@pytest.mark.slow  # runs through the front ends
 def test_without_a_logger_nothing_is_written_outside_the_run_directory(tmp_path, mnist_dir, monkeypatch):
     """`--trainer.logger=false` / `~logger`: LightningCLI's config.yaml and the checkpoints go to a run directory under
     logs/ (logs/cli/<run>/<time>-<pid>; Hydra's own run directory), not into the working directory."""
