@@ -281,7 +281,7 @@ def test_fresh_q_gradient_is_the_inclusive_kl_gradient():
 def test_cache_refresh_restarts_a_share_of_the_chains_with_the_predicted_law():
     """With ρ = cache_refresh, the law of the cached states after c steps follows μ_c = (1 − ρ) μ_{c−1} P^L + ρ q P^L
     (μ_1 = q P^L, every chain fresh), exactly, and its fixed point is never further from p(h | x) than q P^L."""
-    num_chains, steps, calls, rho = 10_000, 2, 3, 0.5
+    num_chains, steps, calls, rho = 10_000, 2, 3, 0.25  # (not 0.5: a share kept and its complement alike)
     model = toy_jsa(mis_steps=steps, cache_size=num_chains, cache_refresh=rho)
     x = toy_x()
     with torch.no_grad():
@@ -293,7 +293,7 @@ def test_cache_refresh_restarts_a_share_of_the_chains_with_the_predicted_law():
     for _ in range(calls - 1):
         law = (1 - rho) * law @ kernel + rho * fresh
     persistent = log_q.exp() @ torch.linalg.matrix_power(kernel, calls)  # ρ = 0
-    assert 0.5 * (law - persistent).abs().sum() > 0.05  # the two laws differ: the test tells them apart
+    assert 0.5 * (law - persistent).abs().sum() > 0.04  # the two laws differ: the test tells them apart
 
     torch.manual_seed(1)
     index = torch.arange(num_chains)

@@ -72,6 +72,24 @@ def test_fresh_proposal_weights_normalize_the_fresh_candidates_and_a_row_without
     assert weight[1:].tolist() == [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
 
 
+def test_the_weights_carry_no_gradient_and_mu_is_the_softmax_at_any_offset():
+    """λ (each gradient_states) and μ weight the gradient rows and are not differentiated (no gradient through the
+    sampling, docs/jsa.md): none carries a graph from log p(x, h). μ is a softmax in log space: adding ±1000 to every
+    log p(x, h_j) of a row changes nothing (a ratio of exponentials would be NaN)."""
+    generator = torch.Generator().manual_seed(3)
+    log_target = (torch.randn(4, L + 1, dtype=torch.float64, generator=generator) * 3).requires_grad_()
+    log_proposal = torch.randn(4, L + 1, dtype=torch.float64, generator=generator)
+    chain = mis_chain(log_target.detach(), log_proposal, torch.Generator().manual_seed(4))
+    candidates = torch.arange(L + 1).expand(4, -1).unsqueeze(-1)
+    sample = MISSample(chain.path[:, -1:], chain.path.unsqueeze(-1), chain.accepted, candidates, log_target, log_proposal, chain.path)
+    for states in ("final", "chain", "expected"):
+        assert not candidate_weights(sample, states).requires_grad, states
+    assert not fresh_proposal_weights(log_target, log_proposal).requires_grad
+    exact = (log_target - log_proposal).detach().softmax(1)
+    for offset in (-1000.0, 1000.0):
+        torch.testing.assert_close(fresh_proposal_weights(log_target.detach() + offset, log_proposal), exact)
+
+
 def test_visit_counts():
     path = torch.tensor([[0, 0, 2, 2, 2], [1, 2, 3, 4, 5]])
     assert visit_counts(path, 6).tolist() == [[2, 0, 3, 0, 0, 0], [0, 1, 1, 1, 1, 1]]

@@ -208,6 +208,15 @@ def test_infinite_log_ratios_decide_deterministically():
     assert (chain.index == 1).all() and (chain.accepted == 1).all()
 
 
+def test_a_uniform_of_zero_still_rejects_an_impossible_proposal(monkeypatch):
+    """Accept when log u < log ratio, strictly: a uniform draw of exactly 0 (log u = -inf, one in 2^24 in float32)
+    never takes a proposal of p(x, h) = 0 (log ratio -inf), and takes any other."""
+    real_rand = torch.rand
+    monkeypatch.setattr(torch, "rand", lambda *shape, **kwargs: torch.zeros_like(real_rand(*shape, **kwargs)))
+    chain = mis_chain(torch.tensor([[0.0, -torch.inf, -50.0]]), torch.zeros(1, 3))
+    assert chain.path.tolist() == [[0, 2]] and chain.accepted.tolist() == [1]
+
+
 def test_three_step_chain_matches_hand_derivation():
     """Path, index and accept count equal the ones derived by hand from the known uniforms.
 

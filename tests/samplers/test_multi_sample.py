@@ -125,6 +125,33 @@ def test_vimco_baselines_by_hand():
         vimco_baselines(log_w[:, :1])
 
 
+def test_the_bound_and_the_baselines_are_computed_in_log_space():
+    """L̂ and L̂_{-s} move with every log w: adding ±1000 (weights far beyond float range) adds it to each, where an
+    exponential of the unshifted weights would give inf or 0."""
+    log_w = torch.tensor([[0.0, 1.0, 3.0], [-2.0, 0.5, 0.0]], dtype=torch.float64)
+    for offset in (-1000.0, 1000.0):
+        torch.testing.assert_close(importance_weighted_bound(log_w + offset), importance_weighted_bound(log_w) + offset)
+        torch.testing.assert_close(vimco_baselines(log_w + offset), vimco_baselines(log_w) + offset)
+
+
+def test_vimcos_score_term_is_each_samples_bound_minus_its_baseline():
+    """∂ surrogate / ∂ log q(h_s | x) = (L̂ − L̂_{-s}) − w̃_s (multi_sample.vimco_surrogate): the score term's learning
+    signal with the leave-one-out baseline computed by hand, plus the bound's own gradient through the weights. Both
+    estimators, with and without the baseline, are unbiased: only this pins the baseline in the gradient."""
+    from samplers.multi_sample import vimco_surrogate
+
+    log_joint = torch.tensor([[0.0, 1.0, 3.0], [-2.0, 0.5, 0.0]], dtype=torch.float64)
+    log_proposal = torch.tensor([[-1.0, -0.5, -2.0], [-0.3, -1.2, -0.7]], dtype=torch.float64, requires_grad=True)
+    vimco_surrogate(log_joint, log_proposal).sum().backward()
+    log_w = (log_joint - log_proposal).detach()
+    bound = log_w.exp().mean(1, keepdim=True).log()
+    baseline = torch.empty_like(log_w)
+    for b, s in itertools.product(range(2), range(3)):
+        others = [j for j in range(3) if j != s]
+        baseline[b, s] = torch.log((log_w[b, others].exp().sum() + log_w[b, others].mean().exp()) / 3)
+    torch.testing.assert_close(log_proposal.grad, (bound - baseline) - log_w.softmax(1))
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="num_samples"):
         VIMCO(num_samples=1)
