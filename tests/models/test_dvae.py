@@ -168,3 +168,61 @@ def test_discrete_vae_learns_on_real_mnist(mnist_dir, estimator):
     first, last = train_on_batch(narrow_mlps(DiscreteVAE(estimator=estimator)), x, index, steps=50)
     # -ELBO: ~ 784 log 2 + V log K = 589 nats untrained; 50 Adam steps on one batch get well below 300.
     assert first["loss"] > 450 and last["loss"] < 300, (first["loss"], last["loss"])
+
+
+def test_running_mean_baseline_follows_its_decay():
+    """With decay d = 0.8, after each training step the stored baseline is b_t = d b_{t-1} + (1 - d) f̄_t from b_0 = 0,
+    where f̄_t is the mean over the batch and the S samples of f(h) = log p(x, h) - log q(h | x) of that step's
+    draws (recorded from score_proposals); the loss reported is -f̄_t, its gradient to each log q(h_s | x) is
+    -(f_s - b_{t-1}) / (B S) (the baseline before this step's update), and an eval step leaves b alone."""
+    decay = 0.8
+    model = toy_dvae(control_variate="running_mean", baseline_decay=decay)
+    drawn, proposals = [], []
+    score_proposals = model.score_proposals
+
+    def recording(*args):
+        latent, log_joint, log_proposal = score_proposals(*args)
+        log_proposal.retain_grad()
+        drawn.append((log_joint - log_proposal).detach())
+        proposals.append(log_proposal)
+        return latent, log_joint, log_proposal
+
+    model.score_proposals = recording
+    x = torch.rand(3, 1, 2, 2, generator=torch.Generator().manual_seed(8))
+    torch.manual_seed(9)
+    expected = torch.tensor(0.0)
+    for step in range(3):
+        terms = model.training_loss(x, torch.arange(3))
+        assert drawn[step].shape == (3, model.num_samples)
+        torch.testing.assert_close(terms["loss"], -drawn[step].mean())
+        terms["loss"].backward()
+        torch.testing.assert_close(proposals[step].grad, -(drawn[step] - expected) / drawn[step].numel())
+        expected = decay * expected + (1 - decay) * drawn[step].mean()
+        torch.testing.assert_close(model.baseline_mean, expected)
+        torch.testing.assert_close(terms["baseline"], expected)
+    assert expected.abs() > 1.0  # far enough from the start that d and 1 - d swapped would show
+    model.eval()
+    model.training_loss(x, torch.arange(3))
+    torch.testing.assert_close(model.baseline_mean, expected)
+
+
+def test_gumbel_kl_is_kl_of_q_to_a_skewed_prior():
+    """With a skewed factorized prior p and a skewed q(h | x), the relaxed ELBO's KL term (the decoder's
+    log-likelihood zeroed out) equals KL(q || p) = sum_h q(h) (log q(h) - log p(h)) enumerated over all K^V states,
+    which here differs from KL(p || q)."""
+    model = toy_dvae(estimator="gumbel", prior="factorized")
+    with torch.no_grad():
+        model.prior.logits.copy_(torch.tensor([[2.0, 0.0, -1.0], [-1.5, 1.0, 0.5]]))
+        model.encoder.net[-1].bias.add_(torch.tensor([-1.0, 0.5, 2.0, 1.5, -2.0, 0.0]))
+    model.likelihood.log_prob = lambda x, out: out.new_zeros(out.shape[:2])  # (B, S): only -KL is left
+    x = torch.rand(2, 1, 2, 2, generator=torch.Generator().manual_seed(10))
+    log_q = model.posterior(x)
+    states = torch.tensor(list(itertools.product(range(3), repeat=2)))  # all 9 latent states
+    log_q_states = categorical_log_prob(log_q, states.expand(2, -1, -1))  # (B, 9)
+    log_p_states = model.prior.log_prob(states)  # (9,)
+    kl_q_p = (log_q_states.exp() * (log_q_states - log_p_states)).sum(-1)
+    kl_p_q = (log_p_states.exp() * (log_p_states - log_q_states)).sum(-1)
+    assert (kl_q_p - kl_p_q).abs().min() > 0.1
+    loss, elbo = model.gumbel_loss(x, log_q)
+    torch.testing.assert_close(elbo, -kl_q_p)
+    torch.testing.assert_close(loss, kl_q_p.mean())

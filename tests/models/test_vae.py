@@ -97,3 +97,31 @@ def test_a_test_seed_outside_numpys_range_is_refused_when_the_model_is_built(tes
     """Not after training, when the test stage would first seed with it (torch's and numpy's OverflowError)."""
     with pytest.raises(ValueError, match=r"^test_seed(=True: expected an integer| must be an integer in \[0, 4294967295\] \(numpy's seed range\), got )"):
         VAE(test_seed=test_seed)
+
+
+def test_training_loss_is_the_reparameterized_elbo_with_the_closed_form_kl():
+    """On a tiny VAE: the decoded z equals mu + sigma * eps for the same eps (seeded draw), `kl` equals
+    torch.distributions' KL(N(mu, sigma) || N(0, 1)) summed over latents, `recon` is -log p(x | z) and
+    `loss` their sum, all from the encoder's own mu and log sigma^2."""
+    torch.manual_seed(0)
+    model = narrow_mlps(VAE(data_shape=(1, 2, 2), latent_dim=3, likelihood="gaussian"), width=8)
+    with torch.no_grad():  # mu far from 0 and sigma far from 1, so each part of z and of the KL shows
+        model.encoder.net[-1].bias.copy_(torch.tensor([1.0, -0.8, 0.5, 1.2, -1.5, 0.9]))
+    x = torch.rand(4, 1, 2, 2, generator=torch.Generator().manual_seed(1))
+    mean, log_var = model.posterior(x)
+    assert log_var.abs().min() > 0.2 and mean.abs().min() > 0.1
+    decoded = []
+    model.decoder.register_forward_hook(lambda module, args, out: decoded.append(args[0].detach()))
+    torch.manual_seed(7)
+    eps = torch.randn_like(mean)
+    torch.manual_seed(7)
+    terms = model.training_loss(x, torch.arange(4))
+
+    sigma = torch.exp(0.5 * log_var)
+    torch.testing.assert_close(decoded[0], mean + sigma * eps)
+    posterior, prior = torch.distributions.Normal(mean, sigma), torch.distributions.Normal(0.0, 1.0)
+    kl = torch.distributions.kl_divergence(posterior, prior).sum(-1)
+    torch.testing.assert_close(terms["kl"], kl.mean())
+    recon = -model.likelihood.log_prob(x, model.decoder(mean + sigma * eps)).mean()
+    torch.testing.assert_close(terms["recon"], recon)
+    torch.testing.assert_close(terms["loss"], kl.mean() + recon)

@@ -259,3 +259,36 @@ def test_code_counts_is_bincount_without_the_host_sync() -> None:
     assert counts.dtype == torch.float32 and counts.shape == (10,)
     assert torch.equal(counts, torch.bincount(codes.flatten(), minlength=10).float())
     assert counts[7:].eq(0).all() and counts.sum() == codes.numel()
+
+
+def test_total_loss_gradients_put_beta_on_the_commitment_term() -> None:
+    """Without EMA, the gradients of the total loss L = ||sg[z_e] - e||^2 + beta ||z_e - sg[e]||^2 (means over the
+    n elements) are dL/dz_e = beta 2 (z_e - e) / n and dL/de_k = sum_{i -> k} 2 (e_k - z_i) / n: the two terms have
+    equal values, so only the gradients tell which one beta weighs."""
+    beta = 0.4
+    quantizer = _quantizer(num_codes=8, beta=beta)
+    z_e = torch.randn(2, 3, 4, 4, requires_grad=True)
+    out = quantizer(z_e)
+    grad_z, grad_e = torch.autograd.grad(out.loss, [z_e, quantizer.codebook])
+
+    flat, codes = _channels_last(z_e.detach(), 1), out.codes.reshape(-1)
+    codebook, numel = quantizer.codebook.detach(), z_e.numel()
+    torch.testing.assert_close(grad_z, beta * 2 * (z_e.detach() - quantizer.lookup(out.codes).detach()) / numel)
+    expected = torch.zeros_like(codebook).index_add_(0, codes, 2 * (codebook[codes] - flat) / numel)
+    assert expected.abs().sum() > 0
+    torch.testing.assert_close(grad_e, expected)
+
+
+def test_usage_without_ema_follows_its_decay() -> None:
+    """Without EMA, after each training forward the usage is u <- d u + (1 - d) n (n: this batch's code counts,
+    from a brute-force nearest code) from u = 1, with d = 0.8 (not 0.5, where d and 1 - d coincide)."""
+    decay = 0.8
+    quantizer = _quantizer(num_codes=6, code_dim=2, decay=decay)
+    usage = torch.ones(6)
+    for step in range(3):
+        z = torch.randn(1, 20, 2, generator=torch.Generator().manual_seed(step))
+        quantizer(z, channel_dim=-1)
+        nearest = torch.cdist(z[0], quantizer.codebook.detach()).argmin(1)
+        usage = decay * usage + (1 - decay) * torch.bincount(nearest, minlength=6).float()
+        torch.testing.assert_close(quantizer.usage, usage)
+    assert (usage - 1).abs().max() > 1  # far from the start: d and 1 - d swapped would differ
