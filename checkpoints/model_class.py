@@ -6,13 +6,14 @@ the command that resumes it with the right model; the data module's class likewi
 from __future__ import annotations
 
 import os
+import pkgutil
 import types
 from typing import Any, Callable
 
 from checkpoints.errors import CheckpointError
 from checkpoints.loader import check_fits, load_checkpoint_file
 from checkpoints.resume_command import resume_command
-from common.registry import LIGHTNING_INSTANTIATOR, TRUST_VARIABLE, qualified_name, registered
+from common.registry import LIGHTNING_INSTANTIATOR, TRUST_VARIABLE, is_trusted, qualified_name, registered
 from common.signatures import constructor_defaults
 
 
@@ -61,17 +62,40 @@ def check_model_class(checkpoint: dict[str, Any], cls: type, ckpt_path: Any = No
         raise CheckpointError(f"{written}; load it with {name}.load_from_checkpoint")
     verb = "resume" if subcommand == "fit" else subcommand
     if written_by is None:  # a class of one's own (its package trusted, or the loader would have refused the file)
-        raise CheckpointError(f"{written}, a class of your own: {verb} it with that class, "
-                              f"python train.py {subcommand} --model={found} --ckpt_path={ckpt_path or 'PATH'} (Hydra: "
-                              f"model=<the config of the model it extends> model._target_={found}; its package in {TRUST_VARIABLE})")
-    # The Hydra config of the model that wrote it; a property (DiscreteVAE: dvae or dvae_gumbel) of its settings, read
-    # from the checkpoint's (a setting not recorded is the class's default)
-    config_name = written_by.config_name
+        from hydra.core.hydra_config import HydraConfig
+
+        extended = extended_model(found)
+        config = config_name_of(extended, checkpoint) if extended else "<the config of the model it extends>"
+        hydra = f"python train.py model={config} model._target_={found} ckpt_path={ckpt_path or 'PATH'}"
+        cli = f"python train.py {subcommand} --model={found} --ckpt_path={ckpt_path or 'PATH'}"
+        first, other = (hydra, f"LightningCLI: {cli}") if HydraConfig.initialized() else (cli, f"Hydra: {hydra}")
+        raise CheckpointError(f"{written}, a class of your own: {verb} it with that class, {first} ({other}; its package "
+                              f"in {TRUST_VARIABLE})")
+    command = resume_command(ckpt_path or "PATH", name, config_name_of(written_by, checkpoint), subcommand)
+    raise CheckpointError(f"{written}: {verb} it with the model that wrote it: {command} (in Python: {name}.load_from_checkpoint)")
+
+
+def config_name_of(model: type, checkpoint: dict[str, Any]) -> str:
+    """The Hydra config of the collection's `model`; a property (DiscreteVAE: dvae or dvae_gumbel) of its settings, read
+    from the checkpoint's (a setting not recorded is the class's default)."""
+    config_name = model.config_name
     if isinstance(config_name, property):
-        settings = {**constructor_defaults(written_by), **(checkpoint.get("hyper_parameters") or {})}
+        settings = {**constructor_defaults(model), **(checkpoint.get("hyper_parameters") or {})}
         config_name = config_name.fget(types.SimpleNamespace(**settings))
-    raise CheckpointError(f"{written}: {verb} it with the model that wrote it: "
-                          f"{resume_command(ckpt_path or 'PATH', name, config_name, subcommand)} (in Python: {name}.load_from_checkpoint)")
+    return config_name
+
+
+def extended_model(path: str) -> type | None:
+    """The collection's model class that the class at `path`, one of the user's own packages (LATENT_ZOO_TRUST),
+    extends; None where it is not importable, not trusted or extends none."""
+    if not is_trusted(path):
+        return None
+    try:
+        cls = pkgutil.resolve_name(path)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    ours = set(registered("model"))
+    return next((base for base in getattr(cls, "__mro__", ()) if base in ours), None)
 
 
 def check_data_class(checkpoint: dict[str, Any], datamodule: Any, ckpt_path: Any, cli: bool) -> None:

@@ -273,7 +273,8 @@ def check_class_name(given: str, group: str, name: str) -> None:
     path (one's own class) or a mapping is left to jsonargparse. `given`: the option as the refusal names it."""
     names = sorted({path.rsplit(".", 1)[-1] for path in config_targets(group).values()})
     if name not in names and "." not in name and not name.lstrip().startswith("{"):
-        raise EarlyRefusal(f"{given} is not one of {', '.join(names)}{did_you_mean(name, names)}")
+        raise EarlyRefusal(f"{given} is not one of {', '.join(names)}{did_you_mean(name, names)} (a class of your own goes "
+                           f"by its dotted path: mypkg.mymodule.{name})")
 
 
 def check_help_class(argv: list[str]) -> None:

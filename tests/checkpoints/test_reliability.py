@@ -84,22 +84,42 @@ def test_another_models_checkpoint_is_resumed_with_the_config_its_settings_chose
         check_model_class(checkpoint, JSA, "last.ckpt")
 
 
-def test_a_checkpoint_of_classes_of_ones_own_names_the_command_with_those_classes():
+def test_a_checkpoint_of_classes_of_ones_own_names_the_command_with_those_classes(monkeypatch, tmp_path):
     """A class of one's own is no config choice or short name: the refusal gives its full path, in each front end's
-    spelling."""
+    spelling, the front end that runs first; in Hydra's, the config of the collection's model it extends where its
+    package is trusted (else a placeholder)."""
     import re
+
+    from hydra.core.hydra_config import HydraConfig
 
     from checkpoints.errors import CheckpointError
     from checkpoints.model_class import check_data_class, check_model_class
 
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # LightningCLI's command first
     checkpoint = {"model_class": "mypkg.mymodel.MyVAE", "data_class": "mypkg.data.InvertedMNIST"}
     with pytest.raises(CheckpointError, match=re.escape("test it with that class, python train.py test --model=mypkg.mymodel.MyVAE "
-                                                        "--ckpt_path=x.ckpt (Hydra: model=<the config of the model it extends> "
-                                                        "model._target_=mypkg.mymodel.MyVAE; ")):
+                                                        "--ckpt_path=x.ckpt (Hydra: python train.py model=<the config of the model it "
+                                                        "extends> model._target_=mypkg.mymodel.MyVAE ckpt_path=x.ckpt; ")):
         check_model_class(checkpoint, VAE, "x.ckpt", "test")
     for cli, choice in ((True, "give --data=mypkg.data.InvertedMNIST"), (False, "give data._target_=mypkg.data.InvertedMNIST")):
         with pytest.raises(CheckpointError, match=re.escape(choice)):
             check_data_class(checkpoint, MNISTDataModule(), "x.ckpt", cli=cli)
+
+    (tmp_path / "ownpkg").mkdir()
+    (tmp_path / "ownpkg" / "__init__.py").write_text("from models import DiscreteVAE\n\nclass MyDVAE(DiscreteVAE):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("LATENT_ZOO_TRUST", "ownpkg")
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", HydraConfig.instance().cfg)  # restored after the compose below
+    composed(["model=jsa"])
+    own = {"model_class": "ownpkg.MyDVAE", "hyper_parameters": {"estimator": "gumbel"}}
+    with pytest.raises(CheckpointError, match=re.escape("resume it with that class, python train.py model=dvae_gumbel "
+                                                        "model._target_=ownpkg.MyDVAE ckpt_path=x.ckpt (LightningCLI: python "
+                                                        "train.py fit --model=ownpkg.MyDVAE --ckpt_path=x.ckpt;")):
+        check_model_class(own, VAE, "x.ckpt")
+    (tmp_path / "strangerpkg.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\nfrom ownpkg import MyDVAE\n")
+    with pytest.raises(CheckpointError, match=re.escape("model=<the config of the model it extends> model._target_=strangerpkg")):
+        check_model_class({"model_class": "strangerpkg.MyDVAE"}, VAE, "x.ckpt")  # not trusted: never imported
+    assert not (tmp_path / "imported").exists()
 
 
 @pytest.mark.slow  # three runs through the Hydra front end

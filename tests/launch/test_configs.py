@@ -444,7 +444,9 @@ def test_the_cli_names_a_wrong_option_as_given_in_one_line():
               "          Expected a <class 'int'>. Got value: ten\n    - Expected a <class 'NoneType'>\n  Given value type: x")
     assert launch.cli_app._one_line(report, ["fit", "--model.mis_steps=ten"]) == "--model.mis_steps: Expected a <class 'int'>. Got value: ten"
     # an unknown class name: the early check's line, which the parser's report gives way to
-    assert launch.checks.early.refuse_early(["fit", "--model=Nope"], cli=True) == f"--model=Nope is not one of {', '.join(MODEL_CLASSES)}"
+    assert launch.checks.early.refuse_early(["fit", "--model=Nope"], cli=True) == (f"--model=Nope is not one of {', '.join(MODEL_CLASSES)} "
+                                                                                 "(a class of your own goes by its dotted path: "
+                                                                                 "mypkg.mymodule.Nope)")
     assert launch.cli_app._one_line("unrecognized arguments: --foo=1", []) == "unrecognized arguments: --foo=1"
     # the other types an option takes are no reason beside the one that is
     report = ('Parser key "trainer.logger":\n  Does not validate against any of the Union subtypes\n  Errors:\n'
