@@ -153,6 +153,13 @@ def composition_error(error: Exception, job: list[str], argv: list[str], swept: 
     value, else Hydra's first line."""
     text = str(error).strip()
     hydras_line = " ".join(text.split("\n\n")[0].split()) if text else type(error).__name__
+    missing = re.match(r"In '([^']+)': Could not find '([^']+)/([^']+)'", text)
+    if missing and missing[1] != "train":  # a config's defaults entry (the command line's choices are checked before)
+        options = re.findall(r"^\t(\S+)$", text.split("Config search path")[0], re.M)
+        where = next((path for folder in (CONFIGS, *hydra_folders(argv)) if (path := folder / f"{missing[1]}.yaml").is_file()),
+                     missing[1])
+        return (f"{where}: its defaults list names {missing[2]}/{missing[3]}, which does not exist; expected one of "
+                f"{', '.join(options)}{did_you_mean(missing[3], options)}")
     found = re.match(r"Could not (override|append to config. An item is already at) '([^']+)'", text)
     appended = bool(found) and found[1] != "override"
     key = found and (found[2] if appended else getattr(error.__cause__, "full_key", None))

@@ -284,6 +284,12 @@ def test_the_configs_of_a_config_dir_are_choices_of_their_groups(tmp_path):
     (tmp_path / "model" / "own.yaml").write_text("_target_: mypkg.MyModel\nnum_samples: 3\n")
     refusal = refuse_early(["--config-dir", str(tmp_path), "model=own", "model.num_sample=2"], cli=False)
     says(refusal, f"model.num_sample: {tmp_path / 'model' / 'own.yaml'} has no such key; did you mean model.num_samples?")
+    # a defaults entry of one's own config that names no config: the file, the entry, the choices
+    (tmp_path / "model" / "extends.yaml").write_text("# @package _global_\ndefaults:\n  - /model_defaults@model: VAEE\n"
+                                                     "  - _self_\nmodel:\n  _target_: models.VAE\n")
+    refusal = refuse_early(["--config-dir", str(tmp_path), "model=extends"], cli=False)
+    says(refusal, f"{tmp_path / 'model' / 'extends.yaml'}: its defaults list names model_defaults/VAEE", "one of DiscreteVAE, JSA",
+         "did you mean VAE?")
 
 
 def test_the_classes_a_config_file_chooses_hold_where_it_stands_on_the_command_line(tmp_path):
