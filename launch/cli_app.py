@@ -301,7 +301,9 @@ def _no_class(message: str, args: list[str]) -> str | None:
     if found is None or option is None:
         return None
     given = any(value == found[1] for _, value in option_values(args))
-    named = f"{option}={found[1]}{'' if given else ' (named by the checkpoint or a config file)'}"
+    file = None if given else naming_file(args, found[1])
+    named = f"{file}: {option[2:]}: {found[1]}" if file else \
+        f"{option}={found[1]}{'' if given else ' (named by the checkpoint or a config file)'}"
     missing = re.search(r"No module named '([\w.]+)'", message)
     no_attribute = re.search(r"module '[\w.]+' has no attribute '\w+'", message)
     if "dot import path string" in message:
@@ -309,6 +311,14 @@ def _no_class(message: str, args: list[str]) -> str | None:
     if missing and missing[1] == found[1].split(".")[0]:
         return f"{named}: no module named '{missing[1]}'; {IMPORTABLE_HINT}"
     return f"{named}: {no_attribute[0]}{closest_in_module(found[1])}" if no_attribute else None
+
+
+def naming_file(args: list[str], value: str) -> str | None:
+    """`--config=FILE` for the last of the command line's -c files that gives `value`, else None."""
+    argv = args if args[:1] and args[0] in SUBCOMMANDS else ["fit", *args]
+    files = [value_ for option, value_ in cli_options(argv) if option == "--config" and value_ and Path(value_).is_file()]
+    return next((f"--config={path}" for path in reversed(files)
+                 if value in ((text or '').strip('"') for _, text in given_settings(composed(Path(path), f"config file {path}")))), None)
 
 
 def _given_in_files(args: list[str], group: str) -> set[str]:

@@ -5,6 +5,7 @@ refusal (SettingsError and its kinds), a model's or data module's settings built
 from __future__ import annotations
 
 import dataclasses
+import pkgutil
 import re
 from typing import Any
 
@@ -25,13 +26,22 @@ class EarlyRefusal(SettingsError):
 
 def closest_in_module(path: str) -> str:
     """'; did you mean mypkg.mymodel.MyVAE?' for a class path whose module imports but holds no such name, from the
-    module's public classes; '' otherwise. Called on a module already imported (it is trusted)."""
+    module's public classes, or whose package imports but holds no such module (mypkg.mymodl.MyVAE), from its
+    modules; '' otherwise. Called on a package already imported (it is trusted)."""
     import importlib
     import inspect
 
     module, _, name = path.rpartition(".")
     try:
         classes = [f"{module}.{n}" for n, v in vars(importlib.import_module(module)).items() if inspect.isclass(v) and not n.startswith("_")]
+    except ModuleNotFoundError:
+        package, _, _ = module.rpartition(".")
+        try:
+            found = importlib.import_module(package) if package else None
+        except (ImportError, ValueError):
+            return ""
+        modules = [f"{package}.{info.name}.{name}" for info in pkgutil.iter_modules(getattr(found, "__path__", []))]
+        return did_you_mean(path, modules)
     except (ImportError, ValueError):
         return ""
     return did_you_mean(path, classes)

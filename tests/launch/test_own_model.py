@@ -166,3 +166,19 @@ def test_run_test_with_an_untrusted_class_of_ones_own_is_refused_before_training
     assert not list((tmp_path / "logs").rglob("*.ckpt")) and not (tmp_path / "logs" / "tensorboard").exists()
     monkeypatch.setenv("LATENT_ZOO_TRUST", "tests")
     assert "test/nll" in launch.hydra_app.run(composed(overrides))
+
+
+def test_a_class_path_with_a_module_typo_names_its_file_and_the_closest_module(capsys, tmp_path, monkeypatch):
+    """`class_path: ownzoo.mymodl.MyVAE` in one's own -c file (the package trusted, the module misspelt): one line naming
+    the file and the key, with the path of the closest module of the package that holds the class."""
+    from tests.conftest import refused
+
+    (tmp_path / "ownzoo").mkdir()
+    (tmp_path / "ownzoo" / "__init__.py").write_text("")
+    (tmp_path / "ownzoo" / "mymodel.py").write_text("from models import VAE\n\n\nclass MyVAE(VAE):\n    pass\n")
+    (tmp_path / "my.yaml").write_text("model:\n  class_path: ownzoo.mymodl.MyVAE\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("LATENT_ZOO_TRUST", "ownzoo")
+    line = refused(capsys, cli=["fit", "-c", str(tmp_path / "my.yaml"), f"--log_dir={tmp_path}"])
+    assert line.startswith(f"error: --config={tmp_path / 'my.yaml'}: model: ownzoo.mymodl.MyVAE: "), line
+    assert line.split(": ", 4)[-1].startswith("module 'ownzoo' has no attribute 'mymodl'; did you mean ownzoo.mymodel.MyVAE?"), line
