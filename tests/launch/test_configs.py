@@ -391,6 +391,7 @@ def test_a_refused_run_leaves_no_hydra_directory_behind(tmp_path, monkeypatch):
     assert not (tmp_path / "logs" / "hydra" / "multirun").exists()
 
 
+@pytest.mark.slow  # starts train.py
 def test_a_run_stopped_by_a_nan_keeps_its_hydra_directory_beside_its_run(tmp_path, mnist_dir):
     from tests import preloaded
 
