@@ -1,9 +1,9 @@
 """What a Trainer runs so that its checkpoints are written whole and restored checked, whichever script builds it
 (train.py's runs get it from launch/run_builder.py; your own script: `Trainer(callbacks=[SafeCheckpoints()])`).
-* `SafeCheckpoints`: a checkpoint names its model, data, optimizer and scheduler classes and holds every rank's random
-  state; a fresh run seeds each DDP rank seed + rank; a resume restores optimizer states only into optimizers they fit
-  (`check_optimizers`), then sets each optimizer and scheduler setting to this run's value, logging each change
-  (common/resumed_optimizers.py).
+* `SafeCheckpoints`: a checkpoint names its model, data, optimizer, scheduler and callback classes and holds every
+  rank's random state; a fresh run seeds each DDP rank seed + rank; a resume restores optimizer states only into
+  optimizers they fit (`check_optimizers`), then sets each optimizer and scheduler setting to this run's value, logging
+  each change (common/resumed_optimizers.py), and names the callbacks it runs without (`check_callbacks`).
 * `AtomicCheckpointIO`, the I/O plugin it installs unless the user gave one: atomic checksummed writes, removals of
   checkpoint files only (never a directory or a link), the checked read (checkpoints/loader.py), and what it restores
   held to the trainer (`check_restored`) instead of a traceback deep in Lightning or training on a wrong state.

@@ -313,19 +313,26 @@ def _no_class(message: str, args: list[str]) -> str | None:
     return f"{named}: {no_attribute[0]}{closest_in_module(found[1])}" if no_attribute else None
 
 
+def config_files(args: list[str]) -> list[Path]:
+    """The command line's -c files that exist."""
+    argv = args if args[:1] and args[0] in SUBCOMMANDS else ["fit", *args]
+    return [Path(value) for option, value in cli_options(argv) if option == "--config" and value and Path(value).is_file()]
+
+
+def file_settings(path: Path) -> list[tuple[str, str | None]]:
+    """A -c file's settings, read as the check before parsing reads them."""
+    return given_settings(composed(path, f"config file {path}"))
+
+
 def naming_file(args: list[str], value: str) -> str | None:
     """`--config=FILE` for the last of the command line's -c files that gives `value`, else None."""
-    argv = args if args[:1] and args[0] in SUBCOMMANDS else ["fit", *args]
-    files = [value_ for option, value_ in cli_options(argv) if option == "--config" and value_ and Path(value_).is_file()]
-    return next((f"--config={path}" for path in reversed(files)
-                 if value in ((text or '').strip('"') for _, text in given_settings(composed(Path(path), f"config file {path}")))), None)
+    return next((f"--config={path}" for path in reversed(config_files(args))
+                 if value in ((text or "").strip('"') for _, text in file_settings(path))), None)
 
 
 def _given_in_files(args: list[str], group: str) -> set[str]:
-    """The settings of `group` the command line's -c files set (read as the check before parsing read them)."""
-    argv = args if args[:1] and args[0] in SUBCOMMANDS else ["fit", *args]
-    files = [Path(value) for option, value in cli_options(argv) if option == "--config" and value and Path(value).is_file()]
-    keys = [setting_key(f"--{key}") for path in files for key, _ in given_settings(composed(path, f"config file {path}"))]
+    """The settings of `group` the command line's -c files set."""
+    keys = [setting_key(f"--{key}") for path in config_files(args) for key, _ in file_settings(path)]
     return {key[len(group) + 1:].split(".")[0] for key in keys if key.startswith(f"{group}.")}
 
 
