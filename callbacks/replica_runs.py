@@ -111,7 +111,7 @@ class ReplicaRuns(L.Callback):
             model = pl_module.settings[r]
             single = replica_checkpoint(checkpoint, r, pl_module.replica_state_dict(r), dict(model.hparams),
                                         dict(trainer.datamodule.replicas[r].hparams))
-            stamp_classes(single, type(model), trainer.datamodule.replicas[r])
+            stamp_classes(single, model, trainer.datamodule.replicas[r])
             directory = Path(logger.log_dir) / "checkpoints"
             save_checkpoint_file(single, directory / "last.ckpt")
             if isinstance(logger, RUN_LOGGERS):

@@ -17,11 +17,12 @@ from common.registry import LIGHTNING_INSTANTIATOR, TRUST_VARIABLE, is_trusted, 
 from common.signatures import constructor_defaults
 
 
-def stamp_classes(checkpoint: dict[str, Any], model_class: type, datamodule: Any) -> None:
+def stamp_classes(checkpoint: dict[str, Any], module: Any, datamodule: Any) -> None:
     """The checkpoint names the class that wrote it, the way LightningCLI does, so that `python train.py test
     --ckpt_path=...` and `load_from_checkpoint` rebuild it from any checkpoint, whichever front end wrote it; and the
-    data module it was trained on: the one a replicated process wraps (ReplicaData's `data_class`), as a single run of
-    the replica would name it."""
+    data module it was trained on. A replicated process names what it wraps (its `model_class`, ReplicaData's
+    `data_class`), as a single run of the replica would."""
+    model_class = getattr(module, "model_class", type(module))
     checkpoint["model_class"] = qualified_name(model_class)
     hparams = checkpoint.setdefault("hyper_parameters", {})
     hparams.setdefault("_class_path", qualified_name(model_class))
@@ -88,14 +89,11 @@ def config_name_of(model: type, checkpoint: dict[str, Any]) -> str:
 def extended_model(path: str) -> type | None:
     """The collection's model class that the class at `path`, one of the user's own packages (LATENT_ZOO_TRUST),
     extends; None where it is not importable, not trusted or extends none."""
-    if not is_trusted(path):
-        return None
     try:
-        cls = pkgutil.resolve_name(path)
+        cls = pkgutil.resolve_name(path) if is_trusted(path) else None
     except (ImportError, AttributeError, ValueError):
         return None
-    ours = set(registered("model"))
-    return next((base for base in getattr(cls, "__mro__", ()) if base in ours), None)
+    return next((base for base in getattr(cls, "__mro__", ()) if base in set(registered("model"))), None)
 
 
 def check_data_class(checkpoint: dict[str, Any], datamodule: Any, ckpt_path: Any, cli: bool) -> None:

@@ -48,8 +48,7 @@ class SafeCheckpoints(L.Callback):
             trainer.strategy.checkpoint_io.trainer = trainer
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
-        # the model class: a replicated process's too (its `model_class`)
-        stamp_classes(checkpoint, getattr(pl_module, "model_class", type(pl_module)), trainer.datamodule)
+        stamp_classes(checkpoint, pl_module, trainer.datamodule)
         resume_inside_the_epoch(checkpoint)  # one written where trainer.max_steps stopped: the epoch's rest still to train
         checkpoint["optimizer_classes"] = class_names(trainer.optimizers)
         checkpoint["lr_scheduler_classes"] = class_names(config.scheduler for config in trainer.lr_scheduler_configs)
@@ -121,8 +120,8 @@ def check_callbacks(checkpoint: dict[str, Any], trainer: L.Trainer) -> None:
         if (checkpoint.get("callbacks") or {}).get(key) and key not in given:
             raise CheckpointError(f"checkpoint {trainer.ckpt_path} holds what its run's {key} callback collected, and this "
                                   f"run has no {key}: resume with it ({how}), or it is lost")
-    saved = [name for name in checkpoint.get("callback_classes") or [] if isinstance(name, str)]  # names, never imported
-    left_out = sorted({name for name in saved if not name.startswith(TRAINERS_OWN_CALLBACKS)} - set(class_names(trainer.callbacks)))
+    left_out = sorted({name for name in checkpoint.get("callback_classes") or []  # names, never imported
+                       if isinstance(name, str) and not name.startswith(TRAINERS_OWN_CALLBACKS)} - set(class_names(trainer.callbacks)))
     if left_out and trainer.is_global_zero:
         log.warning("resuming without callbacks the checkpoint's run had: %s; give them again to keep them (Hydra: "
                     "+callbacks.NAME._target_=CLASS; LightningCLI: --trainer.callbacks+=CLASS, or the run's own "
@@ -184,8 +183,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         if self.trainer is not None and "model_class" not in checkpoint:  # a weights-only save: no on_save_checkpoint
-            module = self.trainer.lightning_module
-            stamp_classes(checkpoint, getattr(module, "model_class", type(module)), self.trainer.datamodule)
+            stamp_classes(checkpoint, self.trainer.lightning_module, self.trainer.datamodule)
         if "://" in str(path):  # object storage: its uploads are atomic already
             return super().save_checkpoint(checkpoint, path, storage_options)
         save_checkpoint_file(checkpoint, path)

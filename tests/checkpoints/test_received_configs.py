@@ -69,7 +69,7 @@ def checkpoint_with_optimizer(path: Path, wrapped: bool) -> None:
 
     model = JSA()
     checkpoint = {"state_dict": model.state_dict(), "pytorch-lightning_version": "2.6.6", "hyper_parameters": dict(model.hparams)}
-    stamp_classes(checkpoint, JSA, None)  # names the class and Lightning's instantiator, as a real checkpoint does
+    stamp_classes(checkpoint, model, None)  # names the class and Lightning's instantiator, as a real checkpoint does
     hparams = checkpoint["hyper_parameters"]
     if wrapped:
         checkpoint["hyper_parameters"] = {"class_path": "models.JSA", "init_args": {**hparams, "optimizer": "strangers_module.make"}}
