@@ -93,6 +93,13 @@ def _is_random_state(value: Mapping) -> bool:
             and value["cpu"].numel() == torch.get_rng_state().numel())
 
 
+def _torch_format(path: str | os.PathLike) -> bool:
+    """Whether the file begins as torch.save's files do: a zip archive, or (its legacy format) a pickle."""
+    with open(path, "rb") as file:  # (a regular file: verify_checkpoint_file)
+        start = file.read(2)
+    return start == b"PK" or start[:1] == b"\x80"
+
+
 def _kind_of(tensor: torch.Tensor) -> str:
     return "floats" if tensor.is_floating_point() else "truth values" if tensor.dtype == torch.bool else "integers"
 
@@ -140,10 +147,12 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu", tru
             # torch's weights_only refusal wraps the real reason in advice about weights_only that does not apply here
             # (and torch's reader follows its reason with advice in more sentences): the first sentence, whole
             reason = " ".join(str(error).rsplit("WeightsUnpickler error:", 1)[-1].split()).split(". ")[0].rstrip(".")
+            reason = reason.split(" Check the documentation of torch.load")[0]
             reason = (reason if len(reason) <= 200 else reason[:200].rsplit(" ", 1)[0] + " ...") or type(error).__name__
-            raise CheckpointError(f"checkpoint {name} is not a readable checkpoint ({type(error).__name__}: {reason}); it is "
-                                  "truncated, was not written by torch.save, or holds objects other than tensors and plain "
-                                  "values (which are never unpickled: they could run code)") from None
+            why = ("it is truncated, was not written by torch.save, or holds objects other than tensors and plain values "
+                   "(which are never unpickled: they could run code)") if stream or _torch_format(path) else \
+                "it is not a file torch.save wrote (a checkpoint is a run's checkpoints/*.ckpt)"
+            raise CheckpointError(f"checkpoint {name} is not a readable checkpoint ({type(error).__name__}: {reason}); {why}") from None
     if stream:
         path.seek(start)
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:

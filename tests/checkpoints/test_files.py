@@ -79,8 +79,9 @@ def test_stale_temporaries_of_dead_processes_are_removed(tmp_path):
     (None, "does not exist"),
     ("directory", "is a directory .*e.g. .*checkpoints/last.ckpt"),
     (b"", "is empty"),
-    (b"not a checkpoint at all" * 10, "is not a readable checkpoint"),
-    ("truncated", "is not a readable checkpoint"),
+    (b"lr: 0.001\nlatent_dim: 32\n", r"is not a readable checkpoint \(UnpicklingError: Unsupported operand \d+\); it is not a "
+                                    r"file torch.save wrote \(a checkpoint is a run's checkpoints/\*.ckpt\)$"),  # hparams.yaml
+    ("truncated", "is not a readable checkpoint .*; it is truncated, was not written by torch.save"),
     ("no_state", "holds no model state"),
 ])
 def test_unusable_checkpoints_are_one_clear_error_naming_the_file(tmp_path, content, message):
