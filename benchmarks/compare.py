@@ -16,6 +16,7 @@ import io
 import math
 import os
 import re
+import signal
 import statistics
 import textwrap
 import time
@@ -44,6 +45,7 @@ BOUND_MODELS = {"VQVAE"}  # whose nll is an upper bound (under its prior), not a
 # reconstructs every image as the same blurred average digit, a figure that tells a reader nothing.
 MIN_STEPS_FOR_RECONSTRUCTIONS = 1000
 TEST_TAGS = ("test/", "hp/test_")  # logged by a test, at the number of steps trained
+STOP_TAG = "run/stopped_by_signal"  # the signal's number, at the steps trained (callbacks/guards/preemption.py)
 VERSION_PREFIXES = ("version_", "slurm_job_")  # a run's version directory (TensorBoardLogger's, a SLURM job's)
 JOB_FILE = "hydra_job.yaml"  # <run>/hydra_job.yaml: the Hydra job that made the run (sweep_dir: its multirun's directory)
 STUDY_FILE = "optimization_results.yaml"  # <sweep dir>/...: Hydra's Optuna sweeper writes the best trial's settings there
@@ -83,8 +85,20 @@ class Run:
         """The training steps it took, 0 if it logged none: Lightning logs a training or validation value at the 0-based
         index of the step just taken, a test's at the number of steps trained (train/loss only every
         trainer.log_every_n_steps: never in a run shorter than that)."""
-        return max((step + (not tag.startswith(TEST_TAGS)) for tag, values in self.scalars.items() if tag != "epoch"
+        return max((step + (not tag.startswith(TEST_TAGS)) for tag, values in self.scalars.items() if tag not in ("epoch", STOP_TAG)
                     for _, step, _ in values), default=0)
+
+    @property
+    def stopped_by(self) -> tuple[str, int] | None:
+        """(signal name, step) where a SIGTERM or Ctrl-C stopped its training (callbacks/guards/preemption.py logs
+        `run/stopped_by_signal` at the steps taken) and no training or validation was logged after it (a resume)."""
+        stops = self.scalars.get(STOP_TAG, [])
+        fit_steps = [step for tag, values in self.scalars.items() if tag.startswith(("train/", "val/"))
+                     for _, step, _ in values]  # logged at the 0-based index of the step just taken
+        if not stops or max(fit_steps, default=-1) >= stops[-1][1]:
+            return None
+        _, step, number = stops[-1]
+        return (signal.Signals(int(number)).name if int(number) in signal.valid_signals() else f"signal {number:g}"), step
 
     def ranked_nll(self) -> tuple[str, float] | None:
         """(split, NLL) where the run has an estimate to rank by (the test one, else the last validation), None for a
@@ -509,11 +523,11 @@ def table_row(run: Run) -> dict[str, str]:
         "nll (nats)": ("≤ " if model in BOUND_MODELS and nll is not None else "") + _fmt(nll) + mark,
         "S": eval_samples(run, stage),
         "nll, uniform prior": "—" if uniform_bound is None else f"≤ {_fmt(uniform_bound)}{mark}",
-        "bpd": _fmt(run.last(f"{stage}/bpd"), 4) + mark,
+        "bpd": ("≤ " if model in BOUND_MODELS and run.last(f"{stage}/bpd") is not None else "") + _fmt(run.last(f"{stage}/bpd"), 4) + mark,
         "recon MSE": _fmt(run.last(f"{stage}/recon_mse"), 4) + mark,
         "PSNR (dB)": _fmt(run.last(f"{stage}/psnr")) + mark,
         "ms/step": _fmt(statistics.median(step_times) if step_times else None),
-        "epochs": str(epochs),
+        "epochs": f"{epochs} (stopped)" if run.stopped_by else str(epochs),
         "params": f"{int(run.hparams['num_params']):,}" if "num_params" in run.hparams else "—",
         "s/epoch": _fmt(statistics.median(epoch_times) if epoch_times else None),
     }
@@ -618,10 +632,16 @@ def plot_reconstructions(runs: list[Run], out: Path) -> bool:
 # ---- the report -----------------------------------------------------------------------------------------------
 
 
-def runs_section(selection: Selection, labels: dict[Path, str], skipped: dict[Path, str]) -> str:
+def runs_section(selection: Selection, labels: dict[Path, str], skipped: dict[Path, str],
+                 stops: dict[Path, tuple[str, int]]) -> str:
     """A line per run found: compared (as which label) or left out, and why (`skipped`: a chosen run that could not
-    be read, or that holds no scalar)."""
+    be read, or that holds no scalar); a run a signal stopped (`stops`) or one still owned says so."""
     def note(run: Found) -> str:
+        if run.path in stops:
+            name, step = stops[run.path]
+            last = run.path / "checkpoints" / "last.ckpt"
+            return (f"; stopped by {name} at step {step}, before its end: resume it from "
+                    + (f"`{shown(last)}`" if last.is_file() else "the last.ckpt its log names"))
         return "; still running, or interrupted (its .owner file remains)" if run.busy else ""
 
     lines = [f"- compared: `{run.rel}` as **{labels[run.path]}**: {why}{note(run)}" if run.path in labels else
@@ -681,6 +701,7 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
             continue
         run.start = found.start
         compared.append(run)
+    stops = {run.path: run.stopped_by for run in compared if run.stopped_by}
     if not compared and selection.compared:
         raise SystemExit("no run could be compared (each is named above); nothing to compare")
     for run, label in zip(compared, run_labels(compared)):
@@ -722,12 +743,14 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
         "(`(val)`: the run was not tested, its last validation numbers). NLL in nats per image, importance-sampled "
         "with the encoder as proposal, S samples per image; `≤`: the VQ-VAE's upper bound under its prior over the codes (uniform, or learned: "
         "then the uniform-prior bound stands beside it). "
-        "ms/step and s/epoch: medians over training. Sorted by NLL, lowest (best) first; the VQ-VAE's bound is not "
-        "ranked with the estimates.\n\n"
+        "ms/step and s/epoch: medians over training. Sorted by NLL, lowest (best) first; ranked (rank 1 the best) are "
+        "the tested runs, or where none was tested the validated ones: a `(val)` number beside tested ones, and the "
+        "VQ-VAE's bound, are shown unranked (—). `(stopped)`: a SIGTERM or Ctrl-C stopped its training before its "
+        "end (the runs below say where; resume it from its checkpoints/last.ckpt).\n\n"
         + markdown_table(rows)
         + f"\n\n{noise}"
         + (f"\n\n{tuned}" if tuned else "")
-        + "\n\n" + runs_section(selection, {run.path: run.label for run in compared}, skipped)
+        + "\n\n" + runs_section(selection, {run.path: run.label for run in compared}, skipped, stops)
         + "\n\n![val/nll](val_nll.png)\n" + ("\n![reconstructions](reconstructions.png)\n" if has_reconstructions else "")
     )
     return report
@@ -744,7 +767,16 @@ def main(argv: list[str] | None = None) -> None:
     which.add_argument("--all", action="store_true", help="compare every run under the roots")
     args = parser.parse_args(argv)
     runner.check_directory_options(parser, args, ("out",))  # before every event file is read, not after
-    report = write_report(args.roots, args.out, args.runs, args.all)
+    for root in args.roots:
+        if not root.is_dir():
+            parser.error(f"{root}: " + ("a file; expected a directory of TensorBoard runs (e.g. logs/tensorboard)"
+                                        if root.exists() else "no such directory"))
+    try:
+        report = write_report(args.roots, args.out, args.runs, args.all)
+    except SystemExit as refusal:  # (what was found, or not: one line, as argparse's)
+        if isinstance(refusal.code, str):
+            parser.error(refusal.code)
+        raise
     text = report.read_text()
     table = next(paragraph for paragraph in text.split("\n\n") if paragraph.startswith("| "))
     studies = text.split("\n\n## Tuned settings", 1)[1].split("\n\n## Runs", 1)[0] if "## Tuned settings" in text else None

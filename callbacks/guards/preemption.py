@@ -3,7 +3,8 @@
 On Lightning's `SIGTERMException` (at the next step boundary) every rank writes `last.ckpt`, the state after the last
 finished step, and the exit status is 128 + the signal's number (143, or 130 for Ctrl-C) where Lightning's is 0;
 during validate or test it exits with 143 saving nothing. A second Ctrl-C interrupts at once. The message names the
-command that resumes the run (`resume_command`).
+command that resumes the run (`resume_command`); the run's loggers record `run/stopped_by_signal` (the signal's
+number) at the steps trained, which the comparison report reads (benchmarks/compare.py).
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ class SaveOnPreemption(L.Callback):
             return
         path = checkpoint_directory(trainer) / "last.ckpt"
         trainer.save_checkpoint(path, weights_only=False)  # the full state (Lightning's default, said: no log line about it)
+        for logger in trainer.loggers:  # (rank 0's): the run's record says it stopped early (benchmarks/compare.py)
+            logger.log_metrics({"run/stopped_by_signal": float(self.signal)}, step=trainer.global_step)
         name, config_file = signal.Signals(self.signal).name, run_config_file(trainer)  # every rank: a broadcast under DDP
         if trainer.is_global_zero:
             log.warning("%s: saved a resumable checkpoint at step %d to %s; resume with: %s", name, trainer.global_step,

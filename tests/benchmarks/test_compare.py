@@ -182,7 +182,7 @@ def test_a_run_that_logged_no_scalar_yet_is_told_apart_from_a_damaged_one(tmp_pa
     assert f"skipped {damaged}: its event file {event.name} cannot be read past byte" in printed
 
 
-def test_runs_glob_and_all_choose_the_runs(logs, tmp_path, monkeypatch):
+def test_runs_glob_and_all_choose_the_runs(logs, tmp_path, monkeypatch, capsys):
     root = logs / "tensorboard"
     _, compared, left_out = run_compare(monkeypatch, root, tmp_path / "jsa", "--runs", "jsa-*")
     assert sorted(compared) == [f"{JSA}/version_{v}" for v in range(3)]
@@ -193,8 +193,22 @@ def test_runs_glob_and_all_choose_the_runs(logs, tmp_path, monkeypatch):
     assert sorted(compared) == [f"{JSA}/version_2", *(f"{VAE}/version_{v}" for v in range(3))]  # a run name: all its versions
     _, compared, left_out = run_compare(monkeypatch, root, tmp_path / "all", "--all")
     assert len(compared) == 6 and not left_out
-    with pytest.raises(SystemExit, match=r"--runs nothing-\*: no run matches; the runs: .*jsa-mnist-mlp-K10-L20/version_0"):
+    with pytest.raises(SystemExit) as refused:
         run_compare(monkeypatch, root, tmp_path / "none", "--runs", "nothing-*")
+    assert refused.value.code == 2
+    assert re.search(r"error: --runs nothing-\*: no run matches; the runs: .*jsa-mnist-mlp-K10-L20/version_0", capsys.readouterr().err)
+
+
+def test_a_root_that_is_no_directory_of_runs_is_one_error_line(tmp_path, monkeypatch, capsys):
+    """A misspelt root, a file given as the root, a folder without runs: argparse's one error line naming it, exit 2."""
+    (tmp_path / "last.ckpt").write_bytes(b"")
+    (tmp_path / "empty").mkdir()
+    for root, said in (("logs/tensorbord", "no such directory"), ("last.ckpt", "a file; expected a directory of TensorBoard runs"),
+                       ("empty", "no TensorBoard event files under")):
+        with pytest.raises(SystemExit) as refused:
+            run_compare(monkeypatch, tmp_path / root, tmp_path / "out")
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert refused.value.code == 2 and error.startswith("compare: error: ") and str(tmp_path / root) in error and said in error
 
 
 def test_runs_of_one_name_are_labelled_apart(logs, tmp_path, monkeypatch):
@@ -408,6 +422,31 @@ def test_the_plot_keeps_the_vqvae_bound_apart_and_names_it_only_when_plotted(tmp
     assert titles == ["val/nll by step", "val/nll by wall time"]  # no VQ-VAE, no word of its bound
     with Image.open(tmp_path / "with.png") as image:
         assert image.size[1] > 700  # two rows
+
+
+def test_a_run_a_signal_stopped_is_marked_stopped_until_a_resume_trains_on(tmp_path, monkeypatch):
+    """SaveOnPreemption logs run/stopped_by_signal = 15 at the steps trained (71): the row says `(stopped)` and the run
+    line names the signal, the step and its last.ckpt; training logged after it (a resume, at 0-based index 71) clears it."""
+    root = tmp_path / "tensorboard"
+    path = fake_run(root, f"{JSA}/version_0", T0, 111, {"model_class": "JSA"}, tested=False, steps=71)
+    (path / "checkpoints").mkdir()
+    (path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    with SummaryWriter(path) as writer:
+        writer.add_scalar("run/stopped_by_signal", 15.0, 71)
+    rows, compared, _ = run_compare(monkeypatch, root, tmp_path / "report", "--all")
+    assert rows[0]["epochs"].endswith("(stopped)")
+    line = next(line for line in (tmp_path / "report" / "report.md").read_text().splitlines() if line.startswith("- compared"))
+    assert "stopped by SIGTERM at step 71" in line and "version_0/checkpoints/last.ckpt" in line
+    with SummaryWriter(path) as writer:  # resumed: it trained on
+        writer.add_scalar("train/loss", 1.0, 99)
+    rows, _, _ = run_compare(monkeypatch, root, tmp_path / "resumed", "--all")
+    assert "stopped" not in rows[0]["epochs"] and "stopped" not in (tmp_path / "resumed" / "report.md").read_text().split("## Runs")[1]
+
+
+def test_the_vqvae_bound_is_marked_in_every_column_derived_from_it():
+    scalars = {"val/nll": [(T0, 9, 100.0)], "val/bpd": [(T0, 9, 0.18)]}
+    row = compare.table_row(compare.Run(Path("vqvae-mnist/version_0"), "vqvae-mnist", {"model_class": "VQVAE"}, scalars))
+    assert row["nll (nats)"].startswith("≤ ") and row["bpd"].startswith("≤ ")
 
 
 def test_a_resumed_run_counts_the_epoch_it_finished_after_the_resume():

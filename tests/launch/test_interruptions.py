@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks import compare
 from benchmarks.robustness import faults
 from benchmarks.robustness.faults import RUN, STEPS, finish, wait_for
 import models  # noqa: F401 (registers the classes a checkpoint may name: common/registry.py)
@@ -85,6 +86,8 @@ def test_sigterm_and_ctrl_c_save_a_checkpoint_exit_nonzero_and_resume_bit_for_bi
         f"run: {run} · checkpoint: {run}/checkpoints/last.ckpt · tensorboard --logdir logs/tensorboard"), output[-3000:]
     stopped_at = load_checkpoint_file(last)["global_step"]
     assert 0 < stopped_at < STEPS
+    # its record says so: the comparison report marks it stopped, until a resume trains on
+    assert compare.read_run(last.parents[1], tmp_path).stopped_by == (signal.Signals(signum).name, stopped_at)
     hydra_dirs = list((tmp_path / "logs" / "hydra").glob("*/*/"))  # the stopped run keeps its Hydra record
     assert len(hydra_dirs) == 1 and (hydra_dirs[0] / ".hydra" / "config.yaml").is_file(), hydra_dirs
     assert (hydra_dirs[0] / "train.log").is_file()
@@ -92,6 +95,7 @@ def test_sigterm_and_ctrl_c_save_a_checkpoint_exit_nonzero_and_resume_bit_for_bi
     code, output = finish(start(tmp_path, mnist_dir, f"ckpt_path={last}"))
     assert code == 0, output[-3000:]
     assert_same_training_state(uninterrupted, state(last))
+    assert compare.read_run(last.parents[1], tmp_path).stopped_by is None
 
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
