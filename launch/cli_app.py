@@ -25,7 +25,8 @@ from common.settings import did_you_mean
 from datamodules import ImageDataModule  # (the package registers the subclasses for --data=NAME)
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch.checks.arguments import PRINTS_ONLY, cli_options, option_values
-from launch.checks.cli_check import REPLICA_HINTS, check_cli_command, help_pointer, no_such_class, setting_key, with_defaults
+from launch.checks.cli_check import (REPLICA_HINTS, check_cli_command, help_pointer, model_from_checkpoint, no_such_class,
+                                     setting_key, with_defaults)
 from launch.checks.configs import log_dir as default_log_dir, seed as default_seed, short_names
 from launch.checks.early import exit_with
 from launch.checks.precheck import closest_in_module
@@ -80,7 +81,9 @@ class CollectionCLI(LightningCLI):
     """LightningCLI with the Hydra front end's defaults and rules (launch/run_builder.py)."""
 
     command_line: list[str] = []  # the arguments as the user gave them, set by main()
-    checkpoint: dict[str, Any] | None = None  # --ckpt_path's content, read once (parse_arguments)
+    checkpoint: dict[str, Any] | None = None  # --ckpt_path's content, read once (main, or parse_arguments)
+    read_from: str | None = None  # the --ckpt_path it was read from
+    model_option: list[str] = []  # --model=<the class that wrote it> where the command line names no model (main)
 
     def subcommands(self) -> dict[str, set[str]]:  # (a static method of LightningCLI's, called on the instance)
         """The subcommand this command line runs, alone: LightningCLI would build a parser for each of the others too."""
@@ -114,24 +117,26 @@ class CollectionCLI(LightningCLI):
                                                    for c in default_callbacks()]})
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
-        """The command line with the default classes (cli_check.with_defaults), then the settings of --ckpt_path's
-        checkpoint under those the command line gives, from its one safe read (the registered-classes check included),
+        """The command line with the default classes (cli_check.with_defaults; the model, where it names none, the one
+        that wrote --ckpt_path's checkpoint: main), then the settings of that checkpoint under those the command line
+        gives, from its one safe read (the registered-classes check included),
         handed on to the builder. --ckpt_path is held aside until before_instantiate_classes: LightningCLI would read the file
         a second time (past its checksum) and put the checkpoint's settings over the command line's."""
-        self.config = parser.parse_args(with_defaults(self.command_line))
+        self.config = parser.parse_args(with_defaults([*self.command_line, *self.model_option]))
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else {}
         self.ckpt_path = config.get("ckpt_path")
         if not self.ckpt_path:
             return
-        config.ckpt_path, checkpoint = None, load_checkpoint_file(self.ckpt_path)
-        self.checkpoint = checkpoint
+        read = self.checkpoint if self.checkpoint is not None and self.read_from == self.ckpt_path else None
+        config.ckpt_path, checkpoint = None, read or load_checkpoint_file(self.ckpt_path)
+        self.checkpoint, self.read_from = checkpoint, self.ckpt_path
         seed = config.get("seed_everything")  # the checkpoint's where none is given (launch/run_builder.py), before LightningCLI seeds
         if not isinstance(seed, bool):
             config.seed_everything = resumed_seed(seed, self.seed_given() or seed != default_seed(), checkpoint)
         # The checkpoint's model class where the command line names none (`test --ckpt_path=...`), and its settings
         # under those the command line or its -c files give.
-        written_by = checkpoint.get("model_class") or (checkpoint.get("hyper_parameters") or {}).get("_class_path")
+        written_by = model_class_of(checkpoint)
         if dict(option_values(self.command_line)).get("--model") or not written_by:
             written_by = config.model.class_path
         for group, class_path in (("data", config.data.class_path), ("model", written_by)):
@@ -244,7 +249,14 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
     warnings.filterwarnings("ignore", message=r".*\.configure_optimizers` will be overridden by")
     subcommand = args[0] if args and args[0] in SUBCOMMANDS else "fit"
     with user_errors_as_one_line():
-        check_cli_command(args if args[:1] == [subcommand] else [subcommand, *args],
+        CollectionCLI.checkpoint = CollectionCLI.read_from = None
+        CollectionCLI.model_option = []
+        if path := model_from_checkpoint(args if args[:1] == [subcommand] else [subcommand, *args]):
+            CollectionCLI.checkpoint, CollectionCLI.read_from = load_checkpoint_file(path), path
+            if written_by := model_class_of(CollectionCLI.checkpoint):  # its options are the command's --model.* ones
+                CollectionCLI.model_option = [f"--model={written_by}"]
+        checked = [*args, *CollectionCLI.model_option]
+        check_cli_command(checked if checked[:1] == [subcommand] else [subcommand, *checked],
                           any(arg.split("=", 1)[0] in PRINTS_ONLY for arg in args))
         return CollectionCLI(
             LatentVariableModel,
@@ -259,6 +271,11 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
             save_config_kwargs={"overwrite": True, "config_filename": "config.yaml" if subcommand == "fit" else f"config_{subcommand}.yaml"},
             seed_everything_default=default_seed(),  # configs/train.yaml's
         )
+
+
+def model_class_of(checkpoint: dict[str, Any]) -> str | None:
+    """The class that wrote a checkpoint, as SafeCheckpoints or LightningCLI names it."""
+    return checkpoint.get("model_class") or (checkpoint.get("hyper_parameters") or {}).get("_class_path")
 
 
 def _option(report: str, args: list[str]) -> str | None:

@@ -76,8 +76,9 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
                            "samples and NLLs come from it in Python (README, Using a trained model: "
                            "<Model>.load_from_checkpoint(PATH).encode(x), ...), its test metrics from `test --ckpt_path=PATH`")
     check_hydra_words(argv)
+    from_checkpoint = model_from_checkpoint(argv)  # (its class is known once the checkpoint is read: cli_app.py)
     pairs: list[tuple[str, str | None, str | None]] = []  # (--option, value, the config file that gives it or None)
-    for option, value in cli_options(with_defaults(argv)):
+    for option, value in cli_options(with_defaults(argv, default_model=not from_checkpoint)):
         if option == "--config" and value is not None and not value.lstrip().startswith("{"):
             if not Path(value).exists():
                 raise EarlyRefusal(f"--config={value}: no such file")
@@ -129,7 +130,8 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
 
     # The classes in effect, from the defaults `with_defaults` gives to the last choice; a file's settings are its
     # classes' (jsonargparse drops them if a later option chooses another class).
-    chosen: dict[str, str | None] = {"trainer": "lightning.Trainer", "replicas": "replicas"}
+    chosen: dict[str, str | None] = {"trainer": "lightning.Trainer", "replicas": "replicas",
+                                     **({"model": None} if from_checkpoint else {})}
 
     def choose(option: str, value: str | None, file: str | None) -> None:
         """The class `--model=NAME` (a file's `model: NAME`, `class_path: NAME`), `--optimizer=NAME`, ... chooses: for
@@ -176,12 +178,13 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
                           as_built(given["model"], chosen["data"], given["data"]), f"--{group}")
 
 
-def with_defaults(args: list[str]) -> list[str]:
+def with_defaults(args: list[str], default_model: bool = True) -> list[str]:
     """JSA on MNIST unless told otherwise, as in the Hydra front end: given as the first arguments, which a later
     choice (on the command line or in a config file) replaces with that class's own defaults (a parser default would
     carry the default class's settings over to it); and a class the command line chooses put before the first of its
     settings (jsonargparse reads `--model.latent_dim=8 --model=VAE`'s setting against the class chosen before it,
-    which has none). The check walks it as the parser reads it."""
+    which has none). The check walks it as the parser reads it (without the default model where the checkpoint
+    names it: `model_from_checkpoint`)."""
     if any(arg in ("-h", "--help") for arg in args):
         return args
     first, args = (args[:1], list(args[1:])) if args and args[0] in CLI_SUBCOMMANDS else ([], list(args))
@@ -190,7 +193,17 @@ def with_defaults(args: list[str]) -> list[str]:
         settings = [i for i, arg in enumerate(args) if arg.startswith(f"--{key}.") and not arg.startswith(f"--{key}.help")]
         if chosen and settings and settings[0] < chosen[0]:
             args.insert(settings[0], args.pop(chosen[0]))
-    return [*first, *(f"--{key}={default_class(key)}" for key in ("model", "data")), *args]
+    keys = ("model", "data") if default_model else ("data",)
+    return [*first, *(f"--{key}={default_class(key)}" for key in keys), *args]
+
+
+def model_from_checkpoint(argv: list[str]) -> str | None:
+    """The --ckpt_path of a command line that names no model (`test --ckpt_path=PATH --model.test_num_samples=100`):
+    the model is the class that wrote the checkpoint, whose options its --model.* options are; else None."""
+    options = dict(cli_options(argv))
+    if options.get("--ckpt_path") in (None, "null") or "--model" in options or "--model.class_path" in options:
+        return None
+    return options["--ckpt_path"]
 
 
 def as_given(option: str, value: Any, file: str | None) -> str:

@@ -20,6 +20,7 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from checkpoints.loader import load_checkpoint_file
 from checkpoints.trainer import SafeCheckpoints
 
 import launch.hydra_app
@@ -502,7 +503,7 @@ def test_a_checkpoint_folder_holding_another_runs_checkpoints_is_refused(tmp_pat
 
 
 @pytest.mark.slow  # runs through the CLI
-def test_hparams_yaml_holds_the_settings_a_resumed_training_runs_with_and_a_test_leaves_it(tmp_path, mnist_dir, monkeypatch):
+def test_hparams_yaml_holds_the_settings_a_resumed_training_runs_with_and_a_test_leaves_it(tmp_path, mnist_dir, monkeypatch, capsys):
     """A resume with a setting changed (logged as "used and recorded") rewrites the run's hparams.yaml with it, as the
     HPARAMS tab and the checkpoint record it; testing the run with another test_num_samples leaves the file as its
     training wrote it."""
@@ -520,6 +521,15 @@ def test_hparams_yaml_holds_the_settings_a_resumed_training_runs_with_and_a_test
                          "--data.eval_batch_size=8"])
     saved = yaml.safe_load((run / "hparams.yaml").read_text())
     assert (saved["lr"], saved["test_num_samples"]) == (0.002, 1000)
+    # Without --model, the --model.* options are the checkpoint's class's (VAE's latent_dim), the file read once
+    reads = []
+    monkeypatch.setattr(launch.cli_app, "load_checkpoint_file", lambda *args: reads.append(args) or load_checkpoint_file(*args))
+    launch.cli_app.main(["test", f"--ckpt_path={last}", "--model.latent_dim=32", "--model.test_num_samples=2",
+                         "--trainer.limit_test_batches=1", "--data.eval_batch_size=8"])
+    assert len(reads) == 1
+    with pytest.raises(SystemExit):
+        launch.cli_app.main(["test", f"--ckpt_path={last}", "--model.test_num_sample=2"])
+    assert "--model.test_num_sample: no such option of VAE; did you mean --model.test_num_samples?" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # runs through the front ends

@@ -304,6 +304,15 @@ def test_the_classes_a_config_file_chooses_hold_where_it_stands_on_the_command_l
     assert "no such option of JSA" in refuse_early(["fit", "--model=VAE", "-c", jsa, "--model.latent_dim=8"], cli=True)
 
 
+def test_a_checkpoints_model_options_are_left_to_the_check_that_knows_its_class(tmp_path):
+    """`test --ckpt_path=PATH --model.latent_dim=32` names no model: the checkpoint's class takes it (read once the
+    imports are done, launch/cli_app.py), so it is not held to JSA's options before; with --model=JSA it is."""
+    (tmp_path / "vae.ckpt").write_bytes(b"")
+    ckpt = f"--ckpt_path={tmp_path / 'vae.ckpt'}"
+    assert refuse_early(["test", ckpt, "--model.latent_dim=32"], cli=True) is None
+    assert "no such option of JSA" in refuse_early(["test", ckpt, "--model=JSA", "--model.latent_dim=32"], cli=True)
+
+
 @pytest.mark.parametrize("data_dir, said", [("{empty}", "is an empty folder"), ("", "DATA_DIR is set but empty"),
                                             ("{empty}/nope", "does not exist")])
 def test_a_data_dir_without_data_is_refused_naming_it_and_the_data(data_dir, said, tmp_path, monkeypatch):
