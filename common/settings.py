@@ -17,7 +17,7 @@ SEED_RANGE = (0, 2**32 - 1)  # numpy's, which Lightning's seed_everything checks
 
 def did_you_mean(word: str, candidates: list[str]) -> str:
     """'; did you mean X?' for the candidate whose last part is closest to `word`'s, in any case (the same last part
-    first: model=VAE means vae)."""
+    first: model=VAE means vae), then one it begins, one of the same letters in another order, one a few letters away."""
     def leaf(name: str) -> str:
         return name.rsplit(".", 1)[-1].lower()
 
@@ -28,7 +28,8 @@ def did_you_mean(word: str, candidates: list[str]) -> str:
         by_leaf.setdefault(leaf(candidate), candidate)
     # A name cut short (max_ep) means the one it begins (max_epochs), not one a few letters away (max_steps).
     begun = [name for name in by_leaf if name.startswith(typed) and name != typed] if typed else []
-    close = same or [by_leaf[m] for m in difflib.get_close_matches(typed, begun, n=1, cutoff=0)] or \
+    swapped = [by_leaf[name] for name in by_leaf if sorted(name) == sorted(typed) and name != typed]  # vea: vae
+    close = same or [by_leaf[m] for m in difflib.get_close_matches(typed, begun, n=1, cutoff=0)] or swapped or \
         [by_leaf[m] for m in difflib.get_close_matches(typed, list(by_leaf), n=1, cutoff=0.75)]
     return f"; did you mean {close[0]}?" if close else ""
 

@@ -333,7 +333,10 @@ def check_config_choice(group: str, value: str, folders: list[Path]) -> None:
     folders searched, with the likely name, or how to leave the group out (Hydra refuses group=null from the command
     line), or where a config of one's own goes."""
     available, searched = configs_in(folders, group)
-    for choice in [str(v) if v is not None else "null" for v in values_of(value) or []]:  # (quotes: Hydra's syntax)
+    swept = parsed_override(f"{group}={value}") if values_of(value) is None else None  # choice(jsa,vae)
+    choices = list(swept.sweep_string_iterator()) if swept is not None and type(swept.value()).__name__ == "ChoiceSweep" \
+        else [str(v) if v is not None else "null" for v in values_of(value) or []]  # (quotes: Hydra's syntax)
+    for choice in choices:
         if choice not in available:
             leave_out = f" ({group}=none leaves it out)" if "none" in available else f" (~{group} leaves it out)"
             own = "" if len(folders) > 1 else f"; a config of your own: --config-dir DIR with DIR/{group}/{choice}.yaml"

@@ -85,6 +85,9 @@ MISTAKES = [
     ("-cd nodir model=vae", ["--config-dir nodir: no such directory"]),
     ("-cn trian", ["--config-name trian: no such config in configs/", "did you mean train?"]),
     ("model=binary_ae", ["model=binary_ae: no such config in configs/model/", "a config of your own: --config-dir DIR with DIR/model/binary_ae.yaml"]),
+    # a sweep of choices, in either of Hydra's spellings; letters swapped
+    ("-m model=choice(jsa,vea)", ["model=vea: no such config in configs/model/", "did you mean vae?"]),
+    ("-m model=jsa,vea", ["model=vea: no such config in configs/model/", "did you mean vae?"]),
     # a value holding '=' (Lightning's checkpoint names): how to quote it for Hydra and for the shell
     ("ckpt_path=runs/epoch=0-step=3.ckpt", ["ckpt_path=runs/epoch=0-step=3.ckpt", """'ckpt_path="runs/epoch=0-step=3.ckpt"'"""]),  # Hydra's -c is --cfg; a config file is LightningCLI's
     ("model@model=vae", ["model@model", "+model@model=vae"]),
