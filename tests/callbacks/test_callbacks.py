@@ -254,6 +254,49 @@ def test_nonfinite_guard_with_log_every_n_steps_0_checks_on_save():
         guard.on_save_checkpoint(FakeTrainer(), None, {})
 
 
+def test_nonfinite_guard_reports_an_infinite_term():
+    """inf is caught as NaN is: a step whose KL term is inf fails at its check (every step here)."""
+
+    class FakeTrainer:
+        log_every_n_steps, world_size, global_step, checkpoint_callback = 1, 1, 0, None
+
+    guard, one = NonFiniteLossGuard(), torch.tensor(1.0)
+    terms = {"loss": one, "kl": torch.tensor(float("inf"))}
+    with pytest.raises(FloatingPointError, match=r"^train/kl became NaN or inf"):
+        guard.on_train_batch_end(FakeTrainer(), None, {"loss": one, "terms": terms}, None, 0)
+
+
+def test_nonfinite_guard_checks_before_validation():
+    """A NaN step between two checks is reported when validation starts, so a diverged state is never evaluated."""
+
+    class FakeTrainer:
+        log_every_n_steps, world_size, global_step, checkpoint_callback = 50, 1, 1, None
+
+    guard, one = NonFiniteLossGuard(), torch.tensor(1.0)
+    terms = {"loss": one, "kl": torch.tensor(float("nan"))}
+    guard.on_train_batch_end(FakeTrainer(), None, {"loss": one, "terms": terms}, None, 0)  # not a checking step
+    with pytest.raises(FloatingPointError, match=r"^train/kl became NaN or inf"):
+        guard.on_validation_start(FakeTrainer(), None)
+
+
+def test_nonfinite_guard_names_nonfinite_weights_on_a_failure():
+    """A failure of a model with one infinite weight carries the guard's line naming that parameter; the guard's own
+    FloatingPointError is left as it is."""
+
+    class FakeTrainer:
+        log_every_n_steps, world_size, global_step, checkpoint_callback = 1, 1, 3, None
+
+    model = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        model.weight[0, 0] = float("inf")
+    guard, failure, own = NonFiniteLossGuard(), RuntimeError(), FloatingPointError("train/kl became NaN or inf")
+    guard.on_exception(FakeTrainer(), model, failure)
+    assert failure.nonfinite_message.startswith("the model's weights (weight) became NaN or inf (at or before step 3)")
+    assert failure.__notes__ == [failure.nonfinite_message]
+    guard.on_exception(FakeTrainer(), model, own)
+    assert not hasattr(own, "nonfinite_message") and not hasattr(own, "__notes__")
+
+
 def test_comparison_report_labels_validation_images_of_an_untested_run(tmp_path):
     """benchmarks.compare shows an untested run's validation reconstructions as such, never as test images."""
     from torch.utils.tensorboard import SummaryWriter

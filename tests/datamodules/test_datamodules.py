@@ -241,6 +241,35 @@ def test_binarize_dynamic(idx_dm: MNISTDataModule) -> None:
     assert (mean - target).mean().abs() < 0.005
 
 
+def test_seeded_dynamic_binarization_draws_bernoulli_of_the_grey_values() -> None:
+    """The seeded draw (the one training uses) is 1 where a uniform falls below the grey value: white pixels are
+    always 1, black always 0, and over many epochs each pixel's mean is its grey value."""
+    images = torch.tensor([0, 255, 64, 128, 192, 230], dtype=torch.uint8).view(1, 1, 2, 3).repeat(4, 1, 1, 1)
+    ds = InMemoryImageDataset(images, "dynamic", seed=0)
+    indices = list(range(4))
+    draws = []
+    for epoch in range(500):
+        ds.epoch = epoch
+        draws.append(ds.__getitems__(indices)[0])
+    draws = torch.stack(draws)
+    assert set(draws.unique().tolist()) == {0.0, 1.0}
+    assert (draws[..., 0, 0] == 0).all() and (draws[..., 0, 1] == 1).all()
+    # Per-pixel std of the mean is <= 0.5 / sqrt(500) ~ 0.022.
+    assert (draws.mean(0) - grey(images)).abs().max() < 0.1
+
+
+def test_eval_binarization_depends_on_the_split_seed_not_the_training_seed(mnist_dir: Path) -> None:
+    """Validation and test images are drawn with split_seed: runs that differ only in their training seed are
+    evaluated on the same binary images."""
+    firsts = []
+    for seed in (1, 2):
+        dm = MNISTDataModule(data_dir=str(mnist_dir), binarize="dynamic", seed=seed, split_seed=0, eval_batch_size=64)
+        dm.setup()
+        firsts.append([next(iter(loader()))[0] for loader in (dm.val_dataloader, dm.test_dataloader)])
+    for first, second in zip(*firsts):
+        assert torch.equal(first, second)
+
+
 def test_eval_binarization_is_fixed_and_train_draws_are_fresh_per_epoch(idx_cls: type[MNISTDataModule], mnist_dir: Path) -> None:
     dm = idx_cls(data_dir=str(mnist_dir), binarize="dynamic", batch_size=64)
     dm.setup()

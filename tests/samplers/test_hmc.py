@@ -445,6 +445,32 @@ def test_santa_switches_from_exploration_to_refinement() -> None:
     assert torch.equal(sampler.state[theta]["thermostat"], thermostat) and torch.equal(generator.get_state(), drawn)
 
 
+def test_santa_noise_is_scaled_by_the_previous_preconditioner() -> None:
+    """Exploration's noise is N(0, 2 T h g_{t-1}), with the preconditioner of the step before: step 2 by hand from the
+    state after step 1, with σ = 0 (g = 1 / √(λ + |ḡ|) of the current gradient alone) and no annealing."""
+    lr, temperature, eps = 0.04, 1.5, 1e-8
+    h = math.sqrt(lr)
+    first, second = torch.linspace(0.5, 2.0, 6, dtype=torch.float64), torch.linspace(3.0, 0.2, 6, dtype=torch.float64)
+    theta = torch.zeros(6, dtype=torch.float64, requires_grad=True)
+    generator = torch.Generator().manual_seed(0)
+    sampler = Santa([theta], lr=lr, exploration_steps=10, anneal_rate=0.0, temperature=temperature, rms_decay=0.0,
+                    eps=eps, generator=generator)
+    theta.grad = first
+    sampler.step()
+    state = sampler.state[theta]
+    start, momentum, thermostat = theta.detach().clone(), state["momentum"].clone(), state["thermostat"].clone()
+    z = torch.randn(6, generator=torch.Generator().set_state(generator.get_state()), dtype=torch.float64)  # the next draws
+    theta.grad = second
+    sampler.step()
+    previous, preconditioner = (first.abs() + eps).rsqrt(), (second.abs() + eps).rsqrt()
+    kick = (2 * temperature * h) ** 0.5 * z * previous.sqrt() - h * second * preconditioner
+    decay = torch.exp(-0.5 * h * thermostat)
+    momentum = decay * (decay * momentum + kick)
+    torch.testing.assert_close(state["momentum"], momentum, rtol=0, atol=1e-12)
+    torch.testing.assert_close(state["thermostat"], thermostat + h * (momentum.square() - temperature), rtol=0, atol=1e-12)
+    torch.testing.assert_close(theta.detach(), start + h * preconditioner * momentum, rtol=0, atol=1e-12)
+
+
 def test_hydra_selects_santa_and_the_splitting_integrator() -> None:
     """optimizer=santa, and optimizer.integrator=splitting for sghmc and sgnht, compose and build the model's
     optimizer (the training loop attaches it like every sampler)."""

@@ -202,6 +202,36 @@ def test_sghmc_with_unit_friction_step_is_sgld() -> None:
     torch.testing.assert_close(paths[0], paths[1], rtol=0, atol=1e-10)
 
 
+def test_sghmc_first_step_injects_noise_of_variance_two_c_t_minus_b_h() -> None:
+    """From rest with a zero gradient, one euler step is the injected noise alone: p = sqrt(2 (C T - B̂) h) z with z
+    the generator's first normals, then θ = h p."""
+    lr, friction, noise_estimate, temperature = 0.1, 2.0, 0.5, 1.5
+    theta = torch.zeros(6, dtype=torch.float64, requires_grad=True)
+    theta.grad = torch.zeros_like(theta)
+    sampler = SGHMC([theta], lr=lr, friction=friction, noise_estimate=noise_estimate, temperature=temperature,
+                    generator=torch.Generator().manual_seed(0))
+    sampler.step()
+    z = torch.randn(6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    momentum = (2 * (friction * temperature - noise_estimate) * lr) ** 0.5 * z
+    torch.testing.assert_close(sampler.state[theta]["momentum"], momentum, rtol=0, atol=1e-12)
+    torch.testing.assert_close(theta.detach(), lr * momentum, rtol=0, atol=1e-12)
+
+
+def test_sgnht_thermostat_starts_at_the_noise_amplitude() -> None:
+    """ξ starts at A: from rest with a zero gradient, one step gives p = sqrt(2 A T h) z (z the generator's first
+    normals) and ξ = A + h (mean(p²) - T)."""
+    lr, amplitude, temperature = 0.1, 0.7, 1.0
+    theta = torch.zeros(6, dtype=torch.float64, requires_grad=True)
+    theta.grad = torch.zeros_like(theta)
+    sampler = SGNHT([theta], lr=lr, noise=amplitude, temperature=temperature, generator=torch.Generator().manual_seed(0))
+    sampler.step()
+    z = torch.randn(6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    momentum = (2 * amplitude * temperature * lr) ** 0.5 * z
+    torch.testing.assert_close(sampler.state[theta]["momentum"], momentum, rtol=0, atol=1e-12)
+    thermostat = amplitude + lr * (momentum.square().mean() - temperature)
+    torch.testing.assert_close(sampler.state[theta]["thermostat"], thermostat, rtol=0, atol=1e-12)
+
+
 def ensemble_path(make_sampler: SamplerFactory, checkpoints: list[int], num_chains: int, seed: int) -> list[Tensor]:
     """The (K, 2) chain states at each checkpoint step, from θ = 0."""
     generator = torch.Generator().manual_seed(seed)
