@@ -14,6 +14,7 @@ import contextlib
 import copy
 import dataclasses
 import inspect
+import logging
 import os
 import re
 from datetime import timedelta
@@ -30,6 +31,7 @@ from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.strategies import StrategyRegistry
+from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from callbacks.guards.nonfinite import NonFiniteLossGuard
@@ -37,7 +39,7 @@ from callbacks.guards.preemption import SaveOnPreemption
 from callbacks.guards.process_group import CollectiveTimeout, ReleaseProcessGroupAtExit
 from checkpoints.model_class import check_data_class, check_model_class
 from checkpoints.trainer import AtomicCheckpointIO, SafeCheckpoints
-from common.registry import qualified_name
+from common.registry import TRUST_VARIABLE, is_registered, qualified_name
 from common.signatures import constructor_defaults
 from configs.settings import MACHINE_DATA_SETTINGS, MODEL_ARGUMENTS
 from launch.checks.configs import LOGGER_FOLDERS, config_file, ddp_timeout_s
@@ -48,6 +50,8 @@ from launch.runs.replicas import replicate
 from launch.runs.run_directory import (chosen_logger, no_traces_if_refused, placed, process_dir, run_name, run_places,
                                        run_summary, slurm_job_id)
 from models.components.optimizers import FactoryRefusal
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -105,6 +109,10 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
             raise SettingsError(f"{given} with replicas: each replica logs to a TensorBoard run of its own "
                                 f"(docs/replicas.md); {fix}")
         run = replicate(run, run.replicas["seeds"], run.replicas.get("arms"))
+    model_class = qualified_name(getattr(run.model, "model_class", type(run.model)))
+    if run.subcommand == "fit" and not is_registered(model_class) and rank_zero_only.rank == 0:
+        log.warning("%s is a class of your own: its checkpoints are read (to resume, test or load_from_checkpoint) with "
+                    "its package trusted, %s=%s", model_class, TRUST_VARIABLE, model_class.split(".")[0])
     checkpoint = run.checkpoint
     if run.ckpt_path:
         check_model_class(checkpoint, getattr(run.model, "model_class", type(run.model)), run.ckpt_path, run.subcommand)

@@ -127,6 +127,21 @@ def test_a_class_of_ones_own_in_place_of_a_configs_names_its_runs_as_the_cli_doe
     assert launch.run_builder.built(launch.hydra_app.describe_run(given)).name == "mine-mlp-z32"
 
 
+def test_training_a_class_of_ones_own_says_how_its_checkpoints_are_read(tmp_path, monkeypatch, caplog):
+    """A run of a class whose package LATENT_ZOO_TRUST does not list trains, and says at its start that its
+    checkpoints (a resume, a test, load_from_checkpoint) are read with the package trusted; trusted, it says nothing."""
+    monkeypatch.delenv("LATENT_ZOO_TRUST")
+    with caplog.at_level("WARNING", logger="launch.run_builder"):
+        launch.cli_app.main([f"--model={__name__}.NamedVAE", f"--log_dir={tmp_path}"], run=False)
+    (said,) = [record.getMessage() for record in caplog.records if record.name == "launch.run_builder"]
+    says(said, f"{__name__}.NamedVAE is a class of your own", "resume, test or load_from_checkpoint", "LATENT_ZOO_TRUST=tests")
+    caplog.clear()
+    monkeypatch.setenv("LATENT_ZOO_TRUST", "tests")
+    with caplog.at_level("WARNING", logger="launch.run_builder"):
+        launch.cli_app.main([f"--model={__name__}.NamedVAE", f"--log_dir={tmp_path}"], run=False)
+    assert not [record for record in caplog.records if record.name == "launch.run_builder"]
+
+
 def test_a_misspelt_class_of_ones_own_is_one_line_with_the_closest_class_of_its_module():
     with pytest.raises(SettingsError, match=rf"^model._target_={__name__}.NamedVAEE: module '{__name__}' has no attribute "
                                             rf"'NamedVAEE'; did you mean {__name__}.NamedVAE\?$"):
