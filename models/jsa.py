@@ -81,14 +81,16 @@ class JSA(CategoricalLatentModel):
         return {"": self.jsa_step(x, index, write_cache=False)["loss"]}
 
     def jsa_step(self, x: Tensor, index: Tensor, write_cache: bool) -> dict[str, Tensor]:
-        log_q = self.posterior(x)  # the step's one encoder pass: log q(h | x), (B, V, K)
-        start, has_start, age = self.chain_starts(index)
-        # With every candidate a gradient row, the sampler's one decoder pass keeps its graph and serves the loss too.
+        """The steps of docs/jsa.md#one-training-step, numbered as there."""
+        log_q = self.posterior(x)  # 1. the step's one encoder pass: log q(h | x), (B, V, K)
+        start, has_start, age = self.chain_starts(index)  # 2. the cached states the chains start from, where read
+        # 3. MIS with q as proposal, without gradient (Fisher's identity needs none); with every candidate a gradient
+        # row, the sampler's one decoder pass keeps its graph and serves the loss too.
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.row_choice(x.device) == "every"):
             sample = index_cached_mis(log_q.detach(), lambda latent: self.log_joint(x, latent), self.mis_steps, start, has_start)
-        if write_cache and self.cache is not None:
+        if write_cache and self.cache is not None:  # 4. the chains' final states back to the cache
             self.write_cache(index, sample.latent)
-        loss_p, loss_q = self.jsa_loss(x, log_q, sample, has_start)
+        loss_p, loss_q = self.jsa_loss(x, log_q, sample, has_start)  # 5. -log p(x, h) and -log q(h | x), weighted
         if not write_cache:
             return {"loss": loss_p + loss_q}
         return {"loss": loss_p + loss_q, "loss_p": loss_p, "loss_q": loss_q, **self.chain_diagnostics(sample, has_start, age)}
