@@ -25,7 +25,7 @@ from common.settings import did_you_mean
 from datamodules import ImageDataModule  # (the package registers the subclasses for --data=NAME)
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch.checks.arguments import PRINTS_ONLY, cli_options, option_values
-from launch.checks.cli_check import (REPLICA_HINTS, check_cli_command, help_pointer, model_from_checkpoint, no_such_class,
+from launch.checks.cli_check import (REPLICA_HINTS, check_cli_command, checkpoint_without_model, help_pointer, no_such_class,
                                      setting_key, with_defaults)
 from launch.checks.configs import log_dir as default_log_dir, seed as default_seed, short_names
 from launch.checks.early import exit_with
@@ -251,7 +251,7 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
     with user_errors_as_one_line():
         CollectionCLI.checkpoint = CollectionCLI.read_from = None
         CollectionCLI.model_option = []
-        if path := model_from_checkpoint(args if args[:1] == [subcommand] else [subcommand, *args]):
+        if path := checkpoint_without_model(args if args[:1] == [subcommand] else [subcommand, *args]):
             CollectionCLI.checkpoint, CollectionCLI.read_from = load_checkpoint_file(path), path
             if written_by := model_class_of(CollectionCLI.checkpoint):  # its options are the command's --model.* ones
                 CollectionCLI.model_option = [f"--model={written_by}"]

@@ -76,7 +76,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
                            "samples and NLLs come from it in Python (README, Using a trained model: "
                            "<Model>.load_from_checkpoint(PATH).encode(x), ...), its test metrics from `test --ckpt_path=PATH`")
     check_hydra_words(argv)
-    from_checkpoint = model_from_checkpoint(argv)  # (its class is known once the checkpoint is read: cli_app.py)
+    from_checkpoint = checkpoint_without_model(argv)  # (its class is known once the checkpoint is read: cli_app.py)
     pairs: list[tuple[str, str | None, str | None]] = []  # (--option, value, the config file that gives it or None)
     for option, value in cli_options(with_defaults(argv, default_model=not from_checkpoint)):
         if option == "--config" and value is not None and not value.lstrip().startswith("{"):
@@ -184,7 +184,7 @@ def with_defaults(args: list[str], default_model: bool = True) -> list[str]:
     carry the default class's settings over to it); and a class the command line chooses put before the first of its
     settings (jsonargparse reads `--model.latent_dim=8 --model=VAE`'s setting against the class chosen before it,
     which has none). The check walks it as the parser reads it (without the default model where the checkpoint
-    names it: `model_from_checkpoint`)."""
+    names it: `checkpoint_without_model`)."""
     if any(arg in ("-h", "--help") for arg in args):
         return args
     first, args = (args[:1], list(args[1:])) if args and args[0] in CLI_SUBCOMMANDS else ([], list(args))
@@ -197,7 +197,7 @@ def with_defaults(args: list[str], default_model: bool = True) -> list[str]:
     return [*first, *(f"--{key}={default_class(key)}" for key in keys), *args]
 
 
-def model_from_checkpoint(argv: list[str]) -> str | None:
+def checkpoint_without_model(argv: list[str]) -> str | None:
     """The --ckpt_path of a command line that names no model (`test --ckpt_path=PATH --model.test_num_samples=100`):
     the model is the class that wrote the checkpoint, whose options its --model.* options are; else None."""
     options = dict(cli_options(argv))
