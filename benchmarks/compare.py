@@ -496,6 +496,13 @@ def eval_samples(run: Run, stage: str) -> str:
     return "—" if run.hparams.get("model_class") in BOUND_MODELS or value is None else str(int(value))
 
 
+def eval_images(run: Run, stage: str) -> str:
+    """The images the run's last NLL of `stage` is averaged over (`stage/num_images`, models/base.py), "—" where the run
+    logged none."""
+    nll, logged = (run.scalars.get(f"{stage}/{tag}") for tag in ("nll", "num_images"))
+    return str(int(logged[-1][2])) if nll and logged and logged[-1][1] == nll[-1][1] else "—"
+
+
 def table_row(run: Run) -> dict[str, str]:
     model = run.hparams.get("model_class", "?")
     # Runs are named <model>-<data>-<key settings> (train.py: run_name, the model's run_tag).
@@ -522,6 +529,7 @@ def table_row(run: Run) -> dict[str, str]:
         "settings": settings,
         "nll (nats)": ("≤ " if model in BOUND_MODELS and nll is not None else "") + _fmt(nll) + mark,
         "S": eval_samples(run, stage),
+        "images": eval_images(run, stage),
         "nll, uniform prior": "—" if uniform_bound is None else f"≤ {_fmt(uniform_bound)}{mark}",
         "bpd": ("≤ " if model in BOUND_MODELS and run.last(f"{stage}/bpd") is not None else "") + _fmt(run.last(f"{stage}/bpd"), 4) + mark,
         "recon MSE": _fmt(run.last(f"{stage}/recon_mse"), 4) + mark,
@@ -679,7 +687,7 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
     """The report of the runs under `roots`: the latest multirun's; those matching a glob of `runs`; or all (`everything`).
 
     A row per run, sorted by NLL with the best ranked first: model, data, key settings, test NLL (nats) and its
-    importance samples per image (S), bpd, reconstruction MSE, PSNR, ms per training step, epochs trained, parameters,
+    importance samples per image (S) and the images it averages, bpd, reconstruction MSE, PSNR, ms per training step, epochs trained, parameters,
     seconds per epoch, then what makes a gap noise (one seed per run; rows of other S; barely trained runs). An untested
     run shows its val numbers, marked `(val)`; the VQ-VAE's NLL is an upper bound, marked `≤` (with its learned prior if
     it has one, the uniform-prior bound beside it). Each run is labelled by its name, with its version and differing
@@ -716,6 +724,11 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
     noise = ("Each row is one run of one seed, its NLL an estimate on the test images it was scored on: a gap between "
              "two rows smaller than the spread between seeds of one model is noise; repeat with `seed=0,1,2` before "
              "reading a ranking into a gap of a few nats.")
+    images = sorted({int(row["images"]) for row in rows if row["images"] != "—" and not row["nll (nats)"].endswith("(val)")})
+    if len(images) > 1:
+        noise += (f" The tested NLLs are averages over different numbers of test images ({', '.join(map(str, images))}: "
+                  "trainer.limit_test_batches): a gap between such rows is partly which images were scored; compare "
+                  "runs tested on the same images.")
     samples = sorted({int(row["S"]) for row in rows if row["S"] != "—"})
     if len(samples) > 1:
         noise += (f" The NLLs are estimated with different numbers of importance samples per image (S = "
@@ -741,7 +754,7 @@ def write_report(roots: list[Path], out: Path, runs: list[str] | None = None, ev
         f"Runs under {', '.join(f'`{r}`' for r in roots)}. {selection.summary} Test-split numbers of each run's last test: "
         "run_test's, of the best checkpoint on val/nll, or a later `test --ckpt_path`'s, of the checkpoint it names "
         "(`(val)`: the run was not tested, its last validation numbers). NLL in nats per image, importance-sampled "
-        "with the encoder as proposal, S samples per image; `≤`: the VQ-VAE's upper bound under its prior over the codes (uniform, or learned: "
+        "with the encoder as proposal, S samples per image, averaged over the `images` scored; `≤`: the VQ-VAE's upper bound under its prior over the codes (uniform, or learned: "
         "then the uniform-prior bound stands beside it). "
         "ms/step and s/epoch: medians over training. Sorted by NLL, lowest (best) first; ranked (rank 1 the best) are "
         "the tested runs, or where none was tested the validated ones: a `(val)` number beside tested ones, and the "

@@ -409,6 +409,9 @@ class LatentVariableModel(SavesItsSettings, L.LightningModule):
         metrics["psnr"].update(recon, x)
         for name, metric in metrics.items():
             self.log(f"{stage}/{name}", metric, prog_bar=name == "nll")
+        # the images these numbers are averaged over, summed over the batches and the processes (a filled tensor: no copy
+        # from the host)
+        self.log(f"{stage}/num_images", x.new_full((), x.shape[0], dtype=torch.float32), reduce_fx="sum", sync_dist=True)
         return {"posterior": posterior, "reconstructions": recon, "inputs": x_eval}
 
     def evaluation_terms(self, x: Tensor, num_samples: int) -> tuple[Tensor, Tensor, Tensor, Any]:

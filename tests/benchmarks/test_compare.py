@@ -443,6 +443,19 @@ def test_a_run_a_signal_stopped_is_marked_stopped_until_a_resume_trains_on(tmp_p
     assert "stopped" not in rows[0]["epochs"] and "stopped" not in (tmp_path / "resumed" / "report.md").read_text().split("## Runs")[1]
 
 
+def test_each_rows_test_images_are_shown_and_rows_of_other_images_are_said_apart(tmp_path, monkeypatch):
+    """test/num_images, logged with the test NLL (models/base.py), is the row's `images`; tested runs scored on other
+    numbers of images (trainer.limit_test_batches) get a note naming the counts."""
+    root = tmp_path / "tensorboard"
+    for rel, pid, images in ((f"{JSA}/version_0", 111, 640.0), (f"{VAE}/version_0", 112, 10000.0)):
+        path = fake_run(root, rel, T0, pid, {"model_class": rel.split("-")[0].upper()})
+        with SummaryWriter(path) as writer:
+            writer.add_scalar("test/num_images", images, 1)
+    rows, _, _ = run_compare(monkeypatch, root, tmp_path / "report", "--all")
+    assert sorted(row["images"] for row in rows) == ["10000", "640"]
+    assert "different numbers of test images (640, 10000" in (tmp_path / "report" / "report.md").read_text()
+
+
 def test_the_vqvae_bound_is_marked_in_every_column_derived_from_it():
     scalars = {"val/nll": [(T0, 9, 100.0)], "val/bpd": [(T0, 9, 0.18)]}
     row = compare.table_row(compare.Run(Path("vqvae-mnist/version_0"), "vqvae-mnist", {"model_class": "VQVAE"}, scalars))

@@ -44,6 +44,7 @@ def ranks(model: str, out_dir: Path, mnist_dir: Path) -> tuple[dict, dict]:
     assert rank0["torch_seed"] == 0 and rank1["torch_seed"] == 1
     # Validation metrics are reduced across ranks: both report the same value ...
     assert torch.equal(rank0["val_nll"], rank1["val_nll"])
+    assert rank0["num_images"] == rank1["num_images"] == 128  # the images scored, summed over both shards
     # ... which is the single-process value on the same 128 images, up to importance-sampling noise.
     sys.path.insert(0, str(SCRIPT.parent))
     from ddp_fit import build, datamodule  # noqa: E402
@@ -52,6 +53,7 @@ def ranks(model: str, out_dir: Path, mnist_dir: Path) -> tuple[dict, dict]:
     single.load_state_dict({k: v for k, v in rank0["model_state"].items() if not k.startswith("cache.")})  # no training here
     trainer = L.Trainer(accelerator="cpu", devices=1, limit_val_batches=8, logger=False, enable_progress_bar=False, enable_model_summary=False)
     single_nll = trainer.validate(single, datamodule=datamodule(str(mnist_dir)), verbose=False)[0]["val/nll"]
+    assert trainer.callback_metrics["val/num_images"] == 128
     assert abs(rank0["validate_nll"] - single_nll) < 0.005 * single_nll, (rank0["validate_nll"], single_nll)
     return rank0, rank1
 

@@ -73,7 +73,8 @@ def hparams_tab(run_dir: Path) -> tuple[set[str], dict[str, object]]:
 
 SHARED_TAGS = {
     "train/loss", "train/step_time_ms", "train/samples_per_s", "train/epoch_time_s",
-    "val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/psnr", "val/reconstructions", "val/prior_samples", "hp/val_nll",
+    "val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/psnr", "val/num_images", "val/reconstructions", "val/prior_samples",
+    "hp/val_nll",
 }
 MODEL_TAGS = {  # a model's own tags beside the shared ones (a model not listed: the shared ones only)
     "vae": {"train/recon", "train/kl"},

@@ -45,7 +45,8 @@ def test_evaluation_nll_is_at_most_negative_elbo(mnist_dir):
     model.log = lambda name, value, **kw: logged.__setitem__(name, value)
     model.evaluation_step((x, torch.arange(32)), stage="val")
     metrics = {name: m.compute() for name, m in model.eval_metrics["val"].items()}
-    assert set(logged) == {"val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/psnr"}
+    assert set(logged) == {"val/nll", "val/bpd", "val/elbo", "val/recon_mse", "val/psnr", "val/num_images"}
+    assert logged["val/num_images"] == 32  # the batch's images, which Lightning sums over the batches and processes
     assert metrics["nll"] <= -metrics["elbo"]
     torch.testing.assert_close(metrics["bpd"], metrics["nll"] / (784 * torch.log(torch.tensor(2.0))))
     # PSNR of the split's mean squared error (pixels in [0, 1]): 10 log10(1 / MSE).

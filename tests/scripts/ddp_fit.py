@@ -94,6 +94,7 @@ def main(name: str, out_dir: Path, max_steps: int | None = None, ckpt_path: str 
             "restarts": record.restarts,
             "torch_seed": record.torch_seed,
             "val_nll": trainer.callback_metrics["val/nll"],
+            "num_images": trainer.callback_metrics["val/num_images"],
         },
         out_dir / f"rank{trainer.global_rank}.pt",
     )
