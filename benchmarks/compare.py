@@ -376,9 +376,10 @@ def select_runs(found: list[Found], globs: list[str] | None = None, everything: 
             left_out.append((run, f"an earlier multirun, {run.group}, started {when(started[run.group])}"))
         elif run.group is None:
             left_out.append((run, f"{run.single}, started {when(run.start)}: not part of a multirun"))
+    others = ("; the other runs found are listed below with why they were left out (--runs GLOB or --all to compare "
+              "them)" if left_out else "; no other run was found")
     return Selection([(run, "the latest multirun") for run in groups[latest]], left_out,
-                     f"The runs of the latest multirun, {latest} (started {when(started[latest])}); the other runs found "
-                     "are listed below with why they were left out (--runs GLOB or --all to compare them).")
+                     f"The runs of the latest multirun, {latest} (started {when(started[latest])}){others}.")
 
 
 # ---- reading a run, labelling it -----------------------------------------------------------------------------

@@ -118,6 +118,17 @@ def test_the_latest_multirun_is_compared_and_every_other_run_is_listed_with_why(
     assert f"{stamp(T0 + 3600)}-222" in (tmp_path / "report" / "report.md").read_text()  # which multirun, said once
 
 
+def test_a_multirun_alone_is_said_to_leave_out_nothing(tmp_path, monkeypatch):
+    """The summary names the other runs found, and where there are none it says so (not a list below that is empty)."""
+    logs = tmp_path / "logs"
+    hydra_multirun(logs, T0, 111, ["vae-mnist", "jsa-mnist"])
+    fake_run(logs / "tensorboard", f"{VAE}/version_0", T0 + 5, 111, {"model_class": "VAE"})
+    fake_run(logs / "tensorboard", f"{JSA}/version_0", T0 + 10, 111, {"model_class": "JSA"})
+    run_compare(monkeypatch, logs / "tensorboard", tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "no other run was found" in text and "listed below with why" not in text
+
+
 def test_without_hydra_directories_the_runs_one_process_made_are_a_multirun(logs, tmp_path, monkeypatch):
     shutil.rmtree(logs / "hydra")  # e.g. logs/tensorboard copied on its own
     _, compared, left_out = run_compare(monkeypatch, logs / "tensorboard", tmp_path / "report")
