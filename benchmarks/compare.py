@@ -492,16 +492,23 @@ def eval_samples(run: Run, stage: str) -> str:
     `stage/num_samples` logged with it (callbacks/hparams.py), which a later test of the run may have changed; the
     training's setting for a run that logged none. The estimate tightens as they grow. "—" for the VQ-VAE's bound (a
     point mass: one suffices)."""
-    nll, logged = (run.scalars.get(f"{stage}/{tag}") for tag in ("nll", "num_samples"))
-    value = logged[-1][2] if nll and logged and logged[-1][1] == nll[-1][1] else run.hparams.get(f"{stage}_num_samples")
+    value = logged_with_nll(run, stage, "num_samples")
+    value = run.hparams.get(f"{stage}_num_samples") if value is None else value
     return "—" if run.hparams.get("model_class") in BOUND_MODELS or value is None else str(int(value))
+
+
+def logged_with_nll(run: Run, stage: str, tag: str) -> float | None:
+    """The last `stage/tag` value where it was logged at the step of the run's last `stage/nll` (the NLL it goes with),
+    else None."""
+    nll, logged = run.scalars.get(f"{stage}/nll"), run.scalars.get(f"{stage}/{tag}")
+    return logged[-1][2] if nll and logged and logged[-1][1] == nll[-1][1] else None
 
 
 def eval_images(run: Run, stage: str) -> str:
     """The images the run's last NLL of `stage` is averaged over (`stage/num_images`, models/base.py), "—" where the run
     logged none."""
-    nll, logged = (run.scalars.get(f"{stage}/{tag}") for tag in ("nll", "num_images"))
-    return str(int(logged[-1][2])) if nll and logged and logged[-1][1] == nll[-1][1] else "—"
+    value = logged_with_nll(run, stage, "num_images")
+    return "—" if value is None else str(int(value))
 
 
 def table_row(run: Run) -> dict[str, str]:

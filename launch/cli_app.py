@@ -248,16 +248,15 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
     # --optimizer replaces the model's configure_optimizers, as asked (cli_check refuses --model.optimizer beside it)
     warnings.filterwarnings("ignore", message=r".*\.configure_optimizers` will be overridden by")
     subcommand = args[0] if args and args[0] in SUBCOMMANDS else "fit"
+    command = args if args[:1] == [subcommand] else [subcommand, *args]
     with user_errors_as_one_line():
         CollectionCLI.checkpoint = CollectionCLI.read_from = None
         CollectionCLI.model_option = []
-        if path := checkpoint_without_model(args if args[:1] == [subcommand] else [subcommand, *args]):
+        if path := checkpoint_without_model(command):
             CollectionCLI.checkpoint, CollectionCLI.read_from = load_checkpoint_file(path), path
             if written_by := model_class_of(CollectionCLI.checkpoint):  # its options are the command's --model.* ones
                 CollectionCLI.model_option = [f"--model={written_by}"]
-        checked = [*args, *CollectionCLI.model_option]
-        check_cli_command(checked if checked[:1] == [subcommand] else [subcommand, *checked],
-                          any(arg.split("=", 1)[0] in PRINTS_ONLY for arg in args))
+        check_cli_command([*command, *CollectionCLI.model_option], any(arg.split("=", 1)[0] in PRINTS_ONLY for arg in args))
         return CollectionCLI(
             LatentVariableModel,
             ImageDataModule,

@@ -15,6 +15,7 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -334,7 +335,7 @@ def check_config_choice(group: str, value: str, folders: list[Path]) -> None:
     line), or where a config of one's own goes."""
     available, searched = configs_in(folders, group)
     swept = parsed_override(f"{group}={value}") if values_of(value) is None else None  # choice(jsa,vae)
-    choices = list(swept.sweep_string_iterator()) if swept is not None and type(swept.value()).__name__ == "ChoiceSweep" \
+    choices = list(swept.sweep_string_iterator()) if swept is not None and isinstance(swept.value(), ChoiceSweep) \
         else [str(v) if v is not None else "null" for v in values_of(value) or []]  # (quotes: Hydra's syntax)
     for choice in choices:
         if choice not in available:
