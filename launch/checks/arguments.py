@@ -43,7 +43,7 @@ _DIGITS = r"\d(?:_?\d)*"
 _INT = re.compile(r"[+-]?(?:0|[1-9](?:_?\d)*)")
 _FLOAT = re.compile(rf"[+-]?(?:(?:(?:{_DIGITS})?\.{_DIGITS}|{_DIGITS}\.)(?:[eE][+-]?{_DIGITS})?|{_DIGITS}[eE][+-]?{_DIGITS}|inf|nan)",
                     re.I)
-_YAML_BOOLS = {"yes": True, "on": True, "no": False, "off": False}  # LightningCLI reads values as YAML 1.1
+_YAML_WORDS = {"~": None, "yes": True, "on": True, "no": False, "off": False}  # LightningCLI reads values as YAML 1.1
 
 
 def scalar(text: str, cli: bool = False) -> tuple[bool, Any]:
@@ -55,12 +55,9 @@ def scalar(text: str, cli: bool = False) -> tuple[bool, Any]:
         return False, None
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return True, text[1:-1]
-    lowered = text.lower()
-    if lowered == "null" or (cli and text == "~"):  # YAML's nulls; `none` is a string to both front ends
-        return True, None
-    booleans = {"true": True, "false": False, **(_YAML_BOOLS if cli else {})}
-    if lowered in booleans:
-        return True, booleans[lowered]
+    named = {"null": None, "true": True, "false": False, **(_YAML_WORDS if cli else {})}  # `none` is a string to both
+    if text.lower() in named:
+        return True, named[text.lower()]
     if _INT.fullmatch(text) or (cli and re.fullmatch(rf"[+-]?{_DIGITS}", text)):
         return True, int(text.replace("_", ""))
     if _FLOAT.fullmatch(text):
@@ -82,12 +79,9 @@ def values_of(text: str, cli: bool = False) -> list[Any] | None:
 def option_values(argv: list[str]) -> list[tuple[str, str | None]]:
     """(--option, value) pairs of a LightningCLI command line: --key=value, --key value, or a flag alone (a value taken
     does not start with '-', so it is never read as an option)."""
-    pairs = []
-    for index, arg in enumerate(argv):
-        following = argv[index + 1] if index + 1 < len(argv) and not argv[index + 1].startswith("-") else None
-        if arg.startswith("--"):
-            pairs.append(tuple(arg.split("=", 1)) if "=" in arg else (arg, following))
-    return pairs
+    following = [*(None if arg.startswith("-") else arg for arg in argv[1:]), None]  # the word after each, if a value
+    return [tuple(arg.split("=", 1)) if "=" in arg else (arg, value) for arg, value in zip(argv, following)
+            if arg.startswith("--")]
 
 
 def cli_options(argv: list[str]) -> list[tuple[str, str | None]]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ChoiceSweep
+from hydra.core.override_parser.types import ChoiceSweep, Override
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -84,12 +84,11 @@ def overrides_given(argv: list[str]) -> list[str]:
     return [word for word in hydra_words(argv) if not word.lstrip("+~").startswith(("hydra/", "hydra."))]
 
 
-def jobs(overrides: list[str], multirun: bool) -> tuple[list[list[str]], list[str]]:
-    """The overrides of the jobs to compose, and the other values of the swept settings. Each value of a swept config
-    group is composed once, with the other keys at their first value; a swept setting's other values (at most
-    MAX_CHECKED_VALUES of each: the rest are checked by their jobs) are set on the first job's config. A sweep Optuna
-    samples (interval()) is left to the constructors."""
-    parsed = OverridesParser.create().parse_overrides(overrides)  # (their grammar checked: check_hydra)
+def jobs(parsed: list[Override], multirun: bool) -> tuple[list[list[str]], list[str]]:
+    """The overrides of the jobs to compose, from the command line's parsed overrides, and the other values of the
+    swept settings. Each value of a swept config group is composed once, with the other keys at their first value; a
+    swept setting's other values (at most MAX_CHECKED_VALUES of each: the rest are checked by their jobs) are set on the
+    first job's config. A sweep Optuna samples (interval()) is left to the constructors."""
     axes = []
     for override in parsed:
         if override.is_sweep_override() and not multirun:
@@ -122,18 +121,17 @@ def composed_job(job: list[str], argv: list[str]) -> Any:
 
 
 def grammar_error(error: Exception, overrides: list[str]) -> str:
-    """Hydra's grammar refusal as one line; for a value holding '=' unquoted (Lightning's epoch=0-step=3.ckpt), how to
-    quote it."""
-    equals = next((o for o in overrides if o.count("=") > 1 and not re.search("[\"'\\[{]", o)), None)
-    if equals is not None and "mismatched input '='" in str(error):
-        key, _, value = equals.partition("=")
-        return (f"{equals}: Hydra reads the '=' in the value as a second one; quote the value for Hydra, and the whole for "
-                f"the shell: '{key}=\"{value}\"'")
-    wide = next((o for o in overrides if not o.isascii() and not re.search("[\"']", o)), None)
-    if wide is not None and "LexerNoViableAlt" in str(error):  # Hydra's grammar reads unquoted values in ASCII only
-        key, _, value = wide.partition("=")
-        return (f"{wide}: Hydra reads an unquoted value in ASCII only; quote it for Hydra, and the whole for the shell: "
-                f"'{key}=\"{value}\"'")
+    """Hydra's grammar refusal as one line; for a value holding '=' unquoted (Lightning's epoch=0-step=3.ckpt) or a
+    letter outside ASCII, how to quote it."""
+    unquoted = {  # Hydra's error -> (the override that needs quotes, how Hydra reads it)
+        "mismatched input '='": (next((o for o in overrides if o.count("=") > 1 and not re.search("[\"'\\[{]", o)), None),
+                                 "the '=' in the value as a second one; quote the value"),
+        "LexerNoViableAlt": (next((o for o in overrides if not o.isascii() and not re.search("[\"']", o)), None),
+                             "an unquoted value in ASCII only; quote it")}
+    for marker, (override, reading) in unquoted.items():
+        if override is not None and marker in str(error):
+            key, _, value = override.partition("=")
+            return f"{override}: Hydra reads {reading} for Hydra, and the whole for the shell: '{key}=\"{value}\"'"
     text = " ".join(str(error).split())
     bad = next((o for o in overrides if parsed_override(o) is None), None)  # Hydra's message names the input only
     return f"{bad}: {text}" if bad is not None and bad not in text else text
@@ -208,10 +206,11 @@ def check_hydra(argv: list[str]) -> list[tuple[list[str], Any]]:
     check_before_composing(argv, pairs, multirun, "--cfg" in hydra_modes(argv))
     words = hydra_words(argv)
     try:  # the grammar of every override, Hydra's own among them (hydra.sweeper.params...)
-        OverridesParser.create().parse_overrides(words)
+        parsed = OverridesParser.create().parse_overrides(words)
     except HydraException as error:
         raise EarlyRefusal(grammar_error(error, words)) from None
-    planned, other_values = jobs(overrides_given(argv), multirun)
+    # Hydra's own overrides (hydra/launcher=..., hydra.run.dir=...): check_plugin_choice judges the plugins, Hydra the rest
+    planned, other_values = jobs([override for override in parsed if not override.is_hydra_override()], multirun)
     swept = {key: value for key, value in pairs if key in CONFIG_GROUPS and len(values_of(value) or []) > 1}
 
     def composed(job: list[str]) -> Any:
@@ -261,7 +260,7 @@ def check_job(job: list[str], cfg: Any, argv: list[str], first: Any) -> bool:
     try:
         check_composed(cfg, devices=False)
     except SettingsError as error:
-        raise EarlyRefusal(in_file(str(error), job, argv, first)) from None
+        raise EarlyRefusal(in_file(str(error), given, argv, first)) from None
     except OmegaConfBaseException:
         return False  # an interpolation that resolves only in a run (${hydra:runtime.output_dir}): the run checks it
     return True
@@ -299,13 +298,13 @@ def check_after_imports(argv: list[str]) -> None:
         check_hydra(argv)
 
 
-def in_file(line: str, job: list[str], argv: list[str], cfg: Any) -> str:
+def in_file(line: str, given: dict[str, str], argv: list[str], cfg: Any) -> str:
     """`line`, prefixed with the picked experiment file (configs/experiment/ or a --config-dir's, `# @package _global_`)
-    that sets the setting it names when the command line does not."""
+    that sets the setting it names when the job's overrides (`given`: key -> value) do not."""
     import yaml
 
     key = re.match(r"[\w.]*", line)[0].rstrip(".")
-    if any(o.lstrip("+~").startswith(f"{key}=") for o in job):
+    if key in given:
         return line
     name = f"{cfg.hydra.runtime.choices.get('experiment')}.yaml"
     for path in (folder / "experiment" / name for folder in (CONFIGS, *hydra_folders(argv))):
@@ -333,7 +332,7 @@ def check_config_choice(group: str, value: str, folders: list[Path]) -> None:
     """`group=NAME` (or a sweep of names): a config in configs/<group>/ or a --config-dir's, else a refusal naming the
     folders searched, with the likely name, or how to leave the group out (Hydra refuses group=null from the command
     line), or where a config of one's own goes."""
-    available, searched = configs_in(folders, group)
+    available, no_such = configs_in(folders, group)
     swept = parsed_override(f"{group}={value}") if values_of(value) is None else None  # choice(jsa,vae)
     choices = list(swept.sweep_string_iterator()) if swept is not None and isinstance(swept.value(), ChoiceSweep) \
         else [str(v) if v is not None else "null" for v in values_of(value) or []]  # (quotes: Hydra's syntax)
@@ -342,7 +341,7 @@ def check_config_choice(group: str, value: str, folders: list[Path]) -> None:
             leave_out = f" ({group}=none leaves it out)" if "none" in available else f" (~{group} leaves it out)"
             own = "" if len(folders) > 1 else f"; a config of your own: --config-dir DIR with DIR/{group}/{choice}.yaml"
             fix = did_you_mean(choice, available) or (leave_out if choice in ("null", "none", "None", "false") else own)
-            raise EarlyRefusal(f"{group}={choice}: no such config in {searched}; expected one of {', '.join(available)}{fix}")
+            raise EarlyRefusal(f"{group}={choice}: {no_such}{fix}")
         for path in (folder / group / f"{choice}.yaml" for folder in folders if folder != CONFIGS):
             if path.is_file():
                 check_own_package(group, path)
@@ -370,11 +369,11 @@ def check_own_package(group: str, path: Path) -> None:
 
 
 def configs_in(folders: list[Path], group: str = "") -> tuple[list[str], str]:
-    """The names of the configs in `group` of `folders` (configs/ first), and the folders searched as a refusal names
-    them."""
+    """The names of the configs in `group` of `folders` (configs/ first), and the refusal of a name not among them,
+    which names the folders searched and the names found."""
     available = sorted({path.stem for folder in folders for path in (folder / group).glob("*.yaml")})
     searched = (f"{Path('configs') / group if folder == CONFIGS else folder / group}/" for folder in folders)
-    return available, " or ".join(searched)
+    return available, f"no such config in {' or '.join(searched)}; expected one of {', '.join(available)}"
 
 
 def hydra_modes(argv: list[str]) -> set[str]:
@@ -389,10 +388,9 @@ def check_config_search(argv: list[str]) -> None:
         if not Path(folder).is_dir():
             raise EarlyRefusal(f"--config-dir {folder}: no such directory (it adds a folder of configs of your own to configs/)")
     for name in hydra_option_values(argv, "--config-name") if not hydra_option_values(argv, "--config-path") else ():
-        available, searched = configs_in([CONFIGS, *map(Path, hydra_option_values(argv, "--config-dir"))])
+        available, no_such = configs_in([CONFIGS, *map(Path, hydra_option_values(argv, "--config-dir"))])
         if name.removesuffix(".yaml") not in available:
-            raise EarlyRefusal(f"--config-name {name}: no such config in {searched}; expected one of "
-                               f"{', '.join(available)}{did_you_mean(name, available)}")
+            raise EarlyRefusal(f"--config-name {name}: {no_such}{did_you_mean(name, available)}")
 
 
 HYDRA_MODES = ("--run", "--multirun", "--cfg", "--info", "--shell-completion")  # one per command
