@@ -28,14 +28,11 @@ def hydra_option(arg: str) -> tuple[str | None, str | None]:
     joined to it, or None: --cfg=job, -cjob), as Hydra's argparse reads it: a long name or an abbreviation of one, a
     short form, or -c joined to its value; not -cd, -cp or -cn (the config folder, path and name)."""
     flag, equals, joined = arg.partition("=")
-    value = joined if equals else None
-    if flag.startswith("--"):
-        names = [name for name in HYDRA_OPTIONS if name.startswith(flag)]
-        return (flag if flag in HYDRA_OPTIONS else names[0] if len(names) == 1 else None), value
-    short = {form: name for name, form in HYDRA_OPTIONS.items() if form}
-    if flag in short:
-        return short[flag], value
-    return ("--cfg", flag[2:]) if flag.startswith("-c") and flag[2:] in ("job", "hydra", "all") else (None, None)
+    if flag.startswith("-c") and flag[2:] in ("job", "hydra", "all"):
+        return "--cfg", flag[2:]
+    # the long names `flag` begins (no name begins another, so a whole one is found alone), or the short form it is
+    names = [name for name, form in HYDRA_OPTIONS.items() if (name.startswith(flag) if flag.startswith("--") else form == flag)]
+    return (names[0] if len(names) == 1 else None), (joined if equals else None)
 
 
 # Hydra's grammar (hydra/grammar/OverrideLexer.g4): 007 is a string, 1_000 an int, 1_0.5 a float.
@@ -67,12 +64,9 @@ def scalar(text: str, cli: bool = False) -> tuple[bool, Any]:
 
 def values_of(text: str, cli: bool = False) -> list[Any] | None:
     """The values an override sets: one, or (Hydra) each of a simple sweep a,b,c; None if they cannot be read here."""
-    if cli:
-        ok, value = scalar(text, cli=True)
-        return [value] if ok else None
-    if any(quote in text for quote in "'\"") and "," in text:
+    if not cli and any(quote in text for quote in "'\"") and "," in text:
         return None  # a quoted value may hold commas: left to Hydra's parser
-    parts = [scalar(part) for part in text.split(",")] if text else [(True, "")]
+    parts = [scalar(part, cli) for part in ([text] if cli else text.split(","))]
     return [value for _, value in parts] if all(ok for ok, _ in parts) else None
 
 
