@@ -132,11 +132,9 @@ class CollectionCLI(LightningCLI):
             config.seed_everything = resumed_seed(seed, self.seed_given() or seed != default_seed(), checkpoint)
         # The checkpoint's model class where the command line names none (`test --ckpt_path=...`), and its settings
         # under those the command line or its -c files give.
-        written_by = model_class_of(checkpoint)
-        if dict(option_values(self.command)).get("--model") or not written_by:
-            written_by = config.model.class_path
+        written_by = None if dict(option_values(self.command)).get("--model") else model_class_of(checkpoint)
         in_files = config_settings(self.command)
-        for group, class_path in (("data", config.data.class_path), ("model", written_by)):
+        for group, class_path in (("data", config.data.class_path), ("model", written_by or config.model.class_path)):
             given = _given([*option_values(self.command), *in_files], group)
             settings = {}
             with contextlib.suppress(ImportError):  # a class that does not import: the parser names it below

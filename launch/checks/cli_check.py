@@ -200,9 +200,8 @@ def checkpoint_without_model(argv: list[str]) -> str | None:
     """The --ckpt_path of a command line that names no model (`test --ckpt_path=PATH --model.test_num_samples=100`):
     the model is the class that wrote the checkpoint, whose options its --model.* options are; else None."""
     options = dict(cli_options(argv))
-    if options.get("--ckpt_path") in (None, "null") or "--model" in options or "--model.class_path" in options:
-        return None
-    return options["--ckpt_path"]
+    named = "--model" in options or "--model.class_path" in options
+    return None if named or options.get("--ckpt_path") == "null" else options.get("--ckpt_path")
 
 
 def file_settings(path: Path) -> list[tuple[str, str | None]]:
@@ -297,9 +296,8 @@ def check_class_name(given: str, group: str, name: str) -> None:
 def check_help_class(argv: list[str]) -> None:
     """--model.help NAME (--data.help): a class of the collection's by its name (one's own by its dotted path)."""
     for option, value in cli_options(argv):
-        group = option.removeprefix("--").removesuffix(".help")
-        if option.endswith(".help") and group in ("model", "data") and value:
-            check_class_name(f"{option}={value}", group, value)
+        if option in ("--model.help", "--data.help") and value:
+            check_class_name(f"{option}={value}", option[2:].removesuffix(".help"), value)
 
 
 def check_hydra_words(argv: list[str]) -> None:
