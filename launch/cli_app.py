@@ -21,7 +21,6 @@ from checkpoints.errors import CheckpointError
 from checkpoints.loader import load_checkpoint_file
 from common.lightning_files import RunConfigFile
 from common.registry import IMPORTABLE_HINT
-from common.settings import did_you_mean
 from datamodules import ImageDataModule  # (the package registers the subclasses for --data=NAME)
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch.checks.arguments import PRINTS_ONLY, cli_options, option_values
