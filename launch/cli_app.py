@@ -21,16 +21,14 @@ from checkpoints.errors import CheckpointError
 from checkpoints.loader import load_checkpoint_file
 from common.lightning_files import RunConfigFile
 from common.registry import IMPORTABLE_HINT
-from common.settings import did_you_mean
 from datamodules import ImageDataModule  # (the package registers the subclasses for --data=NAME)
 from launch import CLI_SUBCOMMANDS as SUBCOMMANDS
 from launch.checks.arguments import PRINTS_ONLY, cli_options, option_values
-from launch.checks.cli_check import (REPLICA_HINTS, check_cli_command, checkpoint_without_model, help_pointer, no_such_class,
-                                     setting_key, with_defaults)
+from launch.checks.cli_check import (REPLICA_HINTS, check_cli_command, checkpoint_without_model, file_settings, help_pointer,
+                                     no_such_class, setting_key, with_defaults)
 from launch.checks.configs import log_dir as default_log_dir, seed as default_seed, short_names
 from launch.checks.early import exit_with
 from launch.checks.precheck import closest_in_module
-from launch.checks.received_config import composed, given_settings
 from launch.checks.settings import SettingsError, check_trainer_values
 from launch.errors import argument_named, user_errors_as_one_line
 from launch.run_builder import (RESUMED, RunDescription, apply_rules, build, checkpoint_settings, default_callbacks,
@@ -69,26 +67,23 @@ class Parser(LightningArgumentParser):
         return [*added, "ckpt_path"]
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # one line, not usage + a nested report
-        given = CollectionCLI.command_line
-        subcommand = given[0] if given and given[0] in SUBCOMMANDS else "fit"
+        given = CollectionCLI.command
         if bare := re.match(r"argument (--[\w.]+)\S*: expected one argument", message):  # (--model for --model.mis_steps)
             option = next((o for o, v in option_values(given) if v is None and o.startswith(bare[1])), bare[1])
             message = f"{option}: expected a value ({option}=VALUE)"
-        exit_with(f"{_no_class(message, given) or _one_line(message, given)} {help_pointer(subcommand)}")
+        exit_with(f"{_no_class(message, given) or _one_line(message, given)} {help_pointer(given[0])}")
 
 
 class CollectionCLI(LightningCLI):
     """LightningCLI with the Hydra front end's defaults and rules (launch/run_builder.py)."""
 
-    command_line: list[str] = []  # the arguments as the user gave them, set by main()
+    command: list[str] = ["fit"]  # the arguments as the user gave them, its subcommand first, set by main()
     checkpoint: dict[str, Any] | None = None  # --ckpt_path's content, read once (main, or parse_arguments)
     read_from: str | None = None  # the --ckpt_path it was read from
-    model_option: list[str] = []  # --model=<the class that wrote it> where the command line names no model (main)
 
     def subcommands(self) -> dict[str, set[str]]:  # (a static method of LightningCLI's, called on the instance)
         """The subcommand this command line runs, alone: LightningCLI would build a parser for each of the others too."""
-        given = self.command_line[0] if self.command_line[:1] and self.command_line[0] in SUBCOMMANDS else "fit"
-        return {given: LightningCLI.subcommands()[given]}
+        return {self.command[0]: LightningCLI.subcommands()[self.command[0]]}
 
     def add_default_arguments_to_parser(self, parser: Any) -> None:  # (its range checked before parsing: cli_check.py)
         parser.add_argument("--seed_everything", type=Union[bool, int], default=self.seed_everything_default,
@@ -117,30 +112,29 @@ class CollectionCLI(LightningCLI):
                                                    for c in default_callbacks()]})
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
-        """The command line with the default classes (cli_check.with_defaults; the model, where it names none, the one
-        that wrote --ckpt_path's checkpoint: main), then the settings of that checkpoint under those the command line
+        """The command line `args` with the default classes (cli_check.with_defaults; the model, where it names none, the
+        one that wrote --ckpt_path's checkpoint: main), then the settings of that checkpoint under those the command line
         gives, from its one safe read (the registered-classes check included),
         handed on to the builder. --ckpt_path is held aside until before_instantiate_classes: LightningCLI would read the file
         a second time (past its checksum) and put the checkpoint's settings over the command line's."""
-        self.config = parser.parse_args(with_defaults([*self.command_line, *self.model_option]))
+        self.config = parser.parse_args(with_defaults(args))
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else {}
         self.ckpt_path = config.get("ckpt_path")
         if not self.ckpt_path:
             return
-        read = self.checkpoint if self.checkpoint is not None and self.read_from == self.ckpt_path else None
-        config.ckpt_path, checkpoint = None, read or load_checkpoint_file(self.ckpt_path)
-        self.checkpoint, self.read_from = checkpoint, self.ckpt_path
+        if self.read_from != self.ckpt_path:
+            self.checkpoint, self.read_from = load_checkpoint_file(self.ckpt_path), self.ckpt_path
+        config.ckpt_path, checkpoint = None, self.checkpoint
         seed = config.get("seed_everything")  # the checkpoint's where none is given (launch/run_builder.py), before LightningCLI seeds
         if not isinstance(seed, bool):
             config.seed_everything = resumed_seed(seed, self.seed_given() or seed != default_seed(), checkpoint)
         # The checkpoint's model class where the command line names none (`test --ckpt_path=...`), and its settings
         # under those the command line or its -c files give.
-        written_by = model_class_of(checkpoint)
-        if dict(option_values(self.command_line)).get("--model") or not written_by:
-            written_by = config.model.class_path
-        for group, class_path in (("data", config.data.class_path), ("model", written_by)):
-            given = {*_given(self.command_line, group), *_given_in_files(self.command_line, group)}
+        written_by = None if dict(option_values(self.command)).get("--model") else model_class_of(checkpoint)
+        in_files = config_settings(self.command)
+        for group, class_path in (("data", config.data.class_path), ("model", written_by or config.model.class_path)):
+            given = _given([*option_values(self.command), *in_files], group)
             settings = {}
             with contextlib.suppress(ImportError):  # a class that does not import: the parser names it below
                 settings = resumed_settings(checkpoint, group, get_class(class_path), given, self.ckpt_path)
@@ -150,7 +144,7 @@ class CollectionCLI(LightningCLI):
 
     def seed_given(self) -> bool:
         """Whether the command line gives --seed_everything (a config file's counts where it is not the default)."""
-        return dict(option_values(self.command_line)).get("--seed_everything") is not None
+        return dict(option_values(self.command)).get("--seed_everything") is not None
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -166,7 +160,7 @@ class CollectionCLI(LightningCLI):
         apply_rules({group: config[group].init_args for group in ("data", "model")},
                     {group: get_class(config[group].class_path) for group in ("data", "model")},
                     seed if self.seed_given() or seed != default_seed() else None, self.seed_given(),
-                    lambda group, key: key in _given(self.command_line, group))
+                    lambda group, key: key in _given(option_values(self.command), group))
         note_existing_directories(config.get("log_dir") or default_log_dir())  # as parsed: a -c file may set it
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
@@ -232,7 +226,7 @@ class CollectionCLI(LightningCLI):
                 raise
             text = _one_line(str(error), [])
             named = argument_named(text)  # (--checkpoint.mode=maxx: "`mode` can be min, max ...")
-            given = [f"{option}={value}" for option, value in option_values(self.command_line)
+            given = [f"{option}={value}" for option, value in option_values(self.command)
                      if named and option.rsplit(".", 1)[-1] == named]
             note = RESUMED if self.checkpoint is not None and text.startswith("--model") else ""  # (as Hydra's says)
             raise SettingsError((f"{given[-1]}: {text}" if given else text) + note) from None
@@ -244,22 +238,23 @@ def main(args: list[str] | None = None, run: bool = True) -> Any:
     and its paths before the imports (launch/checks/early.py); the check's walk runs again here, where the classes
     resolve, for what needs them: the settings of class-valued options, of one's own classes and of the Trainer, and
     those a chosen class requires (launch/checks/cli_check.py)."""
-    args = CollectionCLI.command_line = list(sys.argv[1:] if args is None else args)
+    args = list(sys.argv[1:] if args is None else args)
     # --optimizer replaces the model's configure_optimizers, as asked (cli_check refuses --model.optimizer beside it)
     warnings.filterwarnings("ignore", message=r".*\.configure_optimizers` will be overridden by")
     subcommand = args[0] if args and args[0] in SUBCOMMANDS else "fit"
-    command = args if args[:1] == [subcommand] else [subcommand, *args]
+    command = CollectionCLI.command = args if args[:1] == [subcommand] else [subcommand, *args]
     with user_errors_as_one_line():
         CollectionCLI.checkpoint = CollectionCLI.read_from = None
-        CollectionCLI.model_option = []
+        model = []  # --model=<the class that wrote --ckpt_path's checkpoint> where the command line names no model
         if path := checkpoint_without_model(command):
             CollectionCLI.checkpoint, CollectionCLI.read_from = load_checkpoint_file(path), path
             if written_by := model_class_of(CollectionCLI.checkpoint):  # its options are the command's --model.* ones
-                CollectionCLI.model_option = [f"--model={written_by}"]
-        check_cli_command([*command, *CollectionCLI.model_option], any(arg.split("=", 1)[0] in PRINTS_ONLY for arg in args))
+                model = [f"--model={written_by}"]
+        check_cli_command([*command, *model], any(arg.split("=", 1)[0] in PRINTS_ONLY for arg in args))
         return CollectionCLI(
             LatentVariableModel,
             ImageDataModule,
+            args=[*args, *model],
             subclass_mode_model=True,
             subclass_mode_data=True,
             parser_class=Parser,
@@ -317,7 +312,8 @@ def _no_class(message: str, args: list[str]) -> str | None:
     if found is None or option is None:
         return None
     given = any(value == found[1] for _, value in option_values(args))
-    file = None if given else naming_file(args, found[1])
+    file = None if given else next((f"--config={path}" for _, text, path in reversed(config_settings(args))
+                                    if (text or "").strip('"') == found[1]), None)
     named = f"{file}: {option[2:]}: {found[1]}" if file else \
         f"{option}={found[1]}{'' if given else ' (named by the checkpoint or a config file)'}"
     missing = re.search(r"No module named '([\w.]+)'", message)
@@ -329,30 +325,14 @@ def _no_class(message: str, args: list[str]) -> str | None:
     return f"{named}: {no_attribute[0]}{closest_in_module(found[1])}" if no_attribute else None
 
 
-def config_files(args: list[str]) -> list[Path]:
-    """The command line's -c files that exist."""
-    argv = args if args[:1] and args[0] in SUBCOMMANDS else ["fit", *args]
-    return [Path(value) for option, value in cli_options(argv) if option == "--config" and value and Path(value).is_file()]
+def config_settings(args: list[str]) -> list[tuple[str, str | None, Path]]:
+    """(--option, value, file) of each setting of the -c files that exist of a command line (its subcommand first), in
+    their order."""
+    files = [Path(value) for option, value in cli_options(args) if option == "--config" and value and Path(value).is_file()]
+    return [(option, text, path) for path in files for option, text in file_settings(path)]
 
 
-def file_settings(path: Path) -> list[tuple[str, str | None]]:
-    """A -c file's settings, read as the check before parsing reads them."""
-    return given_settings(composed(path, f"config file {path}"))
-
-
-def naming_file(args: list[str], value: str) -> str | None:
-    """`--config=FILE` for the last of the command line's -c files that gives `value`, else None."""
-    return next((f"--config={path}" for path in reversed(config_files(args))
-                 if value in ((text or "").strip('"') for _, text in file_settings(path))), None)
-
-
-def _given_in_files(args: list[str], group: str) -> set[str]:
-    """The settings of `group` the command line's -c files set."""
-    keys = [setting_key(f"--{key}") for path in config_files(args) for key, _ in file_settings(path)]
-    return {key[len(group) + 1:].split(".")[0] for key in keys if key.startswith(f"{group}.")}
-
-
-def _given(args: list[str], group: str) -> set[str]:
-    """The settings of `group` the command line sets (--group.key or --group.init_args.key)."""
-    keys = [setting_key(option) for option, _ in option_values(args)]
+def _given(options: list[tuple[str, ...]], group: str) -> set[str]:
+    """The settings of `group` these (--option, value, ...) set (--group.key or --group.init_args.key)."""
+    keys = [setting_key(option) for option, *_ in options]
     return {key[len(group) + 1:].split(".")[0] for key in keys if key.startswith(f"{group}.")}

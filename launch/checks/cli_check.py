@@ -82,8 +82,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         if option == "--config" and value is not None and not value.lstrip().startswith("{"):
             if not Path(value).exists():
                 raise EarlyRefusal(f"--config={value}: no such file")
-            node = composed(Path(value), f"config file {Path(value)}")  # (as launch/checks/received_config.py reads it)
-            pairs += [(f"--{key}", text, value) for key, text in given_settings(node)]
+            pairs += [(option, text, value) for option, text in file_settings(Path(value))]
             for key in {setting_key(option).split(".")[0] for option, _, file in pairs if file == value}:
                 if key not in FILE_OPTIONS:  # (jsonargparse's refusal names neither the file nor the closest)
                     raise EarlyRefusal(f"--config={value}: {key}: no such option{did_you_mean(key, list(FILE_OPTIONS))}")
@@ -109,7 +108,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         raise EarlyRefusal(f"--model.lr={settings['model.lr']} with --optimizer={optimizer}: the run trains with the "
                            f"learning rate of --optimizer, not the model's; give --optimizer.lr={settings['model.lr']}")
     save_dir = settings.get("trainer.logger.save_dir")
-    if "--log_dir" in dict((option, v) for option, v in cli_options(argv)) and save_dir is not None:
+    if any(option == "--log_dir" and file is None for option, _, file in pairs) and save_dir is not None:
         raise EarlyRefusal(f"--log_dir={settings['log_dir']} with --trainer.logger.save_dir={save_dir}: a logger of one's "
                            "own writes under its save_dir, so --log_dir would be ignored; give one of the two")
     if str(settings.get("trainer.enable_checkpointing")).lower() == "false":
@@ -141,10 +140,10 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         if value is None or group not in ("model", "data", *CLASS_OPTIONS):
             return
         paths = set(config_targets(group).values()) if group in ("model", "data") else set()
-        targets = {**{path.rsplit(".", 1)[-1]: path for path in paths}, **{path: path for path in paths}}
         if paths:
             check_class_name(as_given(option, name, file), group, name)
-        chosen[group] = targets.get(name) or class_named(name)  # a class of one's own once importable; '{"class_path": ...}'
+        # one of those by its name or path, else a class of one's own once importable; '{"class_path": ...}'
+        chosen[group] = next((path for path in paths if name in (path, path.rsplit(".", 1)[-1])), None) or class_named(name)
         if chosen[group] is None and group in CLASS_OPTIONS and not own_code and (names := unknown_short_name(name)):
             raise EarlyRefusal(f"{as_given(option, name, file)}: {no_such_class(name, names)} {help_pointer(argv[0])}")
 
@@ -152,13 +151,13 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
         value and re.fullmatch(r"(\w+\.)+[A-Z]\w*", value.strip('"'))
         and not value.strip('"').startswith((*COLLECTION_PACKAGES, *SHORT_NAME_MODULES, "lightning.", "torch.")) for _, value, _ in pairs)
 
-    for file, run in itertools.groupby(pairs, key=lambda pair: pair[2]):  # the command line's options between files, a file's
+    # A file's settings are checked against every class it chooses; each option of the command line against the classes
+    # chosen up to it (a key of its own: object()).
+    for _, run in itertools.groupby(pairs, key=lambda pair: pair[2] or object()):
         run = list(run)
-        for option, value, _ in run if file else []:
+        for option, value, file in run:
             choose(option, value, file)
-        for option, value, _ in run:
-            if file is None:
-                choose(option, value, None)
+        for option, value, file in run:
             try:
                 check_cli_setting(option, unquoted(value) if file else value, chosen, "" if file else "--")
             except SettingsError as refusal:  # (check_group's too) a file's setting: named with its file
@@ -201,9 +200,13 @@ def checkpoint_without_model(argv: list[str]) -> str | None:
     """The --ckpt_path of a command line that names no model (`test --ckpt_path=PATH --model.test_num_samples=100`):
     the model is the class that wrote the checkpoint, whose options its --model.* options are; else None."""
     options = dict(cli_options(argv))
-    if options.get("--ckpt_path") in (None, "null") or "--model" in options or "--model.class_path" in options:
-        return None
-    return options["--ckpt_path"]
+    named = "--model" in options or "--model.class_path" in options
+    return None if named or options.get("--ckpt_path") == "null" else options.get("--ckpt_path")
+
+
+def file_settings(path: Path) -> list[tuple[str, str | None]]:
+    """(--dotted.key, value) of each setting of a --config file, read as launch/checks/received_config.py reads it."""
+    return [(f"--{key}", text) for key, text in given_settings(composed(path, f"config file {path}"))]
 
 
 def as_given(option: str, value: Any, file: str | None) -> str:
@@ -293,9 +296,8 @@ def check_class_name(given: str, group: str, name: str) -> None:
 def check_help_class(argv: list[str]) -> None:
     """--model.help NAME (--data.help): a class of the collection's by its name (one's own by its dotted path)."""
     for option, value in cli_options(argv):
-        group = option.removeprefix("--").removesuffix(".help")
-        if option.endswith(".help") and group in ("model", "data") and value:
-            check_class_name(f"{option}={value}", group, value)
+        if option in ("--model.help", "--data.help") and value:
+            check_class_name(f"{option}={value}", option[2:].removesuffix(".help"), value)
 
 
 def check_hydra_words(argv: list[str]) -> None:
