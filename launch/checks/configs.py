@@ -151,23 +151,18 @@ def short_names() -> dict[str, str]:
     return names
 
 
-def library_targets() -> list[str]:
-    """Once imported: the Trainer, each class LightningCLI finds by its short name (`short_names`), and the classes of
-    configs/'s optimizer, scheduler and logger choices that the libraries hold."""
-    targets = {"lightning.Trainer", *short_names().values(), *LOGGER_FOLDERS,
-               *(target for group in ("optimizer", "scheduler") for target in config_targets(group).values())}
-    return sorted(target for target in targets if target.split(".")[0] in LIBRARIES)
-
-
 def record_library_settings() -> None:
-    """Once Lightning is imported: record the setting names of `library_targets` where they are not yet. A class whose
-    constructor cannot be read, or a cache that cannot be written, is left unrecorded: the check after the imports still
-    judges its settings."""
+    """Once Lightning is imported: record the setting names of the libraries' classes where they are not yet: the
+    Trainer, each class LightningCLI finds by its short name (`short_names`), and the classes of configs/'s optimizer,
+    scheduler and logger choices. A class whose constructor cannot be read, or a cache that cannot be written, is left
+    unrecorded: the check after the imports still judges its settings."""
     path = library_records_file()
     if path is None:
         return
+    targets = {"lightning.Trainer", *short_names().values(), *LOGGER_FOLDERS,
+               *(target for group in ("optimizer", "scheduler") for target in config_targets(group).values())}
     names = {}
-    for target in (target for target in library_targets() if target not in library_records()):
+    for target in (target for target in targets - library_records().keys() if target.split(".")[0] in LIBRARIES):
         with contextlib.suppress(Exception):  # (a library's constructor this version cannot introspect)
             cls = pkgutil.resolve_name(target)
             names[target] = sorted({*constructor_hints(cls), *constructor_defaults(cls)})

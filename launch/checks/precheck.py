@@ -4,7 +4,7 @@ refusal (SettingsError and its kinds), a model's or data module's settings built
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import pkgutil
 import re
 from typing import Any
@@ -32,19 +32,15 @@ def closest_in_module(path: str) -> str:
     import inspect
 
     module, _, name = path.rpartition(".")
-    try:
-        classes = [f"{module}.{n}" for n, v in vars(importlib.import_module(module)).items() if inspect.isclass(v) and not n.startswith("_")]
-    except ModuleNotFoundError:
-        package, _, _ = module.rpartition(".")
+    package = module.rpartition(".")[0]
+    with contextlib.suppress(ImportError, ValueError):  # (one that does not import, or an empty name: no advice)
         try:
-            found = importlib.import_module(package) if package else None
-        except (ImportError, ValueError):
-            return ""
-        modules = [f"{package}.{info.name}.{name}" for info in pkgutil.iter_modules(getattr(found, "__path__", []))]
-        return did_you_mean(path, modules)
-    except (ImportError, ValueError):
-        return ""
-    return did_you_mean(path, classes)
+            found = vars(importlib.import_module(module))
+            return did_you_mean(path, [f"{module}.{n}" for n, v in found.items() if inspect.isclass(v) and not n.startswith("_")])
+        except ModuleNotFoundError:  # the modules of its package, then
+            modules = pkgutil.iter_modules(vars(importlib.import_module(package)).get("__path__", []))
+            return did_you_mean(path, [f"{package}.{info.name}.{name}" for info in modules])
+    return ""
 
 
 # Trainer options of Lightning 1.x that Lightning 2 removed, which old scripts and tutorials still give: what replaces
@@ -87,8 +83,7 @@ def as_built(model: dict[str, Any], data_target: str | None, data: dict[str, Any
     """A model's settings as the run builds it from the data: a likelihood left out is the one that suits the data's
     pixels (launch/run_builder.py: apply_rules), where the data module is one of the collection's; so that a setting
     that likelihood ignores (model.learn_sigma on binarized MNIST) is refused before the imports."""
-    fields = {field.name: field.default for field in dataclasses.fields(found)} if (found := settings_class(data_target or "")) else {}
-    binarize = data.get("binarize", fields.get("binarize"))
+    binarize = data.get("binarize", getattr(settings_class(data_target or ""), "binarize", None))  # else its default
     if model.get("likelihood") is not None or binarize not in ("none", "dynamic", "static"):
         return model
     return {**model, "likelihood": suited_likelihood(binarize)}

@@ -179,7 +179,7 @@ def hydra_option_values(argv: list[str], name: str) -> list[str]:
     """The values a Hydra command line gives its option `name` (--config-dir), by any spelling its argparse takes (-cd,
     --config-d), joined by '=' or not."""
     found = [(index, hydra_option(arg)) for index, arg in enumerate(argv) if arg.startswith("-")]
-    return [value if value is not None else next(iter(argv[index + 1:]), "") for index, (option, value) in found
+    return [value if value is not None else argv[index + 1] for index, (option, value) in found
             if option == name and (value is not None or index + 1 < len(argv))]
 
 

@@ -253,9 +253,9 @@ def check_composed(cfg: Any, model: dict[str, Any] | None = None, classes: bool 
             raise SettingsError(f"{group}._target_={target}: not a subclass of {base}, which the run builds and names it "
                                 f"through; a {'data module' if group == 'data' else group} of one's own subclasses it or one of "
                                 "the collection's (README, Your own code)")
-        if group in ("model", "data") and declared(settings["_target_"]) is not None:
-            continue  # checked above
         if group in ("model", "data"):
+            if declared(target) is not None:
+                continue  # checked above
             check_replaced_class(cfg, group, settings, class_hints(cls), cls)
         try:
             check_settings(cls, settings, group)
