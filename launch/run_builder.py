@@ -109,13 +109,13 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
             raise SettingsError(f"{given} with replicas: each replica logs to a TensorBoard run of its own "
                                 f"(docs/replicas.md); {fix}")
         run = replicate(run, run.replicas["seeds"], run.replicas.get("arms"))
-    model_class = qualified_name(getattr(run.model, "model_class", type(run.model)))
-    if run.subcommand == "fit" and not is_registered(model_class) and rank_zero_only.rank == 0:
+    model_class = getattr(run.model, "model_class", type(run.model))  # (the class of each replica)
+    if run.subcommand == "fit" and not is_registered(name := qualified_name(model_class)) and rank_zero_only.rank == 0:
         log.warning("%s is a class of your own: its checkpoints are read (to resume, test or load_from_checkpoint) with "
-                    "its package trusted, %s=%s", model_class, TRUST_VARIABLE, model_class.split(".")[0])
+                    "its package trusted, %s=%s", name, TRUST_VARIABLE, name.split(".")[0])
     checkpoint = run.checkpoint
     if run.ckpt_path:
-        check_model_class(checkpoint, getattr(run.model, "model_class", type(run.model)), run.ckpt_path, run.subcommand)
+        check_model_class(checkpoint, model_class, run.ckpt_path, run.subcommand)
         check_data_class(checkpoint, run.datamodule, run.ckpt_path, cli=run.front_end == "cli")
         check_replica_checkpoint(checkpoint, run.model, run.ckpt_path)
         if run.subcommand == "fit" and "optimizer_states" not in checkpoint:  # (Lightning's KeyError deep in its restore)
@@ -139,15 +139,13 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
         trainer = (run.trainer_class or Trainer)(**{**settings, "logger": logger})
     except (ValueError, TypeError, RuntimeError, MisconfigurationException) as error:  # Lightning refused a setting
         option, text = "--trainer" if run.front_end == "cli" else "trainer", " ".join(str(error).split())
-        named = argument_named(text)
-        twice = re.match(r"Found more than one stateful callback of type `(\w+)`", text)  # (a second ModelCheckpoint)
-        if twice:
+        if twice := re.match(r"Found more than one stateful callback of type `(\w+)`", text):  # (a second ModelCheckpoint)
             where = "--trainer.callbacks" if run.front_end == "cli" else "callbacks"
             ours = " (the --checkpoint group's is one: --checkpoint.monitor, ...)" if run.front_end == "cli" else ""
             raise SettingsError(f"{where}: two {twice[1]} callbacks with the same settings would share one state in the "
                                 f"checkpoint{ours}; give the second other settings (another monitor), or leave it out"
                                 ) from None
-        if named in settings:
+        if (named := argument_named(text)) in settings:
             raise SettingsError(f"{option}.{named}={settings[named]}: {text}") from None
         if isinstance(error, RuntimeError) or isinstance(error, REFUSALS) and not isinstance(error, MisconfigurationException):
             raise
