@@ -131,7 +131,6 @@ def user_errors_as_one_line() -> Iterator[None]:
     except Exception as error:
         if diverged(error):
             exit_with(divergence_line(error))
-        timeout = collective_timeout_message(error) if isinstance(error, RuntimeError) else None
-        if timeout is None:
+        if not isinstance(error, RuntimeError) or (timeout := collective_timeout_message(error)) is None:
             raise
         exit_with(timeout)

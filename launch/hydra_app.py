@@ -28,17 +28,16 @@ from callbacks.replica_runs import ReplicaRuns
 from checkpoints.loader import load_checkpoint_file
 from common.files import write_file
 from common.private_api import basic_sweeper_jobs
-from common.registry import TRUST_VARIABLE, is_registered
+from common.registry import TRUST_VARIABLE, is_registered, qualified_name
 from launch.checks.arguments import overrides_of
 from launch.checks.configs import CONFIGS, config_targets, log_dir as default_log_dir
 from launch.checks.early import USER_ERROR
 from launch.checks.hydra_check import check_after_imports, overrides_given, parsed_override
 from launch.checks.hydra_config import register_defaults
-from launch.checks.paths import write_root_refusal
 from launch.checks.received_config import hydra_folders
 from launch.checks.settings import SettingsError, check_composed, with_fix
 from launch.errors import divergence_line, diverged, quiet_console, user_errors_as_one_line
-from launch.run_builder import RunDescription, build, built, resumed_settings, running
+from launch.run_builder import RunDescription, build, built, resumed_seed, resumed_settings, running
 from launch.runs.run_directory import SCORING_SETTINGS, note_existing_directories, remove_if_only_hydra_files
 from launch.runs.worker_slots import claim_slot
 from models.replicas import Replicas
@@ -50,12 +49,15 @@ def run(cfg: Any) -> dict[str, float]:
     """Check a composed config's settings, build data, model and trainer from it, fit (and test); the run's final
     metrics."""
     check_composed(cfg, model_settings(cfg))  # every setting, before anything is seeded, built or written
-    if refusal := write_root_refusal("log_dir", cfg.log_dir):  # as composed: a config file may set it
-        raise SettingsError(refusal)
     datamodule, model, trainer, ckpt_path = build_run(cfg)
     with running(trainer, log.info):
-        if cfg.get("run_test") and not isinstance(model, Replicas):
-            check_testable(type(model))
+        # run_test reads the checkpoint fit writes, which names the model's class: one of the user's own packages only
+        # if trusted (common/registry.py), refused here rather than after the whole training
+        name = qualified_name(type(model))
+        if cfg.get("run_test") and not isinstance(model, Replicas) and not is_registered(name, "model"):
+            raise SettingsError(f"run_test=true with model._target_={name}: the test reads the run's checkpoint, which "
+                                f"names this class of your own; trust its package: {TRUST_VARIABLE}={name.split('.')[0]} "
+                                "(README: Your own code)")
         note_hydra_job(trainer.logger)  # after the run's files are listed: a refused new run still leaves nothing
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
         if cfg.get("run_test") and isinstance(model, Replicas):
@@ -77,16 +79,6 @@ def run(cfg: Any) -> dict[str, float]:
     if best is not None and getattr(trainer.checkpoint_callback, "monitor", None) == "val/nll":
         metrics["val/nll_best"] = float(best)
     return metrics
-
-
-def check_testable(cls: type) -> None:
-    """run_test reads the checkpoint fit writes, which names the model's class: one of the user's own packages only
-    if trusted (common/registry.py), refused here rather than after the whole training."""
-    name = f"{cls.__module__}.{cls.__qualname__}"
-    if not is_registered(name, "model"):
-        raise SettingsError(f"run_test=true with model._target_={name}: the test reads the run's checkpoint, which names "
-                            f"this class of your own; trust its package: {TRUST_VARIABLE}={cls.__module__.split('.')[0]} "
-                            "(README: Your own code)")
 
 
 def note_jobs_not_run() -> None:
@@ -159,23 +151,18 @@ def command_line_overrides() -> dict[str, str]:
     return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
 
 
-def is_swept(override: str) -> bool:
-    """Whether a command-line override sweeps (a=1,2, range(...), choice(...)); a word that is no override (in a
-    launcher's job process, the process's own arguments: submitit's folder) sweeps nothing."""
-    parsed = parsed_override(override)
-    return parsed is not None and parsed.is_sweep_override()
-
-
 def swept_settings(cfg: Any) -> dict[str, str]:
     """In a multirun, every swept model or data setting (and the seed) that the model's key settings do not already
     show, with its value in this job: the run's name shows them (launch/runs/run_directory.py). Swept: given as a list or range
-    on the command line (a=1,2 / range(...)), or in the config's hydra.sweeper.params."""
+    on the command line (a=1,2 / range(...); a word that is no override, in a launcher's job process the process's own
+    arguments, sweeps nothing), or in the config's hydra.sweeper.params."""
     if not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN):
         return {}
     model_class = get_class(cfg.model._target_)
     shown = {*SCORING_SETTINGS, *(f"model.{key}" for key in (*model_class.run_tag_keys, *model_class.estimator_settings))}
     swept = set(HydraConfig.get().sweeper.get("params") or {}) | {
-        override.lstrip("+~").split("=", 1)[0].split("@", 1)[0] for override in overrides_given(sys.argv[1:]) if is_swept(override)}
+        parsed.key_or_group for parsed in map(parsed_override, overrides_given(sys.argv[1:]))
+        if parsed is not None and parsed.is_sweep_override()}
     return {key: value for key, value in command_line_overrides().items()
             if key in swept and key not in shown and (key.startswith(("model.", "data.")) or key == "seed")}
 
@@ -226,7 +213,8 @@ def describe_run(cfg: Any) -> RunDescription:
     """The run of a composed config, as launch/run_builder.py builds it: the settings of its data module, model (an
     experiment's shared settings applied), optimizer, scheduler, callbacks, logger and trainer (a parallel job's
     device), with what Hydra knows beside them: the command line's settings, a multirun's swept ones, the run's base
-    name and Hydra's run directory; and the checkpoint to start from, read once (`run` checks the settings first)."""
+    name and Hydra's run directory; and the checkpoint to start from, read once (`run` checks the settings first), with
+    the seed it was trained with where the command line gives none (launch/run_builder.py: resumed_seed)."""
     def plain(key: str) -> Any:  # a group's settings as plain values, None where the config has none
         return OmegaConf.to_container(cfg[key], resolve=True) if cfg.get(key) else None
 
@@ -248,7 +236,7 @@ def describe_run(cfg: Any) -> RunDescription:
         front_end="hydra", tensorboard=None, output_dir=hydra_dir, ckpt_path=ckpt_path, checkpoint=checkpoint,
         trainer={**plain("trainer"), "callbacks": plain("callbacks") or {}, **parallel_job_settings(cfg)},
         ddp_timeout_s=cfg.ddp_timeout_s, optimizer=optimizer, scheduler=plain("scheduler"),
-        logger=plain("logger"), seed=cfg.seed, given=given, swept=swept_settings(cfg), replicas=plain("replicas"))
+        logger=plain("logger"), seed=resumed_seed(cfg.seed, "seed" in given, checkpoint), given=given, swept=swept_settings(cfg), replicas=plain("replicas"))
 
 
 def replica_tests(cfg: Any, replicas: Any, trainer: Any) -> Iterator[tuple[Any, Any, Any, str | None]]:
@@ -327,9 +315,8 @@ def main() -> None:
             if stop.code == USER_ERROR and rank_zero_only.rank == 0 and not diverged(stop.__context__):
                 # (a multirun's sweep folder too where its jobs run one at a time: no later job runs after a refusal)
                 hydra_config = HydraConfig.get()
-                one_at_a_time = hydra_config.runtime.choices.get("hydra/launcher") == "basic"
-                remove_if_only_hydra_files(hydra_config.runtime.output_dir,
-                                           hydra_config.mode == RunMode.MULTIRUN and one_at_a_time)
+                remove_if_only_hydra_files(hydra_config.runtime.output_dir, hydra_config.mode == RunMode.MULTIRUN
+                                           and hydra_config.runtime.choices.get("hydra/launcher") == "basic")
             if stop.code in (130, 143) and rank_zero_only.rank == 0:
                 note_jobs_not_run()
             raise  # 130/143 (Ctrl-C, SIGTERM): a stopped run keeps its config.yaml and train.log

@@ -76,22 +76,22 @@ class RunDescription:
     optimizer: dict[str, Any] | None = None  # the optimizer's and the scheduler's settings (the model builds them)
     scheduler: dict[str, Any] | None = None
     logger: dict[str, Any] | None = None  # the logger group's settings (TensorBoardLogger, CSVLogger or none)
-    seed: Any = None  # the run's seed
+    seed: Any = None  # the run's seed (a resumed run's: `resumed_seed`)
     given: frozenset[str] = frozenset()  # the settings the command line gives: Hydra's all ("seed", "model.lr", ...), the CLI's "seed"
     swept: dict[str, Any] = dataclasses.field(default_factory=dict)  # a multirun's swept settings the name shows
     replicas: dict[str, Any] | None = None  # replicas.seeds and replicas.arms (launch/runs/replicas.py)
 
 
 def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
-    """(datamodule, model, trainer, the checkpoint fit starts from) of a described run: what Hydra describes by its
-    settings built first (`built`), then, for both front ends, the checkpoint's classes checked, the logger and the
-    run's directory, the callbacks and the Trainer. An unusable checkpoint, or another model's, stops the run here,
+    """(datamodule, model, trainer, the checkpoint fit starts from) of a described run: its log_dir checked, what Hydra
+    describes by its settings built (`built`), then, for both front ends, the checkpoint's classes checked, the logger
+    and the run's directory, the callbacks and the Trainer. An unusable checkpoint, or another model's, stops the run here,
     before anything is written but the reserved TensorBoard directory."""
+    # as composed or parsed: a config file may set it (the early checks saw the command line only)
+    if refusal := write_root_refusal("--log_dir" if run.front_end == "cli" else "log_dir", run.log_dir):
+        raise SettingsError(refusal)
     if isinstance(run.model, dict):  # settings: Hydra's, checked before (launch/hydra_app.py: run)
         run = built(run)
-    # LightningCLI's as parsed: a -c file may set it (the early checks saw the command line only)
-    elif refusal := write_root_refusal("--log_dir" if run.front_end == "cli" else "log_dir", run.log_dir):
-        raise SettingsError(refusal)
     option = "--replicas" if run.front_end == "cli" else "replicas"
     if (run.replicas or {}).get("arms") is not None and run.replicas.get("seeds") is None:
         raise SettingsError(f"{option}.arms without {option}.seeds: arms are replicas of each seed; give the seeds too "
@@ -109,13 +109,13 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
             raise SettingsError(f"{given} with replicas: each replica logs to a TensorBoard run of its own "
                                 f"(docs/replicas.md); {fix}")
         run = replicate(run, run.replicas["seeds"], run.replicas.get("arms"))
-    model_class = qualified_name(getattr(run.model, "model_class", type(run.model)))
-    if run.subcommand == "fit" and not is_registered(model_class) and rank_zero_only.rank == 0:
+    model_class = getattr(run.model, "model_class", type(run.model))  # (the class of each replica)
+    if run.subcommand == "fit" and not is_registered(name := qualified_name(model_class)) and rank_zero_only.rank == 0:
         log.warning("%s is a class of your own: its checkpoints are read (to resume, test or load_from_checkpoint) with "
-                    "its package trusted, %s=%s", model_class, TRUST_VARIABLE, model_class.split(".")[0])
+                    "its package trusted, %s=%s", name, TRUST_VARIABLE, name.split(".")[0])
     checkpoint = run.checkpoint
     if run.ckpt_path:
-        check_model_class(checkpoint, getattr(run.model, "model_class", type(run.model)), run.ckpt_path, run.subcommand)
+        check_model_class(checkpoint, model_class, run.ckpt_path, run.subcommand)
         check_data_class(checkpoint, run.datamodule, run.ckpt_path, cli=run.front_end == "cli")
         check_replica_checkpoint(checkpoint, run.model, run.ckpt_path)
         if run.subcommand == "fit" and "optimizer_states" not in checkpoint:  # (Lightning's KeyError deep in its restore)
@@ -139,15 +139,13 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
         trainer = (run.trainer_class or Trainer)(**{**settings, "logger": logger})
     except (ValueError, TypeError, RuntimeError, MisconfigurationException) as error:  # Lightning refused a setting
         option, text = "--trainer" if run.front_end == "cli" else "trainer", " ".join(str(error).split())
-        named = argument_named(text)
-        twice = re.match(r"Found more than one stateful callback of type `(\w+)`", text)  # (a second ModelCheckpoint)
-        if twice:
+        if twice := re.match(r"Found more than one stateful callback of type `(\w+)`", text):  # (a second ModelCheckpoint)
             where = "--trainer.callbacks" if run.front_end == "cli" else "callbacks"
             ours = " (the --checkpoint group's is one: --checkpoint.monitor, ...)" if run.front_end == "cli" else ""
             raise SettingsError(f"{where}: two {twice[1]} callbacks with the same settings would share one state in the "
                                 f"checkpoint{ours}; give the second other settings (another monitor), or leave it out"
                                 ) from None
-        if named in settings:
+        if (named := argument_named(text)) in settings:
             raise SettingsError(f"{option}.{named}={settings[named]}: {text}") from None
         if isinstance(error, RuntimeError) or isinstance(error, REFUSALS) and not isinstance(error, MisconfigurationException):
             raise
@@ -175,21 +173,19 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
 
 def built(run: RunDescription) -> RunDescription:
     """The run Hydra describes by its settings (a checkpoint's under the command line's: launch/hydra_app.py), built but
-    for its trainer, in this order: the run's seed (`resumed_seed`) and the rules; the data module, model and callbacks;
-    the run's name and logger."""
-    checkpoint = run.checkpoint
+    for its trainer, in this order: the run's seed and the rules; the data module, model and callbacks; the run's name
+    and logger."""
     data, model, trainer = dict(run.datamodule), dict(run.model), dict(run.trainer)
     classes = {"data": get_class(data["_target_"]), "model": get_class(model["_target_"])}
-    seed = resumed_seed(run.seed, "seed" in run.given, checkpoint)
     if model.get("compile"):  # each job of a multirun compiles its own networks, under Dynamo's recompile_limit
         torch.compiler.reset()
-    L.seed_everything(seed, workers=True)
-    apply_rules({"data": data, "model": model}, classes, seed, "seed" in run.given,
+    L.seed_everything(run.seed, workers=True)
+    apply_rules({"data": data, "model": model}, classes, run.seed, "seed" in run.given,
                 lambda group, key: f"{group}.{key}" in run.given)
     datamodule = constructed(data, "data")
-    optimizer = instantiate(run.optimizer) if run.optimizer else None
-    scheduler = instantiate(run.scheduler) if run.scheduler else None  # the model's configure_optimizers builds both
-    model = constructed(model, "model", RESUMED if checkpoint is not None else "",
+    # the model's configure_optimizers builds both
+    optimizer, scheduler = (instantiate(settings) if settings else None for settings in (run.optimizer, run.scheduler))
+    model = constructed(model, "model", RESUMED if run.checkpoint is not None else "",
                         data_shape=list(datamodule.image_shape), optimizer=optimizer, scheduler=scheduler)
     callbacks = [constructed(settings, f"callbacks.{name}") for name, settings in trainer.pop("callbacks").items()
                  if settings is not None]  # callbacks.NAME=null leaves it out, as ~callbacks.NAME does

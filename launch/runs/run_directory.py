@@ -92,11 +92,11 @@ def chosen_logger(run: Any, name: str) -> tuple[Any, dict[str, Any] | None]:
     settings = dict(run.logger or {})
     if not settings:
         return False, None
-    target = settings.pop("_target_")
-    if LOGGER_FOLDERS[target] == TENSORBOARD:
+    kind = LOGGER_FOLDERS[settings.pop("_target_")]
+    if kind == TENSORBOARD:
         return False, settings
-    root = f"{run.log_dir}/{LOGGER_FOLDERS[target]}"
-    placed(run.log_dir, LOGGER_FOLDERS[target], f"{root}/{name}")  # no link out of <log_dir>
+    root = f"{run.log_dir}/{kind}"
+    placed(run.log_dir, kind, f"{root}/{name}")  # no link out of <log_dir>
     return run_logger(root, name, run.ckpt_path, **settings), None
 
 
@@ -169,6 +169,7 @@ def run_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs: Any) -
         save_dir = str(resolved_inside(Path(save_dir).parent, save_dir))
     kind = Path(save_dir).name
     path = Path(ckpt_path).resolve() if ckpt_path else None
+    version = f"{SLURM_VERSION}{slurm_job_id()}" if slurm_job_id() is not None else None  # the job's run; None: a new one
     if path is not None and path.parent.name == "checkpoints" and path.parents[1].name.startswith(("version_", SLURM_VERSION)):
         save_dir, name, version = str(path.parents[3]), path.parents[2].name, path.parents[1].name
         # its kind by its folder (<log_dir>/csv), or, where a logger of one's own put it elsewhere, by what it holds
@@ -179,10 +180,6 @@ def run_logger(save_dir: str, name: str, ckpt_path: str | None, **kwargs: Any) -
                         found, ckpt_path, kind, " and its settings apply" if kwargs else " applies")
         kwargs = kwargs if found == kind else {}  # the settings of another kind of logger
         kind = found
-    elif slurm_job_id() is not None:
-        version = f"{SLURM_VERSION}{slurm_job_id()}"
-    else:
-        version = None
     continued, new = LOGGERS.get(kind, LOGGERS[TENSORBOARD])
     kwargs = {"default_hp_metric": False, **kwargs} if continued is RunLogger else kwargs
     if version is None:

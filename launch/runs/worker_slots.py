@@ -27,14 +27,13 @@ def claim_slot(directory: Path, slots: int) -> int | None:
             handle = os.open(directory / f"slot{slot}.lock", os.O_CREAT | os.O_RDWR, 0o644)
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # held by another live worker
+            except OSError as error:  # held by another live worker (BlockingIOError: the next slot), or no flock here
                 os.close(handle)
-                continue
-            except OSError:  # a file system without flock (ENOSYS, ENOLCK)
-                os.close(handle)
-                raise
-            _held[directory] = (handle, slot)
-            return slot
+                if not isinstance(error, BlockingIOError):  # a file system without flock (ENOSYS, ENOLCK)
+                    raise
+            else:
+                _held[directory] = (handle, slot)
+                return slot
     except OSError:
         return None
     return None
