@@ -121,17 +121,18 @@ def composed_job(job: list[str], argv: list[str]) -> Any:
 
 
 def grammar_error(error: Exception, overrides: list[str]) -> str:
-    """Hydra's grammar refusal as one line; for a value holding '=' unquoted (Lightning's epoch=0-step=3.ckpt) or a
-    letter outside ASCII, how to quote it."""
-    unquoted = {  # Hydra's error -> (the override that needs quotes, how Hydra reads it)
-        "mismatched input '='": (next((o for o in overrides if o.count("=") > 1 and not re.search("[\"'\\[{]", o)), None),
-                                 "the '=' in the value as a second one; quote the value"),
-        "LexerNoViableAlt": (next((o for o in overrides if not o.isascii() and not re.search("[\"']", o)), None),
-                             "an unquoted value in ASCII only; quote it")}
-    for marker, (override, reading) in unquoted.items():
-        if override is not None and marker in str(error):
-            key, _, value = override.partition("=")
-            return f"{override}: Hydra reads {reading} for Hydra, and the whole for the shell: '{key}=\"{value}\"'"
+    """Hydra's grammar refusal as one line; for a value holding '=' unquoted (Lightning's epoch=0-step=3.ckpt), how to
+    quote it."""
+    equals = next((o for o in overrides if o.count("=") > 1 and not re.search("[\"'\\[{]", o)), None)
+    if equals is not None and "mismatched input '='" in str(error):
+        key, _, value = equals.partition("=")
+        return (f"{equals}: Hydra reads the '=' in the value as a second one; quote the value for Hydra, and the whole for "
+                f"the shell: '{key}=\"{value}\"'")
+    wide = next((o for o in overrides if not o.isascii() and not re.search("[\"']", o)), None)
+    if wide is not None and "LexerNoViableAlt" in str(error):  # Hydra's grammar reads unquoted values in ASCII only
+        key, _, value = wide.partition("=")
+        return (f"{wide}: Hydra reads an unquoted value in ASCII only; quote it for Hydra, and the whole for the shell: "
+                f"'{key}=\"{value}\"'")
     text = " ".join(str(error).split())
     bad = next((o for o in overrides if parsed_override(o) is None), None)  # Hydra's message names the input only
     return f"{bad}: {text}" if bad is not None and bad not in text else text
