@@ -87,25 +87,26 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
     describes by its settings built (`built`), then, for both front ends, the checkpoint's classes checked, the logger
     and the run's directory, the callbacks and the Trainer. An unusable checkpoint, or another model's, stops the run here,
     before anything is written but the reserved TensorBoard directory."""
+    cli = run.front_end == "cli"  # a refusal names the options as the command gave them (replicas too: `replicate`)
     # as composed or parsed: a config file may set it (the early checks saw the command line only)
-    if refusal := write_root_refusal("--log_dir" if run.front_end == "cli" else "log_dir", run.log_dir):
+    if refusal := write_root_refusal("--log_dir" if cli else "log_dir", run.log_dir):
         raise SettingsError(refusal)
     if isinstance(run.model, dict):  # settings: Hydra's, checked before (launch/hydra_app.py: run)
         run = built(run)
-    option = "--replicas" if run.front_end == "cli" else "replicas"
+    option = "--replicas" if cli else "replicas"
     if (run.replicas or {}).get("arms") is not None and run.replicas.get("seeds") is None:
         raise SettingsError(f"{option}.arms without {option}.seeds: arms are replicas of each seed; give the seeds too "
                             f"({option}.seeds=[0,1], docs/replicas.md)")
     if (run.replicas or {}).get("seeds") is not None:  # R replicas of it in one process (launch/runs/replicas.py)
         if "seed" in run.given:  # (each replica is seeded by its own)
-            seed = "--seed_everything" if run.front_end == "cli" else "seed"
+            seed = "--seed_everything" if cli else "seed"
             raise SettingsError(f"{seed} with {option}.seeds: each replica runs with its own seed of {option}.seeds; "
                                 f"leave {seed} out")
         if run.tensorboard is None:  # each replica logs a TensorBoard run of its own
             logger = run.trainer.get("logger")
-            given = (f"--trainer.logger={type(logger).__name__ if logger else 'false'}" if run.front_end == "cli"
+            given = (f"--trainer.logger={type(logger).__name__ if logger else 'false'}" if cli
                      else f"logger={LOGGER_FOLDERS.get((run.logger or {}).get('_target_'), 'none')}")
-            fix = "leave --trainer.logger out" if run.front_end == "cli" else "use logger=tensorboard"
+            fix = "leave --trainer.logger out" if cli else "use logger=tensorboard"
             raise SettingsError(f"{given} with replicas: each replica logs to a TensorBoard run of its own "
                                 f"(docs/replicas.md); {fix}")
         run = replicate(run, run.replicas["seeds"], run.replicas.get("arms"))
@@ -116,15 +117,15 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
     checkpoint = run.checkpoint
     if run.ckpt_path:
         check_model_class(checkpoint, model_class, run.ckpt_path, run.subcommand)
-        check_data_class(checkpoint, run.datamodule, run.ckpt_path, cli=run.front_end == "cli")
+        check_data_class(checkpoint, run.datamodule, run.ckpt_path, cli=cli)
         check_replica_checkpoint(checkpoint, run.model, run.ckpt_path)
         if run.subcommand == "fit" and "optimizer_states" not in checkpoint:  # (Lightning's KeyError deep in its restore)
-            raise SettingsError(f"{'--' if run.front_end == 'cli' else ''}ckpt_path={run.ckpt_path} holds the model's weights only (save_weights_only): training "
+            raise SettingsError(f"{'--' if cli else ''}ckpt_path={run.ckpt_path} holds the model's weights only (save_weights_only): training "
                                 "cannot continue from it (no optimizer, loop or callback state); test or validate it, or "
                                 "start a new run")
     root = run.trainer.get("default_root_dir")
     if root is not None and (run.tensorboard is not None or run.trainer.get("logger")) and run.front_end != "replicas":
-        option = "--" if run.front_end == "cli" else ""
+        option = "--" if cli else ""
         raise SettingsError(f"{option}trainer.default_root_dir={root}: with a logger, a run writes everything under "
                             f"{option}log_dir (<log_dir>/tensorboard/<run>); give {option}log_dir={root} instead")
     logger, unlogged_dir, start_from = run_places(run)
@@ -138,10 +139,10 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
     try:
         trainer = (run.trainer_class or Trainer)(**{**settings, "logger": logger})
     except (ValueError, TypeError, RuntimeError, MisconfigurationException) as error:  # Lightning refused a setting
-        option, text = "--trainer" if run.front_end == "cli" else "trainer", " ".join(str(error).split())
+        option, text = "--trainer" if cli else "trainer", " ".join(str(error).split())
         if twice := re.match(r"Found more than one stateful callback of type `(\w+)`", text):  # (a second ModelCheckpoint)
-            where = "--trainer.callbacks" if run.front_end == "cli" else "callbacks"
-            ours = " (the --checkpoint group's is one: --checkpoint.monitor, ...)" if run.front_end == "cli" else ""
+            where = "--trainer.callbacks" if cli else "callbacks"
+            ours = " (the --checkpoint group's is one: --checkpoint.monitor, ...)" if cli else ""
             raise SettingsError(f"{where}: two {twice[1]} callbacks with the same settings would share one state in the "
                                 f"checkpoint{ours}; give the second other settings (another monitor), or leave it out"
                                 ) from None

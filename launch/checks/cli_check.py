@@ -83,7 +83,7 @@ def check_cli_command(argv: list[str], prints_only: bool) -> None:
             if not Path(value).exists():
                 raise EarlyRefusal(f"--config={value}: no such file")
             pairs += [(option, text, value) for option, text in file_settings(Path(value))]
-            for key in {setting_key(option).split(".")[0] for option, _, file in pairs if file == value}:
+            for key in dict.fromkeys(setting_key(option).split(".")[0] for option, _, file in pairs if file == value):
                 if key not in FILE_OPTIONS:  # (jsonargparse's refusal names neither the file nor the closest)
                     raise EarlyRefusal(f"--config={value}: {key}: no such option{did_you_mean(key, list(FILE_OPTIONS))}")
         else:

@@ -272,6 +272,15 @@ def test_the_cli_refuses_replicas_without_their_tensorboard_runs(logger, tmp_pat
          "leave --trainer.logger out")
 
 
+def test_a_trainer_setting_refused_in_a_replicated_cli_run_is_named_as_the_cli_option(tmp_path, monkeypatch, capsys):
+    """Replicas change the run's folder, not how its command spells its options."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main(["fit", "--model=VAE", "--replicas.seeds=[0,1]", "--trainer.max_epochs=-5"])
+    assert stop.value.code == 2
+    says(capsys.readouterr().err.strip().splitlines()[-1], "error: --trainer.max_epochs=-5")
+
+
 def test_the_clis_own_optimizer_with_replicas_is_refused_naming_the_models_option(tmp_path, described, monkeypatch, capsys):
     """Replicas build the model's optimizer over their stacked weights: LightningCLI's --optimizer, which replaces one
     model's configure_optimizers, would be dropped; the model's --model.lr is taken."""

@@ -381,6 +381,9 @@ def test_a_config_files_unknown_top_level_key_is_named_with_its_file_and_the_clo
     (tmp_path / "b.yaml").write_text("mdoel:\n  lr: 0.1\n")
     says(refuse_early(["fit", "-c", str(tmp_path / "b.yaml")], cli=True), f"--config={tmp_path / 'b.yaml'}", "mdoel",
          "did you mean model?")
+    # several: the first in the file, whatever the process's string hashing
+    (tmp_path / "c.yaml").write_text("".join(f"{key}:\n  lr: 0.1\n" for key in ("mdoel", *"abcdefghij")))
+    says(refuse_early(["fit", "-c", str(tmp_path / "c.yaml")], cli=True), "mdoel: no such option")
 
 
 @pytest.mark.parametrize("command", quick_rows(VALID, QUICK_VALID))
