@@ -46,7 +46,7 @@ from launch.checks.configs import LOGGER_FOLDERS, config_file, ddp_timeout_s
 from launch.checks.paths import write_root_refusal
 from launch.checks.settings import SettingsError, class_hints
 from launch.errors import REFUSALS, StoppedByCtrlC, argument_named, lightning_exits_as_ours
-from launch.runs.replicas import replicate
+from launch.runs.replicas import check_replica_checkpoint, replicate
 from launch.runs.run_directory import (chosen_logger, no_traces_if_refused, placed, process_dir, run_name, run_places,
                                        run_summary, slurm_job_id)
 from models.components.optimizers import FactoryRefusal
@@ -118,7 +118,7 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
     if run.ckpt_path:
         check_model_class(checkpoint, model_class, run.ckpt_path, run.subcommand)
         check_data_class(checkpoint, run.datamodule, run.ckpt_path, cli=cli)
-        check_replica_checkpoint(checkpoint, run.model, run.ckpt_path)
+        check_replica_checkpoint(checkpoint, run.model, run.ckpt_path, "--ckpt_path" if cli else "ckpt_path")
         if run.subcommand == "fit" and "optimizer_states" not in checkpoint:  # (Lightning's KeyError deep in its restore)
             raise SettingsError(f"{'--' if cli else ''}ckpt_path={run.ckpt_path} holds the model's weights only (save_weights_only): training "
                                 "cannot continue from it (no optimizer, loop or callback state); test or validate it, or "
@@ -234,19 +234,6 @@ def check_checkpoint_folders(callbacks: Sequence[Any], start_from: str | None) -
                                 f"({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}): this run would write over "
                                 "them; give a folder of its own, or leave dirpath out (each run keeps its checkpoints in its "
                                 "run's folder)")
-
-
-def check_replica_checkpoint(checkpoint: dict[str, Any], model: Any, ckpt_path: str) -> None:
-    """A replicated process resumes from its own last.ckpt (with the same replicas), a single run from a single run's."""
-    saved, seeds = checkpoint.get("replica_seeds"), getattr(model, "seeds", None)
-    if (saved is None) == (seeds is None) and (saved is None or list(saved) == list(seeds)):
-        return
-    held = f"replicas of seeds {list(saved)}" if saved is not None else "a single run"
-    trains = f"replicas of seeds {list(seeds)}" if seeds is not None else "a single run"
-    raise SettingsError(f"ckpt_path={ckpt_path} holds {held}, this process trains {trains}: a replicated process resumes "
-                        "from its own last.ckpt (<log_dir>/replicas/<name>/<time>-<pid>/checkpoints/last.ckpt) with the "
-                        "replicas settings it was started with; a single run (one replica too) from its own run's "
-                        "checkpoints/last.ckpt")
 
 
 def trainer_defaults() -> dict[str, Any]:

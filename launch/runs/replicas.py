@@ -69,6 +69,20 @@ def check_one_process(trainer: dict[str, Any], dashes: str) -> None:
                             "(docs/replicas.md); drop the DDP settings, or train each seed as a DDP run of its own")
 
 
+def check_replica_checkpoint(checkpoint: dict[str, Any], model: Any, ckpt_path: str, option: str = "ckpt_path") -> None:
+    """A replicated process resumes from its own last.ckpt (with the same replicas), a single run from a single run's;
+    `option`: ckpt_path as the command gave it."""
+    saved, seeds = checkpoint.get("replica_seeds"), getattr(model, "seeds", None)
+    if (saved is None) == (seeds is None) and (saved is None or list(saved) == list(seeds)):
+        return
+    held = f"replicas of seeds {list(saved)}" if saved is not None else "a single run"
+    trains = f"replicas of seeds {list(seeds)}" if seeds is not None else "a single run"
+    raise SettingsError(f"{option}={ckpt_path} holds {held}, this process trains {trains}: a replicated process resumes "
+                        "from its own last.ckpt (<log_dir>/replicas/<name>/<time>-<pid>/checkpoints/last.ckpt) with the "
+                        "replicas settings it was started with; a single run (one replica too) from its own run's "
+                        "checkpoints/last.ckpt")
+
+
 def replicate(run: Any, seeds: Any, arms: Any) -> Any:
     """The run description (launch/run_builder.py) of `run`'s configuration trained for every seed and arm in one process;
     `seeds` and `arms` as the user gave them (check_replica_request). Replicas train with the optimizer alone
@@ -108,6 +122,7 @@ def replicate(run: Any, seeds: Any, arms: Any) -> Any:
     ckpt_path, checkpoint = run.ckpt_path, run.checkpoint
     branch = trunk_to_branch(checkpoint, seeds, arms, names) if ckpt_path else None
     if ckpt_path:  # before anything is written (a branch point, the resumed process's config.yaml)
+        check_replica_checkpoint(branch or checkpoint, model, ckpt_path, f"{dashes}ckpt_path")
         saved = ReplicaRuns.saved_names(checkpoint) or []
         check_fits((branch or checkpoint)["state_dict"], model.state_dict(), ckpt_path,
                    {"the first replica's run": (saved[0], names[0])} if saved and saved[0] != names[0] else None)

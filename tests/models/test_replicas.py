@@ -22,7 +22,7 @@ from datamodules.replicas import ReplicaData
 from models.jsa import JSA
 from models.compiled_step import compile_step
 from models.replicas import Replicas
-from tests.conftest import DATA_ROOT, narrow_mlps
+from tests.conftest import DATA_ROOT, narrow_mlps, says
 
 DATA_DIR = str(DATA_ROOT)
 SETTINGS = dict(num_latents=6, num_categories=4, code_dim=4, mis_steps=4, gradient_states="expected", val_num_samples=2, cache_size=200)
@@ -557,11 +557,23 @@ def test_a_checkpoint_of_other_replicas_or_of_a_single_run_is_refused_naming_bot
     from types import SimpleNamespace
 
     from launch.checks.settings import SettingsError
-    from launch.run_builder import check_replica_checkpoint
+    from launch.runs.replicas import check_replica_checkpoint
 
     check_replica_checkpoint({"replica_seeds": seeds} if seeds is not None else {}, SimpleNamespace(seeds=seeds), "own.ckpt")
     with pytest.raises(SettingsError, match=re.escape(f"ckpt_path=last.ckpt holds {held}: a replicated process resumes")):
         check_replica_checkpoint({"replica_seeds": saved} if saved is not None else {}, SimpleNamespace(seeds=seeds), "last.ckpt")
+
+
+def test_a_single_runs_checkpoint_given_to_replicas_is_refused_as_one_before_its_weights_are_compared(tmp_path, monkeypatch, capsys):
+    """The refusal says what the checkpoint holds, in the command's spelling, not which stacked weights it lacks."""
+    import launch.cli_app
+
+    torch.save({"state_dict": {}, "model_class": "models.vae.VAE", "pytorch-lightning_version": "2.6.6"}, tmp_path / "single.ckpt")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main(["fit", "--model=VAE", "--replicas.seeds=[0,1]", f"--ckpt_path={tmp_path / 'single.ckpt'}"])
+    assert stop.value.code == 2
+    says(capsys.readouterr().err.strip().splitlines()[-1], f"error: --ckpt_path={tmp_path / 'single.ckpt'} holds a single run")
 
 
 @pytest.mark.slow  # a replicated fit through the CLI, then a refused resume
