@@ -236,7 +236,8 @@ def describe_run(cfg: Any) -> RunDescription:
         front_end="hydra", tensorboard=None, output_dir=hydra_dir, ckpt_path=ckpt_path, checkpoint=checkpoint,
         trainer={**plain("trainer"), "callbacks": plain("callbacks") or {}, **parallel_job_settings(cfg)},
         ddp_timeout_s=cfg.ddp_timeout_s, optimizer=optimizer, scheduler=plain("scheduler"),
-        logger=plain("logger"), seed=resumed_seed(cfg.seed, "seed" in given, checkpoint), given=given, swept=swept_settings(cfg), replicas=plain("replicas"))
+        logger=plain("logger"), seed=resumed_seed(cfg.seed, "seed" in given, checkpoint), given=given,
+        swept=swept_settings(cfg), replicas=plain("replicas"))
 
 
 def replica_tests(cfg: Any, replicas: Any, trainer: Any) -> Iterator[tuple[Any, Any, Any, str | None]]:
