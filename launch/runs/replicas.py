@@ -129,8 +129,8 @@ def replicate(run: Any, seeds: Any, arms: Any) -> Any:
     resumed = branch is None and ckpt_path and Path(ckpt_path).parent.name == "checkpoints"  # the process writes there
     group_dir = str(Path(ckpt_path).parent.parent) if resumed else process_dir(run.log_dir, "replicas", run.name)
     if branch is not None:  # the arms start from their seed's trunk replica, in a process of their own
-        log.warning("ckpt_path=%s: runs %s continue from its replicas %s as new runs (the checkpoint's keep what they "
-                    "logged)", run.ckpt_path, ", ".join(names), ", ".join(ReplicaRuns.saved_names(checkpoint) or []))
+        log.warning("%sckpt_path=%s: runs %s continue from its replicas %s as new runs (the checkpoint's keep what they "
+                    "logged)", dashes, run.ckpt_path, ", ".join(names), ", ".join(ReplicaRuns.saved_names(checkpoint) or []))
         ckpt_path = f"{group_dir}/checkpoints/branch-point.ckpt"
         save_checkpoint_file(branch, ckpt_path)
     callbacks = [c for c in run.trainer.get("callbacks") or [] if type(c).__name__ not in SINGLE_RUN_CALLBACKS]

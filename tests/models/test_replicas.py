@@ -603,5 +603,5 @@ def test_a_replicated_resume_that_does_not_fit_is_refused_before_writing_and_one
     with caplog.at_level(logging.WARNING, logger="launch.runs.replicas"):
         launch.cli_app.main(["fit", f"--config={process / 'config.yaml'}", f"--ckpt_path={process / 'checkpoints' / 'last.ckpt'}",
                              "--model.mis_steps=5", "--trainer.max_steps=3"])
-    assert (f"runs jsa-mnist-mlp-K10-L5-seed0, jsa-mnist-mlp-K10-L5-seed1 continue from its replicas "
+    assert (f"--ckpt_path={process / 'checkpoints' / 'last.ckpt'}: runs jsa-mnist-mlp-K10-L5-seed0, jsa-mnist-mlp-K10-L5-seed1 continue from its replicas "
             "jsa-mnist-mlp-K10-L20-seed0, jsa-mnist-mlp-K10-L20-seed1 as new runs") in caplog.text, caplog.text
