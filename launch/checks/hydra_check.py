@@ -270,7 +270,7 @@ def check_job(job: list[str], cfg: Any, argv: list[str], first: Any) -> bool:
 def check_learning_rate(job: list[str], cfg: Any) -> None:
     """`model.lr=X` given where the optimizer's learning rate is not `${model.lr}` (optimizer=sgld sets its own step
     size; optimizer.lr=Y given too): the model would train with the optimizer's, X unused."""
-    given = next((o.lstrip("+~") for o in job if o.lstrip("+~").startswith("model.lr=")), None)
+    given = next((o.lstrip("+~") for o in reversed(job) if o.lstrip("+~").startswith("model.lr=")), None)  # (Hydra: the last)
     raw = OmegaConf.to_container(cfg.optimizer, resolve=False).get("lr") if OmegaConf.is_dict(cfg.get("optimizer")) else None
     if given is not None and raw is not None and raw != "${model.lr}":
         both = any(o.lstrip("+~").startswith("optimizer.lr=") for o in job)

@@ -140,6 +140,7 @@ MORE_MISTAKES = [
     # a model.lr the optimizer does not read
     ("optimizer=sgld model.lr=0.5", ["model.lr=0.5", "configs/optimizer/sgld.yaml", "optimizer.lr=0.5"]),
     ("optimizer.lr=0.01 model.lr=0.5", ["model.lr=0.5", "optimizer.lr=0.01", "one of the two"]),
+    ("optimizer=sgld model.lr=0.5 model.lr=0.7", ["model.lr=0.7", "optimizer.lr=0.7"]),  # Hydra's value: the last
     # LightningCLI's --optimizer replaces the model's configure_optimizers
     ("fit --optimizer=SGD --model.optimizer=samplers.SGLD", ["--model.optimizer=samplers.SGLD", "--optimizer=SGD", "ignored"]),
     ("fit --optimizer=SGD --model.scheduler=StepLR", ["--model.scheduler=StepLR", "--optimizer=SGD", "--lr_scheduler"]),
