@@ -50,6 +50,8 @@ def check_replica_request(seeds: Any, arms: Any, option: str) -> tuple[list[int]
     arms = [{}] if arms is None else arms
     if not isinstance(arms, (list, tuple)) or not arms or not all(isinstance(a, dict) for a in arms):
         raise SettingsError(f"{option}.arms={arms!r}: expected a list of settings, one arm each, e.g. [{{}},{{cache_start_epoch:300}}]")
+    if (twice := next((arm for i, arm in enumerate(arms) if arm in arms[:i]), None)) is not None:
+        raise SettingsError(f"{option}.arms: {twice} is repeated; each arm trains other settings (a seed twice: {option}.seeds)")
     # YAML reads {cache_start_epoch:300} as one key: the CLI's parser does
     if (glued := next((key for arm in arms for key in arm if ":" in str(key)), None)) is not None:
         raise SettingsError(f"{option}.arms: {glued!r} is one key; write a space after the colon, e.g. '[{{}}, {{cache_start_epoch: 300}}]'")
@@ -121,16 +123,20 @@ def replicate(run: Any, seeds: Any, arms: Any) -> Any:
     names = replica_names(run.name, seeds, arms)
     ckpt_path, checkpoint = run.ckpt_path, run.checkpoint
     branch = trunk_to_branch(checkpoint, seeds, arms, names) if ckpt_path else None
+    saved = (ReplicaRuns.saved_names(checkpoint) or []) if ckpt_path else []
     if ckpt_path:  # before anything is written (a branch point, the resumed process's config.yaml)
         check_replica_checkpoint(branch or checkpoint, model, ckpt_path, f"{dashes}ckpt_path")
-        saved = ReplicaRuns.saved_names(checkpoint) or []
         check_fits((branch or checkpoint)["state_dict"], model.state_dict(), ckpt_path,
                    {"the first replica's run": (saved[0], names[0])} if saved and saved[0] != names[0] else None)
-    resumed = branch is None and ckpt_path and Path(ckpt_path).parent.name == "checkpoints"  # the process writes there
+    # Runs of other names (a branch, or an arms process resumed with other settings) are new runs in a process of their
+    # own: the checkpoint's process keeps its last.ckpt, its runs what they logged.
+    renamed = branch is not None or bool(saved) and saved != list(names)
+    resumed = not renamed and ckpt_path and Path(ckpt_path).parent.name == "checkpoints"  # the process writes there
     group_dir = str(Path(ckpt_path).parent.parent) if resumed else process_dir(run.log_dir, "replicas", run.name)
-    if branch is not None:  # the arms start from their seed's trunk replica, in a process of their own
+    if renamed:
         log.warning("%sckpt_path=%s: runs %s continue from its replicas %s as new runs (the checkpoint's keep what they "
-                    "logged)", dashes, run.ckpt_path, ", ".join(names), ", ".join(ReplicaRuns.saved_names(checkpoint) or []))
+                    "logged)", dashes, run.ckpt_path, ", ".join(names), ", ".join(saved))
+    if branch is not None:  # the arms start from their seed's trunk replica
         ckpt_path = f"{group_dir}/checkpoints/branch-point.ckpt"
         save_checkpoint_file(branch, ckpt_path)
     callbacks = [c for c in run.trainer.get("callbacks") or [] if type(c).__name__ not in SINGLE_RUN_CALLBACKS]
@@ -147,7 +153,8 @@ def replicate(run: Any, seeds: Any, arms: Any) -> Any:
         run, model=model, datamodule=ReplicaData(run.datamodule, replica_seeds), name=f"{run.name}-replicas",
         trainer={**run.trainer, "callbacks": callbacks, "logger": False, "default_root_dir": group_dir},
         front_end="replicas", tensorboard=None, output_dir=group_dir, ckpt_path=ckpt_path,
-        checkpoint=branch if branch is not None else checkpoint)
+        # new runs start their callbacks afresh (the checkpoint's name its runs and its process's files)
+        checkpoint=branch if branch is not None else {**checkpoint, "callbacks": {}} if renamed else checkpoint)
 
 
 def trunk_to_branch(checkpoint: dict[str, Any], seeds: Sequence[int], arms: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any] | None:

@@ -467,6 +467,16 @@ def test_an_arm_written_without_a_space_after_its_colon_is_one_line_saying_so():
         check_replica_request([0, 1], [{}, {"cache_start_epoch:300": None}], "--replicas")
 
 
+def test_a_repeated_arm_is_refused_as_a_repeated_seed_is():
+    """Two equal arms would train each seed twice under two names."""
+    from launch.checks.settings import SettingsError
+    from launch.runs.replicas import check_replica_request
+
+    with pytest.raises(SettingsError, match=r"^replicas\.arms: \{'cache_start_epoch': 5\} is repeated"):
+        check_replica_request([0, 1], [{}, {"cache_start_epoch": 5}, {"cache_start_epoch": 5}], "replicas")
+    check_replica_request([0, 1], [{}, {"cache_start_epoch": 5}], "replicas")
+
+
 def test_a_setting_given_beside_a_resumed_runs_own_that_cannot_go_with_it_names_where_that_one_came_from(tmp_path, monkeypatch,
                                                                                                      capsys):
     """A run from a checkpoint takes the checkpoint's model settings where the command line gives none: a setting given

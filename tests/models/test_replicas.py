@@ -576,6 +576,28 @@ def test_a_single_runs_checkpoint_given_to_replicas_is_refused_as_one_before_its
     says(capsys.readouterr().err.strip().splitlines()[-1], f"error: --ckpt_path={tmp_path / 'single.ckpt'} holds a single run")
 
 
+@pytest.mark.slow  # a process of two arms through the CLI, then its resume with another setting
+def test_a_process_of_arms_resumed_with_other_settings_keeps_its_own_resume_point(tmp_path, mnist_dir, monkeypatch, caplog):
+    """Its runs would be renamed: they continue as new runs in a process of their own, and the checkpoint's process
+    keeps its last.ckpt (the only resume point of its runs) as it was."""
+    import launch.cli_app
+
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--model=JSA", "--replicas.seeds=[0,1]", "--replicas.arms=[{}, {cache_start_epoch: 0}]", "--trainer.limit_val_batches=1",
+            "--trainer.num_sanity_val_steps=0", "--model.val_num_samples=2", f"--data.data_dir={mnist_dir}", f"--log_dir={tmp_path / 'logs'}"]
+    launch.cli_app.main(["fit", *tiny, "--trainer.max_steps=2"])
+    (process,) = (tmp_path / "logs" / "replicas" / "jsa-mnist-mlp-K10-L20").iterdir()
+    last = (process / "checkpoints" / "last.ckpt").read_bytes()
+    with caplog.at_level(logging.WARNING, logger="launch.runs.replicas"):
+        launch.cli_app.main(["fit", *tiny, "--model.mis_steps=5", "--trainer.max_steps=4",
+                             f"--ckpt_path={process / 'checkpoints' / 'last.ckpt'}"])
+    assert (process / "checkpoints" / "last.ckpt").read_bytes() == last
+    assert f"--ckpt_path={process / 'checkpoints' / 'last.ckpt'}: runs jsa-mnist-mlp-K10-L5-seed0" in caplog.text, caplog.text
+    assert "outside this run's checkpoint directory" not in caplog.text  # (its callbacks start afresh)
+    (resumed,) = (tmp_path / "logs" / "replicas" / "jsa-mnist-mlp-K10-L5").iterdir()
+    assert load_checkpoint_file(resumed / "checkpoints" / "last.ckpt")["global_step"] == 4
+
+
 @pytest.mark.slow  # a replicated fit through the CLI, then a refused resume
 def test_a_replicated_resume_that_does_not_fit_is_refused_before_writing_and_one_that_renames_its_runs_says_so(tmp_path, mnist_dir, monkeypatch, capsys, caplog):
     """A resume of a replicated process with a setting that changes a shape is refused naming the runs it would
