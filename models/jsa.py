@@ -133,8 +133,8 @@ class JSA(CategoricalLatentModel):
     def check_replicable(self) -> None:
         """Replicas batch the step (models/replicas.py): `distinct` rows, a number that depends on the data, cannot be."""
         if self.chain_rows == "distinct" and self.gradient_rows is None:
-            raise ValueError("replicas: chain_rows=distinct re-scores a data-dependent number of rows, which one batched step "
-                             "of all replicas cannot; use chain_rows=auto or static, or gradient_rows")
+            raise ValueError("replicas: model.chain_rows=distinct re-scores a data-dependent number of rows, which one batched "
+                             "step of all replicas cannot; use model.chain_rows=auto or static, or model.gradient_rows")
 
     # ---- the cache ------------------------------------------------------------------
     def step_inputs(self, epoch: int, step: int) -> dict[str, bool | int | float]:

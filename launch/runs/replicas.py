@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -118,8 +119,9 @@ def replicate(run: Any, seeds: Any, arms: Any) -> Any:
                 raise SettingsError(f"{option}.arms {arm}: {error}") from None
     try:
         model = Replicas(models, replica_seeds)
-    except ValueError as error:
-        raise SettingsError(str(error)) from None
+    except ValueError as error:  # (models/replicas.py names the settings as Hydra does)
+        text = str(error) if not dashes else re.sub(r"(?<![\w.-])model\.(?=\w)", "--model.", str(error))
+        raise SettingsError(text.replace("(optimizer=adam)", "(--model.optimizer=Adam)" if dashes else "(optimizer=adam)")) from None
     names = replica_names(run.name, seeds, arms)
     ckpt_path, checkpoint = run.ckpt_path, run.checkpoint
     branch = trunk_to_branch(checkpoint, seeds, arms, names) if ckpt_path else None

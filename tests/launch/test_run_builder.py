@@ -467,6 +467,18 @@ def test_an_arm_written_without_a_space_after_its_colon_is_one_line_saying_so():
         check_replica_request([0, 1], [{}, {"cache_start_epoch:300": None}], "--replicas")
 
 
+@pytest.mark.parametrize("given, named", [
+    (["--model.compile=networks"], ["--model.compile=networks", "--model.compile=step"]),
+    (["--model.optimizer=samplers.SGLD", "--model.optimizer.lr=1e-7"], ["Adam or AdamW", "--model.optimizer=Adam"]),
+    (["--model.chain_rows=distinct"], ["--model.chain_rows=distinct", "--model.chain_rows=auto"])])
+def test_what_replicas_cannot_train_is_named_in_the_clis_spelling(given, named, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main(["fit", "--model=JSA", "--replicas.seeds=[0,1]", *given])
+    assert stop.value.code == 2
+    says(capsys.readouterr().err.strip().splitlines()[-1], *named)
+
+
 def test_a_repeated_arm_is_refused_as_a_repeated_seed_is():
     """Two equal arms would train each seed twice under two names."""
     from launch.checks.settings import SettingsError
