@@ -72,12 +72,17 @@ def check_one_process(trainer: dict[str, Any], dashes: str) -> None:
                             "(docs/replicas.md); drop the DDP settings, or train each seed as a DDP run of its own")
 
 
-def check_replica_checkpoint(checkpoint: dict[str, Any], model: Any, ckpt_path: str, option: str = "ckpt_path") -> None:
+def check_replica_checkpoint(checkpoint: dict[str, Any], model: Any, ckpt_path: str, option: str = "ckpt_path",
+                             subcommand: str = "fit") -> None:
     """A replicated process resumes from its own last.ckpt (with the same replicas), a single run from a single run's;
-    `option`: ckpt_path as the command gave it."""
+    a replica is tested or validated from its own run's checkpoints. `option`: ckpt_path as the command gave it."""
     saved, seeds = checkpoint.get("replica_seeds"), getattr(model, "seeds", None)
     if (saved is None) == (seeds is None) and (saved is None or list(saved) == list(seeds)):
         return
+    if subcommand != "fit" and saved is not None:
+        raise SettingsError(f"{option}={ckpt_path} holds replicas of seeds {list(saved)}, their process's resume point; "
+                            f"{subcommand} a replica from its own run's checkpoints: <log_dir>/tensorboard/<name>-seed<S>"
+                            "/version_<N>/checkpoints/ (its last.ckpt, or its best on val/nll)")
     held = f"replicas of seeds {list(saved)}" if saved is not None else "a single run"
     trains = f"replicas of seeds {list(seeds)}" if seeds is not None else "a single run"
     raise SettingsError(f"{option}={ckpt_path} holds {held}, this process trains {trains}: a replicated process resumes "

@@ -576,6 +576,20 @@ def test_a_single_runs_checkpoint_given_to_replicas_is_refused_as_one_before_its
     says(capsys.readouterr().err.strip().splitlines()[-1], f"error: --ckpt_path={tmp_path / 'single.ckpt'} holds a single run")
 
 
+def test_a_replicated_processs_checkpoint_given_to_test_points_to_a_replicas_own(tmp_path, monkeypatch, capsys):
+    """The process's last.ckpt, which its last line names, is a resume point; a replica is tested from its own run's."""
+    import launch.cli_app
+
+    torch.save({"state_dict": {}, "model_class": "models.vae.VAE", "pytorch-lightning_version": "2.6.6",
+                "replica_seeds": [0, 1]}, tmp_path / "last.ckpt")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        launch.cli_app.main(["test", f"--ckpt_path={tmp_path / 'last.ckpt'}"])
+    assert stop.value.code == 2
+    says(capsys.readouterr().err.strip().splitlines()[-1], f"--ckpt_path={tmp_path / 'last.ckpt'} holds replicas of seeds [0, 1]",
+         "test a replica from its own run's checkpoints", "tensorboard/<name>-seed<S>")
+
+
 @pytest.mark.slow  # a process of two arms through the CLI, then its resume with another setting
 def test_a_process_of_arms_resumed_with_other_settings_keeps_its_own_resume_point(tmp_path, mnist_dir, monkeypatch, caplog):
     """Its runs would be renamed: they continue as new runs in a process of their own, and the checkpoint's process
