@@ -118,7 +118,8 @@ def build(run: RunDescription) -> tuple[Any, Any, Any, str | None]:
     if run.ckpt_path:
         check_model_class(checkpoint, model_class, run.ckpt_path, run.subcommand)
         check_data_class(checkpoint, run.datamodule, run.ckpt_path, cli=cli)
-        check_replica_checkpoint(checkpoint, run.model, run.ckpt_path, "--ckpt_path" if cli else "ckpt_path", run.subcommand)
+        if run.front_end != "replicas":  # (`replicate` checked its own, before comparing the weights)
+            check_replica_checkpoint(checkpoint, run.model, run.ckpt_path, "--ckpt_path" if cli else "ckpt_path", run.subcommand)
         if run.subcommand == "fit" and "optimizer_states" not in checkpoint:  # (Lightning's KeyError deep in its restore)
             raise SettingsError(f"{'--' if cli else ''}ckpt_path={run.ckpt_path} holds the model's weights only (save_weights_only): training "
                                 "cannot continue from it (no optimizer, loop or callback state); test or validate it, or "
